@@ -1,0 +1,129 @@
+"""Attribute kinds of the op registry: checking and normalising attribute values.
+
+One checker per kind serves the engine's Python calls and the graph validator alike, so a
+bad attribute is described the same way wherever it comes from.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+
+REQUIRED = object()
+DTYPES = ("float16", "float32", "float64", "int32", "int64", "bool")
+
+
+class AttrError(ValueError):
+    """An attribute value that its kind does not accept."""
+
+
+@dataclass(frozen=True)
+class Attr:
+    kind: str
+    default: object = REQUIRED
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def describe(self) -> dict:
+        out = {"kind": self.kind, "required": self.required}
+        if not self.required:
+            out["default"] = self.default
+        if self.doc:
+            out["doc"] = self.doc
+        return out
+
+
+def _int(value, name):
+    if isinstance(value, bool):
+        raise AttrError(f"attribute {name!r} must be an integer, got a boolean")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise AttrError(f"attribute {name!r} must be an integer, got {value!r}") from None
+
+
+def _float(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            return float(value.item())  # numpy / cupy scalars and 0-d arrays
+        except Exception:  # noqa: BLE001
+            raise AttrError(f"attribute {name!r} must be a number, got {value!r}") from None
+    return float(value)
+
+
+def _ints(value, name):
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise AttrError(f"attribute {name!r} must be a list of integers, got {value!r}")
+    return tuple(_int(v, name) for v in value)
+
+
+def _shape(value, name):
+    shape = _ints(value, name)
+    if any(d < -1 for d in shape):
+        raise AttrError(f"attribute {name!r} has a negative size: {list(shape)}")
+    return shape
+
+
+def _dims(value, name):
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return _ints(value, name)
+    return _int(value, name)
+
+
+def _optional_float(value, name):
+    return None if value is None else _float(value, name)
+
+
+def _optional_int(value, name):
+    return None if value is None else _int(value, name)
+
+
+def _bool(value, name):
+    if not isinstance(value, bool):
+        raise AttrError(f"attribute {name!r} must be true or false, got {value!r}")
+    return value
+
+
+def _dtype(value, name):
+    text = str(getattr(value, "name", value))
+    if text not in DTYPES:
+        raise AttrError(f"attribute {name!r} must be one of {', '.join(DTYPES)}, got {value!r}")
+    return text
+
+
+def _p_norm(value, name):
+    p = _float(value, name)
+    if not (p > 0) or math.isnan(p):
+        raise AttrError(f"attribute {name!r} must be a positive number or inf, got {value!r}")
+    return p
+
+
+def _index(value, name):
+    from engine.indexing import check_spec
+
+    return check_spec(value, name)
+
+
+CHECKERS = {
+    "int": _int,
+    "int?": _optional_int,
+    "float": _float,
+    "float?": _optional_float,
+    "bool": _bool,
+    "ints": _ints,
+    "shape": _shape,
+    "dims": _dims,
+    "dtype": _dtype,
+    "p": _p_norm,
+    "index": _index,
+}
+
+
+def check(kind: str, value, name: str):
+    return CHECKERS[kind](value, name)

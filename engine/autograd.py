@@ -1,0 +1,237 @@
+"""Reverse-mode differentiation: `backward` and `grad`, walking the graph without recursion."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.backend import array_module
+from engine.grad_mode import enable_grad, no_grad
+from engine.node import Node
+from engine.registry import F
+from engine.variable import Variable, as_array
+
+
+def _as_list(x):
+    if isinstance(x, Variable):
+        return [x]
+    return list(x)
+
+
+def _root_gradients(outputs, grad_outputs):
+    grads = []
+    for i, out in enumerate(outputs):
+        g = None if grad_outputs is None else grad_outputs[i]
+        if g is None:
+            if out.data.size != 1:
+                raise RuntimeError(
+                    f"grad can be implicitly created only for scalar outputs (output {i} has shape {list(out.shape)}); "
+                    "pass a gradient of the output's shape"
+                )
+            grads.append(Variable._result(array_module(out.data).ones_like(out.data), None))
+            continue
+        if not isinstance(g, Variable):
+            g = Variable._result(as_array(g, out.dtype), None)
+        if tuple(g.shape) != tuple(out.shape):
+            raise RuntimeError(
+                f"Mismatch in shape: gradient {i} has a shape of {list(g.shape)} and output {i} has a shape of {list(out.shape)}"
+            )
+        grads.append(g)
+    return grads
+
+
+def _fit(g, meta):
+    """Sum a broadcast gradient back to its input's shape and dtype (the one place this happens)."""
+    if tuple(g.shape) != tuple(meta.shape):
+        g = F.sum_to(g, tuple(meta.shape))
+    if g.dtype != meta.dtype:
+        g = F.cast(g, dtype=meta.dtype.name)
+    return g
+
+
+def _reachable(root_nodes):
+    """Dependency counts (incoming edges per node) over every node reachable from the roots."""
+    deps = {}
+    seen = set(root_nodes)
+    stack = list(seen)
+    while stack:
+        node = stack.pop()
+        for edge in node.edges:
+            if isinstance(edge, Node):
+                deps[edge] = deps.get(edge, 0) + 1
+                if edge not in seen:
+                    seen.add(edge)
+                    stack.append(edge)
+    return seen, deps
+
+
+def _needed(nodes, target_nodes, target_leaves):
+    """Nodes from which a target can be reached (so their vjps must run)."""
+    parents = {}
+    for node in nodes:
+        for edge in node.edges:
+            if edge is not None:
+                parents.setdefault(id(edge), []).append(node)
+    needed = set()
+    stack = [n for n in target_nodes if n in nodes]
+    for leaf_id in target_leaves:
+        stack.extend(parents.get(leaf_id, ()))
+    needed.update(stack)
+    while stack:
+        node = stack.pop()
+        for parent in parents.get(id(node), ()):
+            if parent not in needed:
+                needed.add(parent)
+                stack.append(parent)
+    return needed
+
+
+class _Sink:
+    """Where gradients land: leaves' `.grad` (backward) or a capture dict (grad)."""
+
+    def __init__(self, create_graph, capture):
+        self.create_graph = create_graph
+        self.capture = capture  # None, or {id(target): Variable-or-None}
+        self.handed = {}
+
+    def _owned(self, g):
+        data = g.data
+        flags = getattr(data, "flags", None)
+        if id(data) in self.handed or (flags is not None and (not flags.owndata or not flags.writeable)):
+            data = data.copy()
+        self.handed[id(data)] = data
+        return Variable._result(data, None)
+
+    def accumulate(self, var, g):
+        if self.capture is not None:
+            key = id(var)
+            if key in self.capture:
+                old = self.capture[key]
+                self.capture[key] = g if old is None else old + g
+            return
+        self.into_grad(var, g)
+
+    def into_grad(self, var, g):
+        if var.grad is None:
+            var.grad = g if self.create_graph else self._owned(g)
+        elif self.create_graph or var.grad._requires_grad:
+            var.grad = var.grad + g
+        else:
+            current = var.grad.data
+            flags = getattr(current, "flags", None)
+            if flags is not None and flags.writeable and current.shape == g.data.shape and id(current) not in self.handed:
+                current += g.data
+            else:
+                var.grad = Variable._result(current + g.data, None)
+
+
+def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None):
+    """Propagate gradients from `outputs`. With `inputs`, returns their gradients instead of
+    accumulating into `.grad` (None where an input was not reached)."""
+    capture = None if inputs is None else {id(v): None for v in inputs}
+    sink = _Sink(create_graph, capture)
+    for g in grad_outputs:
+        sink.handed[id(g.data)] = g.data
+    grads = {}
+    root_nodes = []
+    for out, g in zip(outputs, grad_outputs):
+        node = out._node
+        if node is None:
+            sink.accumulate(out, g)
+            continue
+        grads[node] = grads[node] + g if node in grads else g
+        root_nodes.append(node)
+    nodes, deps = _reachable(root_nodes)
+    needed = None
+    if inputs is not None:
+        target_nodes = {v._node for v in inputs if v._node is not None}
+        target_leaves = [id(v) for v in inputs if v._node is None]
+        needed = _needed(nodes, target_nodes, target_leaves)
+        capture_nodes = {v._node: id(v) for v in inputs if v._node is not None}
+    ready = [n for n in dict.fromkeys(root_nodes) if deps.get(n, 0) == 0]
+    with enable_grad() if create_graph else no_grad():
+        while ready:
+            node = ready.pop()
+            g = grads.pop(node)
+            retained = node.retained() if node.retained is not None else None
+            if retained is not None and retained._node is node and capture is None:
+                sink.into_grad(retained, g)
+            if needed is not None and node in capture_nodes:
+                key = capture_nodes[node]
+                capture[key] = g if capture[key] is None else capture[key] + g
+            if needed is None:
+                needs = [e is not None for e in node.edges]
+            else:
+                needs = [e is not None and (id(e) in capture or e in needed) for e in node.edges]
+            if any(needs):
+                in_grads = node.vjp(g, needs)
+            else:
+                in_grads = ()
+            for i, edge in enumerate(node.edges):
+                if not isinstance(edge, Node):
+                    if edge is not None and needs[i] and in_grads[i] is not None:
+                        sink.accumulate(edge, _fit(in_grads[i], node.input_meta(i)))
+                    continue
+                gi = in_grads[i] if needs[i] else None
+                if gi is not None:
+                    gi = _fit(gi, node.input_meta(i))
+                    grads[edge] = grads[edge] + gi if edge in grads else gi
+                deps[edge] -= 1
+                if deps[edge] == 0:
+                    if edge in grads:
+                        ready.append(edge)
+                    else:
+                        _release(edge, deps, grads, ready)
+            if not retain_graph:
+                node.free()
+    return capture
+
+
+def _release(node, deps, grads, ready):
+    """A node whose every consumer sent no gradient: release its inputs' counts in turn."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        for edge in n.edges:
+            if isinstance(edge, Node):
+                deps[edge] -= 1
+                if deps[edge] == 0:
+                    (ready.append if edge in grads else stack.append)(edge)
+
+
+def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False):
+    outputs = _as_list(outputs)
+    for i, out in enumerate(outputs):
+        if not out._requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+    if grad_outputs is not None:
+        grad_outputs = _as_list(grad_outputs) if not isinstance(grad_outputs, Sequence) or isinstance(grad_outputs, Variable) else list(grad_outputs)
+    roots = _root_gradients(outputs, grad_outputs)
+    run_backward(outputs, roots, create_graph if retain_graph is None else retain_graph, create_graph)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
+    """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
+    outputs = _as_list(outputs)
+    inputs = _as_list(inputs)
+    for i, v in enumerate(inputs):
+        if not isinstance(v, Variable) or not v._requires_grad:
+            raise RuntimeError(f"One of the differentiated Variables (input {i}) does not require grad")
+    for i, out in enumerate(outputs):
+        if not out._requires_grad:
+            raise RuntimeError(f"element {i} of the outputs does not require grad and does not have a grad_fn")
+    if grad_outputs is not None:
+        grad_outputs = [grad_outputs] if isinstance(grad_outputs, Variable) or not isinstance(grad_outputs, (list, tuple)) else list(grad_outputs)
+    roots = _root_gradients(outputs, grad_outputs)
+    captured = run_backward(outputs, roots, create_graph if retain_graph is None else retain_graph, create_graph, inputs)
+    result = []
+    for i, v in enumerate(inputs):
+        g = captured[id(v)]
+        if g is None and not allow_unused:
+            raise RuntimeError(
+                f"One of the differentiated Variables (input {i}) appears to not have been used in the graph. "
+                "Set allow_unused=True if this is the desired behavior."
+            )
+        if g is not None and not create_graph:
+            g = g.detach()
+        result.append(g)
+    return tuple(result)

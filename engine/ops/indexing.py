@@ -1,0 +1,132 @@
+"""Indexing: `x[key]`, its adjoint (`index_add`) and in-place assignment (`setitem`).
+
+Index arrays (integer or boolean) travel as extra inputs after the data inputs; the `index`
+attribute says where each goes (see `engine.indexing`).
+"""
+
+from __future__ import annotations
+
+import numpy
+
+from engine import indexing, shapes
+from engine.attrs import Attr
+from engine.registry import OPS, Sample, coerce, defop
+from engine.variable import Variable, as_array
+
+INDEX = Attr("index", doc="index items: int, null, \"...\", {\"slice\": [start, stop, step]}, {\"tensor\": k}")
+
+
+def _arity(data_inputs):
+    def check(count, attrs):
+        expected = data_inputs + indexing.tensor_count(attrs["index"])
+        return None if count == expected else f"takes {expected} input(s) for this index, got {count}"
+
+    return check
+
+
+def _index_arrays(arrays):
+    return [a if a.dtype.kind in "biu" else a.astype(numpy.int64) for a in arrays]
+
+
+def _key(spec, arrays):
+    return indexing.to_key(spec, _index_arrays(arrays))
+
+
+def _getitem_forward(xp, x, *arrays, index):
+    return x[_key(index, arrays)]
+
+
+def _getitem_vjp(g, ans, xs, needs, index):
+    x, arrays = xs[0], xs[1:]
+    if not needs[0]:
+        return [None] * len(xs)
+    return [apply(OPS["index_add"], [g, *arrays], {"index": index, "shape": tuple(x.shape)})] + [None] * len(arrays)
+
+
+def _index_add_forward(xp, g, *arrays, index, shape):
+    out = xp.zeros(shape, dtype=g.dtype)
+    key = _key(index, arrays)
+    if arrays:
+        xp.add.at(out, key, g)
+    else:
+        out[key] = g
+    return out
+
+
+def _index_add_vjp(g, ans, xs, needs, index, shape):
+    return [take(g, index, xs[1:]) if needs[0] else None] + [None] * (len(xs) - 1)
+
+
+def _setitem_forward(xp, x, value, *arrays, index):
+    out = x.copy()
+    out[_key(index, arrays)] = value
+    return out
+
+
+def _setitem_vjp(g, ans, xs, needs, index):
+    x, value, arrays = xs[0], xs[1], xs[2:]
+    gx = apply(OPS["setitem"], [g, 0.0, *arrays], {"index": index}) if needs[0] else None
+    gv = take(g, index, arrays) if needs[1] else None
+    return [gx, gv] + [None] * len(arrays)
+
+
+def _infer_by_proxy(data_inputs):
+    def infer(shapes_, dtypes, attrs):
+        arrays = [shapes.proxy(s, d) for s, d in zip(shapes_[data_inputs:], dtypes[data_inputs:])]
+        try:
+            out = shapes.proxy(shapes_[0], dtypes[0])[_key(attrs["index"], arrays)]
+        except (IndexError, ValueError, TypeError) as err:
+            raise shapes.ShapeError(f"index {list(attrs['index'])} does not fit shape {list(shapes_[0])}: {err}") from None
+        return tuple(out.shape), dtypes[0]
+
+    return infer
+
+
+def _pick_sample(rng):
+    return [rng.uniform(-2, 2, (4, 3)), numpy.array([0, 2, 2, 3])]
+
+
+def _mask_sample(rng):
+    return [rng.uniform(-2, 2, (3, 4)), rng.random((3, 4)) > 0.5]
+
+
+def apply(op, inputs, attrs):
+    return op.call(coerce(inputs), attrs)
+
+
+def take(x, spec, arrays=()):
+    return apply(OPS["getitem"], [x, *arrays], {"index": tuple(spec)})
+
+
+def getitem(x, key):
+    """x[key] with ints, slices (with steps), None, ..., and integer or boolean arrays."""
+    spec, arrays = indexing.from_key(key, lambda a: a if isinstance(a, Variable) else Variable._result(as_array(a), None))
+    return apply(OPS["getitem"], [x, *arrays], {"index": spec})
+
+
+def setitem(x, value, key):
+    """x with x[key] = value, out of place (Variable.__setitem__ builds in-place on it)."""
+    spec, arrays = indexing.from_key(key, lambda a: a if isinstance(a, Variable) else Variable._result(as_array(a), None))
+    return apply(OPS["setitem"], [x, value, *arrays], {"index": spec})
+
+
+defop("getitem", _getitem_forward, vjp=_getitem_vjp, variadic=True, attrs={"index": INDEX}, methods=(),
+      check_arity=_arity(1), function=getitem, infer=_infer_by_proxy(1),
+      samples=(Sample(((4, 5),), {"index": (1,)}), Sample(((4, 5),), {"index": ({"slice": [None, None, 2]}, {"slice": [1, 4, None]})}),
+               Sample(((4, 5),), {"index": (None, "...", -1)}), Sample(make=_pick_sample, attrs={"index": ({"tensor": 0},)}),
+               Sample(make=_mask_sample, attrs={"index": ({"tensor": 0},)})),
+      doc="x[index]")
+defop("index_add", _index_add_forward, vjp=_index_add_vjp, variadic=True, attrs={"index": INDEX, "shape": Attr("shape")},
+      methods=(), check_arity=_arity(1), saves=False,
+      infer=lambda s, d, a: (tuple(a["shape"]), d[0]),
+      samples=(Sample(((3,),), {"index": ({"tensor": 0},), "shape": (5,)},
+                      make=lambda rng: [rng.uniform(-2, 2, (3,)), numpy.array([0, 4, 0])]),),
+      doc="zeros(shape) with g added at [index] (the adjoint of getitem; repeated indices add up)")
+defop("setitem", _setitem_forward, vjp=_setitem_vjp, variadic=True, attrs={"index": INDEX}, methods=(),
+      check_arity=_arity(2), saves=False, function=setitem,
+      infer=lambda s, d, a: (tuple(s[0]), numpy.result_type(d[0])),
+      samples=(Sample(((4, 5), (5,)), {"index": (1,)}), Sample(((4, 5), ()), {"index": ({"slice": [1, 3, None]},)}),
+               Sample(make=lambda rng: [rng.uniform(-2, 2, (3, 4)), rng.uniform(-2, 2, ()), rng.random((3, 4)) > 0.5],
+                      attrs={"index": ({"tensor": 0},)})),
+      doc="a copy of x with x[index] = value")
+Variable.__getitem__ = getitem

@@ -1,0 +1,31 @@
+"""Matrix products."""
+
+from __future__ import annotations
+
+from engine import shapes
+from engine.registry import F, Sample, binary_dunders, defop
+
+
+def _matmul_vjp_x(g, ans, x, y):
+    if y.ndim == 1:
+        return g.unsqueeze(-1) * y if x.ndim > 1 else g * y
+    if x.ndim == 1:
+        return F.matmul(g.unsqueeze(-2), y.mT).squeeze(-2)
+    return F.matmul(g, y.mT)
+
+
+def _matmul_vjp_y(g, ans, x, y):
+    if x.ndim == 1:
+        return x.unsqueeze(-1) * g.unsqueeze(-2) if y.ndim > 1 else g * x
+    if y.ndim == 1:
+        return F.matmul(x.mT, g.unsqueeze(-1)).squeeze(-1)
+    return F.matmul(x.mT, g)
+
+
+mm = defop("mm", lambda xp, x, y: x @ y, lambda g, ans, x, y: g.mm(y.T), lambda g, ans, x, y: x.T.mm(g),
+           samples=(Sample(((3, 4), (4, 2))),), infer=shapes.mm, doc="matrix product of two 2-d inputs")
+matmul = defop("matmul", lambda xp, x, y: xp.matmul(x, y), _matmul_vjp_x, _matmul_vjp_y,
+               samples=(Sample(((3, 4), (4, 2))), Sample(((2, 3, 4), (4, 5))), Sample(((2, 1, 3, 4), (3, 4, 2))),
+                        Sample(((4,), (4, 2))), Sample(((3, 4), (4,))), Sample(((4,), (4,))), Sample(((4,), (2, 4, 3)))),
+               infer=shapes.matmul, doc="matrix product with NumPy's broadcasting and 1-d rules")
+binary_dunders(matmul, "__matmul__", "__rmatmul__")

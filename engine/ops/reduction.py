@@ -1,0 +1,172 @@
+"""Reductions and the normalisations built on them (softmax family, var)."""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections import namedtuple
+
+import numpy
+
+from engine import shapes
+from engine.attrs import Attr
+from engine.backend import array_module
+from engine.registry import F, Sample, defop
+from engine.variable import Variable
+
+DIM = Attr("dims", None, "dimension(s) to reduce; null reduces all")
+KEEPDIM = Attr("bool", False, "keep reduced dimensions with size 1")
+REDUCE_SAMPLES = (
+    Sample(((3, 4),)),
+    Sample(((2, 3, 4),), {"dim": 1}),
+    Sample(((2, 3, 4),), {"dim": (0, 2), "keepdim": True}),
+    Sample(((3, 4),), {"dim": -1}),
+)
+
+
+def const(array):
+    return Variable._result(array, None)
+
+
+def _axes(dim, ndim):
+    return None if dim is None else shapes.normalize_dims(dim, ndim)
+
+
+def _count(shape, dim):
+    if dim is None:
+        return math.prod(shape)
+    return math.prod(shape[d] for d in shapes.normalize_dims(dim, len(shape)))
+
+
+def unreduce(g, shape, dim, keepdim):
+    """Broadcast a reduction's gradient back to the input's shape."""
+    if not keepdim:
+        g = g.reshape(shapes.reduced_shape(shape, dim, True))
+    return g.expand(tuple(shape))
+
+
+sum = defop("sum", lambda xp, x, dim, keepdim: x.sum(axis=_axes(dim, x.ndim), keepdims=keepdim),
+            lambda g, ans, x, dim, keepdim: unreduce(g, x.shape, dim, keepdim),
+            attrs={"dim": DIM, "keepdim": KEEPDIM}, saves=False, samples=REDUCE_SAMPLES, infer=shapes.reduce,
+            doc="sum over dim (all when null)")
+mean = defop("mean", lambda xp, x, dim, keepdim: x.mean(axis=_axes(dim, x.ndim), keepdims=keepdim),
+             lambda g, ans, x, dim, keepdim: unreduce(g, x.shape, dim, keepdim) / _count(x.shape, dim),
+             attrs={"dim": DIM, "keepdim": KEEPDIM}, saves=False, samples=REDUCE_SAMPLES, infer=shapes.reduce_float,
+             doc="mean over dim (all when null)")
+
+
+def _extreme_vjp(g, ans, x, dim, keepdim):
+    peak = ans.data if keepdim else ans.data.reshape(shapes.reduced_shape(x.shape, dim, True))
+    hit = x.data == peak
+    weights = hit / hit.sum(axis=_axes(dim, x.ndim), keepdims=True)
+    return unreduce(g, x.shape, dim, keepdim) * const(weights.astype(g.dtype))
+
+
+amax = defop("amax", lambda xp, x, dim, keepdim: xp.amax(x, axis=_axes(dim, x.ndim), keepdims=keepdim), _extreme_vjp,
+             attrs={"dim": DIM, "keepdim": KEEPDIM}, uses_output=True, samples=REDUCE_SAMPLES,
+             infer=shapes.reduce_same_dtype, doc="maximum over dim (ties share the gradient)")
+amin = defop("amin", lambda xp, x, dim, keepdim: xp.amin(x, axis=_axes(dim, x.ndim), keepdims=keepdim), _extreme_vjp,
+             attrs={"dim": DIM, "keepdim": KEEPDIM}, uses_output=True, samples=REDUCE_SAMPLES,
+             infer=shapes.reduce_same_dtype, doc="minimum over dim (ties share the gradient)")
+
+
+def _arg(fn_name):
+    def forward(xp, x, dim, keepdim):
+        out = getattr(xp, fn_name)(x, axis=dim, keepdims=keepdim) if dim is not None else getattr(xp, fn_name)(x)
+        if dim is None and keepdim:
+            out = xp.asarray(out).reshape((1,) * x.ndim)
+        return xp.asarray(out, dtype=numpy.int64)
+
+    return forward
+
+
+ARG_ATTRS = {"dim": Attr("int?", None, "dimension; null means the flattened input"), "keepdim": KEEPDIM}
+argmax = defop("argmax", _arg("argmax"), attrs=ARG_ATTRS, differentiable=False,
+               samples=(Sample(((3, 4),)), Sample(((3, 4),), {"dim": 1})), infer=shapes.arg_reduce,
+               doc="index of the maximum (no gradient)")
+argmin = defop("argmin", _arg("argmin"), attrs=ARG_ATTRS, differentiable=False,
+               samples=(Sample(((3, 4),)), Sample(((3, 4),), {"dim": 1})), infer=shapes.arg_reduce,
+               doc="index of the minimum (no gradient)")
+
+
+def _norm_forward(xp, x, p, dim, keepdim):
+    axes = _axes(dim, x.ndim)
+    if p == 2:
+        return xp.sqrt((x * x).sum(axis=axes, keepdims=keepdim))
+    if math.isinf(p):
+        return xp.amax(xp.abs(x), axis=axes, keepdims=keepdim)
+    return (xp.abs(x) ** p).sum(axis=axes, keepdims=keepdim) ** (1.0 / p)
+
+
+def _norm_vjp(g, ans, x, p, dim, keepdim):
+    xp = array_module(x.data)
+    zero = const(ans.data == 0)
+    safe = F.where(zero, 1.0, ans)
+    if math.isinf(p):
+        return _extreme_vjp(g, Variable._result(ans.data, None), F.abs(x), dim, keepdim) * const(xp.sign(x.data).astype(g.dtype))
+    if p == 2:
+        return x * unreduce(F.where(zero, 0.0, g / safe), x.shape, dim, keepdim)
+    scale = F.where(zero, 0.0, g / safe ** (p - 1))
+    return const(xp.sign(x.data).astype(g.dtype)) * F.abs(x) ** (p - 1) * unreduce(scale, x.shape, dim, keepdim)
+
+
+norm = defop("norm", _norm_forward, _norm_vjp,
+             attrs={"p": Attr("p", 2.0, "order: any positive number or inf"), "dim": DIM, "keepdim": KEEPDIM},
+             uses_output=True, twice_differentiable=True,
+             samples=(Sample(((3, 4),)), Sample(((2, 3, 4),), {"dim": 1}), Sample(((3, 4),), {"p": 1.0, "dim": -1}),
+                      Sample(((3, 4),), {"p": 3.0}), Sample(((3, 4),), {"p": float("inf"), "dim": 0})),
+             infer=shapes.reduce_float, doc="p-norm over dim (all when null); gradient 0 where the norm is 0")
+
+
+def _var(x, dim=None, unbiased=True, keepdim=False):
+    centred = x - x.mean(dim, keepdim=True)
+    count = _count(x.shape, dim)
+    return (centred * centred).sum(dim, keepdim=keepdim) / builtins.max(count - (1 if unbiased else 0), 0)
+
+
+var = defop("var", _var, attrs={"dim": DIM, "unbiased": Attr("bool", True, "divide by n - 1"), "keepdim": KEEPDIM},
+            composite=True, samples=REDUCE_SAMPLES + (Sample(((5,),), {"unbiased": False}),),
+            infer=shapes.reduce_float, doc="variance over dim (all when null)")
+
+
+def _logsumexp(x, dim, keepdim=False):
+    xp = array_module(x.data)
+    axes = shapes.normalize_dims(dim, x.ndim)
+    peak = xp.amax(x.data, axis=axes, keepdims=True)
+    peak = xp.where(xp.isfinite(peak), peak, 0).astype(x.dtype)
+    out = (x - const(peak)).exp().sum(axes, keepdim=True).log() + const(peak)
+    return out if keepdim else out.reshape(shapes.reduced_shape(x.shape, axes, False))
+
+
+SOFTMAX_DIM = Attr("int", doc="dimension that sums to one")
+SOFTMAX_SAMPLES = (Sample(((3, 4),), {"dim": 1}), Sample(((2, 3, 4),), {"dim": 0}), Sample(((5,),), {"dim": -1}))
+
+logsumexp = defop("logsumexp", _logsumexp, attrs={"dim": Attr("dims", doc="dimension(s) to reduce"), "keepdim": KEEPDIM},
+                  composite=True, samples=SOFTMAX_SAMPLES + (Sample(((2, 3, 4),), {"dim": (1, 2), "keepdim": True}),),
+                  infer=shapes.reduce_float, doc="log(sum(exp(x))) over dim, computed stably")
+log_softmax = defop("log_softmax", lambda x, dim: x - _logsumexp(x, dim, keepdim=True), attrs={"dim": SOFTMAX_DIM},
+                    composite=True, samples=SOFTMAX_SAMPLES, infer=shapes.along_dim, doc="x - logsumexp(x, dim)")
+softmax = defop("softmax", lambda x, dim: (x - _logsumexp(x, dim, keepdim=True)).exp(), attrs={"dim": SOFTMAX_DIM},
+                composite=True, samples=SOFTMAX_SAMPLES, infer=shapes.along_dim, doc="exp(x) / sum(exp(x)) along dim, computed stably")
+
+MaxMin = namedtuple("MaxMin", "values indices")
+
+
+def _extreme(name, amax_op, argmax_op, pairwise):
+    def fn(x, dim=None, keepdim=False):
+        if isinstance(dim, Variable) or (dim is not None and not isinstance(dim, int)):
+            return pairwise(x, dim)
+        if dim is None:
+            return amax_op(x)
+        return MaxMin(amax_op(x, dim, keepdim=keepdim), argmax_op(x, dim, keepdim=keepdim))
+
+    fn.__name__ = name
+    fn.__doc__ = (f"PyTorch's {name}: {name}(x) reduces everything, {name}(x, dim) returns (values, indices), "
+                  f"{name}(x, y) is elementwise.")
+    return fn
+
+
+max = _extreme("max", F.amax, F.argmax, F.maximum)
+min = _extreme("min", F.amin, F.argmin, F.minimum)
+Variable.max = lambda self, dim=None, keepdim=False: max(self, dim, keepdim)
+Variable.min = lambda self, dim=None, keepdim=False: min(self, dim, keepdim)

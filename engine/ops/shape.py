@@ -1,0 +1,152 @@
+"""Shape ops: views of the same values in another layout, and joining."""
+
+from __future__ import annotations
+
+from engine import shapes
+from engine.attrs import Attr
+from engine.registry import F, Sample, defop
+from engine.variable import Variable
+
+
+def _sum_to(xp, x, shape):
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, s in enumerate(shape) if s == 1 and x.shape[i + lead] != 1)
+    out = x.sum(axis=axes, keepdims=True)
+    return out.reshape(shape) if lead else out
+
+
+def _expand(xp, x, shape):
+    return xp.broadcast_to(x, shapes.expand([x.shape], [x.dtype], {"shape": shape})[0])
+
+
+sum_to = defop("sum_to", _sum_to, lambda g, ans, x, shape: g.expand(x.shape), attrs={"shape": Attr("shape")},
+               saves=False, methods=(), samples=(Sample(((2, 3, 4),), {"shape": (3, 1)}), Sample(((3, 4),), {"shape": ()})),
+               infer=shapes.sum_to, doc="sum x down to a shape it broadcasts from (the adjoint of expand)")
+expand = defop("expand", _expand, lambda g, ans, x, shape: F.sum_to(g, x.shape), attrs={"shape": Attr("shape")},
+               saves=False, samples=(Sample(((3, 1),), {"shape": (2, 3, 4)}), Sample(((4,),), {"shape": (3, -1)})),
+               infer=shapes.expand, doc="broadcast x to a larger shape (-1 keeps a size)")
+reshape = defop("reshape", lambda xp, x, shape: x.reshape(shape), lambda g, ans, x, shape: g.reshape(x.shape),
+                attrs={"shape": Attr("shape")}, saves=False, methods=("reshape", "view"),
+                samples=(Sample(((3, 4),), {"shape": (2, 6)}), Sample(((2, 3, 4),), {"shape": (-1,)})),
+                infer=shapes.reshape, doc="the same values in a new shape (one size may be -1)")
+
+
+def _inverse(dims):
+    n = len(dims)
+    out = [0] * n
+    for i, d in enumerate(dims):
+        out[d % n] = i
+    return tuple(out)
+
+
+permute = defop("permute", lambda xp, x, dims: x.transpose(dims), lambda g, ans, x, dims: g.permute(_inverse(dims)),
+                attrs={"dims": Attr("ints")}, saves=False, samples=(Sample(((2, 3, 4),), {"dims": (2, 0, 1)}),),
+                infer=shapes.permute, doc="reorder dimensions")
+
+
+def _swap(ndim, dim0, dim1):
+    dims = list(range(ndim))
+    if ndim:
+        a, b = shapes.normalize_dims(dim0, ndim)[0], shapes.normalize_dims(dim1, ndim)[0]
+        dims[a], dims[b] = dims[b], dims[a]
+    return tuple(dims)
+
+
+def _transpose(x, dim0, dim1):
+    return x.permute(_swap(x.ndim, dim0, dim1))
+
+
+def _transpose_infer(s, d, attrs):
+    return shapes.permute(s, d, {"dims": _swap(len(s[0]), attrs["dim0"], attrs["dim1"])})
+
+
+transpose = defop("transpose", _transpose, attrs={"dim0": Attr("int"), "dim1": Attr("int")}, composite=True,
+                  samples=(Sample(((2, 3, 4),), {"dim0": 0, "dim1": 2}),), infer=_transpose_infer,
+                  doc="swap two dimensions")
+
+
+def _t_infer(s, d, attrs):
+    if len(s[0]) > 2:
+        raise shapes.ShapeError(f"t expects a tensor with <= 2 dimensions, got shape {list(s[0])}")
+    return tuple(reversed(s[0])), d[0]
+
+
+def _t(x):
+    if x.ndim > 2:
+        raise ValueError(f"t() expects a tensor with <= 2 dimensions, but it has {x.ndim}")
+    return x if x.ndim < 2 else x.permute((1, 0))
+
+
+t = defop("t", _t, composite=True, samples=(Sample(((3, 4),)),), infer=_t_infer, doc="transpose of a matrix")
+Variable.T = property(lambda self: self.permute(tuple(reversed(range(self.ndim)))), doc="all dimensions reversed")
+Variable.mT = property(lambda self: F.transpose(self, -2, -1), doc="the last two dimensions swapped")
+
+
+def _unsqueeze_shape(shape, dim):
+    d = shapes.normalize_dims(dim, len(shape) + 1)[0]
+    return tuple(shape[:d]) + (1,) + tuple(shape[d:])
+
+
+def _squeeze_shape(shape, dim):
+    if dim is None:
+        return tuple(s for s in shape if s != 1)
+    dims = shapes.normalize_dims(dim, len(shape)) if shape else ()
+    return tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
+
+
+def _flatten_shape(shape, start_dim, end_dim):
+    if not shape:
+        return (1,)
+    a, b = (start_dim % len(shape), end_dim % len(shape))
+    if a > b:
+        raise shapes.ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    size = 1
+    for s in shape[a:b + 1]:
+        size *= s
+    return tuple(shape[:a]) + (size,) + tuple(shape[b + 1:])
+
+
+unsqueeze = defop("unsqueeze", lambda x, dim: x.reshape(_unsqueeze_shape(x.shape, dim)), attrs={"dim": Attr("int")},
+                  composite=True, samples=(Sample(((3, 4),), {"dim": 1}), Sample(((3, 4),), {"dim": -1})),
+                  infer=lambda s, d, a: (_unsqueeze_shape(s[0], a["dim"]), d[0]), doc="insert a dimension of size 1")
+squeeze = defop("squeeze", lambda x, dim=None: x.reshape(_squeeze_shape(x.shape, dim)), attrs={"dim": Attr("dims", None)},
+                composite=True, samples=(Sample(((3, 1, 4, 1),)), Sample(((3, 1, 4),), {"dim": 1})),
+                infer=lambda s, d, a: (_squeeze_shape(s[0], a["dim"]), d[0]), doc="drop dimensions of size 1")
+flatten = defop("flatten", lambda x, start_dim=0, end_dim=-1: x.reshape(_flatten_shape(x.shape, start_dim, end_dim)),
+                attrs={"start_dim": Attr("int", 0), "end_dim": Attr("int", -1)}, composite=True,
+                samples=(Sample(((2, 3, 4),)), Sample(((2, 3, 4),), {"start_dim": 1})),
+                infer=lambda s, d, a: (_flatten_shape(s[0], a["start_dim"], a["end_dim"]), d[0]),
+                doc="merge dimensions start_dim..end_dim into one")
+
+
+def _slice_along(g, dim, item):
+    from engine.ops.indexing import take
+
+    d = dim % g.ndim
+    return take(g, ({"slice": [None, None, None]},) * d + (item,))
+
+
+def _cat_vjp(g, ans, xs, needs, dim):
+    out, start = [], 0
+    for x, need in zip(xs, needs):
+        size = x.shape[dim % len(x.shape)]
+        out.append(_slice_along(g, dim, {"slice": [start, start + size, None]}) if need else None)
+        start += size
+    return out
+
+
+def _stack_vjp(g, ans, xs, needs, dim):
+    return [_slice_along(g, dim, i) if need else None for i, need in enumerate(needs)]
+
+
+JOIN_SAMPLES = (Sample(((2, 3), (4, 3)), {"dim": 0}), Sample(((2, 3), (2, 1), (2, 2)), {"dim": -1}))
+cat = defop("cat", lambda xp, *xs, dim: xp.concatenate(xs, axis=dim), vjp=_cat_vjp, variadic=True,
+            attrs={"dim": Attr("int", 0)}, saves=False, methods=(), samples=JOIN_SAMPLES, infer=shapes.cat,
+            doc="join inputs along an existing dimension")
+stack = defop("stack", lambda xp, *xs, dim: xp.stack(xs, axis=dim), vjp=_stack_vjp, variadic=True,
+              attrs={"dim": Attr("int", 0)}, saves=False, methods=(),
+              samples=(Sample(((2, 3), (2, 3)), {"dim": 0}), Sample(((2, 3), (2, 3), (2, 3)), {"dim": 2})),
+              infer=shapes.stack, doc="join inputs along a new dimension")

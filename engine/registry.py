@@ -1,0 +1,232 @@
+"""The op registry: every op is declared once, here or in `engine/ops/`, with its name, arity,
+attributes, forward and vjps side by side. Everything else derives from it: the `engine.<op>`
+functions, the Variable methods and operators, the graph validator, `GET /ops`, the client's
+methods and the gradient-check tests.
+
+A primitive's `forward(xp, *arrays, **attrs)` computes on raw arrays of module `xp`; each of its
+vjps, `vjp(g, ans, *inputs, **attrs)`, maps the output gradient `g` to one input's gradient using
+differentiable ops only, so running backward with grad mode on (`create_graph=True`) records the
+backward pass as a graph of its own. Gradients are summed back to their input's shape by the
+engine (`sum_to`), never by a vjp. A composite's `forward(*variables, **attrs)` is written in
+terms of other ops and has no vjp of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Callable
+
+import numpy
+
+from engine.attrs import REQUIRED, Attr, check
+from engine.node import OpNode, apply_op
+from engine.variable import Variable, as_array
+
+OPS: dict[str, "OpDef"] = {}
+F = SimpleNamespace()  # the engine.<op> functions, for vjps that need ops with no operator
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Example inputs for the registry-driven gradient checks.
+
+    `shapes` gives one shape per input (floats drawn from `low..high`); `make(rng)`, when set,
+    returns the input arrays itself (index arrays, masks). `attrs` are the call's attributes.
+    """
+
+    shapes: tuple = ()
+    attrs: dict = field(default_factory=dict)
+    low: float = -2.0
+    high: float = 2.0
+    make: Callable | None = None
+
+
+@dataclass(eq=False)
+class OpDef:
+    name: str
+    forward: Callable
+    vjps: tuple = ()
+    vjp: Callable | None = None
+    arity: int | None = 1
+    attrs: dict = field(default_factory=dict)
+    saves: bool = True
+    uses_output: bool = False
+    differentiable: bool = True
+    composite: bool = False
+    twice_differentiable: bool = True
+    methods: tuple = ()
+    doc: str = ""
+    samples: tuple = ()
+    infer: Callable | None = None
+    check_arity: Callable | None = None
+    function: Callable | None = None
+    node_class: type | None = None
+
+    @property
+    def variadic(self) -> bool:
+        return self.arity is None
+
+    def arity_error(self, count: int, attrs: dict) -> str | None:
+        """Why `count` inputs don't fit this op with these attributes (None when they do)."""
+        if self.check_arity is not None:
+            return self.check_arity(count, attrs)
+        if self.variadic:
+            return None if count >= 1 else "takes at least 1 input, got 0"
+        return None if count == self.arity else f"takes {self.arity} input(s), got {count}"
+
+    def call(self, inputs, attrs):
+        if self.composite:
+            return self.forward(*inputs, **attrs)
+        return apply_op(self, inputs, attrs)
+
+    def check_attrs(self, given: dict) -> dict:
+        """Normalise a complete attribute dict (defaults filled in); raises AttrError/TypeError."""
+        unknown = set(given) - set(self.attrs)
+        if unknown:
+            raise TypeError(f"{self.name}() got unexpected attribute(s): {', '.join(sorted(unknown))}")
+        out = {}
+        for name, spec in self.attrs.items():
+            if name in given:
+                out[name] = check(spec.kind, given[name], name)
+            elif spec.required:
+                raise TypeError(f"{self.name}() is missing required attribute {name!r}")
+            else:
+                out[name] = spec.default
+        return out
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "arity": "variadic" if self.variadic else self.arity,
+            "attrs": {name: spec.describe() for name, spec in self.attrs.items()},
+            "differentiable": self.differentiable,
+            "composite": self.composite,
+            "methods": list(self.methods),
+            "doc": self.doc,
+        }
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _reference(inputs):
+    first = None
+    for v in inputs:
+        if isinstance(v, Variable):
+            if v.data.dtype.kind == "f":
+                return v
+            first = first or v
+    return first
+
+
+def coerce(inputs):
+    """Variables from a mix of Variables, arrays and Python scalars.
+
+    Scalars take the dtype NumPy's weak-scalar rule gives them next to the first floating
+    Variable, so `x32 * 2.0` stays float32.
+    """
+    ref = _reference(inputs)
+    out = []
+    for v in inputs:
+        if isinstance(v, Variable):
+            out.append(v)
+        elif ref is not None and isinstance(v, (bool, int, float)):
+            out.append(Variable._result(as_array(v, numpy.result_type(ref.data.dtype, v)), None))
+        else:
+            out.append(Variable._result(as_array(v), None))
+    return out
+
+
+def _parse_call(op: OpDef, rest: tuple, kwargs: dict) -> dict:
+    names = list(op.attrs)
+    if rest and names and op.attrs[names[0]].kind in ("shape", "ints") and all(
+        isinstance(r, int) and not isinstance(r, bool) for r in rest
+    ):
+        rest = (tuple(rest),)
+    if len(rest) > len(names):
+        raise TypeError(f"{op.name}() takes {len(names)} attribute argument(s) but {len(rest)} were given")
+    given = dict(zip(names, rest))
+    for key, value in kwargs.items():
+        if key in given:
+            raise TypeError(f"{op.name}() got multiple values for argument {key!r}")
+        given[key] = value
+    return op.check_attrs(given)
+
+
+def _make_function(op: OpDef):
+    if op.variadic:
+        def fn(inputs, *rest, **kwargs):
+            return op.call(coerce(list(inputs)), _parse_call(op, rest, kwargs))
+    else:
+        arity = op.arity
+
+        def fn(*args, **kwargs):
+            if len(args) < arity:
+                raise TypeError(f"{op.name}() takes {arity} input(s) but {len(args)} were given")
+            return op.call(coerce(args[:arity]), _parse_call(op, args[arity:], kwargs))
+
+    fn.__name__ = op.name
+    fn.__qualname__ = op.name
+    fn.__doc__ = op.doc
+    return fn
+
+
+def _make_method(fn):
+    def method(self, *args, **kwargs):
+        return fn(self, *args, **kwargs)
+
+    method.__name__ = fn.__name__
+    method.__doc__ = fn.__doc__
+    return method
+
+
+def defop(name, forward, *vjps, vjp=None, arity=None, attrs=None, methods=None, **options) -> OpDef:
+    """Declare an op. `arity` defaults to the number of vjps (1 when there are none)."""
+    if name in OPS:
+        raise ValueError(f"op {name!r} is declared twice")
+    if arity is None and not options.get("variadic"):
+        arity = len(vjps) or 1
+    options.pop("variadic", None)
+    op = OpDef(
+        name=name,
+        forward=forward,
+        vjps=vjps,
+        vjp=vjp,
+        arity=arity,
+        attrs=dict(attrs or {}),
+        methods=tuple((name,) if methods is None else methods),
+        **options,
+    )
+    if not op.composite:
+        op.node_class = type(f"{_camel(name)}Backward", (OpNode,), {"__slots__": (), "op": op})
+    OPS[name] = op
+    fn = op.function or _make_function(op)
+    setattr(F, name, fn)
+    for method in op.methods:
+        setattr(Variable, method, _make_method(fn))
+    return op
+
+
+def binary_dunders(op: OpDef, name: str, reflected: str | None = None) -> None:
+    """Install `Variable.<name>` (and its reflected form) as calls of a binary op."""
+    empty = {}
+
+    def forward_op(self, other):
+        return op.call(coerce((self, other)), empty)
+
+    setattr(Variable, name, forward_op)
+    if reflected:
+        def reflected_op(self, other):
+            return op.call(coerce((other, self)), empty)
+
+        setattr(Variable, reflected, reflected_op)
+
+
+def unary_dunder(op: OpDef, name: str) -> None:
+    empty = {}
+    setattr(Variable, name, lambda self: op.call([self], empty))
+
+
+__all__ = ["OPS", "F", "Attr", "REQUIRED", "Sample", "OpDef", "defop", "coerce", "binary_dunders", "unary_dunder"]

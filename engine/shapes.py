@@ -1,0 +1,209 @@
+"""Shape and dtype rules for ops, so a graph can be checked before anything is computed.
+
+Each rule maps (input shapes, input dtypes, attrs) to (output shape, output dtype) or raises
+ShapeError with a message that names the shapes involved.
+"""
+
+from __future__ import annotations
+
+import numpy
+
+
+class ShapeError(ValueError):
+    pass
+
+
+def _shapes(shapes):
+    return " and ".join(str(list(s)) for s in shapes)
+
+
+def broadcast(shapes, dtypes, attrs):
+    try:
+        shape = numpy.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ShapeError(f"shapes {_shapes(shapes)} cannot be broadcast together") from None
+    return tuple(shape), numpy.result_type(*dtypes)
+
+
+def where_rule(shapes, dtypes, attrs):
+    shape, _ = broadcast(shapes, dtypes, attrs)
+    return shape, numpy.result_type(*dtypes[1:])
+
+
+def compare(shapes, dtypes, attrs):
+    return broadcast(shapes, dtypes, attrs)[0], numpy.dtype(bool)
+
+
+def same(shapes, dtypes, attrs):
+    return tuple(shapes[0]), dtypes[0]
+
+
+def floating(shapes, dtypes, attrs):
+    dtype = dtypes[0] if dtypes[0].kind == "f" else numpy.dtype(numpy.float64)
+    return tuple(shapes[0]), dtype
+
+
+def normalize_dims(dim, ndim):
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    out = []
+    for d in dims:
+        if not -max(ndim, 1) <= d < max(ndim, 1):
+            raise ShapeError(f"dimension {d} is out of range for a {ndim}-d input")
+        out.append(d % max(ndim, 1))
+    if len(set(out)) != len(out):
+        raise ShapeError(f"dimension list {list(dims)} repeats a dimension")
+    return tuple(out)
+
+
+def reduced_shape(shape, dim, keepdim):
+    if dim is None:
+        axes = tuple(range(len(shape)))
+    else:
+        axes = normalize_dims(dim, len(shape))
+    if keepdim:
+        return tuple(1 if i in axes else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in axes)
+
+
+def reduce(shapes, dtypes, attrs):
+    dtype = dtypes[0]
+    if dtype.kind in "biu":
+        dtype = numpy.dtype(numpy.int64)
+    return reduced_shape(shapes[0], attrs.get("dim"), attrs.get("keepdim", False)), dtype
+
+
+def reduce_float(shapes, dtypes, attrs):
+    shape, _ = reduce(shapes, dtypes, attrs)
+    return shape, floating(shapes, dtypes, attrs)[1]
+
+
+def reduce_same_dtype(shapes, dtypes, attrs):
+    return reduce(shapes, dtypes, attrs)[0], dtypes[0]
+
+
+def arg_reduce(shapes, dtypes, attrs):
+    dim = attrs.get("dim")
+    shape = shapes[0]
+    if dim is None:
+        out = tuple(1 for _ in shape) if attrs.get("keepdim") else ()
+    else:
+        out = reduced_shape(shape, dim, attrs.get("keepdim", False))
+    return out, numpy.dtype(numpy.int64)
+
+
+def along_dim(shapes, dtypes, attrs):
+    normalize_dims(attrs["dim"], len(shapes[0]))
+    return floating(shapes, dtypes, attrs)
+
+
+def reshape(shapes, dtypes, attrs):
+    shape, target = shapes[0], list(attrs["shape"])
+    size = int(numpy.prod(shape, dtype=numpy.int64))
+    if target.count(-1) > 1:
+        raise ShapeError(f"cannot reshape {list(shape)} to {target}: only one dimension can be -1")
+    known = int(numpy.prod([d for d in target if d != -1], dtype=numpy.int64))
+    if -1 in target:
+        if known == 0 or size % known:
+            raise ShapeError(f"cannot reshape {list(shape)} (size {size}) to {target}")
+        target[target.index(-1)] = size // known
+    elif known != size:
+        raise ShapeError(f"cannot reshape {list(shape)} (size {size}) to {target} (size {known})")
+    return tuple(target), dtypes[0]
+
+
+def permute(shapes, dtypes, attrs):
+    shape, dims = shapes[0], attrs["dims"]
+    if len(dims) != len(shape) or sorted(d % max(len(shape), 1) for d in dims) != list(range(len(shape))):
+        raise ShapeError(f"permutation {list(dims)} does not fit a {len(shape)}-d input of shape {list(shape)}")
+    return tuple(shape[d] for d in dims), dtypes[0]
+
+
+def expand(shapes, dtypes, attrs):
+    shape, target = shapes[0], list(attrs["shape"])
+    lead = len(target) - len(shape)
+    if lead < 0:
+        raise ShapeError(f"cannot expand {list(shape)} to fewer dimensions {target}")
+    out = []
+    for i, t in enumerate(target):
+        s = shape[i - lead] if i >= lead else None
+        if t == -1:
+            if s is None:
+                raise ShapeError(f"-1 is not allowed in a new leading dimension of expand {target}")
+            t = s
+        if s is not None and s != 1 and s != t:
+            raise ShapeError(f"cannot expand {list(shape)} to {target}: size {s} at dimension {i} is not 1")
+        out.append(t)
+    return tuple(out), dtypes[0]
+
+
+def sum_to(shapes, dtypes, attrs):
+    shape, target = shapes[0], tuple(attrs["shape"])
+    try:
+        ok = tuple(numpy.broadcast_shapes(shape, target)) == tuple(shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ShapeError(f"cannot sum {list(shape)} down to {list(target)}")
+    return target, dtypes[0]
+
+
+def _matrix(shape, name):
+    if len(shape) != 2:
+        raise ShapeError(f"mm needs 2-d inputs; {name} has shape {list(shape)}")
+
+
+def mm(shapes, dtypes, attrs):
+    a, b = shapes
+    _matrix(a, "the first input")
+    _matrix(b, "the second input")
+    if a[1] != b[0]:
+        raise ShapeError(f"mm shapes {list(a)} and {list(b)} cannot be multiplied ({a[1]} != {b[0]})")
+    return (a[0], b[1]), numpy.result_type(*dtypes)
+
+
+def matmul(shapes, dtypes, attrs):
+    a, b = shapes
+    if not a or not b:
+        raise ShapeError(f"matmul needs inputs of at least 1 dimension, got {_shapes(shapes)}")
+    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    if a2[-1] != b2[-2]:
+        raise ShapeError(f"matmul shapes {list(a)} and {list(b)} cannot be multiplied ({a2[-1]} != {b2[-2]})")
+    try:
+        batch = numpy.broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError:
+        raise ShapeError(f"matmul batch dimensions of {list(a)} and {list(b)} cannot be broadcast") from None
+    out = tuple(batch) + ((a2[-2],) if len(a) > 1 else ()) + ((b2[-1],) if len(b) > 1 else ())
+    return out, numpy.result_type(*dtypes)
+
+
+def cat(shapes, dtypes, attrs):
+    first = shapes[0]
+    if not first:
+        raise ShapeError("cat cannot join 0-d inputs")
+    d = normalize_dims(attrs["dim"], len(first))[0]
+    for s in shapes[1:]:
+        if len(s) != len(first) or any(x != y for i, (x, y) in enumerate(zip(s, first)) if i != d):
+            raise ShapeError(f"cat along dimension {d}: shapes {_shapes(shapes)} differ elsewhere")
+    out = list(first)
+    out[d] = sum(s[d] for s in shapes)
+    return tuple(out), numpy.result_type(*dtypes)
+
+
+def stack(shapes, dtypes, attrs):
+    first = shapes[0]
+    if any(tuple(s) != tuple(first) for s in shapes):
+        raise ShapeError(f"stack needs equal shapes, got {_shapes(shapes)}")
+    d = normalize_dims(attrs["dim"], len(first) + 1)[0]
+    out = list(first)
+    out.insert(d, len(shapes))
+    return tuple(out), numpy.result_type(*dtypes)
+
+
+def cast(shapes, dtypes, attrs):
+    return tuple(shapes[0]), numpy.dtype(attrs["dtype"])
+
+
+def proxy(shape, dtype):
+    """A zero-strided stand-in array: any shape, one element of memory."""
+    return numpy.lib.stride_tricks.as_strided(numpy.zeros(1, dtype=dtype), shape=shape, strides=(0,) * len(shape))

@@ -1,0 +1,256 @@
+"""`Variable`: an array of the active backend plus what autograd needs to know about it.
+
+Operators and most methods are installed from the op registry (`engine.registry`), so this
+file holds only what is not an op: construction, attributes, conversion and in-place updates.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import numpy
+
+from engine import backend
+from engine.grad_mode import is_grad_enabled
+
+FLOAT_KINDS = ("f",)
+
+
+def as_array(data, dtype=None):
+    """An array of the active backend from a Variable, array, list or scalar.
+
+    Python floats become float32 and Python ints int64, as in PyTorch; arrays keep their dtype.
+    """
+    if isinstance(data, Variable):
+        data = data.data
+    if backend.is_array(data):
+        array = backend.to_active(data)
+    else:
+        array = numpy.asarray(data)
+        if dtype is None and array.dtype == numpy.float64 and not isinstance(data, (numpy.generic, numpy.ndarray)):
+            array = array.astype(numpy.float32)
+        array = backend.to_active(array)
+    if dtype is not None and array.dtype != numpy.dtype(dtype):
+        array = array.astype(dtype)
+    return array
+
+
+class Variable:
+    """A node value in a define-by-run graph, with PyTorch's Variable semantics."""
+
+    __slots__ = ("data", "grad", "_node", "_requires_grad", "_version", "__weakref__")
+    __array_ufunc__ = None  # make `ndarray <op> Variable` defer to Variable's reflected operators
+    __hash__ = object.__hash__
+
+    def __init__(self, data, requires_grad=False):
+        self.data = as_array(data)
+        self.grad = None
+        self._node = None
+        self._version = 0
+        self._requires_grad = False
+        if requires_grad:
+            self.requires_grad = True
+
+    @classmethod
+    def _result(cls, data, node):
+        v = object.__new__(cls)
+        v.data = data
+        v.grad = None
+        v._node = node
+        v._requires_grad = node is not None
+        v._version = 0
+        return v
+
+    # --- autograd attributes -------------------------------------------------------------
+    @property
+    def grad_fn(self):
+        return self._node
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._node is None
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        if self._node is not None:
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables. If you want to use a "
+                "computed variable in a subgraph that doesn't require differentiation use "
+                "var_no_grad = var.detach()."
+            )
+        if flag and self.data.dtype.kind not in FLOAT_KINDS:
+            raise RuntimeError(
+                f"only Variables of floating point dtype can require gradients (got {self.data.dtype})"
+            )
+        self._requires_grad = bool(flag)
+
+    def requires_grad_(self, requires_grad=True):
+        self.requires_grad = requires_grad
+        return self
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False):
+        from engine.autograd import backward
+
+        backward([self], None if gradient is None else [gradient], retain_graph=retain_graph, create_graph=create_graph)
+
+    def retain_grad(self):
+        """Keep this non-leaf's gradient in `.grad` after backward (a no-op on leaves)."""
+        if self._node is None:
+            if not self._requires_grad:
+                raise RuntimeError("can't retain_grad on Variable that has requires_grad=False")
+            return
+        import weakref
+
+        self._node.retained = weakref.ref(self)
+
+    @property
+    def retains_grad(self) -> bool:
+        node = self._node
+        return node is not None and node.retained is not None and node.retained() is self
+
+    def detach(self):
+        """A new leaf sharing this Variable's data, cut from the graph."""
+        return Variable._result(self.data, None)
+
+    def detach_(self):
+        self._node = None
+        self._requires_grad = False
+        return self
+
+    # --- array attributes ----------------------------------------------------------------
+    @property
+    def shape(self):
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def device(self) -> str:
+        return "cpu" if isinstance(self.data, numpy.ndarray) else "cuda"
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self) -> int:
+        return self.data.ndim
+
+    def numel(self) -> int:
+        return int(self.data.size)
+
+    def __len__(self):
+        if self.data.ndim == 0:
+            raise TypeError("len() of a 0-d Variable")
+        return self.data.shape[0]
+
+    def __iter__(self):
+        if self.data.ndim == 0:
+            raise TypeError("iteration over a 0-d Variable")
+        return (self[i] for i in range(self.data.shape[0]))
+
+    # --- conversion ----------------------------------------------------------------------
+    def item(self):
+        if self.data.size != 1:
+            raise ValueError(f"only one element Variables can be converted to Python scalars (this one has {self.data.size})")
+        return self.data.item()
+
+    def numpy(self) -> numpy.ndarray:
+        return backend.to_numpy(self.data)
+
+    def tolist(self):
+        return backend.to_numpy(self.data).tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        array = backend.to_numpy(self.data)
+        return array if dtype is None else array.astype(dtype)
+
+    def __bool__(self):
+        if self.data.size != 1:
+            raise RuntimeError("Boolean value of a Variable with more than one value is ambiguous")
+        return builtins.bool(self.data.item())
+
+    def __float__(self):
+        return builtins.float(self.item())
+
+    def __int__(self):
+        return builtins.int(self.item())
+
+    def __index__(self):
+        if self.data.dtype.kind not in "iub" or self.data.size != 1:
+            raise TypeError("only integer Variables of a single element can be converted to an index")
+        return builtins.int(self.data.item())
+
+    def __repr__(self):
+        prefix = "Variable("
+        body = numpy.array2string(backend.to_numpy(self.data), separator=", ", prefix=prefix)
+        extras = []
+        if self.data.dtype != numpy.float32 and self.data.dtype != numpy.int64 and self.data.dtype != numpy.bool_:
+            extras.append(f"dtype={self.data.dtype}")
+        if self._node is not None:
+            extras.append(f"grad_fn=<{self._node.name}>")
+        elif self._requires_grad:
+            extras.append("requires_grad=True")
+        if self.device != "cpu":
+            extras.insert(0, "device='cuda'")
+        return prefix + body + "".join(", " + e for e in extras) + ")"
+
+    __str__ = __repr__
+
+    # --- in-place updates ----------------------------------------------------------------
+    def zero_(self):
+        self.data[...] = 0
+        self._version += 1
+        return self
+
+    def fill_(self, value):
+        self.data[...] = value
+        self._version += 1
+        return self
+
+    def __setitem__(self, key, value):
+        """In-place assignment. Recorded in the graph as a `setitem` node when grad mode needs it."""
+        from engine.ops.indexing import setitem
+
+        value_var = value if isinstance(value, Variable) else None
+        if is_grad_enabled():
+            if self._node is None and self._requires_grad:
+                raise RuntimeError(
+                    "a leaf Variable that requires grad is being used in an in-place operation."
+                )
+            if self._requires_grad or (value_var is not None and value_var._requires_grad):
+                snapshot = Variable._result(self.data, self._node)
+                snapshot._requires_grad = self._requires_grad
+                result = setitem(snapshot, value, key)
+                self.data, self._node, self._requires_grad = result.data, result._node, True
+                self._version += 1
+                return
+        from engine.indexing import from_key, to_key
+
+        spec, arrays = from_key(key, lambda a: as_array(a))
+        raw = value.data if value_var is not None else value
+        self.data[to_key(spec, arrays)] = raw
+        self._version += 1
+
+
+def _cast_method(dtype):
+    def method(self):
+        from engine.ops.elementwise import cast
+
+        return self if self.data.dtype == dtype else cast(self, dtype=dtype)
+
+    method.__name__ = numpy.dtype(dtype).name
+    method.__doc__ = f"This Variable as {numpy.dtype(dtype).name} (differentiable)."
+    return method
+
+
+for _name, _dtype in {"float": "float32", "double": "float64", "half": "float16", "long": "int64", "int": "int32", "bool": "bool"}.items():
+    setattr(Variable, _name, _cast_method(_dtype))
