@@ -58,8 +58,9 @@ class FunctionNode(Node):
         return out
 
     def free(self):
-        self.ctx._freed = True
-        self.ctx._saved = ()
+        freed = FunctionCtx()
+        freed._freed = True
+        self.ctx = freed
 
 
 class Function:

@@ -35,11 +35,12 @@ def compare(shapes, dtypes, attrs):
 
 
 def same(shapes, dtypes, attrs):
-    return tuple(shapes[0]), dtypes[0]
+    return tuple(shapes[0]), numpy.result_type(dtypes[0])
 
 
 def floating(shapes, dtypes, attrs):
-    dtype = dtypes[0] if dtypes[0].kind == "f" else numpy.dtype(numpy.float64)
+    dtype = numpy.result_type(dtypes[0])
+    dtype = dtype if dtype.kind == "f" else numpy.dtype(numpy.float64)
     return tuple(shapes[0]), dtype
 
 
@@ -66,7 +67,7 @@ def reduced_shape(shape, dim, keepdim):
 
 
 def reduce(shapes, dtypes, attrs):
-    dtype = dtypes[0]
+    dtype = numpy.result_type(dtypes[0])
     if dtype.kind in "biu":
         dtype = numpy.dtype(numpy.int64)
     return reduced_shape(shapes[0], attrs.get("dim"), attrs.get("keepdim", False)), dtype
@@ -78,7 +79,7 @@ def reduce_float(shapes, dtypes, attrs):
 
 
 def reduce_same_dtype(shapes, dtypes, attrs):
-    return reduce(shapes, dtypes, attrs)[0], dtypes[0]
+    return reduce(shapes, dtypes, attrs)[0], numpy.result_type(dtypes[0])
 
 
 def arg_reduce(shapes, dtypes, attrs):

@@ -1,0 +1,220 @@
+"""Tensors on the wire: Open Inference Protocol (KServe v2 / Triton) tensor objects.
+
+JSON tensors carry `data` row-major (flat or nested); non-finite floats are spelled "NaN",
+"Infinity" and "-Infinity" so the JSON stays valid. Binary tensors follow Triton's binary data
+extension: a JSON header, then raw little-endian buffers in header order, each tensor carrying
+`parameters.binary_data_size` instead of `data`. No HTTP here: the service and the client
+both use this module.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy
+import orjson
+
+DATATYPES = {
+    "BOOL": numpy.dtype(numpy.bool_),
+    "UINT8": numpy.dtype("<u1"),
+    "INT8": numpy.dtype("<i1"),
+    "INT16": numpy.dtype("<i2"),
+    "INT32": numpy.dtype("<i4"),
+    "INT64": numpy.dtype("<i8"),
+    "FP16": numpy.dtype("<f2"),
+    "FP32": numpy.dtype("<f4"),
+    "FP64": numpy.dtype("<f8"),
+}
+DATATYPE_OF = {dtype.newbyteorder("="): name for name, dtype in DATATYPES.items()}
+NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+class TensorError(ValueError):
+    """A tensor object that can't be decoded; `status` is the HTTP status it deserves."""
+
+    def __init__(self, message, field=None, status=422):
+        super().__init__(message)
+        self.field = field
+        self.status = status
+
+
+def datatype_of(dtype) -> str:
+    try:
+        return DATATYPE_OF[numpy.dtype(dtype).newbyteorder("=")]
+    except KeyError:
+        raise TensorError(f"dtype {dtype} has no Open Inference Protocol datatype") from None
+
+
+def check_header(obj, where: str, max_elements: int):
+    """(name, shape, dtype, element count) of a tensor object, checked before any allocation."""
+    if not isinstance(obj, dict):
+        raise TensorError(f"{where}: a tensor must be an object with name, shape, datatype", field=where)
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        raise TensorError(f"{where}: tensor 'name' must be a non-empty string", field=f"{where}.name")
+    shape = obj.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise TensorError(f"tensor {name!r}: 'shape' must be a list of non-negative integers, got {shape!r}", field=f"{where}.shape")
+    count = 1
+    for d in shape:
+        count *= d
+        if count > max_elements:
+            raise TensorError(
+                f"tensor {name!r}: shape {shape} has more than the limit of {max_elements} elements",
+                field=f"{where}.shape", status=413,
+            )
+    datatype = obj.get("datatype")
+    if datatype not in DATATYPES:
+        raise TensorError(
+            f"tensor {name!r}: unknown datatype {datatype!r}; expected one of {', '.join(DATATYPES)}",
+            field=f"{where}.datatype",
+        )
+    return name, tuple(shape), DATATYPES[datatype], count
+
+
+def _from_list(name, data, dtype, shape, count, where):
+    try:
+        if dtype.kind == "f":
+            array = numpy.asarray(data, dtype=dtype)
+        else:
+            array = numpy.asarray(data)
+            if array.dtype.kind not in "biu" or (dtype.kind == "b" and array.dtype.kind != "b" and array.size):
+                raise ValueError(f"values of kind {array.dtype.kind!r} for a {dtype.name} tensor")
+            array = array.astype(dtype)
+    except (ValueError, TypeError, OverflowError) as err:
+        if dtype.kind == "f" and _has_spelled_nonfinite(data):
+            array = numpy.asarray(_unspell(data), dtype=dtype)
+        else:
+            raise TensorError(f"tensor {name!r}: data is not a (nested) list of {dtype.name} values: {err}", field=f"{where}.data") from None
+    if array.size != count:
+        raise TensorError(
+            f"tensor {name!r}: data has {array.size} elements but shape {list(shape)} needs {count}",
+            field=f"{where}.data",
+        )
+    return array.astype(dtype, copy=False).reshape(shape)
+
+
+def _has_spelled_nonfinite(data):
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            return True
+    return False
+
+
+def _unspell(data):
+    if isinstance(data, list):
+        return [_unspell(d) for d in data]
+    if isinstance(data, str):
+        if data not in NONFINITE:
+            raise TensorError(f"unknown number spelling {data!r}; use NaN, Infinity or -Infinity")
+        return NONFINITE[data]
+    return data
+
+
+def decode_json(obj, where: str, max_elements: int):
+    """(name, array) from a JSON tensor object."""
+    name, shape, dtype, count = check_header(obj, where, max_elements)
+    if "data" not in obj:
+        raise TensorError(f"tensor {name!r}: missing 'data' (or parameters.binary_data_size for a binary tensor)", field=f"{where}.data")
+    data = obj["data"]
+    if not isinstance(data, list):
+        data = [data]
+    return name, _from_list(name, data, dtype, shape, count, where)
+
+
+def binary_size(obj):
+    params = obj.get("parameters") if isinstance(obj, dict) else None
+    if isinstance(params, dict) and "binary_data_size" in params:
+        size = params["binary_data_size"]
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise TensorError("parameters.binary_data_size must be a non-negative integer")
+        return size
+    return None
+
+
+def decode_tensors(objs, where: str, tail: memoryview | bytes | None, offset: int, max_elements: int):
+    """[(name, array)] from a list of tensor objects whose binary ones read from `tail` at `offset`.
+
+    Returns (tensors, new offset). Binary arrays are zero-copy, read-only views of `tail`.
+    """
+    if objs is None:
+        return [], offset
+    if not isinstance(objs, list):
+        raise TensorError(f"'{where}' must be a list of tensor objects", field=where)
+    out = []
+    for i, obj in enumerate(objs):
+        at = f"{where}[{i}]"
+        size = binary_size(obj)
+        if size is None:
+            out.append(decode_json(obj, at, max_elements))
+            continue
+        name, shape, dtype, count = check_header(obj, at, max_elements)
+        if size != count * dtype.itemsize:
+            raise TensorError(
+                f"tensor {name!r}: binary_data_size {size} does not match shape {list(shape)} of {dtype.name} "
+                f"({count * dtype.itemsize} bytes)", field=f"{at}.parameters.binary_data_size",
+            )
+        if tail is None or offset + size > len(tail):
+            raise TensorError(
+                f"tensor {name!r}: the body ends before its {size} bytes of binary data", field=f"{at}.parameters.binary_data_size",
+                status=400,
+            )
+        array = numpy.frombuffer(tail, dtype=dtype, count=count, offset=offset).reshape(shape)
+        out.append((name, array))
+        offset += size
+    return out, offset
+
+
+def _spelled(array):
+    flat = array.ravel().tolist()
+    return [v if math.isfinite(v) else ("NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")) for v in flat]
+
+
+def encode_json(name: str, array) -> dict:
+    """A JSON tensor object. `data` may be a flat NumPy array: serialise with orjson's
+    OPT_SERIALIZE_NUMPY (see `dumps`)."""
+    array = numpy.asarray(array)
+    obj = {"name": name, "shape": list(array.shape), "datatype": datatype_of(array.dtype)}
+    if array.dtype.kind == "f" and not numpy.isfinite(array).all():
+        obj["data"] = _spelled(array)
+    elif array.dtype in (numpy.float32, numpy.float64, numpy.int32, numpy.int64, numpy.bool_, numpy.uint8, numpy.int8, numpy.int16):
+        obj["data"] = numpy.ascontiguousarray(array).reshape(-1)
+    else:
+        obj["data"] = array.reshape(-1).tolist()
+    return obj
+
+
+def encode_binary(name: str, array, buffers: list) -> dict:
+    """A binary tensor object; its little-endian bytes are appended to `buffers`."""
+    array = numpy.asarray(array)
+    datatype = datatype_of(array.dtype)
+    raw = numpy.ascontiguousarray(array, dtype=DATATYPES[datatype])
+    buffers.append(memoryview(raw).cast("B") if raw.size else b"")
+    return {"name": name, "shape": list(array.shape), "datatype": datatype, "parameters": {"binary_data_size": raw.nbytes}}
+
+
+def dumps(obj) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def split_body(body: bytes, header_length: int | None):
+    """(JSON header bytes, binary tail) of a request or response body."""
+    if header_length is None:
+        return body, None
+    if header_length < 0 or header_length > len(body):
+        raise TensorError(
+            f"{HEADER_LENGTH} is {header_length} but the body has only {len(body)} bytes", field=HEADER_LENGTH, status=400
+        )
+    view = memoryview(body)
+    return view[:header_length], view[header_length:]
+
+
+def join_body(header: dict, buffers: list) -> tuple[bytes, int]:
+    """(body, header length) for a header and its binary buffers."""
+    head = dumps(header)
+    return b"".join([head, *buffers]), len(head)
