@@ -73,40 +73,27 @@ def check_header(obj, where: str, max_elements: int):
     return name, tuple(shape), DATATYPES[datatype], count
 
 
-def _from_list(name, data, dtype, shape, count, where):
-    try:
-        if dtype.kind == "f":
-            array = numpy.asarray(data, dtype=dtype)
-        else:
-            array = numpy.asarray(data)
-            if array.dtype.kind not in "biu" or (dtype.kind == "b" and array.dtype.kind != "b" and array.size):
-                raise ValueError(f"values of kind {array.dtype.kind!r} for a {dtype.name} tensor")
-            array = array.astype(dtype)
-    except (ValueError, TypeError, OverflowError) as err:
-        if dtype.kind == "f" and _has_spelled_nonfinite(data):
-            array = numpy.asarray(_unspell(data), dtype=dtype)
-        else:
-            raise TensorError(f"tensor {name!r}: data is not a (nested) list of {dtype.name} values: {err}", field=f"{where}.data") from None
-    if array.size != count:
-        raise TensorError(
-            f"tensor {name!r}: data has {array.size} elements but shape {list(shape)} needs {count}",
-            field=f"{where}.data",
-        )
-    return array.astype(dtype, copy=False).reshape(shape)
+MAX_NESTING = 64
 
 
-def _has_spelled_nonfinite(data):
-    stack = [data]
+def _scan(data):
+    """(deepest nesting level, whether any leaf is a string), without recursion."""
+    deepest, spelled = 0, False
+    stack = [(data, 1)]
     while stack:
-        item = stack.pop()
+        item, level = stack.pop()
         if isinstance(item, list):
-            stack.extend(item)
+            if level > MAX_NESTING:
+                return level, spelled
+            deepest = max(deepest, level)
+            stack.extend((d, level + 1) for d in item)
         elif isinstance(item, str):
-            return True
-    return False
+            spelled = True
+    return deepest, spelled
 
 
 def _unspell(data):
+    """A copy of nested `data` with "NaN"/"Infinity"/"-Infinity" as floats (depth already bounded)."""
     if isinstance(data, list):
         return [_unspell(d) for d in data]
     if isinstance(data, str):
@@ -114,6 +101,34 @@ def _unspell(data):
             raise TensorError(f"unknown number spelling {data!r}; use NaN, Infinity or -Infinity")
         return NONFINITE[data]
     return data
+
+
+def _from_list(name, data, dtype, shape, count, where):
+    bad = f"tensor {name!r}: data is not a (nested) list of {dtype.name} values"
+    depth, spelled = _scan(data)
+    if depth > MAX_NESTING:
+        raise TensorError(f"{bad}: nested deeper than {MAX_NESTING} levels", field=f"{where}.data")
+    try:
+        if spelled:
+            if dtype.kind != "f":
+                raise ValueError("strings are only allowed as NaN, Infinity, -Infinity in float tensors")
+            data = _unspell(data)
+        array = numpy.asarray(data)
+        kind = array.dtype.kind
+        if kind not in "biuf" or (kind == "f" and dtype.kind != "f") or (dtype.kind == "b" and kind != "b" and array.size):
+            raise ValueError(f"values of kind {array.dtype} for a {dtype.name} tensor")
+        if dtype.kind in "iu" and array.size:
+            info = numpy.iinfo(dtype)
+            if array.min() < info.min or array.max() > info.max:
+                raise ValueError(f"values outside the range of {dtype.name} [{info.min}, {info.max}]")
+    except (TensorError, ValueError, TypeError, OverflowError) as err:
+        raise TensorError(f"{bad}: {err}", field=f"{where}.data") from None
+    if array.size != count:
+        raise TensorError(
+            f"tensor {name!r}: data has {array.size} elements but shape {list(shape)} needs {count}",
+            field=f"{where}.data",
+        )
+    return array.astype(dtype, copy=False).reshape(shape)
 
 
 def decode_json(obj, where: str, max_elements: int):
