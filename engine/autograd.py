@@ -41,9 +41,10 @@ def _root_gradients(outputs, grad_outputs):
 
 def _fit(g, meta):
     """Sum a broadcast gradient back to its input's shape and dtype (the one place this happens)."""
-    if tuple(g.shape) != tuple(meta.shape):
-        g = F.sum_to(g, tuple(meta.shape))
-    if g.dtype != meta.dtype:
+    shape = tuple(meta.shape)
+    if g.data.shape != shape:
+        g = F.sum_to(g, shape)
+    if g.data.dtype != meta.dtype:
         g = F.cast(g, dtype=meta.dtype.name)
     return g
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from engine.grad_mode import is_grad_enabled, no_grad
-from engine.node import FREED_MESSAGE, Meta, Node, edge_of
+from engine.node import FREED_MESSAGE, INPLACE_MESSAGE, Meta, Node, edge_of
 from engine.variable import Variable, as_array
 
 
@@ -13,16 +13,21 @@ class FunctionCtx:
 
     def __init__(self):
         self._saved = ()
+        self._versions = ()
         self._freed = False
         self.needs_input_grad = ()
 
     def save_for_backward(self, *variables):
         self._saved = variables
+        self._versions = tuple(v._version if isinstance(v, Variable) else None for v in variables)
 
     @property
     def saved_tensors(self):
         if self._freed:
             raise RuntimeError(FREED_MESSAGE)
+        for v, then in zip(self._saved, self._versions):
+            if then is not None and v._version != then:
+                raise RuntimeError(INPLACE_MESSAGE.format(node="a custom Function", now=v._version, then=then))
         return self._saved
 
     saved_variables = saved_tensors

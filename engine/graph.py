@@ -17,6 +17,8 @@ complete before anything is computed; every error names the node and the field a
 from __future__ import annotations
 
 import math
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy
@@ -24,7 +26,7 @@ import numpy
 from engine import backend
 from engine.attrs import AttrError
 from engine.autograd import grad as engine_grad
-from engine.codec import DATATYPES
+from engine.codec import DATATYPES, NONFINITE
 from engine.function import Function
 from engine.grad_mode import no_grad
 from engine.registry import OPS, coerce
@@ -182,13 +184,26 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget) -> Step:
     if spec is None:
         _fail(f"node {node_id!r}: unknown op {op!r} (GET /ops lists the known ones)", node_id, "op")
     try:
-        checked = spec.check_attrs(attrs)
+        checked = spec.check_attrs(_unspell_floats(spec, attrs))
     except (AttrError, TypeError) as err:
         _fail(f"node {node_id!r} ({op}): {err}", node_id, "attrs")
     problem = spec.arity_error(len(raw_inputs), checked)
     if problem:
         _fail(f"node {node_id!r} ({op}) {problem}", node_id, "inputs")
     return Step(node_id, op, tuple(raw_inputs), checked)
+
+
+FLOAT_KINDS = ("float", "float?", "p")
+
+
+def _unspell_floats(spec, attrs):
+    """Float attributes may be spelled "Infinity", "-Infinity" or "NaN" (JSON has no such numbers),
+    as tensor data may (engine.codec): e.g. norm's p = inf."""
+    spelled = [name for name, value in attrs.items() if isinstance(value, str) and value in NONFINITE
+               and name in spec.attrs and spec.attrs[name].kind in FLOAT_KINDS]
+    if not spelled:
+        return attrs
+    return {**attrs, **{name: NONFINITE[attrs[name]] for name in spelled}}
 
 
 def _input_step(node, node_id, raw_inputs, attrs, requires_grad):
@@ -306,16 +321,34 @@ def infer(steps, known: dict) -> dict:
         shapes = [known[i][0] for i in step.inputs]
         dtypes = [known[i][1] for i in step.inputs]
         try:
-            shape, dtype = rule(shapes, dtypes, step.attrs)
+            inferred = rule(shapes, dtypes, step.attrs)
         except (ShapeError, ValueError, TypeError, IndexError) as err:
             described = ", ".join(f"{i} {list(s)}" for i, s in zip(step.inputs, shapes))
             raise GraphError(f"node {step.id!r} ({step.op}): {err} (inputs: {described})", node=step.id, field="inputs") from None
-        known[step.id] = (tuple(shape), numpy.dtype(dtype))
+        known[step.id] = None if inferred is None else (tuple(inferred[0]), numpy.dtype(inferred[1]))
     return known
 
 
+_cancel = threading.local()
+
+
+@contextmanager
+def cancel_scope(event: threading.Event):
+    """Run graphs in this thread cooperatively cancellable: once `event` is set, the next step
+    raises GraphError (status 503). The service sets it when a request's compute timeout passes."""
+    previous = getattr(_cancel, "event", None)
+    _cancel.event = event
+    try:
+        yield
+    finally:
+        _cancel.event = previous
+
+
 def _run_steps(steps, values, inputs=None, args=(), forward=None, grad_output=None):
+    cancel = getattr(_cancel, "event", None)
     for step in steps:
+        if cancel is not None and cancel.is_set():
+            raise GraphError(f"node {step.id!r}: the computation was cancelled (compute timeout)", node=step.id, status=503)
         op = step.op
         if op == "input":
             values[step.id] = inputs[step.id]

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy
 
 from engine import backend
 from engine.grad_mode import is_grad_enabled
+from engine.variable import Variable
+
+_result = Variable._result
 
 FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after "
@@ -73,33 +78,38 @@ def edge_of(v):
 class OpNode(Node):
     """A node of a registry op; the op's vjps turn the output gradient into input gradients."""
 
-    __slots__ = ("attrs", "out_data", "versions")
+    __slots__ = ("attrs", "out_data", "versions", "out_ref")
     op = None  # set on each generated subclass
 
     def __init__(self, inputs, attrs, out_data):
-        self.edges = tuple([edge_of(v) for v in inputs])
+        self.edges = tuple([v._node if v._node is not None else (v if v._requires_grad else None) for v in inputs])
         self.saved = inputs
         self.attrs = attrs
         self.out_data = out_data
         self.versions = tuple([v._version for v in inputs])
         self.retained = None
+        self.out_ref = None  # uses_output ops: a weakref to the output, whose version is checked too
 
     @property
     def freed(self) -> bool:
         return self.versions is None
 
     def vjp(self, grad, needs):
-        from engine.variable import Variable
-
         op = self.op
+        saves = op.saves  # True: every input's values are read; a slice: those inputs'; False: none
         if self.versions is None:
-            if op.saves:
+            if saves is True or (saves and self.saved[saves]):
                 raise RuntimeError(FREED_MESSAGE)
-        else:
-            for v, then in zip(self.saved, self.versions):
+        elif saves:
+            pairs = zip(self.saved, self.versions) if saves is True else zip(self.saved[saves], self.versions[saves])
+            for v, then in pairs:
                 if v._version != then:
                     raise RuntimeError(INPLACE_MESSAGE.format(node=self.name, now=v._version, then=then))
-        ans = Variable._result(self.out_data, self) if op.uses_output else None
+        if self.out_ref is not None:
+            out = self.out_ref()
+            if out is not None and out._version:
+                raise RuntimeError(INPLACE_MESSAGE.format(node=self.name + "'s output", now=out._version, then=0))
+        ans = _result(self.out_data, self) if op.uses_output else None
         if op.vjp is not None:
             return op.vjp(grad, ans, self.saved, needs, **self.attrs)
         return [
@@ -109,7 +119,7 @@ class OpNode(Node):
 
     def free(self):
         if self.versions is not None:
-            self.saved = tuple([Meta(v.shape, v.dtype) for v in self.saved])
+            self.saved = tuple([Meta(v.data.shape, v.data.dtype) for v in self.saved])
             self.out_data = None
             self.versions = None
 
@@ -122,14 +132,20 @@ def _wrap(out, xp):
 
 def apply_op(op, inputs, attrs):
     """Run `op` forward on Variables `inputs`, recording a node when a gradient may be needed."""
-    from engine.variable import Variable
-
     datas = [v.data for v in inputs]
     xp = backend.array_module(datas[0])
-    out = _wrap(op.forward(xp, *datas, **attrs), xp)
+    out = op.forward(xp, *datas, **attrs)
+    if type(out) is not numpy.ndarray:
+        out = _wrap(out, xp)
     if op.differentiable and is_grad_enabled():
         for v in inputs:
             if v._requires_grad:
-                node = op.node_class(inputs, attrs, out if op.uses_output else None)
-                return Variable._result(out, node)
-    return Variable._result(out, None)
+                if out.dtype.kind != "f":
+                    break  # an integer or bool result never requires grad (e.g. a cast to int64)
+                if not op.uses_output:
+                    return _result(out, op.node_class(inputs, attrs, None))
+                node = op.node_class(inputs, attrs, out)
+                result = _result(out, node)
+                node.out_ref = weakref.ref(result)
+                return result
+    return _result(out, None)

@@ -199,6 +199,11 @@ class TapeStore:
             self._bytes += execution.nbytes
             self._expire(time.monotonic())
 
+    def sweep(self):
+        """Drop expired tapes now (their memory is otherwise reclaimed at the next put or take)."""
+        with self._lock:
+            self._expire(time.monotonic())
+
     def clear(self):
         with self._lock:
             self._tapes.clear()
@@ -214,6 +219,9 @@ class PlanCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+
+    def __len__(self):
+        return len(self._plans)
 
     def get(self, graph, limits: Limits):
         try:

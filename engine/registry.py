@@ -50,7 +50,7 @@ class OpDef:
     vjp: Callable | None = None
     arity: int | None = 1
     attrs: dict = field(default_factory=dict)
-    saves: bool = True
+    saves: bool | slice = True  # whether the vjps read saved input values (a slice: only those inputs')
     uses_output: bool = False
     differentiable: bool = True
     composite: bool = False
@@ -117,7 +117,8 @@ def _reference(inputs):
         if isinstance(v, Variable):
             if v.data.dtype.kind == "f":
                 return v
-            first = first or v
+            if first is None:  # not `first or v`: that asks bool() of a many-element Variable
+                first = v
     return first
 
 
@@ -127,19 +128,27 @@ def coerce(inputs):
     Scalars take the dtype NumPy's weak-scalar rule gives them next to the first floating
     Variable, so `x32 * 2.0` stays float32.
     """
+    for v in inputs:
+        if not isinstance(v, Variable):
+            break
+    else:
+        return list(inputs)  # the common case: nothing to convert
     ref = _reference(inputs)
     out = []
     for v in inputs:
         if isinstance(v, Variable):
             out.append(v)
         elif ref is not None and isinstance(v, (bool, int, float)):
-            out.append(Variable._result(as_array(v, numpy.result_type(ref.data.dtype, v)), None))
+            weak = float(v) if isinstance(v, float) else v  # a numpy.float64 counts as a Python float, as in PyTorch
+            out.append(Variable._result(as_array(v, numpy.result_type(ref.data.dtype, weak)), None))
         else:
             out.append(Variable._result(as_array(v), None))
     return out
 
 
 def _parse_call(op: OpDef, rest: tuple, kwargs: dict) -> dict:
+    if not op.attrs and not rest and not kwargs:
+        return {}  # the common case: an op without attributes, called without any
     names = list(op.attrs)
     if rest and names and op.attrs[names[0]].kind in ("shape", "ints") and all(
         isinstance(r, int) and not isinstance(r, bool) for r in rest

@@ -57,7 +57,7 @@ def normalize_dims(dim, ndim):
 
 
 def reduced_shape(shape, dim, keepdim):
-    if dim is None:
+    if dim is None or dim == ():  # an empty dim list reduces everything, as in PyTorch
         axes = tuple(range(len(shape)))
     else:
         axes = normalize_dims(dim, len(shape))
@@ -205,6 +205,6 @@ def cast(shapes, dtypes, attrs):
     return tuple(shapes[0]), numpy.dtype(attrs["dtype"])
 
 
-def proxy(shape, dtype):
+def proxy(shape, dtype, fill=0):
     """A zero-strided stand-in array: any shape, one element of memory."""
-    return numpy.lib.stride_tricks.as_strided(numpy.zeros(1, dtype=dtype), shape=shape, strides=(0,) * len(shape))
+    return numpy.lib.stride_tricks.as_strided(numpy.full(1, fill, dtype=dtype), shape=shape, strides=(0,) * len(shape))

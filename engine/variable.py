@@ -207,13 +207,12 @@ class Variable:
 
     # --- in-place updates ----------------------------------------------------------------
     def zero_(self):
-        self.data[...] = 0
-        self._version += 1
-        return self
+        return self.fill_(0)
 
     def fill_(self, value):
-        self.data[...] = value
-        self._version += 1
+        # the rules of __setitem__: a leaf that requires grad refuses under grad mode, and a
+        # Variable in a graph records the fill (its gradient is zero), as PyTorch does
+        self[...] = value
         return self
 
     def __setitem__(self, key, value):
@@ -243,9 +242,9 @@ class Variable:
 
 def _cast_method(dtype):
     def method(self):
-        from engine.ops.elementwise import cast
+        from engine.registry import F  # engine.ops.elementwise.cast is the OpDef, not a function
 
-        return self if self.data.dtype == dtype else cast(self, dtype=dtype)
+        return self if self.data.dtype == dtype else F.cast(self, dtype=dtype)
 
     method.__name__ = numpy.dtype(dtype).name
     method.__doc__ = f"This Variable as {numpy.dtype(dtype).name} (differentiable)."

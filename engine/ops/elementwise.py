@@ -39,7 +39,12 @@ def _pow_exponent_vjp(g, ans, x, y):
     return F.where(const(xp_zero), 0.0, g * ans * F.log(x))
 
 
-pow = defop("pow", lambda xp, x, y: x ** y, lambda g, ans, x, y: g * y * x ** (y - 1), _pow_exponent_vjp,
+def _pow_base_vjp(g, ans, x, y):
+    # d/dx x ** 0 is 0 everywhere, also at x == 0 where y * x ** (y - 1) would be 0 * inf
+    return F.where(const(y.data == 0), 0.0, g * y * x ** (y - 1))
+
+
+pow = defop("pow", lambda xp, x, y: x ** y, _pow_base_vjp, _pow_exponent_vjp,
             uses_output=True, samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
             infer=shapes.broadcast, doc="x ** y (broadcasting)")
 
@@ -49,8 +54,9 @@ log = defop("log", lambda xp, x: xp.log(x), lambda g, ans, x: g / x, samples=POS
             doc="natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)")
 sqrt = defop("sqrt", lambda xp, x: xp.sqrt(x), lambda g, ans, x: g / (ans * 2), uses_output=True,
              samples=POSITIVE, infer=shapes.floating, doc="square root")
-sign = defop("sign", lambda xp, x: xp.sign(x), differentiable=False, samples=UNARY, infer=shapes.same,
-             doc="-1, 0 or 1 by the sign of x (no gradient)")
+sign = defop("sign", lambda xp, x: xp.sign(x), lambda g, ans, x: const(_xp(g.data).zeros_like(g.data)),
+             saves=False, samples=UNARY, infer=shapes.same,
+             doc="-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)")
 abs = defop("abs", lambda xp, x: xp.abs(x), lambda g, ans, x: g * const(_xp(x.data).sign(x.data).astype(g.dtype)),
             samples=UNARY, infer=shapes.same, doc="|x| (gradient sign(x), 0 at 0)")
 sin = defop("sin", lambda xp, x: xp.sin(x), lambda g, ans, x: g * F.cos(x), samples=UNARY, infer=shapes.floating, doc="sine")
@@ -59,7 +65,7 @@ tanh = defop("tanh", lambda xp, x: xp.tanh(x), lambda g, ans, x: g * (1 - ans * 
              samples=UNARY, infer=shapes.floating, doc="hyperbolic tangent")
 sigmoid = defop("sigmoid", lambda xp, x: (xp.tanh(x * 0.5) + 1) * 0.5, lambda g, ans, x: g * ans * (1 - ans),
                 uses_output=True, samples=UNARY, infer=shapes.floating, doc="1 / (1 + e ** -x), computed stably")
-relu = defop("relu", lambda xp, x: xp.maximum(x, 0), lambda g, ans, x: g * const(x.data > 0),
+relu = defop("relu", lambda xp, x: xp.maximum(x, 0), lambda g, ans, x: g * const(~(x.data <= 0)),
              samples=UNARY, infer=shapes.same, doc="max(x, 0)")
 
 
@@ -85,8 +91,9 @@ clamp = defop("clamp", _clamp_forward, _clamp_vjp,
 
 
 def _tie_weights(x, y, dtype):
+    # PyTorch's rule: 0 where x loses, 1/2 on ties, 1 otherwise (so a NaN passes the gradient on)
     xd, yd = x.data, y.data
-    return ((xd > yd) + (xd == yd) * 0.5).astype(dtype)
+    return (1 - (xd < yd) - (xd == yd) * 0.5).astype(dtype)
 
 
 maximum = defop("maximum", lambda xp, x, y: xp.maximum(x, y),

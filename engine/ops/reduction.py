@@ -29,11 +29,11 @@ def const(array):
 
 
 def _axes(dim, ndim):
-    return None if dim is None else shapes.normalize_dims(dim, ndim)
+    return None if dim is None or dim == () else shapes.normalize_dims(dim, ndim)
 
 
 def _count(shape, dim):
-    if dim is None:
+    if dim is None or dim == ():  # an empty dim list reduces everything, as in PyTorch
         return math.prod(shape)
     return math.prod(shape[d] for d in shapes.normalize_dims(dim, len(shape)))
 
@@ -107,7 +107,8 @@ def _norm_vjp(g, ans, x, p, dim, keepdim):
     if p == 2:
         return x * unreduce(F.where(zero, 0.0, g / safe), x.shape, dim, keepdim)
     scale = F.where(zero, 0.0, g / safe ** (p - 1))
-    return const(xp.sign(x.data).astype(g.dtype)) * F.abs(x) ** (p - 1) * unreduce(scale, x.shape, dim, keepdim)
+    grad = const(xp.sign(x.data).astype(g.dtype)) * F.abs(x) ** (p - 1) * unreduce(scale, x.shape, dim, keepdim)
+    return F.where(const(x.data == 0), 0.0, grad) if p < 1 else grad  # 0 * inf at zeros when p < 1
 
 
 norm = defop("norm", _norm_forward, _norm_vjp,
@@ -131,7 +132,7 @@ var = defop("var", _var, attrs={"dim": DIM, "unbiased": Attr("bool", True, "divi
 
 def _logsumexp(x, dim, keepdim=False):
     xp = array_module(x.data)
-    axes = shapes.normalize_dims(dim, x.ndim)
+    axes = tuple(range(x.ndim)) if dim == () else shapes.normalize_dims(dim, x.ndim)
     peak = xp.amax(x.data, axis=axes, keepdims=True)
     peak = xp.where(xp.isfinite(peak), peak, 0).astype(x.dtype)
     out = (x - const(peak)).exp().sum(axes, keepdim=True).log() + const(peak)
@@ -144,9 +145,21 @@ SOFTMAX_SAMPLES = (Sample(((3, 4),), {"dim": 1}), Sample(((2, 3, 4),), {"dim": 0
 logsumexp = defop("logsumexp", _logsumexp, attrs={"dim": Attr("dims", doc="dimension(s) to reduce"), "keepdim": KEEPDIM},
                   composite=True, samples=SOFTMAX_SAMPLES + (Sample(((2, 3, 4),), {"dim": (1, 2), "keepdim": True}),),
                   infer=shapes.reduce_float, doc="log(sum(exp(x))) over dim, computed stably")
-log_softmax = defop("log_softmax", lambda x, dim: x - _logsumexp(x, dim, keepdim=True), attrs={"dim": SOFTMAX_DIM},
+
+
+def _log_softmax(x, dim):
+    # (x - max) - log(sum(exp(x - max))): subtracting the max first keeps float32 exact on inputs
+    # like [1000, 1001, 1002], where x - logsumexp(x) would lose digits to x's magnitude
+    xp = array_module(x.data)
+    axes = shapes.normalize_dims(dim, x.ndim)
+    peak = xp.amax(x.data, axis=axes, keepdims=True)
+    shifted = x - const(xp.where(xp.isfinite(peak), peak, 0).astype(x.dtype))
+    return shifted - shifted.exp().sum(axes, keepdim=True).log()
+
+
+log_softmax = defop("log_softmax", _log_softmax, attrs={"dim": SOFTMAX_DIM},
                     composite=True, samples=SOFTMAX_SAMPLES, infer=shapes.along_dim, doc="x - logsumexp(x, dim)")
-softmax = defop("softmax", lambda x, dim: (x - _logsumexp(x, dim, keepdim=True)).exp(), attrs={"dim": SOFTMAX_DIM},
+softmax = defop("softmax", lambda x, dim: _log_softmax(x, dim).exp(), attrs={"dim": SOFTMAX_DIM},
                 composite=True, samples=SOFTMAX_SAMPLES, infer=shapes.along_dim, doc="exp(x) / sum(exp(x)) along dim, computed stably")
 
 MaxMin = namedtuple("MaxMin", "values indices")

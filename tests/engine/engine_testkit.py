@@ -1,0 +1,200 @@
+"""Shared helpers of the engine tests: inputs from registry samples, and each op's PyTorch twin.
+
+Not a test module (no `test_` prefix); `conftest.py` puts this folder on `sys.path`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import engine
+from engine import Variable
+from engine.indexing import to_key
+
+FLOAT_DTYPES = (np.float32, np.float64)
+
+# Tolerances for engine-vs-torch comparisons per dtype (float32 results differ in the last bits).
+TOL = {
+    np.dtype(np.float32): dict(rtol=2e-4, atol=2e-5),
+    np.dtype(np.float64): dict(rtol=1e-9, atol=1e-11),
+}
+
+
+def differentiable_ops():
+    return sorted(name for name, op in engine.OPS.items() if op.differentiable)
+
+
+def sample_cases(predicate=lambda op: True):
+    """(op name, sample index) for every sample of every op that `predicate` accepts."""
+    return [
+        (name, i)
+        for name, op in sorted(engine.OPS.items())
+        if predicate(op)
+        for i in range(len(op.samples))
+    ]
+
+
+def sample_arrays(sample, rng):
+    """The raw NumPy arrays of one registry sample (float64 for drawn floats)."""
+    if sample.make is not None:
+        return [np.asarray(a) for a in sample.make(rng)]
+    return [np.asarray(rng.uniform(sample.low, sample.high, size=shape)) for shape in sample.shapes]
+
+
+def to_variables(arrays, dtype=np.float64, requires_grad=True):
+    """Variables of `arrays`: floating ones cast to `dtype` (requiring grad), others kept as is."""
+    out = []
+    for a in arrays:
+        a = np.asarray(a)
+        if a.dtype.kind == "f":
+            out.append(Variable(a.astype(dtype), requires_grad=requires_grad))
+        else:
+            out.append(Variable(a.copy()))
+    return out
+
+
+def sample_variables(op, index, dtype=np.float64, seed=0, requires_grad=True):
+    sample = op.samples[index]
+    rng = np.random.default_rng(seed)
+    inputs = to_variables(sample_arrays(sample, rng), dtype, requires_grad)
+    return inputs, op.check_attrs(dict(sample.attrs))
+
+
+def call_op(op, attrs):
+    """`fn(*inputs)` running `op` with fixed attributes (what gradcheck differentiates)."""
+    return lambda *xs: op.call(list(xs), attrs)
+
+
+# --------------------------------------------------------------------------------------------
+# PyTorch twins. An op is either spelled the same in torch (`BY_NAME`: the call is
+# `torch.<name>(*inputs, **attrs)`, or `torch.<name>(inputs, **attrs)` for variadic ops) or has
+# an entry in `TORCH_OVERRIDES`.
+# --------------------------------------------------------------------------------------------
+
+BY_NAME = frozenset({
+    "add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sqrt", "sign", "abs", "sin", "cos", "tanh",
+    "sigmoid", "relu", "maximum", "minimum", "clone", "sum", "mean", "argmax", "argmin", "logsumexp",
+    "log_softmax", "softmax", "mm", "matmul", "transpose", "t", "unsqueeze", "flatten",
+    "permute", "reshape", "cat", "stack",
+})
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _torch_key(index, arrays):
+    return to_key(index, list(arrays))
+
+
+def _getitem(inputs, attrs):
+    x, *arrays = inputs
+    return x[_torch_key(attrs["index"], arrays)]
+
+
+def _index_add(inputs, attrs):
+    # index_add is getitem's adjoint: the vjp of x[index] at zeros(shape) with cotangent g.
+    # (torch.index_add is a different op, so the name must not be used.)
+    torch = _torch()
+    g, *arrays = inputs
+    zeros = torch.zeros(attrs["shape"], dtype=g.dtype, requires_grad=True)
+    picked = zeros[_torch_key(attrs["index"], arrays)]
+    return torch.autograd.grad(picked, zeros, g, create_graph=True)[0]
+
+
+def _setitem(inputs, attrs):
+    x, value, *arrays = inputs
+    out = x.clone()
+    out[_torch_key(attrs["index"], arrays)] = value
+    return out
+
+
+def _norm(inputs, attrs):
+    torch = _torch()
+    dim = attrs["dim"]
+    return torch.linalg.vector_norm(inputs[0], ord=attrs["p"], dim=dim, keepdim=attrs["keepdim"])
+
+
+def _var(inputs, attrs):
+    torch = _torch()
+    # dim=() means "all dims" in torch's forward, but torch 2.x's var backward treats it as no
+    # reduction (gradients off by n); None is the same reduction with a correct backward.
+    dim = None if attrs["dim"] == () else attrs["dim"]
+    return torch.var(inputs[0], dim=dim, correction=1 if attrs["unbiased"] else 0, keepdim=attrs["keepdim"])
+
+
+def _extreme(name):
+    def call(inputs, attrs):
+        torch = _torch()
+        dim = () if attrs["dim"] is None else attrs["dim"]
+        return getattr(torch, name)(inputs[0], dim=dim, keepdim=attrs["keepdim"])
+
+    return call
+
+
+def _comparison(name):
+    return lambda inputs, attrs: getattr(_torch(), name)(*inputs)
+
+
+def _clamp(inputs, attrs):
+    return _torch().clamp(inputs[0], min=attrs["min"], max=attrs["max"])
+
+
+TORCH_OVERRIDES = {
+    "getitem": _getitem,
+    "index_add": _index_add,
+    "setitem": _setitem,
+    "sum_to": lambda inputs, attrs: inputs[0].sum_to_size(tuple(attrs["shape"])),
+    "cast": lambda inputs, attrs: inputs[0].to(getattr(_torch(), attrs["dtype"])),
+    "expand": lambda inputs, attrs: inputs[0].expand(tuple(attrs["shape"])),
+    "clamp": _clamp,
+    "norm": _norm,
+    "var": _var,
+    "amax": _extreme("amax"),
+    "amin": _extreme("amin"),
+    "squeeze": lambda inputs, attrs: inputs[0].squeeze() if attrs["dim"] is None else inputs[0].squeeze(attrs["dim"]),
+    "where": lambda inputs, attrs: _torch().where(*inputs),
+    **{name: _comparison(name) for name in ("lt", "le", "gt", "ge", "eq", "ne")},
+}
+
+
+def torch_call(name, inputs, attrs):
+    """Run op `name`'s PyTorch twin on torch tensors `inputs`."""
+    if name in TORCH_OVERRIDES:
+        return TORCH_OVERRIDES[name](list(inputs), attrs)
+    if name not in BY_NAME:
+        raise KeyError(f"op {name!r} has no PyTorch twin: add it to BY_NAME or TORCH_OVERRIDES in engine_testkit.py")
+    fn = getattr(_torch(), name)
+    if engine.OPS[name].variadic:
+        return fn(list(inputs), **attrs)
+    return fn(*inputs, **attrs)
+
+
+def to_torch(v, requires_grad=None):
+    torch = _torch()
+    array = v.numpy() if isinstance(v, Variable) else np.asarray(v)
+    t = torch.from_numpy(np.array(array, copy=True))
+    want = (isinstance(v, Variable) and v.requires_grad) if requires_grad is None else requires_grad
+    if want and t.is_floating_point():
+        t.requires_grad_(True)
+    return t
+
+
+def torch_dtype_name(t) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def assert_close(actual, expected, dtype=np.float64, what=""):
+    """Compare an engine Variable/array with a torch tensor or array, dtype-aware tolerances."""
+    if isinstance(actual, Variable):
+        actual = actual.numpy()
+    if hasattr(expected, "detach"):
+        expected = expected.detach().numpy()
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    if actual.dtype.kind in "biu" or expected.dtype.kind in "biu":
+        np.testing.assert_array_equal(actual, expected, err_msg=what)
+    else:
+        np.testing.assert_allclose(actual, expected, err_msg=what, equal_nan=True, **TOL[np.dtype(dtype)])

@@ -1,0 +1,185 @@
+"""Registry-driven checks: every op's vjps against finite differences, its samples, its infer rule.
+
+Parametrized by op name and sample index from `engine.OPS`, so an op declared tomorrow is
+checked here without a new test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+from engine import Variable
+from engine.shapes import ShapeError
+from engine_testkit import call_op, differentiable_ops, sample_cases, sample_variables
+
+GRAD_CASES = sample_cases(lambda op: op.differentiable)
+GRADGRAD_CASES = sample_cases(lambda op: op.differentiable and op.twice_differentiable)
+ALL_CASES = sample_cases()
+
+
+def _ids(cases):
+    return [f"{name}-{i}" for name, i in cases]
+
+
+def test_registry_is_populated():
+    # The engine's whole surface comes from the registry; a broken import would leave it empty.
+    assert len(engine.OPS) >= 40
+    for name in ("add", "mul", "mm", "sum", "getitem", "setitem", "softmax", "cat"):
+        assert name in engine.OPS
+        assert callable(getattr(engine, name))
+
+
+@pytest.mark.parametrize("name", sorted(engine.OPS))
+def test_every_op_has_samples(name):
+    op = engine.OPS[name]
+    assert op.samples, (
+        f"op {name!r} declares no samples, so nothing checks its gradients or its PyTorch twin: "
+        f"add `samples=(Sample(...),)` to its defop"
+    )
+
+
+@pytest.mark.parametrize("name", differentiable_ops())
+def test_every_differentiable_op_is_gradchecked(name):
+    op = engine.OPS[name]
+    cases = [c for c in GRAD_CASES if c[0] == name]
+    assert cases, f"differentiable op {name!r} has no sample, so gradcheck never runs on it"
+    # At least one sample must have a floating input for gradcheck to differentiate.
+    floats = [
+        any(v.requires_grad for v in sample_variables(op, i)[0])
+        for _, i in cases
+    ]
+    assert any(floats), f"no sample of {name!r} has a floating input to differentiate"
+
+
+@pytest.mark.parametrize("name", sorted(engine.OPS))
+def test_every_op_has_an_infer_rule(name):
+    assert engine.OPS[name].infer is not None, f"op {name!r} has no infer rule (shape/dtype inference)"
+
+
+@pytest.mark.parametrize(("name", "index"), GRAD_CASES, ids=_ids(GRAD_CASES))
+def test_gradcheck(name, index):
+    op = engine.OPS[name]
+    inputs, attrs = sample_variables(op, index, seed=index)
+    if not any(v.requires_grad for v in inputs):
+        pytest.fail(f"sample {index} of {name!r} has no floating input")
+    assert engine.gradcheck(call_op(op, attrs), inputs)
+
+
+@pytest.mark.parametrize(("name", "index"), GRADGRAD_CASES, ids=_ids(GRADGRAD_CASES))
+def test_gradgradcheck(name, index):
+    op = engine.OPS[name]
+    inputs, attrs = sample_variables(op, index, seed=index)
+    assert engine.gradgradcheck(call_op(op, attrs), inputs)
+
+
+def _has_mask(inputs):
+    return any(v.dtype == np.bool_ for v in inputs[1:])
+
+
+@pytest.mark.parametrize(("name", "index"), ALL_CASES, ids=_ids(ALL_CASES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_infer_matches_forward(name, index, dtype):
+    op = engine.OPS[name]
+    inputs, attrs = sample_variables(op, index, dtype=dtype, seed=index)
+    out = op.call(inputs, attrs)
+    shape, out_dtype = op.infer([v.shape for v in inputs], [v.dtype for v in inputs], attrs)
+    assert np.dtype(out_dtype) == out.dtype, f"{name}: infer says {out_dtype}, forward gives {out.dtype}"
+    if name == "getitem" and _has_mask(inputs):
+        # A boolean mask's result length depends on the mask's values, which infer never sees:
+        # only the rank is fixed by shapes alone.
+        assert len(shape) == out.ndim
+    else:
+        assert tuple(shape) == out.shape, f"{name}: infer says {shape}, forward gives {out.shape}"
+
+
+@pytest.mark.parametrize(("name", "index"), ALL_CASES, ids=_ids(ALL_CASES))
+def test_forward_records_graph_only_when_differentiable(name, index):
+    op = engine.OPS[name]
+    inputs, attrs = sample_variables(op, index, seed=index)
+    out = op.call(inputs, attrs)
+    assert isinstance(out, Variable)
+    if op.differentiable and any(v.requires_grad for v in inputs):
+        assert out.requires_grad and out.grad_fn is not None
+        if not op.composite:
+            assert type(out.grad_fn).__name__ == "".join(p.capitalize() for p in name.split("_")) + "Backward"
+    else:
+        assert not out.requires_grad and out.grad_fn is None
+    with engine.no_grad():
+        quiet = op.call(inputs, attrs)
+    assert quiet.grad_fn is None and not quiet.requires_grad
+    np.testing.assert_array_equal(quiet.numpy(), out.numpy())
+
+
+def test_infer_rejects_bad_shapes():
+    ops = engine.OPS
+    f64 = np.dtype(np.float64)
+    bad = [
+        ("add", [(3, 4), (5,)], {}),
+        ("mm", [(3, 4), (3, 4)], {}),
+        ("matmul", [(2, 3), (4, 5)], {}),
+        ("reshape", [(3, 4)], {"shape": (5,)}),
+        ("expand", [(3, 2)], {"shape": (3, 4)}),
+        ("sum", [(3, 4)], {"dim": 2}),
+        ("cat", [(2, 3), (2, 4)], {"dim": 0}),
+        ("stack", [(2, 3), (3, 2)], {"dim": 0}),
+        ("permute", [(2, 3)], {"dims": (0, 0)}),
+        ("sum_to", [(3, 4)], {"shape": (5,)}),
+    ]
+    for name, shapes, given in bad:
+        op = ops[name]
+        attrs = op.check_attrs(given)
+        with pytest.raises(ShapeError):
+            op.infer(shapes, [f64] * len(shapes), attrs)
+
+
+# --- the checkers themselves must be able to fail ---------------------------------------------------
+
+class _WrongSlope(engine.Function):
+    """x ** 2 whose backward claims 2.1 x: gradcheck must reject it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x * 2.1
+
+
+class _DetachedSlope(engine.Function):
+    """x ** 3 with a right first derivative computed outside the graph: its second derivative
+    (seen by gradgradcheck through create_graph) is wrong."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * Variable(3 * x.data**2)
+
+
+def test_gradcheck_rejects_a_wrong_gradient():
+    x = Variable(np.array([0.5, -1.5, 2.0]), requires_grad=True)
+    with pytest.raises(engine.GradcheckError, match="Jacobian mismatch"):
+        engine.gradcheck(_WrongSlope.apply, [x])
+    assert engine.gradcheck(_WrongSlope.apply, [x], raise_exception=False) is False
+
+
+def test_gradgradcheck_rejects_a_wrong_second_derivative():
+    x = Variable(np.array([0.5, -1.5, 2.0]), requires_grad=True)
+    assert engine.gradcheck(_DetachedSlope.apply, [x])
+    with pytest.raises(engine.GradcheckError):
+        engine.gradgradcheck(_DetachedSlope.apply, [x])
+
+
+def test_gradcheck_requires_float64():
+    x = Variable(np.array([0.5], dtype=np.float32), requires_grad=True)
+    with pytest.raises(ValueError, match="float64"):
+        engine.gradcheck(lambda v: v * 2, [x])
