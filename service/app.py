@@ -1,0 +1,90 @@
+"""The app factory: `create_app(settings=None)` (settings from the environment when None)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from contextlib import asynccontextmanager
+
+import numpy
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from starlette.middleware.cors import CORSMiddleware
+
+from service.version import __version__
+from engine import backend
+from engine.codec import HEADER_LENGTH
+from engine.protocol import Executor
+from service import errors
+from service.auth import SCHEME
+from service.compute import ComputePool
+from service.metrics import Metrics, MetricsMiddleware
+from service.routes import router
+from service.settings import Settings
+
+log = logging.getLogger("gradserve")
+DESCRIPTION = """Gradients of expression graphs (graph format v1) over HTTP.
+See docs/protocol.md for the request and response bodies, the binary tensor extension,
+tapes, errors and limits."""
+
+
+async def _sweep_tapes(executor: Executor, period: float):
+    """Drop expired tapes periodically so their memory goes back even when no request comes."""
+    while True:
+        await asyncio.sleep(period)
+        executor.tapes.sweep()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    executor = Executor(settings.limits())
+    pool = ComputePool(settings.max_concurrency, settings.compute_timeout_s)
+    metrics = Metrics(executor, pool)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        numpy.seterr(all="ignore")
+        device = backend.use(settings.device)
+        log.info("gradserve %s ready on %s (%d compute threads)", __version__, device, settings.max_concurrency)
+        app.state.ready = True
+        sweeper = asyncio.create_task(_sweep_tapes(executor, max(0.05, min(settings.tape_ttl_s / 2, 10.0))))
+        try:
+            yield
+        finally:
+            app.state.ready = False
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            pool.shutdown()
+            executor.tapes.clear()
+
+    app = FastAPI(title="gradserve", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.executor = executor
+    app.state.pool = pool
+    app.state.metrics = metrics
+    app.state.ready = False
+    errors.install(app)
+    app.include_router(router)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", HEADER_LENGTH],
+            expose_headers=[HEADER_LENGTH, "Retry-After"],
+        )
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: sees every response
+    app.openapi = lambda: _openapi(app)
+    return app
+
+
+def _openapi(app: FastAPI) -> dict:
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        if app.state.settings.api_key is not None:  # describe this instance: the key is optional
+            schema.setdefault("components", {}).setdefault("securitySchemes", {})[SCHEME] = {
+                "type": "http", "scheme": "bearer", "description": "GRADSERVE_API_KEY, on /forward and /backward"}
+            for path in ("/forward", "/backward"):
+                schema["paths"][path]["post"]["security"] = [{SCHEME: []}]
+        app.openapi_schema = schema
+    return app.openapi_schema

@@ -1,0 +1,81 @@
+"""`gradserve serve`: run the service under uvicorn.
+
+Settings come from GRADSERVE_* variables; flags override them. They reach the app (in this
+process or in each of `--workers` processes) as environment variables read by
+`service.app:create_app`, which uvicorn imports by name as a factory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+FLAGS = ("host", "port", "device", "workers", "log_level")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gradserve", description="gradserve: a gradient computation microservice")
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    serve = verbs.add_parser("serve", help="run the HTTP service (settings: GRADSERVE_* env vars, overridden by flags)")
+    serve.add_argument("--host", help="interface to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8000)")
+    serve.add_argument("--device", choices=("auto", "cpu", "cuda"), help="array backend (default auto)")
+    serve.add_argument("--workers", type=int, help="worker processes (default 1; tapes live per process)")
+    serve.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug", "trace"),
+                       help="log level (default info)")
+    return parser
+
+
+def _exit_quietly(signum, frame):
+    # uvicorn re-raises the SIGTERM it handled once it has shut down gracefully; we land here
+    # instead of dying of the signal, so a graceful stop exits 0.
+    raise SystemExit(0)
+
+
+def serve(settings) -> int:
+    import uvicorn
+
+    from engine import backend
+
+    backend.use(settings.device)  # fail here, with one line, when the device is not there
+
+    os.environ.update(settings.to_env())
+    signal.signal(signal.SIGTERM, _exit_quietly)
+    uvicorn.run(
+        "service.app:create_app", factory=True, host=settings.host, port=settings.port, workers=settings.workers,
+        log_level=settings.log_level, timeout_graceful_shutdown=settings.timeout_graceful_shutdown,
+        proxy_headers=False, server_header=False,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    overrides = {name: getattr(args, name) for name in FLAGS if getattr(args, name, None) is not None}
+    if args.device:  # the engine picks its backend from GRADSERVE_DEVICE when first imported
+        os.environ["GRADSERVE_DEVICE"] = args.device
+    try:
+        from pydantic import ValidationError
+
+        from service.settings import Settings  # imports the engine, which reads GRADSERVE_DEVICE
+    except RuntimeError as err:
+        print(f"gradserve: {err}", file=sys.stderr)
+        return 1
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as err:
+        print(f"gradserve: invalid settings:\n{err}", file=sys.stderr)
+        return 2
+    if args.verb != "serve":  # pragma: no cover - argparse rejects unknown verbs
+        return 2
+    try:
+        return serve(settings)
+    except RuntimeError as err:
+        print(f"gradserve: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""One error shape for every failure: {"error": message, "node": id|null, "field": name|null}.
+
+Engine errors (GraphError, TensorError) carry the HTTP status they deserve; FastAPI's own
+HTTPException and validation errors are reshaped to match; anything unexpected becomes a
+generic 500 whose details go to the log only, never into a response.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from engine.codec import TensorError
+from engine.graph import GraphError
+
+log = logging.getLogger("gradserve")
+
+INTERNAL = "internal server error"
+
+
+class ApiError(Exception):
+    """An error the service itself raises (auth, size, busy, malformed body)."""
+
+    def __init__(self, status: int, message: str, node=None, field=None, headers: dict | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.node = node
+        self.field = field
+        self.headers = headers or {}
+
+
+def error_body(message: str, node=None, field=None) -> bytes:
+    return orjson.dumps({"error": message, "node": node, "field": field})
+
+
+def error_response(status: int, message: str, node=None, field=None, headers: dict | None = None) -> Response:
+    headers = dict(headers or {})
+    if status == 413:
+        headers.setdefault("Connection", "close")  # don't drain an oversized body we refused to read
+    return Response(error_body(message, node, field), status_code=status, media_type="application/json", headers=headers)
+
+
+def _json_safe(value):
+    return value if value is None or isinstance(value, (str, int)) and not isinstance(value, bool) else str(value)
+
+
+def from_exception(exc: BaseException) -> Response:
+    """The response for any exception raised while handling a request."""
+    if isinstance(exc, ApiError):
+        return error_response(exc.status, exc.message, exc.node, exc.field, exc.headers)
+    if isinstance(exc, (GraphError, TensorError)):
+        status = getattr(exc, "status", 422)
+        if not isinstance(status, int) or not 400 <= status < 600 or status == 500:
+            status = 422
+        headers = {"Retry-After": "1"} if status == 503 else None
+        return error_response(status, str(exc), _json_safe(getattr(exc, "node", None)),
+                              _json_safe(getattr(exc, "field", None)), headers)
+    if isinstance(exc, MemoryError):
+        return error_response(507, "out of memory")
+    log.error("unexpected error while handling a request", exc_info=exc)
+    return error_response(500, INTERNAL)
+
+
+async def _http_exception(request: Request, exc: StarletteHTTPException) -> Response:
+    message = exc.detail if isinstance(exc.detail, str) else "request failed"
+    return error_response(exc.status_code, message, headers=getattr(exc, "headers", None))
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return error_response(422, f"invalid request: {first.get('msg', 'validation failed')}", field=where or None)
+
+
+async def _any_exception(request: Request, exc: Exception) -> Response:
+    return from_exception(exc)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    for kind in (ApiError, GraphError, TensorError, MemoryError, Exception):
+        app.add_exception_handler(kind, _any_exception)

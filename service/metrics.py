@@ -1,0 +1,104 @@
+"""Prometheus metrics, one registry per app instance (so several apps in one process never mix).
+
+Request metrics come from an ASGI middleware; the engine's state (tapes, plan cache, backend
+memory, computations in flight) is read at scrape time by a collector.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from engine import backend
+
+ENDPOINTS = frozenset({"/healthz", "/readyz", "/info", "/ops", "/metrics", "/forward", "/backward", "/docs",
+                       "/openapi.json"})
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class EngineCollector:
+    """Gauges and counters read from the executor and the compute pool when scraped."""
+
+    def __init__(self, executor, pool):
+        self.executor = executor
+        self.pool = pool
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        tapes = self.executor.tapes
+        tapes.sweep()
+        plans = self.executor.plans
+        yield GaugeMetricFamily("gradserve_tapes", "Retained tapes held in memory", value=len(tapes))
+        yield GaugeMetricFamily("gradserve_tape_bytes", "Bytes of values held by retained tapes", value=tapes.nbytes)
+        yield CounterMetricFamily("gradserve_plan_cache_hits", "Graphs found already planned", value=plans.hits)
+        yield CounterMetricFamily("gradserve_plan_cache_misses", "Graphs parsed and planned", value=plans.misses)
+        yield GaugeMetricFamily("gradserve_plan_cache_entries", "Planned graphs cached", value=len(plans))
+        yield GaugeMetricFamily("gradserve_backend_memory_bytes", f"Bytes held by the {backend.device} backend's allocator",
+                                value=backend.memory_in_use())
+        yield GaugeMetricFamily("gradserve_computations_in_flight", "Computations running on compute threads",
+                                value=self.pool.in_flight)
+        yield GaugeMetricFamily("gradserve_max_concurrency", "Computations allowed at once", value=self.pool.max_concurrency)
+        yield CounterMetricFamily("gradserve_computations_rejected", "Computations refused with 503 (busy)",
+                                  value=self.pool.rejected)
+        yield CounterMetricFamily("gradserve_computations_timed_out", "Computations cancelled by compute_timeout_s",
+                                  value=self.pool.timed_out)
+
+
+class Metrics:
+    def __init__(self, executor, pool):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("gradserve_requests", "HTTP requests by endpoint and status",
+                                ["endpoint", "method", "status"], registry=self.registry)
+        self.latency = Histogram("gradserve_request_duration_seconds", "HTTP request latency", ["endpoint"],
+                                 buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.bytes_in = Counter("gradserve_request_bytes", "Request body bytes received", ["endpoint"],
+                                registry=self.registry)
+        self.bytes_out = Counter("gradserve_response_bytes", "Response body bytes sent", ["endpoint"],
+                                 registry=self.registry)
+        self.registry.register(EngineCollector(executor, pool))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsMiddleware:
+    """Pure ASGI middleware: counts, latency and body bytes of every HTTP request."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        endpoint = path if path in ENDPOINTS else "other"
+        counts = {"in": 0, "out": 0, "status": 500}
+
+        async def counting_receive():
+            message = await receive()
+            if message["type"] == "http.request":
+                counts["in"] += len(message.get("body", b""))
+            return message
+
+        async def counting_send(message):
+            if message["type"] == "http.response.start":
+                counts["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                counts["out"] += len(message.get("body", b""))
+            await send(message)
+
+        start = time.perf_counter()
+        try:
+            await self.app(scope, counting_receive, counting_send)
+        finally:
+            m = self.metrics
+            m.requests.labels(endpoint, scope.get("method", ""), str(counts["status"])).inc()
+            m.latency.labels(endpoint).observe(time.perf_counter() - start)
+            m.bytes_in.labels(endpoint).inc(counts["in"])
+            m.bytes_out.labels(endpoint).inc(counts["out"])

@@ -1,0 +1,131 @@
+"""OpenAPI descriptions of the compute bodies (documentation only: bodies are parsed by hand
+with orjson and validated by the engine, never by pydantic)."""
+
+from __future__ import annotations
+
+from engine.codec import DATATYPES, HEADER_LENGTH
+
+TENSOR = {
+    "type": "object",
+    "description": "An Open Inference Protocol tensor: `data` row-major (flat or nested; non-finite floats spelled "
+                   "\"NaN\", \"Infinity\", \"-Infinity\"), or `parameters.binary_data_size` for a binary tensor.",
+    "required": ["name", "shape", "datatype"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "datatype": {"type": "string", "enum": list(DATATYPES)},
+        "data": {"description": "row-major values, flat or nested (a bare value for one element)"},
+        "parameters": {"type": "object", "properties": {"binary_data_size": {"type": "integer", "minimum": 0}}},
+    },
+}
+
+NODE = {
+    "type": "object",
+    "required": ["id", "op"],
+    "properties": {
+        "id": {"type": "string", "minLength": 1},
+        "op": {"type": "string", "description": "a registry op (GET /ops), or input, constant, function"},
+        "inputs": {"type": "array", "items": {"type": "string"}},
+        "attrs": {"type": "object"},
+        "requires_grad": {"type": "boolean"},
+        "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "dtype": {"type": "string", "enum": list(DATATYPES)},
+    },
+    "additionalProperties": False,
+}
+
+GRAPH = {
+    "type": "object",
+    "required": ["nodes", "outputs"],
+    "properties": {
+        "version": {"type": "integer", "enum": [1]},
+        "nodes": {"type": "array", "minItems": 1, "items": NODE},
+        "outputs": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+    },
+}
+
+PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "retain_graph": {"type": "boolean", "description": "keep the tape for a later /backward"},
+        "binary_data_output": {"type": "boolean", "description": "answer with the binary tensor extension"},
+    },
+    "additionalProperties": False,
+}
+
+
+def request_schema(kind: str) -> dict:
+    props = {
+        "id": {"type": ["string", "integer"]},
+        "graph": GRAPH,
+        "inputs": {"type": "array", "items": TENSOR},
+        "parameters": PARAMETERS,
+    }
+    if kind == "backward":
+        props |= {
+            "grad_outputs": {"type": "array", "items": TENSOR},
+            "wrt": {"type": "array", "items": {"type": "string"}},
+            "tape": {"type": "string", "description": "a tape id from a retained /forward or /backward"},
+        }
+    return {"type": "object", "properties": props, "additionalProperties": False}
+
+
+RESULT = {
+    "type": "object",
+    "required": ["outputs"],
+    "properties": {
+        "id": {"type": ["string", "integer"]},
+        "outputs": {"type": "array", "items": TENSOR},
+        "grads": {"type": "array", "items": TENSOR},
+        "tape": {"type": "string"},
+    },
+}
+
+ERROR = {
+    "type": "object",
+    "required": ["error", "node", "field"],
+    "properties": {
+        "error": {"type": "string"},
+        "node": {"type": ["string", "integer", "null"]},
+        "field": {"type": ["string", "integer", "null"]},
+    },
+}
+
+_ERROR_CONTENT = {"application/json": {"schema": ERROR}}
+ERROR_STATUSES = {
+    "400": "malformed body (bad JSON, bad binary header length, truncated binary data)",
+    "401": "missing or wrong API key (when GRADSERVE_API_KEY is set)",
+    "404": "unknown or expired tape",
+    "409": "tape already freed by a previous backward",
+    "413": "over a size limit (body, tensor, nodes, depth, tape bytes)",
+    "422": "invalid graph or tensors",
+    "503": "busy (max_concurrency) or compute timeout; see Retry-After",
+    "507": "out of memory",
+}
+
+
+def compute_openapi(kind: str) -> dict:
+    """openapi_extra for POST /forward and /backward."""
+    return {
+        "parameters": [{
+            "name": HEADER_LENGTH, "in": "header", "required": False,
+            "schema": {"type": "integer", "minimum": 0},
+            "description": "binary tensor extension: length of the JSON header at the start of the body",
+        }],
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": request_schema(kind)},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"},
+                                             "description": f"JSON header ({HEADER_LENGTH} bytes) then raw tensor data"},
+            },
+        },
+        "responses": {
+            "200": {
+                "description": "outputs (and grads); binary when parameters.binary_data_output is true",
+                "content": {"application/json": {"schema": RESULT},
+                            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            },
+            **{code: {"description": text, "content": _ERROR_CONTENT} for code, text in ERROR_STATUSES.items()},
+        },
+    }

@@ -1,0 +1,88 @@
+"""The service's one settings object: `GRADSERVE_*` environment variables, overridable by CLI flags."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from engine.protocol import Limits
+
+_DEFAULT = Limits()
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+class Settings(BaseSettings):
+    """Every knob of the service. Env: `GRADSERVE_<NAME>` (e.g. GRADSERVE_MAX_BODY_BYTES)."""
+
+    model_config = SettingsConfigDict(env_prefix="GRADSERVE_", env_ignore_empty=True, extra="ignore")
+
+    # --- process
+    host: str = Field("127.0.0.1", description="interface to bind; loopback unless told otherwise")
+    port: int = Field(8000, ge=0, le=65535)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    workers: int = Field(1, ge=1, description="uvicorn worker processes (tapes live per process)")
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
+    timeout_graceful_shutdown: float = Field(
+        25.0, gt=0, description="seconds in-flight requests get to finish after SIGTERM")
+
+    # --- security
+    api_key: SecretStr | None = Field(None, description="when set, required as 'Authorization: Bearer <key>'")
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="allowed CORS origins (comma-separated or a JSON list); empty = CORS off")
+
+    # --- protocol limits (engine.protocol.Limits)
+    max_body_bytes: int = Field(_DEFAULT.max_body_bytes, gt=0)
+    max_tensor_elements: int = Field(_DEFAULT.max_tensor_elements, gt=0)
+    max_total_elements: int = Field(_DEFAULT.max_total_elements, gt=0)
+    max_nodes: int = Field(_DEFAULT.max_nodes, gt=0)
+    max_depth: int = Field(_DEFAULT.max_depth, gt=0)
+    max_tapes: int = Field(_DEFAULT.max_tapes, ge=0)
+    max_tape_bytes: int = Field(_DEFAULT.max_tape_bytes, ge=0)
+    tape_ttl_s: float = Field(_DEFAULT.tape_ttl_s, gt=0)
+    plan_cache_size: int = Field(_DEFAULT.plan_cache_size, ge=0)
+
+    # --- compute
+    max_concurrency: int = Field(4, ge=1, description="computations at once; above it requests get 503 + Retry-After")
+    compute_timeout_s: float = Field(60.0, gt=0, description="per request; past it the answer is 503 and the work is cancelled")
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value):
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("log_level", "device", mode="before")
+    @classmethod
+    def _lower(cls, value):
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key_is_none(cls, value):
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    def limits(self) -> Limits:
+        return Limits(**{name: getattr(self, name) for name in Limits().as_dict()})
+
+    def to_env(self) -> dict[str, str]:
+        """These settings as GRADSERVE_* variables (how worker processes receive them)."""
+        env = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            elif isinstance(value, list):
+                value = json.dumps(value)
+            env[f"GRADSERVE_{name.upper()}"] = str(value)
+        return env
