@@ -105,15 +105,18 @@ def _unspell(data):
 
 def _from_list(name, data, dtype, shape, count, where):
     bad = f"tensor {name!r}: data is not a (nested) list of {dtype.name} values"
-    depth, spelled = _scan(data)
-    if depth > MAX_NESTING:
-        raise TensorError(f"{bad}: nested deeper than {MAX_NESTING} levels", field=f"{where}.data")
     try:
-        if spelled:
-            if dtype.kind != "f":
-                raise ValueError("strings are only allowed as NaN, Infinity, -Infinity in float tensors")
-            data = _unspell(data)
         array = numpy.asarray(data)
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        array = None
+    try:
+        if array is None or array.dtype.kind not in "biuf":
+            depth, spelled = _scan(data)
+            if depth > MAX_NESTING:
+                raise ValueError(f"nested deeper than {MAX_NESTING} levels")
+            if not spelled or dtype.kind != "f":
+                raise ValueError("values must be numbers (or NaN, Infinity, -Infinity in float tensors)")
+            array = numpy.asarray(_unspell(data))
         kind = array.dtype.kind
         if kind not in "biuf" or (kind == "f" and dtype.kind != "f") or (dtype.kind == "b" and kind != "b" and array.size):
             raise ValueError(f"values of kind {array.dtype} for a {dtype.name} tensor")
