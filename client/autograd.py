@@ -1,0 +1,364 @@
+"""Fetching values, `backward` and `grad`, as plans that a session runs (one request each).
+
+A plan builds its request from the local graph, and applies the answer: values cached on
+their Values, gradients accumulated into `.grad` (backward) or returned (grad). Before a
+backward is sent, the engine's traversal is replayed locally on the grad_fn nodes, so the
+client knows (without asking) which leaves get a gradient, which nodes the backward frees, and
+raises the engine's errors: a second backward through a freed node (`FREED_MESSAGE`), or a
+saved input modified in place since it was recorded.
+
+Gradients go stateless by default: every backward sends its graph and inputs again, which any
+replica can answer. Sessions made with `tapes=True` keep the tape a `retain_graph=True`
+backward leaves on the service and send only the tape id for the next backward through the
+same outputs, falling back to the stateless request when the tape is gone (404/409).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy
+import orjson
+
+from client.errors import HigherOrderGradientError, ProtocolError, TracingError
+from client.grad_mode import current_phase
+from client.graph import Builder, Node
+from client.variable import Variable, as_host_array
+from client.wire import Call
+
+HIGHER_ORDER_MESSAGE = (
+    "create_graph=True (higher-order gradients) is not supported by the gradserve client: the service returns "
+    "gradients as numbers, not as graphs that could be differentiated again. Use the engine directly "
+    "(`import engine`) for higher-order gradients."
+)
+
+
+class FetchPlan:
+    """One /forward computing the given values (those not cached yet)."""
+
+    def __init__(self, values):
+        todo, seen = [], set()
+        for v in values:
+            if v.array is None and id(v) not in seen:
+                seen.add(id(v))
+                todo.append(v)
+        self.todo = todo
+        if todo and current_phase() is not None:
+            phase = current_phase()
+            raise TracingError(
+                f"{phase.name}.{phase.kind} needs the value of a Variable while it is being traced into a graph "
+                "(.item(), bool(), .data, printing...); data-dependent Python control flow can't run on the "
+                "service: express it with ops (e.g. where, clamp, masks)")
+
+    def prefetch(self):
+        return None
+
+    def call(self, session):
+        if not self.todo:
+            return None
+        builder = Builder("forward")
+        self.names = [builder.add(v) for v in self.todo]
+        outputs = list(dict.fromkeys(self.names))
+        return Call("/forward", {"graph": builder.graph(outputs)}, builder.tensors)
+
+    def finish(self, reply, session):
+        for v, name in zip(self.todo, getattr(self, "names", ())):
+            array = _take(reply.outputs, name, "outputs")
+            v.array = array
+            v.shape, v.dtype = tuple(array.shape), array.dtype
+        return None
+
+
+def _take(tensors, name, where):
+    try:
+        return tensors[name]
+    except KeyError:
+        raise ProtocolError(f"the answer has no {where} tensor named {name!r} (it has {sorted(tensors)})") from None
+
+
+def _as_list(x):
+    if isinstance(x, Variable):
+        return [x]
+    return list(x)
+
+
+def _reachable(roots):
+    seen = set(roots)
+    stack = list(seen)
+    while stack:
+        node = stack.pop()
+        for edge in node.edges:
+            if isinstance(edge, Node) and edge not in seen:
+                seen.add(edge)
+                stack.append(edge)
+    return seen
+
+
+def _needed(nodes, target_nodes, target_leaves):
+    """Nodes from which a target can be reached (the engine's `_needed`)."""
+    parents = {}
+    for node in nodes:
+        for edge in node.edges:
+            if edge is not None:
+                parents.setdefault(id(edge), []).append(node)
+    needed = set()
+    stack = [n for n in target_nodes if n in nodes]
+    for leaf_id in target_leaves:
+        stack.extend(parents.get(leaf_id, ()))
+    needed.update(stack)
+    while stack:
+        node = stack.pop()
+        for parent in parents.get(id(node), ()):
+            if parent not in needed:
+                needed.add(parent)
+                stack.append(parent)
+    return needed
+
+
+def simulate(outputs, targets=None):
+    """Replay the engine's backward traversal on the grad_fn graph.
+
+    Returns (processed nodes, {id: leaf Variable} that receive a gradient, set of nodes
+    that receive one). Raises the engine's errors for freed or modified nodes.
+    """
+    roots = list(dict.fromkeys(o._node for o in outputs if o._node is not None))
+    reached_leaves = {}
+    capture = None if targets is None else {id(t) for t in targets}
+    for o in outputs:
+        if o._node is None and (capture is None or id(o) in capture):
+            reached_leaves[id(o)] = o
+    nodes = _reachable(roots)
+    needed = None
+    if targets is not None:
+        target_nodes = {t._node for t in targets if t._node is not None}
+        target_leaves = [id(t) for t in targets if t._node is None]
+        needed = _needed(nodes, target_nodes, target_leaves)
+    processed = []
+    seen = set(roots)
+    queue = list(roots)
+    while queue:
+        node = queue.pop()
+        processed.append(node)
+        if needed is None:
+            needs = [e is not None for e in node.edges]
+        else:
+            needs = [e is not None and (id(e) in capture or e in needed) for e in node.edges]
+        if any(needs):
+            node.check()
+        for i, edge in enumerate(node.edges):
+            if not needs[i] or not node.produces(i):
+                continue
+            if isinstance(edge, Node):
+                if edge not in seen:
+                    seen.add(edge)
+                    queue.append(edge)
+            elif capture is None or id(edge) in capture:
+                reached_leaves[id(edge)] = edge
+    return processed, reached_leaves, seen
+
+
+def root_seeds(outputs, grad_outputs):
+    """Per output: None (an implied ones for a scalar) or the gradient (array or Variable)."""
+    seeds = []
+    for i, out in enumerate(outputs):
+        g = None if grad_outputs is None else grad_outputs[i]
+        if g is None:
+            if out.numel() != 1:
+                raise RuntimeError(
+                    f"grad can be implicitly created only for scalar outputs (output {i} has shape {list(out.shape)}); "
+                    "pass a gradient of the output's shape"
+                )
+            seeds.append(None)
+            continue
+        shape = tuple(g.shape) if isinstance(g, Variable) else tuple(numpy.shape(g))
+        if shape != tuple(out.shape):
+            raise RuntimeError(
+                f"Mismatch in shape: gradient {i} has a shape of {list(shape)} and output {i} has a shape of {list(out.shape)}"
+            )
+        seeds.append(g)
+    return seeds
+
+
+def into_grad(var: Variable, array):
+    """Accumulate a gradient into `var.grad` (the engine's rule: in place when possible)."""
+    grad = var.grad
+    if grad is None:
+        var.grad = Variable._leaf(array)
+    elif grad.requires_grad:
+        var.grad = grad + Variable._leaf(array)
+    elif grad._data is not None and grad._data.flags.writeable and grad._data.shape == array.shape:
+        grad.data += array
+    else:
+        var.grad = Variable._leaf(grad._array() + array)
+
+
+class BackwardPlan:
+    """One /backward: gradients of `outputs` into leaves' .grad (targets None) or for `targets`."""
+
+    def __init__(self, outputs, seeds, retain_graph, targets=None):
+        self.outputs = outputs
+        self.seeds = seeds
+        self.retain = bool(retain_graph)
+        self.targets = targets
+        self.processed, self.leaves, self.reached = simulate(outputs, targets)
+
+    def prefetch(self):
+        lazy = [g._graph_value() for g in self.seeds if isinstance(g, Variable) and not g._has_value]
+        return FetchPlan(lazy) if lazy else None
+
+    def _wanted(self, builder):
+        """[(node id, key)] to request in wrt; key: ("leaf", var) or ("node", var-or-node)."""
+        wanted = []
+
+        def leaf_ids(var):
+            return [nid for nid in builder.leaf_ids.get(id(var), ()) if builder.rg.get(nid)]
+
+        if self.targets is None:
+            for var in self.leaves.values():
+                wanted.extend((nid, var) for nid in leaf_ids(var))
+            for node in self.processed:
+                holder = node.retained() if node.retained is not None else None
+                value = node.value
+                if holder is not None and holder._node is node and value is not None and id(value) in builder.ids:
+                    wanted.append((builder.ids[id(value)], holder))
+        else:
+            for t in dict.fromkeys(self.targets):
+                node = t._node
+                if node is None:
+                    if id(t) in self.leaves:
+                        wanted.extend((nid, t) for nid in leaf_ids(t))
+                elif node in self.reached and node.value is not None and id(node.value) in builder.ids:
+                    wanted.append((builder.ids[id(node.value)], t))
+        return wanted
+
+    def call(self, session):
+        builder = Builder("backward")
+        names = [builder.add(o._graph_value()) for o in self.outputs]
+        self.names = names
+        self.output_values = [o._graph_value() for o in self.outputs]
+        self.wanted = self._wanted(builder)
+        if not self.wanted:
+            return None
+        seeds = {}
+        for out, name, g in zip(self.outputs, names, self.seeds):
+            if g is None and names.count(name) == 1:
+                continue
+            array = numpy.ones(out.shape, out.dtype) if g is None else as_host_array(g._array() if isinstance(g, Variable) else g, out.dtype)
+            seeds[name] = seeds[name] + array if name in seeds else array
+        wrt = list(dict.fromkeys(nid for nid, _ in self.wanted))
+        outputs = list(dict.fromkeys(names))
+        graph = builder.graph(outputs)
+        header = {"graph": graph, "wrt": wrt}
+        tapes = getattr(session, "tapes", False)
+        if tapes and self.retain:
+            header["parameters"] = {"retain_graph": True}
+        full = Call("/backward", header, builder.tensors, list(seeds.items()))
+        if not tapes:
+            return full
+        self.tape_key = tuple(id(v) for v in self.output_values)
+        self.fingerprint = hashlib.blake2b(orjson.dumps(graph), digest_size=16).digest()
+        entry = session._tapes.get(self.tape_key)
+        if entry is not None and entry[1] == self.fingerprint and all(r() is v for r, v in zip(entry[2], self.output_values)):
+            tape_header = {"tape": entry[0], "wrt": wrt}
+            if self.retain:
+                tape_header["parameters"] = {"retain_graph": True}
+            return Call("/backward", tape_header, [], list(seeds.items()), fallback=full, idempotent=False)
+        return full
+
+    def finish(self, reply, session):
+        if reply is not None:
+            for value, name in zip(getattr(self, "output_values", ()), self.names):
+                if name in reply.outputs and value.array is None:
+                    value.array = reply.outputs[name]
+            if getattr(session, "tapes", False):
+                self._keep_tape(reply, session)
+        sums = {}
+        if reply is not None:
+            for nid, holder in self.wanted:
+                array = _take(reply.grads, nid, "grads")
+                key = id(holder)
+                sums[key] = (holder, sums[key][1] + array if key in sums else array)
+        if not self.retain:
+            for node in self.processed:
+                node.freed = True
+        if self.targets is None:
+            for holder, array in sums.values():
+                into_grad(holder, array)
+            return None
+        return tuple(Variable._leaf(sums[id(t)][1]) if id(t) in sums else None for t in self.targets)
+
+    def _keep_tape(self, reply, session):
+        import weakref
+
+        key = getattr(self, "tape_key", None)
+        if key is None:
+            return
+        if reply.tape is not None:
+            session._tapes[key] = (reply.tape, self.fingerprint, [weakref.ref(v) for v in self.output_values])
+            while len(session._tapes) > 128:
+                session._tapes.pop(next(iter(session._tapes)))
+        else:
+            session._tapes.pop(key, None)
+
+
+def _check_outputs(outputs, what):
+    for i, out in enumerate(outputs):
+        if not isinstance(out, Variable):
+            raise TypeError(f"element {i} of {what} is a {type(out).__name__}, not a client Variable")
+        if not out.requires_grad:
+            if what == "tensors":
+                raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+            raise RuntimeError(f"element {i} of the outputs does not require grad and does not have a grad_fn")
+
+
+def prepare_backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False):
+    outputs = _as_list(outputs)
+    _check_outputs(outputs, "tensors")
+    if create_graph:
+        raise HigherOrderGradientError(HIGHER_ORDER_MESSAGE)
+    if grad_outputs is not None:
+        grad_outputs = _as_list(grad_outputs) if not isinstance(grad_outputs, Sequence) or isinstance(grad_outputs, Variable) else list(grad_outputs)
+    seeds = root_seeds(outputs, grad_outputs)
+    return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph)
+
+
+def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False, session=None):
+    """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad."""
+    from client.session import current_session
+
+    plan = prepare_backward(outputs, grad_outputs, retain_graph, create_graph)
+    (session or current_session()).run(plan)
+
+
+def prepare_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False):
+    outputs = _as_list(outputs)
+    inputs = _as_list(inputs)
+    for i, v in enumerate(inputs):
+        if not isinstance(v, Variable) or not v.requires_grad:
+            raise RuntimeError(f"One of the differentiated Variables (input {i}) does not require grad")
+    _check_outputs(outputs, "the outputs")
+    if create_graph:
+        raise HigherOrderGradientError(HIGHER_ORDER_MESSAGE)
+    if grad_outputs is not None:
+        grad_outputs = [grad_outputs] if isinstance(grad_outputs, Variable) or not isinstance(grad_outputs, (list, tuple)) else list(grad_outputs)
+    seeds = root_seeds(outputs, grad_outputs)
+    return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph, targets=inputs)
+
+
+def check_unused(result, allow_unused):
+    for i, g in enumerate(result):
+        if g is None and not allow_unused:
+            raise RuntimeError(
+                f"One of the differentiated Variables (input {i}) appears to not have been used in the graph. "
+                "Set allow_unused=True if this is the desired behavior."
+            )
+    return result
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False, session=None):
+    """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
+    from client.session import current_session
+
+    plan = prepare_grad(outputs, inputs, grad_outputs, retain_graph, create_graph)
+    return check_unused((session or current_session()).run(plan), allow_unused)

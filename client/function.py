@@ -1,0 +1,187 @@
+"""Custom differentiable functions, PyTorch style, traced into graph-format `function` nodes.
+
+`MyOp.apply(*args)` runs `MyOp.forward` and `MyOp.backward` once on symbolic Variables (shapes
+and dtypes only) and records one `function` node carrying both as subgraphs (see
+`engine/graph.py`): the forward subgraph reads its inputs with `arg` nodes; the backward
+subgraph reads them with `arg`, the output's gradient with `grad_output`, and any forward
+intermediate it uses with `forward_value`. No user Python ever runs on the service.
+
+Tracing can't look at values: `.item()`, `bool()`, `.data`... on a traced Variable raise
+`TracingError` (a data-dependent branch can't become a graph). Shape-dependent code is fine:
+traces are cached per (Function class, input shapes/dtypes/requires_grad, other arguments),
+so a training loop traces once.
+
+Values that a forward or backward uses without receiving them as inputs are baked into the
+trace as constants when they are plain data (arrays, leaves that don't require grad); a leaf
+that requires grad, or an uncomputed value from outside, must be passed to `apply()`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy
+
+from client.errors import TracingError
+from client.grad_mode import is_grad_enabled, tracing
+from client.graph import ARG, FUNCTION, GRAD_OUTPUT, Builder, Phase, Value, edge_of, forward_references
+from client.variable import Variable, as_host_array
+
+MAX_TRACES_PER_FUNCTION = 64
+
+
+@dataclass(eq=False)
+class Trace:
+    name: str
+    attrs: dict          # the function node's attrs: {"name", "forward", "backward"}
+    shape: tuple
+    dtype: numpy.dtype
+    produces: tuple      # per Variable input: whether backward returns a gradient for it
+    saves: bool          # whether backward uses saved values (so a freed node can't run again)
+    saved_args: tuple = ()  # indices (among Variable inputs) of the inputs forward saved
+
+
+class FunctionCtx:
+    """The `ctx` a custom Function's forward and backward share."""
+
+    def __init__(self):
+        self._saved = ()
+        self._saved_read = False
+        self.needs_input_grad = ()
+
+    def save_for_backward(self, *variables):
+        self._saved = variables
+
+    @property
+    def saved_tensors(self):
+        self._saved_read = True
+        return self._saved
+
+    saved_variables = saved_tensors
+
+
+_TRACES: "weakref.WeakKeyDictionary[type, dict]" = weakref.WeakKeyDictionary()
+
+
+def _key(args, needs):
+    parts = []
+    for a, need in zip(args, needs):
+        if isinstance(a, Variable):
+            parts.append(("v", a.shape, a.dtype.str, need))
+        else:
+            try:
+                hash(a)
+            except TypeError:
+                return None
+            parts.append(("py", type(a), a))
+    return tuple(parts)
+
+
+def _as_output(out, name) -> Variable:
+    if isinstance(out, tuple):
+        raise TypeError(f"{name}.forward returned a tuple; custom Functions here return one Variable")
+    if isinstance(out, Variable):
+        return out
+    return Variable._leaf(as_host_array(out))
+
+
+def trace(cls, args, needs) -> Trace:
+    name = cls.__name__
+    forward_phase = Phase(name, "forward")
+    backward_phase = Phase(name, "backward", forward=forward_phase)
+    symbolic, index = [], 0
+    for a in args:
+        if isinstance(a, Variable):
+            symbolic.append(Variable._lazy(Value(ARG, a.shape, a.dtype, attrs={"index": index}, phase=forward_phase)))
+            index += 1
+        else:
+            symbolic.append(a)
+    ctx = FunctionCtx()
+    ctx.needs_input_grad = needs
+    try:
+        with tracing(forward_phase):
+            out = _as_output(cls.forward(ctx, *symbolic), name)
+            out_value = out._graph_value()
+        grad_output = Variable._lazy(Value(GRAD_OUTPUT, out_value.shape, out_value.dtype, phase=backward_phase))
+        ctx._saved_read = False
+        with tracing(backward_phase):
+            grads = cls.backward(ctx, grad_output)
+            if not isinstance(grads, tuple):
+                grads = (grads,)
+            if len(grads) < len(args):
+                raise RuntimeError(
+                    f"function {name}.backward returned {len(grads)} gradient(s) but forward took {len(args)} input(s)")
+            grad_values = []
+            for a, g in zip(args, grads):
+                if not isinstance(a, Variable):
+                    continue
+                if g is None:
+                    grad_values.append(None)
+                else:
+                    grad_values.append((g if isinstance(g, Variable) else Variable._leaf(as_host_array(g)))._graph_value())
+    except TracingError as err:
+        raise TracingError(f"while tracing {name}: {err}") from None
+    refs = forward_references(grad_values, backward_phase)
+    fwd = Builder("fsub", forward_phase)
+    out_id = fwd.add(out_value)
+    for r in refs:
+        fwd.add(r)
+    bwd = Builder("bsub", backward_phase, forward_ids=fwd.ids)
+    outputs = [None if g is None else bwd.add(g) for g in grad_values]
+    if not bwd.nodes:  # a subgraph needs at least one node
+        bwd.add(grad_output._graph_value())
+    forward_args_used = any(
+        s.get("op") in ("arg", "forward_value") for s in bwd.nodes)
+    attrs = {"name": name, "forward": fwd.subgraph([out_id]), "backward": bwd.subgraph(outputs)}
+    saved_args = tuple(dict.fromkeys(
+        v._value.attrs["index"] for v in ctx._saved
+        if isinstance(v, Variable) and v._data is None and v._value.kind == ARG and v._value.phase is forward_phase))
+    return Trace(name, attrs, out_value.shape, out_value.dtype, tuple(g is not None for g in grad_values),
+                 ctx._saved_read or forward_args_used, saved_args)
+
+
+def _cached_trace(cls, args, needs) -> Trace:
+    key = _key(args, needs)
+    cache = _TRACES.get(cls)
+    if cache is None:
+        cache = _TRACES[cls] = {}
+    if key is not None and key in cache:
+        return cache[key]
+    result = trace(cls, args, needs)
+    if key is not None:
+        if len(cache) >= MAX_TRACES_PER_FUNCTION:
+            cache.pop(next(iter(cache)))
+        cache[key] = result
+    return result
+
+
+class Function:
+    """Base class of custom differentiable operations (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        raise NotImplementedError("Function subclasses must implement a static forward(ctx, *args)")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("Function subclasses must implement a static backward(ctx, *grad_outputs)")
+
+    @classmethod
+    def apply(cls, *args):
+        from client.grad_mode import current_phase
+        from client.ops import function_node_class
+
+        needs = tuple(isinstance(a, Variable) and a.requires_grad for a in args)
+        result = _cached_trace(cls, args, needs)
+        variables = [a for a in args if isinstance(a, Variable)]
+        inputs = [a._graph_value() for a in variables]
+        value = Value(FUNCTION, result.shape, result.dtype, inputs=inputs, attrs=result, phase=current_phase())
+        if is_grad_enabled() and any(needs):
+            versions = tuple((variables[i], variables[i]._version) for i in result.saved_args)
+            value.node = function_node_class(cls)([edge_of(v) for v in inputs], value, result, versions)
+            value.requires_grad = True
+        return Variable._lazy(value)
+
+
+__all__ = ["Function", "FunctionCtx", "Trace"]
