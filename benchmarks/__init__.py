@@ -1,0 +1,7 @@
+"""gradserve's benchmark suite (issue 6): `python -m benchmarks [--quick] [--parts 1,2] [--out BENCHMARKS.md]`.
+
+Every side of a comparison runs in its own process (`python -m benchmarks.worker <case>`), so
+NumPy's BLAS threads and PyTorch's OpenMP threads never share one; sides are interleaved
+(A B A B ...) and compared by the median of their samples. PyTorch, CuPy, the service and the
+client are all optional: a part whose side is missing says so in its table instead of failing.
+"""

@@ -1,0 +1,293 @@
+"""One side of one case, in a fresh process: `python -m benchmarks.worker <case> <side> '<json params>'`.
+
+Prints one JSON line: {"times": [seconds per sample, ...], "extra": {...}}.
+Sides: engine, torch, numpy (the hand-written floor), and for the client cases embedded/remote.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+
+import numpy
+
+SEED = (64, 1000, 100, 10)
+LARGE = (512, 4096, 4096, 1024)
+
+
+def _timeit(fn, reps, warmup, max_s=120.0):
+    for _ in range(warmup):
+        fn()
+    times = []
+    end = time.perf_counter() + max_s
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if time.perf_counter() > end:
+            break
+    return times
+
+
+def _data(shape_dims, dtype, seed=0):
+    n, d_in, h, d_out = shape_dims
+    rng = numpy.random.default_rng(seed)
+    x = rng.standard_normal((n, d_in)).astype(dtype)
+    y = rng.standard_normal((n, d_out)).astype(dtype)
+    w1 = (rng.standard_normal((d_in, h)) / numpy.sqrt(d_in)).astype(dtype)
+    w2 = (rng.standard_normal((h, d_out)) / numpy.sqrt(h)).astype(dtype)
+    return x, y, w1, w2
+
+
+# --- the two-layer net (seed net and large MLP): one forward + backward -------------------------
+
+def net_step(side, dims, dtype):
+    x, y, w1, w2 = _data(dims, dtype)
+    if side == "numpy":
+        def step():
+            h = x @ w1
+            h_relu = numpy.maximum(h, 0)
+            y_pred = h_relu @ w2
+            diff = y_pred - y
+            loss = (diff * diff).sum()
+            g_pred = 2.0 * diff
+            g_w2 = h_relu.T @ g_pred
+            g_h = g_pred @ w2.T
+            g_h *= h > 0
+            g_w1 = x.T @ g_h
+            return loss, g_w1, g_w2
+        return step
+    if side == "torch":
+        import torch
+        tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+        tw1, tw2 = torch.from_numpy(w1).requires_grad_(), torch.from_numpy(w2).requires_grad_()
+
+        def step():
+            tw1.grad = tw2.grad = None
+            loss = (tx.mm(tw1).clamp(min=0).mm(tw2) - ty).pow(2).sum()
+            loss.backward()
+            return loss
+        return step
+    import engine
+    ex, ey = engine.tensor(x), engine.tensor(y)
+    ew1, ew2 = engine.tensor(w1, requires_grad=True), engine.tensor(w2, requires_grad=True)
+
+    def step():
+        ew1.grad = ew2.grad = None
+        loss = (ex.mm(ew1).clamp(min=0).mm(ew2) - ey).pow(2).sum()
+        loss.backward()
+        return loss
+    return step
+
+
+# --- the chain of small ops ---------------------------------------------------------------------
+
+def chain_step(side, length):
+    rng = numpy.random.default_rng(0)
+    x0 = rng.standard_normal((2, 2)).astype(numpy.float32)
+    a = (1.0 + 0.001 * rng.standard_normal((2, 2))).astype(numpy.float32)
+    b = (0.001 * rng.standard_normal((2, 2))).astype(numpy.float32)
+    if side == "numpy":
+        def step():
+            y = x0
+            for i in range(length):
+                y = y * a if i % 2 == 0 else y + b
+            loss = y.sum()
+            g = numpy.ones_like(y)
+            for i in reversed(range(length)):
+                if i % 2 == 0:
+                    g = g * a
+            return loss, g
+        return step
+    if side == "torch":
+        import torch
+        tx, ta, tb = torch.from_numpy(x0).requires_grad_(), torch.from_numpy(a), torch.from_numpy(b)
+
+        def step():
+            tx.grad = None
+            y = tx
+            for i in range(length):
+                y = y * ta if i % 2 == 0 else y + tb
+            y.sum().backward()
+        return step
+    import engine
+    ex, ea, eb = engine.tensor(x0, requires_grad=True), engine.tensor(a), engine.tensor(b)
+
+    def step():
+        ex.grad = None
+        y = ex
+        for i in range(length):
+            y = y * ea if i % 2 == 0 else y + eb
+        y.sum().backward()
+    return step
+
+
+def case_chain100(side, p):
+    return {"times": _timeit(chain_step(side, 100), p.get("reps", 200), p.get("warmup", 20))}
+
+
+def case_seed(side, p):
+    dtype = numpy.dtype(p.get("dtype", "float32"))
+    return {"times": _timeit(net_step(side, SEED, dtype), p.get("reps", 100), p.get("warmup", 10))}
+
+
+def case_large(side, p):
+    return {"times": _timeit(net_step(side, LARGE, numpy.float32), p.get("reps", 5), p.get("warmup", 1))}
+
+
+def case_chain100k(side, p):
+    """One build + backward of a 100,000-op chain; the peak RSS growth over this process's baseline."""
+    length = p.get("length", 100_000)
+    step = chain_step(side, length)
+    # warm the op dispatch with a short chain so the baseline includes imported code, not the graph
+    chain_step(side, 10)()
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    step()
+    elapsed = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"times": [elapsed], "extra": {"peak_rss_growth_mib": (peak - base) / 1024, "peak_rss_mib": peak / 1024}}
+
+
+# --- client end-to-end: the seed training loop -------------------------------------------------
+
+def case_train(side, p):
+    """`steps` SGD steps of the seed net after 5 untimed warm-up steps. Samples are per-step
+    times (robust to a busy machine's spikes); extra.total is the whole loop's time.
+    Sides: numpy, torch, engine, embedded and remote (the client; remote = GRADSERVE_URL set)."""
+    steps = p.get("steps", 500)
+    lr = 1e-6
+    x, y, w1, w2 = _data(SEED, numpy.float32)
+    if side == "numpy":
+        a, b = w1.copy(), w2.copy()
+
+        def step():
+            h = x @ a
+            h_relu = numpy.maximum(h, 0)
+            diff = h_relu @ b - y
+            g_pred = 2.0 * diff
+            g_b = h_relu.T @ g_pred
+            g_h = g_pred @ b.T
+            g_h *= h > 0
+            a[...] -= lr * (x.T @ g_h)
+            b[...] -= lr * g_b
+    elif side == "torch":
+        import torch
+
+        tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+        a, b = torch.from_numpy(w1.copy()).requires_grad_(), torch.from_numpy(w2.copy()).requires_grad_()
+
+        def step():
+            loss = (tx.mm(a).clamp(min=0).mm(b) - ty).pow(2).sum()
+            loss.backward()
+            with torch.no_grad():
+                a.sub_(lr * a.grad)
+                b.sub_(lr * b.grad)
+            a.grad = b.grad = None
+    elif side == "engine":
+        import engine
+
+        ex, ey = engine.tensor(x), engine.tensor(y)
+        a, b = engine.tensor(w1.copy(), requires_grad=True), engine.tensor(w2.copy(), requires_grad=True)
+
+        def step():
+            loss = (ex.mm(a).clamp(min=0).mm(b) - ey).pow(2).sum()
+            loss.backward()
+            a.data -= lr * a.grad.data
+            b.data -= lr * b.grad.data
+            a.grad = b.grad = None
+    else:  # embedded / remote, through the client's public API only (remote: GRADSERVE_URL is set)
+        import client
+
+        def host(g):
+            return g.numpy() if hasattr(g, "numpy") else numpy.asarray(g)
+
+        V = client.Variable
+        cx, cy = V(x), V(y)
+        state = [numpy.array(w1), numpy.array(w2)]
+
+        def step():
+            va, vb = V(state[0], requires_grad=True), V(state[1], requires_grad=True)
+            loss = (cx.mm(va).clamp(min=0).mm(vb) - cy).pow(2).sum()
+            loss.backward()
+            state[0] = state[0] - lr * host(va.grad)
+            state[1] = state[1] - lr * host(vb.grad)
+    for _ in range(5):
+        step()
+    times = []
+    t_start = time.perf_counter()
+    deadline = t_start + p.get("max_s", 300)
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+        if t0 > deadline:
+            break
+    return {"times": times, "extra": {"total": time.perf_counter() - t_start, "steps": len(times)}}
+
+
+# --- GPU ----------------------------------------------------------------------------------------
+
+def case_gpu_large(side, p):
+    x, y, w1, w2 = _data(LARGE, numpy.float32)
+    if side == "torch":
+        import torch
+        dev = torch.device("cuda")
+        tx, ty = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
+        tw1, tw2 = torch.from_numpy(w1).to(dev).requires_grad_(), torch.from_numpy(w2).to(dev).requires_grad_()
+
+        def step():
+            tw1.grad = tw2.grad = None
+            (tx.mm(tw1).clamp(min=0).mm(tw2) - ty).pow(2).sum().backward()
+            torch.cuda.synchronize()
+    else:
+        from engine import backend
+        backend.use("cuda")
+        import cupy
+        import engine
+        ex, ey = engine.tensor(cupy.asarray(x)), engine.tensor(cupy.asarray(y))
+        ew1 = engine.tensor(cupy.asarray(w1), requires_grad=True)
+        ew2 = engine.tensor(cupy.asarray(w2), requires_grad=True)
+
+        def step():
+            ew1.grad = ew2.grad = None
+            (ex.mm(ew1).clamp(min=0).mm(ew2) - ey).pow(2).sum().backward()
+            cupy.cuda.Device().synchronize()
+    return {"times": _timeit(step, p.get("reps", 20), p.get("warmup", 3))}
+
+
+def case_gpu_transfer(side, p):
+    """Host -> device -> host round trip of `mib` MiB float32."""
+    n = int(p.get("mib", 64) * 2**20 // 4)
+    host = numpy.ones(n, numpy.float32)
+    if side == "torch":
+        import torch
+
+        def step():
+            d = torch.from_numpy(host).to("cuda")
+            d.cpu()
+            torch.cuda.synchronize()
+    else:
+        import cupy
+
+        def step():
+            d = cupy.asarray(host)
+            cupy.asnumpy(d)
+            cupy.cuda.Device().synchronize()
+    return {"times": _timeit(step, p.get("reps", 10), p.get("warmup", 2))}
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+def main(argv):
+    case, side = argv[0], argv[1]
+    params = json.loads(argv[2]) if len(argv) > 2 else {}
+    result = CASES[case](side, params)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
