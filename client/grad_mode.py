@@ -9,35 +9,15 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
+from engine.grad_mode import GradMode
+
+_mode = GradMode()
 _state = threading.local()
-
-
-def is_grad_enabled() -> bool:
-    return getattr(_state, "enabled", True)
-
-
-def set_grad_enabled(enabled: bool) -> None:
-    _state.enabled = bool(enabled)
-
-
-@contextmanager
-def _grad_mode(enabled: bool):
-    previous = is_grad_enabled()
-    _state.enabled = enabled
-    try:
-        yield
-    finally:
-        _state.enabled = previous
-
-
-def no_grad():
-    """Context manager: results computed inside record no graph and have no grad_fn."""
-    return _grad_mode(False)
-
-
-def enable_grad():
-    """Context manager: turn graph recording back on (e.g. inside no_grad)."""
-    return _grad_mode(True)
+is_grad_enabled = _mode.is_enabled
+set_grad_enabled = _mode.set_enabled
+no_grad = _mode.no_grad
+enable_grad = _mode.enable_grad
+_grad_mode = _mode.enabled_as
 
 
 # --- tracing -------------------------------------------------------------------------------
