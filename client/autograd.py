@@ -26,6 +26,7 @@ from client.grad_mode import current_phase
 from client.graph import Builder, Node
 from client.variable import Variable, as_host_array
 from client.wire import Call
+from engine.autograd import nodes_reaching
 
 HIGHER_ORDER_MESSAGE = (
     "create_graph=True (higher-order gradients) is not supported by the gradserve client: the service returns "
@@ -95,27 +96,6 @@ def _reachable(roots):
     return seen
 
 
-def _needed(nodes, target_nodes, target_leaves):
-    """Nodes from which a target can be reached (the engine's `_needed`)."""
-    parents = {}
-    for node in nodes:
-        for edge in node.edges:
-            if edge is not None:
-                parents.setdefault(id(edge), []).append(node)
-    needed = set()
-    stack = [n for n in target_nodes if n in nodes]
-    for leaf_id in target_leaves:
-        stack.extend(parents.get(leaf_id, ()))
-    needed.update(stack)
-    while stack:
-        node = stack.pop()
-        for parent in parents.get(id(node), ()):
-            if parent not in needed:
-                needed.add(parent)
-                stack.append(parent)
-    return needed
-
-
 def simulate(outputs, targets=None):
     """Replay the engine's backward traversal on the grad_fn graph.
 
@@ -133,7 +113,7 @@ def simulate(outputs, targets=None):
     if targets is not None:
         target_nodes = {t._node for t in targets if t._node is not None}
         target_leaves = [id(t) for t in targets if t._node is None]
-        needed = _needed(nodes, target_nodes, target_leaves)
+        needed = nodes_reaching(nodes, target_nodes, target_leaves)
     processed = []
     seen = set(roots)
     queue = list(roots)

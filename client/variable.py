@@ -21,6 +21,7 @@ import numpy
 from client.errors import TracingError
 from client.grad_mode import current_phase, is_grad_enabled, no_grad
 from client.graph import CUT, LEAF, Value
+from engine.variable import format_variable
 
 FLOAT_KINDS = ("f",)
 
@@ -313,21 +314,11 @@ class Variable:
         return builtins.int(self._array().item())
 
     def __repr__(self):
-        prefix = "Variable("
         try:
             array = self._array()
         except TracingError:
             return f"Variable(<traced {list(self.shape)} {self.dtype}>)"
-        body = numpy.array2string(array, separator=", ", prefix=prefix)
-        extras = []
-        if self.dtype != numpy.float32 and self.dtype != numpy.int64 and self.dtype != numpy.bool_:
-            extras.append(f"dtype={self.dtype}")
-        node = self._node
-        if node is not None:
-            extras.append(f"grad_fn=<{node.name}>")
-        elif self.requires_grad:
-            extras.append("requires_grad=True")
-        return prefix + body + "".join(", " + e for e in extras) + ")"
+        return format_variable(array, self._node, self.requires_grad)
 
     __str__ = __repr__
 

@@ -65,8 +65,10 @@ def _reachable(root_nodes):
     return seen, deps
 
 
-def _needed(nodes, target_nodes, target_leaves):
-    """Nodes from which a target can be reached (so their vjps must run)."""
+def nodes_reaching(nodes, target_nodes, target_leaves):
+    """Nodes from which a target can be reached (so their vjps must run).
+
+    Works on any graph whose nodes have `edges` (the client replays it on its grad_fn graph)."""
     parents = {}
     for node in nodes:
         for edge in node.edges:
@@ -146,7 +148,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
     if inputs is not None:
         target_nodes = {v._node for v in inputs if v._node is not None}
         target_leaves = [id(v) for v in inputs if v._node is None]
-        needed = _needed(nodes, target_nodes, target_leaves)
+        needed = nodes_reaching(nodes, target_nodes, target_leaves)
         capture_nodes = {v._node: id(v) for v in inputs if v._node is not None}
     ready = [n for n in dict.fromkeys(root_nodes) if deps.get(n, 0) == 0]
     with enable_grad() if create_graph else no_grad():

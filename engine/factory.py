@@ -1,4 +1,10 @@
-"""Constructors in PyTorch's spelling (float32 by default), on the active backend."""
+"""Constructors in PyTorch's spelling (float32 by default).
+
+`Constructors` is parameterised by the Variable class and the function that turns data into
+that class's arrays, so the engine (arrays on the active backend) and the client (host NumPy
+arrays) share one implementation. Random draws come from NumPy on the host, so the same seed
+gives the same values in both.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +14,6 @@ from engine import backend
 from engine.variable import Variable, as_array
 
 DEFAULT_DTYPE = "float32"
-_rng = numpy.random.default_rng()
-
-
-def manual_seed(seed: int) -> None:
-    global _rng
-    _rng = numpy.random.default_rng(seed)
-    if backend.xp is not numpy:  # pragma: no cover
-        backend.xp.random.seed(seed)
 
 
 def _size(size):
@@ -24,42 +22,55 @@ def _size(size):
     return tuple(size)
 
 
-def _make(array, dtype, requires_grad):
-    return Variable(backend.to_active(array.astype(dtype or DEFAULT_DTYPE, copy=False)), requires_grad=requires_grad)
+class Constructors:
+    def __init__(self, variable, to_array):
+        self.variable = variable
+        self.to_array = to_array
+        self.rng = numpy.random.default_rng()
+
+    def manual_seed(self, seed: int) -> None:
+        self.rng = numpy.random.default_rng(seed)
+
+    def _make(self, array, dtype, requires_grad):
+        return self.variable(self.to_array(array.astype(dtype or DEFAULT_DTYPE, copy=False)), requires_grad=requires_grad)
+
+    def tensor(self, data, dtype=None, requires_grad=False):
+        return self.variable(self.to_array(data, dtype), requires_grad=requires_grad)
+
+    def zeros(self, *size, dtype=None, requires_grad=False):
+        return self._make(numpy.zeros(_size(size)), dtype, requires_grad)
+
+    def ones(self, *size, dtype=None, requires_grad=False):
+        return self._make(numpy.ones(_size(size)), dtype, requires_grad)
+
+    def full(self, size, fill_value, dtype=None, requires_grad=False):
+        return self._make(numpy.full(_size((size,)), fill_value), dtype, requires_grad)
+
+    def randn(self, *size, dtype=None, requires_grad=False):
+        return self._make(self.rng.standard_normal(_size(size)), dtype, requires_grad)
+
+    def rand(self, *size, dtype=None, requires_grad=False):
+        return self._make(self.rng.random(_size(size)), dtype, requires_grad)
+
+    def arange(self, start, end=None, step=1, dtype=None, requires_grad=False):
+        values = numpy.arange(start, end, step) if end is not None else numpy.arange(start)
+        return self.variable(self.to_array(values if dtype is None else values.astype(dtype)), requires_grad=requires_grad)
+
+    def zeros_like(self, v, dtype=None, requires_grad=False):
+        return self._make(numpy.zeros(v.shape), dtype or v.dtype, requires_grad)
+
+    def ones_like(self, v, dtype=None, requires_grad=False):
+        return self._make(numpy.ones(v.shape), dtype or v.dtype, requires_grad)
 
 
-def tensor(data, dtype=None, requires_grad=False):
-    return Variable(as_array(data, dtype), requires_grad=requires_grad)
+_engine = Constructors(Variable, as_array)
+tensor, zeros, ones, full, randn, rand, arange, zeros_like, ones_like = (
+    _engine.tensor, _engine.zeros, _engine.ones, _engine.full, _engine.randn, _engine.rand, _engine.arange,
+    _engine.zeros_like, _engine.ones_like,
+)
 
 
-def zeros(*size, dtype=None, requires_grad=False):
-    return _make(numpy.zeros(_size(size)), dtype, requires_grad)
-
-
-def ones(*size, dtype=None, requires_grad=False):
-    return _make(numpy.ones(_size(size)), dtype, requires_grad)
-
-
-def full(size, fill_value, dtype=None, requires_grad=False):
-    return _make(numpy.full(_size((size,)), fill_value), dtype, requires_grad)
-
-
-def randn(*size, dtype=None, requires_grad=False):
-    return _make(_rng.standard_normal(_size(size)), dtype, requires_grad)
-
-
-def rand(*size, dtype=None, requires_grad=False):
-    return _make(_rng.random(_size(size)), dtype, requires_grad)
-
-
-def arange(start, end=None, step=1, dtype=None, requires_grad=False):
-    values = numpy.arange(start, end, step) if end is not None else numpy.arange(start)
-    return Variable(backend.to_active(values if dtype is None else values.astype(dtype)), requires_grad=requires_grad)
-
-
-def zeros_like(v, dtype=None, requires_grad=False):
-    return _make(numpy.zeros(v.shape), dtype or v.dtype, requires_grad)
-
-
-def ones_like(v, dtype=None, requires_grad=False):
-    return _make(numpy.ones(v.shape), dtype or v.dtype, requires_grad)
+def manual_seed(seed: int) -> None:
+    _engine.manual_seed(seed)
+    if backend.xp is not numpy:  # pragma: no cover
+        backend.xp.random.seed(seed)

@@ -35,6 +35,22 @@ def as_array(data, dtype=None):
     return array
 
 
+def format_variable(array, node, requires_grad, device="cpu") -> str:
+    """PyTorch-style repr: the values, then dtype (when not a default one), device and grad_fn."""
+    prefix = "Variable("
+    body = numpy.array2string(array, separator=", ", prefix=prefix)
+    extras = []
+    if device != "cpu":
+        extras.append(f"device='{device}'")
+    if array.dtype not in (numpy.float32, numpy.int64, numpy.bool_):
+        extras.append(f"dtype={array.dtype}")
+    if node is not None:
+        extras.append(f"grad_fn=<{node.name}>")
+    elif requires_grad:
+        extras.append("requires_grad=True")
+    return prefix + body + "".join(", " + e for e in extras) + ")"
+
+
 class Variable:
     """A node value in a define-by-run graph, with PyTorch's Variable semantics."""
 
@@ -190,18 +206,7 @@ class Variable:
         return builtins.int(self.data.item())
 
     def __repr__(self):
-        prefix = "Variable("
-        body = numpy.array2string(backend.to_numpy(self.data), separator=", ", prefix=prefix)
-        extras = []
-        if self.data.dtype != numpy.float32 and self.data.dtype != numpy.int64 and self.data.dtype != numpy.bool_:
-            extras.append(f"dtype={self.data.dtype}")
-        if self._node is not None:
-            extras.append(f"grad_fn=<{self._node.name}>")
-        elif self._requires_grad:
-            extras.append("requires_grad=True")
-        if self.device != "cpu":
-            extras.insert(0, "device='cuda'")
-        return prefix + body + "".join(", " + e for e in extras) + ")"
+        return format_variable(backend.to_numpy(self.data), self._node, self._requires_grad, self.device)
 
     __str__ = __repr__
 
