@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from engine.backend import array_module
 from engine.grad_mode import enable_grad, no_grad
 from engine.node import Node
-from engine.registry import F
+from engine.registry import trusted
 from engine.variable import Variable, as_array
 
 
@@ -40,12 +40,14 @@ def _root_gradients(outputs, grad_outputs):
 
 
 def _fit(g, meta):
-    """Sum a broadcast gradient back to its input's shape and dtype (the one place this happens)."""
+    """Sum a broadcast gradient back to its input's shape and dtype (the one place this happens).
+
+    `meta` is the input's array (or its `Meta`): anything with `shape` and `dtype`."""
     shape = tuple(meta.shape)
     if g.data.shape != shape:
-        g = F.sum_to(g, shape)
+        g = trusted.sum_to(g, shape=shape)
     if g.data.dtype != meta.dtype:
-        g = F.cast(g, dtype=meta.dtype.name)
+        g = trusted.cast(g, dtype=meta.dtype.name)
     return g
 
 
@@ -144,42 +146,51 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
         grads[node] = grads[node] + g if node in grads else g
         root_nodes.append(node)
     nodes, deps = _reachable(root_nodes)
-    needed = None
+    needed = capture_nodes = None
     if inputs is not None:
         target_nodes = {v._node for v in inputs if v._node is not None}
         target_leaves = [id(v) for v in inputs if v._node is None]
         needed = nodes_reaching(nodes, target_nodes, target_leaves)
         capture_nodes = {v._node: id(v) for v in inputs if v._node is not None}
     ready = [n for n in dict.fromkeys(root_nodes) if deps.get(n, 0) == 0]
+    accumulate = sink.accumulate
     with enable_grad() if create_graph else no_grad():
         while ready:
             node = ready.pop()
             g = grads.pop(node)
-            retained = node.retained() if node.retained is not None else None
-            if retained is not None and retained._node is node and capture is None:
-                sink.into_grad(retained, g)
-            if needed is not None and node in capture_nodes:
-                key = capture_nodes[node]
-                capture[key] = g if capture[key] is None else capture[key] + g
+            edges = node.edges
+            if node.retained is not None:
+                retained = node.retained()
+                if retained is not None and retained._node is node and capture is None:
+                    sink.into_grad(retained, g)
             if needed is None:
-                needs = [e is not None for e in node.edges]
-            else:
-                needs = [e is not None and (id(e) in capture or e in needed) for e in node.edges]
-            if any(needs):
+                needs = edges
                 in_grads = node.vjp(g, needs)
             else:
-                in_grads = ()
-            for i, edge in enumerate(node.edges):
-                if not isinstance(edge, Node):
-                    if edge is not None and needs[i] and in_grads[i] is not None:
-                        sink.accumulate(edge, _fit(in_grads[i], node.input_meta(i)))
+                if node in capture_nodes:
+                    key = capture_nodes[node]
+                    capture[key] = g if capture[key] is None else capture[key] + g
+                needs = [e if e is not None and (id(e) in capture or e in needed) else None for e in edges]
+                in_grads = node.vjp(g, needs) if any(n is not None for n in needs) else [None] * len(edges)
+            for edge, need, gi, given in zip(edges, needs, in_grads, node.saved):
+                if edge is None:
                     continue
-                gi = in_grads[i] if needs[i] else None
+                if gi is not None and need is not None:
+                    data, meta = gi.data, given.data
+                    if data.shape != meta.shape or data.dtype != meta.dtype:
+                        gi = _fit(gi, meta)
+                else:
+                    gi = None
+                if isinstance(edge, Variable):
+                    if gi is not None:
+                        accumulate(edge, gi)
+                    continue
                 if gi is not None:
-                    gi = _fit(gi, node.input_meta(i))
-                    grads[edge] = grads[edge] + gi if edge in grads else gi
-                deps[edge] -= 1
-                if deps[edge] == 0:
+                    previous = grads.get(edge)
+                    grads[edge] = gi if previous is None else previous + gi
+                count = deps[edge] - 1
+                deps[edge] = count
+                if count == 0:
                     if edge in grads:
                         ready.append(edge)
                     else:

@@ -59,7 +59,7 @@ class FunctionNode(Node):
         for g, need in zip(result, needs):
             if g is not None and not isinstance(g, Variable):
                 g = Variable._result(as_array(g), None)
-            out.append(g if need else None)
+            out.append(g if need is not None else None)
         return out
 
     def free(self):

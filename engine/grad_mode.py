@@ -6,26 +6,32 @@ import threading
 from contextlib import contextmanager
 
 
+class _State(threading.local):
+    enabled = True
+
+
 class GradMode:
-    """One thread-local grad-mode flag. The engine has one; the client keeps its own."""
+    """One thread-local grad-mode flag. The engine has one; the client keeps its own.
+
+    `state.enabled` is the flag itself, for hot paths that read it without a call."""
 
     def __init__(self):
-        self._state = threading.local()
+        self.state = _State()
 
     def is_enabled(self) -> bool:
-        return getattr(self._state, "enabled", True)
+        return self.state.enabled
 
     def set_enabled(self, enabled: bool) -> None:
-        self._state.enabled = bool(enabled)
+        self.state.enabled = bool(enabled)
 
     @contextmanager
     def enabled_as(self, enabled: bool):
         previous = self.is_enabled()
-        self._state.enabled = enabled
+        self.state.enabled = enabled
         try:
             yield
         finally:
-            self._state.enabled = previous
+            self.state.enabled = previous
 
     def no_grad(self):
         """Context manager: results computed inside record no graph and have no grad_fn."""
@@ -37,6 +43,7 @@ class GradMode:
 
 
 _mode = GradMode()
+state = _mode.state
 is_grad_enabled = _mode.is_enabled
 set_grad_enabled = _mode.set_enabled
 no_grad = _mode.no_grad

@@ -7,10 +7,11 @@ import weakref
 import numpy
 
 from engine import backend
-from engine.grad_mode import is_grad_enabled
+from engine.grad_mode import state as _grad
 from engine.variable import Variable
 
 _result = Variable._result
+_new = object.__new__
 
 FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after "
@@ -25,7 +26,9 @@ INPLACE_MESSAGE = (
 
 
 class Meta:
-    """Shape and dtype of a freed input: all that linear ops' vjps need."""
+    """Shape and dtype of a freed input: all that linear ops' vjps need.
+
+    It stands where the input Variable stood, so `meta.data.shape` reads like `variable.data.shape`."""
 
     __slots__ = ("shape", "dtype")
 
@@ -37,18 +40,22 @@ class Meta:
     def ndim(self):
         return len(self.shape)
 
+    @property
+    def data(self):
+        return self
+
 
 class Node:
     """A recorded operation. Subclasses are named `<Op>Backward`.
 
     `edges[i]` says where the gradient of input i goes: a Node (a non-leaf input), the leaf
-    Variable itself, or None when that input needs no gradient.
+    Variable itself, or None when that input needs no gradient. `saved[i]` is input i (or its
+    `Meta` once freed): autograd reads `saved[i].data.shape` and `.dtype` to fit gradients.
+    `vjp(grad, needs)` returns one gradient per input; `needs[i]` is None where input i's
+    gradient is not wanted (the edges themselves are a valid `needs`).
     """
 
     __slots__ = ("edges", "saved", "retained", "__weakref__")
-
-    def input_meta(self, i):
-        return self.saved[i]
 
     def vjp(self, grad, needs):
         raise NotImplementedError
@@ -94,32 +101,39 @@ class OpNode(Node):
     def freed(self) -> bool:
         return self.versions is None
 
+    def _check_saved(self, saves):
+        """Raise PyTorch's errors when saved inputs were freed or modified in place since recording."""
+        if self.versions is None:
+            if saves is True or self.saved[saves]:
+                raise RuntimeError(FREED_MESSAGE)
+            return
+        pairs = zip(self.saved, self.versions) if saves is True else zip(self.saved[saves], self.versions[saves])
+        for v, then in pairs:
+            if v._version != then:
+                raise RuntimeError(INPLACE_MESSAGE.format(node=self.name, now=v._version, then=then))
+
     def vjp(self, grad, needs):
         op = self.op
-        saves = op.saves  # True: every input's values are read; a slice: those inputs'; False: none
-        if self.versions is None:
-            if saves is True or (saves and self.saved[saves]):
-                raise RuntimeError(FREED_MESSAGE)
-        elif saves:
-            pairs = zip(self.saved, self.versions) if saves is True else zip(self.saved[saves], self.versions[saves])
-            for v, then in pairs:
-                if v._version != then:
-                    raise RuntimeError(INPLACE_MESSAGE.format(node=self.name, now=v._version, then=then))
-        if self.out_ref is not None:
+        if op.saves:  # True: every input's values are read; a slice: those inputs'; False: none
+            self._check_saved(op.saves)
+        ans = None
+        if op.uses_output:
             out = self.out_ref()
             if out is not None and out._version:
                 raise RuntimeError(INPLACE_MESSAGE.format(node=self.name + "'s output", now=out._version, then=0))
-        ans = _result(self.out_data, self) if op.uses_output else None
+            ans = _result(self.out_data, self)
         if op.vjp is not None:
-            return op.vjp(grad, ans, self.saved, needs, **self.attrs)
+            return op.vjp(grad, ans, self.saved, [n is not None for n in needs], **self.attrs)
+        saved, attrs = self.saved, self.attrs
         return [
-            fn(grad, ans, *self.saved, **self.attrs) if need and fn is not None else None
+            fn(grad, ans, *saved, **attrs) if need is not None and fn is not None else None
             for fn, need in zip(op.vjps, needs)
         ]
 
     def free(self):
         if self.versions is not None:
-            self.saved = tuple([Meta(v.data.shape, v.data.dtype) for v in self.saved])
+            # an op that reads every input refuses a second backward, so it keeps nothing
+            self.saved = None if self.op.saves is True else tuple([Meta(v.data.shape, v.data.dtype) for v in self.saved])
             self.out_data = None
             self.versions = None
 
@@ -133,19 +147,23 @@ def _wrap(out, xp):
 def apply_op(op, inputs, attrs):
     """Run `op` forward on Variables `inputs`, recording a node when a gradient may be needed."""
     datas = [v.data for v in inputs]
-    xp = backend.array_module(datas[0])
+    first = datas[0]
+    xp = numpy if type(first) is numpy.ndarray else backend.array_module(first)
     out = op.forward(xp, *datas, **attrs)
     if type(out) is not numpy.ndarray:
         out = _wrap(out, xp)
-    if op.differentiable and is_grad_enabled():
+    node = None
+    if _grad.enabled and op.differentiable and out.dtype.kind == "f":  # an int or bool result never requires grad
         for v in inputs:
             if v._requires_grad:
-                if out.dtype.kind != "f":
-                    break  # an integer or bool result never requires grad (e.g. a cast to int64)
-                if not op.uses_output:
-                    return _result(out, op.node_class(inputs, attrs, None))
-                node = op.node_class(inputs, attrs, out)
-                result = _result(out, node)
-                node.out_ref = weakref.ref(result)
-                return result
-    return _result(out, None)
+                node = op.node_class(inputs, attrs, out if op.uses_output else None)
+                break
+    result = _new(Variable)
+    result.data = out
+    result.grad = None
+    result._node = node
+    result._requires_grad = node is not None
+    result._version = 0
+    if node is not None and op.uses_output:
+        node.out_ref = weakref.ref(result)
+    return result

@@ -25,6 +25,10 @@ from engine.variable import Variable, as_array
 
 OPS: dict[str, "OpDef"] = {}
 F = SimpleNamespace()  # the engine.<op> functions, for vjps that need ops with no operator
+# The same ops for engine code whose attributes are valid by construction (vjps, autograd):
+# `trusted.expand(g, shape=s)` takes inputs positionally and attributes by keyword, and parses or
+# checks nothing, so a backward pass doesn't pay for validating the shapes it computed itself.
+trusted = SimpleNamespace()
 
 
 @dataclass(frozen=True)
@@ -75,9 +79,17 @@ class OpDef:
             return None if count >= 1 else "takes at least 1 input, got 0"
         return None if count == self.arity else f"takes {self.arity} input(s), got {count}"
 
-    def call(self, inputs, attrs):
-        if self.composite:
-            return self.forward(*inputs, **attrs)
+    def __post_init__(self):
+        required = any(spec.required for spec in self.attrs.values())
+        # the attributes of a call that gives none; shared, so never mutated
+        self.default_attrs = None if required else {name: spec.default for name, spec in self.attrs.items()}
+        self.call = self._call_composite if self.composite else self._call_primitive
+
+    def _call_composite(self, inputs, attrs):
+        return self.forward(*inputs, **attrs)
+
+    def _call_primitive(self, inputs, attrs):
+        """Apply to Variables with checked attributes (the trusted entry: no parsing)."""
         return apply_op(self, inputs, attrs)
 
     def check_attrs(self, given: dict) -> dict:
@@ -132,7 +144,7 @@ def coerce(inputs):
         if not isinstance(v, Variable):
             break
     else:
-        return list(inputs)  # the common case: nothing to convert
+        return inputs  # the common case: nothing to convert
     ref = _reference(inputs)
     out = []
     for v in inputs:
@@ -169,12 +181,14 @@ def _make_function(op: OpDef):
         def fn(inputs, *rest, **kwargs):
             return op.call(coerce(list(inputs)), _parse_call(op, rest, kwargs))
     else:
-        arity = op.arity
+        arity, defaults, run = op.arity, op.default_attrs, op.call
 
         def fn(*args, **kwargs):
+            if len(args) == arity and not kwargs and defaults is not None:
+                return run(coerce(args), defaults)  # the common case: no attribute given
             if len(args) < arity:
                 raise TypeError(f"{op.name}() takes {arity} input(s) but {len(args)} were given")
-            return op.call(coerce(args[:arity]), _parse_call(op, args[arity:], kwargs))
+            return run(coerce(args[:arity]), _parse_call(op, args[arity:], kwargs))
 
     fn.__name__ = op.name
     fn.__qualname__ = op.name
@@ -182,13 +196,15 @@ def _make_function(op: OpDef):
     return fn
 
 
-def _make_method(fn):
-    def method(self, *args, **kwargs):
-        return fn(self, *args, **kwargs)
+def _make_trusted(op: OpDef):
+    base = {name: spec.default for name, spec in op.attrs.items()}
+    run = op.call
 
-    method.__name__ = fn.__name__
-    method.__doc__ = fn.__doc__
-    return method
+    def fn(*inputs, **attrs):
+        return run(coerce(inputs), {**base, **attrs} if attrs else base)
+
+    fn.__name__ = fn.__qualname__ = op.name
+    return fn
 
 
 def defop(name, forward, *vjps, vjp=None, arity=None, attrs=None, methods=None, **options) -> OpDef:
@@ -213,8 +229,9 @@ def defop(name, forward, *vjps, vjp=None, arity=None, attrs=None, methods=None, 
     OPS[name] = op
     fn = op.function or _make_function(op)
     setattr(F, name, fn)
+    setattr(trusted, name, _make_trusted(op))
     for method in op.methods:
-        setattr(Variable, method, _make_method(fn))
+        setattr(Variable, method, fn)  # a plain function: `v.op(*args)` calls `fn(v, *args)`
     return op
 
 
@@ -223,6 +240,8 @@ def binary_dunders(op: OpDef, name: str, reflected: str | None = None) -> None:
     empty = {}
 
     def forward_op(self, other):
+        if type(other) is Variable:
+            return apply_op(op, (self, other), empty)
         return op.call(coerce((self, other)), empty)
 
     setattr(Variable, name, forward_op)
@@ -235,7 +254,7 @@ def binary_dunders(op: OpDef, name: str, reflected: str | None = None) -> None:
 
 def unary_dunder(op: OpDef, name: str) -> None:
     empty = {}
-    setattr(Variable, name, lambda self: op.call([self], empty))
+    setattr(Variable, name, lambda self: apply_op(op, (self,), empty))
 
 
-__all__ = ["OPS", "F", "Attr", "REQUIRED", "Sample", "OpDef", "defop", "coerce", "binary_dunders", "unary_dunder"]
+__all__ = ["OPS", "F", "trusted", "Attr", "REQUIRED", "Sample", "OpDef", "defop", "coerce", "binary_dunders", "unary_dunder"]

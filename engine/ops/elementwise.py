@@ -5,7 +5,7 @@ from __future__ import annotations
 from engine import shapes
 from engine.backend import array_module as _xp
 from engine.attrs import Attr
-from engine.registry import F, Sample, binary_dunders, defop, unary_dunder
+from engine.registry import F, Sample, binary_dunders, defop, trusted, unary_dunder
 from engine.variable import Variable
 
 
@@ -40,8 +40,10 @@ def _pow_exponent_vjp(g, ans, x, y):
 
 
 def _pow_base_vjp(g, ans, x, y):
+    grad = g * (y * x ** (y - 1))
+    zero = y.data == 0
     # d/dx x ** 0 is 0 everywhere, also at x == 0 where y * x ** (y - 1) would be 0 * inf
-    return F.where(const(y.data == 0), 0.0, g * y * x ** (y - 1))
+    return F.where(const(zero), 0.0, grad) if zero.any() else grad
 
 
 pow = defop("pow", lambda xp, x, y: x ** y, _pow_base_vjp, _pow_exponent_vjp,
@@ -72,7 +74,9 @@ relu = defop("relu", lambda xp, x: xp.maximum(x, 0), lambda g, ans, x: g * const
 def _clamp_forward(xp, x, min=None, max=None):
     if min is None and max is None:
         raise ValueError("clamp: at least one of 'min' or 'max' must not be None")
-    return xp.clip(x, min, max)
+    # min(max(x, min), max), PyTorch's definition; xp.clip computes the same at several times the cost
+    out = x if min is None else xp.maximum(x, min)
+    return out if max is None else xp.minimum(out, max)
 
 
 def _clamp_vjp(g, ans, x, min=None, max=None):
@@ -115,7 +119,7 @@ where = defop("where", lambda xp, c, x, y: xp.where(c, x, y), None,
               methods=(), samples=(Sample(make=_mask_sample),), infer=shapes.where_rule,
               doc="x where cond else y (cond gets no gradient)")
 
-cast = defop("cast", lambda xp, x, dtype: x.astype(dtype), lambda g, ans, x, dtype: F.cast(g, dtype=x.dtype.name),
+cast = defop("cast", lambda xp, x, dtype: x.astype(dtype), lambda g, ans, x, dtype: trusted.cast(g, dtype=x.dtype.name),
              attrs={"dtype": Attr("dtype")}, saves=False, methods=(),
              samples=(Sample(((3,),), {"dtype": "float64"}),), infer=shapes.cast,
              doc="x converted to dtype (gradient converted back)")

@@ -11,7 +11,7 @@ import numpy
 from engine import shapes
 from engine.attrs import Attr
 from engine.backend import array_module
-from engine.registry import F, Sample, defop
+from engine.registry import F, Sample, defop, trusted
 from engine.variable import Variable
 
 DIM = Attr("dims", None, "dimension(s) to reduce; null reduces all")
@@ -40,9 +40,9 @@ def _count(shape, dim):
 
 def unreduce(g, shape, dim, keepdim):
     """Broadcast a reduction's gradient back to the input's shape."""
-    if not keepdim:
-        g = g.reshape(shapes.reduced_shape(shape, dim, True))
-    return g.expand(tuple(shape))
+    if not keepdim and g.data.ndim:  # a 0-d gradient (every dim reduced) broadcasts as it is
+        g = trusted.reshape(g, shape=shapes.reduced_shape(shape, dim, True))
+    return trusted.expand(g, shape=tuple(shape))
 
 
 sum = defop("sum", lambda xp, x, dim, keepdim: x.sum(axis=_axes(dim, x.ndim), keepdims=keepdim),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine import shapes
 from engine.attrs import Attr
-from engine.registry import F, Sample, defop
+from engine.registry import F, Sample, defop, trusted
 from engine.variable import Variable
 
 
@@ -19,16 +19,18 @@ def _sum_to(xp, x, shape):
 
 
 def _expand(xp, x, shape):
-    return xp.broadcast_to(x, shapes.expand([x.shape], [x.dtype], {"shape": shape})[0])
+    if -1 in shape:
+        shape = shapes.expand([x.shape], [x.dtype], {"shape": shape})[0]
+    return xp.broadcast_to(x, shape)
 
 
-sum_to = defop("sum_to", _sum_to, lambda g, ans, x, shape: g.expand(x.shape), attrs={"shape": Attr("shape")},
+sum_to = defop("sum_to", _sum_to, lambda g, ans, x, shape: trusted.expand(g, shape=x.shape), attrs={"shape": Attr("shape")},
                saves=False, methods=(), samples=(Sample(((2, 3, 4),), {"shape": (3, 1)}), Sample(((3, 4),), {"shape": ()})),
                infer=shapes.sum_to, doc="sum x down to a shape it broadcasts from (the adjoint of expand)")
-expand = defop("expand", _expand, lambda g, ans, x, shape: F.sum_to(g, x.shape), attrs={"shape": Attr("shape")},
+expand = defop("expand", _expand, lambda g, ans, x, shape: trusted.sum_to(g, shape=x.shape), attrs={"shape": Attr("shape")},
                saves=False, samples=(Sample(((3, 1),), {"shape": (2, 3, 4)}), Sample(((4,),), {"shape": (3, -1)})),
                infer=shapes.expand, doc="broadcast x to a larger shape (-1 keeps a size)")
-reshape = defop("reshape", lambda xp, x, shape: x.reshape(shape), lambda g, ans, x, shape: g.reshape(x.shape),
+reshape = defop("reshape", lambda xp, x, shape: x.reshape(shape), lambda g, ans, x, shape: trusted.reshape(g, shape=x.shape),
                 attrs={"shape": Attr("shape")}, saves=False, methods=("reshape", "view"),
                 samples=(Sample(((3, 4),), {"shape": (2, 6)}), Sample(((2, 3, 4),), {"shape": (-1,)})),
                 infer=shapes.reshape, doc="the same values in a new shape (one size may be -1)")
@@ -42,7 +44,7 @@ def _inverse(dims):
     return tuple(out)
 
 
-permute = defop("permute", lambda xp, x, dims: x.transpose(dims), lambda g, ans, x, dims: g.permute(_inverse(dims)),
+permute = defop("permute", lambda xp, x, dims: x.transpose(dims), lambda g, ans, x, dims: trusted.permute(g, dims=_inverse(dims)),
                 attrs={"dims": Attr("ints")}, saves=False, samples=(Sample(((2, 3, 4),), {"dims": (2, 0, 1)}),),
                 infer=shapes.permute, doc="reorder dimensions")
 
@@ -81,8 +83,9 @@ def _t(x):
 
 
 t = defop("t", _t, composite=True, samples=(Sample(((3, 4),)),), infer=_t_infer, doc="transpose of a matrix")
-Variable.T = property(lambda self: self.permute(tuple(reversed(range(self.ndim)))), doc="all dimensions reversed")
-Variable.mT = property(lambda self: F.transpose(self, -2, -1), doc="the last two dimensions swapped")
+Variable.T = property(lambda self: trusted.permute(self, dims=tuple(range(self.data.ndim - 1, -1, -1))),
+                      doc="all dimensions reversed")
+Variable.mT = property(lambda self: trusted.transpose(self, dim0=-2, dim1=-1), doc="the last two dimensions swapped")
 
 
 def _unsqueeze_shape(shape, dim):
