@@ -57,13 +57,15 @@ def _reachable(root_nodes):
     seen = set(root_nodes)
     stack = list(seen)
     while stack:
-        node = stack.pop()
-        for edge in node.edges:
+        for edge in stack.pop().edges:
             if isinstance(edge, Node):
-                deps[edge] = deps.get(edge, 0) + 1
-                if edge not in seen:
-                    seen.add(edge)
-                    stack.append(edge)
+                if edge in deps:
+                    deps[edge] += 1
+                else:
+                    deps[edge] = 1
+                    if edge not in seen:
+                        seen.add(edge)
+                        stack.append(edge)
     return seen, deps
 
 

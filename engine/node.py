@@ -36,6 +36,14 @@ class Meta:
         self.shape = shape
         self.dtype = dtype
 
+    @staticmethod
+    def of(variable):
+        meta = _new(Meta)
+        data = variable.data
+        meta.shape = data.shape
+        meta.dtype = data.dtype
+        return meta
+
     @property
     def ndim(self):
         return len(self.shape)
@@ -93,7 +101,8 @@ class OpNode(Node):
         self.saved = inputs
         self.attrs = attrs
         self.out_data = out_data
-        self.versions = tuple([v._version for v in inputs])
+        # the versions of the inputs whose values the vjps read (None once freed)
+        self.versions = tuple([v._version for v in inputs]) if self.op.saves else ()
         self.retained = None
         self.out_ref = None  # uses_output ops: a weakref to the output, whose version is checked too
 
@@ -132,8 +141,13 @@ class OpNode(Node):
 
     def free(self):
         if self.versions is not None:
-            # an op that reads every input refuses a second backward, so it keeps nothing
-            self.saved = None if self.op.saves is True else tuple([Meta(v.data.shape, v.data.dtype) for v in self.saved])
+            op = self.op
+            if op.saves is True:  # every vjp reads its inputs: a second backward is refused, keep nothing
+                self.saved = None
+            elif op.vjp is None:  # per-input vjps: autograd reads the metas of inputs that get a gradient
+                self.saved = tuple([None if e is None else Meta.of(v) for v, e in zip(self.saved, self.edges)])
+            else:
+                self.saved = tuple([Meta.of(v) for v in self.saved])
             self.out_data = None
             self.versions = None
 

@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy
 
+from engine import backend
 from engine.attrs import REQUIRED, Attr, check
 from engine.node import OpNode, apply_op
 from engine.variable import Variable, as_array
@@ -151,8 +152,12 @@ def coerce(inputs):
         if isinstance(v, Variable):
             out.append(v)
         elif ref is not None and isinstance(v, (bool, int, float)):
+            dtype = ref.data.dtype
+            if dtype.kind == "f":  # next to a floating array a Python number takes the array's dtype
+                out.append(Variable._result(backend.to_active(numpy.asarray(v, dtype)), None))
+                continue
             weak = float(v) if isinstance(v, float) else v  # a numpy.float64 counts as a Python float, as in PyTorch
-            out.append(Variable._result(as_array(v, numpy.result_type(ref.data.dtype, weak)), None))
+            out.append(Variable._result(as_array(v, numpy.result_type(dtype, weak)), None))
         else:
             out.append(Variable._result(as_array(v), None))
     return out

@@ -40,7 +40,9 @@ def _pow_exponent_vjp(g, ans, x, y):
 
 
 def _pow_base_vjp(g, ans, x, y):
-    grad = g * (y * x ** (y - 1))
+    # a constant exponent needs no graph for y - 1 (asarray: a 0-d difference is a NumPy scalar)
+    y_minus_1 = y - 1 if y._requires_grad else const(_xp(y.data).asarray(y.data - 1))
+    grad = g * (y * x ** y_minus_1)
     zero = y.data == 0
     # d/dx x ** 0 is 0 everywhere, also at x == 0 where y * x ** (y - 1) would be 0 * inf
     return F.where(const(zero), 0.0, grad) if zero.any() else grad
