@@ -9,8 +9,11 @@ and gets the same answers and the same errors.
 closing restores the previous default. `AsyncSession` is the asyncio flavour (httpx.AsyncClient):
 `await s.fetch(v)`, `await s.backward(loss)`, `await s.grad(out, [x])`.
 
-Transport: one keep-alive httpx client per session; binary tensors by default (Triton's binary
-data extension, both ways), JSON with `binary=False`. Failures that are safe to retry are
+Transport: one keep-alive connection pool per session. A plain `http://` URL is spoken with the
+standard library's `http.client` (`PlainHttpTransport`: a fraction of httpx's per-request cost on
+large binary bodies); `https://`, a proxy from the environment, an injected `transport=` and
+`AsyncSession` use httpx. Binary tensors by default (Triton's binary data extension, both ways),
+JSON with `binary=False`. Failures that are safe to retry are
 retried with exponential backoff, a bounded number of times: connection failures, dropped
 connections (for stateless requests), and 503 answers (after the `Retry-After` they carry).
 """
@@ -19,9 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import http.client
 import os
+import select
 import threading
 import time
+import urllib.parse
+import urllib.request
 import uuid
 from collections import Counter, OrderedDict
 
@@ -30,8 +37,8 @@ import numpy
 import orjson
 
 from client.errors import ConflictError, ConnectionFailed, NotFoundError, RequestTimeout, ServerError
-from client.wire import Call, Response, _header, decode, encode, raise_for_error
-from engine.codec import HEADER_LENGTH
+from client.wire import Call, Reply, Response, _header, decode, encode, owned, raise_for_error
+from engine.codec import HEADER_LENGTH, datatype_of
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
 CONNECT_TIMEOUT = 10.0
@@ -52,7 +59,8 @@ class _Retryable(Exception):
 
 
 class EmbeddedTransport:
-    """The service's request handling, in-process: body bytes -> Executor -> body bytes."""
+    """The service's request handling, in-process: body bytes -> Executor -> body bytes
+    (`request`), or, for the client's own calls, tensors -> Executor -> tensors (`execute`)."""
 
     url = "embedded"
 
@@ -63,9 +71,6 @@ class EmbeddedTransport:
 
     def request(self, method, path, content=b"", headers=None) -> Response:
         from engine import backend, codec
-        from engine.codec import TensorError
-        from engine.graph import GraphError
-        from engine.grad_mode import enable_grad
         from engine.protocol import decode_request, encode_result
 
         headers = headers or {}
@@ -78,20 +83,59 @@ class EmbeddedTransport:
             return _error(404, f"no GET {path} in embedded mode")
         if method != "POST" or path not in ("/forward", "/backward"):
             return _error(404, f"no {method} {path}")
-        try:
+
+        def compute():
             length = _header(headers, HEADER_LENGTH)
             head, tail = codec.split_body(content, None if length is None else int(length))
             try:
                 header = orjson.loads(head)
             except orjson.JSONDecodeError as err:
                 return _error(400, f"malformed JSON: {err}", field="body")
+            request = decode_request(header, tail, self.executor.limits)
+            return encode_result(self._run(path, request), request.binary_output)
+
+        answer = self._guarded(compute)
+        if isinstance(answer, Response):
+            return answer
+        body, head_length = answer
+        if head_length is None:
+            return Response(200, {"content-type": "application/json"}, body)
+        return Response(200, {"content-type": "application/octet-stream", HEADER_LENGTH: str(head_length)}, body)
+
+    def execute(self, call: Call, where: str) -> Reply:
+        """A call's answer without encoding anything: its tensors go to the executor as JSON tensor
+        objects holding the arrays (checked by the same `decode_request`, which copies them), and
+        the result's arrays come back as they are (copied when a retained tape may share them)."""
+        from engine.protocol import decode_request
+
+        if call.path not in ("/forward", "/backward"):
+            raise_for_error(_error(404, f"no POST {call.path}"), where)
+        header = dict(call.header)
+        for key, tensors in (("inputs", call.inputs), ("grad_outputs", call.grad_outputs)):
+            if tensors:
+                header[key] = [_tensor_object(name, array) for name, array in tensors]
+        result = self._guarded(lambda: self._run(call.path, decode_request(header, None, self.executor.limits)))
+        if isinstance(result, Response):
+            raise_for_error(result, where)
+        copy = result.tape is not None
+        grads = result.grads or {}
+        return Reply({}, owned(result.outputs.items(), copy), owned(grads.items(), copy), result.tape)
+
+    def _run(self, path, request):
+        if path == "/forward":
+            return self.executor.forward(request)
+        return self.executor.backward(request)
+
+    @staticmethod
+    def _guarded(compute):
+        """compute()'s value, or the error answer the service would give for what it raised."""
+        from engine.codec import TensorError
+        from engine.graph import GraphError
+        from engine.grad_mode import enable_grad
+
+        try:
             with enable_grad(), numpy.errstate(all="ignore"):
-                request = decode_request(header, tail, self.executor.limits)
-                if path == "/forward":
-                    result = self.executor.forward(request)
-                else:
-                    result = self.executor.backward(request)
-                body, head_length = encode_result(result, request.binary_output)
+                return compute()
         except (GraphError, TensorError) as err:
             status = getattr(err, "status", 422)
             if not isinstance(status, int) or not 400 <= status < 600 or status == 500:
@@ -101,12 +145,15 @@ class EmbeddedTransport:
             return _error(507, "out of memory")
         except Exception as err:  # noqa: BLE001 - the service would answer 500
             return _error(500, f"internal error: {type(err).__name__}: {err}")
-        if head_length is None:
-            return Response(200, {"content-type": "application/json"}, body)
-        return Response(200, {"content-type": "application/octet-stream", HEADER_LENGTH: str(head_length)}, body)
 
     def close(self):
         pass
+
+
+def _tensor_object(name, array) -> dict:
+    """A JSON tensor object whose `data` is the array itself (flat), for `decode_request` in-process."""
+    array = numpy.asarray(array)
+    return {"name": name, "shape": list(array.shape), "datatype": datatype_of(array.dtype), "data": array.reshape(-1)}
 
 
 def _json(status, obj) -> Response:
@@ -151,6 +198,103 @@ class HttpTransport:
 
     def close(self):
         self.client.close()
+
+
+class PlainHttpTransport:
+    """HTTP/1.1 over `http.client` with a small pool of keep-alive connections (thread-safe: a
+    request takes an idle connection or opens one, and gives it back when the answer is read).
+    Failures are reported as `HttpTransport` reports httpx's."""
+
+    MAX_IDLE = 8
+
+    def __init__(self, url, headers, timeout):
+        parts = urllib.parse.urlsplit(url)
+        self.url = url
+        self.timeout = timeout
+        self.headers = dict(headers)
+        self._address = (parts.hostname, parts.port or 80)
+        self._prefix = parts.path.rstrip("/")
+        self._idle = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _open(self):
+        connect = None if self.timeout is None else min(self.timeout, CONNECT_TIMEOUT)
+        conn = http.client.HTTPConnection(*self._address, timeout=connect)
+        try:
+            conn.connect()
+        except OSError as err:
+            what = "timed out" if isinstance(err, TimeoutError) else err
+            raise _Retryable(ConnectionFailed(f"could not connect to the gradserve service at {self.url}: {what}",
+                                              self.url), True) from err
+        conn.sock.settimeout(self.timeout)
+        return conn
+
+    def _take(self):
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if not _readable(conn.sock):  # readable while idle: the server closed it (or broke protocol)
+                    return conn
+                conn.close()
+        return self._open()
+
+    def _give_back(self, conn):
+        with self._lock:
+            if not self._closed and len(self._idle) < self.MAX_IDLE:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def request(self, method, path, content=None, headers=None) -> Response:
+        conn = self._take()
+        try:
+            conn.request(method, self._prefix + path, body=content, headers={**self.headers, **(headers or {})})
+            answer = conn.getresponse()
+            body = answer.read()
+        except (OSError, http.client.HTTPException) as err:
+            conn.close()
+            where = f"{self.url}{path}"
+            if isinstance(err, TimeoutError):
+                raise RequestTimeout(f"no answer from {where} within the timeout ({self.timeout} s): ReadTimeout",
+                                     self.url) from err
+            raise _Retryable(ConnectionFailed(f"the connection to {where} was dropped: {err!r}", self.url), False) from err
+        if answer.will_close:
+            conn.close()
+        else:
+            self._give_back(conn)
+        return Response(answer.status, {k.lower(): v for k, v in answer.getheaders()}, body)
+
+    def close(self):
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _readable(sock) -> bool:
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+def _plain(url) -> bool:
+    """Whether `url` can go over `PlainHttpTransport`: http://, and no proxy configured for it."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname or parts.username or parts.password:
+        return False
+    proxies = urllib.request.getproxies()
+    return not (proxies.get("http") or proxies.get("all")) or bool(urllib.request.proxy_bypass(parts.hostname))
+
+
+def http_transport(url, headers, timeout, transport=None):
+    """The synchronous transport for `url`: `PlainHttpTransport` where it applies, else httpx."""
+    if transport is None and _plain(url):
+        return PlainHttpTransport(url, headers, timeout)
+    return HttpTransport(url, headers, timeout, transport)
 
 
 class AsyncHttpTransport:
@@ -223,6 +367,10 @@ class _Base:
     def _where(self, path):
         return f"{self.url}{path}" if self.url else f"embedded:{path}"
 
+    def _check_open(self):
+        if self.closed:
+            raise RuntimeError(f"{self!r} is closed")
+
     def _delay(self, attempt):
         return min(self.backoff * (2 ** attempt), self.max_backoff)
 
@@ -239,12 +387,11 @@ class Session(_Base):
         if self.url is None:
             self._transport = EmbeddedTransport(self._executor)
         else:
-            self._transport = HttpTransport(self.url, self._headers, timeout, self._http_transport)
+            self._transport = http_transport(self.url, self._headers, timeout, self._http_transport)
 
     # --- plumbing -------------------------------------------------------------------------
     def _send(self, method, path, content=None, headers=None, idempotent=True) -> Response:
-        if self.closed:
-            raise RuntimeError(f"{self!r} is closed")
+        self._check_open()
         attempt = 0
         while True:
             self.stats[path] += 1
@@ -268,13 +415,19 @@ class Session(_Base):
         response = self._send("POST", call.path, body, headers, call.idempotent)
         return decode(response, self._where(call.path))
 
+    def _execute_embedded(self, call: Call):
+        self._check_open()
+        self.stats[call.path] += 1
+        return self._transport.execute(call, self._where(call.path))
+
     def _execute(self, call: Call):
+        exchange = self._execute_embedded if self.embedded else self._execute_one
         try:
-            return self._execute_one(call)
+            return exchange(call)
         except (NotFoundError, ConflictError):
             if call.fallback is None:
                 raise
-            return self._execute_one(call.fallback)
+            return exchange(call.fallback)
 
     def run(self, plan):
         """Run a fetch/backward plan: at most one request (plus one to fetch a lazy gradient argument)."""
@@ -375,8 +528,7 @@ class AsyncSession(_Base):
             self._transport = AsyncHttpTransport(self.url, self._headers, timeout, self._http_transport)
 
     async def _send(self, method, path, content=None, headers=None, idempotent=True) -> Response:
-        if self.closed:
-            raise RuntimeError(f"{self!r} is closed")
+        self._check_open()
         attempt = 0
         while True:
             self.stats[path] += 1
@@ -403,13 +555,19 @@ class AsyncSession(_Base):
         response = await self._send("POST", call.path, body, headers, call.idempotent)
         return decode(response, self._where(call.path))
 
+    async def _execute_embedded(self, call: Call):
+        self._check_open()
+        self.stats[call.path] += 1
+        return await asyncio.to_thread(self._transport.execute, call, self._where(call.path))
+
     async def _execute(self, call: Call):
+        exchange = self._execute_embedded if self.embedded else self._execute_one
         try:
-            return await self._execute_one(call)
+            return await exchange(call)
         except (NotFoundError, ConflictError):
             if call.fallback is None:
                 raise
-            return await self._execute_one(call.fallback)
+            return await exchange(call.fallback)
 
     async def run(self, plan):
         pre = plan.prefetch()

@@ -105,10 +105,16 @@ def decode(response: Response, url: str | None) -> Reply:
         grads, offset = codec.decode_tensors(body.get("grads"), "grads", tail, offset, MAX_ELEMENTS)
     except (ValueError, TypeError, AttributeError, orjson.JSONDecodeError) as err:
         raise ProtocolError(f"unreadable answer from {url}: {err}") from None
+    return Reply(body, owned(outputs), owned(grads), body.get("tape"))
+
+
+def owned(tensors, copy: bool = False) -> dict:
+    """{name: host array} from (name, array) pairs, as arrays the client may keep and update in
+    place: read-only ones (views of a body or of other arrays) and, with `copy`, all are copied."""
+    from engine.backend import to_numpy
+
     own = {}
-    for name, array in outputs:
-        own[name] = array if array.flags.writeable else numpy.array(array)
-    grad_arrays = {}
-    for name, array in grads:
-        grad_arrays[name] = array if array.flags.writeable else numpy.array(array)
-    return Reply(body, own, grad_arrays, body.get("tape"))
+    for name, array in tensors:
+        array = to_numpy(array)
+        own[name] = numpy.array(array) if copy or not array.flags.writeable else array
+    return own

@@ -21,7 +21,9 @@ def free_port() -> int:
 
 
 class Recorder:
-    """Wraps a session's transport to record every request (method, path, header JSON)."""
+    """Wraps a session's transport to record every request (method, path, header JSON). An
+    embedded session's own calls skip the bytes (`EmbeddedTransport.execute`): their header is
+    recorded as it would be sent, tensors reduced to their names."""
 
     def __init__(self, session):
         import orjson
@@ -44,6 +46,17 @@ class Recorder:
             return original(method, path, content, headers)
 
         transport.request = request
+        execute = getattr(transport, "execute", None)
+        if execute is not None:
+            def execute_call(call, where):
+                header = dict(call.header)
+                for key, tensors in (("inputs", call.inputs), ("grad_outputs", call.grad_outputs)):
+                    if tensors:
+                        header[key] = [{"name": name} for name, _ in tensors]
+                self.calls.append(("POST", call.path, orjson.loads(orjson.dumps(header))))
+                return execute(call, where)
+
+            transport.execute = execute_call
 
     def paths(self):
         return [path for _, path, _ in self.calls]

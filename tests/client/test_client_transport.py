@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import numpy as np
@@ -240,3 +241,113 @@ def test_async_session(mode, request):
     np.testing.assert_allclose(gw, X.T @ (2 * (X @ W)), rtol=1e-5)
     np.testing.assert_allclose(gx, np.full_like(X, 3.0))
     assert stats == {"/forward": 5, "/backward": 2}
+
+
+# --- the plain-HTTP transport and the embedded fast path ------------------------------------------
+
+
+def test_plain_http_is_used_only_where_it_applies(monkeypatch):
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    pick = client_session.http_transport
+    assert isinstance(pick("http://127.0.0.1:1", {}, 1.0), client_session.PlainHttpTransport)
+    assert isinstance(pick("https://example.invalid", {}, 1.0), client_session.HttpTransport)
+    assert isinstance(pick("http://127.0.0.1:1", {}, 1.0, httpx.MockTransport(lambda r: None)), client_session.HttpTransport)
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    assert isinstance(pick("http://gradserve.invalid:8000", {}, 1.0), client_session.HttpTransport)
+    monkeypatch.setenv("NO_PROXY", "gradserve.invalid")
+    assert isinstance(pick("http://gradserve.invalid:8000", {}, 1.0), client_session.PlainHttpTransport)
+
+
+class OneShotServer:
+    """Answers each connection's first request with `reply`, then closes it without saying so
+    (as a server does with an idle keep-alive connection)."""
+
+    def __init__(self, reply: bytes):
+        import socket
+        import threading
+
+        self.reply, self.requests = reply, []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                self.requests.append(data.split(b"\r\n")[0])
+                conn.sendall(self.reply)
+
+    def close(self):
+        self.sock.close()
+
+
+def test_plain_http_reconnects_when_an_idle_connection_was_closed():
+    body = b'{"status":"ok"}'
+    server = OneShotServer(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                           % (len(body), body))
+    try:
+        transport = client_session.PlainHttpTransport(server.url + "/base/", {"X-Test": "1"}, 5.0)
+        for _ in range(3):
+            answer = transport.request("GET", "/healthz")
+            assert (answer.status, answer.json(), answer.headers["content-type"]) == (200, {"status": "ok"}, "application/json")
+            time.sleep(0.05)  # let the server's close arrive
+        assert server.requests == [b"GET /base/healthz HTTP/1.1"] * 3
+        transport.close()
+    finally:
+        server.close()
+
+
+def test_plain_http_failures_are_the_client_errors():
+    silent = OneShotServer(b"")  # reads the request, then closes without an answer
+    try:
+        with client.connect(silent.url, retries=1, backoff=0.0) as s:
+            assert isinstance(s._transport, client_session.PlainHttpTransport)
+            with pytest.raises(client.ConnectionFailed, match="dropped"):
+                s.send("/forward", BAD_GRAPH)
+            assert s.stats["/forward"] == 2  # a /forward may be resent
+    finally:
+        silent.close()
+    import socket
+
+    quiet = socket.create_server(("127.0.0.1", 0))  # accepts (backlog), never answers
+    try:
+        url = f"http://127.0.0.1:{quiet.getsockname()[1]}"
+        with client.connect(url, timeout=0.3, retries=0) as s:
+            with pytest.raises(client.RequestTimeout, match="within the timeout"):
+                s.get("/healthz")
+    finally:
+        quiet.close()
+
+
+def test_remote_session_keeps_its_connection(server):
+    with client.connect(server.url) as s:
+        x = Variable(X, requires_grad=True)
+        for _ in range(3):
+            (x * x).sum().backward()
+        assert len(s._transport._idle) == 1
+        np.testing.assert_allclose(x.grad.data, 3 * 2 * X)
+
+
+def test_embedded_answers_are_the_clients_own_arrays():
+    seed = np.ones((2, 3), np.float32)
+    with client.connect(None) as s:
+        x = Variable(X, requires_grad=True)
+        y = x * 1.0
+        y.backward(seed)  # the gradient of x is the seed itself, computed in-process
+        x.grad.data += 1.0  # accumulating in place must not reach the caller's seed
+        np.testing.assert_array_equal(seed, np.ones((2, 3), np.float32))
+        y.data[0, 0] = 123.0  # nor the executor's or the leaf's arrays
+        np.testing.assert_array_equal(x.data, X)
+        assert s.stats["/backward"] == 1
+        with pytest.raises(client.GraphValidationError, match="unknown field"):
+            s.send("/forward", {**BAD_GRAPH, "colour": "blue"})  # raw requests still go as bytes
+        with pytest.raises(client.ShapeError):
+            x.mm(x)
