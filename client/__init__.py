@@ -17,6 +17,7 @@ Ops, methods and operators are derived from `engine.registry.OPS`; imports flow 
 Higher-order gradients (`create_graph=True`) raise `HigherOrderGradientError`: use `engine`.
 """
 
+from engine import compat as _compat
 from engine import ops as _engine_ops  # noqa: F401  (importing ops fills the registry)
 from engine.registry import OPS
 
@@ -27,6 +28,7 @@ from client.errors import (
     HigherOrderGradientError, InternalServerError, NotFoundError, OutOfMemoryError, PayloadTooLargeError,
     ProtocolError, RequestError, RequestTimeout, ServerError, ServiceError, ServiceUnavailableError, TracingError,
 )
+from client import factory as _factory
 from client.factory import arange, full, manual_seed, ones, ones_like, rand, randn, tensor, zeros, zeros_like
 from client.function import Function, FunctionCtx
 from client.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
@@ -36,6 +38,8 @@ from client.variable import Variable
 
 _FUNCTIONS = _install()
 globals().update(_FUNCTIONS)
+_PYTORCH03 = _compat.install(Variable, _factory._client, lambda v, dtype: _FUNCTIONS["cast"](v, dtype=dtype))
+globals().update(_PYTORCH03)
 
 __all__ = [
     "Variable", "Function", "FunctionCtx", "grad", "no_grad", "enable_grad", "is_grad_enabled", "set_grad_enabled",
@@ -45,5 +49,5 @@ __all__ = [
     "NotFoundError", "ConflictError", "PayloadTooLargeError", "GraphValidationError", "InternalServerError",
     "ServiceUnavailableError", "OutOfMemoryError", "ConnectionFailed", "RequestTimeout", "ProtocolError",
     "TracingError", "HigherOrderGradientError", "ShapeError",
-    *sorted(OPS),
+    *sorted(_PYTORCH03), *sorted(OPS),
 ]

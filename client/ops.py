@@ -379,15 +379,6 @@ max = _extreme("max", "amax", "argmax", "maximum")
 min = _extreme("min", "amin", "argmin", "minimum")
 
 
-def _cast_method(dtype):
-    def method(self):
-        return self if self.dtype == dtype else FUNCTIONS["cast"](self, dtype=dtype)
-
-    method.__name__ = numpy.dtype(dtype).name
-    method.__doc__ = f"This Variable as {numpy.dtype(dtype).name} (differentiable)."
-    return method
-
-
 def install() -> dict:
     """Build every op function and install methods and operators on client.Variable."""
     for name, op in OPS.items():
@@ -402,7 +393,4 @@ def install() -> dict:
     Variable.mT = property(lambda self: FUNCTIONS["transpose"](self, -2, -1), doc="the last two dimensions swapped")
     Variable.max = lambda self, dim=None, keepdim=False: max(self, dim, keepdim)
     Variable.min = lambda self, dim=None, keepdim=False: min(self, dim, keepdim)
-    for method_name, dtype in {"float": "float32", "double": "float64", "half": "float16", "long": "int64",
-                               "int": "int32", "bool": "bool"}.items():
-        setattr(Variable, method_name, _cast_method(dtype))
     return FUNCTIONS

@@ -21,6 +21,8 @@ import numpy
 from client.errors import TracingError
 from client.grad_mode import current_phase, is_grad_enabled, no_grad
 from client.graph import CUT, LEAF, Value
+from engine.compat import accept_volatile
+from engine.tensor_data import plain, same_array, tensor_data
 from engine.variable import format_variable
 
 FLOAT_KINDS = ("f",)
@@ -36,7 +38,7 @@ def as_host_array(data, dtype=None) -> numpy.ndarray:
     elif isinstance(data, EngineVariable):
         data = data.data
     if isinstance(data, numpy.ndarray):
-        array = data
+        array = plain(data)
     elif hasattr(data, "__cuda_array_interface__") and hasattr(data, "get"):
         array = data.get()  # a CuPy array
     else:
@@ -61,7 +63,9 @@ class Variable:
     __array_ufunc__ = None  # make `ndarray <op> Variable` defer to Variable's reflected operators
     __hash__ = object.__hash__
 
-    def __init__(self, data, requires_grad=False):
+    def __init__(self, data, requires_grad=False, **pytorch03):
+        if pytorch03:
+            accept_volatile(pytorch03)
         self._data = as_host_array(data)
         self._value = None
         self.grad = None
@@ -146,14 +150,14 @@ class Variable:
                 self._data = self._data.copy()
                 self._shared = False
                 self._value = None
-            return self._data
-        return self._array()
+            return tensor_data(self._data)
+        return tensor_data(self._array())
 
     @data.setter
     def data(self, new):
         array = as_host_array(new)
         if self._data is not None:
-            if array is not self._data:
+            if not same_array(array, self._data):
                 self._data = array
                 self._value = None
                 self._shared = False
@@ -288,7 +292,7 @@ class Variable:
         return self._array().item()
 
     def numpy(self) -> numpy.ndarray:
-        return self.data
+        return plain(self.data)
 
     def tolist(self):
         return self._array().tolist()
@@ -312,6 +316,11 @@ class Variable:
         if self.dtype.kind not in "iub" or self.numel() != 1:
             raise TypeError("only integer Variables of a single element can be converted to an index")
         return builtins.int(self._array().item())
+
+    def __format__(self, spec):
+        if len(self.shape) == 0:
+            return format(self.item(), spec)  # f"{loss:.4f}", as PyTorch formats a 0-d tensor
+        return object.__format__(self, spec)
 
     def __repr__(self):
         try:

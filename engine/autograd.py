@@ -22,12 +22,12 @@ def _root_gradients(outputs, grad_outputs):
     for i, out in enumerate(outputs):
         g = None if grad_outputs is None else grad_outputs[i]
         if g is None:
-            if out.data.size != 1:
+            if out._data.size != 1:
                 raise RuntimeError(
                     f"grad can be implicitly created only for scalar outputs (output {i} has shape {list(out.shape)}); "
                     "pass a gradient of the output's shape"
                 )
-            grads.append(Variable._result(array_module(out.data).ones_like(out.data), None))
+            grads.append(Variable._result(array_module(out._data).ones_like(out._data), None))
             continue
         if not isinstance(g, Variable):
             g = Variable._result(as_array(g, out.dtype), None)
@@ -44,9 +44,9 @@ def _fit(g, meta):
 
     `meta` is the input's array (or its `Meta`): anything with `shape` and `dtype`."""
     shape = tuple(meta.shape)
-    if g.data.shape != shape:
+    if g._data.shape != shape:
         g = trusted.sum_to(g, shape=shape)
-    if g.data.dtype != meta.dtype:
+    if g._data.dtype != meta.dtype:
         g = trusted.cast(g, dtype=meta.dtype.name)
     return g
 
@@ -101,7 +101,7 @@ class _Sink:
         self.handed = {}
 
     def _owned(self, g):
-        data = g.data
+        data = g._data
         flags = getattr(data, "flags", None)
         if id(data) in self.handed or (flags is not None and (not flags.owndata or not flags.writeable)):
             data = data.copy()
@@ -123,12 +123,12 @@ class _Sink:
         elif self.create_graph or var.grad._requires_grad:
             var.grad = var.grad + g
         else:
-            current = var.grad.data
+            current = var.grad._data
             flags = getattr(current, "flags", None)
-            if flags is not None and flags.writeable and current.shape == g.data.shape and id(current) not in self.handed:
-                current += g.data
+            if flags is not None and flags.writeable and current.shape == g._data.shape and id(current) not in self.handed:
+                current += g._data
             else:
-                var.grad = Variable._result(current + g.data, None)
+                var.grad = Variable._result(current + g._data, None)
 
 
 def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None):
@@ -137,7 +137,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
     capture = None if inputs is None else {id(v): None for v in inputs}
     sink = _Sink(create_graph, capture)
     for g in grad_outputs:
-        sink.handed[id(g.data)] = g.data
+        sink.handed[id(g._data)] = g._data
     grads = {}
     root_nodes = []
     for out, g in zip(outputs, grad_outputs):
@@ -178,7 +178,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
                 if edge is None:
                     continue
                 if gi is not None and need is not None:
-                    data, meta = gi.data, given.data
+                    data, meta = gi._data, given._data
                     if data.shape != meta.shape or data.dtype != meta.dtype:
                         gi = _fit(gi, meta)
                 else:

@@ -87,7 +87,7 @@ class Function:
             out = cls.forward(ctx, *args)
         if isinstance(out, tuple):
             raise TypeError(f"{cls.__name__}.forward returned a tuple; custom Functions here return one Variable")
-        data = out.data if isinstance(out, Variable) else as_array(out)
+        data = out._data if isinstance(out, Variable) else as_array(out)
         if is_grad_enabled() and any(ctx.needs_input_grad):
             node_class = _node_class(cls)
             return Variable._result(data, node_class(cls, ctx, args))

@@ -21,17 +21,17 @@ def _outputs(fn, inputs):
 
 def _numerical(fn, inputs, wrt, eps):
     """Jacobian blocks J[o][i] of shape (out_size, in_size) by central differences."""
-    sizes = [o.data.size for o in _outputs(fn, inputs)]
-    jac = [[numpy.zeros((s, inputs[i].data.size)) for i in wrt] for s in sizes]
+    sizes = [o._data.size for o in _outputs(fn, inputs)]
+    jac = [[numpy.zeros((s, inputs[i]._data.size)) for i in wrt] for s in sizes]
     for k, i in enumerate(wrt):
-        data = inputs[i].data
+        data = inputs[i]._data
         flat = data.reshape(-1)
         for j in range(flat.size):
             original = flat[j].item()
             flat[j] = original + eps
-            plus = [backend.to_numpy(o.data).astype(numpy.float64).reshape(-1) for o in _outputs(fn, inputs)]
+            plus = [backend.to_numpy(o._data).astype(numpy.float64).reshape(-1) for o in _outputs(fn, inputs)]
             flat[j] = original - eps
-            minus = [backend.to_numpy(o.data).astype(numpy.float64).reshape(-1) for o in _outputs(fn, inputs)]
+            minus = [backend.to_numpy(o._data).astype(numpy.float64).reshape(-1) for o in _outputs(fn, inputs)]
             flat[j] = original
             for o in range(len(sizes)):
                 jac[o][k][:, j] = (plus[o] - minus[o]) / (2 * eps)
@@ -43,16 +43,16 @@ def _analytical(fn, inputs, wrt):
     jac = []
     targets = [inputs[i] for i in wrt]
     for out in outputs:
-        rows = [numpy.zeros((out.data.size, inputs[i].data.size)) for i in wrt]
+        rows = [numpy.zeros((out._data.size, inputs[i]._data.size)) for i in wrt]
         if out.requires_grad:
-            xp = backend.array_module(out.data)
-            for r in range(out.data.size):
-                seed = xp.zeros(out.data.size, dtype=out.data.dtype)
+            xp = backend.array_module(out._data)
+            for r in range(out._data.size):
+                seed = xp.zeros(out._data.size, dtype=out._data.dtype)
                 seed[r] = 1
                 grads = grad(out, targets, Variable._result(seed.reshape(out.shape), None), retain_graph=True, allow_unused=True)
                 for k, g in enumerate(grads):
                     if g is not None:
-                        rows[k][r] = backend.to_numpy(g.data).reshape(-1)
+                        rows[k][r] = backend.to_numpy(g._data).reshape(-1)
         jac.append(rows)
     return jac
 
@@ -103,7 +103,7 @@ def gradgradcheck(fn, inputs, grad_outputs=None, eps=1e-6, atol=1e-5, rtol=1e-3,
         outs = _outputs(fn, list(xs))
         targets = [x for x in xs if isinstance(x, Variable) and x.requires_grad]
         grads = grad(outs, targets, grad_outputs, create_graph=True, allow_unused=True)
-        return tuple(Variable(x.data * 0) if g is None else g for g, x in zip(grads, targets))
+        return tuple(Variable(x._data * 0) if g is None else g for g, x in zip(grads, targets))
 
     if not wrt:
         raise ValueError("gradgradcheck: no input requires grad")

@@ -409,11 +409,11 @@ class Execution:
                 values = _run_steps(plan.steps, {}, inputs=self.inputs)
         self.values = values
         self.outputs = {name: _as_variable(values[name]) for name in plan.outputs}
-        self.nbytes = sum(v.data.nbytes for v in values.values() if isinstance(v, Variable))
+        self.nbytes = sum(v._data.nbytes for v in values.values() if isinstance(v, Variable))
         self.freed = False
 
     def output_arrays(self) -> dict:
-        return {name: v.data for name, v in self.outputs.items()}
+        return {name: v._data for name, v in self.outputs.items()}
 
     def backward(self, grad_outputs: dict | None = None, wrt=None, retain_graph=False) -> dict:
         """Gradients of the outputs with respect to `wrt` (default: inputs that require grad)."""
@@ -439,11 +439,11 @@ class Execution:
                 continue
             seed = grad_outputs.get(name)
             if seed is None:
-                if out.data.size != 1:
+                if out._data.size != 1:
                     raise GraphError(
                         f"output {name!r} has shape {list(out.shape)}: a gradient can be implied only for scalar outputs; "
                         f"pass grad_outputs with a tensor named {name!r}", node=name, field="grad_outputs")
-                seed = backend.array_module(out.data).ones_like(out.data)
+                seed = backend.array_module(out._data).ones_like(out._data)
             else:
                 if tuple(seed.shape) != tuple(out.shape):
                     raise GraphError(f"grad_outputs {name!r} has shape {list(seed.shape)} but the output has shape {list(out.shape)}",
@@ -462,7 +462,7 @@ class Execution:
                 raise GraphError(f"backward failed: {err}", status=409 if "second time" in str(err) else 422) from None
         self.freed = not retain_graph
         return {
-            name: (g.data if g is not None else backend.array_module(t.data).zeros_like(t.data))
+            name: (g._data if g is not None else backend.array_module(t._data).zeros_like(t._data))
             for name, t, g in zip(wrt, targets, grads)
         }
 

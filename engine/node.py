@@ -28,7 +28,7 @@ INPLACE_MESSAGE = (
 class Meta:
     """Shape and dtype of a freed input: all that linear ops' vjps need.
 
-    It stands where the input Variable stood, so `meta.data.shape` reads like `variable.data.shape`."""
+    It stands where the input Variable stood, so `meta._data.shape` reads like `variable._data.shape`."""
 
     __slots__ = ("shape", "dtype")
 
@@ -39,7 +39,7 @@ class Meta:
     @staticmethod
     def of(variable):
         meta = _new(Meta)
-        data = variable.data
+        data = variable._data
         meta.shape = data.shape
         meta.dtype = data.dtype
         return meta
@@ -49,7 +49,7 @@ class Meta:
         return len(self.shape)
 
     @property
-    def data(self):
+    def _data(self):
         return self
 
 
@@ -58,7 +58,7 @@ class Node:
 
     `edges[i]` says where the gradient of input i goes: a Node (a non-leaf input), the leaf
     Variable itself, or None when that input needs no gradient. `saved[i]` is input i (or its
-    `Meta` once freed): autograd reads `saved[i].data.shape` and `.dtype` to fit gradients.
+    `Meta` once freed): autograd reads `saved[i]._data.shape` and `.dtype` to fit gradients.
     `vjp(grad, needs)` returns one gradient per input; `needs[i]` is None where input i's
     gradient is not wanted (the edges themselves are a valid `needs`).
     """
@@ -160,7 +160,7 @@ def _wrap(out, xp):
 
 def apply_op(op, inputs, attrs):
     """Run `op` forward on Variables `inputs`, recording a node when a gradient may be needed."""
-    datas = [v.data for v in inputs]
+    datas = [v._data for v in inputs]
     first = datas[0]
     xp = numpy if type(first) is numpy.ndarray else backend.array_module(first)
     out = op.forward(xp, *datas, **attrs)
@@ -173,7 +173,7 @@ def apply_op(op, inputs, attrs):
                 node = op.node_class(inputs, attrs, out if op.uses_output else None)
                 break
     result = _new(Variable)
-    result.data = out
+    result._data = out
     result.grad = None
     result._node = node
     result._requires_grad = node is not None

@@ -128,7 +128,7 @@ def _reference(inputs):
     first = None
     for v in inputs:
         if isinstance(v, Variable):
-            if v.data.dtype.kind == "f":
+            if v._data.dtype.kind == "f":
                 return v
             if first is None:  # not `first or v`: that asks bool() of a many-element Variable
                 first = v
@@ -152,7 +152,7 @@ def coerce(inputs):
         if isinstance(v, Variable):
             out.append(v)
         elif ref is not None and isinstance(v, (bool, int, float)):
-            dtype = ref.data.dtype
+            dtype = ref._data.dtype
             if dtype.kind == "f":  # next to a floating array a Python number takes the array's dtype
                 out.append(Variable._result(backend.to_active(numpy.asarray(v, dtype)), None))
                 continue

@@ -11,7 +11,9 @@ import builtins
 import numpy
 
 from engine import backend
+from engine.compat import accept_volatile
 from engine.grad_mode import is_grad_enabled
+from engine.tensor_data import plain, same_array, tensor_data
 
 FLOAT_KINDS = ("f",)
 
@@ -22,9 +24,9 @@ def as_array(data, dtype=None):
     Python floats become float32 and Python ints int64, as in PyTorch; arrays keep their dtype.
     """
     if isinstance(data, Variable):
-        data = data.data
+        data = data._data
     if backend.is_array(data):
-        array = backend.to_active(data)
+        array = backend.to_active(plain(data))
     else:
         array = numpy.asarray(data)
         if dtype is None and array.dtype == numpy.float64 and not isinstance(data, (numpy.generic, numpy.ndarray)):
@@ -54,12 +56,14 @@ def format_variable(array, node, requires_grad, device="cpu") -> str:
 class Variable:
     """A node value in a define-by-run graph, with PyTorch's Variable semantics."""
 
-    __slots__ = ("data", "grad", "_node", "_requires_grad", "_version", "__weakref__")
+    __slots__ = ("_data", "grad", "_node", "_requires_grad", "_version", "__weakref__")
     __array_ufunc__ = None  # make `ndarray <op> Variable` defer to Variable's reflected operators
     __hash__ = object.__hash__
 
-    def __init__(self, data, requires_grad=False):
-        self.data = as_array(data)
+    def __init__(self, data, requires_grad=False, **pytorch03):
+        if pytorch03:
+            accept_volatile(pytorch03)
+        self._data = as_array(data)
         self.grad = None
         self._node = None
         self._version = 0
@@ -70,12 +74,24 @@ class Variable:
     @classmethod
     def _result(cls, data, node):
         v = object.__new__(cls)
-        v.data = data
+        v._data = data
         v.grad = None
         v._node = node
         v._requires_grad = node is not None
         v._version = 0
         return v
+
+    @property
+    def data(self):
+        """The values, sharing this Variable's memory and outside autograd (as in PyTorch): a NumPy
+        array with PyTorch-0.3 Tensor methods (`engine.tensor_data.TensorData`) on the CPU."""
+        return tensor_data(self._data)
+
+    @data.setter
+    def data(self, value):
+        array = as_array(value)
+        if not same_array(array, self._data):
+            self._data = array
 
     # --- autograd attributes -------------------------------------------------------------
     @property
@@ -98,9 +114,9 @@ class Variable:
                 "computed variable in a subgraph that doesn't require differentiation use "
                 "var_no_grad = var.detach()."
             )
-        if flag and self.data.dtype.kind not in FLOAT_KINDS:
+        if flag and self._data.dtype.kind not in FLOAT_KINDS:
             raise RuntimeError(
-                f"only Variables of floating point dtype can require gradients (got {self.data.dtype})"
+                f"only Variables of floating point dtype can require gradients (got {self._data.dtype})"
             )
         self._requires_grad = bool(flag)
 
@@ -130,7 +146,7 @@ class Variable:
 
     def detach(self):
         """A new leaf sharing this Variable's data, cut from the graph."""
-        return Variable._result(self.data, None)
+        return Variable._result(self._data, None)
 
     def detach_(self):
         self._node = None
@@ -140,59 +156,59 @@ class Variable:
     # --- array attributes ----------------------------------------------------------------
     @property
     def shape(self):
-        return tuple(self.data.shape)
+        return tuple(self._data.shape)
 
     @property
     def dtype(self):
-        return self.data.dtype
+        return self._data.dtype
 
     @property
     def ndim(self) -> int:
-        return self.data.ndim
+        return self._data.ndim
 
     @property
     def device(self) -> str:
-        return "cpu" if isinstance(self.data, numpy.ndarray) else "cuda"
+        return "cpu" if isinstance(self._data, numpy.ndarray) else "cuda"
 
     def size(self, dim=None):
         return self.shape if dim is None else self.shape[dim]
 
     def dim(self) -> int:
-        return self.data.ndim
+        return self._data.ndim
 
     def numel(self) -> int:
-        return int(self.data.size)
+        return int(self._data.size)
 
     def __len__(self):
-        if self.data.ndim == 0:
+        if self._data.ndim == 0:
             raise TypeError("len() of a 0-d Variable")
-        return self.data.shape[0]
+        return self._data.shape[0]
 
     def __iter__(self):
-        if self.data.ndim == 0:
+        if self._data.ndim == 0:
             raise TypeError("iteration over a 0-d Variable")
-        return (self[i] for i in range(self.data.shape[0]))
+        return (self[i] for i in range(self._data.shape[0]))
 
     # --- conversion ----------------------------------------------------------------------
     def item(self):
-        if self.data.size != 1:
-            raise ValueError(f"only one element Variables can be converted to Python scalars (this one has {self.data.size})")
-        return self.data.item()
+        if self._data.size != 1:
+            raise ValueError(f"only one element Variables can be converted to Python scalars (this one has {self._data.size})")
+        return self._data.item()
 
     def numpy(self) -> numpy.ndarray:
-        return backend.to_numpy(self.data)
+        return backend.to_numpy(self._data)
 
     def tolist(self):
-        return backend.to_numpy(self.data).tolist()
+        return backend.to_numpy(self._data).tolist()
 
     def __array__(self, dtype=None, copy=None):
-        array = backend.to_numpy(self.data)
+        array = backend.to_numpy(self._data)
         return array if dtype is None else array.astype(dtype)
 
     def __bool__(self):
-        if self.data.size != 1:
+        if self._data.size != 1:
             raise RuntimeError("Boolean value of a Variable with more than one value is ambiguous")
-        return builtins.bool(self.data.item())
+        return builtins.bool(self._data.item())
 
     def __float__(self):
         return builtins.float(self.item())
@@ -201,12 +217,17 @@ class Variable:
         return builtins.int(self.item())
 
     def __index__(self):
-        if self.data.dtype.kind not in "iub" or self.data.size != 1:
+        if self._data.dtype.kind not in "iub" or self._data.size != 1:
             raise TypeError("only integer Variables of a single element can be converted to an index")
-        return builtins.int(self.data.item())
+        return builtins.int(self._data.item())
+
+    def __format__(self, spec):
+        if self._data.ndim == 0:
+            return format(self._data.item(), spec)  # f"{loss:.4f}", as PyTorch formats a 0-d tensor
+        return object.__format__(self, spec)
 
     def __repr__(self):
-        return format_variable(backend.to_numpy(self.data), self._node, self._requires_grad, self.device)
+        return format_variable(backend.to_numpy(self._data), self._node, self._requires_grad, self.device)
 
     __str__ = __repr__
 
@@ -231,30 +252,15 @@ class Variable:
                     "a leaf Variable that requires grad is being used in an in-place operation."
                 )
             if self._requires_grad or (value_var is not None and value_var._requires_grad):
-                snapshot = Variable._result(self.data, self._node)
+                snapshot = Variable._result(self._data, self._node)
                 snapshot._requires_grad = self._requires_grad
                 result = setitem(snapshot, value, key)
-                self.data, self._node, self._requires_grad = result.data, result._node, True
+                self._data, self._node, self._requires_grad = result._data, result._node, True
                 self._version += 1
                 return
         from engine.indexing import from_key, to_key
 
         spec, arrays = from_key(key, lambda a: as_array(a))
-        raw = value.data if value_var is not None else value
-        self.data[to_key(spec, arrays)] = raw
+        raw = value._data if value_var is not None else value
+        self._data[to_key(spec, arrays)] = raw
         self._version += 1
-
-
-def _cast_method(dtype):
-    def method(self):
-        from engine.registry import F  # engine.ops.elementwise.cast is the OpDef, not a function
-
-        return self if self.data.dtype == dtype else F.cast(self, dtype=dtype)
-
-    method.__name__ = numpy.dtype(dtype).name
-    method.__doc__ = f"This Variable as {numpy.dtype(dtype).name} (differentiable)."
-    return method
-
-
-for _name, _dtype in {"float": "float32", "double": "float64", "half": "float16", "long": "int64", "int": "int32", "bool": "bool"}.items():
-    setattr(Variable, _name, _cast_method(_dtype))

@@ -35,15 +35,15 @@ neg = defop("neg", lambda xp, x: -x, lambda g, ans, x: -g, saves=False, samples=
 
 
 def _pow_exponent_vjp(g, ans, x, y):
-    xp_zero = (x.data == 0) & (y.data >= 0)
+    xp_zero = (x._data == 0) & (y._data >= 0)
     return F.where(const(xp_zero), 0.0, g * ans * F.log(x))
 
 
 def _pow_base_vjp(g, ans, x, y):
     # a constant exponent needs no graph for y - 1 (asarray: a 0-d difference is a NumPy scalar)
-    y_minus_1 = y - 1 if y._requires_grad else const(_xp(y.data).asarray(y.data - 1))
+    y_minus_1 = y - 1 if y._requires_grad else const(_xp(y._data).asarray(y._data - 1))
     grad = g * (y * x ** y_minus_1)
-    zero = y.data == 0
+    zero = y._data == 0
     # d/dx x ** 0 is 0 everywhere, also at x == 0 where y * x ** (y - 1) would be 0 * inf
     return F.where(const(zero), 0.0, grad) if zero.any() else grad
 
@@ -58,10 +58,10 @@ log = defop("log", lambda xp, x: xp.log(x), lambda g, ans, x: g / x, samples=POS
             doc="natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)")
 sqrt = defop("sqrt", lambda xp, x: xp.sqrt(x), lambda g, ans, x: g / (ans * 2), uses_output=True,
              samples=POSITIVE, infer=shapes.floating, doc="square root")
-sign = defop("sign", lambda xp, x: xp.sign(x), lambda g, ans, x: const(_xp(g.data).zeros_like(g.data)),
+sign = defop("sign", lambda xp, x: xp.sign(x), lambda g, ans, x: const(_xp(g._data).zeros_like(g._data)),
              saves=False, samples=UNARY, infer=shapes.same,
              doc="-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)")
-abs = defop("abs", lambda xp, x: xp.abs(x), lambda g, ans, x: g * const(_xp(x.data).sign(x.data).astype(g.dtype)),
+abs = defop("abs", lambda xp, x: xp.abs(x), lambda g, ans, x: g * const(_xp(x._data).sign(x._data).astype(g.dtype)),
             samples=UNARY, infer=shapes.same, doc="|x| (gradient sign(x), 0 at 0)")
 sin = defop("sin", lambda xp, x: xp.sin(x), lambda g, ans, x: g * F.cos(x), samples=UNARY, infer=shapes.floating, doc="sine")
 cos = defop("cos", lambda xp, x: xp.cos(x), lambda g, ans, x: -(g * F.sin(x)), samples=UNARY, infer=shapes.floating, doc="cosine")
@@ -69,7 +69,7 @@ tanh = defop("tanh", lambda xp, x: xp.tanh(x), lambda g, ans, x: g * (1 - ans * 
              samples=UNARY, infer=shapes.floating, doc="hyperbolic tangent")
 sigmoid = defop("sigmoid", lambda xp, x: (xp.tanh(x * 0.5) + 1) * 0.5, lambda g, ans, x: g * ans * (1 - ans),
                 uses_output=True, samples=UNARY, infer=shapes.floating, doc="1 / (1 + e ** -x), computed stably")
-relu = defop("relu", lambda xp, x: xp.maximum(x, 0), lambda g, ans, x: g * const(~(x.data <= 0)),
+relu = defop("relu", lambda xp, x: xp.maximum(x, 0), lambda g, ans, x: g * const(~(x._data <= 0)),
              samples=UNARY, infer=shapes.same, doc="max(x, 0)")
 
 
@@ -84,9 +84,9 @@ def _clamp_forward(xp, x, min=None, max=None):
 def _clamp_vjp(g, ans, x, min=None, max=None):
     inside = True
     if min is not None:
-        inside = x.data >= min
+        inside = x._data >= min
     if max is not None:
-        inside = inside & (x.data <= max)
+        inside = inside & (x._data <= max)
     return g * const(inside)
 
 
@@ -98,7 +98,7 @@ clamp = defop("clamp", _clamp_forward, _clamp_vjp,
 
 def _tie_weights(x, y, dtype):
     # PyTorch's rule: 0 where x loses, 1/2 on ties, 1 otherwise (so a NaN passes the gradient on)
-    xd, yd = x.data, y.data
+    xd, yd = x._data, y._data
     return (1 - (xd < yd) - (xd == yd) * 0.5).astype(dtype)
 
 

@@ -40,7 +40,7 @@ def _count(shape, dim):
 
 def unreduce(g, shape, dim, keepdim):
     """Broadcast a reduction's gradient back to the input's shape."""
-    if not keepdim and g.data.ndim:  # a 0-d gradient (every dim reduced) broadcasts as it is
+    if not keepdim and g._data.ndim:  # a 0-d gradient (every dim reduced) broadcasts as it is
         g = trusted.reshape(g, shape=shapes.reduced_shape(shape, dim, True))
     return trusted.expand(g, shape=tuple(shape))
 
@@ -56,8 +56,8 @@ mean = defop("mean", lambda xp, x, dim, keepdim: x.mean(axis=_axes(dim, x.ndim),
 
 
 def _extreme_vjp(g, ans, x, dim, keepdim):
-    peak = ans.data if keepdim else ans.data.reshape(shapes.reduced_shape(x.shape, dim, True))
-    hit = x.data == peak
+    peak = ans._data if keepdim else ans._data.reshape(shapes.reduced_shape(x.shape, dim, True))
+    hit = x._data == peak
     weights = hit / hit.sum(axis=_axes(dim, x.ndim), keepdims=True)
     return unreduce(g, x.shape, dim, keepdim) * const(weights.astype(g.dtype))
 
@@ -99,16 +99,16 @@ def _norm_forward(xp, x, p, dim, keepdim):
 
 
 def _norm_vjp(g, ans, x, p, dim, keepdim):
-    xp = array_module(x.data)
-    zero = const(ans.data == 0)
+    xp = array_module(x._data)
+    zero = const(ans._data == 0)
     safe = F.where(zero, 1.0, ans)
     if math.isinf(p):
-        return _extreme_vjp(g, Variable._result(ans.data, None), F.abs(x), dim, keepdim) * const(xp.sign(x.data).astype(g.dtype))
+        return _extreme_vjp(g, Variable._result(ans._data, None), F.abs(x), dim, keepdim) * const(xp.sign(x._data).astype(g.dtype))
     if p == 2:
         return x * unreduce(F.where(zero, 0.0, g / safe), x.shape, dim, keepdim)
     scale = F.where(zero, 0.0, g / safe ** (p - 1))
-    grad = const(xp.sign(x.data).astype(g.dtype)) * F.abs(x) ** (p - 1) * unreduce(scale, x.shape, dim, keepdim)
-    return F.where(const(x.data == 0), 0.0, grad) if p < 1 else grad  # 0 * inf at zeros when p < 1
+    grad = const(xp.sign(x._data).astype(g.dtype)) * F.abs(x) ** (p - 1) * unreduce(scale, x.shape, dim, keepdim)
+    return F.where(const(x._data == 0), 0.0, grad) if p < 1 else grad  # 0 * inf at zeros when p < 1
 
 
 norm = defop("norm", _norm_forward, _norm_vjp,
@@ -131,9 +131,9 @@ var = defop("var", _var, attrs={"dim": DIM, "unbiased": Attr("bool", True, "divi
 
 
 def _logsumexp(x, dim, keepdim=False):
-    xp = array_module(x.data)
+    xp = array_module(x._data)
     axes = tuple(range(x.ndim)) if dim == () else shapes.normalize_dims(dim, x.ndim)
-    peak = xp.amax(x.data, axis=axes, keepdims=True)
+    peak = xp.amax(x._data, axis=axes, keepdims=True)
     peak = xp.where(xp.isfinite(peak), peak, 0).astype(x.dtype)
     out = (x - const(peak)).exp().sum(axes, keepdim=True).log() + const(peak)
     return out if keepdim else out.reshape(shapes.reduced_shape(x.shape, axes, False))
@@ -150,9 +150,9 @@ logsumexp = defop("logsumexp", _logsumexp, attrs={"dim": Attr("dims", doc="dimen
 def _log_softmax(x, dim):
     # (x - max) - log(sum(exp(x - max))): subtracting the max first keeps float32 exact on inputs
     # like [1000, 1001, 1002], where x - logsumexp(x) would lose digits to x's magnitude
-    xp = array_module(x.data)
+    xp = array_module(x._data)
     axes = shapes.normalize_dims(dim, x.ndim)
-    peak = xp.amax(x.data, axis=axes, keepdims=True)
+    peak = xp.amax(x._data, axis=axes, keepdims=True)
     shifted = x - const(xp.where(xp.isfinite(peak), peak, 0).astype(x.dtype))
     return shifted - shifted.exp().sum(axes, keepdim=True).log()
 

@@ -90,7 +90,7 @@ def _t(x):
 
 
 t = defop("t", _t, composite=True, samples=(Sample(((3, 4),)),), infer=_t_infer, doc="transpose of a matrix")
-Variable.T = property(lambda self: trusted.permute(self, dims=tuple(range(self.data.ndim - 1, -1, -1))),
+Variable.T = property(lambda self: trusted.permute(self, dims=tuple(range(self._data.ndim - 1, -1, -1))),
                       doc="all dimensions reversed")
 Variable.mT = property(lambda self: trusted.transpose(self, dim0=-2, dim1=-1), doc="the last two dimensions swapped")
 

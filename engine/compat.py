@@ -1,0 +1,104 @@
+"""PyTorch 0.3 spellings the seed tutorials use, shared by the engine and the client:
+casts (`x.float()`, `x.long()`), typed constructors (`FloatTensor(2, 3)`, `Tensor([1, 2])`, `from_numpy(a)`), `x.type(FloatTensor)`
+and `x.type()`, `x.uniform_(-1, 1)`, and the `volatile=` flag (accepted; it has no effect since
+PyTorch 0.4, and none here: use `no_grad()`).
+
+`install(variable_class, constructors, cast)` adds them to a Variable class and returns the module
+level names; `constructors` is the package's `engine.factory.Constructors`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy
+
+DTYPE_OF = {
+    "FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16",
+    "LongTensor": "int64", "IntTensor": "int32", "BoolTensor": "bool",
+}
+NAME_OF = {dtype: name for name, dtype in DTYPE_OF.items()}
+CAST_METHODS = {"float": "float32", "double": "float64", "half": "float16", "long": "int64", "int": "int32", "bool": "bool"}
+VOLATILE_MESSAGE = "volatile was removed (PyTorch 0.4) and has no effect; use `with no_grad():` instead"
+
+
+class TensorType:
+    """A typed constructor, usable as a dtype: `FloatTensor(2, 3)` (zeros of that shape),
+    `FloatTensor([[1, 2]])` (from data), `x.type(FloatTensor)` (a cast)."""
+
+    def __init__(self, name: str, constructors):
+        self.__name__ = self.__qualname__ = name
+        self.dtype = DTYPE_OF[name]
+        self._constructors = constructors
+
+    def __call__(self, *args):
+        if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+            return self._constructors.zeros(*args, dtype=self.dtype)
+        if len(args) == 1:
+            return self._constructors.tensor(args[0], dtype=self.dtype)
+        raise TypeError(f"{self.__name__}() takes sizes or one sequence of values, got {args!r}")
+
+    def __repr__(self):
+        return f"<tensor type {self.__name__} ({self.dtype})>"
+
+
+def dtype_of(kind) -> str:
+    """The dtype name of a TensorType, 'torch.FloatTensor' / 'FloatTensor', or a NumPy dtype (name)."""
+    if isinstance(kind, TensorType):
+        return kind.dtype
+    if isinstance(kind, str):
+        name = kind.rsplit(".", 1)[-1]
+        if name in DTYPE_OF:
+            return DTYPE_OF[name]
+    try:
+        return numpy.dtype(kind).name
+    except TypeError:
+        raise TypeError(f"unknown tensor type {kind!r}") from None
+
+
+def _cast_method(dtype, cast):
+    def method(self):
+        return self if numpy.dtype(self.dtype).name == dtype else cast(self, dtype)
+
+    method.__name__ = numpy.dtype(dtype).name
+    method.__doc__ = f"This Variable as {numpy.dtype(dtype).name} (differentiable)."
+    return method
+
+
+def install(variable_class, constructors, cast) -> dict:
+    """Add `type`, the casts (`float()`, `double()`...), `uniform_` and `volatile` to
+    `variable_class`; return the module-level names
+    (`Tensor`, `FloatTensor`, ..., `from_numpy`). `cast(v, dtype_name)` converts differentiably."""
+
+    def type_(self, dtype=None):
+        """`x.type()`: the tensor type's name ('torch.FloatTensor'); `x.type(T)`: x converted to T."""
+        if dtype is None:
+            return "torch." + NAME_OF.get(numpy.dtype(self.dtype).name, numpy.dtype(self.dtype).name)
+        target = dtype_of(dtype)
+        return self if numpy.dtype(self.dtype).name == target else cast(self, target)
+
+    def uniform_(self, low=0.0, high=1.0):
+        """Fill in place with draws from U(low, high) (the package's `manual_seed` applies)."""
+        self[...] = constructors.rng.uniform(low, high, tuple(self.shape)).astype(self.dtype)
+        return self
+
+    def volatile(self):
+        return False
+
+    for method_name, dtype in CAST_METHODS.items():
+        setattr(variable_class, method_name, _cast_method(dtype, cast))
+    variable_class.type = type_
+    variable_class.uniform_ = uniform_
+    variable_class.volatile = property(volatile, doc=VOLATILE_MESSAGE)
+    names = {name: TensorType(name, constructors) for name in DTYPE_OF}
+    names["Tensor"] = names["FloatTensor"]
+    names["from_numpy"] = lambda array: constructors.tensor(numpy.asarray(array))
+    return names
+
+
+def accept_volatile(kwargs: dict) -> None:
+    """Drop a `volatile=` argument from a Variable() call, with PyTorch 0.4's warning."""
+    if kwargs.pop("volatile", None) is not None:
+        warnings.warn(VOLATILE_MESSAGE, UserWarning, stacklevel=3)
+    if kwargs:
+        raise TypeError(f"Variable() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")

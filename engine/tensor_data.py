@@ -1,0 +1,87 @@
+"""`TensorData`: what `.data` hands out. A NumPy array (a view sharing the Variable's memory)
+that also answers the `Tensor` methods PyTorch-0.3 programs call on `.data`:
+`loss.data[0]`, `w.grad.data.zero_()`, `y.data.norm()`, `p.data.add_(-lr, p.grad.data)`.
+
+It is an `ndarray` subclass, so NumPy code keeps working on it; arrays stored inside Variables
+are always plain `ndarray`s (`plain()` strips the subclass on the way in).
+"""
+
+from __future__ import annotations
+
+import numpy
+
+
+class TensorData(numpy.ndarray):
+    """A NumPy array with PyTorch-0.3 `Tensor` methods (in-place ones end in `_` and return self)."""
+
+    def __getitem__(self, key):
+        # PyTorch 0.3 had no 0-d tensors: a reduction gave shape (1,), so `loss.data[0]` read it
+        if self.ndim == 0 and isinstance(key, int) and not isinstance(key, bool) and key in (0, -1):
+            key = ()
+        return super().__getitem__(key)
+
+    def zero_(self):
+        self[...] = 0
+        return self
+
+    def fill_(self, value):
+        self[...] = value
+        return self
+
+    def copy_(self, source):
+        self[...] = numpy.asarray(source)
+        return self
+
+    def _update(self, ufunc, args):
+        # PyTorch 0.3's two-argument form: `add_(value, other)` adds value * other
+        other = args[0] if len(args) == 1 else args[0] * numpy.asarray(args[1])
+        ufunc(self, other, out=self, casting="same_kind")
+        return self
+
+    def add_(self, *args):
+        return self._update(numpy.add, args)
+
+    def sub_(self, *args):
+        return self._update(numpy.subtract, args)
+
+    def mul_(self, other):
+        return self._update(numpy.multiply, (other,))
+
+    def div_(self, other):
+        return self._update(numpy.true_divide, (other,))
+
+    def norm(self, p=2):
+        """The p-norm of all elements, as a Python float (PyTorch 0.3's `Tensor.norm()`)."""
+        flat = numpy.asarray(self, dtype=numpy.float64).reshape(-1)
+        return float(numpy.linalg.norm(flat, ord=p))
+
+    def clone(self):
+        return self.copy()
+
+    def numpy(self) -> numpy.ndarray:
+        return self.view(numpy.ndarray)
+
+
+def plain(array):
+    """`array` without the `TensorData` (or any other ndarray subclass) wrapper."""
+    if type(array) is not numpy.ndarray and isinstance(array, numpy.ndarray):
+        return array.view(numpy.ndarray)
+    return array
+
+
+def same_array(a, b) -> bool:
+    """Whether two arrays are the same values in the same memory and layout (`x.data -= d`
+    assigns back a view of the array it updated in place)."""
+    if a is b:
+        return True
+    if not (isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray)):
+        return False
+    return (a.__array_interface__["data"] == b.__array_interface__["data"] and a.shape == b.shape
+            and a.strides == b.strides and a.dtype == b.dtype)
+
+
+def tensor_data(array):
+    """The `.data` of a Variable holding `array`: a TensorData view for NumPy, the array itself otherwise."""
+    if type(array) is numpy.ndarray:
+        return array.view(TensorData)
+    return array
