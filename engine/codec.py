@@ -232,7 +232,14 @@ def split_body(body: bytes, header_length: int | None):
     return view[:header_length], view[header_length:]
 
 
+def body_parts(header: dict, buffers: list) -> tuple[list, int]:
+    """([JSON header bytes, *buffers], header length): a binary body in pieces, for a writer that
+    sends them one after the other instead of copying them into one `bytes`."""
+    head = dumps(header)
+    return [head, *buffers], len(head)
+
+
 def join_body(header: dict, buffers: list) -> tuple[bytes, int]:
     """(body, header length) for a header and its binary buffers."""
-    head = dumps(header)
-    return b"".join([head, *buffers]), len(head)
+    parts, length = body_parts(header, buffers)
+    return b"".join(parts), length

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 
 import orjson
 
-from engine import codec
+from engine import backend, codec
 from engine.graph import Execution, GraphError, TapeFreedError, check_request_inputs, parse
 
 REQUEST_KEYS = {"id", "graph", "inputs", "grad_outputs", "wrt", "parameters", "tape", "outputs"}
@@ -56,6 +56,7 @@ class Request:
     tape: str | None = None
     retain_graph: bool = False
     binary_output: bool = False
+    planned: tuple | None = field(default=None, repr=False)  # (plan, known shapes), once planned
 
 
 @dataclass
@@ -122,21 +123,26 @@ def decode_request(header, tail, limits: Limits) -> Request:
     )
 
 
-def encode_result(result: Result, binary: bool):
-    """(body bytes, header length or None) of a Result in JSON or binary form."""
+def encode_result_parts(result: Result, binary: bool) -> tuple[list, int | None]:
+    """([body pieces], header length or None) of a Result in JSON or binary form. Binary pieces
+    are the JSON header then zero-copy views of the arrays: send them in order, or join them."""
     body = {"id": result.id} if result.id is not None else {}
     buffers = []
     encode = (lambda n, a: codec.encode_binary(n, a, buffers)) if binary else codec.encode_json
-    from engine.backend import to_numpy
-
-    body["outputs"] = [encode(name, to_numpy(a)) for name, a in result.outputs.items()]
+    body["outputs"] = [encode(name, backend.to_numpy(a)) for name, a in result.outputs.items()]
     if result.grads is not None:
-        body["grads"] = [encode(name, to_numpy(a)) for name, a in result.grads.items()]
+        body["grads"] = [encode(name, backend.to_numpy(a)) for name, a in result.grads.items()]
     if result.tape is not None:
         body["tape"] = result.tape
     if binary:
-        return codec.join_body(body, buffers)
-    return codec.dumps(body), None
+        return codec.body_parts(body, buffers)
+    return [codec.dumps(body)], None
+
+
+def encode_result(result: Result, binary: bool) -> tuple[bytes, int | None]:
+    """(body bytes, header length or None) of a Result in JSON or binary form."""
+    parts, length = encode_result_parts(result, binary)
+    return parts[0] if len(parts) == 1 else b"".join(parts), length
 
 
 class TapeStore:
@@ -254,6 +260,13 @@ class Executor:
         self.tapes = TapeStore(self.limits)
 
     def _plan(self, request: Request):
+        """(plan, every node's (shape, dtype) or None) of a request's graph, within the limits;
+        planned once per request."""
+        if request.planned is None:
+            request.planned = self._check_plan(request)
+        return request.planned
+
+    def _check_plan(self, request: Request):
         if request.graph is None:
             raise RequestError("'graph' is required (or 'tape' for a backward through a retained tape)", field="graph")
         plan = self.plans.get(request.graph, self.limits)
@@ -270,12 +283,23 @@ class Executor:
                                    node=node_id, status=413)
         if total > 4 * self.limits.max_total_elements:
             raise RequestError(f"the graph's values would hold {total} elements, over the limit", field="graph", status=413)
-        return plan
+        return plan, known
+
+    def is_light(self, request: Request, max_steps: int = 32, max_elements: int = 4096) -> bool:
+        """Whether running `request` is certainly cheap: a graph (not a tape) of at most `max_steps`
+        nodes (no function node), every value's shape known and `max_elements` elements in all.
+        Plans the graph (cached), so an invalid one raises here as it would when run."""
+        if request.tape is not None or request.graph is None:
+            return False
+        plan, known = self._plan(request)
+        if len(plan.steps) > max_steps or any(known.get(step.id) is None for step in plan.steps):
+            return False
+        return sum(math.prod(known[step.id][0]) for step in plan.steps) <= max_elements
 
     def forward(self, request: Request) -> Result:
         if request.tape is not None or request.grad_outputs or request.wrt is not None:
             raise RequestError("/forward takes no tape, grad_outputs or wrt", field="tape" if request.tape else "grad_outputs")
-        plan = self._plan(request)
+        plan, _ = self._plan(request)
         execution = Execution(plan, request.inputs, record=request.retain_graph)
         tape = self.tapes.put(execution) if request.retain_graph else None
         return Result(request.id, execution.output_arrays(), tape=tape)
@@ -295,7 +319,7 @@ class Executor:
             else:
                 self.tapes.mark_freed(request.tape)
             return Result(request.id, execution.output_arrays(), grads, tape=request.tape if request.retain_graph else None)
-        plan = self._plan(request)
+        plan, _ = self._plan(request)
         execution = Execution(plan, request.inputs, record=True, wrt=request.wrt or ())
         grads = execution.backward(request.grad_outputs, request.wrt, retain_graph=request.retain_graph)
         tape = self.tapes.put(execution) if request.retain_graph else None

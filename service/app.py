@@ -20,7 +20,8 @@ from service import errors
 from service.auth import SCHEME
 from service.compute import ComputePool
 from service.metrics import Metrics, MetricsMiddleware
-from service.routes import router
+from service.routes import add_compute_routes, router
+from service.schema import compute_paths
 from service.settings import Settings
 
 log = logging.getLogger("gradserve")
@@ -66,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.ready = False
     errors.install(app)
+    add_compute_routes(app)
     app.include_router(router)
     if settings.cors_origins:
         app.add_middleware(
@@ -81,6 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 def _openapi(app: FastAPI) -> dict:
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        schema["paths"].update(compute_paths())
         if app.state.settings.api_key is not None:  # describe this instance: the key is optional
             schema.setdefault("components", {}).setdefault("securitySchemes", {})[SCHEME] = {
                 "type": "http", "scheme": "bearer", "description": "GRADSERVE_API_KEY, on /forward and /backward"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.datastructures import Headers
 
 from engine.codec import HEADER_LENGTH
 from service.errors import ApiError
@@ -12,32 +12,42 @@ def _too_large(limit: int, what: str) -> ApiError:
     return ApiError(413, f"the request body {what} the limit of {limit} bytes (max_body_bytes)", field="body")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The raw body, refused with 413 before reading when Content-Length is over `limit`,
-    and while reading (chunked or lying streams) as soon as the bytes pass it."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            length = int(declared)
-        except ValueError:
-            raise ApiError(400, f"Content-Length is not an integer: {declared!r}", field="Content-Length") from None
-        if length > limit:
-            raise _too_large(limit, f"declares {length} bytes, over")
-    chunks, total = [], 0
+def declared_length(headers: Headers, limit: int) -> int | None:
+    """The Content-Length, refused with 413 when it is over `limit` (before any byte is read)."""
+    declared = headers.get("content-length")
+    if declared is None:
+        return None
     try:
-        async for chunk in request.stream():
-            total += len(chunk)
-            if total > limit:
-                raise _too_large(limit, "is over")
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise ApiError(400, "the client disconnected before sending the whole body", field="body") from None
-    return b"".join(chunks)
+        length = int(declared)
+    except ValueError:
+        raise ApiError(400, f"Content-Length is not an integer: {declared!r}", field="Content-Length") from None
+    if length > limit:
+        raise _too_large(limit, f"declares {length} bytes, over")
+    return length
 
 
-def header_length(request: Request) -> int | None:
+async def read_body(receive, headers: Headers, limit: int) -> bytes:
+    """The raw body from ASGI `receive`, refused with 413 before reading when Content-Length is
+    over `limit`, and while reading (chunked or lying streams) as soon as the bytes pass it."""
+    declared_length(headers, limit)
+    chunks, total = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ApiError(400, "the client disconnected before sending the whole body", field="body")
+        chunk = message.get("body", b"")
+        total += len(chunk)
+        if total > limit:
+            raise _too_large(limit, "is over")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def header_length(headers: Headers) -> int | None:
     """The JSON header's length for a binary-extension body (None for a plain JSON body)."""
-    value = request.headers.get(HEADER_LENGTH)
+    value = headers.get(HEADER_LENGTH)
     if value is None:
         return None
     text = value.strip()

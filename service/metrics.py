@@ -60,6 +60,24 @@ class Metrics:
         self.bytes_out = Counter("gradserve_response_bytes", "Response body bytes sent", ["endpoint"],
                                  registry=self.registry)
         self.registry.register(EngineCollector(executor, pool))
+        self._by_endpoint: dict[str, tuple] = {}
+        self._by_status: dict[tuple, object] = {}
+
+    def observe(self, endpoint: str, method: str, status: int, seconds: float, bytes_in: int, bytes_out: int):
+        """Record one request. Labelled children are looked up once per label set, not per request."""
+        children = self._by_endpoint.get(endpoint)
+        if children is None:
+            children = self._by_endpoint[endpoint] = (
+                self.latency.labels(endpoint), self.bytes_in.labels(endpoint), self.bytes_out.labels(endpoint))
+        key = (endpoint, method, status)
+        counter = self._by_status.get(key)
+        if counter is None:
+            counter = self._by_status[key] = self.requests.labels(endpoint, method, str(status))
+        latency, received, sent = children
+        counter.inc()
+        latency.observe(seconds)
+        received.inc(bytes_in)
+        sent.inc(bytes_out)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -97,8 +115,5 @@ class MetricsMiddleware:
         try:
             await self.app(scope, counting_receive, counting_send)
         finally:
-            m = self.metrics
-            m.requests.labels(endpoint, scope.get("method", ""), str(counts["status"])).inc()
-            m.latency.labels(endpoint).observe(time.perf_counter() - start)
-            m.bytes_in.labels(endpoint).inc(counts["in"])
-            m.bytes_out.labels(endpoint).inc(counts["out"])
+            self.metrics.observe(endpoint, scope.get("method", ""), counts["status"], time.perf_counter() - start,
+                                 counts["in"], counts["out"])

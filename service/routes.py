@@ -1,24 +1,29 @@
-"""The HTTP endpoints. Compute endpoints read their body by hand and hand it, unparsed, to a
-compute thread: parsing, decoding, running and encoding never block the event loop."""
+"""The HTTP endpoints. The metadata endpoints are FastAPI routes; the compute endpoints are plain
+ASGI routes that read their body by hand. A large body goes unparsed to a compute thread, so
+parsing, decoding, running and encoding never block the event loop; a small body is decoded on
+the loop and, when its graph is light (a few small nodes of known shapes), run there too."""
 
 from __future__ import annotations
 
+import numpy
 import orjson
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
+from starlette.datastructures import Headers
 from starlette.responses import Response
 
 from engine import backend, codec
 from engine.graph import SPECIAL_OPS, SUBGRAPH_OPS, VERSION
-from engine.protocol import decode_request, encode_result
+from engine.protocol import decode_request, encode_result_parts
 from engine.registry import OPS
 from service.auth import require_api_key
 from service.body import header_length, read_body
 from service.errors import ApiError, from_exception
-from service.schema import ERROR, compute_openapi
+from service.schema import ERROR
 from service.version import __version__
 
 router = APIRouter()
 JSON = "application/json"
+HEADER_LENGTH_KEY = codec.HEADER_LENGTH.lower().encode()
 
 
 def json_response(obj, status: int = 200) -> Response:
@@ -81,52 +86,93 @@ async def metrics(request: Request) -> Response:
     return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-def _compute(executor, kind: str, body: bytes, head_length: int | None):
-    """Runs on a compute thread: split, parse, decode, execute, encode."""
+INLINE_BODY_BYTES = 8192
+
+
+def _decode(executor, body: bytes, head_length: int | None):
+    """split, parse and decode a body into a protocol Request."""
     head, tail = codec.split_body(body, head_length)
     try:
         header = orjson.loads(head)
     except orjson.JSONDecodeError as err:
         raise ApiError(400, f"malformed JSON: {err}", field="body") from None
-    request = decode_request(header, tail, executor.limits)
+    return decode_request(header, tail, executor.limits)
+
+
+def _execute(executor, kind: str, request):
+    """Run a decoded request and encode its result: (body parts, header length, tape)."""
     result = executor.forward(request) if kind == "forward" else executor.backward(request)
-    content, length = encode_result(result, request.binary_output)
-    return content, length, result.tape
+    parts, length = encode_result_parts(result, request.binary_output)
+    return parts, length, result.tape
 
 
-async def _serve(request: Request, kind: str) -> Response:
-    state = request.app.state
-    pool, executor = state.pool, state.executor
-    try:
-        pool.admit()  # refuse (503) before reading a body we could not compute anyway
-        length = header_length(request)
-        body = await read_body(request, executor.limits.max_body_bytes)
+def _compute(executor, kind: str, body: bytes, head_length: int | None):
+    """Runs on a compute thread: decode, execute, encode."""
+    return _execute(executor, kind, _decode(executor, body, head_length))
 
-        def discard_tape(result):
-            tape = result[2]
-            if tape is not None:
-                try:
-                    executor.tapes.take(tape)
-                except Exception:  # noqa: BLE001 - already evicted
-                    pass
 
-        content, head_length, _ = await pool.run(_compute, executor, kind, body, length, on_abandon=discard_tape)
-    except Exception as exc:  # noqa: BLE001 - every failure becomes the one error shape
-        return from_exception(exc)
+def _discard_tape(executor):
+    """on_abandon for a computation nobody waits for any more: drop the tape it retained."""
+    def discard(result):
+        tape = result[2]
+        if tape is not None:
+            try:
+                executor.tapes.take(tape)
+            except Exception:  # noqa: BLE001 - already evicted
+                pass
+    return discard
+
+
+async def _send_parts(send, parts: list, head_length: int | None) -> None:
+    """A 200 whose body is `parts` sent one after the other (tensor bytes are never joined)."""
+    headers = [(b"content-length", str(sum(len(p) for p in parts)).encode())]
     if head_length is None:
-        return Response(content, media_type=JSON)
-    return Response(content, media_type="application/octet-stream", headers={codec.HEADER_LENGTH: str(head_length)})
+        headers.append((b"content-type", JSON.encode()))
+    else:
+        headers += [(b"content-type", b"application/octet-stream"), (HEADER_LENGTH_KEY, str(head_length).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    last = len(parts) - 1
+    for i, part in enumerate(parts):
+        await send({"type": "http.response.body", "body": part, "more_body": i < last})
 
 
-@router.post("/forward", tags=["compute"], dependencies=[Depends(require_api_key)],
-             openapi_extra=compute_openapi("forward"),
-             summary="Run a graph: its outputs (optionally retaining the tape)")
-async def forward(request: Request) -> Response:
-    return await _serve(request, "forward")
+class ComputeEndpoint:
+    """`POST /forward` or `/backward` as a plain ASGI app: the request path has no dependency
+    injection and no per-request objects beyond the headers. The API key (401) and admission
+    (503) are checked before the body is read, in that order."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    async def __call__(self, scope, receive, send):
+        state = scope["app"].state
+        pool, executor = state.pool, state.executor
+        try:
+            headers = Headers(scope=scope)
+            require_api_key(state.settings.api_key, headers)
+            pool.admit()  # refuse (503) before reading a body we could not compute anyway
+            length = header_length(headers)
+            body = await read_body(receive, headers, executor.limits.max_body_bytes)
+            parts, head_length, _ = await self._run(pool, executor, body, length)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes the one error shape
+            await from_exception(exc)(scope, receive, send)
+            return
+        await _send_parts(send, parts, head_length)
+
+    async def _run(self, pool, executor, body: bytes, length: int | None):
+        """A small body whose graph is light (`Executor.is_light`) runs here on the event loop,
+        where it costs less than the hop to a compute thread; anything else runs on the pool."""
+        if len(body) > INLINE_BODY_BYTES:
+            return await pool.run(_compute, executor, self.kind, body, length, on_abandon=_discard_tape(executor))
+        request = _decode(executor, body, length)
+        if not executor.is_light(request):
+            return await pool.run(_execute, executor, self.kind, request, on_abandon=_discard_tape(executor))
+        with numpy.errstate(all="ignore"):
+            return _execute(executor, self.kind, request)
 
 
-@router.post("/backward", tags=["compute"], dependencies=[Depends(require_api_key)],
-             openapi_extra=compute_openapi("backward"),
-             summary="Run a graph (or reuse a tape) and return outputs and gradients")
-async def backward(request: Request) -> Response:
-    return await _serve(request, "backward")
+def add_compute_routes(app) -> None:
+    """The compute endpoints, as plain ASGI routes (documented in the OpenAPI schema by
+    `service.schema.compute_paths`, since FastAPI describes only its own routes)."""
+    for kind in ("forward", "backward"):
+        app.add_route(f"/{kind}", ComputeEndpoint(kind), methods=["POST"], include_in_schema=False)

@@ -104,8 +104,22 @@ ERROR_STATUSES = {
 }
 
 
+SUMMARIES = {
+    "forward": "Run a graph: its outputs (optionally retaining the tape)",
+    "backward": "Run a graph (or reuse a tape) and return outputs and gradients",
+}
+
+
+def compute_paths() -> dict:
+    """The OpenAPI path items of POST /forward and /backward (plain ASGI routes, which FastAPI
+    does not describe by itself)."""
+    return {f"/{kind}": {"post": {"tags": ["compute"], "summary": summary, "operationId": f"{kind}_{kind}_post",
+                                  **compute_openapi(kind)}}
+            for kind, summary in SUMMARIES.items()}
+
+
 def compute_openapi(kind: str) -> dict:
-    """openapi_extra for POST /forward and /backward."""
+    """Parameters, request body and responses of POST /forward or /backward."""
     return {
         "parameters": [{
             "name": HEADER_LENGTH, "in": "header", "required": False,

@@ -183,3 +183,47 @@ def test_nested_json_data_and_integer_id(api):
     response = api.post("/forward", json=body)
     assert response.status_code == 200, response.text
     assert response.json()["id"] == 12
+
+
+def _bit_pattern_request(count: int) -> tuple[np.ndarray, bytes, dict]:
+    """(x, body, headers) of a binary /forward cloning float32 `x` whose bits are random (NaN payloads included)."""
+    x = np.random.default_rng(3).integers(0, 2**32, count, dtype=np.uint32).view(np.float32)
+    buffers = []
+    header = {"graph": {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": "clone", "inputs": ["x"]}],
+                        "outputs": ["y"]},
+              "inputs": [binary_tensor("x", x, buffers)], "parameters": {"binary_data_output": True}}
+    content, headers = binary_body(header, buffers)
+    return x, content, headers
+
+
+def _assert_byte_exact_clone(response, x: np.ndarray):
+    assert response.status_code == 200, response.text
+    length = int(response.headers[HEADER_LENGTH])
+    assert int(response.headers["content-length"]) == len(response.content) == length + x.nbytes
+    assert orjson.loads(response.content[:length])["outputs"][0]["parameters"]["binary_data_size"] == x.nbytes
+    assert response.content[length:] == x.tobytes()
+
+
+def test_binary_round_trip_over_many_chunks_is_byte_exact(api):
+    x, content, headers = _bit_pattern_request(60_000)  # 240 KB: several reads of the body, under the test limit
+    _assert_byte_exact_clone(api.post("/forward", content=content, headers=headers), x)
+
+
+def test_large_binary_round_trip_is_byte_exact():
+    from service_testkit import asgi_client
+
+    x, content, headers = _bit_pattern_request(4 * 2**20)  # 16 MiB
+    with asgi_client(max_body_bytes=64 * 2**20) as client:
+        _assert_byte_exact_clone(client.post("/forward", content=content, headers=headers), x)
+
+
+def test_binary_response_pieces_join_to_the_encoded_body():
+    from engine.protocol import Result, encode_result, encode_result_parts
+
+    result = Result("r", {"y": np.arange(6, dtype=np.float32).reshape(2, 3)}, {"x": np.ones(3, np.int64)}, tape="t")
+    parts, length = encode_result_parts(result, binary=True)
+    body, joined_length = encode_result(result, binary=True)
+    assert len(parts) == 3 and length == joined_length == len(parts[0])
+    assert b"".join(parts) == body
+    assert body[length:] == result.outputs["y"].tobytes() + result.grads["x"].tobytes()
+    assert encode_result_parts(result, binary=False) == ([encode_result(result, binary=False)[0]], None)

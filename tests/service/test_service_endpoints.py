@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from engine.graph import SPECIAL_OPS, VERSION
@@ -93,6 +94,23 @@ def test_metrics_counters_rise(api):
         assert _sample(text, name, endpoint="/backward") > _sample(before, name, endpoint="/backward")
     assert _sample(text, "gradserve_request_duration_seconds_count", endpoint="/backward") >= 1
     assert _sample(text, "gradserve_computations_in_flight") == 0
+
+
+def test_metrics_count_every_byte_of_a_binary_response(api):
+    from service_testkit import binary_body, binary_tensor
+
+    buffers = []
+    header = {"graph": {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": "clone", "inputs": ["x"]}],
+                        "outputs": ["y"]},
+              "inputs": [binary_tensor("x", np.arange(1000, dtype=np.float64), buffers)],
+              "parameters": {"binary_data_output": True}}
+    content, headers = binary_body(header, buffers)
+    before = api.get("/metrics").text
+    response = api.post("/forward", content=content, headers=headers)
+    assert response.status_code == 200, response.text
+    text = api.get("/metrics").text
+    for name, size in (("gradserve_request_bytes_total", len(content)), ("gradserve_response_bytes_total", len(response.content))):
+        assert _sample(text, name, endpoint="/forward") == _sample(before, name, endpoint="/forward") + size
 
 
 def test_plan_cache_hit_on_repeated_graph(api):

@@ -13,6 +13,7 @@ import pytest
 from engine import graph as engine_graph
 from engine.graph import GraphError, cancel_scope
 from service.app import create_app
+from service.routes import INLINE_BODY_BYTES
 from service.settings import Settings
 
 from service_testkit import (EXAMPLE, SETTINGS, asgi_client, assert_error, assert_still_serves, example)
@@ -157,6 +158,23 @@ def test_api_key_checked_before_the_body_is_read():
 # --------------------------------------------------------------------------- backpressure and timeout
 
 
+def _pooled(**changes) -> dict:
+    """The example, padded past INLINE_BODY_BYTES so that it runs on a compute thread (a light
+    small request runs on the event loop, where no slot, queue or timeout applies)."""
+    return example(id="p" * (INLINE_BODY_BYTES + 1), **changes)
+
+
+def test_light_request_runs_on_the_event_loop_and_heavy_one_on_the_pool(monkeypatch):
+    with asgi_client() as client:
+        pool_threads = []
+        original = client.app.state.executor.forward
+        monkeypatch.setattr(client.app.state.executor, "forward",
+                            lambda request: pool_threads.append(threading.current_thread().name) or original(request))
+        for body in (EXAMPLE, _pooled(), _long_graph(1)):  # the last: a small body, but a 200x200 intermediate
+            assert client.post("/forward", json=body).status_code == 200
+        assert [name.startswith("gradserve-compute") for name in pool_threads] == [False, True, True]
+
+
 class _Gate:
     """Replaces Executor.forward with one that blocks until opened (bounded wait)."""
 
@@ -177,7 +195,7 @@ def test_busy_is_503_with_retry_after(monkeypatch):
         gate = _Gate(client.app.state.executor)
         monkeypatch.setattr(client.app.state.executor, "forward", gate)
         results = []
-        threads = [threading.Thread(target=lambda: results.append(client.post("/forward", json=EXAMPLE)))
+        threads = [threading.Thread(target=lambda: results.append(client.post("/forward", json=_pooled())))
                    for _ in range(2)]
         for t in threads:
             t.start()
@@ -206,7 +224,7 @@ def test_compute_timeout_is_503_and_counts_in_flight_until_the_thread_ends(monke
         pool = client.app.state.pool
         gate = _Gate(client.app.state.executor)
         monkeypatch.setattr(client.app.state.executor, "forward", gate)
-        response = client.post("/forward", json=example(parameters={"retain_graph": True}))
+        response = client.post("/forward", json=_pooled(parameters={"retain_graph": True}))
         assert_error(response, 503, "compute_timeout_s")
         assert response.headers["retry-after"] == "1"
         assert pool.in_flight == 1  # the abandoned thread still holds its slot...
