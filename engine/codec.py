@@ -26,6 +26,7 @@ DATATYPES = {
     "FP64": numpy.dtype("<f8"),
 }
 DATATYPE_OF = {dtype.newbyteorder("="): name for name, dtype in DATATYPES.items()}
+ALIGNMENT = 8  # the JSON header of a binary body is padded with spaces to a multiple of this
 NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -40,6 +41,9 @@ class TensorError(ValueError):
 
 
 def datatype_of(dtype) -> str:
+    name = DATATYPE_OF.get(dtype)
+    if name is not None:
+        return name
     try:
         return DATATYPE_OF[numpy.dtype(dtype).newbyteorder("=")]
     except KeyError:
@@ -104,7 +108,6 @@ def _unspell(data):
 
 
 def _from_list(name, data, dtype, shape, count, where):
-    bad = f"tensor {name!r}: data is not a (nested) list of {dtype.name} values"
     try:
         array = numpy.asarray(data)
     except (ValueError, TypeError, OverflowError, RecursionError):
@@ -125,7 +128,8 @@ def _from_list(name, data, dtype, shape, count, where):
             if array.min() < info.min or array.max() > info.max:
                 raise ValueError(f"values outside the range of {dtype.name} [{info.min}, {info.max}]")
     except (TensorError, ValueError, TypeError, OverflowError) as err:
-        raise TensorError(f"{bad}: {err}", field=f"{where}.data") from None
+        raise TensorError(f"tensor {name!r}: data is not a (nested) list of {dtype.name} values: {err}",
+                          field=f"{where}.data") from None
     if array.size != count:
         raise TensorError(
             f"tensor {name!r}: data has {array.size} elements but shape {list(shape)} needs {count}",
@@ -136,7 +140,11 @@ def _from_list(name, data, dtype, shape, count, where):
 
 def decode_json(obj, where: str, max_elements: int):
     """(name, array) from a JSON tensor object."""
-    name, shape, dtype, count = check_header(obj, where, max_elements)
+    return _decode_json(obj, check_header(obj, where, max_elements), where)
+
+
+def _decode_json(obj, checked, where: str):
+    name, shape, dtype, count = checked
     if "data" not in obj:
         raise TensorError(f"tensor {name!r}: missing 'data' (or parameters.binary_data_size for a binary tensor)", field=f"{where}.data")
     data = obj["data"]
@@ -155,37 +163,51 @@ def binary_size(obj):
     return None
 
 
-def decode_tensors(objs, where: str, tail: memoryview | bytes | None, offset: int, max_elements: int):
-    """[(name, array)] from a list of tensor objects whose binary ones read from `tail` at `offset`.
-
-    Returns (tensors, new offset). Binary arrays are zero-copy, read-only views of `tail`.
-    """
+def check_headers(objs, where: str, max_elements: int) -> list:
+    """[(name, shape, dtype, element count)] of a list of tensor objects (None: none), each
+    checked by `check_header` before anything is allocated."""
     if objs is None:
-        return [], offset
+        return []
     if not isinstance(objs, list):
         raise TensorError(f"'{where}' must be a list of tensor objects", field=where)
+    return [check_header(obj, f"{where}[{i}]", max_elements) for i, obj in enumerate(objs)]
+
+
+def decode_tensors(objs, where: str, tail: memoryview | bytes | None, offset: int, max_elements: int, checked=None):
+    """[(name, array)] from a list of tensor objects whose binary ones read from `tail` at `offset`.
+
+    Returns (tensors, new offset). `checked` is `check_headers`' answer when the caller already
+    has it. Binary arrays are zero-copy, read-only views of `tail`, except that one whose bytes
+    are not aligned for its dtype is copied (NumPy's fast paths, BLAS included, need alignment).
+    """
+    if checked is None:
+        checked = check_headers(objs, where, max_elements)
     out = []
-    for i, obj in enumerate(objs):
-        at = f"{where}[{i}]"
+    for i, (obj, header) in enumerate(zip(objs or (), checked)):
         size = binary_size(obj)
         if size is None:
-            out.append(decode_json(obj, at, max_elements))
+            out.append(_decode_json(obj, header, f"{where}[{i}]"))
             continue
-        name, shape, dtype, count = check_header(obj, at, max_elements)
-        if size != count * dtype.itemsize:
-            raise TensorError(
-                f"tensor {name!r}: binary_data_size {size} does not match shape {list(shape)} of {dtype.name} "
-                f"({count * dtype.itemsize} bytes)", field=f"{at}.parameters.binary_data_size",
-            )
-        if tail is None or offset + size > len(tail):
-            raise TensorError(
-                f"tensor {name!r}: the body ends before its {size} bytes of binary data", field=f"{at}.parameters.binary_data_size",
-                status=400,
-            )
-        array = numpy.frombuffer(tail, dtype=dtype, count=count, offset=offset).reshape(shape)
-        out.append((name, array))
+        out.append(_binary_view(header, size, f"{where}[{i}]", tail, offset))
         offset += size
     return out, offset
+
+
+def _binary_view(checked, size: int, where: str, tail, offset: int):
+    """(name, array) of a binary tensor whose `size` bytes start at `offset` in `tail`."""
+    name, shape, dtype, count = checked
+    if size != count * dtype.itemsize:
+        raise TensorError(
+            f"tensor {name!r}: binary_data_size {size} does not match shape {list(shape)} of {dtype.name} "
+            f"({count * dtype.itemsize} bytes)", field=f"{where}.parameters.binary_data_size",
+        )
+    if tail is None or offset + size > len(tail):
+        raise TensorError(
+            f"tensor {name!r}: the body ends before its {size} bytes of binary data", field=f"{where}.parameters.binary_data_size",
+            status=400,
+        )
+    array = numpy.frombuffer(tail, dtype=dtype, count=count, offset=offset).reshape(shape)
+    return name, (array if array.flags.aligned else array.copy())
 
 
 def _spelled(array):
@@ -234,8 +256,11 @@ def split_body(body: bytes, header_length: int | None):
 
 def body_parts(header: dict, buffers: list) -> tuple[list, int]:
     """([JSON header bytes, *buffers], header length): a binary body in pieces, for a writer that
-    sends them one after the other instead of copying them into one `bytes`."""
+    sends them one after the other instead of copying them into one `bytes`. The header is padded
+    with spaces to a multiple of ALIGNMENT bytes, so a reader whose body starts aligned gets its
+    first buffers aligned too, and can view them in place."""
     head = dumps(header)
+    head += b" " * (-len(head) % ALIGNMENT)
     return [head, *buffers], len(head)
 
 

@@ -20,6 +20,7 @@ import math
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy
 
@@ -76,17 +77,27 @@ class Plan:
     inputs: tuple
     requires_grad: frozenset
     depth: int
-    checked: dict = field(default_factory=dict)
+    checked: dict = field(default_factory=dict)  # input signature -> Shapes (see check_request_inputs)
+    input_names: frozenset = field(init=False)
 
-    def check_inputs(self, shapes_dtypes: dict) -> dict:
-        """Infer every node's (shape, dtype) from the inputs'; cached per input signature."""
-        key = tuple((name, shapes_dtypes[name]) for name in self.inputs)
-        known = self.checked.get(key)
-        if known is None:
-            known = infer(self.steps, dict(shapes_dtypes))
-            if len(self.checked) < 64:
-                self.checked[key] = known
-        return known
+    def __post_init__(self):
+        self.input_names = frozenset(self.inputs)
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Every node's (shape, dtype), or None where it is known only by running, for one input
+    signature; with the element counts that the limits and `Executor.is_light` compare."""
+
+    known: dict
+    total: int       # elements of all the values of known shape
+    largest: int     # elements of the biggest of them
+    all_known: bool
+
+    @classmethod
+    def of(cls, known: dict) -> Shapes:
+        counts = [math.prod(meta[0]) for meta in known.values() if meta is not None]
+        return cls(known, sum(counts), max(counts, default=0), len(counts) == len(known))
 
 
 def _fail(message, node=None, field=None):
@@ -409,8 +420,12 @@ class Execution:
                 values = _run_steps(plan.steps, {}, inputs=self.inputs)
         self.values = values
         self.outputs = {name: _as_variable(values[name]) for name in plan.outputs}
-        self.nbytes = sum(v._data.nbytes for v in values.values() if isinstance(v, Variable))
         self.freed = False
+
+    @cached_property
+    def nbytes(self) -> int:
+        """Bytes held by the run's values (what retaining it as a tape costs)."""
+        return sum(v._data.nbytes for v in self.values.values() if isinstance(v, Variable))
 
     def output_arrays(self) -> dict:
         return {name: v._data for name, v in self.outputs.items()}
@@ -476,18 +491,36 @@ class TapeFreedError(GraphError):
         )
 
 
-def signature(arrays: dict) -> dict:
-    return {name: (tuple(a.shape), numpy.dtype(a.dtype)) for name, a in arrays.items()}
+SIGNATURES_PER_PLAN = 64
 
 
-def check_request_inputs(plan: Plan, arrays: dict) -> dict:
-    """Missing/extra inputs and declared shapes/dtypes, then shape inference over the plan."""
+def check_request_inputs(plan: Plan, arrays: dict) -> Shapes:
+    """The request's tensors against the plan's input nodes (names, declared shapes and dtypes),
+    then every node's shape by inference. All but the name check depend only on the tensors'
+    shapes and dtypes, so they run once per such signature of a plan; a later request with
+    the same signature gets the same answer from the plan's cache, one with another reruns them."""
+    if arrays.keys() != plan.input_names:
+        _check_names(plan, arrays)
+    key = tuple((arrays[name].shape, arrays[name].dtype) for name in plan.inputs)
+    shapes = plan.checked.get(key)
+    if shapes is None:
+        _check_declared(plan, arrays)
+        shapes = Shapes.of(infer(plan.steps, {name: (tuple(a.shape), numpy.dtype(a.dtype)) for name, a in arrays.items()}))
+        if len(plan.checked) < SIGNATURES_PER_PLAN:
+            plan.checked[key] = shapes
+    return shapes
+
+
+def _check_names(plan: Plan, arrays: dict):
     missing = [n for n in plan.inputs if n not in arrays]
     if missing:
         raise GraphError(f"no tensor given for input node(s) {', '.join(map(repr, missing))}", node=missing[0], field="inputs")
-    extra = [n for n in arrays if n not in set(plan.inputs)]
+    extra = [n for n in arrays if n not in plan.input_names]
     if extra:
         raise GraphError(f"tensor(s) {', '.join(map(repr, extra))} match no input node of the graph", node=extra[0], field="inputs")
+
+
+def _check_declared(plan: Plan, arrays: dict):
     for step in plan.steps:
         if step.op != "input":
             continue
@@ -501,8 +534,3 @@ def check_request_inputs(plan: Plan, arrays: dict) -> dict:
         if step.requires_grad and numpy.dtype(array.dtype).kind != "f":
             raise GraphError(f"input {step.id!r} requires grad but its tensor is {numpy.dtype(array.dtype).name}",
                              node=step.id, field="requires_grad")
-    return plan.check_inputs(signature(arrays))
-
-
-def total_elements(arrays) -> int:
-    return sum(math.prod(a.shape) for a in arrays)

@@ -7,7 +7,6 @@ cache of planned graphs (keyed by a hash of the graph's structure) and the retai
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 import time
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field, fields
 import orjson
 
 from engine import backend, codec
-from engine.graph import Execution, GraphError, TapeFreedError, check_request_inputs, parse
+from engine.graph import Execution, GraphError, Shapes, TapeFreedError, check_request_inputs, parse
 
 REQUEST_KEYS = {"id", "graph", "inputs", "grad_outputs", "wrt", "parameters", "tape", "outputs"}
 PARAMETERS = {"retain_graph", "binary_data_output"}
@@ -98,21 +97,20 @@ def decode_request(header, tail, limits: Limits) -> Request:
     tape = header.get("tape")
     if tape is not None and not isinstance(tape, str):
         raise RequestError("'tape' must be a string", field="tape")
-    total = 0
+    checked = {}
     for where in ("inputs", "grad_outputs"):
         objs = header.get(where)
-        if objs is None:
-            continue
-        if not isinstance(objs, list):
+        if objs is not None and not isinstance(objs, list):
             raise RequestError(f"'{where}' must be a list of tensor objects", field=where)
-        for i, obj in enumerate(objs):
-            _, _, _, count = codec.check_header(obj, f"{where}[{i}]", limits.max_tensor_elements)
-            total += count
+        checked[where] = codec.check_headers(objs, where, limits.max_tensor_elements)
+    total = sum(count for headers in checked.values() for *_, count in headers)
     if total > limits.max_total_elements:
         raise RequestError(f"the request's tensors hold {total} elements, over the limit of {limits.max_total_elements}",
                            field="inputs", status=413)
-    inputs, offset = codec.decode_tensors(header.get("inputs"), "inputs", tail, 0, limits.max_tensor_elements)
-    grads, offset = codec.decode_tensors(header.get("grad_outputs"), "grad_outputs", tail, offset, limits.max_tensor_elements)
+    inputs, offset = codec.decode_tensors(header.get("inputs"), "inputs", tail, 0, limits.max_tensor_elements,
+                                          checked["inputs"])
+    grads, offset = codec.decode_tensors(header.get("grad_outputs"), "grad_outputs", tail, offset,
+                                         limits.max_tensor_elements, checked["grad_outputs"])
     if tail is not None and offset != len(tail):
         raise RequestError(f"the body has {len(tail) - offset} bytes of binary data that no tensor claims",
                            field=codec.HEADER_LENGTH, status=400)
@@ -217,7 +215,10 @@ class TapeStore:
 
 
 class PlanCache:
-    """Validated, planned graphs keyed by a hash of their structure (LRU, bounded)."""
+    """Validated, planned graphs keyed by their canonical JSON (sorted keys; LRU, bounded).
+
+    The key is the text itself, not a digest of it: two graphs share a plan only when they are
+    equal, and the key costs one serialisation (a few µs for a small graph)."""
 
     def __init__(self, size: int):
         self.size = size
@@ -231,7 +232,7 @@ class PlanCache:
 
     def get(self, graph, limits: Limits):
         try:
-            key = hashlib.blake2b(orjson.dumps(graph, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
+            key = orjson.dumps(graph, option=orjson.OPT_SORT_KEYS)
         except (TypeError, orjson.JSONEncodeError):
             key = None
         if key is not None:
@@ -260,8 +261,7 @@ class Executor:
         self.tapes = TapeStore(self.limits)
 
     def _plan(self, request: Request):
-        """(plan, every node's (shape, dtype) or None) of a request's graph, within the limits;
-        planned once per request."""
+        """(plan, Shapes) of a request's graph and inputs, within the limits; planned once per request."""
         if request.planned is None:
             request.planned = self._check_plan(request)
         return request.planned
@@ -270,20 +270,20 @@ class Executor:
         if request.graph is None:
             raise RequestError("'graph' is required (or 'tape' for a backward through a retained tape)", field="graph")
         plan = self.plans.get(request.graph, self.limits)
-        known = check_request_inputs(plan, request.inputs)
+        shapes = check_request_inputs(plan, request.inputs)
+        if shapes.largest > self.limits.max_tensor_elements or shapes.total > 4 * self.limits.max_total_elements:
+            self._refuse(shapes)
+        return plan, shapes
+
+    def _refuse(self, shapes: Shapes):
+        """Raise the 413 for a graph whose values `shapes` says would be over the limits."""
         big = self.limits.max_tensor_elements
-        total = 0
-        for node_id, meta in known.items():
-            if meta is None:
-                continue
-            count = math.prod(meta[0])
-            total += count
+        for node_id, meta in shapes.known.items():
+            count = 0 if meta is None else math.prod(meta[0])
             if count > big:
                 raise RequestError(f"node {node_id!r} would hold {count} elements (shape {list(meta[0])}), over the limit of {big}",
                                    node=node_id, status=413)
-        if total > 4 * self.limits.max_total_elements:
-            raise RequestError(f"the graph's values would hold {total} elements, over the limit", field="graph", status=413)
-        return plan, known
+        raise RequestError(f"the graph's values would hold {shapes.total} elements, over the limit", field="graph", status=413)
 
     def is_light(self, request: Request, max_steps: int = 32, max_elements: int = 4096) -> bool:
         """Whether running `request` is certainly cheap: a graph (not a tape) of at most `max_steps`
@@ -291,10 +291,8 @@ class Executor:
         Plans the graph (cached), so an invalid one raises here as it would when run."""
         if request.tape is not None or request.graph is None:
             return False
-        plan, known = self._plan(request)
-        if len(plan.steps) > max_steps or any(known.get(step.id) is None for step in plan.steps):
-            return False
-        return sum(math.prod(known[step.id][0]) for step in plan.steps) <= max_elements
+        plan, shapes = self._plan(request)
+        return len(plan.steps) <= max_steps and shapes.all_known and shapes.total <= max_elements
 
     def forward(self, request: Request) -> Result:
         if request.tape is not None or request.grad_outputs or request.wrt is not None:

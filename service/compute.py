@@ -25,9 +25,73 @@ def _init_thread():
     numpy.seterr(all="ignore")
 
 
-def _retrieve(future):
-    if not future.cancelled():
-        future.exception()
+class _Job:
+    """One computation: runs `fn(*args)` on a compute thread and hands its outcome to the event
+    loop's `answer` future, unless the request gave up first (then `on_abandon(result)` runs on
+    the thread). Plain future and lock, no wrapping of concurrent futures: the wait costs one
+    future and one timer on the loop."""
+
+    __slots__ = ("fn", "args", "on_abandon", "release", "loop", "answer", "cancel", "lock", "abandoned", "finished",
+                 "result")
+
+    def __init__(self, fn, args, on_abandon, release, loop):
+        self.fn, self.args, self.on_abandon, self.release, self.loop = fn, args, on_abandon, release, loop
+        self.answer = loop.create_future()
+        self.cancel = threading.Event()
+        self.lock = threading.Lock()
+        self.abandoned = self.finished = False
+        self.result = None
+
+    def run(self):
+        """On the compute thread."""
+        try:
+            with cancel_scope(self.cancel):
+                result = self.fn(*self.args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting request
+            self.release()
+            self._hand_over(None, exc)
+            return
+        with self.lock:
+            self.finished, self.result = True, result
+            abandoned = self.abandoned
+        self.release()
+        if not abandoned:
+            self._hand_over(result, None)
+        elif self.on_abandon is not None:
+            self.on_abandon(result)
+
+    def _hand_over(self, result, error):
+        try:
+            self.loop.call_soon_threadsafe(_settle, self.answer, result, error)
+        except RuntimeError:  # the loop is closed: nobody is waiting
+            pass
+
+    def give_up(self):
+        """On the loop, when the request stops waiting: cancel, and clean up a finished result."""
+        self.cancel.set()
+        with self.lock:
+            self.abandoned = True
+            finished, result = self.finished, self.result
+        if finished and self.on_abandon is not None:
+            self.on_abandon(result)
+
+
+def _settle(answer, result, error):
+    if answer.done():
+        return
+    if error is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(result)
+
+
+class _Expired(Exception):
+    """compute_timeout_s passed before the computation's answer came."""
+
+
+def _expire(answer):
+    if not answer.done():
+        answer.set_exception(_Expired())
 
 
 class ComputePool:
@@ -76,49 +140,27 @@ class ComputePool:
         computation finishes after its request gave up on it (timeout or client gone)."""
         if not self._acquire():
             raise self.busy_error()
-        cancel = threading.Event()
-        state = {"abandoned": False, "done": False, "result": None}
-        handoff = threading.Lock()
-
-        def job():
-            try:
-                with cancel_scope(cancel):
-                    result = fn(*args)
-                with handoff:
-                    state["done"], state["result"] = True, result
-                    abandoned = state["abandoned"]
-                if abandoned and on_abandon is not None:
-                    on_abandon(result)
-                return result
-            finally:
-                self._release()
-
-        def give_up():
-            cancel.set()
-            with handoff:
-                state["abandoned"] = True
-                finished, result = state["done"], state["result"]
-            if finished and on_abandon is not None:
-                on_abandon(result)
-
+        loop = asyncio.get_running_loop()
+        job = _Job(fn, args, on_abandon, self._release, loop)
         try:
-            future = self._threads().submit(job)
+            self._threads().submit(job.run)
         except BaseException:
             self._release()
             raise
+        timer = loop.call_later(self.timeout_s, _expire, job.answer)
         try:
-            waiter = asyncio.wrap_future(future)
-            waiter.add_done_callback(_retrieve)  # an abandoned job's error is not "never retrieved"
-            return await asyncio.wait_for(asyncio.shield(waiter), self.timeout_s)
-        except asyncio.TimeoutError:
-            give_up()
+            return await job.answer
+        except _Expired:
+            job.give_up()
             with self._lock:
                 self.timed_out += 1
             raise ApiError(503, f"the computation took longer than compute_timeout_s={self.timeout_s:g} s and was "
                            "cancelled", headers={"Retry-After": "1"}) from None
         except asyncio.CancelledError:
-            give_up()
+            job.give_up()
             raise
+        finally:
+            timer.cancel()
 
     def _threads(self) -> ThreadPoolExecutor:
         with self._lock:
