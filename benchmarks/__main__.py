@@ -61,7 +61,8 @@ def main(argv=None) -> int:
              "Every side of a comparison runs in its own process, sides interleaved; ratios compare medians "
              "measured in this same run. Ratio = this side's time ÷ the baseline's (lower is better).", "",
              "## Machine", "", common.table(["fact", "value"], [[k, json.dumps(v) if isinstance(v, list) else v] for k, v in facts.items()]), "",
-             "## Targets", "", common.table(["part", "target", "measured", "verdict"], [list(t) for t in targets]), ""]
+             "## Targets", "", common.table(["part", "target", "measured", "verdict", "why, when missed"],
+                                             [[*t, parts.why(t[1], t[3])] for t in targets]), ""]
     lines += sections
     if CHANGES.exists():
         lines += ["", CHANGES.read_text().strip(), ""]

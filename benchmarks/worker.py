@@ -1,5 +1,8 @@
 """One side of one case, in a fresh process: `python -m benchmarks.worker <case> <side> '<json params>'`.
 
+Every side's step returns (loss, gradients...) so the tests can check that the sides compute the
+same thing (the NumPy floor's hand-written gradients included).
+
 Prints one JSON line: {"times": [seconds per sample, ...], "extra": {...}}.
 Sides: engine, torch, numpy (the hand-written floor), and for the client cases embedded/remote.
 """
@@ -68,7 +71,7 @@ def net_step(side, dims, dtype):
             tw1.grad = tw2.grad = None
             loss = (tx.mm(tw1).clamp(min=0).mm(tw2) - ty).pow(2).sum()
             loss.backward()
-            return loss
+            return loss, tw1.grad, tw2.grad
         return step
     import engine
     ex, ey = engine.tensor(x), engine.tensor(y)
@@ -78,7 +81,7 @@ def net_step(side, dims, dtype):
         ew1.grad = ew2.grad = None
         loss = (ex.mm(ew1).clamp(min=0).mm(ew2) - ey).pow(2).sum()
         loss.backward()
-        return loss
+        return loss, ew1.grad, ew2.grad
     return step
 
 
@@ -110,7 +113,9 @@ def chain_step(side, length):
             y = tx
             for i in range(length):
                 y = y * ta if i % 2 == 0 else y + tb
-            y.sum().backward()
+            loss = y.sum()
+            loss.backward()
+            return loss, tx.grad
         return step
     import engine
     ex, ea, eb = engine.tensor(x0, requires_grad=True), engine.tensor(a), engine.tensor(b)
@@ -120,7 +125,9 @@ def chain_step(side, length):
         y = ex
         for i in range(length):
             y = y * ea if i % 2 == 0 else y + eb
-        y.sum().backward()
+        loss = y.sum()
+        loss.backward()
+        return loss, ex.grad
     return step
 
 
