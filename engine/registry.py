@@ -21,6 +21,7 @@ import numpy
 
 from engine import backend
 from engine.attrs import REQUIRED, Attr, check
+from engine.grad_mode import state as grad_state
 from engine.node import OpNode, apply_op
 from engine.variable import Variable, as_array
 
@@ -201,6 +202,17 @@ def _make_function(op: OpDef):
     return fn
 
 
+def local(fn, *variables):
+    """`fn(*variables)` for a vjp's local derivative, written with operators only: computed
+    directly on the arrays when nothing records a graph (a backward without create_graph), as
+    recorded ops otherwise, so one formula serves both and costs one dispatch, not several."""
+    if grad_state.enabled:
+        return fn(*variables)
+    first = variables[0]._data
+    out = fn(*[v._data for v in variables])
+    return Variable._result(out if type(out) is type(first) else backend.array_module(first).asarray(out), None)
+
+
 def _make_trusted(op: OpDef):
     base = {name: spec.default for name, spec in op.attrs.items()}
     run = op.call
@@ -262,4 +274,4 @@ def unary_dunder(op: OpDef, name: str) -> None:
     setattr(Variable, name, lambda self: apply_op(op, (self,), empty))
 
 
-__all__ = ["OPS", "F", "trusted", "Attr", "REQUIRED", "Sample", "OpDef", "defop", "coerce", "binary_dunders", "unary_dunder"]
+__all__ = ["OPS", "F", "trusted", "local", "Attr", "REQUIRED", "Sample", "OpDef", "defop", "coerce", "binary_dunders", "unary_dunder"]

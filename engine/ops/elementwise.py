@@ -5,7 +5,7 @@ from __future__ import annotations
 from engine import shapes
 from engine.backend import array_module as _xp
 from engine.attrs import Attr
-from engine.registry import F, Sample, binary_dunders, defop, trusted, unary_dunder
+from engine.registry import F, Sample, binary_dunders, defop, local, trusted, unary_dunder
 from engine.variable import Variable
 
 
@@ -28,7 +28,7 @@ sub = defop("sub", lambda xp, x, y: x - y, lambda g, ans, x, y: g, lambda g, ans
             saves=False, samples=BINARY, infer=shapes.broadcast, doc="x - y (broadcasting)")
 mul = defop("mul", lambda xp, x, y: x * y, lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x,
             samples=BINARY, infer=shapes.broadcast, doc="x * y (broadcasting)")
-div = defop("div", lambda xp, x, y: x / y, lambda g, ans, x, y: g / y, lambda g, ans, x, y: -(g * x) / (y * y),
+div = defop("div", lambda xp, x, y: x / y, lambda g, ans, x, y: g / y, lambda g, ans, x, y: g * local(lambda x, y: -x / (y * y), x, y),
             samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY), infer=shapes.broadcast,
             doc="x / y (true division, broadcasting; IEEE results for division by zero)")
 neg = defop("neg", lambda xp, x: -x, lambda g, ans, x: -g, saves=False, samples=UNARY, infer=shapes.same, doc="-x")
@@ -40,9 +40,7 @@ def _pow_exponent_vjp(g, ans, x, y):
 
 
 def _pow_base_vjp(g, ans, x, y):
-    # a constant exponent needs no graph for y - 1 (asarray: a 0-d difference is a NumPy scalar)
-    y_minus_1 = y - 1 if y._requires_grad else const(_xp(y._data).asarray(y._data - 1))
-    grad = g * (y * x ** y_minus_1)
+    grad = g * local(lambda x, y: y * x ** (y - 1), x, y)
     zero = y._data == 0
     # d/dx x ** 0 is 0 everywhere, also at x == 0 where y * x ** (y - 1) would be 0 * inf
     return F.where(const(zero), 0.0, grad) if zero.any() else grad
@@ -65,9 +63,9 @@ abs = defop("abs", lambda xp, x: xp.abs(x), lambda g, ans, x: g * const(_xp(x._d
             samples=UNARY, infer=shapes.same, doc="|x| (gradient sign(x), 0 at 0)")
 sin = defop("sin", lambda xp, x: xp.sin(x), lambda g, ans, x: g * F.cos(x), samples=UNARY, infer=shapes.floating, doc="sine")
 cos = defop("cos", lambda xp, x: xp.cos(x), lambda g, ans, x: -(g * F.sin(x)), samples=UNARY, infer=shapes.floating, doc="cosine")
-tanh = defop("tanh", lambda xp, x: xp.tanh(x), lambda g, ans, x: g * (1 - ans * ans), uses_output=True,
+tanh = defop("tanh", lambda xp, x: xp.tanh(x), lambda g, ans, x: g * local(lambda a: 1 - a * a, ans), uses_output=True,
              samples=UNARY, infer=shapes.floating, doc="hyperbolic tangent")
-sigmoid = defop("sigmoid", lambda xp, x: (xp.tanh(x * 0.5) + 1) * 0.5, lambda g, ans, x: g * ans * (1 - ans),
+sigmoid = defop("sigmoid", lambda xp, x: (xp.tanh(x * 0.5) + 1) * 0.5, lambda g, ans, x: g * local(lambda a: a * (1 - a), ans),
                 uses_output=True, samples=UNARY, infer=shapes.floating, doc="1 / (1 + e ** -x), computed stably")
 relu = defop("relu", lambda xp, x: xp.maximum(x, 0), lambda g, ans, x: g * const(~(x._data <= 0)),
              samples=UNARY, infer=shapes.same, doc="max(x, 0)")

@@ -6,6 +6,7 @@ import numpy
 
 from engine import shapes
 from engine.attrs import Attr
+from engine.grad_mode import state as grad_state
 from engine.registry import F, Sample, defop, trusted
 from engine.variable import Variable
 
@@ -90,8 +91,13 @@ def _t(x):
 
 
 t = defop("t", _t, composite=True, samples=(Sample(((3, 4),)),), infer=_t_infer, doc="transpose of a matrix")
-Variable.T = property(lambda self: trusted.permute(self, dims=tuple(range(self._data.ndim - 1, -1, -1))),
-                      doc="all dimensions reversed")
+def _reversed(v):
+    if not (v._requires_grad and grad_state.enabled):  # nothing to record: the view, without an op's dispatch
+        return Variable._result(v._data.transpose(), None)
+    return trusted.permute(v, dims=tuple(range(v._data.ndim - 1, -1, -1)))
+
+
+Variable.T = property(_reversed, doc="all dimensions reversed")
 Variable.mT = property(lambda self: trusted.transpose(self, dim0=-2, dim1=-1), doc="the last two dimensions swapped")
 
 
