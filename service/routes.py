@@ -100,8 +100,10 @@ def _decode(executor, body: bytes, head_length: int | None):
 
 
 def _execute(executor, kind: str, request):
-    """Run a decoded request and encode its result: (body parts, header length, tape)."""
-    result = executor.forward(request) if kind == "forward" else executor.backward(request)
+    """Run a decoded request and encode its result: (body parts, header length, tape). IEEE
+    results (inf, nan) are answers here, not warnings, on the loop and on compute threads alike."""
+    with numpy.errstate(all="ignore"):
+        result = executor.forward(request) if kind == "forward" else executor.backward(request)
     parts, length = encode_result_parts(result, request.binary_output)
     return parts, length, result.tape
 
@@ -167,8 +169,7 @@ class ComputeEndpoint:
         request = _decode(executor, body, length)
         if not executor.is_light(request):
             return await pool.run(_execute, executor, self.kind, request, on_abandon=_discard_tape(executor))
-        with numpy.errstate(all="ignore"):
-            return _execute(executor, self.kind, request)
+        return _execute(executor, self.kind, request)
 
 
 def add_compute_routes(app) -> None:

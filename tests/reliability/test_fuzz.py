@@ -81,7 +81,8 @@ def oracle(endpoint, header, arrays):
     try:
         request = decode_request(orjson.loads(orjson.dumps(full)), None, Limits())
         executor = Executor(Limits())
-        return "ok", getattr(executor, endpoint)(request)
+        with np.errstate(all="ignore"):  # IEEE results are answers, as at the server
+            return "ok", getattr(executor, endpoint)(request)
     except (GraphError, codec.TensorError) as err:
         return "error", err.status
 
