@@ -382,8 +382,8 @@ PARTS = {"1": part1, "2": part2, "3": part3, "4": part4, "5": part5}
 MISSED_BECAUSE = {
     "100-op chain": "CPython bookkeeping per op (~2 µs forward, ~3.5 µs per backward node incl. version "
                     "counters, edges, gradient fitting, freeing); PyTorch does it in C++ (Changes, round 2)",
-    "seed net": "the 5 matmuls equal the floor's; the rest is ~17 op dispatches run right after a "
-                "cache-evicting matmul (Changes, round 2)",
+    "seed net": "the 5 matmuls equal the floor's; the rest is the engine's dispatch of 12 ops and 6 "
+                "backward nodes, run right after a cache-evicting matmul (Changes, round 2)",
     "large MLP": "~99% of the step is the floor's own 5 BLAS calls: run-to-run noise of few ~0.5 s "
                  "samples on a shared 2-core machine (Changes, round 1)",
     "tiny graph": "per request: engine forward+backward ~27 µs plus decode/plan/encode ~35 µs on top "
