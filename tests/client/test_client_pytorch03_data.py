@@ -9,6 +9,7 @@ import pytest
 
 import client
 import engine
+from client_testkit import my_relu
 
 try:
     import torch
@@ -216,19 +217,7 @@ def test_pytorch03_constructors_types_and_volatile(m):
 
 
 def test_seed_relu_subclasses_autograd_function(m):
-    class MyReLU(m.autograd.Function):
-        @staticmethod
-        def forward(ctx, input):
-            ctx.save_for_backward(input)
-            return input.clamp(min=0)
-
-        @staticmethod
-        def backward(ctx, grad_output):
-            input, = ctx.saved_tensors
-            grad_input = grad_output.clone()
-            grad_input[input < 0] = 0
-            return grad_input
-
+    MyReLU = my_relu(m, m.autograd.Function)  # the seed writes `class MyReLU(torch.autograd.Function)`
     x = m.autograd.Variable(np.array([-1.0, 0.5, 2.0], np.float32), requires_grad=True)
     (MyReLU.apply(x) * 3).sum().backward()
     np.testing.assert_array_equal(x.grad.data, [0.0, 3.0, 3.0])
