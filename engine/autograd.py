@@ -175,7 +175,8 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
                     capture[key] = g if capture[key] is None else capture[key] + g
                 needs = [e if e is not None and (id(e) in capture or e in needed) else None for e in edges]
                 in_grads = node.vjp(g, needs) if any(n is not None for n in needs) else [None] * len(edges)
-            for edge, need, gi, given in zip(edges, needs, in_grads, node.saved):
+            saved = node.saved if node.saved is not None else (None,) * len(edges)  # freed: read only with a gradient
+            for edge, need, gi, given in zip(edges, needs, in_grads, saved):
                 if edge is None:
                     continue
                 if gi is not None and need is not None:

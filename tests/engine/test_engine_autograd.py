@@ -598,3 +598,17 @@ def test_second_backward_through_freed_index_op_raises(kind):
     z.backward()
     with pytest.raises(RuntimeError, match="retain_graph"):
         z.backward()
+
+
+def test_grad_through_a_freed_graph_skips_nodes_nobody_needs():
+    # PyTorch's rule: only the nodes on a path to the requested inputs run, so a freed node that
+    # read its inputs is an error only when it is needed
+    x, y, z = (Variable(np.ones(3, np.float32), requires_grad=True) for _ in range(3))
+    out = x * y
+    loss = (out + (z + 1)).sum()
+    loss.backward()
+    (gz,) = grad(loss, [z])
+    np.testing.assert_array_equal(gz.numpy(), np.ones(3))
+    assert grad(out, [z], grad_outputs=np.ones(3, np.float32), allow_unused=True) == (None,)
+    with pytest.raises(RuntimeError, match="second time"):
+        grad(loss, [x])
