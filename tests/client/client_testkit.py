@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.seed_programs import my_relu as seed_relu
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -128,18 +130,4 @@ def two_layer_net(m, steps, relu=None, seed=0, learning_rate=1e-6):
 
 def my_relu(m, base=None):
     """The seed tutorial's MyReLU, subclassing `base` (default `m.Function`)."""
-
-    class MyReLU(base or m.Function):
-        @staticmethod
-        def forward(ctx, input):
-            ctx.save_for_backward(input)
-            return input.clamp(min=0)
-
-        @staticmethod
-        def backward(ctx, grad_output):
-            input, = ctx.saved_tensors
-            grad_input = grad_output.clone()
-            grad_input[input < 0] = 0
-            return grad_input
-
-    return MyReLU
+    return seed_relu(base or m.Function)

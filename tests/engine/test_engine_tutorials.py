@@ -13,6 +13,7 @@ import pytest
 
 import engine
 from engine import Function, Variable, grad, no_grad
+from tests.seed_programs import my_relu
 
 try:
     import torch
@@ -22,20 +23,7 @@ except ImportError:  # the torch comparisons below skip; everything else still r
 needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed (used as the oracle)")
 
 
-class MyReLU(Function):
-    """The seed's custom ReLU, verbatim."""
-
-    @staticmethod
-    def forward(ctx, input):
-        ctx.save_for_backward(input)
-        return input.clamp(min=0)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        input, = ctx.saved_tensors
-        grad_input = grad_output.clone()
-        grad_input[input < 0] = 0
-        return grad_input
+MyReLU = my_relu(Function)  # the seed's custom ReLU (tests/seed_programs.py)
 
 
 # --- autograd tutorial ---------------------------------------------------------------------
@@ -295,18 +283,7 @@ def test_custom_function_saved_tensors_freed_after_backward():
 
 @needs_torch
 def test_custom_relu_matches_torch_custom_function():
-    class TorchReLU(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, input):
-            ctx.save_for_backward(input)
-            return input.clamp(min=0)
-
-        @staticmethod
-        def backward(ctx, grad_output):
-            input, = ctx.saved_tensors
-            grad_input = grad_output.clone()
-            grad_input[input < 0] = 0
-            return grad_input
+    TorchReLU = my_relu(torch.autograd.Function)
 
     rng = np.random.default_rng(7)
     xa, wa = rng.standard_normal((4, 5)), rng.standard_normal((5, 3))

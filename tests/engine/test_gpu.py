@@ -12,6 +12,7 @@ import pytest
 import engine
 from engine import Function, Variable, backend, grad, no_grad
 from engine_testkit import call_op, sample_arrays, sample_cases, to_variables
+from tests.seed_programs import my_relu
 
 pytestmark = [
     pytest.mark.gpu,
@@ -127,18 +128,7 @@ def test_semantics_on_gpu(cuda):
     assert bool(x.norm() < 1000)
 
 
-class MyReLU(Function):
-    @staticmethod
-    def forward(ctx, input):
-        ctx.save_for_backward(input)
-        return input.clamp(min=0)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        input, = ctx.saved_tensors
-        grad_input = grad_output.clone()
-        grad_input[input < 0] = 0
-        return grad_input
+MyReLU = my_relu(Function)
 
 
 def _train(relu, steps=20):
