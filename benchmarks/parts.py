@@ -11,7 +11,16 @@ import tempfile
 import time
 
 from benchmarks import common
-from benchmarks.common import PY, ROOT, fmt_time, interleave, stats, table, timing_table, verdict
+from benchmarks.common import (
+    PY,
+    ROOT,
+    fmt_time,
+    interleave,
+    stats,
+    table,
+    timing_table,
+    verdict,
+)
 
 LABELS = {"engine": "engine", "torch": "PyTorch CPU eager", "numpy": "NumPy manual (floor)",
           "embedded": "client embedded", "remote": "client remote (1 worker)"}

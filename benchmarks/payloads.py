@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy
 
-from engine import codec
+from wire import codec
 
 SEED = (64, 1000, 100, 10)
 
@@ -66,7 +66,8 @@ def check_in_process():
     """Run every payload through the in-process Executor (what the service wraps)."""
     import orjson
 
-    from engine.protocol import Executor, decode_request
+    from wire.executor import Executor
+    from wire.messages import decode_request
 
     ex = Executor()
     for make, method in ((seed_request, "backward"), (tiny_request, "backward"), (lambda: identity_request(0.01), "forward")):

@@ -253,6 +253,7 @@ def case_gpu_large(side, p):
         from engine import backend
         backend.use("cuda")
         import cupy
+
         import engine
         ex, ey = engine.tensor(cupy.asarray(x)), engine.tensor(cupy.asarray(y))
         ew1 = engine.tensor(cupy.asarray(w1), requires_grad=True)

@@ -11,30 +11,56 @@ Operations record a graph locally (shapes and dtypes by the registry's rules, so
 shape errors need no request); a value is fetched (one `/forward`) when it is needed: `.item()`,
 `.data` of a computed Variable, printing, `bool()`. `backward()` and `grad()` send one
 `/backward` each. Where: `connect("http://host:8000")` or `$GRADSERVE_URL` for a server; with
-neither, the same requests run in-process through `engine.protocol.Executor`.
+neither, the same requests run in-process through `wire.executor.Executor`.
 
 Ops, methods and operators are derived from `engine.registry.OPS`; imports flow client -> engine.
 Higher-order gradients (`create_graph=True`) raise `HigherOrderGradientError`: use `engine`.
 """
 
+from client import errors
+from client import factory as _factory
+from client.autograd import grad
+from client.errors import (
+    AuthenticationError,
+    BadRequestError,
+    ClientError,
+    ConflictError,
+    ConnectionFailed,
+    GraphValidationError,
+    HigherOrderGradientError,
+    InternalServerError,
+    NotFoundError,
+    OutOfMemoryError,
+    PayloadTooLargeError,
+    ProtocolError,
+    RequestError,
+    RequestTimeout,
+    ServerError,
+    ServiceError,
+    ServiceUnavailableError,
+    TracingError,
+)
+from client.factory import (
+    arange,
+    full,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    randn,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from client.function import Function, FunctionCtx
+from client.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from client.ops import ShapeError, max, min
+from client.ops import install as _install
+from client.session import AsyncSession, Session, connect, current_session
+from client.variable import Variable
 from engine import compat as _compat
 from engine import ops as _engine_ops  # noqa: F401  (importing ops fills the registry)
 from engine.registry import OPS
-
-from client import errors
-from client.autograd import grad
-from client.errors import (
-    AuthenticationError, BadRequestError, ClientError, ConflictError, ConnectionFailed, GraphValidationError,
-    HigherOrderGradientError, InternalServerError, NotFoundError, OutOfMemoryError, PayloadTooLargeError,
-    ProtocolError, RequestError, RequestTimeout, ServerError, ServiceError, ServiceUnavailableError, TracingError,
-)
-from client import factory as _factory
-from client.factory import arange, full, manual_seed, ones, ones_like, rand, randn, tensor, zeros, zeros_like
-from client.function import Function, FunctionCtx
-from client.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from client.ops import ShapeError, install as _install, max, min
-from client.session import AsyncSession, Session, connect, current_session
-from client.variable import Variable
 
 _FUNCTIONS = _install()
 globals().update(_FUNCTIONS)

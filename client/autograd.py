@@ -22,10 +22,10 @@ import numpy
 import orjson
 
 from client.errors import HigherOrderGradientError, ProtocolError, TracingError
+from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from client.grad_mode import current_phase
 from client.graph import Builder, Node
 from client.variable import Variable, as_host_array
-from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from client.wire import Call
 from engine.autograd import nodes_reaching
 

@@ -2,8 +2,8 @@
 
 Every error the service answers with (`{"error": msg, "node": id|null, "field": f|null}` and
 an HTTP status) becomes a `ServerError` subclass chosen by the status, carrying the server's
-message, status, node and field. The embedded executor's errors (`engine.graph.GraphError`,
-`engine.codec.TensorError`) are turned into exactly the same answers first, so a program
+message, status, node and field. The embedded executor's errors (`wire.errors.GraphError`,
+`wire.codec.TensorError`) are turned into exactly the same answers first, so a program
 sees the same exceptions embedded and remote. Subclasses also derive from the builtin
 exception that fits (`ValueError` for a rejected graph, `RuntimeError` for a conflict...), so
 `except ValueError` keeps working where the engine would have raised one.
@@ -89,6 +89,23 @@ STATUS_ERRORS = {
     503: ServiceUnavailableError,
     507: OutOfMemoryError,
 }
+
+
+KIND_ERRORS = {  # the embedded executor's error kinds (wire.errors.KINDS)
+    "malformed": BadRequestError,
+    "invalid": GraphValidationError,
+    "too_large": PayloadTooLargeError,
+    "not_found": NotFoundError,
+    "conflict": ConflictError,
+    "cancelled": ServiceUnavailableError,
+    "out_of_memory": OutOfMemoryError,
+}
+_STATUS_OF = {cls: status for status, cls in STATUS_ERRORS.items()}
+
+
+def status_of_kind(kind: str) -> int:
+    """The HTTP status the service answers a protocol error of `kind` with."""
+    return _STATUS_OF[KIND_ERRORS[kind]]
 
 
 def error_for_status(status: int) -> type[ServerError]:

@@ -2,7 +2,7 @@
 
 `MyOp.apply(*args)` runs `MyOp.forward` and `MyOp.backward` once on symbolic Variables (shapes
 and dtypes only) and records one `function` node carrying both as subgraphs (see
-`engine/graph.py`): the forward subgraph reads its inputs with `arg` nodes; the backward
+`wire/graph.py`): the forward subgraph reads its inputs with `arg` nodes; the backward
 subgraph reads them with `arg`, the output's gradient with `grad_output`, and any forward
 intermediate it uses with `forward_value`. No user Python ever runs on the service.
 
@@ -25,7 +25,16 @@ import numpy
 
 from client.errors import TracingError
 from client.grad_mode import is_grad_enabled, tracing
-from client.graph import ARG, FUNCTION, GRAD_OUTPUT, Builder, Phase, Value, edge_of, forward_references
+from client.graph import (
+    ARG,
+    FUNCTION,
+    GRAD_OUTPUT,
+    Builder,
+    Phase,
+    Value,
+    edge_of,
+    forward_references,
+)
 from client.variable import Variable, as_host_array
 
 MAX_TRACES_PER_FUNCTION = 64

@@ -13,7 +13,7 @@ Two graphs live side by side, as in the engine:
 
 `Builder` turns the values reachable from some outputs into a graph-format-v1 node list plus
 the input tensors, for a `/forward`, a `/backward`, or a custom Function's forward and backward
-subgraphs (see `engine/graph.py`).
+subgraphs (see `wire/graph.py`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import weakref
 import numpy
 
 from client.errors import TracingError
-from engine.codec import datatype_of
-from engine.node import FREED_MESSAGE, INPLACE_MESSAGE
+from engine.node import INPLACE_MESSAGE, GraphFreedError
+from wire.codec import datatype_of
 
 LEAF = "input"
 CONST = "constant"
@@ -114,7 +114,7 @@ class Node:
     def check(self):
         """Raise as the engine's vjp would for a node that is backpropagated now."""
         if self.freed and self.saves:
-            raise RuntimeError(FREED_MESSAGE)
+            raise GraphFreedError()
 
     def __repr__(self):
         return f"<{type(self).__name__} object at {id(self):#x}>"
@@ -136,7 +136,7 @@ class OpNode(Node):
         saves = self.saves
         if self.freed:
             if saves is True or (saves and self.versions[saves]):
-                raise RuntimeError(FREED_MESSAGE)
+                raise GraphFreedError()
             return
         if saves:
             for variable, then in (self.versions if saves is True else self.versions[saves]):
@@ -170,7 +170,7 @@ class FunctionNode(Node):
         if not self.saves:
             return
         if self.freed:
-            raise RuntimeError(FREED_MESSAGE)
+            raise GraphFreedError()
         for variable, then in self.versions:
             if variable._version != then:
                 raise RuntimeError(INPLACE_MESSAGE.format(node="a custom Function", now=variable._version, then=then))

@@ -2,7 +2,7 @@
 
 `connect("http://host:8000")` (or `GRADSERVE_URL`) selects a remote service; with neither, the
 default session is *embedded*: it runs exactly the same requests in-process through
-`engine.protocol.Executor` (bytes in, bytes out, no HTTP), so every program also runs offline
+`wire.executor.Executor` (bytes in, bytes out, no HTTP), so every program also runs offline
 and gets the same answers and the same errors.
 
 `connect()` makes its session the default until it is closed (it is a context manager);
@@ -36,9 +36,25 @@ import httpx
 import numpy
 import orjson
 
-from client.errors import ConflictError, ConnectionFailed, NotFoundError, RequestTimeout, ServerError
-from client.wire import Call, Reply, Response, _header, decode, encode, owned, raise_for_error
-from engine.codec import HEADER_LENGTH, datatype_of
+from client.errors import (
+    ConflictError,
+    ConnectionFailed,
+    NotFoundError,
+    RequestTimeout,
+    ServerError,
+    status_of_kind,
+)
+from client.wire import (
+    Call,
+    Reply,
+    Response,
+    _header,
+    decode,
+    encode,
+    owned,
+    raise_for_error,
+)
+from wire.codec import HEADER_LENGTH, datatype_of
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
 CONNECT_TIMEOUT = 10.0
@@ -65,13 +81,14 @@ class EmbeddedTransport:
     url = "embedded"
 
     def __init__(self, executor=None):
-        from engine.protocol import Executor
+        from wire.executor import Executor
 
         self.executor = executor or Executor()
 
     def request(self, method, path, content=b"", headers=None) -> Response:
-        from engine import backend, codec
-        from engine.protocol import decode_request, encode_result
+        from engine import backend
+        from wire import codec
+        from wire.messages import decode_request, encode_result
 
         headers = headers or {}
         if method == "GET":
@@ -106,7 +123,7 @@ class EmbeddedTransport:
         """A call's answer without encoding anything: its tensors go to the executor as JSON tensor
         objects holding the arrays (checked by the same `decode_request`, which copies them), and
         the result's arrays come back as they are (copied when a retained tape may share them)."""
-        from engine.protocol import decode_request
+        from wire.messages import decode_request
 
         if call.path not in ("/forward", "/backward"):
             raise_for_error(_error(404, f"no POST {call.path}"), where)
@@ -129,18 +146,14 @@ class EmbeddedTransport:
     @staticmethod
     def _guarded(compute):
         """compute()'s value, or the error answer the service would give for what it raised."""
-        from engine.codec import TensorError
-        from engine.graph import GraphError
         from engine.grad_mode import enable_grad
+        from wire.errors import GraphError
 
         try:
             with enable_grad(), numpy.errstate(all="ignore"):
                 return compute()
-        except (GraphError, TensorError) as err:
-            status = getattr(err, "status", 422)
-            if not isinstance(status, int) or not 400 <= status < 600 or status == 500:
-                status = 422
-            return _error(status, str(err), getattr(err, "node", None), getattr(err, "field", None))
+        except GraphError as err:
+            return _error(status_of_kind(err.kind), str(err), getattr(err, "node", None), getattr(err, "field", None))
         except MemoryError:
             return _error(507, "out of memory")
         except Exception as err:  # noqa: BLE001 - the service would answer 500

@@ -1,6 +1,6 @@
 """Request and response bodies: what `/forward` and `/backward` exchange, as bytes.
 
-Tensors are Open Inference Protocol tensor objects (`engine.codec`): raw little-endian buffers
+Tensors are Open Inference Protocol tensor objects (`wire.codec`): raw little-endian buffers
 after the JSON header (Triton's binary data extension, `Inference-Header-Content-Length`) by
 default, `data` lists with `binary=False`. Error answers become `ServerError` subclasses.
 """
@@ -13,8 +13,8 @@ import numpy
 import orjson
 
 from client.errors import ProtocolError, error_for_status
-from engine import codec
-from engine.codec import HEADER_LENGTH
+from wire import codec
+from wire.codec import HEADER_LENGTH
 
 MAX_ELEMENTS = 2**62  # responses are trusted for size: the service already enforced its limits
 

@@ -4,13 +4,24 @@ from engine import backend, ops  # noqa: F401  (importing ops fills the registry
 from engine import compat as _compat
 from engine import factory as _factory
 from engine.autograd import grad
-from engine.factory import arange, full, manual_seed, ones, ones_like, rand, randn, tensor, zeros, zeros_like
+from engine.factory import (
+    arange,
+    full,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    randn,
+    tensor,
+    zeros,
+    zeros_like,
+)
 from engine.function import Function
-from engine.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from engine.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from engine.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from engine.ops.reduction import max, min
-from engine.registry import F as _F
 from engine.registry import OPS
+from engine.registry import F as _F
 from engine.variable import Variable
 
 globals().update({name: getattr(_F, name) for name in OPS})

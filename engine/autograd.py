@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.backend import array_module
-from engine.grad_mode import enable_grad, no_grad
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
+from engine.grad_mode import enable_grad, no_grad
 from engine.node import Node
 from engine.registry import trusted
 from engine.variable import Variable, as_array

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from engine.grad_mode import is_grad_enabled, no_grad
-from engine.node import FREED_MESSAGE, INPLACE_MESSAGE, Meta, Node, edge_of
+from engine.node import INPLACE_MESSAGE, GraphFreedError, Meta, Node, edge_of
 from engine.variable import Variable, as_array
 
 
@@ -24,7 +24,7 @@ class FunctionCtx:
     @property
     def saved_tensors(self):
         if self._freed:
-            raise RuntimeError(FREED_MESSAGE)
+            raise GraphFreedError()
         for v, then in zip(self._saved, self._versions):
             if then is not None and v._version != then:
                 raise RuntimeError(INPLACE_MESSAGE.format(node="a custom Function", now=v._version, then=then))

@@ -19,6 +19,15 @@ FREED_MESSAGE = (
     ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
     "graph a second time or if you need to access saved tensors after calling backward."
 )
+
+
+class GraphFreedError(RuntimeError):
+    """A backward through a graph whose saved values a previous backward freed."""
+
+    def __init__(self):
+        super().__init__(FREED_MESSAGE)
+
+
 INPLACE_MESSAGE = (
     "one of the variables needed for gradient computation has been modified by an inplace operation: "
     "an input of {node} is at version {now}; expected version {then} instead."
@@ -114,7 +123,7 @@ class OpNode(Node):
         """Raise PyTorch's errors when saved inputs were freed or modified in place since recording."""
         if self.versions is None:
             if saves is True or self.saved[saves]:
-                raise RuntimeError(FREED_MESSAGE)
+                raise GraphFreedError()
             return
         pairs = zip(self.saved, self.versions) if saves is True else zip(self.saved[saves], self.versions[saves])
         for v, then in pairs:

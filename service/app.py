@@ -12,10 +12,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.middleware.cors import CORSMiddleware
 
-from service.version import __version__
 from engine import backend
-from engine.codec import HEADER_LENGTH
-from engine.protocol import Executor
 from service import errors
 from service.auth import SCHEME
 from service.compute import ComputePool
@@ -23,6 +20,9 @@ from service.metrics import Metrics, MetricsMiddleware
 from service.routes import add_compute_routes, router
 from service.schema import compute_paths
 from service.settings import Settings
+from service.version import __version__
+from wire.codec import HEADER_LENGTH
+from wire.executor import Executor
 
 log = logging.getLogger("gradserve")
 DESCRIPTION = """Gradients of expression graphs (graph format v1) over HTTP.

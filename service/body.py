@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from starlette.datastructures import Headers
 
-from engine.codec import HEADER_LENGTH
 from service.errors import ApiError
+from wire.codec import HEADER_LENGTH
 
 
 def _too_large(limit: int, what: str) -> ApiError:

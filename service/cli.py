@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from pydantic import ValidationError
 
-        from service.settings import Settings  # imports the engine, which reads GRADSERVE_DEVICE
+        from service.settings import (
+            Settings,  # imports the engine, which reads GRADSERVE_DEVICE
+        )
     except RuntimeError as err:
         print(f"gradserve: {err}", file=sys.stderr)
         return 1

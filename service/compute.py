@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy
 
-from engine.graph import cancel_scope
 from service.errors import ApiError
+from wire.run import cancel_scope
 
 
 def _init_thread():

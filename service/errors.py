@@ -1,6 +1,7 @@
 """One error shape for every failure: {"error": message, "node": id|null, "field": name|null}.
 
-Engine errors (GraphError, TensorError) carry the HTTP status they deserve; FastAPI's own
+Protocol errors (`wire.errors`) carry a kind, turned into an HTTP status by `STATUS` (the one
+table of it); FastAPI's own
 HTTPException and validation errors are reshaped to match; anything unexpected becomes a
 generic 500 whose details go to the log only, never into a response.
 """
@@ -15,12 +16,21 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from engine.codec import TensorError
-from engine.graph import GraphError
+from wire.errors import KINDS, GraphError
 
 log = logging.getLogger("gradserve")
 
 INTERNAL = "internal server error"
+STATUS = {
+    "malformed": 400,
+    "not_found": 404,
+    "conflict": 409,
+    "too_large": 413,
+    "invalid": 422,
+    "cancelled": 503,
+    "out_of_memory": 507,
+}
+assert STATUS.keys() == KINDS.keys(), "every protocol error kind has its HTTP status"
 
 
 class ApiError(Exception):
@@ -54,10 +64,8 @@ def from_exception(exc: BaseException) -> Response:
     """The response for any exception raised while handling a request."""
     if isinstance(exc, ApiError):
         return error_response(exc.status, exc.message, exc.node, exc.field, exc.headers)
-    if isinstance(exc, (GraphError, TensorError)):
-        status = getattr(exc, "status", 422)
-        if not isinstance(status, int) or not 400 <= status < 600 or status == 500:
-            status = 422
+    if isinstance(exc, GraphError):
+        status = STATUS[exc.kind]
         headers = {"Retry-After": "1"} if status == 503 else None
         return error_response(status, str(exc), _json_safe(getattr(exc, "node", None)),
                               _json_safe(getattr(exc, "field", None)), headers)
@@ -86,5 +94,5 @@ async def _any_exception(request: Request, exc: Exception) -> Response:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_exception)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    for kind in (ApiError, GraphError, TensorError, MemoryError, Exception):
+    for kind in (ApiError, GraphError, MemoryError, Exception):
         app.add_exception_handler(kind, _any_exception)

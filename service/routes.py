@@ -11,15 +11,16 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
-from engine import backend, codec
-from engine.graph import SPECIAL_OPS, SUBGRAPH_OPS, VERSION
-from engine.protocol import decode_request, encode_result_parts
+from engine import backend
 from engine.registry import OPS
 from service.auth import require_api_key
 from service.body import header_length, read_body
 from service.errors import ApiError, from_exception
 from service.schema import ERROR
 from service.version import __version__
+from wire import codec
+from wire.graph import SPECIAL_OPS, SUBGRAPH_OPS, VERSION
+from wire.messages import decode_request, encode_result_parts
 
 router = APIRouter()
 JSON = "application/json"

@@ -3,7 +3,7 @@ with orjson and validated by the engine, never by pydantic)."""
 
 from __future__ import annotations
 
-from engine.codec import DATATYPES, HEADER_LENGTH
+from wire.codec import DATATYPES, HEADER_LENGTH
 
 TENSOR = {
     "type": "object",

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from engine.protocol import Limits
+from wire.limits import Limits
 
 _DEFAULT = Limits()
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
@@ -33,7 +33,7 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="allowed CORS origins (comma-separated or a JSON list); empty = CORS off")
 
-    # --- protocol limits (engine.protocol.Limits)
+    # --- protocol limits (wire.limits.Limits)
     max_body_bytes: int = Field(_DEFAULT.max_body_bytes, gt=0)
     max_tensor_elements: int = Field(_DEFAULT.max_tensor_elements, gt=0)
     max_total_elements: int = Field(_DEFAULT.max_total_elements, gt=0)

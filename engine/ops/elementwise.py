@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 from engine import shapes
-from engine.backend import array_module as _xp
 from engine.attrs import Attr
-from engine.registry import F, Sample, binary_dunders, defop, local, trusted, unary_dunder
+from engine.backend import array_module as _xp
+from engine.registry import (
+    F,
+    Sample,
+    binary_dunders,
+    defop,
+    local,
+    trusted,
+    unary_dunder,
+)
 from engine.variable import Variable
 
 

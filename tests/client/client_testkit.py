@@ -30,7 +30,7 @@ class Recorder:
     def __init__(self, session):
         import orjson
 
-        from engine.codec import HEADER_LENGTH
+        from wire.codec import HEADER_LENGTH
 
         self.calls = []
         transport = session._transport

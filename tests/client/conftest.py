@@ -21,9 +21,10 @@ for path in (str(ROOT), HERE):
     if path not in sys.path:  # the checkout's client/ (and client_testkit) win over any installed copy
         sys.path.insert(0, path)
 
+from client_testkit import Recorder, free_port  # noqa: E402,F401
+
 import client  # noqa: E402
 from client import session as client_session  # noqa: E402
-from client_testkit import Recorder, free_port  # noqa: E402,F401
 
 
 class LiveServer:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from client_testkit import my_relu
 
 import client
 import engine
 from client import Function, Variable
-from client_testkit import my_relu
 from engine.node import FREED_MESSAGE
 
 H = np.array([[1.5, -2.0, 0.0], [-0.5, 3.0, -1.0]], dtype=np.float32)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from client_testkit import my_relu
 
 import client
 import engine
-from client_testkit import my_relu
 
 try:
     import torch

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from client_testkit import (
+    autograd_basics,
+    doubling_loop,
+    grad_with_grad_outputs,
+    my_relu,
+    square_plus,
+    two_layer_net,
+)
 
 import client
 import engine
-from client_testkit import (
-    autograd_basics, doubling_loop, grad_with_grad_outputs, my_relu, square_plus, two_layer_net,
-)
 
 STEPS = 20
 

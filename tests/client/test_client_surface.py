@@ -9,11 +9,11 @@ import textwrap
 
 import numpy as np
 import pytest
+from client_testkit import ROOT
 
 import client
 import engine
 from client.ops import engine_dunders
-from client_testkit import ROOT
 
 NOT_MIRRORED = {"gradcheck", "gradgradcheck", "GradcheckError", "backend"}  # engine-only tools
 

@@ -9,13 +9,13 @@ import time
 import httpx
 import numpy as np
 import pytest
+from client_testkit import Recorder, free_port
 
 import client
 from client import Variable
 from client import session as client_session
 from client.wire import raise_for_error
-from client_testkit import Recorder, free_port
-from engine.codec import HEADER_LENGTH
+from wire.codec import HEADER_LENGTH
 
 X = np.array([[1.0, -2.0, 3.0], [-0.5, 0.25, 2.0]], dtype=np.float32)
 W = np.array([[0.5, 1.0], [-1.0, 2.0], [0.25, 0.0]], dtype=np.float32)

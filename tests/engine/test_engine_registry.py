@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_testkit import call_op, differentiable_ops, sample_cases, sample_variables
 
 import engine
 from engine import Variable
 from engine.shapes import ShapeError
-from engine_testkit import call_op, differentiable_ops, sample_cases, sample_variables
 
 GRAD_CASES = sample_cases(lambda op: op.differentiable)
 GRADGRAD_CASES = sample_cases(lambda op: op.differentiable and op.twice_differentiable)

@@ -10,12 +10,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from hypothesis.extra import numpy as hnp  # noqa: E402
-
-import engine  # noqa: E402
-from engine import Variable, shapes  # noqa: E402
 from engine_testkit import (  # noqa: E402
     BY_NAME,
     TORCH_OVERRIDES,
@@ -27,6 +21,12 @@ from engine_testkit import (  # noqa: E402
     torch_call,
     torch_dtype_name,
 )
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+import engine  # noqa: E402
+from engine import Variable, shapes  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

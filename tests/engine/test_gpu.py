@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_testkit import call_op, sample_arrays, sample_cases, to_variables
 
 import engine
 from engine import Function, Variable, backend, grad, no_grad
-from engine_testkit import call_op, sample_arrays, sample_cases, to_variables
 from tests.seed_programs import my_relu
 
 pytestmark = [

@@ -17,8 +17,16 @@ import pytest
 
 from engine.registry import OPS
 
-from .conftest import (HEADER_LENGTH, assert_error, binary_body, decode_response, json_tensor, matmul_chain,
-                       record_figure, simple_request)
+from .conftest import (
+    HEADER_LENGTH,
+    assert_error,
+    binary_body,
+    decode_response,
+    json_tensor,
+    matmul_chain,
+    record_figure,
+    simple_request,
+)
 
 FAULTS = []
 

@@ -17,13 +17,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import codec
-from engine.graph import SPECIAL_OPS, SUBGRAPH_OPS, GraphError
-from engine.protocol import Executor, Limits, decode_request
 from engine.registry import OPS
+from service.errors import STATUS
+from wire import codec
+from wire.errors import GraphError
+from wire.executor import Executor
+from wire.graph import SPECIAL_OPS, SUBGRAPH_OPS
+from wire.limits import Limits
+from wire.messages import decode_request
 
-from .conftest import (HEADER_LENGTH, assert_error, assert_same, binary_body, decode_response, json_tensor,
-                       record_figure, simple_request, spell)
+from .conftest import (
+    HEADER_LENGTH,
+    assert_error,
+    assert_same,
+    binary_body,
+    decode_response,
+    json_tensor,
+    record_figure,
+    simple_request,
+    spell,
+)
 
 EXAMPLES = int(os.environ.get("RELIABILITY_FUZZ_EXAMPLES", "100"))  # raise it for a long soak run
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
@@ -84,7 +97,7 @@ def oracle(endpoint, header, arrays):
         with np.errstate(all="ignore"):  # IEEE results are answers, as at the server
             return "ok", getattr(executor, endpoint)(request)
     except (GraphError, codec.TensorError) as err:
-        return "error", err.status
+        return "error", STATUS[err.kind]
 
 
 def post(client, endpoint, header, arrays, binary_in, binary_out):
@@ -231,7 +244,7 @@ def _engine_verdict(body):
         Executor(Limits()).forward(request)
         return None
     except (GraphError, codec.TensorError) as err:
-        return err.status
+        return STATUS[err.kind]
 
 
 @FUZZ
@@ -262,6 +275,6 @@ def test_executor_rejects_garbage_with_graph_or_tensor_errors(body):
         try:
             method(decode_request(body, None, executor.limits))
         except (GraphError, codec.TensorError) as err:
-            assert 400 <= err.status < 500
+            assert 400 <= STATUS[err.kind] < 500
             assert str(err)
     record_figure("fuzz_executor_garbage", COUNTS["executor_invalid"])

@@ -8,9 +8,17 @@ import time
 import numpy as np
 import pytest
 
-from engine.protocol import Limits
+from wire.limits import Limits
 
-from .conftest import assert_error, binary_body, decode_response, json_tensor, settings_class, simple_graph, simple_request
+from .conftest import (
+    assert_error,
+    binary_body,
+    decode_response,
+    json_tensor,
+    settings_class,
+    simple_graph,
+    simple_request,
+)
 
 LIMIT_NAMES = ("max_body_bytes", "max_tensor_elements", "max_total_elements", "max_nodes", "max_depth", "max_tapes",
                "max_tape_bytes", "tape_ttl_s")

@@ -10,7 +10,13 @@ import time
 import httpx
 import numpy as np
 
-from .conftest import binary_body, decode_response, json_tensor, record_figure, simple_graph
+from .conftest import (
+    binary_body,
+    decode_response,
+    json_tensor,
+    record_figure,
+    simple_graph,
+)
 
 CLIENTS = 6
 SECONDS = 6.0

@@ -7,7 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from .conftest import assert_error, assert_same, binary_body, decode_response, json_tensor, strict_json
+from .conftest import (
+    assert_error,
+    assert_same,
+    binary_body,
+    decode_response,
+    json_tensor,
+    strict_json,
+)
 
 SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5], dtype=np.float32)
 

@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 import pytest
 
-from engine.codec import HEADER_LENGTH  # noqa: F401 - re-exported for the tests
+from wire.codec import HEADER_LENGTH  # noqa: F401 - re-exported for the tests
 
 with warnings.catch_warnings():  # starlette's notice about httpx in its TestClient is not ours to act on
     warnings.filterwarnings("ignore", message=".*httpx.*", category=UserWarning)
@@ -97,7 +97,7 @@ def assert_still_serves(client):
 
 
 def binary_tensor(name: str, array: np.ndarray, buffers: list) -> dict:
-    from engine.codec import datatype_of
+    from wire.codec import datatype_of
 
     array = np.ascontiguousarray(array)
     buffers.append(array.tobytes())
@@ -113,7 +113,7 @@ def binary_body(header: dict, buffers: list) -> tuple[bytes, dict]:
 
 def decode_response(response) -> dict:
     """A JSON or binary response body as {"outputs"|"grads": {name: ndarray}, ...}."""
-    from engine.codec import DATATYPES
+    from wire.codec import DATATYPES
 
     length = response.headers.get(HEADER_LENGTH)
     if length is None:

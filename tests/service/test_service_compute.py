@@ -5,12 +5,18 @@ from __future__ import annotations
 import numpy as np
 import orjson
 import pytest
+from service_testkit import (
+    EXAMPLE,
+    HEADER_LENGTH,
+    binary_body,
+    binary_tensor,
+    decode_response,
+    example,
+)
 
 import engine
 from engine import Variable
 from engine.autograd import grad
-
-from service_testkit import EXAMPLE, HEADER_LENGTH, binary_body, binary_tensor, decode_response, example
 
 X = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float32)
 W = np.array([[0.1], [0.2], [0.3]], dtype=np.float32)
@@ -218,7 +224,7 @@ def test_large_binary_round_trip_is_byte_exact():
 
 
 def test_binary_response_pieces_join_to_the_encoded_body():
-    from engine.protocol import Result, encode_result, encode_result_parts
+    from wire.messages import Result, encode_result, encode_result_parts
 
     result = Result("r", {"y": np.arange(6, dtype=np.float32).reshape(2, 3)}, {"x": np.ones(3, np.int64)}, tape="t")
     parts, length = encode_result_parts(result, binary=True)

@@ -6,14 +6,13 @@ import re
 
 import numpy as np
 import pytest
+from service_testkit import EXAMPLE, SETTINGS, assert_error
 
-from engine.graph import SPECIAL_OPS, VERSION
-from engine.protocol import Limits
 from engine.registry import OPS
 from service.app import create_app
 from service.settings import Settings
-
-from service_testkit import EXAMPLE, SETTINGS, assert_error
+from wire.graph import SPECIAL_OPS, VERSION
+from wire.limits import Limits
 
 
 def test_healthz(api):

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import orjson
 import pytest
-
-from service_testkit import (EXAMPLE, HEADER_LENGTH, SETTINGS, assert_error, assert_still_serves, binary_body,
-                             binary_tensor, example)
-import numpy as np
+from service_testkit import (
+    EXAMPLE,
+    HEADER_LENGTH,
+    SETTINGS,
+    assert_error,
+    assert_still_serves,
+    binary_body,
+    binary_tensor,
+    example,
+)
 
 
 def _graph(*nodes, outputs=("out",)):

@@ -9,14 +9,22 @@ import time
 
 import orjson
 import pytest
+from service_testkit import (
+    EXAMPLE,
+    SETTINGS,
+    asgi_client,
+    assert_error,
+    assert_still_serves,
+    example,
+)
 
-from engine import graph as engine_graph
-from engine.graph import GraphError, cancel_scope
+from engine.registry import OPS
 from service.app import create_app
+from service.errors import STATUS
 from service.routes import INLINE_BODY_BYTES
 from service.settings import Settings
-
-from service_testkit import (EXAMPLE, SETTINGS, asgi_client, assert_error, assert_still_serves, example)
+from wire.errors import GraphError
+from wire.run import cancel_scope
 
 LIMIT = SETTINGS["max_body_bytes"]
 
@@ -252,14 +260,14 @@ def _long_graph(n: int):
 def test_compute_timeout_cancels_a_long_graph_between_steps(monkeypatch):
     """The real engine path: the cancel event stops the graph at its next node."""
     reached = []
-    original = engine_graph.OPS["tanh"].call
+    original = OPS["tanh"].call
 
     def slow_tanh(inputs, attrs):
         reached.append(1)
         time.sleep(0.02)
         return original(inputs, attrs)
 
-    monkeypatch.setattr(engine_graph.OPS["tanh"], "call", slow_tanh)
+    monkeypatch.setattr(OPS["tanh"], "call", slow_tanh)
     with asgi_client(compute_timeout_s=0.2, max_nodes=1000) as client:
         pool = client.app.state.pool
         assert_error(client.post("/forward", json=_long_graph(400)), 503, "compute_timeout_s")
@@ -268,17 +276,18 @@ def test_compute_timeout_cancels_a_long_graph_between_steps(monkeypatch):
             time.sleep(0.01)
         assert pool.in_flight == 0
         assert len(reached) < 100  # 400 steps x 20 ms uncancelled; cancelled after ~10
-        monkeypatch.setattr(engine_graph.OPS["tanh"], "call", original)
+        monkeypatch.setattr(OPS["tanh"], "call", original)
         assert_still_serves(client)
 
 
 def test_cancel_scope_stops_before_the_first_step():
-    from engine.protocol import Executor, decode_request
+    from wire.executor import Executor
+    from wire.messages import decode_request
 
     executor = Executor()
     event = threading.Event()
     event.set()
     with cancel_scope(event), pytest.raises(GraphError) as err:
         executor.forward(decode_request(EXAMPLE, None, executor.limits))
-    assert err.value.status == 503
+    assert STATUS[err.value.kind] == 503
     executor.forward(decode_request(EXAMPLE, None, executor.limits))  # outside the scope: runs

@@ -10,14 +10,21 @@ import copy
 import numpy as np
 import orjson
 import pytest
+from service_testkit import (
+    EXAMPLE,
+    HEADER_LENGTH,
+    assert_error,
+    assert_still_serves,
+    example,
+)
 
-from engine import codec
-from engine.graph import GraphError
-from engine.protocol import Executor, Limits, RequestError, decode_request
 from service.compute import ComputePool
-from service.errors import ApiError
-
-from service_testkit import EXAMPLE, HEADER_LENGTH, assert_error, assert_still_serves, example
+from service.errors import STATUS, ApiError
+from wire import codec
+from wire.errors import GraphError, RequestError
+from wire.executor import Executor
+from wire.limits import Limits
+from wire.messages import decode_request
 
 X = {"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]}
 W = {"name": "w", "shape": [3, 1], "datatype": "FP32", "data": [0.1, 0.2, 0.3]}
@@ -69,7 +76,7 @@ def test_cached_plan_still_enforces_the_element_limit_for_larger_inputs():
     wide["inputs"] = [{**X, "shape": [16, 1], "data": [1.0] * 16}, {**W, "shape": [1, 16], "data": [1.0] * 16}]
     with pytest.raises(RequestError) as err:
         _run(executor, wide)
-    assert err.value.status == 413 and err.value.node == "h" and executor.plans.hits == 1
+    assert STATUS[err.value.kind] == 413 and err.value.node == "h" and executor.plans.hits == 1
     assert _run(executor, small).grads["w"].shape == (3, 1)
 
 

@@ -12,11 +12,10 @@ import time
 import httpx
 import orjson
 import pytest
+from service_testkit import EXAMPLE, running_server
 
 from service import cli
 from service.settings import Settings
-
-from service_testkit import EXAMPLE, running_server
 
 GRADSERVE = shutil.which("gradserve")
 

@@ -6,10 +6,16 @@ import time
 
 import numpy as np
 import pytest
+from service_testkit import (
+    EXAMPLE,
+    asgi_client,
+    assert_error,
+    assert_still_serves,
+    decode_response,
+    example,
+)
 
-from engine import graph as engine_graph
-
-from service_testkit import EXAMPLE, asgi_client, assert_error, assert_still_serves, decode_response, example
+from wire import run as wire_run
 
 
 def _retain(client, path="/forward", **changes):
@@ -60,8 +66,8 @@ def test_backward_by_tape_does_not_recompute(monkeypatch):
     with asgi_client() as client:
         tape = _retain(client)
         runs = []
-        original = engine_graph._run_steps
-        monkeypatch.setattr(engine_graph, "_run_steps", lambda *a, **k: runs.append(1) or original(*a, **k))
+        original = wire_run.run_steps
+        monkeypatch.setattr(wire_run, "run_steps", lambda *a, **k: runs.append(1) or original(*a, **k))
         plans = client.app.state.executor.plans
         before = (plans.hits, plans.misses)
         response = client.post("/backward", json={"tape": tape})

@@ -14,6 +14,8 @@ import math
 import numpy
 import orjson
 
+from wire.errors import TensorError
+
 DATATYPES = {
     "BOOL": numpy.dtype(numpy.bool_),
     "UINT8": numpy.dtype("<u1"),
@@ -29,15 +31,6 @@ DATATYPE_OF = {dtype.newbyteorder("="): name for name, dtype in DATATYPES.items(
 ALIGNMENT = 8  # the JSON header of a binary body is padded with spaces to a multiple of this
 NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 HEADER_LENGTH = "Inference-Header-Content-Length"
-
-
-class TensorError(ValueError):
-    """A tensor object that can't be decoded; `status` is the HTTP status it deserves."""
-
-    def __init__(self, message, field=None, status=422):
-        super().__init__(message)
-        self.field = field
-        self.status = status
 
 
 def datatype_of(dtype) -> str:
@@ -66,7 +59,7 @@ def check_header(obj, where: str, max_elements: int):
         if count > max_elements:
             raise TensorError(
                 f"tensor {name!r}: shape {shape} has more than the limit of {max_elements} elements",
-                field=f"{where}.shape", status=413,
+                field=f"{where}.shape", kind="too_large",
             )
     datatype = obj.get("datatype")
     if datatype not in DATATYPES:
@@ -204,7 +197,7 @@ def _binary_view(checked, size: int, where: str, tail, offset: int):
     if tail is None or offset + size > len(tail):
         raise TensorError(
             f"tensor {name!r}: the body ends before its {size} bytes of binary data", field=f"{where}.parameters.binary_data_size",
-            status=400,
+            kind="malformed",
         )
     array = numpy.frombuffer(tail, dtype=dtype, count=count, offset=offset).reshape(shape)
     return name, (array if array.flags.aligned else array.copy())
@@ -248,7 +241,7 @@ def split_body(body: bytes, header_length: int | None):
         return body, None
     if header_length < 0 or header_length > len(body):
         raise TensorError(
-            f"{HEADER_LENGTH} is {header_length} but the body has only {len(body)} bytes", field=HEADER_LENGTH, status=400
+            f"{HEADER_LENGTH} is {header_length} but the body has only {len(body)} bytes", field=HEADER_LENGTH, kind="malformed"
         )
     view = memoryview(body)
     return view[:header_length], view[header_length:]

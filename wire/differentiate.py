@@ -1,0 +1,62 @@
+"""Gradients of an execution's outputs with respect to its inputs (the engine's `grad`)."""
+
+from __future__ import annotations
+
+from engine import backend
+from engine.autograd import grad as engine_grad
+from engine.node import GraphFreedError
+from engine.variable import Variable
+from wire.errors import GraphError, TapeFreedError
+from wire.run import Execution
+
+
+def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, retain_graph=False) -> dict:
+    """Gradients of the outputs with respect to `wrt` (default: inputs that require grad)."""
+    grad_outputs = grad_outputs or {}
+    unknown = set(grad_outputs) - set(execution.outputs)
+    if unknown:
+        raise GraphError(f"grad_outputs names {sorted(unknown)!r}, which are not outputs of the graph",
+                         field="grad_outputs")
+    wrt = [n for n in execution.plan.inputs if n in execution.plan.requires_grad] if wrt is None else list(wrt)
+    if not wrt:
+        raise GraphError("nothing to differentiate: no input has requires_grad and 'wrt' is empty", field="wrt")
+    targets = []
+    for name in wrt:
+        v = execution.values.get(name)
+        if not isinstance(v, Variable):
+            raise GraphError(f"wrt names {name!r}, which is not a node of the graph", node=name, field="wrt")
+        if not v.requires_grad:
+            raise GraphError(f"wrt names {name!r}, which does not require grad", node=name, field="wrt")
+        targets.append(v)
+    outs, seeds = [], []
+    for name, out in execution.outputs.items():
+        if not out.requires_grad:
+            continue
+        seed = grad_outputs.get(name)
+        if seed is None:
+            if out._data.size != 1:
+                raise GraphError(
+                    f"output {name!r} has shape {list(out.shape)}: a gradient can be implied only for scalar outputs; "
+                    f"pass grad_outputs with a tensor named {name!r}", node=name, field="grad_outputs")
+            seed = backend.array_module(out._data).ones_like(out._data)
+        else:
+            if tuple(seed.shape) != tuple(out.shape):
+                raise GraphError(f"grad_outputs {name!r} has shape {list(seed.shape)} but the output has shape {list(out.shape)}",
+                                 node=name, field="grad_outputs")
+            seed = backend.to_active(seed).astype(out.dtype, copy=False)
+        outs.append(out)
+        seeds.append(Variable._result(seed, None))
+    if execution.freed:
+        raise TapeFreedError()
+    if not outs:
+        grads = [None] * len(targets)
+    else:
+        try:
+            grads = engine_grad(outs, targets, seeds, retain_graph=retain_graph, allow_unused=True)
+        except RuntimeError as err:
+            raise GraphError(f"backward failed: {err}", kind="conflict" if isinstance(err, GraphFreedError) else "invalid") from None
+    execution.freed = not retain_graph
+    return {
+        name: (g._data if g is not None else backend.array_module(t._data).zeros_like(t._data))
+        for name, t, g in zip(wrt, targets, grads)
+    }

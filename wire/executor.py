@@ -1,0 +1,90 @@
+"""Requests and responses of the graph protocol, executed in-process.
+
+`Executor` is what `/forward` and `/backward` do, minus HTTP: the service wraps it, and the
+client's embedded mode calls it directly, so both run exactly the same code. It owns the
+cache of planned graphs (keyed by a hash of the graph's structure) and the retained tapes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from wire.differentiate import gradients
+from wire.errors import GraphError, RequestError
+from wire.infer import Shapes, check_request_inputs
+from wire.limits import Limits
+from wire.messages import Request, Result
+from wire.run import Execution
+from wire.stores import PlanCache, TapeStore
+
+
+class Executor:
+    """Runs protocol requests on the engine: forward, backward, and tapes."""
+
+    def __init__(self, limits: Limits | None = None):
+        self.limits = limits or Limits()
+        self.plans = PlanCache(self.limits.plan_cache_size)
+        self.tapes = TapeStore(self.limits)
+
+    def _plan(self, request: Request):
+        """(plan, Shapes) of a request's graph and inputs, within the limits; planned once per request."""
+        if request.planned is None:
+            request.planned = self._check_plan(request)
+        return request.planned
+
+    def _check_plan(self, request: Request):
+        if request.graph is None:
+            raise RequestError("'graph' is required (or 'tape' for a backward through a retained tape)", field="graph")
+        plan = self.plans.get(request.graph, self.limits)
+        shapes = check_request_inputs(plan, request.inputs)
+        if shapes.largest > self.limits.max_tensor_elements or shapes.total > 4 * self.limits.max_total_elements:
+            self._refuse(shapes)
+        return plan, shapes
+
+    def _refuse(self, shapes: Shapes):
+        """Raise the 413 for a graph whose values `shapes` says would be over the limits."""
+        big = self.limits.max_tensor_elements
+        for node_id, meta in shapes.known.items():
+            count = 0 if meta is None else math.prod(meta[0])
+            if count > big:
+                raise RequestError(f"node {node_id!r} would hold {count} elements (shape {list(meta[0])}), over the limit of {big}",
+                                   node=node_id, kind="too_large")
+        raise RequestError(f"the graph's values would hold {shapes.total} elements, over the limit", field="graph", kind="too_large")
+
+    def is_light(self, request: Request, max_steps: int = 32, max_elements: int = 4096) -> bool:
+        """Whether running `request` is certainly cheap: a graph (not a tape) of at most `max_steps`
+        nodes (no function node), every value's shape known and `max_elements` elements in all.
+        Plans the graph (cached), so an invalid one raises here as it would when run."""
+        if request.tape is not None or request.graph is None:
+            return False
+        plan, shapes = self._plan(request)
+        return len(plan.steps) <= max_steps and shapes.all_known and shapes.total <= max_elements
+
+    def forward(self, request: Request) -> Result:
+        if request.tape is not None or request.grad_outputs or request.wrt is not None:
+            raise RequestError("/forward takes no tape, grad_outputs or wrt", field="tape" if request.tape else "grad_outputs")
+        plan, _ = self._plan(request)
+        execution = Execution(plan, request.inputs, record=request.retain_graph)
+        tape = self.tapes.put(execution) if request.retain_graph else None
+        return Result(request.id, execution.output_arrays(), tape=tape)
+
+    def backward(self, request: Request) -> Result:
+        if request.tape is not None:
+            if request.graph is not None or request.inputs:
+                raise RequestError("a backward through a tape takes no graph or inputs", field="tape")
+            execution = self.tapes.take(request.tape)
+            try:
+                grads = gradients(execution, request.grad_outputs, request.wrt, retain_graph=request.retain_graph)
+            except GraphError:
+                self.tapes.restore(request.tape, execution)
+                raise
+            if request.retain_graph:
+                self.tapes.restore(request.tape, execution)
+            else:
+                self.tapes.mark_freed(request.tape)
+            return Result(request.id, execution.output_arrays(), grads, tape=request.tape if request.retain_graph else None)
+        plan, _ = self._plan(request)
+        execution = Execution(plan, request.inputs, record=True, wrt=request.wrt or ())
+        grads = gradients(execution, request.grad_outputs, request.wrt, retain_graph=request.retain_graph)
+        tape = self.tapes.put(execution) if request.retain_graph else None
+        return Result(request.id, execution.output_arrays(), grads, tape=tape)

@@ -1,0 +1,264 @@
+"""The graph format (v1): parse and validate a serialized expression graph, then run it.
+
+A graph is a list of nodes in topological order with single-assignment ids:
+
+    {"version": 1,
+     "nodes": [{"id": "x", "op": "input", "requires_grad": true, "shape": [2], "dtype": "FP32"},
+               {"id": "c", "op": "constant", "attrs": {"value": 2.0}},
+               {"id": "y", "op": "mul", "inputs": ["x", "c"]},
+               {"id": "s", "op": "sum", "inputs": ["y"]}],
+     "outputs": ["s"]}
+
+Ops are the registry's (`engine.registry.OPS`) plus `input`, `constant` and `function` (a custom
+Function traced into a forward and a backward subgraph; see docs/protocol.md). Validation is
+complete before anything is computed; every error names the node and the field at fault.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.attrs import AttrError
+from engine.registry import OPS
+from engine.variable import as_array
+from wire.codec import DATATYPES, NONFINITE
+from wire.errors import GraphError
+from wire.run import subgraph_function
+
+VERSION = 1
+SPECIAL_OPS = {
+    "input": "a tensor from the request's inputs, matched by name = node id",
+    "constant": "attrs.value (number or nested list), optional attrs.dtype (an OIP datatype)",
+    "function": "a custom Function: attrs.name, attrs.forward and attrs.backward subgraphs",
+}
+SUBGRAPH_OPS = {
+    "arg": "inside a function subgraph: the function's input attrs.index",
+    "grad_output": "inside a backward subgraph: the gradient of the function's output",
+    "forward_value": "inside a backward subgraph: the value of forward-subgraph node attrs.node",
+}
+NODE_KEYS = {"id", "op", "inputs", "attrs", "requires_grad", "shape", "dtype"}
+
+
+@dataclass
+class Step:
+    id: str
+    op: str
+    inputs: tuple
+    attrs: dict
+    requires_grad: bool = False
+    shape: tuple | None = None
+    dtype: object = None
+    function: type | None = None
+
+
+@dataclass
+class Plan:
+    steps: list
+    outputs: tuple
+    inputs: tuple
+    requires_grad: frozenset
+    depth: int
+    checked: dict = field(default_factory=dict)  # input signature -> Shapes (see check_request_inputs)
+    input_names: frozenset = field(init=False)
+
+    def __post_init__(self):
+        self.input_names = frozenset(self.inputs)
+
+
+def _fail(message, node=None, field=None):
+    raise GraphError(message, node=node, field=field)
+
+
+def _check_subgraph(obj, where, node_id):
+    if not isinstance(obj, dict) or not isinstance(obj.get("nodes"), list) or not isinstance(obj.get("outputs"), list):
+        _fail(f"function node {node_id!r}: {where} must be an object with 'nodes' and 'outputs' lists", node_id, f"attrs.{where}")
+
+
+def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=None) -> Plan:
+    """Validate a graph completely and turn it into a Plan (no compute, no tensors needed)."""
+    if not isinstance(graph, dict):
+        _fail("'graph' must be an object with 'version', 'nodes' and 'outputs'", field="graph")
+    if _scope == "graph":
+        version = graph.get("version", VERSION)
+        if version != VERSION:
+            _fail(f"unsupported graph version {version!r}; this server speaks version {VERSION}", field="graph.version")
+    nodes = graph.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        _fail("'graph.nodes' must be a non-empty list", field="graph.nodes")
+    budget = _budget if _budget is not None else [max_nodes]
+    budget[0] -= len(nodes)
+    if budget[0] < 0:
+        raise GraphError(f"the graph has more than the limit of {max_nodes} nodes", field="graph.nodes", kind="too_large")
+    steps, depth, seen = [], {}, set()
+    inputs, requires = [], set()
+    for index, node in enumerate(nodes):
+        step = _parse_node(node, index, seen, _scope, max_nodes, max_depth, budget)
+        d = 1 + max((depth[i] for i in step.inputs if isinstance(i, str)), default=0)
+        if d > max_depth:
+            raise GraphError(f"node {step.id!r}: the graph is deeper than the limit of {max_depth}", node=step.id, kind="too_large")
+        depth[step.id] = d
+        seen.add(step.id)
+        steps.append(step)
+        if step.op == "input":
+            inputs.append(step.id)
+            if step.requires_grad:
+                requires.add(step.id)
+    outputs = graph.get("outputs")
+    if not isinstance(outputs, list) or not outputs:
+        _fail("'graph.outputs' must be a non-empty list of node ids", field="graph.outputs")
+    for out in outputs:
+        if out is not None and out not in seen:
+            _fail(f"output {out!r} is not a node of the graph", node=out if isinstance(out, str) else None, field="graph.outputs")
+        if _scope != "backward" and out is None:
+            _fail("outputs must be node ids", field="graph.outputs")
+    if _scope == "graph" and len(set(outputs)) != len(outputs):
+        _fail("'graph.outputs' names a node twice", field="graph.outputs")
+    return Plan(steps, tuple(outputs), tuple(inputs), frozenset(requires), max(depth.values()))
+
+
+def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget) -> Step:
+    where = f"graph.nodes[{index}]"
+    if not isinstance(node, dict):
+        _fail(f"{where} must be an object", field=where)
+    node_id = node.get("id")
+    if not isinstance(node_id, str) or not node_id:
+        _fail(f"{where}: 'id' must be a non-empty string", field=f"{where}.id")
+    if node_id in seen:
+        _fail(f"node {node_id!r} is defined twice (ids are single-assignment)", node_id, "id")
+    extra = set(node) - NODE_KEYS
+    if extra:
+        _fail(f"node {node_id!r}: unknown field(s) {', '.join(sorted(extra))}", node_id, sorted(extra)[0])
+    op = node.get("op")
+    if not isinstance(op, str):
+        _fail(f"node {node_id!r}: 'op' must be a string", node_id, "op")
+    raw_inputs = node.get("inputs", [])
+    if not isinstance(raw_inputs, list) or not all(isinstance(i, str) for i in raw_inputs):
+        _fail(f"node {node_id!r}: 'inputs' must be a list of node ids", node_id, "inputs")
+    for ref in raw_inputs:
+        if ref not in seen:
+            _fail(f"node {node_id!r}: input {ref!r} is not defined before this node (nodes must be in topological order)",
+                  node_id, "inputs")
+    attrs = node.get("attrs", {})
+    if not isinstance(attrs, dict):
+        _fail(f"node {node_id!r}: 'attrs' must be an object", node_id, "attrs")
+    requires_grad = node.get("requires_grad", False)
+    if not isinstance(requires_grad, bool):
+        _fail(f"node {node_id!r}: 'requires_grad' must be true or false", node_id, "requires_grad")
+    if op != "input" and ({"requires_grad", "shape", "dtype"} & set(node)):
+        _fail(f"node {node_id!r}: only input nodes take requires_grad, shape and dtype", node_id, "op")
+    if op == "input":
+        if scope != "graph":
+            _fail(f"node {node_id!r}: input nodes are not allowed inside a function subgraph (use 'arg')", node_id, "op")
+        return _input_step(node, node_id, raw_inputs, attrs, requires_grad)
+    if op == "constant":
+        return _constant_step(node_id, raw_inputs, attrs)
+    if op in SUBGRAPH_OPS:
+        return _subgraph_leaf(node_id, op, raw_inputs, attrs, scope)
+    if op == "function":
+        return _function_step(node_id, raw_inputs, attrs, max_nodes, max_depth, budget)
+    spec = OPS.get(op)
+    if spec is None:
+        _fail(f"node {node_id!r}: unknown op {op!r} (GET /ops lists the known ones)", node_id, "op")
+    try:
+        checked = spec.check_attrs(_unspell_floats(spec, attrs))
+    except (AttrError, TypeError) as err:
+        _fail(f"node {node_id!r} ({op}): {err}", node_id, "attrs")
+    problem = spec.arity_error(len(raw_inputs), checked)
+    if problem:
+        _fail(f"node {node_id!r} ({op}) {problem}", node_id, "inputs")
+    return Step(node_id, op, tuple(raw_inputs), checked)
+
+
+FLOAT_KINDS = ("float", "float?", "p")
+
+
+def _unspell_floats(spec, attrs):
+    """Float attributes may be spelled "Infinity", "-Infinity" or "NaN" (JSON has no such numbers),
+    as tensor data may (engine.codec): e.g. norm's p = inf."""
+    spelled = [name for name, value in attrs.items() if isinstance(value, str) and value in NONFINITE
+               and name in spec.attrs and spec.attrs[name].kind in FLOAT_KINDS]
+    if not spelled:
+        return attrs
+    return {**attrs, **{name: NONFINITE[attrs[name]] for name in spelled}}
+
+
+def _input_step(node, node_id, raw_inputs, attrs, requires_grad):
+    if raw_inputs or attrs:
+        _fail(f"input node {node_id!r} takes no inputs or attrs", node_id, "inputs" if raw_inputs else "attrs")
+    shape = node.get("shape")
+    if shape is not None and (not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+        _fail(f"input node {node_id!r}: 'shape' must be a list of non-negative integers", node_id, "shape")
+    dtype = node.get("dtype")
+    if dtype is not None and dtype not in DATATYPES:
+        _fail(f"input node {node_id!r}: unknown dtype {dtype!r}; expected one of {', '.join(DATATYPES)}", node_id, "dtype")
+    if requires_grad and dtype is not None and DATATYPES[dtype].kind != "f":
+        _fail(f"input node {node_id!r}: only floating point inputs can require grad (dtype {dtype})", node_id, "requires_grad")
+    return Step(node_id, "input", (), {}, requires_grad, None if shape is None else tuple(shape),
+                None if dtype is None else DATATYPES[dtype])
+
+
+def _constant_step(node_id, raw_inputs, attrs):
+    if raw_inputs:
+        _fail(f"constant node {node_id!r} takes no inputs", node_id, "inputs")
+    if set(attrs) - {"value", "dtype"} or "value" not in attrs:
+        _fail(f"constant node {node_id!r}: attrs must be {{'value': ..., 'dtype': optional}}", node_id, "attrs")
+    value, dtype = attrs["value"], attrs.get("dtype")
+    if dtype is not None and dtype not in DATATYPES:
+        _fail(f"constant node {node_id!r}: unknown dtype {dtype!r}", node_id, "attrs.dtype")
+    if dtype is None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Step(node_id, "constant", (), {"value": value})
+    try:
+        array = as_array(value, None if dtype is None else DATATYPES[dtype])
+    except (ValueError, TypeError) as err:
+        _fail(f"constant node {node_id!r}: value is not a number or a rectangular nested list: {err}", node_id, "attrs.value")
+    if array.dtype.kind not in "biuf":
+        _fail(f"constant node {node_id!r}: value must be numbers or booleans", node_id, "attrs.value")
+    return Step(node_id, "constant", (), {"value": array})
+
+
+def _subgraph_leaf(node_id, op, raw_inputs, attrs, scope):
+    allowed = {"forward": {"arg"}, "backward": {"arg", "grad_output", "forward_value"}}.get(scope, set())
+    if op not in allowed:
+        _fail(f"node {node_id!r}: op {op!r} is only allowed inside a function's {'backward' if op != 'arg' else ''} subgraph".replace("  ", " "),
+              node_id, "op")
+    if raw_inputs:
+        _fail(f"node {node_id!r}: {op} takes no inputs", node_id, "inputs")
+    if op == "arg":
+        index = attrs.get("index")
+        if set(attrs) != {"index"} or not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            _fail(f"node {node_id!r}: arg needs attrs {{'index': non-negative integer}}", node_id, "attrs.index")
+    elif op == "forward_value":
+        if set(attrs) != {"node"} or not isinstance(attrs.get("node"), str):
+            _fail(f"node {node_id!r}: forward_value needs attrs {{'node': forward node id}}", node_id, "attrs.node")
+    elif attrs:
+        _fail(f"node {node_id!r}: grad_output takes no attrs", node_id, "attrs")
+    return Step(node_id, op, (), dict(attrs))
+
+
+def _function_step(node_id, raw_inputs, attrs, max_nodes, max_depth, budget):
+    name = attrs.get("name", "Function")
+    if not isinstance(name, str) or not name.isidentifier():
+        _fail(f"function node {node_id!r}: attrs.name must be an identifier", node_id, "attrs.name")
+    if set(attrs) - {"name", "forward", "backward"}:
+        _fail(f"function node {node_id!r}: attrs are name, forward and backward", node_id, "attrs")
+    for part in ("forward", "backward"):
+        _check_subgraph(attrs.get(part), part, node_id)
+    try:
+        forward = parse(attrs["forward"], max_nodes, max_depth, "forward", budget)
+        backward = parse(attrs["backward"], max_nodes, max_depth, "backward", budget)
+    except GraphError as err:
+        raise GraphError(f"function node {node_id!r}: {err}", node=node_id, field=err.field, kind=err.kind) from None
+    if len(forward.outputs) != 1:
+        _fail(f"function node {node_id!r}: the forward subgraph must have exactly one output", node_id, "attrs.forward.outputs")
+    if len(backward.outputs) != len(raw_inputs):
+        _fail(f"function node {node_id!r}: the backward subgraph must have one output per input "
+              f"({len(raw_inputs)}), got {len(backward.outputs)}", node_id, "attrs.backward.outputs")
+    forward_ids = {s.id for s in forward.steps}
+    for plan, part in ((forward, "forward"), (backward, "backward")):
+        for s in plan.steps:
+            if s.op == "arg" and s.attrs["index"] >= len(raw_inputs):
+                _fail(f"function node {node_id!r}: {part} arg index {s.attrs['index']} but the node has {len(raw_inputs)} input(s)",
+                      node_id, f"attrs.{part}")
+            if s.op == "forward_value" and s.attrs["node"] not in forward_ids:
+                _fail(f"function node {node_id!r}: forward_value {s.attrs['node']!r} is not a forward node", node_id, "attrs.backward")
+    return Step(node_id, "function", tuple(raw_inputs), {}, function=subgraph_function(name, forward.steps, forward.outputs[0], backward.steps, backward.outputs))

@@ -1,0 +1,112 @@
+"""Requests and results of the graph protocol: decoding a request's JSON header and binary
+tail within the limits, and encoding a result as JSON or binary pieces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine import backend
+from wire import codec
+from wire.errors import RequestError
+from wire.limits import Limits
+
+REQUEST_KEYS = {"id", "graph", "inputs", "grad_outputs", "wrt", "parameters", "tape", "outputs"}
+PARAMETERS = {"retain_graph", "binary_data_output"}
+
+
+@dataclass
+class Request:
+    graph: dict | None = None
+    inputs: dict = field(default_factory=dict)
+    grad_outputs: dict = field(default_factory=dict)
+    wrt: list | None = None
+    id: object = None
+    tape: str | None = None
+    retain_graph: bool = False
+    binary_output: bool = False
+    planned: tuple | None = field(default=None, repr=False)  # (plan, known shapes), once planned
+
+
+@dataclass
+class Result:
+    id: object
+    outputs: dict
+    grads: dict | None = None
+    tape: str | None = None
+
+
+def _tensor_map(pairs, where):
+    out = {}
+    for name, array in pairs:
+        if name in out:
+            raise RequestError(f"{where}: tensor {name!r} is given twice", node=name, field=where)
+        out[name] = array
+    return out
+
+
+def decode_request(header, tail, limits: Limits) -> Request:
+    """A Request from a parsed JSON header and the body's binary tail (None for plain JSON)."""
+    if not isinstance(header, dict):
+        raise RequestError("the body must be a JSON object", kind="malformed")
+    unknown = set(header) - REQUEST_KEYS
+    if unknown:
+        raise RequestError(f"unknown field(s) in request: {', '.join(sorted(unknown))}", field=sorted(unknown)[0])
+    params = header.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise RequestError("'parameters' must be an object", field="parameters")
+    for key in ("retain_graph", "binary_data_output"):
+        if key in params and not isinstance(params[key], bool):
+            raise RequestError(f"parameters.{key} must be true or false", field=f"parameters.{key}")
+    rid = header.get("id")
+    if rid is not None and not isinstance(rid, (str, int)):
+        raise RequestError("'id' must be a string or an integer", field="id")
+    wrt = header.get("wrt")
+    if wrt is not None and (not isinstance(wrt, list) or not all(isinstance(w, str) for w in wrt)):
+        raise RequestError("'wrt' must be a list of input names", field="wrt")
+    tape = header.get("tape")
+    if tape is not None and not isinstance(tape, str):
+        raise RequestError("'tape' must be a string", field="tape")
+    checked = {}
+    for where in ("inputs", "grad_outputs"):
+        objs = header.get(where)
+        if objs is not None and not isinstance(objs, list):
+            raise RequestError(f"'{where}' must be a list of tensor objects", field=where)
+        checked[where] = codec.check_headers(objs, where, limits.max_tensor_elements)
+    total = sum(count for headers in checked.values() for *_, count in headers)
+    if total > limits.max_total_elements:
+        raise RequestError(f"the request's tensors hold {total} elements, over the limit of {limits.max_total_elements}",
+                           field="inputs", kind="too_large")
+    inputs, offset = codec.decode_tensors(header.get("inputs"), "inputs", tail, 0, limits.max_tensor_elements,
+                                          checked["inputs"])
+    grads, offset = codec.decode_tensors(header.get("grad_outputs"), "grad_outputs", tail, offset,
+                                         limits.max_tensor_elements, checked["grad_outputs"])
+    if tail is not None and offset != len(tail):
+        raise RequestError(f"the body has {len(tail) - offset} bytes of binary data that no tensor claims",
+                           field=codec.HEADER_LENGTH, kind="malformed")
+    return Request(
+        graph=header.get("graph"), inputs=_tensor_map(inputs, "inputs"), grad_outputs=_tensor_map(grads, "grad_outputs"),
+        wrt=wrt, id=rid, tape=tape, retain_graph=params.get("retain_graph", False),
+        binary_output=params.get("binary_data_output", False),
+    )
+
+
+def encode_result_parts(result: Result, binary: bool) -> tuple[list, int | None]:
+    """([body pieces], header length or None) of a Result in JSON or binary form. Binary pieces
+    are the JSON header then zero-copy views of the arrays: send them in order, or join them."""
+    body = {"id": result.id} if result.id is not None else {}
+    buffers = []
+    encode = (lambda n, a: codec.encode_binary(n, a, buffers)) if binary else codec.encode_json
+    body["outputs"] = [encode(name, backend.to_numpy(a)) for name, a in result.outputs.items()]
+    if result.grads is not None:
+        body["grads"] = [encode(name, backend.to_numpy(a)) for name, a in result.grads.items()]
+    if result.tape is not None:
+        body["tape"] = result.tape
+    if binary:
+        return codec.body_parts(body, buffers)
+    return [codec.dumps(body)], None
+
+
+def encode_result(result: Result, binary: bool) -> tuple[bytes, int | None]:
+    """(body bytes, header length or None) of a Result in JSON or binary form."""
+    parts, length = encode_result_parts(result, binary)
+    return parts[0] if len(parts) == 1 else b"".join(parts), length

@@ -1,0 +1,124 @@
+"""What the executor keeps between requests: planned graphs and retained tapes."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import OrderedDict
+
+import orjson
+
+from wire.errors import RequestError, TapeFreedError
+from wire.graph import parse
+from wire.limits import Limits
+from wire.run import Execution
+
+
+class TapeStore:
+    """Retained executions by id, bounded by count, bytes and age (oldest evicted first)."""
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self._tapes: OrderedDict[str, tuple] = OrderedDict()
+        self._freed: OrderedDict[str, None] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __len__(self):
+        return len(self._tapes)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def _expire(self, now):
+        while self._tapes:
+            tape_id, (_, expires, nbytes) = next(iter(self._tapes.items()))
+            if expires > now and len(self._tapes) <= self.limits.max_tapes and self._bytes <= self.limits.max_tape_bytes:
+                break
+            self._tapes.popitem(last=False)
+            self._bytes -= nbytes
+
+    def put(self, execution: Execution) -> str:
+        if execution.nbytes > self.limits.max_tape_bytes:
+            raise RequestError(f"the graph's values take {execution.nbytes} bytes, over the tape limit of "
+                               f"{self.limits.max_tape_bytes}", field="parameters.retain_graph", kind="too_large")
+        tape_id = uuid.uuid4().hex
+        with self._lock:
+            self._tapes[tape_id] = (execution, time.monotonic() + self.limits.tape_ttl_s, execution.nbytes)
+            self._bytes += execution.nbytes
+            self._expire(time.monotonic())
+        return tape_id
+
+    def take(self, tape_id: str) -> Execution:
+        """Remove and return a tape (callers put it back when it is retained again)."""
+        with self._lock:
+            self._expire(time.monotonic())
+            entry = self._tapes.pop(tape_id, None)
+            if entry is None:
+                if tape_id in self._freed:
+                    raise TapeFreedError()
+                raise RequestError(f"unknown or expired tape {tape_id!r}", field="tape", kind="not_found")
+            self._bytes -= entry[2]
+        return entry[0]
+
+    def mark_freed(self, tape_id: str):
+        with self._lock:
+            self._freed[tape_id] = None
+            while len(self._freed) > 4 * self.limits.max_tapes:
+                self._freed.popitem(last=False)
+
+    def restore(self, tape_id: str, execution: Execution):
+        with self._lock:
+            self._tapes[tape_id] = (execution, time.monotonic() + self.limits.tape_ttl_s, execution.nbytes)
+            self._bytes += execution.nbytes
+            self._expire(time.monotonic())
+
+    def sweep(self):
+        """Drop expired tapes now (their memory is otherwise reclaimed at the next put or take)."""
+        with self._lock:
+            self._expire(time.monotonic())
+
+    def clear(self):
+        with self._lock:
+            self._tapes.clear()
+            self._bytes = 0
+
+
+class PlanCache:
+    """Validated, planned graphs keyed by their canonical JSON (sorted keys; LRU, bounded).
+
+    The key is the text itself, not a digest of it: two graphs share a plan only when they are
+    equal, and the key costs one serialisation (a few µs for a small graph)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._plans: OrderedDict[bytes, object] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self):
+        return len(self._plans)
+
+    def get(self, graph, limits: Limits):
+        try:
+            key = orjson.dumps(graph, option=orjson.OPT_SORT_KEYS)
+        except (TypeError, orjson.JSONEncodeError):
+            key = None
+        if key is not None:
+            with self._lock:
+                plan = self._plans.get(key)
+                if plan is not None:
+                    self._plans.move_to_end(key)
+                    self.hits += 1
+                    return plan
+        plan = parse(graph, limits.max_nodes, limits.max_depth)
+        if key is not None and self.size > 0:
+            with self._lock:
+                self.misses += 1
+                self._plans[key] = plan
+                while len(self._plans) > self.size:
+                    self._plans.popitem(last=False)
+        return plan
