@@ -43,6 +43,18 @@ def tiny_request():
     return {"graph": {"version": 1, "nodes": nodes, "outputs": ["s"]}, "wrt": ["x"]}, {"x": x}
 
 
+def chain_request(length, x, a, b):
+    """(header, arrays) of the /backward request of the chain of `length` alternating `* a`, `+ b`
+    ops on x, summed (`worker.chain_step`), with the gradient of x."""
+    nodes = [_inp("x", x, True), _inp("a", a), _inp("b", b)]
+    prev = "x"
+    for i in range(length):
+        nodes.append({"id": f"c{i}", "op": "mul" if i % 2 == 0 else "add", "inputs": [prev, "a" if i % 2 == 0 else "b"]})
+        prev = f"c{i}"
+    nodes.append({"id": "loss", "op": "sum", "inputs": [prev]})
+    return {"graph": {"version": 1, "nodes": nodes, "outputs": ["loss"]}, "wrt": ["x"]}, {"x": x, "a": a, "b": b}
+
+
 def identity_request(mib: float):
     x = numpy.ones(int(mib * 2**20 // 4), numpy.float32)
     nodes = [_inp("x", x), {"id": "out", "op": "clone", "inputs": ["x"]}]

@@ -4,7 +4,9 @@ Every side's step returns (loss, gradients...) so the tests can check that the s
 same thing (the NumPy floor's hand-written gradients included).
 
 Prints one JSON line: {"times": [seconds per sample, ...], "extra": {...}}.
-Sides: engine, torch, numpy (the hand-written floor), and for the client cases embedded/remote.
+Sides: engine, torch, numpy (the hand-written floor), and for the client cases embedded/remote;
+the engine cases also run the peers of `benchmarks.peers` (autograd, jax, jaxjit) and `executor`
+(the service's compute: `wire.executor.Executor.backward` on a decoded request, in-process).
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import time
 
 import numpy
 
+from benchmarks import peers
+
 SEED = (64, 1000, 100, 10)
 LARGE = (512, 4096, 4096, 1024)
+HVP = (32, 16, 32, 4)  # the HVP case's small MLP: N, D_in, H, D_out (float64)
 
 
 def _timeit(fn, reps, warmup, max_s=120.0):
@@ -46,8 +51,16 @@ def _data(shape_dims, dtype, seed=0):
 
 # --- the two-layer net (seed net and large MLP): one forward + backward -------------------------
 
-def net_step(side, dims, dtype):
+def net_step(side, dims, dtype, count=1):
     x, y, w1, w2 = _data(dims, dtype)
+    if side in peers.PEERS:
+        return peers.net_step(side, x, y, w1, w2)
+    if side == "executor":
+        from benchmarks import payloads
+        if dims != SEED:
+            raise ValueError("the executor side runs the seed net only")
+        header, arrays = payloads.seed_request(numpy.dtype(dtype).name)
+        return executor_step(header, arrays, "loss", count)
     if side == "numpy":
         def step():
             h = x @ w1
@@ -87,11 +100,21 @@ def net_step(side, dims, dtype):
 
 # --- the chain of small ops ---------------------------------------------------------------------
 
-def chain_step(side, length):
+def chain_data():
     rng = numpy.random.default_rng(0)
     x0 = rng.standard_normal((2, 2)).astype(numpy.float32)
     a = (1.0 + 0.001 * rng.standard_normal((2, 2))).astype(numpy.float32)
     b = (0.001 * rng.standard_normal((2, 2))).astype(numpy.float32)
+    return x0, a, b
+
+
+def chain_step(side, length, count=1):
+    x0, a, b = chain_data()
+    if side in peers.PEERS:
+        return peers.chain_step(side, length, x0, a, b)
+    if side == "executor":
+        from benchmarks import payloads
+        return executor_step(*payloads.chain_request(length, x0, a, b), "loss", count)
     if side == "numpy":
         def step():
             y = x0
@@ -131,13 +154,82 @@ def chain_step(side, length):
     return step
 
 
+def executor_step(header, arrays, output, count):
+    """`step()` -> (output, *gradients): `Executor.backward` of the request (header, arrays) sent
+    as a binary body, as the service runs it. The `count` requests are decoded beforehand, so a
+    sample times the compute only (decoding is the request path's, measured over HTTP)."""
+    import orjson
+
+    from benchmarks import payloads
+    from wire import codec
+    from wire.executor import Executor
+    from wire.messages import decode_request
+
+    executor = Executor()
+    body, headers = payloads.encode(header, arrays, binary=True)
+    length = int(headers[codec.HEADER_LENGTH])
+
+    def decoded():
+        head, tail = codec.split_body(body, length)
+        return decode_request(orjson.loads(bytes(head)), tail, executor.limits)
+    pending = [decoded() for _ in range(count)]
+
+    def step():
+        result = executor.backward(pending.pop() if pending else decoded())
+        return (result.outputs[output], *result.grads.values())
+    return step
+
+
+def _samples(step, reps, warmup):
+    """Timed samples of `step`, and a `jax.jit` side's compile time (timed apart) as extra."""
+    times = _timeit(step, reps, warmup)
+    return {"times": times, "extra": {"compile_s": sum(peers.COMPILE_S.values())} if peers.COMPILE_S else None}
+
+
 def case_chain100(side, p):
-    return {"times": _timeit(chain_step(side, 100), p.get("reps", 200), p.get("warmup", 20))}
+    reps, warmup = p.get("reps", 200), p.get("warmup", 20)
+    return _samples(chain_step(side, 100, count=reps + warmup), reps, warmup)
 
 
 def case_seed(side, p):
     dtype = numpy.dtype(p.get("dtype", "float32"))
-    return {"times": _timeit(net_step(side, SEED, dtype), p.get("reps", 100), p.get("warmup", 10))}
+    reps, warmup = p.get("reps", 100), p.get("warmup", 10)
+    return _samples(net_step(side, SEED, dtype, count=reps + warmup), reps, warmup)
+
+
+# --- Hessian-vector product of a small MLP ------------------------------------------------------
+
+def hvp_data():
+    x, y, w1, w2 = _data(HVP, numpy.float64)
+    rng = numpy.random.default_rng(1)
+    return x, y, w1, w2, rng.standard_normal(w1.shape), rng.standard_normal(w2.shape)
+
+
+def hvp_step(side):
+    """`step()` -> (hv1, hv2): the HVP of the tanh MLP's loss (see `peers.mlp_loss`) along (v1, v2).
+    engine and torch: the gradient with `create_graph=True`, then the gradient of <grad, v>."""
+    x, y, w1, w2, v1, v2 = hvp_data()
+    if side in peers.PEERS:
+        return peers.hvp_step(side, x, y, w1, w2, v1, v2)
+    if side == "torch":
+        import torch as lib
+        grad = lib.autograd.grad
+        tensor = lib.from_numpy
+    else:
+        import engine as lib
+        grad, tensor = lib.grad, lib.tensor
+    tx, ty, tv1, tv2 = (tensor(a) for a in (x, y, v1, v2))
+    tw1, tw2 = tensor(w1).requires_grad_(), tensor(w2).requires_grad_()
+
+    def step():
+        loss = (tx.mm(tw1).tanh().mm(tw2) - ty).pow(2).sum()
+        g1, g2 = grad(loss, [tw1, tw2], create_graph=True)
+        return tuple(grad((g1 * tv1).sum() + (g2 * tv2).sum(), [tw1, tw2]))
+    return step
+
+
+def case_hvp(side, p):
+    return _samples(hvp_step(side), p.get("reps", 200), p.get("warmup", 20))
 
 
 def case_large(side, p):
