@@ -13,9 +13,14 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
+LABELS = {"engine": "engine", "torch": "PyTorch CPU eager", "numpy": "NumPy manual (floor)",
+          "embedded": "client embedded", "remote": "client remote (1 worker)",
+          "executor": "gradserve Executor (server compute, in-process)", "autograd": "HIPS autograd",
+          "jax": "JAX eager (value_and_grad, no jit)", "jaxjit": "JAX jax.jit (compiled ahead)"}
 
 
 def have(module: str) -> bool:
@@ -71,6 +76,18 @@ def interleave(case: str, sides: list[str], rounds: int, deadline_s: float, **pa
     return out
 
 
+def rtext(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def installed(sides: list[str], module_of: dict) -> tuple[list[str], dict]:
+    """(the sides whose module is installed, {side: result saying "not installed"} for the others)."""
+    found = {m: have(m) for m in set(module_of.values())}
+    missing = {s: {"times": [], "extra": [], "error": f"not installed ({module_of[s]})"}
+               for s in sides if s in module_of and not found[module_of[s]]}
+    return [s for s in sides if s not in missing], missing
+
+
 def stats(times: list[float]) -> dict | None:
     if not times:
         return None
@@ -119,7 +136,8 @@ def timing_table(result: dict, labels: dict, baselines: list[str], scale: float 
     for side, r in result.items():
         st = stats(r["times"])
         if st is None:
-            rows.append([labels[side], f"skipped: {r['error'] or 'no samples'}", "", "", ""] + ["" for _ in baselines])
+            why = r["error"] or "no samples"
+            rows.append([labels[side], why if why.startswith("not installed") else f"skipped: {why}", "", "", ""] + ["" for _ in baselines])
             continue
         row = [labels[side], unit(st["median"] * scale), unit(st["min"] * scale), unit(st["max"] * scale), st["n"]]
         for b in baselines:
@@ -226,11 +244,19 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60.0, path: st
     return False
 
 
+class Started(NamedTuple):
+    """A started server: whether it answers, why not, and its process group (its pid)."""
+
+    ok: bool
+    msg: str
+    pgid: int | None = None
+
+
 @contextmanager
 def server(cmd: list[str], port: int, env: dict | None = None, ready_path: str | None = None, timeout: float = 60.0):
     """Start a server process (its own process group), wait until it answers, stop it after.
 
-    Yields (ok, message)."""
+    Yields a `Started` (ok, message, process group)."""
     log = open(os.devnull, "w")
     errlog_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"gradserve-bench-{port}.log"
     errlog = open(errlog_path, "w")
@@ -242,7 +268,7 @@ def server(cmd: list[str], port: int, env: dict | None = None, ready_path: str |
             errlog.flush()
             tail = errlog_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
             msg = f"server did not come up: {tail[0][:200]}"
-        yield ok, msg
+        yield Started(ok, msg, proc.pid)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)

@@ -2,14 +2,16 @@
 httpx, so the server, not the client, is what is measured).
 
 `python -m benchmarks.loadgen '<json>'` with {"port", "path", "body_file", "headers", "seconds",
-"max_requests", "connections"}: runs `connections` sequential keep-alive connections in this
+"max_requests", "connections", "cpu_pgid"}: runs `connections` sequential keep-alive connections in this
 process (threads would share the GIL, so the driver runs several of these processes) and prints
-{"latencies": [...], "count", "errors", "elapsed"}.
+{"latencies": [...], "count", "errors", "elapsed"}; with `cpu_pgid` (a server's process group)
+also "cpu_s", the CPU time (user + system) that group spent during the measured requests.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import time
@@ -98,6 +100,22 @@ def run(port, request: bytes, seconds: float, max_requests: int, connections: in
     return {"latencies": latencies, "count": len(latencies), "errors": errors, "elapsed": elapsed}
 
 
+def group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU seconds of the live processes of process group `pgid` (Linux /proc)."""
+    ticks, total = os.sysconf("SC_CLK_TCK"), 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields after the name: state, ppid, pgrp, ..., utime (12th), stime (13th)
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
 def main(argv):
     p = json.loads(argv[0])
     with open(p["body_file"], "rb") as f:
@@ -105,7 +123,12 @@ def main(argv):
     request = build_request(p["path"], body, p.get("headers"))
     # a short warm-up so connection set-up and first-request costs don't count
     run(p["port"], request, 0.5, 20)
-    print(json.dumps(run(p["port"], request, p["seconds"], p["max_requests"], p.get("connections", 1))))
+    pgid = p.get("cpu_pgid")
+    cpu0 = group_cpu_seconds(pgid) if pgid else None
+    result = run(p["port"], request, p["seconds"], p["max_requests"], p.get("connections", 1))
+    if pgid:
+        result["cpu_s"] = group_cpu_seconds(pgid) - cpu0
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -327,6 +327,28 @@ def case_train(side, p):
     return {"times": times, "extra": {"total": time.perf_counter() - t_start, "steps": len(times)}}
 
 
+def case_tensorprog(side, p):
+    """`steps` iterations of the tutorials' `two_layer_net_tensor` (`benchmarks.programs`) after 2
+    untimed ones, on torch, engine or the client (embedded; remote when GRADSERVE_URL is set).
+    Samples are per-step times; extra.total is the timed loop's wall time."""
+    from benchmarks import programs
+
+    mod = __import__({"embedded": "client", "remote": "client"}.get(side, side))
+    step = programs.two_layer_net_tensor(mod)
+    for _ in range(2):
+        step()
+    times = []
+    t_start = time.perf_counter()
+    deadline = t_start + p.get("max_s", 120)
+    for _ in range(p.get("steps", 50)):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+        if t0 > deadline:
+            break
+    return {"times": times, "extra": {"total": time.perf_counter() - t_start, "steps": len(times)}}
+
+
 # --- GPU ----------------------------------------------------------------------------------------
 
 def case_gpu_large(side, p):

@@ -1,0 +1,100 @@
+"""Part 4: the client end-to-end, embedded and against a local server, next to the engine, PyTorch
+and NumPy: the seed training loop (autograd through `client.Variable`) and the tutorials' tensor
+program (its own backprop with plain tensor ops, nothing requires grad)."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+
+from benchmarks import common, serving
+from benchmarks.common import LABELS, PY, ROOT, fmt_time, rtext, table, timing_table, verdict
+
+
+def _loops(case, sides, rounds, deadline_s, env_remote, **params):
+    """Run `case` on each side `rounds` times, interleaved, in fresh processes; the client sides
+    embedded (no GRADSERVE_URL) or remote (`env_remote`)."""
+    res = {s: {"times": [], "extra": [], "error": None} for s in sides}
+    end = time.monotonic() + deadline_s
+    for _ in range(rounds):
+        for side in sides:
+            if res[side]["error"] or time.monotonic() > end:
+                continue
+            env = env_remote if side == "remote" else {"GRADSERVE_URL": None}
+            r = common.worker(case, side, timeout=max(60, end - time.monotonic()), env=env, **params)
+            if "error" in r:
+                res[side]["error"] = r["error"]
+            else:
+                res[side]["times"] += r["times"]
+                res[side]["extra"].append(r.get("extra") or {})
+    return res
+
+
+def _totals(res, steps):
+    rows = [[LABELS[side], fmt_time(statistics.median([e["total"] for e in v["extra"]])),
+             statistics.median([e["steps"] for e in v["extra"]]), len(v["extra"])]
+            for side, v in res.items() if v["extra"]]
+    return table(["side", f"loop total (up to {steps} steps)", "steps done", "rounds"], rows)
+
+
+def _target(targets, label, ratio, limit):
+    targets.append(("4", label, rtext(ratio), verdict(ratio, limit)))
+    return f"{label}: {rtext(ratio)} → **{verdict(ratio, limit)}**"
+
+
+def _train(quick, client_error, service, env_remote, targets):
+    steps = 50 if quick else 500
+    sides = ["engine", "torch", "numpy"] if client_error else ["embedded", "remote", "engine", "torch", "numpy"]
+    if env_remote is None and "remote" in sides:
+        sides.remove("remote")
+    res = _loops("train", sides, 1 if quick else 3, 150 if quick else 400, env_remote, steps=steps)
+    if client_error:
+        res["embedded"] = {"times": [], "extra": [], "error": client_error}
+    if "remote" not in res:
+        res["remote"] = {"times": [], "extra": [], "error": client_error or service.msg}
+    md, ratios = timing_table(res, LABELS, ["embedded", "engine", "torch"])
+    remote, embedded = ratios.get(("remote", "embedded")), ratios.get(("embedded", "engine"))
+    notes = [_target(targets, "remote training loop ≤3x embedded", remote, 3.0),
+             _target(targets, "remote training loop ≤2.5x embedded (#14)", remote, 2.5),
+             _target(targets, "embedded client seed loop ≤1.15x engine (#14)", embedded, 1.15)]
+    return [f"### (a) the seed training loop: {steps} steps (float32, SGD)\n",
+            "Each side runs the loop in its own process (5 untimed warm-up steps); one sample = one step, so "
+            "the table is per step (median, robust to a busy machine's spikes) and *loop total* is the whole "
+            "loop's wall time (median over rounds). The client sides use only `client.Variable` (weights "
+            "re-wrapped from NumPy each step); remote talks to a local 1-worker server via `GRADSERVE_URL`.\n",
+            md, "", _totals(res, steps), "\nTargets (per-step medians): " + "; ".join(notes) + "\n"]
+
+
+def _tensor_program(quick, client_error, targets):
+    steps = 20 if quick else 100
+    sides = ["engine", "torch"] if client_error else ["embedded", "engine", "torch"]
+    present, missing = common.installed(sides, {"torch": "torch"})
+    res = _loops("tensorprog", present, 1 if quick else 3, 150 if quick else 400, None, steps=steps,
+                 max_s=30 if quick else 90)
+    res.update(missing)
+    if client_error:
+        res["embedded"] = {"times": [], "extra": [], "error": client_error}
+    md, ratios = timing_table(res, LABELS, ["engine", "torch"])
+    note = _target(targets, "tensor program embedded ≤1.3x engine (#13)", ratios.get(("embedded", "engine")), 1.3)
+    return [f"### (b) a tensor program: the tutorials' `two_layer_net_tensor`, up to {steps} steps\n",
+            "Its own backprop with plain tensor ops (`h.clamp(min=0)`, `grad_h[h < 0] = 0`, `.t().mm(...)`, "
+            "`loss.item()` every step, nothing requires grad), written once (`benchmarks/programs.py`) and run "
+            "with `torch`, `engine` or `client` (embedded: no server) as the module. 2 untimed warm-up steps; "
+            "one sample = one step; a side stops early after its time budget (see *steps done*). Remote is not "
+            "run here: issue 13 sets its target on the seed loop, which (a) measures.\n",
+            md, "", _totals(res, steps), f"\nTarget (per-step medians): {note}\n"]
+
+
+def part4(quick: bool):
+    out = ["## Part 4: client end-to-end\n"]
+    targets = []
+    probe = subprocess.run([PY, "-c", "import client; client.Variable"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    client_error = None if probe.returncode == 0 else \
+        "client not importable: " + (probe.stderr.strip().splitlines() or ["?"])[-1][:120]
+    port = common.free_port()
+    with serving.maybe_service(serving.service_available(), port, 1) as service:
+        env_remote = {"GRADSERVE_URL": f"http://127.0.0.1:{port}"} if service.ok and not client_error else None
+        out += _train(quick, client_error, service, env_remote, targets)
+    out += _tensor_program(quick, client_error, targets)
+    return "\n".join(out), targets
