@@ -2,6 +2,7 @@
 
 Every side of a comparison runs in its own process (`python -m benchmarks.worker <case>`), so
 NumPy's BLAS threads and PyTorch's OpenMP threads never share one; sides are interleaved
-(A B A B ...) and compared by the median of their samples. PyTorch, CuPy, the service and the
-client are all optional: a part whose side is missing says so in its table instead of failing.
+(A B A B ...) and compared by the median of their samples. PyTorch, JAX, HIPS autograd (the
+`bench` extra), CuPy, the service and the client are all optional: a side that is missing says
+so in its table ("not installed", "skipped: ...") instead of failing.
 """

@@ -25,15 +25,16 @@ NAMES = {dtype: name for name, dtype in DTYPES.items()}
 SEED = (64, 1000, 100, 10)
 
 
-def read_inputs(body: bytes, header_length: str | None) -> tuple[dict, bool]:
-    """({name: array}, whether binary output was asked) of a request body."""
+def read_tensors(body: bytes, header_length: str | None, lists=("inputs",)) -> tuple[dict, bool]:
+    """({name: array} of the tensors in the header's `lists`, whether binary output was asked) of a
+    request body (or, with lists=("outputs", "grads"), of an answer)."""
     if header_length is None:
         head, tail = orjson.loads(body), None
     else:
         n = int(header_length)
         head, tail = orjson.loads(body[:n]), memoryview(body)[n:]
     arrays, offset = {}, 0
-    for t in head["inputs"]:
+    for t in (t for key in lists for t in head.get(key, ())):
         dtype, shape = DTYPES[t["datatype"]], t["shape"]
         if "data" in t:
             arrays[t["name"]] = numpy.asarray(t["data"], dtype).reshape(shape)
@@ -119,7 +120,7 @@ def build_app(models: dict):
 
     @app.post("/{model}/backward")
     async def backward(model: str, request: Request):
-        arrays, binary = read_inputs(await request.body(), request.headers.get(HEADER_LENGTH))
+        arrays, binary = read_tensors(await request.body(), request.headers.get(HEADER_LENGTH))
         body, headers = write_outputs(*models[model](arrays), binary)
         return Response(body, media_type="application/octet-stream" if binary else "application/json", headers=headers)
 

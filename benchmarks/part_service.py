@@ -146,7 +146,7 @@ def part2(quick: bool):
     rounds = 1 if quick else 2
     procs = 4
     wrk = subprocess.run(["which", "wrk"], capture_output=True).returncode == 0
-    out.append(f"Load: the raw-socket keep-alive generator (`benchmarks/loadgen.py`; `wrk` "
+    out += [f"Load: the raw-socket keep-alive generator (`benchmarks/loadgen.py`; `wrk` "
                f"{'found but not used' if wrk else 'not installed'}). "
                f"*Latency* = 1 connection, sequential requests; *throughput* = {procs} generator processes with one "
                f"keep-alive connection each. {seconds:g}s per measurement, {rounds} interleaved round(s); "
@@ -156,7 +156,7 @@ def part2(quick: bool):
                "The hand-written endpoints (`benchmarks/endpoints.py`, 1 worker only) are what a user would write "
                "instead of gradserve: FastAPI, one fixed model per route, the same tensors in the same encoding "
                "(without the graph, which they don't need), torch autograd or a `jax.jit`-compiled "
-               "`value_and_grad` run in the `async` route, the answer in gradserve's shape.\n")
+               "`value_and_grad` run in the `async` route, the answer in gradserve's shape.\n"]
     if missing:
         out.append(f"Service: skipped: `python -m service` not importable ({missing}); the other servers are still measured.\n")
     with tempfile.TemporaryDirectory() as tmp:

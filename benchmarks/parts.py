@@ -138,6 +138,10 @@ MISSED_BECAUSE = {
                        "body read and write (Changes, round 2)",
     "remote training loop": "each step is a 650 KB request: the HTTP round trip plus a ~250 µs hand-off to a "
                             "compute thread and back, which the embedded loop doesn't pay (Changes, round 2)",
+    "tensor program": "the client records every op lazily and never materializes the updated weights: each "
+                      "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
+                      "step's cost grows with the step count), parsed and re-run by the Executor (cProfile of steps "
+                      "3-5: 17 `mm` per fetch; issue 13, section 3)",
 }
 
 
