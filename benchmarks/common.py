@@ -20,7 +20,7 @@ PY = sys.executable
 LABELS = {"engine": "engine", "torch": "PyTorch CPU eager", "numpy": "NumPy manual (floor)",
           "embedded": "client embedded", "remote": "client remote (1 worker)",
           "executor": "gradserve Executor (server compute, in-process)", "autograd": "HIPS autograd",
-          "jax": "JAX eager (value_and_grad, no jit)", "jaxjit": "JAX jax.jit (compiled ahead)"}
+          "jax": "JAX eager (no jit)", "jaxjit": "JAX jax.jit (compiled ahead)"}
 
 
 def have(module: str) -> bool:
