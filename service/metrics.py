@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from engine import backend
@@ -60,6 +68,9 @@ class Metrics:
         self.bytes_out = Counter("gradserve_response_bytes", "Response body bytes sent", ["endpoint"],
                                  registry=self.registry)
         self.registry.register(EngineCollector(executor, pool))
+        ProcessCollector(registry=self.registry)   # process_* (CPU, memory, fds), as other servers expose
+        PlatformCollector(registry=self.registry)  # python_info
+        GCCollector(registry=self.registry)        # python_gc_*
         self._by_endpoint: dict[str, tuple] = {}
         self._by_status: dict[tuple, object] = {}
 
@@ -95,7 +106,6 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        endpoint = path if path in ENDPOINTS else "other"
         counts = {"in": 0, "out": 0, "status": 500}
 
         async def counting_receive():
@@ -115,5 +125,7 @@ class MetricsMiddleware:
         try:
             await self.app(scope, counting_receive, counting_send)
         finally:
+            # a path outside ENDPOINTS is labelled by the route it matched (e.g. /v2/models/{name}/infer)
+            endpoint = path if path in ENDPOINTS else getattr(scope.get("route"), "path", "other")
             self.metrics.observe(endpoint, scope.get("method", ""), counts["status"], time.perf_counter() - start,
                                  counts["in"], counts["out"])
