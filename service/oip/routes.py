@@ -23,6 +23,7 @@ from service.oip.repository import check_name, model_of
 from service.routes import INLINE_BODY_BYTES, ComputeEndpoint, json_response
 from service.version import __version__
 from wire import codec
+from wire.errors import RequestError
 
 EXTENSIONS = ["binary_tensor_data", "model_repository"]
 
@@ -77,12 +78,12 @@ def _graph_of(body: dict) -> tuple[dict, int]:
     string (what tritonclient's load_model(config=...) sends) or as an object."""
     params = body.get("parameters")
     if not isinstance(params, dict) or "config" not in params:
-        raise ApiError(400, "the graph goes in parameters.config (a JSON string of graph format v1)",
-                       field="parameters.config")
+        raise RequestError("the graph goes in parameters.config (a JSON string of graph format v1)",
+                           field="parameters.config")
     extra = sorted(set(params) - {"config"})
     if extra:
-        raise ApiError(400, f"parameters.{extra[0]} is not supported (model files): send the graph as parameters.config",
-                       field=f"parameters.{extra[0]}")
+        raise RequestError(f"parameters.{extra[0]} is not supported (model files): send the graph as parameters.config",
+                           field=f"parameters.{extra[0]}")
     config = params["config"]
     if isinstance(config, str):
         try:
@@ -92,7 +93,7 @@ def _graph_of(body: dict) -> tuple[dict, int]:
         return graph, len(config.encode())
     if isinstance(config, dict):
         return config, len(orjson.dumps(config))
-    raise ApiError(400, "parameters.config must be the graph's JSON, as a string or an object", field="parameters.config")
+    raise RequestError("parameters.config must be the graph's JSON, as a string or an object", field="parameters.config")
 
 
 @guarded.post("/repository/models/{name}/load")
