@@ -94,6 +94,13 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+def route_label(scope) -> str:
+    """The template of the route a request matched (e.g. /v2/models/{name}/infer; bounded, unlike
+    paths): a FastAPI route's path, or a plain ASGI endpoint's `route_path`; else "other"."""
+    path = getattr(scope.get("route"), "path", None) or getattr(scope.get("endpoint"), "route_path", None)
+    return path or "other"
+
+
 class MetricsMiddleware:
     """Pure ASGI middleware: counts, latency and body bytes of every HTTP request."""
 
@@ -125,7 +132,6 @@ class MetricsMiddleware:
         try:
             await self.app(scope, counting_receive, counting_send)
         finally:
-            # a path outside ENDPOINTS is labelled by the route it matched (e.g. /v2/models/{name}/infer)
-            endpoint = path if path in ENDPOINTS else getattr(scope.get("route"), "path", "other")
+            endpoint = path if path in ENDPOINTS else route_label(scope)
             self.metrics.observe(endpoint, scope.get("method", ""), counts["status"], time.perf_counter() - start,
                                  counts["in"], counts["out"])

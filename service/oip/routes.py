@@ -178,6 +178,9 @@ class InferRoute:
     """`POST /v2/models/{name}[/versions/{version}]/infer` as a plain ASGI app: the API key,
     then the model (404), then `ModelInference`; each answer counted under the model's name."""
 
+    def __init__(self, route_path: str):
+        self.route_path = route_path  # the endpoint label of its requests in /metrics
+
     async def __call__(self, scope, receive, send):
         state = scope["app"].state
         params = scope["path_params"]
@@ -204,6 +207,5 @@ class InferRoute:
 def add_oip_routes(app) -> None:
     app.include_router(router)
     app.include_router(guarded)
-    infer = InferRoute()
     for path in ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"):
-        app.add_route(path, infer, methods=["POST"], include_in_schema=False)
+        app.add_route(path, InferRoute(path), methods=["POST"], include_in_schema=False)

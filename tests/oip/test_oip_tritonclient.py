@@ -7,7 +7,16 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from tests.oip.conftest import MLP, TWO_OUTPUTS, W, X, config, infer_input, mlp_expected, requested
+from tests.oip.oip_testkit import (
+    MLP,
+    TWO_OUTPUTS,
+    W,
+    X,
+    config,
+    infer_input,
+    mlp_expected,
+    requested,
+)
 
 
 def test_liveness_readiness_and_server_metadata(triton):
