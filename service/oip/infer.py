@@ -19,7 +19,7 @@ from wire import codec
 from wire.errors import GraphError, RequestError
 from wire.messages import Request, decode_request
 
-INFER_KEYS = {"id", "inputs", "outputs", "parameters"}
+INFER_KEYS = {"id", "inputs", "outputs", "parameters", "model_name", "model_version"}  # KServe's client sends model_name
 UNSUPPORTED = ("shared_memory_region", "classification")
 
 
@@ -82,6 +82,9 @@ def decode_infer(model: Model, header, tail, limits) -> Infer:
     unknown = set(header) - INFER_KEYS
     if unknown:
         raise RequestError(f"unknown field(s) in infer request: {', '.join(sorted(unknown))}", field=min(unknown))
+    for key, expected in (("model_name", model.name), ("model_version", model.version)):
+        if header.get(key, expected) != expected:
+            raise RequestError(f"{key} {header[key]!r} does not match the path's {expected!r}", field=key)
     binary_default = _flag(_parameters(header, "parameters", ()), "binary_data_output", "parameters", False)
     names, binary = _selection(model, header, binary_default)
     tensors = header.get("inputs")
