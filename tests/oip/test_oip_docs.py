@@ -21,8 +21,8 @@ def documented_example() -> tuple[str, str]:
     text = (ROOT / "docs" / "protocol.md").read_text()
     assert MARKER in text, "the example's marker went missing from docs/protocol.md"
     after = text.split(MARKER, 1)[1]
-    code = re.search(r"```python\n(.*?)```", after, re.S).group(1)
-    shown = re.search(r"Its output:\n\n```text\n(.*?)```", after, re.S).group(1)
+    code = re.search(r"```python\n(.*?)```", after, re.DOTALL).group(1)
+    shown = re.search(r"Its output:\n\n```text\n(.*?)```", after, re.DOTALL).group(1)
     return code, shown
 
 
@@ -34,7 +34,7 @@ def test_the_tritonclient_example_in_the_docs_runs(server):
     code, shown = documented_example()
     assert "import gradserve" not in code and "from service" not in code and "from wire" not in code
     env = {**os.environ, "GRADSERVE_URL": host_port(server)}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False,
                           cwd="/")
     assert done.returncode == 0, done.stderr[-3000:]
     printed, expected = done.stdout.strip().splitlines(), shown.strip().splitlines()
