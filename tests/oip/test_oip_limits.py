@@ -131,3 +131,21 @@ def test_infer_shares_the_compute_pool_and_its_timeout(tmp_path):
         assert outcome["slow"].status() == "503" and "compute_timeout_s" in outcome["slow"].message()
         assert metric(server.base_url, "gradserve_computations_timed_out_total") >= 1
         assert metric(server.base_url, "gradserve_computations_rejected_total") >= 2
+
+
+def test_concurrent_loads_cannot_pass_max_models(tmp_path):
+    """Loads parse on the compute pool, so several can be in flight at once: each is checked
+    again when it registers, and no interleaving gets past max_models."""
+    import asyncio
+
+    async def load_all(url):
+        async with httpx.AsyncClient(timeout=30) as client:
+            return await asyncio.gather(*(
+                client.post(f"{url}/v2/repository/models/m{i}/load", json={"parameters": {"config": config(MLP)}})
+                for i in range(12)))
+
+    with running_server(tmp_path / "server.log", max_models=2, max_concurrency=8) as server:
+        statuses = [r.status_code for r in asyncio.run(load_all(server.base_url))]
+        index = httpx.post(server.base_url + "/v2/repository/index").json()
+    assert set(statuses) <= {200, 409, 503}, statuses
+    assert statuses.count(200) == len(index) == 2, (statuses, index)

@@ -182,6 +182,8 @@ def test_unknown_version_is_404(triton, mlp):
         triton.infer(mlp, [infer_input("x", X, False), infer_input("w", W, False)], model_version="2")
     assert err.value.status() == "404"
     assert not triton.is_model_ready(mlp, model_version="2")
+    result = triton.infer(mlp, [infer_input("x", X, False), infer_input("w", W, False)], model_version="1")
+    assert result.get_response()["model_version"] == "1"
 
 
 @pytest.mark.parametrize(("outputs", "inputs", "status", "node", "field"), [
