@@ -90,5 +90,6 @@ def _openapi(app: FastAPI) -> dict:
                 "type": "http", "scheme": "bearer", "description": "GRADSERVE_API_KEY, on /forward and /backward"}
             for path in ("/forward", "/backward"):
                 schema["paths"][path]["post"]["security"] = [{SCHEME: []}]
+            oip.mark_secured(schema, SCHEME)
         app.openapi_schema = schema
     return app.openapi_schema

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from service.oip.metrics import ModelMetrics
 from service.oip.repository import ModelRepository
-from service.oip.routes import add_oip_routes
+from service.oip.routes import add_oip_routes, mark_secured
+
+__all__ = ["install", "mark_secured"]
 
 
 def install(app, settings, metrics) -> None:

@@ -204,6 +204,15 @@ class InferRoute:
             state.model_metrics.observe(model.name, status[0], time.perf_counter() - start)
 
 
+def mark_secured(schema: dict, scheme: str) -> None:
+    """Mark the guarded /v2 operations of an OpenAPI `schema` as needing `scheme`."""
+    for route in guarded.routes:
+        for method in route.methods:
+            operation = schema["paths"].get(route.path, {}).get(method.lower())
+            if operation is not None:
+                operation["security"] = [{scheme: []}]
+
+
 def add_oip_routes(app) -> None:
     app.include_router(router)
     app.include_router(guarded)

@@ -61,3 +61,13 @@ def test_the_key_is_required_and_then_works(keyed, keyed_server):
         assert keyed.get_model_metadata("guarded", headers=KEY)["name"] == "guarded"
     finally:
         keyed.unload_model("guarded", headers=KEY)
+
+
+def test_openapi_marks_the_guarded_operations():
+    from tests.service.service_testkit import asgi_client
+
+    with asgi_client(api_key=API_KEY) as client:
+        paths = client.get("/openapi.json").json()["paths"]
+    assert paths["/v2/repository/models/{name}/load"]["post"]["security"] == [{"bearerAuth": []}]
+    assert paths["/v2/models/{name}"]["get"]["security"] == [{"bearerAuth": []}]
+    assert "security" not in paths["/v2/health/live"]["get"] and "security" not in paths["/v2"]["get"]
