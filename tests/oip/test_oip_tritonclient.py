@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import numpy as np
 import pytest
@@ -216,3 +218,17 @@ def test_tensor_errors_keep_the_wire_fields(server, mlp):
     response = httpx.post(f"{server.base_url}/v2/models/{mlp}/infer", content=b"{oops",
                           headers={"Content-Type": "application/json"})
     assert response.status_code == 400 and response.json()["field"] == "body"
+
+
+@pytest.mark.parametrize("content_type", [None, "application/octet-stream", "application/json"])
+def test_json_bodies_under_the_content_types_the_clients_send(server, mlp, content_type):
+    """tritonclient's sync client sends no Content-Type, its aio client (aiohttp) sends
+    application/octet-stream for a JSON body without binary tensors: each is a JSON body."""
+    tensors = [{"name": n, "shape": list(a.shape), "datatype": "FP32", "data": a.ravel().tolist()}
+               for n, a in (("x", X), ("w", W))]
+    body = json.dumps({"inputs": tensors, "outputs": [{"name": "grad:w"}]}).encode()
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    response = httpx.post(f"{server.base_url}/v2/models/{mlp}/infer", content=body, headers=headers)
+    assert response.status_code == 200, response.text
+    np.testing.assert_allclose(np.reshape(response.json()["outputs"][0]["data"], (3, 1)), mlp_expected()[1],
+                               rtol=1e-5, atol=1e-6)
