@@ -13,7 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.middleware.cors import CORSMiddleware
 
 from engine import backend
-from service import errors
+from service import errors, oip
 from service.auth import SCHEME
 from service.compute import ComputePool
 from service.metrics import Metrics, MetricsMiddleware
@@ -69,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     add_compute_routes(app)
     app.include_router(router)
+    oip.install(app, settings, metrics)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
@@ -89,5 +90,6 @@ def _openapi(app: FastAPI) -> dict:
                 "type": "http", "scheme": "bearer", "description": "GRADSERVE_API_KEY, on /forward and /backward"}
             for path in ("/forward", "/backward"):
                 schema["paths"][path]["post"]["security"] = [{SCHEME: []}]
+            oip.mark_secured(schema, SCHEME)
         app.openapi_schema = schema
     return app.openapi_schema

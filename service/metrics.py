@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from engine import backend
@@ -60,6 +68,9 @@ class Metrics:
         self.bytes_out = Counter("gradserve_response_bytes", "Response body bytes sent", ["endpoint"],
                                  registry=self.registry)
         self.registry.register(EngineCollector(executor, pool))
+        ProcessCollector(registry=self.registry)   # process_* (CPU, memory, fds), as other servers expose
+        PlatformCollector(registry=self.registry)  # python_info
+        GCCollector(registry=self.registry)        # python_gc_*
         self._by_endpoint: dict[str, tuple] = {}
         self._by_status: dict[tuple, object] = {}
 
@@ -83,6 +94,13 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+def route_label(scope) -> str:
+    """The template of the route a request matched (e.g. /v2/models/{name}/infer; bounded, unlike
+    paths): a FastAPI route's path, or a plain ASGI endpoint's `route_path`; else "other"."""
+    path = getattr(scope.get("route"), "path", None) or getattr(scope.get("endpoint"), "route_path", None)
+    return path or "other"
+
+
 class MetricsMiddleware:
     """Pure ASGI middleware: counts, latency and body bytes of every HTTP request."""
 
@@ -95,7 +113,6 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        endpoint = path if path in ENDPOINTS else "other"
         counts = {"in": 0, "out": 0, "status": 500}
 
         async def counting_receive():
@@ -115,5 +132,6 @@ class MetricsMiddleware:
         try:
             await self.app(scope, counting_receive, counting_send)
         finally:
+            endpoint = path if path in ENDPOINTS else route_label(scope)
             self.metrics.observe(endpoint, scope.get("method", ""), counts["status"], time.perf_counter() - start,
                                  counts["in"], counts["out"])

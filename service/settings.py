@@ -48,6 +48,10 @@ class Settings(BaseSettings):
     max_concurrency: int = Field(4, ge=1, description="computations at once; above it requests get 503 + Retry-After")
     compute_timeout_s: float = Field(60.0, gt=0, description="per request; past it the answer is 503 and the work is cancelled")
 
+    # --- model repository (Open Inference Protocol: graphs registered by name, service/oip)
+    max_models: int = Field(64, ge=0, description="graphs registered at once; a load past it is refused with 409")
+    max_model_bytes: int = Field(64 * 2**20, ge=0, description="bytes of graph JSON registered in all; past it 413")
+
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _split_origins(cls, value):

@@ -1,0 +1,142 @@
+"""An Open Inference Protocol infer request as a wire `Request`, and a wire `Result` as its response.
+
+The requested `outputs` choose the work: graph outputs only is a forward; any `grad:<input>`
+is a forward and backward with those inputs as `wrt`. No `outputs` asks for every output the
+model's metadata lists, gradients included. `grad_output:<output>` input tensors seed the
+backward (needed for outputs that are not scalars). Each output is binary when its
+`parameters.binary_data` says so, else when the request's `parameters.binary_data_output` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy
+
+from engine import backend
+from service.oip.repository import GRAD, GRAD_OUTPUT, Model
+from wire import codec
+from wire.errors import GraphError, RequestError
+from wire.messages import Request, decode_request
+
+INFER_KEYS = {"id", "inputs", "outputs", "parameters", "model_name", "model_version"}  # KServe's client sends model_name
+UNSUPPORTED = ("shared_memory_region", "classification")
+
+
+@dataclass
+class Infer:
+    """A decoded infer request: the wire request, its kind and the outputs to answer with."""
+
+    request: Request
+    kind: str              # "forward" or "backward"
+    outputs: tuple         # names, in response order
+    binary: tuple          # per output: binary or JSON
+
+
+def _flag(params: dict, key: str, where: str, default: bool) -> bool:
+    value = params.get(key, default)
+    if not isinstance(value, bool):
+        raise RequestError(f"{where}.{key} must be true or false", field=f"{where}.{key}")
+    return value
+
+
+def _parameters(obj: dict, where: str, unsupported=UNSUPPORTED) -> dict:
+    """obj's `parameters` (where = its path, e.g. "outputs[0].parameters"), refusing the
+    Triton features gradserve lacks (shared memory, classification)."""
+    params = obj.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise RequestError(f"'{where}' must be an object", field=where)
+    for key in unsupported:
+        if key in params:
+            raise RequestError(f"{where}.{key} is not supported by gradserve", field=f"{where}.{key}")
+    return params
+
+
+def _selection(model: Model, header: dict, binary_default: bool) -> tuple[tuple, tuple]:
+    requested = header.get("outputs")
+    if requested is None:
+        return model.output_names, (binary_default,) * len(model.outputs)
+    if not isinstance(requested, list) or not requested:
+        raise RequestError("'outputs' must be a non-empty list of {name, parameters}", field="outputs")
+    known = set(model.output_names)
+    names, binary = [], []
+    for i, obj in enumerate(requested):
+        where = f"outputs[{i}]"
+        name = obj.get("name") if isinstance(obj, dict) else None
+        if not isinstance(name, str):
+            raise RequestError(f"{where} must be an object with a 'name'", field=f"{where}.name")
+        if name not in known:
+            raise RequestError(f"model {model.name!r} has no output {name!r}; its outputs: {', '.join(model.output_names)}",
+                               field=f"{where}.name")
+        if name in names:
+            raise RequestError(f"output {name!r} is requested twice", field=f"{where}.name")
+        names.append(name)
+        binary.append(_flag(_parameters(obj, f"{where}.parameters"), "binary_data", f"{where}.parameters", binary_default))
+    return tuple(names), tuple(binary)
+
+
+def decode_infer(model: Model, header, tail, limits) -> Infer:
+    """An `Infer` from a parsed JSON header and the body's binary tail (None for plain JSON)."""
+    if not isinstance(header, dict):
+        raise RequestError("the body must be a JSON object", kind="malformed")
+    unknown = set(header) - INFER_KEYS
+    if unknown:
+        raise RequestError(f"unknown field(s) in infer request: {', '.join(sorted(unknown))}", field=min(unknown))
+    for key, expected in (("model_name", model.name), ("model_version", model.version)):
+        if header.get(key, expected) != expected:
+            raise RequestError(f"{key} {header[key]!r} does not match the path's {expected!r}", field=key)
+    binary_default = _flag(_parameters(header, "parameters", ()), "binary_data_output", "parameters", False)
+    names, binary = _selection(model, header, binary_default)
+    tensors = header.get("inputs")
+    if isinstance(tensors, list):
+        for i, obj in enumerate(tensors):
+            if isinstance(obj, dict):
+                _parameters(obj, f"inputs[{i}].parameters")
+    request = decode_request({"id": header.get("id"), "inputs": tensors}, tail, limits)
+    seeds = {}
+    for name in [n for n in request.inputs if n.startswith(GRAD_OUTPUT)]:
+        output = name[len(GRAD_OUTPUT):]
+        if output not in model.graph_outputs:
+            raise RequestError(f"input {name!r}: {output!r} is not an output of model {model.name!r}", node=output,
+                               field="inputs")
+        seeds[output] = request.inputs.pop(name)
+    wrt = [name[len(GRAD):] for name in names if name.startswith(GRAD)]
+    if seeds and not wrt:
+        raise RequestError(f"grad_output tensors are given but no {GRAD}<input> output is requested", field="inputs")
+    request.graph = model.graph
+    request.grad_outputs = seeds
+    request.wrt = wrt or None
+    return Infer(request, "backward" if wrt else "forward", names, binary)
+
+
+def execute(executor, infer: Infer):
+    """The wire Result of an Infer, on the executor that runs /forward and /backward. A missing
+    or misshapen seed is reported under the name this protocol gives it."""
+    with numpy.errstate(all="ignore"):
+        if infer.kind == "forward":
+            return executor.forward(infer.request)
+        try:
+            return executor.backward(infer.request)
+        except GraphError as err:
+            if err.field != "grad_outputs":
+                raise
+            hint = f" (here: an input tensor named '{GRAD_OUTPUT}{err.node}')" if err.node else ""
+            raise RequestError(f"{err}{hint}", node=err.node, field="inputs", kind=err.kind) from None
+
+
+def encode_infer(model: Model, infer: Infer, result) -> tuple[list, int | None]:
+    """([body pieces], header length or None) of an infer response: JSON, or the binary
+    extension when any output is binary."""
+    arrays = dict(result.outputs)
+    if result.grads:
+        arrays.update((GRAD + name, grad) for name, grad in result.grads.items())
+    buffers, outputs = [], []
+    for name, binary in zip(infer.outputs, infer.binary):
+        array = backend.to_numpy(arrays[name])
+        outputs.append(codec.encode_binary(name, array, buffers) if binary else codec.encode_json(name, array))
+    body = {"model_name": model.name, "model_version": model.version, "outputs": outputs}
+    if infer.request.id is not None:
+        body["id"] = infer.request.id
+    if any(infer.binary):
+        return codec.body_parts(body, buffers)
+    return [codec.dumps(body)], None

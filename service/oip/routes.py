@@ -1,0 +1,220 @@
+"""The Open Inference Protocol (KServe v2 / Triton HTTP) endpoints under /v2.
+
+Health and server metadata are open, like /healthz and /info; the model repository and the
+models (metadata, config, infer) need the API key, like /forward and /backward. Infer is a
+plain ASGI route built on `ComputeEndpoint`: the same admission, body limits, compute pool,
+timeout and executor as /forward and /backward, with this protocol's decoding and encoding.
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+from starlette.datastructures import Headers
+from starlette.responses import Response
+
+from service.auth import require_api_key
+from service.body import read_body
+from service.errors import ApiError, from_exception
+from service.oip.infer import decode_infer, encode_infer, execute
+from service.oip.repository import check_name, model_of
+from service.routes import INLINE_BODY_BYTES, ComputeEndpoint, json_response
+from service.version import __version__
+from wire import codec
+from wire.errors import RequestError
+
+EXTENSIONS = ["binary_tensor_data", "model_repository"]
+
+
+def _api_key(request: Request) -> None:
+    require_api_key(request.app.state.settings.api_key, request.headers)
+
+
+router = APIRouter(prefix="/v2", tags=["open inference protocol"])
+guarded = APIRouter(prefix="/v2", tags=["open inference protocol"], dependencies=[Depends(_api_key)])
+
+
+@router.get("/health/live")
+async def live() -> Response:
+    return json_response({"live": True})
+
+
+@router.get("/health/ready")
+async def ready(request: Request) -> Response:
+    if not getattr(request.app.state, "ready", False):
+        return json_response({"error": "not ready: the backend is not initialised", "node": None, "field": None,
+                              "ready": False}, 503)
+    return json_response({"ready": True})
+
+
+@router.get("")
+async def server_metadata() -> Response:
+    return json_response({"name": "gradserve", "version": __version__, "extensions": EXTENSIONS})
+
+
+@guarded.post("/repository/index")
+async def repository_index(request: Request) -> Response:
+    return json_response([{"name": m.name, "version": m.version, "state": "READY", "reason": ""}
+                          for m in request.app.state.models.models()])
+
+
+async def _json_body(request: Request) -> dict:
+    body = await read_body(request.receive, request.headers, request.app.state.executor.limits.max_body_bytes)
+    if not body.strip():
+        return {}
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        raise ApiError(400, f"malformed JSON: {err}", field="body") from None
+    if not isinstance(obj, dict):
+        raise ApiError(400, "the body must be a JSON object", field="body")
+    return obj
+
+
+def _graph_of(body: dict) -> tuple[dict, int]:
+    """(graph, its bytes) from a load request's `parameters.config`: the graph's JSON as a
+    string (what tritonclient's load_model(config=...) sends) or as an object."""
+    params = body.get("parameters")
+    if not isinstance(params, dict) or "config" not in params:
+        raise RequestError("the graph goes in parameters.config (a JSON string of graph format v1)",
+                           field="parameters.config")
+    extra = sorted(set(params) - {"config"})
+    if extra:
+        raise RequestError(f"parameters.{extra[0]} is not supported (model files): send the graph as parameters.config",
+                           field=f"parameters.{extra[0]}")
+    config = params["config"]
+    if isinstance(config, str):
+        try:
+            graph = orjson.loads(config)
+        except orjson.JSONDecodeError as err:
+            raise ApiError(400, f"parameters.config is not valid JSON: {err}", field="parameters.config") from None
+        return graph, len(config.encode())
+    if isinstance(config, dict):
+        return config, len(orjson.dumps(config))
+    raise RequestError("parameters.config must be the graph's JSON, as a string or an object", field="parameters.config")
+
+
+@guarded.post("/repository/models/{name}/load")
+async def load(name: str, request: Request) -> Response:
+    state = request.app.state
+    check_name(name)
+    graph, nbytes = _graph_of(await _json_body(request))
+    state.models.check_room(name, nbytes)
+    executor = state.executor
+    plan = await state.pool.run(executor.plans.get, graph, executor.limits)
+    state.models.add(model_of(name, graph, plan, nbytes))
+    return json_response({})
+
+
+@guarded.post("/repository/models/{name}/unload")
+async def unload(name: str, request: Request) -> Response:
+    await _json_body(request)
+    request.app.state.models.remove(name)
+    request.app.state.model_metrics.forget(name)
+    return json_response({})
+
+
+@guarded.get("/models/{name}")
+@guarded.get("/models/{name}/versions/{version}")
+async def model_metadata(name: str, request: Request, version: str | None = None) -> Response:
+    return json_response(request.app.state.models.get(name, version).metadata())
+
+
+@guarded.get("/models/{name}/ready")
+@guarded.get("/models/{name}/versions/{version}/ready")
+async def model_ready(name: str, request: Request, version: str | None = None) -> Response:
+    model = request.app.state.models.get(name, version)
+    return json_response({"name": model.name, "ready": True})
+
+
+@guarded.get("/models/{name}/config")
+@guarded.get("/models/{name}/versions/{version}/config")
+async def model_config(name: str, request: Request, version: str | None = None) -> Response:
+    return json_response(request.app.state.models.get(name, version).config())
+
+
+# --------------------------------------------------------------------------- infer
+
+
+def _decode(executor, model, body: bytes, head_length: int | None):
+    head, tail = codec.split_body(body, head_length)
+    try:
+        header = orjson.loads(head)
+    except orjson.JSONDecodeError as err:
+        raise ApiError(400, f"malformed JSON: {err}", field="body") from None
+    return decode_infer(model, header, tail, executor.limits)
+
+
+def _execute(executor, model, infer):
+    parts, length = encode_infer(model, infer, execute(executor, infer))
+    return parts, length, None
+
+
+def _compute(executor, model, body: bytes, head_length: int | None):
+    """On a compute thread: decode, execute, encode."""
+    return _execute(executor, model, _decode(executor, model, body, head_length))
+
+
+class ModelInference(ComputeEndpoint):
+    """One infer request on one model: `ComputeEndpoint`'s checks and body reading, this
+    protocol's decoding and encoding. Light requests run on the loop as /forward's do."""
+
+    def __init__(self, model):
+        super().__init__("infer")
+        self.model = model
+
+    async def _run(self, pool, executor, body: bytes, length: int | None):
+        if len(body) > INLINE_BODY_BYTES:
+            return await pool.run(_compute, executor, self.model, body, length)
+        infer = _decode(executor, self.model, body, length)
+        if not executor.is_light(infer.request):
+            return await pool.run(_execute, executor, self.model, infer)
+        return _execute(executor, self.model, infer)
+
+
+class InferRoute:
+    """`POST /v2/models/{name}[/versions/{version}]/infer` as a plain ASGI app: the API key,
+    then the model (404), then `ModelInference`; each answer counted under the model's name."""
+
+    def __init__(self, route_path: str):
+        self.route_path = route_path  # the endpoint label of its requests in /metrics
+
+    async def __call__(self, scope, receive, send):
+        state = scope["app"].state
+        params = scope["path_params"]
+        try:
+            require_api_key(state.settings.api_key, Headers(scope=scope))
+            model = state.models.get(params["name"], params.get("version"))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes the one error shape
+            await from_exception(exc)(scope, receive, send)
+            return
+        status = [500]
+
+        async def noting_send(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        start = time.perf_counter()
+        try:
+            await ModelInference(model)(scope, receive, noting_send)
+        finally:
+            state.model_metrics.observe(model.name, status[0], time.perf_counter() - start)
+
+
+def mark_secured(schema: dict, scheme: str) -> None:
+    """Mark the guarded /v2 operations of an OpenAPI `schema` as needing `scheme`."""
+    for route in guarded.routes:
+        for method in route.methods:
+            operation = schema["paths"].get(route.path, {}).get(method.lower())
+            if operation is not None:
+                operation["security"] = [{scheme: []}]
+
+
+def add_oip_routes(app) -> None:
+    app.include_router(router)
+    app.include_router(guarded)
+    for path in ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"):
+        app.add_route(path, InferRoute(path), methods=["POST"], include_in_schema=False)
