@@ -4,6 +4,7 @@ with the JSON error naming the field, never a 500, and the server answers /healt
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -12,7 +13,15 @@ import time
 import httpx
 import pytest
 
-from .conftest import HEADER_LENGTH, ROOT, assert_error, binary_body, free_port, simple_graph, start_server
+from .conftest import (
+    HEADER_LENGTH,
+    ROOT,
+    assert_error,
+    binary_body,
+    free_port,
+    simple_graph,
+    start_server,
+)
 
 JSON_TYPE = {"Content-Type": "application/json"}
 
@@ -127,7 +136,7 @@ def test_no_redirect_echoes_the_host_header(http, path):
 def _serve(host: str, env: dict) -> str:
     """Output of `python -m service serve --host <host>` until it answers, then SIGTERM."""
     port = free_port()
-    full_env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("GRADSERVE_")} | env
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GRADSERVE_")} | env
     proc = subprocess.Popen([sys.executable, "-m", "service", "serve", "--host", host, "--port", str(port)],
                             cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

@@ -9,7 +9,15 @@ import sys
 import httpx
 import numpy as np
 import pytest
-from service_testkit import SETTINGS, EXAMPLE, assert_error, binary_body, binary_tensor, decode_response, running_server
+from service_testkit import (
+    EXAMPLE,
+    SETTINGS,
+    assert_error,
+    binary_body,
+    binary_tensor,
+    decode_response,
+    running_server,
+)
 
 from service.app import create_app
 from service.settings import Settings
@@ -19,9 +27,9 @@ HYPERCORN = ["sh", "-c", f'exec {sys.executable} -m hypercorn --bind "127.0.0.1:
 
 @pytest.fixture(scope="module")
 def hypercorn(tmp_path_factory):
-    with running_server(tmp_path_factory.mktemp("hypercorn") / "server.log", command=HYPERCORN) as server:
-        with httpx.Client(base_url=server.base_url, timeout=30.0) as client:
-            yield client
+    log = tmp_path_factory.mktemp("hypercorn") / "server.log"
+    with running_server(log, command=HYPERCORN) as server, httpx.Client(base_url=server.base_url, timeout=30.0) as client:
+        yield client
 
 
 def test_json_backward_round_trip_under_hypercorn(hypercorn):
