@@ -125,7 +125,7 @@ def _from_list(name, data, dtype, shape, count, where):
                 raise ValueError("values must be numbers (or NaN, Infinity, -Infinity in float tensors)")
             array = numpy.asarray(_unspell(data))
         kind = array.dtype.kind
-        if kind not in "biuf" or (kind == "f" and dtype.kind != "f") or (dtype.kind == "b" and kind != "b" and array.size):
+        if kind not in "biuf" or (array.size and ((kind == "f" and dtype.kind != "f") or (dtype.kind == "b" and kind != "b"))):
             raise ValueError(f"values of kind {array.dtype} for a {dtype.name} tensor")
         if dtype.kind in "iu" and array.size:
             info = numpy.iinfo(dtype)
@@ -222,36 +222,38 @@ def _binary_view(checked, size: int, where: str, tail, offset: int):
 SPELLINGS = (b'"NaN"', b'"Infinity"', b'"-Infinity"')
 _SPELLING_LENGTHS = numpy.array([len(s) for s in SPELLINGS])
 _NULL = b"null"
-_CHUNK = 1 << 17  # elements respelled at a time: bounds the index arrays to a few MB
+_CHUNK = 1 << 17  # elements written at a time: ~10 ms of orjson, index arrays of a few MB
+_ORJSON_DTYPES = tuple(numpy.dtype(t) for t in ("f4", "f8", "i1", "i2", "i4", "i8", "u1", "?"))
 
 
-def _spelled(flat) -> orjson.Fragment:
-    """The JSON array of a flat float array with non-finite values spelled "NaN", "Infinity",
-    "-Infinity". orjson writes the numbers (a non-finite one as null); with one kind of non-finite
-    value, one `bytes.replace` spells them; with several, NumPy swaps each null for its spelling,
-    a chunk at a time. No Python object per element, whatever the values."""
+def _json_array(flat) -> orjson.Fragment:
+    """The JSON array of a flat array, written by orjson a chunk of _CHUNK elements at a time, so
+    that another thread (the event loop) may take the GIL between chunks. Non-finite floats,
+    which orjson writes as null, are spelled "NaN", "Infinity", "-Infinity" (`_respell`): no
+    Python object per element, whatever the values."""
     if flat.dtype == numpy.float16:
         flat = flat.astype(numpy.float32)
-    nonfinite = flat[~numpy.isfinite(flat)]
-    kinds = [numpy.isnan(nonfinite).any(), (nonfinite == numpy.inf).any(), (nonfinite == -numpy.inf).any()]
-    if sum(kinds) == 1:
-        return orjson.Fragment(dumps(flat).replace(_NULL, SPELLINGS[kinds.index(True)]))
+    floats = flat.dtype.kind == "f"
     pieces = []
     for start in range(0, flat.size, _CHUNK):
         chunk = flat[start:start + _CHUNK]
-        raw = numpy.frombuffer(dumps(chunk), numpy.uint8)[1:-1]
-        pieces.append(_respell(raw, chunk[~numpy.isfinite(chunk)]))
-    return orjson.Fragment(b"[" + b",".join(pieces) + b"]")
+        raw = memoryview(dumps(chunk))[1:-1]
+        pieces += (_respell(raw, chunk[~numpy.isfinite(chunk)]) if floats else raw), b","
+    return orjson.Fragment(b"".join([b"[", *pieces[:-1], b"]"]))
 
 
-def _respell(raw, nonfinite) -> bytes:
+def _respell(raw: memoryview, nonfinite):
     """`raw` (orjson's numbers, without brackets) with its nulls, one per value of `nonfinite` in
-    order, replaced by their spellings. Only null has an "n" among orjson's numbers."""
+    order, replaced by their spellings: one `bytes.replace` when they are all of one kind, else
+    a NumPy scatter. Only null has an "n" among orjson's numbers."""
     if not nonfinite.size:
-        return raw.tobytes()
+        return raw
+    code = numpy.where(numpy.isnan(nonfinite), 0, numpy.where(nonfinite > 0, 1, 2))
+    if (code == code[0]).all():
+        return bytes(raw).replace(_NULL, SPELLINGS[code[0]])
+    raw = numpy.frombuffer(raw, numpy.uint8)
     nulls = numpy.flatnonzero(raw == ord("n"))
     assert nulls.size == nonfinite.size, "every non-finite value is written as null"
-    code = numpy.where(numpy.isnan(nonfinite), 0, numpy.where(nonfinite > 0, 1, 2))
     shift = numpy.zeros(nulls.size + 1, numpy.int64)
     numpy.cumsum(_SPELLING_LENGTHS[code] - len(_NULL), out=shift[1:])
     bounds = numpy.concatenate(([0], nulls + 1, [raw.size]))
@@ -269,12 +271,13 @@ def encode_json(name: str, array) -> dict:
     with `dumps` (orjson's OPT_SERIALIZE_NUMPY)."""
     array = numpy.asarray(array)
     obj = {"name": name, "shape": list(array.shape), "datatype": datatype_of(array.dtype)}
-    if array.dtype.kind == "f" and not numpy.isfinite(array).all():
-        obj["data"] = _spelled(array.reshape(-1))
-    elif array.dtype in (numpy.float32, numpy.float64, numpy.int32, numpy.int64, numpy.bool_, numpy.uint8, numpy.int8, numpy.int16):
-        obj["data"] = numpy.ascontiguousarray(array).reshape(-1)
+    flat = numpy.ascontiguousarray(array).reshape(-1)
+    if (array.dtype.kind == "f" and not numpy.isfinite(array).all()) or flat.size > _CHUNK:
+        obj["data"] = _json_array(flat)
+    elif array.dtype in _ORJSON_DTYPES:
+        obj["data"] = flat
     else:
-        obj["data"] = array.reshape(-1).tolist()
+        obj["data"] = flat.tolist()
     return obj
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -85,3 +86,34 @@ def test_a_tensor_with_both_data_and_binary_data_size_is_refused():
         codec.decode_tensors([obj], "inputs", np.float32(2.0).tobytes(), 0, MAX_ELEMENTS)
     assert (info.value.field, info.value.kind) == ("inputs[0].data", "invalid")
     assert "both" in str(info.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32),
+                                 st.sampled_from([np.nan, np.inf, -np.inf])), min_size=1, max_size=50),
+       datatype=st.sampled_from(["FP16", "FP32", "FP64"]), chunk=st.sampled_from([1, 3, 7, 1 << 17]))
+def test_non_finite_json_answers_round_trip_exactly(values, datatype, chunk):
+    with np.errstate(over="ignore"):  # floats past FP16's range become infinities: more cases, not fewer
+        array = np.asarray(values, dtype=codec.DATATYPES[datatype])
+    original = codec._CHUNK
+    codec._CHUNK = chunk  # small chunks: the respelling crosses chunk boundaries and mixes kinds per chunk
+    try:
+        obj = codec.encode_json("y", array)
+        text = codec.dumps({"outputs": [obj]})
+    finally:
+        codec._CHUNK = original
+    decoded = orjson.loads(text)["outputs"][0]
+    assert b"null" not in text
+    (_, back), = codec.decode_tensors([decoded], "outputs", None, 0, MAX_ELEMENTS)[0]
+    np.testing.assert_array_equal(back, array)
+    assert back.dtype == array.dtype
+
+
+@pytest.mark.parametrize("datatype", ["BOOL", "UINT8", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64"])
+@pytest.mark.parametrize("size", [0, 1, 3, 4, 10])
+def test_json_answers_written_in_chunks_round_trip(datatype, size, monkeypatch):
+    monkeypatch.setattr(codec, "_CHUNK", 3)
+    array = (np.arange(size) % 5 - 2).astype(codec.DATATYPES[datatype]).reshape(size, 1)
+    decoded = orjson.loads(codec.dumps(codec.encode_json("y", array)))
+    (_, back), = codec.decode_tensors([decoded], "outputs", None, 0, MAX_ELEMENTS)[0]
+    np.testing.assert_array_equal(back, array)
