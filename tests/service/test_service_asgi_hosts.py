@@ -1,5 +1,6 @@
-"""The app under another ASGI host than uvicorn: hypercorn, which (unlike uvicorn) holds the app
-to the ASGI spec's `bytes` body parts. JSON and binary round trips, and an error."""
+"""The app under another ASGI host than uvicorn (hypercorn): JSON and binary round trips and
+errors. Hypercorn 0.18 happens to tolerate memoryview body parts too, so the ASGI spec's `bytes`
+rule is checked directly, by driving the app with a recording `send`."""
 
 from __future__ import annotations
 
