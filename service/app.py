@@ -60,7 +60,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             pool.shutdown()
             executor.tapes.clear()
 
-    app = FastAPI(title="gradserve", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    # redirect_slashes=False: Starlette's `/forward/` -> `/forward` redirect builds its Location from the Host header
+    app = FastAPI(title="gradserve", version=__version__, description=DESCRIPTION, lifespan=lifespan,
+                  redirect_slashes=False)
     app.state.settings = settings
     app.state.executor = executor
     app.state.pool = pool

@@ -8,10 +8,13 @@ process or in each of `--workers` processes) as environment variables read by
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import logging
 import os
 import signal
 import sys
 
+log = logging.getLogger("gradserve")
 FLAGS = ("host", "port", "device", "workers", "log_level")
 
 
@@ -34,12 +37,32 @@ def _exit_quietly(signum, frame):
     raise SystemExit(0)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps the server reachable from this machine only."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve to anything
+
+
+def warn_if_exposed(settings) -> None:
+    """A loud warning when the server is reachable from the network without an API key."""
+    if settings.api_key is None and not is_loopback(settings.host):
+        log.warning(
+            "WARNING: gradserve is binding %s without an API key: anyone who can reach this address can run "
+            "computations on it. Set GRADSERVE_API_KEY, or bind 127.0.0.1 behind a proxy that authenticates.",
+            settings.host)
+
+
 def serve(settings) -> int:
     import uvicorn
 
     from engine import backend
 
     backend.use(settings.device)  # fail here, with one line, when the device is not there
+    warn_if_exposed(settings)
 
     os.environ.update(settings.to_env())
     signal.signal(signal.SIGTERM, _exit_quietly)

@@ -24,6 +24,8 @@ from wire.messages import decode_request, encode_result_parts
 
 router = APIRouter()
 JSON = "application/json"
+OCTET_STREAM = "application/octet-stream"
+BODY_TYPES = (JSON, OCTET_STREAM)
 HEADER_LENGTH_KEY = codec.HEADER_LENGTH.lower().encode()
 
 
@@ -126,23 +128,57 @@ def _discard_tape(executor):
     return discard
 
 
+SEND_CHUNK_BYTES = 1 << 20
+
+
+def _chunks(parts: list):
+    """`bytes` pieces of the body `parts`: the ASGI spec allows only `bytes` body parts. A `bytes`
+    part goes as it is; a tensor's memoryview is copied a slice of SEND_CHUNK_BYTES at a time as
+    it is sent, so neither the event loop (a copy holds the GIL) nor memory ever carries a second
+    whole copy of it."""
+    for part in parts:
+        if type(part) is bytes:
+            yield part
+            continue
+        view = memoryview(part)
+        for start in range(0, len(view), SEND_CHUNK_BYTES):
+            yield bytes(view[start:start + SEND_CHUNK_BYTES])
+
+
 async def _send_parts(send, parts: list, head_length: int | None) -> None:
-    """A 200 whose body is `parts` sent one after the other (tensor bytes are never joined)."""
+    """A 200 whose body is `parts` sent one `bytes` chunk after the other (see `_chunks`)."""
     headers = [(b"content-length", str(sum(len(p) for p in parts)).encode())]
     if head_length is None:
         headers.append((b"content-type", JSON.encode()))
     else:
-        headers += [(b"content-type", b"application/octet-stream"), (HEADER_LENGTH_KEY, str(head_length).encode())]
+        headers += [(b"content-type", OCTET_STREAM.encode()), (HEADER_LENGTH_KEY, str(head_length).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    last = len(parts) - 1
-    for i, part in enumerate(parts):
-        await send({"type": "http.response.body", "body": part, "more_body": i < last})
+    for chunk in _chunks(parts):
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def require_body_type(headers: Headers) -> None:
+    """415 unless the body is declared JSON or octet-stream (parameters such as charset allowed).
+
+    A web page can make a browser POST text/plain, or a body with no type at all, to any address
+    without asking it first (no CORS preflight). Browsers send `Origin` with every POST, so a body
+    without a type is read only from a caller that sends none (Triton's own HTTP client declares
+    no type); a browser's must declare one of ours."""
+    declared = headers.get("content-type")
+    if declared is None and "origin" not in headers:
+        return
+    media_type = (declared or "").split(";", 1)[0].strip().lower()
+    if media_type not in BODY_TYPES:
+        got = f"got {declared!r}" if declared is not None else "it is missing (required of browsers, which send Origin)"
+        raise ApiError(415, f"Content-Type must be {' or '.join(BODY_TYPES)}; {got}", field="Content-Type",
+                       headers={"Connection": "close"})  # the body is never read
 
 
 class ComputeEndpoint:
     """`POST /forward` or `/backward` as a plain ASGI app: the request path has no dependency
-    injection and no per-request objects beyond the headers. The API key (401) and admission
-    (503) are checked before the body is read, in that order."""
+    injection and no per-request objects beyond the headers. The API key (401), the body's
+    Content-Type (415) and admission (503) are checked before the body is read, in that order."""
 
     def __init__(self, kind: str):
         self.kind = kind
@@ -153,6 +189,7 @@ class ComputeEndpoint:
         try:
             headers = Headers(scope=scope)
             require_api_key(state.settings.api_key, headers)
+            require_body_type(headers)
             pool.admit()  # refuse (503) before reading a body we could not compute anyway
             length = header_length(headers)
             body = await read_body(receive, headers, executor.limits.max_body_bytes)

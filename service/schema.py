@@ -98,6 +98,7 @@ ERROR_STATUSES = {
     "404": "unknown or expired tape",
     "409": "tape already freed by a previous backward",
     "413": "over a size limit (body, tensor, nodes, depth, tape bytes)",
+    "415": "Content-Type is not application/json or application/octet-stream (or is missing)",
     "422": "invalid graph or tensors",
     "503": "busy (max_concurrency) or compute timeout; see Retry-After",
     "507": "out of memory",
@@ -130,8 +131,9 @@ def compute_openapi(kind: str) -> dict:
             "required": True,
             "content": {
                 "application/json": {"schema": request_schema(kind)},
-                "application/octet-stream": {"schema": {"type": "string", "format": "binary"},
-                                             "description": f"JSON header ({HEADER_LENGTH} bytes) then raw tensor data"},
+                "application/octet-stream": {"schema": {
+                    "type": "string", "format": "binary",
+                    "description": f"JSON header ({HEADER_LENGTH} bytes) then raw tensor data"}},
             },
         },
         "responses": {

@@ -31,6 +31,7 @@ DATATYPE_OF = {dtype.newbyteorder("="): name for name, dtype in DATATYPES.items(
 ALIGNMENT = 8  # the JSON header of a binary body is padded with spaces to a multiple of this
 NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 HEADER_LENGTH = "Inference-Header-Content-Length"
+MAX_DIMS = 64  # NumPy's limit on an array's number of dimensions
 
 
 def datatype_of(dtype) -> str:
@@ -53,14 +54,10 @@ def check_header(obj, where: str, max_elements: int):
     shape = obj.get("shape")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise TensorError(f"tensor {name!r}: 'shape' must be a list of non-negative integers, got {shape!r}", field=f"{where}.shape")
-    count = 1
-    for d in shape:
-        count *= d
-        if count > max_elements:
-            raise TensorError(
-                f"tensor {name!r}: shape {shape} has more than the limit of {max_elements} elements",
-                field=f"{where}.shape", kind="too_large",
-            )
+    if len(shape) > MAX_DIMS:
+        raise TensorError(f"tensor {name!r}: shape has {len(shape)} dimensions, more than the limit of {MAX_DIMS}",
+                          field=f"{where}.shape")
+    count = _count(shape, max_elements, f"tensor {name!r}", f"{where}.shape")
     datatype = obj.get("datatype")
     if datatype not in DATATYPES:
         raise TensorError(
@@ -68,6 +65,20 @@ def check_header(obj, where: str, max_elements: int):
             field=f"{where}.datatype",
         )
     return name, tuple(shape), DATATYPES[datatype], count
+
+
+def _count(shape, max_elements: int, what: str, field: str) -> int:
+    """The element count of `shape`, refused (413) when the product of its non-zero dimensions is
+    over `max_elements`: an empty tensor may not carry dimensions no array could have."""
+    extent = 1
+    for d in shape:
+        extent *= d or 1
+        if extent > max_elements:
+            raise TensorError(
+                f"{what}: shape {shape} has more than the limit of {max_elements} elements "
+                f"(counting its non-zero dimensions)", field=field, kind="too_large",
+            )
+    return 0 if 0 in shape else extent
 
 
 MAX_NESTING = 64
@@ -114,7 +125,7 @@ def _from_list(name, data, dtype, shape, count, where):
                 raise ValueError("values must be numbers (or NaN, Infinity, -Infinity in float tensors)")
             array = numpy.asarray(_unspell(data))
         kind = array.dtype.kind
-        if kind not in "biuf" or (kind == "f" and dtype.kind != "f") or (dtype.kind == "b" and kind != "b" and array.size):
+        if kind not in "biuf" or (array.size and ((kind == "f" and dtype.kind != "f") or (dtype.kind == "b" and kind != "b"))):
             raise ValueError(f"values of kind {array.dtype} for a {dtype.name} tensor")
         if dtype.kind in "iu" and array.size:
             info = numpy.iinfo(dtype)
@@ -146,12 +157,17 @@ def _decode_json(obj, checked, where: str):
     return name, _from_list(name, data, dtype, shape, count, where)
 
 
-def binary_size(obj):
+def binary_size(obj, where: str = "tensor"):
+    """parameters.binary_data_size of a tensor object (None: a JSON tensor)."""
     params = obj.get("parameters") if isinstance(obj, dict) else None
     if isinstance(params, dict) and "binary_data_size" in params:
         size = params["binary_data_size"]
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise TensorError("parameters.binary_data_size must be a non-negative integer")
+            raise TensorError(f"parameters.binary_data_size must be a non-negative integer, got {size!r}",
+                              field=f"{where}.parameters.binary_data_size")
+        if "data" in obj:
+            raise TensorError(f"tensor {obj.get('name')!r} has both 'data' and parameters.binary_data_size; "
+                              "send one or the other", field=f"{where}.data")
         return size
     return None
 
@@ -177,7 +193,7 @@ def decode_tensors(objs, where: str, tail: memoryview | bytes | None, offset: in
         checked = check_headers(objs, where, max_elements)
     out = []
     for i, (obj, header) in enumerate(zip(objs or (), checked)):
-        size = binary_size(obj)
+        size = binary_size(obj, f"{where}[{i}]")
         if size is None:
             out.append(_decode_json(obj, header, f"{where}[{i}]"))
             continue
@@ -203,22 +219,65 @@ def _binary_view(checked, size: int, where: str, tail, offset: int):
     return name, (array if array.flags.aligned else array.copy())
 
 
-def _spelled(array):
-    flat = array.ravel().tolist()
-    return [v if math.isfinite(v) else ("NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")) for v in flat]
+SPELLINGS = (b'"NaN"', b'"Infinity"', b'"-Infinity"')
+_SPELLING_LENGTHS = numpy.array([len(s) for s in SPELLINGS])
+_NULL = b"null"
+_CHUNK = 1 << 17  # elements written at a time: ~10 ms of orjson, index arrays of a few MB
+_ORJSON_DTYPES = tuple(numpy.dtype(t) for t in ("f4", "f8", "i1", "i2", "i4", "i8", "u1", "?"))
+
+
+def _json_array(flat) -> orjson.Fragment:
+    """The JSON array of a flat array, written by orjson a chunk of _CHUNK elements at a time, so
+    that another thread (the event loop) may take the GIL between chunks. Non-finite floats,
+    which orjson writes as null, are spelled "NaN", "Infinity", "-Infinity" (`_respell`): no
+    Python object per element, whatever the values."""
+    if flat.dtype == numpy.float16:
+        flat = flat.astype(numpy.float32)
+    floats = flat.dtype.kind == "f"
+    pieces = []
+    for start in range(0, flat.size, _CHUNK):
+        chunk = flat[start:start + _CHUNK]
+        raw = memoryview(dumps(chunk))[1:-1]
+        pieces += (_respell(raw, chunk[~numpy.isfinite(chunk)]) if floats else raw), b","
+    return orjson.Fragment(b"".join([b"[", *pieces[:-1], b"]"]))
+
+
+def _respell(raw: memoryview, nonfinite):
+    """`raw` (orjson's numbers, without brackets) with its nulls, one per value of `nonfinite` in
+    order, replaced by their spellings: one `bytes.replace` when they are all of one kind, else
+    a NumPy scatter. Only null has an "n" among orjson's numbers."""
+    if not nonfinite.size:
+        return raw
+    code = numpy.where(numpy.isnan(nonfinite), 0, numpy.where(nonfinite > 0, 1, 2))
+    if (code == code[0]).all():
+        return bytes(raw).replace(_NULL, SPELLINGS[code[0]])
+    raw = numpy.frombuffer(raw, numpy.uint8)
+    nulls = numpy.flatnonzero(raw == ord("n"))
+    assert nulls.size == nonfinite.size, "every non-finite value is written as null"
+    shift = numpy.zeros(nulls.size + 1, numpy.int64)
+    numpy.cumsum(_SPELLING_LENGTHS[code] - len(_NULL), out=shift[1:])
+    bounds = numpy.concatenate(([0], nulls + 1, [raw.size]))
+    out = numpy.empty(raw.size + int(shift[-1]), numpy.uint8)
+    out[numpy.arange(raw.size) + numpy.repeat(shift, numpy.diff(bounds))] = raw
+    starts = nulls + shift[:-1]
+    for kind, spelling in enumerate(SPELLINGS):
+        at = starts[code == kind]
+        out[at[:, None] + numpy.arange(len(spelling))] = numpy.frombuffer(spelling, numpy.uint8)
+    return out.tobytes()
 
 
 def encode_json(name: str, array) -> dict:
-    """A JSON tensor object. `data` may be a flat NumPy array: serialise with orjson's
-    OPT_SERIALIZE_NUMPY (see `dumps`)."""
+    """A JSON tensor object. `data` may be a flat NumPy array or an orjson.Fragment: serialise
+    with `dumps` (orjson's OPT_SERIALIZE_NUMPY)."""
     array = numpy.asarray(array)
     obj = {"name": name, "shape": list(array.shape), "datatype": datatype_of(array.dtype)}
-    if array.dtype.kind == "f" and not numpy.isfinite(array).all():
-        obj["data"] = _spelled(array)
-    elif array.dtype in (numpy.float32, numpy.float64, numpy.int32, numpy.int64, numpy.bool_, numpy.uint8, numpy.int8, numpy.int16):
-        obj["data"] = numpy.ascontiguousarray(array).reshape(-1)
+    flat = numpy.ascontiguousarray(array).reshape(-1)
+    if (array.dtype.kind == "f" and not numpy.isfinite(array).all()) or flat.size > _CHUNK:
+        obj["data"] = _json_array(flat)
+    elif array.dtype in _ORJSON_DTYPES:
+        obj["data"] = flat
     else:
-        obj["data"] = array.reshape(-1).tolist()
+        obj["data"] = flat.tolist()
     return obj
 
 

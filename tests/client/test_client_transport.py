@@ -57,7 +57,7 @@ def test_server_errors_become_exceptions(session):
     assert response.status == 400 and response.json()["field"] == "body"
     with pytest.raises(client.GraphValidationError, match="unknown field"):
         session.send("/forward", {**BAD_GRAPH, "colour": "blue"})
-    truncated = session.post("/forward", b'{"graph": {}}', headers={HEADER_LENGTH: "99"})
+    truncated = session.post("/forward", b'{"graph": {}}', headers={HEADER_LENGTH: "99", "Content-Type": "application/octet-stream"})
     with pytest.raises(client.BadRequestError, match="99") as err:
         raise_for_error(truncated, "somewhere")
     assert isinstance(err.value, ValueError) and err.value.status == 400

@@ -76,7 +76,7 @@ def _sample(text: str, name: str, **labels) -> float:
 def test_metrics_counters_rise(api):
     before = api.get("/metrics").text
     assert api.post("/backward", json=EXAMPLE).status_code == 200
-    assert api.post("/forward", content=b"{oops").status_code == 400
+    assert api.post("/forward", content=b"{oops", headers={"Content-Type": "application/json"}).status_code == 400
     after = api.get("/metrics")
     assert after.headers["content-type"].startswith("text/plain")
     text = after.text

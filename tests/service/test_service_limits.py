@@ -89,7 +89,7 @@ def test_content_length_over_limit_is_refused_before_the_body_is_sent(server, ht
 
 
 def test_chunked_body_over_limit_stops_reading(server, http):
-    head = b"POST /backward HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    head = b"POST /backward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
     piece = b"x" * 16384
     chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
     parts = [chunk] * (LIMIT // len(piece) + 1)  # just past the limit, and no more: nothing left unread
@@ -100,7 +100,7 @@ def test_chunked_body_over_limit_stops_reading(server, http):
 
 def test_chunked_body_under_limit_works(server):
     payload = orjson.dumps(EXAMPLE)
-    head = b"POST /backward HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    head = b"POST /backward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
     parts = [f"{len(payload[i:i + 50]):x}\r\n".encode() + payload[i:i + 50] + b"\r\n" for i in range(0, len(payload), 50)]
     status, _, body = _status_and_json(_raw_http(server.port, head, [*parts, b"0\r\n\r\n"]))
     assert status == 200 and body["grads"][0]["data"] == pytest.approx([10.0, 14.0, 18.0])
@@ -123,7 +123,7 @@ def test_streamed_body_reading_stops_at_the_limit_in_process():
 
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
                  "scheme": "http", "path": "/forward", "raw_path": b"/forward", "query_string": b"",
-                 "root_path": "", "headers": [(b"transfer-encoding", b"chunked")], "client": ("127.0.0.1", 1),
+                 "root_path": "", "headers": [(b"content-type", b"application/json"), (b"transfer-encoding", b"chunked")], "client": ("127.0.0.1", 1),
                  "server": ("127.0.0.1", 80)}
         await app(scope, receive, send)
 
