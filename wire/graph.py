@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.attrs import AttrError
+import numpy
+
+from engine.attrs import INT64, AttrError
 from engine.indexing import tensor_count
 from engine.registry import OPS
 from engine.variable import as_array
@@ -244,14 +246,31 @@ def _constant_step(node_id, raw_inputs, attrs):
     if dtype is not None and dtype not in DATATYPES:
         _fail(f"constant node {node_id!r}: unknown dtype {dtype!r}", node_id, "attrs.dtype")
     if dtype is None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+            _fail(f"constant node {node_id!r}: {value} is out of the range of INT64", node_id, "attrs.value")
         return Step(node_id, "constant", (), {"value": value})
     try:
+        _check_range(value, None if dtype is None else DATATYPES[dtype], dtype)
         array = as_array(value, None if dtype is None else DATATYPES[dtype])
-    except (ValueError, TypeError) as err:
-        _fail(f"constant node {node_id!r}: value is not a number or a rectangular nested list: {err}", node_id, "attrs.value")
+    except (ValueError, TypeError, OverflowError) as err:
+        _fail(f"constant node {node_id!r}: value is not a number or a rectangular nested list of them: {err}", node_id, "attrs.value")
     if array.dtype.kind not in "biuf":
         _fail(f"constant node {node_id!r}: value must be numbers or booleans", node_id, "attrs.value")
     return Step(node_id, "constant", (), {"value": array})
+
+
+def _check_range(value, dtype, name):
+    """Refuse integers that the constant's datatype cannot hold (they would wrap), as for inputs."""
+    raw = numpy.asarray(value)
+    if raw.dtype.kind == "O":
+        raise ValueError("values must be numbers within the range of a 64-bit integer or a float")
+    if dtype is None or dtype.kind not in "iu" or not raw.size:
+        return
+    if raw.dtype.kind == "f":
+        raise ValueError(f"non-integer values for a {name} constant")
+    info = numpy.iinfo(dtype)
+    if raw.min() < info.min or raw.max() > info.max:
+        raise ValueError(f"values outside the range of {name} [{info.min}, {info.max}]")
 
 
 def _subgraph_leaf(node_id, op, raw_inputs, attrs, scope):
