@@ -24,7 +24,7 @@ def one_pass(in_shapes, out_shape, attrs) -> int:
 
 
 def matrix_product(in_shapes, out_shape, attrs) -> int:
-    """2*m*k*n flops per product (batched: times the batch), plus a pass over the output."""
+    """2*m*k*n flops per product (batched: times the batch), plus a pass over the operands."""
     a = in_shapes[0]
     k = a[-1] if a else 1
-    return 2 * numel(out_shape) * k + ELEMENT_OP * numel(out_shape)
+    return 2 * numel(out_shape) * k + one_pass(in_shapes, out_shape, attrs)

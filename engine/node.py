@@ -107,7 +107,14 @@ class OpNode(Node):
 
     def __init__(self, inputs, attrs, out_data):
         self.edges = tuple([v._node if v._node is not None else (v if v._requires_grad else None) for v in inputs])
-        self.saved = inputs
+        saves = self.op.saves
+        if saves is True:
+            self.saved = inputs
+        elif saves is False:  # the vjps read no input's values: keep their shapes only, not their memory
+            self.saved = tuple([Meta.of(v) for v in inputs])
+        else:
+            kept = range(len(inputs))[saves]
+            self.saved = tuple([v if i in kept else Meta.of(v) for i, v in enumerate(inputs)])
         self.attrs = attrs
         self.out_data = out_data
         # the versions of the inputs whose values the vjps read (None once freed)

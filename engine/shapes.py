@@ -104,6 +104,8 @@ def along_dim(shapes, dtypes, attrs):
 def reshape(shapes, dtypes, attrs):
     shape, target = shapes[0], list(attrs["shape"])
     size = math.prod(shape)
+    if math.prod(d for d in target if d > 0) > 2**63 - 1:
+        raise ShapeError(f"cannot reshape {list(shape)} to {target}: the dimensions are too large")
     if target.count(-1) > 1:
         raise ShapeError(f"cannot reshape {list(shape)} to {target}: only one dimension can be -1")
     known = math.prod(d for d in target if d != -1)
