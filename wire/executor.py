@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 
+from wire.budget import check_budgets
 from wire.differentiate import gradients
 from wire.errors import GraphError, RequestError
 from wire.infer import Shapes, check_request_inputs
 from wire.limits import Limits
 from wire.messages import Request, Result
-from wire.budget import check_budgets
 from wire.run import Execution, element_guard
 from wire.stores import PlanCache, TapeStore
 

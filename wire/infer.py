@@ -9,10 +9,9 @@ import numpy
 
 from engine.registry import OPS
 from engine.shapes import Bounded, ShapeError
-from wire.errors import GraphError
 from wire.budget import with_costs
+from wire.errors import GraphError
 from wire.graph import Plan
-
 
 LEAVES = ("input", "arg", "grad_output", "forward_value")
 

@@ -75,7 +75,7 @@ def test_the_default_budgets_refuse_an_8000_matmul_by_its_work_and_admit_a_small
 def test_a_backward_counts_what_it_keeps_and_its_work_twice():
     executor = Executor()
     request = Request(graph=expanded_mm(500), inputs={"x": np.ones((1, 1))})
-    plan, shapes = executor._plan(request)
+    _, shapes = executor._plan(request)
     forward, backward = shapes.forward_cost, shapes.backward_cost
     assert backward.work >= 2.5 * forward.work
     assert backward.peak_bytes > forward.peak_bytes
@@ -92,7 +92,7 @@ def test_a_forward_peak_counts_only_live_values():
     nodes.append(node("s", "sum", prev))
     executor = Executor()
     request = Request(graph=graph(*nodes), inputs={"x": np.ones(2**16)})
-    plan, shapes = executor._plan(request)
+    _, shapes = executor._plan(request)
     one = 2**16 * 8
     assert shapes.forward_cost.peak_bytes <= 3 * one + 64
     assert shapes.backward_cost.peak_bytes <= 5 * one + 64  # add saves nothing: the chain is not kept
