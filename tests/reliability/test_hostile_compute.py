@@ -124,10 +124,12 @@ class HealthProbe:
 
     def _run(self):
         with httpx.Client(timeout=30) as client:
-            while not self._stop.is_set():
+            while True:  # at least one answer, the last one after the request ended
                 start = time.perf_counter()
                 status = client.get(self.url + "/healthz").status_code
                 self.samples.append((status, time.perf_counter() - start))
+                if self._stop.is_set():
+                    return
                 time.sleep(0.02)
 
     def __enter__(self):
