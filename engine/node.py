@@ -110,8 +110,8 @@ class OpNode(Node):
         saves = self.op.saves
         if saves is True:
             self.saved = inputs
-        elif saves is False:  # the vjps read no input's values: keep their shapes only, not their memory
-            self.saved = tuple([Meta.of(v) for v in inputs])
+        elif saves is False:  # the vjps read no input's values: keep shapes only (as free() does), not memory
+            self.saved = _metas(inputs, self.edges if self.op.vjp is None else None)
         else:
             kept = range(len(inputs))[saves]
             self.saved = tuple([v if i in kept else Meta.of(v) for i, v in enumerate(inputs)])
@@ -166,6 +166,21 @@ class OpNode(Node):
                 self.saved = tuple([Meta.of(v) for v in self.saved])
             self.out_data = None
             self.versions = None
+
+
+def _metas(inputs, edges):
+    """The inputs' Metas (None for an input without an edge, when `edges` is given)."""
+    out = []
+    for i, v in enumerate(inputs):
+        if edges is not None and edges[i] is None:
+            out.append(None)
+            continue
+        meta = _new(Meta)
+        data = v._data
+        meta.shape = data.shape
+        meta.dtype = data.dtype
+        out.append(meta)
+    return tuple(out)
 
 
 def _wrap(out, xp):
