@@ -180,7 +180,7 @@ def infer(op: OpDef, values, attrs):
     except (EngineShapeError, ValueError, TypeError, IndexError) as err:
         described = ", ".join(str(list(s)) for s in shapes_)
         raise ShapeError(f"{op.name}(): {err} (input shapes: {described})") from None
-    if inferred is None:
+    if inferred is None or isinstance(inferred[0], shapes.Bounded):  # a bound (a mask's result) is not a shape
         return None
     shape, dtype = inferred
     return tuple(shape), numpy.dtype(dtype)

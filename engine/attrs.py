@@ -11,6 +11,8 @@ import operator
 from dataclasses import dataclass
 
 REQUIRED = object()
+INT64 = (-2**63, 2**63 - 1)
+MAX_DIMS = 64  # NumPy's limit on the number of dimensions
 DTYPES = ("float16", "float32", "float64", "int32", "int64", "bool")
 
 
@@ -41,9 +43,12 @@ def _int(value, name):
     if isinstance(value, bool):
         raise AttrError(f"attribute {name!r} must be an integer, got a boolean")
     try:
-        return operator.index(value)
+        number = operator.index(value)
     except TypeError:
         raise AttrError(f"attribute {name!r} must be an integer, got {value!r}") from None
+    if not INT64[0] <= number <= INT64[1]:
+        raise AttrError(f"attribute {name!r}: {number} is out of the 64-bit integer range")
+    return number
 
 
 def _float(value, name):
@@ -63,6 +68,8 @@ def _ints(value, name):
 
 def _shape(value, name):
     shape = _ints(value, name)
+    if len(shape) > MAX_DIMS:
+        raise AttrError(f"attribute {name!r} has {len(shape)} dimensions, over the limit of {MAX_DIMS}")
     if any(d < -1 for d in shape):
         raise AttrError(f"attribute {name!r} has a negative size: {list(shape)}")
     return shape

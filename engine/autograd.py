@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from engine import interrupt
 from engine.backend import array_module
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from engine.grad_mode import enable_grad, no_grad
@@ -157,8 +158,11 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
         capture_nodes = {v._node: id(v) for v in inputs if v._node is not None}
     ready = [n for n in dict.fromkeys(root_nodes) if deps.get(n, 0) == 0]
     accumulate = sink.accumulate
+    check = interrupt.current()
     with enable_grad() if create_graph else no_grad():
         while ready:
+            if check is not None:
+                check()
             node = ready.pop()
             g = grads.pop(node)
             edges = node.edges

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import operator
 
-from engine.attrs import AttrError
+from engine.attrs import INT64, AttrError
+
+
+def _in_range(value) -> bool:
+    return INT64[0] <= value <= INT64[1]
 
 
 def check_spec(spec, name="index"):
@@ -20,6 +24,8 @@ def check_spec(spec, name="index"):
         if item is None or item == "...":
             out.append(item)
         elif isinstance(item, int) and not isinstance(item, bool):
+            if not _in_range(item):
+                raise AttrError(f"attribute {name!r}: index {item} is out of the 64-bit integer range")
             out.append(item)
         elif isinstance(item, dict) and set(item) == {"slice"}:
             bounds = item["slice"]
@@ -27,6 +33,8 @@ def check_spec(spec, name="index"):
                 b is None or (isinstance(b, int) and not isinstance(b, bool)) for b in bounds
             ):
                 raise AttrError(f"attribute {name!r}: a slice is [start, stop, step] of integers or null, got {bounds!r}")
+            if not all(b is None or _in_range(b) for b in bounds):
+                raise AttrError(f"attribute {name!r}: a slice bound is out of the 64-bit integer range: {bounds!r}")
             if bounds[2] == 0:
                 raise AttrError(f"attribute {name!r}: slice step cannot be zero")
             out.append({"slice": list(bounds)})

@@ -107,7 +107,14 @@ class OpNode(Node):
 
     def __init__(self, inputs, attrs, out_data):
         self.edges = tuple([v._node if v._node is not None else (v if v._requires_grad else None) for v in inputs])
-        self.saved = inputs
+        saves = self.op.saves
+        if saves is True:
+            self.saved = inputs
+        elif saves is False:  # the vjps read no input's values: keep shapes only (as free() does), not memory
+            self.saved = _metas(inputs, self.edges if self.op.vjp is None else None)
+        else:
+            kept = range(len(inputs))[saves]
+            self.saved = tuple([v if i in kept else Meta.of(v) for i, v in enumerate(inputs)])
         self.attrs = attrs
         self.out_data = out_data
         # the versions of the inputs whose values the vjps read (None once freed)
@@ -159,6 +166,21 @@ class OpNode(Node):
                 self.saved = tuple([Meta.of(v) for v in self.saved])
             self.out_data = None
             self.versions = None
+
+
+def _metas(inputs, edges):
+    """The inputs' Metas (None for an input without an edge, when `edges` is given)."""
+    out = []
+    for i, v in enumerate(inputs):
+        if edges is not None and edges[i] is None:
+            out.append(None)
+            continue
+        meta = _new(Meta)
+        data = v._data
+        meta.shape = data.shape
+        meta.dtype = data.dtype
+        out.append(meta)
+    return tuple(out)
 
 
 def _wrap(out, xp):

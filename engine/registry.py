@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy
 
-from engine import backend
+from engine import backend, costs
 from engine.attrs import REQUIRED, Attr, check
 from engine.grad_mode import state as grad_state
 from engine.node import OpNode, apply_op
@@ -64,10 +64,15 @@ class OpDef:
     methods: tuple = ()
     doc: str = ""
     samples: tuple = ()
-    infer: Callable | None = None
+    infer: Callable | None = None  # (input shapes, input dtypes, attrs) -> (shape, dtype); see engine.shapes
+    work: Callable = costs.one_pass  # (input shapes, output shape, attrs) -> flop-equivalents; see engine.costs
     check_arity: Callable | None = None
     function: Callable | None = None
     node_class: type | None = None
+
+    def cost(self, in_shapes, out_shape, attrs) -> tuple:
+        """(elements allocated, work) of one call, from shapes: what the request budgets count."""
+        return costs.numel(out_shape), self.work(in_shapes, out_shape, attrs)
 
     @property
     def variadic(self) -> bool:

@@ -6,7 +6,11 @@ ShapeError with a message that names the shapes involved.
 
 from __future__ import annotations
 
+import math
+
 import numpy
+
+MAX_DIMS = 64  # NumPy's limit on the number of dimensions
 
 
 class ShapeError(ValueError):
@@ -99,10 +103,12 @@ def along_dim(shapes, dtypes, attrs):
 
 def reshape(shapes, dtypes, attrs):
     shape, target = shapes[0], list(attrs["shape"])
-    size = int(numpy.prod(shape, dtype=numpy.int64))
+    size = math.prod(shape)
+    if math.prod(d for d in target if d > 0) > 2**63 - 1:
+        raise ShapeError(f"cannot reshape {list(shape)} to {target}: the dimensions are too large")
     if target.count(-1) > 1:
         raise ShapeError(f"cannot reshape {list(shape)} to {target}: only one dimension can be -1")
-    known = int(numpy.prod([d for d in target if d != -1], dtype=numpy.int64))
+    known = math.prod(d for d in target if d != -1)
     if -1 in target:
         if known == 0 or size % known:
             raise ShapeError(f"cannot reshape {list(shape)} (size {size}) to {target}")
@@ -203,6 +209,96 @@ def stack(shapes, dtypes, attrs):
 
 def cast(shapes, dtypes, attrs):
     return tuple(shapes[0]), numpy.dtype(attrs["dtype"])
+
+
+class Bounded(tuple):
+    """A shape whose sizes are upper bounds (a boolean mask's result: its length is known only by
+    running). Rules treat it as a shape; `wire.infer` uses it for costs and limits, never as exact."""
+
+
+def _slice_length(bounds, size):
+    return len(range(*slice(*bounds).indices(size)))
+
+
+def index_result(shape, spec, index_shapes, index_dtypes):
+    """The shape of `x[spec]` by NumPy's indexing rules, from shapes alone (nothing is allocated).
+
+    Boolean masks contribute their element count as the length (an upper bound), and the result
+    is then `Bounded`. Raises ShapeError when the spec cannot index `shape`."""
+    shape = tuple(shape)
+
+    def fail(why):
+        raise ShapeError(f"index {list(spec)} does not fit shape {list(shape)}: {why}")
+
+    consumed = 0
+    for item in spec:
+        if isinstance(item, dict) and "tensor" in item:
+            consumed += max(len(index_shapes[item["tensor"]]), 0) if index_dtypes[item["tensor"]].kind == "b" else 1
+        elif item is not None and item != "...":
+            consumed += 1
+    if consumed > len(shape):
+        fail(f"too many indices ({consumed}) for {len(shape)} dimension(s)")
+    if sum(1 for item in spec if item == "...") > 1:
+        fail("an index can only have a single ellipsis")
+    pieces, advanced, positions, bounded, dim = [], [], [], False, 0
+    has_array = any(isinstance(item, dict) and "tensor" in item for item in spec)
+    for item in spec:
+        if item == "...":
+            rest = len(shape) - consumed
+            pieces.extend(shape[dim:dim + rest])
+            dim += rest
+        elif item is None:
+            pieces.append(1)
+        elif isinstance(item, int):
+            size = shape[dim]
+            if not -size <= item < size:
+                fail(f"index {item} is out of bounds for dimension {dim} with size {size}")
+            dim += 1
+            if has_array:
+                advanced.append(())
+                positions.append(len(pieces))
+        elif "slice" in item:
+            pieces.append(_slice_length(item["slice"], shape[dim]))
+            dim += 1
+        else:
+            k = item["tensor"]
+            ishape, idtype = tuple(index_shapes[k]), index_dtypes[k]
+            if idtype.kind == "b":
+                covered = shape[dim:dim + len(ishape)]
+                if tuple(covered) != ishape:
+                    fail(f"boolean index of shape {list(ishape)} does not match the indexed dimensions {list(covered)}")
+                dim += len(ishape)
+                advanced.append((math.prod(ishape),))
+                bounded = True
+            elif idtype.kind in "iu":
+                dim += 1
+                advanced.append(ishape)
+            else:
+                fail(f"index arrays must be integer or boolean, got {idtype.name}")
+            positions.append(len(pieces))
+    pieces.extend(shape[dim:])
+    if advanced:
+        try:
+            broadcast_shape = tuple(numpy.broadcast_shapes(*advanced))
+        except ValueError:
+            if not bounded:
+                fail(f"index arrays of shapes {_shapes(advanced)} cannot be broadcast together")
+            broadcast_shape = (max(math.prod(a) for a in advanced),)
+        adjacent = _adjacent_advanced(spec, index_dtypes, has_array)
+        at = positions[0] if adjacent else 0
+        pieces[at:at] = broadcast_shape
+    if len(pieces) > MAX_DIMS:
+        fail(f"the result would have {len(pieces)} dimensions, over NumPy's {MAX_DIMS}")
+    return (Bounded if bounded else tuple)(pieces)
+
+
+def _adjacent_advanced(spec, index_dtypes, has_array):
+    """Whether the advanced indices (arrays, and ints beside them) stand next to each other: then
+    NumPy puts their broadcast dimensions in their place, otherwise first."""
+    marks = [isinstance(item, dict) and "tensor" in item or (has_array and isinstance(item, int)) for item in spec]
+    first = marks.index(True)
+    last = len(marks) - 1 - marks[::-1].index(True)
+    return all(marks[first:last + 1])
 
 
 def proxy(shape, dtype, fill=0):

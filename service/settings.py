@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     max_tape_bytes: int = Field(_DEFAULT.max_tape_bytes, ge=0)
     tape_ttl_s: float = Field(_DEFAULT.tape_ttl_s, gt=0)
     plan_cache_size: int = Field(_DEFAULT.plan_cache_size, ge=0)
+    plan_cache_bytes: int = Field(_DEFAULT.plan_cache_bytes, ge=0)
+    max_request_bytes: int = Field(_DEFAULT.max_request_bytes, gt=0, description="a request's planned peak memory")
+    max_request_work: int = Field(_DEFAULT.max_request_work, gt=0, description="a request's planned work (flop-equivalents)")
 
     # --- compute
     max_concurrency: int = Field(4, ge=1, description="computations at once; above it requests get 503 + Retry-After")

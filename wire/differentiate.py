@@ -24,6 +24,9 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
     for name in wrt:
         v = execution.values.get(name)
         if not isinstance(v, Variable):
+            if any(step.id == name for step in execution.plan.steps):
+                raise GraphError(f"wrt names {name!r}, an intermediate value the run did not keep: name intermediates in "
+                                 "wrt with the request that runs the graph", node=name, field="wrt")
             raise GraphError(f"wrt names {name!r}, which is not a node of the graph", node=name, field="wrt")
         if not v.requires_grad:
             raise GraphError(f"wrt names {name!r}, which does not require grad", node=name, field="wrt")
@@ -53,7 +56,9 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
     else:
         try:
             grads = engine_grad(outs, targets, seeds, retain_graph=retain_graph, allow_unused=True)
-        except RuntimeError as err:
+        except GraphError:
+            raise
+        except (RuntimeError, TypeError, ValueError, ArithmeticError) as err:
             raise GraphError(f"backward failed: {err}", kind="conflict" if isinstance(err, GraphFreedError) else "invalid") from None
     execution.freed = not retain_graph
     return {

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 
+from wire.budget import check_budgets
 from wire.differentiate import gradients
 from wire.errors import GraphError, RequestError
 from wire.infer import Shapes, check_request_inputs
 from wire.limits import Limits
 from wire.messages import Request, Result
-from wire.run import Execution
+from wire.run import Execution, element_guard
 from wire.stores import PlanCache, TapeStore
 
 
@@ -23,32 +24,46 @@ class Executor:
 
     def __init__(self, limits: Limits | None = None):
         self.limits = limits or Limits()
-        self.plans = PlanCache(self.limits.plan_cache_size)
+        self.plans = PlanCache(self.limits.plan_cache_size, self.limits.plan_cache_bytes)
         self.tapes = TapeStore(self.limits)
 
     def _plan(self, request: Request):
-        """(plan, Shapes) of a request's graph and inputs, within the limits; planned once per request."""
+        """(plan, Shapes) of a request's graph and inputs, within the element limits; planned once
+        per request (the plan is cached only once the request is admitted, see `_admit`)."""
         if request.planned is None:
             request.planned = self._check_plan(request)
-        return request.planned
+        return request.planned[:2]
 
     def _check_plan(self, request: Request):
         if request.graph is None:
             raise RequestError("'graph' is required (or 'tape' for a backward through a retained tape)", field="graph")
-        plan = self.plans.get(request.graph, self.limits)
+        plan, key = self.plans.lookup(request.graph, self.limits)
         shapes = check_request_inputs(plan, request.inputs)
         if shapes.largest > self.limits.max_tensor_elements or shapes.total > 4 * self.limits.max_total_elements:
             self._refuse(shapes)
+        return plan, shapes, key
+
+    def _admit(self, request: Request, differentiate: bool):
+        """(plan, Shapes) of a request whose planned cost is within the budgets (else a 413 naming
+        the node and the figure); its plan is cached from then on."""
+        plan, shapes = self._plan(request)
+        cost = shapes.backward_cost if differentiate else shapes.forward_cost
+        check_budgets(cost, plan, self.limits)
+        key = request.planned[2]
+        if key is not None:
+            self.plans.store(key, plan)
+            request.planned = (plan, shapes, None)
         return plan, shapes
 
     def _refuse(self, shapes: Shapes):
         """Raise the 413 for a graph whose values `shapes` says would be over the limits."""
         big = self.limits.max_tensor_elements
-        for node_id, meta in shapes.known.items():
-            count = 0 if meta is None else math.prod(meta[0])
-            if count > big:
-                raise RequestError(f"node {node_id!r} would hold {count} elements (shape {list(meta[0])}), over the limit of {big}",
-                                   node=node_id, kind="too_large")
+        if shapes.largest > big:
+            node_id = shapes.largest_node
+            meta = shapes.bounds.get(node_id)
+            where = f" (shape {list(meta[0])})" if meta is not None and math.prod(meta[0]) == shapes.largest else " (inside its function)"
+            raise RequestError(f"node {node_id!r} would hold {shapes.largest} elements{where}, over the limit of {big}",
+                               node=node_id, kind="too_large")
         raise RequestError(f"the graph's values would hold {shapes.total} elements, over the limit", field="graph", kind="too_large")
 
     def is_light(self, request: Request, max_steps: int = 32, max_elements: int = 4096) -> bool:
@@ -63,8 +78,9 @@ class Executor:
     def forward(self, request: Request) -> Result:
         if request.tape is not None or request.grad_outputs or request.wrt is not None:
             raise RequestError("/forward takes no tape, grad_outputs or wrt", field="tape" if request.tape else "grad_outputs")
-        plan, _ = self._plan(request)
-        execution = Execution(plan, request.inputs, record=request.retain_graph)
+        plan, _ = self._admit(request, differentiate=request.retain_graph)
+        with element_guard(self.limits.max_tensor_elements):
+            execution = Execution(plan, request.inputs, record=request.retain_graph)
         tape = self.tapes.put(execution) if request.retain_graph else None
         return Result(request.id, execution.output_arrays(), tape=tape)
 
@@ -74,7 +90,8 @@ class Executor:
                 raise RequestError("a backward through a tape takes no graph or inputs", field="tape")
             execution = self.tapes.take(request.tape)
             try:
-                grads = gradients(execution, request.grad_outputs, request.wrt, retain_graph=request.retain_graph)
+                with element_guard(self.limits.max_tensor_elements):
+                    grads = gradients(execution, request.grad_outputs, request.wrt, retain_graph=request.retain_graph)
             except GraphError:
                 self.tapes.restore(request.tape, execution)
                 raise
@@ -83,8 +100,9 @@ class Executor:
             else:
                 self.tapes.mark_freed(request.tape)
             return Result(request.id, execution.output_arrays(), grads, tape=request.tape if request.retain_graph else None)
-        plan, _ = self._plan(request)
-        execution = Execution(plan, request.inputs, record=True, wrt=request.wrt or ())
-        grads = gradients(execution, request.grad_outputs, request.wrt, retain_graph=request.retain_graph)
+        plan, _ = self._admit(request, differentiate=True)
+        with element_guard(self.limits.max_tensor_elements):
+            execution = Execution(plan, request.inputs, record=True, wrt=request.wrt or ())
+            grads = gradients(execution, request.grad_outputs, request.wrt, retain_graph=request.retain_graph)
         tape = self.tapes.put(execution) if request.retain_graph else None
         return Result(request.id, execution.output_arrays(), grads, tape=tape)

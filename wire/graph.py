@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.attrs import AttrError
+import numpy
+
+from engine.attrs import INT64, AttrError
+from engine.indexing import tensor_count
 from engine.registry import OPS
 from engine.variable import as_array
 from wire.codec import DATATYPES, NONFINITE
@@ -49,6 +52,36 @@ class Step:
     shape: tuple | None = None
     dtype: object = None
     function: type | None = None
+    subgraphs: tuple | None = None  # a function node's (forward Plan, backward Plan)
+    dynamic: bool = False  # its shape may be known only by running (see mark_dynamic)
+
+
+INDEXING_OPS = ("getitem", "setitem", "index_add")
+
+
+def mark_dynamic(steps, scope):
+    """Flag the steps whose shapes may depend on values (downstream of an index array, which may
+    be a boolean mask; in a subgraph, of any leaf), so a run checks their size before computing."""
+    dynamic = set()
+    for step in steps:
+        if (step.op in SUBGRAPH_OPS and scope != "graph") or any(i in dynamic for i in step.inputs) or (
+                step.op in INDEXING_OPS and tensor_count(step.attrs["index"])):
+            step.dynamic = True
+            dynamic.add(step.id)
+
+
+def liveness(steps, keep) -> list:
+    """For each step, the values that no later step reads (to drop once it has run), except `keep`
+    and inputs. Computed once per plan; what the backward needs, the engine's graph holds itself."""
+    last = {}
+    for index, step in enumerate(steps):
+        for ref in step.inputs:
+            last[ref] = index
+    drops = [[] for _ in steps]
+    for index, step in enumerate(steps):
+        if step.op != "input" and step.id not in keep:
+            drops[last.get(step.id, index)].append(step.id)
+    return [tuple(d) for d in drops]
 
 
 @dataclass
@@ -60,9 +93,15 @@ class Plan:
     depth: int
     checked: dict = field(default_factory=dict)  # input signature -> Shapes (see check_request_inputs)
     input_names: frozenset = field(init=False)
+    drops: list = field(init=False)  # liveness: per step, the values to drop after it (see liveness)
 
     def __post_init__(self):
         self.input_names = frozenset(self.inputs)
+        self.drops = liveness(self.steps, set(self.outputs))
+
+    def count_steps(self) -> int:
+        """Steps of the plan, its function nodes' subgraphs' included."""
+        return len(self.steps) + sum(sub.count_steps() for s in self.steps if s.subgraphs for sub in s.subgraphs)
 
 
 def _fail(message, node=None, field=None):
@@ -113,6 +152,7 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
             _fail("outputs must be node ids", field="graph.outputs")
     if _scope == "graph" and len(set(outputs)) != len(outputs):
         _fail("'graph.outputs' names a node twice", field="graph.outputs")
+    mark_dynamic(steps, _scope)
     return Plan(steps, tuple(outputs), tuple(inputs), frozenset(requires), max(depth.values()))
 
 
@@ -206,14 +246,31 @@ def _constant_step(node_id, raw_inputs, attrs):
     if dtype is not None and dtype not in DATATYPES:
         _fail(f"constant node {node_id!r}: unknown dtype {dtype!r}", node_id, "attrs.dtype")
     if dtype is None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+            _fail(f"constant node {node_id!r}: {value} is out of the range of INT64", node_id, "attrs.value")
         return Step(node_id, "constant", (), {"value": value})
     try:
+        _check_range(value, None if dtype is None else DATATYPES[dtype], dtype)
         array = as_array(value, None if dtype is None else DATATYPES[dtype])
-    except (ValueError, TypeError) as err:
-        _fail(f"constant node {node_id!r}: value is not a number or a rectangular nested list: {err}", node_id, "attrs.value")
+    except (ValueError, TypeError, OverflowError) as err:
+        _fail(f"constant node {node_id!r}: value is not a number or a rectangular nested list of them: {err}", node_id, "attrs.value")
     if array.dtype.kind not in "biuf":
         _fail(f"constant node {node_id!r}: value must be numbers or booleans", node_id, "attrs.value")
     return Step(node_id, "constant", (), {"value": array})
+
+
+def _check_range(value, dtype, name):
+    """Refuse integers that the constant's datatype cannot hold (they would wrap), as for inputs."""
+    raw = numpy.asarray(value)
+    if raw.dtype.kind == "O":
+        raise ValueError("values must be numbers within the range of a 64-bit integer or a float")
+    if dtype is None or dtype.kind not in "iu" or not raw.size:
+        return
+    if raw.dtype.kind == "f":
+        raise ValueError(f"non-integer values for a {name} constant")
+    info = numpy.iinfo(dtype)
+    if raw.min() < info.min or raw.max() > info.max:
+        raise ValueError(f"values outside the range of {name} [{info.min}, {info.max}]")
 
 
 def _subgraph_leaf(node_id, op, raw_inputs, attrs, scope):
@@ -254,6 +311,8 @@ def _function_step(node_id, raw_inputs, attrs, max_nodes, max_depth, budget):
         _fail(f"function node {node_id!r}: the backward subgraph must have one output per input "
               f"({len(raw_inputs)}), got {len(backward.outputs)}", node_id, "attrs.backward.outputs")
     forward_ids = {s.id for s in forward.steps}
+    kept = {s.attrs["node"] for s in backward.steps if s.op == "forward_value"} | {forward.outputs[0]}
+    forward.drops = liveness(forward.steps, kept)
     for plan, part in ((forward, "forward"), (backward, "backward")):
         for s in plan.steps:
             if s.op == "arg" and s.attrs["index"] >= len(raw_inputs):
@@ -261,4 +320,5 @@ def _function_step(node_id, raw_inputs, attrs, max_nodes, max_depth, budget):
                       node_id, f"attrs.{part}")
             if s.op == "forward_value" and s.attrs["node"] not in forward_ids:
                 _fail(f"function node {node_id!r}: forward_value {s.attrs['node']!r} is not a forward node", node_id, "attrs.backward")
-    return Step(node_id, "function", tuple(raw_inputs), {}, function=subgraph_function(name, forward.steps, forward.outputs[0], backward.steps, backward.outputs))
+    return Step(node_id, "function", tuple(raw_inputs), {}, function=subgraph_function(name, forward, backward, kept),
+                subgraphs=(forward, backward))

@@ -8,52 +8,137 @@ from dataclasses import dataclass
 import numpy
 
 from engine.registry import OPS
-from engine.shapes import ShapeError
+from engine.shapes import Bounded, ShapeError
+from wire.budget import with_costs
 from wire.errors import GraphError
-from wire.graph import SUBGRAPH_OPS, Plan
+from wire.graph import Plan
+
+LEAVES = ("input", "arg", "grad_output", "forward_value")
 
 
 @dataclass(frozen=True)
 class Shapes:
     """Every node's (shape, dtype), or None where it is known only by running, for one input
-    signature; with the element counts that the limits and `Executor.is_light` compare."""
+    signature; with the element counts that the limits and `Executor.is_light` compare, and the
+    request's planned costs (`wire.budget`). `bounds` holds every node's shape or, where only
+    running tells (a boolean mask's result), an upper bound of it: what costs and limits use.
+    `functions` holds each function node's `Subgraphs`."""
 
     known: dict
-    total: int       # elements of all the values of known shape
+    bounds: dict
+    functions: dict
+    total: int       # elements of all the values (bounds), function subgraphs' included
     largest: int     # elements of the biggest of them
+    largest_node: str | None  # its node (a function node for a value inside one)
     all_known: bool
+    forward_cost: object = None   # wire.budget.Cost of a forward
+    backward_cost: object = None  # ... of a forward recorded and differentiated
 
     @classmethod
-    def of(cls, known: dict) -> Shapes:
-        counts = [math.prod(meta[0]) for meta in known.values() if meta is not None]
-        return cls(known, sum(counts), max(counts, default=0), len(counts) == len(known))
+    def of(cls, known: dict, bounds: dict, functions: dict) -> Shapes:
+        total, largest, largest_node = _counts(bounds, functions)
+        return cls(known, bounds, functions, total, largest, largest_node,
+                   all(meta is not None for meta in known.values()) and not functions)
 
 
-def infer(steps, known: dict) -> dict:
-    """(shape, dtype) of every node given the inputs', by the ops' shape rules."""
+@dataclass(frozen=True)
+class Subgraphs:
+    """A function node's subgraphs with their inferred bounds (and their own function nodes')."""
+
+    forward: object   # wire.graph.Plan
+    backward: object
+    forward_bounds: dict
+    backward_bounds: dict
+    forward_functions: dict
+    backward_functions: dict
+
+
+def _counts(bounds, functions, owner=None):
+    total, largest, largest_node = 0, 0, None
+    for node_id, meta in bounds.items():
+        count = math.prod(meta[0])
+        total += count
+        if count > largest:
+            largest, largest_node = count, owner or node_id
+    for node_id, sub in functions.items():
+        for sub_bounds, sub_functions in ((sub.forward_bounds, sub.forward_functions), (sub.backward_bounds, sub.backward_functions)):
+            t, big, _ = _counts(sub_bounds, sub_functions, owner or node_id)
+            total += t
+            if big > largest:
+                largest, largest_node = big, owner or node_id
+    return total, largest, largest_node
+
+
+def _fallback_bound(step, bounds):
+    """A shape for a node whose inputs' sizes are only bounds and whose rule refuses the bounds
+    (e.g. a mask's result broadcast with another shape): as many elements as its largest input."""
+    metas = [bounds[i] for i in step.inputs]
+    biggest = max(metas, key=lambda m: math.prod(m[0]))
+    return (math.prod(biggest[0]),), numpy.result_type(*[m[1] for m in metas])
+
+
+def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None = None) -> dict:
+    """(shape, dtype) of every node given the inputs' (and, in a subgraph, the leaves'), by the ops'
+    shape rules; None where only running can tell. Fills `bounds` (see Shapes) and `functions`."""
+    bounds = {} if bounds is None else bounds
+    functions = {} if functions is None else functions
     for step in steps:
-        if step.op == "input":
+        op = step.op
+        if op in LEAVES:
+            bounds.setdefault(step.id, known.get(step.id))
             continue
-        if step.op == "constant":
+        if op == "constant":
             value = step.attrs["value"]
-            known[step.id] = ((), value) if not hasattr(value, "shape") else (tuple(value.shape), value.dtype)
+            known[step.id] = bounds[step.id] = ((), value) if not hasattr(value, "shape") else (tuple(value.shape), value.dtype)
             continue
-        if step.op in SUBGRAPH_OPS or step.op == "function" or any(known.get(i) is None for i in step.inputs):
-            known[step.id] = None
+        exact = all(known.get(i) is not None for i in step.inputs)
+        if op == "function":
+            known[step.id], bounds[step.id] = _infer_function(step, [known.get(i) for i in step.inputs],
+                                                              [bounds[i] for i in step.inputs], functions)
             continue
-        rule = OPS[step.op].infer
-        if rule is None:
-            known[step.id] = None
-            continue
-        shapes = [known[i][0] for i in step.inputs]
-        dtypes = [known[i][1] for i in step.inputs]
+        shapes = [bounds[i][0] for i in step.inputs]
+        dtypes = [bounds[i][1] for i in step.inputs]
         try:
-            inferred = rule(shapes, dtypes, step.attrs)
+            shape, dtype = OPS[op].infer(shapes, dtypes, step.attrs)
         except (ShapeError, ValueError, TypeError, IndexError) as err:
+            if not exact:
+                known[step.id], bounds[step.id] = None, _fallback_bound(step, bounds)
+                continue
             described = ", ".join(f"{i} {list(s)}" for i, s in zip(step.inputs, shapes))
-            raise GraphError(f"node {step.id!r} ({step.op}): {err} (inputs: {described})", node=step.id, field="inputs") from None
-        known[step.id] = None if inferred is None else (tuple(inferred[0]), numpy.dtype(inferred[1]))
+            raise GraphError(f"node {step.id!r} ({op}): {err} (inputs: {described})", node=step.id, field="inputs") from None
+        meta = (tuple(shape), numpy.dtype(dtype))
+        bounds[step.id] = meta
+        known[step.id] = meta if exact and not isinstance(shape, Bounded) else None
     return known
+
+
+def _infer_function(step, arg_known, arg_bounds, functions):
+    """(known, bound) of a function node's output, inferring its forward subgraph from the
+    node's inputs and its backward subgraph from those and the forward's values."""
+    forward, backward = step.subgraphs
+    try:
+        fk, fb, ff = _leaves(forward, arg_known), _leaves(forward, arg_bounds), {}
+        infer(forward.steps, fk, fb, ff)
+        out = forward.outputs[0]
+        bk, bb, bf = _leaves(backward, arg_known, fk[out], fk), _leaves(backward, arg_bounds, fb[out], fb), {}
+        infer(backward.steps, bk, bb, bf)
+    except GraphError as err:
+        raise GraphError(f"function node {step.id!r}: {err}", node=step.id, field=err.field, kind=err.kind) from None
+    functions[step.id] = Subgraphs(forward, backward, fb, bb, ff, bf)
+    return fk[out], fb[out]
+
+
+def _leaves(plan, args, grad_output=None, forward=None):
+    """The metas of a subgraph's leaves: its args (the node's inputs), grad_output, forward values."""
+    out = {}
+    for s in plan.steps:
+        if s.op == "arg":
+            out[s.id] = args[s.attrs["index"]]
+        elif s.op == "grad_output":
+            out[s.id] = grad_output
+        elif s.op == "forward_value":
+            out[s.id] = forward[s.attrs["node"]]
+    return out
 
 
 SIGNATURES_PER_PLAN = 64
@@ -70,7 +155,10 @@ def check_request_inputs(plan: Plan, arrays: dict) -> Shapes:
     shapes = plan.checked.get(key)
     if shapes is None:
         _check_declared(plan, arrays)
-        shapes = Shapes.of(infer(plan.steps, {name: (tuple(a.shape), numpy.dtype(a.dtype)) for name, a in arrays.items()}))
+        known = {name: (tuple(a.shape), numpy.dtype(a.dtype)) for name, a in arrays.items()}
+        bounds, functions = dict(known), {}
+        infer(plan.steps, known, bounds, functions)
+        shapes = with_costs(plan, Shapes.of(known, bounds, functions))
         if len(plan.checked) < SIGNATURES_PER_PLAN:
             plan.checked[key] = shapes
     return shapes

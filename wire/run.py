@@ -3,37 +3,83 @@ recorded, the graph that `wire.differentiate` walks back. Runs are cooperatively
 
 from __future__ import annotations
 
+import math
 import threading
 from contextlib import contextmanager
 from functools import cached_property
 
-from engine import backend
+import numpy
+
+from engine import backend, interrupt
 from engine.function import Function
 from engine.grad_mode import no_grad
 from engine.registry import OPS, coerce
+from engine.shapes import ShapeError
 from engine.variable import Variable
 from wire.errors import GraphError
 
 _cancel = threading.local()
 
 
+def _cancelled(node_id=None):
+    where = f"node {node_id!r}: " if node_id else ""
+    return GraphError(f"{where}the computation was cancelled (compute timeout or client gone)", node=node_id, kind="cancelled")
+
+
 @contextmanager
 def cancel_scope(event: threading.Event):
     """Run graphs in this thread cooperatively cancellable: once `event` is set, the next step
-    raises GraphError (kind "cancelled"). The service sets it when a request's compute timeout passes."""
+    (of the graph, of a function's subgraph, or of the backward walk) raises GraphError (kind
+    "cancelled"). The service sets it when a request's compute timeout passes or its client leaves."""
     previous = getattr(_cancel, "event", None)
     _cancel.event = event
+
+    def check():
+        if event.is_set():
+            raise _cancelled()
+
+    previous_hook = interrupt.set_hook(check)
     try:
         yield
     finally:
         _cancel.event = previous
+        interrupt.set_hook(previous_hook)
 
 
-def run_steps(steps, values, inputs=None, args=(), forward=None, grad_output=None):
+@contextmanager
+def element_guard(max_elements: int | None):
+    """Within it, a step whose shape was not known before running (downstream of a boolean mask,
+    see `Step.dynamic`) is checked against `max_elements` from its inputs' actual shapes first."""
+    previous = getattr(_cancel, "max_elements", None)
+    _cancel.max_elements = max_elements
+    try:
+        yield
+    finally:
+        _cancel.max_elements = previous
+
+
+def _check_dynamic(step, values, limit):
+    metas = [values[i] for i in step.inputs]
+    shapes = [tuple(getattr(v, "shape", ())) for v in metas]
+    dtypes = [v.dtype if hasattr(v, "dtype") else numpy.result_type(v) for v in metas]
+    try:
+        shape, _ = OPS[step.op].infer(shapes, dtypes, step.attrs)
+    except (ShapeError, ValueError, TypeError, IndexError):
+        return  # the op itself reports what is wrong
+    count = math.prod(shape)
+    if count > limit:
+        raise GraphError(f"node {step.id!r} ({step.op}) would hold {count} elements (shape {list(shape)}), over the limit of {limit}",
+                         node=step.id, kind="too_large")
+
+
+def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_output=None, keep=()):
+    """Run `steps`, dropping each value after its last reader (`drops`, see `wire.graph.liveness`)
+    unless it is in `keep`."""
     cancel = getattr(_cancel, "event", None)
-    for step in steps:
+    limit = getattr(_cancel, "max_elements", None)
+    for step, drop in zip(steps, drops):
         if cancel is not None and cancel.is_set():
-            raise GraphError(f"node {step.id!r}: the computation was cancelled (compute timeout)", node=step.id, kind="cancelled")
+            raise _cancelled(step.id)
         op = step.op
         if op == "input":
             values[step.id] = inputs[step.id]
@@ -49,6 +95,8 @@ def run_steps(steps, values, inputs=None, args=(), forward=None, grad_output=Non
         elif op == "function":
             values[step.id] = step.function.apply(*[as_variable(values[i]) for i in step.inputs])
         else:
+            if step.dynamic and limit is not None:
+                _check_dynamic(step, values, limit)
             try:
                 values[step.id] = OPS[op].call(coerce([values[i] for i in step.inputs]), step.attrs)
             except GraphError:
@@ -60,6 +108,9 @@ def run_steps(steps, values, inputs=None, args=(), forward=None, grad_output=Non
                     raise GraphError(f"node {step.id!r} ({op}): out of device memory", node=step.id, kind="out_of_memory") from None
                 shapes = ", ".join(f"{i} {list(getattr(values[i], 'shape', ()))}" for i in step.inputs)
                 raise GraphError(f"node {step.id!r} ({op}) failed: {err} (inputs: {shapes})", node=step.id) from None
+        for name in drop:
+            if name not in keep:
+                del values[name]
     return values
 
 
@@ -71,17 +122,19 @@ def as_variable(value):
     return value if isinstance(value, Variable) else coerce([value])[0]
 
 
-def subgraph_function(name, forward_steps, forward_output, backward_steps, backward_outputs):
-    """A Function class whose forward and backward run the subgraphs' steps (a traced custom Function)."""
+def subgraph_function(name, forward, backward, kept):
+    """A Function class whose forward and backward run the subgraphs' plans (a traced custom
+    Function). The forward keeps only `kept`: its output and the values the backward reads."""
+    forward_output, backward_outputs = forward.outputs[0], backward.outputs
 
     def forward_fn(ctx, *args):
-        values = run_steps(forward_steps, {}, args=args)
+        values = run_steps(forward.steps, forward.drops, {}, args=args)
         ctx.save_for_backward(*args)
-        ctx.values = values
+        ctx.values = {k: v for k, v in values.items() if k in kept}
         return values[forward_output]
 
     def backward_fn(ctx, grad_output):
-        values = run_steps(backward_steps, {}, args=ctx.saved_tensors, forward=ctx.values, grad_output=grad_output)
+        values = run_steps(backward.steps, backward.drops, {}, args=ctx.saved_tensors, forward=ctx.values, grad_output=grad_output)
         return tuple(None if out is None else values[out] for out in backward_outputs)
 
     return type(name, (Function,), {"forward": staticmethod(forward_fn), "backward": staticmethod(backward_fn)})
@@ -103,19 +156,55 @@ class Execution:
                                      node=name, field="requires_grad")
                 v._requires_grad = True
             self.inputs[name] = v
+        keep = frozenset(wrt)
         if record:
-            values = run_steps(plan.steps, {}, inputs=self.inputs)
+            values = run_steps(plan.steps, plan.drops, {}, inputs=self.inputs, keep=keep)
         else:
             with no_grad():
-                values = run_steps(plan.steps, {}, inputs=self.inputs)
+                values = run_steps(plan.steps, plan.drops, {}, inputs=self.inputs, keep=keep)
         self.values = values
         self.outputs = {name: as_variable(values[name]) for name in plan.outputs}
         self.freed = False
 
     @cached_property
     def nbytes(self) -> int:
-        """Bytes held by the run's values (what retaining it as a tape costs)."""
-        return sum(v._data.nbytes for v in self.values.values() if isinstance(v, Variable))
+        """Bytes a retained tape holds: its values and everything its recorded graph keeps for the
+        backward (ops' saved inputs and outputs, function nodes' saved arguments and forward values)."""
+        counted, total = set(), 0
+        for array in held_arrays(list(self.values.values()) + list(self.outputs.values())):
+            owner = array if getattr(array, "base", None) is None else array.base
+            if id(owner) not in counted:
+                counted.add(id(owner))
+                total += owner.nbytes
+        return total
 
     def output_arrays(self) -> dict:
         return {name: v._data for name, v in self.outputs.items()}
+
+
+def held_arrays(variables):
+    """Every array that `variables` and the graphs recorded behind them keep alive."""
+    seen_nodes = set()
+    stack = []
+    for v in variables:
+        if isinstance(v, Variable):
+            yield v._data
+            if v._node is not None:
+                stack.append(v._node)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        for saved in node.saved or ():
+            if isinstance(saved, Variable):
+                yield saved._data
+        out_data = getattr(node, "out_data", None)
+        if out_data is not None:
+            yield out_data
+        ctx = getattr(node, "ctx", None)
+        if ctx is not None:
+            for v in list(getattr(ctx, "_saved", ())) + list(getattr(ctx, "values", {}).values()):
+                if isinstance(v, Variable):
+                    yield v._data
+        stack.extend(edge for edge in node.edges if edge is not None and not isinstance(edge, Variable))

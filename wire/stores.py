@@ -86,39 +86,63 @@ class TapeStore:
             self._bytes = 0
 
 
+PLAN_STEP_BYTES = 600  # a parsed node (Step, its attrs and ids) measured with tracemalloc: ~400-600 bytes
+
+
+def plan_size(plan, key: bytes) -> int:
+    """An estimate of what a cached plan holds: its key, its steps (subgraphs included)."""
+    return len(key) + PLAN_STEP_BYTES * plan.count_steps()
+
+
 class PlanCache:
-    """Validated, planned graphs keyed by their canonical JSON (sorted keys; LRU, bounded).
+    """Validated, planned graphs keyed by their canonical JSON (sorted keys; LRU), bounded by count
+    and by bytes (an estimate, `plan_size`). A graph is parsed by `lookup` and kept only when the
+    executor `store`s it, after its request was admitted: a refused graph is never kept.
 
     The key is the text itself, not a digest of it: two graphs share a plan only when they are
     equal, and the key costs one serialisation (a few µs for a small graph)."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, max_bytes: int = 64 * 2**20):
         self.size = size
-        self._plans: OrderedDict[bytes, object] = OrderedDict()
+        self.max_bytes = max_bytes
+        self._plans: OrderedDict[bytes, tuple] = OrderedDict()
         self._lock = threading.Lock()
+        self.nbytes = 0
         self.hits = 0
         self.misses = 0
 
     def __len__(self):
         return len(self._plans)
 
-    def get(self, graph, limits: Limits):
+    def lookup(self, graph, limits: Limits):
+        """(plan, key): the cached plan (key None), or a freshly parsed one and the key to `store` it under."""
         try:
             key = orjson.dumps(graph, option=orjson.OPT_SORT_KEYS)
         except (TypeError, orjson.JSONEncodeError):
             key = None
         if key is not None:
             with self._lock:
-                plan = self._plans.get(key)
-                if plan is not None:
+                entry = self._plans.get(key)
+                if entry is not None:
                     self._plans.move_to_end(key)
                     self.hits += 1
-                    return plan
+                    return entry[0], None
         plan = parse(graph, limits.max_nodes, limits.max_depth)
-        if key is not None and self.size > 0:
-            with self._lock:
-                self.misses += 1
-                self._plans[key] = plan
-                while len(self._plans) > self.size:
-                    self._plans.popitem(last=False)
-        return plan
+        with self._lock:
+            self.misses += 1
+        return plan, key
+
+    def store(self, key, plan):
+        if key is None or self.size <= 0:
+            return
+        nbytes = plan_size(plan, key)
+        if nbytes > self.max_bytes:
+            return
+        with self._lock:
+            if key in self._plans:
+                return
+            self._plans[key] = (plan, nbytes)
+            self.nbytes += nbytes
+            while len(self._plans) > self.size or self.nbytes > self.max_bytes:
+                _, (_, dropped) = self._plans.popitem(last=False)
+                self.nbytes -= dropped

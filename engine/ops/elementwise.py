@@ -36,7 +36,7 @@ sub = defop("sub", lambda xp, x, y: x - y, lambda g, ans, x, y: g, lambda g, ans
             saves=False, samples=BINARY, infer=shapes.broadcast, doc="x - y (broadcasting)")
 mul = defop("mul", lambda xp, x, y: x * y, lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x,
             samples=BINARY, infer=shapes.broadcast, doc="x * y (broadcasting)")
-div = defop("div", lambda xp, x, y: x / y, lambda g, ans, x, y: g / y, lambda g, ans, x, y: g * local(lambda x, y: -x / (y * y), x, y),
+div = defop("div", lambda xp, x, y: x / y, lambda g, ans, x, y: g / y, lambda g, ans, x, y: g * local(lambda x, y: -(x / (y * y)), x, y),
             samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY), infer=shapes.broadcast,
             doc="x / y (true division, broadcasting; IEEE results for division by zero)")
 neg = defop("neg", lambda xp, x: -x, lambda g, ans, x: -g, saves=False, samples=UNARY, infer=shapes.same, doc="-x")

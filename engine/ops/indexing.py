@@ -70,17 +70,23 @@ def _setitem_vjp(g, ans, xs, needs, index):
     return [gx, gv] + [None] * len(arrays)
 
 
-def _infer_by_proxy(data_inputs):
+def _infer_index(data_inputs):
+    """The result shape of indexing input 0 (getitem) or `attrs["shape"]` (index_add) by the index
+    spec, symbolically: index arrays contribute only their shapes (see `shapes.index_result`)."""
+
     def infer(shapes_, dtypes, attrs):
         index_dtypes = [numpy.dtype(d) for d in dtypes[data_inputs:]]
-        arrays = [shapes.proxy(s, d, fill=d.kind == "b") for s, d in zip(shapes_[data_inputs:], index_dtypes)]
-        try:
-            out = shapes.proxy(shapes_[0], dtypes[0])[_key(attrs["index"], arrays)]
-        except (IndexError, ValueError, TypeError) as err:
-            raise shapes.ShapeError(f"index {list(attrs['index'])} does not fit shape {list(shapes_[0])}: {err}") from None
-        if any(d.kind == "b" for d in index_dtypes):
-            return None  # a boolean mask's result length depends on its values
-        return tuple(out.shape), dtypes[0]
+        target = tuple(attrs["shape"]) if "shape" in attrs else tuple(shapes_[0])
+        result = shapes.index_result(target, attrs["index"], shapes_[data_inputs:], index_dtypes)
+        if data_inputs == 1 and "shape" not in attrs:
+            return result, dtypes[0]
+        value = shapes_[data_inputs - 1] if "shape" not in attrs else shapes_[0]
+        if not isinstance(result, shapes.Bounded):
+            try:
+                numpy.broadcast_shapes(tuple(value), result)
+            except ValueError:
+                raise shapes.ShapeError(f"a value of shape {list(value)} cannot be assigned to the indexed shape {list(result)}") from None
+        return target, dtypes[0] if "shape" in attrs else numpy.result_type(dtypes[0])
 
     return infer
 
@@ -116,20 +122,20 @@ def setitem(x, value, key):
 # The vjps read only the index arrays (x and value contribute their shapes), so `saves` names those
 # inputs: in-place changes to x or value after the call don't invalidate the graph, as in PyTorch.
 defop("getitem", _getitem_forward, vjp=_getitem_vjp, variadic=True, attrs={"index": INDEX}, methods=(),
-      check_arity=_arity(1), function=getitem, infer=_infer_by_proxy(1), saves=slice(1, None),
+      check_arity=_arity(1), function=getitem, infer=_infer_index(1), saves=slice(1, None),
       samples=(Sample(((4, 5),), {"index": (1,)}), Sample(((4, 5),), {"index": ({"slice": [None, None, 2]}, {"slice": [1, 4, None]})}),
                Sample(((4, 5),), {"index": (None, "...", -1)}), Sample(make=_pick_sample, attrs={"index": ({"tensor": 0},)}),
                Sample(make=_mask_sample, attrs={"index": ({"tensor": 0},)})),
       doc="x[index]")
 defop("index_add", _index_add_forward, vjp=_index_add_vjp, variadic=True, attrs={"index": INDEX, "shape": Attr("shape")},
       methods=(), check_arity=_arity(1), saves=slice(1, None),
-      infer=lambda s, d, a: (tuple(a["shape"]), d[0]),
+      infer=_infer_index(1),
       samples=(Sample(((3,),), {"index": ({"tensor": 0},), "shape": (5,)},
                       make=lambda rng: [rng.uniform(-2, 2, (3,)), numpy.array([0, 4, 0])]),),
       doc="zeros(shape) with g added at [index] (the adjoint of getitem; repeated indices add up)")
 defop("setitem", _setitem_forward, vjp=_setitem_vjp, variadic=True, attrs={"index": INDEX}, methods=(),
       check_arity=_arity(2), saves=slice(2, None), function=setitem,
-      infer=lambda s, d, a: (tuple(s[0]), numpy.result_type(d[0])),
+      infer=_infer_index(2),
       samples=(Sample(((4, 5), (5,)), {"index": (1,)}), Sample(((4, 5), ()), {"index": ({"slice": [1, 3, None]},)}),
                Sample(make=lambda rng: [rng.uniform(-2, 2, (3, 4)), rng.uniform(-2, 2, ()), rng.random((3, 4)) > 0.5],
                       attrs={"index": ({"tensor": 0},)})),

@@ -1,0 +1,177 @@
+"""What a request will cost, planned from its inferred shapes before anything runs: its peak
+memory (forward and backward together, with what the backward keeps) and its total work.
+
+The model follows how `wire.run` and the engine's backward walk hold memory:
+- forward: every input is held throughout; each node's value is allocated when it runs and
+  dropped after its last reader (`wire.graph.liveness`), unless it is an output or the backward
+  keeps it (an op's saved inputs and, for `uses_output` ops, its output; a function node's
+  arguments and the forward values its backward subgraph reads);
+- a function node's forward subgraph runs inside it: its own peak counts on top, while it runs;
+- backward: nodes' vjps run in reverse order; a node's gradient lives from its first consumer's
+  vjp to its own; a vjp allocates its inputs' gradients and one temporary of its output's size;
+  saved values are released after the vjp of the last node that saved them.
+It is an estimate (NumPy's temporaries inside one op are not modelled) and errs on the high side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy
+
+from engine.registry import OPS
+from wire.errors import RequestError
+
+LEAVES = ("input", "arg", "grad_output", "forward_value")
+
+
+@dataclass(frozen=True)
+class Cost:
+    peak_bytes: int
+    peak_node: str | None   # the node running when the peak is reached
+    work: int               # flop-equivalents (see engine.costs)
+    work_node: str | None   # the node with the most work
+    node_work: int          # that node's work
+
+
+def nbytes(meta) -> int:
+    shape, dtype = meta
+    dtype = dtype if isinstance(dtype, numpy.dtype) else numpy.result_type(dtype)
+    return math.prod(shape) * dtype.itemsize
+
+
+def with_costs(plan, shapes):
+    """`shapes` with its forward and backward Costs for `plan`."""
+    forward = plan_cost(plan, shapes.bounds, shapes.functions, record=False, requires=())
+    backward = plan_cost(plan, shapes.bounds, shapes.functions, record=True, requires=plan.requires_grad)
+    return dataclasses.replace(shapes, forward_cost=forward, backward_cost=backward)
+
+
+def _saved_inputs(step):
+    """Indices of the inputs whose values the backward of `step` keeps."""
+    if step.op == "function":
+        return range(len(step.inputs))
+    saves = OPS[step.op].saves
+    if saves is True:
+        return range(len(step.inputs))
+    if saves is False:
+        return ()
+    return range(len(step.inputs))[saves]
+
+
+def _differentiable(step, bounds):
+    if step.op == "function":
+        return True
+    spec = OPS.get(step.op)
+    dtype = bounds[step.id][1]
+    return spec is not None and spec.differentiable and isinstance(dtype, numpy.dtype) and dtype.kind == "f"
+
+
+def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
+    """The Cost of running `plan`'s steps (recorded and differentiated when `record`)."""
+    steps = plan.steps
+    size = {s.id: nbytes(bounds[s.id]) for s in steps}
+    last = {}
+    for index, step in enumerate(steps):
+        for ref in step.inputs:
+            last[ref] = index
+    held = set(plan.outputs) | {s.id for s in steps if s.op in LEAVES}
+    live = sum(size[s.id] for s in steps if s.op in LEAVES)
+    peak, peak_node = live, None
+    work, work_node, node_work = 0, None, -1
+    grad = set(requires)
+    saved_count: dict = {}
+    recorded = []  # (index, extra bytes the node keeps for its backward, backward work, backward sub-peak)
+    for index, step in enumerate(steps):
+        if step.op in LEAVES:
+            continue
+        transient, kept, back_work, back_peak = 0, 0, 0, 0
+        if step.op == "constant":
+            step_work = 0
+        elif step.op == "function":
+            sub = functions[step.id]
+            inner = plan_cost(sub.forward, sub.forward_bounds, sub.forward_functions, False, ())
+            args = sum(nbytes(sub.forward_bounds[s.id]) for s in sub.forward.steps if s.op == "arg")
+            transient, step_work = max(0, inner.peak_bytes - args), inner.work
+            if record:
+                reads = {s.attrs["node"] for s in sub.backward.steps if s.op == "forward_value"}
+                kept = sum(nbytes(sub.forward_bounds[n]) for n in reads if n in sub.forward_bounds)
+                back = plan_cost(sub.backward, sub.backward_bounds, sub.backward_functions, False, ())
+                leaves = sum(nbytes(sub.backward_bounds[s.id]) for s in sub.backward.steps if s.op in LEAVES)
+                back_work, back_peak = back.work, max(0, back.peak_bytes - leaves)
+        else:
+            in_shapes = [bounds[i][0] for i in step.inputs]
+            step_work = OPS[step.op].cost(in_shapes, bounds[step.id][0], step.attrs)[1]
+            back_work = 2 * step_work
+        work += step_work
+        if step_work > node_work:
+            work_node, node_work = step.id, step_work
+        live += size[step.id]
+        if live + transient > peak:
+            peak, peak_node = live + transient, step.id
+        if record and any(i in grad for i in step.inputs) and _differentiable(step, bounds):
+            grad.add(step.id)
+            for i in _saved_inputs(step):
+                ref = step.inputs[i]
+                saved_count[ref] = saved_count.get(ref, 0) + 1
+            if step.op != "function" and OPS[step.op].uses_output:
+                saved_count[step.id] = saved_count.get(step.id, 0) + 1
+            live += kept
+            work += back_work
+            recorded.append((index, kept, back_peak))
+        for ref in {*step.inputs, step.id}:
+            if last.get(ref, index) == index and ref not in held and not saved_count.get(ref):
+                live -= size[ref]
+    if record:
+        peak, peak_node = _backward_peak(steps, size, grad, saved_count, held, last, recorded, live, peak, peak_node)
+    return Cost(peak, peak_node, work, work_node, max(node_work, 0))
+
+
+def _backward_peak(steps, size, grad, saved_count, held, last, recorded, live, peak, peak_node):
+    """The peak of the reverse walk over the recorded steps, starting from the forward's end."""
+    live_grads = {s.id for s in steps if s.id in grad and s.id in held and s.op not in LEAVES}
+    grads = sum(size[g] for g in live_grads)
+    for index, kept, back_peak in reversed(recorded):
+        step = steps[index]
+        new = {i for i in step.inputs if i in grad and i not in live_grads}
+        temporary = sum(size[i] for i in new) + size[step.id] + back_peak
+        if live + grads + temporary > peak:
+            peak, peak_node = live + grads + temporary, step.id
+        if step.id in live_grads:
+            grads -= size[step.id]
+        live_grads.update(new)
+        grads += sum(size[i] for i in new)
+        live -= kept
+        own = {step.id} if step.op != "function" and OPS[step.op].uses_output else set()
+        for i in {step.inputs[k] for k in _saved_inputs(step)} | own:
+            if saved_count.get(i):
+                saved_count[i] -= 1
+                if saved_count[i] == 0 and i not in held:
+                    live -= size[i]
+    return peak, peak_node
+
+
+def _figure(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def _node(plan, node_id):
+    op = next((s.op for s in plan.steps if s.id == node_id), None)
+    return f"node {node_id!r} ({op})" if op else "the request"
+
+
+def check_budgets(cost: Cost, plan, limits):
+    """Raise the 413 (kind too_large) for a request whose planned cost is over a budget of `limits`."""
+    if cost.peak_bytes > limits.max_request_bytes:
+        raise RequestError(f"{_node(plan, cost.peak_node)}: the request would need {_figure(cost.peak_bytes)} at its peak, "
+                           f"over the budget of {_figure(limits.max_request_bytes)} (max_request_bytes)",
+                           node=cost.peak_node, kind="too_large")
+    if cost.work > limits.max_request_work:
+        raise RequestError(f"{_node(plan, cost.work_node)}: the request's work would be {cost.work:.3g} flop-equivalents "
+                           f"(this node {cost.node_work:.3g}), over the budget of {limits.max_request_work:.3g} "
+                           f"(max_request_work)", node=cost.work_node, kind="too_large")
