@@ -132,6 +132,13 @@ class PlanCache:
             self.misses += 1
         return plan, key
 
+    def get(self, graph, limits: Limits):
+        """The plan of a graph its caller admits as it is (a registered model): looked up, parsed
+        when new, and kept."""
+        plan, key = self.lookup(graph, limits)
+        self.store(key, plan)
+        return plan
+
     def store(self, key, plan):
         if key is None or self.size <= 0:
             return
