@@ -9,6 +9,7 @@ import numpy
 
 from engine.registry import OPS
 from engine.shapes import ShapeError
+from wire import grad_node
 from wire.errors import GraphError
 from wire.graph import SUBGRAPH_OPS, Plan
 
@@ -37,6 +38,9 @@ def infer(steps, known: dict) -> dict:
         if step.op == "constant":
             value = step.attrs["value"]
             known[step.id] = ((), value) if not hasattr(value, "shape") else (tuple(value.shape), value.dtype)
+            continue
+        if step.op == "grad":
+            known[step.id] = grad_node.infer(step, known)
             continue
         if step.op in SUBGRAPH_OPS or step.op == "function" or any(known.get(i) is None for i in step.inputs):
             known[step.id] = None

@@ -12,6 +12,7 @@ from engine.function import Function
 from engine.grad_mode import no_grad
 from engine.registry import OPS, coerce
 from engine.variable import Variable
+from wire import grad_node
 from wire.errors import GraphError
 
 _cancel = threading.local()
@@ -31,6 +32,7 @@ def cancel_scope(event: threading.Event):
 
 def run_steps(steps, values, inputs=None, args=(), forward=None, grad_output=None):
     cancel = getattr(_cancel, "event", None)
+    shared_backwards = None
     for step in steps:
         if cancel is not None and cancel.is_set():
             raise GraphError(f"node {step.id!r}: the computation was cancelled (compute timeout)", node=step.id, kind="cancelled")
@@ -48,6 +50,10 @@ def run_steps(steps, values, inputs=None, args=(), forward=None, grad_output=Non
             values[step.id] = forward[step.attrs["node"]]
         elif op == "function":
             values[step.id] = step.function.apply(*[as_variable(values[i]) for i in step.inputs])
+        elif op == "grad":
+            if shared_backwards is None:
+                shared_backwards = {}
+            values[step.id] = grad_node.value(step, values, shared_backwards)
         else:
             try:
                 values[step.id] = OPS[op].call(coerce([values[i] for i in step.inputs]), step.attrs)
@@ -92,7 +98,8 @@ class Execution:
 
     def __init__(self, plan: Plan, tensors: dict, record: bool, wrt=()):
         self.plan = plan
-        needs = plan.requires_grad | set(wrt)
+        record = record or plan.has_grad_nodes
+        needs = plan.requires_grad | plan.grad_inputs | set(wrt)
         self.inputs = {}
         for name in plan.inputs:
             array = backend.to_active(tensors[name])
