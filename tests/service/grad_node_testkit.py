@@ -36,11 +36,11 @@ class GraphBuilder:
     def const(self, value) -> str:
         return self._add({"op": "constant", "attrs": {"value": value}})
 
-    def op(self, op: str, *inputs: str, id: str | None = None, **attrs) -> str:  # noqa: A002 - the node's field
+    def op(self, op: str, *inputs: str, id: str | None = None, **attrs) -> str:
         node = {"op": op, "inputs": list(inputs), **({"attrs": attrs} if attrs else {})}
         return self._add({**node, **({"id": id} if id else {})})
 
-    def grad(self, output: str, wrt: str, grad_output: str | None = None, id: str | None = None) -> str:  # noqa: A002
+    def grad(self, output: str, wrt: str, grad_output: str | None = None, id: str | None = None) -> str:
         return self.op("grad", output, wrt, *([grad_output] if grad_output else []), id=id)
 
     def total(self, node: str) -> str:

@@ -11,7 +11,7 @@ from grad_node_testkit import GraphBuilder, body, call, ok
 torch = pytest.importorskip("torch")
 
 RNG = np.random.default_rng(13)
-TOL = dict(rtol=1e-9, atol=1e-11)
+TOL = {"rtol": 1e-9, "atol": 1e-11}
 
 
 @pytest.fixture(params=["embedded", "live"])
