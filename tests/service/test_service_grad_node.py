@@ -280,3 +280,96 @@ def test_grad_nodes_over_one_output_share_one_backward_pass(monkeypatch):
     np.testing.assert_allclose(answer["outputs"]["gx"], np.cos(xs) * ys, **TOL)
     np.testing.assert_allclose(answer["outputs"]["gy"], np.sin(xs), **TOL)
     np.testing.assert_allclose(answer["outputs"]["gyy"], np.cos(xs), **TOL)
+
+
+# --------------------------------------------------------------------------- validation and versions
+
+
+def _error(answer, status, node, field, *fragments):
+    assert answer["status"] == status, answer
+    assert answer["node"] == node and answer["field"] == field, answer
+    for fragment in fragments:
+        assert fragment in answer["error"], answer
+
+
+def test_a_wrt_that_nothing_differentiable_reaches_is_refused(target):
+    b = GraphBuilder()
+    x = b.input("x", requires_grad=True)
+    e = b.op("exp", b.const([1.0, 2.0]), id="e")
+    mask = b.op("gt", x, b.const(0.0), id="mask")
+    f = b.total(b.op("mul", x, e))
+    for wrt in (e, mask):
+        b2 = GraphBuilder()
+        b2.nodes = list(b.nodes)
+        g = b2.grad(f, wrt, id="g")
+        answer = call(target, "forward", body(b2.graph(g), {"x": np.array([1.0, 2.0])}))
+        _error(answer, 422, "g", "inputs", repr(wrt), "requires grad")
+
+
+def test_an_integer_input_cannot_be_a_wrt(target):
+    b = GraphBuilder()
+    i = b.input("i")
+    g = b.grad(b.total(b.op("mul", i, i)), i, id="g")
+    request = body(b.graph(g), {})
+    request["inputs"] = [{"name": "i", "shape": [2], "datatype": "INT64", "data": [1, 2]}]
+    _error(call(target, "forward", request), 422, "g", "inputs", "floating point")
+
+
+@pytest.mark.parametrize(("inputs", "fragment"), [
+    (("f", "x", "x", "x"), "2 or 3 inputs"),
+    (("y", "x"), "grad_output"),               # a non-scalar output with no grad_output
+    (("y", "x", "short"), "has shape [2]"),    # a grad_output of another shape
+])
+def test_malformed_grad_nodes_are_refused_naming_the_node(target, inputs, fragment):
+    b = GraphBuilder()
+    x = b.input("x", requires_grad=True)
+    b.op("sum", x, id="f")
+    b.op("sin", x, id="y")  # shape [2]
+    b.op("sum", x, id="short", dim=0, keepdim=True)  # shape [1]
+    b.op("grad", *inputs, id="g")
+    answer = call(target, "forward", body(b.graph("g"), {"x": np.array([1.0, 2.0])}))
+    _error(answer, 422, "g", "inputs", fragment)
+
+
+def test_grad_nodes_are_not_allowed_inside_function_subgraphs(target):
+    function = cube_function("x")
+    function["attrs"]["forward"]["nodes"].append({"id": "inner", "op": "grad", "inputs": ["aaa", "a"]})
+    graph = {"version": "1.1", "nodes": [{"id": "x", "op": "input", "requires_grad": True}, function], "outputs": ["cube"]}
+    _error(call(target, "forward", body(graph, {"x": np.ones(2)})), 422, "cube", "op", "inner", "not allowed inside a function")
+
+
+@pytest.mark.parametrize("version", [1, "1.0"])
+def test_a_graph_declaring_version_1_0_may_not_use_grad_nodes(target, version):
+    b = GraphBuilder(version=version)
+    x = b.input("x", requires_grad=True)
+    g = b.grad(b.total(x), x, id="g")
+    _error(call(target, "forward", body(b.graph(g), {"x": np.ones(2)})), 422, "g", "graph.version", '"1.1"')
+
+
+@pytest.mark.parametrize("version", [1, "1.0", "1.1", None])
+def test_version_1_graphs_stay_valid(target, version):
+    b = GraphBuilder(version=version)
+    x = b.input("x", requires_grad=True)
+    s = b.total(b.op("mul", x, x))
+    graph = b.graph(s)
+    if version is None:
+        del graph["version"]
+    answer = ok(call(target, "backward", body(graph, {"x": np.array([1.0, 3.0])})))
+    np.testing.assert_array_equal(answer["grads"]["x"], [2.0, 6.0])
+
+
+@pytest.mark.parametrize("version", ["1", "1.2", "2.0", 2, 1.5, None])
+def test_unknown_versions_are_refused(target, version):
+    b = GraphBuilder(version=version)
+    x = b.input("x")
+    answer = call(target, "forward", body(b.graph(b.total(x)), {"x": np.ones(2)}))
+    _error(answer, 422, None, "graph.version", "unsupported graph version")
+
+
+def test_info_and_ops_announce_format_1_1_and_the_grad_node(http):
+    assert http.get("/info").json()["graph_format_version"] == "1.1"
+    ops = http.get("/ops").json()
+    assert ops["graph_format_version"] == "1.1"
+    special = {s["name"]: s["doc"] for s in ops["special"]}
+    assert "grad" in special and "1.1" in special["grad"]
+    assert "grad" not in {o["name"] for o in ops["ops"]}
