@@ -4,6 +4,10 @@ against PyTorch in float64."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from grad_node_testkit import GraphBuilder, body, call, ok
@@ -373,3 +377,27 @@ def test_info_and_ops_announce_format_1_1_and_the_grad_node(http):
     special = {s["name"]: s["doc"] for s in ops["special"]}
     assert "grad" in special and "1.1" in special["grad"]
     assert "grad" not in {o["name"] for o in ops["ops"]}
+
+
+# --------------------------------------------------------------------------- the documented example
+
+
+def documented_hvp_example():
+    """(request, answer) of the Hessian-vector product curl example in docs/protocol.md."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+    section = text.split("### Gradients as nodes", 1)[1].split("\n### ", 1)[0]
+    match = re.search(r"^\$ curl -s -X POST http://127\.0\.0\.1:8000/forward .*? -d '(.*)'\n(.*)$", section, re.MULTILINE)
+    assert match, "docs/protocol.md lost its Hessian-vector product example"
+    return json.loads(match.group(1)), json.loads(match.group(2))
+
+
+def test_the_documented_hessian_vector_product_runs_on_a_live_server(http):
+    request, documented = documented_hvp_example()
+    assert any(n["op"] == "grad" for n in request["graph"]["nodes"])
+    response = http.post("/forward", json=request)
+    assert response.status_code == 200, response.text
+    assert response.json() == documented
+    x, v = (np.asarray(t["data"], dtype=np.float64) for t in request["inputs"])
+    outputs = {t["name"]: np.asarray(t["data"]) for t in response.json()["outputs"]}
+    np.testing.assert_allclose(outputs["g"], 3 * x ** 2)
+    np.testing.assert_allclose(outputs["hv"], 6 * x * v)
