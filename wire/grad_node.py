@@ -27,6 +27,10 @@ DOC = ("the gradient of inputs[0] with respect to inputs[1] (optional inputs[2]:
        "one-element inputs[0]), recorded so that later nodes and a backward differentiate through it; zeros where "
        "inputs[0] does not depend on inputs[1]; graph version 1.1")
 MINOR_VERSION = 1  # the graph format's minor version that introduced the node
+# The most grad nodes nested in one another (the order of derivative). Each level records a
+# graph a few times the size of the one it differentiates, so cost grows exponentially with
+# the order, inside single backward passes that a compute timeout cannot interrupt.
+MAX_ORDER = 4
 
 
 def parse_step(step_class, node_id, raw_inputs, attrs, scope):
@@ -50,6 +54,7 @@ def plan_grad_steps(steps, declared_requires_grad, minor_version) -> frozenset:
     if minor_version < MINOR_VERSION:
         raise GraphError(f"grad node {grad_steps[0].id!r} needs graph version \"1.1\" (the graph declares 1.{minor_version})",
                          node=grad_steps[0].id, field="graph.version")
+    _check_order(steps)
     input_ids = {s.id for s in steps if s.op == "input"}
     wrt_inputs = frozenset(s.inputs[1] for s in grad_steps if s.inputs[1] in input_ids)
     differentiable = _differentiable(steps, declared_requires_grad | wrt_inputs)
@@ -63,6 +68,16 @@ def plan_grad_steps(steps, declared_requires_grad, minor_version) -> frozenset:
     for s in grad_steps:
         s.attrs = {"group": tuple(dict.fromkeys(groups[_group_key(s)]))}
     return wrt_inputs
+
+
+def _check_order(steps):
+    order = {}
+    for s in steps:
+        below = max((order.get(i, 0) for i in s.inputs), default=0)
+        order[s.id] = below + 1 if s.op == "grad" else below
+        if order[s.id] > MAX_ORDER:
+            raise GraphError(f"grad node {s.id!r} is a derivative of order {order[s.id]}, over the limit of {MAX_ORDER} "
+                             "(grad nodes nested in one another)", node=s.id, field="inputs", kind="too_large")
 
 
 def _group_key(step):

@@ -401,3 +401,28 @@ def test_the_documented_hessian_vector_product_runs_on_a_live_server(http):
     outputs = {t["name"]: np.asarray(t["data"]) for t in response.json()["outputs"]}
     np.testing.assert_allclose(outputs["g"], 3 * x ** 2)
     np.testing.assert_allclose(outputs["hv"], 6 * x * v)
+
+
+def test_derivatives_of_an_order_over_the_limit_are_refused(target):
+    """Each nested grad node records a graph a few times the size of the one it differentiates,
+    inside a backward pass no timeout interrupts, so the order of derivative is bounded."""
+    from wire.grad_node import MAX_ORDER
+
+    b = GraphBuilder()
+    x, v = b.input("x", requires_grad=True), b.input("v")
+    d = b.total(b.op("tanh", x))
+    for k in range(1, MAX_ORDER + 1):
+        d = b.grad(d, x, v if k > 1 else None, id=f"d{k}")
+    allowed = b.graph(d)
+    answer = ok(call(target, "forward", body(allowed, {"x": np.array([0.3, -0.2]), "v": np.ones(2)})))
+    assert answer["outputs"][d].shape == (2,)
+    over = b.grad(b.total(d), x, id="over")
+    _error(call(target, "forward", body(b.graph(over), {"x": np.array([0.3, -0.2]), "v": np.ones(2)})), 413, "over", "inputs",
+           f"limit of {MAX_ORDER}")
+    # nesting through the grad_output counts too
+    b2 = GraphBuilder()
+    x, v = b2.input("x", requires_grad=True), b2.input("v")
+    d = b2.grad(b2.total(b2.op("tanh", x)), x)
+    for k in range(MAX_ORDER):
+        d = b2.grad(b2.op("tanh", x), x, d, id=f"e{k}")
+    _error(call(target, "forward", body(b2.graph(d), {"x": np.ones(2), "v": np.ones(2)})), 413, d, "inputs", "order")
