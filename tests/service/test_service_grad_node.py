@@ -377,6 +377,9 @@ def test_info_and_ops_announce_format_1_1_and_the_grad_node(http):
     special = {s["name"]: s["doc"] for s in ops["special"]}
     assert "grad" in special and "1.1" in special["grad"]
     assert "grad" not in {o["name"] for o in ops["ops"]}
+    forward = http.get("/openapi.json").json()["paths"]["/forward"]["post"]["requestBody"]["content"]
+    graph = forward["application/json"]["schema"]["properties"]["graph"]
+    assert graph["properties"]["version"]["enum"] == [1, "1.0", "1.1"]
 
 
 # --------------------------------------------------------------------------- the documented example
