@@ -4,6 +4,7 @@ with orjson and validated by the engine, never by pydantic)."""
 from __future__ import annotations
 
 from wire.codec import DATATYPES, HEADER_LENGTH
+from wire.graph import VERSIONS
 
 TENSOR = {
     "type": "object",
@@ -24,7 +25,7 @@ NODE = {
     "required": ["id", "op"],
     "properties": {
         "id": {"type": "string", "minLength": 1},
-        "op": {"type": "string", "description": "a registry op (GET /ops), or input, constant, function"},
+        "op": {"type": "string", "description": "a registry op (GET /ops), or input, constant, function, grad (version 1.1)"},
         "inputs": {"type": "array", "items": {"type": "string"}},
         "attrs": {"type": "object"},
         "requires_grad": {"type": "boolean"},
@@ -38,7 +39,8 @@ GRAPH = {
     "type": "object",
     "required": ["nodes", "outputs"],
     "properties": {
-        "version": {"type": "integer", "enum": [1]},
+        "version": {"description": "the oldest graph format the graph needs (the number 1 means \"1.0\"; default: the "
+                               "server's)", "enum": [1, *VERSIONS]},
         "nodes": {"type": "array", "minItems": 1, "items": NODE},
         "outputs": {"type": "array", "minItems": 1, "items": {"type": "string"}},
     },

@@ -44,14 +44,15 @@ def nbytes(meta) -> int:
 
 def with_costs(plan, shapes):
     """`shapes` with its forward and backward Costs for `plan`."""
-    forward = plan_cost(plan, shapes.bounds, shapes.functions, record=False, requires=())
-    backward = plan_cost(plan, shapes.bounds, shapes.functions, record=True, requires=plan.requires_grad)
+    grads = getattr(plan, "grad_inputs", frozenset())
+    forward = plan_cost(plan, shapes.bounds, shapes.functions, record=plan.has_grad_nodes, requires=grads)
+    backward = plan_cost(plan, shapes.bounds, shapes.functions, record=True, requires=plan.requires_grad | grads)
     return dataclasses.replace(shapes, forward_cost=forward, backward_cost=backward)
 
 
 def _saved_inputs(step):
     """Indices of the inputs whose values the backward of `step` keeps."""
-    if step.op == "function":
+    if step.op in ("function", "grad"):
         return range(len(step.inputs))
     saves = OPS[step.op].saves
     if saves is True:
@@ -61,8 +62,24 @@ def _saved_inputs(step):
     return range(len(step.inputs))[saves]
 
 
+def _uses_output(step) -> bool:
+    return step.op not in ("function", "grad") and OPS[step.op].uses_output
+
+
+def _ancestors(steps, node_id) -> set:
+    """Ids of the steps that `node_id` is computed from (itself included)."""
+    inputs = {s.id: s.inputs for s in steps}
+    found, todo = set(), [node_id]
+    while todo:
+        ref = todo.pop()
+        if ref not in found and ref in inputs:
+            found.add(ref)
+            todo.extend(inputs[ref])
+    return found
+
+
 def _differentiable(step, bounds):
-    if step.op == "function":
+    if step.op in ("function", "grad"):
         return True
     spec = OPS.get(step.op)
     dtype = bounds[step.id][1]
@@ -84,6 +101,7 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
     grad = set(requires)
     saved_count: dict = {}
     recorded = []  # (index, extra bytes the node keeps for its backward, backward work, backward sub-peak)
+    work_of = {}
     for index, step in enumerate(steps):
         if step.op in LEAVES:
             continue
@@ -101,10 +119,18 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
                 back = plan_cost(sub.backward, sub.backward_bounds, sub.backward_functions, False, ())
                 leaves = sum(nbytes(sub.backward_bounds[s.id]) for s in sub.backward.steps if s.op in LEAVES)
                 back_work, back_peak = back.work, max(0, back.peak_bytes - leaves)
+        elif step.op == "grad":
+            # a backward with create_graph over the subgraph the output is computed from: about
+            # twice its forward work, and a recorded graph about as big as its values
+            sub = _ancestors(steps[:index], step.inputs[0])
+            step_work = 2 * sum(work_of.get(ref, 0) for ref in sub)
+            transient = sum(size[ref] for ref in sub)
+            kept, back_work = transient, 2 * step_work
         else:
             in_shapes = [bounds[i][0] for i in step.inputs]
             step_work = OPS[step.op].cost(in_shapes, bounds[step.id][0], step.attrs)[1]
             back_work = 2 * step_work
+        work_of[step.id] = step_work
         work += step_work
         if step_work > node_work:
             work_node, node_work = step.id, step_work
@@ -116,7 +142,7 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
             for i in _saved_inputs(step):
                 ref = step.inputs[i]
                 saved_count[ref] = saved_count.get(ref, 0) + 1
-            if step.op != "function" and OPS[step.op].uses_output:
+            if _uses_output(step):
                 saved_count[step.id] = saved_count.get(step.id, 0) + 1
             live += kept
             work += back_work
@@ -144,7 +170,7 @@ def _backward_peak(steps, size, grad, saved_count, held, last, recorded, live, p
         live_grads.update(new)
         grads += sum(size[i] for i in new)
         live -= kept
-        own = {step.id} if step.op != "function" and OPS[step.op].uses_output else set()
+        own = {step.id} if _uses_output(step) else set()
         for i in {step.inputs[k] for k in _saved_inputs(step)} | own:
             if saved_count.get(i):
                 saved_count[i] -= 1

@@ -1,4 +1,4 @@
-"""The graph format (v1): parse and validate a serialized expression graph, then run it.
+"""The graph format (version 1.1): parse and validate a serialized expression graph, then run it.
 
 A graph is a list of nodes in topological order with single-assignment ids:
 
@@ -9,8 +9,9 @@ A graph is a list of nodes in topological order with single-assignment ids:
                {"id": "s", "op": "sum", "inputs": ["y"]}],
      "outputs": ["s"]}
 
-Ops are the registry's (`engine.registry.OPS`) plus `input`, `constant` and `function` (a custom
-Function traced into a forward and a backward subgraph; see docs/protocol.md). Validation is
+Ops are the registry's (`engine.registry.OPS`) plus `input`, `constant`, `function` (a custom
+Function traced into a forward and a backward subgraph; see docs/protocol.md) and, since 1.1,
+`grad` (the gradient of one node with respect to another; `wire.grad_node`). Validation is
 complete before anything is computed; every error names the node and the field at fault.
 """
 
@@ -24,15 +25,18 @@ from engine.attrs import INT64, AttrError
 from engine.indexing import tensor_count
 from engine.registry import OPS
 from engine.variable import as_array
+from wire import grad_node
 from wire.codec import DATATYPES, NONFINITE
 from wire.errors import GraphError
 from wire.run import subgraph_function
 
-VERSION = 1
+VERSION = "1.1"  # "major.minor"; a graph's "version" is the oldest format it needs (VERSIONS)
+VERSIONS = {"1.0": 0, "1.1": 1}  # accepted spellings -> minor version; the number 1 means "1.0"
 SPECIAL_OPS = {
     "input": "a tensor from the request's inputs, matched by name = node id",
     "constant": "attrs.value (number or nested list), optional attrs.dtype (an OIP datatype)",
     "function": "a custom Function: attrs.name, attrs.forward and attrs.backward subgraphs",
+    "grad": grad_node.DOC,
 }
 SUBGRAPH_OPS = {
     "arg": "inside a function subgraph: the function's input attrs.index",
@@ -91,6 +95,8 @@ class Plan:
     inputs: tuple
     requires_grad: frozenset
     depth: int
+    grad_inputs: frozenset = frozenset()  # inputs that grad nodes differentiate with respect to
+    has_grad_nodes: bool = False  # then every run records (the grad nodes differentiate it)
     checked: dict = field(default_factory=dict)  # input signature -> Shapes (see check_request_inputs)
     input_names: frozenset = field(init=False)
     drops: list = field(init=False)  # liveness: per step, the values to drop after it (see liveness)
@@ -117,10 +123,7 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
     """Validate a graph completely and turn it into a Plan (no compute, no tensors needed)."""
     if not isinstance(graph, dict):
         _fail("'graph' must be an object with 'version', 'nodes' and 'outputs'", field="graph")
-    if _scope == "graph":
-        version = graph.get("version", VERSION)
-        if version != VERSION:
-            _fail(f"unsupported graph version {version!r}; this server speaks version {VERSION}", field="graph.version")
+    minor = _minor_version(graph.get("version", VERSION)) if _scope == "graph" else None
     nodes = graph.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         _fail("'graph.nodes' must be a non-empty list", field="graph.nodes")
@@ -153,7 +156,21 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
     if _scope == "graph" and len(set(outputs)) != len(outputs):
         _fail("'graph.outputs' names a node twice", field="graph.outputs")
     mark_dynamic(steps, _scope)
-    return Plan(steps, tuple(outputs), tuple(inputs), frozenset(requires), max(depth.values()))
+    grad_inputs = grad_node.plan_grad_steps(steps, requires, minor) if _scope == "graph" else frozenset()
+    return Plan(steps, tuple(outputs), tuple(inputs), frozenset(requires), max(depth.values()), grad_inputs,
+                any(s.op == "grad" for s in steps))
+
+
+def _minor_version(version) -> int:
+    """The minor version a graph declares: "1.0" or "1.1" (the JSON number 1 is "1.0")."""
+    if isinstance(version, str):
+        minor = VERSIONS.get(version)
+    else:
+        minor = 0 if version == 1 else None
+    if minor is None:
+        _fail(f"unsupported graph version {version!r}; this server speaks {', '.join(map(repr, VERSIONS))} "
+              f"(or the number 1, meaning \"1.0\")", field="graph.version")
+    return minor
 
 
 def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget) -> Step:
@@ -194,6 +211,8 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget) -> Step:
         return _constant_step(node_id, raw_inputs, attrs)
     if op in SUBGRAPH_OPS:
         return _subgraph_leaf(node_id, op, raw_inputs, attrs, scope)
+    if op == "grad":
+        return grad_node.parse_step(Step, node_id, raw_inputs, attrs, scope)
     if op == "function":
         return _function_step(node_id, raw_inputs, attrs, max_nodes, max_depth, budget)
     spec = OPS.get(op)

@@ -10,6 +10,7 @@ import numpy
 from engine.registry import OPS
 from engine.shapes import Bounded, ShapeError
 from wire.budget import with_costs
+from wire import grad_node
 from wire.errors import GraphError
 from wire.graph import Plan
 
@@ -92,6 +93,9 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
             known[step.id] = bounds[step.id] = ((), value) if not hasattr(value, "shape") else (tuple(value.shape), value.dtype)
             continue
         exact = all(known.get(i) is not None for i in step.inputs)
+        if op == "grad":
+            known[step.id] = bounds[step.id] = grad_node.infer(step, bounds)
+            continue
         if op == "function":
             known[step.id], bounds[step.id] = _infer_function(step, [known.get(i) for i in step.inputs],
                                                               [bounds[i] for i in step.inputs], functions)

@@ -16,6 +16,7 @@ from engine.grad_mode import no_grad
 from engine.registry import OPS, coerce
 from engine.shapes import ShapeError
 from engine.variable import Variable
+from wire import grad_node
 from wire.errors import GraphError
 
 _cancel = threading.local()
@@ -77,6 +78,7 @@ def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_out
     unless it is in `keep`."""
     cancel = getattr(_cancel, "event", None)
     limit = getattr(_cancel, "max_elements", None)
+    shared_backwards = None
     for step, drop in zip(steps, drops):
         if cancel is not None and cancel.is_set():
             raise _cancelled(step.id)
@@ -94,6 +96,10 @@ def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_out
             values[step.id] = forward[step.attrs["node"]]
         elif op == "function":
             values[step.id] = step.function.apply(*[as_variable(values[i]) for i in step.inputs])
+        elif op == "grad":
+            if shared_backwards is None:
+                shared_backwards = {}
+            values[step.id] = grad_node.value(step, values, shared_backwards)
         else:
             if step.dynamic and limit is not None:
                 _check_dynamic(step, values, limit)
@@ -145,7 +151,8 @@ class Execution:
 
     def __init__(self, plan: Plan, tensors: dict, record: bool, wrt=()):
         self.plan = plan
-        needs = plan.requires_grad | set(wrt)
+        record = record or plan.has_grad_nodes
+        needs = plan.requires_grad | plan.grad_inputs | set(wrt)
         self.inputs = {}
         for name in plan.inputs:
             array = backend.to_active(tensors[name])

@@ -270,3 +270,28 @@ def test_plan_cost_of_an_empty_backward_is_its_forward():
     request = Request(graph=graph({"id": "x", "op": "input"}, node("s", "sum", "x")), inputs={"x": np.ones(10)})
     plan, shapes = executor._plan(request)
     assert plan_cost(plan, shapes.bounds, shapes.functions, True, ()) == shapes.forward_cost
+
+
+def test_grad_nodes_count_the_backward_they_run():
+    """A grad node differentiates its output's subgraph with create_graph: its work (about twice
+    the subgraph's) counts in the budget, and nesting grows it, so an order that would run for
+    long is refused before it starts."""
+    def chain(order):
+        nodes = [X, node("e", "expand", "x", shape=[400, 400]), node("h", "mm", "e", "e"), node("t", "tanh", "h"),
+                 node("s0", "sum", "t")]
+        for k in range(1, order + 1):
+            nodes.append(node(f"s{k}", "grad", f"s{k - 1}", "x"))
+        return {**graph(*nodes, outputs=(f"s{order}",)), "version": "1.1"}
+
+    costs = []
+    for order in (0, 1, 2):
+        executor = Executor()
+        request = Request(graph=chain(order), inputs={"x": np.ones((1, 1))})
+        _, shapes = executor._plan(request)
+        costs.append(shapes.forward_cost.work)
+    assert costs[1] >= 2 * costs[0] and costs[2] >= 2 * costs[1], costs
+    limit = (costs[0] + costs[1]) // 2
+    executor = Executor(Limits(max_request_work=limit))
+    executor.forward(Request(graph=chain(0), inputs={"x": np.ones((1, 1))}))  # within the budget
+    err = refuse(executor, Request(graph=chain(1), inputs={"x": np.ones((1, 1))}))
+    assert "max_request_work" in str(err)
