@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+
+import numpy
 
 from engine.backend import array_module
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
@@ -12,31 +15,85 @@ from engine.registry import trusted
 from engine.variable import Variable, as_array
 
 
-def _as_list(x):
-    if isinstance(x, Variable):
+def as_list(x, variable=Variable):
+    """One Variable or a sequence of them, as a list."""
+    if isinstance(x, variable):
         return [x]
     return list(x)
 
 
-def _root_gradients(outputs, grad_outputs):
-    grads = []
+def check_roots(outputs, grad_outputs, variable=Variable):
+    """Per output: its gradient as given, or None for the implied 1 of a one-element output.
+    Raises PyTorch's errors for a missing gradient of a larger output, or a shape mismatch."""
+    roots = []
     for i, out in enumerate(outputs):
         g = None if grad_outputs is None else grad_outputs[i]
         if g is None:
-            if out._data.size != 1:
+            if math.prod(out.shape) != 1:
                 raise RuntimeError(
                     f"grad can be implicitly created only for scalar outputs (output {i} has shape {list(out.shape)}); "
                     "pass a gradient of the output's shape"
                 )
-            grads.append(Variable._result(array_module(out._data).ones_like(out._data), None))
-            continue
-        if not isinstance(g, Variable):
-            g = Variable._result(as_array(g, out.dtype), None)
-        if tuple(g.shape) != tuple(out.shape):
+        else:
+            shape = tuple(g.shape) if isinstance(g, variable) else tuple(numpy.shape(g))
+            if shape != tuple(out.shape):
+                raise RuntimeError(
+                    f"Mismatch in shape: gradient {i} has a shape of {list(shape)} and output {i} has a shape of {list(out.shape)}"
+                )
+        roots.append(g)
+    return roots
+
+
+def backward_arguments(outputs, grad_outputs, variable=Variable):
+    """(outputs, gradients by `check_roots`) of a `backward()` call, checked."""
+    outputs = as_list(outputs, variable)
+    for i, out in enumerate(outputs):
+        if not isinstance(out, variable):
+            raise TypeError(f"element {i} of tensors is a {type(out).__name__}, not a {variable.__module__} Variable")
+        if not out.requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+    if grad_outputs is not None:
+        grad_outputs = as_list(grad_outputs, variable) if not isinstance(grad_outputs, Sequence) else list(grad_outputs)
+    return outputs, check_roots(outputs, grad_outputs, variable)
+
+
+def grad_arguments(outputs, inputs, grad_outputs, variable=Variable):
+    """(outputs, inputs, gradients by `check_roots`) of a `grad()` call, checked."""
+    outputs = as_list(outputs, variable)
+    inputs = as_list(inputs, variable)
+    for i, v in enumerate(inputs):
+        if not isinstance(v, variable) or not v.requires_grad:
+            raise RuntimeError(f"One of the differentiated Variables (input {i}) does not require grad")
+    for i, out in enumerate(outputs):
+        if not isinstance(out, variable):
+            raise TypeError(f"element {i} of the outputs is a {type(out).__name__}, not a {variable.__module__} Variable")
+        if not out.requires_grad:
+            raise RuntimeError(f"element {i} of the outputs does not require grad and does not have a grad_fn")
+    if grad_outputs is not None:
+        grad_outputs = [grad_outputs] if isinstance(grad_outputs, variable) or not isinstance(grad_outputs, (list, tuple)) else list(grad_outputs)
+    return outputs, inputs, check_roots(outputs, grad_outputs, variable)
+
+
+def check_unused(result, allow_unused):
+    """`result`, unless an input got no gradient and `allow_unused` is false."""
+    for i, g in enumerate(result):
+        if g is None and not allow_unused:
             raise RuntimeError(
-                f"Mismatch in shape: gradient {i} has a shape of {list(g.shape)} and output {i} has a shape of {list(out.shape)}"
+                f"One of the differentiated Variables (input {i}) appears to not have been used in the graph. "
+                "Set allow_unused=True if this is the desired behavior."
             )
-        grads.append(g)
+    return result
+
+
+def _root_gradients(outputs, roots):
+    grads = []
+    for out, g in zip(outputs, roots):
+        if g is None:
+            grads.append(Variable._result(array_module(out._data).ones_like(out._data), None))
+        elif not isinstance(g, Variable):
+            grads.append(Variable._result(as_array(g, out.dtype), None))
+        else:
+            grads.append(g)
     return grads
 
 
@@ -217,39 +274,16 @@ def _release(node, deps, grads, ready):
 
 
 def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False):
-    outputs = _as_list(outputs)
-    for i, out in enumerate(outputs):
-        if not out._requires_grad:
-            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
-    if grad_outputs is not None:
-        grad_outputs = _as_list(grad_outputs) if not isinstance(grad_outputs, Sequence) or isinstance(grad_outputs, Variable) else list(grad_outputs)
-    roots = _root_gradients(outputs, grad_outputs)
-    run_backward(outputs, roots, create_graph if retain_graph is None else retain_graph, create_graph)
+    outputs, roots = backward_arguments(outputs, grad_outputs)
+    run_backward(outputs, _root_gradients(outputs, roots), create_graph if retain_graph is None else retain_graph, create_graph)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
     """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
-    outputs = _as_list(outputs)
-    inputs = _as_list(inputs)
-    for i, v in enumerate(inputs):
-        if not isinstance(v, Variable) or not v._requires_grad:
-            raise RuntimeError(f"One of the differentiated Variables (input {i}) does not require grad")
-    for i, out in enumerate(outputs):
-        if not out._requires_grad:
-            raise RuntimeError(f"element {i} of the outputs does not require grad and does not have a grad_fn")
-    if grad_outputs is not None:
-        grad_outputs = [grad_outputs] if isinstance(grad_outputs, Variable) or not isinstance(grad_outputs, (list, tuple)) else list(grad_outputs)
-    roots = _root_gradients(outputs, grad_outputs)
-    captured = run_backward(outputs, roots, create_graph if retain_graph is None else retain_graph, create_graph, inputs)
-    result = []
-    for i, v in enumerate(inputs):
-        g = captured[id(v)]
-        if g is None and not allow_unused:
-            raise RuntimeError(
-                f"One of the differentiated Variables (input {i}) appears to not have been used in the graph. "
-                "Set allow_unused=True if this is the desired behavior."
-            )
-        if g is not None and not create_graph:
-            g = g.detach()
-        result.append(g)
-    return tuple(result)
+    outputs, inputs, roots = grad_arguments(outputs, inputs, grad_outputs)
+    captured = run_backward(outputs, _root_gradients(outputs, roots), create_graph if retain_graph is None else retain_graph,
+                            create_graph, inputs)
+    result = [captured[id(v)] for v in inputs]
+    if not create_graph:
+        result = [None if g is None else g.detach() for g in result]
+    return check_unused(tuple(result), allow_unused)
