@@ -25,7 +25,8 @@ from client.context import current_session
 from client.errors import HigherOrderGradientError, ProtocolError, TracingError
 from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from client.grad_mode import current_phase
-from client.graph import Builder, Node
+from client.graph import Node
+from client.serialize import Builder
 from client.variable import Variable, as_host_array
 from client.wire import Call
 from engine.autograd import (
