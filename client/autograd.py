@@ -30,6 +30,7 @@ from client.serialize import Builder
 from client.variable import Variable, as_host_array
 from client.wire import Call
 from engine.autograd import (
+    accumulate_grad,
     backward_arguments,
     check_unused,
     grad_arguments,
@@ -140,17 +141,13 @@ def simulate(outputs, targets=None):
     return processed, reached_leaves, seen
 
 
-def into_grad(var: Variable, array):
-    """Accumulate a gradient into `var.grad` (the engine's rule: in place when possible)."""
-    grad = var.grad
-    if grad is None:
-        var.grad = Variable._leaf(array)
-    elif grad.requires_grad:
-        var.grad = grad + Variable._leaf(array)
-    elif grad._data is not None and grad._data.flags.writeable and grad._data.shape == array.shape:
-        grad.data += array
-    else:
-        var.grad = Variable._leaf(grad._array() + array)
+def _may_update(grad) -> bool:
+    """Whether `.grad` can take the next gradient in place: a writable leaf array (copied first
+    when a recorded op reads it: `.data` is copy-on-write)."""
+    if grad._data is None or not grad._data.flags.writeable:
+        return False
+    grad.data  # noqa: B018 - the copy-on-write happens on access
+    return True
 
 
 class BackwardPlan:
@@ -244,7 +241,7 @@ class BackwardPlan:
                 node.freed = True
         if self.targets is None:
             for holder, array in sums.values():
-                into_grad(holder, array)
+                accumulate_grad(holder, Variable._leaf(array), lambda g: g, _may_update)
             return None
         return tuple(Variable._leaf(sums[id(t)][1]) if id(t) in sums else None for t in self.targets)
 

@@ -176,17 +176,31 @@ class _Sink:
         self.into_grad(var, g)
 
     def into_grad(self, var, g):
-        if var.grad is None:
-            var.grad = g if self.create_graph else self._owned(g)
-        elif self.create_graph or var.grad._requires_grad:
-            var.grad = var.grad + g
+        accumulate_grad(var, g, self._owned, self._may_update, self.create_graph)
+
+    def _may_update(self, grad):
+        current = grad._data
+        flags = getattr(current, "flags", None)
+        return flags is not None and flags.writeable and id(current) not in self.handed
+
+
+def accumulate_grad(var, g, owned, may_update, create_graph=False):
+    """The one `.grad` rule (engine and client): the first gradient is kept (`owned(g)`: one the
+    caller may update later), a later one added to it: in place when `may_update(var.grad)`
+    and the shapes agree, out of place otherwise, and as a recorded op when `.grad` requires
+    grad or `create_graph` is set."""
+    grad = var.grad
+    if grad is None:
+        var.grad = g if create_graph else owned(g)
+    elif create_graph or grad.requires_grad:
+        var.grad = grad + g
+    else:
+        data = g._array()
+        if grad.shape == data.shape and may_update(grad):
+            current = grad._array()
+            current += data
         else:
-            current = var.grad._data
-            flags = getattr(current, "flags", None)
-            if flags is not None and flags.writeable and current.shape == g._data.shape and id(current) not in self.handed:
-                current += g._data
-            else:
-                var.grad = Variable._result(current + g._data, None)
+            var.grad = type(g)._leaf(grad._array() + data)
 
 
 def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None):

@@ -6,7 +6,7 @@ with the client's lazy Variable) and installed when `engine` is imported. It imp
 above the bottom of the engine.
 
 The interface the surface relies on (the client's Variable has the same): `shape`, `dtype`,
-`ndim`, `device`, `requires_grad` (read), `_node`, `_array()` (the value), `_store_requires_grad`,
+`ndim`, `device`, `requires_grad` (read), `_node`, `_array()` (the value), `_leaf(array)`, `_store_requires_grad`,
 `_snapshot()`, `_assign_recorded(result)` and `_assign_values(key, value, setitem)` (in-place updates),
 `data`, `detach()`, `detach_()`.
 """
@@ -90,6 +90,10 @@ class Variable:
         v._requires_grad = node is not None
         v._version = 0
         return v
+
+    @classmethod
+    def _leaf(cls, array):
+        return cls._result(array, None)
 
     @property
     def data(self):
