@@ -1,4 +1,9 @@
-"""Reverse-mode differentiation: `backward` and `grad`, walking the graph without recursion."""
+"""Reverse-mode differentiation: `backward` and `grad`, walking the graph without recursion.
+
+Also the rules the client shares (`client.autograd` replays them on its lazy graph): the
+arguments of `backward()`/`grad()` (`backward_arguments`, `grad_arguments`, `check_unused`),
+how `.grad` accumulates (`accumulate_grad`) and which nodes a `grad` must run (`nodes_reaching`).
+"""
 
 from __future__ import annotations
 
@@ -203,11 +208,9 @@ def accumulate_grad(var, g, owned, may_update, create_graph=False):
             var.grad = type(g)._leaf(grad._array() + data)
 
 
-def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None):
-    """Propagate gradients from `outputs`. With `inputs`, returns their gradients instead of
-    accumulating into `.grad` (None where an input was not reached)."""
-    capture = None if inputs is None else {id(v): None for v in inputs}
-    sink = _Sink(create_graph, capture)
+def _start(outputs, grad_outputs, sink, inputs):
+    """The walk's starting state: (gradients by node, nodes ready to run, dependency counts,
+    the nodes a `grad` needs and its target nodes, both None for a `backward`)."""
     for g in grad_outputs:
         sink.handed[id(g._data)] = g._data
     grads = {}
@@ -227,6 +230,18 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
         needed = nodes_reaching(nodes, target_nodes, target_leaves)
         capture_nodes = {v._node: id(v) for v in inputs if v._node is not None}
     ready = [n for n in dict.fromkeys(root_nodes) if deps.get(n, 0) == 0]
+    return grads, ready, deps, needed, capture_nodes
+
+
+def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None):
+    """Propagate gradients from `outputs`. With `inputs`, returns their gradients instead of
+    accumulating into `.grad` (None where an input was not reached).
+
+    The loop over nodes stays in this one function (about 45 lines): it is the hot path of
+    every backward, and a call per node or per edge would cost more than its body."""
+    capture = None if inputs is None else {id(v): None for v in inputs}
+    sink = _Sink(create_graph, capture)
+    grads, ready, deps, needed, capture_nodes = _start(outputs, grad_outputs, sink, inputs)
     accumulate = sink.accumulate
     with enable_grad() if create_graph else no_grad():
         while ready:

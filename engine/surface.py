@@ -13,8 +13,12 @@ Where a name comes from:
 - operators: `OPERATORS` below (the bindings table);
 - everything else: the functions in this file, and `engine.compat` (PyTorch 0.3 spellings).
 
-A change of surface (a new method, a new constructor keyword, a dtype constant) is made here
-once and both sides have it.
+A change of surface is made once and both sides have it: a new method or in-place operator
+(`__isub__` written against `_assign_recorded`/`_assign_values`), a conversion (`item`,
+`tolist`, `numpy` are here), a module-level name such as a dtype constant (add it to what
+`install` returns), a constructor or constructor keyword (`engine.factory.Constructors`), an
+op under a new name (its `OpDef.methods`, or a function here). What stays per side is in
+`Side`: how an op is applied, and storage (the Variable classes themselves).
 """
 
 from __future__ import annotations
@@ -62,8 +66,8 @@ class Side:
     """What one Variable implementation gives the surface.
 
     variable: the class to install on. coerce(inputs) and run(op) -> (inputs, attrs) -> result:
-    how an op function applies its op. operator(op, kind): the operator's function (default:
-    through the op function). grad_mode: `engine.grad_mode.GradMode`. backward(outputs,
+    how an op function applies its op. operator(op, kind, function): an operator's method
+    (default: a call of the op's function). grad_mode: `engine.grad_mode.GradMode`. backward(outputs,
     grad_outputs, retain_graph, create_graph). to_array(data, dtype): a value for the class's
     constructor. functions: ops whose function is the side's own (e.g. {"getitem": ...}).
     properties: a faster equivalent of a property here (e.g. {"T": ...}).
@@ -88,8 +92,7 @@ class Side:
 
 
 def extreme(name, reduce, arg, pairwise):
-    """PyTorch's max/min: `max(x)` reduces everything, `max(x, dim)` gives (values, indices),
-    `max(x, y)` is elementwise."""
+    """PyTorch's `max` (or `min`) from its reduction, arg-reduction and elementwise ops."""
 
     def fn(x, dim=None, keepdim=False):
         if dim is not None and not isinstance(dim, int):
@@ -99,7 +102,8 @@ def extreme(name, reduce, arg, pairwise):
         return MaxMin(reduce(x, dim, keepdim=keepdim), arg(x, dim, keepdim=keepdim))
 
     fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = extreme.__doc__.replace("max", name)
+    fn.__doc__ = (f"PyTorch's {name}: {name}(x) reduces everything, {name}(x, dim) returns (values, indices), "
+                  f"{name}(x, y) is elementwise.")
     return fn
 
 
@@ -131,6 +135,14 @@ def retain_grad(self):
             raise RuntimeError("can't retain_grad on Variable that has requires_grad=False")
         return
     node.retained = weakref.ref(self)
+
+
+def grad_fn(self):
+    return self._node
+
+
+def is_leaf(self) -> bool:
+    return self._node is None
 
 
 def retains_grad(self) -> bool:
@@ -233,8 +245,8 @@ SHARED = {f.__name__: f for f in (
 )}
 
 
-def _bound_methods(side, functions) -> dict:
-    """Methods that need the side's functions, grad mode or backward."""
+def _bound_methods(side, functions) -> tuple[dict, dict]:
+    """(methods, module-level functions) that need the side's functions, grad mode or backward."""
     is_enabled = side.grad_mode.is_enabled
     setitem = functions["setitem"]
     variable = side.variable
@@ -255,8 +267,8 @@ def _bound_methods(side, functions) -> dict:
         run_backward([self], None if gradient is None else [gradient], retain_graph=retain_graph,
                      create_graph=create_graph)
 
-    maximum, minimum = extreme("max", functions["amax"], functions["argmax"], functions["maximum"]), \
-        extreme("min", functions["amin"], functions["argmin"], functions["minimum"])
+    maximum = extreme("max", functions["amax"], functions["argmax"], functions["maximum"])
+    minimum = extreme("min", functions["amin"], functions["argmin"], functions["minimum"])
     return {
         "__setitem__": __setitem__,
         "__getitem__": functions["getitem"],
@@ -283,9 +295,8 @@ def install(side: Side) -> dict:
         setattr(cls, name, method)
     cls.__str__ = __repr__
     cls.requires_grad = property(cls.requires_grad.fget, _set_requires_grad)
-    cls.grad_fn = property(lambda self: self._node)
-    cls.is_leaf = property(lambda self: self._node is None)
-    cls.retains_grad = property(retains_grad)
+    for getter in (grad_fn, is_leaf, retains_grad):
+        setattr(cls, getter.__name__, property(getter))
     cls.T = property(side.properties.get("T") or (lambda self: self.permute(tuple(reversed(range(self.ndim))))),
                      doc="all dimensions reversed")
     transpose = functions["transpose"]

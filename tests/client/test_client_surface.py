@@ -106,3 +106,17 @@ def test_weak_scalars_and_dtypes_follow_the_engine(session, dtype):
     # Variable); the client sends that scalar with its dtype, so the service never takes that path
     i = client.Variable(np.array([1, 2]))
     assert client.where(i > 1, i, 0).tolist() == [0, 2]
+
+
+def test_the_surface_is_one_set_of_functions_on_both_variables():
+    from engine import surface
+
+    for name in surface.SHARED:
+        assert vars(engine.Variable)[name] is vars(client.Variable)[name], name
+    assert vars(engine.Variable)["requires_grad"].fset is vars(client.Variable)["requires_grad"].fset
+    for name in ("grad_fn", "is_leaf", "retains_grad"):
+        assert vars(engine.Variable)[name].fget is vars(client.Variable)[name].fget, name
+    x = client.Variable(np.array([1.0, 2.0]))
+    with pytest.raises(RuntimeError, match="floating point"):
+        client.Variable(np.array([1, 2])).requires_grad = True
+    assert x.numel() == 2 and x.size(0) == 2 and len(x) == 2 and f"{x.sum():.1f}" == "3.0"
