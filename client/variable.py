@@ -20,7 +20,6 @@ from client.context import current_session
 from client.grad_mode import current_phase, no_grad
 from client.graph import CUT, LEAF, Value
 from engine import backend
-from engine.compat import accept_volatile
 from engine.indexing import from_key, to_key
 from engine.tensor_data import same_array, tensor_data
 from engine.variable import Variable as EngineVariable
@@ -40,20 +39,15 @@ class Variable:
     """A node value in a define-by-run graph, with PyTorch's Variable semantics, computed remotely."""
 
     __slots__ = ("_data", "_value", "grad", "_requires_grad", "_version", "_shared", "__weakref__")
-    __array_ufunc__ = None  # make `ndarray <op> Variable` defer to Variable's reflected operators
-    __hash__ = object.__hash__
 
-    def __init__(self, data, requires_grad=False, **pytorch03):
-        if pytorch03:
-            accept_volatile(pytorch03)
+    def _store(self, data):
+        """`Variable(data)`'s storage (the constructor itself is engine.surface's)."""
         self._data = as_host_array(data)
         self._value = None
         self.grad = None
         self._requires_grad = False
         self._version = 0
         self._shared = False
-        if requires_grad:
-            self.requires_grad = True
 
     @classmethod
     def _leaf(cls, array, shared=False, value=None):

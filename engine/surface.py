@@ -110,6 +110,14 @@ def extreme(name, reduce, arg, pairwise):
 # --- methods written against the interface ----------------------------------------------------
 
 
+def __init__(self, data, requires_grad=False, **pytorch03):
+    if pytorch03:
+        compat.accept_volatile(pytorch03)
+    self._store(data)
+    if requires_grad:
+        self.requires_grad = True
+
+
 def _host(v):
     return backend.to_numpy(v._array())
 
@@ -240,7 +248,7 @@ def fill_(self, value):
 
 
 SHARED = {f.__name__: f for f in (
-    requires_grad_, retain_grad, size, dim, numel, __len__, __iter__, item, numpy, tolist, __array__, __bool__,
+    __init__, requires_grad_, retain_grad, size, dim, numel, __len__, __iter__, item, numpy, tolist, __array__, __bool__,
     __float__, __int__, __index__, __format__, __repr__, zero_, fill_,
 )}
 
@@ -281,6 +289,8 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
 def install(side: Side) -> dict:
     """Install the surface on `side.variable`; return the module-level names."""
     cls = side.variable
+    cls.__array_ufunc__ = None  # make `ndarray <op> Variable` defer to Variable's reflected operators
+    cls.__hash__ = object.__hash__  # __eq__ is elementwise; Variables hash by identity
     functions = {}
     for name, op in OPS.items():
         functions[name] = side.functions.get(name) or make_function(op, side.coerce, side.run(op))

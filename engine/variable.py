@@ -5,7 +5,7 @@ node. Its methods, operators and properties are declared once in `engine.surface
 with the client's lazy Variable) and installed when `engine` is imported. It imports nothing
 above the bottom of the engine.
 
-The interface the surface relies on (the client's Variable has the same): `shape`, `dtype`,
+The interface the surface relies on (the client's Variable has the same): `_store(data)`, `shape`, `dtype`,
 `ndim`, `device`, `requires_grad` (read), `_node`, `_array()` (the value), `_leaf(array)`, `_store_requires_grad`,
 `_snapshot()`, `_assign_recorded(result)` and `_assign_values(key, value, setitem)` (in-place updates),
 `data`, `detach()`, `detach_()`.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import numpy
 
 from engine import backend
-from engine.compat import accept_volatile
 from engine.indexing import from_key, to_key
 from engine.tensor_data import plain, same_array, tensor_data
 
@@ -67,19 +66,14 @@ class Variable:
     """A node value in a define-by-run graph, with PyTorch's Variable semantics (computed now)."""
 
     __slots__ = ("_data", "grad", "_node", "_requires_grad", "_version", "__weakref__")
-    __array_ufunc__ = None  # make `ndarray <op> Variable` defer to Variable's reflected operators
-    __hash__ = object.__hash__
 
-    def __init__(self, data, requires_grad=False, **pytorch03):
-        if pytorch03:
-            accept_volatile(pytorch03)
+    def _store(self, data):
+        """`Variable(data)`'s storage (the constructor itself is engine.surface's)."""
         self._data = as_array(data)
         self.grad = None
         self._node = None
         self._version = 0
         self._requires_grad = False
-        if requires_grad:
-            self.requires_grad = True  # the setter's checks are engine.surface's
 
     @classmethod
     def _result(cls, data, node):
