@@ -314,5 +314,7 @@ def install(side: Side) -> dict:
                       doc="the last two dimensions swapped")
     constructors = Constructors(cls, side.to_array)
     names = {**functions, **extremes, **constructors.names()}
-    names.update(compat.install(cls, constructors, lambda v, dtype: functions["cast"](v, dtype=dtype)))
-    return names
+    methods, spellings = compat.spellings(constructors, lambda v, dtype: functions["cast"](v, dtype=dtype))
+    for name, method in methods.items():
+        setattr(cls, name, method)
+    return {**names, **spellings}
