@@ -88,9 +88,37 @@ class _Base:
         if self.closed:
             raise RuntimeError(f"{self!r} is closed")
 
+    def _steps(self, plan):
+        """Running `plan` as the calls it needs, without I/O: a generator that yields each Call,
+        is sent its Reply (or thrown the error it raised) and returns the plan's result. A lost
+        tape (404/409) is answered by sending the call's stateless fallback. Session and
+        AsyncSession drive it, each with its own I/O."""
+        pre = plan.prefetch()
+        if pre is not None:
+            yield from self._steps(pre)
+        call = plan.call(self)
+        if call is None:
+            return plan.finish(None, self)
+        try:
+            reply = yield call
+        except (NotFoundError, ConflictError):
+            if call.fallback is None:
+                raise
+            reply = yield call.fallback
+        return plan.finish(reply, self)
+
     def __repr__(self):
         where = self.url or "embedded"
         return f"<{type(self).__name__} {where} {'binary' if self.binary else 'json'}{' closed' if self.closed else ''}>"
+
+
+def _advance(steps, answer, failed):
+    """(the next call of a plan's steps, None) after sending it `answer` (or throwing it, when the
+    exchange `failed`), or (None, the plan's result) once it is done."""
+    try:
+        return (steps.throw(answer) if failed else steps.send(answer)), None
+    except StopIteration as done:
+        return None, done.value
 
 
 def _answer(outcome) -> Response:
@@ -130,28 +158,26 @@ class Session(_Base):
         response = self._send("POST", call.path, body, headers, call.idempotent)
         return decode(response, self._where(call.path))
 
-    def _execute_embedded(self, call: Call):
+    def _exchange(self, call: Call):
+        if not self.embedded:
+            return self._execute_one(call)
         self._check_open()
         self.stats[call.path] += 1
         return self._transport.execute(call, self._where(call.path))
 
-    def _execute(self, call: Call):
-        exchange = self._execute_embedded if self.embedded else self._execute_one
+    def _attempt(self, call: Call):
         try:
-            return exchange(call)
-        except (NotFoundError, ConflictError):
-            if call.fallback is None:
-                raise
-            return exchange(call.fallback)
+            return self._exchange(call), False
+        except ServerError as err:
+            return err, True
 
     def run(self, plan):
         """Run a fetch/backward plan: at most one request (plus one to fetch a lazy gradient argument)."""
-        pre = plan.prefetch()
-        if pre is not None:
-            self.run(pre)
-        call = plan.call(self)
-        reply = self._execute(call) if call is not None else None
-        return plan.finish(reply, self)
+        steps = self._steps(plan)
+        call, result = _advance(steps, None, False)
+        while call is not None:
+            call, result = _advance(steps, *self._attempt(call))
+        return result
 
     # --- values and gradients --------------------------------------------------------------
     def fetch_values(self, values):
@@ -257,27 +283,25 @@ class AsyncSession(_Base):
         response = await self._send("POST", call.path, body, headers, call.idempotent)
         return decode(response, self._where(call.path))
 
-    async def _execute_embedded(self, call: Call):
+    async def _exchange(self, call: Call):
+        if not self.embedded:
+            return await self._execute_one(call)
         self._check_open()
         self.stats[call.path] += 1
         return await asyncio.to_thread(self._transport.execute, call, self._where(call.path))
 
-    async def _execute(self, call: Call):
-        exchange = self._execute_embedded if self.embedded else self._execute_one
+    async def _attempt(self, call: Call):
         try:
-            return await exchange(call)
-        except (NotFoundError, ConflictError):
-            if call.fallback is None:
-                raise
-            return await exchange(call.fallback)
+            return await self._exchange(call), False
+        except ServerError as err:
+            return err, True
 
     async def run(self, plan):
-        pre = plan.prefetch()
-        if pre is not None:
-            await self.run(pre)
-        call = plan.call(self)
-        reply = await self._execute(call) if call is not None else None
-        return plan.finish(reply, self)
+        steps = self._steps(plan)
+        call, result = _advance(steps, None, False)
+        while call is not None:
+            call, result = _advance(steps, *await self._attempt(call))
+        return result
 
     async def fetch(self, *variables):
         """The values of Variables, computed in one /forward (cached on them)."""
