@@ -35,6 +35,7 @@ from engine.autograd import (
     check_unused,
     grad_arguments,
     nodes_reaching,
+    reachable,
 )
 
 HIGHER_ORDER_MESSAGE = (
@@ -87,18 +88,6 @@ def _take(tensors, name, where):
         raise ProtocolError(f"the answer has no {where} tensor named {name!r} (it has {sorted(tensors)})") from None
 
 
-def _reachable(roots):
-    seen = set(roots)
-    stack = list(seen)
-    while stack:
-        node = stack.pop()
-        for edge in node.edges:
-            if isinstance(edge, Node) and edge not in seen:
-                seen.add(edge)
-                stack.append(edge)
-    return seen
-
-
 def simulate(outputs, targets=None):
     """Replay the engine's backward traversal on the grad_fn graph.
 
@@ -111,7 +100,7 @@ def simulate(outputs, targets=None):
     for o in outputs:
         if o._node is None and (capture is None or id(o) in capture):
             reached_leaves[id(o)] = o
-    nodes = _reachable(roots)
+    nodes, _ = reachable(roots)
     needed = None
     if targets is not None:
         target_nodes = {t._node for t in targets if t._node is not None}

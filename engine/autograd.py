@@ -2,7 +2,7 @@
 
 Also the rules the client shares (`client.autograd` replays them on its lazy graph): the
 arguments of `backward()`/`grad()` (`backward_arguments`, `grad_arguments`, `check_unused`),
-how `.grad` accumulates (`accumulate_grad`) and which nodes a `grad` must run (`nodes_reaching`).
+how `.grad` accumulates (`accumulate_grad`) and which nodes a backward visits (`reachable`, `nodes_reaching`).
 """
 
 from __future__ import annotations
@@ -114,8 +114,10 @@ def _fit(g, meta):
     return g
 
 
-def _reachable(root_nodes):
-    """Dependency counts (incoming edges per node) over every node reachable from the roots."""
+def reachable(root_nodes):
+    """(every node reachable from the roots, dependency counts: incoming edges per node).
+
+    Works on any graph of `engine.node.Node`s (the client's grad_fn nodes are ones too)."""
     deps = {}
     seen = set(root_nodes)
     stack = list(seen)
@@ -222,7 +224,7 @@ def _start(outputs, grad_outputs, sink, inputs):
             continue
         grads[node] = grads[node] + g if node in grads else g
         root_nodes.append(node)
-    nodes, deps = _reachable(root_nodes)
+    nodes, deps = reachable(root_nodes)
     needed = capture_nodes = None
     if inputs is not None:
         target_nodes = {v._node for v in inputs if v._node is not None}
