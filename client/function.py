@@ -46,9 +46,14 @@ class Trace:
 
 
 class FunctionCtx(EngineFunctionCtx):
-    """The engine's `ctx`, noting whether backward read the saved values."""
+    """The engine's `ctx`, noting what forward saved and whether backward read it."""
 
     _saved_read = False
+    saved_by_forward = ()
+
+    def save_for_backward(self, *variables):
+        super().save_for_backward(*variables)
+        self.saved_by_forward = variables
 
     @property
     def saved_tensors(self):
@@ -125,7 +130,7 @@ def trace(cls, args, needs) -> Trace:
         s.get("op") in ("arg", "forward_value") for s in bwd.nodes)
     attrs = {"name": name, "forward": fwd.subgraph([out_id]), "backward": bwd.subgraph(outputs)}
     saved_args = tuple(dict.fromkeys(
-        v._value.attrs["index"] for v in ctx._saved
+        v._value.attrs["index"] for v in ctx.saved_by_forward
         if isinstance(v, Variable) and v._data is None and v._value.kind == ARG and v._value.phase is forward_phase))
     return Trace(name, attrs, out_value.shape, out_value.dtype, tuple(g is not None for g in grad_values),
                  ctx._saved_read or forward_args_used, saved_args)
