@@ -16,18 +16,27 @@ same outputs, falling back to the stateless request when the tape is gone (404/4
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import weakref
 
 import numpy
 import orjson
 
+from client.context import current_session
 from client.errors import HigherOrderGradientError, ProtocolError, TracingError
 from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from client.grad_mode import current_phase
-from client.graph import Builder, Node
+from client.graph import Node
+from client.serialize import Builder
 from client.variable import Variable, as_host_array
 from client.wire import Call
-from engine.autograd import nodes_reaching
+from engine.autograd import (
+    accumulate_grad,
+    backward_arguments,
+    check_unused,
+    grad_arguments,
+    nodes_reaching,
+    reachable,
+)
 
 HIGHER_ORDER_MESSAGE = (
     "create_graph=True (higher-order gradients) is not supported by the gradserve client: the service returns "
@@ -79,24 +88,6 @@ def _take(tensors, name, where):
         raise ProtocolError(f"the answer has no {where} tensor named {name!r} (it has {sorted(tensors)})") from None
 
 
-def _as_list(x):
-    if isinstance(x, Variable):
-        return [x]
-    return list(x)
-
-
-def _reachable(roots):
-    seen = set(roots)
-    stack = list(seen)
-    while stack:
-        node = stack.pop()
-        for edge in node.edges:
-            if isinstance(edge, Node) and edge not in seen:
-                seen.add(edge)
-                stack.append(edge)
-    return seen
-
-
 def simulate(outputs, targets=None):
     """Replay the engine's backward traversal on the grad_fn graph.
 
@@ -109,7 +100,7 @@ def simulate(outputs, targets=None):
     for o in outputs:
         if o._node is None and (capture is None or id(o) in capture):
             reached_leaves[id(o)] = o
-    nodes = _reachable(roots)
+    nodes, _ = reachable(roots)
     needed = None
     if targets is not None:
         target_nodes = {t._node for t in targets if t._node is not None}
@@ -139,39 +130,13 @@ def simulate(outputs, targets=None):
     return processed, reached_leaves, seen
 
 
-def root_seeds(outputs, grad_outputs):
-    """Per output: None (an implied ones for a scalar) or the gradient (array or Variable)."""
-    seeds = []
-    for i, out in enumerate(outputs):
-        g = None if grad_outputs is None else grad_outputs[i]
-        if g is None:
-            if out.numel() != 1:
-                raise RuntimeError(
-                    f"grad can be implicitly created only for scalar outputs (output {i} has shape {list(out.shape)}); "
-                    "pass a gradient of the output's shape"
-                )
-            seeds.append(None)
-            continue
-        shape = tuple(g.shape) if isinstance(g, Variable) else tuple(numpy.shape(g))
-        if shape != tuple(out.shape):
-            raise RuntimeError(
-                f"Mismatch in shape: gradient {i} has a shape of {list(shape)} and output {i} has a shape of {list(out.shape)}"
-            )
-        seeds.append(g)
-    return seeds
-
-
-def into_grad(var: Variable, array):
-    """Accumulate a gradient into `var.grad` (the engine's rule: in place when possible)."""
-    grad = var.grad
-    if grad is None:
-        var.grad = Variable._leaf(array)
-    elif grad.requires_grad:
-        var.grad = grad + Variable._leaf(array)
-    elif grad._data is not None and grad._data.flags.writeable and grad._data.shape == array.shape:
-        grad.data += array
-    else:
-        var.grad = Variable._leaf(grad._array() + array)
+def _may_update(grad) -> bool:
+    """Whether `.grad` can take the next gradient in place: a writable leaf array (copied first
+    when a recorded op reads it: `.data` is copy-on-write)."""
+    if grad._data is None or not grad._data.flags.writeable:
+        return False
+    grad.data  # noqa: B018 - the copy-on-write happens on access
+    return True
 
 
 class BackwardPlan:
@@ -265,13 +230,11 @@ class BackwardPlan:
                 node.freed = True
         if self.targets is None:
             for holder, array in sums.values():
-                into_grad(holder, array)
+                accumulate_grad(holder, Variable._leaf(array), lambda g: g, _may_update)
             return None
         return tuple(Variable._leaf(sums[id(t)][1]) if id(t) in sums else None for t in self.targets)
 
     def _keep_tape(self, reply, session):
-        import weakref
-
         key = getattr(self, "tape_key", None)
         if key is None:
             return
@@ -283,63 +246,27 @@ class BackwardPlan:
             session._tapes.pop(key, None)
 
 
-def _check_outputs(outputs, what):
-    for i, out in enumerate(outputs):
-        if not isinstance(out, Variable):
-            raise TypeError(f"element {i} of {what} is a {type(out).__name__}, not a client Variable")
-        if not out.requires_grad:
-            if what == "tensors":
-                raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
-            raise RuntimeError(f"element {i} of the outputs does not require grad and does not have a grad_fn")
-
-
 def prepare_backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False):
-    outputs = _as_list(outputs)
-    _check_outputs(outputs, "tensors")
     if create_graph:
         raise HigherOrderGradientError(HIGHER_ORDER_MESSAGE)
-    if grad_outputs is not None:
-        grad_outputs = _as_list(grad_outputs) if not isinstance(grad_outputs, Sequence) or isinstance(grad_outputs, Variable) else list(grad_outputs)
-    seeds = root_seeds(outputs, grad_outputs)
+    outputs, seeds = backward_arguments(outputs, grad_outputs, Variable)
     return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph)
 
 
 def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False, session=None):
     """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad."""
-    from client.session import current_session
-
     plan = prepare_backward(outputs, grad_outputs, retain_graph, create_graph)
     (session or current_session()).run(plan)
 
 
 def prepare_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False):
-    outputs = _as_list(outputs)
-    inputs = _as_list(inputs)
-    for i, v in enumerate(inputs):
-        if not isinstance(v, Variable) or not v.requires_grad:
-            raise RuntimeError(f"One of the differentiated Variables (input {i}) does not require grad")
-    _check_outputs(outputs, "the outputs")
     if create_graph:
         raise HigherOrderGradientError(HIGHER_ORDER_MESSAGE)
-    if grad_outputs is not None:
-        grad_outputs = [grad_outputs] if isinstance(grad_outputs, Variable) or not isinstance(grad_outputs, (list, tuple)) else list(grad_outputs)
-    seeds = root_seeds(outputs, grad_outputs)
+    outputs, inputs, seeds = grad_arguments(outputs, inputs, grad_outputs, Variable)
     return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph, targets=inputs)
-
-
-def check_unused(result, allow_unused):
-    for i, g in enumerate(result):
-        if g is None and not allow_unused:
-            raise RuntimeError(
-                f"One of the differentiated Variables (input {i}) appears to not have been used in the graph. "
-                "Set allow_unused=True if this is the desired behavior."
-            )
-    return result
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False, session=None):
     """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
-    from client.session import current_session
-
     plan = prepare_grad(outputs, inputs, grad_outputs, retain_graph, create_graph)
     return check_unused((session or current_session()).run(plan), allow_unused)

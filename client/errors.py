@@ -11,6 +11,8 @@ exception that fits (`ValueError` for a rejected graph, `RuntimeError` for a con
 
 from __future__ import annotations
 
+from engine.surface import NoValue
+
 
 class ClientError(Exception):
     """Base class of every error raised by the gradserve client."""
@@ -137,7 +139,7 @@ class ProtocolError(ClientError):
     """An answer the client cannot read (not the service's format)."""
 
 
-class TracingError(ClientError, RuntimeError):
+class TracingError(ClientError, NoValue):
     """A custom Function did something that can't be traced into a graph (e.g. needed a value)."""
 
 

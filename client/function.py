@@ -24,18 +24,12 @@ from dataclasses import dataclass
 import numpy
 
 from client.errors import TracingError
-from client.grad_mode import is_grad_enabled, tracing
-from client.graph import (
-    ARG,
-    FUNCTION,
-    GRAD_OUTPUT,
-    Builder,
-    Phase,
-    Value,
-    edge_of,
-    forward_references,
-)
+from client.grad_mode import current_phase, is_grad_enabled, tracing
+from client.graph import ARG, FUNCTION, GRAD_OUTPUT, FunctionNode, Phase, Value, edge_of
+from client.serialize import Builder, forward_references
 from client.variable import Variable, as_host_array
+from engine.function import FunctionBase
+from engine.function import FunctionCtx as EngineFunctionCtx
 
 MAX_TRACES_PER_FUNCTION = 64
 
@@ -51,26 +45,25 @@ class Trace:
     saved_args: tuple = ()  # indices (among Variable inputs) of the inputs forward saved
 
 
-class FunctionCtx:
-    """The `ctx` a custom Function's forward and backward share."""
+class FunctionCtx(EngineFunctionCtx):
+    """The engine's `ctx`, noting what forward saved and whether backward read it."""
 
-    def __init__(self):
-        self._saved = ()
-        self._saved_read = False
-        self.needs_input_grad = ()
+    _saved_read = False
+    saved_by_forward = ()
 
     def save_for_backward(self, *variables):
-        self._saved = variables
+        super().save_for_backward(*variables)
+        self.saved_by_forward = variables
 
     @property
     def saved_tensors(self):
         self._saved_read = True
-        return self._saved
+        return super().saved_tensors
 
     saved_variables = saved_tensors
 
 
-_TRACES: "weakref.WeakKeyDictionary[type, dict]" = weakref.WeakKeyDictionary()
+_TRACES: weakref.WeakKeyDictionary[type, dict] = weakref.WeakKeyDictionary()
 
 
 def _key(args, needs):
@@ -87,10 +80,8 @@ def _key(args, needs):
     return tuple(parts)
 
 
-def _as_output(out, name) -> Variable:
-    if isinstance(out, tuple):
-        raise TypeError(f"{name}.forward returned a tuple; custom Functions here return one Variable")
-    if isinstance(out, Variable):
+def _as_output(cls, out) -> Variable:
+    if isinstance(cls.forward_output(out), Variable):
         return out
     return Variable._leaf(as_host_array(out))
 
@@ -110,17 +101,12 @@ def trace(cls, args, needs) -> Trace:
     ctx.needs_input_grad = needs
     try:
         with tracing(forward_phase):
-            out = _as_output(cls.forward(ctx, *symbolic), name)
+            out = _as_output(cls, cls.forward(ctx, *symbolic))
             out_value = out._graph_value()
         grad_output = Variable._lazy(Value(GRAD_OUTPUT, out_value.shape, out_value.dtype, phase=backward_phase))
         ctx._saved_read = False
         with tracing(backward_phase):
-            grads = cls.backward(ctx, grad_output)
-            if not isinstance(grads, tuple):
-                grads = (grads,)
-            if len(grads) < len(args):
-                raise RuntimeError(
-                    f"function {name}.backward returned {len(grads)} gradient(s) but forward took {len(args)} input(s)")
+            grads = cls.backward_result(cls.backward(ctx, grad_output), len(args))
             grad_values = []
             for a, g in zip(args, grads):
                 if not isinstance(a, Variable):
@@ -144,7 +130,7 @@ def trace(cls, args, needs) -> Trace:
         s.get("op") in ("arg", "forward_value") for s in bwd.nodes)
     attrs = {"name": name, "forward": fwd.subgraph([out_id]), "backward": bwd.subgraph(outputs)}
     saved_args = tuple(dict.fromkeys(
-        v._value.attrs["index"] for v in ctx._saved
+        v._value.attrs["index"] for v in ctx.saved_by_forward
         if isinstance(v, Variable) and v._data is None and v._value.kind == ARG and v._value.phase is forward_phase))
     return Trace(name, attrs, out_value.shape, out_value.dtype, tuple(g is not None for g in grad_values),
                  ctx._saved_read or forward_args_used, saved_args)
@@ -165,22 +151,22 @@ def _cached_trace(cls, args, needs) -> Trace:
     return result
 
 
-class Function:
+def function_node_class(function: type) -> type:
+    cls = _NODE_CLASSES.get(function)
+    if cls is None:
+        cls = _NODE_CLASSES[function] = type(f"{function.__name__}Backward", (FunctionNode,),
+                                             {"__slots__": (), "function": function})
+    return cls
+
+
+_NODE_CLASSES: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+
+
+class Function(FunctionBase):
     """Base class of custom differentiable operations (see the module docstring)."""
-
-    @staticmethod
-    def forward(ctx, *args):
-        raise NotImplementedError("Function subclasses must implement a static forward(ctx, *args)")
-
-    @staticmethod
-    def backward(ctx, *grad_outputs):
-        raise NotImplementedError("Function subclasses must implement a static backward(ctx, *grad_outputs)")
 
     @classmethod
     def apply(cls, *args):
-        from client.grad_mode import current_phase
-        from client.ops import function_node_class
-
         needs = tuple(isinstance(a, Variable) and a.requires_grad for a in args)
         result = _cached_trace(cls, args, needs)
         variables = [a for a in args if isinstance(a, Variable)]

@@ -11,13 +11,12 @@ from contextlib import contextmanager
 
 from engine.grad_mode import GradMode
 
-_mode = GradMode()
+mode = GradMode()
 _state = threading.local()
-is_grad_enabled = _mode.is_enabled
-set_grad_enabled = _mode.set_enabled
-no_grad = _mode.no_grad
-enable_grad = _mode.enable_grad
-_grad_mode = _mode.enabled_as
+is_grad_enabled = mode.is_enabled
+set_grad_enabled = mode.set_enabled
+no_grad = mode.no_grad
+enable_grad = mode.enable_grad
 
 
 # --- tracing -------------------------------------------------------------------------------
@@ -38,7 +37,7 @@ def tracing(phase):
         phases = _state.phases = []
     phases.append(phase)
     try:
-        with _grad_mode(False):
+        with mode.enabled_as(False):
             yield
     finally:
         phases.pop()

@@ -11,21 +11,17 @@ Two graphs live side by side, as in the engine:
   They carry what the client must know locally to mirror the engine's autograd rules: which
   nodes a backward frees, and whether a freed node can be backpropagated again.
 
-`Builder` turns the values reachable from some outputs into a graph-format-v1 node list plus
-the input tensors, for a `/forward`, a `/backward`, or a custom Function's forward and backward
-subgraphs (see `wire/graph.py`).
+`client.serialize` turns them into graph format v1 for a request.
 """
 
 from __future__ import annotations
 
-import math
 import weakref
 
 import numpy
 
-from client.errors import TracingError
 from engine.node import INPLACE_MESSAGE, GraphFreedError
-from wire.codec import datatype_of
+from engine.node import Node as EngineNode
 
 LEAF = "input"
 CONST = "constant"
@@ -34,7 +30,6 @@ FUNCTION = "function"
 CUT = "cut"
 ARG = "arg"
 GRAD_OUTPUT = "grad_output"
-NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
 
 class Phase:
@@ -79,14 +74,12 @@ class Value:
 # --- grad_fn nodes ---------------------------------------------------------------------------
 
 
-class Node:
-    """A recorded operation (what `grad_fn` returns). Subclasses are named `<Op>Backward`.
+class Node(EngineNode):
+    """A recorded operation (what `grad_fn` returns): the engine's Node (`name`, `edges`,
+    `next_functions`, `retained`) with the client's bookkeeping: a weak reference to the value it
+    computes and whether a backward freed it. `check()` raises as the engine's vjp would."""
 
-    `edges[i]` says where the gradient of input i goes: a Node, the leaf Variable itself, or
-    None when that input needs no gradient (the engine's rule).
-    """
-
-    __slots__ = ("edges", "_value", "freed", "retained", "__weakref__")
+    __slots__ = ("_value", "freed")
     saves = True
 
     def __init__(self, edges, value):
@@ -99,25 +92,13 @@ class Node:
     def value(self):
         return self._value()
 
-    @property
-    def name(self) -> str:
-        return type(self).__name__
-
-    @property
-    def next_functions(self):
-        return tuple((e if isinstance(e, Node) else None, 0) for e in self.edges)
-
     def produces(self, i) -> bool:
         """Whether the gradient of input i can be non-None."""
         return True
 
     def check(self):
-        """Raise as the engine's vjp would for a node that is backpropagated now."""
         if self.freed and self.saves:
             raise GraphFreedError()
-
-    def __repr__(self):
-        return f"<{type(self).__name__} object at {id(self):#x}>"
 
 
 class OpNode(Node):
@@ -183,254 +164,3 @@ def edge_of(value):
     if value.kind == LEAF and value.requires_grad:
         return value.leaf
     return None
-
-
-# --- serialization ---------------------------------------------------------------------------
-
-STOP_GRADIENT = {
-    # A function node computing the identity whose backward returns no gradient: how a value
-    # that must not pass gradients on (detach(), a no_grad result) is said in graph format v1.
-    "name": "Detach",
-    "forward": {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}], "outputs": ["a"]},
-    "backward": {"nodes": [{"id": "g", "op": "grad_output"}], "outputs": [None]},
-}
-
-
-def _spell(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return "NaN" if x != x else NONFINITE[x]
-    return x
-
-
-def _array_literal(array: numpy.ndarray):
-    data = array.tolist()
-    if array.dtype.kind == "f" and not numpy.isfinite(array).all():
-        def spell(item):
-            return [spell(i) for i in item] if isinstance(item, list) else _spell(item)
-
-        data = spell(data)
-    return data
-
-
-def json_attrs(op, attrs: dict) -> dict:
-    """An op's checked attributes as JSON values. Non-finite floats are spelled "Infinity",
-    "-Infinity", "NaN" (as in tensor data), which the graph parser reads for float attributes."""
-
-    def convert(value):
-        if isinstance(value, (list, tuple)):
-            return [convert(v) for v in value]
-        if isinstance(value, dict):
-            return {k: convert(v) for k, v in value.items()}
-        if isinstance(value, numpy.generic):
-            value = value.item()
-        return _spell(value)
-
-    return {name: convert(value) for name, value in attrs.items()}
-
-
-class Builder:
-    """Serializes values into graph format v1 nodes.
-
-    mode: "forward" (a /forward request), "backward" (a /backward request: inputs carry
-    requires_grad, and values that must not pass gradients are wrapped in a stop-gradient
-    function node), "fsub"/"bsub" (a custom Function's forward/backward subgraph, for `phase`).
-    Node ids are assigned in a deterministic order, so the same program sends the same graph
-    every time (the service caches planned graphs by their text).
-    """
-
-    def __init__(self, mode, phase=None, forward_ids=None):
-        self.mode = mode
-        self.phase = phase
-        self.forward_ids = forward_ids or {}
-        self.nodes = []
-        self.ids = {}
-        self.tensors = []
-        self.rg = {}
-        self.leaf_ids = {}
-        self._keep = []
-        self._consts = {}
-        self._count = 0
-
-    # --- public ------------------------------------------------------------------------------
-    def add(self, root: Value) -> str:
-        """The node id of `root`, serializing whatever it needs first (iteratively)."""
-        ids = self.ids
-        if id(root) in ids:
-            return ids[id(root)]
-        stack = [(root, False)]
-        pending = set()
-        while stack:
-            v, expanded = stack.pop()
-            key = id(v)
-            if key in ids:
-                continue
-            if expanded:
-                self._emit(v)
-                continue
-            if key in pending or self._terminal(v):
-                continue
-            pending.add(key)
-            stack.append((v, True))
-            for inp in reversed(v.inputs):
-                if id(inp) not in ids:
-                    stack.append((inp, False))
-        return ids[id(root)]
-
-    def graph(self, outputs) -> dict:
-        return {"version": 1, "nodes": self.nodes, "outputs": list(outputs)}
-
-    def subgraph(self, outputs) -> dict:
-        return {"nodes": self.nodes, "outputs": list(outputs)}
-
-    # --- nodes -------------------------------------------------------------------------------
-    def _new_id(self, prefix):
-        self._count += 1
-        return f"{prefix}{self._count - 1}"
-
-    def _name(self, v, node_id, rg=False):
-        self.ids[id(v)] = node_id
-        self._keep.append(v)
-        self.rg[node_id] = rg
-
-    def _input(self, v, array, rg):
-        node_id = self._new_id("x")
-        node = {"id": node_id, "op": "input"}
-        if rg:
-            node["requires_grad"] = True
-        self.nodes.append(node)
-        self.tensors.append((node_id, array))
-        if v.kind == LEAF and v.leaf is not None:
-            self.leaf_ids.setdefault(id(v.leaf), []).append(node_id)
-        self._name(v, node_id, rg)
-
-    def _constant(self, v, array=None):
-        if array is None:
-            value, dtype = v.attrs["value"], v.attrs.get("dtype")
-            if isinstance(value, float) and not math.isfinite(value):
-                value, dtype = _spell(value), v.dtype
-            key = (type(value), value, None if dtype is None else numpy.dtype(dtype).str)
-            known = self._consts.get(key)
-            if known is not None:
-                self._name(v, known)
-                return
-            attrs = {"value": value}
-            if dtype is not None:
-                attrs["dtype"] = datatype_of(dtype)
-        else:
-            key = None
-            attrs = {"value": _array_literal(array), "dtype": datatype_of(array.dtype)}
-        node_id = self._new_id("c")
-        self.nodes.append({"id": node_id, "op": "constant", "attrs": attrs})
-        if key is not None:
-            self._consts[key] = node_id
-        self._name(v, node_id)
-
-    def _special(self, v, op, attrs=None):
-        node_id = self._new_id("a" if op == "arg" else "g" if op == "grad_output" else "f")
-        node = {"id": node_id, "op": op}
-        if attrs:
-            node["attrs"] = attrs
-        self.nodes.append(node)
-        self._name(v, node_id)
-
-    def _stop_gradient(self, source_id):
-        node_id = self._new_id("s")
-        self.nodes.append({"id": node_id, "op": "function", "inputs": [source_id], "attrs": STOP_GRADIENT})
-        return node_id
-
-    def _terminal(self, v) -> bool:
-        """Serialize `v` when it needs none of its inputs; False when it must be expanded."""
-        kind = v.kind
-        mode = self.mode
-        if mode in ("forward", "backward"):
-            if kind == LEAF:
-                self._input(v, v.array, mode == "backward" and v.requires_grad)
-            elif kind == CONST:
-                self._constant(v)
-            elif v.phase is not None or kind in (ARG, GRAD_OUTPUT):
-                raise TracingError("a value computed while tracing a custom Function can't be used outside it")
-            elif v.array is not None and (mode == "forward" or not v.requires_grad):
-                self._input(v, v.array, False)
-            else:
-                return False
-            return True
-        phase = self.phase
-        name = phase.name
-        if v.phase is phase:
-            if kind == ARG:
-                self._special(v, "arg", {"index": v.attrs["index"]})
-            elif kind == GRAD_OUTPUT:
-                self._special(v, "grad_output")
-            else:
-                return False
-            return True
-        if mode == "bsub" and v.phase is phase.forward:
-            if kind == ARG:
-                self._special(v, "arg", {"index": v.attrs["index"]})
-            else:
-                self._special(v, "forward_value", {"node": self.forward_ids[id(v)]})
-            return True
-        if v.phase is not None:
-            raise TracingError(f"{name}: uses a value from another Function's trace; pass it to apply() as an input")
-        if kind == CONST:
-            self._constant(v)
-        elif kind == LEAF:
-            if v.requires_grad:
-                raise TracingError(
-                    f"{name}.{phase.kind} uses a Variable that requires grad but is not one of its inputs: "
-                    f"pass it to {name}.apply() so that it gets a gradient")
-            self._constant(v, v.array)
-        elif v.array is not None:
-            self._constant(v, v.array)
-        else:
-            raise TracingError(
-                f"{name}.{phase.kind} uses a Variable computed outside it that is not one of its inputs: "
-                f"pass it to {name}.apply()")
-        return True
-
-    def _emit(self, v):
-        ids = self.ids
-        backward = self.mode == "backward"
-        inputs = [ids[id(i)] for i in v.inputs]
-        if v.kind == CUT:
-            source = inputs[0]
-            if backward and self.rg.get(source):
-                node_id = self._stop_gradient(source)
-                self._name(v, node_id, True)
-            else:
-                self._name(v, source, self.rg.get(source, False))
-            return
-        node_id = self._new_id("n")
-        if v.kind == OP:
-            node = {"id": node_id, "op": v.op.name, "inputs": inputs}
-            if v.attrs:
-                node["attrs"] = json_attrs(v.op, v.attrs)
-            # the engine records a node only for a differentiable op with a floating result
-            rg = backward and v.op.differentiable and v.dtype.kind == "f" and any(self.rg[i] for i in inputs)
-        elif v.kind == FUNCTION:
-            node = {"id": node_id, "op": "function", "inputs": inputs, "attrs": v.attrs.attrs}
-            rg = backward and any(self.rg[i] for i in inputs)
-        else:  # pragma: no cover - every other kind is terminal
-            raise AssertionError(f"can't serialize a {v.kind} value here")
-        self.nodes.append(node)
-        if rg and not v.requires_grad:
-            node_id = self._stop_gradient(node_id)
-        self._name(v, node_id, rg)
-
-
-def forward_references(roots, phase) -> list:
-    """Forward-phase values (other than args) that a backward subgraph rooted at `roots` uses."""
-    found, seen = [], set()
-    stack = [r for r in roots if r is not None]
-    while stack:
-        v = stack.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        if v.phase is phase.forward:
-            if v.kind != ARG:
-                found.append(v)
-            continue
-        if v.phase is phase:
-            stack.extend(v.inputs)
-    return found

@@ -9,339 +9,46 @@ and gets the same answers and the same errors.
 closing restores the previous default. `AsyncSession` is the asyncio flavour (httpx.AsyncClient):
 `await s.fetch(v)`, `await s.backward(loss)`, `await s.grad(out, [x])`.
 
-Transport: one keep-alive connection pool per session. A plain `http://` URL is spoken with the
-standard library's `http.client` (`PlainHttpTransport`: a fraction of httpx's per-request cost on
-large binary bodies); `https://`, a proxy from the environment, an injected `transport=` and
-`AsyncSession` use httpx. Binary tensors by default (Triton's binary data extension, both ways),
-JSON with `binary=False`. Failures that are safe to retry are
-retried with exponential backoff, a bounded number of times: connection failures, dropped
-connections (for stateless requests), and 503 answers (after the `Retry-After` they carry).
+Transport (`client.transports`): one keep-alive connection pool per session. Binary tensors by
+default (Triton's binary data extension, both ways), JSON with `binary=False`. Failures that
+are safe to retry are retried by the one `RetryPolicy`: connection failures, dropped connections
+(for stateless requests), and 503 answers (after the `Retry-After` they carry).
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import http.client
 import os
-import select
-import threading
 import time
-import urllib.parse
-import urllib.request
 import uuid
 from collections import Counter, OrderedDict
 
-import httpx
 import numpy
 import orjson
 
-from client.errors import (
-    ConflictError,
-    ConnectionFailed,
-    NotFoundError,
-    RequestTimeout,
-    ServerError,
-    status_of_kind,
+from client import context
+from client.autograd import (
+    FetchPlan,
+    backward,
+    check_unused,
+    grad,
+    prepare_backward,
+    prepare_grad,
 )
-from client.wire import (
-    Call,
-    Reply,
-    Response,
-    _header,
-    decode,
-    encode,
-    owned,
-    raise_for_error,
+from client.errors import ConflictError, NotFoundError, ServerError
+from client.transports import (
+    DEFAULT_RETRIES,
+    AsyncHttpTransport,
+    EmbeddedTransport,
+    Retryable,
+    RetryPolicy,
+    http_transport,
 )
-from wire.codec import HEADER_LENGTH, datatype_of
+from client.variable import Variable
+from client.wire import Call, Response, decode, encode, raise_for_error
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
-CONNECT_TIMEOUT = 10.0
-DEFAULT_RETRIES = 3
 USER_AGENT = "gradserve-client/0.1"
-
-
-class _Retryable(Exception):
-    """A transport failure; `always`: safe to retry even for a non-idempotent request."""
-
-    def __init__(self, error: Exception, always: bool):
-        super().__init__(str(error))
-        self.error = error
-        self.always = always
-
-
-# --- transports --------------------------------------------------------------------------------
-
-
-class EmbeddedTransport:
-    """The service's request handling, in-process: body bytes -> Executor -> body bytes
-    (`request`), or, for the client's own calls, tensors -> Executor -> tensors (`execute`)."""
-
-    url = "embedded"
-
-    def __init__(self, executor=None):
-        from wire.executor import Executor
-
-        self.executor = executor or Executor()
-
-    def request(self, method, path, content=b"", headers=None) -> Response:
-        from engine import backend
-        from wire import codec
-        from wire.messages import decode_request, encode_result
-
-        headers = headers or {}
-        if method == "GET":
-            if path == "/healthz":
-                return _json(200, {"status": "ok"})
-            if path == "/info":
-                return _json(200, {"name": "gradserve", "embedded": True, "backend": {"device": backend.device},
-                                   "limits": self.executor.limits.as_dict()})
-            return _error(404, f"no GET {path} in embedded mode")
-        if method != "POST" or path not in ("/forward", "/backward"):
-            return _error(404, f"no {method} {path}")
-
-        def compute():
-            length = _header(headers, HEADER_LENGTH)
-            head, tail = codec.split_body(content, None if length is None else int(length))
-            try:
-                header = orjson.loads(head)
-            except orjson.JSONDecodeError as err:
-                return _error(400, f"malformed JSON: {err}", field="body")
-            request = decode_request(header, tail, self.executor.limits)
-            return encode_result(self._run(path, request), request.binary_output)
-
-        answer = self._guarded(compute)
-        if isinstance(answer, Response):
-            return answer
-        body, head_length = answer
-        if head_length is None:
-            return Response(200, {"content-type": "application/json"}, body)
-        return Response(200, {"content-type": "application/octet-stream", HEADER_LENGTH: str(head_length)}, body)
-
-    def execute(self, call: Call, where: str) -> Reply:
-        """A call's answer without encoding anything: its tensors go to the executor as JSON tensor
-        objects holding the arrays (checked by the same `decode_request`, which copies them), and
-        the result's arrays come back as they are (copied when a retained tape may share them)."""
-        from wire.messages import decode_request
-
-        if call.path not in ("/forward", "/backward"):
-            raise_for_error(_error(404, f"no POST {call.path}"), where)
-        header = dict(call.header)
-        for key, tensors in (("inputs", call.inputs), ("grad_outputs", call.grad_outputs)):
-            if tensors:
-                header[key] = [_tensor_object(name, array) for name, array in tensors]
-        result = self._guarded(lambda: self._run(call.path, decode_request(header, None, self.executor.limits)))
-        if isinstance(result, Response):
-            raise_for_error(result, where)
-        copy = result.tape is not None
-        grads = result.grads or {}
-        return Reply({}, owned(result.outputs.items(), copy), owned(grads.items(), copy), result.tape)
-
-    def _run(self, path, request):
-        if path == "/forward":
-            return self.executor.forward(request)
-        return self.executor.backward(request)
-
-    @staticmethod
-    def _guarded(compute):
-        """compute()'s value, or the error answer the service would give for what it raised."""
-        from engine.grad_mode import enable_grad
-        from wire.errors import GraphError
-
-        try:
-            with enable_grad(), numpy.errstate(all="ignore"):
-                return compute()
-        except GraphError as err:
-            return _error(status_of_kind(err.kind), str(err), getattr(err, "node", None), getattr(err, "field", None))
-        except MemoryError:
-            return _error(507, "out of memory")
-        except Exception as err:  # noqa: BLE001 - the service would answer 500
-            return _error(500, f"internal error: {type(err).__name__}: {err}")
-
-    def close(self):
-        pass
-
-
-def _tensor_object(name, array) -> dict:
-    """A JSON tensor object whose `data` is the array itself (flat), for `decode_request` in-process."""
-    array = numpy.asarray(array)
-    return {"name": name, "shape": list(array.shape), "datatype": datatype_of(array.dtype), "data": array.reshape(-1)}
-
-
-def _json(status, obj) -> Response:
-    return Response(status, {"content-type": "application/json"}, orjson.dumps(obj))
-
-
-def _error(status, message, node=None, field=None) -> Response:
-    return _json(status, {"error": message, "node": node, "field": field})
-
-
-def _translate(err: httpx.HTTPError, url: str, path: str, timeout) -> Exception:
-    where = f"{url}{path}"
-    if isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout)):
-        return _Retryable(ConnectionFailed(f"could not connect to the gradserve service at {url}: {err}", url), True)
-    if isinstance(err, httpx.PoolTimeout):
-        return _Retryable(ConnectionFailed(f"no free connection to the gradserve service at {url}: {err}", url), True)
-    if isinstance(err, httpx.TimeoutException):
-        return RequestTimeout(f"no answer from {where} within the timeout ({timeout} s): {type(err).__name__}", url)
-    if isinstance(err, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
-        return _Retryable(ConnectionFailed(f"the connection to {where} was dropped: {err}", url), False)
-    return ConnectionFailed(f"request to {where} failed: {type(err).__name__}: {err}", url)
-
-
-def _timeout(timeout):
-    if timeout is None or isinstance(timeout, httpx.Timeout):
-        return timeout
-    return httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT))
-
-
-class HttpTransport:
-    def __init__(self, url, headers, timeout, transport=None):
-        self.url = url
-        self.timeout = timeout
-        self.client = httpx.Client(base_url=url, headers=headers, timeout=_timeout(timeout), transport=transport)
-
-    def request(self, method, path, content=None, headers=None) -> Response:
-        try:
-            r = self.client.request(method, path, content=content, headers=headers)
-        except httpx.HTTPError as err:
-            raise _translate(err, self.url, path, self.timeout) from err
-        return Response(r.status_code, dict(r.headers), r.content)
-
-    def close(self):
-        self.client.close()
-
-
-class PlainHttpTransport:
-    """HTTP/1.1 over `http.client` with a small pool of keep-alive connections (thread-safe: a
-    request takes an idle connection or opens one, and gives it back when the answer is read).
-    Failures are reported as `HttpTransport` reports httpx's."""
-
-    MAX_IDLE = 8
-
-    def __init__(self, url, headers, timeout):
-        parts = urllib.parse.urlsplit(url)
-        self.url = url
-        self.timeout = timeout
-        self.headers = dict(headers)
-        self._address = (parts.hostname, parts.port or 80)
-        self._prefix = parts.path.rstrip("/")
-        self._idle = []
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def _open(self):
-        connect = None if self.timeout is None else min(self.timeout, CONNECT_TIMEOUT)
-        conn = http.client.HTTPConnection(*self._address, timeout=connect)
-        try:
-            conn.connect()
-        except OSError as err:
-            what = "timed out" if isinstance(err, TimeoutError) else err
-            raise _Retryable(ConnectionFailed(f"could not connect to the gradserve service at {self.url}: {what}",
-                                              self.url), True) from err
-        conn.sock.settimeout(self.timeout)
-        return conn
-
-    def _take(self):
-        with self._lock:
-            while self._idle:
-                conn = self._idle.pop()
-                if not _readable(conn.sock):  # readable while idle: the server closed it (or broke protocol)
-                    return conn
-                conn.close()
-        return self._open()
-
-    def _give_back(self, conn):
-        with self._lock:
-            if not self._closed and len(self._idle) < self.MAX_IDLE:
-                self._idle.append(conn)
-                return
-        conn.close()
-
-    def request(self, method, path, content=None, headers=None) -> Response:
-        conn = self._take()
-        try:
-            conn.request(method, self._prefix + path, body=content, headers={**self.headers, **(headers or {})})
-            answer = conn.getresponse()
-            body = answer.read()
-        except (OSError, http.client.HTTPException) as err:
-            conn.close()
-            where = f"{self.url}{path}"
-            if isinstance(err, TimeoutError):
-                raise RequestTimeout(f"no answer from {where} within the timeout ({self.timeout} s): ReadTimeout",
-                                     self.url) from err
-            raise _Retryable(ConnectionFailed(f"the connection to {where} was dropped: {err!r}", self.url), False) from err
-        if answer.will_close:
-            conn.close()
-        else:
-            self._give_back(conn)
-        return Response(answer.status, {k.lower(): v for k, v in answer.getheaders()}, body)
-
-    def close(self):
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
-
-def _readable(sock) -> bool:
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        return bool(poller.poll(0))
-    return bool(select.select([sock], [], [], 0)[0])
-
-
-def _plain(url) -> bool:
-    """Whether `url` can go over `PlainHttpTransport`: http://, and no proxy configured for it."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname or parts.username or parts.password:
-        return False
-    proxies = urllib.request.getproxies()
-    return not (proxies.get("http") or proxies.get("all")) or bool(urllib.request.proxy_bypass(parts.hostname))
-
-
-def http_transport(url, headers, timeout, transport=None):
-    """The synchronous transport for `url`: `PlainHttpTransport` where it applies, else httpx."""
-    if transport is None and _plain(url):
-        return PlainHttpTransport(url, headers, timeout)
-    return HttpTransport(url, headers, timeout, transport)
-
-
-class AsyncHttpTransport:
-    def __init__(self, url, headers, timeout, transport=None):
-        self.url = url
-        self.timeout = timeout
-        self.client = httpx.AsyncClient(base_url=url, headers=headers, timeout=_timeout(timeout), transport=transport)
-
-    async def request(self, method, path, content=None, headers=None) -> Response:
-        try:
-            r = await self.client.request(method, path, content=content, headers=headers)
-        except httpx.HTTPError as err:
-            raise _translate(err, self.url, path, self.timeout) from err
-        return Response(r.status_code, dict(r.headers), r.content)
-
-    async def close(self):
-        await self.client.aclose()
-
-
-def _retry_after(response: Response, cap: float):
-    value = None
-    for key, v in response.headers.items():
-        if key.lower() == "retry-after":
-            value = v
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError):
-            return None
-    return max(0.0, min(seconds, cap))
 
 
 # --- sessions ----------------------------------------------------------------------------------
@@ -356,10 +63,7 @@ class _Base:
         self.url = url.rstrip("/") if url else None
         self.binary = bool(binary)
         self.timeout = timeout
-        self.retries = int(retries)
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.max_retry_after = max_retry_after
+        self.retry = RetryPolicy(int(retries), backoff, max_backoff, max_retry_after)
         self.tapes = bool(tapes)
         self.session_id = uuid.uuid4().hex
         self.stats = Counter()  # requests sent (attempts), by path
@@ -384,12 +88,43 @@ class _Base:
         if self.closed:
             raise RuntimeError(f"{self!r} is closed")
 
-    def _delay(self, attempt):
-        return min(self.backoff * (2 ** attempt), self.max_backoff)
+    def _steps(self, plan):
+        """Running `plan` as the calls it needs, without I/O: a generator that yields each Call,
+        is sent its Reply (or thrown the error it raised) and returns the plan's result. A lost
+        tape (404/409) is answered by sending the call's stateless fallback. Session and
+        AsyncSession drive it, each with its own I/O."""
+        pre = plan.prefetch()
+        if pre is not None:
+            yield from self._steps(pre)
+        call = plan.call(self)
+        if call is None:
+            return plan.finish(None, self)
+        try:
+            reply = yield call
+        except (NotFoundError, ConflictError):
+            if call.fallback is None:
+                raise
+            reply = yield call.fallback
+        return plan.finish(reply, self)
 
     def __repr__(self):
         where = self.url or "embedded"
         return f"<{type(self).__name__} {where} {'binary' if self.binary else 'json'}{' closed' if self.closed else ''}>"
+
+
+def _advance(steps, answer, failed):
+    """(the next call of a plan's steps, None) after sending it `answer` (or throwing it, when the
+    exchange `failed`), or (None, the plan's result) once it is done."""
+    try:
+        return (steps.throw(answer) if failed else steps.send(answer)), None
+    except StopIteration as done:
+        return None, done.value
+
+
+def _answer(outcome) -> Response:
+    if isinstance(outcome, Retryable):
+        raise outcome.error from None
+    return outcome
 
 
 class Session(_Base):
@@ -409,52 +144,43 @@ class Session(_Base):
         while True:
             self.stats[path] += 1
             try:
-                response = self._transport.request(method, path, content, headers)
-            except _Retryable as failure:
-                if (failure.always or idempotent) and attempt < self.retries:
-                    time.sleep(self._delay(attempt))
-                    attempt += 1
-                    continue
-                raise failure.error from None
-            if response.status == 503 and attempt < self.retries:
-                wait = _retry_after(response, self.max_retry_after)
-                time.sleep(self._delay(attempt) if wait is None else wait)
-                attempt += 1
-                continue
-            return response
+                outcome = self._transport.request(method, path, content, headers)
+            except Retryable as failure:
+                outcome = failure
+            wait = self.retry.wait(attempt, outcome, idempotent)
+            if wait is None:
+                return _answer(outcome)
+            time.sleep(wait)
+            attempt += 1
 
     def _execute_one(self, call: Call):
         body, headers = encode(call, self.binary)
         response = self._send("POST", call.path, body, headers, call.idempotent)
         return decode(response, self._where(call.path))
 
-    def _execute_embedded(self, call: Call):
+    def _exchange(self, call: Call):
+        if not self.embedded:
+            return self._execute_one(call)
         self._check_open()
         self.stats[call.path] += 1
         return self._transport.execute(call, self._where(call.path))
 
-    def _execute(self, call: Call):
-        exchange = self._execute_embedded if self.embedded else self._execute_one
+    def _attempt(self, call: Call):
         try:
-            return exchange(call)
-        except (NotFoundError, ConflictError):
-            if call.fallback is None:
-                raise
-            return exchange(call.fallback)
+            return self._exchange(call), False
+        except ServerError as err:
+            return err, True
 
     def run(self, plan):
         """Run a fetch/backward plan: at most one request (plus one to fetch a lazy gradient argument)."""
-        pre = plan.prefetch()
-        if pre is not None:
-            self.run(pre)
-        call = plan.call(self)
-        reply = self._execute(call) if call is not None else None
-        return plan.finish(reply, self)
+        steps = self._steps(plan)
+        call, result = _advance(steps, None, False)
+        while call is not None:
+            call, result = _advance(steps, *self._attempt(call))
+        return result
 
     # --- values and gradients --------------------------------------------------------------
     def fetch_values(self, values):
-        from client.autograd import FetchPlan
-
         self.run(FetchPlan(values))
 
     def fetch(self, *variables):
@@ -466,13 +192,9 @@ class Session(_Base):
         return arrays[0] if len(arrays) == 1 else tuple(arrays)
 
     def backward(self, outputs, gradient=None, retain_graph=None, create_graph=False):
-        from client.autograd import backward
-
         backward(*_backward_args(outputs, gradient), retain_graph, create_graph, session=self)
 
     def grad(self, outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
-        from client.autograd import grad
-
         return grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused, session=self)
 
     # --- the protocol, raw ---------------------------------------------------------------
@@ -512,12 +234,10 @@ class Session(_Base):
         if not self.closed:
             self.closed = True
             self._transport.close()
-        _remove(self)
+        context.remove(self)
 
     def __enter__(self):
-        with _lock:
-            if self not in _stack:
-                _stack.append(self)
+        context.push(self)
         return self
 
     def __exit__(self, *exc):
@@ -547,53 +267,44 @@ class AsyncSession(_Base):
             self.stats[path] += 1
             try:
                 if self.url is None:
-                    response = await asyncio.to_thread(self._transport.request, method, path, content, headers)
+                    outcome = await asyncio.to_thread(self._transport.request, method, path, content, headers)
                 else:
-                    response = await self._transport.request(method, path, content, headers)
-            except _Retryable as failure:
-                if (failure.always or idempotent) and attempt < self.retries:
-                    await asyncio.sleep(self._delay(attempt))
-                    attempt += 1
-                    continue
-                raise failure.error from None
-            if response.status == 503 and attempt < self.retries:
-                wait = _retry_after(response, self.max_retry_after)
-                await asyncio.sleep(self._delay(attempt) if wait is None else wait)
-                attempt += 1
-                continue
-            return response
+                    outcome = await self._transport.request(method, path, content, headers)
+            except Retryable as failure:
+                outcome = failure
+            wait = self.retry.wait(attempt, outcome, idempotent)
+            if wait is None:
+                return _answer(outcome)
+            await asyncio.sleep(wait)
+            attempt += 1
 
     async def _execute_one(self, call: Call):
         body, headers = encode(call, self.binary)
         response = await self._send("POST", call.path, body, headers, call.idempotent)
         return decode(response, self._where(call.path))
 
-    async def _execute_embedded(self, call: Call):
+    async def _exchange(self, call: Call):
+        if not self.embedded:
+            return await self._execute_one(call)
         self._check_open()
         self.stats[call.path] += 1
         return await asyncio.to_thread(self._transport.execute, call, self._where(call.path))
 
-    async def _execute(self, call: Call):
-        exchange = self._execute_embedded if self.embedded else self._execute_one
+    async def _attempt(self, call: Call):
         try:
-            return await exchange(call)
-        except (NotFoundError, ConflictError):
-            if call.fallback is None:
-                raise
-            return await exchange(call.fallback)
+            return await self._exchange(call), False
+        except ServerError as err:
+            return err, True
 
     async def run(self, plan):
-        pre = plan.prefetch()
-        if pre is not None:
-            await self.run(pre)
-        call = plan.call(self)
-        reply = await self._execute(call) if call is not None else None
-        return plan.finish(reply, self)
+        steps = self._steps(plan)
+        call, result = _advance(steps, None, False)
+        while call is not None:
+            call, result = _advance(steps, *await self._attempt(call))
+        return result
 
     async def fetch(self, *variables):
         """The values of Variables, computed in one /forward (cached on them)."""
-        from client.autograd import FetchPlan
-
         lazy = [v._value for v in variables if v._data is None]
         if lazy:
             await self.run(FetchPlan(lazy))
@@ -605,13 +316,9 @@ class AsyncSession(_Base):
         return variable.item()
 
     async def backward(self, outputs, gradient=None, retain_graph=None, create_graph=False):
-        from client.autograd import prepare_backward
-
         await self.run(prepare_backward(*_backward_args(outputs, gradient), retain_graph, create_graph))
 
     async def grad(self, outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
-        from client.autograd import check_unused, prepare_grad
-
         plan = prepare_grad(outputs, inputs, grad_outputs, retain_graph, create_graph)
         return check_unused(await self.run(plan), allow_unused)
 
@@ -641,8 +348,6 @@ class AsyncSession(_Base):
 
 def _backward_args(outputs, gradient):
     """`backward(out, gradient)` of one output, as Variable.backward spells it, or of a list."""
-    from client.variable import Variable
-
     if isinstance(outputs, Variable):
         return [outputs], None if gradient is None else [gradient]
     return list(outputs), gradient
@@ -656,27 +361,8 @@ def _pairs(tensors):
 
 # --- the default session -----------------------------------------------------------------------
 
-_stack: list = []
-_default: Session | None = None
-_lock = threading.RLock()
-
-
-def _remove(session):
-    with _lock:
-        if session in _stack:
-            _stack.remove(session)
-
-
-def current_session() -> Session:
-    """The session Variables use now: the innermost open `connect()`, else the module default
-    (remote when GRADSERVE_URL is set, embedded otherwise)."""
-    global _default
-    with _lock:
-        if _stack:
-            return _stack[-1]
-        if _default is None or _default.closed:
-            _default = Session(os.environ.get("GRADSERVE_URL") or None)
-        return _default
+current_session = context.current_session
+context.set_default_factory(lambda: Session(os.environ.get("GRADSERVE_URL") or None))
 
 
 def connect(url=None, api_key=None, timeout=DEFAULT_TIMEOUT, binary=True, **options) -> Session:
@@ -685,9 +371,8 @@ def connect(url=None, api_key=None, timeout=DEFAULT_TIMEOUT, binary=True, **opti
     if url is None:
         url = os.environ.get("GRADSERVE_URL") or None
     session = Session(url, api_key=api_key, timeout=timeout, binary=binary, **options)
-    with _lock:
-        _stack.append(session)
+    context.push(session)
     return session
 
 
-__all__ = ["Session", "AsyncSession", "connect", "current_session", "EmbeddedTransport", "ServerError"]
+__all__ = ["Session", "AsyncSession", "connect", "current_session", "ServerError"]

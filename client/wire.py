@@ -13,6 +13,7 @@ import numpy
 import orjson
 
 from client.errors import ProtocolError, error_for_status
+from engine.backend import to_numpy
 from wire import codec
 from wire.codec import HEADER_LENGTH
 
@@ -111,8 +112,6 @@ def decode(response: Response, url: str | None) -> Reply:
 def owned(tensors, copy: bool = False) -> dict:
     """{name: host array} from (name, array) pairs, as arrays the client may keep and update in
     place: read-only ones (views of a body or of other arrays) and, with `copy`, all are copied."""
-    from engine.backend import to_numpy
-
     own = {}
     for name, array in tensors:
         array = to_numpy(array)

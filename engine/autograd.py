@@ -1,10 +1,18 @@
-"""Reverse-mode differentiation: `backward` and `grad`, walking the graph without recursion."""
+"""Reverse-mode differentiation: `backward` and `grad`, walking the graph without recursion.
+
+Also the rules the client shares (`client.autograd` replays them on its lazy graph): the
+arguments of `backward()`/`grad()` (`backward_arguments`, `grad_arguments`, `check_unused`),
+how `.grad` accumulates (`accumulate_grad`) and which nodes a backward visits (`reachable`, `nodes_reaching`).
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from engine import interrupt
+import numpy
+
 from engine.backend import array_module
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from engine.grad_mode import enable_grad, no_grad
@@ -13,31 +21,85 @@ from engine.registry import trusted
 from engine.variable import Variable, as_array
 
 
-def _as_list(x):
-    if isinstance(x, Variable):
+def as_list(x, variable=Variable):
+    """One Variable or a sequence of them, as a list."""
+    if isinstance(x, variable):
         return [x]
     return list(x)
 
 
-def _root_gradients(outputs, grad_outputs):
-    grads = []
+def check_roots(outputs, grad_outputs, variable=Variable):
+    """Per output: its gradient as given, or None for the implied 1 of a one-element output.
+    Raises PyTorch's errors for a missing gradient of a larger output, or a shape mismatch."""
+    roots = []
     for i, out in enumerate(outputs):
         g = None if grad_outputs is None else grad_outputs[i]
         if g is None:
-            if out._data.size != 1:
+            if math.prod(out.shape) != 1:
                 raise RuntimeError(
                     f"grad can be implicitly created only for scalar outputs (output {i} has shape {list(out.shape)}); "
                     "pass a gradient of the output's shape"
                 )
-            grads.append(Variable._result(array_module(out._data).ones_like(out._data), None))
-            continue
-        if not isinstance(g, Variable):
-            g = Variable._result(as_array(g, out.dtype), None)
-        if tuple(g.shape) != tuple(out.shape):
+        else:
+            shape = tuple(g.shape) if isinstance(g, variable) else tuple(numpy.shape(g))
+            if shape != tuple(out.shape):
+                raise RuntimeError(
+                    f"Mismatch in shape: gradient {i} has a shape of {list(shape)} and output {i} has a shape of {list(out.shape)}"
+                )
+        roots.append(g)
+    return roots
+
+
+def backward_arguments(outputs, grad_outputs, variable=Variable):
+    """(outputs, gradients by `check_roots`) of a `backward()` call, checked."""
+    outputs = as_list(outputs, variable)
+    for i, out in enumerate(outputs):
+        if not isinstance(out, variable):
+            raise TypeError(f"element {i} of tensors is a {type(out).__name__}, not a {variable.__module__} Variable")
+        if not out.requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+    if grad_outputs is not None:
+        grad_outputs = as_list(grad_outputs, variable) if not isinstance(grad_outputs, Sequence) else list(grad_outputs)
+    return outputs, check_roots(outputs, grad_outputs, variable)
+
+
+def grad_arguments(outputs, inputs, grad_outputs, variable=Variable):
+    """(outputs, inputs, gradients by `check_roots`) of a `grad()` call, checked."""
+    outputs = as_list(outputs, variable)
+    inputs = as_list(inputs, variable)
+    for i, v in enumerate(inputs):
+        if not isinstance(v, variable) or not v.requires_grad:
+            raise RuntimeError(f"One of the differentiated Variables (input {i}) does not require grad")
+    for i, out in enumerate(outputs):
+        if not isinstance(out, variable):
+            raise TypeError(f"element {i} of the outputs is a {type(out).__name__}, not a {variable.__module__} Variable")
+        if not out.requires_grad:
+            raise RuntimeError(f"element {i} of the outputs does not require grad and does not have a grad_fn")
+    if grad_outputs is not None:
+        grad_outputs = [grad_outputs] if isinstance(grad_outputs, variable) or not isinstance(grad_outputs, (list, tuple)) else list(grad_outputs)
+    return outputs, inputs, check_roots(outputs, grad_outputs, variable)
+
+
+def check_unused(result, allow_unused):
+    """`result`, unless an input got no gradient and `allow_unused` is false."""
+    for i, g in enumerate(result):
+        if g is None and not allow_unused:
             raise RuntimeError(
-                f"Mismatch in shape: gradient {i} has a shape of {list(g.shape)} and output {i} has a shape of {list(out.shape)}"
+                f"One of the differentiated Variables (input {i}) appears to not have been used in the graph. "
+                "Set allow_unused=True if this is the desired behavior."
             )
-        grads.append(g)
+    return result
+
+
+def _root_gradients(outputs, roots):
+    grads = []
+    for out, g in zip(outputs, roots):
+        if g is None:
+            grads.append(Variable._result(array_module(out._data).ones_like(out._data), None))
+        elif not isinstance(g, Variable):
+            grads.append(Variable._result(as_array(g, out.dtype), None))
+        else:
+            grads.append(g)
     return grads
 
 
@@ -53,8 +115,10 @@ def _fit(g, meta):
     return g
 
 
-def _reachable(root_nodes):
-    """Dependency counts (incoming edges per node) over every node reachable from the roots."""
+def reachable(root_nodes):
+    """(every node reachable from the roots, dependency counts: incoming edges per node).
+
+    Works on any graph of `engine.node.Node`s (the client's grad_fn nodes are ones too)."""
     deps = {}
     seen = set(root_nodes)
     stack = list(seen)
@@ -120,24 +184,36 @@ class _Sink:
         self.into_grad(var, g)
 
     def into_grad(self, var, g):
-        if var.grad is None:
-            var.grad = g if self.create_graph else self._owned(g)
-        elif self.create_graph or var.grad._requires_grad:
-            var.grad = var.grad + g
+        accumulate_grad(var, g, self._owned, self._may_update, self.create_graph)
+
+    def _may_update(self, grad):
+        current = grad._data
+        flags = getattr(current, "flags", None)
+        return flags is not None and flags.writeable and id(current) not in self.handed
+
+
+def accumulate_grad(var, g, owned, may_update, create_graph=False):
+    """The one `.grad` rule (engine and client): the first gradient is kept (`owned(g)`: one the
+    caller may update later), a later one added to it: in place when `may_update(var.grad)`
+    and the shapes agree, out of place otherwise, and as a recorded op when `.grad` requires
+    grad or `create_graph` is set."""
+    grad = var.grad
+    if grad is None:
+        var.grad = g if create_graph else owned(g)
+    elif create_graph or grad.requires_grad:
+        var.grad = grad + g
+    else:
+        data = g._array()
+        if grad.shape == data.shape and may_update(grad):
+            current = grad._array()
+            current += data
         else:
-            current = var.grad._data
-            flags = getattr(current, "flags", None)
-            if flags is not None and flags.writeable and current.shape == g._data.shape and id(current) not in self.handed:
-                current += g._data
-            else:
-                var.grad = Variable._result(current + g._data, None)
+            var.grad = type(g)._leaf(grad._array() + data)
 
 
-def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None):
-    """Propagate gradients from `outputs`. With `inputs`, returns their gradients instead of
-    accumulating into `.grad` (None where an input was not reached)."""
-    capture = None if inputs is None else {id(v): None for v in inputs}
-    sink = _Sink(create_graph, capture)
+def _start(outputs, grad_outputs, sink, inputs):
+    """The walk's starting state: (gradients by node, nodes ready to run, dependency counts,
+    the nodes a `grad` needs and its target nodes, both None for a `backward`)."""
     for g in grad_outputs:
         sink.handed[id(g._data)] = g._data
     grads = {}
@@ -149,7 +225,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
             continue
         grads[node] = grads[node] + g if node in grads else g
         root_nodes.append(node)
-    nodes, deps = _reachable(root_nodes)
+    nodes, deps = reachable(root_nodes)
     needed = capture_nodes = None
     if inputs is not None:
         target_nodes = {v._node for v in inputs if v._node is not None}
@@ -157,6 +233,18 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
         needed = nodes_reaching(nodes, target_nodes, target_leaves)
         capture_nodes = {v._node: id(v) for v in inputs if v._node is not None}
     ready = [n for n in dict.fromkeys(root_nodes) if deps.get(n, 0) == 0]
+    return grads, ready, deps, needed, capture_nodes
+
+
+def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None):
+    """Propagate gradients from `outputs`. With `inputs`, returns their gradients instead of
+    accumulating into `.grad` (None where an input was not reached).
+
+    The loop over nodes stays in this one function (about 45 lines): it is the hot path of
+    every backward, and a call per node or per edge would cost more than its body."""
+    capture = None if inputs is None else {id(v): None for v in inputs}
+    sink = _Sink(create_graph, capture)
+    grads, ready, deps, needed, capture_nodes = _start(outputs, grad_outputs, sink, inputs)
     accumulate = sink.accumulate
     check = interrupt.current()
     with enable_grad() if create_graph else no_grad():
@@ -221,39 +309,16 @@ def _release(node, deps, grads, ready):
 
 
 def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False):
-    outputs = _as_list(outputs)
-    for i, out in enumerate(outputs):
-        if not out._requires_grad:
-            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
-    if grad_outputs is not None:
-        grad_outputs = _as_list(grad_outputs) if not isinstance(grad_outputs, Sequence) or isinstance(grad_outputs, Variable) else list(grad_outputs)
-    roots = _root_gradients(outputs, grad_outputs)
-    run_backward(outputs, roots, create_graph if retain_graph is None else retain_graph, create_graph)
+    outputs, roots = backward_arguments(outputs, grad_outputs)
+    run_backward(outputs, _root_gradients(outputs, roots), create_graph if retain_graph is None else retain_graph, create_graph)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
     """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
-    outputs = _as_list(outputs)
-    inputs = _as_list(inputs)
-    for i, v in enumerate(inputs):
-        if not isinstance(v, Variable) or not v._requires_grad:
-            raise RuntimeError(f"One of the differentiated Variables (input {i}) does not require grad")
-    for i, out in enumerate(outputs):
-        if not out._requires_grad:
-            raise RuntimeError(f"element {i} of the outputs does not require grad and does not have a grad_fn")
-    if grad_outputs is not None:
-        grad_outputs = [grad_outputs] if isinstance(grad_outputs, Variable) or not isinstance(grad_outputs, (list, tuple)) else list(grad_outputs)
-    roots = _root_gradients(outputs, grad_outputs)
-    captured = run_backward(outputs, roots, create_graph if retain_graph is None else retain_graph, create_graph, inputs)
-    result = []
-    for i, v in enumerate(inputs):
-        g = captured[id(v)]
-        if g is None and not allow_unused:
-            raise RuntimeError(
-                f"One of the differentiated Variables (input {i}) appears to not have been used in the graph. "
-                "Set allow_unused=True if this is the desired behavior."
-            )
-        if g is not None and not create_graph:
-            g = g.detach()
-        result.append(g)
-    return tuple(result)
+    outputs, inputs, roots = grad_arguments(outputs, inputs, grad_outputs)
+    captured = run_backward(outputs, _root_gradients(outputs, roots), create_graph if retain_graph is None else retain_graph,
+                            create_graph, inputs)
+    result = [captured[id(v)] for v in inputs]
+    if not create_graph:
+        result = [None if g is None else g.detach() for g in result]
+    return check_unused(tuple(result), allow_unused)

@@ -3,8 +3,8 @@ casts (`x.float()`, `x.long()`), typed constructors (`FloatTensor(2, 3)`, `Tenso
 and `x.type()`, `x.uniform_(-1, 1)`, and the `volatile=` flag (accepted; it has no effect since
 PyTorch 0.4, and none here: use `no_grad()`).
 
-`install(variable_class, constructors, cast)` adds them to a Variable class and returns the module
-level names; `constructors` is the package's `engine.factory.Constructors`.
+`spellings(constructors, cast)` makes them for `engine.surface` to install (on the engine's and
+the client's Variable alike); `constructors` is the package's `engine.factory.Constructors`.
 """
 
 from __future__ import annotations
@@ -65,10 +65,10 @@ def _cast_method(dtype, cast):
     return method
 
 
-def install(variable_class, constructors, cast) -> dict:
-    """Add `type`, the casts (`float()`, `double()`...), `uniform_` and `volatile` to
-    `variable_class`; return the module-level names
-    (`Tensor`, `FloatTensor`, ..., `from_numpy`). `cast(v, dtype_name)` converts differentiably."""
+def spellings(constructors, cast) -> tuple[dict, dict]:
+    """(methods, module-level names): `type`, the casts (`float()`, `double()`...), `uniform_`
+    and `volatile`; `Tensor`, `FloatTensor`, ..., `from_numpy`. `cast(v, dtype_name)` converts
+    differentiably. `engine.surface.install` puts them on a Variable class and its package."""
 
     def type_(self, dtype=None):
         """`x.type()`: the tensor type's name ('torch.FloatTensor'); `x.type(T)`: x converted to T."""
@@ -85,15 +85,12 @@ def install(variable_class, constructors, cast) -> dict:
     def volatile(self):
         return False
 
-    for method_name, dtype in CAST_METHODS.items():
-        setattr(variable_class, method_name, _cast_method(dtype, cast))
-    variable_class.type = type_
-    variable_class.uniform_ = uniform_
-    variable_class.volatile = property(volatile, doc=VOLATILE_MESSAGE)
+    methods = {name: _cast_method(dtype, cast) for name, dtype in CAST_METHODS.items()}
+    methods.update(type=type_, uniform_=uniform_, volatile=property(volatile, doc=VOLATILE_MESSAGE))
     names = {name: TensorType(name, constructors) for name in DTYPE_OF}
     names["Tensor"] = names["FloatTensor"]
     names["from_numpy"] = lambda array: constructors.tensor(numpy.asarray(array))
-    return names
+    return methods, names
 
 
 def accept_volatile(kwargs: dict) -> None:

@@ -2,7 +2,7 @@
 
 `Constructors` is parameterised by the Variable class and the function that turns data into
 that class's arrays, so the engine (arrays on the active backend) and the client (host NumPy
-arrays) share one implementation. Random draws come from NumPy on the host, so the same seed
+arrays) share one implementation; `engine.surface.install` makes one per side. Random draws come from NumPy on the host, so the same seed
 gives the same values in both.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy
 
 from engine import backend
-from engine.variable import Variable, as_array
 
 DEFAULT_DTYPE = "float32"
+NAMES = ("tensor", "zeros", "ones", "full", "randn", "rand", "arange", "zeros_like", "ones_like", "manual_seed")
 
 
 def _size(size):
@@ -30,6 +30,12 @@ class Constructors:
 
     def manual_seed(self, seed: int) -> None:
         self.rng = numpy.random.default_rng(seed)
+        if backend.xp is not numpy:  # pragma: no cover
+            backend.xp.random.seed(seed)
+
+    def names(self) -> dict:
+        """The package-level constructor functions."""
+        return {name: getattr(self, name) for name in NAMES}
 
     def _make(self, array, dtype, requires_grad):
         return self.variable(self.to_array(array.astype(dtype or DEFAULT_DTYPE, copy=False)), requires_grad=requires_grad)
@@ -61,16 +67,3 @@ class Constructors:
 
     def ones_like(self, v, dtype=None, requires_grad=False):
         return self._make(numpy.ones(v.shape), dtype or v.dtype, requires_grad)
-
-
-_engine = Constructors(Variable, as_array)
-tensor, zeros, ones, full, randn, rand, arange, zeros_like, ones_like = (
-    _engine.tensor, _engine.zeros, _engine.ones, _engine.full, _engine.randn, _engine.rand, _engine.arange,
-    _engine.zeros_like, _engine.ones_like,
-)
-
-
-def manual_seed(seed: int) -> None:
-    _engine.manual_seed(seed)
-    if backend.xp is not numpy:  # pragma: no cover
-        backend.xp.random.seed(seed)

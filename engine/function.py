@@ -47,14 +47,7 @@ class FunctionNode(Node):
         self.retained = None
 
     def vjp(self, grad, needs):
-        result = self.function.backward(self.ctx, grad)
-        if not isinstance(result, tuple):
-            result = (result,)
-        if len(result) < len(self.edges):
-            raise RuntimeError(
-                f"function {self.function.__name__}.backward returned {len(result)} gradient(s) "
-                f"but forward took {len(self.edges)} input(s)"
-            )
+        result = self.function.backward_result(self.function.backward(self.ctx, grad), len(self.edges))
         out = []
         for g, need in zip(result, needs):
             if g is not None and not isinstance(g, Variable):
@@ -68,8 +61,8 @@ class FunctionNode(Node):
         self.ctx = freed
 
 
-class Function:
-    """Base class of custom differentiable operations (see the module docstring)."""
+class FunctionBase:
+    """What every custom Function declares, the engine's and the client's (`client.function`)."""
 
     @staticmethod
     def forward(ctx, *args):
@@ -80,13 +73,33 @@ class Function:
         raise NotImplementedError("Function subclasses must implement a static backward(ctx, *grad_outputs)")
 
     @classmethod
+    def forward_output(cls, out):
+        """Refuse a tuple from forward (one output per Function here)."""
+        if isinstance(out, tuple):
+            raise TypeError(f"{cls.__name__}.forward returned a tuple; custom Functions here return one Variable")
+        return out
+
+    @classmethod
+    def backward_result(cls, result, count):
+        """backward()'s gradients as a tuple of at least `count` (one per forward input)."""
+        if not isinstance(result, tuple):
+            result = (result,)
+        if len(result) < count:
+            raise RuntimeError(
+                f"function {cls.__name__}.backward returned {len(result)} gradient(s) but forward took {count} input(s)")
+        return result
+
+
+class Function(FunctionBase):
+    """Base class of custom differentiable operations (see the module docstring)."""
+
+    @classmethod
     def apply(cls, *args):
         ctx = FunctionCtx()
         ctx.needs_input_grad = tuple(isinstance(a, Variable) and a._requires_grad for a in args)
         with no_grad():
             out = cls.forward(ctx, *args)
-        if isinstance(out, tuple):
-            raise TypeError(f"{cls.__name__}.forward returned a tuple; custom Functions here return one Variable")
+        cls.forward_output(out)
         data = out._data if isinstance(out, Variable) else as_array(out)
         if is_grad_enabled() and any(ctx.needs_input_grad):
             node_class = _node_class(cls)

@@ -59,9 +59,9 @@ class GradMode:
         return self.enabled_as(True)
 
 
-_mode = GradMode()
-state = _mode.state
-is_grad_enabled = _mode.is_enabled
-set_grad_enabled = _mode.set_enabled
-no_grad = _mode.no_grad
-enable_grad = _mode.enable_grad
+mode = GradMode()  # the engine's
+state = mode.state
+is_grad_enabled = mode.is_enabled
+set_grad_enabled = mode.set_enabled
+no_grad = mode.no_grad
+enable_grad = mode.enable_grad

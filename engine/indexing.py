@@ -2,47 +2,13 @@
 
 A spec is a tuple of items, each one of: an int, None (new axis), "..." (Ellipsis),
 {"slice": [start, stop, step]}, or {"tensor": k} for the k-th index array, which travels as
-an extra input of the node. This is also the graph format's spelling of the `index` attribute.
+an extra input of the node. This is also the graph format's spelling of the `index` attribute
+(checked by `engine.attrs`).
 """
 
 from __future__ import annotations
 
 import operator
-
-from engine.attrs import INT64, AttrError
-
-
-def _in_range(value) -> bool:
-    return INT64[0] <= value <= INT64[1]
-
-
-def check_spec(spec, name="index"):
-    if not isinstance(spec, (list, tuple)):
-        raise AttrError(f"attribute {name!r} must be a list of index items, got {spec!r}")
-    out = []
-    for item in spec:
-        if item is None or item == "...":
-            out.append(item)
-        elif isinstance(item, int) and not isinstance(item, bool):
-            if not _in_range(item):
-                raise AttrError(f"attribute {name!r}: index {item} is out of the 64-bit integer range")
-            out.append(item)
-        elif isinstance(item, dict) and set(item) == {"slice"}:
-            bounds = item["slice"]
-            if not isinstance(bounds, (list, tuple)) or len(bounds) != 3 or not all(
-                b is None or (isinstance(b, int) and not isinstance(b, bool)) for b in bounds
-            ):
-                raise AttrError(f"attribute {name!r}: a slice is [start, stop, step] of integers or null, got {bounds!r}")
-            if not all(b is None or _in_range(b) for b in bounds):
-                raise AttrError(f"attribute {name!r}: a slice bound is out of the 64-bit integer range: {bounds!r}")
-            if bounds[2] == 0:
-                raise AttrError(f"attribute {name!r}: slice step cannot be zero")
-            out.append({"slice": list(bounds)})
-        elif isinstance(item, dict) and set(item) == {"tensor"} and isinstance(item["tensor"], int) and not isinstance(item["tensor"], bool) and item["tensor"] >= 0:
-            out.append({"tensor": item["tensor"]})
-        else:
-            raise AttrError(f"attribute {name!r}: unsupported index item {item!r}")
-    return tuple(out)
 
 
 def tensor_count(spec) -> int:

@@ -1,7 +1,8 @@
 """The op registry: every op is declared once, here or in `engine/ops/`, with its name, arity,
 attributes, forward and vjps side by side. Everything else derives from it: the `engine.<op>`
-functions, the Variable methods and operators, the graph validator, `GET /ops`, the client's
-methods and the gradient-check tests.
+functions, the graph validator, `GET /ops`, the gradient-check tests, and (through
+`engine.surface`, which installs them on the engine's and the client's Variable) the methods
+and operators.
 
 A primitive's `forward(xp, *arrays, **attrs)` computes on raw arrays of module `xp`; each of its
 vjps, `vjp(g, ans, *inputs, **attrs)`, maps the output gradient `g` to one input's gradient using
@@ -23,7 +24,7 @@ from engine import backend, costs
 from engine.attrs import REQUIRED, Attr, check
 from engine.grad_mode import state as grad_state
 from engine.node import OpNode, apply_op
-from engine.variable import Variable, as_array
+from engine.variable import Variable, as_array, host_array
 
 OPS: dict[str, "OpDef"] = {}
 F = SimpleNamespace()  # the engine.<op> functions, for vjps that need ops with no operator
@@ -126,50 +127,57 @@ class OpDef:
         }
 
 
-def _camel(name: str) -> str:
-    return "".join(part.capitalize() for part in name.split("_"))
+def grad_fn_name(name: str) -> str:
+    """The class name of an op's graph nodes: `log_softmax` -> `LogSoftmaxBackward`."""
+    return "".join(part.capitalize() for part in name.split("_")) + "Backward"
 
 
-def _reference(inputs):
+def reference(inputs, variable=Variable):
+    """The input whose dtype Python scalars follow: the first floating Variable, else the first Variable."""
     first = None
     for v in inputs:
-        if isinstance(v, Variable):
-            if v._data.dtype.kind == "f":
+        if isinstance(v, variable):
+            if v.dtype.kind == "f":
                 return v
             if first is None:  # not `first or v`: that asks bool() of a many-element Variable
                 first = v
     return first
 
 
-def coerce(inputs):
-    """Variables from a mix of Variables, arrays and Python scalars.
+def scalar_dtype(ref_dtype, value) -> numpy.dtype:
+    """The dtype a Python scalar takes next to a Variable of `ref_dtype` (None: no Variable).
 
-    Scalars take the dtype NumPy's weak-scalar rule gives them next to the first floating
-    Variable, so `x32 * 2.0` stays float32.
-    """
+    NumPy's weak-scalar rule: next to a floating Variable a Python number takes its dtype, so
+    `x32 * 2.0` stays float32; a numpy.float64 counts as a Python float, as in PyTorch."""
+    if ref_dtype is None:
+        return host_array(value).dtype
+    if ref_dtype.kind == "f":
+        return ref_dtype
+    return numpy.result_type(ref_dtype, float(value) if isinstance(value, float) else value)
+
+
+def coerce(inputs):
+    """Variables from a mix of Variables, arrays and Python scalars (scalars by `scalar_dtype`)."""
     for v in inputs:
         if not isinstance(v, Variable):
             break
     else:
         return inputs  # the common case: nothing to convert
-    ref = _reference(inputs)
+    ref = reference(inputs)
+    ref_dtype = None if ref is None else ref._data.dtype
     out = []
     for v in inputs:
         if isinstance(v, Variable):
             out.append(v)
         elif ref is not None and isinstance(v, (bool, int, float)):
-            dtype = ref._data.dtype
-            if dtype.kind == "f":  # next to a floating array a Python number takes the array's dtype
-                out.append(Variable._result(backend.to_active(numpy.asarray(v, dtype)), None))
-                continue
-            weak = float(v) if isinstance(v, float) else v  # a numpy.float64 counts as a Python float, as in PyTorch
-            out.append(Variable._result(as_array(v, numpy.result_type(dtype, weak)), None))
+            out.append(Variable._result(backend.to_active(numpy.asarray(v, scalar_dtype(ref_dtype, v))), None))
         else:
             out.append(Variable._result(as_array(v), None))
     return out
 
 
-def _parse_call(op: OpDef, rest: tuple, kwargs: dict) -> dict:
+def parse_call(op: OpDef, rest: tuple, kwargs: dict) -> dict:
+    """The checked attributes of a call `fn(*inputs, *rest, **kwargs)` (positional ones in declared order)."""
     if not op.attrs and not rest and not kwargs:
         return {}  # the common case: an op without attributes, called without any
     names = list(op.attrs)
@@ -187,19 +195,23 @@ def _parse_call(op: OpDef, rest: tuple, kwargs: dict) -> dict:
     return op.check_attrs(given)
 
 
-def _make_function(op: OpDef):
+def make_function(op: OpDef, coerce, run):
+    """`<op>(*inputs, *attrs, **attrs)` in PyTorch's spelling: `run(coerce(inputs), checked attrs)`.
+
+    The one template of every op function, the engine's (`run` computes) and the client's
+    (`run` records)."""
     if op.variadic:
         def fn(inputs, *rest, **kwargs):
-            return op.call(coerce(list(inputs)), _parse_call(op, rest, kwargs))
+            return run(coerce(list(inputs)), parse_call(op, rest, kwargs))
     else:
-        arity, defaults, run = op.arity, op.default_attrs, op.call
+        arity, defaults = op.arity, op.default_attrs
 
         def fn(*args, **kwargs):
             if len(args) == arity and not kwargs and defaults is not None:
                 return run(coerce(args), defaults)  # the common case: no attribute given
             if len(args) < arity:
                 raise TypeError(f"{op.name}() takes {arity} input(s) but {len(args)} were given")
-            return run(coerce(args[:arity]), _parse_call(op, args[arity:], kwargs))
+            return run(coerce(args[:arity]), parse_call(op, args[arity:], kwargs))
 
     fn.__name__ = op.name
     fn.__qualname__ = op.name
@@ -247,36 +259,12 @@ def defop(name, forward, *vjps, vjp=None, arity=None, attrs=None, methods=None, 
         **options,
     )
     if not op.composite:
-        op.node_class = type(f"{_camel(name)}Backward", (OpNode,), {"__slots__": (), "op": op})
+        op.node_class = type(grad_fn_name(name), (OpNode,), {"__slots__": (), "op": op})
     OPS[name] = op
-    fn = op.function or _make_function(op)
-    setattr(F, name, fn)
+    setattr(F, name, op.function or make_function(op, coerce, op.call))
     setattr(trusted, name, _make_trusted(op))
-    for method in op.methods:
-        setattr(Variable, method, fn)  # a plain function: `v.op(*args)` calls `fn(v, *args)`
     return op
 
 
-def binary_dunders(op: OpDef, name: str, reflected: str | None = None) -> None:
-    """Install `Variable.<name>` (and its reflected form) as calls of a binary op."""
-    empty = {}
-
-    def forward_op(self, other):
-        if type(other) is Variable:
-            return apply_op(op, (self, other), empty)
-        return op.call(coerce((self, other)), empty)
-
-    setattr(Variable, name, forward_op)
-    if reflected:
-        def reflected_op(self, other):
-            return op.call(coerce((other, self)), empty)
-
-        setattr(Variable, reflected, reflected_op)
-
-
-def unary_dunder(op: OpDef, name: str) -> None:
-    empty = {}
-    setattr(Variable, name, lambda self: apply_op(op, (self,), empty))
-
-
-__all__ = ["OPS", "F", "trusted", "local", "Attr", "REQUIRED", "Sample", "OpDef", "defop", "coerce", "binary_dunders", "unary_dunder"]
+__all__ = ["OPS", "F", "trusted", "local", "Attr", "REQUIRED", "Sample", "OpDef", "defop", "coerce", "make_function", "parse_call",
+           "reference", "scalar_dtype", "grad_fn_name"]

@@ -5,15 +5,7 @@ from __future__ import annotations
 from engine import shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
-from engine.registry import (
-    F,
-    Sample,
-    binary_dunders,
-    defop,
-    local,
-    trusted,
-    unary_dunder,
-)
+from engine.registry import F, Sample, defop, local, trusted
 from engine.variable import Variable
 
 
@@ -140,14 +132,5 @@ _compare_forward = {
     "ge": lambda xp, x, y: x >= y, "eq": lambda xp, x, y: x == y, "ne": lambda xp, x, y: x != y,
 }
 for _name, _symbol in COMPARISONS.items():
-    _op = defop(_name, _compare_forward[_name], arity=2, differentiable=False, samples=BINARY,
-                infer=shapes.compare, doc=f"x {_symbol} y as a bool Variable (no gradient)")
-    binary_dunders(_op, f"__{_name}__")
-
-binary_dunders(add, "__add__", "__radd__")
-binary_dunders(sub, "__sub__", "__rsub__")
-binary_dunders(mul, "__mul__", "__rmul__")
-binary_dunders(div, "__truediv__", "__rtruediv__")
-binary_dunders(pow, "__pow__", "__rpow__")
-unary_dunder(neg, "__neg__")
-unary_dunder(abs, "__abs__")
+    defop(_name, _compare_forward[_name], arity=2, differentiable=False, samples=BINARY,
+          infer=shapes.compare, doc=f"x {_symbol} y as a bool Variable (no gradient)")

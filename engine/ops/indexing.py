@@ -140,4 +140,3 @@ defop("setitem", _setitem_forward, vjp=_setitem_vjp, variadic=True, attrs={"inde
                Sample(make=lambda rng: [rng.uniform(-2, 2, (3, 4)), rng.uniform(-2, 2, ()), rng.random((3, 4)) > 0.5],
                       attrs={"index": ({"tensor": 0},)})),
       doc="a copy of x with x[index] = value")
-Variable.__getitem__ = getitem

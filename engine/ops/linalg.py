@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine import costs, shapes
-from engine.registry import F, Sample, binary_dunders, defop
+from engine.registry import F, Sample, defop
 
 
 def _matmul_vjp_x(g, ans, x, y):
@@ -28,4 +28,3 @@ matmul = defop("matmul", lambda xp, x, y: xp.matmul(x, y), _matmul_vjp_x, _matmu
                samples=(Sample(((3, 4), (4, 2))), Sample(((2, 3, 4), (4, 5))), Sample(((2, 1, 3, 4), (3, 4, 2))),
                         Sample(((4,), (4, 2))), Sample(((3, 4), (4,))), Sample(((4,), (4,))), Sample(((4,), (2, 4, 3)))),
                infer=shapes.matmul, work=costs.matrix_product, doc="matrix product with NumPy's broadcasting and 1-d rules")
-binary_dunders(matmul, "__matmul__", "__rmatmul__")

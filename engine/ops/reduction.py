@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections import namedtuple
 
 import numpy
 
@@ -161,25 +160,3 @@ log_softmax = defop("log_softmax", _log_softmax, attrs={"dim": SOFTMAX_DIM},
                     composite=True, samples=SOFTMAX_SAMPLES, infer=shapes.along_dim, doc="x - logsumexp(x, dim)")
 softmax = defop("softmax", lambda x, dim: _log_softmax(x, dim).exp(), attrs={"dim": SOFTMAX_DIM},
                 composite=True, samples=SOFTMAX_SAMPLES, infer=shapes.along_dim, doc="exp(x) / sum(exp(x)) along dim, computed stably")
-
-MaxMin = namedtuple("MaxMin", "values indices")
-
-
-def _extreme(name, amax_op, argmax_op, pairwise):
-    def fn(x, dim=None, keepdim=False):
-        if isinstance(dim, Variable) or (dim is not None and not isinstance(dim, int)):
-            return pairwise(x, dim)
-        if dim is None:
-            return amax_op(x)
-        return MaxMin(amax_op(x, dim, keepdim=keepdim), argmax_op(x, dim, keepdim=keepdim))
-
-    fn.__name__ = name
-    fn.__doc__ = (f"PyTorch's {name}: {name}(x) reduces everything, {name}(x, dim) returns (values, indices), "
-                  f"{name}(x, y) is elementwise.")
-    return fn
-
-
-max = _extreme("max", F.amax, F.argmax, F.maximum)
-min = _extreme("min", F.amin, F.argmin, F.minimum)
-Variable.max = lambda self, dim=None, keepdim=False: max(self, dim, keepdim)
-Variable.min = lambda self, dim=None, keepdim=False: min(self, dim, keepdim)

@@ -7,7 +7,8 @@ import numpy
 from engine import shapes
 from engine.attrs import Attr
 from engine.grad_mode import state as grad_state
-from engine.registry import F, Sample, defop, trusted
+from engine.ops.indexing import take
+from engine.registry import Sample, defop, trusted
 from engine.variable import Variable
 
 
@@ -91,14 +92,13 @@ def _t(x):
 
 
 t = defop("t", _t, composite=True, samples=(Sample(((3, 4),)),), infer=_t_infer, doc="transpose of a matrix")
-def _reversed(v):
+
+
+def reversed_dims(v):
+    """`v.T` on the engine: all dimensions reversed (the view itself when nothing records)."""
     if not (v._requires_grad and grad_state.enabled):  # nothing to record: the view, without an op's dispatch
         return Variable._result(v._data.transpose(), None)
     return trusted.permute(v, dims=tuple(range(v._data.ndim - 1, -1, -1)))
-
-
-Variable.T = property(_reversed, doc="all dimensions reversed")
-Variable.mT = property(lambda self: trusted.transpose(self, dim0=-2, dim1=-1), doc="the last two dimensions swapped")
 
 
 def _unsqueeze_shape(shape, dim):
@@ -139,8 +139,6 @@ flatten = defop("flatten", lambda x, start_dim=0, end_dim=-1: x.reshape(_flatten
 
 
 def _slice_along(g, dim, item):
-    from engine.ops.indexing import take
-
     d = dim % g.ndim
     return take(g, ({"slice": [None, None, None]},) * d + (item,))
 

@@ -24,7 +24,7 @@ for path in (str(ROOT), HERE):
 from client_testkit import Recorder, free_port  # noqa: E402,F401
 
 import client  # noqa: E402
-from client import session as client_session  # noqa: E402
+from client import context as client_context  # noqa: E402
 
 
 class LiveServer:
@@ -85,10 +85,10 @@ def _clean_client_state(monkeypatch):
     monkeypatch.delenv("GRADSERVE_URL", raising=False)
     monkeypatch.delenv("GRADSERVE_API_KEY", raising=False)
     client.set_grad_enabled(True)
-    before = list(client_session._stack)
+    before = list(client_context._stack)
     yield
     client.set_grad_enabled(True)
-    for s in list(client_session._stack):
+    for s in list(client_context._stack):
         if s not in before:
             s.close()
 

@@ -13,7 +13,7 @@ from client_testkit import ROOT
 
 import client
 import engine
-from client.ops import engine_dunders
+from engine.surface import OPERATORS
 
 NOT_MIRRORED = {"gradcheck", "gradgradcheck", "GradcheckError", "backend"}  # engine-only tools
 
@@ -25,14 +25,13 @@ def test_every_registry_op_is_a_client_function_and_method():
             assert callable(getattr(client.Variable, method)), (name, method)
 
 
-def test_operators_are_read_off_the_engine():
-    dunders = engine_dunders()
-    assert {"__add__", "__radd__", "__mul__", "__matmul__", "__neg__", "__lt__", "__pow__", "__rpow__"} <= set(dunders)
+def test_operators_are_declared_once_for_both():
+    assert {"__add__", "__radd__", "__mul__", "__matmul__", "__neg__", "__lt__", "__pow__", "__rpow__"} <= set(OPERATORS)
     x = client.Variable(np.array([1.0, 2.0]))
-    for name, (op, kind) in dunders.items():
+    for name, (op, kind) in OPERATORS.items():
         fn = getattr(client.Variable, name)
         result = fn(x) if kind == "unary" else fn(x, x)
-        assert result._value.op is op, name
+        assert result._value.op is engine.OPS[op], name
 
 
 def test_variable_surface_mirrors_the_engine():
@@ -107,3 +106,17 @@ def test_weak_scalars_and_dtypes_follow_the_engine(session, dtype):
     # Variable); the client sends that scalar with its dtype, so the service never takes that path
     i = client.Variable(np.array([1, 2]))
     assert client.where(i > 1, i, 0).tolist() == [0, 2]
+
+
+def test_the_surface_is_one_set_of_functions_on_both_variables():
+    from engine import surface
+
+    for name in surface.SHARED:
+        assert vars(engine.Variable)[name] is vars(client.Variable)[name], name
+    assert vars(engine.Variable)["requires_grad"].fset is vars(client.Variable)["requires_grad"].fset
+    for name in ("grad_fn", "is_leaf", "retains_grad"):
+        assert vars(engine.Variable)[name].fget is vars(client.Variable)[name].fget, name
+    x = client.Variable(np.array([1.0, 2.0]))
+    with pytest.raises(RuntimeError, match="floating point"):
+        client.Variable(np.array([1, 2])).requires_grad = True
+    assert x.numel() == 2 and x.size(0) == 2 and len(x) == 2 and f"{x.sum():.1f}" == "3.0"

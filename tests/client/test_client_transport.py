@@ -13,7 +13,8 @@ from client_testkit import Recorder, free_port
 
 import client
 from client import Variable
-from client import session as client_session
+from client import context as client_context
+from client import transports as client_transports
 from client.wire import raise_for_error
 from wire.codec import HEADER_LENGTH
 
@@ -179,10 +180,10 @@ def test_binary_and_json_give_the_same_numbers(server):
 
 
 def test_default_session_follows_gradserve_url(server, monkeypatch):
-    monkeypatch.setattr(client_session, "_default", None)
+    monkeypatch.setattr(client_context, "_default", None)
     assert client.current_session().embedded
     monkeypatch.setenv("GRADSERVE_URL", server.url)
-    monkeypatch.setattr(client_session, "_default", None)
+    monkeypatch.setattr(client_context, "_default", None)
     default = client.current_session()
     assert default.url == server.url and not default.embedded
     with client.connect() as s:  # no URL: GRADSERVE_URL
@@ -192,7 +193,7 @@ def test_default_session_follows_gradserve_url(server, monkeypatch):
         assert client.current_session() is s
     assert client.current_session() is default
     default.close()
-    monkeypatch.setattr(client_session, "_default", None)
+    monkeypatch.setattr(client_context, "_default", None)
 
 
 def test_tapes_are_reused_and_fall_back_when_lost(server):
@@ -249,14 +250,14 @@ def test_async_session(mode, request):
 def test_plain_http_is_used_only_where_it_applies(monkeypatch):
     for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)
-    pick = client_session.http_transport
-    assert isinstance(pick("http://127.0.0.1:1", {}, 1.0), client_session.PlainHttpTransport)
-    assert isinstance(pick("https://example.invalid", {}, 1.0), client_session.HttpTransport)
-    assert isinstance(pick("http://127.0.0.1:1", {}, 1.0, httpx.MockTransport(lambda r: None)), client_session.HttpTransport)
+    pick = client_transports.http_transport
+    assert isinstance(pick("http://127.0.0.1:1", {}, 1.0), client_transports.PlainHttpTransport)
+    assert isinstance(pick("https://example.invalid", {}, 1.0), client_transports.HttpTransport)
+    assert isinstance(pick("http://127.0.0.1:1", {}, 1.0, httpx.MockTransport(lambda r: None)), client_transports.HttpTransport)
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
-    assert isinstance(pick("http://gradserve.invalid:8000", {}, 1.0), client_session.HttpTransport)
+    assert isinstance(pick("http://gradserve.invalid:8000", {}, 1.0), client_transports.HttpTransport)
     monkeypatch.setenv("NO_PROXY", "gradserve.invalid")
-    assert isinstance(pick("http://gradserve.invalid:8000", {}, 1.0), client_session.PlainHttpTransport)
+    assert isinstance(pick("http://gradserve.invalid:8000", {}, 1.0), client_transports.PlainHttpTransport)
 
 
 class OneShotServer:
@@ -294,7 +295,7 @@ def test_plain_http_reconnects_when_an_idle_connection_was_closed():
     server = OneShotServer(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                            % (len(body), body))
     try:
-        transport = client_session.PlainHttpTransport(server.url + "/base/", {"X-Test": "1"}, 5.0)
+        transport = client_transports.PlainHttpTransport(server.url + "/base/", {"X-Test": "1"}, 5.0)
         for _ in range(3):
             answer = transport.request("GET", "/healthz")
             assert (answer.status, answer.json(), answer.headers["content-type"]) == (200, {"status": "ok"}, "application/json")
@@ -309,7 +310,7 @@ def test_plain_http_failures_are_the_client_errors():
     silent = OneShotServer(b"")  # reads the request, then closes without an answer
     try:
         with client.connect(silent.url, retries=1, backoff=0.0) as s:
-            assert isinstance(s._transport, client_session.PlainHttpTransport)
+            assert isinstance(s._transport, client_transports.PlainHttpTransport)
             with pytest.raises(client.ConnectionFailed, match="dropped"):
                 s.send("/forward", BAD_GRAPH)
             assert s.stats["/forward"] == 2  # a /forward may be resent

@@ -12,7 +12,8 @@ import pytest
 import engine
 from engine import costs, interrupt, shapes
 from engine.attrs import AttrError
-from engine.indexing import check_spec, to_key
+from engine.attrs import check
+from engine.indexing import to_key
 from engine.registry import OPS
 
 I = np.array([0, 2, 1])
@@ -39,7 +40,7 @@ INDEX_CASES = [
 
 @pytest.mark.parametrize(("shape", "spec", "arrays"), INDEX_CASES)
 def test_index_rule_agrees_with_numpy(shape, spec, arrays):
-    spec = check_spec(spec)
+    spec = check("index", spec, "index")
     expected = np.zeros(shape)[to_key(spec, arrays)].shape
     got = shapes.index_result(shape, spec, [a.shape for a in arrays], [a.dtype for a in arrays])
     assert type(got) is tuple and got == expected
@@ -47,7 +48,7 @@ def test_index_rule_agrees_with_numpy(shape, spec, arrays):
 
 @pytest.mark.parametrize("where", [0, 1])
 def test_a_mask_result_is_bounded_by_the_mask_size(where):
-    spec = check_spec(({"slice": [None, None, None]},) * where + ({"tensor": 0},))
+    spec = check("index", ({"slice": [None, None, None]},) * where + ({"tensor": 0},), "index")
     shape = (6, 6, 7) if where else (6, 7, 3)
     mask = np.ones(shape[where:where + 2], bool)
     mask[0, :3] = False
@@ -66,9 +67,9 @@ def test_a_mask_result_is_bounded_by_the_mask_size(where):
 ])
 def test_index_rule_refuses_what_numpy_refuses(shape, spec, arrays, words):
     with pytest.raises(IndexError):
-        np.zeros(shape)[to_key(check_spec(spec), arrays)]
+        np.zeros(shape)[to_key(check("index", spec, "index"), arrays)]
     with pytest.raises(shapes.ShapeError, match=words):
-        shapes.index_result(shape, check_spec(spec), [a.shape for a in arrays], [a.dtype for a in arrays])
+        shapes.index_result(shape, check("index", spec, "index"), [a.shape for a in arrays], [a.dtype for a in arrays])
 
 
 @pytest.mark.parametrize("op", ["getitem", "setitem", "index_add"])

@@ -1,0 +1,320 @@
+"""The Variable surface, declared once: every method, operator, property, factory and
+PyTorch spelling that the engine's eager `engine.variable.Variable` and the client's lazy
+`client.variable.Variable` share.
+
+What differs between the two is said by a `Side`: how an op is applied (computed now, or
+recorded), the grad mode, `backward`, and the few ops with a spelling of their own (`x[key]`).
+`install(side)` puts the surface on the side's Variable class and returns the module-level
+names (`add`, `max`, `zeros`, `FloatTensor`...) for the package's namespace. The methods are
+written against a small interface that both Variable classes provide (see `engine.variable`).
+
+Where a name comes from:
+- op functions and methods: the registry (`OpDef.methods`), through `registry.make_function`;
+- operators: `OPERATORS` below (the bindings table);
+- everything else: the functions in this file, and `engine.compat` (PyTorch 0.3 spellings).
+
+A change of surface is made once and both sides have it: a new method or in-place operator
+(`__isub__` written against `_assign_recorded`/`_assign_values`), a conversion (`item`,
+`tolist`, `numpy` are here), a module-level name such as a dtype constant (add it to what
+`install` returns), a constructor or constructor keyword (`engine.factory.Constructors`), an
+op under a new name (its `OpDef.methods`, or a function here). What stays per side is in
+`Side`: how an op is applied, and storage (the Variable classes themselves).
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import weakref
+from collections import namedtuple
+
+from engine import backend, compat
+from engine.factory import Constructors
+from engine.registry import OPS, make_function
+from engine.tensor_data import plain
+from engine.variable import format_variable
+
+FORWARD, REFLECTED, UNARY = "forward", "reflected", "unary"
+
+# The bindings table: operator -> (registry op, how its operands are passed).
+OPERATORS = {
+    "__add__": ("add", FORWARD), "__radd__": ("add", REFLECTED),
+    "__sub__": ("sub", FORWARD), "__rsub__": ("sub", REFLECTED),
+    "__mul__": ("mul", FORWARD), "__rmul__": ("mul", REFLECTED),
+    "__truediv__": ("div", FORWARD), "__rtruediv__": ("div", REFLECTED),
+    "__pow__": ("pow", FORWARD), "__rpow__": ("pow", REFLECTED),
+    "__matmul__": ("matmul", FORWARD), "__rmatmul__": ("matmul", REFLECTED),
+    "__neg__": ("neg", UNARY), "__abs__": ("abs", UNARY),
+    "__lt__": ("lt", FORWARD), "__le__": ("le", FORWARD), "__gt__": ("gt", FORWARD),
+    "__ge__": ("ge", FORWARD), "__eq__": ("eq", FORWARD), "__ne__": ("ne", FORWARD),
+}
+
+MaxMin = namedtuple("MaxMin", "values indices")
+
+LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
+NON_LEAF_FLAG = (
+    "you can only change requires_grad flags of leaf variables. If you want to use a computed variable "
+    "in a subgraph that doesn't require differentiation use var_no_grad = var.detach()."
+)
+
+
+class NoValue(RuntimeError):
+    """A Variable that stands for no value yet (one being traced): what its repr says instead."""
+
+
+class Side:
+    """What one Variable implementation gives the surface.
+
+    variable: the class to install on. coerce(inputs) and run(op) -> (inputs, attrs) -> result:
+    how an op function applies its op. operator(op, kind, function): an operator's method
+    (default: a call of the op's function). grad_mode: `engine.grad_mode.GradMode`. backward(outputs,
+    grad_outputs, retain_graph, create_graph). to_array(data, dtype): a value for the class's
+    constructor. functions: ops whose function is the side's own (e.g. {"getitem": ...}).
+    properties: a faster equivalent of a property here (e.g. {"T": ...}).
+    """
+
+    def __init__(self, variable, coerce, run, grad_mode, backward, to_array, functions=None, properties=None):
+        self.variable = variable
+        self.coerce = coerce
+        self.run = run
+        self.grad_mode = grad_mode
+        self.backward = backward
+        self.to_array = to_array
+        self.functions = dict(functions or {})
+        self.properties = dict(properties or {})
+
+    def operator(self, op, kind, function):
+        if kind == UNARY:
+            return lambda self: function(self)
+        if kind == REFLECTED:
+            return lambda self, other: function(other, self)
+        return lambda self, other: function(self, other)
+
+
+def extreme(name, reduce, arg, pairwise):
+    """PyTorch's `max` (or `min`) from its reduction, arg-reduction and elementwise ops."""
+
+    def fn(x, dim=None, keepdim=False):
+        if dim is not None and not isinstance(dim, int):
+            return pairwise(x, dim)
+        if dim is None:
+            return reduce(x)
+        return MaxMin(reduce(x, dim, keepdim=keepdim), arg(x, dim, keepdim=keepdim))
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (f"PyTorch's {name}: {name}(x) reduces everything, {name}(x, dim) returns (values, indices), "
+                  f"{name}(x, y) is elementwise.")
+    return fn
+
+
+# --- methods written against the interface ----------------------------------------------------
+
+
+def __init__(self, data, requires_grad=False, **pytorch03):
+    if pytorch03:
+        compat.accept_volatile(pytorch03)
+    self._store(data)
+    if requires_grad:
+        self.requires_grad = True
+
+
+def _host(v):
+    return backend.to_numpy(v._array())
+
+
+def _set_requires_grad(self, flag):
+    if self._node is not None:
+        raise RuntimeError(NON_LEAF_FLAG)
+    if flag and self.dtype.kind != "f":
+        raise RuntimeError(f"only Variables of floating point dtype can require gradients (got {self.dtype})")
+    self._store_requires_grad(bool(flag))
+
+
+def requires_grad_(self, requires_grad=True):
+    self.requires_grad = requires_grad
+    return self
+
+
+def retain_grad(self):
+    """Keep this non-leaf's gradient in `.grad` after backward (a no-op on leaves)."""
+    node = self._node
+    if node is None:
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on Variable that has requires_grad=False")
+        return
+    node.retained = weakref.ref(self)
+
+
+def grad_fn(self):
+    return self._node
+
+
+def is_leaf(self) -> bool:
+    return self._node is None
+
+
+def retains_grad(self) -> bool:
+    node = self._node
+    return node is not None and node.retained is not None and node.retained() is self
+
+
+def size(self, dim=None):
+    return self.shape if dim is None else self.shape[dim]
+
+
+def dim(self) -> int:
+    return self.ndim
+
+
+def numel(self) -> int:
+    return math.prod(self.shape)
+
+
+def __len__(self):
+    if self.ndim == 0:
+        raise TypeError("len() of a 0-d Variable")
+    return self.shape[0]
+
+
+def __iter__(self):
+    if self.ndim == 0:
+        raise TypeError("iteration over a 0-d Variable")
+    return (self[i] for i in range(self.shape[0]))
+
+
+def item(self):
+    if self.numel() != 1:
+        raise ValueError(f"only one element Variables can be converted to Python scalars (this one has {self.numel()})")
+    return self._array().item()
+
+
+def numpy(self):
+    """The values as a NumPy array (sharing memory with a CPU Variable)."""
+    return backend.to_numpy(plain(self.data))
+
+
+def tolist(self):
+    return _host(self).tolist()
+
+
+def __array__(self, dtype=None, copy=None):
+    array = self.numpy()
+    return array if dtype is None else array.astype(dtype)
+
+
+def __bool__(self):
+    if self.numel() != 1:
+        raise RuntimeError("Boolean value of a Variable with more than one value is ambiguous")
+    return builtins.bool(self._array().item())
+
+
+def __float__(self):
+    return builtins.float(self.item())
+
+
+def __int__(self):
+    return builtins.int(self.item())
+
+
+def __index__(self):
+    if self.dtype.kind not in "iub" or self.numel() != 1:
+        raise TypeError("only integer Variables of a single element can be converted to an index")
+    return builtins.int(self._array().item())
+
+
+def __format__(self, spec):
+    if self.ndim == 0:
+        return format(self.item(), spec)  # f"{loss:.4f}", as PyTorch formats a 0-d tensor
+    return object.__format__(self, spec)
+
+
+def __repr__(self):
+    try:
+        array = _host(self)
+    except NoValue:
+        return f"Variable(<traced {list(self.shape)} {self.dtype}>)"
+    return format_variable(array, self._node, self.requires_grad, self.device)
+
+
+def zero_(self):
+    return self.fill_(0)
+
+
+def fill_(self, value):
+    # the rules of __setitem__: a leaf that requires grad refuses under grad mode, and a
+    # Variable in a graph records the fill (its gradient is zero), as PyTorch does
+    self[...] = value
+    return self
+
+
+SHARED = {f.__name__: f for f in (
+    __init__, requires_grad_, retain_grad, size, dim, numel, __len__, __iter__, item, numpy, tolist, __array__, __bool__,
+    __float__, __int__, __index__, __format__, __repr__, zero_, fill_,
+)}
+
+
+def _bound_methods(side, functions) -> tuple[dict, dict]:
+    """(methods, module-level functions) that need the side's functions, grad mode or backward."""
+    is_enabled = side.grad_mode.is_enabled
+    setitem = functions["setitem"]
+    variable = side.variable
+    run_backward = side.backward
+
+    def __setitem__(self, key, value):
+        """In-place assignment, recorded as a `setitem` node when grad mode needs it."""
+        if is_enabled():
+            if self._node is None and self.requires_grad:
+                raise RuntimeError(LEAF_INPLACE)
+            if self.requires_grad or (isinstance(value, variable) and value.requires_grad):
+                self._assign_recorded(setitem(self._snapshot(), value, key))
+                return
+        self._assign_values(key, value, setitem)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False):
+        """Gradients of this Variable into every leaf's `.grad`."""
+        run_backward([self], None if gradient is None else [gradient], retain_graph=retain_graph,
+                     create_graph=create_graph)
+
+    maximum = extreme("max", functions["amax"], functions["argmax"], functions["maximum"])
+    minimum = extreme("min", functions["amin"], functions["argmin"], functions["minimum"])
+    return {
+        "__setitem__": __setitem__,
+        "__getitem__": functions["getitem"],
+        "backward": backward,
+        "max": lambda self, dim=None, keepdim=False: maximum(self, dim, keepdim),
+        "min": lambda self, dim=None, keepdim=False: minimum(self, dim, keepdim),
+    }, {"max": maximum, "min": minimum}
+
+
+def install(side: Side) -> dict:
+    """Install the surface on `side.variable`; return the module-level names."""
+    cls = side.variable
+    cls.__array_ufunc__ = None  # make `ndarray <op> Variable` defer to Variable's reflected operators
+    cls.__hash__ = object.__hash__  # __eq__ is elementwise; Variables hash by identity
+    functions = {}
+    for name, op in OPS.items():
+        functions[name] = side.functions.get(name) or make_function(op, side.coerce, side.run(op))
+        for method in op.methods:
+            setattr(cls, method, functions[name])  # a plain function: `v.op(*args)` calls `fn(v, *args)`
+    for dunder, (name, kind) in OPERATORS.items():
+        setattr(cls, dunder, side.operator(OPS[name], kind, functions[name]))
+    for name, method in SHARED.items():
+        setattr(cls, name, method)
+    methods, extremes = _bound_methods(side, functions)
+    for name, method in methods.items():
+        setattr(cls, name, method)
+    cls.__str__ = __repr__
+    cls.requires_grad = property(cls.requires_grad.fget, _set_requires_grad)
+    for getter in (grad_fn, is_leaf, retains_grad):
+        setattr(cls, getter.__name__, property(getter))
+    cls.T = property(side.properties.get("T") or (lambda self: self.permute(tuple(reversed(range(self.ndim))))),
+                     doc="all dimensions reversed")
+    transpose = functions["transpose"]
+    cls.mT = property(side.properties.get("mT") or (lambda self: transpose(self, -2, -1)),
+                      doc="the last two dimensions swapped")
+    constructors = Constructors(cls, side.to_array)
+    names = {**functions, **extremes, **constructors.names()}
+    methods, spellings = compat.spellings(constructors, lambda v, dtype: functions["cast"](v, dtype=dtype))
+    for name, method in methods.items():
+        setattr(cls, name, method)
+    return {**names, **spellings}
