@@ -10,6 +10,9 @@ class Limits:
     """Every bound the protocol enforces; all configurable (see service settings)."""
 
     max_body_bytes: int = 512 * 2**20
+    # JSON parsing and encoding hold the GIL in one call each: these keep a call to tens of ms
+    max_json_body_bytes: int = 4 * 2**20
+    max_json_output_elements: int = 2**18
     max_tensor_elements: int = 2**27
     max_total_elements: int = 2**28
     max_nodes: int = 100_000
