@@ -100,7 +100,7 @@ def declared_length(headers: Headers, limit: int, name: str = "max_body_bytes") 
 
 
 async def read_body(receive, headers: Headers, limits: Limits, head_length: int | None, hold: BodyHold,
-                    timeout_s: float) -> bytes:
+                    timeout_s: float) -> bytearray:
     """The raw body from ASGI `receive`. Refused with 413 before reading when its Content-Length is
     over its limit, and while reading (chunked or lying streams) as soon as the bytes pass it; with
     503 when the server-wide body budget has no room for it; with 408 when it has not all arrived
@@ -109,7 +109,8 @@ async def read_body(receive, headers: Headers, limits: Limits, head_length: int 
     declared = declared_length(headers, limit, name)
     if declared:
         hold.grow(declared)
-    chunks, total = [], 0
+    # one buffer filled in place: joining pieces of a large body would hold the GIL for the copy
+    body, total = bytearray(declared or 0), 0
     try:
         async with asyncio.timeout(timeout_s):
             while True:
@@ -117,19 +118,25 @@ async def read_body(receive, headers: Headers, limits: Limits, head_length: int 
                 if message["type"] == "http.disconnect":
                     raise ApiError(400, "the client disconnected before sending the whole body", field="body")
                 chunk = message.get("body", b"")
-                total += len(chunk)
-                if total > limit:
+                end = total + len(chunk)
+                if end > limit:
                     raise _too_large(limit, name, "is over")
-                if total > hold.bytes:
-                    hold.grow(total - hold.bytes)
-                chunks.append(chunk)
+                if end > hold.bytes:
+                    hold.grow(end - hold.bytes)
+                if end <= len(body):
+                    body[total:end] = chunk
+                else:
+                    body += chunk
+                total = end
                 if not message.get("more_body", False):
                     break
     except TimeoutError:
         raise ApiError(408, f"the request body did not arrive within body_timeout_s={timeout_s:g} s "
                        f"({total} bytes came)", field="body", headers=CLOSE) from None
+    if total < len(body):
+        del body[total:]
     _check_json_header(limits, head_length, total)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return body
 
 
 def header_length(headers: Headers) -> int | None:

@@ -66,16 +66,19 @@ def _check_connection_cap(settings, fd_limit: int) -> None:
 
 
 def _exit_after_drain(grace_s: float) -> None:
-    """After uvicorn returns: give computations cancelled at the drain's end `grace_s` to stop
-    at their next graph step, then exit without waiting for an op still running."""
+    """After uvicorn returns: when the shutdown cancelled computations still running, give them
+    `grace_s` to stop at their next graph step, then exit without waiting for an op still running."""
+    from service.compute import CANCELLED_AT_SHUTDOWN
+
+    if not CANCELLED_AT_SHUTDOWN.is_set():
+        return
     deadline = time.monotonic() + grace_s
     for thread in threading.enumerate():
         if thread.name.startswith("gradserve-compute"):
             thread.join(max(0.0, deadline - time.monotonic()))
     if any(t.name.startswith("gradserve-compute") and t.is_alive() for t in threading.enumerate()):
+        logging.getLogger("gradserve").warning("exiting with a cancelled computation still inside an op")
         logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
         os._exit(0)
 
 

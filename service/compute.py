@@ -22,6 +22,9 @@ from service.errors import ApiError
 from wire.run import cancel_scope
 
 
+CANCELLED_AT_SHUTDOWN = threading.Event()  # a pool's shutdown cancelled running computations
+
+
 def _init_thread():
     # numpy's error state is per thread (a context variable): set it in every compute thread.
     numpy.seterr(all="ignore")
@@ -241,7 +244,8 @@ class ComputePool:
 
     def shutdown(self):
         """Cancel running computations and let go of the threads (they stop at their next step)."""
-        self.cancel_all()
+        if self.cancel_all():
+            CANCELLED_AT_SHUTDOWN.set()
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:

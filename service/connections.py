@@ -20,7 +20,9 @@ from service.errors import error_body
 
 @functools.cache
 def _settings():
-    from service.settings import Settings  # the process's settings, from GRADSERVE_* (set by the CLI)
+    from service.settings import (
+        Settings,  # the process's settings, from GRADSERVE_* (set by the CLI)
+    )
 
     return Settings()
 

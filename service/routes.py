@@ -162,7 +162,7 @@ def _drop_tape(executor, tape) -> None:
     if tape is not None:
         try:
             executor.tapes.take(tape)
-        except Exception:  # noqa: BLE001 - already evicted
+        except Exception:  # noqa: BLE001, S110 - already evicted
             pass
 
 
