@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import numpy
+
 from starlette.datastructures import Headers
 
 from service.errors import ApiError
@@ -100,7 +102,7 @@ def declared_length(headers: Headers, limit: int, name: str = "max_body_bytes") 
 
 
 async def read_body(receive, headers: Headers, limits: Limits, head_length: int | None, hold: BodyHold,
-                    timeout_s: float) -> bytearray:
+                    timeout_s: float) -> memoryview | bytearray:
     """The raw body from ASGI `receive`. Refused with 413 before reading when its Content-Length is
     over its limit, and while reading (chunked or lying streams) as soon as the bytes pass it; with
     503 when the server-wide body budget has no room for it; with 408 when it has not all arrived
@@ -109,8 +111,10 @@ async def read_body(receive, headers: Headers, limits: Limits, head_length: int 
     declared = declared_length(headers, limit, name)
     if declared:
         hold.grow(declared)
-    # one buffer filled in place: joining pieces of a large body would hold the GIL for the copy
-    body, total = bytearray(declared or 0), 0
+    # one buffer filled in place, never zero-filled nor joined (each would hold the GIL for a
+    # pass over the whole body); a chunked body grows a bytearray
+    body = memoryview(numpy.empty(declared, numpy.uint8)) if declared else bytearray()
+    total = 0
     try:
         async with asyncio.timeout(timeout_s):
             while True:
@@ -123,10 +127,12 @@ async def read_body(receive, headers: Headers, limits: Limits, head_length: int 
                     raise _too_large(limit, name, "is over")
                 if end > hold.bytes:
                     hold.grow(end - hold.bytes)
-                if end <= len(body):
+                if isinstance(body, bytearray):
+                    body += chunk
+                elif end <= len(body):
                     body[total:end] = chunk
                 else:
-                    body += chunk
+                    raise ApiError(400, f"the body is longer than its Content-Length {declared}", field="body")
                 total = end
                 if not message.get("more_body", False):
                     break
@@ -134,7 +140,7 @@ async def read_body(receive, headers: Headers, limits: Limits, head_length: int 
         raise ApiError(408, f"the request body did not arrive within body_timeout_s={timeout_s:g} s "
                        f"({total} bytes came)", field="body", headers=CLOSE) from None
     if total < len(body):
-        del body[total:]
+        body = body[:total]
     _check_json_header(limits, head_length, total)
     return body
 
