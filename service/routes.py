@@ -224,6 +224,8 @@ class ComputeEndpoint:
             request = _decode(executor, body, length)
             if executor.is_light(request):
                 return _execute(executor, self.kind, request)
+            if not request.binary_output:  # refuse before waiting for a slot, not after
+                _check_json_answer(executor.limits, _planned_answer_elements(executor, self.kind, request))
             fn, args = _execute, (executor, self.kind, request)
         else:
             fn, args = _compute, (executor, self.kind, body, length)
