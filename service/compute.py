@@ -204,7 +204,7 @@ class ComputePool:
             raise
         timer = loop.call_later(self.timeout_s, _expire, job.answer)
         if gone is not None:
-            gone.add_done_callback(lambda _: _expire(job.answer, ClientGone))
+            gone.add_done_callback(lambda watch: watch.cancelled() or _expire(job.answer, ClientGone))
         try:
             return await job.answer
         except _Expired:
