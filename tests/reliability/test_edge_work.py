@@ -173,8 +173,11 @@ def test_inline_requests_are_never_refused_and_pooled_ones_wait_briefly(server_f
     assert 1.2 < waited < 10
     thread.join(120)
     assert results["slow"].status_code == 200
-    # a pooled request that arrives while the slot is briefly taken waits for it instead of 503
-    short, short_headers = slow_binary(30)
+
+def test_a_pooled_request_waits_for_a_slot_instead_of_503(server_factory):
+    server = server_factory(max_concurrency=1, log_level="warning")  # the default queue_timeout_s
+    assert httpx.get(server.url + "/info", timeout=10).json()["limits"]["queue_timeout_s"] >= 5
+    short, short_headers = slow_binary(10)
     answers = []
     pair = [threading.Thread(target=lambda: answers.append(httpx.post(server.url + "/forward", content=short,
                                                                       headers=short_headers, timeout=60)))
