@@ -164,14 +164,16 @@ class ComputePool:
         while len(self._waiters) < self.max_queued and loop.time() < deadline:
             waiter = loop.create_future()
             self._waiters.append(waiter)
+            if self._in_flight < self.max_concurrency:  # freed before we queued: no wake-up will come
+                waiter.set_result(None)
             try:
                 async with asyncio.timeout_at(deadline):
                     await waiter
             except TimeoutError:
                 break
             finally:
-                if not waiter.done():
-                    waiter.cancel()
+                waiter.cancel()
+                if waiter in self._waiters:  # at most max_queued: a short scan
                     self._waiters.remove(waiter)
             if self._try_acquire():
                 return
