@@ -7,7 +7,6 @@ import asyncio
 import threading
 
 import numpy
-
 from starlette.datastructures import Headers
 
 from service.errors import ApiError

@@ -21,7 +21,6 @@ import numpy
 from service.errors import ApiError
 from wire.run import cancel_scope
 
-
 CANCELLED_AT_SHUTDOWN = threading.Event()  # a pool's shutdown cancelled running computations
 
 

@@ -16,7 +16,6 @@ import numpy as np
 
 from .conftest import binary_body, matmul_chain
 
-
 PROBE = """
 import json, signal, sys, time, httpx
 url, period = sys.argv[1], float(sys.argv[2])
@@ -100,7 +99,7 @@ def slow_binary(links: int, n: int = 512):
 
 def metric(url: str, name: str) -> float:
     for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
+        if line.startswith((name + " ", name + "{")):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"metric {name} missing")
 
