@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import resource
 import time
 
 import httpx
@@ -153,3 +154,18 @@ def test_idle_keep_alive_connections_are_closed(server_factory):
     assert answer is not None and answer.startswith(b"HTTP/1.1 200")
     assert_error(httpx.post(server.url + "/forward", content=b"{", headers={"Content-Type": "application/json"},
                             timeout=10))
+
+
+def test_the_server_raises_its_open_file_limit_to_the_hard_limit(server_factory):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = min(1024, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))  # inherited by the server process
+    try:
+        server = server_factory(log_level="warning")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    with open(f"/proc/{server.pid}/limits") as fh:
+        line = next(line for line in fh if line.startswith("Max open files"))
+    server_soft, server_hard = line.split()[3:5]
+    assert server_soft == server_hard == str(hard)
+    assert httpx.get(server.url + "/info", timeout=10).json()["limits"]["max_connections"] <= hard - 64
