@@ -210,3 +210,28 @@ def test_sigterm_past_the_drain_answers_503_and_exits_soon(server_factory):
     assert exited < drain + 6, exited
     assert "Traceback" not in server.output()
     record_figure("sigterm_past_drain_exit_s", round(exited, 2))
+
+
+def test_sigterm_with_one_long_op_running_exits_soon_after_the_drain(server_factory):
+    """A single op cannot be interrupted: the process answers 503 at the drain's end and exits
+    a few seconds later without waiting for the op."""
+    drain, n = 1, 6000
+    server = server_factory(timeout_graceful_shutdown=drain, log_level="warning")
+    graph = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "m", "op": "matmul", "inputs": ["x", "x"]},
+                                     {"id": "s", "op": "sum", "inputs": ["m"]}], "outputs": ["s"]}
+    body, headers = binary_body({"graph": graph}, {"x": np.ones((n, n), np.float32)})  # ~4e11 flop: many seconds
+    results = {}
+    thread = threading.Thread(target=lambda: results.setdefault(
+        "slow", httpx.post(server.url + "/forward", content=body, headers=headers, timeout=120)))
+    thread.start()
+    wait_for(lambda: metric(server.url, "gradserve_computations_in_flight") == 1, 30, "the computation start")
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    code = server.proc.wait(drain + 15)
+    exited = time.monotonic() - t0
+    thread.join(30)
+    assert "shutting down" in assert_error(results["slow"], {503})["error"]
+    assert code == 0, server.output()[-2000:]
+    assert exited < drain + 6, exited
+    record_figure("sigterm_single_op_exit_s", round(exited, 2))
