@@ -67,7 +67,7 @@ class Settings(BaseSettings):
         2**30, gt=0, description="bytes of request bodies held at once, all requests together; past it 503")
 
     # --- compute
-    max_concurrency: int = Field(default_factory=lambda: default_concurrency(), ge=1,
+    max_concurrency: int = Field(default_factory=default_concurrency, ge=1,
                                  description="computations at once (compute threads); default: the CPUs, at most 4")
     queue_timeout_s: float = Field(
         5.0, ge=0, description="how long a heavy request waits for a compute slot before 503 + Retry-After")
