@@ -215,7 +215,7 @@ class ComputeEndpoint:
             hold.release()
         await _send_parts(send, parts, head_length)
 
-    async def _run(self, state, body: bytes, length: int | None, receive):
+    async def _run(self, state, body: memoryview | bytearray, length: int | None, receive):
         """A small body whose graph is light (`Executor.is_light`) runs here on the event loop,
         where it costs less than the hop to a compute thread; anything else runs on the pool,
         cancelled if the client disconnects meanwhile."""
