@@ -15,6 +15,7 @@ from starlette.middleware.cors import CORSMiddleware
 from engine import backend
 from service import errors, oip
 from service.auth import SCHEME
+from service.body import BodyBudget
 from service.compute import ComputePool
 from service.metrics import Metrics, MetricsMiddleware
 from service.routes import add_compute_routes, router
@@ -40,7 +41,7 @@ async def _sweep_tapes(executor: Executor, period: float):
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     executor = Executor(settings.limits())
-    pool = ComputePool(settings.max_concurrency, settings.compute_timeout_s)
+    pool = ComputePool(settings.max_concurrency, settings.compute_timeout_s, settings.queue_timeout_s)
     metrics = Metrics(executor, pool)
 
     @asynccontextmanager
@@ -66,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.executor = executor
     app.state.pool = pool
+    app.state.body_budget = BodyBudget(settings.max_inflight_body_bytes)
     app.state.metrics = metrics
     app.state.ready = False
     errors.install(app)

@@ -1,18 +1,92 @@
-"""Reading request bodies within `max_body_bytes`, and the binary-extension header."""
+"""Reading request bodies: within their size limit (JSON bodies have a smaller one than binary
+ones), within `body_timeout_s`, and within the server-wide budget of body bytes held at once."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
+import numpy
 from starlette.datastructures import Headers
 
 from service.errors import ApiError
 from wire.codec import HEADER_LENGTH
+from wire.limits import Limits
+
+CLOSE = {"Connection": "close"}
 
 
-def _too_large(limit: int, what: str) -> ApiError:
-    return ApiError(413, f"the request body {what} the limit of {limit} bytes (max_body_bytes)", field="body")
+class BodyBudget:
+    """Bytes of request bodies held at once, all requests together (`max_inflight_body_bytes`).
+    A body is counted from its first byte (its whole Content-Length up front) until its request ends."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.held = 0
+        self.refused = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if self.held + n > self.capacity:
+                self.refused += 1
+                return False
+            self.held += n
+            return True
+
+    def give_back(self, n: int) -> None:
+        with self._lock:
+            self.held -= n
 
 
-def declared_length(headers: Headers, limit: int) -> int | None:
+class BodyHold:
+    """One request's share of the BodyBudget; `release()` when the request ends."""
+
+    __slots__ = ("budget", "bytes")
+
+    def __init__(self, budget: BodyBudget):
+        self.budget, self.bytes = budget, 0
+
+    def grow(self, n: int) -> None:
+        if n > self.budget.capacity:
+            raise ApiError(413, f"the request body needs {n} bytes, over the server's whole budget for bodies "
+                           f"(max_inflight_body_bytes={self.budget.capacity})", field="body", headers=CLOSE)
+        if not self.budget.take(n):
+            raise ApiError(503, "the server is receiving too many request bodies at once "
+                           f"(max_inflight_body_bytes={self.budget.capacity}); retry shortly",
+                           field="body", headers={"Retry-After": "1", **CLOSE})
+        self.bytes += n
+
+    def release(self) -> None:
+        self.budget.give_back(self.bytes)
+        self.bytes = 0
+
+
+def body_limit(limits: Limits, head_length: int | None) -> tuple[int, str]:
+    """(limit, its setting's name) of a body: binary-extension bodies may be larger than JSON ones."""
+    if head_length is None and limits.max_json_body_bytes < limits.max_body_bytes:
+        return limits.max_json_body_bytes, "max_json_body_bytes"
+    return limits.max_body_bytes, "max_body_bytes"
+
+
+def _check_json_header(limits: Limits, head_length: int | None, total: int) -> None:
+    """The JSON header of a binary body is parsed in one piece too: it has the JSON bound. (A
+    header length past the body's end is a framing error, answered 400 when the body is split.)"""
+    if head_length is not None and limits.max_json_body_bytes < head_length <= total:
+        raise ApiError(413, f"the binary body's JSON header is {head_length} bytes, over the limit of "
+                       f"{limits.max_json_body_bytes} bytes for JSON (max_json_body_bytes); send tensors as binary "
+                       "data, not in the header", field=HEADER_LENGTH)
+
+
+def _too_large(limit: int, name: str, what: str) -> ApiError:
+    hint = ""
+    if name == "max_json_body_bytes":
+        hint = (f"; JSON bodies are parsed in one piece, so they have a smaller limit: send large tensors with the binary "
+                f"extension (Content-Type: application/octet-stream and an {HEADER_LENGTH} header)")
+    return ApiError(413, f"the request body {what} the limit of {limit} bytes ({name}){hint}", field="body", headers=CLOSE)
+
+
+def declared_length(headers: Headers, limit: int, name: str = "max_body_bytes") -> int | None:
     """The Content-Length, refused with 413 when it is over `limit` (before any byte is read)."""
     declared = headers.get("content-length")
     if declared is None:
@@ -22,27 +96,52 @@ def declared_length(headers: Headers, limit: int) -> int | None:
     except ValueError:
         raise ApiError(400, f"Content-Length is not an integer: {declared!r}", field="Content-Length") from None
     if length > limit:
-        raise _too_large(limit, f"declares {length} bytes, over")
+        raise _too_large(limit, name, f"declares {length} bytes, over")
     return length
 
 
-async def read_body(receive, headers: Headers, limit: int) -> bytes:
-    """The raw body from ASGI `receive`, refused with 413 before reading when Content-Length is
-    over `limit`, and while reading (chunked or lying streams) as soon as the bytes pass it."""
-    declared_length(headers, limit)
-    chunks, total = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ApiError(400, "the client disconnected before sending the whole body", field="body")
-        chunk = message.get("body", b"")
-        total += len(chunk)
-        if total > limit:
-            raise _too_large(limit, "is over")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+async def read_body(receive, headers: Headers, limits: Limits, head_length: int | None, hold: BodyHold,
+                    timeout_s: float) -> memoryview | bytearray:
+    """The raw body from ASGI `receive`. Refused with 413 before reading when its Content-Length is
+    over its limit, and while reading (chunked or lying streams) as soon as the bytes pass it; with
+    503 when the server-wide body budget has no room for it; with 408 when it has not all arrived
+    within `timeout_s`. Its bytes are counted in `hold` (the caller releases it)."""
+    limit, name = body_limit(limits, head_length)
+    declared = declared_length(headers, limit, name)
+    if declared:
+        hold.grow(declared)
+    # one buffer filled in place, never zero-filled nor joined (each would hold the GIL for a
+    # pass over the whole body); a chunked body grows a bytearray
+    body = memoryview(numpy.empty(declared, numpy.uint8)) if declared else bytearray()
+    total = 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ApiError(400, "the client disconnected before sending the whole body", field="body")
+                chunk = message.get("body", b"")
+                end = total + len(chunk)
+                if end > limit:
+                    raise _too_large(limit, name, "is over")
+                if end > hold.bytes:
+                    hold.grow(end - hold.bytes)
+                if isinstance(body, bytearray):
+                    body += chunk
+                elif end <= len(body):
+                    body[total:end] = chunk
+                else:
+                    raise ApiError(400, f"the body is longer than its Content-Length {declared}", field="body")
+                total = end
+                if not message.get("more_body", False):
+                    break
+    except TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within body_timeout_s={timeout_s:g} s "
+                       f"({total} bytes came)", field="body", headers=CLOSE) from None
+    if total < len(body):
+        body = body[:total]
+    _check_json_header(limits, head_length, total)
+    return body
 
 
 def header_length(headers: Headers) -> int | None:

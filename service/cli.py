@@ -13,9 +13,14 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
 
 log = logging.getLogger("gradserve")
 FLAGS = ("host", "port", "device", "workers", "log_level")
+FD_RESERVE = 64     # descriptors kept for files, pipes and the listening socket
+BACKLOG = 1024      # connections the kernel queues before accept
+EXIT_GRACE_S = 3.0  # after the drain, how long cancelled computations get to stop
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,6 +61,48 @@ def warn_if_exposed(settings) -> None:
             settings.host)
 
 
+def raise_fd_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit (connections are capped
+    by max_connections, below it); the new soft limit."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def _check_connection_cap(settings, fd_limit: int) -> None:
+    room = fd_limit - FD_RESERVE
+    if 0 <= fd_limit and settings.max_connections > room:
+        print(f"gradserve: max_connections={settings.max_connections} does not fit the open-file limit {fd_limit}; "
+              f"using {max(1, room)}", file=sys.stderr)
+        settings.max_connections = max(1, room)
+
+
+def _exit_after_drain(grace_s: float) -> None:
+    """After uvicorn returns: when the shutdown cancelled computations still running, give them
+    `grace_s` to stop at their next graph step, then exit without waiting for an op still running."""
+    from service.compute import CANCELLED_AT_SHUTDOWN
+
+    if not CANCELLED_AT_SHUTDOWN.is_set():
+        return
+    deadline = time.monotonic() + grace_s
+    for thread in threading.enumerate():
+        if thread.name.startswith("gradserve-compute"):
+            thread.join(max(0.0, deadline - time.monotonic()))
+    if any(t.name.startswith("gradserve-compute") and t.is_alive() for t in threading.enumerate()):
+        logging.getLogger("gradserve").warning("exiting with a cancelled computation still inside an op")
+        logging.shutdown()
+        os._exit(0)
+
+
 def serve(settings) -> int:
     import uvicorn
 
@@ -63,14 +110,19 @@ def serve(settings) -> int:
 
     backend.use(settings.device)  # fail here, with one line, when the device is not there
     warn_if_exposed(settings)
+    _check_connection_cap(settings, raise_fd_limit())
 
     os.environ.update(settings.to_env())
     signal.signal(signal.SIGTERM, _exit_quietly)
-    uvicorn.run(
-        "service.app:create_app", factory=True, host=settings.host, port=settings.port, workers=settings.workers,
-        log_level=settings.log_level, timeout_graceful_shutdown=settings.timeout_graceful_shutdown,
-        proxy_headers=False, server_header=False,
-    )
+    try:
+        uvicorn.run(
+            "service.app:create_app", factory=True, host=settings.host, port=settings.port, workers=settings.workers,
+            log_level=settings.log_level, timeout_graceful_shutdown=settings.timeout_graceful_shutdown,
+            proxy_headers=False, server_header=False, http="service.connections:BoundedH11Protocol",
+            timeout_keep_alive=settings.keep_alive_timeout_s, backlog=BACKLOG,
+        )
+    finally:
+        _exit_after_drain(EXIT_GRACE_S)
     return 0
 
 

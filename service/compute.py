@@ -1,16 +1,18 @@
 """Running computations off the event loop, with backpressure and a timeout.
 
 At most `max_concurrency` computations run at once, each on a thread of a pool of that size.
-One more is refused at once (503, `Retry-After: 1`): no queue builds up. A computation that
-passes `compute_timeout_s` is answered 503 and cancelled: the engine checks the cancel event
-between graph steps, so the thread stops at the next node (one op already running finishes).
-A computation counts as in flight until its thread has really finished, timed out or not,
-so backpressure never admits more work than there are threads.
+One more waits for a slot at most `queue_timeout_s` (and at most `max_queued` wait at once);
+past that it is refused (503, `Retry-After: 1`). A computation that passes `compute_timeout_s`,
+whose client disconnects, or that is still running when shutdown's drain ends, is cancelled:
+the engine checks the cancel event between graph steps, so the thread stops at the next node
+(one op already running finishes). A computation counts as in flight until its thread has
+really finished, so backpressure never admits more work than there are threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,6 +20,8 @@ import numpy
 
 from service.errors import ApiError
 from wire.run import cancel_scope
+
+CANCELLED_AT_SHUTDOWN = threading.Event()  # a pool's shutdown cancelled running computations
 
 
 def _init_thread():
@@ -44,6 +48,9 @@ class _Job:
 
     def run(self):
         """On the compute thread."""
+        if self.cancel.is_set():  # given up while queued behind the thread pool
+            self.release()
+            return
         try:
             with cancel_scope(self.cancel):
                 result = self.fn(*self.args)
@@ -89,40 +96,43 @@ class _Expired(Exception):
     """compute_timeout_s passed before the computation's answer came."""
 
 
-def _expire(answer):
+class ClientGone(Exception):
+    """The client disconnected while its computation ran: nobody is left to answer."""
+
+
+def _expire(answer, error=_Expired):
     if not answer.done():
-        answer.set_exception(_Expired())
+        answer.set_exception(error())
 
 
 class ComputePool:
-    def __init__(self, max_concurrency: int, timeout_s: float):
+    def __init__(self, max_concurrency: int, timeout_s: float, queue_timeout_s: float = 0.0,
+                 max_queued: int | None = None):
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
+        self.queue_timeout_s = queue_timeout_s
+        self.max_queued = 4 * max_concurrency if max_queued is None else max_queued
         self._pool = None  # made on first use, so an app whose lifespan ran twice still computes
         self._lock = threading.Lock()
         self._in_flight = 0
-        self.rejected = 0   # refused because all slots were taken
+        self._jobs = set()
+        self._waiters = collections.deque()  # futures of requests waiting for a slot, on the loop
+        self._loop = None
+        self.rejected = 0   # refused because all slots were taken past queue_timeout_s
         self.timed_out = 0  # answered 503 after compute_timeout_s
+        self.abandoned = 0  # cancelled because the client disconnected
 
     @property
     def in_flight(self) -> int:
         return self._in_flight
 
     @property
-    def full(self) -> bool:
-        return self._in_flight >= self.max_concurrency
+    def queued(self) -> int:
+        return len(self._waiters)
 
-    def admit(self) -> None:
-        """Raise the busy error now when every slot is taken (a cheap check before reading a body)."""
-        if self._in_flight >= self.max_concurrency:
-            with self._lock:
-                self.rejected += 1
-            raise self.busy_error()
-
-    def _acquire(self) -> bool:
+    def _try_acquire(self) -> bool:
         with self._lock:
             if self._in_flight >= self.max_concurrency:
-                self.rejected += 1
                 return False
             self._in_flight += 1
             return True
@@ -130,24 +140,72 @@ class ComputePool:
     def _release(self):
         with self._lock:
             self._in_flight -= 1
+        loop = self._loop
+        if self._waiters and loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._wake_one)
+            except RuntimeError:  # the loop is closed
+                pass
+
+    def _wake_one(self):
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def _acquire(self) -> None:
+        """Take a slot, waiting at most queue_timeout_s for one; else raise the busy error."""
+        if self._try_acquire():
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.queue_timeout_s
+        while len(self._waiters) < self.max_queued and loop.time() < deadline:
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            if self._in_flight < self.max_concurrency:  # freed before we queued: no wake-up will come
+                waiter.set_result(None)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await waiter
+            except TimeoutError:
+                break
+            finally:
+                waiter.cancel()
+                if waiter in self._waiters:  # at most max_queued: a short scan
+                    self._waiters.remove(waiter)
+            if self._try_acquire():
+                return
+        with self._lock:
+            self.rejected += 1
+        if self._in_flight < self.max_concurrency:  # a slot freed as we gave up: let the next one have it
+            self._wake_one()
+        raise self.busy_error()
 
     def busy_error(self) -> ApiError:
-        return ApiError(503, f"the server is busy: {self.max_concurrency} computation(s) in flight; retry shortly",
-                        headers={"Retry-After": "1"})
+        return ApiError(503, f"the server is busy: {self.max_concurrency} computation(s) in flight and none finished "
+                        f"within queue_timeout_s={self.queue_timeout_s:g} s; retry shortly", headers={"Retry-After": "1"})
 
-    async def run(self, fn, *args, on_abandon=None):
+    async def run(self, fn, *args, on_abandon=None, gone: asyncio.Future | None = None):
         """fn(*args) on a compute thread. `on_abandon(result)` runs on that thread when the
-        computation finishes after its request gave up on it (timeout or client gone)."""
-        if not self._acquire():
-            raise self.busy_error()
+        computation finishes after its request gave up on it (timeout, client gone, shutdown).
+        `gone` completes when the client disconnects: the computation is then cancelled and
+        `ClientGone` raised."""
         loop = asyncio.get_running_loop()
+        self._loop = loop
+        await self._acquire()
         job = _Job(fn, args, on_abandon, self._release, loop)
+        with self._lock:
+            self._jobs.add(job)
+        job.release = lambda: self._finish(job)
         try:
             self._threads().submit(job.run)
         except BaseException:
-            self._release()
+            self._finish(job)
             raise
         timer = loop.call_later(self.timeout_s, _expire, job.answer)
+        if gone is not None:
+            gone.add_done_callback(lambda watch: watch.cancelled() or _expire(job.answer, ClientGone))
         try:
             return await job.answer
         except _Expired:
@@ -156,11 +214,19 @@ class ComputePool:
                 self.timed_out += 1
             raise ApiError(503, f"the computation took longer than compute_timeout_s={self.timeout_s:g} s and was "
                            "cancelled", headers={"Retry-After": "1"}) from None
-        except asyncio.CancelledError:
+        except (ClientGone, asyncio.CancelledError) as exc:
             job.give_up()
+            if isinstance(exc, ClientGone):
+                with self._lock:
+                    self.abandoned += 1
             raise
         finally:
             timer.cancel()
+
+    def _finish(self, job):
+        with self._lock:
+            self._jobs.discard(job)
+        self._release()
 
     def _threads(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -169,9 +235,19 @@ class ComputePool:
                                                 initializer=_init_thread)
             return self._pool
 
+    def cancel_all(self) -> int:
+        """Cancel every running computation (at its next graph step); how many there were."""
+        with self._lock:
+            jobs = list(self._jobs)
+        for job in jobs:
+            job.cancel.set()
+        return len(jobs)
+
     def shutdown(self):
-        """Let go of the threads (running computations finish in the background)."""
+        """Cancel running computations and let go of the threads (they stop at their next step)."""
+        if self.cancel_all():
+            CANCELLED_AT_SHUTDOWN.set()
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=False)
+            pool.shutdown(wait=False, cancel_futures=True)

@@ -5,6 +5,9 @@ the loop and, when its graph is light (a few small nodes of known shapes), run t
 
 from __future__ import annotations
 
+import asyncio
+import math
+
 import numpy
 import orjson
 from fastapi import APIRouter, Request
@@ -14,7 +17,8 @@ from starlette.responses import Response
 from engine import backend
 from engine.registry import OPS
 from service.auth import require_api_key
-from service.body import header_length, read_body
+from service.body import BodyHold, header_length, read_body
+from service.compute import ClientGone
 from service.errors import ApiError, from_exception
 from service.schema import ERROR
 from service.version import __version__
@@ -54,6 +58,10 @@ async def readyz(request: Request) -> Response:
     return json_response({"status": "ready", "device": backend.device})
 
 
+SERVICE_LIMITS = ("max_concurrency", "queue_timeout_s", "compute_timeout_s", "max_connections", "header_timeout_s",
+                  "body_timeout_s", "keep_alive_timeout_s", "max_inflight_body_bytes", "timeout_graceful_shutdown")
+
+
 @router.get("/info", tags=["metadata"], responses=_doc("version, backend, limits"))
 async def info(request: Request) -> Response:
     state = request.app.state
@@ -66,8 +74,7 @@ async def info(request: Request) -> Response:
                     "memory_in_use_bytes": backend.memory_in_use()},
         "ops_count": len(OPS),
         "datatypes": list(codec.DATATYPES),
-        "limits": {**state.executor.limits.as_dict(), "max_concurrency": settings.max_concurrency,
-                   "compute_timeout_s": settings.compute_timeout_s},
+        "limits": {**state.executor.limits.as_dict(), **{name: getattr(settings, name) for name in SERVICE_LIMITS}},
         "binary_extension": {"header": codec.HEADER_LENGTH},
         "auth": {"api_key_required": settings.api_key is not None, "scheme": "Bearer"},
     })
@@ -104,28 +111,61 @@ def _decode(executor, body: bytes, head_length: int | None):
 
 def _execute(executor, kind: str, request):
     """Run a decoded request and encode its result: (body parts, header length, tape). IEEE
-    results (inf, nan) are answers here, not warnings, on the loop and on compute threads alike."""
+    results (inf, nan) are answers here, not warnings, on the loop and on compute threads alike.
+    A JSON answer over max_json_output_elements is refused before running when its shapes are
+    known from inference, else before encoding."""
+    if not request.binary_output:
+        _check_json_answer(executor.limits, _planned_answer_elements(executor, kind, request))
     with numpy.errstate(all="ignore"):
         result = executor.forward(request) if kind == "forward" else executor.backward(request)
+    if not request.binary_output:
+        arrays = [*result.outputs.values(), *(result.grads or {}).values()]
+        try:
+            _check_json_answer(executor.limits, sum(int(a.size) for a in arrays))
+        except ApiError:
+            _drop_tape(executor, result.tape)
+            raise
     parts, length = encode_result_parts(result, request.binary_output)
     return parts, length, result.tape
 
 
-def _compute(executor, kind: str, body: bytes, head_length: int | None):
-    """Runs on a compute thread: decode, execute, encode."""
-    return _execute(executor, kind, _decode(executor, body, head_length))
+def _planned_answer_elements(executor, kind: str, request) -> int:
+    """Elements of the answer's outputs (and gradients) by shape inference; 0 when not all known."""
+    if request.graph is None or request.tape is not None or (kind == "forward" and (request.grad_outputs or request.wrt)):
+        return 0  # not a valid request: the executor says why
+    plan, shapes = executor._plan(request)
+    total = 0
+    for name in plan.outputs:
+        meta = shapes.known.get(name)
+        if meta is None:
+            return 0
+        total += math.prod(meta[0])
+    if kind == "backward":
+        wrt = request.wrt if request.wrt is not None else [n for n in plan.inputs if n in plan.requires_grad]
+        total += sum(int(request.inputs[n].size) for n in wrt if n in request.inputs)
+    return total
+
+
+def _check_json_answer(limits, elements: int) -> None:
+    if elements > limits.max_json_output_elements:
+        raise ApiError(413, f"the answer would hold {elements} elements, over the limit of "
+                       f"{limits.max_json_output_elements} for JSON answers (max_json_output_elements): JSON encoding is "
+                       "slow and blocks the server; ask for a binary answer with parameters.binary_data_output=true",
+                       field="parameters.binary_data_output")
+
+
+def _drop_tape(executor, tape) -> None:
+    """Drop a tape retained for an answer that will not be sent."""
+    if tape is not None:
+        try:
+            executor.tapes.take(tape)
+        except Exception:  # noqa: BLE001, S110 - already evicted
+            pass
 
 
 def _discard_tape(executor):
     """on_abandon for a computation nobody waits for any more: drop the tape it retained."""
-    def discard(result):
-        tape = result[2]
-        if tape is not None:
-            try:
-                executor.tapes.take(tape)
-            except Exception:  # noqa: BLE001 - already evicted
-                pass
-    return discard
+    return lambda result: _drop_tape(executor, result[2])
 
 
 SEND_CHUNK_BYTES = 1 << 20
@@ -177,37 +217,86 @@ def require_body_type(headers: Headers) -> None:
 
 class ComputeEndpoint:
     """`POST /forward` or `/backward` as a plain ASGI app: the request path has no dependency
-    injection and no per-request objects beyond the headers. The API key (401), the body's
-    Content-Type (415) and admission (503) are checked before the body is read, in that order."""
+    injection and no per-request objects beyond the headers. The API key (401) and the body's
+    Content-Type (415) are checked before the body is read; a compute slot is taken only by a
+    request that runs on a compute thread, so a light request (run inline) is never refused as busy."""
 
     def __init__(self, kind: str):
         self.kind = kind
 
     async def __call__(self, scope, receive, send):
         state = scope["app"].state
-        pool, executor = state.pool, state.executor
+        settings = state.settings
+        hold = BodyHold(state.body_budget)
         try:
             headers = Headers(scope=scope)
-            require_api_key(state.settings.api_key, headers)
+            require_api_key(settings.api_key, headers)
             require_body_type(headers)
-            pool.admit()  # refuse (503) before reading a body we could not compute anyway
             length = header_length(headers)
-            body = await read_body(receive, headers, executor.limits.max_body_bytes)
-            parts, head_length, _ = await self._run(pool, executor, body, length)
+            body = await read_body(receive, headers, state.executor.limits, length, hold, settings.body_timeout_s)
+            parts, head_length, _ = await self._run(state, body, length, receive)
+        except ClientGone:
+            return
+        except asyncio.CancelledError:  # the shutdown drain ended: answer, retriably, instead of a 500
+            await from_exception(shutting_down(settings))(scope, receive, send)
+            return
         except Exception as exc:  # noqa: BLE001 - every failure becomes the one error shape
             await from_exception(exc)(scope, receive, send)
             return
+        finally:
+            hold.release()
         await _send_parts(send, parts, head_length)
 
-    async def _run(self, pool, executor, body: bytes, length: int | None):
+    async def _run(self, state, body: memoryview | bytearray, length: int | None, receive):
         """A small body whose graph is light (`Executor.is_light`) runs here on the event loop,
-        where it costs less than the hop to a compute thread; anything else runs on the pool."""
-        if len(body) > INLINE_BODY_BYTES:
-            return await pool.run(_compute, executor, self.kind, body, length, on_abandon=_discard_tape(executor))
-        request = _decode(executor, body, length)
-        if not executor.is_light(request):
-            return await pool.run(_execute, executor, self.kind, request, on_abandon=_discard_tape(executor))
+        where it costs less than the hop to a compute thread; anything else runs on the pool,
+        cancelled if the client disconnects meanwhile."""
+        pool, executor = state.pool, state.executor
+        if len(body) <= INLINE_BODY_BYTES:
+            request = self.decode(executor, body, length)
+            if self.is_light(executor, request):
+                return self.execute(executor, request)
+            self.before_waiting(executor, request)
+            fn, args = self.execute, (executor, request)
+        else:
+            fn, args = self.compute, (executor, body, length)
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            return await pool.run(fn, *args, on_abandon=_discard_tape(executor), gone=gone)
+        finally:
+            gone.cancel()
+
+    # What a protocol on this endpoint says: how a body decodes, whether it is light, how it runs.
+
+    def decode(self, executor, body, length):
+        return _decode(executor, body, length)
+
+    def is_light(self, executor, request) -> bool:
+        return executor.is_light(request)
+
+    def before_waiting(self, executor, request) -> None:
+        """Refuse what would be refused after waiting for a slot (a JSON answer over its bound)."""
+        if not request.binary_output:
+            _check_json_answer(executor.limits, _planned_answer_elements(executor, self.kind, request))
+
+    def execute(self, executor, request):
         return _execute(executor, self.kind, request)
+
+    def compute(self, executor, body, length):
+        """On a compute thread: decode, execute, encode."""
+        return self.execute(executor, self.decode(executor, body, length))
+
+
+async def _disconnected(receive) -> None:
+    """Returns when the client disconnects (the body has been read: nothing else may come)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def shutting_down(settings) -> ApiError:
+    return ApiError(503, f"the server is shutting down: the request was still running when the drain of "
+                    f"timeout_graceful_shutdown={settings.timeout_graceful_shutdown:g} s ended, and was cancelled; "
+                    "retry on another instance", headers={"Retry-After": "1", "Connection": "close"})
 
 
 def add_compute_routes(app) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
@@ -11,6 +12,17 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from wire.limits import Limits
 
 _DEFAULT = Limits()
+MAX_DEFAULT_CONCURRENCY = 4  # the per-request memory budgets assume at most this many at once
+
+
+def default_concurrency() -> int:
+    """Compute threads that fit the machine: the CPUs this process may run on, at most 4."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_DEFAULT_CONCURRENCY))
+
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
@@ -35,6 +47,8 @@ class Settings(BaseSettings):
 
     # --- protocol limits (wire.limits.Limits)
     max_body_bytes: int = Field(_DEFAULT.max_body_bytes, gt=0)
+    max_json_body_bytes: int = Field(_DEFAULT.max_json_body_bytes, gt=0)
+    max_json_output_elements: int = Field(_DEFAULT.max_json_output_elements, ge=0)
     max_tensor_elements: int = Field(_DEFAULT.max_tensor_elements, gt=0)
     max_total_elements: int = Field(_DEFAULT.max_total_elements, gt=0)
     max_nodes: int = Field(_DEFAULT.max_nodes, gt=0)
@@ -47,8 +61,19 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(_DEFAULT.max_request_bytes, gt=0, description="a request's planned peak memory")
     max_request_work: int = Field(_DEFAULT.max_request_work, gt=0, description="a request's planned work (flop-equivalents)")
 
+    # --- connections (service/connections.py, service/body.py)
+    max_connections: int = Field(1000, ge=1, description="open connections; more are answered 503 and closed at once")
+    header_timeout_s: float = Field(10.0, gt=0, description="a request line and headers must arrive within this")
+    body_timeout_s: float = Field(60.0, gt=0, description="a whole request body must arrive within this, else 408")
+    keep_alive_timeout_s: int = Field(5, ge=1, description="an idle keep-alive connection is closed after this")
+    max_inflight_body_bytes: int = Field(
+        256 * 2**20, gt=0, description="bytes of request bodies held at once, all requests together; past it 503")
+
     # --- compute
-    max_concurrency: int = Field(4, ge=1, description="computations at once; above it requests get 503 + Retry-After")
+    max_concurrency: int = Field(default_factory=default_concurrency, ge=1,
+                                 description="computations at once (compute threads); default: the CPUs, at most 4")
+    queue_timeout_s: float = Field(
+        5.0, ge=0, description="how long a heavy request waits for a compute slot before 503 + Retry-After")
     compute_timeout_s: float = Field(60.0, gt=0, description="per request; past it the answer is 503 and the work is cancelled")
 
     # --- model repository (Open Inference Protocol: graphs registered by name, service/oip)

@@ -124,12 +124,18 @@ def execute(executor, infer: Infer):
             raise RequestError(f"{err}{hint}", node=err.node, field="inputs", kind=err.kind) from None
 
 
-def encode_infer(model: Model, infer: Infer, result) -> tuple[list, int | None]:
+def encode_infer(model: Model, infer: Infer, result, max_json_elements: int) -> tuple[list, int | None]:
     """([body pieces], header length or None) of an infer response: JSON, or the binary
-    extension when any output is binary."""
+    extension when any output is binary. JSON outputs over `max_json_elements` in all are refused
+    (413): encoding them would hold the server for long."""
     arrays = dict(result.outputs)
     if result.grads:
         arrays.update((GRAD + name, grad) for name, grad in result.grads.items())
+    in_json = sum(int(arrays[name].size) for name, binary in zip(infer.outputs, infer.binary) if not binary)
+    if in_json > max_json_elements:
+        raise RequestError(f"the JSON outputs would hold {in_json} elements, over the limit of {max_json_elements} "
+                           "(max_json_output_elements): ask for them in binary (parameters.binary_data)",
+                           field="outputs", kind="too_large")
     buffers, outputs = [], []
     for name, binary in zip(infer.outputs, infer.binary):
         array = backend.to_numpy(arrays[name])

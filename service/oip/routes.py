@@ -16,11 +16,11 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 
 from service.auth import require_api_key
-from service.body import read_body
+from service.body import BodyHold, read_body
 from service.errors import ApiError, from_exception
 from service.oip.infer import decode_infer, encode_infer, execute
 from service.oip.repository import check_name, model_of
-from service.routes import INLINE_BODY_BYTES, ComputeEndpoint, json_response
+from service.routes import ComputeEndpoint, json_response
 from service.version import __version__
 from wire import codec
 from wire.errors import RequestError
@@ -61,7 +61,13 @@ async def repository_index(request: Request) -> Response:
 
 
 async def _json_body(request: Request) -> dict:
-    body = await read_body(request.receive, request.headers, request.app.state.executor.limits.max_body_bytes)
+    state = request.app.state
+    hold = BodyHold(state.body_budget)
+    try:
+        body = bytes(await read_body(request.receive, request.headers, state.executor.limits, None, hold,
+                                     state.settings.body_timeout_s))
+    finally:
+        hold.release()
     if not body.strip():
         return {}
     try:
@@ -148,29 +154,28 @@ def _decode(executor, model, body: bytes, head_length: int | None):
 
 
 def _execute(executor, model, infer):
-    parts, length = encode_infer(model, infer, execute(executor, infer))
+    parts, length = encode_infer(model, infer, execute(executor, infer), executor.limits.max_json_output_elements)
     return parts, length, None
 
 
-def _compute(executor, model, body: bytes, head_length: int | None):
-    """On a compute thread: decode, execute, encode."""
-    return _execute(executor, model, _decode(executor, model, body, head_length))
-
-
 class ModelInference(ComputeEndpoint):
-    """One infer request on one model: `ComputeEndpoint`'s checks and body reading, this
-    protocol's decoding and encoding. Light requests run on the loop as /forward's do."""
+    """One infer request on one model: `ComputeEndpoint`'s checks, body reading, light-or-pooled
+    choice and disconnect handling, with this protocol's decoding and encoding."""
 
     def __init__(self, model):
         super().__init__("infer")
         self.model = model
 
-    async def _run(self, pool, executor, body: bytes, length: int | None):
-        if len(body) > INLINE_BODY_BYTES:
-            return await pool.run(_compute, executor, self.model, body, length)
-        infer = _decode(executor, self.model, body, length)
-        if not executor.is_light(infer.request):
-            return await pool.run(_execute, executor, self.model, infer)
+    def decode(self, executor, body, length):
+        return _decode(executor, self.model, body, length)
+
+    def is_light(self, executor, infer) -> bool:
+        return executor.is_light(infer.request)
+
+    def before_waiting(self, executor, infer) -> None:
+        pass
+
+    def execute(self, executor, infer):
         return _execute(executor, self.model, infer)
 
 

@@ -99,13 +99,16 @@ def metric(url, name) -> float:
 
 
 def test_infer_shares_the_compute_pool_and_its_timeout(tmp_path):
-    """max_concurrency=1: while a slow infer holds the only slot, another infer and a /forward
-    are refused with 503; the slow one is cancelled at compute_timeout_s. (800 links of a
-    384x384 matmul take seconds; cancelled after 1 s, a few hundred MiB at most are held.)"""
-    settings = {"max_concurrency": 1, "compute_timeout_s": 1.0, "max_nodes": 20000, "max_body_bytes": 16 * 2**20}
+    """max_concurrency=1: while a slow infer holds the only slot, a light infer still runs (inline,
+    never refused as busy), while another pooled infer and a pooled /forward wait queue_timeout_s
+    for the slot and get 503; the slow one is cancelled at compute_timeout_s. (700 links of a
+    384x384 matmul take seconds; cancelled after 3 s, a few hundred MiB at most are held.)"""
+    settings = {"max_concurrency": 1, "compute_timeout_s": 3.0, "queue_timeout_s": 0.2, "max_nodes": 20000,
+                "max_body_bytes": 16 * 2**20}
+    slow_graph = matmul_chain(384, 700)  # within max_request_work
     with running_server(tmp_path / "server.log", **settings) as server:
         triton = tritonclient_http.InferenceServerClient(url=host_port(server), network_timeout=120)
-        triton.load_model("slow", config=config(matmul_chain(384, 800)))
+        triton.load_model("slow", config=config(slow_graph))
         triton.load_model("mlp", config=config(MLP))
         x = (np.random.default_rng(0).standard_normal((384, 384)) / np.sqrt(384)).astype(np.float32)
         outcome = {}
@@ -123,10 +126,13 @@ def test_infer_shares_the_compute_pool_and_its_timeout(tmp_path):
         while metric(server.base_url, "gradserve_computations_in_flight") < 1:
             assert time.monotonic() < deadline, "the slow infer never started"
             time.sleep(0.02)
+        light = triton.infer("mlp", [infer_input("x", X, False), infer_input("w", W, False)])
+        assert light.as_numpy("loss") is not None
         with pytest.raises(InferenceServerException) as busy:
-            triton.infer("mlp", [infer_input("x", X, False), infer_input("w", W, False)])
+            triton.infer("slow", [infer_input("x", x, True)], outputs=requested("s", binary=True))
         assert busy.value.status() == "503" and "busy" in busy.value.message()
-        assert httpx.post(server.base_url + "/forward", json={"graph": MLP, **infer_body(x=X, w=W)}).status_code == 503
+        heavy = httpx.post(server.base_url + "/forward", json={"graph": slow_graph, **infer_body(x=x)}, timeout=60)
+        assert heavy.status_code == 503, heavy.text
         thread.join(60)
         assert outcome["slow"].status() == "503" and "compute_timeout_s" in outcome["slow"].message()
         assert metric(server.base_url, "gradserve_computations_timed_out_total") >= 1

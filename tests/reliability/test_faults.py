@@ -58,7 +58,7 @@ def _assert_serving(url):
 
 
 def test_busy_server_answers_503_with_retry_after(server_factory):
-    server = server_factory(max_concurrency=1, log_level="warning")
+    server = server_factory(max_concurrency=1, queue_timeout_s=0.3, log_level="warning")
     body, headers = _slow(150)
     results = {}
 
@@ -68,9 +68,11 @@ def test_busy_server_answers_503_with_retry_after(server_factory):
     thread = threading.Thread(target=slow, daemon=True)
     thread.start()
     _wait_in_flight(server.url, 1)
-    busy = httpx.post(server.url + "/forward", json=simple_request(), timeout=30)
+    pooled_body, pooled_headers = _slow(1)
+    busy = httpx.post(server.url + "/forward", content=pooled_body, headers=pooled_headers, timeout=30)
     assert_error(busy, {503})
     assert busy.headers.get("Retry-After", "").isdigit()
+    _assert_serving(server.url)  # a light request runs inline: never refused as busy
     thread.join(60)
     assert not thread.is_alive()
     assert results["slow"].status_code == 200, results["slow"].text[:300]

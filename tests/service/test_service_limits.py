@@ -198,8 +198,8 @@ class _Gate:
         return self.original(request)
 
 
-def test_busy_is_503_with_retry_after(monkeypatch):
-    with asgi_client(max_concurrency=2) as client:
+def test_busy_is_503_with_retry_after_but_never_for_inline_requests(monkeypatch):
+    with asgi_client(max_concurrency=2, queue_timeout_s=0.2) as client:
         gate = _Gate(client.app.state.executor)
         monkeypatch.setattr(client.app.state.executor, "forward", gate)
         results = []
@@ -211,12 +211,14 @@ def test_busy_is_503_with_retry_after(monkeypatch):
             for _ in range(2):
                 assert gate.entered.acquire(timeout=10)
             assert client.app.state.pool.in_flight == 2
-            busy = client.post("/forward", json=EXAMPLE)
-            assert_error(busy, 503, "busy")
+            busy = client.post("/forward", json=_pooled())
+            assert_error(busy, 503, "busy", "queue_timeout_s")
             assert busy.headers["retry-after"] == "1"
-            busy = client.post("/backward", json=EXAMPLE)
+            busy = client.post("/backward", json=_pooled())
             assert_error(busy, 503, "busy")
             assert "gradserve_computations_rejected_total 2.0" in client.get("/metrics").text
+            assert client.post("/forward", json=EXAMPLE).status_code == 200  # light: runs inline, needs no slot
+            assert client.post("/backward", json=EXAMPLE).status_code == 200
             assert client.get("/healthz").status_code == 200  # the event loop is free meanwhile
         finally:
             gate.opened.set()
@@ -228,7 +230,7 @@ def test_busy_is_503_with_retry_after(monkeypatch):
 
 
 def test_compute_timeout_is_503_and_counts_in_flight_until_the_thread_ends(monkeypatch):
-    with asgi_client(compute_timeout_s=0.2, max_concurrency=1) as client:
+    with asgi_client(compute_timeout_s=0.2, max_concurrency=1, queue_timeout_s=0.1) as client:
         pool = client.app.state.pool
         gate = _Gate(client.app.state.executor)
         monkeypatch.setattr(client.app.state.executor, "forward", gate)
@@ -236,7 +238,7 @@ def test_compute_timeout_is_503_and_counts_in_flight_until_the_thread_ends(monke
         assert_error(response, 503, "compute_timeout_s")
         assert response.headers["retry-after"] == "1"
         assert pool.in_flight == 1  # the abandoned thread still holds its slot...
-        assert_error(client.post("/forward", json=EXAMPLE), 503, "busy")  # ...so backpressure stays honest
+        assert_error(client.post("/forward", json=_pooled()), 503, "busy")  # ...so backpressure stays honest
         gate.opened.set()
         deadline = time.monotonic() + 10
         while pool.in_flight and time.monotonic() < deadline:
