@@ -12,6 +12,7 @@ exception that fits (`ValueError` for a rejected graph, `RuntimeError` for a con
 from __future__ import annotations
 
 from engine.surface import NoValue
+from wire.errors import KINDS
 
 
 class ClientError(Exception):
@@ -19,7 +20,11 @@ class ClientError(Exception):
 
 
 class ServerError(ClientError):
-    """The service (or the embedded executor) refused or failed a request."""
+    """The service (or the embedded executor) refused or failed a request. A subclass names the
+    HTTP `statuses` it stands for and the `wire.errors` kind the service answers with its first."""
+
+    statuses: tuple = ()
+    kind: str | None = None
 
     def __init__(self, message: str, status: int | None = None, node=None, field=None, url: str | None = None):
         super().__init__(message)
@@ -46,93 +51,73 @@ class ServiceError(ServerError):
 
 class BadRequestError(RequestError, ValueError):
     """400: a malformed body (bad JSON, bad binary header length, truncated binary data)."""
+    statuses, kind = (400,), "malformed"
 
 
 class AuthenticationError(RequestError, PermissionError):
     """401/403: a missing or wrong API key."""
+    statuses = (401, 403)
 
 
 class NotFoundError(RequestError, LookupError):
     """404: an unknown or expired tape (or path)."""
+    statuses, kind = (404,), "not_found"
 
 
 class ConflictError(RequestError, RuntimeError):
     """409: a backward through a tape that a previous backward already freed."""
+    statuses, kind = (409,), "conflict"
 
 
 class PayloadTooLargeError(RequestError, ValueError):
     """413: a body, tensor, graph or tape over one of the service's limits."""
+    statuses, kind = (413,), "too_large"
 
 
 class GraphValidationError(RequestError, ValueError):
     """422: an invalid graph or tensor, or an op that failed while running (the node is named)."""
+    statuses, kind = (422,), "invalid"
 
 
 class InternalServerError(ServiceError, RuntimeError):
     """500 and other 5xx answers without a class of their own."""
+    statuses = (500,)
 
 
 class ServiceUnavailableError(ServiceError):
     """503: the service is busy or a computation passed its timeout (retried, then raised)."""
+    statuses, kind = (503,), "cancelled"
 
 
 class OutOfMemoryError(ServiceError, MemoryError):
     """507: the service ran out of (device) memory."""
+    statuses, kind = (507,), "out_of_memory"
 
 
-STATUS_ERRORS = {
-    400: BadRequestError,
-    401: AuthenticationError,
-    403: AuthenticationError,
-    404: NotFoundError,
-    409: ConflictError,
-    413: PayloadTooLargeError,
-    422: GraphValidationError,
-    503: ServiceUnavailableError,
-    507: OutOfMemoryError,
-}
-
-
-KIND_ERRORS = {  # the embedded executor's error kinds (wire.errors.KINDS)
-    "malformed": BadRequestError,
-    "invalid": GraphValidationError,
-    "too_large": PayloadTooLargeError,
-    "not_found": NotFoundError,
-    "conflict": ConflictError,
-    "cancelled": ServiceUnavailableError,
-    "out_of_memory": OutOfMemoryError,
-}
-_STATUS_OF = {cls: status for status, cls in STATUS_ERRORS.items()}
-
-
-def status_of_kind(kind: str) -> int:
-    """The HTTP status the service answers a protocol error of `kind` with."""
-    return _STATUS_OF[KIND_ERRORS[kind]]
+_ANSWERS = (BadRequestError, AuthenticationError, NotFoundError, ConflictError, PayloadTooLargeError,
+            GraphValidationError, InternalServerError, ServiceUnavailableError, OutOfMemoryError)
+STATUS_ERRORS = {status: cls for cls in _ANSWERS for status in cls.statuses}
+KIND_ERRORS = {cls.kind: cls for cls in _ANSWERS if cls.kind}
+assert KIND_ERRORS.keys() == KINDS.keys(), "every protocol error kind has its exception"
 
 
 def error_for_status(status: int) -> type[ServerError]:
     """The exception class for an HTTP error status."""
-    if status in STATUS_ERRORS:
-        return STATUS_ERRORS[status]
-    if 400 <= status < 500:
-        return RequestError
-    return InternalServerError
+    return STATUS_ERRORS.get(status) or (RequestError if 400 <= status < 500 else InternalServerError)
 
 
-class ConnectionFailed(ClientError, ConnectionError):
+class _Unanswered(ClientError):
+    def __init__(self, message: str, url: str | None = None):
+        super().__init__(message)
+        self.url = url
+
+
+class ConnectionFailed(_Unanswered, ConnectionError):
     """The service could not be reached (after the retries); the message names the URL."""
 
-    def __init__(self, message: str, url: str | None = None):
-        super().__init__(message)
-        self.url = url
 
-
-class RequestTimeout(ClientError, TimeoutError):
+class RequestTimeout(_Unanswered, TimeoutError):
     """No answer within the session's timeout; the message names the URL."""
-
-    def __init__(self, message: str, url: str | None = None):
-        super().__init__(message)
-        self.url = url
 
 
 class ProtocolError(ClientError):
@@ -147,9 +132,5 @@ class HigherOrderGradientError(ClientError, NotImplementedError):
     """`create_graph=True`: gradients come back from the service as numbers, not graphs."""
 
 
-__all__ = [
-    "ClientError", "ServerError", "RequestError", "ServiceError", "BadRequestError", "AuthenticationError",
-    "NotFoundError", "ConflictError", "PayloadTooLargeError", "GraphValidationError", "InternalServerError",
-    "ServiceUnavailableError", "OutOfMemoryError", "ConnectionFailed", "RequestTimeout", "ProtocolError",
-    "TracingError", "HigherOrderGradientError", "error_for_status",
-]
+__all__ = [name for name, value in globals().items() if isinstance(value, type) and issubclass(value, ClientError)
+           and not name.startswith("_")] + ["error_for_status"]

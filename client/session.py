@@ -1,23 +1,22 @@
 """Sessions: where a program's graphs are computed.
 
 `connect("http://host:8000")` (or `GRADSERVE_URL`) selects a remote service; with neither, the
-default session is *embedded*: it runs exactly the same requests in-process through
-`wire.executor.Executor` (bytes in, bytes out, no HTTP), so every program also runs offline
-and gets the same answers and the same errors.
+default session is *embedded*: the same requests run in-process (`client.transports`), so every
+program also runs offline and gets the same answers and the same errors. `connect()` makes its
+session the default until it is closed (it is a context manager); closing restores the previous
+default. `AsyncSession` is the asyncio flavour: `await s.fetch(v)`, `await s.backward(loss)`.
 
-`connect()` makes its session the default until it is closed (it is a context manager);
-closing restores the previous default. `AsyncSession` is the asyncio flavour (httpx.AsyncClient):
-`await s.fetch(v)`, `await s.backward(loss)`, `await s.grad(out, [x])`.
-
-Transport (`client.transports`): one keep-alive connection pool per session. Binary tensors by
-default (Triton's binary data extension, both ways), JSON with `binary=False`. Failures that
-are safe to retry are retried by the one `RetryPolicy`: connection failures, dropped connections
-(for stateless requests), and 503 answers (after the `Retry-After` they carry).
+Both are thin shells over one core written without I/O: each operation is a generator that
+yields what it needs done (`request`, `execute` or `sleep`) and is sent the answer (or thrown
+the error); `Session` does those things synchronously, `AsyncSession` awaits them. Retries
+follow the one `RetryPolicy`; a lost tape (404/409) is answered by the call's stateless fallback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import os
 import time
 import uuid
@@ -27,14 +26,7 @@ import numpy
 import orjson
 
 from client import context
-from client.autograd import (
-    FetchPlan,
-    backward,
-    check_unused,
-    grad,
-    prepare_backward,
-    prepare_grad,
-)
+from client.autograd import FetchPlan, check_unused, prepare_backward, prepare_grad
 from client.errors import ConflictError, NotFoundError, ServerError
 from client.transports import (
     DEFAULT_RETRIES,
@@ -51,10 +43,9 @@ DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s),
 USER_AGENT = "gradserve-client/0.1"
 
 
-# --- sessions ----------------------------------------------------------------------------------
+class _Core:
+    """What both sessions do; the generators' steps are run by a subclass's `_drive`."""
 
-
-class _Base:
     def __init__(self, url=None, api_key=None, timeout=DEFAULT_TIMEOUT, binary=True, retries=DEFAULT_RETRIES,
                  backoff=0.1, max_backoff=5.0, max_retry_after=30.0, tapes=False, executor=None, transport=None,
                  headers=None):
@@ -69,13 +60,15 @@ class _Base:
         self.stats = Counter()  # requests sent (attempts), by path
         self.closed = False
         self._tapes = OrderedDict()
-        self._executor = executor
-        self._http_transport = transport
         self._headers = {"User-Agent": USER_AGENT, "X-GradServe-Session": self.session_id, **(headers or {})}
         if api_key is None and self.url is not None:
             api_key = os.environ.get("GRADSERVE_API_KEY") or None
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        if self.url is None:
+            self._transport = EmbeddedTransport(executor)
+        else:
+            self._transport = self._remote_transport(self.url, self._headers, timeout, transport)
 
     @property
     def embedded(self) -> bool:
@@ -88,148 +81,152 @@ class _Base:
         if self.closed:
             raise RuntimeError(f"{self!r} is closed")
 
-    def _steps(self, plan):
-        """Running `plan` as the calls it needs, without I/O: a generator that yields each Call,
-        is sent its Reply (or thrown the error it raised) and returns the plan's result. A lost
-        tape (404/409) is answered by sending the call's stateless fallback. Session and
-        AsyncSession drive it, each with its own I/O."""
+    def _sending(self, method, path, content=None, headers=None, idempotent=True):
+        """The Response to one request, tried again as long as `self.retry` says."""
+        self._check_open()
+        for attempt in itertools.count():
+            self.stats[path] += 1
+            try:
+                outcome = yield "request", method, path, content, headers
+            except Retryable as failure:
+                outcome = failure
+            wait = self.retry.wait(attempt, outcome, idempotent)
+            if wait is None:
+                if isinstance(outcome, Retryable):
+                    raise outcome.error from None
+                return outcome
+            yield "sleep", wait
+
+    def _calling(self, call: Call, raw=False):
+        """The Reply to a call; embedded (unless `raw`), its tensors go to the executor as they are."""
+        if self.embedded and not raw:
+            self._check_open()
+            self.stats[call.path] += 1
+            return (yield "execute", call, self._where(call.path))
+        body, headers = encode(call, self.binary)
+        response = yield from self._sending("POST", call.path, body, headers, call.idempotent)
+        return decode(response, self._where(call.path))
+
+    def _running(self, plan):
+        """A fetch/backward plan's result: at most one call (plus one to fetch a lazy gradient argument)."""
         pre = plan.prefetch()
         if pre is not None:
-            yield from self._steps(pre)
+            yield from self._running(pre)
         call = plan.call(self)
         if call is None:
             return plan.finish(None, self)
         try:
-            reply = yield call
+            reply = yield from self._calling(call)
         except (NotFoundError, ConflictError):
             if call.fallback is None:
                 raise
-            reply = yield call.fallback
+            reply = yield from self._calling(call.fallback)
         return plan.finish(reply, self)
+
+    # --- the operations, each driven by both sessions ------------------------------------------
+    def run(self, plan):
+        """Run a fetch/backward plan."""
+        return self._running(plan)
+
+    def fetch(self, *variables):
+        """The values of Variables, computed in one /forward (cached on them)."""
+        lazy = [v._value for v in variables if v._data is None]
+        if lazy:
+            yield from self._running(FetchPlan(lazy))
+        arrays = [v._array() for v in variables]
+        return arrays[0] if len(arrays) == 1 else tuple(arrays)
+
+    def backward(self, outputs, gradient=None, retain_graph=None, create_graph=False):
+        """Accumulate the gradients of `outputs` (one Variable, or a list) into the leaves' `.grad`."""
+        if isinstance(outputs, Variable):
+            outputs, gradient = [outputs], None if gradient is None else [gradient]
+        return self._running(prepare_backward(list(outputs), gradient, retain_graph, create_graph))
+
+    def grad(self, outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
+        """The gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
+        plan = prepare_grad(outputs, inputs, grad_outputs, retain_graph, create_graph)
+        return check_unused((yield from self._running(plan)), allow_unused)
+
+    def send(self, path, header: dict, inputs=(), grad_outputs=()):
+        """POST a protocol request (header without tensors; tensors as {name: array} or pairs).
+        Returns a `client.wire.Reply` (`.outputs`, `.grads`, `.tape`, `.body`); errors raise ServerError."""
+        return self._calling(Call(path, dict(header), _pairs(inputs), _pairs(grad_outputs)), raw=True)
+
+    def post(self, path, content=b"", headers=None, json=None):
+        """POST raw bytes (or a JSON object); the Response as is, errors included (not raised)."""
+        if json is not None:
+            content, headers = orjson.dumps(json), {"Content-Type": "application/json", **(headers or {})}
+        return self._sending("POST", path, content, headers or {})
+
+    def get(self, path):
+        """GET `path`; the Response as is."""
+        return self._sending("GET", path)
 
     def __repr__(self):
         where = self.url or "embedded"
         return f"<{type(self).__name__} {where} {'binary' if self.binary else 'json'}{' closed' if self.closed else ''}>"
 
 
-def _advance(steps, answer, failed):
-    """(the next call of a plan's steps, None) after sending it `answer` (or throwing it, when the
-    exchange `failed`), or (None, the plan's result) once it is done."""
+def _resume(steps, answer, failed: bool):
+    """(what `steps` needs done next, None) after sending it `answer` (or throwing it, when
+    `failed`), or (None, the steps' result) once they are done."""
     try:
         return (steps.throw(answer) if failed else steps.send(answer)), None
     except StopIteration as done:
         return None, done.value
 
 
-def _answer(outcome) -> Response:
-    if isinstance(outcome, Retryable):
-        raise outcome.error from None
-    return outcome
+def _sync(operation):
+    @functools.wraps(operation)
+    def method(self, *args, **kwargs):
+        return self._drive(operation(self, *args, **kwargs))
+    return method
 
 
-class Session(_Base):
+def _async(operation):
+    @functools.wraps(operation)
+    async def method(self, *args, **kwargs):
+        return await self._drive(operation(self, *args, **kwargs))
+    return method
+
+
+OPERATIONS = ("run", "fetch", "backward", "grad", "send", "post", "get")
+
+
+class Session(_Core):
     """A synchronous session: the default one computes every Variable's value and gradient."""
 
-    def __init__(self, url=None, api_key=None, timeout=DEFAULT_TIMEOUT, binary=True, **options):
-        super().__init__(url, api_key, timeout, binary, **options)
-        if self.url is None:
-            self._transport = EmbeddedTransport(self._executor)
-        else:
-            self._transport = http_transport(self.url, self._headers, timeout, self._http_transport)
+    _remote_transport = staticmethod(http_transport)
+    run, fetch, backward, grad, send, post, get = (_sync(getattr(_Core, name)) for name in OPERATIONS)
 
-    # --- plumbing -------------------------------------------------------------------------
-    def _send(self, method, path, content=None, headers=None, idempotent=True) -> Response:
-        self._check_open()
-        attempt = 0
-        while True:
-            self.stats[path] += 1
+    def _drive(self, steps):
+        what, result = _resume(steps, None, False)
+        while what is not None:
             try:
-                outcome = self._transport.request(method, path, content, headers)
-            except Retryable as failure:
-                outcome = failure
-            wait = self.retry.wait(attempt, outcome, idempotent)
-            if wait is None:
-                return _answer(outcome)
-            time.sleep(wait)
-            attempt += 1
-
-    def _execute_one(self, call: Call):
-        body, headers = encode(call, self.binary)
-        response = self._send("POST", call.path, body, headers, call.idempotent)
-        return decode(response, self._where(call.path))
-
-    def _exchange(self, call: Call):
-        if not self.embedded:
-            return self._execute_one(call)
-        self._check_open()
-        self.stats[call.path] += 1
-        return self._transport.execute(call, self._where(call.path))
-
-    def _attempt(self, call: Call):
-        try:
-            return self._exchange(call), False
-        except ServerError as err:
-            return err, True
-
-    def run(self, plan):
-        """Run a fetch/backward plan: at most one request (plus one to fetch a lazy gradient argument)."""
-        steps = self._steps(plan)
-        call, result = _advance(steps, None, False)
-        while call is not None:
-            call, result = _advance(steps, *self._attempt(call))
+                answer = (time.sleep if what[0] == "sleep" else getattr(self._transport, what[0]))(*what[1:])
+            except Exception as err:  # noqa: BLE001 - thrown into the steps, which may handle it
+                what, result = _resume(steps, err, True)
+            else:
+                what, result = _resume(steps, answer, False)
         return result
 
-    # --- values and gradients --------------------------------------------------------------
     def fetch_values(self, values):
         self.run(FetchPlan(values))
 
-    def fetch(self, *variables):
-        """The values of Variables, computed in one /forward (cached on them)."""
-        lazy = [v._value for v in variables if v._data is None]
-        if lazy:
-            self.fetch_values(lazy)
-        arrays = [v._array() for v in variables]
-        return arrays[0] if len(arrays) == 1 else tuple(arrays)
-
-    def backward(self, outputs, gradient=None, retain_graph=None, create_graph=False):
-        backward(*_backward_args(outputs, gradient), retain_graph, create_graph, session=self)
-
-    def grad(self, outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
-        return grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused, session=self)
-
-    # --- the protocol, raw ---------------------------------------------------------------
-    def send(self, path, header: dict, inputs=(), grad_outputs=()):
-        """POST a protocol request (header without tensors; tensors as {name: array} or pairs).
-        Returns a `wire.Reply` (`.outputs`, `.grads`, `.tape`, `.body`); errors raise ServerError."""
-        call = Call(path, dict(header), _pairs(inputs), _pairs(grad_outputs))
-        return self._execute_one(call)
-
-    def post(self, path, content=b"", headers=None, json=None) -> Response:
-        """POST raw bytes (or a JSON object); the answer as is, errors included (not raised)."""
-        if json is not None:
-            content, headers = orjson.dumps(json), {"Content-Type": "application/json", **(headers or {})}
-        return self._send("POST", path, content, headers or {})
-
-    def get(self, path) -> Response:
-        return self._send("GET", path)
-
     def healthz(self) -> dict:
-        return self._get_json("/healthz")
+        return self._answer("/healthz").json()
 
     def info(self) -> dict:
-        return self._get_json("/info")
+        return self._answer("/info").json()
 
     def metrics(self) -> str:
-        response = self.get("/metrics")
-        raise_for_error(response, self._where("/metrics"))
-        return response.content.decode()
+        return self._answer("/metrics").content.decode()
 
-    def _get_json(self, path):
+    def _answer(self, path) -> Response:
         response = self.get(path)
         raise_for_error(response, self._where(path))
-        return response.json()
+        return response
 
-    # --- lifetime ------------------------------------------------------------------------
     def close(self):
         if not self.closed:
             self.closed = True
@@ -244,7 +241,7 @@ class Session(_Base):
         self.close()
 
 
-class AsyncSession(_Base):
+class AsyncSession(_Core):
     """An asyncio session. Variables record as usual; values and gradients come from awaiting:
 
         async with AsyncSession("http://127.0.0.1:8000") as s:
@@ -253,90 +250,30 @@ class AsyncSession(_Base):
             await s.backward(loss)        # fills w.grad
     """
 
-    def __init__(self, url=None, api_key=None, timeout=DEFAULT_TIMEOUT, binary=True, **options):
-        super().__init__(url, api_key, timeout, binary, **options)
-        if self.url is None:
-            self._transport = EmbeddedTransport(self._executor)
-        else:
-            self._transport = AsyncHttpTransport(self.url, self._headers, timeout, self._http_transport)
+    _remote_transport = AsyncHttpTransport
+    run, fetch, backward, grad, send, post, get = (_async(getattr(_Core, name)) for name in OPERATIONS)
 
-    async def _send(self, method, path, content=None, headers=None, idempotent=True) -> Response:
-        self._check_open()
-        attempt = 0
-        while True:
-            self.stats[path] += 1
+    async def _drive(self, steps):
+        what, result = _resume(steps, None, False)
+        while what is not None:
+            act = asyncio.sleep if what[0] == "sleep" else getattr(self._transport, what[0])
             try:
-                if self.url is None:
-                    outcome = await asyncio.to_thread(self._transport.request, method, path, content, headers)
-                else:
-                    outcome = await self._transport.request(method, path, content, headers)
-            except Retryable as failure:
-                outcome = failure
-            wait = self.retry.wait(attempt, outcome, idempotent)
-            if wait is None:
-                return _answer(outcome)
-            await asyncio.sleep(wait)
-            attempt += 1
-
-    async def _execute_one(self, call: Call):
-        body, headers = encode(call, self.binary)
-        response = await self._send("POST", call.path, body, headers, call.idempotent)
-        return decode(response, self._where(call.path))
-
-    async def _exchange(self, call: Call):
-        if not self.embedded:
-            return await self._execute_one(call)
-        self._check_open()
-        self.stats[call.path] += 1
-        return await asyncio.to_thread(self._transport.execute, call, self._where(call.path))
-
-    async def _attempt(self, call: Call):
-        try:
-            return await self._exchange(call), False
-        except ServerError as err:
-            return err, True
-
-    async def run(self, plan):
-        steps = self._steps(plan)
-        call, result = _advance(steps, None, False)
-        while call is not None:
-            call, result = _advance(steps, *await self._attempt(call))
+                answer = await (asyncio.to_thread(act, *what[1:]) if self.embedded and act is not asyncio.sleep
+                                else act(*what[1:]))
+            except Exception as err:  # noqa: BLE001 - thrown into the steps, which may handle it
+                what, result = _resume(steps, err, True)
+            else:
+                what, result = _resume(steps, answer, False)
         return result
-
-    async def fetch(self, *variables):
-        """The values of Variables, computed in one /forward (cached on them)."""
-        lazy = [v._value for v in variables if v._data is None]
-        if lazy:
-            await self.run(FetchPlan(lazy))
-        arrays = [v._array() for v in variables]
-        return arrays[0] if len(arrays) == 1 else tuple(arrays)
 
     async def item(self, variable):
         await self.fetch(variable)
         return variable.item()
 
-    async def backward(self, outputs, gradient=None, retain_graph=None, create_graph=False):
-        await self.run(prepare_backward(*_backward_args(outputs, gradient), retain_graph, create_graph))
-
-    async def grad(self, outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
-        plan = prepare_grad(outputs, inputs, grad_outputs, retain_graph, create_graph)
-        return check_unused(await self.run(plan), allow_unused)
-
-    async def send(self, path, header: dict, inputs=(), grad_outputs=()):
-        return await self._execute_one(Call(path, dict(header), _pairs(inputs), _pairs(grad_outputs)))
-
-    async def post(self, path, content=b"", headers=None, json=None) -> Response:
-        if json is not None:
-            content, headers = orjson.dumps(json), {"Content-Type": "application/json", **(headers or {})}
-        return await self._send("POST", path, content, headers or {})
-
-    async def get(self, path) -> Response:
-        return await self._send("GET", path)
-
     async def aclose(self):
         if not self.closed:
             self.closed = True
-            if self.url is not None:
+            if not self.embedded:
                 await self._transport.close()
 
     async def __aenter__(self):
@@ -344,13 +281,6 @@ class AsyncSession(_Base):
 
     async def __aexit__(self, *exc):
         await self.aclose()
-
-
-def _backward_args(outputs, gradient):
-    """`backward(out, gradient)` of one output, as Variable.backward spells it, or of a list."""
-    if isinstance(outputs, Variable):
-        return [outputs], None if gradient is None else [gradient]
-    return list(outputs), gradient
 
 
 def _pairs(tensors):

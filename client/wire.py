@@ -1,8 +1,8 @@
-"""Request and response bodies: what `/forward` and `/backward` exchange, as bytes.
+"""What a session exchanges: calls (a request's header and tensors), replies, raw responses.
 
-Tensors are Open Inference Protocol tensor objects (`wire.codec`): raw little-endian buffers
-after the JSON header (Triton's binary data extension, `Inference-Header-Content-Length`) by
-default, `data` lists with `binary=False`. Error answers become `ServerError` subclasses.
+Bodies are encoded and read by the protocol's own functions (`wire.messages.encode_request`,
+`decode_result`): binary tensors (Triton's binary data extension) by default, JSON with
+`binary=False`. Error answers become `ServerError` subclasses.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import orjson
 
 from client.errors import ProtocolError, error_for_status
 from engine.backend import to_numpy
-from wire import codec
 from wire.codec import HEADER_LENGTH
+from wire.handler import read_body
+from wire.messages import decode_result, encode_request
 
 MAX_ELEMENTS = 2**62  # responses are trusted for size: the service already enforced its limits
 
@@ -52,28 +53,16 @@ class Response:
 
 def encode(call: Call, binary: bool) -> tuple[bytes, dict]:
     """(body, headers) of a call."""
-    header = dict(call.header)
-    if binary:
-        buffers = []
-        if call.inputs:
-            header["inputs"] = [codec.encode_binary(name, a, buffers) for name, a in call.inputs]
-        if call.grad_outputs:
-            header["grad_outputs"] = [codec.encode_binary(name, a, buffers) for name, a in call.grad_outputs]
-        header["parameters"] = {**header.get("parameters", {}), "binary_data_output": True}
-        body, length = codec.join_body(header, buffers)
-        return body, {HEADER_LENGTH: str(length), "Content-Type": "application/octet-stream"}
-    if call.inputs:
-        header["inputs"] = [codec.encode_json(name, a) for name, a in call.inputs]
-    if call.grad_outputs:
-        header["grad_outputs"] = [codec.encode_json(name, a) for name, a in call.grad_outputs]
-    return codec.dumps(header), {"Content-Type": "application/json"}
+    body, length = encode_request(call.header, call.inputs, call.grad_outputs, binary)
+    if length is None:
+        return body, {"Content-Type": "application/json"}
+    return body, {HEADER_LENGTH: str(length), "Content-Type": "application/octet-stream"}
 
 
-def _header(headers: dict, name: str):
-    for key, value in headers.items():
-        if key.lower() == name.lower():
-            return value
-    return None
+def header_of(headers: dict, name: str):
+    """The value of header `name` (any case) in `headers`, or None."""
+    name = name.lower()
+    return next((value for key, value in headers.items() if key.lower() == name), None)
 
 
 def raise_for_error(response: Response, url: str | None) -> None:
@@ -98,15 +87,13 @@ def raise_for_error(response: Response, url: str | None) -> None:
 def decode(response: Response, url: str | None) -> Reply:
     """A Reply from a successful answer (JSON or binary)."""
     raise_for_error(response, url)
-    length = _header(response.headers, HEADER_LENGTH)
+    length = header_of(response.headers, HEADER_LENGTH)
     try:
-        head, tail = codec.split_body(response.content, None if length is None else int(length))
-        body = orjson.loads(head)
-        outputs, offset = codec.decode_tensors(body.get("outputs"), "outputs", tail, 0, MAX_ELEMENTS)
-        grads, offset = codec.decode_tensors(body.get("grads"), "grads", tail, offset, MAX_ELEMENTS)
-    except (ValueError, TypeError, AttributeError, orjson.JSONDecodeError) as err:
+        body, tail = read_body(response.content, None if length is None else int(length))
+        result = decode_result(body, tail, MAX_ELEMENTS)
+    except (ValueError, TypeError, AttributeError) as err:  # wire.errors.GraphError is a ValueError
         raise ProtocolError(f"unreadable answer from {url}: {err}") from None
-    return Reply(body, owned(outputs), owned(grads), body.get("tape"))
+    return Reply(body, owned(result.outputs.items()), owned(result.grads.items()), result.tape)
 
 
 def owned(tensors, copy: bool = False) -> dict:

@@ -9,5 +9,6 @@ Above the autograd core (`engine`), below the HTTP service and the client; it kn
 - `differentiate`: gradients of an execution's outputs.
 - `messages`: requests and results (decode and encode), `limits`: every bound.
 - `stores`: the plan cache and the retained tapes; `executor`: `/forward` and `/backward` minus HTTP.
+- `handler`: the same on a body's bytes (decode, execute, encode), or on arrays in-process.
 - `errors`: the protocol's errors, each with a `kind` that the service maps to an HTTP status.
 """

@@ -1,5 +1,6 @@
 """Requests and results of the graph protocol: decoding a request's JSON header and binary
-tail within the limits, and encoding a result as JSON or binary pieces."""
+tail within the limits, encoding a result as JSON or binary pieces; and the other way round for
+a client (`encode_request`, `decode_result`)."""
 
 from __future__ import annotations
 
@@ -90,23 +91,53 @@ def decode_request(header, tail, limits: Limits) -> Request:
     )
 
 
-def encode_result_parts(result: Result, binary: bool) -> tuple[list, int | None]:
-    """([body pieces], header length or None) of a Result in JSON or binary form. Binary pieces
+def encode_message(body: dict, keys, binary: bool) -> tuple[list, int | None]:
+    """([body pieces], header length or None) of a message `body` whose `keys` (those present)
+    hold [(name, array)] pairs, encoded in place as JSON or binary tensor objects. Binary pieces
     are the JSON header then zero-copy views of the arrays: send them in order, or join them."""
-    body = {"id": result.id} if result.id is not None else {}
     buffers = []
     encode = (lambda n, a: codec.encode_binary(n, a, buffers)) if binary else codec.encode_json
-    body["outputs"] = [encode(name, backend.to_numpy(a)) for name, a in result.outputs.items()]
-    if result.grads is not None:
-        body["grads"] = [encode(name, backend.to_numpy(a)) for name, a in result.grads.items()]
-    if result.tape is not None:
-        body["tape"] = result.tape
+    for key in keys:
+        if key in body:
+            body[key] = [encode(name, backend.to_numpy(a)) for name, a in body[key]]
     if binary:
         return codec.body_parts(body, buffers)
     return [codec.dumps(body)], None
+
+
+def encode_request(header: dict, inputs=(), grad_outputs=(), binary: bool = True) -> tuple[bytes, int | None]:
+    """(body, header length or None) of a request: its JSON `header` without tensors, and its
+    [(name, array)] tensors; a binary request asks for a binary answer."""
+    header = dict(header)
+    if inputs:
+        header["inputs"] = inputs
+    if grad_outputs:
+        header["grad_outputs"] = grad_outputs
+    if binary:
+        header["parameters"] = {**header.get("parameters", {}), "binary_data_output": True}
+    parts, length = encode_message(header, ("inputs", "grad_outputs"), binary)
+    return parts[0] if len(parts) == 1 else b"".join(parts), length
+
+
+def encode_result_parts(result: Result, binary: bool) -> tuple[list, int | None]:
+    """([body pieces], header length or None) of a Result in JSON or binary form (`encode_message`)."""
+    body = {"id": result.id} if result.id is not None else {}
+    body["outputs"] = result.outputs.items()
+    if result.grads is not None:
+        body["grads"] = result.grads.items()
+    if result.tape is not None:
+        body["tape"] = result.tape
+    return encode_message(body, ("outputs", "grads"), binary)
 
 
 def encode_result(result: Result, binary: bool) -> tuple[bytes, int | None]:
     """(body bytes, header length or None) of a Result in JSON or binary form."""
     parts, length = encode_result_parts(result, binary)
     return parts[0] if len(parts) == 1 else b"".join(parts), length
+
+
+def decode_result(header: dict, tail, max_elements: int) -> Result:
+    """A Result from an answer's parsed JSON header and binary tail (None for plain JSON)."""
+    outputs, offset = codec.decode_tensors(header.get("outputs"), "outputs", tail, 0, max_elements)
+    grads, _ = codec.decode_tensors(header.get("grads"), "grads", tail, offset, max_elements)
+    return Result(header.get("id"), dict(outputs), dict(grads), header.get("tape"))

@@ -1,0 +1,63 @@
+"""`/forward` and `/backward` on bytes, minus HTTP: a body in, the answer's body pieces out.
+
+`handle` is the whole request handling after the transport (split the body, parse its JSON
+header, decode and check the request, run it on the `Executor`, encode the result);
+`run_arrays` the same for an in-process caller whose tensors are arrays. What goes wrong raises a `wire.errors.GraphError` whose `kind` the caller turns into its own answer (the
+service: an HTTP status; the client's embedded mode: the same status and exception as remote).
+"""
+
+from __future__ import annotations
+
+import numpy
+import orjson
+
+from engine.grad_mode import enable_grad
+from wire import codec
+from wire.codec import datatype_of
+from wire.errors import RequestError
+from wire.executor import Executor
+from wire.messages import Request, Result, decode_request, encode_result_parts
+
+PATHS = ("/forward", "/backward")
+
+
+def read_body(body: bytes, header_length: int | None):
+    """(parsed JSON header, binary tail or None) of a request or response body."""
+    head, tail = codec.split_body(body, header_length)
+    try:
+        return orjson.loads(head), tail
+    except orjson.JSONDecodeError as err:
+        raise RequestError(f"malformed JSON: {err}", field="body", kind="malformed") from None
+
+
+def run(executor: Executor, path: str, request: Request) -> Result:
+    """A decoded request's Result. Grad mode is on whatever the calling thread set, and IEEE
+    results (inf, nan) are answers, not warnings."""
+    with enable_grad(), numpy.errstate(all="ignore"):
+        return executor.forward(request) if path == "/forward" else executor.backward(request)
+
+
+def run_arrays(executor: Executor, path: str, header: dict, inputs=(), grad_outputs=()) -> Result:
+    """The Result of a request whose tensors are arrays already ([(name, array)] besides a JSON
+    `header`), for an in-process caller: nothing is encoded, and the arrays are checked (and
+    copied) by the same `decode_request` as a body's tensors."""
+    header = dict(header)
+    for key, tensors in (("inputs", inputs), ("grad_outputs", grad_outputs)):
+        if tensors:
+            header[key] = [_tensor_object(name, numpy.asarray(array)) for name, array in tensors]
+    return run(executor, path, decode_request(header, None, executor.limits))
+
+
+def _tensor_object(name, array) -> dict:
+    """A JSON tensor object whose `data` is the array itself (flat)."""
+    return {"name": name, "shape": list(array.shape), "datatype": datatype_of(array.dtype), "data": array.reshape(-1)}
+
+
+def handle(executor: Executor, path: str, body: bytes, header_length: int | None):
+    """(body pieces, header length or None, retained tape or None) of the answer to a request
+    `body` (binary when `header_length` is given) posted to `path`, one of PATHS."""
+    header, tail = read_body(body, header_length)
+    request = decode_request(header, tail, executor.limits)
+    result = run(executor, path, request)
+    parts, length = encode_result_parts(result, request.binary_output)
+    return parts, length, result.tape
