@@ -15,7 +15,8 @@ neither, the same requests run in-process through `wire.executor.Executor`.
 
 Methods, operators, properties and factories are the engine's, declared once in `engine.surface`
 and installed here by `client.ops`; imports flow client -> wire -> engine.
-Higher-order gradients (`create_graph=True`) raise `HigherOrderGradientError`: use `engine`.
+`grad(..., create_graph=True)` and `backward(create_graph=True)` send nothing: the gradients are
+lazy Variables standing for `grad` nodes (graph format 1.1) that later ops and backwards use.
 """
 
 from client import errors
@@ -28,7 +29,6 @@ from client.errors import (
     ConflictError,
     ConnectionFailed,
     GraphValidationError,
-    HigherOrderGradientError,
     InternalServerError,
     NotFoundError,
     OutOfMemoryError,
@@ -58,5 +58,5 @@ __all__ = [
     "errors", "ClientError", "ServerError", "RequestError", "ServiceError", "BadRequestError", "AuthenticationError",
     "NotFoundError", "ConflictError", "PayloadTooLargeError", "GraphValidationError", "InternalServerError",
     "ServiceUnavailableError", "OutOfMemoryError", "ConnectionFailed", "RequestTimeout", "ProtocolError",
-    "TracingError", "HigherOrderGradientError", "ShapeError", *sorted(_SURFACE),
+    "TracingError", "ShapeError", *sorted(_SURFACE),
 ]

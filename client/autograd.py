@@ -22,11 +22,11 @@ import numpy
 import orjson
 
 from client.context import current_session
-from client.errors import HigherOrderGradientError, ProtocolError, TracingError
+from client.errors import ProtocolError, TracingError
 from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
-from client.grad_mode import current_phase
-from client.graph import Node
-from client.serialize import Builder
+from client.grad_mode import current_phase, mode
+from client.graph import GRAD, LEAF, GradNode, Node, Value, edge_of
+from client.serialize import Builder, NeedsGraph
 from client.variable import Variable, as_host_array
 from client.wire import Call
 from engine.autograd import (
@@ -37,13 +37,6 @@ from engine.autograd import (
     nodes_reaching,
     reachable,
 )
-
-HIGHER_ORDER_MESSAGE = (
-    "create_graph=True (higher-order gradients) is not supported by the gradserve client: the service returns "
-    "gradients as numbers, not as graphs that could be differentiated again. Use the engine directly "
-    "(`import engine`) for higher-order gradients."
-)
-
 
 class FetchPlan:
     """One /forward computing the given values (those not cached yet)."""
@@ -68,10 +61,17 @@ class FetchPlan:
     def call(self, session):
         if not self.todo:
             return None
-        builder = Builder("forward")
-        self.names = [builder.add(v) for v in self.todo]
-        outputs = list(dict.fromkeys(self.names))
-        return Call("/forward", {"graph": builder.graph(outputs)}, builder.tensors)
+        try:
+            builder = Builder("forward")
+            self.names = [builder.add(v) for v in self.todo]
+        except NeedsGraph:
+            builder = Builder("backward")
+            self.names = [builder.add(v) for v in self.todo]
+        asked = {id(v) for v in self.todo}
+        held = [v for v in builder.computed() if id(v) not in asked and _held(v)]
+        self.names += [builder.ids[id(v)] for v in held]
+        self.todo += held
+        return Call("/forward", {"graph": builder.graph(list(dict.fromkeys(self.names)))}, builder.tensors)
 
     def finish(self, reply, session):
         for v, name in zip(self.todo, getattr(self, "names", ())):
@@ -79,6 +79,12 @@ class FetchPlan:
             v.array = array
             v.shape, v.dtype = tuple(array.shape), array.dtype
         return None
+
+
+def _held(value) -> bool:
+    """Whether a lazy Variable still stands for `value` (so the program may read it later)."""
+    holder = value.holder() if value.holder is not None else None
+    return holder is not None and holder._value is value and holder._data is None
 
 
 def _take(tensors, name, where):
@@ -140,50 +146,53 @@ def _may_update(grad) -> bool:
 
 
 class BackwardPlan:
-    """One /backward: gradients of `outputs` into leaves' .grad (targets None) or for `targets`."""
+    """One /backward: gradients of `outputs` into leaves' .grad (targets None) or for `targets`.
+    With `create_graph` nothing is sent: the gradients are lazy Variables standing for `grad`
+    nodes of the recorded graph (format 1.1), which later ops and backwards use as any value."""
 
-    def __init__(self, outputs, seeds, retain_graph, targets=None):
+    def __init__(self, outputs, seeds, retain_graph, targets=None, create_graph=False):
         self.outputs = outputs
         self.seeds = seeds
         self.retain = bool(retain_graph)
         self.targets = targets
+        self.create_graph = create_graph
         self.processed, self.leaves, self.reached = simulate(outputs, targets)
+        self.wanted = []
 
     def prefetch(self):
         lazy = [g._graph_value() for g in self.seeds if isinstance(g, Variable) and not g._has_value]
-        return FetchPlan(lazy) if lazy else None
+        return FetchPlan(lazy) if lazy and not self.create_graph else None
 
-    def _wanted(self, builder):
-        """[(node id, key)] to request in wrt; key: ("leaf", var) or ("node", var-or-node)."""
-        wanted = []
-
-        def leaf_ids(var):
-            return [nid for nid in builder.leaf_ids.get(id(var), ()) if builder.rg.get(nid)]
-
+    def _holders(self):
+        """[(Variable that gets a gradient, the Value it is the gradient of; None: the leaf's own)]."""
         if self.targets is None:
-            for var in self.leaves.values():
-                wanted.extend((nid, var) for nid in leaf_ids(var))
+            found = [(var, None) for var in self.leaves.values()]
             for node in self.processed:
                 holder = node.retained() if node.retained is not None else None
-                value = node.value
-                if holder is not None and holder._node is node and value is not None and id(value) in builder.ids:
-                    wanted.append((builder.ids[id(value)], holder))
-        else:
-            for t in dict.fromkeys(self.targets):
-                node = t._node
-                if node is None:
-                    if id(t) in self.leaves:
-                        wanted.extend((nid, t) for nid in leaf_ids(t))
-                elif node in self.reached and node.value is not None and id(node.value) in builder.ids:
-                    wanted.append((builder.ids[id(node.value)], t))
-        return wanted
+                if holder is not None and holder._node is node and node.value is not None:
+                    found.append((holder, node.value))
+            return found
+        found = []
+        for t in dict.fromkeys(self.targets):
+            node = t._node
+            if node is None and id(t) in self.leaves:
+                found.append((t, None))
+            elif node is not None and node in self.reached and node.value is not None:
+                found.append((t, node.value))
+        return found
 
     def call(self, session):
+        if self.create_graph:
+            return None
         builder = Builder("backward")
         names = [builder.add(o._graph_value()) for o in self.outputs]
         self.names = names
         self.output_values = [o._graph_value() for o in self.outputs]
-        self.wanted = self._wanted(builder)
+        for var, value in self._holders():
+            if value is None:
+                self.wanted.extend((nid, var) for nid in builder.leaf_ids.get(id(var), ()) if builder.rg.get(nid))
+            elif id(value) in builder.ids:
+                self.wanted.append((builder.ids[id(value)], var))
         if not self.wanted:
             return None
         seeds = {}
@@ -193,8 +202,7 @@ class BackwardPlan:
             array = numpy.ones(out.shape, out.dtype) if g is None else as_host_array(g._array() if isinstance(g, Variable) else g, out.dtype)
             seeds[name] = seeds[name] + array if name in seeds else array
         wrt = list(dict.fromkeys(nid for nid, _ in self.wanted))
-        outputs = list(dict.fromkeys(names))
-        graph = builder.graph(outputs)
+        graph = builder.graph(list(dict.fromkeys(names)))
         header = {"graph": graph, "wrt": wrt}
         tapes = getattr(session, "tapes", False)
         if tapes and self.retain:
@@ -213,26 +221,29 @@ class BackwardPlan:
         return full
 
     def finish(self, reply, session):
-        if reply is not None:
-            for value, name in zip(getattr(self, "output_values", ()), self.names):
+        sums = {}
+        if self.create_graph:
+            for var, value in self._holders():
+                sums[id(var)] = (var, gradient_node(self.outputs, self.seeds, value or var._graph_value()))
+        elif reply is not None:
+            for value, name in zip(self.output_values, self.names):
                 if name in reply.outputs and value.array is None:
                     value.array = reply.outputs[name]
             if getattr(session, "tapes", False):
                 self._keep_tape(reply, session)
-        sums = {}
-        if reply is not None:
+            arrays = {}
             for nid, holder in self.wanted:
                 array = _take(reply.grads, nid, "grads")
-                key = id(holder)
-                sums[key] = (holder, sums[key][1] + array if key in sums else array)
+                arrays[id(holder)] = (holder, arrays[id(holder)][1] + array if id(holder) in arrays else array)
+            sums = {key: (holder, Variable._leaf(array)) for key, (holder, array) in arrays.items()}
         if not self.retain:
             for node in self.processed:
                 node.freed = True
         if self.targets is None:
-            for holder, array in sums.values():
-                accumulate_grad(holder, Variable._leaf(array), lambda g: g, _may_update)
+            for holder, g in sums.values():
+                accumulate_grad(holder, g, lambda g: g, _may_update, self.create_graph)
             return None
-        return tuple(Variable._leaf(sums[id(t)][1]) if id(t) in sums else None for t in self.targets)
+        return tuple(sums[id(t)][1] if id(t) in sums else None for t in self.targets)
 
     def _keep_tape(self, reply, session):
         key = getattr(self, "tape_key", None)
@@ -246,11 +257,30 @@ class BackwardPlan:
             session._tapes.pop(key, None)
 
 
+def gradient_node(outputs, seeds, wrt: Value) -> Variable:
+    """A lazy Variable for the sum over outputs of seedᵀ·d output / d wrt: one `grad` node per
+    output (the seed, when given, as its third input), added by recorded ops."""
+    if current_phase() is not None:
+        raise TracingError("create_graph=True can't be used while tracing a custom Function")
+    total = None
+    with mode.enabled_as(True):
+        for out, seed in zip(outputs, seeds):
+            inputs = [out._graph_value(), wrt]
+            if isinstance(seed, Variable):
+                inputs.append(seed._graph_value())
+            elif seed is not None:
+                array = as_host_array(seed, out.dtype)
+                inputs.append(Value(LEAF, array.shape, array.dtype, array=array))
+            value = Value(GRAD, wrt.shape, wrt.dtype, inputs=inputs, requires_grad=True)
+            value.node = GradNode([edge_of(i) for i in inputs], value)
+            g = Variable._lazy(value)
+            total = g if total is None else total + g
+    return total
+
+
 def prepare_backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False):
-    if create_graph:
-        raise HigherOrderGradientError(HIGHER_ORDER_MESSAGE)
     outputs, seeds = backward_arguments(outputs, grad_outputs, Variable)
-    return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph)
+    return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph, None, create_graph)
 
 
 def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False, session=None):
@@ -260,10 +290,8 @@ def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False, 
 
 
 def prepare_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False):
-    if create_graph:
-        raise HigherOrderGradientError(HIGHER_ORDER_MESSAGE)
     outputs, inputs, seeds = grad_arguments(outputs, inputs, grad_outputs, Variable)
-    return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph, targets=inputs)
+    return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph, inputs, create_graph)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False, session=None):

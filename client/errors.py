@@ -143,13 +143,9 @@ class TracingError(ClientError, NoValue):
     """A custom Function did something that can't be traced into a graph (e.g. needed a value)."""
 
 
-class HigherOrderGradientError(ClientError, NotImplementedError):
-    """`create_graph=True`: gradients come back from the service as numbers, not graphs."""
-
-
 __all__ = [
     "ClientError", "ServerError", "RequestError", "ServiceError", "BadRequestError", "AuthenticationError",
     "NotFoundError", "ConflictError", "PayloadTooLargeError", "GraphValidationError", "InternalServerError",
     "ServiceUnavailableError", "OutOfMemoryError", "ConnectionFailed", "RequestTimeout", "ProtocolError",
-    "TracingError", "HigherOrderGradientError", "error_for_status",
+    "TracingError", "error_for_status",
 ]

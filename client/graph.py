@@ -30,6 +30,7 @@ FUNCTION = "function"
 CUT = "cut"
 ARG = "arg"
 GRAD_OUTPUT = "grad_output"
+GRAD = "grad"  # a grad node (format 1.1): inputs (output, wrt[, grad_output]), recorded by create_graph=True
 
 
 class Phase:
@@ -50,7 +51,7 @@ class Value:
     """How one value is computed (see the module docstring)."""
 
     __slots__ = ("kind", "op", "inputs", "attrs", "shape", "dtype", "array", "node", "requires_grad", "leaf", "phase",
-                 "__weakref__")
+                 "holder", "__weakref__")
 
     def __init__(self, kind, shape, dtype, op=None, inputs=(), attrs=None, array=None, requires_grad=False, leaf=None,
                  phase=None):
@@ -65,6 +66,7 @@ class Value:
         self.requires_grad = requires_grad
         self.leaf = leaf
         self.phase = phase
+        self.holder = None  # a weakref to the lazy Variable made for it (a fetch brings back held values too)
 
     def __repr__(self):
         what = self.op.name if self.op is not None else self.kind
@@ -155,6 +157,16 @@ class FunctionNode(Node):
         for variable, then in self.versions:
             if variable._version != then:
                 raise RuntimeError(INPLACE_MESSAGE.format(node="a custom Function", now=variable._version, then=then))
+
+
+class GradNode(Node):
+    """The node of a `grad` value (create_graph=True): its gradient flows to the output, the
+    wrt and the grad_output it was taken of."""
+
+    __slots__ = ()
+
+
+GradNode.__name__ = GradNode.__qualname__ = "GradBackward"
 
 
 def edge_of(value):

@@ -10,7 +10,7 @@ import math
 import numpy
 
 from client.errors import TracingError
-from client.graph import ARG, CONST, CUT, FUNCTION, GRAD_OUTPUT, LEAF, OP, Value
+from client.graph import ARG, CONST, CUT, FUNCTION, GRAD, GRAD_OUTPUT, LEAF, OP, Value
 from wire.codec import datatype_of
 
 NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
@@ -57,6 +57,11 @@ def json_attrs(op, attrs: dict) -> dict:
     return {name: convert(value) for name, value in attrs.items()}
 
 
+class NeedsGraph(Exception):
+    """A forward-mode build met a grad node: the request must keep the autograd graph (build it
+    in "backward" mode, where values that require grad are recomputed, not sent as inputs)."""
+
+
 class Builder:
     """Serializes values into graph format v1 nodes.
 
@@ -79,6 +84,7 @@ class Builder:
         self._keep = []
         self._consts = {}
         self._count = 0
+        self.has_grad = False
 
     # --- public ------------------------------------------------------------------------------
     def add(self, root: Value) -> str:
@@ -106,7 +112,11 @@ class Builder:
         return ids[id(root)]
 
     def graph(self, outputs) -> dict:
-        return {"version": 1, "nodes": self.nodes, "outputs": list(outputs)}
+        return {"version": "1.1" if self.has_grad else 1, "nodes": self.nodes, "outputs": list(outputs)}
+
+    def computed(self) -> list:
+        """The values this graph computes (op, function and grad nodes; not inputs or constants)."""
+        return [v for v in self._keep if v.kind in (OP, FUNCTION, GRAD) and v.array is None]
 
     def subgraph(self, outputs) -> dict:
         return {"nodes": self.nodes, "outputs": list(outputs)}
@@ -239,6 +249,12 @@ class Builder:
         elif v.kind == FUNCTION:
             node = {"id": node_id, "op": "function", "inputs": inputs, "attrs": v.attrs.attrs}
             rg = backward and any(self.rg[i] for i in inputs)
+        elif v.kind == GRAD:
+            if not backward:
+                raise NeedsGraph()
+            self.has_grad = True
+            node = {"id": node_id, "op": "grad", "inputs": inputs}
+            rg = any(self.rg[i] for i in inputs)
         else:  # pragma: no cover - every other kind is terminal
             raise AssertionError(f"can't serialize a {v.kind} value here")
         self.nodes.append(node)
