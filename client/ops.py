@@ -20,10 +20,14 @@ from client.context import current_session
 from client.errors import TracingError
 from client.graph import CONST, LEAF, OP, OpNode, Value, edge_of
 from client.variable import Variable, as_host_array
-from engine import shapes, surface
+from engine import backend, shapes, surface
 from engine.indexing import from_key, to_key
 from engine.node import Node as EngineNode
 from engine.registry import OPS, OpDef, grad_fn_name, reference, scalar_dtype
+from engine.registry import coerce as engine_coerce
+from engine.variable import Variable as EngineVariable
+
+_engine_result = EngineVariable._result
 from engine.shapes import ShapeError as EngineShapeError
 
 
@@ -145,9 +149,46 @@ def infer(op: OpDef, values, attrs):
     return tuple(shape), numpy.dtype(dtype)
 
 
+def eager(op: OpDef, args, attrs: dict):
+    """`op` computed now on the engine, as a data leaf, when nothing needs it recorded: the
+    session is embedded, nothing is being traced, every Variable's value is at hand and none
+    requires grad while grad mode is on. None otherwise, or when it fails (the recorded path
+    then reports it as the client does: a ShapeError now, or the service's error on fetch)."""
+    grad_on = grad_mode.is_grad_enabled()
+    host = backend.xp is numpy
+    inputs, datas = [], []
+    for v in args:
+        if isinstance(v, Variable):
+            data = v._data
+            if data is None:
+                value = v._value
+                data = value.array
+                if data is None or (grad_on and value.requires_grad):
+                    return None
+            elif grad_on and v._requires_grad:
+                return None
+            datas.append(data)
+            v = _engine_result(data if host else backend.to_active(data), None)
+        inputs.append(v)
+    if grad_mode.current_phase() is not None or not current_session().embedded:
+        return None
+    try:
+        array = op.call(engine_coerce(inputs), attrs)._data
+        array = array if host else backend.to_numpy(array)
+    except Exception:  # noqa: BLE001 - reported by the recorded path
+        return None
+    view = not array.flags.owndata
+    for data in datas:
+        view = view or data is array
+    return Variable._leaf(array, shared=view)  # a view of an input is copied before it is written
+
+
 def record(op: OpDef, args, attrs: dict, meta=None) -> Variable:
     """Record `op` on `args` with checked `attrs`; nothing is computed or sent, unless the op's
     result shape depends on values (its rule returns None): then it is computed right away."""
+    result = eager(op, args, attrs) if meta is None else None
+    if result is not None:
+        return result
     values, variables = coerce(args)
     problem = op.arity_error(len(values), attrs)
     if problem:
@@ -200,6 +241,9 @@ def getitem(x, key):
     spec, arrays = from_key(key, _index_variable)
     attrs = op.check_attrs({"index": spec})
     meta = None
+    result = eager(op, [x, *arrays], attrs)
+    if result is not None:
+        return result
     if isinstance(x, Variable) and any(a.dtype == numpy.bool_ for a in arrays) and not any(
             a._data is None and a._value.phase is not None for a in arrays):
         meta = _masked_meta(x, spec, arrays)
