@@ -13,48 +13,30 @@ from client.errors import TracingError
 from client.graph import ARG, CONST, CUT, FUNCTION, GRAD, GRAD_OUTPUT, LEAF, OP, Value
 from wire.codec import datatype_of
 
-NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
-
-
+# How a value that must not pass gradients on (detach(), a no_grad result) is said in the
+# format: a function node computing the identity whose backward returns no gradient.
 STOP_GRADIENT = {
-    # A function node computing the identity whose backward returns no gradient: how a value
-    # that must not pass gradients on (detach(), a no_grad result) is said in graph format v1.
     "name": "Detach",
     "forward": {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}], "outputs": ["a"]},
     "backward": {"nodes": [{"id": "g", "op": "grad_output"}], "outputs": [None]},
 }
 
 
-def _spell(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return "NaN" if x != x else NONFINITE[x]
-    return x
-
-
-def _array_literal(array: numpy.ndarray):
-    data = array.tolist()
-    if array.dtype.kind == "f" and not numpy.isfinite(array).all():
-        def spell(item):
-            return [spell(i) for i in item] if isinstance(item, list) else _spell(item)
-
-        data = spell(data)
-    return data
-
-
-def json_attrs(op, attrs: dict) -> dict:
-    """An op's checked attributes as JSON values. Non-finite floats are spelled "Infinity",
-    "-Infinity", "NaN" (as in tensor data), which the graph parser reads for float attributes."""
-
-    def convert(value):
-        if isinstance(value, (list, tuple)):
-            return [convert(v) for v in value]
-        if isinstance(value, dict):
-            return {k: convert(v) for k, v in value.items()}
-        if isinstance(value, numpy.generic):
-            value = value.item()
-        return _spell(value)
-
-    return {name: convert(value) for name, value in attrs.items()}
+def to_json(value):
+    """A value (attribute, scalar, array) as JSON: lists for tuples and arrays, and "NaN",
+    "Infinity", "-Infinity" for non-finite floats (as the graph parser and tensor data read them)."""
+    if isinstance(value, numpy.ndarray):
+        data = value.tolist()
+        return data if value.dtype.kind != "f" or numpy.isfinite(value).all() else to_json(data)
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    if isinstance(value, numpy.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+    return value
 
 
 class NeedsGraph(Exception):
@@ -144,24 +126,16 @@ class Builder:
 
     def _constant(self, v, array=None):
         if array is None:
-            value, dtype = v.attrs["value"], v.attrs.get("dtype")
-            if isinstance(value, float) and not math.isfinite(value):
-                value, dtype = _spell(value), v.dtype
+            value, dtype = to_json(v.attrs["value"]), v.attrs.get("dtype")
+            dtype = v.dtype if isinstance(value, str) else dtype
             key = (type(value), value, None if dtype is None else numpy.dtype(dtype).str)
-            known = self._consts.get(key)
-            if known is not None:
-                self._name(v, known)
-                return
-            attrs = {"value": value}
-            if dtype is not None:
-                attrs["dtype"] = datatype_of(dtype)
+            if key in self._consts:
+                return self._name(v, self._consts[key])
+            attrs = {"value": value} if dtype is None else {"value": value, "dtype": datatype_of(dtype)}
         else:
-            key = None
-            attrs = {"value": _array_literal(array), "dtype": datatype_of(array.dtype)}
-        node_id = self._new_id("c")
+            key, attrs = None, {"value": to_json(array), "dtype": datatype_of(array.dtype)}
+        node_id = self._consts[key] = self._new_id("c")
         self.nodes.append({"id": node_id, "op": "constant", "attrs": attrs})
-        if key is not None:
-            self._consts[key] = node_id
         self._name(v, node_id)
 
     def _special(self, v, op, attrs=None):
@@ -243,7 +217,7 @@ class Builder:
         if v.kind == OP:
             node = {"id": node_id, "op": v.op.name, "inputs": inputs}
             if v.attrs:
-                node["attrs"] = json_attrs(v.op, v.attrs)
+                node["attrs"] = to_json(v.attrs)
             # the engine records a node only for a differentiable op with a floating result
             rg = backward and v.op.differentiable and v.dtype.kind == "f" and any(self.rg[i] for i in inputs)
         elif v.kind == FUNCTION:
