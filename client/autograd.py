@@ -28,7 +28,14 @@ from client.graph import GRAD, LEAF, GradNode, Node, Value, edge_of
 from client.serialize import Builder, NeedsGraph
 from client.variable import Variable, as_host_array
 from client.wire import Call
-from engine.autograd import accumulate_grad, backward_arguments, check_unused, grad_arguments, nodes_reaching, reachable
+from engine.autograd import (
+    accumulate_grad,
+    backward_arguments,
+    check_unused,
+    grad_arguments,
+    nodes_reaching,
+    reachable,
+)
 
 
 class FetchPlan:

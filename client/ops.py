@@ -1,10 +1,11 @@
-"""The client's side of the surface (`engine.surface`): ops are recorded, not computed.
+"""The client's side of the surface (`engine.surface`): how the client applies an op.
 
-Calling an op records a node locally: its inputs (scalars typed by the registry's
-`scalar_dtype`), its checked attributes and its shape and dtype (by the op's `infer` rule, so a
-shape error is raised here, at the call). Nothing here names an op: functions, methods and
-operators come from the registry and the surface, so a new registry op reaches the client
-with no client code. `install()` puts the surface on `client.Variable`.
+Embedded, an op whose result nothing needs recorded (no grad needed, every value at hand, no
+trace) is computed at once on the engine (`eager`). Otherwise the op is recorded locally:
+inputs (scalars typed by the registry's `scalar_dtype`), checked attributes, and shape and
+dtype by the op's `infer` rule, so a shape error is raised at the call. Nothing here names an
+op: functions, methods and operators come from the registry and the surface, so a new
+registry op reaches the client with no client code. `install()` puts the surface on `client.Variable`.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ from client.errors import TracingError
 from client.graph import CONST, LEAF, OP, OpNode, Value, edge_of
 from client.variable import Variable, as_host_array
 from engine import backend, shapes, surface
+from engine.autograd import reachable
 from engine.indexing import from_key, to_key
-from engine.node import Node as EngineNode
 from engine.registry import OPS, OpDef, grad_fn_name, reference, scalar_dtype
 from engine.registry import coerce as engine_coerce
+from engine.shapes import ShapeError as EngineShapeError
 from engine.variable import Variable as EngineVariable
 
 _engine_result = EngineVariable._result
-from engine.shapes import ShapeError as EngineShapeError
 
 
 class ShapeError(EngineShapeError):
@@ -49,26 +50,23 @@ def _scalar(v, ref):
 def coerce(inputs):
     """(Values, Variables-or-None) from a mix of Variables, arrays and Python scalars."""
     ref = reference(inputs, Variable)
-    values, variables = [], []
+    values = []
     for v in inputs:
         if isinstance(v, Variable):
             values.append(v._graph_value())
-            variables.append(v)
         elif isinstance(v, (bool, int, float)):
             values.append(_scalar(v, ref))
-            variables.append(None)
         else:
             array = as_host_array(v)
             values.append(Value(LEAF, array.shape, array.dtype, array=array))
-            variables.append(None)
-    return values, variables
+    return values, [v if isinstance(v, Variable) else None for v in inputs]
 
 
 # --- grad_fn node classes --------------------------------------------------------------------
 
-_NODE_CLASSES: dict = {}
 PROBE_MAX_ELEMENTS = 1 << 16
-_PROBES: dict = {}
+_NODE_CLASSES: dict = {}  # (op, grad_fn name, saves) -> class
+_PROBES: dict = {}  # a composite call's (op, shapes, dtypes, attrs) -> class
 
 
 def _probe_composite(op: OpDef, shapes_, dtypes, attrs):
@@ -79,22 +77,15 @@ def _probe_composite(op: OpDef, shapes_, dtypes, attrs):
     if sum(math.prod(s) for s in shapes_) <= PROBE_MAX_ELEMENTS:
         arrays = [numpy.zeros(s, d) for s, d in zip(shapes_, dtypes)]
     else:
-        sample = op.samples[0]
-        rng = numpy.random.default_rng(0)
+        sample, rng = op.samples[0], numpy.random.default_rng(0)
         arrays = sample.make(rng) if sample.make is not None else [rng.uniform(sample.low, sample.high, s) for s in sample.shapes]
         attrs = op.check_attrs(dict(sample.attrs))
     inputs = [engine.Variable(a, requires_grad=a.dtype.kind == "f") for a in map(numpy.asarray, arrays)]
     with engine.enable_grad(), numpy.errstate(all="ignore"):
         node = op.call(inputs, attrs).grad_fn
-    saves, stack, seen = False, [node], set()
-    while stack:
-        n = stack.pop()
-        if n is None or id(n) in seen:
-            continue
-        seen.add(id(n))
-        op_saves = getattr(getattr(n, "op", None), "saves", True)
-        saves = saves or op_saves is True or bool(op_saves and len(n.saved[op_saves]))
-        stack.extend(e for e in n.edges if isinstance(e, EngineNode))
+    nodes, _ = reachable([node])
+    saves = any(getattr(n, "op", None) is None or n.op.saves is True or bool(n.op.saves and len(n.saved[n.op.saves]))
+                for n in nodes)
     return node.name, saves
 
 
@@ -108,26 +99,24 @@ def _freeze(value):
 
 def _node_class(name, op, saves):
     key = (op.name, name, str(saves))
-    cls = _NODE_CLASSES.get(key)
-    if cls is None:
-        cls = _NODE_CLASSES[key] = type(name, (OpNode,), {"__slots__": (), "op": op, "saves": saves})
-    return cls
+    if key not in _NODE_CLASSES:
+        _NODE_CLASSES[key] = type(name, (OpNode,), {"__slots__": (), "op": op, "saves": saves})
+    return _NODE_CLASSES[key]
 
 
 def node_class(op: OpDef, values=(), attrs=None) -> type:
     if not op.composite:
         return _node_class(grad_fn_name(op.name), op, op.saves)
     key = (op.name, tuple(v.shape for v in values), tuple(v.dtype.str for v in values), _freeze(attrs or {}))
-    cls = _PROBES.get(key)
-    if cls is None:
+    if key not in _PROBES:
         try:
             name, saves = _probe_composite(op, key[1], key[2], attrs or {})
         except Exception:  # noqa: BLE001 - a probe that fails keeps the default name
             name, saves = grad_fn_name(op.name), True
         if len(_PROBES) > 4096:
             _PROBES.clear()
-        cls = _PROBES[key] = _node_class(name, op, saves)
-    return cls
+        _PROBES[key] = _node_class(name, op, saves)
+    return _PROBES[key]
 
 
 # --- recording -------------------------------------------------------------------------------
@@ -240,14 +229,11 @@ def getitem(x, key):
     op = OPS["getitem"]
     spec, arrays = from_key(key, _index_variable)
     attrs = op.check_attrs({"index": spec})
-    meta = None
     result = eager(op, [x, *arrays], attrs)
-    if result is not None:
-        return result
-    if isinstance(x, Variable) and any(a.dtype == numpy.bool_ for a in arrays) and not any(
+    if result is None and isinstance(x, Variable) and any(a.dtype == numpy.bool_ for a in arrays) and not any(
             a._data is None and a._value.phase is not None for a in arrays):
-        meta = _masked_meta(x, spec, arrays)
-    return record(op, [x, *arrays], attrs, meta=meta)
+        result = record(op, [x, *arrays], attrs, meta=_masked_meta(x, spec, arrays))
+    return result if result is not None else record(op, [x, *arrays], attrs)
 
 
 def setitem(x, value, key):

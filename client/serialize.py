@@ -35,7 +35,7 @@ def to_json(value):
     if isinstance(value, numpy.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     return value
 
 
