@@ -55,18 +55,10 @@ class Builder:
     """
 
     def __init__(self, mode, phase=None, forward_ids=None):
-        self.mode = mode
-        self.phase = phase
-        self.forward_ids = forward_ids or {}
-        self.nodes = []
-        self.ids = {}
-        self.tensors = []
-        self.rg = {}
-        self.leaf_ids = {}
-        self._keep = []
-        self._consts = {}
-        self._count = 0
-        self.has_grad = False
+        self.mode, self.phase, self.forward_ids = mode, phase, forward_ids or {}
+        self.nodes, self.tensors, self._keep = [], [], []
+        self.ids, self.rg, self.leaf_ids, self._consts = {}, {}, {}, {}  # by id(value); by node id; by id(leaf)
+        self._count, self.has_grad = 0, False
 
     # --- public ------------------------------------------------------------------------------
     def add(self, root: Value) -> str:
@@ -115,10 +107,7 @@ class Builder:
 
     def _input(self, v, array, rg):
         node_id = self._new_id("x")
-        node = {"id": node_id, "op": "input"}
-        if rg:
-            node["requires_grad"] = True
-        self.nodes.append(node)
+        self.nodes.append({"id": node_id, "op": "input", "requires_grad": True} if rg else {"id": node_id, "op": "input"})
         self.tensors.append((node_id, array))
         if v.kind == LEAF and v.leaf is not None:
             self.leaf_ids.setdefault(id(v.leaf), []).append(node_id)
@@ -140,10 +129,7 @@ class Builder:
 
     def _special(self, v, op, attrs=None):
         node_id = self._new_id("a" if op == "arg" else "g" if op == "grad_output" else "f")
-        node = {"id": node_id, "op": op}
-        if attrs:
-            node["attrs"] = attrs
-        self.nodes.append(node)
+        self.nodes.append({"id": node_id, "op": op, "attrs": attrs} if attrs else {"id": node_id, "op": op})
         self._name(v, node_id)
 
     def _stop_gradient(self, source_id):
