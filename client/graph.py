@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import weakref
+from collections import namedtuple
 
 import numpy
 
@@ -26,13 +27,8 @@ ARG, GRAD_OUTPUT = "arg", "grad_output"  # inside a custom Function's trace
 GRAD = "grad"  # inputs (output, wrt[, grad_output]), recorded by create_graph=True
 
 
-class Phase:
-    """One phase (forward or backward) of tracing a custom Function; values made during it belong to it."""
-
-    __slots__ = ("name", "kind", "forward")
-
-    def __init__(self, name, kind, forward=None):
-        self.name, self.kind, self.forward = name, kind, forward
+# One phase (forward or backward) of tracing a custom Function: values made during it belong to it.
+Phase = namedtuple("Phase", "name kind forward", defaults=(None,))
 
 
 class Value:
