@@ -50,7 +50,7 @@ def test_hessian_vector_product_is_one_request(recorder):
         hv_dot, = m.autograd.grad((g * v).sum(), x)
         return [g, hv, hv_dot]
 
-    g, hv, hv_dot = three_ways(program, X, V)
+    _, hv, hv_dot = three_ways(program, X, V)
     np.testing.assert_allclose(hv, hv_dot, rtol=1e-12)
     assert recorder.paths() == ["/backward", "/backward"]  # one request per grad(); g came back with the first
     assert recorder.calls[0][2]["graph"]["version"] == "1.1"
@@ -66,7 +66,7 @@ def test_second_and_third_derivatives_of_elementwise_functions(session, fn):
         d3, = m.autograd.grad(d2.sum(), x)
         return [d1, d2, d3]
 
-    d1, d2, d3 = three_ways(program, X)
+    *_, d3 = three_ways(program, X)
     if fn == "cube":
         np.testing.assert_allclose(d3, np.full_like(X, 6.0))
 
@@ -88,7 +88,7 @@ def test_gradient_penalty_trains(session):
                 w.grad = None
         return [*losses, w1, w2, x.grad]
 
-    *losses, w1, w2, x_grad = three_ways(program, X, W1, W2)
+    *losses, _, _, x_grad = three_ways(program, X, W1, W2)
     assert losses[-1] < losses[0]  # the penalty falls as the critic trains
     assert x_grad is not None
 
@@ -131,7 +131,7 @@ def test_custom_function_with_a_differentiable_backward(session):
         d2, = m.autograd.grad(d1.sum(), x)
         return [d1, d2]
 
-    d1, d2 = three_ways(program, X)
+    _, d2 = three_ways(program, X)
     np.testing.assert_allclose(d2, 6 * X)
 
 
@@ -148,7 +148,7 @@ def test_backward_create_graph_accumulates_a_lazy_grad(recorder):
     x = client.tensor(X, requires_grad=True)
     (x.pow(3)).sum().backward(create_graph=True)
     assert x.grad.grad_fn is not None and x.grad.requires_grad and recorder.calls == []  # nothing sent yet
-    twice, second = three_ways(program, X)
+    three_ways(program, X)
     paths = recorder.paths()
     assert paths.count("/backward") == 1  # the backward through the twice-accumulated grad: one request
 
