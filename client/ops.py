@@ -89,14 +89,6 @@ def _probe_composite(op: OpDef, shapes_, dtypes, attrs):
     return node.name, saves
 
 
-def _freeze(value):
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    return value
-
-
 def _node_class(name, op, saves):
     key = (op.name, name, str(saves))
     if key not in _NODE_CLASSES:
@@ -107,7 +99,7 @@ def _node_class(name, op, saves):
 def node_class(op: OpDef, values=(), attrs=None) -> type:
     if not op.composite:
         return _node_class(grad_fn_name(op.name), op, op.saves)
-    key = (op.name, tuple(v.shape for v in values), tuple(v.dtype.str for v in values), _freeze(attrs or {}))
+    key = (op.name, tuple(v.shape for v in values), tuple(v.dtype.str for v in values), repr(attrs))
     if key not in _PROBES:
         try:
             name, saves = _probe_composite(op, key[1], key[2], attrs or {})
