@@ -7,40 +7,22 @@
     out.backward()                          # one POST /backward
     print(x.grad)                           # 3.0 everywhere
 
-Operations record a graph locally (shapes and dtypes by the registry's rules, so `.shape` and
-shape errors need no request); a value is fetched (one `/forward`) when it is needed: `.item()`,
-`.data` of a computed Variable, printing, `bool()`. `backward()` and `grad()` send one
-`/backward` each. Where: `connect("http://host:8000")` or `$GRADSERVE_URL` for a server; with
-neither, the same requests run in-process through `wire.executor.Executor`.
+Operations that need a graph record it locally (shapes and dtypes by the registry's rules, so
+`.shape` and shape errors need no request); a value is fetched (one `/forward`) when it is
+needed: `.item()`, `.data`, printing, `bool()`. `backward()` and `grad()` send one `/backward`
+each; with `create_graph=True` they send nothing and return lazy `grad` nodes (format 1.1).
+Where: `connect("http://host:8000")` or `$GRADSERVE_URL` for a server; with neither, the same
+requests run in-process through `wire.executor.Executor`, and ops that need no graph are
+computed at once on the engine.
 
 Methods, operators, properties and factories are the engine's, declared once in `engine.surface`
 and installed here by `client.ops`; imports flow client -> wire -> engine.
-Higher-order gradients (`create_graph=True`) raise `HigherOrderGradientError`: use `engine`.
 """
 
 from client import errors
 from client.autograd import backward as _backward
 from client.autograd import grad
-from client.errors import (
-    AuthenticationError,
-    BadRequestError,
-    ClientError,
-    ConflictError,
-    ConnectionFailed,
-    GraphValidationError,
-    HigherOrderGradientError,
-    InternalServerError,
-    NotFoundError,
-    OutOfMemoryError,
-    PayloadTooLargeError,
-    ProtocolError,
-    RequestError,
-    RequestTimeout,
-    ServerError,
-    ServiceError,
-    ServiceUnavailableError,
-    TracingError,
-)
+from client.errors import *  # the error classes (errors.__all__)
 from client.function import Function, FunctionCtx
 from client.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from client.ops import ShapeError
@@ -54,9 +36,6 @@ globals().update(_SURFACE)
 
 __all__ = [
     "Variable", "Function", "FunctionCtx", "grad", "no_grad", "enable_grad", "is_grad_enabled", "set_grad_enabled",
-    "connect", "Session", "AsyncSession", "current_session", "OPS",
-    "errors", "ClientError", "ServerError", "RequestError", "ServiceError", "BadRequestError", "AuthenticationError",
-    "NotFoundError", "ConflictError", "PayloadTooLargeError", "GraphValidationError", "InternalServerError",
-    "ServiceUnavailableError", "OutOfMemoryError", "ConnectionFailed", "RequestTimeout", "ProtocolError",
-    "TracingError", "HigherOrderGradientError", "ShapeError", *sorted(_SURFACE),
+    "connect", "Session", "AsyncSession", "current_session", "OPS", "errors", "ShapeError",
+    *(name for name in errors.__all__ if name != "error_for_status"), *sorted(_SURFACE),
 ]

@@ -1,16 +1,15 @@
 """Fetching values, `backward` and `grad`, as plans that a session runs (one request each).
 
-A plan builds its request from the local graph, and applies the answer: values cached on
-their Values, gradients accumulated into `.grad` (backward) or returned (grad). Before a
-backward is sent, the engine's traversal is replayed locally on the grad_fn nodes, so the
-client knows (without asking) which leaves get a gradient, which nodes the backward frees, and
-raises the engine's errors: a second backward through a freed node (`FREED_MESSAGE`), or a
-saved input modified in place since it was recorded.
+A plan builds its request from the local graph and applies the answer: values cached on their
+Values, gradients accumulated into `.grad` (backward) or returned (grad). Before a backward,
+the engine's traversal is replayed on the grad_fn nodes (`simulate`): the client knows which
+leaves get a gradient and which nodes the backward frees, and raises the engine's errors (a
+second backward through freed nodes, a saved input modified in place). With `create_graph`
+nothing is sent: gradients are lazy Variables standing for `grad` nodes (format 1.1).
 
-Gradients go stateless by default: every backward sends its graph and inputs again, which any
-replica can answer. Sessions made with `tapes=True` keep the tape a `retain_graph=True`
-backward leaves on the service and send only the tape id for the next backward through the
-same outputs, falling back to the stateless request when the tape is gone (404/409).
+Stateless by default: every backward sends its graph and inputs. Sessions made with `tapes=True`
+keep the tape of a `retain_graph=True` backward on the service and send only its id next time,
+falling back to the stateless request when the tape is gone (404/409).
 """
 
 from __future__ import annotations
@@ -22,11 +21,11 @@ import numpy
 import orjson
 
 from client.context import current_session
-from client.errors import HigherOrderGradientError, ProtocolError, TracingError
+from client.errors import ProtocolError, TracingError
 from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
-from client.grad_mode import current_phase
-from client.graph import Node
-from client.serialize import Builder
+from client.grad_mode import current_phase, mode
+from client.graph import GRAD, LEAF, GradNode, Node, Value, edge_of
+from client.serialize import Builder, NeedsGraph
 from client.variable import Variable, as_host_array
 from client.wire import Call
 from engine.autograd import (
@@ -38,25 +37,15 @@ from engine.autograd import (
     reachable,
 )
 
-HIGHER_ORDER_MESSAGE = (
-    "create_graph=True (higher-order gradients) is not supported by the gradserve client: the service returns "
-    "gradients as numbers, not as graphs that could be differentiated again. Use the engine directly "
-    "(`import engine`) for higher-order gradients."
-)
-
 
 class FetchPlan:
-    """One /forward computing the given values (those not cached yet)."""
+    """One /forward computing the given values, and every value a live Variable holds that the
+    same graph computes (so that history whose value is known is never sent again)."""
 
     def __init__(self, values):
-        todo, seen = [], set()
-        for v in values:
-            if v.array is None and id(v) not in seen:
-                seen.add(id(v))
-                todo.append(v)
-        self.todo = todo
-        if todo and current_phase() is not None:
-            phase = current_phase()
+        self.todo = list({id(v): v for v in values if v.array is None}.values())
+        phase = current_phase()
+        if self.todo and phase is not None:
             raise TracingError(
                 f"{phase.name}.{phase.kind} needs the value of a Variable while it is being traced into a graph "
                 "(.item(), bool(), .data, printing...); data-dependent Python control flow can't run on the "
@@ -68,17 +57,27 @@ class FetchPlan:
     def call(self, session):
         if not self.todo:
             return None
-        builder = Builder("forward")
-        self.names = [builder.add(v) for v in self.todo]
-        outputs = list(dict.fromkeys(self.names))
-        return Call("/forward", {"graph": builder.graph(outputs)}, builder.tensors)
+        try:
+            builder = Builder("forward")
+            self.names = [builder.add(v) for v in self.todo]
+        except NeedsGraph:  # grad nodes differentiate through values that require grad: keep those
+            builder = Builder("backward")
+            self.names = [builder.add(v) for v in self.todo]
+        asked = {id(v) for v in self.todo}
+        held = [v for v in builder.computed() if id(v) not in asked and _held(v)]
+        self.names += [builder.ids[id(v)] for v in held]
+        self.todo += held
+        return Call("/forward", {"graph": builder.graph(list(dict.fromkeys(self.names)))}, builder.tensors)
 
     def finish(self, reply, session):
         for v, name in zip(self.todo, getattr(self, "names", ())):
-            array = _take(reply.outputs, name, "outputs")
-            v.array = array
-            v.shape, v.dtype = tuple(array.shape), array.dtype
-        return None
+            v.array = _take(reply.outputs, name, "outputs")
+            v.shape, v.dtype = tuple(v.array.shape), v.array.dtype
+
+
+def _held(value) -> bool:
+    holder = value.holder() if value.holder is not None else None
+    return holder is not None and holder._value is value and holder._data is None
 
 
 def _take(tensors, name, where):
@@ -89,33 +88,19 @@ def _take(tensors, name, where):
 
 
 def simulate(outputs, targets=None):
-    """Replay the engine's backward traversal on the grad_fn graph.
-
-    Returns (processed nodes, {id: leaf Variable} that receive a gradient, set of nodes
-    that receive one). Raises the engine's errors for freed or modified nodes.
-    """
+    """The engine's backward traversal on the grad_fn graph: (processed nodes, {id: leaf} that
+    get a gradient, nodes that get one). Raises the engine's errors for freed or modified nodes."""
     roots = list(dict.fromkeys(o._node for o in outputs if o._node is not None))
-    reached_leaves = {}
     capture = None if targets is None else {id(t) for t in targets}
-    for o in outputs:
-        if o._node is None and (capture is None or id(o) in capture):
-            reached_leaves[id(o)] = o
+    leaves = {id(o): o for o in outputs if o._node is None and (capture is None or id(o) in capture)}
     nodes, _ = reachable(roots)
-    needed = None
-    if targets is not None:
-        target_nodes = {t._node for t in targets if t._node is not None}
-        target_leaves = [id(t) for t in targets if t._node is None]
-        needed = nodes_reaching(nodes, target_nodes, target_leaves)
-    processed = []
-    seen = set(roots)
-    queue = list(roots)
+    needed = None if targets is None else nodes_reaching(
+        nodes, {t._node for t in targets if t._node is not None}, [id(t) for t in targets if t._node is None])
+    processed, seen, queue = [], set(roots), list(roots)
     while queue:
         node = queue.pop()
         processed.append(node)
-        if needed is None:
-            needs = [e is not None for e in node.edges]
-        else:
-            needs = [e is not None and (id(e) in capture or e in needed) for e in node.edges]
+        needs = [e is not None and (needed is None or id(e) in capture or e in needed) for e in node.edges]
         if any(needs):
             node.check()
         for i, edge in enumerate(node.edges):
@@ -126,8 +111,8 @@ def simulate(outputs, targets=None):
                     seen.add(edge)
                     queue.append(edge)
             elif capture is None or id(edge) in capture:
-                reached_leaves[id(edge)] = edge
-    return processed, reached_leaves, seen
+                leaves[id(edge)] = edge
+    return processed, leaves, seen
 
 
 def _may_update(grad) -> bool:
@@ -140,133 +125,138 @@ def _may_update(grad) -> bool:
 
 
 class BackwardPlan:
-    """One /backward: gradients of `outputs` into leaves' .grad (targets None) or for `targets`."""
+    """One /backward: gradients of `outputs` into leaves' .grad (targets None) or for `targets`;
+    with `create_graph`, grad nodes instead of a request."""
 
-    def __init__(self, outputs, seeds, retain_graph, targets=None):
-        self.outputs = outputs
-        self.seeds = seeds
-        self.retain = bool(retain_graph)
-        self.targets = targets
+    def __init__(self, outputs, seeds, retain_graph, targets=None, create_graph=False):
+        self.outputs, self.seeds, self.targets = outputs, seeds, targets
+        self.retain, self.create_graph = bool(retain_graph), create_graph
         self.processed, self.leaves, self.reached = simulate(outputs, targets)
+        self.wanted = []
 
     def prefetch(self):
         lazy = [g._graph_value() for g in self.seeds if isinstance(g, Variable) and not g._has_value]
-        return FetchPlan(lazy) if lazy else None
+        return FetchPlan(lazy) if lazy and not self.create_graph else None
 
-    def _wanted(self, builder):
-        """[(node id, key)] to request in wrt; key: ("leaf", var) or ("node", var-or-node)."""
-        wanted = []
-
-        def leaf_ids(var):
-            return [nid for nid in builder.leaf_ids.get(id(var), ()) if builder.rg.get(nid)]
-
+    def _holders(self):
+        """[(Variable that gets a gradient, the Value it is the gradient of; None: the leaf's own)]."""
         if self.targets is None:
-            for var in self.leaves.values():
-                wanted.extend((nid, var) for nid in leaf_ids(var))
+            found = [(var, None) for var in self.leaves.values()]
             for node in self.processed:
                 holder = node.retained() if node.retained is not None else None
-                value = node.value
-                if holder is not None and holder._node is node and value is not None and id(value) in builder.ids:
-                    wanted.append((builder.ids[id(value)], holder))
-        else:
-            for t in dict.fromkeys(self.targets):
-                node = t._node
-                if node is None:
-                    if id(t) in self.leaves:
-                        wanted.extend((nid, t) for nid in leaf_ids(t))
-                elif node in self.reached and node.value is not None and id(node.value) in builder.ids:
-                    wanted.append((builder.ids[id(node.value)], t))
-        return wanted
+                if holder is not None and holder._node is node and node.value is not None:
+                    found.append((holder, node.value))
+            return found
+        return [(t, None) if t._node is None else (t, t._node.value) for t in dict.fromkeys(self.targets)
+                if (t._node is None and id(t) in self.leaves) or (t._node in self.reached and t._node.value is not None)]
 
     def call(self, session):
+        if self.create_graph:
+            return None
         builder = Builder("backward")
-        names = [builder.add(o._graph_value()) for o in self.outputs]
-        self.names = names
+        self.names = [builder.add(o._graph_value()) for o in self.outputs]
         self.output_values = [o._graph_value() for o in self.outputs]
-        self.wanted = self._wanted(builder)
+        for var, value in self._holders():
+            if value is None:
+                self.wanted.extend((nid, var) for nid in builder.leaf_ids.get(id(var), ()) if builder.rg.get(nid))
+            elif id(value) in builder.ids:
+                self.wanted.append((builder.ids[id(value)], var))
         if not self.wanted:
             return None
         seeds = {}
-        for out, name, g in zip(self.outputs, names, self.seeds):
-            if g is None and names.count(name) == 1:
+        for out, name, g in zip(self.outputs, self.names, self.seeds):
+            if g is None and self.names.count(name) == 1:
                 continue
             array = numpy.ones(out.shape, out.dtype) if g is None else as_host_array(g._array() if isinstance(g, Variable) else g, out.dtype)
             seeds[name] = seeds[name] + array if name in seeds else array
         wrt = list(dict.fromkeys(nid for nid, _ in self.wanted))
-        outputs = list(dict.fromkeys(names))
-        graph = builder.graph(outputs)
+        graph = builder.graph(list(dict.fromkeys(self.names)))
         header = {"graph": graph, "wrt": wrt}
-        tapes = getattr(session, "tapes", False)
-        if tapes and self.retain:
+        if self.retain and getattr(session, "tapes", False):
             header["parameters"] = {"retain_graph": True}
         full = Call("/backward", header, builder.tensors, list(seeds.items()))
-        if not tapes:
-            return full
+        return self._tape_call(session, full, graph) if getattr(session, "tapes", False) else full
+
+    def _tape_call(self, session, full, graph):
+        """The call through the tape a previous backward left for the same outputs and graph, if any."""
         self.tape_key = tuple(id(v) for v in self.output_values)
         self.fingerprint = hashlib.blake2b(orjson.dumps(graph), digest_size=16).digest()
         entry = session._tapes.get(self.tape_key)
-        if entry is not None and entry[1] == self.fingerprint and all(r() is v for r, v in zip(entry[2], self.output_values)):
-            tape_header = {"tape": entry[0], "wrt": wrt}
-            if self.retain:
-                tape_header["parameters"] = {"retain_graph": True}
-            return Call("/backward", tape_header, [], list(seeds.items()), fallback=full, idempotent=False)
-        return full
+        if entry is None or entry[1] != self.fingerprint or any(r() is not v for r, v in zip(entry[2], self.output_values)):
+            return full
+        header = {"tape": entry[0], "wrt": full.header["wrt"], **{k: v for k, v in full.header.items() if k == "parameters"}}
+        return Call("/backward", header, [], full.grad_outputs, fallback=full, idempotent=False)
 
     def finish(self, reply, session):
-        if reply is not None:
-            for value, name in zip(getattr(self, "output_values", ()), self.names):
+        sums = {}
+        if self.create_graph:
+            sums = {id(var): (var, gradient_node(self.outputs, self.seeds, value or var._graph_value()))
+                    for var, value in self._holders()}
+        elif reply is not None:
+            for value, name in zip(self.output_values, self.names):
                 if name in reply.outputs and value.array is None:
                     value.array = reply.outputs[name]
             if getattr(session, "tapes", False):
                 self._keep_tape(reply, session)
-        sums = {}
-        if reply is not None:
             for nid, holder in self.wanted:
                 array = _take(reply.grads, nid, "grads")
-                key = id(holder)
-                sums[key] = (holder, sums[key][1] + array if key in sums else array)
+                sums[id(holder)] = (holder, sums[id(holder)][1] + array if id(holder) in sums else array)
+            sums = {key: (holder, Variable._leaf(array)) for key, (holder, array) in sums.items()}
         if not self.retain:
             for node in self.processed:
                 node.freed = True
         if self.targets is None:
-            for holder, array in sums.values():
-                accumulate_grad(holder, Variable._leaf(array), lambda g: g, _may_update)
+            for holder, g in sums.values():
+                accumulate_grad(holder, g, lambda g: g, _may_update, self.create_graph)
             return None
-        return tuple(Variable._leaf(sums[id(t)][1]) if id(t) in sums else None for t in self.targets)
+        return tuple(sums[id(t)][1] if id(t) in sums else None for t in self.targets)
 
     def _keep_tape(self, reply, session):
         key = getattr(self, "tape_key", None)
-        if key is None:
-            return
-        if reply.tape is not None:
+        if key is not None and reply.tape is not None:
             session._tapes[key] = (reply.tape, self.fingerprint, [weakref.ref(v) for v in self.output_values])
             while len(session._tapes) > 128:
                 session._tapes.pop(next(iter(session._tapes)))
-        else:
+        elif key is not None:
             session._tapes.pop(key, None)
 
 
+def gradient_node(outputs, seeds, wrt: Value) -> Variable:
+    """A lazy Variable for the sum over outputs of seedᵀ·d output / d wrt: one `grad` node per
+    output (the seed, when given, its third input), added by recorded ops."""
+    if current_phase() is not None:
+        raise TracingError("create_graph=True can't be used while tracing a custom Function")
+    total = None
+    with mode.enabled_as(True):
+        for out, seed in zip(outputs, seeds):
+            inputs = [out._graph_value(), wrt]
+            if isinstance(seed, Variable):
+                inputs.append(seed._graph_value())
+            elif seed is not None:
+                array = as_host_array(seed, out.dtype)
+                inputs.append(Value(LEAF, array.shape, array.dtype, array=array))
+            value = Value(GRAD, wrt.shape, wrt.dtype, inputs=inputs, requires_grad=True)
+            value.node = GradNode([edge_of(i) for i in inputs], value)
+            total = Variable._lazy(value) if total is None else total + Variable._lazy(value)
+    return total
+
+
 def prepare_backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False):
-    if create_graph:
-        raise HigherOrderGradientError(HIGHER_ORDER_MESSAGE)
     outputs, seeds = backward_arguments(outputs, grad_outputs, Variable)
-    return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph)
+    return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph, None, create_graph)
 
 
 def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False, session=None):
     """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad."""
-    plan = prepare_backward(outputs, grad_outputs, retain_graph, create_graph)
-    (session or current_session()).run(plan)
+    (session or current_session()).run(prepare_backward(outputs, grad_outputs, retain_graph, create_graph))
 
 
 def prepare_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False):
-    if create_graph:
-        raise HigherOrderGradientError(HIGHER_ORDER_MESSAGE)
     outputs, inputs, seeds = grad_arguments(outputs, inputs, grad_outputs, Variable)
-    return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph, targets=inputs)
+    return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph, inputs, create_graph)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False, session=None):
     """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
-    plan = prepare_grad(outputs, inputs, grad_outputs, retain_graph, create_graph)
-    return check_unused((session or current_session()).run(plan), allow_unused)
+    return check_unused((session or current_session()).run(prepare_grad(outputs, inputs, grad_outputs, retain_graph,
+                                                                        create_graph)), allow_unused)

@@ -22,6 +22,12 @@ def set_default_factory(make) -> None:
 def current_session():
     """The session Variables use now (see the module docstring)."""
     global _default
+    try:
+        return _stack[-1]
+    except IndexError:
+        pass
+    if _default is not None and not _default.closed:
+        return _default
     with _lock:
         if _stack:
             return _stack[-1]

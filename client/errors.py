@@ -128,9 +128,5 @@ class TracingError(ClientError, NoValue):
     """A custom Function did something that can't be traced into a graph (e.g. needed a value)."""
 
 
-class HigherOrderGradientError(ClientError, NotImplementedError):
-    """`create_graph=True`: gradients come back from the service as numbers, not graphs."""
-
-
 __all__ = [name for name, value in globals().items() if isinstance(value, type) and issubclass(value, ClientError)
            and not name.startswith("_")] + ["error_for_status"]

@@ -1,19 +1,13 @@
 """Custom differentiable functions, PyTorch style, traced into graph-format `function` nodes.
 
 `MyOp.apply(*args)` runs `MyOp.forward` and `MyOp.backward` once on symbolic Variables (shapes
-and dtypes only) and records one `function` node carrying both as subgraphs (see
-`wire/graph.py`): the forward subgraph reads its inputs with `arg` nodes; the backward
-subgraph reads them with `arg`, the output's gradient with `grad_output`, and any forward
-intermediate it uses with `forward_value`. No user Python ever runs on the service.
-
-Tracing can't look at values: `.item()`, `bool()`, `.data`... on a traced Variable raise
-`TracingError` (a data-dependent branch can't become a graph). Shape-dependent code is fine:
-traces are cached per (Function class, input shapes/dtypes/requires_grad, other arguments),
-so a training loop traces once.
-
-Values that a forward or backward uses without receiving them as inputs are baked into the
-trace as constants when they are plain data (arrays, leaves that don't require grad); a leaf
-that requires grad, or an uncomputed value from outside, must be passed to `apply()`.
+and dtypes only) and records one `function` node carrying both as subgraphs (`wire/graph.py`):
+the backward subgraph reads the inputs with `arg`, the output's gradient with `grad_output` and
+forward intermediates with `forward_value`. No user Python runs on the service. Tracing can't
+look at values (`.item()`, `bool()`, `.data` raise `TracingError`); traces are cached per
+(class, input shapes/dtypes/requires_grad, other arguments), so a training loop traces once.
+Plain data used from outside is baked in as constants; a leaf that requires grad, or an
+uncomputed value from outside, must be passed to `apply()`.
 """
 
 from __future__ import annotations
@@ -67,23 +61,15 @@ _TRACES: weakref.WeakKeyDictionary[type, dict] = weakref.WeakKeyDictionary()
 
 
 def _key(args, needs):
-    parts = []
-    for a, need in zip(args, needs):
-        if isinstance(a, Variable):
-            parts.append(("v", a.shape, a.dtype.str, need))
-        else:
-            try:
-                hash(a)
-            except TypeError:
-                return None
-            parts.append(("py", type(a), a))
-    return tuple(parts)
+    try:
+        return tuple(("v", a.shape, a.dtype.str, need) if isinstance(a, Variable) else ("py", type(a), a, hash(a))
+                     for a, need in zip(args, needs))
+    except TypeError:  # an unhashable argument: traced every time
+        return None
 
 
-def _as_output(cls, out) -> Variable:
-    if isinstance(cls.forward_output(out), Variable):
-        return out
-    return Variable._leaf(as_host_array(out))
+def _as_output(out) -> Variable:
+    return out if isinstance(out, Variable) else Variable._leaf(as_host_array(out))
 
 
 def trace(cls, args, needs) -> Trace:
@@ -101,20 +87,14 @@ def trace(cls, args, needs) -> Trace:
     ctx.needs_input_grad = needs
     try:
         with tracing(forward_phase):
-            out = _as_output(cls, cls.forward(ctx, *symbolic))
+            out = _as_output(cls.forward_output(cls.forward(ctx, *symbolic)))
             out_value = out._graph_value()
         grad_output = Variable._lazy(Value(GRAD_OUTPUT, out_value.shape, out_value.dtype, phase=backward_phase))
         ctx._saved_read = False
         with tracing(backward_phase):
             grads = cls.backward_result(cls.backward(ctx, grad_output), len(args))
-            grad_values = []
-            for a, g in zip(args, grads):
-                if not isinstance(a, Variable):
-                    continue
-                if g is None:
-                    grad_values.append(None)
-                else:
-                    grad_values.append((g if isinstance(g, Variable) else Variable._leaf(as_host_array(g)))._graph_value())
+            grad_values = [None if g is None else _as_output(g)._graph_value()
+                           for a, g in zip(args, grads) if isinstance(a, Variable)]
     except TracingError as err:
         raise TracingError(f"while tracing {name}: {err}") from None
     refs = forward_references(grad_values, backward_phase)
@@ -126,8 +106,7 @@ def trace(cls, args, needs) -> Trace:
     outputs = [None if g is None else bwd.add(g) for g in grad_values]
     if not bwd.nodes:  # a subgraph needs at least one node
         bwd.add(grad_output._graph_value())
-    forward_args_used = any(
-        s.get("op") in ("arg", "forward_value") for s in bwd.nodes)
+    forward_args_used = any(s.get("op") in ("arg", "forward_value") for s in bwd.nodes)
     attrs = {"name": name, "forward": fwd.subgraph([out_id]), "backward": bwd.subgraph(outputs)}
     saved_args = tuple(dict.fromkeys(
         v._value.attrs["index"] for v in ctx.saved_by_forward
@@ -138,28 +117,23 @@ def trace(cls, args, needs) -> Trace:
 
 def _cached_trace(cls, args, needs) -> Trace:
     key = _key(args, needs)
-    cache = _TRACES.get(cls)
-    if cache is None:
-        cache = _TRACES[cls] = {}
-    if key is not None and key in cache:
-        return cache[key]
-    result = trace(cls, args, needs)
-    if key is not None:
+    cache = _TRACES.setdefault(cls, {})
+    if key is None or key not in cache:
+        if key is None:
+            return trace(cls, args, needs)
         if len(cache) >= MAX_TRACES_PER_FUNCTION:
             cache.pop(next(iter(cache)))
-        cache[key] = result
-    return result
-
-
-def function_node_class(function: type) -> type:
-    cls = _NODE_CLASSES.get(function)
-    if cls is None:
-        cls = _NODE_CLASSES[function] = type(f"{function.__name__}Backward", (FunctionNode,),
-                                             {"__slots__": (), "function": function})
-    return cls
+        cache[key] = trace(cls, args, needs)
+    return cache[key]
 
 
 _NODE_CLASSES: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+
+
+def function_node_class(function: type) -> type:
+    if function not in _NODE_CLASSES:
+        _NODE_CLASSES[function] = type(f"{function.__name__}Backward", (FunctionNode,), {"__slots__": (), "function": function})
+    return _NODE_CLASSES[function]
 
 
 class Function(FunctionBase):

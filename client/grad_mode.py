@@ -13,10 +13,7 @@ from engine.grad_mode import GradMode
 
 mode = GradMode()
 _state = threading.local()
-is_grad_enabled = mode.is_enabled
-set_grad_enabled = mode.set_enabled
-no_grad = mode.no_grad
-enable_grad = mode.enable_grad
+is_grad_enabled, set_grad_enabled, no_grad, enable_grad = mode.is_enabled, mode.set_enabled, mode.no_grad, mode.enable_grad
 
 
 # --- tracing -------------------------------------------------------------------------------

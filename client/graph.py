@@ -1,83 +1,59 @@
-"""The client's lazy graph: values, grad_fn nodes, and their serialization to graph format v1.
+"""The client's lazy graph: values, and the grad_fn nodes that mirror the engine's autograd rules.
 
-Two graphs live side by side, as in the engine:
+* A `Value` says how a value is computed: a leaf's array, a constant, a registry op on other
+  values, a traced custom Function, a cut (detach), a `grad` node (create_graph). Values are
+  immutable (an in-place assignment re-points the Variable at a new Value), so what was
+  recorded keeps its meaning; a fetched value caches its array.
+* A `Node` is what `grad_fn` returns: one per value recorded with grad mode on and an input
+  that requires grad, with `edges` to the nodes (or leaf Variables) its gradient flows to, and
+  what the client must know locally: which nodes a backward frees, and whether a freed or
+  modified node can be backpropagated again.
 
-* `Value`s say how a value is computed: a leaf's array, a constant, an op of the registry on
-  other values, a traced custom Function, a cut (detach). Values are immutable once made (a
-  Variable that is assigned into in place is re-pointed at a new Value), so a value recorded
-  earlier keeps meaning what it meant when it was recorded. A fetched value caches its array.
-* `Node`s are what `grad_fn` returns: one per value recorded with grad mode on and an input
-  that requires grad, with `edges` to the nodes (or leaf Variables) its gradient flows to.
-  They carry what the client must know locally to mirror the engine's autograd rules: which
-  nodes a backward frees, and whether a freed node can be backpropagated again.
-
-`client.serialize` turns them into graph format v1 for a request.
+`client.serialize` turns values into the graph format of a request.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections import namedtuple
 
 import numpy
 
 from engine.node import INPLACE_MESSAGE, GraphFreedError
 from engine.node import Node as EngineNode
 
-LEAF = "input"
-CONST = "constant"
-OP = "op"
-FUNCTION = "function"
-CUT = "cut"
-ARG = "arg"
-GRAD_OUTPUT = "grad_output"
+LEAF, CONST, OP, FUNCTION, CUT = "input", "constant", "op", "function", "cut"
+ARG, GRAD_OUTPUT = "arg", "grad_output"  # inside a custom Function's trace
+GRAD = "grad"  # inputs (output, wrt[, grad_output]), recorded by create_graph=True
 
 
-class Phase:
-    """One phase (forward or backward) of tracing a custom Function; values made during it belong to it."""
-
-    __slots__ = ("name", "kind", "forward")
-
-    def __init__(self, name, kind, forward=None):
-        self.name = name
-        self.kind = kind
-        self.forward = forward
-
-    def __repr__(self):
-        return f"<{self.name}.{self.kind} trace>"
+# One phase (forward or backward) of tracing a custom Function: values made during it belong to it.
+Phase = namedtuple("Phase", "name kind forward", defaults=(None,))
 
 
 class Value:
-    """How one value is computed (see the module docstring)."""
+    """How one value is computed (see the module docstring). `holder`: a weak reference to the
+    lazy Variable that stands for it (a fetch also brings back the values Variables still hold)."""
 
     __slots__ = ("kind", "op", "inputs", "attrs", "shape", "dtype", "array", "node", "requires_grad", "leaf", "phase",
-                 "__weakref__")
+                 "holder", "__weakref__")
 
     def __init__(self, kind, shape, dtype, op=None, inputs=(), attrs=None, array=None, requires_grad=False, leaf=None,
                  phase=None):
-        self.kind = kind
-        self.op = op
-        self.inputs = tuple(inputs)
+        self.kind, self.op, self.inputs = kind, op, tuple(inputs)
         self.attrs = attrs if attrs is not None else {}
-        self.shape = tuple(shape)
-        self.dtype = numpy.dtype(dtype)
-        self.array = array
-        self.node = None
-        self.requires_grad = requires_grad
-        self.leaf = leaf
-        self.phase = phase
+        self.shape, self.dtype, self.array = tuple(shape), numpy.dtype(dtype), array
+        self.node, self.requires_grad, self.leaf, self.phase, self.holder = None, requires_grad, leaf, phase, None
 
     def __repr__(self):
         what = self.op.name if self.op is not None else self.kind
         return f"<Value {what} {list(self.shape)} {self.dtype}{' cached' if self.array is not None else ''}>"
 
 
-# --- grad_fn nodes ---------------------------------------------------------------------------
-
-
 class Node(EngineNode):
-    """A recorded operation (what `grad_fn` returns): the engine's Node (`name`, `edges`,
-    `next_functions`, `retained`) with the client's bookkeeping: a weak reference to the value it
-    computes and whether a backward freed it. `check()` raises as the engine's vjp would."""
+    """A recorded operation: the engine's Node (`name`, `edges`, `next_functions`, `retained`)
+    with a weak reference to the value it computes and whether a backward freed it. `check()`
+    raises as the engine's vjp would."""
 
     __slots__ = ("_value", "freed")
     saves = True
@@ -101,6 +77,12 @@ class Node(EngineNode):
             raise GraphFreedError()
 
 
+def _check_versions(name, versions):
+    for variable, then in versions:
+        if variable is not None and variable._version != then:
+            raise RuntimeError(INPLACE_MESSAGE.format(node=name, now=variable._version, then=then))
+
+
 class OpNode(Node):
     """A node of a registry op. `saves` is the op's (True, False, or a slice of the inputs whose
     values its vjps read); `versions[i]` is (input Variable or None, its version when recorded)."""
@@ -120,9 +102,7 @@ class OpNode(Node):
                 raise GraphFreedError()
             return
         if saves:
-            for variable, then in (self.versions if saves is True else self.versions[saves]):
-                if variable is not None and variable._version != then:
-                    raise RuntimeError(INPLACE_MESSAGE.format(node=self.name, now=variable._version, then=then))
+            _check_versions(self.name, self.versions if saves is True else self.versions[saves])
         out = self.out_ref() if self.out_ref is not None else None
         if out is not None and out._version:
             raise RuntimeError(INPLACE_MESSAGE.format(node=self.name + "'s output", now=out._version, then=0))
@@ -137,8 +117,7 @@ class FunctionNode(Node):
 
     def __init__(self, edges, value, trace, versions=()):
         super().__init__(edges, value)
-        self.trace = trace
-        self.versions = versions
+        self.trace, self.versions = trace, versions
 
     @property
     def saves(self):
@@ -148,19 +127,22 @@ class FunctionNode(Node):
         return self.trace.produces[i]
 
     def check(self):
-        if not self.saves:
-            return
-        if self.freed:
-            raise GraphFreedError()
-        for variable, then in self.versions:
-            if variable._version != then:
-                raise RuntimeError(INPLACE_MESSAGE.format(node="a custom Function", now=variable._version, then=then))
+        if self.saves:
+            super().check()
+            _check_versions("a custom Function", self.versions)
+
+
+class GradNode(Node):
+    """The node of a `grad` value: its gradient flows to the output, wrt and grad_output it was taken of."""
+
+    __slots__ = ()
+
+
+GradNode.__name__ = GradNode.__qualname__ = "GradBackward"
 
 
 def edge_of(value):
     """Where a gradient for `value` goes (the engine's `edge_of`)."""
     if value.node is not None:
         return value.node
-    if value.kind == LEAF and value.requires_grad:
-        return value.leaf
-    return None
+    return value.leaf if value.kind == LEAF and value.requires_grad else None

@@ -1,10 +1,11 @@
-"""The client's side of the surface (`engine.surface`): ops are recorded, not computed.
+"""The client's side of the surface (`engine.surface`): how the client applies an op.
 
-Calling an op records a node locally: its inputs (scalars typed by the registry's
-`scalar_dtype`), its checked attributes and its shape and dtype (by the op's `infer` rule, so a
-shape error is raised here, at the call). Nothing here names an op: functions, methods and
-operators come from the registry and the surface, so a new registry op reaches the client
-with no client code. `install()` puts the surface on `client.Variable`.
+Embedded, an op whose result nothing needs recorded (no grad needed, every value at hand, no
+trace) is computed at once on the engine (`eager`). Otherwise the op is recorded locally:
+inputs (scalars typed by the registry's `scalar_dtype`), checked attributes, and shape and
+dtype by the op's `infer` rule, so a shape error is raised at the call. Nothing here names an
+op: functions, methods and operators come from the registry and the surface, so a new
+registry op reaches the client with no client code. `install()` puts the surface on `client.Variable`.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from client.context import current_session
 from client.errors import TracingError
 from client.graph import CONST, LEAF, OP, OpNode, Value, edge_of
 from client.variable import Variable, as_host_array
-from engine import shapes, surface
+from engine import backend, shapes, surface
+from engine.autograd import reachable
 from engine.indexing import from_key, to_key
-from engine.node import Node as EngineNode
 from engine.registry import OPS, OpDef, grad_fn_name, reference, scalar_dtype
+from engine.registry import coerce as engine_coerce
 from engine.shapes import ShapeError as EngineShapeError
+from engine.variable import Variable as EngineVariable
+
+_engine_result = EngineVariable._result
 
 
 class ShapeError(EngineShapeError):
@@ -45,26 +50,23 @@ def _scalar(v, ref):
 def coerce(inputs):
     """(Values, Variables-or-None) from a mix of Variables, arrays and Python scalars."""
     ref = reference(inputs, Variable)
-    values, variables = [], []
+    values = []
     for v in inputs:
         if isinstance(v, Variable):
             values.append(v._graph_value())
-            variables.append(v)
         elif isinstance(v, (bool, int, float)):
             values.append(_scalar(v, ref))
-            variables.append(None)
         else:
             array = as_host_array(v)
             values.append(Value(LEAF, array.shape, array.dtype, array=array))
-            variables.append(None)
-    return values, variables
+    return values, [v if isinstance(v, Variable) else None for v in inputs]
 
 
 # --- grad_fn node classes --------------------------------------------------------------------
 
-_NODE_CLASSES: dict = {}
 PROBE_MAX_ELEMENTS = 1 << 16
-_PROBES: dict = {}
+_NODE_CLASSES: dict = {}  # (op, grad_fn name, saves) -> class
+_PROBES: dict = {}  # a composite call's (op, shapes, dtypes, attrs) -> class
 
 
 def _probe_composite(op: OpDef, shapes_, dtypes, attrs):
@@ -75,55 +77,38 @@ def _probe_composite(op: OpDef, shapes_, dtypes, attrs):
     if sum(math.prod(s) for s in shapes_) <= PROBE_MAX_ELEMENTS:
         arrays = [numpy.zeros(s, d) for s, d in zip(shapes_, dtypes)]
     else:
-        sample = op.samples[0]
-        rng = numpy.random.default_rng(0)
+        sample, rng = op.samples[0], numpy.random.default_rng(0)
         arrays = sample.make(rng) if sample.make is not None else [rng.uniform(sample.low, sample.high, s) for s in sample.shapes]
         attrs = op.check_attrs(dict(sample.attrs))
     inputs = [engine.Variable(a, requires_grad=a.dtype.kind == "f") for a in map(numpy.asarray, arrays)]
     with engine.enable_grad(), numpy.errstate(all="ignore"):
         node = op.call(inputs, attrs).grad_fn
-    saves, stack, seen = False, [node], set()
-    while stack:
-        n = stack.pop()
-        if n is None or id(n) in seen:
-            continue
-        seen.add(id(n))
-        op_saves = getattr(getattr(n, "op", None), "saves", True)
-        saves = saves or op_saves is True or bool(op_saves and len(n.saved[op_saves]))
-        stack.extend(e for e in n.edges if isinstance(e, EngineNode))
+    nodes, _ = reachable([node])
+    saves = any(getattr(n, "op", None) is None or n.op.saves is True or bool(n.op.saves and len(n.saved[n.op.saves]))
+                for n in nodes)
     return node.name, saves
-
-
-def _freeze(value):
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    return value
 
 
 def _node_class(name, op, saves):
     key = (op.name, name, str(saves))
-    cls = _NODE_CLASSES.get(key)
-    if cls is None:
-        cls = _NODE_CLASSES[key] = type(name, (OpNode,), {"__slots__": (), "op": op, "saves": saves})
-    return cls
+    if key not in _NODE_CLASSES:
+        _NODE_CLASSES[key] = type(name, (OpNode,), {"__slots__": (), "op": op, "saves": saves})
+    return _NODE_CLASSES[key]
 
 
 def node_class(op: OpDef, values=(), attrs=None) -> type:
     if not op.composite:
         return _node_class(grad_fn_name(op.name), op, op.saves)
-    key = (op.name, tuple(v.shape for v in values), tuple(v.dtype.str for v in values), _freeze(attrs or {}))
-    cls = _PROBES.get(key)
-    if cls is None:
+    key = (op.name, tuple(v.shape for v in values), tuple(v.dtype.str for v in values), repr(attrs))
+    if key not in _PROBES:
         try:
             name, saves = _probe_composite(op, key[1], key[2], attrs or {})
         except Exception:  # noqa: BLE001 - a probe that fails keeps the default name
             name, saves = grad_fn_name(op.name), True
         if len(_PROBES) > 4096:
             _PROBES.clear()
-        cls = _PROBES[key] = _node_class(name, op, saves)
-    return cls
+        _PROBES[key] = _node_class(name, op, saves)
+    return _PROBES[key]
 
 
 # --- recording -------------------------------------------------------------------------------
@@ -145,9 +130,46 @@ def infer(op: OpDef, values, attrs):
     return tuple(shape), numpy.dtype(dtype)
 
 
+def eager(op: OpDef, args, attrs: dict):
+    """`op` computed now on the engine, as a data leaf, when nothing needs it recorded: the
+    session is embedded, nothing is being traced, every Variable's value is at hand and none
+    requires grad while grad mode is on. None otherwise, or when it fails (the recorded path
+    then reports it as the client does: a ShapeError now, or the service's error on fetch)."""
+    grad_on = grad_mode.is_grad_enabled()
+    host = backend.xp is numpy
+    inputs, datas = [], []
+    for v in args:
+        if isinstance(v, Variable):
+            data = v._data
+            if data is None:
+                value = v._value
+                data = value.array
+                if data is None or (grad_on and value.requires_grad):
+                    return None
+            elif grad_on and v._requires_grad:
+                return None
+            datas.append(data)
+            v = _engine_result(data if host else backend.to_active(data), None)
+        inputs.append(v)
+    if grad_mode.current_phase() is not None or not current_session().embedded:
+        return None
+    try:
+        array = op.call(engine_coerce(inputs), attrs)._data
+        array = array if host else backend.to_numpy(array)
+    except Exception:  # noqa: BLE001 - reported by the recorded path
+        return None
+    view = not array.flags.owndata
+    for data in datas:
+        view = view or data is array
+    return Variable._leaf(array, shared=view)  # a view of an input is copied before it is written
+
+
 def record(op: OpDef, args, attrs: dict, meta=None) -> Variable:
     """Record `op` on `args` with checked `attrs`; nothing is computed or sent, unless the op's
     result shape depends on values (its rule returns None): then it is computed right away."""
+    result = eager(op, args, attrs) if meta is None else None
+    if result is not None:
+        return result
     values, variables = coerce(args)
     problem = op.arity_error(len(values), attrs)
     if problem:
@@ -199,11 +221,11 @@ def getitem(x, key):
     op = OPS["getitem"]
     spec, arrays = from_key(key, _index_variable)
     attrs = op.check_attrs({"index": spec})
-    meta = None
-    if isinstance(x, Variable) and any(a.dtype == numpy.bool_ for a in arrays) and not any(
+    result = eager(op, [x, *arrays], attrs)
+    if result is None and isinstance(x, Variable) and any(a.dtype == numpy.bool_ for a in arrays) and not any(
             a._data is None and a._value.phase is not None for a in arrays):
-        meta = _masked_meta(x, spec, arrays)
-    return record(op, [x, *arrays], attrs, meta=meta)
+        result = record(op, [x, *arrays], attrs, meta=_masked_meta(x, spec, arrays))
+    return result if result is not None else record(op, [x, *arrays], attrs)
 
 
 def setitem(x, value, key):

@@ -10,51 +10,38 @@ import math
 import numpy
 
 from client.errors import TracingError
-from client.graph import ARG, CONST, CUT, FUNCTION, GRAD_OUTPUT, LEAF, OP, Value
+from client.graph import ARG, CONST, CUT, FUNCTION, GRAD, GRAD_OUTPUT, LEAF, OP, Value
 from wire.codec import datatype_of
 
-NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
-
-
+# How a value that must not pass gradients on (detach(), a no_grad result) is said in the
+# format: a function node computing the identity whose backward returns no gradient.
 STOP_GRADIENT = {
-    # A function node computing the identity whose backward returns no gradient: how a value
-    # that must not pass gradients on (detach(), a no_grad result) is said in graph format v1.
     "name": "Detach",
     "forward": {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}], "outputs": ["a"]},
     "backward": {"nodes": [{"id": "g", "op": "grad_output"}], "outputs": [None]},
 }
 
 
-def _spell(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return "NaN" if x != x else NONFINITE[x]
-    return x
+def to_json(value):
+    """A value (attribute, scalar, array) as JSON: lists for tuples and arrays, and "NaN",
+    "Infinity", "-Infinity" for non-finite floats (as the graph parser and tensor data read them)."""
+    if isinstance(value, numpy.ndarray):
+        data = value.tolist()
+        return data if value.dtype.kind != "f" or numpy.isfinite(value).all() else to_json(data)
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    if isinstance(value, numpy.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    return value
 
 
-def _array_literal(array: numpy.ndarray):
-    data = array.tolist()
-    if array.dtype.kind == "f" and not numpy.isfinite(array).all():
-        def spell(item):
-            return [spell(i) for i in item] if isinstance(item, list) else _spell(item)
-
-        data = spell(data)
-    return data
-
-
-def json_attrs(op, attrs: dict) -> dict:
-    """An op's checked attributes as JSON values. Non-finite floats are spelled "Infinity",
-    "-Infinity", "NaN" (as in tensor data), which the graph parser reads for float attributes."""
-
-    def convert(value):
-        if isinstance(value, (list, tuple)):
-            return [convert(v) for v in value]
-        if isinstance(value, dict):
-            return {k: convert(v) for k, v in value.items()}
-        if isinstance(value, numpy.generic):
-            value = value.item()
-        return _spell(value)
-
-    return {name: convert(value) for name, value in attrs.items()}
+class NeedsGraph(Exception):
+    """A forward-mode build met a grad node: the request must keep the autograd graph (build it
+    in "backward" mode, where values that require grad are recomputed, not sent as inputs)."""
 
 
 class Builder:
@@ -68,17 +55,10 @@ class Builder:
     """
 
     def __init__(self, mode, phase=None, forward_ids=None):
-        self.mode = mode
-        self.phase = phase
-        self.forward_ids = forward_ids or {}
-        self.nodes = []
-        self.ids = {}
-        self.tensors = []
-        self.rg = {}
-        self.leaf_ids = {}
-        self._keep = []
-        self._consts = {}
-        self._count = 0
+        self.mode, self.phase, self.forward_ids = mode, phase, forward_ids or {}
+        self.nodes, self.tensors, self._keep = [], [], []
+        self.ids, self.rg, self.leaf_ids, self._consts = {}, {}, {}, {}  # by id(value); by node id; by id(leaf)
+        self._count, self.has_grad = 0, False
 
     # --- public ------------------------------------------------------------------------------
     def add(self, root: Value) -> str:
@@ -106,7 +86,11 @@ class Builder:
         return ids[id(root)]
 
     def graph(self, outputs) -> dict:
-        return {"version": 1, "nodes": self.nodes, "outputs": list(outputs)}
+        return {"version": "1.1" if self.has_grad else 1, "nodes": self.nodes, "outputs": list(outputs)}
+
+    def computed(self) -> list:
+        """The values this graph computes (op, function and grad nodes; not inputs or constants)."""
+        return [v for v in self._keep if v.kind in (OP, FUNCTION, GRAD) and v.array is None]
 
     def subgraph(self, outputs) -> dict:
         return {"nodes": self.nodes, "outputs": list(outputs)}
@@ -123,10 +107,7 @@ class Builder:
 
     def _input(self, v, array, rg):
         node_id = self._new_id("x")
-        node = {"id": node_id, "op": "input"}
-        if rg:
-            node["requires_grad"] = True
-        self.nodes.append(node)
+        self.nodes.append({"id": node_id, "op": "input", "requires_grad": True} if rg else {"id": node_id, "op": "input"})
         self.tensors.append((node_id, array))
         if v.kind == LEAF and v.leaf is not None:
             self.leaf_ids.setdefault(id(v.leaf), []).append(node_id)
@@ -134,32 +115,21 @@ class Builder:
 
     def _constant(self, v, array=None):
         if array is None:
-            value, dtype = v.attrs["value"], v.attrs.get("dtype")
-            if isinstance(value, float) and not math.isfinite(value):
-                value, dtype = _spell(value), v.dtype
+            value, dtype = to_json(v.attrs["value"]), v.attrs.get("dtype")
+            dtype = v.dtype if isinstance(value, str) else dtype
             key = (type(value), value, None if dtype is None else numpy.dtype(dtype).str)
-            known = self._consts.get(key)
-            if known is not None:
-                self._name(v, known)
-                return
-            attrs = {"value": value}
-            if dtype is not None:
-                attrs["dtype"] = datatype_of(dtype)
+            if key in self._consts:
+                return self._name(v, self._consts[key])
+            attrs = {"value": value} if dtype is None else {"value": value, "dtype": datatype_of(dtype)}
         else:
-            key = None
-            attrs = {"value": _array_literal(array), "dtype": datatype_of(array.dtype)}
-        node_id = self._new_id("c")
+            key, attrs = None, {"value": to_json(array), "dtype": datatype_of(array.dtype)}
+        node_id = self._consts[key] = self._new_id("c")
         self.nodes.append({"id": node_id, "op": "constant", "attrs": attrs})
-        if key is not None:
-            self._consts[key] = node_id
         self._name(v, node_id)
 
     def _special(self, v, op, attrs=None):
         node_id = self._new_id("a" if op == "arg" else "g" if op == "grad_output" else "f")
-        node = {"id": node_id, "op": op}
-        if attrs:
-            node["attrs"] = attrs
-        self.nodes.append(node)
+        self.nodes.append({"id": node_id, "op": op, "attrs": attrs} if attrs else {"id": node_id, "op": op})
         self._name(v, node_id)
 
     def _stop_gradient(self, source_id):
@@ -233,12 +203,18 @@ class Builder:
         if v.kind == OP:
             node = {"id": node_id, "op": v.op.name, "inputs": inputs}
             if v.attrs:
-                node["attrs"] = json_attrs(v.op, v.attrs)
+                node["attrs"] = to_json(v.attrs)
             # the engine records a node only for a differentiable op with a floating result
             rg = backward and v.op.differentiable and v.dtype.kind == "f" and any(self.rg[i] for i in inputs)
         elif v.kind == FUNCTION:
             node = {"id": node_id, "op": "function", "inputs": inputs, "attrs": v.attrs.attrs}
             rg = backward and any(self.rg[i] for i in inputs)
+        elif v.kind == GRAD:
+            if not backward:
+                raise NeedsGraph()
+            self.has_grad = True
+            node = {"id": node_id, "op": "grad", "inputs": inputs}
+            rg = any(self.rg[i] for i in inputs)
         else:  # pragma: no cover - every other kind is terminal
             raise AssertionError(f"can't serialize a {v.kind} value here")
         self.nodes.append(node)

@@ -14,6 +14,8 @@ computes eagerly, so there the value was already fixed too).
 
 from __future__ import annotations
 
+import weakref
+
 import numpy
 
 from client.context import current_session
@@ -62,7 +64,9 @@ class Variable:
 
     @classmethod
     def _lazy(cls, value):
-        return cls._leaf(None, value=value)
+        v = cls._leaf(None, value=value)
+        value.holder = weakref.ref(v)
+        return v
 
     # --- graph plumbing --------------------------------------------------------------------
     def _graph_value(self) -> Value:
@@ -183,6 +187,7 @@ class Variable:
         """Make this Variable stand for `other`'s value."""
         self._data = None
         self._value = other._value
+        self._value.holder = weakref.ref(self)
         self._requires_grad = False
         self._shared = False
         self._version += 1

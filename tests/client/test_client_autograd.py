@@ -208,15 +208,6 @@ def test_backward_argument_checks(session):
     both(program)
 
 
-def test_create_graph_needs_the_engine(session):
-    x = client.Variable(X, requires_grad=True)
-    with pytest.raises(client.HigherOrderGradientError, match="engine") as err:
-        client.grad((x * x).sum(), [x], create_graph=True)
-    assert isinstance(err.value, NotImplementedError)
-    with pytest.raises(NotImplementedError):
-        (x * x).sum().backward(create_graph=True)
-
-
 def test_values_and_branches(session):
     def program(m):
         x = m.Variable(X, requires_grad=True)

@@ -27,7 +27,7 @@ def test_every_registry_op_is_a_client_function_and_method():
 
 def test_operators_are_declared_once_for_both():
     assert {"__add__", "__radd__", "__mul__", "__matmul__", "__neg__", "__lt__", "__pow__", "__rpow__"} <= set(OPERATORS)
-    x = client.Variable(np.array([1.0, 2.0]))
+    x = client.Variable(np.array([1.0, 2.0]), requires_grad=True)  # recorded (without grad: computed now, embedded)
     for name, (op, kind) in OPERATORS.items():
         fn = getattr(client.Variable, name)
         result = fn(x) if kind == "unary" else fn(x, x)
