@@ -99,7 +99,7 @@ def spellings(constructors, cast) -> tuple[dict, dict]:
     methods.update(type=type_, uniform_=uniform_, normal_=normal_, volatile=property(volatile, doc=VOLATILE_MESSAGE))
     names = {name: TensorType(name, constructors) for name in DTYPE_OF}
     names["Tensor"] = TensorType("Tensor", constructors, "float32")  # float32 values; any Variable is one
-    names["from_numpy"] = lambda array: constructors.tensor(numpy.asarray(array))
+    names["from_numpy"] = lambda array: constructors.as_tensor(numpy.asarray(array))
     return methods, names
 
 

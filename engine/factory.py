@@ -72,11 +72,15 @@ class Constructors:
         return self._new(array, DEFAULT if dtype is None else dtype, device, requires_grad)
 
     def tensor(self, data, dtype=None, device=None, requires_grad=False):
+        """A copy of `data` (as PyTorch's: in-place updates of it leave `data` alone)."""
+        if isinstance(data, numpy.ndarray):
+            data = data.copy()
+        return self.as_tensor(data, dtype, device, requires_grad)
+
+    def as_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        """`data` itself when it is an array of the right dtype (sharing its memory), else a copy."""
         self.placement.check(device)
         return self.variable(self.to_array(data, as_dtype(dtype)), requires_grad=requires_grad)
-
-    def as_tensor(self, data, dtype=None, device=None):
-        return self.tensor(data, dtype=dtype, device=device)
 
     def zeros(self, *size, dtype=None, device=None, requires_grad=False, **keywords):
         return self._floating(numpy.zeros(_size(size, keywords)), dtype, device, requires_grad)

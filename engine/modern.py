@@ -1,6 +1,7 @@
 """Today's PyTorch spellings over the registry's ops (the counterpart of `engine.compat`'s
 PyTorch 0.3 ones): the PyTorch names of ops the registry computes under another name
-(`torch.multiply`, `x.clip`...), a few compositions of them (`dot`, `mv`, `outer`, `square`),
+(`torch.multiply`, `x.clip`...), a few compositions of them (`dot`, `mv`, `outer`, `square`, `std`, `all`, `any`,
+`allclose`...),
 `alpha=` on add/sub, and the Variable methods that place, convert or relate Variables
 (`.to()`, `.cpu()`, `.cuda()`, `.type_as()`, `.view_as()`, `.new_zeros()`, `.is_floating_point()`...).
 
@@ -70,7 +71,34 @@ def functions(ops) -> dict:
     def clamp_max(input, max):
         return ops["clamp"](input, max=max)
 
-    out = {f.__name__: f for f in (dot, mv, outer, square, clamp_min, clamp_max)}
+    def reciprocal(input):
+        return ops["div"](1.0, input)
+
+    def rsqrt(input):
+        return ops["div"](1.0, ops["sqrt"](input))
+
+    def std(input, dim=None, unbiased=True, keepdim=False):
+        return ops["sqrt"](ops["var"](input, dim, unbiased, keepdim))
+
+    def all(input, dim=None, keepdim=False):
+        """Whether every element (along `dim`) is nonzero, as a bool Variable."""
+        return ops["amin"](ops["cast"](input, dtype="bool"), dim, keepdim)
+
+    def any(input, dim=None, keepdim=False):
+        """Whether some element (along `dim`) is nonzero, as a bool Variable."""
+        return ops["amax"](ops["cast"](input, dtype="bool"), dim, keepdim)
+
+    def isclose(input, other, rtol=1e-05, atol=1e-08):
+        return ops["le"](ops["abs"](ops["sub"](input, other)), ops["add"](ops["mul"](ops["abs"](other), rtol), atol))
+
+    def allclose(input, other, rtol=1e-05, atol=1e-08) -> bool:
+        return bool(all(isclose(input, other, rtol, atol)))
+
+    def equal(input, other) -> bool:
+        return tuple(input.shape) == tuple(other.shape) and bool(all(ops["eq"](input, other)))
+
+    out = {f.__name__: f for f in (dot, mv, outer, square, clamp_min, clamp_max, reciprocal, rsqrt, std, all, any,
+                                   isclose, allclose, equal)}
     out.update(inner=dot, ger=outer)
     out["add"] = _with_alpha("add", ops["add"], mul)
     out["sub"] = _with_alpha("sub", ops["sub"], mul)
@@ -139,7 +167,11 @@ def methods(variable, ops, constructors) -> dict:
         method.__doc__ = f"`{make.__name__}(...)` with this Variable's dtype unless `dtype=` says otherwise."
         return method
 
-    out = {f.__name__: f for f in (to, cpu, cuda, is_floating_point, type_as, view_as, expand_as, contiguous,
+    def where(self, condition, other):
+        """`x.where(condition, y)`: `where(condition, x, y)`."""
+        return ops["where"](condition, self, other)
+
+    out = {f.__name__: f for f in (where, to, cpu, cuda, is_floating_point, type_as, view_as, expand_as, contiguous,
                                    is_contiguous)}
     out.update(reshape_as=view_as, is_cuda=property(is_cuda), nelement=lambda self: self.numel(),
                ndimension=lambda self: self.ndim)
