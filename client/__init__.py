@@ -48,6 +48,7 @@ from client.ops import install as _install
 from client.session import AsyncSession, Session, connect, current_session
 from client.variable import Variable
 from engine.registry import OPS
+from engine.surface import exported
 
 _SURFACE = _install(_backward)
 globals().update(_SURFACE)
@@ -60,3 +61,4 @@ __all__ = [
     "ServiceUnavailableError", "OutOfMemoryError", "ConnectionFailed", "RequestTimeout", "ProtocolError",
     "TracingError", "HigherOrderGradientError", "ShapeError", *sorted(_SURFACE),
 ]
+__all__ = exported(__all__)  # `import *` shadows no builtin (float, int, bool, all, max...)

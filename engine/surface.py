@@ -333,6 +333,12 @@ def install(side: Side) -> dict:
             **placement.names(), **_module_functions(cls, side.grad_mode)}
 
 
+def exported(names) -> list:
+    """The names for a package's `__all__`, sorted: all but those that would shadow a Python builtin under
+    `from engine import *` (`float`, `int`, `bool`, `all`, `max`... stay `engine.float`...)."""
+    return sorted(name for name in names if not hasattr(builtins, name))
+
+
 def _module_functions(cls, grad_mode) -> dict:
     """`is_tensor`, `numel`, `inference_mode`: module-level names that need the side's class or grad mode."""
 

@@ -5,8 +5,13 @@ module changed."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
+
 import numpy as np
 import pytest
+from client_testkit import ROOT
 
 import client
 import engine
@@ -483,3 +488,34 @@ def test_micrograd_sanity_against_torch(torch_like, oracle):
     assert got.keys() == want.keys()
     for key in got:
         assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), key
+
+
+def readme_program() -> tuple[str, str]:
+    """The program of README.md's "Today's PyTorch programs" and the output shown under it."""
+    section = (ROOT / "README.md").read_text().split("### Today's PyTorch programs", 1)[1]
+    code, rest = section.split("```python\n", 1)[1].split("```\n", 1)
+    output = rest.split("```\n", 1)[1].split("```", 1)[0]
+    return code, output
+
+
+def test_readme_program_runs_with_the_import_changed(torch_like, oracle):
+    code, shown = readme_program()
+    assert "import client as torch" in code
+    ours = io.StringIO()
+    with contextlib.redirect_stdout(ours):
+        exec(code.replace("import client as torch", f"import {torch_like.__name__} as torch"), {"__name__": "readme"})
+    assert ours.getvalue() == shown
+    theirs = io.StringIO()
+    with contextlib.redirect_stdout(theirs):
+        exec(code.replace("import client as torch", ""), {"__name__": "readme", "torch": programs.with_numpy_draws(oracle)})
+    numbers = [[float(n) for n in re.findall(r"\d+\.\d+", text)] for text in (ours.getvalue(), theirs.getvalue())]
+    assert len(numbers[0]) == 4
+    np.testing.assert_allclose(numbers[0], numbers[1], atol=2e-4)
+
+
+def test_import_star_shadows_no_builtin():
+    for package in ("engine", "client"):
+        names = {}
+        exec(f"from {package} import *", names)
+        assert "linspace" in names and "float32" in names
+        assert not {"float", "int", "bool", "all", "any", "max"} & set(names)
