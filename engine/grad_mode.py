@@ -34,13 +34,20 @@ class _Setting(ContextDecorator):
 
 
 class _Restore:
-    """What `set_grad_enabled(flag)` returns: the flag is already set; leaving a `with` block restores it."""
+    """What `set_grad_enabled(flag)` returns: the flag is already set; leaving a `with` block
+    restores it; as a decorator (`@set_grad_enabled(False)`) it restores it at once and sets
+    `flag` around each call of the function instead."""
 
     __slots__ = ("state", "previous")
 
     def __init__(self, state, previous: bool):
         self.state = state
         self.previous = previous
+
+    def __call__(self, function):
+        flag = self.state.enabled
+        self.state.enabled = self.previous
+        return _Setting(self.state, flag)(function)
 
     def __enter__(self):
         return None

@@ -376,6 +376,12 @@ def test_grad_mode_decorators_and_contexts(torch_like):
     with torch_like.set_grad_enabled(False):
         assert not (w * 2).requires_grad
     assert torch_like.is_grad_enabled()
+
+    @torch_like.set_grad_enabled(False)
+    def disabled(v):
+        return v * 2
+
+    assert torch_like.is_grad_enabled() and not disabled(w).requires_grad and torch_like.is_grad_enabled()
     torch_like.set_grad_enabled(False)
     try:
         assert not (w * 2).requires_grad
