@@ -150,7 +150,8 @@ def test_devices_map_onto_the_backend(torch_like, oracle):
     with pytest.raises(RuntimeError):
         torch_like.device("tpu")
     on_gpu = torch_like.cuda.is_available()
-    assert on_gpu == (backend.device == "cuda")  # the server was started with GRADSERVE_DEVICE=cpu
+    remote = torch_like is client and not client.current_session().embedded
+    assert on_gpu == (not remote and backend.device == "cuda")  # the server runs with GRADSERVE_DEVICE=cpu
     assert torch_like.accelerator.is_available() == on_gpu
     assert torch_like.accelerator.current_accelerator() == (torch_like.device("cuda") if on_gpu else None)
     x = torch_like.ones(3)
@@ -164,6 +165,8 @@ def test_devices_map_onto_the_backend(torch_like, oracle):
     assert torch_like.get_default_device() == "cpu"
     device = "cuda" if torch_like.cuda.is_available() else "cpu"  # the tutorials' idiom
     assert torch_like.zeros(2, device=device).to(device).device == device
+    if remote:  # the server's device is asked once per session
+        assert client.current_session().stats["/info"] == 1
 
 
 # --- in-place updates -------------------------------------------------------------------------
