@@ -212,7 +212,8 @@ def _keyword_inputs(op, args, kwargs):
     missing = input_names(op)[len(args):]
     taken = [kwargs.pop(name) for name in missing if name in kwargs]
     if len(taken) != len(missing):
-        raise TypeError(f"{op.name}() takes {op.arity} input(s) ({', '.join(input_names(op))}) "
+        wanted = "a sequence of inputs" if op.variadic else f"{op.arity} input(s)"
+        raise TypeError(f"{op.name}() takes {wanted} ({', '.join(input_names(op))}) "
                         f"but {len(args) + len(taken)} were given")
     return (*args, *taken)
 

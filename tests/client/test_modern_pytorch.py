@@ -325,6 +325,18 @@ def test_functions_and_methods_match_torch(torch_like, oracle, call):
         np.testing.assert_allclose(got_grad, want_grad, rtol=1e-5, atol=1e-6)
 
 
+def test_keyword_inputs_missing_or_doubled_are_type_errors(torch_like):
+    x = torch_like.ones(2, 2)
+    with pytest.raises(TypeError, match=r"matmul\(\) takes 2 input\(s\) \(input, other\) but 1 were given"):
+        torch_like.matmul(input=x)
+    with pytest.raises(TypeError, match=r"cat\(\) takes a sequence of inputs \(tensors\)"):
+        torch_like.cat(dim=0)
+    with pytest.raises(TypeError):
+        torch_like.pow(x, 2, exponent=3)
+    with pytest.raises(TypeError, match="size"):
+        torch_like.zeros(2, size=(2,))
+
+
 def test_size_shape_ndim_numel_item_tolist_numpy(torch_like, oracle):
     data = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
     for m in (torch_like, oracle):
