@@ -30,6 +30,7 @@ from client.ops import install as _install
 from client.session import AsyncSession, Session, connect, current_session
 from client.variable import Variable
 from engine.registry import OPS
+from engine.surface import exported
 
 _SURFACE = _install(_backward)
 globals().update(_SURFACE)
@@ -39,3 +40,4 @@ __all__ = [
     "connect", "Session", "AsyncSession", "current_session", "OPS", "errors", "ShapeError",
     *(name for name in errors.__all__ if name != "error_for_status"), *sorted(_SURFACE),
 ]
+__all__ = exported(__all__)  # `import *` shadows no builtin (float, int, bool, all, max...)

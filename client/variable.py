@@ -22,10 +22,13 @@ from client.context import current_session
 from client.grad_mode import current_phase, no_grad
 from client.graph import CUT, LEAF, Value
 from engine import backend
+from engine.devices import Device
 from engine.indexing import from_key, to_key
 from engine.tensor_data import same_array, tensor_data
 from engine.variable import Variable as EngineVariable
 from engine.variable import host_array
+
+_COMPUTES_ON: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> the device its server reports
 
 
 def as_host_array(data, dtype=None) -> numpy.ndarray:
@@ -171,8 +174,20 @@ class Variable:
         return len(self.shape)
 
     @property
-    def device(self) -> str:
-        return "cpu"  # the client holds host arrays; where the service computes is its business
+    def device(self) -> Device:
+        """Where the session's executor computes (the client itself holds host arrays)."""
+        return Device(self._computes_on())
+
+    @staticmethod
+    def _computes_on() -> str:
+        """'cpu' or 'cuda': the engine's backend when embedded, the server's (its /info, asked once) when remote."""
+        session = current_session()
+        if session.embedded:
+            return backend.device
+        device = _COMPUTES_ON.get(session)
+        if device is None:
+            device = _COMPUTES_ON[session] = session.info().get("backend", {}).get("device", "cpu")
+        return device
 
     # --- in-place updates (the rules are engine.surface's __setitem__) -----------------
     def _snapshot(self) -> Variable:

@@ -21,3 +21,4 @@ __all__ = [
     "Variable", "Function", "grad", "no_grad", "enable_grad", "is_grad_enabled", "set_grad_enabled",
     "gradcheck", "gradgradcheck", "GradcheckError", "OPS", "backend", *sorted(_SURFACE),
 ]
+__all__ = _surface.exported(__all__)  # `import *` shadows no builtin (float, int, bool, all, max...)

@@ -26,10 +26,15 @@ class TensorType:
     """A typed constructor, usable as a dtype: `FloatTensor(2, 3)` (zeros of that shape),
     `FloatTensor([[1, 2]])` (from data), `x.type(FloatTensor)` (a cast)."""
 
-    def __init__(self, name: str, constructors):
+    def __init__(self, name: str, constructors, dtype=None):
         self.__name__ = self.__qualname__ = name
-        self.dtype = DTYPE_OF[name]
+        self.dtype = dtype or DTYPE_OF[name]
         self._constructors = constructors
+
+    def __instancecheck__(self, obj) -> bool:
+        """`isinstance(x, torch.Tensor)`: any Variable; `isinstance(x, torch.FloatTensor)`: a float32 one."""
+        return isinstance(obj, self._constructors.variable) and (
+            self.__name__ == "Tensor" or numpy.dtype(obj.dtype).name == self.dtype)
 
     def __call__(self, *args):
         if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
@@ -82,14 +87,19 @@ def spellings(constructors, cast) -> tuple[dict, dict]:
         self[...] = constructors.rng.uniform(low, high, tuple(self.shape)).astype(self.dtype)
         return self
 
+    def normal_(self, mean=0.0, std=1.0):
+        """Fill in place with draws from N(mean, std**2) (the package's `manual_seed` applies)."""
+        self[...] = constructors.rng.normal(mean, std, tuple(self.shape)).astype(self.dtype)
+        return self
+
     def volatile(self):
         return False
 
     methods = {name: _cast_method(dtype, cast) for name, dtype in CAST_METHODS.items()}
-    methods.update(type=type_, uniform_=uniform_, volatile=property(volatile, doc=VOLATILE_MESSAGE))
+    methods.update(type=type_, uniform_=uniform_, normal_=normal_, volatile=property(volatile, doc=VOLATILE_MESSAGE))
     names = {name: TensorType(name, constructors) for name in DTYPE_OF}
-    names["Tensor"] = names["FloatTensor"]
-    names["from_numpy"] = lambda array: constructors.tensor(numpy.asarray(array))
+    names["Tensor"] = TensorType("Tensor", constructors, "float32")  # float32 values; any Variable is one
+    names["from_numpy"] = lambda array: constructors.as_tensor(numpy.asarray(array))
     return methods, names
 
 

@@ -1,9 +1,11 @@
-"""Constructors in PyTorch's spelling (float32 by default).
+"""Constructors in PyTorch's spelling (float32 by default), each with `dtype=`, `device=` and
+`requires_grad=` keywords, and sizes given as `zeros(2, 3)`, `zeros((2, 3))` or `zeros(size=(2, 3))`.
 
-`Constructors` is parameterised by the Variable class and the function that turns data into
-that class's arrays, so the engine (arrays on the active backend) and the client (host NumPy
-arrays) share one implementation; `engine.surface.install` makes one per side. Random draws come from NumPy on the host, so the same seed
-gives the same values in both.
+`Constructors` is parameterised by the Variable class, the function that turns data into that
+class's arrays, and the side's `engine.devices.Placement`, so the engine (arrays on the active
+backend) and the client (host NumPy arrays) share one implementation; `engine.surface.install`
+makes one per side. Random draws come from NumPy on the host, so the same seed gives the same
+values in both.
 """
 
 from __future__ import annotations
@@ -11,21 +13,43 @@ from __future__ import annotations
 import numpy
 
 from engine import backend
+from engine.compat import dtype_of
+from engine.dtypes import DEFAULT
 
-DEFAULT_DTYPE = "float32"
-NAMES = ("tensor", "zeros", "ones", "full", "randn", "rand", "arange", "zeros_like", "ones_like", "manual_seed")
+NAMES = (
+    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "randn", "rand", "randint", "normal", "arange", "linspace",
+    "eye", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "manual_seed",
+)
 
 
-def _size(size):
+def _size(size, keywords=None):
+    """The shape from `f(2, 3)`, `f((2, 3))` or `f(size=(2, 3))` (`keywords`: the call's other keywords)."""
+    if keywords:
+        unknown = set(keywords) - {"size"}
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+        if size:
+            raise TypeError("give the size either positionally or as size=, not both")
+        size = (keywords["size"],)
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         return tuple(size[0])
     return tuple(size)
 
 
+def as_dtype(dtype):
+    """A NumPy dtype from a dtype constant, a NumPy dtype (name) or a tensor type (None stays None)."""
+    return None if dtype is None else numpy.dtype(dtype_of(dtype))
+
+
+def _is_float(value) -> bool:
+    return isinstance(value, float) or (isinstance(value, numpy.generic) and value.dtype.kind == "f")
+
+
 class Constructors:
-    def __init__(self, variable, to_array):
+    def __init__(self, variable, to_array, placement):
         self.variable = variable
         self.to_array = to_array
+        self.placement = placement
         self.rng = numpy.random.default_rng()
 
     def manual_seed(self, seed: int) -> None:
@@ -37,33 +61,90 @@ class Constructors:
         """The package-level constructor functions."""
         return {name: getattr(self, name) for name in NAMES}
 
-    def _make(self, array, dtype, requires_grad):
-        return self.variable(self.to_array(array.astype(dtype or DEFAULT_DTYPE, copy=False)), requires_grad=requires_grad)
+    def _new(self, array, dtype, device, requires_grad):
+        """A Variable of `array` as `dtype` (a default when None), checked for `device`."""
+        self.placement.check(device)
+        if dtype is not None:
+            array = array.astype(as_dtype(dtype), copy=False)
+        return self.variable(self.to_array(array), requires_grad=requires_grad)
 
-    def tensor(self, data, dtype=None, requires_grad=False):
-        return self.variable(self.to_array(data, dtype), requires_grad=requires_grad)
+    def _floating(self, array, dtype, device, requires_grad):
+        return self._new(array, DEFAULT if dtype is None else dtype, device, requires_grad)
 
-    def zeros(self, *size, dtype=None, requires_grad=False):
-        return self._make(numpy.zeros(_size(size)), dtype, requires_grad)
+    def tensor(self, data, dtype=None, device=None, requires_grad=False):
+        """A copy of `data` (as PyTorch's: in-place updates of it leave `data` alone)."""
+        if isinstance(data, numpy.ndarray):
+            data = data.copy()
+        return self.as_tensor(data, dtype, device, requires_grad)
 
-    def ones(self, *size, dtype=None, requires_grad=False):
-        return self._make(numpy.ones(_size(size)), dtype, requires_grad)
+    def as_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        """`data` itself when it is an array of the right dtype (sharing its memory), else a copy."""
+        self.placement.check(device)
+        return self.variable(self.to_array(data, as_dtype(dtype)), requires_grad=requires_grad)
 
-    def full(self, size, fill_value, dtype=None, requires_grad=False):
-        return self._make(numpy.full(_size((size,)), fill_value), dtype, requires_grad)
+    def zeros(self, *size, dtype=None, device=None, requires_grad=False, **keywords):
+        return self._floating(numpy.zeros(_size(size, keywords)), dtype, device, requires_grad)
 
-    def randn(self, *size, dtype=None, requires_grad=False):
-        return self._make(self.rng.standard_normal(_size(size)), dtype, requires_grad)
+    def ones(self, *size, dtype=None, device=None, requires_grad=False, **keywords):
+        return self._floating(numpy.ones(_size(size, keywords)), dtype, device, requires_grad)
 
-    def rand(self, *size, dtype=None, requires_grad=False):
-        return self._make(self.rng.random(_size(size)), dtype, requires_grad)
+    def empty(self, *size, dtype=None, device=None, requires_grad=False, **keywords):
+        """Zeros (PyTorch leaves them uninitialised; a program must not read them before writing)."""
+        return self._floating(numpy.zeros(_size(size, keywords)), dtype, device, requires_grad)
 
-    def arange(self, start, end=None, step=1, dtype=None, requires_grad=False):
+    def full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+        if dtype is None and not _is_float(fill_value):
+            dtype = numpy.asarray(fill_value).dtype  # full((2,), 3) is int64, full((2,), True) bool
+        return self._floating(numpy.full(_size((size,)), fill_value), dtype, device, requires_grad)
+
+    def randn(self, *size, dtype=None, device=None, requires_grad=False, **keywords):
+        return self._floating(self.rng.standard_normal(_size(size, keywords)), dtype, device,
+                              requires_grad)
+
+    def rand(self, *size, dtype=None, device=None, requires_grad=False, **keywords):
+        return self._floating(self.rng.random(_size(size, keywords)), dtype, device, requires_grad)
+
+    def randint(self, low=0, high=None, size=None, dtype=None, device=None, requires_grad=False):
+        """`randint(high, size)` or `randint(low, high, size)`: integers in [low, high) (int64)."""
+        if size is None:
+            low, high, size = 0, low, high
+        values = self.rng.integers(low, high, _size((size,)))
+        return self._new(values, numpy.int64 if dtype is None else dtype, device, requires_grad)
+
+    def normal(self, mean, std, size, dtype=None, device=None, requires_grad=False):
+        """Draws from N(mean, std**2) of shape `size` (float mean and std; tensor ones are not supported)."""
+        return self._floating(self.rng.normal(float(mean), float(std), _size((size,))), dtype, device, requires_grad)
+
+    def arange(self, start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+        """int64 values from integer arguments, float32 when any is a float (as PyTorch infers)."""
         values = numpy.arange(start, end, step) if end is not None else numpy.arange(start)
-        return self.variable(self.to_array(values if dtype is None else values.astype(dtype)), requires_grad=requires_grad)
+        if dtype is None:
+            dtype = DEFAULT if any(_is_float(a) for a in (start, end, step)) else numpy.int64
+        return self._new(values, dtype, device, requires_grad)
 
-    def zeros_like(self, v, dtype=None, requires_grad=False):
-        return self._make(numpy.zeros(v.shape), dtype or v.dtype, requires_grad)
+    def linspace(self, start, end, steps, dtype=None, device=None, requires_grad=False):
+        return self._floating(numpy.linspace(start, end, steps), dtype, device, requires_grad)
 
-    def ones_like(self, v, dtype=None, requires_grad=False):
-        return self._make(numpy.ones(v.shape), dtype or v.dtype, requires_grad)
+    def eye(self, n, m=None, dtype=None, device=None, requires_grad=False):
+        return self._floating(numpy.eye(n, m), dtype, device, requires_grad)
+
+    def _like(self, v, values, dtype, device, requires_grad):
+        return self._new(values, v.dtype if dtype is None else dtype, device, requires_grad)
+
+    def zeros_like(self, v, dtype=None, device=None, requires_grad=False):
+        return self._like(v, numpy.zeros(v.shape), dtype, device, requires_grad)
+
+    def ones_like(self, v, dtype=None, device=None, requires_grad=False):
+        return self._like(v, numpy.ones(v.shape), dtype, device, requires_grad)
+
+    def empty_like(self, v, dtype=None, device=None, requires_grad=False):
+        return self._like(v, numpy.zeros(v.shape), dtype, device, requires_grad)
+
+    def full_like(self, v, fill_value, dtype=None, device=None, requires_grad=False):
+        return self._like(v, numpy.full(v.shape, fill_value), dtype, device, requires_grad)
+
+    def rand_like(self, v, dtype=None, device=None, requires_grad=False):
+        return self._like(v, self.rng.random(v.shape), dtype, device, requires_grad)
+
+    def randn_like(self, v, dtype=None, device=None, requires_grad=False):
+        return self._like(v, self.rng.standard_normal(v.shape), dtype, device, requires_grad)

@@ -1,7 +1,14 @@
 """Custom differentiable functions, PyTorch style: subclass `Function`, write static
-`forward(ctx, *args)` and `backward(ctx, *grad_outputs)`, call `MyOp.apply(...)`."""
+`forward(ctx, *args)` and `backward(ctx, *grad_outputs)`, call `MyOp.apply(...)`.
+
+The legacy style (PyTorch before 1.3) works too, on the engine and the client alike: instance
+methods `forward(self, *args)` and `backward(self, *grad_outputs)` that save through
+`self.save_for_backward` and read `self.saved_tensors`, called on an instance, `MyReLU()(x)`.
+`FunctionBase.__call__` runs it through `apply` (see `_legacy_adapter`)."""
 
 from __future__ import annotations
+
+import inspect
 
 from engine.grad_mode import is_grad_enabled, no_grad
 from engine.node import INPLACE_MESSAGE, GraphFreedError, Meta, Node, edge_of
@@ -64,6 +71,28 @@ class FunctionNode(Node):
 class FunctionBase:
     """What every custom Function declares, the engine's and the client's (`client.function`)."""
 
+    def __call__(self, *args):
+        """`MyFn()(x)`: a legacy Function, whose forward and backward are instance methods."""
+        cls = type(self)
+        if isinstance(inspect.getattr_static(cls, "forward"), staticmethod):
+            raise RuntimeError(f"{cls.__name__} has a static forward(ctx, ...): call {cls.__name__}.apply(...), "
+                               "not an instance (instances are legacy Functions with forward(self, ...))")
+        return _legacy_adapter(cls).apply(_Legacy(self), *args)
+
+    # a legacy Function's `self` saves and reads through the ctx of the call it is running
+    def save_for_backward(self, *variables):
+        self._ctx.save_for_backward(*variables)
+
+    @property
+    def saved_tensors(self):
+        return self._ctx.saved_tensors
+
+    saved_variables = saved_tensors
+
+    @property
+    def needs_input_grad(self):
+        return self._ctx.needs_input_grad[1:]
+
     @staticmethod
     def forward(ctx, *args):
         raise NotImplementedError("Function subclasses must implement a static forward(ctx, *args)")
@@ -116,3 +145,53 @@ def _node_class(function: type) -> type:
         node_class = type(f"{function.__name__}Backward", (FunctionNode,), {"__slots__": ()})
         _NODE_CLASSES[function] = node_class
     return node_class
+
+
+class _Legacy:
+    """The legacy Function instance an `apply` runs, passed as its first argument. Equal for
+    instances of one class with equal (hashable) attributes, so the client's trace cache serves
+    `MyReLU()(x)` in a loop with one trace."""
+
+    __slots__ = ("instance", "key")
+
+    def __init__(self, instance):
+        self.instance = instance
+        state = tuple(sorted((k, v) for k, v in vars(instance).items() if k != "_ctx"))
+        try:
+            hash(state)
+        except TypeError:
+            state = instance
+        self.key = (type(instance), state)
+
+    def __eq__(self, other):
+        return isinstance(other, _Legacy) and self.key == other.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+
+def _legacy_adapter(cls: type) -> type:
+    """A subclass of the legacy Function `cls` with static forward and backward that run the
+    instance's methods (the `_Legacy` first argument says which instance), so `apply`, the
+    engine's or the client's, runs it like any other Function."""
+    adapter = vars(cls).get("_legacy_adapter")
+    if adapter is not None:
+        return adapter
+    forward, backward = cls.forward, cls.backward
+
+    def legacy_forward(ctx, legacy, *args):
+        ctx.legacy = legacy.instance
+        legacy.instance._ctx = ctx
+        return forward(legacy.instance, *args)
+
+    def legacy_backward(ctx, *grad_outputs):
+        instance = ctx.legacy
+        instance._ctx = ctx
+        grads = backward(instance, *grad_outputs)
+        return (None, *(grads if isinstance(grads, tuple) else (grads,)))
+
+    adapter = type(cls.__name__, (cls,), {"forward": staticmethod(legacy_forward),
+                                          "backward": staticmethod(legacy_backward),
+                                          "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    cls._legacy_adapter = adapter
+    return adapter

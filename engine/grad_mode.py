@@ -25,7 +25,32 @@ class _Setting(ContextDecorator):
 
     def __enter__(self):
         self.previous = self.state.enabled
-        self.state.enabled = self.enabled
+        if self.enabled is not None:
+            self.state.enabled = self.enabled
+
+    def __exit__(self, *exc):
+        self.state.enabled = self.previous
+        return False
+
+
+class _Restore:
+    """What `set_grad_enabled(flag)` returns: the flag is already set; leaving a `with` block
+    restores it; as a decorator (`@set_grad_enabled(False)`) it restores it at once and sets
+    `flag` around each call of the function instead."""
+
+    __slots__ = ("state", "previous")
+
+    def __init__(self, state, previous: bool):
+        self.state = state
+        self.previous = previous
+
+    def __call__(self, function):
+        flag = self.state.enabled
+        self.state.enabled = self.previous
+        return _Setting(self.state, flag)(function)
+
+    def __enter__(self):
+        return None
 
     def __exit__(self, *exc):
         self.state.enabled = self.previous
@@ -43,20 +68,34 @@ class GradMode:
     def is_enabled(self) -> bool:
         return self.state.enabled
 
-    def set_enabled(self, enabled: bool) -> None:
+    def set_enabled(self, enabled: bool) -> _Restore:
+        """Set the flag now; as a context manager (`with set_grad_enabled(False):`) it is restored on exit."""
+        previous = self.state.enabled
         self.state.enabled = bool(enabled)
+        return _Restore(self.state, previous)
 
     def enabled_as(self, enabled: bool) -> "_Setting":
         """Context manager (and decorator): the flag is `enabled` inside, restored after."""
         return _Setting(self.state, enabled)
 
-    def no_grad(self):
-        """Context manager: results computed inside record no graph and have no grad_fn."""
-        return self.enabled_as(False)
+    def no_grad(self, function=None):
+        """Context manager: results computed inside record no graph and have no grad_fn. A decorator
+        too, as `@no_grad()` or `@no_grad`."""
+        return self._decorate(False, function)
 
-    def enable_grad(self):
-        """Context manager: turn graph recording back on (e.g. inside no_grad)."""
-        return self.enabled_as(True)
+    def enable_grad(self, function=None):
+        """Context manager (and decorator): turn graph recording back on (e.g. inside no_grad)."""
+        return self._decorate(True, function)
+
+    def inference_mode(self, mode=True):
+        """PyTorch's inference mode, here the same as no_grad (`inference_mode(False)` changes nothing)."""
+        if callable(mode):
+            return self._decorate(False, mode)
+        return self.enabled_as(False) if mode else _Setting(self.state, None)
+
+    def _decorate(self, enabled, function):
+        setting = self.enabled_as(enabled)
+        return setting if function is None else setting(function)
 
 
 mode = GradMode()  # the engine's

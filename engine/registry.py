@@ -195,14 +195,40 @@ def parse_call(op: OpDef, rest: tuple, kwargs: dict) -> dict:
     return op.check_attrs(given)
 
 
+# PyTorch's keyword names of ops' inputs (`torch.matmul(input=a, other=b)`), where not `input, other`
+INPUT_NAMES = {"pow": ("input", "exponent"), "mm": ("input", "mat2"), "where": ("condition", "input", "other")}
+_DEFAULT_INPUT_NAMES = ("input", "other")
+
+
+def input_names(op: OpDef) -> tuple:
+    """The keyword names of `op`'s inputs, in order (a variadic op's list is `tensors`)."""
+    if op.variadic:
+        return ("tensors",)
+    return INPUT_NAMES.get(op.name, _DEFAULT_INPUT_NAMES[:op.arity])
+
+
+def _keyword_inputs(op, args, kwargs):
+    """args with the inputs given by keyword appended (taken out of kwargs), in their order."""
+    missing = input_names(op)[len(args):]
+    taken = [kwargs.pop(name) for name in missing if name in kwargs]
+    if len(taken) != len(missing):
+        wanted = "a sequence of inputs" if op.variadic else f"{op.arity} input(s)"
+        raise TypeError(f"{op.name}() takes {wanted} ({', '.join(input_names(op))}) "
+                        f"but {len(args) + len(taken)} were given")
+    return (*args, *taken)
+
+
 def make_function(op: OpDef, coerce, run):
-    """`<op>(*inputs, *attrs, **attrs)` in PyTorch's spelling: `run(coerce(inputs), checked attrs)`.
+    """`<op>(*inputs, *attrs, **attrs)` in PyTorch's spelling, inputs also by keyword
+    (`input=`, `other=`...): `run(coerce(inputs), checked attrs)`.
 
     The one template of every op function, the engine's (`run` computes) and the client's
     (`run` records)."""
     if op.variadic:
-        def fn(inputs, *rest, **kwargs):
-            return run(coerce(list(inputs)), parse_call(op, rest, kwargs))
+        def fn(tensors=None, *rest, **kwargs):
+            if tensors is None:
+                tensors, = _keyword_inputs(op, (), kwargs)
+            return run(coerce(list(tensors)), parse_call(op, rest, kwargs))
     else:
         arity, defaults = op.arity, op.default_attrs
 
@@ -210,7 +236,7 @@ def make_function(op: OpDef, coerce, run):
             if len(args) == arity and not kwargs and defaults is not None:
                 return run(coerce(args), defaults)  # the common case: no attribute given
             if len(args) < arity:
-                raise TypeError(f"{op.name}() takes {arity} input(s) but {len(args)} were given")
+                args = _keyword_inputs(op, args, kwargs)
             return run(coerce(args[:arity]), parse_call(op, args[arity:], kwargs))
 
     fn.__name__ = op.name

@@ -11,7 +11,9 @@ written against a small interface that both Variable classes provide (see `engin
 Where a name comes from:
 - op functions and methods: the registry (`OpDef.methods`), through `registry.make_function`;
 - operators: `OPERATORS` below (the bindings table);
-- everything else: the functions in this file, and `engine.compat` (PyTorch 0.3 spellings).
+- everything else: the functions in this file, `engine.modern` (today's PyTorch spellings: aliases,
+  `.to()`, `dot`...), `engine.inplace` (`w -= lr * w.grad`, `x.add_(y)`), `engine.dtypes` and
+  `engine.devices` (`torch.float32`, `torch.device`, `torch.cuda`), and `engine.compat` (PyTorch 0.3 spellings).
 
 A change of surface is made once and both sides have it: a new method or in-place operator
 (`__isub__` written against `_assign_recorded`/`_assign_values`), a conversion (`item`,
@@ -28,7 +30,8 @@ import math
 import weakref
 from collections import namedtuple
 
-from engine import backend, compat
+from engine import backend, compat, dtypes, inplace, modern
+from engine.devices import Placement
 from engine.factory import Constructors
 from engine.registry import OPS, make_function
 from engine.tensor_data import plain
@@ -51,7 +54,7 @@ OPERATORS = {
 
 MaxMin = namedtuple("MaxMin", "values indices")
 
-LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
+LEAF_INPLACE = inplace.LEAF_INPLACE
 NON_LEAF_FLAG = (
     "you can only change requires_grad flags of leaf variables. If you want to use a computed variable "
     "in a subgraph that doesn't require differentiation use var_no_grad = var.detach()."
@@ -298,6 +301,12 @@ def install(side: Side) -> dict:
             setattr(cls, method, functions[name])  # a plain function: `v.op(*args)` calls `fn(v, *args)`
     for dunder, (name, kind) in OPERATORS.items():
         setattr(cls, dunder, side.operator(OPS[name], kind, functions[name]))
+    composed = modern.functions(functions)
+    for name, function in composed.items():
+        setattr(cls, name, function)
+    functions_with_alpha = {**functions, "add": composed["add"], "sub": composed["sub"]}
+    for name, method in inplace.methods(functions_with_alpha, side.grad_mode.is_enabled).items():
+        setattr(cls, name, method)
     for name, method in SHARED.items():
         setattr(cls, name, method)
     methods, extremes = _bound_methods(side, functions)
@@ -312,9 +321,31 @@ def install(side: Side) -> dict:
     transpose = functions["transpose"]
     cls.mT = property(side.properties.get("mT") or (lambda self: transpose(self, -2, -1)),
                       doc="the last two dimensions swapped")
-    constructors = Constructors(cls, side.to_array)
-    names = {**functions, **extremes, **constructors.names()}
+    placement = Placement(cls._computes_on)
+    constructors = Constructors(cls, side.to_array, placement)
+    for name, method in modern.methods(cls, functions, constructors).items():
+        setattr(cls, name, method)
     methods, spellings = compat.spellings(constructors, lambda v, dtype: functions["cast"](v, dtype=dtype))
     for name, method in methods.items():
         setattr(cls, name, method)
-    return {**names, **spellings}
+    aliases = {alias: functions[name] for alias, name in modern.FUNCTION_ALIASES.items()}
+    return {**functions, **composed, **aliases, **extremes, **constructors.names(), **spellings, **dtypes.names(),
+            **placement.names(), **_module_functions(cls, side.grad_mode)}
+
+
+def exported(names) -> list:
+    """The names for a package's `__all__`, sorted: all but those that would shadow a Python builtin under
+    `from engine import *` (`float`, `int`, `bool`, `all`, `max`... stay `engine.float`...)."""
+    return sorted(name for name in names if not hasattr(builtins, name))
+
+
+def _module_functions(cls, grad_mode) -> dict:
+    """`is_tensor`, `numel`, `inference_mode`: module-level names that need the side's class or grad mode."""
+
+    def is_tensor(obj) -> bool:
+        return isinstance(obj, cls)
+
+    def numel(input) -> int:
+        return input.numel()
+
+    return {"is_tensor": is_tensor, "numel": numel, "inference_mode": grad_mode.inference_mode}

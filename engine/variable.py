@@ -6,7 +6,7 @@ with the client's lazy Variable) and installed when `engine` is imported. It imp
 above the bottom of the engine.
 
 The interface the surface relies on (the client's Variable has the same): `_store(data)`, `shape`, `dtype`,
-`ndim`, `device`, `requires_grad` (read), `_node`, `_array()` (the value), `_leaf(array)`, `_store_requires_grad`,
+`ndim`, `device`, `_computes_on()`, `requires_grad` (read), `_node`, `_array()` (the value), `_leaf(array)`, `_store_requires_grad`,
 `_snapshot()`, `_assign_recorded(result)` and `_assign_values(key, value, setitem)` (in-place updates),
 `data`, `detach()`, `detach_()`.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy
 
 from engine import backend
+from engine.devices import Device
 from engine.indexing import from_key, to_key
 from engine.tensor_data import plain, same_array, tensor_data
 
@@ -60,6 +61,9 @@ def format_variable(array, node, requires_grad, device="cpu") -> str:
     elif requires_grad:
         extras.append("requires_grad=True")
     return prefix + body + "".join(", " + e for e in extras) + ")"
+
+
+CPU, CUDA = Device("cpu"), Device("cuda")
 
 
 class Variable:
@@ -130,8 +134,13 @@ class Variable:
         return self._data.ndim
 
     @property
-    def device(self) -> str:
-        return "cpu" if isinstance(self._data, numpy.ndarray) else "cuda"
+    def device(self) -> Device:
+        return CPU if isinstance(self._data, numpy.ndarray) else CUDA
+
+    @staticmethod
+    def _computes_on() -> str:
+        """Where this side's ops run: the active backend's device ('cpu' or 'cuda')."""
+        return backend.device
 
     def _array(self):
         return self._data

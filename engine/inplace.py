@@ -1,0 +1,77 @@
+"""In-place arithmetic with PyTorch's rules: `w -= lr * w.grad` under `no_grad()` keeps `w` the
+same object (still a leaf that requires grad), `x.add_(y, alpha=2)`, `h.clamp_(min=0)`...
+
+- Outside grad mode (or when nothing involved requires grad) the values are written into the
+  Variable's own storage (`_assign_values`), its version counter moves on, so a graph that
+  saved it refuses a later backward, as PyTorch does.
+- In grad mode, a leaf that requires grad refuses (PyTorch's error); any other Variable that
+  gets a differentiable result stands for that result from now on (`_assign_recorded`): its
+  grad_fn is the op's, and the op read a snapshot of the old value.
+- The result must keep the Variable's shape and a dtype it can be cast to (`same_kind`):
+  `ints += 0.5` and `x_of_shape_3 += y_of_shape_2x3` raise PyTorch's errors.
+"""
+
+from __future__ import annotations
+
+import numpy
+
+LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
+
+# registry ops with a PyTorch `<name>_` method: elementwise, so the result keeps x's shape
+OPS = ("add", "sub", "mul", "div", "pow", "neg", "exp", "log", "sqrt", "sign", "abs", "sin", "cos", "tanh",
+       "sigmoid", "relu", "clamp")
+OPERATORS = {"__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div", "__ipow__": "pow"}
+
+_TYPE_NAMES = {"f": "Float", "i": "Long", "u": "Byte", "b": "Bool"}
+
+
+def _type_name(dtype) -> str:
+    return _TYPE_NAMES.get(numpy.dtype(dtype).kind, str(dtype))
+
+
+def methods(functions, is_enabled) -> dict:
+    """`<op>_` for each of OPS, the in-place operators, and `copy_`, over the side's `functions`."""
+    setitem, cast = functions["setitem"], functions["cast"]
+
+    def update(self, op, args, kwargs):
+        recording = is_enabled()
+        if recording and self._node is None and self.requires_grad:
+            raise RuntimeError(LEAF_INPLACE)
+        old = self._snapshot()
+        result = op(old, *[old if a is self else a for a in args], **kwargs)
+        if tuple(result.shape) != tuple(self.shape):
+            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape "
+                               f"{list(result.shape)}")
+        if result.dtype != self.dtype:
+            if not numpy.can_cast(result.dtype, self.dtype, "same_kind"):
+                raise RuntimeError(f"result type {_type_name(result.dtype)} can't be cast to the desired output type "
+                                   f"{_type_name(self.dtype)}")
+            if recording and result.requires_grad:
+                result = cast(result, dtype=numpy.dtype(self.dtype).name)
+        if recording and result.requires_grad:
+            self._assign_recorded(result)
+        else:
+            self._assign_values(Ellipsis, result, setitem)
+        return self
+
+    def inplace(name):
+        op = functions[name]
+
+        def method(self, *args, **kwargs):
+            return update(self, op, args, kwargs)
+
+        method.__name__ = method.__qualname__ = name + "_"
+        method.__doc__ = f"In place: this Variable becomes `{name}(self, ...)` (PyTorch's rules; see engine.inplace)."
+        return method
+
+    out = {name + "_": inplace(name) for name in OPS}
+    for dunder, name in OPERATORS.items():
+        out[dunder] = out[name + "_"]
+
+    def copy_(self, source, non_blocking=False):
+        """Copy `source` (broadcast, cast) into this Variable; differentiable, like `x[...] = source`."""
+        self[...] = source
+        return self
+
+    out["copy_"] = copy_
+    return out

@@ -1,0 +1,180 @@
+"""Today's PyTorch spellings over the registry's ops (the counterpart of `engine.compat`'s
+PyTorch 0.3 ones): the PyTorch names of ops the registry computes under another name
+(`torch.multiply`, `x.clip`...), a few compositions of them (`dot`, `mv`, `outer`, `square`, `std`, `all`, `any`,
+`allclose`...),
+`alpha=` on add/sub, and the Variable methods that place, convert or relate Variables
+(`.to()`, `.cpu()`, `.cuda()`, `.type_as()`, `.view_as()`, `.new_zeros()`, `.is_floating_point()`...).
+
+No new math: everything here calls registry ops. `engine.surface.install` puts the methods on
+both Variable classes and the functions in both packages.
+"""
+
+from __future__ import annotations
+
+import numpy
+
+from engine.devices import Device
+from engine.factory import as_dtype
+
+# PyTorch name -> registry op, as a torch.* function and a Tensor method alike
+ALIASES = {
+    "multiply": "mul", "subtract": "sub", "divide": "div", "true_divide": "div", "negative": "neg",
+    "absolute": "abs", "greater": "gt", "greater_equal": "ge", "less": "lt", "less_equal": "le",
+    "not_equal": "ne", "clip": "clamp", "swapaxes": "transpose", "swapdims": "transpose",
+}
+FUNCTION_ALIASES = {"concat": "cat", "concatenate": "cat"}  # torch.* functions only
+
+
+def _with_alpha(name, base, mul):
+    def fn(input, other, *, alpha=1):
+        return base(input, other) if alpha == 1 else base(input, mul(other, alpha))
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"{base.__doc__}; `alpha=` scales `other` first (PyTorch's `{name}(input, other, alpha=a)`)"
+    return fn
+
+
+def _dims(name, *expected):
+    def check(*variables):
+        if tuple(v.ndim for v in variables) != expected:
+            got = " and ".join(f"{v.ndim}D" for v in variables)
+            raise RuntimeError(f"{name}: expected {' and '.join(f'{d}D' for d in expected)} tensors, but got {got}")
+    return check
+
+
+def functions(ops) -> dict:
+    """The functions (each also a method) that `ops`, the side's registry functions, compose."""
+    matmul, mul, unsqueeze = ops["matmul"], ops["mul"], ops["unsqueeze"]
+    check_dot, check_mv, check_outer = _dims("dot", 1, 1), _dims("mv", 2, 1), _dims("outer", 1, 1)
+
+    def dot(input, tensor):
+        """The inner product of two 1-D Variables."""
+        check_dot(input, tensor)
+        return matmul(input, tensor)
+
+    def mv(input, vec):
+        """Matrix times vector."""
+        check_mv(input, vec)
+        return matmul(input, vec)
+
+    def outer(input, vec2):
+        """The outer product of two 1-D Variables."""
+        check_outer(input, vec2)
+        return mul(unsqueeze(input, 1), unsqueeze(vec2, 0))
+
+    def square(input):
+        return mul(input, input)
+
+    def clamp_min(input, min):
+        return ops["clamp"](input, min=min)
+
+    def clamp_max(input, max):
+        return ops["clamp"](input, max=max)
+
+    def reciprocal(input):
+        return ops["div"](1.0, input)
+
+    def rsqrt(input):
+        return ops["div"](1.0, ops["sqrt"](input))
+
+    def std(input, dim=None, unbiased=True, keepdim=False):
+        return ops["sqrt"](ops["var"](input, dim, unbiased, keepdim))
+
+    def all(input, dim=None, keepdim=False):
+        """Whether every element (along `dim`) is nonzero, as a bool Variable."""
+        return ops["amin"](ops["cast"](input, dtype="bool"), dim, keepdim)
+
+    def any(input, dim=None, keepdim=False):
+        """Whether some element (along `dim`) is nonzero, as a bool Variable."""
+        return ops["amax"](ops["cast"](input, dtype="bool"), dim, keepdim)
+
+    def isclose(input, other, rtol=1e-05, atol=1e-08):
+        return ops["le"](ops["abs"](ops["sub"](input, other)), ops["add"](ops["mul"](ops["abs"](other), rtol), atol))
+
+    def allclose(input, other, rtol=1e-05, atol=1e-08) -> bool:
+        return bool(all(isclose(input, other, rtol, atol)))
+
+    def equal(input, other) -> bool:
+        return tuple(input.shape) == tuple(other.shape) and bool(all(ops["eq"](input, other)))
+
+    out = {f.__name__: f for f in (dot, mv, outer, square, clamp_min, clamp_max, reciprocal, rsqrt, std, all, any,
+                                   isclose, allclose, equal)}
+    out.update(inner=dot, ger=outer)
+    out["add"] = _with_alpha("add", ops["add"], mul)
+    out["sub"] = _with_alpha("sub", ops["sub"], mul)
+    out.update({alias: ops[name] for alias, name in ALIASES.items()})
+    return out
+
+
+def methods(variable, ops, constructors) -> dict:
+    """Placement, conversion and relation methods; `ops` holds the side's functions."""
+    cast, reshape, expand = ops["cast"], ops["reshape"], ops["expand"]
+    placement = constructors.placement
+
+    def _converted(self, dtype, device):
+        placement.check(device)
+        if dtype is None or numpy.dtype(dtype) == self.dtype:
+            return self
+        return cast(self, dtype=numpy.dtype(dtype).name)
+
+    def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False):
+        """`x.to(dtype)`, `x.to(device)`, `x.to(device, dtype)`, `x.to(other)`, `x.to(dtype=, device=)`:
+        this Variable when nothing changes (as in PyTorch), else a differentiable cast."""
+        for arg in args:
+            if isinstance(arg, variable):
+                dtype, device = dtype or arg.dtype, device or arg.device
+            elif isinstance(arg, (str, Device, int)) and not isinstance(arg, bool):
+                device = arg
+            else:
+                dtype = arg
+        result = _converted(self, as_dtype(dtype), device)
+        return result.clone() if copy and result is self else result
+
+    def cpu(self):
+        return self
+
+    def cuda(self, device=None, non_blocking=False):
+        placement.check("cuda" if device is None else device)
+        return self
+
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.kind == "f"
+
+    def type_as(self, other):
+        return _converted(self, other.dtype, None)
+
+    def view_as(self, other):
+        return reshape(self, tuple(other.shape))
+
+    def expand_as(self, other):
+        return expand(self, tuple(other.shape))
+
+    def contiguous(self, memory_format=None):
+        return self
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return True
+
+    def new(name, make):
+        def method(self, *args, dtype=None, device=None, requires_grad=False, **keywords):
+            return make(*args, dtype=self.dtype if dtype is None else dtype, device=device,
+                        requires_grad=requires_grad, **keywords)
+
+        method.__name__ = method.__qualname__ = name
+        method.__doc__ = f"`{make.__name__}(...)` with this Variable's dtype unless `dtype=` says otherwise."
+        return method
+
+    def where(self, condition, other):
+        """`x.where(condition, y)`: `where(condition, x, y)`."""
+        return ops["where"](condition, self, other)
+
+    out = {f.__name__: f for f in (where, to, cpu, cuda, is_floating_point, type_as, view_as, expand_as, contiguous,
+                                   is_contiguous)}
+    out.update(reshape_as=view_as, is_cuda=property(is_cuda), nelement=lambda self: self.numel(),
+               ndimension=lambda self: self.ndim)
+    for name in ("zeros", "ones", "empty", "full", "tensor"):
+        out["new_" + name] = new("new_" + name, getattr(constructors, name))
+    return out
