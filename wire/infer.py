@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy
 
@@ -34,6 +34,7 @@ class Shapes:
     all_known: bool
     forward_cost: object = None   # wire.budget.Cost of a forward
     backward_cost: object = None  # ... of a forward recorded and differentiated
+    programs: dict = field(default_factory=dict, compare=False, repr=False)  # compiled programs (wire.compile)
 
     @classmethod
     def of(cls, known: dict, bounds: dict, functions: dict) -> Shapes:
