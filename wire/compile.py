@@ -96,8 +96,8 @@ class _Compiler:
             if op in UNCOMPILED:
                 raise Fallback(UNCOMPILED[op])
             meta = self.known.get(step.id)
-            if meta is None:
-                raise Fallback(f"node {step.id!r}: shape known only by running")
+            if meta is None:  # downstream of a boolean mask: the engine checks sizes as it runs
+                raise Fallback(f"node {step.id!r}: its shape depends on values")
             shape, dtype = meta
             if op == "input":
                 rg = self.record and step.id in needs
@@ -115,8 +115,6 @@ class _Compiler:
 
     def _op_step(self, step, shape, dtype):
         spec = OPS[step.op]
-        if step.dynamic:
-            raise Fallback(f"node {step.id!r}: its shape depends on values")
         inputs = [self.values[i] for i in step.inputs]
         regs = self._coerced(inputs)
         rg_in = self.record and any(v.rg for v in inputs)
