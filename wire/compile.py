@@ -26,6 +26,7 @@ from engine.node import Meta
 from engine.registry import OPS, coerce
 from engine.variable import Variable
 from wire.errors import GraphError
+from wire.probe import vjps_on_arrays
 from wire.program import Forward, Mismatch, Program, Vjp
 
 
@@ -110,13 +111,15 @@ class _Compiler:
                     self.values[step.id] = _Value(self.constant(backend.to_active(value)), shape, dtype)
                 else:
                     self.values[step.id] = _Value(-1, shape, dtype, scalar=value)
+            elif not isinstance(dtype, numpy.dtype):  # an op of scalar constants only: coerce decides at run time
+                raise Fallback(f"node {step.id!r}: its dtype is known only by running")
             else:
                 self._op_step(step, shape, dtype)
 
     def _op_step(self, step, shape, dtype):
         spec = OPS[step.op]
-        inputs = [self.values[i] for i in step.inputs]
-        regs = self._coerced(inputs)
+        inputs = self._coerced([self.values[i] for i in step.inputs])
+        regs = [v.reg for v in inputs]
         rg_in = self.record and any(v.rg for v in inputs)
         out = self.new()
         if spec.composite:
@@ -135,12 +138,13 @@ class _Compiler:
             self.reads[r] = len(self.forward) - 1
 
     def _coerced(self, inputs):
-        """Registers of the inputs as the engine's `coerce` makes them (scalars become arrays of the
-        dtype NumPy's weak-scalar rule gives them next to the other inputs)."""
+        """The inputs as the engine's `coerce` makes them: a scalar constant becomes an array (in a
+        register of its own) of the dtype NumPy's weak-scalar rule gives it next to the others."""
         if all(v.scalar is None for v in inputs):
-            return [v.reg for v in inputs]
+            return inputs
         made = coerce([v.scalar if v.scalar is not None else _placeholder(v) for v in inputs])
-        return [v.reg if v.scalar is None else self.constant(m._data) for v, m in zip(inputs, made)]
+        return [v if v.scalar is None else _Value(self.constant(m._data), m._data.shape, m._data.dtype)
+                for v, m in zip(inputs, made)]
 
     def output_register(self, name):
         value = self.values[name]
@@ -306,8 +310,9 @@ class _Backward:
             for reg in [ans, *saved]:
                 if type(reg) is int:
                     c.reads[reg] = index
+        on_arrays = called and vjps_on_arrays(op, needs, inputs, c.values[node], step.attrs, saved)
         self.program.backward.append(Vjp(op, step.attrs, self.grad_reg[node], ans, tuple(saved), needs,
-                                         tuple(dests) if called else (), self.capture.get(target), ()))
+                                         tuple(dests) if called else (), self.capture.get(target), (), on_arrays))
 
 
 
@@ -355,6 +360,8 @@ def run_compiled(plan, shapes, request, differentiate: bool):
             program = compile_program(plan, shapes, differentiate, request.wrt, key[2])
         except Fallback as why:
             program = why
+        except Exception as err:  # noqa: BLE001 - a plan the compiler does not understand runs on the engine
+            program = Fallback(f"not compiled: {type(err).__name__}: {err}")
         shapes.programs[key] = program
     if isinstance(program, Fallback):
         return None

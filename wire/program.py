@@ -54,6 +54,7 @@ class Vjp:
     dests: tuple         # per input: (register to accumulate into, shape, dtype) or None
     capture: int | None  # register of a wrt target's gradient to add this node's gradient to
     drops: tuple
+    on_arrays: bool = False  # its vjps are array operators only: called on the arrays themselves
 
 
 @dataclass(eq=False)
@@ -146,6 +147,13 @@ class Program:
 
 def _vjp(ins, regs, g):
     op = ins.op
+    if ins.on_arrays:
+        ans = None if ins.ans is None else regs[ins.ans]
+        saved = [regs[s] if type(s) is int else s for s in ins.saved]
+        attrs = ins.attrs
+        results = [fn(g, ans, *saved, **attrs) if need else None for fn, need in zip(op.vjps, ins.needs)]
+        _deliver(ins, regs, results, False)
+        return
     gv = _result(g, None)
     ans = None if ins.ans is None else _result(regs[ins.ans], None)
     saved = [_result(regs[s], None) if type(s) is int else s for s in ins.saved]
@@ -154,13 +162,20 @@ def _vjp(ins, regs, g):
     else:
         attrs = ins.attrs
         results = [fn(gv, ans, *saved, **attrs) if need else None for fn, need in zip(op.vjps, ins.needs)]
+    _deliver(ins, regs, results, True)
+
+
+def _deliver(ins, regs, results, variables):
+    """Fit each wanted gradient to its input (as `engine.autograd._fit`) and add it where it goes."""
     for dest, gi in zip(ins.dests, results):
         if dest is None:
             continue
         if gi is None:
-            raise Mismatch(f"the {op.name} vjp gave no gradient where one was needed")
+            raise Mismatch(f"the {ins.op.name} vjp gave no gradient where one was needed")
         reg, shape, dtype, fit = dest
-        data = gi._data
+        data = gi._data if variables else gi
+        if type(data) is not _ndarray:
+            data = _as_array(data, backend.xp)
         if data.shape != shape or data.dtype != dtype:
             data = fit(data, shape, dtype)
         if reg is not None:

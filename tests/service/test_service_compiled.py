@@ -232,3 +232,14 @@ def test_requests_the_engine_refuses_get_its_errors():
             _run(executor, "backward", graph, arrays)
     with pytest.raises(GraphError, match="which is not a node"):
         _run(Executor(), "backward", _chain(2), arrays, wrt=["nope"])
+
+
+def test_ops_of_scalar_constants_only_run_on_the_engine():
+    # reshape(7.0) takes its dtype from how the engine coerces a lone Python number (float32 here),
+    # which no shape rule knows: such a plan is not compiled, and answers as the engine does
+    nodes = [{"id": "x", "op": "input", "requires_grad": True}, {"id": "k", "op": "constant", "attrs": {"value": 7.0}},
+             {"id": "r", "op": "reshape", "inputs": ["k"], "attrs": {"shape": [1]}},
+             {"id": "y", "op": "mul", "inputs": ["x", "r"]}, {"id": "s", "op": "sum", "inputs": ["y"]}]
+    graph = {"version": 1, "nodes": nodes, "outputs": ["s", "r"]}
+    executor = _compare("forward", graph, {"x": np.ones(3)})
+    assert [type(p) for p in _programs(executor)] == [Fallback]
