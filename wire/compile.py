@@ -25,6 +25,7 @@ from engine import backend
 from engine.node import Meta
 from engine.registry import OPS, coerce
 from engine.variable import Variable
+from wire.codegen import generate
 from wire.errors import GraphError
 from wire.probe import vjps_on_arrays
 from wire.program import Forward, Mismatch, Program, Vjp
@@ -366,7 +367,10 @@ def run_compiled(plan, shapes, request, differentiate: bool):
     if isinstance(program, Fallback):
         return None
     try:
-        return program.run(request.inputs, request.grad_outputs)
+        done = program.run(request.inputs, request.grad_outputs)
+        if program.generated is None:
+            program.generated = generate(program) or False
+        return done
     except GraphError:
         raise  # cancelled
     except Mismatch as err:

@@ -15,6 +15,7 @@ import numpy
 
 from engine import backend
 from engine.grad_mode import state as grad_state
+from engine.node import Meta
 from engine.variable import Variable
 from wire.run import cancelled, current_cancel
 
@@ -69,9 +70,12 @@ class Program:
     grads: tuple = ()      # (wrt name, gradient register, target value register)
     roots: tuple = ()      # (register of a seed, register to accumulate it into)
     verified: bool = False  # the first run checks every value's shape and dtype against the compile
+    generated: object = None  # once verified: the same program as one function (wire.codegen), if generated
 
     def run(self, tensors: dict, grad_outputs: dict | None = None):
         """(outputs, grads or None) as arrays; Mismatch when the run leaves what was compiled."""
+        if self.generated:
+            return self.generated(tensors, grad_outputs or {}, current_cancel(), backend.xp)
         regs = [None] * self.registers
         to_active = backend.to_active
         for name, reg in self.inputs:
@@ -146,34 +150,17 @@ class Program:
 
 
 def _vjp(ins, regs, g):
-    op = ins.op
+    ans = None if ins.ans is None else regs[ins.ans]
+    saved = [regs[s] if type(s) is int else s for s in ins.saved]
     if ins.on_arrays:
-        ans = None if ins.ans is None else regs[ins.ans]
-        saved = [regs[s] if type(s) is int else s for s in ins.saved]
         attrs = ins.attrs
-        results = [fn(g, ans, *saved, **attrs) if need else None for fn, need in zip(op.vjps, ins.needs)]
-        _deliver(ins, regs, results, False)
-        return
-    gv = _result(g, None)
-    ans = None if ins.ans is None else _result(regs[ins.ans], None)
-    saved = [_result(regs[s], None) if type(s) is int else s for s in ins.saved]
-    if op.vjp is not None:
-        results = op.vjp(gv, ans, saved, list(ins.needs), **ins.attrs)
+        results = [fn(g, ans, *saved, **attrs) if need else None for fn, need in zip(ins.op.vjps, ins.needs)]
     else:
-        attrs = ins.attrs
-        results = [fn(gv, ans, *saved, **attrs) if need else None for fn, need in zip(op.vjps, ins.needs)]
-    _deliver(ins, regs, results, True)
-
-
-def _deliver(ins, regs, results, variables):
-    """Fit each wanted gradient to its input (as `engine.autograd._fit`) and add it where it goes."""
-    for dest, gi in zip(ins.dests, results):
+        results = _vjp_results(ins, g, ans, saved)
+    for dest, data in zip(ins.dests, results):
         if dest is None:
             continue
-        if gi is None:
-            raise Mismatch(f"the {ins.op.name} vjp gave no gradient where one was needed")
         reg, shape, dtype, fit = dest
-        data = gi._data if variables else gi
         if type(data) is not _ndarray:
             data = _as_array(data, backend.xp)
         if data.shape != shape or data.dtype != dtype:
@@ -181,6 +168,26 @@ def _deliver(ins, regs, results, variables):
         if reg is not None:
             held = regs[reg]
             regs[reg] = data if held is None else _add(held, data)
+
+
+def _vjp_results(ins, g, ans, saved):
+    """The node's wanted input gradients (arrays, not yet fitted), its vjps called on Variables as
+    the engine's backward calls them (grad mode off)."""
+    op = ins.op
+    gv = _result(g, None)
+    ans = None if ans is None else _result(ans, None)
+    saved = [s if s is None or type(s) is Meta else _result(s, None) for s in saved]
+    if op.vjp is not None:
+        results = op.vjp(gv, ans, saved, list(ins.needs), **ins.attrs)
+    else:
+        attrs = ins.attrs
+        results = [fn(gv, ans, *saved, **attrs) if need else None for fn, need in zip(op.vjps, ins.needs)]
+    out = []
+    for dest, gi in zip(ins.dests, results):
+        if dest is not None and gi is None:
+            raise Mismatch(f"the {op.name} vjp gave no gradient where one was needed")
+        out.append(None if dest is None else gi._data)
+    return out
 
 
 def _as_array(out, xp):
