@@ -346,16 +346,19 @@ def _drop(compiler, program, keep):
 
 
 PROGRAMS_PER_SIGNATURE = 16  # request shapes (forward, backward per wrt and seeded outputs) compiled per signature
+INSTRUCTION_BYTES = 1600  # a compiled instruction with its generated code, measured with tracemalloc: ~1.5 kB
 
 
-def run_compiled(plan, shapes, request, differentiate: bool):
+def run_compiled(plan, shapes, request, differentiate: bool, charge):
     """(outputs, grads or None) of `request` by its compiled program, or None where the engine
     must run it (not compilable, or this run left what was compiled: the engine reports errors).
-    Programs live in `shapes.programs`, so they are kept as long as the plan's signature is."""
+    Programs live in `shapes.programs`, kept as long as the plan's signature is; `charge(plan,
+    nbytes)` counts each against the plan cache's bytes (`PlanCache.charge`) and refuses it when
+    the plan is not cached or the program would not fit."""
     key = (differentiate, None if request.wrt is None else tuple(request.wrt), frozenset(request.grad_outputs))
     program = shapes.programs.get(key)
     if program is None:
-        if len(shapes.programs) >= PROGRAMS_PER_SIGNATURE:
+        if len(shapes.programs) >= PROGRAMS_PER_SIGNATURE or not charge(plan, 0):
             return None
         try:
             program = compile_program(plan, shapes, differentiate, request.wrt, key[2])
@@ -363,6 +366,8 @@ def run_compiled(plan, shapes, request, differentiate: bool):
             program = why
         except Exception as err:  # noqa: BLE001 - a plan the compiler does not understand runs on the engine
             program = Fallback(f"not compiled: {type(err).__name__}: {err}")
+        if isinstance(program, Program) and not charge(plan, INSTRUCTION_BYTES * (len(program.forward) + len(program.backward))):
+            program = Fallback("the program would not fit in the plan cache's bytes")
         shapes.programs[key] = program
     if isinstance(program, Fallback):
         return None

@@ -83,7 +83,7 @@ class Executor:
             raise RequestError("/forward takes no tape, grad_outputs or wrt", field="tape" if request.tape else "grad_outputs")
         plan, shapes = self._admit(request, differentiate=request.retain_graph)
         if not request.retain_graph and self.compiled:
-            done = run_compiled(plan, shapes, request, differentiate=False)
+            done = run_compiled(plan, shapes, request, False, self.plans.charge)
             if done is not None:
                 return Result(request.id, done[0])
         with element_guard(self.limits.max_tensor_elements):
@@ -109,7 +109,7 @@ class Executor:
             return Result(request.id, execution.output_arrays(), grads, tape=request.tape if request.retain_graph else None)
         plan, shapes = self._admit(request, differentiate=True)
         if not request.retain_graph and self.compiled:
-            done = run_compiled(plan, shapes, request, differentiate=True)
+            done = run_compiled(plan, shapes, request, True, self.plans.charge)
             if done is not None:
                 return Result(request.id, *done)
         with element_guard(self.limits.max_tensor_elements):

@@ -21,6 +21,7 @@ from tests.reliability.test_fuzz import _jsonable, valid_requests
 from wire.compile import Fallback
 from wire.errors import GraphError
 from wire.executor import Executor
+from wire.limits import Limits
 from wire.messages import Request
 from wire.program import Program
 from wire.run import cancel_scope
@@ -244,3 +245,21 @@ def test_ops_of_lone_scalar_constants_take_the_engines_dtype():
     executor = _compare("forward", graph, {"x": np.ones(3)})
     assert executor.forward(Request(graph=graph, inputs={"x": np.ones(3)})).outputs["r"].dtype == np.float32
     assert [type(p) for p in _programs(executor)] == [Program]
+
+
+def test_programs_count_against_the_plan_cache_bytes():
+    graph, arrays = _chain(50, op="neg"), {"x": np.ones(3)}
+    executor = Executor()
+    _run(executor, "forward", graph, arrays)
+    before = executor.plans.nbytes
+    _run(executor, "backward", graph, arrays)
+    assert executor.plans.nbytes > before + 100 * 1000  # 51 forward and 51 backward instructions
+    # a plan that is not cached is not compiled; one whose program would not fit runs on the engine
+    uncached = Executor(Limits(plan_cache_size=0))
+    _run(uncached, "backward", graph, arrays)
+    assert [plan for plan, _ in uncached.plans._plans.values()] == []
+    small = Executor(Limits(plan_cache_bytes=100_000))
+    expected = _run(Executor(compiled=False), "backward", graph, arrays)
+    for _ in range(2):
+        _assert_identical(_run(small, "backward", graph, arrays), expected)
+    assert [type(p) for p in _programs(small)] == [Fallback] and small.plans.nbytes < 100_000
