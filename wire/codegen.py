@@ -127,9 +127,16 @@ def _vjp(src, ins, assigned):
             if dest is None:
                 continue
             reg, shape, dtype, fit = dest
-            src.line(f"if type(g{i}) is not nd: g{i} = asarray(g{i}, xp)", 2)
             d = src.const(dtype, "d")
-            src.line(f"if g{i}.shape != {shape!r} or g{i}.dtype != {d}: g{i} = {src.const(fit, 'fit')}(g{i}, {shape!r}, {d})", 2)
+            given = ins.on_arrays[i] if ins.on_arrays else None
+            if given is None:  # decided as it runs, as the engine does
+                src.line(f"if type(g{i}) is not nd: g{i} = asarray(g{i}, xp)", 2)
+                src.line(f"if g{i}.shape != {shape!r} or g{i}.dtype != {d}: g{i} = {src.const(fit, 'fit')}(g{i}, {shape!r}, {d})", 2)
+            else:  # array operators: shape and dtype follow from the operands', known now
+                if given[0] == ():
+                    src.line(f"if type(g{i}) is not nd: g{i} = asarray(g{i}, xp)", 2)
+                if given != (shape, dtype):
+                    src.line(f"g{i} = {src.const(fit, 'fit')}(g{i}, {shape!r}, {d})", 2)
             if reg is not None:
                 _accumulate(src, assigned, reg, f"g{i}", 2, shape == ())
     for d in ins.drops:

@@ -311,7 +311,7 @@ class _Backward:
             for reg in [ans, *saved]:
                 if type(reg) is int:
                     c.reads[reg] = index
-        on_arrays = called and vjps_on_arrays(op, needs, inputs, c.values[node], step.attrs, saved)
+        on_arrays = vjps_on_arrays(op, needs, inputs, c.values[node], step.attrs, saved) if called else None
         self.program.backward.append(Vjp(op, step.attrs, self.grad_reg[node], ans, tuple(saved), needs,
                                          tuple(dests) if called else (), self.capture.get(target), (), on_arrays))
 

@@ -28,11 +28,13 @@ def _key(op, needs, inputs, out, attrs):
     return op.name, needs, tuple((v.shape, v.dtype) for v in inputs), out.shape, out.dtype, attrs_key
 
 
-def vjps_on_arrays(op, needs, inputs, out, attrs, saved) -> bool:
+def vjps_on_arrays(op, needs, inputs, out, attrs, saved):
     """Whether the wanted vjps of `op` (needs) give the same bits on arrays as on Variables, for
-    inputs of these shapes and dtypes (`_Value`s) and output `out`; `saved` as the node keeps it."""
+    inputs of these shapes and dtypes (`_Value`s) and output `out`; `saved` as the node keeps it.
+    When they do: per input, the (shape, dtype) of its gradient (None where not wanted), which
+    array operators decide from the operands' shapes and dtypes alone; else None."""
     if op.vjp is not None or any(v.dtype.kind != "f" for v in inputs) or out.dtype.kind != "f":
-        return False
+        return None
     key = _key(op, needs, inputs, out, attrs)
     if key in _decided:
         return _decided[key]
@@ -42,7 +44,7 @@ def vjps_on_arrays(op, needs, inputs, out, attrs, saved) -> bool:
     return decided
 
 
-def _probe(op, needs, inputs, out, attrs, saved) -> bool:
+def _probe(op, needs, inputs, out, attrs, saved):
     rng = numpy.random.default_rng(0)
     data = [numpy.asarray(rng.uniform(0.5, 2.0, v.shape).astype(v.dtype)) for v in inputs]
     g = numpy.asarray(rng.uniform(-2.0, 2.0, out.shape).astype(out.dtype))
@@ -50,17 +52,20 @@ def _probe(op, needs, inputs, out, attrs, saved) -> bool:
         ans = numpy.asarray(op.forward(numpy, *data, **attrs)) if op.uses_output else None
         kept = [d if type(s) is int else s for d, s in zip(data, saved)]
         wrapped = [Variable._result(k, None) if type(s) is int else s for k, s in zip(kept, saved)]
+        metas = []
         for fn, need in zip(op.vjps, needs):
             if not need:
+                metas.append(None)
                 continue
             try:
                 on_arrays = fn(g, ans, *kept, **attrs)
             except Exception:  # noqa: BLE001 - not array operators only
-                return False
+                return None
             expected = fn(Variable._result(g, None), None if ans is None else Variable._result(ans, None), *wrapped, **attrs)._data
             if not isinstance(on_arrays, (numpy.ndarray, numpy.generic)) or isinstance(on_arrays, Meta):
-                return False
+                return None
             on_arrays = numpy.asarray(on_arrays)
             if on_arrays.dtype != expected.dtype or on_arrays.shape != expected.shape or on_arrays.tobytes() != expected.tobytes():
-                return False
-    return True
+                return None
+            metas.append((on_arrays.shape, on_arrays.dtype))
+    return tuple(metas)

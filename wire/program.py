@@ -55,7 +55,8 @@ class Vjp:
     dests: tuple         # per input: (register to accumulate into, shape, dtype) or None
     capture: int | None  # register of a wrt target's gradient to add this node's gradient to
     drops: tuple
-    on_arrays: bool = False  # its vjps are array operators only: called on the arrays themselves
+    on_arrays: tuple | None = None  # its vjps are array operators only, called on the arrays themselves:
+    # per input, the (shape, dtype) of the gradient they give (wire.probe)
 
 
 @dataclass(eq=False)

@@ -95,12 +95,15 @@ def plan_size(plan, key: bytes) -> int:
 
 
 class PlanCache:
-    """Validated, planned graphs keyed by their canonical JSON (sorted keys; LRU), bounded by count
-    and by bytes (an estimate, `plan_size`, plus what is compiled for the plan, see `charge`). A graph is parsed by `lookup` and kept only when the
-    executor `store`s it, after its request was admitted: a refused graph is never kept.
+    """Validated, planned graphs keyed by their JSON text (LRU), bounded by count and by bytes (an
+    estimate, `plan_size`, plus what is compiled for the plan, see `charge`). A graph is parsed by
+    `lookup` and kept only when the executor `store`s it, after its request was admitted: a
+    refused graph is never kept.
 
     The key is the text itself, not a digest of it: two graphs share a plan only when they are
-    equal, and the key costs one serialisation (a few µs for a small graph)."""
+    equal. It is the graph re-serialised in the order it came (not sorted: sorting costs twice
+    as much, 13 µs against 5.6 µs for a 100-node graph): a client that repeats a graph repeats
+    its order, and the same graph in another key order is planned and cached once more."""
 
     def __init__(self, size: int, max_bytes: int = 64 * 2**20):
         self.size = size
