@@ -15,7 +15,7 @@ import numpy
 from engine import backend
 from engine.grad_mode import state as grad_state
 from engine.variable import Variable
-from wire.program import Mismatch, _add, _as_array, _vjp_results
+from wire.program import ForTheEngine, _add, _as_array, _vjp_results
 from wire.run import cancelled
 
 MAX_INSTRUCTIONS = 4000
@@ -24,7 +24,7 @@ MAX_INSTRUCTIONS = 4000
 class _Source:
     def __init__(self):
         self.lines = []
-        self.env = {"nd": numpy.ndarray, "asarray": _as_array, "add": _add, "cancelled": cancelled, "Mismatch": Mismatch,
+        self.env = {"nd": numpy.ndarray, "asarray": _as_array, "add": _add, "cancelled": cancelled, "ForTheEngine": ForTheEngine,
                     "V": Variable._result, "grad_state": grad_state, "backend": backend}
 
     def const(self, value, prefix="k") -> str:
@@ -89,7 +89,7 @@ def _backward(src, program):
     for name, reg, shape, dtype in program.seeds:
         src.line(f"r{reg} = G.get({name!r})")
         src.line(f"if r{reg} is None: r{reg} = backend.xp.ones({shape!r}, {src.const(dtype, 'd')})")
-        src.line(f"elif tuple(r{reg}.shape) != {shape!r}: raise Mismatch('grad_outputs shape')")
+        src.line(f"elif tuple(r{reg}.shape) != {shape!r}: raise ForTheEngine('grad_outputs shape')")
         src.line(f"else: r{reg} = backend.to_active(r{reg}).astype({src.const(dtype, 'd')}, copy=False)")
     for seed, dst in program.roots:
         _accumulate(src, assigned, dst, f"r{seed}", 1, False)

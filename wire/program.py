@@ -24,7 +24,11 @@ _ndarray = numpy.ndarray
 
 
 class Mismatch(Exception):
-    """A compiled program met something it was not compiled for: the request runs on the engine."""
+    """A compiled program met something it was not compiled for: it is dropped, the engine runs."""
+
+
+class ForTheEngine(Exception):
+    """This request (not the program) is one the engine must run: it reports the request's error."""
 
 
 @dataclass(eq=False, slots=True)
@@ -129,7 +133,7 @@ class Program:
                 regs[reg] = backend.xp.ones(shape, dtype)
                 continue
             if tuple(seed.shape) != shape:
-                raise Mismatch(f"grad_outputs {name!r} has another shape")  # the engine path reports it
+                raise ForTheEngine(f"grad_outputs {name!r} has another shape")
             regs[reg] = backend.to_active(seed).astype(dtype, copy=False)
         for src, dst in self.roots:
             regs[dst] = regs[src] if regs[dst] is None else _add(regs[dst], regs[src])

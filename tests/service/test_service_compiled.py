@@ -263,3 +263,16 @@ def test_programs_count_against_the_plan_cache_bytes():
     for _ in range(2):
         _assert_identical(_run(small, "backward", graph, arrays), expected)
     assert [type(p) for p in _programs(small)] == [Fallback] and small.plans.nbytes < 100_000
+
+
+def test_a_bad_request_does_not_undo_the_compiled_program():
+    graph, arrays = _chain(2, op="neg"), {"x": np.ones(3)}
+    graph["outputs"] = ["c1"]
+    executor = Executor()
+    good = {"c1": np.ones(3)}
+    for _ in range(2):
+        _run(executor, "backward", graph, arrays, grad_outputs=good)
+    with pytest.raises(GraphError, match="grad_outputs 'c1' has shape"):
+        _run(executor, "backward", graph, arrays, grad_outputs={"c1": np.ones(4)})
+    assert [type(p) for p in _programs(executor)] == [Program]
+    assert _run(executor, "backward", graph, arrays, grad_outputs=good).grads["x"].tolist() == [1.0, 1.0, 1.0]
