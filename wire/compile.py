@@ -346,6 +346,10 @@ def _drop(compiler, program, keep):
 
 
 PROGRAMS_PER_SIGNATURE = 16  # request shapes (forward, backward per wrt and seeded outputs) compiled per signature
+# Plans compiled at most: a program of this many steps and its backward stays within wire.codegen's
+# limit. Beyond it an interpreted program gains nothing on the engine (20k-step chain: 0.66 s
+# against 0.71 s) and its compile (about one engine run) would be uncancellable time.
+MAX_STEPS = 2000
 INSTRUCTION_BYTES = 1600  # a compiled instruction with its generated code, measured with tracemalloc: ~1.5 kB
 
 
@@ -355,6 +359,8 @@ def run_compiled(plan, shapes, request, differentiate: bool, charge):
     Programs live in `shapes.programs`, kept as long as the plan's signature is; `charge(plan,
     nbytes)` counts each against the plan cache's bytes (`PlanCache.charge`) and refuses it when
     the plan is not cached or the program would not fit."""
+    if len(plan.steps) > MAX_STEPS:
+        return None
     key = (differentiate, None if request.wrt is None else tuple(request.wrt), frozenset(request.grad_outputs))
     program = shapes.programs.get(key)
     if program is None:

@@ -276,3 +276,13 @@ def test_a_bad_request_does_not_undo_the_compiled_program():
         _run(executor, "backward", graph, arrays, grad_outputs={"c1": np.ones(4)})
     assert [type(p) for p in _programs(executor)] == [Program]
     assert _run(executor, "backward", graph, arrays, grad_outputs=good).grads["x"].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_plans_over_the_step_limit_run_on_the_engine(monkeypatch):
+    from wire import compile as wire_compile
+
+    monkeypatch.setattr(wire_compile, "MAX_STEPS", 10)
+    small, large = Executor(), Executor()
+    _run(small, "backward", _chain(8, op="neg"), {"x": np.ones(3)})
+    _run(large, "backward", _chain(12, op="neg"), {"x": np.ones(3)})
+    assert [type(p) for p in _programs(small)] == [Program] and _programs(large) == []
