@@ -10,8 +10,8 @@ import numpy
 from engine.registry import OPS
 from engine.shapes import Bounded, ShapeError
 from engine.variable import as_array
-from wire.budget import with_costs
 from wire import grad_node
+from wire.budget import with_costs
 from wire.errors import GraphError
 from wire.graph import Plan
 
