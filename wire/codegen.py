@@ -120,6 +120,14 @@ def _vjp(src, ins, assigned):
             for i, (fn, dest) in enumerate(zip(ins.op.vjps, ins.dests)):
                 if dest is not None:
                     src.line(f"g{i} = {src.const(fn, 'v')}(g, {ans}, {saved}{attrs})", 2)
+        elif ins.op.vjp is None:  # per-input vjps on Variables, as the engine calls them (grad mode off)
+            wrapped = ", ".join(f"V(r{s}, None)" if type(s) is int else src.const(s, "m") for s in ins.saved)
+            ans_v = "None" if ins.ans is None else f"V(r{ins.ans}, None)"
+            attrs = f", **{src.const(ins.attrs, 'a')}" if ins.attrs else ""
+            src.line("gv = V(g, None)", 2)
+            for i, (fn, dest) in enumerate(zip(ins.op.vjps, ins.dests)):
+                if dest is not None:  # a vjp that gives None fails on `._data`: the engine reruns the request
+                    src.line(f"g{i} = {src.const(fn, 'v')}(gv, {ans_v}, {wrapped}{attrs})._data", 2)
         else:
             names = ", ".join(f"g{i}" if dest is not None else "_" for i, dest in enumerate(ins.dests))
             src.line(f"{names}, = {src.const(_vjp_results, 'h')}({src.const(ins, 'i')}, g, {ans}, [{saved}])", 2)
