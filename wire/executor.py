@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from wire.budget import check_budgets
+from wire.compile import run_compiled
 from wire.differentiate import gradients
 from wire.errors import GraphError, RequestError
 from wire.infer import Shapes, check_request_inputs
@@ -20,10 +21,12 @@ from wire.stores import PlanCache, TapeStore
 
 
 class Executor:
-    """Runs protocol requests on the engine: forward, backward, and tapes."""
+    """Runs protocol requests: compiled programs where a plan compiles (`wire.compile`), the engine
+    otherwise (and for tapes)."""
 
-    def __init__(self, limits: Limits | None = None):
+    def __init__(self, limits: Limits | None = None, compiled: bool = True):
         self.limits = limits or Limits()
+        self.compiled = compiled  # run admitted plans by their compiled programs (wire.compile) where they compile
         self.plans = PlanCache(self.limits.plan_cache_size, self.limits.plan_cache_bytes)
         self.tapes = TapeStore(self.limits)
 
@@ -78,7 +81,11 @@ class Executor:
     def forward(self, request: Request) -> Result:
         if request.tape is not None or request.grad_outputs or request.wrt is not None:
             raise RequestError("/forward takes no tape, grad_outputs or wrt", field="tape" if request.tape else "grad_outputs")
-        plan, _ = self._admit(request, differentiate=request.retain_graph)
+        plan, shapes = self._admit(request, differentiate=request.retain_graph)
+        if not request.retain_graph and self.compiled:
+            done = run_compiled(plan, shapes, request, False, self.plans.charge)
+            if done is not None:
+                return Result(request.id, done[0])
         with element_guard(self.limits.max_tensor_elements):
             execution = Execution(plan, request.inputs, record=request.retain_graph)
         tape = self.tapes.put(execution) if request.retain_graph else None
@@ -100,7 +107,11 @@ class Executor:
             else:
                 self.tapes.mark_freed(request.tape)
             return Result(request.id, execution.output_arrays(), grads, tape=request.tape if request.retain_graph else None)
-        plan, _ = self._admit(request, differentiate=True)
+        plan, shapes = self._admit(request, differentiate=True)
+        if not request.retain_graph and self.compiled:
+            done = run_compiled(plan, shapes, request, True, self.plans.charge)
+            if done is not None:
+                return Result(request.id, *done)
         with element_guard(self.limits.max_tensor_elements):
             execution = Execution(plan, request.inputs, record=True, wrt=request.wrt or ())
             grads = gradients(execution, request.grad_outputs, request.wrt, retain_graph=request.retain_graph)

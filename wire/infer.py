@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy
 
 from engine.registry import OPS
 from engine.shapes import Bounded, ShapeError
-from wire.budget import with_costs
+from engine.variable import as_array
 from wire import grad_node
+from wire.budget import with_costs
 from wire.errors import GraphError
 from wire.graph import Plan
 
@@ -34,6 +35,7 @@ class Shapes:
     all_known: bool
     forward_cost: object = None   # wire.budget.Cost of a forward
     backward_cost: object = None  # ... of a forward recorded and differentiated
+    programs: dict = field(default_factory=dict, compare=False, repr=False)  # compiled programs (wire.compile)
 
     @classmethod
     def of(cls, known: dict, bounds: dict, functions: dict) -> Shapes:
@@ -110,10 +112,16 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
                 continue
             described = ", ".join(f"{i} {list(s)}" for i, s in zip(step.inputs, shapes))
             raise GraphError(f"node {step.id!r} ({op}): {err} (inputs: {described})", node=step.id, field="inputs") from None
-        meta = (tuple(shape), numpy.dtype(dtype))
+        meta = (tuple(shape), _dtype(dtype))
         bounds[step.id] = meta
         known[step.id] = meta if exact and not isinstance(shape, Bounded) else None
     return known
+
+
+def _dtype(dtype):
+    """A rule's dtype; a rule that passes on a lone scalar constant's meta gives the number itself,
+    whose dtype is the engine's for a lone Python number (`engine.variable.as_array`: 7.0 is float32)."""
+    return dtype if isinstance(dtype, numpy.dtype) else as_array(dtype).dtype if isinstance(dtype, (bool, int, float)) else numpy.dtype(dtype)
 
 
 def _infer_function(step, arg_known, arg_bounds, functions):

@@ -22,7 +22,8 @@ from wire.errors import GraphError
 _cancel = threading.local()
 
 
-def _cancelled(node_id=None):
+def cancelled(node_id=None) -> GraphError:
+    """The error of a run stopped by its cancel event (see cancel_scope), at `node_id` if given."""
     where = f"node {node_id!r}: " if node_id else ""
     return GraphError(f"{where}the computation was cancelled (compute timeout or client gone)", node=node_id, kind="cancelled")
 
@@ -37,7 +38,7 @@ def cancel_scope(event: threading.Event):
 
     def check():
         if event.is_set():
-            raise _cancelled()
+            raise cancelled()
 
     previous_hook = interrupt.set_hook(check)
     try:
@@ -45,6 +46,11 @@ def cancel_scope(event: threading.Event):
     finally:
         _cancel.event = previous
         interrupt.set_hook(previous_hook)
+
+
+def current_cancel():
+    """This thread's cancel event (see cancel_scope), or None."""
+    return getattr(_cancel, "event", None)
 
 
 @contextmanager
@@ -81,7 +87,7 @@ def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_out
     shared_backwards = None
     for step, drop in zip(steps, drops):
         if cancel is not None and cancel.is_set():
-            raise _cancelled(step.id)
+            raise cancelled(step.id)
         op = step.op
         if op == "input":
             values[step.id] = inputs[step.id]

@@ -259,18 +259,20 @@ def _long_graph(n: int):
             "inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP64", "data": [0.5]}]}
 
 
-def test_compute_timeout_cancels_a_long_graph_between_steps(monkeypatch):
-    """The real engine path: the cancel event stops the graph at its next node."""
+@pytest.mark.parametrize("compiled", [False, True], ids=["engine", "compiled"])
+def test_compute_timeout_cancels_a_long_graph_between_steps(monkeypatch, compiled):
+    """The real run paths (the engine's, and a compiled plan's): the cancel event stops the graph at its next node."""
     reached = []
-    original = OPS["tanh"].call
+    original = OPS["tanh"].forward
 
-    def slow_tanh(inputs, attrs):
+    def slow_tanh(*args, **attrs):
         reached.append(1)
         time.sleep(0.02)
-        return original(inputs, attrs)
+        return original(*args, **attrs)
 
-    monkeypatch.setattr(OPS["tanh"], "call", slow_tanh)
+    monkeypatch.setattr(OPS["tanh"], "forward", slow_tanh)
     with asgi_client(compute_timeout_s=0.2, max_nodes=1000) as client:
+        client.app.state.executor.compiled = compiled
         pool = client.app.state.pool
         assert_error(client.post("/forward", json=_long_graph(400)), 503, "compute_timeout_s")
         deadline = time.monotonic() + 10
@@ -278,7 +280,7 @@ def test_compute_timeout_cancels_a_long_graph_between_steps(monkeypatch):
             time.sleep(0.01)
         assert pool.in_flight == 0
         assert len(reached) < 100  # 400 steps x 20 ms uncancelled; cancelled after ~10
-        monkeypatch.setattr(OPS["tanh"], "call", original)
+        monkeypatch.setattr(OPS["tanh"], "forward", original)
         assert_still_serves(client)
 
 

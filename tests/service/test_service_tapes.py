@@ -16,6 +16,7 @@ from service_testkit import (
 )
 
 from wire import run as wire_run
+from wire.program import Program
 
 
 def _retain(client, path="/forward", **changes):
@@ -66,8 +67,9 @@ def test_backward_by_tape_does_not_recompute(monkeypatch):
     with asgi_client() as client:
         tape = _retain(client)
         runs = []
-        original = wire_run.run_steps
+        original, compiled = wire_run.run_steps, Program.run
         monkeypatch.setattr(wire_run, "run_steps", lambda *a, **k: runs.append(1) or original(*a, **k))
+        monkeypatch.setattr(Program, "run", lambda *a, **k: runs.append(1) or compiled(*a, **k))
         plans = client.app.state.executor.plans
         before = (plans.hits, plans.misses)
         response = client.post("/backward", json={"tape": tape})
