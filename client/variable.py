@@ -209,11 +209,14 @@ class Variable:
 
     def _assign_values(self, key, value, setitem):
         """Assignment outside autograd: into a leaf's array when every value is at hand, else
-        recorded without grad (a value assigned into keeps its grad_fn, as in the engine)."""
+        recorded without grad (a value assigned into keeps its grad_fn, as in the engine). A leaf
+        that requires no grad takes a value not computed yet as a recorded one (`w -= lr * g` in
+        a tensor program costs no request); one that requires grad stays a leaf holding its array,
+        so that value is fetched first (one /forward)."""
         items = [value, *(key if isinstance(key, tuple) else (key,))]
-        if self._data is not None and not any(_symbolic(i) for i in items):
-            lazy = [i for i in items if isinstance(i, Variable) and not i._has_value]
-            if lazy:  # the engine assigns values: fetch the ones not computed yet (one /forward)
+        lazy = [i for i in items if isinstance(i, Variable) and not i._has_value]
+        if self._data is not None and not any(_symbolic(i) for i in items) and (not lazy or self._requires_grad):
+            if lazy:
                 current_session().fetch(*lazy)
             spec, arrays = from_key(key, _raw_index)
             self.data[to_key(spec, arrays)] = _raw(value)

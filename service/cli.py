@@ -114,6 +114,9 @@ def serve(settings) -> int:
 
     os.environ.update(settings.to_env())
     signal.signal(signal.SIGTERM, _exit_quietly)
+    from service.compute import CANCELLED_AT_SHUTDOWN
+
+    CANCELLED_AT_SHUTDOWN.clear()  # only a shutdown of the server started here may end the process early
     try:
         uvicorn.run(
             "service.app:create_app", factory=True, host=settings.host, port=settings.port, workers=settings.workers,

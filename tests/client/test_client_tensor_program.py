@@ -28,7 +28,9 @@ def test_same_losses_as_the_engine_and_the_requests_it_takes(mode, recorder):
         return
     assert recorder.paths() == ["/forward"] * len(got)  # one per loss.item()
     sizes = [len(header["graph"]["nodes"]) for _, _, header in recorder.calls]
-    assert sizes[1] == sizes[-1], sizes  # the weights' update history is not resent: it was fetched
+    # the weights' update history is not resent (each fetch brought the held values back): from
+    # the second step on, every request carries one step's graph, the same size
+    assert sizes[-1] <= sizes[1] and len(set(sizes[2:])) == 1, sizes
 
 
 def test_fetched_values_cut_the_history(remote):

@@ -138,8 +138,13 @@ def test_large_json_answers_are_refused_before_computing(server_factory):
     assert "binary_data_output" in error["error"]
 
 
+# A request that runs for long on purpose is over the default work budget (max_request_work);
+# the tests of disconnects, slots and shutdown lift the budget to get one.
+LONG_WORK = 10**14
+
+
 def test_a_client_that_disconnects_stops_its_computation(server_factory):
-    server = server_factory(log_level="warning")
+    server = server_factory(max_request_work=LONG_WORK, log_level="warning")
     body, headers = slow_binary(1000)  # some 15-20 s of matmuls when left to run
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
@@ -155,7 +160,7 @@ def test_a_client_that_disconnects_stops_its_computation(server_factory):
 
 
 def test_inline_requests_are_never_refused_and_pooled_ones_wait_briefly(server_factory):
-    server = server_factory(max_concurrency=1, queue_timeout_s=1.5, log_level="warning")
+    server = server_factory(max_concurrency=1, queue_timeout_s=1.5, max_request_work=LONG_WORK, log_level="warning")
     slow, slow_headers = slow_binary(400)
     results = {}
     thread = threading.Thread(target=lambda: results.setdefault(
@@ -175,7 +180,7 @@ def test_inline_requests_are_never_refused_and_pooled_ones_wait_briefly(server_f
     assert results["slow"].status_code == 200
 
 def test_a_pooled_request_waits_for_a_slot_instead_of_503(server_factory):
-    server = server_factory(max_concurrency=1, log_level="warning")  # the default queue_timeout_s
+    server = server_factory(max_concurrency=1, max_request_work=LONG_WORK, log_level="warning")  # the default queue_timeout_s
     assert httpx.get(server.url + "/info", timeout=10).json()["limits"]["queue_timeout_s"] >= 5
     short, short_headers = slow_binary(10)
     answers = []
@@ -191,7 +196,7 @@ def test_a_pooled_request_waits_for_a_slot_instead_of_503(server_factory):
 
 def test_sigterm_past_the_drain_answers_503_and_exits_soon(server_factory):
     drain = 2
-    server = server_factory(timeout_graceful_shutdown=drain, log_level="warning")
+    server = server_factory(timeout_graceful_shutdown=drain, max_request_work=LONG_WORK, log_level="warning")
     body, headers = slow_binary(1500)  # some 25-30 s of work
     results = {}
     thread = threading.Thread(target=lambda: results.setdefault(
@@ -216,7 +221,8 @@ def test_sigterm_with_one_long_op_running_exits_soon_after_the_drain(server_fact
     """A single op cannot be interrupted: the process answers 503 at the drain's end and exits
     a few seconds later without waiting for the op."""
     drain, n = 1, 6000
-    server = server_factory(timeout_graceful_shutdown=drain, log_level="warning")
+    server = server_factory(timeout_graceful_shutdown=drain, max_request_work=LONG_WORK, max_body_bytes=2**28,
+                            max_inflight_body_bytes=2**28, max_request_bytes=2**30, log_level="warning")
     graph = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "m", "op": "matmul", "inputs": ["x", "x"]},
                                      {"id": "s", "op": "sum", "inputs": ["m"]}], "outputs": ["s"]}
     body, headers = binary_body({"graph": graph}, {"x": np.ones((n, n), np.float32)})  # ~4e11 flop: many seconds

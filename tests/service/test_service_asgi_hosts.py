@@ -81,8 +81,10 @@ def test_every_body_part_the_app_sends_is_bytes(binary_output):
         app = create_app(Settings(**SETTINGS))
         messages = [{"type": "http.request", "body": body, "more_body": False}]
 
-        async def receive():
-            return messages.pop() if messages else {"type": "http.disconnect"}
+        async def receive():  # after the body, a connected client sends nothing more: receive waits
+            if messages:
+                return messages.pop()
+            await asyncio.Event().wait()
 
         async def send(message):
             sent.append(message)
