@@ -5,38 +5,12 @@ reachable from some outputs into a node list plus the input tensors, for a `/for
 
 from __future__ import annotations
 
-import math
-
 import numpy
 
 from client.errors import TracingError
 from client.graph import ARG, CONST, CUT, FUNCTION, GRAD, GRAD_OUTPUT, LEAF, OP, Value
-from wire.codec import datatype_of
-
-# How a value that must not pass gradients on (detach(), a no_grad result) is said in the
-# format: a function node computing the identity whose backward returns no gradient.
-STOP_GRADIENT = {
-    "name": "Detach",
-    "forward": {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}], "outputs": ["a"]},
-    "backward": {"nodes": [{"id": "g", "op": "grad_output"}], "outputs": [None]},
-}
-
-
-def to_json(value):
-    """A value (attribute, scalar, array) as JSON: lists for tuples and arrays, and "NaN",
-    "Infinity", "-Infinity" for non-finite floats (as the graph parser and tensor data read them)."""
-    if isinstance(value, numpy.ndarray):
-        data = value.tolist()
-        return data if value.dtype.kind != "f" or numpy.isfinite(value).all() else to_json(data)
-    if isinstance(value, (list, tuple)):
-        return [to_json(v) for v in value]
-    if isinstance(value, dict):
-        return {k: to_json(v) for k, v in value.items()}
-    if isinstance(value, numpy.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
-    return value
+from wire.codec import datatype_of, to_json
+from wire.graph import STOP_GRADIENT
 
 
 class NeedsGraph(Exception):
