@@ -63,10 +63,10 @@ def header_of(headers: dict, name: str):
     return next((value for key, value in headers.items() if key.lower() == name), None)
 
 
-def raise_for_error(response: Response, url: str | None) -> None:
-    """Raise the ServerError subclass for an error answer (status >= 400)."""
+def raise_for_error(response: Response, url: str | None) -> Response:
+    """The response, unless it is an error answer (status >= 400): then its ServerError subclass is raised."""
     if response.status < 400:
-        return
+        return response
     message, node, where = None, None, None
     try:
         body = response.json()
