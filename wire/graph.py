@@ -43,13 +43,6 @@ SUBGRAPH_OPS = {
     "grad_output": "inside a backward subgraph: the gradient of the function's output",
     "forward_value": "inside a backward subgraph: the value of forward-subgraph node attrs.node",
 }
-# How a value that must not pass gradients on (detach(), a no_grad result) is said in the format:
-# a function node computing the identity whose backward returns no gradient.
-STOP_GRADIENT = {
-    "name": "Detach",
-    "forward": {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}], "outputs": ["a"]},
-    "backward": {"nodes": [{"id": "g", "op": "grad_output"}], "outputs": [None]},
-}
 NODE_KEYS = {"id", "op", "inputs", "attrs", "requires_grad", "shape", "dtype"}
 
 
