@@ -1,6 +1,7 @@
 """Graph format v1 from the client's lazy graph (`client.graph`): `Builder` turns the values
 reachable from some outputs into a node list plus the input tensors, for a `/forward`, a
-`/backward`, or a custom Function's forward and backward subgraphs (the format is `wire.graph`'s).
+`/backward`, or a custom Function's forward and backward subgraphs (the format is `wire.graph`'s;
+its nodes are written by `wire.writer.GraphWriter`, which Builder extends with the walk).
 """
 
 from __future__ import annotations
