@@ -26,7 +26,7 @@ import numpy
 import orjson
 
 from client import context
-from client.autograd import FetchPlan, check_unused, prepare_backward, prepare_grad
+from client.autograd import FetchPlan, prepare_backward, prepare_grad
 from client.errors import ConflictError, NotFoundError, ServerError
 from client.transports import (
     DEFAULT_RETRIES,
@@ -38,6 +38,7 @@ from client.transports import (
 )
 from client.variable import Variable
 from client.wire import Call, Response, decode, encode, raise_for_error
+from engine.autograd import check_unused
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
 USER_AGENT = "gradserve-client/0.1"
