@@ -31,7 +31,6 @@ from client.wire import Call
 from engine.autograd import (
     accumulate_grad,
     backward_arguments,
-    check_unused,
     grad_arguments,
     nodes_reaching,
     reachable,
@@ -130,7 +129,8 @@ class BackwardPlan:
 
     def __init__(self, outputs, seeds, retain_graph, targets=None, create_graph=False):
         self.outputs, self.seeds, self.targets = outputs, seeds, targets
-        self.retain, self.create_graph = bool(retain_graph), create_graph
+        self.retain = bool(create_graph if retain_graph is None else retain_graph)
+        self.create_graph = create_graph
         self.processed, self.leaves, self.reached = simulate(outputs, targets)
         self.wanted = []
 
@@ -243,7 +243,7 @@ def gradient_node(outputs, seeds, wrt: Value) -> Variable:
 
 def prepare_backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False):
     outputs, seeds = backward_arguments(outputs, grad_outputs, Variable)
-    return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph, None, create_graph)
+    return BackwardPlan(outputs, seeds, retain_graph, None, create_graph)
 
 
 def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False, session=None):
@@ -253,10 +253,9 @@ def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False, 
 
 def prepare_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False):
     outputs, inputs, seeds = grad_arguments(outputs, inputs, grad_outputs, Variable)
-    return BackwardPlan(outputs, seeds, create_graph if retain_graph is None else retain_graph, inputs, create_graph)
+    return BackwardPlan(outputs, seeds, retain_graph, inputs, create_graph)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False, session=None):
     """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
-    return check_unused((session or current_session()).run(prepare_grad(outputs, inputs, grad_outputs, retain_graph,
-                                                                        create_graph)), allow_unused)
+    return (session or current_session()).grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused)

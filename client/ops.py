@@ -10,19 +10,17 @@ registry op reaches the client with no client code. `install()` puts the surface
 
 from __future__ import annotations
 
-import math
 import weakref
 
 import numpy
 
-import engine
 from client import grad_mode
 from client.context import current_session
 from client.errors import TracingError
 from client.graph import CONST, LEAF, OP, OpNode, Value, edge_of
 from client.variable import Variable, as_host_array
 from engine import backend, shapes, surface
-from engine.autograd import reachable
+from engine.composite import composite_grad_fn
 from engine.indexing import from_key, to_key
 from engine.registry import OPS, OpDef, grad_fn_name, reference, scalar_dtype
 from engine.registry import coerce as engine_coerce
@@ -64,51 +62,19 @@ def coerce(inputs):
 
 # --- grad_fn node classes --------------------------------------------------------------------
 
-PROBE_MAX_ELEMENTS = 1 << 16
 _NODE_CLASSES: dict = {}  # (op, grad_fn name, saves) -> class
-_PROBES: dict = {}  # a composite call's (op, shapes, dtypes, attrs) -> class
 
 
-def _probe_composite(op: OpDef, shapes_, dtypes, attrs):
-    """(grad_fn name, whether a backward through it needs saved values) of a composite op: its
-    grad_fn is the last primitive it runs (t() gives PermuteBackward, logsumexp ReshapeBackward
-    or AddBackward by keepdim), so it is run on the engine on zeros of the call's shapes when
-    they are small, else on the op's first registry sample."""
-    if sum(math.prod(s) for s in shapes_) <= PROBE_MAX_ELEMENTS:
-        arrays = [numpy.zeros(s, d) for s, d in zip(shapes_, dtypes)]
+def node_class(op: OpDef, values=(), attrs=None) -> type:
+    """The grad_fn class of a recorded call, named and saving as the engine's node would be."""
+    if op.composite:
+        name, saves = composite_grad_fn(op, [v.shape for v in values], [v.dtype.str for v in values], attrs or {})
     else:
-        sample, rng = op.samples[0], numpy.random.default_rng(0)
-        arrays = sample.make(rng) if sample.make is not None else [rng.uniform(sample.low, sample.high, s) for s in sample.shapes]
-        attrs = op.check_attrs(dict(sample.attrs))
-    inputs = [engine.Variable(a, requires_grad=a.dtype.kind == "f") for a in map(numpy.asarray, arrays)]
-    with engine.enable_grad(), numpy.errstate(all="ignore"):
-        node = op.call(inputs, attrs).grad_fn
-    nodes, _ = reachable([node])
-    saves = any(getattr(n, "op", None) is None or n.op.saves is True or bool(n.op.saves and len(n.saved[n.op.saves]))
-                for n in nodes)
-    return node.name, saves
-
-
-def _node_class(name, op, saves):
+        name, saves = grad_fn_name(op.name), op.saves
     key = (op.name, name, str(saves))
     if key not in _NODE_CLASSES:
         _NODE_CLASSES[key] = type(name, (OpNode,), {"__slots__": (), "op": op, "saves": saves})
     return _NODE_CLASSES[key]
-
-
-def node_class(op: OpDef, values=(), attrs=None) -> type:
-    if not op.composite:
-        return _node_class(grad_fn_name(op.name), op, op.saves)
-    key = (op.name, tuple(v.shape for v in values), tuple(v.dtype.str for v in values), repr(attrs))
-    if key not in _PROBES:
-        try:
-            name, saves = _probe_composite(op, key[1], key[2], attrs or {})
-        except Exception:  # noqa: BLE001 - a probe that fails keeps the default name
-            name, saves = grad_fn_name(op.name), True
-        if len(_PROBES) > 4096:
-            _PROBES.clear()
-        _PROBES[key] = _node_class(name, op, saves)
-    return _PROBES[key]
 
 
 # --- recording -------------------------------------------------------------------------------

@@ -1,42 +1,15 @@
 """Graph format v1 from the client's lazy graph (`client.graph`): `Builder` turns the values
 reachable from some outputs into a node list plus the input tensors, for a `/forward`, a
-`/backward`, or a custom Function's forward and backward subgraphs (the format is `wire.graph`'s).
+`/backward`, or a custom Function's forward and backward subgraphs (the format is `wire.graph`'s;
+its nodes are written by `wire.writer.GraphWriter`, which Builder extends with the walk).
 """
 
 from __future__ import annotations
 
-import math
-
-import numpy
-
 from client.errors import TracingError
 from client.graph import ARG, CONST, CUT, FUNCTION, GRAD, GRAD_OUTPUT, LEAF, OP, Value
-from wire.codec import datatype_of
-
-# How a value that must not pass gradients on (detach(), a no_grad result) is said in the
-# format: a function node computing the identity whose backward returns no gradient.
-STOP_GRADIENT = {
-    "name": "Detach",
-    "forward": {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}], "outputs": ["a"]},
-    "backward": {"nodes": [{"id": "g", "op": "grad_output"}], "outputs": [None]},
-}
-
-
-def to_json(value):
-    """A value (attribute, scalar, array) as JSON: lists for tuples and arrays, and "NaN",
-    "Infinity", "-Infinity" for non-finite floats (as the graph parser and tensor data read them)."""
-    if isinstance(value, numpy.ndarray):
-        data = value.tolist()
-        return data if value.dtype.kind != "f" or numpy.isfinite(value).all() else to_json(data)
-    if isinstance(value, (list, tuple)):
-        return [to_json(v) for v in value]
-    if isinstance(value, dict):
-        return {k: to_json(v) for k, v in value.items()}
-    if isinstance(value, numpy.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
-    return value
+from wire.codec import to_json
+from wire.writer import GraphWriter
 
 
 class NeedsGraph(Exception):
@@ -44,7 +17,7 @@ class NeedsGraph(Exception):
     in "backward" mode, where values that require grad are recomputed, not sent as inputs)."""
 
 
-class Builder:
+class Builder(GraphWriter):
     """Serializes values into graph format v1 nodes.
 
     mode: "forward" (a /forward request), "backward" (a /backward request: inputs carry
@@ -55,10 +28,10 @@ class Builder:
     """
 
     def __init__(self, mode, phase=None, forward_ids=None):
+        super().__init__()
         self.mode, self.phase, self.forward_ids = mode, phase, forward_ids or {}
-        self.nodes, self.tensors, self._keep = [], [], []
-        self.ids, self.rg, self.leaf_ids, self._consts = {}, {}, {}, {}  # by id(value); by node id; by id(leaf)
-        self._count, self.has_grad = 0, False
+        self._keep = []
+        self.ids, self.rg, self.leaf_ids = {}, {}, {}  # by id(value); by node id; by id(leaf)
 
     # --- public ------------------------------------------------------------------------------
     def add(self, root: Value) -> str:
@@ -85,57 +58,30 @@ class Builder:
                     stack.append((inp, False))
         return ids[id(root)]
 
-    def graph(self, outputs) -> dict:
-        return {"version": "1.1" if self.has_grad else 1, "nodes": self.nodes, "outputs": list(outputs)}
-
     def computed(self) -> list:
         """The values this graph computes (op, function and grad nodes; not inputs or constants)."""
         return [v for v in self._keep if v.kind in (OP, FUNCTION, GRAD) and v.array is None]
 
-    def subgraph(self, outputs) -> dict:
-        return {"nodes": self.nodes, "outputs": list(outputs)}
-
     # --- nodes -------------------------------------------------------------------------------
-    def _new_id(self, prefix):
-        self._count += 1
-        return f"{prefix}{self._count - 1}"
-
     def _name(self, v, node_id, rg=False):
         self.ids[id(v)] = node_id
         self._keep.append(v)
         self.rg[node_id] = rg
 
     def _input(self, v, array, rg):
-        node_id = self._new_id("x")
-        self.nodes.append({"id": node_id, "op": "input", "requires_grad": True} if rg else {"id": node_id, "op": "input"})
-        self.tensors.append((node_id, array))
+        node_id = self.input(array, rg)
         if v.kind == LEAF and v.leaf is not None:
             self.leaf_ids.setdefault(id(v.leaf), []).append(node_id)
         self._name(v, node_id, rg)
 
     def _constant(self, v, array=None):
-        if array is None:
-            value, dtype = to_json(v.attrs["value"]), v.attrs.get("dtype")
-            dtype = v.dtype if isinstance(value, str) else dtype
-            key = (type(value), value, None if dtype is None else numpy.dtype(dtype).str)
-            if key in self._consts:
-                return self._name(v, self._consts[key])
-            attrs = {"value": value} if dtype is None else {"value": value, "dtype": datatype_of(dtype)}
-        else:
-            key, attrs = None, {"value": to_json(array), "dtype": datatype_of(array.dtype)}
-        node_id = self._consts[key] = self._new_id("c")
-        self.nodes.append({"id": node_id, "op": "constant", "attrs": attrs})
-        self._name(v, node_id)
+        if array is not None:
+            return self._name(v, self.array(array))
+        value = to_json(v.attrs["value"])  # a non-finite float is spelled, so it needs its dtype
+        return self._name(v, self.scalar(value, v.dtype if isinstance(value, str) else v.attrs.get("dtype")))
 
     def _special(self, v, op, attrs=None):
-        node_id = self._new_id("a" if op == "arg" else "g" if op == "grad_output" else "f")
-        self.nodes.append({"id": node_id, "op": op, "attrs": attrs} if attrs else {"id": node_id, "op": op})
-        self._name(v, node_id)
-
-    def _stop_gradient(self, source_id):
-        node_id = self._new_id("s")
-        self.nodes.append({"id": node_id, "op": "function", "inputs": [source_id], "attrs": STOP_GRADIENT})
-        return node_id
+        self._name(v, self.node(op, attrs=attrs))
 
     def _terminal(self, v) -> bool:
         """Serialize `v` when it needs none of its inputs; False when it must be expanded."""
@@ -194,32 +140,26 @@ class Builder:
         if v.kind == CUT:
             source = inputs[0]
             if backward and self.rg.get(source):
-                node_id = self._stop_gradient(source)
-                self._name(v, node_id, True)
+                self._name(v, self.stop_gradient(source), True)
             else:
                 self._name(v, source, self.rg.get(source, False))
             return
-        node_id = self._new_id("n")
         if v.kind == OP:
-            node = {"id": node_id, "op": v.op.name, "inputs": inputs}
-            if v.attrs:
-                node["attrs"] = to_json(v.attrs)
+            node_id = self.node(v.op.name, inputs, to_json(v.attrs) if v.attrs else None)
             # the engine records a node only for a differentiable op with a floating result
             rg = backward and v.op.differentiable and v.dtype.kind == "f" and any(self.rg[i] for i in inputs)
         elif v.kind == FUNCTION:
-            node = {"id": node_id, "op": "function", "inputs": inputs, "attrs": v.attrs.attrs}
+            node_id = self.node("function", inputs, v.attrs.attrs)
             rg = backward and any(self.rg[i] for i in inputs)
         elif v.kind == GRAD:
             if not backward:
                 raise NeedsGraph()
-            self.has_grad = True
-            node = {"id": node_id, "op": "grad", "inputs": inputs}
+            node_id = self.node("grad", inputs)
             rg = any(self.rg[i] for i in inputs)
         else:  # pragma: no cover - every other kind is terminal
             raise AssertionError(f"can't serialize a {v.kind} value here")
-        self.nodes.append(node)
         if rg and not v.requires_grad:
-            node_id = self._stop_gradient(node_id)
+            node_id = self.stop_gradient(node_id)
         self._name(v, node_id, rg)
 
 

@@ -26,7 +26,7 @@ import numpy
 import orjson
 
 from client import context
-from client.autograd import FetchPlan, check_unused, prepare_backward, prepare_grad
+from client.autograd import FetchPlan, prepare_backward, prepare_grad
 from client.errors import ConflictError, NotFoundError, ServerError
 from client.transports import (
     DEFAULT_RETRIES,
@@ -38,6 +38,7 @@ from client.transports import (
 )
 from client.variable import Variable
 from client.wire import Call, Response, decode, encode, raise_for_error
+from engine.autograd import check_unused
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
 USER_AGENT = "gradserve-client/0.1"
@@ -51,24 +52,19 @@ class _Core:
                  headers=None):
         if url and "://" not in url:
             url = "http://" + url
-        self.url = url.rstrip("/") if url else None
-        self.binary = bool(binary)
-        self.timeout = timeout
+        self.url, self.binary, self.timeout, self.tapes = url.rstrip("/") if url else None, bool(binary), timeout, bool(tapes)
         self.retry = RetryPolicy(int(retries), backoff, max_backoff, max_retry_after)
-        self.tapes = bool(tapes)
         self.session_id = uuid.uuid4().hex
         self.stats = Counter()  # requests sent (attempts), by path
         self.closed = False
-        self._tapes = OrderedDict()
+        self._tapes = OrderedDict()  # (output values) -> (tape id, graph fingerprint, output refs): `client.autograd`
         self._headers = {"User-Agent": USER_AGENT, "X-GradServe-Session": self.session_id, **(headers or {})}
         if api_key is None and self.url is not None:
             api_key = os.environ.get("GRADSERVE_API_KEY") or None
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        if self.url is None:
-            self._transport = EmbeddedTransport(executor)
-        else:
-            self._transport = self._remote_transport(self.url, self._headers, timeout, transport)
+        self._transport = EmbeddedTransport(executor) if self.url is None else \
+            self._remote_transport(self.url, self._headers, timeout, transport)
 
     @property
     def embedded(self) -> bool:
@@ -223,9 +219,7 @@ class Session(_Core):
         return self._answer("/metrics").content.decode()
 
     def _answer(self, path) -> Response:
-        response = self.get(path)
-        raise_for_error(response, self._where(path))
-        return response
+        return raise_for_error(self.get(path), self._where(path))
 
     def close(self):
         if not self.closed:
@@ -298,8 +292,7 @@ context.set_default_factory(lambda: Session(os.environ.get("GRADSERVE_URL") or N
 def connect(url=None, api_key=None, timeout=DEFAULT_TIMEOUT, binary=True, **options) -> Session:
     """A session for `url` (default: $GRADSERVE_URL; embedded when neither), made the default
     until closed. Options: retries, backoff, tapes, executor, transport, headers."""
-    if url is None:
-        url = os.environ.get("GRADSERVE_URL") or None
+    url = (os.environ.get("GRADSERVE_URL") or None) if url is None else url
     session = Session(url, api_key=api_key, timeout=timeout, binary=binary, **options)
     context.push(session)
     return session

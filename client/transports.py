@@ -34,7 +34,7 @@ from client.errors import (
 )
 from client.wire import Call, Reply, Response, header_of, owned
 from engine import backend
-from wire.codec import HEADER_LENGTH
+from wire.codec import HEADER_LENGTH, content_headers
 from wire.errors import GraphError
 from wire.executor import Executor
 from wire.handler import PATHS, handle, run_arrays
@@ -75,9 +75,7 @@ class EmbeddedTransport:
         except Exception as err:  # noqa: BLE001 - answered as the service would
             error = _server_error(err, path)
             return _json(error.status, {"error": error.message, "node": error.node, "field": error.field})
-        kind = "application/json" if length is None else "application/octet-stream"
-        headers = {"content-type": kind} if length is None else {"content-type": kind, HEADER_LENGTH: str(length)}
-        return Response(200, headers, parts[0] if len(parts) == 1 else b"".join(parts))
+        return Response(200, content_headers(length), parts[0] if len(parts) == 1 else b"".join(parts))
 
     def execute(self, call: Call, where: str) -> Reply:
         """A call's Reply, its arrays handed over as they are both ways (`wire.handler.run_arrays`;

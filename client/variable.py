@@ -47,23 +47,17 @@ class Variable:
 
     def _store(self, data):
         """`Variable(data)`'s storage (the constructor itself is engine.surface's)."""
-        self._data = as_host_array(data)
-        self._value = None
-        self.grad = None
-        self._requires_grad = False
-        self._version = 0
-        self._shared = False
+        self._hold(as_host_array(data))
 
     @classmethod
     def _leaf(cls, array, shared=False, value=None):
         v = object.__new__(cls)
-        v._data = array
-        v._value = value
-        v.grad = None
-        v._requires_grad = False
-        v._version = 0
-        v._shared = shared
+        v._hold(array, shared, value)
         return v
+
+    def _hold(self, array, shared=False, value=None):
+        self._data, self._value, self._shared = array, value, shared
+        self.grad, self._requires_grad, self._version = None, False, 0
 
     @classmethod
     def _lazy(cls, value):

@@ -14,7 +14,7 @@ import orjson
 
 from client.errors import ProtocolError, error_for_status
 from engine.backend import to_numpy
-from wire.codec import HEADER_LENGTH
+from wire.codec import HEADER_LENGTH, content_headers
 from wire.handler import read_body
 from wire.messages import decode_result, encode_request
 
@@ -54,9 +54,7 @@ class Response:
 def encode(call: Call, binary: bool) -> tuple[bytes, dict]:
     """(body, headers) of a call."""
     body, length = encode_request(call.header, call.inputs, call.grad_outputs, binary)
-    if length is None:
-        return body, {"Content-Type": "application/json"}
-    return body, {HEADER_LENGTH: str(length), "Content-Type": "application/octet-stream"}
+    return body, content_headers(length)
 
 
 def header_of(headers: dict, name: str):
@@ -65,10 +63,10 @@ def header_of(headers: dict, name: str):
     return next((value for key, value in headers.items() if key.lower() == name), None)
 
 
-def raise_for_error(response: Response, url: str | None) -> None:
-    """Raise the ServerError subclass for an error answer (status >= 400)."""
+def raise_for_error(response: Response, url: str | None) -> Response:
+    """The response, unless it is an error answer (status >= 400): then its ServerError subclass is raised."""
     if response.status < 400:
-        return
+        return response
     message, node, where = None, None, None
     try:
         body = response.json()

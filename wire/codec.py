@@ -34,6 +34,30 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 MAX_DIMS = 64  # NumPy's limit on an array's number of dimensions
 
 
+def content_headers(header_length: int | None) -> dict:
+    """The headers of a body from `encode_*`: JSON, or (a header length) the binary data extension's."""
+    if header_length is None:
+        return {"content-type": "application/json"}
+    return {"content-type": "application/octet-stream", HEADER_LENGTH: str(header_length)}
+
+
+def to_json(value):
+    """A value (attribute, scalar, array) as JSON: lists for tuples and arrays, and "NaN",
+    "Infinity", "-Infinity" for non-finite floats (as the graph parser and tensor data read them)."""
+    if isinstance(value, numpy.ndarray):
+        data = value.tolist()
+        return data if value.dtype.kind != "f" or numpy.isfinite(value).all() else to_json(data)
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    if isinstance(value, numpy.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
 def datatype_of(dtype) -> str:
     name = DATATYPE_OF.get(dtype)
     if name is not None:
