@@ -101,11 +101,11 @@ def metric(url, name) -> float:
 def test_infer_shares_the_compute_pool_and_its_timeout(tmp_path):
     """max_concurrency=1: while a slow infer holds the only slot, a light infer still runs (inline,
     never refused as busy), while another pooled infer and a pooled /forward wait queue_timeout_s
-    for the slot and get 503; the slow one is cancelled at compute_timeout_s. (700 links of a
+    for the slot and get 503; the slow one is cancelled at compute_timeout_s. (3000 links of a
     384x384 matmul take seconds; cancelled after 3 s, a few hundred MiB at most are held.)"""
     settings = {"max_concurrency": 1, "compute_timeout_s": 3.0, "queue_timeout_s": 0.2, "max_nodes": 20000,
-                "max_body_bytes": 16 * 2**20}
-    slow_graph = matmul_chain(384, 700)  # within max_request_work
+                "max_body_bytes": 16 * 2**20, "max_request_work": 10**14}  # the slow graph is over the default budget
+    slow_graph = matmul_chain(384, 3000)  # 3.6e11 flop: seconds past the timeout on any machine
     with running_server(tmp_path / "server.log", **settings) as server:
         triton = tritonclient_http.InferenceServerClient(url=host_port(server), network_timeout=120)
         triton.load_model("slow", config=config(slow_graph))
