@@ -58,8 +58,9 @@ def _assert_serving(url):
 
 
 def test_busy_server_answers_503_with_retry_after(server_factory):
-    server = server_factory(max_concurrency=1, queue_timeout_s=0.3, log_level="warning")
-    body, headers = _slow(150)
+    # 1000 links: seconds of BLAS on any machine (over the default work budget, lifted here)
+    server = server_factory(max_concurrency=1, queue_timeout_s=0.3, max_request_work=10**14, log_level="warning")
+    body, headers = _slow(1000)
     results = {}
 
     def slow():
