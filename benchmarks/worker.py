@@ -315,9 +315,14 @@ def case_train(side, p):
             state[1] = state[1] - lr * host(vb.grad)
     for _ in range(5):
         step()
+    return _timed_steps(step, steps, p.get("max_s", 300))
+
+
+def _timed_steps(step, steps: int, max_s: float) -> dict:
+    """Per-step times of up to `steps` calls of `step` (stopping after `max_s`), and the loop's wall time."""
     times = []
     t_start = time.perf_counter()
-    deadline = t_start + p.get("max_s", 300)
+    deadline = t_start + max_s
     for _ in range(steps):
         t0 = time.perf_counter()
         step()
@@ -337,16 +342,7 @@ def case_tensorprog(side, p):
     step = programs.two_layer_net_tensor(mod)
     for _ in range(2):
         step()
-    times = []
-    t_start = time.perf_counter()
-    deadline = t_start + p.get("max_s", 120)
-    for _ in range(p.get("steps", 50)):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-        if t0 > deadline:
-            break
-    return {"times": times, "extra": {"total": time.perf_counter() - t_start, "steps": len(times)}}
+    return _timed_steps(step, p.get("steps", 50), p.get("max_s", 120))
 
 
 # --- GPU ----------------------------------------------------------------------------------------
