@@ -24,6 +24,7 @@ from service.schema import ERROR
 from service.version import __version__
 from wire import codec
 from wire.graph import SPECIAL_OPS, SUBGRAPH_OPS, VERSION
+from wire.handler import read_body as read_message
 from wire.messages import decode_request, encode_result_parts
 
 router = APIRouter()
@@ -101,12 +102,7 @@ INLINE_BODY_BYTES = 8192
 
 def _decode(executor, body: bytes, head_length: int | None):
     """split, parse and decode a body into a protocol Request."""
-    head, tail = codec.split_body(body, head_length)
-    try:
-        header = orjson.loads(head)
-    except orjson.JSONDecodeError as err:
-        raise ApiError(400, f"malformed JSON: {err}", field="body") from None
-    return decode_request(header, tail, executor.limits)
+    return decode_request(*read_message(body, head_length), executor.limits)
 
 
 def _execute(executor, kind: str, request):

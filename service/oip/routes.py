@@ -22,8 +22,8 @@ from service.oip.infer import decode_infer, encode_infer, execute
 from service.oip.repository import check_name, model_of
 from service.routes import ComputeEndpoint, json_response
 from service.version import __version__
-from wire import codec
 from wire.errors import RequestError
+from wire.handler import read_body as read_message
 
 EXTENSIONS = ["binary_tensor_data", "model_repository"]
 
@@ -145,12 +145,7 @@ async def model_config(name: str, request: Request, version: str | None = None) 
 
 
 def _decode(executor, model, body: bytes, head_length: int | None):
-    head, tail = codec.split_body(body, head_length)
-    try:
-        header = orjson.loads(head)
-    except orjson.JSONDecodeError as err:
-        raise ApiError(400, f"malformed JSON: {err}", field="body") from None
-    return decode_infer(model, header, tail, executor.limits)
+    return decode_infer(model, *read_message(body, head_length), executor.limits)
 
 
 def _execute(executor, model, infer):
