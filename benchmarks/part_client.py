@@ -61,8 +61,9 @@ def _train(quick, client_error, service, env_remote, targets):
     return [f"### (a) the seed training loop: {steps} steps (float32, SGD)\n",
             "Each side runs the loop in its own process (5 untimed warm-up steps); one sample = one step, so "
             "the table is per step (median, robust to a busy machine's spikes) and *loop total* is the whole "
-            "loop's wall time (median over rounds). The client sides use only `client.Variable` (weights "
-            "re-wrapped from NumPy each step); remote talks to a local 1-worker server via `GRADSERVE_URL`.\n",
+            "loop's wall time (median over rounds). Engine, embedded and remote run one program, the seed's "
+            "(`w.data -= lr * w.grad.data`), with `engine` or `client` as the module; remote talks to a local "
+            "1-worker server via `GRADSERVE_URL`.\n",
             md, "", _totals(res, steps), "\nTargets (per-step medians): " + "; ".join(notes) + "\n"]
 
 

@@ -285,11 +285,12 @@ def case_train(side, p):
                 a.sub_(lr * a.grad)
                 b.sub_(lr * b.grad)
             a.grad = b.grad = None
-    elif side == "engine":
-        import engine
+    else:  # the same program on the engine, or through the client (embedded; remote: GRADSERVE_URL is set)
+        import importlib
 
-        ex, ey = engine.tensor(x), engine.tensor(y)
-        a, b = engine.tensor(w1.copy(), requires_grad=True), engine.tensor(w2.copy(), requires_grad=True)
+        E = importlib.import_module("engine" if side == "engine" else "client")
+        ex, ey = E.tensor(x), E.tensor(y)
+        a, b = E.tensor(w1.copy(), requires_grad=True), E.tensor(w2.copy(), requires_grad=True)
 
         def step():
             loss = (ex.mm(a).clamp(min=0).mm(b) - ey).pow(2).sum()
@@ -297,22 +298,6 @@ def case_train(side, p):
             a.data -= lr * a.grad.data
             b.data -= lr * b.grad.data
             a.grad = b.grad = None
-    else:  # embedded / remote, through the client's public API only (remote: GRADSERVE_URL is set)
-        import client
-
-        def host(g):
-            return g.numpy() if hasattr(g, "numpy") else numpy.asarray(g)
-
-        V = client.Variable
-        cx, cy = V(x), V(y)
-        state = [numpy.array(w1), numpy.array(w2)]
-
-        def step():
-            va, vb = V(state[0], requires_grad=True), V(state[1], requires_grad=True)
-            loss = (cx.mm(va).clamp(min=0).mm(vb) - cy).pow(2).sum()
-            loss.backward()
-            state[0] = state[0] - lr * host(va.grad)
-            state[1] = state[1] - lr * host(vb.grad)
     for _ in range(5):
         step()
     return _timed_steps(step, steps, p.get("max_s", 300))

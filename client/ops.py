@@ -47,6 +47,9 @@ def _scalar(v, ref):
 
 def coerce(inputs):
     """(Values, Variables-or-None) from a mix of Variables, arrays and Python scalars."""
+    values = [v._graph_value() if type(v) is Variable else None for v in inputs]
+    if None not in values:
+        return values, inputs
     ref = reference(inputs, Variable)
     values = []
     for v in inputs:
@@ -67,10 +70,12 @@ _NODE_CLASSES: dict = {}  # (op, grad_fn name, saves) -> class
 
 def node_class(op: OpDef, values=(), attrs=None) -> type:
     """The grad_fn class of a recorded call, named and saving as the engine's node would be."""
-    if op.composite:
-        name, saves = composite_grad_fn(op, [v.shape for v in values], [v.dtype.str for v in values], attrs or {})
-    else:
-        name, saves = grad_fn_name(op.name), op.saves
+    if not op.composite:
+        cls = _NODE_CLASSES.get(op.name)
+        if cls is None:
+            cls = _NODE_CLASSES[op.name] = type(grad_fn_name(op.name), (OpNode,), {"__slots__": (), "op": op, "saves": op.saves})
+        return cls
+    name, saves = composite_grad_fn(op, [v.shape for v in values], [v.dtype.str for v in values], attrs or {})
     key = (op.name, name, str(saves))
     if key not in _NODE_CLASSES:
         _NODE_CLASSES[key] = type(name, (OpNode,), {"__slots__": (), "op": op, "saves": saves})
@@ -84,16 +89,14 @@ def infer(op: OpDef, values, attrs):
     """(shape, dtype) by the op's registry rule; None when the rule says it depends on values."""
     if op.infer is None:
         return None
-    shapes_ = [v.shape for v in values]
     try:
-        inferred = op.infer(shapes_, [v.dtype for v in values], attrs)
+        inferred = op.infer([v.shape for v in values], [v.dtype for v in values], attrs)
     except (EngineShapeError, ValueError, TypeError, IndexError) as err:
-        described = ", ".join(str(list(s)) for s in shapes_)
+        described = ", ".join(str(list(v.shape)) for v in values)
         raise ShapeError(f"{op.name}(): {err} (input shapes: {described})") from None
     if inferred is None or isinstance(inferred[0], shapes.Bounded):  # a bound (a mask's result) is not a shape
         return None
-    shape, dtype = inferred
-    return tuple(shape), numpy.dtype(dtype)
+    return inferred
 
 
 def eager(op: OpDef, args, attrs: dict):
@@ -102,8 +105,7 @@ def eager(op: OpDef, args, attrs: dict):
     requires grad while grad mode is on. None otherwise, or when it fails (the recorded path
     then reports it as the client does: a ShapeError now, or the service's error on fetch)."""
     grad_on = grad_mode.is_grad_enabled()
-    host = backend.xp is numpy
-    inputs, datas = [], []
+    datas = []
     for v in args:
         if isinstance(v, Variable):
             data = v._data
@@ -115,10 +117,12 @@ def eager(op: OpDef, args, attrs: dict):
             elif grad_on and v._requires_grad:
                 return None
             datas.append(data)
-            v = _engine_result(data if host else backend.to_active(data), None)
-        inputs.append(v)
     if grad_mode.current_phase() is not None or not current_session().embedded:
         return None
+    host = backend.xp is numpy
+    data_of = iter(datas)
+    inputs = [_engine_result(next(data_of) if host else backend.to_active(next(data_of)), None)
+              if isinstance(v, Variable) else v for v in args]
     try:
         array = op.call(engine_coerce(inputs), attrs)._data
         array = array if host else backend.to_numpy(array)
@@ -147,13 +151,11 @@ def record(op: OpDef, args, attrs: dict, meta=None) -> Variable:
             raise TracingError(f"{op.name}(): the shape of its result depends on values, which a trace can't know")
         value = Value(OP, (), values[0].dtype if values else numpy.float64, op=op, inputs=values, attrs=attrs)
         current_session().fetch_values([value])
-        shape, dtype = value.shape, value.dtype
     else:
-        shape, dtype = meta
-        value = Value(OP, shape, dtype, op=op, inputs=values, attrs=attrs, phase=phase)
+        value = Value(OP, meta[0], meta[1], op=op, inputs=values, attrs=attrs, phase=phase)
     result = Variable._lazy(value)
-    if op.differentiable and grad_mode.is_grad_enabled() and dtype.kind == "f" and any(v.requires_grad for v in values):
-        versions = tuple((var, 0 if var is None else var._version) for var in variables)
+    if op.differentiable and value.dtype.kind == "f" and grad_mode.is_grad_enabled() and any([v.requires_grad for v in values]):
+        versions = tuple([(var, 0 if var is None else var._version) for var in variables])
         node = value.node = node_class(op, values, attrs)([edge_of(v) for v in values], value, versions)
         value.requires_grad = True
         if op.uses_output:

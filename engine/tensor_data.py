@@ -76,8 +76,9 @@ def same_array(a, b) -> bool:
         return True
     if not (isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray)):
         return False
-    return (a.__array_interface__["data"] == b.__array_interface__["data"] and a.shape == b.shape
-            and a.strides == b.strides and a.dtype == b.dtype)
+    if a.shape != b.shape or a.strides != b.strides or a.dtype != b.dtype:
+        return False
+    return b.base is a or a.base is b or a.__array_interface__["data"] == b.__array_interface__["data"]
 
 
 def tensor_data(array):

@@ -39,6 +39,20 @@ def test_handle_answers_a_body_as_run_arrays_answers_its_arrays(binary):
     np.testing.assert_array_equal(direct.grads["x"], np.ones_like(X))
 
 
+def test_run_arrays_hands_arrays_over_without_copies_and_read_only():
+    x = X.copy()
+    graph = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "r", "op": "reshape", "inputs": ["x"],
+                                                                  "attrs": {"shape": [3, 2]}}], "outputs": ["x", "r"]}
+    result = run_arrays(Executor(), "/forward", {"graph": graph}, [("x", x)])
+    for name in ("x", "r"):
+        assert np.shares_memory(result.outputs[name], x)
+        assert not result.outputs[name].flags.writeable  # the caller's array can't be written through them
+    assert x.flags.writeable
+    with pytest.raises(GraphError) as err:  # still checked like a body's tensors
+        run_arrays(Executor(), "/forward", {"graph": graph}, [("x", np.array(["a"]))])
+    assert "no Open Inference Protocol datatype" in str(err.value)
+
+
 def test_handle_raises_wire_errors_with_their_kind():
     executor = Executor()
     with pytest.raises(GraphError) as err:

@@ -176,7 +176,7 @@ def _decode_json(obj, checked, where: str):
     if "data" not in obj:
         raise TensorError(f"tensor {name!r}: missing 'data' (or parameters.binary_data_size for a binary tensor)", field=f"{where}.data")
     data = obj["data"]
-    if not isinstance(data, list):
+    if not isinstance(data, (list, numpy.ndarray)):  # an ndarray: an in-process caller's (`wire.handler.run_arrays`)
         data = [data]
     return name, _from_list(name, data, dtype, shape, count, where)
 

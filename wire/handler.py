@@ -39,8 +39,9 @@ def run(executor: Executor, path: str, request: Request) -> Result:
 
 def run_arrays(executor: Executor, path: str, header: dict, inputs=(), grad_outputs=()) -> Result:
     """The Result of a request whose tensors are arrays already ([(name, array)] besides a JSON
-    `header`), for an in-process caller: nothing is encoded, and the arrays are checked (and
-    copied) by the same `decode_request` as a body's tensors."""
+    `header`), for an in-process caller: nothing is encoded or copied; the arrays are checked by
+    the same `decode_request` as a body's tensors and reach the executor as read-only views (a
+    result that is a view of one is read-only too, so the caller knows to copy it)."""
     header = dict(header)
     for key, tensors in (("inputs", inputs), ("grad_outputs", grad_outputs)):
         if tensors:
@@ -49,8 +50,10 @@ def run_arrays(executor: Executor, path: str, header: dict, inputs=(), grad_outp
 
 
 def _tensor_object(name, array) -> dict:
-    """A JSON tensor object whose `data` is the array itself (flat)."""
-    return {"name": name, "shape": list(array.shape), "datatype": datatype_of(array.dtype), "data": array.reshape(-1)}
+    """A JSON tensor object whose `data` is a flat read-only view of the array."""
+    flat = array.reshape(-1)
+    flat.flags.writeable = False
+    return {"name": name, "shape": list(array.shape), "datatype": datatype_of(array.dtype), "data": flat}
 
 
 def handle(executor: Executor, path: str, body: bytes, header_length: int | None):
