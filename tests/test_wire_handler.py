@@ -53,6 +53,22 @@ def test_run_arrays_hands_arrays_over_without_copies_and_read_only():
     assert "no Open Inference Protocol datatype" in str(err.value)
 
 
+def test_run_arrays_keeps_the_limits_a_body_meets():
+    graph = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": "input"},
+                                     {"id": "s", "op": "add", "inputs": ["x", "y"]}], "outputs": ["s"]}
+    small = Executor(Limits(max_tensor_elements=5))
+    with pytest.raises(GraphError) as err:
+        run_arrays(small, "/forward", {"graph": graph}, [("x", X), ("y", X)])
+    assert (err.value.kind, err.value.field) == ("too_large", "inputs[0].shape")
+    few = Executor(Limits(max_total_elements=10))
+    with pytest.raises(GraphError) as err:
+        run_arrays(few, "/forward", {"graph": graph}, [("x", X), ("y", X)])
+    assert err.value.kind == "too_large" and "12 elements" in str(err.value)
+    with pytest.raises(GraphError) as err:
+        run_arrays(Executor(), "/forward", {"graph": graph}, [("x", X), ("x", X)])
+    assert "given twice" in str(err.value)
+
+
 def test_handle_raises_wire_errors_with_their_kind():
     executor = Executor()
     with pytest.raises(GraphError) as err:

@@ -81,7 +81,7 @@ def check_header(obj, where: str, max_elements: int):
     if len(shape) > MAX_DIMS:
         raise TensorError(f"tensor {name!r}: shape has {len(shape)} dimensions, more than the limit of {MAX_DIMS}",
                           field=f"{where}.shape")
-    count = _count(shape, max_elements, f"tensor {name!r}", f"{where}.shape")
+    count = element_count(shape, max_elements, f"tensor {name!r}", f"{where}.shape")
     datatype = obj.get("datatype")
     if datatype not in DATATYPES:
         raise TensorError(
@@ -91,7 +91,7 @@ def check_header(obj, where: str, max_elements: int):
     return name, tuple(shape), DATATYPES[datatype], count
 
 
-def _count(shape, max_elements: int, what: str, field: str) -> int:
+def element_count(shape, max_elements: int, what: str, field: str) -> int:
     """The element count of `shape`, refused (413) when the product of its non-zero dimensions is
     over `max_elements`: an empty tensor may not carry dimensions no array could have."""
     extent = 1

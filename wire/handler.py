@@ -16,7 +16,7 @@ from wire import codec
 from wire.codec import datatype_of
 from wire.errors import RequestError
 from wire.executor import Executor
-from wire.messages import Request, Result, decode_request, encode_result_parts
+from wire.messages import Request, Result, check_total, decode_request, encode_result_parts, tensor_map
 
 PATHS = ("/forward", "/backward")
 
@@ -39,21 +39,23 @@ def run(executor: Executor, path: str, request: Request) -> Result:
 
 def run_arrays(executor: Executor, path: str, header: dict, inputs=(), grad_outputs=()) -> Result:
     """The Result of a request whose tensors are arrays already ([(name, array)] besides a JSON
-    `header`), for an in-process caller: nothing is encoded or copied; the arrays are checked by
-    the same `decode_request` as a body's tensors and reach the executor as read-only views (a
-    result that is a view of one is read-only too, so the caller knows to copy it)."""
-    header = dict(header)
+    `header` without tensors), for an in-process caller: nothing is encoded or copied. The header
+    is checked by `decode_request`, the arrays by the limits a body's tensors meet, and they reach
+    the executor as read-only views (a result that is a view of one is read-only too, so the
+    caller knows to copy it)."""
+    request = decode_request(header, None, executor.limits)
+    max_elements, total = executor.limits.max_tensor_elements, 0
     for key, tensors in (("inputs", inputs), ("grad_outputs", grad_outputs)):
-        if tensors:
-            header[key] = [_tensor_object(name, numpy.asarray(array)) for name, array in tensors]
-    return run(executor, path, decode_request(header, None, executor.limits))
-
-
-def _tensor_object(name, array) -> dict:
-    """A JSON tensor object whose `data` is a flat read-only view of the array."""
-    flat = array.reshape(-1)
-    flat.flags.writeable = False
-    return {"name": name, "shape": list(array.shape), "datatype": datatype_of(array.dtype), "data": flat}
+        views = []
+        for i, (name, array) in enumerate(tensors):
+            view = numpy.asarray(array).view(numpy.ndarray)
+            datatype_of(view.dtype)
+            total += codec.element_count(view.shape, max_elements, f"tensor {name!r}", f"{key}[{i}].shape")
+            view.flags.writeable = False
+            views.append((name, view))
+        setattr(request, key, tensor_map(views, key))
+    check_total(total, executor.limits)
+    return run(executor, path, request)
 
 
 def handle(executor: Executor, path: str, body: bytes, header_length: int | None):

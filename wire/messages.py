@@ -36,7 +36,7 @@ class Result:
     tape: str | None = None
 
 
-def _tensor_map(pairs, where):
+def tensor_map(pairs, where):
     out = {}
     for name, array in pairs:
         if name in out:
@@ -73,10 +73,7 @@ def decode_request(header, tail, limits: Limits) -> Request:
         if objs is not None and not isinstance(objs, list):
             raise RequestError(f"'{where}' must be a list of tensor objects", field=where)
         checked[where] = codec.check_headers(objs, where, limits.max_tensor_elements)
-    total = sum(count for headers in checked.values() for *_, count in headers)
-    if total > limits.max_total_elements:
-        raise RequestError(f"the request's tensors hold {total} elements, over the limit of {limits.max_total_elements}",
-                           field="inputs", kind="too_large")
+    check_total(sum(count for headers in checked.values() for *_, count in headers), limits)
     inputs, offset = codec.decode_tensors(header.get("inputs"), "inputs", tail, 0, limits.max_tensor_elements,
                                           checked["inputs"])
     grads, offset = codec.decode_tensors(header.get("grad_outputs"), "grad_outputs", tail, offset,
@@ -85,10 +82,17 @@ def decode_request(header, tail, limits: Limits) -> Request:
         raise RequestError(f"the body has {len(tail) - offset} bytes of binary data that no tensor claims",
                            field=codec.HEADER_LENGTH, kind="malformed")
     return Request(
-        graph=header.get("graph"), inputs=_tensor_map(inputs, "inputs"), grad_outputs=_tensor_map(grads, "grad_outputs"),
+        graph=header.get("graph"), inputs=tensor_map(inputs, "inputs"), grad_outputs=tensor_map(grads, "grad_outputs"),
         wrt=wrt, id=rid, tape=tape, retain_graph=params.get("retain_graph", False),
         binary_output=params.get("binary_data_output", False),
     )
+
+
+def check_total(total: int, limits: Limits):
+    """Refuse (413) a request whose tensors hold `total` elements, over the limit."""
+    if total > limits.max_total_elements:
+        raise RequestError(f"the request's tensors hold {total} elements, over the limit of {limits.max_total_elements}",
+                           field="inputs", kind="too_large")
 
 
 def encode_message(body: dict, keys, binary: bool) -> tuple[list, int | None]:
