@@ -42,6 +42,7 @@ from engine.autograd import check_unused
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
 USER_AGENT = "gradserve-client/0.1"
+MAX_PLAN_IDS = 256  # graphs whose plan ids a session remembers
 
 
 class _Core:
@@ -58,6 +59,7 @@ class _Core:
         self.stats = Counter()  # requests sent (attempts), by path
         self.closed = False
         self._tapes = OrderedDict()  # (output values) -> (tape id, graph fingerprint, output refs): `client.autograd`
+        self._plans = OrderedDict()  # graph text -> the plan id the server gave it (sent instead of the graph)
         self._headers = {"User-Agent": USER_AGENT, "X-GradServe-Session": self.session_id, **(headers or {})}
         if api_key is None and self.url is not None:
             api_key = os.environ.get("GRADSERVE_API_KEY") or None
@@ -111,12 +113,23 @@ class _Core:
         call = plan.call(self)
         if call is None:
             return plan.finish(None, self)
+        graph_text = None if self.embedded or "graph" not in call.header else orjson.dumps(call.header["graph"])
+        if graph_text in self._plans:
+            header = {k: v for k, v in call.header.items() if k != "graph"}
+            call = Call(call.path, {**header, "plan": self._plans[graph_text]}, call.inputs, call.grad_outputs,
+                        fallback=call, idempotent=call.idempotent)
         try:
             reply = yield from self._calling(call)
         except (NotFoundError, ConflictError):
             if call.fallback is None:
                 raise
+            self._plans.pop(graph_text, None)
             reply = yield from self._calling(call.fallback)
+        if graph_text is not None and reply.body.get("plan"):
+            self._plans[graph_text] = reply.body["plan"]
+            self._plans.move_to_end(graph_text)
+            while len(self._plans) > MAX_PLAN_IDS:
+                self._plans.popitem(last=False)
         return plan.finish(reply, self)
 
     # --- the operations, each driven by both sessions ------------------------------------------

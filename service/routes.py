@@ -127,7 +127,8 @@ def _execute(executor, kind: str, request):
 
 def _planned_answer_elements(executor, kind: str, request) -> int:
     """Elements of the answer's outputs (and gradients) by shape inference; 0 when not all known."""
-    if request.graph is None or request.tape is not None or (kind == "forward" and (request.grad_outputs or request.wrt)):
+    if (request.graph is None and request.plan is None) or request.tape is not None or (
+            kind == "forward" and (request.grad_outputs or request.wrt)):
         return 0  # not a valid request: the executor says why
     plan, shapes = executor._plan(request)
     total = 0

@@ -60,6 +60,8 @@ def request_schema(kind: str) -> dict:
     props = {
         "id": {"type": ["string", "integer"]},
         "graph": GRAPH,
+        "plan": {"type": "string", "description": "instead of graph: the plan id of an earlier answer (404 when the "
+                                                  "server no longer holds it: send the graph)"},
         "inputs": {"type": "array", "items": TENSOR},
         "parameters": PARAMETERS,
     }
@@ -80,6 +82,7 @@ RESULT = {
         "outputs": {"type": "array", "items": TENSOR},
         "grads": {"type": "array", "items": TENSOR},
         "tape": {"type": "string"},
+        "plan": {"type": "string", "description": "the id to send instead of this request's graph next time"},
     },
 }
 

@@ -7,7 +7,7 @@ KINDS = {
     "malformed": "the body cannot be read: bad JSON, a bad binary header length, truncated binary data",
     "invalid": "an invalid graph or tensor, or an op that failed while running (the node is named)",
     "too_large": "over one of the limits or budgets",
-    "not_found": "an unknown or expired tape",
+    "not_found": "an unknown or expired tape, or a plan id the server does not hold (send the graph)",
     "conflict": "a backward through a tape that a previous backward already freed",
     "cancelled": "the computation was cancelled (its compute time ran out or its client left)",
     "out_of_memory": "the (device) memory ran out",

@@ -38,9 +38,15 @@ class Executor:
         return request.planned[:2]
 
     def _check_plan(self, request: Request):
-        if request.graph is None:
-            raise RequestError("'graph' is required (or 'tape' for a backward through a retained tape)", field="graph")
-        plan, key = self.plans.lookup(request.graph, self.limits)
+        if request.graph is None and request.plan is not None:
+            plan, key = self.plans.by_id(request.plan), None
+            if plan is None:
+                raise RequestError(f"plan {request.plan!r} is not (or no longer) held by this server; send the graph",
+                                   field="plan", kind="not_found")
+        elif request.graph is None:
+            raise RequestError("'graph' is required (or 'plan', or 'tape' for a backward through a retained tape)", field="graph")
+        else:
+            plan, key = self.plans.lookup(request.graph, self.limits)
         shapes = check_request_inputs(plan, request.inputs)
         if shapes.largest > self.limits.max_tensor_elements or shapes.total > 4 * self.limits.max_total_elements:
             self._refuse(shapes)
@@ -73,7 +79,7 @@ class Executor:
         """Whether running `request` is certainly cheap: a graph (not a tape) of at most `max_steps`
         nodes (no function node), every value's shape known and `max_elements` elements in all.
         Plans the graph (cached), so an invalid one raises here as it would when run."""
-        if request.tape is not None or request.graph is None:
+        if request.tape is not None or (request.graph is None and request.plan is None):
             return False
         plan, shapes = self._plan(request)
         return len(plan.steps) <= max_steps and shapes.all_known and shapes.total <= max_elements
@@ -85,11 +91,11 @@ class Executor:
         if not request.retain_graph and self.compiled:
             done = run_compiled(plan, shapes, request, False, self.plans.charge)
             if done is not None:
-                return Result(request.id, done[0])
+                return Result(request.id, done[0], plan=self.plans.id_of(plan))
         with element_guard(self.limits.max_tensor_elements):
             execution = Execution(plan, request.inputs, record=request.retain_graph)
         tape = self.tapes.put(execution) if request.retain_graph else None
-        return Result(request.id, execution.output_arrays(), tape=tape)
+        return Result(request.id, execution.output_arrays(), tape=tape, plan=self.plans.id_of(plan))
 
     def backward(self, request: Request) -> Result:
         if request.tape is not None:
@@ -111,9 +117,9 @@ class Executor:
         if not request.retain_graph and self.compiled:
             done = run_compiled(plan, shapes, request, True, self.plans.charge)
             if done is not None:
-                return Result(request.id, *done)
+                return Result(request.id, *done, plan=self.plans.id_of(plan))
         with element_guard(self.limits.max_tensor_elements):
             execution = Execution(plan, request.inputs, record=True, wrt=request.wrt or ())
             grads = gradients(execution, request.grad_outputs, request.wrt, retain_graph=request.retain_graph)
         tape = self.tapes.put(execution) if request.retain_graph else None
-        return Result(request.id, execution.output_arrays(), grads, tape=tape)
+        return Result(request.id, execution.output_arrays(), grads, tape=tape, plan=self.plans.id_of(plan))

@@ -11,13 +11,14 @@ from wire import codec
 from wire.errors import RequestError
 from wire.limits import Limits
 
-REQUEST_KEYS = {"id", "graph", "inputs", "grad_outputs", "wrt", "parameters", "tape", "outputs"}
+REQUEST_KEYS = {"id", "graph", "plan", "inputs", "grad_outputs", "wrt", "parameters", "tape", "outputs"}
 PARAMETERS = {"retain_graph", "binary_data_output"}
 
 
 @dataclass
 class Request:
     graph: dict | None = None
+    plan: str | None = None  # the id of a graph the server planned before (instead of `graph`)
     inputs: dict = field(default_factory=dict)
     grad_outputs: dict = field(default_factory=dict)
     wrt: list | None = None
@@ -34,6 +35,7 @@ class Result:
     outputs: dict
     grads: dict | None = None
     tape: str | None = None
+    plan: str | None = None  # the id under which the server keeps the request's plan
 
 
 def tensor_map(pairs, where):
@@ -67,6 +69,9 @@ def decode_request(header, tail, limits: Limits) -> Request:
     tape = header.get("tape")
     if tape is not None and not isinstance(tape, str):
         raise RequestError("'tape' must be a string", field="tape")
+    plan = header.get("plan")
+    if plan is not None and (not isinstance(plan, str) or header.get("graph") is not None):
+        raise RequestError("'plan' must be a string (a plan id an earlier answer gave), sent instead of 'graph'", field="plan")
     checked = {}
     for where in ("inputs", "grad_outputs"):
         objs = header.get(where)
@@ -82,7 +87,7 @@ def decode_request(header, tail, limits: Limits) -> Request:
         raise RequestError(f"the body has {len(tail) - offset} bytes of binary data that no tensor claims",
                            field=codec.HEADER_LENGTH, kind="malformed")
     return Request(
-        graph=header.get("graph"), inputs=tensor_map(inputs, "inputs"), grad_outputs=tensor_map(grads, "grad_outputs"),
+        graph=header.get("graph"), plan=plan, inputs=tensor_map(inputs, "inputs"), grad_outputs=tensor_map(grads, "grad_outputs"),
         wrt=wrt, id=rid, tape=tape, retain_graph=params.get("retain_graph", False),
         binary_output=params.get("binary_data_output", False),
     )
@@ -131,6 +136,8 @@ def encode_result_parts(result: Result, binary: bool) -> tuple[list, int | None]
         body["grads"] = result.grads.items()
     if result.tape is not None:
         body["tape"] = result.tape
+    if result.plan is not None:
+        body["plan"] = result.plan
     return encode_message(body, ("outputs", "grads"), binary)
 
 
@@ -144,4 +151,4 @@ def decode_result(header: dict, tail, max_elements: int) -> Result:
     """A Result from an answer's parsed JSON header and binary tail (None for plain JSON)."""
     outputs, offset = codec.decode_tensors(header.get("outputs"), "outputs", tail, 0, max_elements)
     grads, _ = codec.decode_tensors(header.get("grads"), "grads", tail, offset, max_elements)
-    return Result(header.get("id"), dict(outputs), dict(grads), header.get("tape"))
+    return Result(header.get("id"), dict(outputs), dict(grads), header.get("tape"), header.get("plan"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 import uuid
@@ -89,6 +90,11 @@ class TapeStore:
 PLAN_STEP_BYTES = 600  # a parsed node (Step, its attrs and ids) measured with tracemalloc: ~400-600 bytes
 
 
+def plan_id(key: bytes) -> str:
+    """A cached plan's id: a digest of its graph's text, so equal graphs share it."""
+    return hashlib.blake2b(key, digest_size=16).hexdigest()
+
+
 def plan_size(plan, key: bytes) -> int:
     """An estimate of what a cached plan holds: its key, its steps (subgraphs included)."""
     return len(key) + PLAN_STEP_BYTES * plan.count_steps()
@@ -110,6 +116,8 @@ class PlanCache:
         self.max_bytes = max_bytes
         self._plans: OrderedDict[bytes, tuple] = OrderedDict()
         self._keys: dict[int, bytes] = {}  # id(plan) -> its key, for `charge`
+        self._ids: dict[str, bytes] = {}  # plan id (a digest of the key, told to clients) -> key
+        self._plan_ids: dict[int, str] = {}  # id(plan) -> its plan id
         self._lock = threading.Lock()
         self.nbytes = 0
         self.hits = 0
@@ -136,6 +144,21 @@ class PlanCache:
             self.misses += 1
         return plan, key
 
+    def by_id(self, pid: str):
+        """The cached plan whose id is `pid`, or None."""
+        with self._lock:
+            key = self._ids.get(pid)
+            entry = None if key is None else self._plans.get(key)
+            if entry is None:
+                return None
+            self._plans.move_to_end(key)
+            self.hits += 1
+            return entry[0]
+
+    def id_of(self, plan) -> str | None:
+        """The id under which a cached plan can be asked for again (`by_id`); None when not cached."""
+        return self._plan_ids.get(id(plan))
+
     def get(self, graph, limits: Limits):
         """The plan of a graph its caller admits as it is (a registered model): looked up, parsed
         when new, and kept."""
@@ -154,6 +177,8 @@ class PlanCache:
                 return
             self._plans[key] = (plan, nbytes)
             self._keys[id(plan)] = key
+            self._plan_ids[id(plan)] = pid = plan_id(key)
+            self._ids[pid] = key
             self.nbytes += nbytes
             self._evict()
 
@@ -175,4 +200,5 @@ class PlanCache:
         while len(self._plans) > self.size or self.nbytes > self.max_bytes:
             _, (dropped_plan, dropped) = self._plans.popitem(last=False)
             self._keys.pop(id(dropped_plan), None)
+            self._ids.pop(self._plan_ids.pop(id(dropped_plan), None), None)
             self.nbytes -= dropped

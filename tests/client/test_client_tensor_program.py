@@ -27,10 +27,15 @@ def test_same_losses_as_the_engine_and_the_requests_it_takes(mode, recorder):
         assert recorder.calls == []  # nothing needed a graph: every op ran on the engine at once
         return
     assert recorder.paths() == ["/forward"] * len(got)  # one per loss.item()
-    sizes = [len(header["graph"]["nodes"]) for _, _, header in recorder.calls]
+    headers = [header for _, _, header in recorder.calls]
+    graphs = [header["graph"] for header in headers if "graph" in header]
     # the weights' update history is not resent (each fetch brought the held values back): from
-    # the second step on, every request carries one step's graph, the same size
-    assert sizes[-1] <= sizes[1] and len(set(sizes[2:])) == 1, sizes
+    # the third step on, every request is the same one step's graph, so once it has been sent
+    # it goes by the plan id the server gave it
+    assert len(graphs) == 3 and len(graphs[2]["nodes"]) <= len(graphs[1]["nodes"]), [len(g["nodes"]) for g in graphs]
+    by_id = headers[3:]
+    assert by_id and all("graph" not in header for header in by_id), by_id
+    assert len({header["plan"] for header in by_id}) == 1
 
 
 def test_fetched_values_cut_the_history(remote):
