@@ -28,7 +28,7 @@ from client.graph import GRAD, LEAF, GradNode, Value, edge_of
 from client.serialize import Builder, NeedsGraph
 from client.variable import Variable, as_host_array
 from client.wire import Call
-from engine.autograd import accumulate_grad, backward_arguments, grad_arguments, walk
+from engine.autograd import accumulate_grad, walk
 
 
 class FetchPlan:
@@ -200,19 +200,9 @@ def gradient_node(outputs, seeds, wrt: Value) -> Variable:
     return total
 
 
-def prepare_backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False):
-    outputs, seeds = backward_arguments(outputs, grad_outputs, Variable)
-    return BackwardPlan(outputs, seeds, retain_graph, None, create_graph)
-
-
 def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False, session=None):
     """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad."""
-    (session or current_session()).run(prepare_backward(outputs, grad_outputs, retain_graph, create_graph))
-
-
-def prepare_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False):
-    outputs, inputs, seeds = grad_arguments(outputs, inputs, grad_outputs, Variable)
-    return BackwardPlan(outputs, seeds, retain_graph, inputs, create_graph)
+    (session or current_session()).backward(outputs, grad_outputs, retain_graph, create_graph)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False, session=None):

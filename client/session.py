@@ -27,7 +27,7 @@ import numpy
 import orjson
 
 from client import context
-from client.autograd import FetchPlan, prepare_backward, prepare_grad
+from client.autograd import BackwardPlan, FetchPlan
 from client.errors import ConflictError, NotFoundError, ServerError
 from client.transports import (
     DEFAULT_RETRIES,
@@ -39,7 +39,7 @@ from client.transports import (
 )
 from client.variable import Variable
 from client.wire import Call, Response, decode, encode, raise_for_error
-from engine.autograd import check_unused
+from engine.autograd import backward_arguments, check_unused, grad_arguments
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
 USER_AGENT = "gradserve-client/0.1"
@@ -151,11 +151,13 @@ class _Core:
         """Accumulate the gradients of `outputs` (one Variable, or a list) into the leaves' `.grad`."""
         if isinstance(outputs, Variable):
             outputs, gradient = [outputs], None if gradient is None else [gradient]
-        return self._running(prepare_backward(list(outputs), gradient, retain_graph, create_graph))
+        outputs, seeds = backward_arguments(list(outputs), gradient, Variable)
+        return self._running(BackwardPlan(outputs, seeds, retain_graph, None, create_graph))
 
     def grad(self, outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
         """The gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
-        plan = prepare_grad(outputs, inputs, grad_outputs, retain_graph, create_graph)
+        outputs, inputs, seeds = grad_arguments(outputs, inputs, grad_outputs, Variable)
+        plan = BackwardPlan(outputs, seeds, retain_graph, inputs, create_graph)
         return check_unused((yield from self._running(plan)), allow_unused)
 
     def send(self, path, header: dict, inputs=(), grad_outputs=()):
