@@ -1,6 +1,6 @@
 """Reverse-mode differentiation: `backward` and `grad`, walking the graph without recursion.
 
-Also the rules the client shares (`client.autograd` replays them on its lazy graph): the
+Also the rules the client shares (`client.autograd` applies them to its lazy graph): the
 arguments of `backward()`/`grad()` (`backward_arguments`, `grad_arguments`, `check_unused`),
 how `.grad` accumulates (`accumulate_grad`) and which nodes a backward visits (`walk`, which
 runs the backward's course without computing, `reachable`, `nodes_reaching`).
@@ -139,7 +139,7 @@ def reachable(root_nodes):
 def nodes_reaching(nodes, target_nodes, target_leaves):
     """Nodes from which a target can be reached (so their vjps must run).
 
-    Works on any graph whose nodes have `edges` (the client replays it on its grad_fn graph)."""
+    Works on any graph whose nodes have `edges` (`walk` runs it on the client's grad_fn graph)."""
     parents = {}
     for node in nodes:
         for edge in node.edges:
