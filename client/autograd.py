@@ -2,9 +2,9 @@
 
 A plan builds its request from the local graph and applies the answer: values cached on their
 Values, gradients accumulated into `.grad` (backward) or returned (grad). Before a backward,
-the engine's traversal is replayed on the grad_fn nodes (`simulate`): the client knows which
-leaves get a gradient and which nodes the backward frees, and raises the engine's errors (a
-second backward through freed nodes, a saved input modified in place). With `create_graph`
+the engine walks the backward's course on the grad_fn nodes (`engine.autograd.walk`): the
+client knows which Variables get a gradient and which nodes the backward frees, and raises the
+engine's errors (a second backward through freed nodes, a saved input modified in place). With `create_graph`
 nothing is sent: gradients are lazy Variables standing for `grad` nodes (format 1.1).
 
 Stateless by default: every backward sends its graph and inputs. Sessions made with `tapes=True`
@@ -24,17 +24,11 @@ from client.context import current_session
 from client.errors import ProtocolError, TracingError
 from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from client.grad_mode import current_phase, mode
-from client.graph import GRAD, LEAF, GradNode, Node, Value, edge_of
+from client.graph import GRAD, LEAF, GradNode, Value, edge_of
 from client.serialize import Builder, NeedsGraph
 from client.variable import Variable, as_host_array
 from client.wire import Call
-from engine.autograd import (
-    accumulate_grad,
-    backward_arguments,
-    grad_arguments,
-    nodes_reaching,
-    reachable,
-)
+from engine.autograd import accumulate_grad, walk
 
 
 class FetchPlan:
@@ -86,34 +80,6 @@ def _take(tensors, name, where):
         raise ProtocolError(f"the answer has no {where} tensor named {name!r} (it has {sorted(tensors)})") from None
 
 
-def simulate(outputs, targets=None):
-    """The engine's backward traversal on the grad_fn graph: (processed nodes, {id: leaf} that
-    get a gradient, nodes that get one). Raises the engine's errors for freed or modified nodes."""
-    roots = list(dict.fromkeys(o._node for o in outputs if o._node is not None))
-    capture = None if targets is None else {id(t) for t in targets}
-    leaves = {id(o): o for o in outputs if o._node is None and (capture is None or id(o) in capture)}
-    nodes, _ = reachable(roots)
-    needed = None if targets is None else nodes_reaching(
-        nodes, {t._node for t in targets if t._node is not None}, [id(t) for t in targets if t._node is None])
-    processed, seen, queue = [], set(roots), list(roots)
-    while queue:
-        node = queue.pop()
-        processed.append(node)
-        needs = [e is not None and (needed is None or id(e) in capture or e in needed) for e in node.edges]
-        if any(needs):
-            node.check()
-        for i, edge in enumerate(node.edges):
-            if not needs[i] or not node.produces(i):
-                continue
-            if isinstance(edge, Node):
-                if edge not in seen:
-                    seen.add(edge)
-                    queue.append(edge)
-            elif capture is None or id(edge) in capture:
-                leaves[id(edge)] = edge
-    return processed, leaves, seen
-
-
 def _may_update(grad) -> bool:
     """Whether `.grad` can take the next gradient in place: a writable leaf array (copied first
     when a recorded op reads it: `.data` is copy-on-write)."""
@@ -131,7 +97,7 @@ class BackwardPlan:
         self.outputs, self.seeds, self.targets = outputs, seeds, targets
         self.retain = bool(create_graph if retain_graph is None else retain_graph)
         self.create_graph = create_graph
-        self.processed, self.leaves, self.reached = simulate(outputs, targets)
+        self.processed, self.getting = walk(outputs, targets)
         self.wanted = []
 
     def prefetch(self):
@@ -140,15 +106,8 @@ class BackwardPlan:
 
     def _holders(self):
         """[(Variable that gets a gradient, the Value it is the gradient of; None: the leaf's own)]."""
-        if self.targets is None:
-            found = [(var, None) for var in self.leaves.values()]
-            for node in self.processed:
-                holder = node.retained() if node.retained is not None else None
-                if holder is not None and holder._node is node and node.value is not None:
-                    found.append((holder, node.value))
-            return found
-        return [(t, None) if t._node is None else (t, t._node.value) for t in dict.fromkeys(self.targets)
-                if (t._node is None and id(t) in self.leaves) or (t._node in self.reached and t._node.value is not None)]
+        return [(v, None if v._node is None else v._node.value) for v in self.getting
+                if v._node is None or v._node.value is not None]
 
     def call(self, session):
         if self.create_graph:
@@ -241,19 +200,9 @@ def gradient_node(outputs, seeds, wrt: Value) -> Variable:
     return total
 
 
-def prepare_backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False):
-    outputs, seeds = backward_arguments(outputs, grad_outputs, Variable)
-    return BackwardPlan(outputs, seeds, retain_graph, None, create_graph)
-
-
 def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False, session=None):
     """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad."""
-    (session or current_session()).run(prepare_backward(outputs, grad_outputs, retain_graph, create_graph))
-
-
-def prepare_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False):
-    outputs, inputs, seeds = grad_arguments(outputs, inputs, grad_outputs, Variable)
-    return BackwardPlan(outputs, seeds, retain_graph, inputs, create_graph)
+    (session or current_session()).backward(outputs, grad_outputs, retain_graph, create_graph)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False, session=None):

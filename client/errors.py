@@ -49,53 +49,29 @@ class ServiceError(ServerError):
     """A 5xx answer: the service could not do the work."""
 
 
-class BadRequestError(RequestError, ValueError):
-    """400: a malformed body (bad JSON, bad binary header length, truncated binary data)."""
-    statuses, kind = (400,), "malformed"
+def _answer(name: str, bases: tuple, statuses: tuple, kind: str | None = None, what: str | None = None) -> type:
+    """A ServerError subclass for the HTTP `statuses`, documented by `what` or by its protocol
+    error `kind`'s description in `wire.errors.KINDS` (the kind the service answers with its first status)."""
+    doc = f"{'/'.join(map(str, statuses))}: {what or KINDS[kind]}."
+    return type(name, bases, {"__doc__": doc, "__module__": __name__, "statuses": statuses, "kind": kind})
 
 
-class AuthenticationError(RequestError, PermissionError):
-    """401/403: a missing or wrong API key."""
-    statuses = (401, 403)
-
-
-class NotFoundError(RequestError, LookupError):
-    """404: an unknown or expired tape (or path)."""
-    statuses, kind = (404,), "not_found"
-
-
-class ConflictError(RequestError, RuntimeError):
-    """409: a backward through a tape that a previous backward already freed."""
-    statuses, kind = (409,), "conflict"
-
-
-class PayloadTooLargeError(RequestError, ValueError):
-    """413: a body, tensor, graph or tape over one of the service's limits."""
-    statuses, kind = (413,), "too_large"
-
-
-class GraphValidationError(RequestError, ValueError):
-    """422: an invalid graph or tensor, or an op that failed while running (the node is named)."""
-    statuses, kind = (422,), "invalid"
-
-
-class InternalServerError(ServiceError, RuntimeError):
-    """500 and other 5xx answers without a class of their own."""
-    statuses = (500,)
-
-
-class ServiceUnavailableError(ServiceError):
-    """503: the service is busy or a computation passed its timeout (retried, then raised)."""
-    statuses, kind = (503,), "cancelled"
-
-
-class OutOfMemoryError(ServiceError, MemoryError):
-    """507: the service ran out of (device) memory."""
-    statuses, kind = (507,), "out_of_memory"
-
+BadRequestError = _answer("BadRequestError", (RequestError, ValueError), (400,), "malformed")
+AuthenticationError = _answer("AuthenticationError", (RequestError, PermissionError), (401, 403),
+                              what="a missing or wrong API key")
+NotFoundError = _answer("NotFoundError", (RequestError, LookupError), (404,), "not_found")
+ConflictError = _answer("ConflictError", (RequestError, RuntimeError), (409,), "conflict")
+PayloadTooLargeError = _answer("PayloadTooLargeError", (RequestError, ValueError), (413,), "too_large")
+GraphValidationError = _answer("GraphValidationError", (RequestError, ValueError), (422,), "invalid")
+InternalServerError = _answer("InternalServerError", (ServiceError, RuntimeError), (500,),
+                              what="an internal error, and any other 5xx answer without a class of its own")
+ServiceUnavailableError = _answer("ServiceUnavailableError", (ServiceError,), (503,), "cancelled",
+                                  what=f"the service is busy, or {KINDS['cancelled']} (retried, then raised)")
+OutOfMemoryError = _answer("OutOfMemoryError", (ServiceError, MemoryError), (507,), "out_of_memory")
 
 _ANSWERS = (BadRequestError, AuthenticationError, NotFoundError, ConflictError, PayloadTooLargeError,
             GraphValidationError, InternalServerError, ServiceUnavailableError, OutOfMemoryError)
+
 STATUS_ERRORS = {status: cls for cls in _ANSWERS for status in cls.statuses}
 KIND_ERRORS = {cls.kind: cls for cls in _ANSWERS if cls.kind}
 assert KIND_ERRORS.keys() == KINDS.keys(), "every protocol error kind has its exception"

@@ -22,8 +22,7 @@ from client.grad_mode import current_phase, is_grad_enabled, tracing
 from client.graph import ARG, FUNCTION, GRAD_OUTPUT, FunctionNode, Phase, Value, edge_of
 from client.serialize import Builder, forward_references
 from client.variable import Variable, as_host_array
-from engine.function import FunctionBase
-from engine.function import FunctionCtx as EngineFunctionCtx
+from engine.function import FunctionBase, FunctionCtx, node_class
 
 MAX_TRACES_PER_FUNCTION = 64
 
@@ -37,24 +36,6 @@ class Trace:
     produces: tuple      # per Variable input: whether backward returns a gradient for it
     saves: bool          # whether backward uses saved values (so a freed node can't run again)
     saved_args: tuple = ()  # indices (among Variable inputs) of the inputs forward saved
-
-
-class FunctionCtx(EngineFunctionCtx):
-    """The engine's `ctx`, noting what forward saved and whether backward read it."""
-
-    _saved_read = False
-    saved_by_forward = ()
-
-    def save_for_backward(self, *variables):
-        super().save_for_backward(*variables)
-        self.saved_by_forward = variables
-
-    @property
-    def saved_tensors(self):
-        self._saved_read = True
-        return super().saved_tensors
-
-    saved_variables = saved_tensors
 
 
 _TRACES: weakref.WeakKeyDictionary[type, dict] = weakref.WeakKeyDictionary()
@@ -90,7 +71,7 @@ def trace(cls, args, needs) -> Trace:
             out = _as_output(cls.forward_output(cls.forward(ctx, *symbolic)))
             out_value = out._graph_value()
         grad_output = Variable._lazy(Value(GRAD_OUTPUT, out_value.shape, out_value.dtype, phase=backward_phase))
-        ctx._saved_read = False
+        ctx.saved_read = False
         with tracing(backward_phase):
             grads = cls.backward_result(cls.backward(ctx, grad_output), len(args))
             grad_values = [None if g is None else _as_output(g)._graph_value()
@@ -109,10 +90,10 @@ def trace(cls, args, needs) -> Trace:
     forward_args_used = any(s.get("op") in ("arg", "forward_value") for s in bwd.nodes)
     attrs = {"name": name, "forward": fwd.subgraph([out_id]), "backward": bwd.subgraph(outputs)}
     saved_args = tuple(dict.fromkeys(
-        v._value.attrs["index"] for v in ctx.saved_by_forward
+        v._value.attrs["index"] for v in ctx.to_save
         if isinstance(v, Variable) and v._data is None and v._value.kind == ARG and v._value.phase is forward_phase))
     return Trace(name, attrs, out_value.shape, out_value.dtype, tuple(g is not None for g in grad_values),
-                 ctx._saved_read or forward_args_used, saved_args)
+                 ctx.saved_read or forward_args_used, saved_args)
 
 
 def _cached_trace(cls, args, needs) -> Trace:
@@ -127,15 +108,6 @@ def _cached_trace(cls, args, needs) -> Trace:
     return cache[key]
 
 
-_NODE_CLASSES: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
-
-
-def function_node_class(function: type) -> type:
-    if function not in _NODE_CLASSES:
-        _NODE_CLASSES[function] = type(f"{function.__name__}Backward", (FunctionNode,), {"__slots__": (), "function": function})
-    return _NODE_CLASSES[function]
-
-
 class Function(FunctionBase):
     """Base class of custom differentiable operations (see the module docstring)."""
 
@@ -147,8 +119,8 @@ class Function(FunctionBase):
         inputs = [a._graph_value() for a in variables]
         value = Value(FUNCTION, result.shape, result.dtype, inputs=inputs, attrs=result, phase=current_phase())
         if is_grad_enabled() and any(needs):
-            versions = tuple((variables[i], variables[i]._version) for i in result.saved_args)
-            value.node = function_node_class(cls)([edge_of(v) for v in inputs], value, result, versions)
+            saved = tuple(variables[i] for i in result.saved_args)
+            value.node = node_class(cls, FunctionNode, function=cls)([edge_of(v) for v in inputs], value, result, saved)
             value.requires_grad = True
         return Variable._lazy(value)
 

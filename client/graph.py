@@ -19,7 +19,8 @@ from collections import namedtuple
 
 import numpy
 
-from engine.node import INPLACE_MESSAGE, GraphFreedError
+from engine.function import FUNCTION_NAME
+from engine.node import GraphFreedError, check_output, check_saved
 from engine.node import Node as EngineNode
 
 LEAF, CONST, OP, FUNCTION, CUT = "input", "constant", "op", "function", "cut"
@@ -68,19 +69,9 @@ class Node(EngineNode):
     def value(self):
         return self._value()
 
-    def produces(self, i) -> bool:
-        """Whether the gradient of input i can be non-None."""
-        return True
-
     def check(self):
         if self.freed and self.saves:
             raise GraphFreedError()
-
-
-def _check_versions(name, versions):
-    for variable, then in versions:
-        if variable is not None and variable._version != then:
-            raise RuntimeError(INPLACE_MESSAGE.format(node=name, now=variable._version, then=then))
 
 
 class OpNode(Node):
@@ -96,28 +87,23 @@ class OpNode(Node):
         self.out_ref = None  # uses_output ops: a weakref to the output Variable, whose version is checked too
 
     def check(self):
-        saves = self.saves
-        if self.freed:
-            if saves is True or (saves and self.versions[saves]):
-                raise GraphFreedError()
-            return
-        if saves:
-            _check_versions(self.name, self.versions if saves is True else self.versions[saves])
-        out = self.out_ref() if self.out_ref is not None else None
-        if out is not None and out._version:
-            raise RuntimeError(INPLACE_MESSAGE.format(node=self.name + "'s output", now=out._version, then=0))
+        if self.saves:
+            saved, versions = zip(*self.versions)
+            check_saved(self, self.saves, saved, None if self.freed else versions)
+        if not self.freed:
+            check_output(self, self.out_ref)
 
 
 class FunctionNode(Node):
-    """The node of one custom `Function.apply` call. `versions`: (input Variable, version) of the
-    inputs that forward saved, checked when backward reads them (as the engine's ctx does)."""
+    """The node of one custom `Function.apply` call. `saved`: the input Variables that forward
+    saved, whose versions are checked when backward reads them (as the engine's ctx does)."""
 
     __slots__ = ("trace", "versions")
     function = None
 
-    def __init__(self, edges, value, trace, versions=()):
+    def __init__(self, edges, value, trace, saved=()):
         super().__init__(edges, value)
-        self.trace, self.versions = trace, versions
+        self.trace, self.saved, self.versions = trace, saved, tuple(v._version for v in saved)
 
     @property
     def saves(self):
@@ -128,8 +114,7 @@ class FunctionNode(Node):
 
     def check(self):
         if self.saves:
-            super().check()
-            _check_versions("a custom Function", self.versions)
+            check_saved(self, True, self.saved, None if self.freed else self.versions, FUNCTION_NAME)
 
 
 class GradNode(Node):

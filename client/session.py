@@ -8,8 +8,9 @@ default. `AsyncSession` is the asyncio flavour: `await s.fetch(v)`, `await s.bac
 
 Both are thin shells over one core written without I/O: each operation is a generator that
 yields what it needs done (`request`, `execute` or `sleep`) and is sent the answer (or thrown
-the error); `Session` does those things synchronously, `AsyncSession` awaits them. Retries
-follow the one `RetryPolicy`; a lost tape (404/409) is answered by the call's stateless fallback.
+the error). One loop (`_Core._drive`) runs it; the I/O is each session's `_perform`: `Session`
+does it at once, `AsyncSession` awaits it. Retries follow the one `RetryPolicy`; a lost tape
+(404/409) is answered by the call's stateless fallback.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy
 import orjson
 
 from client import context
-from client.autograd import FetchPlan, prepare_backward, prepare_grad
+from client.autograd import BackwardPlan, FetchPlan
 from client.errors import ConflictError, NotFoundError, ServerError
 from client.transports import (
     DEFAULT_RETRIES,
@@ -38,7 +39,7 @@ from client.transports import (
 )
 from client.variable import Variable
 from client.wire import Call, Response, decode, encode, raise_for_error
-from engine.autograd import check_unused
+from engine.autograd import backward_arguments, check_unused, grad_arguments
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
 USER_AGENT = "gradserve-client/0.1"
@@ -46,7 +47,7 @@ MAX_PLAN_IDS = 256  # graphs whose plan ids a session remembers
 
 
 class _Core:
-    """What both sessions do; the generators' steps are run by a subclass's `_drive`."""
+    """What both sessions do; the generators' steps are run by `_drive`, their I/O done by a subclass's `_perform`."""
 
     def __init__(self, url=None, api_key=None, timeout=DEFAULT_TIMEOUT, binary=True, retries=DEFAULT_RETRIES,
                  backoff=0.1, max_backoff=5.0, max_retry_after=30.0, tapes=False, executor=None, transport=None,
@@ -132,6 +133,20 @@ class _Core:
                 self._plans.popitem(last=False)
         return plan.finish(reply, self)
 
+    async def _drive(self, steps):
+        """An operation's result: what each step needs done is `_perform`ed (the subclass's I/O)
+        and the outcome sent back to the steps (an error thrown into them)."""
+        answer, failed = None, False
+        while True:
+            try:
+                what = steps.throw(answer) if failed else steps.send(answer)
+            except StopIteration as done:
+                return done.value
+            try:
+                answer, failed = await self._perform(*what), False
+            except Exception as err:  # noqa: BLE001 - thrown into the steps, which may handle it
+                answer, failed = err, True
+
     # --- the operations, each driven by both sessions ------------------------------------------
     def run(self, plan):
         """Run a fetch/backward plan."""
@@ -149,11 +164,13 @@ class _Core:
         """Accumulate the gradients of `outputs` (one Variable, or a list) into the leaves' `.grad`."""
         if isinstance(outputs, Variable):
             outputs, gradient = [outputs], None if gradient is None else [gradient]
-        return self._running(prepare_backward(list(outputs), gradient, retain_graph, create_graph))
+        outputs, seeds = backward_arguments(list(outputs), gradient, Variable)
+        return self._running(BackwardPlan(outputs, seeds, retain_graph, None, create_graph))
 
     def grad(self, outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
         """The gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
-        plan = prepare_grad(outputs, inputs, grad_outputs, retain_graph, create_graph)
+        outputs, inputs, seeds = grad_arguments(outputs, inputs, grad_outputs, Variable)
+        plan = BackwardPlan(outputs, seeds, retain_graph, inputs, create_graph)
         return check_unused((yield from self._running(plan)), allow_unused)
 
     def send(self, path, header: dict, inputs=(), grad_outputs=()):
@@ -176,19 +193,13 @@ class _Core:
         return f"<{type(self).__name__} {where} {'binary' if self.binary else 'json'}{' closed' if self.closed else ''}>"
 
 
-def _resume(steps, answer, failed: bool):
-    """(what `steps` needs done next, None) after sending it `answer` (or throwing it, when
-    `failed`), or (None, the steps' result) once they are done."""
-    try:
-        return (steps.throw(answer) if failed else steps.send(answer)), None
-    except StopIteration as done:
-        return None, done.value
-
-
 def _sync(operation):
     @functools.wraps(operation)
     def method(self, *args, **kwargs):
-        return self._drive(operation(self, *args, **kwargs))
+        try:  # a Session's `_drive` never waits (its `_perform` does the work at once): one send finishes it
+            self._drive(operation(self, *args, **kwargs)).send(None)
+        except StopIteration as done:
+            return done.value
     return method
 
 
@@ -208,16 +219,8 @@ class Session(_Core):
     _remote_transport = staticmethod(http_transport)
     run, fetch, backward, grad, send, post, get = (_sync(getattr(_Core, name)) for name in OPERATIONS)
 
-    def _drive(self, steps):
-        what, result = _resume(steps, None, False)
-        while what is not None:
-            try:
-                answer = (time.sleep if what[0] == "sleep" else getattr(self._transport, what[0]))(*what[1:])
-            except Exception as err:  # noqa: BLE001 - thrown into the steps, which may handle it
-                what, result = _resume(steps, err, True)
-            else:
-                what, result = _resume(steps, answer, False)
-        return result
+    async def _perform(self, action, *args):
+        return (time.sleep if action == "sleep" else getattr(self._transport, action))(*args)
 
     def fetch_values(self, values):
         self.run(FetchPlan(values))
@@ -260,18 +263,11 @@ class AsyncSession(_Core):
     _remote_transport = AsyncHttpTransport
     run, fetch, backward, grad, send, post, get = (_async(getattr(_Core, name)) for name in OPERATIONS)
 
-    async def _drive(self, steps):
-        what, result = _resume(steps, None, False)
-        while what is not None:
-            act = asyncio.sleep if what[0] == "sleep" else getattr(self._transport, what[0])
-            try:
-                answer = await (asyncio.to_thread(act, *what[1:]) if self.embedded and act is not asyncio.sleep
-                                else act(*what[1:]))
-            except Exception as err:  # noqa: BLE001 - thrown into the steps, which may handle it
-                what, result = _resume(steps, err, True)
-            else:
-                what, result = _resume(steps, answer, False)
-        return result
+    async def _perform(self, action, *args):
+        if action == "sleep":
+            return await asyncio.sleep(*args)
+        act = getattr(self._transport, action)
+        return await (asyncio.to_thread(act, *args) if self.embedded else act(*args))
 
     async def item(self, variable):
         await self.fetch(variable)

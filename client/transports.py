@@ -167,7 +167,7 @@ class AsyncHttpTransport(HttpTransport):
 class PlainHttpTransport:
     """HTTP/1.1 over `http.client` with a small pool of keep-alive connections (thread-safe: a
     request takes an idle connection or opens one, and gives it back when the answer is read).
-    Failures are reported as `HttpTransport` reports httpx's."""
+    Failures are reported as `HttpTransport` reports httpx's (as the httpx error they stand for)."""
 
     MAX_IDLE = 8
 
@@ -188,9 +188,8 @@ class PlainHttpTransport:
         try:
             conn.connect()
         except OSError as err:
-            what = "timed out" if isinstance(err, TimeoutError) else err
-            raise Retryable(ConnectionFailed(f"could not connect to the gradserve service at {self.url}: {what}",
-                                              self.url), True) from err
+            failure = httpx.ConnectError("timed out" if isinstance(err, TimeoutError) else str(err))
+            raise _translate(failure, self.url, "", self.timeout) from err
         conn.sock.settimeout(self.timeout)
         return conn
 
@@ -218,11 +217,8 @@ class PlainHttpTransport:
             body = answer.read()
         except (OSError, http.client.HTTPException) as err:
             conn.close()
-            where = f"{self.url}{path}"
-            if isinstance(err, TimeoutError):
-                raise RequestTimeout(f"no answer from {where} within the timeout ({self.timeout} s): ReadTimeout",
-                                     self.url) from err
-            raise Retryable(ConnectionFailed(f"the connection to {where} was dropped: {err!r}", self.url), False) from err
+            failure = httpx.ReadTimeout("") if isinstance(err, TimeoutError) else httpx.RemoteProtocolError(repr(err))
+            raise _translate(failure, self.url, path, self.timeout) from err
         if answer.will_close:
             conn.close()
         else:

@@ -1,8 +1,9 @@
 """Reverse-mode differentiation: `backward` and `grad`, walking the graph without recursion.
 
-Also the rules the client shares (`client.autograd` replays them on its lazy graph): the
+Also the rules the client shares (`client.autograd` applies them to its lazy graph): the
 arguments of `backward()`/`grad()` (`backward_arguments`, `grad_arguments`, `check_unused`),
-how `.grad` accumulates (`accumulate_grad`) and which nodes a backward visits (`reachable`, `nodes_reaching`).
+how `.grad` accumulates (`accumulate_grad`) and which nodes a backward visits (`walk`, which
+runs the backward's course without computing, `reachable`, `nodes_reaching`).
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def reachable(root_nodes):
 def nodes_reaching(nodes, target_nodes, target_leaves):
     """Nodes from which a target can be reached (so their vjps must run).
 
-    Works on any graph whose nodes have `edges` (the client replays it on its grad_fn graph)."""
+    Works on any graph whose nodes have `edges` (`walk` runs it on the client's grad_fn graph)."""
     parents = {}
     for node in nodes:
         for edge in node.edges:
@@ -156,6 +157,45 @@ def nodes_reaching(nodes, target_nodes, target_leaves):
                 needed.add(parent)
                 stack.append(parent)
     return needed
+
+
+def _targets(nodes, inputs):
+    """(the nodes whose vjps a grad() for `inputs` must run, {target node: id(target)})."""
+    target_nodes = {v._node: id(v) for v in inputs if v._node is not None}
+    return nodes_reaching(nodes, target_nodes, [id(v) for v in inputs if v._node is None]), target_nodes
+
+
+def walk(outputs, targets=None):
+    """The course of a backward from `outputs` (a grad() for `targets`) without computing, on a
+    graph whose nodes tell before computing (the client's grad_fn graph): `node.check()` raises
+    what the node's vjp would (freed, modified in place), `node.produces(i)` says whether it
+    sends input i a gradient. Returns (the nodes whose vjps run, the Variables that get a
+    gradient: for a backward the leaves reached and the retained (`retain_grad`) non-leaves of
+    those nodes, for a grad() the targets reached)."""
+    roots = list(dict.fromkeys(o._node for o in outputs if o._node is not None))
+    capture = None if targets is None else {id(t) for t in targets}
+    leaves = {id(o): o for o in outputs if o._node is None and (capture is None or id(o) in capture)}
+    needed = None if targets is None else _targets(reachable(roots)[0], targets)[0]
+    processed, seen, queue = [], set(roots), list(roots)
+    while queue:
+        node = queue.pop()
+        processed.append(node)
+        needs = [e is not None and (needed is None or id(e) in capture or e in needed) for e in node.edges]
+        if any(needs):
+            node.check()
+        for i, edge in enumerate(node.edges):
+            if not needs[i] or not node.produces(i):
+                continue
+            if isinstance(edge, Node):
+                if edge not in seen:
+                    seen.add(edge)
+                    queue.append(edge)
+            elif capture is None or id(edge) in capture:
+                leaves[id(edge)] = edge
+    if targets is not None:
+        return processed, [t for t in dict.fromkeys(targets) if (id(t) in leaves if t._node is None else t._node in seen)]
+    retained = ((node, node.retained()) for node in processed if node.retained is not None)
+    return processed, [*leaves.values(), *(v for node, v in retained if v is not None and v._node is node)]
 
 
 class _Sink:
@@ -226,12 +266,7 @@ def _start(outputs, grad_outputs, sink, inputs):
         grads[node] = grads[node] + g if node in grads else g
         root_nodes.append(node)
     nodes, deps = reachable(root_nodes)
-    needed = capture_nodes = None
-    if inputs is not None:
-        target_nodes = {v._node for v in inputs if v._node is not None}
-        target_leaves = [id(v) for v in inputs if v._node is None]
-        needed = nodes_reaching(nodes, target_nodes, target_leaves)
-        capture_nodes = {v._node: id(v) for v in inputs if v._node is not None}
+    needed, capture_nodes = (None, None) if inputs is None else _targets(nodes, inputs)
     ready = [n for n in dict.fromkeys(root_nodes) if deps.get(n, 0) == 0]
     return grads, ready, deps, needed, capture_nodes
 

@@ -11,31 +11,32 @@ from __future__ import annotations
 import inspect
 
 from engine.grad_mode import is_grad_enabled, no_grad
-from engine.node import INPLACE_MESSAGE, GraphFreedError, Meta, Node, edge_of
+from engine.node import Meta, Node, check_saved, edge_of
 from engine.variable import Variable, as_array
+
+FUNCTION_NAME = "a custom Function"  # how a version error names a Function's node
 
 
 class FunctionCtx:
-    """The `ctx` a custom Function's forward and backward share."""
+    """The `ctx` a custom Function's forward and backward share: `to_save` is what forward
+    saved, `saved_read` whether backward read it (the client's tracing asks both)."""
 
     def __init__(self):
-        self._saved = ()
+        self.to_save = ()
         self._versions = ()
         self._freed = False
+        self.saved_read = False
         self.needs_input_grad = ()
 
     def save_for_backward(self, *variables):
-        self._saved = variables
+        self.to_save = variables
         self._versions = tuple(v._version if isinstance(v, Variable) else None for v in variables)
 
     @property
     def saved_tensors(self):
-        if self._freed:
-            raise GraphFreedError()
-        for v, then in zip(self._saved, self._versions):
-            if then is not None and v._version != then:
-                raise RuntimeError(INPLACE_MESSAGE.format(node="a custom Function", now=v._version, then=then))
-        return self._saved
+        check_saved(None, True, self.to_save, None if self._freed else self._versions, FUNCTION_NAME)
+        self.saved_read = True
+        return self.to_save
 
     saved_variables = saved_tensors
 
@@ -131,20 +132,20 @@ class Function(FunctionBase):
         cls.forward_output(out)
         data = out._data if isinstance(out, Variable) else as_array(out)
         if is_grad_enabled() and any(ctx.needs_input_grad):
-            node_class = _node_class(cls)
-            return Variable._result(data, node_class(cls, ctx, args))
+            return Variable._result(data, node_class(cls)(cls, ctx, args))
         return Variable._result(data, None)
 
 
-_NODE_CLASSES: dict[type, type] = {}
+_NODE_CLASSES: dict = {}  # (Function, node base) -> node class
 
 
-def _node_class(function: type) -> type:
-    node_class = _NODE_CLASSES.get(function)
-    if node_class is None:
-        node_class = type(f"{function.__name__}Backward", (FunctionNode,), {"__slots__": ()})
-        _NODE_CLASSES[function] = node_class
-    return node_class
+def node_class(function: type, base: type = FunctionNode, /, **attrs) -> type:
+    """The grad_fn class of `function`'s calls, `<Function>Backward`, a subclass of `base` (the
+    engine's FunctionNode, or the client's) with class attributes `attrs`; made once."""
+    key = (function, base)
+    if key not in _NODE_CLASSES:
+        _NODE_CLASSES[key] = type(f"{function.__name__}Backward", (base,), {"__slots__": (), **attrs})
+    return _NODE_CLASSES[key]
 
 
 class _Legacy:

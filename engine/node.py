@@ -34,6 +34,30 @@ INPLACE_MESSAGE = (
 )
 
 
+def check_saved(node, saves, saved, versions, name=None):
+    """Raise PyTorch's errors for the saved inputs a node's vjp reads: freed by a backward
+    (`versions` None) or modified in place since recording. `saves`: True (every input) or a
+    slice of them; `saved[i]`: input i; `versions[i]`: its version then (None: not checked).
+    The one check of the engine's nodes and Function ctx and of the client's grad_fn nodes."""
+    if versions is None:
+        if saves is True or saved[saves]:
+            raise GraphFreedError()
+        return
+    if saves is not True:
+        saved, versions = saved[saves], versions[saves]
+    for v, then in zip(saved, versions):
+        if then is not None and v is not None and v._version != then:
+            raise RuntimeError(INPLACE_MESSAGE.format(node=name or node.name, now=v._version, then=then))
+
+
+def check_output(node, out_ref):
+    """Raise PyTorch's error when the output that a node's vjp reads (`out_ref`: a weak
+    reference to it, or None) was modified in place."""
+    out = out_ref() if out_ref is not None else None
+    if out is not None and out._version:
+        raise RuntimeError(INPLACE_MESSAGE.format(node=node.name + "'s output", now=out._version, then=0))
+
+
 class Meta:
     """Shape and dtype of a freed input: all that linear ops' vjps need.
 
@@ -76,6 +100,10 @@ class Node:
 
     def vjp(self, grad, needs):
         raise NotImplementedError
+
+    def produces(self, i) -> bool:
+        """Whether input i's gradient can be non-None, known without computing (see `autograd.walk`)."""
+        return True
 
     def free(self):
         raise NotImplementedError
@@ -126,26 +154,13 @@ class OpNode(Node):
     def freed(self) -> bool:
         return self.versions is None
 
-    def _check_saved(self, saves):
-        """Raise PyTorch's errors when saved inputs were freed or modified in place since recording."""
-        if self.versions is None:
-            if saves is True or self.saved[saves]:
-                raise GraphFreedError()
-            return
-        pairs = zip(self.saved, self.versions) if saves is True else zip(self.saved[saves], self.versions[saves])
-        for v, then in pairs:
-            if v._version != then:
-                raise RuntimeError(INPLACE_MESSAGE.format(node=self.name, now=v._version, then=then))
-
     def vjp(self, grad, needs):
         op = self.op
         if op.saves:  # True: every input's values are read; a slice: those inputs'; False: none
-            self._check_saved(op.saves)
+            check_saved(self, op.saves, self.saved, self.versions)
         ans = None
         if op.uses_output:
-            out = self.out_ref()
-            if out is not None and out._version:
-                raise RuntimeError(INPLACE_MESSAGE.format(node=self.name + "'s output", now=out._version, then=0))
+            check_output(self, self.out_ref)
             ans = _result(self.out_data, self)
         if op.vjp is not None:
             return op.vjp(grad, ans, self.saved, [n is not None for n in needs], **self.attrs)
