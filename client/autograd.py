@@ -29,6 +29,7 @@ from client.serialize import Builder, NeedsGraph
 from client.variable import Variable, as_host_array
 from client.wire import Call
 from engine.autograd import accumulate_grad, walk
+from engine.node import GraphFreedError
 
 
 class FetchPlan:
@@ -163,7 +164,9 @@ class BackwardPlan:
             sums = {key: (holder, Variable._leaf(array)) for key, (holder, array) in sums.items()}
         if not self.retain:
             for node in self.processed:
-                node.freed = True
+                node.free()
+            for value in getattr(self, "output_values", ()):
+                _seal(value)
         if self.targets is None:
             for holder, g in sums.values():
                 accumulate_grad(holder, g, lambda g: g, _may_update, self.create_graph)
@@ -178,6 +181,28 @@ class BackwardPlan:
                 session._tapes.pop(next(iter(session._tapes)))
         elif key is not None:
             session._tapes.pop(key, None)
+
+
+def _seal(value):
+    """Forget how a computed output was computed when nothing can use it again: it has its value
+    and no backward can pass it (every path to a leaf crosses a freed node that saved values).
+    Its history can then be collected, and leaves it read need no copy-on-write snapshot."""
+    if value.array is None or value.node is None or not value.inputs:
+        return
+    stack, seen = [value.node], set()
+    while stack:
+        node = stack.pop()
+        try:
+            node.check()
+        except (GraphFreedError, RuntimeError):
+            continue  # a backward stops here
+        for edge in node.edges:
+            if isinstance(edge, Variable):
+                return  # a leaf that a second backward would reach
+            if edge is not None and edge not in seen:
+                seen.add(edge)
+                stack.append(edge)
+    value.inputs = ()
 
 
 def gradient_node(outputs, seeds, wrt: Value) -> Variable:

@@ -73,6 +73,11 @@ class Node(EngineNode):
         if self.freed and self.saves:
             raise GraphFreedError()
 
+    def free(self):
+        """What a backward without retain_graph does: no backward can read this node's saved
+        inputs again (nor, so, keep their Variables alive)."""
+        self.freed = True
+
 
 class OpNode(Node):
     """A node of a registry op. `saves` is the op's (True, False, or a slice of the inputs whose
@@ -92,6 +97,10 @@ class OpNode(Node):
             check_saved(self, self.saves, saved, None if self.freed else versions)
         if not self.freed:
             check_output(self, self.out_ref)
+
+    def free(self):
+        self.freed = True
+        self.versions = tuple((None, then) for _, then in self.versions)
 
 
 class FunctionNode(Node):
@@ -115,6 +124,10 @@ class FunctionNode(Node):
     def check(self):
         if self.saves:
             check_saved(self, True, self.saved, None if self.freed else self.versions, FUNCTION_NAME)
+
+    def free(self):
+        self.freed = True
+        self.saved = ()
 
 
 class GradNode(Node):

@@ -94,8 +94,8 @@ class Builder(GraphWriter):
                 self._constant(v)
             elif v.phase is not None or kind in (ARG, GRAD_OUTPUT):
                 raise TracingError("a value computed while tracing a custom Function can't be used outside it")
-            elif v.array is not None and (mode == "forward" or not v.requires_grad):
-                self._input(v, v.array, False)
+            elif v.array is not None and (mode == "forward" or not v.requires_grad or not v.inputs):
+                self._input(v, v.array, False)  # (no inputs: a sealed output, which no gradient can pass)
             else:
                 return False
             return True

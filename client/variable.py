@@ -14,6 +14,7 @@ computes eagerly, so there the value was already fixed too).
 
 from __future__ import annotations
 
+import sys
 import weakref
 
 import numpy
@@ -98,10 +99,11 @@ class Variable:
     @property
     def data(self):
         if self._data is not None:
-            if self._shared:  # recorded by some op: copy before the caller can mutate it
-                self._data = self._data.copy()
+            if self._shared:  # recorded by some op: copy before the caller can mutate it, unless nothing holds the record
+                if sys.getrefcount(self._value) > 2:  # this Variable's slot and the call's argument
+                    self._data = self._data.copy()
+                    self._value = None
                 self._shared = False
-                self._value = None
             return tensor_data(self._data)
         return tensor_data(self._array())
 
