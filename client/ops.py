@@ -10,6 +10,7 @@ registry op reaches the client with no client code. `install()` puts the surface
 
 from __future__ import annotations
 
+import functools
 import weakref
 
 import numpy
@@ -204,7 +205,7 @@ def setitem(x, value, key):
 
 
 def _record_run(op):
-    return lambda inputs, attrs: record(op, inputs, attrs)
+    return functools.partial(record, op)
 
 
 def install(backward) -> dict:
