@@ -10,11 +10,13 @@ import time
 
 from benchmarks import common, serving
 from benchmarks.common import LABELS, PY, ROOT, fmt_time, rtext, table, timing_table, verdict
+from benchmarks.loadgen import group_cpu_seconds
 
 
-def _loops(case, sides, rounds, deadline_s, env_remote, **params):
+def _loops(case, sides, rounds, deadline_s, env_remote, server_pgid=None, **params):
     """Run `case` on each side `rounds` times, interleaved, in fresh processes; the client sides
-    embedded (no GRADSERVE_URL) or remote (`env_remote`)."""
+    embedded (no GRADSERVE_URL) or remote (`env_remote`, whose server's CPU time over each run is
+    counted when its process group `server_pgid` is given)."""
     res = {s: {"times": [], "extra": [], "error": None} for s in sides}
     end = time.monotonic() + deadline_s
     for _ in range(rounds):
@@ -22,20 +24,29 @@ def _loops(case, sides, rounds, deadline_s, env_remote, **params):
             if res[side]["error"] or time.monotonic() > end:
                 continue
             env = env_remote if side == "remote" else {"GRADSERVE_URL": None}
+            server_cpu = group_cpu_seconds(server_pgid) if side == "remote" and server_pgid else None
             r = common.worker(case, side, timeout=max(60, end - time.monotonic()), env=env, **params)
             if "error" in r:
                 res[side]["error"] = r["error"]
             else:
                 res[side]["times"] += r["times"]
-                res[side]["extra"].append(r.get("extra") or {})
+                extra = r.get("extra") or {}
+                if server_cpu is not None:  # the worker's warm-up steps included: an upper bound per step
+                    extra["server_cpu"] = (group_cpu_seconds(server_pgid) - server_cpu) / max(1, extra.get("steps", 1))
+                res[side]["extra"].append(extra)
     return res
 
 
 def _totals(res, steps):
+    def median_of(extras, key):
+        values = [e[key] for e in extras if e.get(key) is not None]
+        return fmt_time(statistics.median(values)) if values else "-"
     rows = [[LABELS[side], fmt_time(statistics.median([e["total"] for e in v["extra"]])),
-             statistics.median([e["steps"] for e in v["extra"]]), len(v["extra"])]
+             statistics.median([e["steps"] for e in v["extra"]]), len(v["extra"]), median_of(v["extra"], "cpu"),
+             median_of(v["extra"], "server_cpu")]
             for side, v in res.items() if v["extra"]]
-    return table(["side", f"loop total (up to {steps} steps)", "steps done", "rounds"], rows)
+    return table(["side", f"loop total (up to {steps} steps)", "steps done", "rounds", "CPU / step (its process)",
+                  "server CPU / step"], rows)
 
 
 def _target(targets, label, ratio, limit):
@@ -48,7 +59,7 @@ def _train(quick, client_error, service, env_remote, targets):
     sides = ["engine", "torch", "numpy"] if client_error else ["embedded", "remote", "engine", "torch", "numpy"]
     if env_remote is None and "remote" in sides:
         sides.remove("remote")
-    res = _loops("train", sides, 1 if quick else 3, 150 if quick else 400, env_remote, steps=steps)
+    res = _loops("train", sides, 1 if quick else 3, 150 if quick else 400, env_remote, service.pgid, steps=steps)
     if client_error:
         res["embedded"] = {"times": [], "extra": [], "error": client_error}
     if "remote" not in res:
@@ -63,7 +74,9 @@ def _train(quick, client_error, service, env_remote, targets):
             "the table is per step (median, robust to a busy machine's spikes) and *loop total* is the whole "
             "loop's wall time (median over rounds). Engine, embedded and remote run one program, the seed's "
             "(`w.data -= lr * w.grad.data`), with `engine` or `client` as the module; remote talks to a local "
-            "1-worker server via `GRADSERVE_URL`.\n",
+            "1-worker server via `GRADSERVE_URL`. *CPU / step* is the side's own process (user + system, "
+            "`time.process_time`) over its timed steps; *server CPU / step* is the server process group's over the "
+            "remote run (its 5 warm-up steps included) ÷ the timed steps.\n",
             md, "", _totals(res, steps), "\nTargets (per-step medians): " + "; ".join(notes) + "\n"]
 
 

@@ -304,9 +304,10 @@ def case_train(side, p):
 
 
 def _timed_steps(step, steps: int, max_s: float) -> dict:
-    """Per-step times of up to `steps` calls of `step` (stopping after `max_s`), and the loop's wall time."""
+    """Per-step times of up to `steps` calls of `step` (stopping after `max_s`), the loop's wall
+    time and the process's CPU time per step."""
     times = []
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     deadline = t_start + max_s
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -314,7 +315,8 @@ def _timed_steps(step, steps: int, max_s: float) -> dict:
         times.append(time.perf_counter() - t0)
         if t0 > deadline:
             break
-    return {"times": times, "extra": {"total": time.perf_counter() - t_start, "steps": len(times)}}
+    cpu = (time.process_time() - cpu_start) / len(times)
+    return {"times": times, "extra": {"total": time.perf_counter() - t_start, "steps": len(times), "cpu": cpu}}
 
 
 def case_tensorprog(side, p):
