@@ -142,6 +142,13 @@ MISSED_BECAUSE = {
                        "body read and write (Changes, round 2)",
     "remote training loop": "each step is a 650 KB request: the HTTP round trip plus a ~250 µs hand-off to a "
                             "compute thread and back, which the embedded loop doesn't pay (Changes, round 2)",
+    "embedded client seed loop": "per step: the compiled plan 362 µs (the engine's arithmetic, 1.13x the NumPy floor), "
+                                 "recording 6 ops 64 µs, writing the request's graph 41 µs, walking the backward's course "
+                                 "17 µs, admission 16 µs, applying the answer 17 µs: ~175 µs of lazy-graph bookkeeping "
+                                 "against the engine's ~100 µs of eager dispatch (Changes, the client, session 4)",
+    "HVP": "CPython dispatch: two backward walks (13 nodes, then 26) and 52 op applications per HVP; cProfile: "
+           "apply_op 38%, run_backward's loop 18%, nodes_reaching + reachable 13%; PyTorch does them in C++ "
+           "(Changes, the client, session 4: not a regression)",
     "tensor program": "the client records every op lazily and never materializes the updated weights: each "
                       "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
                       "step's cost grows with the step count), parsed and re-run by the Executor (cProfile of steps "
