@@ -121,7 +121,7 @@ def serve(settings) -> int:
         uvicorn.run(
             "service.app:create_app", factory=True, host=settings.host, port=settings.port, workers=settings.workers,
             log_level=settings.log_level, timeout_graceful_shutdown=settings.timeout_graceful_shutdown,
-            proxy_headers=False, server_header=False, http="service.connections:BoundedH11Protocol",
+            proxy_headers=False, server_header=False, http="service.connections:BoundedProtocol",
             timeout_keep_alive=settings.keep_alive_timeout_s, backlog=BACKLOG,
         )
     finally:

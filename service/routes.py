@@ -295,8 +295,10 @@ def shutting_down(settings) -> ApiError:
                     "retry on another instance", headers={"Retry-After": "1", "Connection": "close"})
 
 
-def add_compute_routes(app) -> None:
+def add_compute_routes(app) -> dict:
     """The compute endpoints, as plain ASGI routes (documented in the OpenAPI schema by
-    `service.schema.compute_paths`, since FastAPI describes only its own routes)."""
-    for kind in ("forward", "backward"):
-        app.add_route(f"/{kind}", ComputeEndpoint(kind), methods=["POST"], include_in_schema=False)
+    `service.schema.compute_paths`, since FastAPI describes only its own routes); {path: endpoint}."""
+    endpoints = {f"/{kind}": ComputeEndpoint(kind) for kind in ("forward", "backward")}
+    for path, endpoint in endpoints.items():
+        app.add_route(path, endpoint, methods=["POST"], include_in_schema=False)
+    return endpoints

@@ -167,6 +167,12 @@ def test_cors_only_when_configured(monkeypatch, origin_setting):
         assert pre.headers["access-control-allow-origin"] == "https://app.example"
         other = client.get("/healthz", headers={"Origin": "https://evil.example"})
         assert "access-control-allow-origin" not in other.headers
+        for path in ("/forward", "/backward"):  # the compute endpoints, called past FastAPI's stack, too
+            allowed = client.post(path, json=EXAMPLE, headers={"Origin": "https://app.example"})
+            assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://app.example"
+            assert allowed.headers["access-control-expose-headers"]
+            refused = client.post(path, json=EXAMPLE, headers={"Origin": "https://evil.example"})
+            assert "access-control-allow-origin" not in refused.headers
     monkeypatch.delenv("GRADSERVE_CORS_ORIGINS")
     with TestClient(create_app(Settings(device="cpu"))) as client:
         response = client.get("/healthz", headers={"Origin": "https://app.example"})
