@@ -47,7 +47,9 @@ class Gradserve(FastAPI):
     routes (~40 µs of a tiny request's ~225 µs in process). Any other method or path, and the
     same paths under a root_path, go through FastAPI as usual."""
 
-    direct: dict = {}
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.direct = {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["method"] == "POST":

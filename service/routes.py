@@ -11,13 +11,12 @@ import math
 import numpy
 import orjson
 from fastapi import APIRouter, Request
-from starlette.datastructures import Headers
 from starlette.responses import Response
 
 from engine import backend
 from engine.registry import OPS
 from service.auth import require_api_key
-from service.body import BodyHold, header_length, read_body
+from service.body import BodyHold, header_length, read_body, request_headers
 from service.compute import ClientGone
 from service.errors import ApiError, from_exception
 from service.schema import ERROR
@@ -168,33 +167,48 @@ SEND_CHUNK_BYTES = 1 << 20
 
 
 def _chunks(parts: list):
-    """`bytes` pieces of the body `parts`: the ASGI spec allows only `bytes` body parts. A `bytes`
-    part goes as it is; a tensor's memoryview is copied a slice of SEND_CHUNK_BYTES at a time as
-    it is sent, so neither the event loop (a copy holds the GIL) nor memory ever carries a second
-    whole copy of it."""
+    """The body `parts` as `bytes` chunks of SEND_CHUNK_BYTES (the last one shorter): the ASGI
+    spec allows only `bytes` body parts. Small parts are joined into one chunk (one send, one
+    write); a tensor's memoryview is copied a slice at a time as it is sent, so neither the event
+    loop (a copy holds the GIL) nor memory ever carries a second whole copy of it. Always yields
+    at least one chunk."""
+    if len(parts) == 1 and type(parts[0]) is bytes and len(parts[0]) <= SEND_CHUNK_BYTES:
+        yield parts[0]
+        return
+    pending, size, sent = [], 0, False
     for part in parts:
-        if type(part) is bytes:
-            yield part
-            continue
         view = memoryview(part)
-        for start in range(0, len(view), SEND_CHUNK_BYTES):
-            yield bytes(view[start:start + SEND_CHUNK_BYTES])
+        start, end = 0, len(view)
+        while start < end:
+            take = min(end - start, SEND_CHUNK_BYTES - size)
+            pending.append(view[start:start + take])
+            size += take
+            start += take
+            if size == SEND_CHUNK_BYTES:
+                yield b"".join(pending)
+                pending, size, sent = [], 0, True
+    if pending or not sent:
+        yield b"".join(pending)
 
 
 async def _send_parts(send, parts: list, head_length: int | None) -> None:
-    """A 200 whose body is `parts` sent one `bytes` chunk after the other (see `_chunks`)."""
+    """A 200 whose body is `parts` sent one `bytes` chunk after the other (see `_chunks`), the
+    last one closing the body (a small answer is one message)."""
     headers = [(b"content-length", str(sum(len(p) for p in parts)).encode())]
     if head_length is None:
         headers.append((b"content-type", JSON.encode()))
     else:
         headers += [(b"content-type", OCTET_STREAM.encode()), (HEADER_LENGTH_KEY, str(head_length).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    for chunk in _chunks(parts):
+    chunks = _chunks(parts)
+    chunk = next(chunks)
+    for following in chunks:
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    await send({"type": "http.response.body", "body": b""})
+        chunk = following
+    await send({"type": "http.response.body", "body": chunk})
 
 
-def require_body_type(headers: Headers) -> None:
+def require_body_type(headers) -> None:
     """415 unless the body is declared JSON or octet-stream (parameters such as charset allowed).
 
     A web page can make a browser POST text/plain, or a body with no type at all, to any address
@@ -225,7 +239,7 @@ class ComputeEndpoint:
         settings = state.settings
         hold = BodyHold(state.body_budget)
         try:
-            headers = Headers(scope=scope)
+            headers = request_headers(scope)
             require_api_key(settings.api_key, headers)
             require_body_type(headers)
             length = header_length(headers)
