@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 
 import numpy
 import orjson
@@ -96,7 +97,9 @@ async def metrics(request: Request) -> Response:
     return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-INLINE_BODY_BYTES = 8192
+INLINE_BODY_BYTES = 8192  # a JSON body (or a binary body's JSON header) this small is decoded on the event loop
+SHORT_BODY_BYTES = 4 * 2**20  # ... and a binary body this small too (its tensors are views; a misaligned one is copied)
+INLINE_JSON_ELEMENTS = 4096  # the largest JSON answer a short computation run on the loop may give
 
 
 def _decode(executor, body: bytes, head_length: int | None):
@@ -257,15 +260,23 @@ class ComputeEndpoint:
             hold.release()
         await _send_parts(send, parts, head_length)
 
-    async def _run(self, state, body: memoryview | bytearray, length: int | None, receive):
-        """A small body whose graph is light (`Executor.is_light`) runs here on the event loop,
-        where it costs less than the hop to a compute thread; anything else runs on the pool,
-        cancelled if the client disconnects meanwhile."""
+    async def _run(self, state, body, length: int | None, receive):
+        """A body whose JSON is small is decoded here on the event loop; then a light request
+        (`Executor.is_light`) runs here too, where it costs less than the hop to a compute thread,
+        and so does a short one (`is_short`) when the pool lets it (`ComputePool.may_run_inline`).
+        Anything else runs on the pool, cancelled if the client disconnects meanwhile."""
         pool, executor = state.pool, state.executor
-        if len(body) <= INLINE_BODY_BYTES:
+        if len(body) <= INLINE_BODY_BYTES or (length is not None and length <= INLINE_BODY_BYTES
+                                              and len(body) <= SHORT_BODY_BYTES):
             request = self.decode(executor, body, length)
             if self.is_light(executor, request):
                 return self.execute(executor, request)
+            if pool.may_run_inline() and self.is_short(executor, request):
+                start = time.perf_counter()
+                try:
+                    return self.execute(executor, request)
+                finally:
+                    pool.ran_inline(time.perf_counter() - start)
             self.before_waiting(executor, request)
             fn, args = self.execute, (executor, request)
         else:
@@ -283,6 +294,12 @@ class ComputeEndpoint:
 
     def is_light(self, executor, request) -> bool:
         return executor.is_light(request)
+
+    def is_short(self, executor, request) -> bool:
+        """Whether `request` takes at most milliseconds, answer included: `Executor.is_short`, and
+        a binary answer or a JSON one of at most INLINE_JSON_ELEMENTS."""
+        return executor.is_short(request) and (
+            request.binary_output or _planned_answer_elements(executor, self.kind, request) <= INLINE_JSON_ELEMENTS)
 
     def before_waiting(self, executor, request) -> None:
         """Refuse what would be refused after waiting for a slot (a JSON answer over its bound)."""
