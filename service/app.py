@@ -18,7 +18,7 @@ from service.auth import SCHEME
 from service.body import BodyBudget
 from service.compute import ComputePool
 from service.metrics import Metrics, MetricsMiddleware
-from service.routes import add_compute_routes, router
+from service.routes import Runtime, add_compute_routes, router
 from service.schema import compute_paths
 from service.settings import Settings
 from service.version import __version__
@@ -92,6 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.pool = pool
     app.state.body_budget = BodyBudget(settings.max_inflight_body_bytes)
     app.state.metrics = metrics
+    app.runtime = Runtime(settings, executor, pool, app.state.body_budget)
     app.state.ready = False
     errors.install(app)
     compute = add_compute_routes(app)

@@ -161,7 +161,7 @@ def test_a_client_that_disconnects_stops_its_computation(server_factory):
 
 def test_inline_requests_are_never_refused_and_pooled_ones_wait_briefly(server_factory):
     server = server_factory(max_concurrency=1, queue_timeout_s=1.5, max_request_work=LONG_WORK, log_level="warning")
-    slow, slow_headers = slow_binary(1200)  # seconds on any machine: the slot stays taken throughout
+    slow, slow_headers = slow_binary(800, n=768)  # ~8 s or more: the slot stays taken throughout
     results = {}
     thread = threading.Thread(target=lambda: results.setdefault(
         "slow", httpx.post(server.url + "/forward", content=slow, headers=slow_headers, timeout=120)))
