@@ -61,6 +61,22 @@ def test_cli_flags_override_env_and_reach_uvicorn(monkeypatch):
     assert os.environ["GRADSERVE_DEVICE"] == "cpu"
 
 
+@pytest.mark.parametrize("preset", [None, "1"])
+def test_cli_serves_without_numpy_huge_pages_unless_told(monkeypatch, preset):
+    """`gradserve serve` sets NUMPY_MADVISE_HUGEPAGE=0 (read by NumPy when the engine imports it,
+    and inherited by the workers) unless the operator set it."""
+    environ = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if preset is not None:
+        environ["NUMPY_MADVISE_HUGEPAGE"] = preset
+    monkeypatch.setattr(os, "environ", environ)
+    monkeypatch.setattr(signal, "signal", lambda *a: None)
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    assert cli.main(["serve", "--device", "cpu"]) == 0
+    assert os.environ["NUMPY_MADVISE_HUGEPAGE"] == (preset or "0")
+
+
 def test_cli_rejects_bad_settings(monkeypatch, capsys):
     monkeypatch.setenv("GRADSERVE_MAX_CONCURRENCY", "0")
     assert cli.main(["serve"]) == 2
