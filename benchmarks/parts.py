@@ -67,11 +67,19 @@ def part3(quick: bool):
                             continue
                         if prev and "latencies" in prev:
                             d["latencies"] = prev["latencies"] + d["latencies"]
+                            d["errors"] += prev["errors"]
+                            d["count"] += prev["count"]
                         measured[label] = d
                 raw_rate = None
                 for label, d in measured.items():
                     if "error" in d:
                         rows.append([f"{mib} MiB", label, f"skipped: {d['error']}", "", "", "", ""])
+                        continue
+                    if d["errors"]:  # e.g. a JSON body over max_json_body_bytes: answered 413, nothing transferred
+                        rows.append([f"{mib} MiB", label, f"refused: {d['errors']} of {d['count']} answers not 200", "", "", "",
+                                     ""])
+                        if label == "/forward binary":
+                            targets.append(("3", f"binary transfer {mib} MiB ≥80% of raw echo MB/s", "-", "missed: answers not 200"))
                         continue
                     st = stats(d["latencies"])
                     rate = mib * 1.048576 / st["median"]
