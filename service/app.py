@@ -18,7 +18,7 @@ from service.auth import SCHEME
 from service.body import BodyBudget
 from service.compute import ComputePool
 from service.metrics import Metrics, MetricsMiddleware
-from service.routes import Runtime, add_compute_routes, router
+from service.routes import CountedEndpoint, Runtime, add_compute_routes, router
 from service.schema import compute_paths
 from service.settings import Settings
 from service.version import __version__
@@ -105,8 +105,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "expose_headers": [HEADER_LENGTH, "Retry-After"]}
         app.add_middleware(CORSMiddleware, **cors)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: sees every response
-    app.direct = {path: MetricsMiddleware(CORSMiddleware(endpoint, **cors) if cors else endpoint, metrics=metrics)
-                  for path, endpoint in compute.items()}
+    app.direct = {path: MetricsMiddleware(CORSMiddleware(endpoint, **cors), metrics=metrics) if cors
+                  else CountedEndpoint(endpoint, metrics, path) for path, endpoint in compute.items()}
     app.openapi = lambda: _openapi(app)
     return app
 

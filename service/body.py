@@ -42,10 +42,11 @@ class BodyBudget:
 class BodyHold:
     """One request's share of the BodyBudget; `release()` when the request ends."""
 
-    __slots__ = ("budget", "bytes")
+    __slots__ = ("budget", "bytes", "received")
 
     def __init__(self, budget: BodyBudget):
         self.budget, self.bytes = budget, 0
+        self.received = 0  # body bytes that came in so far
 
     def grow(self, n: int) -> None:
         if n > self.budget.capacity:
@@ -120,6 +121,7 @@ async def read_body(receive, headers, limits: Limits, head_length: int | None, h
                     raise ApiError(400, "the client disconnected before sending the whole body", field="body")
                 chunk = message.get("body", b"")
                 end = total + len(chunk)
+                hold.received = end
                 if end > limit:
                     raise _too_large(limit, name, "is over")
                 if end > hold.bytes:

@@ -21,6 +21,9 @@ FLAGS = ("host", "port", "device", "workers", "log_level")
 FD_RESERVE = 64     # descriptors kept for files, pipes and the listening socket
 BACKLOG = 1024      # connections the kernel queues before accept
 EXIT_GRACE_S = 3.0  # after the drain, how long cancelled computations get to stop
+# the levels that print uvicorn's access log: at the others it is off, not only filtered (its
+# per-request address and path formatting would still be paid)
+ACCESS_LOG_LEVELS = ("trace", "debug", "info")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -123,6 +126,7 @@ def serve(settings) -> int:
             log_level=settings.log_level, timeout_graceful_shutdown=settings.timeout_graceful_shutdown,
             proxy_headers=False, server_header=False, http="service.connections:BoundedProtocol",
             timeout_keep_alive=settings.keep_alive_timeout_s, backlog=BACKLOG,
+            access_log=settings.log_level in ACCESS_LOG_LEVELS,
         )
     finally:
         _exit_after_drain(EXIT_GRACE_S)

@@ -195,10 +195,11 @@ def _chunks(parts: list):
         yield b"".join(pending)
 
 
-async def _send_parts(send, parts: list, head_length: int | None) -> None:
+async def _send_parts(send, parts: list, head_length: int | None) -> int:
     """A 200 whose body is `parts` sent one `bytes` chunk after the other (see `_chunks`), the
-    last one closing the body (a small answer is one message)."""
-    headers = [(b"content-length", str(sum(len(p) for p in parts)).encode())]
+    last one closing the body (a small answer is one message); its length."""
+    length = sum(len(p) for p in parts)
+    headers = [(b"content-length", str(length).encode())]
     if head_length is None:
         headers.append((b"content-type", JSON.encode()))
     else:
@@ -210,6 +211,14 @@ async def _send_parts(send, parts: list, head_length: int | None) -> None:
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
         chunk = following
     await send({"type": "http.response.body", "body": chunk})
+    return length
+
+
+async def _send_error(exc, hold, scope, receive, send) -> tuple[int, int, int]:
+    """Send the error response of `exc`: (its status, body bytes received, body bytes sent)."""
+    response = from_exception(exc)
+    await response(scope, receive, send)
+    return response.status_code, hold.received, len(response.body)
 
 
 def require_body_type(headers) -> None:
@@ -252,6 +261,11 @@ class ComputeEndpoint:
         self.kind = kind
 
     async def __call__(self, scope, receive, send):
+        await self.answer(scope, receive, send)
+
+    async def answer(self, scope, receive, send) -> tuple[int, int, int]:
+        """Answer one request: (status, body bytes received, body bytes sent); status 500 when
+        nothing was sent (the client left), as MetricsMiddleware counts it."""
         runtime = scope["app"].runtime
         settings = runtime.settings
         hold = BodyHold(runtime.body_budget)
@@ -263,16 +277,14 @@ class ComputeEndpoint:
             body = await read_body(receive, headers, runtime.executor.limits, length, hold, settings.body_timeout_s)
             parts, head_length, _ = await self._run(runtime, body, length, receive)
         except ClientGone:
-            return
+            return 500, hold.received, 0
         except asyncio.CancelledError:  # the shutdown drain ended: answer, retriably, instead of a 500
-            await from_exception(shutting_down(settings))(scope, receive, send)
-            return
+            return await _send_error(shutting_down(settings), hold, scope, receive, send)
         except Exception as exc:  # noqa: BLE001 - every failure becomes the one error shape
-            await from_exception(exc)(scope, receive, send)
-            return
+            return await _send_error(exc, hold, scope, receive, send)
         finally:
             hold.release()
-        await _send_parts(send, parts, head_length)
+        return 200, hold.received, await _send_parts(send, parts, head_length)
 
     async def _run(self, runtime, body, length: int | None, receive):
         """A body whose JSON is small is decoded here on the event loop; then a light request
@@ -338,6 +350,25 @@ def shutting_down(settings) -> ApiError:
     return ApiError(503, f"the server is shutting down: the request was still running when the drain of "
                     f"timeout_graceful_shutdown={settings.timeout_graceful_shutdown:g} s ended, and was cancelled; "
                     "retry on another instance", headers={"Retry-After": "1", "Connection": "close"})
+
+
+class CountedEndpoint:
+    """A compute endpoint that counts its requests in the metrics itself, as MetricsMiddleware
+    counts every other route's, from what `ComputeEndpoint.answer` returns (status, bytes in and
+    out): without the middleware's wrappers around receive and send, ~8% of a tiny request's CPU."""
+
+    __slots__ = ("endpoint", "metrics", "path")
+
+    def __init__(self, endpoint: ComputeEndpoint, metrics, path: str):
+        self.endpoint, self.metrics, self.path = endpoint, metrics, path
+
+    async def __call__(self, scope, receive, send):
+        start = time.perf_counter()
+        status, received, sent = 500, 0, 0
+        try:
+            status, received, sent = await self.endpoint.answer(scope, receive, send)
+        finally:
+            self.metrics.observe(self.path, "POST", status, time.perf_counter() - start, received, sent)
 
 
 def add_compute_routes(app) -> dict:
