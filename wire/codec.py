@@ -76,7 +76,7 @@ def check_header(obj, where: str, max_elements: int):
     if not isinstance(name, str) or not name:
         raise TensorError(f"{where}: tensor 'name' must be a non-empty string", field=f"{where}.name")
     shape = obj.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):  # int: not bool
         raise TensorError(f"tensor {name!r}: 'shape' must be a list of non-negative integers, got {shape!r}", field=f"{where}.shape")
     if len(shape) > MAX_DIMS:
         raise TensorError(f"tensor {name!r}: shape has {len(shape)} dimensions, more than the limit of {MAX_DIMS}",
