@@ -159,7 +159,7 @@ class Deadline:
     ~1.9 µs instead of ~5.1 µs on uvloop (asyncio.timeout builds a Timeout and looks the loop up
     three times): ~4% of a tiny request's instructions."""
 
-    __slots__ = ("task", "cancelling", "handle", "expired")
+    __slots__ = ("cancelling", "expired", "handle", "task")
 
     def __init__(self, delay: float):
         self.task = task = asyncio.current_task()

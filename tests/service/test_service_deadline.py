@@ -20,9 +20,8 @@ def run(request):
 
 def test_an_await_past_the_deadline_raises_timeout_error(run):
     async def main():
-        with pytest.raises(TimeoutError):
-            with Deadline(0.05):
-                await asyncio.sleep(5)
+        with pytest.raises(TimeoutError), Deadline(0.05):
+            await asyncio.sleep(5)
         assert asyncio.current_task().cancelling() == 0  # the timer's cancel was taken back
     run(main())
 
