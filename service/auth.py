@@ -5,7 +5,6 @@ from __future__ import annotations
 import hmac
 
 from pydantic import SecretStr
-from starlette.datastructures import Headers
 
 from service.errors import ApiError
 
@@ -13,9 +12,9 @@ SCHEME = "bearerAuth"
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
-def require_api_key(key: SecretStr | None, headers: Headers) -> None:
-    """401 unless `headers` carry the configured key (no-op without one). Plain and cheap: it runs
-    on the event loop before the body is read."""
+def require_api_key(key: SecretStr | None, headers) -> None:
+    """401 unless `headers` (a mapping of lower-case names) carry the configured key (no-op without
+    one). Plain and cheap: it runs on the event loop before the body is read."""
     if key is None:
         return
     scheme, _, token = headers.get("authorization", "").partition(" ")

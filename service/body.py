@@ -7,13 +7,13 @@ import asyncio
 import threading
 
 import numpy
-from starlette.datastructures import Headers
 
 from service.errors import ApiError
 from wire.codec import HEADER_LENGTH
 from wire.limits import Limits
 
 CLOSE = {"Connection": "close"}
+HEADER_LENGTH_NAME = HEADER_LENGTH.lower()
 
 
 class BodyBudget:
@@ -42,10 +42,11 @@ class BodyBudget:
 class BodyHold:
     """One request's share of the BodyBudget; `release()` when the request ends."""
 
-    __slots__ = ("budget", "bytes")
+    __slots__ = ("budget", "bytes", "received")
 
     def __init__(self, budget: BodyBudget):
         self.budget, self.bytes = budget, 0
+        self.received = 0  # body bytes that came in so far
 
     def grow(self, n: int) -> None:
         if n > self.budget.capacity:
@@ -86,7 +87,7 @@ def _too_large(limit: int, name: str, what: str) -> ApiError:
     return ApiError(413, f"the request body {what} the limit of {limit} bytes ({name}){hint}", field="body", headers=CLOSE)
 
 
-def declared_length(headers: Headers, limit: int, name: str = "max_body_bytes") -> int | None:
+def declared_length(headers, limit: int, name: str = "max_body_bytes") -> int | None:
     """The Content-Length, refused with 413 when it is over `limit` (before any byte is read)."""
     declared = headers.get("content-length")
     if declared is None:
@@ -100,40 +101,47 @@ def declared_length(headers: Headers, limit: int, name: str = "max_body_bytes") 
     return length
 
 
-async def read_body(receive, headers: Headers, limits: Limits, head_length: int | None, hold: BodyHold,
-                    timeout_s: float) -> memoryview | bytearray:
+async def read_body(receive, headers, limits: Limits, head_length: int | None, hold: BodyHold,
+                    timeout_s: float) -> bytes | memoryview | bytearray:
     """The raw body from ASGI `receive`. Refused with 413 before reading when its Content-Length is
     over its limit, and while reading (chunked or lying streams) as soon as the bytes pass it; with
     503 when the server-wide body budget has no room for it; with 408 when it has not all arrived
-    within `timeout_s`. Its bytes are counted in `hold` (the caller releases it)."""
+    within `timeout_s`. Its bytes are counted in `hold` (the caller releases it). `headers`: a
+    mapping of lower-case names (`request_headers`, or Starlette's Headers)."""
     limit, name = body_limit(limits, head_length)
     declared = declared_length(headers, limit, name)
     if declared:
         hold.grow(declared)
-    # one buffer filled in place, never zero-filled nor joined (each would hold the GIL for a
-    # pass over the whole body); a chunked body grows a bytearray
-    body = memoryview(numpy.empty(declared, numpy.uint8)) if declared else bytearray()
-    total = 0
+    body, total = None, 0
     try:
-        async with asyncio.timeout(timeout_s):
+        with Deadline(timeout_s):
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
                     raise ApiError(400, "the client disconnected before sending the whole body", field="body")
                 chunk = message.get("body", b"")
                 end = total + len(chunk)
+                hold.received = end
                 if end > limit:
                     raise _too_large(limit, name, "is over")
                 if end > hold.bytes:
                     hold.grow(end - hold.bytes)
+                if declared is not None and end > declared:
+                    raise ApiError(400, f"the body is longer than its Content-Length {declared}", field="body")
+                more = message.get("more_body", False)
+                if body is None:
+                    if not more:  # the whole body in one message: kept as it came, no copy
+                        body, total = chunk, end
+                        break
+                    # one buffer filled in place, never zero-filled nor joined (each would hold the
+                    # GIL for a pass over the whole body); a chunked body grows a bytearray
+                    body = memoryview(numpy.empty(declared, numpy.uint8)) if declared else bytearray()
                 if isinstance(body, bytearray):
                     body += chunk
-                elif end <= len(body):
-                    body[total:end] = chunk
                 else:
-                    raise ApiError(400, f"the body is longer than its Content-Length {declared}", field="body")
+                    body[total:end] = chunk
                 total = end
-                if not message.get("more_body", False):
+                if not more:
                     break
     except TimeoutError:
         raise ApiError(408, f"the request body did not arrive within body_timeout_s={timeout_s:g} s "
@@ -144,9 +152,45 @@ async def read_body(receive, headers: Headers, limits: Limits, head_length: int 
     return body
 
 
-def header_length(headers: Headers) -> int | None:
+class Deadline:
+    """`asyncio.timeout(delay)` for the awaits of the current task, as a plain context manager on
+    one timer handle: the same protocol (the timer cancels the task; leaving with that
+    cancellation raises TimeoutError, unless the task was also cancelled from elsewhere), at
+    ~1.9 µs instead of ~5.1 µs on uvloop (asyncio.timeout builds a Timeout and looks the loop up
+    three times): ~4% of a tiny request's instructions."""
+
+    __slots__ = ("cancelling", "expired", "handle", "task")
+
+    def __init__(self, delay: float):
+        self.task = task = asyncio.current_task()
+        self.cancelling = task.cancelling()
+        self.expired = False
+        loop = task.get_loop()
+        self.handle = loop.call_at(loop.time() + delay, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        self.task.cancel()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.handle.cancel()
+        if self.expired and exc_type is asyncio.CancelledError and self.task.uncancel() <= self.cancelling:
+            raise TimeoutError from exc
+        return False
+
+
+def request_headers(scope) -> dict:
+    """A request's headers as {lower-case name: value} (latin-1 text; the first of repeated ones,
+    as Starlette's Headers.get gives): one pass over the ASGI scope's list."""
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(scope["headers"])}
+
+
+def header_length(headers) -> int | None:
     """The JSON header's length for a binary-extension body (None for a plain JSON body)."""
-    value = headers.get(HEADER_LENGTH)
+    value = headers.get(HEADER_LENGTH_NAME)
     if value is None:
         return None
     text = value.strip()

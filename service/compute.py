@@ -1,4 +1,5 @@
-"""Running computations off the event loop, with backpressure and a timeout.
+"""Running computations off the event loop, with backpressure and a timeout; and when a short
+one may run on the loop instead.
 
 At most `max_concurrency` computations run at once, each on a thread of a pool of that size.
 One more waits for a slot at most `queue_timeout_s` (and at most `max_queued` wait at once);
@@ -7,6 +8,12 @@ whose client disconnects, or that is still running when shutdown's drain ends, i
 the engine checks the cancel event between graph steps, so the thread stops at the next node
 (one op already running finishes). A computation counts as in flight until its thread has
 really finished, so backpressure never admits more work than there are threads.
+
+A computation that certainly takes at most milliseconds may run on the event loop itself,
+where it saves the two thread hand-offs (~0.1-0.3 ms): only while no computation is on the
+pool or waiting for it, and only while the ones run on the loop lately took at most
+INLINE_SHARE of its time (`may_run_inline`, `ran_inline`). A flood of them goes to the pool,
+so the loop keeps answering other requests.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy
@@ -22,6 +30,7 @@ from service.errors import ApiError
 from wire.run import cancel_scope
 
 CANCELLED_AT_SHUTDOWN = threading.Event()  # a pool's shutdown cancelled running computations
+INLINE_SHARE = 0.5  # of the event loop's time, at most, for short computations run on it
 
 
 def _init_thread():
@@ -118,6 +127,8 @@ class ComputePool:
         self._jobs = set()
         self._waiters = collections.deque()  # futures of requests waiting for a slot, on the loop
         self._loop = None
+        self._inline_after = 0.0  # time.monotonic() from which a short computation may run on the loop again
+        self.on_loop = 0    # short computations run on the event loop instead (`ran_inline`)
         self.rejected = 0   # refused because all slots were taken past queue_timeout_s
         self.timed_out = 0  # answered 503 after compute_timeout_s
         self.abandoned = 0  # cancelled because the client disconnected
@@ -129,6 +140,16 @@ class ComputePool:
     @property
     def queued(self) -> int:
         return len(self._waiters)
+
+    def may_run_inline(self) -> bool:
+        """Whether a short computation may run on the event loop now (see the module doc)."""
+        return self._in_flight == 0 and not self._waiters and time.monotonic() >= self._inline_after
+
+    def ran_inline(self, seconds: float) -> None:
+        """Charge a computation that ran `seconds` on the loop: the next one may run there after the
+        loop has done other things for as long as INLINE_SHARE allows."""
+        self._inline_after = max(self._inline_after, time.monotonic()) + seconds * (1 / INLINE_SHARE - 1)
+        self.on_loop += 1
 
     def _try_acquire(self) -> bool:
         with self._lock:

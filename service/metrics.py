@@ -50,6 +50,8 @@ class EngineCollector:
         yield GaugeMetricFamily("gradserve_computations_in_flight", "Computations running on compute threads",
                                 value=self.pool.in_flight)
         yield GaugeMetricFamily("gradserve_max_concurrency", "Computations allowed at once", value=self.pool.max_concurrency)
+        yield CounterMetricFamily("gradserve_computations_on_loop", "Short computations run on the event loop instead "
+                                  "of a compute thread", value=self.pool.on_loop)
         yield CounterMetricFamily("gradserve_computations_rejected", "Computations refused with 503 (busy)",
                                   value=self.pool.rejected)
         yield CounterMetricFamily("gradserve_computations_timed_out", "Computations cancelled by compute_timeout_s",

@@ -76,7 +76,7 @@ def check_header(obj, where: str, max_elements: int):
     if not isinstance(name, str) or not name:
         raise TensorError(f"{where}: tensor 'name' must be a non-empty string", field=f"{where}.name")
     shape = obj.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):  # int: not bool
         raise TensorError(f"tensor {name!r}: 'shape' must be a list of non-negative integers, got {shape!r}", field=f"{where}.shape")
     if len(shape) > MAX_DIMS:
         raise TensorError(f"tensor {name!r}: shape has {len(shape)} dimensions, more than the limit of {MAX_DIMS}",
@@ -253,16 +253,23 @@ _ORJSON_DTYPES = tuple(numpy.dtype(t) for t in ("f4", "f8", "i1", "i2", "i4", "i
 def _json_array(flat) -> orjson.Fragment:
     """The JSON array of a flat array, written by orjson a chunk of _CHUNK elements at a time, so
     that another thread (the event loop) may take the GIL between chunks. Non-finite floats,
-    which orjson writes as null, are spelled "NaN", "Infinity", "-Infinity" (`_respell`): no
-    Python object per element, whatever the values."""
+    which orjson writes as null (the only "n" among its numbers), are spelled "NaN", "Infinity",
+    "-Infinity" (`_respell`): no Python object per element, whatever the values."""
     if flat.dtype == numpy.float16:
         flat = flat.astype(numpy.float32)
     floats = flat.dtype.kind == "f"
+    if flat.size <= _CHUNK:
+        text = dumps(flat)
+        if not floats or b"n" not in text:  # nothing to respell: orjson's text as it is
+            return orjson.Fragment(text)
     pieces = []
     for start in range(0, flat.size, _CHUNK):
         chunk = flat[start:start + _CHUNK]
-        raw = memoryview(dumps(chunk))[1:-1]
-        pieces += (_respell(raw, chunk[~numpy.isfinite(chunk)]) if floats else raw), b","
+        text = dumps(chunk)
+        raw = memoryview(text)[1:-1]
+        if floats and b"n" in text:
+            raw = _respell(raw, chunk[~numpy.isfinite(chunk)])
+        pieces += raw, b","
     return orjson.Fragment(b"".join([b"[", *pieces[:-1], b"]"]))
 
 
@@ -296,7 +303,7 @@ def encode_json(name: str, array) -> dict:
     array = numpy.asarray(array)
     obj = {"name": name, "shape": list(array.shape), "datatype": datatype_of(array.dtype)}
     flat = numpy.ascontiguousarray(array).reshape(-1)
-    if (array.dtype.kind == "f" and not numpy.isfinite(array).all()) or flat.size > _CHUNK:
+    if array.dtype.kind == "f" or flat.size > _CHUNK:
         obj["data"] = _json_array(flat)
     elif array.dtype in _ORJSON_DTYPES:
         obj["data"] = flat

@@ -88,7 +88,8 @@ def _backward(src, program):
     assigned = set()
     for name, reg, shape, dtype in program.seeds:
         src.line(f"r{reg} = G.get({name!r})")
-        src.line(f"if r{reg} is None: r{reg} = backend.xp.ones({shape!r}, {src.const(dtype, 'd')})")
+        ones = f"backend.xp.array(1, {src.const(dtype, 'd')})" if shape == () else f"backend.xp.ones({shape!r}, {src.const(dtype, 'd')})"
+        src.line(f"if r{reg} is None: r{reg} = {ones}")  # array(1, d): ones((), d) parses its shape (1 µs)
         src.line(f"elif tuple(r{reg}.shape) != {shape!r}: raise ForTheEngine('grad_outputs shape')")
         src.line(f"else: r{reg} = backend.to_active(r{reg}).astype({src.const(dtype, 'd')}, copy=False)")
     for seed, dst in program.roots:

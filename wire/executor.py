@@ -84,6 +84,19 @@ class Executor:
         plan, shapes = self._plan(request)
         return len(plan.steps) <= max_steps and shapes.all_known and shapes.total <= max_elements
 
+    def is_short(self, request: Request, max_steps: int = 256, max_elements: int = 2**18, max_work: int = 2**27,
+                 max_bytes: int = 32 * 2**20) -> bool:
+        """Whether running `request` certainly takes at most milliseconds: `is_light`'s test with
+        `max_steps` and `max_elements`, and a planned cost (forward and backward, wire.budget)
+        within `max_work` flop-equivalents and `max_bytes` at its peak. The defaults bound it at
+        ~15 ms on a slow CPU: elementwise passes over 2^18 values with their vjps at ~20 ns per
+        value, 2^27 flops of matrix products, per-step dispatch of 256 steps (the seed net's
+        /backward, 6 steps, 1.8e5 values and 6.1e7 flop-equivalents, takes ~0.5 ms)."""
+        if not self.is_light(request, max_steps, max_elements):
+            return False
+        cost = self._plan(request)[1].backward_cost
+        return cost.work <= max_work and cost.peak_bytes <= max_bytes
+
     def forward(self, request: Request) -> Result:
         if request.tape is not None or request.grad_outputs or request.wrt is not None:
             raise RequestError("/forward takes no tape, grad_outputs or wrt", field="tape" if request.tape else "grad_outputs")

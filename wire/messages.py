@@ -51,46 +51,45 @@ def decode_request(header, tail, limits: Limits) -> Request:
     """A Request from a parsed JSON header and the body's binary tail (None for plain JSON)."""
     if not isinstance(header, dict):
         raise RequestError("the body must be a JSON object", kind="malformed")
-    unknown = set(header) - REQUEST_KEYS
-    if unknown:
-        raise RequestError(f"unknown field(s) in request: {', '.join(sorted(unknown))}", field=sorted(unknown)[0])
-    params = header.get("parameters") or {}
+    if not REQUEST_KEYS.issuperset(header):
+        unknown = sorted(set(header) - REQUEST_KEYS)
+        raise RequestError(f"unknown field(s) in request: {', '.join(unknown)}", field=unknown[0])
+    get = header.get
+    params = get("parameters") or {}
     if not isinstance(params, dict):
         raise RequestError("'parameters' must be an object", field="parameters")
-    for key in ("retain_graph", "binary_data_output"):
-        if key in params and not isinstance(params[key], bool):
+    retain_graph = params.get("retain_graph", False)
+    binary_output = params.get("binary_data_output", False)
+    for key, value in (("retain_graph", retain_graph), ("binary_data_output", binary_output)):
+        if type(value) is not bool:
             raise RequestError(f"parameters.{key} must be true or false", field=f"parameters.{key}")
-    rid = header.get("id")
+    rid = get("id")
     if rid is not None and not isinstance(rid, (str, int)):
         raise RequestError("'id' must be a string or an integer", field="id")
-    wrt = header.get("wrt")
+    wrt = get("wrt")
     if wrt is not None and (not isinstance(wrt, list) or not all(isinstance(w, str) for w in wrt)):
         raise RequestError("'wrt' must be a list of input names", field="wrt")
-    tape = header.get("tape")
+    tape = get("tape")
     if tape is not None and not isinstance(tape, str):
         raise RequestError("'tape' must be a string", field="tape")
-    plan = header.get("plan")
-    if plan is not None and (not isinstance(plan, str) or header.get("graph") is not None):
+    plan = get("plan")
+    if plan is not None and (not isinstance(plan, str) or get("graph") is not None):
         raise RequestError("'plan' must be a string (a plan id an earlier answer gave), sent instead of 'graph'", field="plan")
-    checked = {}
-    for where in ("inputs", "grad_outputs"):
-        objs = header.get(where)
+    input_objs, grad_objs = get("inputs"), get("grad_outputs")
+    checked = []
+    for where, objs in (("inputs", input_objs), ("grad_outputs", grad_objs)):
         if objs is not None and not isinstance(objs, list):
             raise RequestError(f"'{where}' must be a list of tensor objects", field=where)
-        checked[where] = codec.check_headers(objs, where, limits.max_tensor_elements)
-    check_total(sum(count for headers in checked.values() for *_, count in headers), limits)
-    inputs, offset = codec.decode_tensors(header.get("inputs"), "inputs", tail, 0, limits.max_tensor_elements,
-                                          checked["inputs"])
-    grads, offset = codec.decode_tensors(header.get("grad_outputs"), "grad_outputs", tail, offset,
-                                         limits.max_tensor_elements, checked["grad_outputs"])
+        checked.append(codec.check_headers(objs, where, limits.max_tensor_elements))
+    check_total(sum(h[3] for h in checked[0]) + sum(h[3] for h in checked[1]), limits)
+    inputs, offset = codec.decode_tensors(input_objs, "inputs", tail, 0, limits.max_tensor_elements, checked[0])
+    grads, offset = codec.decode_tensors(grad_objs, "grad_outputs", tail, offset, limits.max_tensor_elements, checked[1])
     if tail is not None and offset != len(tail):
         raise RequestError(f"the body has {len(tail) - offset} bytes of binary data that no tensor claims",
                            field=codec.HEADER_LENGTH, kind="malformed")
-    return Request(
-        graph=header.get("graph"), plan=plan, inputs=tensor_map(inputs, "inputs"), grad_outputs=tensor_map(grads, "grad_outputs"),
-        wrt=wrt, id=rid, tape=tape, retain_graph=params.get("retain_graph", False),
-        binary_output=params.get("binary_data_output", False),
-    )
+    return Request(graph=get("graph"), plan=plan, inputs=tensor_map(inputs, "inputs"),
+                   grad_outputs=tensor_map(grads, "grad_outputs"), wrt=wrt, id=rid, tape=tape,
+                   retain_graph=retain_graph, binary_output=binary_output)
 
 
 def check_total(total: int, limits: Limits):

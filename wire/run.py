@@ -19,7 +19,16 @@ from engine.variable import Variable
 from wire import grad_node
 from wire.errors import GraphError
 
-_cancel = threading.local()
+class _ThreadState(threading.local):
+    """Per thread: the cancel event (`cancel_scope`) and the element limit (`element_guard`).
+    Class defaults, so that a thread that set neither reads None without an AttributeError
+    raised and dropped on every lookup."""
+
+    event = None
+    max_elements = None
+
+
+_cancel = _ThreadState()
 
 
 def cancelled(node_id=None) -> GraphError:
@@ -33,7 +42,7 @@ def cancel_scope(event: threading.Event):
     """Run graphs in this thread cooperatively cancellable: once `event` is set, the next step
     (of the graph, of a function's subgraph, or of the backward walk) raises GraphError (kind
     "cancelled"). The service sets it when a request's compute timeout passes or its client leaves."""
-    previous = getattr(_cancel, "event", None)
+    previous = _cancel.event
     _cancel.event = event
 
     def check():
@@ -50,14 +59,14 @@ def cancel_scope(event: threading.Event):
 
 def current_cancel():
     """This thread's cancel event (see cancel_scope), or None."""
-    return getattr(_cancel, "event", None)
+    return _cancel.event
 
 
 @contextmanager
 def element_guard(max_elements: int | None):
     """Within it, a step whose shape was not known before running (downstream of a boolean mask,
     see `Step.dynamic`) is checked against `max_elements` from its inputs' actual shapes first."""
-    previous = getattr(_cancel, "max_elements", None)
+    previous = _cancel.max_elements
     _cancel.max_elements = max_elements
     try:
         yield
@@ -82,8 +91,8 @@ def _check_dynamic(step, values, limit):
 def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_output=None, keep=()):
     """Run `steps`, dropping each value after its last reader (`drops`, see `wire.graph.liveness`)
     unless it is in `keep`."""
-    cancel = getattr(_cancel, "event", None)
-    limit = getattr(_cancel, "max_elements", None)
+    cancel = _cancel.event
+    limit = _cancel.max_elements
     shared_backwards = None
     for step, drop in zip(steps, drops):
         if cancel is not None and cancel.is_set():

@@ -107,9 +107,9 @@ class PlanCache:
     refused graph is never kept.
 
     The key is the text itself, not a digest of it: two graphs share a plan only when they are
-    equal. It is the graph re-serialised in the order it came (not sorted: sorting costs twice
-    as much, 13 µs against 5.6 µs for a 100-node graph): a client that repeats a graph repeats
-    its order, and the same graph in another key order is planned and cached once more."""
+    equal. It is the graph re-serialised with sorted keys, so the same graph in another key
+    order shares its plan (sorting costs ~1.4x: 7.5 µs against 5.4 µs for a 100-node graph,
+    1.1 µs against 0.8 µs for the seed net's)."""
 
     def __init__(self, size: int, max_bytes: int = 64 * 2**20):
         self.size = size

@@ -167,6 +167,9 @@ class ModelInference(ComputeEndpoint):
     def is_light(self, executor, infer) -> bool:
         return executor.is_light(infer.request)
 
+    def is_short(self, executor, infer) -> bool:
+        return all(infer.binary) and executor.is_short(infer.request)
+
     def before_waiting(self, executor, infer) -> None:
         pass
 

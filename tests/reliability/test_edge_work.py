@@ -161,7 +161,7 @@ def test_a_client_that_disconnects_stops_its_computation(server_factory):
 
 def test_inline_requests_are_never_refused_and_pooled_ones_wait_briefly(server_factory):
     server = server_factory(max_concurrency=1, queue_timeout_s=1.5, max_request_work=LONG_WORK, log_level="warning")
-    slow, slow_headers = slow_binary(1200)  # seconds on any machine: the slot stays taken throughout
+    slow, slow_headers = slow_binary(800, n=768)  # ~8 s or more: the slot stays taken throughout
     results = {}
     thread = threading.Thread(target=lambda: results.setdefault(
         "slow", httpx.post(server.url + "/forward", content=slow, headers=slow_headers, timeout=120)))
@@ -178,6 +178,46 @@ def test_inline_requests_are_never_refused_and_pooled_ones_wait_briefly(server_f
     assert 1.2 < waited < 10
     thread.join(120)
     assert results["slow"].status_code == 200
+
+def _short_body():
+    """A binary /backward of ~1-3 ms: two 128x128 matmuls and a tanh (Executor.is_short)."""
+    rng = np.random.default_rng(2)
+    x, w = (rng.standard_normal((128, 128)).astype(np.float32) for _ in range(2))
+    graph = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "w", "op": "input", "requires_grad": True},
+                                     {"id": "h", "op": "mm", "inputs": ["x", "w"]}, {"id": "t", "op": "tanh", "inputs": ["h"]},
+                                     {"id": "o", "op": "mm", "inputs": ["t", "w"]}, {"id": "s", "op": "sum", "inputs": ["o"]}],
+             "outputs": ["s"]}
+    return binary_body({"graph": graph, "parameters": {"binary_data_output": True}}, {"x": x, "w": w})
+
+
+def test_a_flood_of_short_requests_shares_the_loop_with_the_pool(server_factory):
+    """Short requests run on the event loop only while the pool is idle and the loop's share for
+    them is not spent: 6 clients sending them back to back (fewer than the pool's queue holds)
+    get every answer, part of them computed on the loop and part on the pool, while /healthz
+    keeps answering."""
+    server = server_factory(log_level="warning")
+    body, headers = _short_body()
+    assert httpx.post(server.url + "/backward", content=body, headers=headers, timeout=30).status_code == 200
+    assert metric(server.url, "gradserve_computations_on_loop_total") == 1  # alone: it ran on the loop
+    statuses, stop_at = [], time.monotonic() + 3
+
+    def client():
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            while time.monotonic() < stop_at:
+                statuses.append(http.post("/backward", content=body, headers=headers).status_code)
+
+    with HealthProbe(server.url) as probe:
+        threads = [threading.Thread(target=client) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert statuses and set(statuses) == {200}
+    on_loop = metric(server.url, "gradserve_computations_on_loop_total")
+    assert 1 < on_loop < len(statuses), (on_loop, len(statuses))
+    assert not probe.failures, probe.failures[:3]
+    assert probe.percentile(99) < 1.0, probe.percentile(99)
+
 
 def test_a_pooled_request_waits_for_a_slot_instead_of_503(server_factory):
     server = server_factory(max_concurrency=1, max_request_work=LONG_WORK, log_level="warning")  # the default queue_timeout_s

@@ -77,6 +77,46 @@ def test_a_flood_of_half_sent_requests_cannot_exhaust_descriptors(server_factory
     assert info["max_connections"] == cap and info["header_timeout_s"] == 3
 
 
+def _content_length(raw: bytes) -> int:
+    head = raw.partition(b"\r\n\r\n")[0].lower()
+    return int(head.split(b"content-length:")[1].split(b"\r\n")[0])
+
+
+def test_endless_headers_are_refused_at_the_header_size_bound(server_factory):
+    """Request lines and headers are bounded in size (service.connections.MAX_HEADER_BYTES), not
+    only in time: a client streaming headers that never end gets 431 and is closed long before
+    header_timeout_s, on a fresh connection and on a kept-alive one; headers under the bound pass."""
+    from service.connections import MAX_HEADER_BYTES
+
+    server = server_factory(header_timeout_s=60, log_level="warning")
+    rss_before = server.rss_kb()
+    filler = b"X-Filler: " + b"a" * 1000 + b"\r\n"
+    for kept_alive in (False, True):
+        sock = half_sent(server.port, b"")
+        if kept_alive:
+            body = json.dumps(simple_request()).encode()
+            sock.sendall(b"POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\n\r\n" + body)
+            answer = b""
+            while b"\r\n\r\n" not in answer or len(answer.partition(b"\r\n\r\n")[2]) < _content_length(answer):
+                answer += sock.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200")
+        t0 = time.monotonic()
+        with sock:
+            sock.sendall(SLOW_HEAD)
+            with contextlib.suppress(OSError):  # the server may close while we still send
+                for _ in range(4 * MAX_HEADER_BYTES // len(filler)):
+                    sock.sendall(filler)
+                    time.sleep(0.001)
+            answer = closed_by_server(sock, timeout=20)
+        assert answer is not None and time.monotonic() - t0 < 20
+        error = _json_error(answer, 431)
+        assert str(MAX_HEADER_BYTES) in error["error"]
+    big_but_allowed = {"X-Filler": "a" * (MAX_HEADER_BYTES // 2)}
+    assert httpx.post(server.url + "/forward", json=simple_request(), headers=big_but_allowed, timeout=30).status_code == 200
+    assert server.rss_kb() - rss_before < 50_000
+
+
 def _withheld_binary(port: int, size: int):
     """A binary request of `size` bytes declared, all sent but the last byte."""
     header = json.dumps({"graph": {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "s", "op": "sum",

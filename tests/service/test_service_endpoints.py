@@ -112,6 +112,29 @@ def test_metrics_count_every_byte_of_a_binary_response(api):
         assert _sample(text, name, endpoint="/forward") == _sample(before, name, endpoint="/forward") + size
 
 
+def test_metrics_count_the_bytes_of_refused_requests(api):
+    """The compute endpoints count their own requests (service.routes.CountedEndpoint): a body
+    refused before it is read counts 0 bytes in, one refused after it counts all of it, and an
+    error answer counts its body out."""
+    def counts(text, status):
+        return (_sample(text, "gradserve_requests_total", endpoint="/forward", status=status),
+                _sample(text, "gradserve_request_bytes_total", endpoint="/forward"),
+                _sample(text, "gradserve_response_bytes_total", endpoint="/forward"))
+
+    before = api.get("/metrics").text
+    unsupported = api.post("/forward", content=b"{}", headers={"Content-Type": "text/plain"})
+    assert unsupported.status_code == 415
+    after = api.get("/metrics").text
+    assert counts(after, "415") == (counts(before, "415")[0] + 1, counts(before, "415")[1],
+                                    counts(before, "415")[2] + len(unsupported.content))
+    malformed = b'{"graph": 1}'
+    refused = api.post("/forward", content=malformed, headers={"Content-Type": "application/json"})
+    assert refused.status_code == 422
+    last = api.get("/metrics").text
+    assert counts(last, "422") == (counts(after, "422")[0] + 1, counts(after, "422")[1] + len(malformed),
+                                   counts(after, "422")[2] + len(refused.content))
+
+
 def test_plan_cache_hit_on_repeated_graph(api):
     def counters():
         text = api.get("/metrics").text
@@ -167,6 +190,12 @@ def test_cors_only_when_configured(monkeypatch, origin_setting):
         assert pre.headers["access-control-allow-origin"] == "https://app.example"
         other = client.get("/healthz", headers={"Origin": "https://evil.example"})
         assert "access-control-allow-origin" not in other.headers
+        for path in ("/forward", "/backward"):  # the compute endpoints, called past FastAPI's stack, too
+            allowed = client.post(path, json=EXAMPLE, headers={"Origin": "https://app.example"})
+            assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://app.example"
+            assert allowed.headers["access-control-expose-headers"]
+            refused = client.post(path, json=EXAMPLE, headers={"Origin": "https://evil.example"})
+            assert "access-control-allow-origin" not in refused.headers
     monkeypatch.delenv("GRADSERVE_CORS_ORIGINS")
     with TestClient(create_app(Settings(device="cpu"))) as client:
         response = client.get("/healthz", headers={"Origin": "https://app.example"})

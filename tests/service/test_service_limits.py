@@ -172,15 +172,48 @@ def _pooled(**changes) -> dict:
     return example(id="p" * (INLINE_BODY_BYTES + 1), **changes)
 
 
-def test_light_request_runs_on_the_event_loop_and_heavy_one_on_the_pool(monkeypatch):
+def test_light_and_short_requests_run_on_the_event_loop_and_heavy_ones_on_the_pool(monkeypatch):
     with asgi_client() as client:
         pool_threads = []
         original = client.app.state.executor.forward
         monkeypatch.setattr(client.app.state.executor, "forward",
                             lambda request: pool_threads.append(threading.current_thread().name) or original(request))
-        for body in (EXAMPLE, _pooled(), _long_graph(1)):  # the last: a small body, but a 200x200 intermediate
+        # light; a big JSON body; short (a 200x200 intermediate), with the pool idle; heavy (11 of them: 4.4e5 values)
+        for body in (EXAMPLE, _pooled(), _long_graph(1), _long_graph(10)):
             assert client.post("/forward", json=body).status_code == 200
-        assert [name.startswith("gradserve-compute") for name in pool_threads] == [False, True, True]
+        assert [name.startswith("gradserve-compute") for name in pool_threads] == [False, True, False, True]
+        # the loop's share for short computations is spent: a short one waits for the pool, a light one does not
+        client.app.state.pool.ran_inline(60.0)
+        pool_threads.clear()
+        for body in (_long_graph(1), EXAMPLE):
+            assert client.post("/forward", json=body).status_code == 200
+        assert [name.startswith("gradserve-compute") for name in pool_threads] == [True, False]
+
+
+def test_short_requests_run_on_the_loop_for_at_most_its_share_of_the_time(monkeypatch):
+    """Back-to-back short requests: each one that runs on the loop pushes the next one's turn
+    back by as long as it ran (INLINE_SHARE = 0.5), so under a flood they alternate with the
+    pool and the loop spends at most about half its time on them."""
+    from service import compute
+
+    clock = [1000.0]
+    monkeypatch.setattr(compute.time, "monotonic", lambda: clock[0])
+    pool = compute.ComputePool(2, 60.0)
+    assert pool.may_run_inline()
+    pool.ran_inline(0.25)
+    assert not pool.may_run_inline()
+    clock[0] += 0.125
+    assert not pool.may_run_inline()
+    clock[0] += 0.125
+    assert pool.may_run_inline()
+    pool.ran_inline(0.25)
+    pool.ran_inline(0.25)  # two in a row: half a second of turns owed
+    clock[0] += 0.375
+    assert not pool.may_run_inline()
+    clock[0] += 0.125
+    assert pool.may_run_inline()
+    pool._in_flight = 1  # a computation on the pool: nothing more on the loop
+    assert not pool.may_run_inline()
 
 
 class _Gate:

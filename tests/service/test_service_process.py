@@ -57,8 +57,28 @@ def test_cli_flags_override_env_and_reach_uvicorn(monkeypatch):
     assert app == "service.app:create_app" and kw["factory"] is True
     assert kw["port"] == 9002 and kw["workers"] == 3 and kw["host"] == "127.0.0.1" and kw["log_level"] == "debug"
     assert kw["timeout_graceful_shutdown"] > 0
+    assert kw["access_log"] is True  # printed at debug
+    calls.clear()
+    assert cli.main(["serve", "--log-level", "warning"]) == 0
+    assert calls[0][1]["access_log"] is False  # not printed at warning: not formatted either
     assert os.environ["GRADSERVE_PORT"] == "9002" and os.environ["GRADSERVE_MAX_TAPES"] == "3"
     assert os.environ["GRADSERVE_DEVICE"] == "cpu"
+
+
+@pytest.mark.parametrize("preset", [None, "1"])
+def test_cli_serves_without_numpy_huge_pages_unless_told(monkeypatch, preset):
+    """`gradserve serve` sets NUMPY_MADVISE_HUGEPAGE=0 (read by NumPy when the engine imports it,
+    and inherited by the workers) unless the operator set it."""
+    environ = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if preset is not None:
+        environ["NUMPY_MADVISE_HUGEPAGE"] = preset
+    monkeypatch.setattr(os, "environ", environ)
+    monkeypatch.setattr(signal, "signal", lambda *a: None)
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    assert cli.main(["serve", "--device", "cpu"]) == 0
+    assert os.environ["NUMPY_MADVISE_HUGEPAGE"] == (preset or "0")
 
 
 def test_cli_rejects_bad_settings(monkeypatch, capsys):
