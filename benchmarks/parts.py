@@ -154,9 +154,10 @@ MISSED_BECAUSE = {
                         "the pool is idle, against the torch endpoint's ~0.7 ms) (Changes, request path)",
     "service tiny graph": "in process the app takes ~65 µs a request against ~180 µs for the hand-written torch "
                           "endpoint; uvicorn and the loopback, ~150 µs, are the same for both (Changes, request path)",
-    "binary transfer": "each request allocates and first-touches two fresh 64 MiB arrays that the echo does not (the "
-                       "body buffer, clone's result), on a VM whose page faults vary: 64 MiB round trips swing "
-                       "240-700 ms (the echo's 290-350 ms), so a run's median can land under 80% (Changes, request path)",
+    "binary transfer": "each request first-touches two fresh 64 MiB arrays (the body buffer, clone's result): 32k page "
+                       "faults at ~6 µs each on this VM, and the body read and answer copies need the event loop "
+                       "scheduled ~1000 times; on a busy machine 64 MiB round trips swing 240-800 ms (the echo's "
+                       "260-540 ms); reusing a spare body buffer halves the server's CPU (experiment) (Changes, request path)",
     "remote training loop": "each step is a 650 KB request and a 400 KB answer over this VM's loopback (~1.4 ms), "
                             "which the embedded loop doesn't pay; the compute thread's hand-off is gone while the pool "
                             "is idle (quick run: 2.31x, from 3.07-3.2x) (Changes, request path)",
