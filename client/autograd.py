@@ -29,7 +29,6 @@ from client.serialize import Builder, NeedsGraph
 from client.variable import Variable, as_host_array
 from client.wire import Call
 from engine.autograd import accumulate_grad, walk
-from engine.node import GraphFreedError
 
 
 class FetchPlan:
@@ -194,7 +193,7 @@ def _seal(value):
         node = stack.pop()
         try:
             node.check()
-        except (GraphFreedError, RuntimeError):
+        except RuntimeError:  # GraphFreedError, or a saved input modified in place
             continue  # a backward stops here
         for edge in node.edges:
             if isinstance(edge, Variable):

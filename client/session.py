@@ -115,10 +115,7 @@ class _Core:
         if call is None:
             return plan.finish(None, self)
         graph_text = None if self.embedded or "graph" not in call.header else orjson.dumps(call.header["graph"])
-        if graph_text in self._plans:
-            header = {k: v for k, v in call.header.items() if k != "graph"}
-            call = Call(call.path, {**header, "plan": self._plans[graph_text]}, call.inputs, call.grad_outputs,
-                        fallback=call, idempotent=call.idempotent)
+        call = self._by_plan_id(call, graph_text)
         try:
             reply = yield from self._calling(call)
         except (NotFoundError, ConflictError):
@@ -126,12 +123,24 @@ class _Core:
                 raise
             self._plans.pop(graph_text, None)
             reply = yield from self._calling(call.fallback)
+        self._learn_plan_id(graph_text, reply)
+        return plan.finish(reply, self)
+
+    def _by_plan_id(self, call: Call, graph_text) -> Call:
+        """The call with the plan id the server gave its graph in place of the graph (falling
+        back to the call itself), when there is one."""
+        if graph_text not in self._plans:
+            return call
+        header = {k: v for k, v in call.header.items() if k != "graph"}
+        return Call(call.path, {**header, "plan": self._plans[graph_text]}, call.inputs, call.grad_outputs,
+                    fallback=call, idempotent=call.idempotent)
+
+    def _learn_plan_id(self, graph_text, reply):
         if graph_text is not None and reply.body.get("plan"):
             self._plans[graph_text] = reply.body["plan"]
             self._plans.move_to_end(graph_text)
             while len(self._plans) > MAX_PLAN_IDS:
                 self._plans.popitem(last=False)
-        return plan.finish(reply, self)
 
     async def _drive(self, steps):
         """An operation's result: what each step needs done is `_perform`ed (the subclass's I/O)
