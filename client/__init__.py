@@ -24,10 +24,10 @@ from client.autograd import backward as _backward
 from client.autograd import grad
 from client.errors import *  # the error classes (errors.__all__)
 from client.function import Function, FunctionCtx
-from client.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from client.ops import ShapeError
 from client.ops import install as _install
 from client.session import AsyncSession, Session, connect, current_session
+from client.state import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from client.variable import Variable
 from engine.registry import OPS
 from engine.surface import exported

@@ -20,12 +20,11 @@ import weakref
 import numpy
 import orjson
 
-from client.context import current_session
 from client.errors import ProtocolError, TracingError
 from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
-from client.grad_mode import current_phase, mode
 from client.graph import GRAD, LEAF, GradNode, Value, edge_of
 from client.serialize import Builder, NeedsGraph
+from client.state import current_phase, current_session, mode
 from client.variable import Variable, as_host_array
 from client.wire import Call
 from engine.autograd import accumulate_grad, walk

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy
 
 from client.errors import TracingError
-from client.grad_mode import current_phase, is_grad_enabled, tracing
 from client.graph import ARG, FUNCTION, GRAD_OUTPUT, FunctionNode, Phase, Value, edge_of
 from client.serialize import Builder, forward_references
+from client.state import current_phase, is_grad_enabled, tracing
 from client.variable import Variable, as_host_array
 from engine.function import FunctionBase, FunctionCtx, node_class
 

@@ -15,8 +15,7 @@ import weakref
 
 import numpy
 
-from client import grad_mode
-from client.context import current_session
+from client import state
 from client.errors import TracingError
 from client.graph import CONST, LEAF, OP, OpNode, Value, edge_of
 from client.variable import Variable, as_host_array
@@ -105,7 +104,7 @@ def eager(op: OpDef, args, attrs: dict):
     session is embedded, nothing is being traced, every Variable's value is at hand and none
     requires grad while grad mode is on. None otherwise, or when it fails (the recorded path
     then reports it as the client does: a ShapeError now, or the service's error on fetch)."""
-    grad_on = grad_mode.is_grad_enabled()
+    grad_on = state.is_grad_enabled()
     datas = []
     for v in args:
         if isinstance(v, Variable):
@@ -118,7 +117,7 @@ def eager(op: OpDef, args, attrs: dict):
             elif grad_on and v._requires_grad:
                 return None
             datas.append(data)
-    if grad_mode.current_phase() is not None or not current_session().embedded:
+    if state.current_phase() is not None or not state.current_session().embedded:
         return None
     host = backend.xp is numpy
     data_of = iter(datas)
@@ -146,16 +145,16 @@ def record(op: OpDef, args, attrs: dict, meta=None) -> Variable:
     if problem:
         raise TypeError(f"{op.name}() {problem}")
     meta = meta or infer(op, values, attrs)
-    phase = grad_mode.current_phase()
+    phase = state.current_phase()
     if meta is None:
         if phase is not None:
             raise TracingError(f"{op.name}(): the shape of its result depends on values, which a trace can't know")
         value = Value(OP, (), values[0].dtype if values else numpy.float64, op=op, inputs=values, attrs=attrs)
-        current_session().fetch_values([value])
+        state.current_session().fetch_values([value])
     else:
         value = Value(OP, meta[0], meta[1], op=op, inputs=values, attrs=attrs, phase=phase)
     result = Variable._lazy(value)
-    if op.differentiable and value.dtype.kind == "f" and grad_mode.is_grad_enabled() and any([v.requires_grad for v in values]):
+    if op.differentiable and value.dtype.kind == "f" and state.is_grad_enabled() and any([v.requires_grad for v in values]):
         versions = tuple([(var, 0 if var is None else var._version) for var in variables])
         node = value.node = node_class(op, values, attrs)([edge_of(v) for v in values], value, versions)
         value.requires_grad = True
@@ -173,7 +172,7 @@ def _masked_meta(x, spec, arrays):
     so the masks' values are needed (fetched in one /forward when they are computed ones)."""
     lazy = [a for a in arrays if a.dtype == numpy.bool_ and not a._has_value]
     if lazy:
-        current_session().fetch(*lazy)
+        state.current_session().fetch(*lazy)
     real = []
     for a in arrays:
         array = a._array() if a.dtype == numpy.bool_ or a._has_value else shapes.proxy(a.shape, a.dtype)
@@ -210,6 +209,6 @@ def _record_run(op):
 
 def install(backward) -> dict:
     """Install the surface on client.Variable (backward: `client.autograd.backward`); the module-level names."""
-    side = surface.Side(Variable, lambda inputs: inputs, _record_run, grad_mode.mode, backward, as_host_array,
+    side = surface.Side(Variable, lambda inputs: inputs, _record_run, state.mode, backward, as_host_array,
                         functions={"getitem": getitem, "setitem": setitem})
     return surface.install(side)

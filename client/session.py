@@ -26,7 +26,7 @@ from collections import Counter, OrderedDict
 import numpy
 import orjson
 
-from client import context
+from client import state
 from client.autograd import BackwardPlan, FetchPlan
 from client.errors import ConflictError, NotFoundError, ServerError
 from client.transports import (
@@ -250,10 +250,10 @@ class Session(_Core):
         if not self.closed:
             self.closed = True
             self._transport.close()
-        context.remove(self)
+        state.remove(self)
 
     def __enter__(self):
-        context.push(self)
+        state.push(self)
         return self
 
     def __exit__(self, *exc):
@@ -303,8 +303,8 @@ def _pairs(tensors):
 
 # --- the default session -----------------------------------------------------------------------
 
-current_session = context.current_session
-context.set_default_factory(lambda: Session(os.environ.get("GRADSERVE_URL") or None))
+current_session = state.current_session
+state.set_default_factory(lambda: Session(os.environ.get("GRADSERVE_URL") or None))
 
 
 def connect(url=None, api_key=None, timeout=DEFAULT_TIMEOUT, binary=True, **options) -> Session:
@@ -312,8 +312,8 @@ def connect(url=None, api_key=None, timeout=DEFAULT_TIMEOUT, binary=True, **opti
     until closed. Options: retries, backoff, tapes, executor, transport, headers."""
     url = (os.environ.get("GRADSERVE_URL") or None) if url is None else url
     session = Session(url, api_key=api_key, timeout=timeout, binary=binary, **options)
-    context.push(session)
+    state.push(session)
     return session
 
 
-__all__ = ["Session", "AsyncSession", "connect", "current_session", "ServerError"]
+__all__ = ["AsyncSession", "ServerError", "Session", "connect", "current_session"]

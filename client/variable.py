@@ -19,9 +19,8 @@ import weakref
 
 import numpy
 
-from client.context import current_session
-from client.grad_mode import current_phase, no_grad
 from client.graph import CUT, LEAF, Value
+from client.state import current_phase, current_session, no_grad
 from engine import backend
 from engine.devices import Device
 from engine.indexing import from_key, to_key
@@ -44,7 +43,7 @@ def as_host_array(data, dtype=None) -> numpy.ndarray:
 class Variable:
     """A node value in a define-by-run graph, with PyTorch's Variable semantics, computed remotely."""
 
-    __slots__ = ("_data", "_value", "grad", "_requires_grad", "_version", "_shared", "__weakref__")
+    __slots__ = ("__weakref__", "_data", "_requires_grad", "_shared", "_value", "_version", "grad")
 
     def _store(self, data):
         """`Variable(data)`'s storage (the constructor itself is engine.surface's)."""

@@ -24,7 +24,7 @@ for path in (str(ROOT), HERE):
 from client_testkit import Recorder, free_port  # noqa: E402,F401
 
 import client  # noqa: E402
-from client import context as client_context  # noqa: E402
+from client import state as client_context  # noqa: E402
 
 
 class LiveServer:

@@ -13,7 +13,7 @@ from client_testkit import Recorder, free_port
 
 import client
 from client import Variable
-from client import context as client_context
+from client import state as client_context
 from client import transports as client_transports
 from client.wire import raise_for_error
 from wire.codec import HEADER_LENGTH
