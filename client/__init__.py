@@ -7,16 +7,11 @@
     out.backward()                          # one POST /backward
     print(x.grad)                           # 3.0 everywhere
 
-Operations that need a graph record it locally (shapes and dtypes by the registry's rules, so
-`.shape` and shape errors need no request); a value is fetched (one `/forward`) when it is
-needed: `.item()`, `.data`, printing, `bool()`. `backward()` and `grad()` send one `/backward`
-each; with `create_graph=True` they send nothing and return lazy `grad` nodes (format 1.1).
-Where: `connect("http://host:8000")` or `$GRADSERVE_URL` for a server; with neither, the same
-requests run in-process through `wire.executor.Executor`, and ops that need no graph are
-computed at once on the engine.
-
-Methods, operators, properties and factories are the engine's, declared once in `engine.surface`
-and installed here by `client.ops`; imports flow client -> wire -> engine.
+Shapes and shape errors come from the registry's rules, with no request; a value is fetched (one
+`/forward`) when it is needed: `.item()`, `.data`, printing, `bool()`. `connect("http://host:8000")`
+or `$GRADSERVE_URL` selects a server; with neither, the same requests run in-process (and ops that
+need no graph are computed at once). The surface is declared once in `engine.surface` and installed
+here by `client.ops`; client/README.md tells the rest.
 """
 
 from client import errors

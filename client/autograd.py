@@ -1,15 +1,10 @@
-"""Fetching values, `backward` and `grad`, as plans that a session runs (one request each).
+"""`fetch`, `backward` and `grad` as steps a session runs: generators that send one request at most.
 
-A plan builds its request from the local graph and applies the answer: values cached on their
-Values, gradients accumulated into `.grad` (backward) or returned (grad). Before a backward,
-the engine walks the backward's course on the grad_fn nodes (`engine.autograd.walk`): the
-client knows which Variables get a gradient and which nodes the backward frees, and raises the
-engine's errors (a second backward through freed nodes, a saved input modified in place). With `create_graph`
-nothing is sent: gradients are lazy Variables standing for `grad` nodes (format 1.1).
-
-Stateless by default: every backward sends its graph and inputs. Sessions made with `tapes=True`
-keep the tape of a `retain_graph=True` backward on the service and send only its id next time,
-falling back to the stateless request when the tape is gone (404/409).
+Before a backward, `engine.autograd.walk` follows its course on the grad_fn nodes, so the engine's
+errors (a second backward through freed nodes, a saved input modified in place) are raised here and
+the nodes it frees are known. With `create_graph` nothing is sent: gradients are lazy `grad` nodes.
+Sessions made with `tapes=True` keep a `retain_graph=True` backward's tape on the service and send
+only its id next time (the full request again when the tape is gone).
 """
 
 from __future__ import annotations
@@ -29,42 +24,36 @@ from client.variable import Variable, as_host_array
 from client.wire import Call
 from engine.autograd import accumulate_grad, walk
 
+MAX_TAPE_IDS = 128  # tapes a session remembers
 
-class FetchPlan:
-    """One /forward computing the given values, and every value a live Variable holds that the
-    same graph computes (so that history whose value is known is never sent again)."""
 
-    def __init__(self, values):
-        self.todo = list({id(v): v for v in values if v.array is None}.values())
-        phase = current_phase()
-        if self.todo and phase is not None:
-            raise TracingError(
-                f"{phase.name}.{phase.kind} needs the value of a Variable while it is being traced into a graph "
-                "(.item(), bool(), .data, printing...); data-dependent Python control flow can't run on the "
-                "service: express it with ops (e.g. where, clamp, masks)")
-
-    def prefetch(self):
-        return None
-
-    def call(self, session):
-        if not self.todo:
-            return None
-        try:
-            builder = Builder("forward")
-            self.names = [builder.add(v) for v in self.todo]
-        except NeedsGraph:  # grad nodes differentiate through values that require grad: keep those
-            builder = Builder("backward")
-            self.names = [builder.add(v) for v in self.todo]
-        asked = {id(v) for v in self.todo}
-        held = [v for v in builder.computed() if id(v) not in asked and _held(v)]
-        self.names += [builder.ids[id(v)] for v in held]
-        self.todo += held
-        return Call("/forward", {"graph": builder.graph(list(dict.fromkeys(self.names)))}, builder.tensors)
-
-    def finish(self, reply, session):
-        for v, name in zip(self.todo, getattr(self, "names", ())):
-            v.array = _take(reply.outputs, name, "outputs")
-            v.shape, v.dtype = tuple(v.array.shape), v.array.dtype
+def fetching(session, values):
+    """Compute `values` in one /forward, with every value a live Variable holds that the same graph
+    computes (so that history whose value is known is never sent again)."""
+    todo = list({id(v): v for v in values if v.array is None}.values())
+    if not todo:
+        return
+    phase = current_phase()
+    if phase is not None:
+        raise TracingError(
+            f"{phase.name}.{phase.kind} needs the value of a Variable while it is being traced into a graph "
+            "(.item(), bool(), .data, printing...); data-dependent Python control flow can't run on the "
+            "service: express it with ops (e.g. where, clamp, masks)")
+    try:
+        builder = Builder("forward")
+        names = [builder.add(v) for v in todo]
+    except NeedsGraph:  # grad nodes differentiate through values that require grad: keep those
+        builder = Builder("backward")
+        names = [builder.add(v) for v in todo]
+    asked = {id(v) for v in todo}
+    held = [v for v in builder.computed() if id(v) not in asked and _held(v)]
+    names += [builder.ids[id(v)] for v in held]
+    todo += held
+    graph = builder.graph(list(dict.fromkeys(names)))
+    reply = yield from session._exchanging(Call("/forward", {"graph": graph}, builder.tensors))
+    for v, name in zip(todo, names):
+        v.array = _take(reply.outputs, name, "outputs")
+        v.shape, v.dtype = tuple(v.array.shape), v.array.dtype
 
 
 def _held(value) -> bool:
@@ -79,6 +68,96 @@ def _take(tensors, name, where):
         raise ProtocolError(f"the answer has no {where} tensor named {name!r} (it has {sorted(tensors)})") from None
 
 
+def backwarding(session, outputs, seeds, retain_graph, targets=None, create_graph=False):
+    """Gradients of `outputs` into the leaves' .grad (targets None), or returned for `targets`."""
+    retain = bool(create_graph if retain_graph is None else retain_graph)
+    processed, getting = walk(outputs, targets)
+    # (a Variable that gets a gradient, the Value it is the gradient of; None: the leaf's own)
+    holders = [(v, None if v._node is None else v._node.value) for v in getting
+               if v._node is None or v._node.value is not None]
+    if create_graph:
+        output_values = ()
+        sums = {id(var): (var, gradient_node(outputs, seeds, value or var._graph_value())) for var, value in holders}
+    else:
+        yield from fetching(session, [g._graph_value() for g in seeds if isinstance(g, Variable) and not g._has_value])
+        output_values = [o._graph_value() for o in outputs]
+        sums = yield from _requesting(session, outputs, output_values, seeds, holders, retain)
+    if not retain:
+        for node in processed:
+            node.free()
+        for value in output_values:
+            _seal(value)
+    if targets is None:
+        for holder, g in sums.values():
+            accumulate_grad(holder, g, lambda g: g, _may_update, create_graph)
+        return None
+    return tuple(sums[id(t)][1] if id(t) in sums else None for t in targets)
+
+
+def _requesting(session, outputs, output_values, seeds, holders, retain):
+    """The /backward: {id(holder): (holder, its gradient)}, nothing sent when no holder is in the graph."""
+    builder = Builder("backward")
+    names = [builder.add(value) for value in output_values]
+    wanted = []  # (node id, the Variable that gets its gradient)
+    for var, value in holders:
+        if value is None:
+            wanted.extend((nid, var) for nid in builder.leaf_ids.get(id(var), ()) if builder.rg.get(nid))
+        elif id(value) in builder.ids:
+            wanted.append((builder.ids[id(value)], var))
+    if not wanted:
+        return {}
+    graph = builder.graph(list(dict.fromkeys(names)))
+    header = {"graph": graph, "wrt": list(dict.fromkeys(nid for nid, _ in wanted))}
+    if retain and session.tapes:
+        header["parameters"] = {"retain_graph": True}
+    call = Call("/backward", header, builder.tensors, _seed_arrays(outputs, names, seeds))
+    reply = yield from (_through_tape(session, call, output_values) if session.tapes else session._exchanging(call))
+    for value, name in zip(output_values, names):
+        if name in reply.outputs and value.array is None:
+            value.array = reply.outputs[name]
+    sums = {}
+    for nid, holder in wanted:
+        array = _take(reply.grads, nid, "grads")
+        sums[id(holder)] = (holder, sums[id(holder)][1] + array if id(holder) in sums else array)
+    return {key: (holder, Variable._leaf(array)) for key, (holder, array) in sums.items()}
+
+
+def _seed_arrays(outputs, names, seeds) -> list:
+    """The grad_outputs: [(output name, seed)], summed over outputs that are one node; the service
+    seeds an output given once without a gradient with ones itself."""
+    arrays = {}
+    for out, name, g in zip(outputs, names, seeds):
+        if g is None and names.count(name) == 1:
+            continue
+        if g is None:
+            array = numpy.ones(out.shape, out.dtype)
+        else:
+            array = as_host_array(g._array() if isinstance(g, Variable) else g, out.dtype)
+        arrays[name] = arrays[name] + array if name in arrays else array
+    return list(arrays.items())
+
+
+def _through_tape(session, full: Call, output_values):
+    """The Reply to a /backward, sent through the tape a previous backward left for the same outputs and graph if
+    there is one; the tape this one leaves is kept for the next."""
+    key = tuple(id(v) for v in output_values)
+    fingerprint = hashlib.blake2b(orjson.dumps(full.header["graph"]), digest_size=16).digest()
+    entry = session._tapes.get(key)
+    call = full
+    if entry is not None and entry[1] == fingerprint and all(r() is v for r, v in zip(entry[2], output_values)):
+        parameters = {k: v for k, v in full.header.items() if k == "parameters"}
+        call = Call("/backward", {"tape": entry[0], "wrt": full.header["wrt"], **parameters}, [], full.grad_outputs,
+                    fallback=full, idempotent=False)
+    reply = yield from session._exchanging(call)
+    if reply.tape is None:
+        session._tapes.pop(key, None)
+    else:
+        session._tapes[key] = (reply.tape, fingerprint, [weakref.ref(v) for v in output_values])
+        while len(session._tapes) > MAX_TAPE_IDS:
+            session._tapes.pop(next(iter(session._tapes)))
+    return reply
+
+
 def _may_update(grad) -> bool:
     """Whether `.grad` can take the next gradient in place: a writable leaf array (copied first
     when a recorded op reads it: `.data` is copy-on-write)."""
@@ -86,99 +165,6 @@ def _may_update(grad) -> bool:
         return False
     grad.data  # noqa: B018 - the copy-on-write happens on access
     return True
-
-
-class BackwardPlan:
-    """One /backward: gradients of `outputs` into leaves' .grad (targets None) or for `targets`;
-    with `create_graph`, grad nodes instead of a request."""
-
-    def __init__(self, outputs, seeds, retain_graph, targets=None, create_graph=False):
-        self.outputs, self.seeds, self.targets = outputs, seeds, targets
-        self.retain = bool(create_graph if retain_graph is None else retain_graph)
-        self.create_graph = create_graph
-        self.processed, self.getting = walk(outputs, targets)
-        self.wanted = []
-
-    def prefetch(self):
-        lazy = [g._graph_value() for g in self.seeds if isinstance(g, Variable) and not g._has_value]
-        return FetchPlan(lazy) if lazy and not self.create_graph else None
-
-    def _holders(self):
-        """[(Variable that gets a gradient, the Value it is the gradient of; None: the leaf's own)]."""
-        return [(v, None if v._node is None else v._node.value) for v in self.getting
-                if v._node is None or v._node.value is not None]
-
-    def call(self, session):
-        if self.create_graph:
-            return None
-        builder = Builder("backward")
-        self.names = [builder.add(o._graph_value()) for o in self.outputs]
-        self.output_values = [o._graph_value() for o in self.outputs]
-        for var, value in self._holders():
-            if value is None:
-                self.wanted.extend((nid, var) for nid in builder.leaf_ids.get(id(var), ()) if builder.rg.get(nid))
-            elif id(value) in builder.ids:
-                self.wanted.append((builder.ids[id(value)], var))
-        if not self.wanted:
-            return None
-        seeds = {}
-        for out, name, g in zip(self.outputs, self.names, self.seeds):
-            if g is None and self.names.count(name) == 1:
-                continue
-            array = numpy.ones(out.shape, out.dtype) if g is None else as_host_array(g._array() if isinstance(g, Variable) else g, out.dtype)
-            seeds[name] = seeds[name] + array if name in seeds else array
-        wrt = list(dict.fromkeys(nid for nid, _ in self.wanted))
-        graph = builder.graph(list(dict.fromkeys(self.names)))
-        header = {"graph": graph, "wrt": wrt}
-        if self.retain and getattr(session, "tapes", False):
-            header["parameters"] = {"retain_graph": True}
-        full = Call("/backward", header, builder.tensors, list(seeds.items()))
-        return self._tape_call(session, full, graph) if getattr(session, "tapes", False) else full
-
-    def _tape_call(self, session, full, graph):
-        """The call through the tape a previous backward left for the same outputs and graph, if any."""
-        self.tape_key = tuple(id(v) for v in self.output_values)
-        self.fingerprint = hashlib.blake2b(orjson.dumps(graph), digest_size=16).digest()
-        entry = session._tapes.get(self.tape_key)
-        if entry is None or entry[1] != self.fingerprint or any(r() is not v for r, v in zip(entry[2], self.output_values)):
-            return full
-        header = {"tape": entry[0], "wrt": full.header["wrt"], **{k: v for k, v in full.header.items() if k == "parameters"}}
-        return Call("/backward", header, [], full.grad_outputs, fallback=full, idempotent=False)
-
-    def finish(self, reply, session):
-        sums = {}
-        if self.create_graph:
-            sums = {id(var): (var, gradient_node(self.outputs, self.seeds, value or var._graph_value()))
-                    for var, value in self._holders()}
-        elif reply is not None:
-            for value, name in zip(self.output_values, self.names):
-                if name in reply.outputs and value.array is None:
-                    value.array = reply.outputs[name]
-            if getattr(session, "tapes", False):
-                self._keep_tape(reply, session)
-            for nid, holder in self.wanted:
-                array = _take(reply.grads, nid, "grads")
-                sums[id(holder)] = (holder, sums[id(holder)][1] + array if id(holder) in sums else array)
-            sums = {key: (holder, Variable._leaf(array)) for key, (holder, array) in sums.items()}
-        if not self.retain:
-            for node in self.processed:
-                node.free()
-            for value in getattr(self, "output_values", ()):
-                _seal(value)
-        if self.targets is None:
-            for holder, g in sums.values():
-                accumulate_grad(holder, g, lambda g: g, _may_update, self.create_graph)
-            return None
-        return tuple(sums[id(t)][1] if id(t) in sums else None for t in self.targets)
-
-    def _keep_tape(self, reply, session):
-        key = getattr(self, "tape_key", None)
-        if key is not None and reply.tape is not None:
-            session._tapes[key] = (reply.tape, self.fingerprint, [weakref.ref(v) for v in self.output_values])
-            while len(session._tapes) > 128:
-                session._tapes.pop(next(iter(session._tapes)))
-        elif key is not None:
-            session._tapes.pop(key, None)
 
 
 def _seal(value):
