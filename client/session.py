@@ -195,8 +195,8 @@ class _Core:
         return (yield from self._sending("GET", path))
 
     def __repr__(self):
-        where = self.url or "embedded"
-        return f"<{type(self).__name__} {where} {'binary' if self.binary else 'json'}{' closed' if self.closed else ''}>"
+        encoding = "binary" if self.binary else "json"
+        return f"<{type(self).__name__} {self.url or 'embedded'} {encoding}{' closed' if self.closed else ''}>"
 
 
 class Session(_Core):
