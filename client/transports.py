@@ -212,8 +212,8 @@ class HttpTransport:
     def __init__(self, url, headers, timeout, transport=None):
         self.url = url
         self.timeout = timeout
-        timeout = timeout if timeout is None or isinstance(timeout, httpx.Timeout) else \
-            httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT))
+        if timeout is not None and not isinstance(timeout, httpx.Timeout):
+            timeout = httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT))
         self.client = self._client_class(base_url=url, headers=headers, timeout=timeout, transport=transport)
 
     def request(self, method, path, content=None, headers=None) -> Response:
@@ -281,9 +281,9 @@ class PlainHttpTransport:
                 conn.close()
         return self._open()
 
-    def _give_back(self, conn):
+    def _give_back(self, conn, reusable: bool):
         with self._lock:
-            if not self._closed and len(self._idle) < self.MAX_IDLE:
+            if reusable and not self._closed and len(self._idle) < self.MAX_IDLE:
                 self._idle.append(conn)
                 return
         conn.close()
@@ -298,10 +298,7 @@ class PlainHttpTransport:
             conn.close()
             failure = httpx.ReadTimeout("") if isinstance(err, TimeoutError) else httpx.RemoteProtocolError(repr(err))
             raise _translate(failure, self.url, path, self.timeout) from err
-        if answer.will_close:
-            conn.close()
-        else:
-            self._give_back(conn)
+        self._give_back(conn, reusable=not answer.will_close)
         return Response(answer.status, {k.lower(): v for k, v in answer.getheaders()}, body)
 
     def close(self):
@@ -336,19 +333,6 @@ def http_transport(url, headers, timeout, transport=None):
     return HttpTransport(url, headers, timeout, transport)
 
 
-def retry_after(response: Response, cap: float):
-    """The seconds a 503's `Retry-After` asks for (at most `cap`), or None."""
-    value = header_of(response.headers, "retry-after")
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        try:
-            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError):
-            return None
-    return max(0.0, min(seconds, cap))
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
     """The one retry policy of every session: what is safe to try again, and after how long.
@@ -371,5 +355,17 @@ class RetryPolicy:
             return backoff if outcome.always or idempotent else None
         if outcome.status != 503:
             return None
-        asked = retry_after(outcome, self.max_retry_after)
+        asked = self.retry_after(outcome)
         return backoff if asked is None else asked
+
+    def retry_after(self, response: Response):
+        """The seconds a 503's `Retry-After` asks for (at most `max_retry_after`), or None."""
+        value = header_of(response.headers, "retry-after")
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            try:
+                seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+            except (TypeError, ValueError):
+                return None
+        return max(0.0, min(seconds, self.max_retry_after))
