@@ -153,8 +153,9 @@ class EmbeddedTransport:
         if (method, path) == ("GET", "/healthz"):
             return _json(200, orjson.dumps({"status": "ok"}))
         if (method, path) == ("GET", "/info"):
-            return _json(200, orjson.dumps({"name": "gradserve", "embedded": True, "backend": {"device": backend.device},
-                                            "limits": self.executor.limits.as_dict()}))
+            info = {"name": "gradserve", "embedded": True, "backend": {"device": backend.device},
+                    "limits": self.executor.limits.as_dict()}
+            return _json(200, orjson.dumps(info))
         if method != "POST" or path not in PATHS:
             return _json(404, error_body(f"no {method} {path} in embedded mode"))
         try:
