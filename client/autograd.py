@@ -20,8 +20,8 @@ from client.function import Function  # noqa: F401  (torch.autograd.Function's s
 from client.graph import GRAD, LEAF, GradNode, Value, edge_of
 from client.serialize import Builder, NeedsGraph
 from client.state import current_phase, current_session, mode
+from client.transports import Call
 from client.variable import Variable, as_host_array
-from client.wire import Call
 from engine.autograd import accumulate_grad, walk
 
 MAX_TAPE_IDS = 128  # tapes a session remembers

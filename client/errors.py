@@ -1,12 +1,11 @@
 """The client's exceptions.
 
-Every error the service answers with (`{"error": msg, "node": id|null, "field": f|null}` and
-an HTTP status) becomes a `ServerError` subclass chosen by the status, carrying the server's
-message, status, node and field. The embedded executor's errors (`wire.errors.GraphError`,
-`wire.codec.TensorError`) are turned into exactly the same answers first, so a program
-sees the same exceptions embedded and remote. Subclasses also derive from the builtin
-exception that fits (`ValueError` for a rejected graph, `RuntimeError` for a conflict...), so
-`except ValueError` keeps working where the engine would have raised one.
+An error answer (`wire.errors.error_body` and an HTTP status) raises the `ServerError` subclass
+of its status, carrying the message, status, node and field; the embedded executor's errors
+(`wire.errors.GraphError`) become exactly the same exceptions, so a program sees the same ones
+embedded and remote. Each also derives from the builtin exception that fits (`ValueError` for a
+rejected graph, `RuntimeError` for a conflict...), so `except ValueError` works where the engine
+would have raised one.
 """
 
 from __future__ import annotations
@@ -16,7 +15,11 @@ from wire.errors import KINDS
 
 
 class ClientError(Exception):
-    """Base class of every error raised by the gradserve client."""
+    """Base class of every error raised by the gradserve client; `url`: where a request went, if one did."""
+
+    def __init__(self, message: str, url: str | None = None):
+        super().__init__(message)
+        self.url = url
 
 
 class ServerError(ClientError):
@@ -27,15 +30,11 @@ class ServerError(ClientError):
     kind: str | None = None
 
     def __init__(self, message: str, status: int | None = None, node=None, field=None, url: str | None = None):
-        super().__init__(message)
+        super().__init__(message, url)
         self.message = message
         self.status = status
         self.node = node
         self.field = field
-        self.url = url
-
-    def __str__(self) -> str:
-        return self.message
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r}, status={self.status}, node={self.node!r}, field={self.field!r})"
@@ -69,8 +68,7 @@ ServiceUnavailableError = _answer("ServiceUnavailableError", (ServiceError,), (5
                                   what=f"the service is busy, or {KINDS['cancelled']} (retried, then raised)")
 OutOfMemoryError = _answer("OutOfMemoryError", (ServiceError, MemoryError), (507,), "out_of_memory")
 
-_ANSWERS = (BadRequestError, AuthenticationError, NotFoundError, ConflictError, PayloadTooLargeError,
-            GraphValidationError, InternalServerError, ServiceUnavailableError, OutOfMemoryError)
+_ANSWERS = RequestError.__subclasses__() + ServiceError.__subclasses__()  # the classes `_answer` made
 
 STATUS_ERRORS = {status: cls for cls in _ANSWERS for status in cls.statuses}
 KIND_ERRORS = {cls.kind: cls for cls in _ANSWERS if cls.kind}
@@ -82,17 +80,11 @@ def error_for_status(status: int) -> type[ServerError]:
     return STATUS_ERRORS.get(status) or (RequestError if 400 <= status < 500 else InternalServerError)
 
 
-class _Unanswered(ClientError):
-    def __init__(self, message: str, url: str | None = None):
-        super().__init__(message)
-        self.url = url
-
-
-class ConnectionFailed(_Unanswered, ConnectionError):
+class ConnectionFailed(ClientError, ConnectionError):
     """The service could not be reached (after the retries); the message names the URL."""
 
 
-class RequestTimeout(_Unanswered, TimeoutError):
+class RequestTimeout(ClientError, TimeoutError):
     """No answer within the session's timeout; the message names the URL."""
 
 

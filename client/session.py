@@ -25,13 +25,17 @@ from client.errors import ConflictError, NotFoundError, ServerError
 from client.transports import (
     DEFAULT_RETRIES,
     AsyncHttpTransport,
+    Call,
     EmbeddedTransport,
+    Response,
     Retryable,
     RetryPolicy,
+    decode,
+    encode,
     http_transport,
+    raise_for_error,
 )
 from client.variable import Variable
-from client.wire import Call, Response, decode, encode, raise_for_error
 from engine.autograd import backward_arguments, check_unused, grad_arguments
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503

@@ -1,4 +1,8 @@
-"""Transports: how a session's requests reach the service, and the one retry policy.
+"""What a session exchanges with the service, how it gets there, and the one retry policy.
+
+A `Call` (a request's header and tensors) is encoded and its answer read by the protocol's own
+functions (`wire.messages.encode_request`, `decode_result`): binary tensors (Triton's binary
+data extension) by default, JSON with `binary=False`; an error answer raises its `ServerError`.
 
 `EmbeddedTransport` is the service's request handling in-process (`wire.handler`), its errors
 answered as the service answers them. A plain `http://` URL is spoken with the standard
@@ -10,7 +14,6 @@ environment, an injected `transport=` and `AsyncSession` use httpx (`HttpTranspo
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
 import http.client
 import select
@@ -18,29 +21,116 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
+import numpy
 import orjson
 
 from client.errors import (
     KIND_ERRORS,
     ConnectionFailed,
     InternalServerError,
-    NotFoundError,
-    OutOfMemoryError,
+    ProtocolError,
     RequestTimeout,
     ServerError,
+    error_for_status,
 )
-from client.wire import Call, Reply, Response, header_of, owned
 from engine import backend
 from wire.codec import HEADER_LENGTH, content_headers
-from wire.errors import GraphError
+from wire.errors import error_body, protocol_error
 from wire.executor import Executor
-from wire.handler import PATHS, handle, run_arrays
+from wire.handler import PATHS, handle, read_body, run_arrays
+from wire.messages import decode_result, encode_request
 
 CONNECT_TIMEOUT = 10.0
 DEFAULT_RETRIES = 3
+MAX_ELEMENTS = 2**62  # answers are trusted for size: the service already enforced its limits
+
+
+@dataclass
+class Call:
+    """One request: a path, a JSON header (without tensors) and its tensors."""
+
+    path: str
+    header: dict
+    inputs: list = field(default_factory=list)        # [(name, ndarray)]
+    grad_outputs: list = field(default_factory=list)  # [(name, ndarray)]
+    fallback: Call | None = None                      # resent when the first answer is 404/409 (a lost tape)
+    idempotent: bool = True                           # safe to resend after a dropped connection
+
+
+@dataclass
+class Reply:
+    """A call's answer: its JSON body ({} when embedded) and its tensors as the client's own arrays."""
+
+    body: dict
+    outputs: dict
+    grads: dict
+    tape: str | None = None
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict
+    content: bytes
+
+    def json(self):
+        return orjson.loads(self.content)
+
+
+def encode(call: Call, binary: bool) -> tuple[bytes, dict]:
+    """(body, headers) of a call."""
+    body, length = encode_request(call.header, call.inputs, call.grad_outputs, binary)
+    return body, content_headers(length)
+
+
+def decode(response: Response, url: str | None) -> Reply:
+    """A Reply from a successful answer (JSON or binary)."""
+    raise_for_error(response, url)
+    length = header_of(response.headers, HEADER_LENGTH)
+    try:
+        body, tail = read_body(response.content, None if length is None else int(length))
+        result = decode_result(body, tail, MAX_ELEMENTS)
+    except (ValueError, TypeError, AttributeError) as err:  # wire.errors.GraphError is a ValueError
+        raise ProtocolError(f"unreadable answer from {url}: {err}", url) from None
+    return Reply(body, owned(result.outputs.items()), owned(result.grads.items()), result.tape)
+
+
+def raise_for_error(response: Response, url: str | None) -> Response:
+    """The response, unless it is an error answer (status >= 400): then its ServerError subclass is raised."""
+    if response.status < 400:
+        return response
+    try:
+        body = response.json()
+    except ValueError:  # not JSON
+        body = None
+    if not isinstance(body, dict):
+        body = {}
+    message = body.get("error")
+    if message is None and "detail" in body:
+        message = str(body["detail"])
+    if not isinstance(message, str) or not message:
+        text = response.content[:300].decode("utf-8", "replace").strip()
+        message = f"HTTP {response.status}" + (f": {text}" if text else "")
+    raise error_for_status(response.status)(message, response.status, body.get("node"), body.get("field"), url)
+
+
+def owned(tensors, copy: bool = False) -> dict:
+    """{name: host array} from (name, array) pairs, as arrays the client may keep and update in
+    place: read-only ones (views of a body or of other arrays) and, with `copy`, all are copied."""
+    own = {}
+    for name, array in tensors:
+        array = backend.to_numpy(array)
+        own[name] = numpy.array(array) if copy or not array.flags.writeable else array
+    return own
+
+
+def header_of(headers: dict, name: str):
+    """The value of header `name` (any case) in `headers`, or None."""
+    name = name.lower()
+    return next((value for key, value in headers.items() if key.lower() == name), None)
 
 
 class Retryable(Exception):
@@ -56,33 +146,30 @@ class EmbeddedTransport:
     """Requests answered in-process: `request` takes and answers bytes as the service does;
     `execute` answers the client's own calls without encoding anything."""
 
-    url = "embedded"
-
     def __init__(self, executor=None):
         self.executor = executor or Executor()
 
     def request(self, method, path, content=b"", headers=None) -> Response:
         if (method, path) == ("GET", "/healthz"):
-            return _json(200, {"status": "ok"})
+            return _json(200, orjson.dumps({"status": "ok"}))
         if (method, path) == ("GET", "/info"):
-            return _json(200, {"name": "gradserve", "embedded": True, "backend": {"device": backend.device},
-                               "limits": self.executor.limits.as_dict()})
+            info = {"name": "gradserve", "embedded": True, "backend": {"device": backend.device},
+                    "limits": self.executor.limits.as_dict()}
+            return _json(200, orjson.dumps(info))
+        if method != "POST" or path not in PATHS:
+            return _json(404, error_body(f"no {method} {path} in embedded mode"))
         try:
-            if method != "POST" or path not in PATHS:
-                raise NotFoundError(f"no {method} {path} in embedded mode", 404)
             length = header_of(headers or {}, HEADER_LENGTH)
             parts, length, _ = handle(self.executor, path, content, None if length is None else int(length))
         except Exception as err:  # noqa: BLE001 - answered as the service would
             error = _server_error(err, path)
-            return _json(error.status, {"error": error.message, "node": error.node, "field": error.field})
-        return Response(200, content_headers(length), parts[0] if len(parts) == 1 else b"".join(parts))
+            return _json(error.status, error_body(error.message, error.node, error.field))
+        return Response(200, content_headers(length), b"".join(parts))
 
     def execute(self, call: Call, where: str) -> Reply:
-        """A call's Reply, its arrays handed over as they are both ways (`wire.handler.run_arrays`;
-        the result's copied when a retained tape may share them)."""
+        """The Reply to a plan's call (a /forward or /backward), its arrays handed over as they are
+        both ways (`wire.handler.run_arrays`; the result's copied when a retained tape may share them)."""
         try:
-            if call.path not in PATHS:
-                raise NotFoundError(f"no POST {call.path}", 404)
             result = run_arrays(self.executor, call.path, call.header, call.inputs, call.grad_outputs)
         except Exception as err:  # noqa: BLE001 - raised as the service's answer would be
             raise _server_error(err, where) from None
@@ -95,19 +182,15 @@ class EmbeddedTransport:
 
 def _server_error(err: Exception, where: str) -> ServerError:
     """The ServerError for what handling a request raised, as the service would answer it."""
-    if isinstance(err, ServerError):
-        err.url = where
-        return err
-    if isinstance(err, GraphError):
-        cls = KIND_ERRORS[err.kind]
-        return cls(str(err), cls.statuses[0], err.node, err.field, where)
-    if isinstance(err, MemoryError):
-        return OutOfMemoryError("out of memory", 507, url=where)
-    return InternalServerError(f"internal error: {type(err).__name__}: {err}", 500, url=where)
+    error = protocol_error(err)
+    if error is None:
+        return InternalServerError(f"internal error: {type(err).__name__}: {err}", 500, url=where)
+    cls = KIND_ERRORS[error.kind]
+    return cls(str(error), cls.statuses[0], error.node, error.field, where)
 
 
-def _json(status, obj) -> Response:
-    return Response(status, {"content-type": "application/json"}, orjson.dumps(obj))
+def _json(status, body: bytes) -> Response:
+    return Response(status, content_headers(None), body)
 
 
 def _translate(err: httpx.HTTPError, url: str, path: str, timeout) -> Exception:
@@ -125,25 +208,20 @@ def _translate(err: httpx.HTTPError, url: str, path: str, timeout) -> Exception:
 class HttpTransport:
     """httpx, synchronous."""
 
+    _client_class = httpx.Client
+
     def __init__(self, url, headers, timeout, transport=None):
         self.url = url
         self.timeout = timeout
-        timeout = timeout if timeout is None or isinstance(timeout, httpx.Timeout) else \
-            httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT))
+        if timeout is not None and not isinstance(timeout, httpx.Timeout):
+            timeout = httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT))
         self.client = self._client_class(base_url=url, headers=headers, timeout=timeout, transport=transport)
 
-    _client_class = httpx.Client
-
-    @contextlib.contextmanager
-    def _translating(self, path):
+    def request(self, method, path, content=None, headers=None) -> Response:
         try:
-            yield
+            r = self.client.request(method, path, content=content, headers=headers)
         except httpx.HTTPError as err:
             raise _translate(err, self.url, path, self.timeout) from err
-
-    def request(self, method, path, content=None, headers=None) -> Response:
-        with self._translating(path):
-            r = self.client.request(method, path, content=content, headers=headers)
         return Response(r.status_code, dict(r.headers), r.content)
 
     def close(self):
@@ -156,8 +234,10 @@ class AsyncHttpTransport(HttpTransport):
     _client_class = httpx.AsyncClient
 
     async def request(self, method, path, content=None, headers=None) -> Response:
-        with self._translating(path):
+        try:
             r = await self.client.request(method, path, content=content, headers=headers)
+        except httpx.HTTPError as err:
+            raise _translate(err, self.url, path, self.timeout) from err
         return Response(r.status_code, dict(r.headers), r.content)
 
     async def close(self):
@@ -202,9 +282,9 @@ class PlainHttpTransport:
                 conn.close()
         return self._open()
 
-    def _give_back(self, conn):
+    def _give_back(self, conn, reusable: bool):
         with self._lock:
-            if not self._closed and len(self._idle) < self.MAX_IDLE:
+            if reusable and not self._closed and len(self._idle) < self.MAX_IDLE:
                 self._idle.append(conn)
                 return
         conn.close()
@@ -219,10 +299,7 @@ class PlainHttpTransport:
             conn.close()
             failure = httpx.ReadTimeout("") if isinstance(err, TimeoutError) else httpx.RemoteProtocolError(repr(err))
             raise _translate(failure, self.url, path, self.timeout) from err
-        if answer.will_close:
-            conn.close()
-        else:
-            self._give_back(conn)
+        self._give_back(conn, reusable=not answer.will_close)
         return Response(answer.status, {k.lower(): v for k, v in answer.getheaders()}, body)
 
     def close(self):
@@ -257,19 +334,6 @@ def http_transport(url, headers, timeout, transport=None):
     return HttpTransport(url, headers, timeout, transport)
 
 
-def retry_after(response: Response, cap: float):
-    """The seconds a 503's `Retry-After` asks for (at most `cap`), or None."""
-    value = header_of(response.headers, "retry-after")
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        try:
-            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError):
-            return None
-    return max(0.0, min(seconds, cap))
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
     """The one retry policy of every session: what is safe to try again, and after how long.
@@ -292,5 +356,17 @@ class RetryPolicy:
             return backoff if outcome.always or idempotent else None
         if outcome.status != 503:
             return None
-        asked = retry_after(outcome, self.max_retry_after)
+        asked = self.retry_after(outcome)
         return backoff if asked is None else asked
+
+    def retry_after(self, response: Response):
+        """The seconds a 503's `Retry-After` asks for (at most `max_retry_after`), or None."""
+        value = header_of(response.headers, "retry-after")
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            try:
+                seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+            except (TypeError, ValueError):
+                return None
+        return max(0.0, min(seconds, self.max_retry_after))

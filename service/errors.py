@@ -1,22 +1,21 @@
 """One error shape for every failure: {"error": message, "node": id|null, "field": name|null}.
 
-Protocol errors (`wire.errors`) carry a kind, turned into an HTTP status by `STATUS` (the one
-table of it); FastAPI's own
-HTTPException and validation errors are reshaped to match; anything unexpected becomes a
-generic 500 whose details go to the log only, never into a response.
+Protocol errors (`wire.errors.protocol_error`) carry a kind, turned into an HTTP status by
+`STATUS` (the one table of it); FastAPI's own HTTPException and validation errors are reshaped
+to match; anything unexpected becomes a generic 500 whose details go to the log only, never
+into a response.
 """
 
 from __future__ import annotations
 
 import logging
 
-import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from wire.errors import KINDS, GraphError
+from wire.errors import KINDS, GraphError, error_body, protocol_error
 
 log = logging.getLogger("gradserve")
 
@@ -45,10 +44,6 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
-def error_body(message: str, node=None, field=None) -> bytes:
-    return orjson.dumps({"error": message, "node": node, "field": field})
-
-
 def error_response(status: int, message: str, node=None, field=None, headers: dict | None = None) -> Response:
     headers = dict(headers or {})
     if status == 413:
@@ -64,15 +59,13 @@ def from_exception(exc: BaseException) -> Response:
     """The response for any exception raised while handling a request."""
     if isinstance(exc, ApiError):
         return error_response(exc.status, exc.message, exc.node, exc.field, exc.headers)
-    if isinstance(exc, GraphError):
-        status = STATUS[exc.kind]
-        headers = {"Retry-After": "1"} if status == 503 else None
-        return error_response(status, str(exc), _json_safe(getattr(exc, "node", None)),
-                              _json_safe(getattr(exc, "field", None)), headers)
-    if isinstance(exc, MemoryError):
-        return error_response(507, "out of memory")
-    log.error("unexpected error while handling a request", exc_info=exc)
-    return error_response(500, INTERNAL)
+    error = protocol_error(exc)
+    if error is None:
+        log.error("unexpected error while handling a request", exc_info=exc)
+        return error_response(500, INTERNAL)
+    status = STATUS[error.kind]
+    headers = {"Retry-After": "1"} if status == 503 else None
+    return error_response(status, str(error), _json_safe(error.node), _json_safe(error.field), headers)
 
 
 async def _http_exception(request: Request, exc: StarletteHTTPException) -> Response:

@@ -1,7 +1,10 @@
 """The protocol's errors. Each carries a `kind`, what went wrong in the protocol's own terms;
-the service turns kinds into HTTP statuses in one table (`service/errors.py`)."""
+the service turns kinds into HTTP statuses in one table (`service/errors.py`). An error answer's
+body is `error_body`, whatever answers it (the service, the client's embedded mode)."""
 
 from __future__ import annotations
+
+import orjson
 
 KINDS = {
     "malformed": "the body cannot be read: bad JSON, a bad binary header length, truncated binary data",
@@ -44,3 +47,16 @@ class TapeFreedError(GraphError):
             "Pass parameters.retain_graph=true with a backward that should keep the tape.",
             field="tape", kind="conflict",
         )
+
+
+def protocol_error(exc: BaseException) -> GraphError | None:
+    """The GraphError that an exception raised while handling a request is answered as (a
+    MemoryError: out_of_memory), or None: an internal error."""
+    if isinstance(exc, MemoryError):
+        return GraphError("out of memory", kind="out_of_memory")
+    return exc if isinstance(exc, GraphError) else None
+
+
+def error_body(message: str, node=None, field=None) -> bytes:
+    """The body of an error answer: {"error": message, "node": id|null, "field": name|null}."""
+    return orjson.dumps({"error": message, "node": node, "field": field})

@@ -15,7 +15,7 @@ import client
 from client import Variable
 from client import state as client_context
 from client import transports as client_transports
-from client.wire import raise_for_error
+from client.transports import raise_for_error
 from wire.codec import HEADER_LENGTH
 
 X = np.array([[1.0, -2.0, 3.0], [-0.5, 0.25, 2.0]], dtype=np.float32)
