@@ -1,10 +1,8 @@
 """The client's side of the surface (`engine.surface`): how the client applies an op.
 
 Embedded, an op whose result nothing needs recorded (no grad needed, every value at hand, no
-trace) is computed at once on the engine (`eager`). Otherwise the op is recorded locally:
-inputs (scalars typed by the registry's `scalar_dtype`), checked attributes, and shape and
-dtype by the op's `infer` rule, so a shape error is raised at the call. Nothing here names an
-op: functions, methods and operators come from the registry and the surface, so a new
+trace) is computed at once on the engine (`eager`); otherwise it is recorded, its shape and dtype
+by the op's registry rule, so a shape error is raised at the call. No op is named here: a new
 registry op reaches the client with no client code. `install()` puts the surface on `client.Variable`.
 """
 
@@ -37,11 +35,8 @@ class ShapeError(EngineShapeError):
 def _scalar(v, ref):
     """A constant Value for a Python scalar, typed as the engine's coerce types it."""
     dtype = scalar_dtype(None if ref is None else ref.dtype, v)
-    if isinstance(v, float):  # a numpy.float64 counts as a Python float (the engine's rule)
-        v, weak = float(v), True
-    else:
-        weak = type(v) is int
-    value = v.item() if isinstance(v, numpy.generic) else v
+    weak = isinstance(v, float) or type(v) is int  # a numpy.float64 counts as a Python float (the engine's rule)
+    value = float(v) if isinstance(v, float) else v
     return Value(CONST, (), dtype, attrs={"value": value, "dtype": None if weak else dtype})
 
 
@@ -203,12 +198,8 @@ def setitem(x, value, key):
     return record(op, [x, value, *arrays], op.check_attrs({"index": spec}))
 
 
-def _record_run(op):
-    return functools.partial(record, op)
-
-
 def install(backward) -> dict:
     """Install the surface on client.Variable (backward: `client.autograd.backward`); the module-level names."""
-    side = surface.Side(Variable, lambda inputs: inputs, _record_run, state.mode, backward, as_host_array,
-                        functions={"getitem": getitem, "setitem": setitem})
+    side = surface.Side(Variable, lambda inputs: inputs, lambda op: functools.partial(record, op), state.mode, backward,
+                        as_host_array, functions={"getitem": getitem, "setitem": setitem})
     return surface.install(side)

@@ -1,15 +1,10 @@
-"""The client's `Variable`: the engine's Variable surface over a lazily computed value.
+"""The client's `Variable`: how it stores its value (its methods are `engine.surface`'s, installed by `client.ops`).
 
-What it does the engine's way (methods, operators, properties, factories, dtype rules) is
-installed from `engine.surface` by `client.ops`; this file holds only how a client Variable
-stores its value: either a *data leaf* (a host NumPy array held here: what you construct,
-what `.grad` holds) or a handle on a recorded `Value` (an op's result, computed by the
-service when its value is first needed and then cached).
-
-Leaves' arrays are snapshotted copy-on-write: once a leaf has been used in a recorded op,
-the next access to its `.data` copies the array first, so `w.data -= lr * w.grad.data` after
-recording `w @ x` does not change the value that `w @ x` will be computed from (the engine
-computes eagerly, so there the value was already fixed too).
+A Variable is either a *data leaf* (a host NumPy array: what you construct, what `.grad` holds)
+or a handle on a recorded `Value` (computed by the service when first needed, then cached).
+A leaf's array is copy-on-write once a recorded op reads it: `w.data -= lr * w.grad.data` after
+recording `w @ x` does not change the value `w @ x` will be computed from (as in the engine,
+which computed it at once).
 """
 
 from __future__ import annotations
@@ -97,35 +92,25 @@ class Variable:
     # --- storage ---------------------------------------------------------------------------
     @property
     def data(self):
-        if self._data is not None:
-            if self._shared:  # recorded by some op: copy before the caller can mutate it, unless nothing holds the record
-                if sys.getrefcount(self._value) > 2:  # this Variable's slot and the call's argument
-                    self._data = self._data.copy()
-                    self._value = None
-                self._shared = False
-            return tensor_data(self._data)
+        if self._shared:  # recorded by some op: copy before the caller can mutate it, unless nothing holds the record
+            if sys.getrefcount(self._value) > 2:  # this Variable's slot and the call's argument
+                self._data, self._value = self._data.copy(), None
+            self._shared = False
         return tensor_data(self._array())
 
     @data.setter
     def data(self, new):
         array = as_host_array(new)
-        if self._data is not None:
-            if not same_array(array, self._data):
-                self._data = array
-                self._value = None
-                self._shared = False
-            return
-        if self._value.node is not None:
+        if self._data is None and self._value.node is not None:
             raise RuntimeError(
                 "assigning .data of a non-leaf Variable (one with a grad_fn) is not supported by the client; "
                 "assign to a detach()ed copy instead")
-        self._data, self._value, self._shared = array, None, False
+        if self._data is None or not same_array(array, self._data):
+            self._data, self._value, self._shared = array, None, False
 
     @property
     def requires_grad(self) -> bool:
-        if self._data is not None:
-            return self._requires_grad
-        return self._value.requires_grad
+        return self._requires_grad if self._data is not None else self._value.requires_grad
 
     def _store_requires_grad(self, flag: bool):
         if self._data is None:
@@ -151,9 +136,7 @@ class Variable:
             self._requires_grad = False
         elif self._value.node is not None:
             detached = self.detach()
-            self._value = detached._value
-            if detached._data is not None:
-                self._data, self._value, self._shared = detached._data, None, True
+            self._data, self._value, self._shared = detached._data, detached._value, detached._shared
         return self
 
     @property
@@ -195,11 +178,8 @@ class Variable:
 
     def _assign_recorded(self, other: Variable):
         """Make this Variable stand for `other`'s value."""
-        self._data = None
-        self._value = other._value
+        self._data, self._value, self._requires_grad, self._shared = None, other._value, False, False
         self._value.holder = weakref.ref(self)
-        self._requires_grad = False
-        self._shared = False
         self._version += 1
 
     def _assign_values(self, key, value, setitem):
@@ -213,7 +193,7 @@ class Variable:
         if self._data is not None and not any(_symbolic(i) for i in items) and (not lazy or self._requires_grad):
             if lazy:
                 current_session().fetch(*lazy)
-            spec, arrays = from_key(key, _raw_index)
+            spec, arrays = from_key(key, lambda item: numpy.asarray(_raw(item)))
             self.data[to_key(spec, arrays)] = _raw(value)
             self._version += 1
             return
@@ -232,7 +212,3 @@ def _symbolic(value) -> bool:
 
 def _raw(value):
     return value._array() if isinstance(value, Variable) else value
-
-
-def _raw_index(item):
-    return _raw(item) if isinstance(item, Variable) else numpy.asarray(item) if not isinstance(item, numpy.ndarray) else item
