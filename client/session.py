@@ -183,7 +183,7 @@ class _Core:
     @_operation
     def send(self, path, header: dict, inputs=(), grad_outputs=()):
         """POST a protocol request (header without tensors; tensors as {name: array} or pairs).
-        Returns a `client.wire.Reply` (`.outputs`, `.grads`, `.tape`, `.body`); errors raise ServerError."""
+        Returns a `client.transports.Reply` (`.outputs`, `.grads`, `.tape`, `.body`); errors raise ServerError."""
         return (yield from self._calling(Call(path, dict(header), _pairs(inputs), _pairs(grad_outputs)), raw=True))
 
     @_operation
