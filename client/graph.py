@@ -20,8 +20,8 @@ from collections import namedtuple
 import numpy
 
 from engine.function import FUNCTION_NAME
-from engine.node import GraphFreedError, check_output, check_saved
 from engine.node import Node as EngineNode
+from engine.node import check_output, check_saved
 
 LEAF, CONST, OP, FUNCTION, CUT = "input", "constant", "op", "function", "cut"
 ARG, GRAD_OUTPUT = "arg", "grad_output"  # inside a custom Function's trace
@@ -53,66 +53,59 @@ class Value:
 
 class Node(EngineNode):
     """A recorded operation: the engine's Node (`name`, `edges`, `next_functions`, `retained`)
-    with a weak reference to the value it computes and whether a backward freed it. `check()`
-    raises as the engine's vjp would."""
+    with a weak reference to the value it computes. `saves` is True, False, or a slice of the
+    inputs whose values its backward reads; `versions[i]` is (input i's Variable or None, its
+    version when recorded). `check()` raises as the engine's vjp would."""
 
-    __slots__ = ("_value", "freed")
+    __slots__ = ("_value", "freed", "out_ref", "versions")
     saves = True
+    saved_name = None  # how a version error names the node (None: by its grad_fn name)
 
-    def __init__(self, edges, value):
+    def __init__(self, edges, value, versions=()):
         self.edges = tuple(edges)
         self._value = weakref.ref(value)
+        self.versions = versions
         self.freed = False
         self.retained = None
+        self.out_ref = None  # uses_output ops: a weakref to the output Variable, whose version is checked too
 
     @property
     def value(self):
         return self._value()
 
     def check(self):
-        if self.freed and self.saves:
-            raise GraphFreedError()
+        if self.saves:
+            saved = [variable for variable, _ in self.versions]
+            versions = None if self.freed else [then for _, then in self.versions]
+            check_saved(self, self.saves, saved, versions, self.saved_name)
+        if not self.freed:
+            check_output(self, self.out_ref)
 
     def free(self):
         """What a backward without retain_graph does: no backward can read this node's saved
         inputs again (nor, so, keep their Variables alive)."""
         self.freed = True
+        self.versions = tuple((None, then) for _, then in self.versions)
 
 
 class OpNode(Node):
-    """A node of a registry op. `saves` is the op's (True, False, or a slice of the inputs whose
-    values its vjps read); `versions[i]` is (input Variable or None, its version when recorded)."""
+    """A node of a registry op: `ops.node_class` makes a subclass per grad_fn name, with the op's `saves`."""
 
-    __slots__ = ("versions", "out_ref")
+    __slots__ = ()
     op = None
-
-    def __init__(self, edges, value, versions):
-        super().__init__(edges, value)
-        self.versions = versions
-        self.out_ref = None  # uses_output ops: a weakref to the output Variable, whose version is checked too
-
-    def check(self):
-        if self.saves:
-            saved, versions = zip(*self.versions)
-            check_saved(self, self.saves, saved, None if self.freed else versions)
-        if not self.freed:
-            check_output(self, self.out_ref)
-
-    def free(self):
-        self.freed = True
-        self.versions = tuple((None, then) for _, then in self.versions)
 
 
 class FunctionNode(Node):
     """The node of one custom `Function.apply` call. `saved`: the input Variables that forward
     saved, whose versions are checked when backward reads them (as the engine's ctx does)."""
 
-    __slots__ = ("trace", "versions")
+    __slots__ = ("trace",)
     function = None
+    saved_name = FUNCTION_NAME
 
     def __init__(self, edges, value, trace, saved=()):
-        super().__init__(edges, value)
-        self.trace, self.saved, self.versions = trace, saved, tuple(v._version for v in saved)
+        super().__init__(edges, value, tuple((v, v._version) for v in saved))
+        self.trace = trace
 
     @property
     def saves(self):
@@ -120,14 +113,6 @@ class FunctionNode(Node):
 
     def produces(self, i) -> bool:
         return self.trace.produces[i]
-
-    def check(self):
-        if self.saves:
-            check_saved(self, True, self.saved, None if self.freed else self.versions, FUNCTION_NAME)
-
-    def free(self):
-        self.freed = True
-        self.saved = ()
 
 
 class GradNode(Node):
