@@ -19,7 +19,7 @@ import numpy
 
 from client.errors import TracingError
 from client.graph import ARG, FUNCTION, GRAD_OUTPUT, FunctionNode, Phase, Value, edge_of
-from client.serialize import Builder, forward_references
+from client.serialize import SubgraphBuilder
 from client.state import current_phase, is_grad_enabled, tracing
 from client.variable import Variable, as_host_array
 from engine.function import FunctionBase, FunctionCtx, node_class
@@ -78,12 +78,9 @@ def trace(cls, args, needs) -> Trace:
                            for a, g in zip(args, grads) if isinstance(a, Variable)]
     except TracingError as err:
         raise TracingError(f"while tracing {name}: {err}") from None
-    refs = forward_references(grad_values, backward_phase)
-    fwd = Builder("fsub", forward_phase)
+    fwd = SubgraphBuilder(forward_phase)
     out_id = fwd.add(out_value)
-    for r in refs:
-        fwd.add(r)
-    bwd = Builder("bsub", backward_phase, forward_ids=fwd.ids)
+    bwd = SubgraphBuilder(backward_phase, forward=fwd)
     outputs = [None if g is None else bwd.add(g) for g in grad_values]
     if not bwd.nodes:  # a subgraph needs at least one node
         bwd.add(grad_output._graph_value())
