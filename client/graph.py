@@ -4,12 +4,10 @@
   values, a traced custom Function, a cut (detach), a `grad` node (create_graph). Values are
   immutable (an in-place assignment re-points the Variable at a new Value), so what was
   recorded keeps its meaning; a fetched value caches its array.
-* A `Node` is what `grad_fn` returns: one per value recorded with grad mode on and an input
-  that requires grad, with `edges` to the nodes (or leaf Variables) its gradient flows to, and
-  what the client must know locally: which nodes a backward frees, and whether a freed or
-  modified node can be backpropagated again.
+* A `Node` is what `grad_fn` returns, with `edges` to the nodes (or leaf Variables) its gradient
+  flows to; it tells locally which nodes a backward frees and whether one can be backpropagated again.
 
-`client.serialize` turns values into the graph format of a request.
+`client.serialize` writes values as a request's graph.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ GRAD = "grad"  # inputs (output, wrt[, grad_output]), recorded by create_graph=T
 
 
 # One phase (forward or backward) of tracing a custom Function: values made during it belong to it.
-Phase = namedtuple("Phase", "name kind forward", defaults=(None,))
+Phase = namedtuple("Phase", "name kind")
 
 
 class Value:
@@ -82,17 +80,15 @@ class Node(EngineNode):
             check_output(self, self.out_ref)
 
     def free(self):
-        """What a backward without retain_graph does: no backward can read this node's saved
-        inputs again (nor, so, keep their Variables alive)."""
+        """What a backward without retain_graph does: no backward can read the saved inputs again."""
         self.freed = True
         self.versions = tuple((None, then) for _, then in self.versions)
 
 
 class OpNode(Node):
-    """A node of a registry op: `ops.node_class` makes a subclass per grad_fn name, with the op's `saves`."""
+    """A node of a registry op: `ops.node_class` makes a subclass per grad_fn name, with its `op` and `saves`."""
 
     __slots__ = ()
-    op = None
 
 
 class FunctionNode(Node):
@@ -100,7 +96,6 @@ class FunctionNode(Node):
     saved, whose versions are checked when backward reads them (as the engine's ctx does)."""
 
     __slots__ = ("trace",)
-    function = None
     saved_name = FUNCTION_NAME
 
     def __init__(self, edges, value, trace, saved=()):

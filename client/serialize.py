@@ -1,8 +1,7 @@
 """Graph format v1 from the client's lazy graph (`client.graph`): `Builder` writes the values
-reachable from some outputs as the nodes and input tensors of a `/forward` or `/backward` request,
-`SubgraphBuilder` as a custom Function's forward or backward subgraph. Nodes are written by
-`wire.writer.GraphWriter`, which they extend with the walk; ids come in a deterministic order,
-so the same program sends the same graph every time (the service caches planned graphs by their text).
+reachable from some outputs as a request's nodes and input tensors, `SubgraphBuilder` as a custom
+Function's subgraph. Both extend `wire.writer.GraphWriter`, which numbers nodes in order: the same
+program sends the same graph text every time (the service caches planned graphs by their text).
 """
 
 from __future__ import annotations
@@ -89,13 +88,13 @@ class Builder(GraphWriter):
             # the engine records a node only for a differentiable op with a floating result
             rg = rg and v.op.differentiable and v.dtype.kind == "f"
         elif kind == FUNCTION:
-            node_id = self.node("function", inputs, v.attrs.attrs)
+            node_id = self.node("function", inputs, v.attrs)
         elif kind == CUT:
             node_id = inputs[0]
-        else:  # GRAD
-            if not self.backward:
-                raise NeedsGraph()
+        elif kind == GRAD and self.backward:
             node_id = self.node("grad", inputs)
+        else:  # a grad node in a forward request
+            raise NeedsGraph()
         if rg and not v.requires_grad:
             node_id = self.stop_gradient(node_id)
         self._name(v, node_id, rg)
@@ -113,7 +112,6 @@ class SubgraphBuilder(Builder):
     def _terminal(self, v) -> bool:
         kind = v.kind
         phase = self.phase
-        name = phase.name
         if v.phase is phase or self.forward is not None and v.phase is self.forward.phase:
             if kind == ARG:
                 self._name(v, self.node("arg", attrs={"index": v.attrs["index"]}))
@@ -124,17 +122,18 @@ class SubgraphBuilder(Builder):
             else:
                 self._name(v, self.node("forward_value", attrs={"node": self.forward.add(v)}))
         elif v.phase is not None:
-            raise TracingError(f"{name}: uses a value from another Function's trace; pass it to apply() as an input")
+            raise TracingError(
+                f"{phase.name}: uses a value from another Function's trace; pass it to apply() as an input")
         elif kind == CONST:
             self._scalar(v)
         elif kind == LEAF and v.requires_grad:
             raise TracingError(
-                f"{name}.{phase.kind} uses a Variable that requires grad but is not one of its inputs: "
-                f"pass it to {name}.apply() so that it gets a gradient")
+                f"{phase.name}.{phase.kind} uses a Variable that requires grad but is not one of its inputs: "
+                f"pass it to {phase.name}.apply() so that it gets a gradient")
         elif v.array is not None:
             self._name(v, self.array(v.array))
         else:
             raise TracingError(
-                f"{name}.{phase.kind} uses a Variable computed outside it that is not one of its inputs: "
-                f"pass it to {name}.apply()")
+                f"{phase.name}.{phase.kind} uses a Variable computed outside it that is not one of its inputs: "
+                f"pass it to {phase.name}.apply()")
         return True
