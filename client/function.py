@@ -74,13 +74,12 @@ def trace(cls, args, needs) -> Trace:
     outputs = [None if g is None else bwd.add(g) for g in grad_values]
     if not bwd.nodes:  # a subgraph needs at least one node
         bwd.add(grad_output._graph_value())
-    forward_args_used = any(s.get("op") in ("arg", "forward_value") for s in bwd.nodes)
     attrs = {"name": name, "forward": fwd.subgraph([out_id]), "backward": bwd.subgraph(outputs)}
+    saves = ctx.saved_read or any(node["op"] in ("arg", "forward_value") for node in bwd.nodes)
     saved_args = tuple(dict.fromkeys(
         v._value.attrs["index"] for v in ctx.to_save
         if isinstance(v, Variable) and v._data is None and v._value.kind == ARG and v._value.phase is forward_phase))
-    return Trace(attrs, out_value.shape, out_value.dtype, tuple(g is not None for g in grad_values),
-                 ctx.saved_read or forward_args_used, saved_args)
+    return Trace(attrs, out_value.shape, out_value.dtype, tuple(g is not None for g in grad_values), saves, saved_args)
 
 
 def _cached_trace(cls, args, needs) -> Trace:
