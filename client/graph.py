@@ -80,7 +80,7 @@ class Node(EngineNode):
             check_output(self, self.out_ref)
 
     def free(self):
-        """What a backward without retain_graph does: no backward can read the saved inputs again."""
+        """What a backward without retain_graph does: the saved inputs can't be read again, nor are kept alive."""
         self.freed = True
         self.versions = tuple((None, then) for _, then in self.versions)
 
