@@ -19,7 +19,7 @@ import numpy
 
 from client.errors import TracingError
 from client.graph import ARG, FUNCTION, GRAD_OUTPUT, FunctionNode, Phase, Value, edge_of
-from client.serialize import Builder, forward_references
+from client.serialize import SubgraphBuilder
 from client.state import current_phase, is_grad_enabled, tracing
 from client.variable import Variable, as_host_array
 from engine.function import FunctionBase, FunctionCtx, node_class
@@ -29,34 +29,25 @@ MAX_TRACES_PER_FUNCTION = 64
 
 @dataclass(eq=False)
 class Trace:
-    name: str
     attrs: dict          # the function node's attrs: {"name", "forward", "backward"}
     shape: tuple
     dtype: numpy.dtype
     produces: tuple      # per Variable input: whether backward returns a gradient for it
     saves: bool          # whether backward uses saved values (so a freed node can't run again)
-    saved_args: tuple = ()  # indices (among Variable inputs) of the inputs forward saved
+    saved_args: tuple    # indices (among Variable inputs) of the inputs forward saved
 
 
 _TRACES: weakref.WeakKeyDictionary[type, dict] = weakref.WeakKeyDictionary()
 
 
-def _key(args, needs):
-    try:
-        return tuple(("v", a.shape, a.dtype.str, need) if isinstance(a, Variable) else ("py", type(a), a, hash(a))
-                     for a, need in zip(args, needs))
-    except TypeError:  # an unhashable argument: traced every time
-        return None
-
-
-def _as_output(out) -> Variable:
-    return out if isinstance(out, Variable) else Variable._leaf(as_host_array(out))
+def _traced_value(out) -> Value:
+    return (out if isinstance(out, Variable) else Variable._leaf(as_host_array(out)))._graph_value()
 
 
 def trace(cls, args, needs) -> Trace:
     name = cls.__name__
     forward_phase = Phase(name, "forward")
-    backward_phase = Phase(name, "backward", forward=forward_phase)
+    backward_phase = Phase(name, "backward")
     symbolic, index = [], 0
     for a in args:
         if isinstance(a, Variable):
@@ -68,44 +59,43 @@ def trace(cls, args, needs) -> Trace:
     ctx.needs_input_grad = needs
     try:
         with tracing(forward_phase):
-            out = _as_output(cls.forward_output(cls.forward(ctx, *symbolic)))
-            out_value = out._graph_value()
+            out_value = _traced_value(cls.forward_output(cls.forward(ctx, *symbolic)))
         grad_output = Variable._lazy(Value(GRAD_OUTPUT, out_value.shape, out_value.dtype, phase=backward_phase))
         ctx.saved_read = False
         with tracing(backward_phase):
             grads = cls.backward_result(cls.backward(ctx, grad_output), len(args))
-            grad_values = [None if g is None else _as_output(g)._graph_value()
+            grad_values = [None if g is None else _traced_value(g)
                            for a, g in zip(args, grads) if isinstance(a, Variable)]
     except TracingError as err:
         raise TracingError(f"while tracing {name}: {err}") from None
-    refs = forward_references(grad_values, backward_phase)
-    fwd = Builder("fsub", forward_phase)
+    fwd = SubgraphBuilder(forward_phase)
     out_id = fwd.add(out_value)
-    for r in refs:
-        fwd.add(r)
-    bwd = Builder("bsub", backward_phase, forward_ids=fwd.ids)
+    bwd = SubgraphBuilder(backward_phase, forward=fwd)
     outputs = [None if g is None else bwd.add(g) for g in grad_values]
     if not bwd.nodes:  # a subgraph needs at least one node
         bwd.add(grad_output._graph_value())
-    forward_args_used = any(s.get("op") in ("arg", "forward_value") for s in bwd.nodes)
     attrs = {"name": name, "forward": fwd.subgraph([out_id]), "backward": bwd.subgraph(outputs)}
+    saves = ctx.saved_read or any(node["op"] in ("arg", "forward_value") for node in bwd.nodes)
     saved_args = tuple(dict.fromkeys(
         v._value.attrs["index"] for v in ctx.to_save
         if isinstance(v, Variable) and v._data is None and v._value.kind == ARG and v._value.phase is forward_phase))
-    return Trace(name, attrs, out_value.shape, out_value.dtype, tuple(g is not None for g in grad_values),
-                 ctx.saved_read or forward_args_used, saved_args)
+    return Trace(attrs, out_value.shape, out_value.dtype, tuple(g is not None for g in grad_values), saves, saved_args)
 
 
 def _cached_trace(cls, args, needs) -> Trace:
-    key = _key(args, needs)
+    key = tuple(("v", a.shape, a.dtype.str, need) if isinstance(a, Variable) else ("py", type(a), a)
+                for a, need in zip(args, needs))
     cache = _TRACES.setdefault(cls, {})
-    if key is None or key not in cache:
-        if key is None:
-            return trace(cls, args, needs)
+    try:
+        found = cache.get(key)
+    except TypeError:  # an unhashable argument: traced every time
+        return trace(cls, args, needs)
+    if found is None:
         if len(cache) >= MAX_TRACES_PER_FUNCTION:
             cache.pop(next(iter(cache)))
-        cache[key] = trace(cls, args, needs)
-    return cache[key]
+        found = trace(cls, args, needs)
+        cache[key] = found
+    return found
 
 
 class Function(FunctionBase):
@@ -117,7 +107,7 @@ class Function(FunctionBase):
         result = _cached_trace(cls, args, needs)
         variables = [a for a in args if isinstance(a, Variable)]
         inputs = [a._graph_value() for a in variables]
-        value = Value(FUNCTION, result.shape, result.dtype, inputs=inputs, attrs=result, phase=current_phase())
+        value = Value(FUNCTION, result.shape, result.dtype, inputs=inputs, attrs=result.attrs, phase=current_phase())
         if is_grad_enabled() and any(needs):
             saved = tuple(variables[i] for i in result.saved_args)
             value.node = node_class(cls, FunctionNode, function=cls)([edge_of(v) for v in inputs], value, result, saved)

@@ -4,12 +4,10 @@
   values, a traced custom Function, a cut (detach), a `grad` node (create_graph). Values are
   immutable (an in-place assignment re-points the Variable at a new Value), so what was
   recorded keeps its meaning; a fetched value caches its array.
-* A `Node` is what `grad_fn` returns: one per value recorded with grad mode on and an input
-  that requires grad, with `edges` to the nodes (or leaf Variables) its gradient flows to, and
-  what the client must know locally: which nodes a backward frees, and whether a freed or
-  modified node can be backpropagated again.
+* A `Node` is what `grad_fn` returns, with `edges` to the nodes (or leaf Variables) its gradient
+  flows to; it tells locally which nodes a backward frees and whether one can be backpropagated again.
 
-`client.serialize` turns values into the graph format of a request.
+`client.serialize` writes values as a request's graph.
 """
 
 from __future__ import annotations
@@ -20,8 +18,8 @@ from collections import namedtuple
 import numpy
 
 from engine.function import FUNCTION_NAME
-from engine.node import GraphFreedError, check_output, check_saved
 from engine.node import Node as EngineNode
+from engine.node import check_output, check_saved
 
 LEAF, CONST, OP, FUNCTION, CUT = "input", "constant", "op", "function", "cut"
 ARG, GRAD_OUTPUT = "arg", "grad_output"  # inside a custom Function's trace
@@ -29,7 +27,7 @@ GRAD = "grad"  # inputs (output, wrt[, grad_output]), recorded by create_graph=T
 
 
 # One phase (forward or backward) of tracing a custom Function: values made during it belong to it.
-Phase = namedtuple("Phase", "name kind forward", defaults=(None,))
+Phase = namedtuple("Phase", "name kind")
 
 
 class Value:
@@ -53,66 +51,56 @@ class Value:
 
 class Node(EngineNode):
     """A recorded operation: the engine's Node (`name`, `edges`, `next_functions`, `retained`)
-    with a weak reference to the value it computes and whether a backward freed it. `check()`
-    raises as the engine's vjp would."""
+    with a weak reference to the value it computes. `saves` is True, False, or a slice of the
+    inputs whose values its backward reads; `versions[i]` is (input i's Variable or None, its
+    version when recorded). `check()` raises as the engine's vjp would."""
 
-    __slots__ = ("_value", "freed")
+    __slots__ = ("_value", "freed", "out_ref", "versions")
     saves = True
+    saved_name = None  # how a version error names the node (None: by its grad_fn name)
 
-    def __init__(self, edges, value):
+    def __init__(self, edges, value, versions=()):
         self.edges = tuple(edges)
         self._value = weakref.ref(value)
+        self.versions = versions
         self.freed = False
         self.retained = None
+        self.out_ref = None  # uses_output ops: a weakref to the output Variable, whose version is checked too
 
     @property
     def value(self):
         return self._value()
 
     def check(self):
-        if self.freed and self.saves:
-            raise GraphFreedError()
-
-    def free(self):
-        """What a backward without retain_graph does: no backward can read this node's saved
-        inputs again (nor, so, keep their Variables alive)."""
-        self.freed = True
-
-
-class OpNode(Node):
-    """A node of a registry op. `saves` is the op's (True, False, or a slice of the inputs whose
-    values its vjps read); `versions[i]` is (input Variable or None, its version when recorded)."""
-
-    __slots__ = ("versions", "out_ref")
-    op = None
-
-    def __init__(self, edges, value, versions):
-        super().__init__(edges, value)
-        self.versions = versions
-        self.out_ref = None  # uses_output ops: a weakref to the output Variable, whose version is checked too
-
-    def check(self):
         if self.saves:
-            saved, versions = zip(*self.versions)
-            check_saved(self, self.saves, saved, None if self.freed else versions)
+            saved = [variable for variable, _ in self.versions]
+            versions = None if self.freed else [then for _, then in self.versions]
+            check_saved(self, self.saves, saved, versions, self.saved_name)
         if not self.freed:
             check_output(self, self.out_ref)
 
     def free(self):
+        """What a backward without retain_graph does: the saved inputs can't be read again, nor are kept alive."""
         self.freed = True
         self.versions = tuple((None, then) for _, then in self.versions)
+
+
+class OpNode(Node):
+    """A node of a registry op: `ops.node_class` makes a subclass per grad_fn name, with its `op` and `saves`."""
+
+    __slots__ = ()
 
 
 class FunctionNode(Node):
     """The node of one custom `Function.apply` call. `saved`: the input Variables that forward
     saved, whose versions are checked when backward reads them (as the engine's ctx does)."""
 
-    __slots__ = ("trace", "versions")
-    function = None
+    __slots__ = ("trace",)
+    saved_name = FUNCTION_NAME
 
     def __init__(self, edges, value, trace, saved=()):
-        super().__init__(edges, value)
-        self.trace, self.saved, self.versions = trace, saved, tuple(v._version for v in saved)
+        super().__init__(edges, value, tuple((v, v._version) for v in saved))
+        self.trace = trace
 
     @property
     def saves(self):
@@ -120,14 +108,6 @@ class FunctionNode(Node):
 
     def produces(self, i) -> bool:
         return self.trace.produces[i]
-
-    def check(self):
-        if self.saves:
-            check_saved(self, True, self.saved, None if self.freed else self.versions, FUNCTION_NAME)
-
-    def free(self):
-        self.freed = True
-        self.saved = ()
 
 
 class GradNode(Node):
