@@ -23,6 +23,7 @@ from wire import codec
 from wire.errors import GraphError
 from wire.executor import Executor
 from wire.graph import SPECIAL_OPS, SUBGRAPH_OPS
+from wire.handler import read_body
 from wire.limits import Limits
 from wire.messages import decode_request
 
@@ -239,8 +240,10 @@ def mutated(draw):
 
 
 def _engine_verdict(body):
+    """The status the protocol gives `body` (None: it runs), read as the service reads it: a body
+    that is not JSON to orjson (e.g. `json.dumps`'s bare NaN) is malformed."""
     try:
-        request = decode_request(orjson.loads(body), None, Limits())
+        request = decode_request(read_body(body, None)[0], None, Limits())
         Executor(Limits()).forward(request)
         return None
     except (GraphError, codec.TensorError) as err:
