@@ -3,7 +3,6 @@
 Before a backward, `engine.autograd.walk` follows its course on the grad_fn nodes, so the engine's
 errors (a second backward through freed nodes, a saved input modified in place) are raised here and
 the nodes it frees are known. With `create_graph` nothing is sent: gradients are lazy `grad` nodes.
-A session made with `tapes=True` asks the service to keep a `retain_graph=True` backward's tape.
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ from engine.autograd import accumulate_grad, walk
 def fetching(session, values):
     """Compute `values` in one /forward, with every value a live Variable holds that the same graph
     computes (so that history whose value is known is never sent again)."""
-    todo = list({id(v): v for v in values if v.array is None}.values())
-    if not todo:
+    asked = {id(v): v for v in values if v.array is None}
+    if not asked:
         return
     phase = current_phase()
     if phase is not None:
@@ -34,17 +33,15 @@ def fetching(session, values):
             "service: express it with ops (e.g. where, clamp, masks)")
     try:
         builder = Builder("forward")
-        names = [builder.add(v) for v in todo]
+        names = [builder.add(v) for v in asked.values()]
     except NeedsGraph:  # grad nodes differentiate through values that require grad: keep those
         builder = Builder("backward")
-        names = [builder.add(v) for v in todo]
-    asked = {id(v) for v in todo}
+        names = [builder.add(v) for v in asked.values()]
     held = [v for v in builder.computed() if id(v) not in asked and _held(v)]
     names += [builder.ids[id(v)] for v in held]
-    todo += held
     graph = builder.graph(list(dict.fromkeys(names)))
     reply = yield from session._exchanging(Call("/forward", {"graph": graph}, builder.tensors))
-    for v, name in zip(todo, names):
+    for v, name in zip([*asked.values(), *held], names):
         v.array = _take(reply.outputs, name, "outputs")
         v.shape, v.dtype = tuple(v.array.shape), v.array.dtype
 
@@ -105,7 +102,7 @@ def _requesting(session, outputs, output_values, seeds, holders, retain):
     if retain and session.tapes:
         header["parameters"] = {"retain_graph": True}
     call = Call("/backward", header, builder.tensors, _seed_arrays(outputs, names, seeds))
-    reply = yield from session._exchanging(call, output_values)
+    reply = yield from session._exchanging(call, output_values if session.tapes else ())
     for value, name in zip(output_values, names):
         if name in reply.outputs and value.array is None:
             value.array = reply.outputs[name]

@@ -103,12 +103,11 @@ class _Core:
 
     def _exchanging(self, call: Call, outputs=()):
         """The Reply to a fetch's or a backward's call, with what the server holds of it sent in place of the graph:
-        with `tapes`, the tape the last backward of the same `outputs` (Values) and graph retained; else the plan id
-        the server gave the graph. A lost plan or tape (404/409) is answered by sending the call itself."""
-        tapes = self.tapes and bool(outputs)
-        graph_text = orjson.dumps(call.header["graph"]) if tapes or not self.embedded else None
+        the tape the last backward of the same `outputs` (its Values, given when the session keeps `tapes`) and graph
+        retained, else the plan id the server gave the graph. A lost plan or tape (404/409): the call itself is sent."""
+        graph_text = orjson.dumps(call.header["graph"]) if outputs or not self.embedded else None
         key = tuple(id(v) for v in outputs)
-        tape = self._tapes.get(key)  # (none without `tapes`)
+        tape = self._tapes.get(key)
         rest = {k: v for k, v in call.header.items() if k != "graph"}
         sent = call
         if tape is not None and tape[1] == graph_text and all(ref() is v for ref, v in zip(tape[2], outputs)):
@@ -127,16 +126,15 @@ class _Core:
             self._plans.move_to_end(graph_text)
             while len(self._plans) > MAX_PLAN_IDS:
                 self._plans.popitem(last=False)
-        if tapes and reply.tape is None:
+        if outputs and reply.tape is None:
             self._tapes.pop(key, None)
-        elif tapes:
+        elif outputs:
             self._tapes[key] = (reply.tape, graph_text, [weakref.ref(v) for v in outputs])
             while len(self._tapes) > MAX_TAPE_IDS:
                 self._tapes.popitem(last=False)
         return reply
 
     async def _run(self, steps):
-        """The steps' result: what each step yields is `_perform`ed and the outcome sent back (an error thrown in)."""
         answer, failed = None, False
         while True:
             try:
