@@ -67,7 +67,7 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
                if v._node is None or v._node.value is not None]
     if create_graph:
         output_values = ()
-        grads = {id(var): gradient_node(outputs, seeds, value or var._graph_value()) for var, value in holders}
+        grads = {var: gradient_node(outputs, seeds, value or var._graph_value()) for var, value in holders}
     else:
         yield from fetching(session, [g._graph_value() for g in seeds if isinstance(g, Variable) and not g._has_value])
         output_values = [o._graph_value() for o in outputs]
@@ -78,15 +78,14 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
         for value in output_values:
             _seal(value)
     if targets is None:
-        for holder, _ in holders:
-            if id(holder) in grads:
-                accumulate_grad(holder, grads[id(holder)], lambda g: g, _may_update, create_graph)
+        for holder, g in grads.items():
+            accumulate_grad(holder, g, lambda g: g, _may_update, create_graph)
         return None
-    return tuple(grads.get(id(t)) for t in targets)
+    return tuple(grads.get(t) for t in targets)
 
 
 def _requesting(session, outputs, output_values, seeds, holders, retain):
-    """The /backward: {id(holder): its gradient}, nothing sent when no holder is in the graph."""
+    """The /backward: {holder: its gradient}, nothing sent when no holder is in the graph."""
     builder = Builder("backward")
     names = [builder.add(value) for value in output_values]
     wanted = []  # (node id, the Variable that gets its gradient)
@@ -109,8 +108,8 @@ def _requesting(session, outputs, output_values, seeds, holders, retain):
     sums = {}
     for nid, holder in wanted:
         array = _take(reply.grads, nid, "grads")
-        sums[id(holder)] = sums[id(holder)] + array if id(holder) in sums else array
-    return {key: Variable._leaf(array) for key, array in sums.items()}
+        sums[holder] = sums[holder] + array if holder in sums else array
+    return {holder: Variable._leaf(array) for holder, array in sums.items()}
 
 
 def _seed_arrays(outputs, names, seeds) -> list:

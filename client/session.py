@@ -106,13 +106,14 @@ class _Core:
         the tape the last backward of the same `outputs` (its Values, given when the session keeps `tapes`) and graph
         retained, else the plan id the server gave the graph. A lost plan or tape (404/409): the call itself is sent."""
         graph_text = orjson.dumps(call.header["graph"]) if outputs or not self.embedded else None
-        key = tuple(id(v) for v in outputs)
+        key = tuple(map(id, outputs))
         tape = self._tapes.get(key)
-        rest = {k: v for k, v in call.header.items() if k != "graph"}
         sent = call
         if tape is not None and tape[1] == graph_text and all(ref() is v for ref, v in zip(tape[2], outputs)):
+            rest = {k: v for k, v in call.header.items() if k != "graph"}
             sent = Call(call.path, {"tape": tape[0], **rest}, [], call.grad_outputs, idempotent=False)
         elif graph_text in self._plans:
+            rest = {k: v for k, v in call.header.items() if k != "graph"}
             sent = Call(call.path, {**rest, "plan": self._plans[graph_text]}, call.inputs, call.grad_outputs)
         try:
             reply = yield from self._calling(sent)
@@ -154,10 +155,7 @@ class _Core:
         arrays = [v._array() for v in variables]
         return arrays[0] if len(arrays) == 1 else tuple(arrays)
 
-    @_operation
-    def fetch_values(self, values):
-        """Compute `client.graph.Value`s (what a Variable needing its value asks for)."""
-        yield from fetching(self, values)
+    fetch_values = _operation(fetching)  # client.graph.Values: what a Variable needing its value asks for
 
     @_operation
     def backward(self, outputs, gradient=None, retain_graph=None, create_graph=False):
