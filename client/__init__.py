@@ -14,20 +14,18 @@ need no graph are computed at once). The surface is declared once in `engine.sur
 here by `client.ops`; client/README.md tells the rest.
 """
 
-from client import errors
-from client.autograd import backward as _backward
+from client import autograd, errors, ops
 from client.autograd import grad
 from client.errors import *  # the error classes (errors.__all__)
 from client.function import Function, FunctionCtx
 from client.ops import ShapeError
-from client.ops import install as _install
 from client.session import AsyncSession, Session, connect, current_session
 from client.state import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from client.variable import Variable
 from engine.registry import OPS
 from engine.surface import exported
 
-_SURFACE = _install(_backward)
+_SURFACE = ops.install(autograd.backward)
 globals().update(_SURFACE)
 
 __all__ = [

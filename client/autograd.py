@@ -3,35 +3,27 @@
 Before a backward, `engine.autograd.walk` follows its course on the grad_fn nodes, so the engine's
 errors (a second backward through freed nodes, a saved input modified in place) are raised here and
 the nodes it frees are known. With `create_graph` nothing is sent: gradients are lazy `grad` nodes.
-Sessions made with `tapes=True` keep a `retain_graph=True` backward's tape on the service and send
-only its id next time (the full request again when the tape is gone).
 """
 
 from __future__ import annotations
 
-import hashlib
-import weakref
-
 import numpy
-import orjson
 
 from client.errors import ProtocolError, TracingError
 from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
-from client.graph import GRAD, LEAF, GradNode, Value, edge_of
+from client.graph import GRAD, GradNode, Value, edge_of
 from client.serialize import Builder, NeedsGraph
 from client.state import current_phase, current_session, mode
 from client.transports import Call
 from client.variable import Variable, as_host_array
 from engine.autograd import accumulate_grad, walk
 
-MAX_TAPE_IDS = 128  # tapes a session remembers
-
 
 def fetching(session, values):
     """Compute `values` in one /forward, with every value a live Variable holds that the same graph
     computes (so that history whose value is known is never sent again)."""
-    todo = list({id(v): v for v in values if v.array is None}.values())
-    if not todo:
+    asked = {id(v): v for v in values if v.array is None}
+    if not asked:
         return
     phase = current_phase()
     if phase is not None:
@@ -41,17 +33,15 @@ def fetching(session, values):
             "service: express it with ops (e.g. where, clamp, masks)")
     try:
         builder = Builder("forward")
-        names = [builder.add(v) for v in todo]
+        names = [builder.add(v) for v in asked.values()]
     except NeedsGraph:  # grad nodes differentiate through values that require grad: keep those
         builder = Builder("backward")
-        names = [builder.add(v) for v in todo]
-    asked = {id(v) for v in todo}
+        names = [builder.add(v) for v in asked.values()]
     held = [v for v in builder.computed() if id(v) not in asked and _held(v)]
     names += [builder.ids[id(v)] for v in held]
-    todo += held
     graph = builder.graph(list(dict.fromkeys(names)))
     reply = yield from session._exchanging(Call("/forward", {"graph": graph}, builder.tensors))
-    for v, name in zip(todo, names):
+    for v, name in zip([*asked.values(), *held], names):
         v.array = _take(reply.outputs, name, "outputs")
         v.shape, v.dtype = tuple(v.array.shape), v.array.dtype
 
@@ -77,25 +67,25 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
                if v._node is None or v._node.value is not None]
     if create_graph:
         output_values = ()
-        sums = {id(var): (var, gradient_node(outputs, seeds, value or var._graph_value())) for var, value in holders}
+        grads = {var: gradient_node(outputs, seeds, value or var._graph_value()) for var, value in holders}
     else:
         yield from fetching(session, [g._graph_value() for g in seeds if isinstance(g, Variable) and not g._has_value])
         output_values = [o._graph_value() for o in outputs]
-        sums = yield from _requesting(session, outputs, output_values, seeds, holders, retain)
+        grads = yield from _requesting(session, outputs, output_values, seeds, holders, retain)
     if not retain:
         for node in processed:
             node.free()
         for value in output_values:
             _seal(value)
     if targets is None:
-        for holder, g in sums.values():
+        for holder, g in grads.items():
             accumulate_grad(holder, g, lambda g: g, _may_update, create_graph)
         return None
-    return tuple(sums[id(t)][1] if id(t) in sums else None for t in targets)
+    return tuple(grads.get(t) for t in targets)
 
 
 def _requesting(session, outputs, output_values, seeds, holders, retain):
-    """The /backward: {id(holder): (holder, its gradient)}, nothing sent when no holder is in the graph."""
+    """The /backward: {holder: its gradient}, nothing sent when no holder is in the graph."""
     builder = Builder("backward")
     names = [builder.add(value) for value in output_values]
     wanted = []  # (node id, the Variable that gets its gradient)
@@ -111,15 +101,15 @@ def _requesting(session, outputs, output_values, seeds, holders, retain):
     if retain and session.tapes:
         header["parameters"] = {"retain_graph": True}
     call = Call("/backward", header, builder.tensors, _seed_arrays(outputs, names, seeds))
-    reply = yield from (_through_tape(session, call, output_values) if session.tapes else session._exchanging(call))
+    reply = yield from session._exchanging(call, output_values if session.tapes else ())
     for value, name in zip(output_values, names):
         if name in reply.outputs and value.array is None:
             value.array = reply.outputs[name]
     sums = {}
     for nid, holder in wanted:
         array = _take(reply.grads, nid, "grads")
-        sums[id(holder)] = (holder, sums[id(holder)][1] + array if id(holder) in sums else array)
-    return {key: (holder, Variable._leaf(array)) for key, (holder, array) in sums.items()}
+        sums[holder] = sums[holder] + array if holder in sums else array
+    return {holder: Variable._leaf(array) for holder, array in sums.items()}
 
 
 def _seed_arrays(outputs, names, seeds) -> list:
@@ -135,27 +125,6 @@ def _seed_arrays(outputs, names, seeds) -> list:
             array = as_host_array(g._array() if isinstance(g, Variable) else g, out.dtype)
         arrays[name] = arrays[name] + array if name in arrays else array
     return list(arrays.items())
-
-
-def _through_tape(session, full: Call, output_values):
-    """The Reply to a /backward, sent through the tape a previous backward left for the same outputs and graph if
-    there is one; the tape this one leaves is kept for the next."""
-    key = tuple(id(v) for v in output_values)
-    fingerprint = hashlib.blake2b(orjson.dumps(full.header["graph"]), digest_size=16).digest()
-    entry = session._tapes.get(key)
-    call = full
-    if entry is not None and entry[1] == fingerprint and all(r() is v for r, v in zip(entry[2], output_values)):
-        parameters = {k: v for k, v in full.header.items() if k == "parameters"}
-        call = Call("/backward", {"tape": entry[0], "wrt": full.header["wrt"], **parameters}, [], full.grad_outputs,
-                    fallback=full, idempotent=False)
-    reply = yield from session._exchanging(call)
-    if reply.tape is None:
-        session._tapes.pop(key, None)
-    else:
-        session._tapes[key] = (reply.tape, fingerprint, [weakref.ref(v) for v in output_values])
-        while len(session._tapes) > MAX_TAPE_IDS:
-            session._tapes.pop(next(iter(session._tapes)))
-    return reply
 
 
 def _may_update(grad) -> bool:
@@ -198,11 +167,9 @@ def gradient_node(outputs, seeds, wrt: Value) -> Variable:
     with mode.enabled_as(True):
         for out, seed in zip(outputs, seeds):
             inputs = [out._graph_value(), wrt]
-            if isinstance(seed, Variable):
+            if seed is not None:
+                seed = seed if isinstance(seed, Variable) else Variable._leaf(as_host_array(seed, out.dtype))
                 inputs.append(seed._graph_value())
-            elif seed is not None:
-                array = as_host_array(seed, out.dtype)
-                inputs.append(Value(LEAF, array.shape, array.dtype, array=array))
             value = Value(GRAD, wrt.shape, wrt.dtype, inputs=inputs, requires_grad=True)
             value.node = GradNode([edge_of(i) for i in inputs], value)
             total = Variable._lazy(value) if total is None else total + Variable._lazy(value)

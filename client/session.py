@@ -14,33 +14,23 @@ import itertools
 import os
 import time
 import uuid
+import weakref
 from collections import Counter, OrderedDict
 
 import numpy
 import orjson
 
-from client import state
+from client import state, transports
 from client.autograd import backwarding, fetching
 from client.errors import ConflictError, NotFoundError, ServerError
-from client.transports import (
-    DEFAULT_RETRIES,
-    AsyncHttpTransport,
-    Call,
-    EmbeddedTransport,
-    Response,
-    Retryable,
-    RetryPolicy,
-    decode,
-    encode,
-    http_transport,
-    raise_for_error,
-)
+from client.transports import Call
 from client.variable import Variable
 from engine.autograd import backward_arguments, check_unused, grad_arguments
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
 USER_AGENT = "gradserve-client/0.1"
 MAX_PLAN_IDS = 256  # graphs whose plan ids a session remembers
+MAX_TAPE_IDS = 128  # tapes a session remembers
 
 
 def _operation(steps):
@@ -54,34 +44,29 @@ def _operation(steps):
 class _Core:
     """What both sessions do; their I/O is a subclass's `_perform`."""
 
-    def __init__(self, url=None, api_key=None, timeout=DEFAULT_TIMEOUT, binary=True, retries=DEFAULT_RETRIES,
-                 backoff=0.1, max_backoff=5.0, max_retry_after=30.0, tapes=False, executor=None, transport=None,
-                 headers=None):
+    def __init__(self, url=None, api_key=None, timeout=DEFAULT_TIMEOUT, binary=True,
+                 retries=transports.DEFAULT_RETRIES, backoff=0.1, max_backoff=5.0, max_retry_after=30.0, tapes=False,
+                 executor=None, transport=None, headers=None):
         if url and "://" not in url:
             url = "http://" + url
         self.url = url.rstrip("/") if url else None
+        self.embedded = self.url is None
         self.binary = bool(binary)
         self.timeout = timeout
         self.tapes = bool(tapes)
-        self.retry = RetryPolicy(int(retries), backoff, max_backoff, max_retry_after)
+        self.retry = transports.RetryPolicy(int(retries), backoff, max_backoff, max_retry_after)
         self.session_id = uuid.uuid4().hex
         self.stats = Counter()  # requests sent (attempts), by path
         self.closed = False
-        self._tapes = OrderedDict()  # (output values) -> (tape id, graph fingerprint, output refs): `client.autograd`
-        self._plans = OrderedDict()  # graph text -> the plan id the server gave it (sent instead of the graph)
-        if self.url is None:
-            self._transport = EmbeddedTransport(executor)
-            return
-        headers = {"User-Agent": USER_AGENT, "X-GradServe-Session": self.session_id, **(headers or {})}
-        if api_key is None:
-            api_key = os.environ.get("GRADSERVE_API_KEY")
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        self._transport = self._remote_transport(self.url, headers, timeout, transport)
-
-    @property
-    def embedded(self) -> bool:
-        return self.url is None
+        self._tapes = OrderedDict()  # (ids of a backward's output Values) -> (tape id, graph text, weakrefs to them)
+        self._plans = OrderedDict()  # graph text -> the plan id the server gave it
+        api_key = os.environ.get("GRADSERVE_API_KEY") if api_key is None else api_key
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = {"User-Agent": USER_AGENT, "X-GradServe-Session": self.session_id, **(headers or {}), **auth}
+        if self.embedded:
+            self._transport = transports.EmbeddedTransport(executor)
+        else:
+            self._transport = self._remote_transport(self.url, headers, timeout, transport)
 
     def _where(self, path):
         return f"{self.url}{path}" if self.url else f"embedded:{path}"
@@ -97,11 +82,11 @@ class _Core:
             self.stats[path] += 1
             try:
                 outcome = yield "request", method, path, content, headers
-            except Retryable as failure:
+            except transports.Retryable as failure:
                 outcome = failure
             wait = self.retry.wait(attempt, outcome, idempotent)
             if wait is None:
-                if isinstance(outcome, Retryable):
+                if isinstance(outcome, transports.Retryable):
                     raise outcome.error from None
                 return outcome
             yield "sleep", wait
@@ -112,35 +97,45 @@ class _Core:
             self._check_open()
             self.stats[call.path] += 1
             return (yield "execute", call, self._where(call.path))
-        body, headers = encode(call, self.binary)
+        body, headers = transports.encode(call, self.binary)
         response = yield from self._sending("POST", call.path, body, headers, call.idempotent)
-        return decode(response, self._where(call.path))
+        return transports.decode(response, self._where(call.path))
 
-    def _exchanging(self, call: Call):
-        """The Reply to a fetch's or backward's call. A graph sent before goes as the plan id the server gave it;
-        a lost plan or tape (404/409) is answered by the call's stateless fallback."""
-        graph_text = None if self.embedded or "graph" not in call.header else orjson.dumps(call.header["graph"])
-        if graph_text in self._plans:
-            header = {k: v for k, v in call.header.items() if k != "graph"}
-            call = Call(call.path, {**header, "plan": self._plans[graph_text]}, call.inputs, call.grad_outputs,
-                        fallback=call, idempotent=call.idempotent)
+    def _exchanging(self, call: Call, outputs=()):
+        """The Reply to a fetch's or a backward's call, with what the server holds of it sent in place of the graph:
+        the tape the last backward of the same `outputs` (its Values, given when the session keeps `tapes`) and graph
+        retained, else the plan id the server gave the graph. A lost plan or tape (404/409): the call itself is sent."""
+        graph_text = orjson.dumps(call.header["graph"]) if outputs or not self.embedded else None
+        key = tuple(map(id, outputs))
+        tape = self._tapes.get(key)
+        sent = call
+        if tape is not None and tape[1] == graph_text and all(ref() is v for ref, v in zip(tape[2], outputs)):
+            rest = {k: v for k, v in call.header.items() if k != "graph"}
+            sent = Call(call.path, {"tape": tape[0], **rest}, [], call.grad_outputs, idempotent=False)
+        elif graph_text in self._plans:
+            rest = {k: v for k, v in call.header.items() if k != "graph"}
+            sent = Call(call.path, {**rest, "plan": self._plans[graph_text]}, call.inputs, call.grad_outputs)
         try:
-            reply = yield from self._calling(call)
+            reply = yield from self._calling(sent)
         except (NotFoundError, ConflictError):
-            if call.fallback is None:
+            if sent is call:
                 raise
             self._plans.pop(graph_text, None)
-            reply = yield from self._calling(call.fallback)
+            reply = yield from self._calling(call)
         if graph_text is not None and reply.body.get("plan"):
             self._plans[graph_text] = reply.body["plan"]
             self._plans.move_to_end(graph_text)
             while len(self._plans) > MAX_PLAN_IDS:
                 self._plans.popitem(last=False)
+        if outputs and reply.tape is None:
+            self._tapes.pop(key, None)
+        elif outputs:
+            self._tapes[key] = (reply.tape, graph_text, [weakref.ref(v) for v in outputs])
+            while len(self._tapes) > MAX_TAPE_IDS:
+                self._tapes.popitem(last=False)
         return reply
 
     async def _run(self, steps):
-        """The steps' result: what each step needs done is `_perform`ed and the outcome sent back
-        to the steps (an error thrown into them)."""
         answer, failed = None, False
         while True:
             try:
@@ -160,10 +155,7 @@ class _Core:
         arrays = [v._array() for v in variables]
         return arrays[0] if len(arrays) == 1 else tuple(arrays)
 
-    @_operation
-    def fetch_values(self, values):
-        """Compute `client.graph.Value`s (what a Variable needing its value asks for)."""
-        yield from fetching(self, values)
+    fetch_values = _operation(fetching)  # client.graph.Values: what a Variable needing its value asks for
 
     @_operation
     def backward(self, outputs, gradient=None, retain_graph=None, create_graph=False):
@@ -206,7 +198,7 @@ class _Core:
 class Session(_Core):
     """A synchronous session: the default one computes every Variable's value and gradient."""
 
-    _remote_transport = staticmethod(http_transport)
+    _remote_transport = staticmethod(transports.http_transport)
 
     def _run(self, steps):
         try:  # `_perform` does the work at once: the coroutine never waits, one send finishes it
@@ -226,8 +218,8 @@ class Session(_Core):
     def metrics(self) -> str:
         return self._answer("/metrics").content.decode()
 
-    def _answer(self, path) -> Response:
-        return raise_for_error(self.get(path), self._where(path))
+    def _answer(self, path) -> transports.Response:
+        return transports.raise_for_error(self.get(path), self._where(path))
 
     def close(self):
         if not self.closed:
@@ -252,7 +244,7 @@ class AsyncSession(_Core):
             await s.backward(loss)        # fills w.grad
     """
 
-    _remote_transport = AsyncHttpTransport
+    _remote_transport = transports.AsyncHttpTransport
 
     async def _perform(self, action, *args):
         if action == "sleep":
