@@ -72,16 +72,13 @@ def node_class(op: OpDef, values, attrs) -> type:
     return cls
 
 
-# --- recording -------------------------------------------------------------------------------
-
-
 def infer(op: OpDef, values, attrs):
     """(shape, dtype) by the op's registry rule; None when the rule says it depends on values."""
     if op.infer is None:
         return None
     try:
         inferred = op.infer([v.shape for v in values], [v.dtype for v in values], attrs)
-    except (EngineShapeError, ValueError, TypeError, IndexError) as err:
+    except (ValueError, TypeError, IndexError) as err:  # a ShapeError is a ValueError
         described = ", ".join(str(list(v.shape)) for v in values)
         raise ShapeError(f"{op.name}(): {err} (input shapes: {described})") from None
     if inferred is None or isinstance(inferred[0], shapes.Bounded):  # a bound (a mask's result) is not a shape

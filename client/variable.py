@@ -113,14 +113,9 @@ class Variable:
         return self._requires_grad if self._data is not None else self._value.requires_grad
 
     def _store_requires_grad(self, flag: bool):
-        if self._data is None:
-            if not flag:
-                return
-            # a computed value without grad_fn becomes a leaf of its own: its value is needed
-            self._data = self._array()
-            self._value = None
-            self._shared = True
-        self._requires_grad = flag
+        if flag and self._data is None:  # a computed value without grad_fn becomes a leaf: its value is needed
+            self._data, self._value, self._shared = self._array(), None, True
+        self._requires_grad = flag  # (a lazy Variable's is False: its Value's counts)
 
     def detach(self):
         """A new leaf with this Variable's value, cut from the graph."""
