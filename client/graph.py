@@ -54,18 +54,17 @@ class Node(EngineNode):
     with a weak reference to the value it computes. `saves` is True, False, or a slice of the
     inputs whose values its backward reads; `saved[i]` is input i's Variable (None for a
     constant), `versions[i]` its version when recorded (None once freed, as on the engine's
-    nodes). `check()` raises as the engine's vjp would. A registry op's nodes are of a subclass
-    per grad_fn name (`ops.node_class`), with its `op` and `saves`."""
+    nodes). `check()` raises as the engine's vjp would."""
 
     __slots__ = ("_value", "out_ref", "versions")
     saves = True
     saved_name = None  # how a version error names the node (None: by its grad_fn name)
 
-    def __init__(self, edges, value, saved=(), versions=()):
+    def __init__(self, edges, value, saved=()):
         self.edges = tuple(edges)
         self._value = weakref.ref(value)
         self.saved = saved
-        self.versions = versions
+        self.versions = tuple([None if v is None else v._version for v in saved])
         self.retained = None
         self.out_ref = None  # uses_output ops: a weakref to the output Variable, whose version is checked too
 
@@ -92,8 +91,8 @@ class FunctionNode(Node):
     __slots__ = ("trace",)
     saved_name = FUNCTION_NAME
 
-    def __init__(self, edges, value, trace, saved=()):
-        super().__init__(edges, value, saved, tuple(v._version for v in saved))
+    def __init__(self, edges, value, trace, saved):
+        super().__init__(edges, value, saved)
         self.trace = trace
 
     @property

@@ -73,9 +73,7 @@ def node_class(op: OpDef, values, attrs) -> type:
 
 
 def infer(op: OpDef, values, attrs):
-    """(shape, dtype) by the op's registry rule; None when the rule says it depends on values."""
-    if op.infer is None:
-        return None
+    """(shape, dtype) by the op's registry rule (every op has one); None when it depends on values."""
     try:
         inferred = op.infer([v.shape for v in values], [v.dtype for v in values], attrs)
     except (ValueError, TypeError, IndexError) as err:  # a ShapeError is a ValueError
@@ -97,9 +95,8 @@ def eager(op: OpDef, args, attrs: dict):
         if isinstance(v, Variable):
             data = v._data
             if data is None:
-                value = v._value
-                data = value.array
-                if data is None or (grad_on and value.requires_grad):
+                data = v._value.array
+                if data is None or (grad_on and v._value.requires_grad):
                     return None
             elif grad_on and v._requires_grad:
                 return None
@@ -144,8 +141,7 @@ def record(op: OpDef, args, attrs: dict, rule=None) -> Variable:
     result = Variable._lazy(value)
     if (op.differentiable and value.dtype.kind == "f" and state.is_grad_enabled()
             and any([v.requires_grad for v in values])):  # noqa: C419 - a list is faster here
-        versions = tuple([None if var is None else var._version for var in variables])
-        node = value.node = node_class(op, values, attrs)([edge_of(v) for v in values], value, variables, versions)
+        node = value.node = node_class(op, values, attrs)([edge_of(v) for v in values], value, variables)
         value.requires_grad = True
         if op.uses_output:
             node.out_ref = weakref.ref(result)

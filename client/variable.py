@@ -36,7 +36,8 @@ def as_host_array(data, dtype=None) -> numpy.ndarray:
 
 
 class Variable:
-    """A node value in a define-by-run graph, with PyTorch's Variable semantics, computed remotely."""
+    """A node value in a define-by-run graph, with PyTorch's Variable semantics, computed remotely.
+    `_requires_grad` is a data leaf's flag; a handle's stays False (its Value's flag counts)."""
 
     __slots__ = ("__weakref__", "_data", "_requires_grad", "_shared", "_value", "_version", "grad")
 
@@ -115,7 +116,7 @@ class Variable:
     def _store_requires_grad(self, flag: bool):
         if flag and self._data is None:  # a computed value without grad_fn becomes a leaf: its value is needed
             self._data, self._value, self._shared = self._array(), None, True
-        self._requires_grad = flag  # (a lazy Variable's is False: its Value's counts)
+        self._requires_grad = flag
 
     def detach(self):
         """A new leaf with this Variable's value, cut from the graph."""
@@ -127,11 +128,10 @@ class Variable:
         return Variable._lazy(Value(CUT, value.shape, value.dtype, inputs=(value,), phase=current_phase()))
 
     def detach_(self):
-        if self._data is not None:
-            self._requires_grad = False
-        elif self._value.node is not None:
+        if self._data is None and self._value.node is not None:
             detached = self.detach()
             self._data, self._value, self._shared = detached._data, detached._value, detached._shared
+        self._requires_grad = False
         return self
 
     @property
@@ -164,11 +164,9 @@ class Variable:
     # --- in-place updates (the rules are engine.surface's __setitem__) -----------------
     def _snapshot(self) -> Variable:
         """A new handle on the current value (what an in-place op records as its input)."""
-        if self._data is not None:
-            snap = Variable._leaf(self._data)
-            snap._requires_grad = self._requires_grad
-            return snap
-        return Variable._lazy(self._value)
+        snap = Variable._leaf(self._data) if self._data is not None else Variable._lazy(self._value)
+        snap._requires_grad = self._requires_grad
+        return snap
 
     def _assign_recorded(self, other: Variable):
         """Make this Variable stand for `other`'s value."""
