@@ -88,28 +88,20 @@ class FunctionNode(Node):
     """The node of one custom `Function.apply` call. `saved`: the input Variables that forward
     saved, whose versions are checked when backward reads them (as the engine's ctx does)."""
 
-    __slots__ = ("trace",)
+    __slots__ = ("saves", "trace")
     saved_name = FUNCTION_NAME
 
     def __init__(self, edges, value, trace, saved):
         super().__init__(edges, value, saved)
         self.trace = trace
-
-    @property
-    def saves(self):
-        return self.trace.saves
+        self.saves = trace.saves
 
     def produces(self, i) -> bool:
         return self.trace.produces[i]
 
 
-class GradNode(Node):
-    """The node of a `grad` value: its gradient flows to the output, wrt and grad_output it was taken of."""
-
-    __slots__ = ()
-
-
-GradNode.__name__ = GradNode.__qualname__ = "GradBackward"
+# The node of a `grad` value: its gradient flows to the output, wrt and grad_output it was taken of.
+GradNode = type("GradBackward", (Node,), {"__slots__": ()})
 
 
 def edge_of(value):
