@@ -48,13 +48,11 @@ def trace(cls, args, needs) -> Trace:
     name = cls.__name__
     forward_phase = Phase(name, "forward")
     backward_phase = Phase(name, "backward")
-    symbolic, index = [], 0
-    for a in args:
-        if isinstance(a, Variable):
-            symbolic.append(Variable._lazy(Value(ARG, a.shape, a.dtype, attrs={"index": index}, phase=forward_phase)))
-            index += 1
-        else:
-            symbolic.append(a)
+    positions = [i for i, a in enumerate(args) if isinstance(a, Variable)]  # the forward's `arg` 0, 1...
+    symbolic = list(args)
+    for index, i in enumerate(positions):
+        value = Value(ARG, args[i].shape, args[i].dtype, attrs={"index": index}, phase=forward_phase)
+        symbolic[i] = Variable._lazy(value)
     ctx = FunctionCtx()
     ctx.needs_input_grad = needs
     try:
@@ -64,8 +62,7 @@ def trace(cls, args, needs) -> Trace:
         ctx.saved_read = False
         with tracing(backward_phase):
             grads = cls.backward_result(cls.backward(ctx, grad_output), len(args))
-            grad_values = [None if g is None else _traced_value(g)
-                           for a, g in zip(args, grads) if isinstance(a, Variable)]
+            grad_values = [None if grads[i] is None else _traced_value(grads[i]) for i in positions]
     except TracingError as err:
         raise TracingError(f"while tracing {name}: {err}") from None
     fwd = SubgraphBuilder(forward_phase)
@@ -93,8 +90,7 @@ def _cached_trace(cls, args, needs) -> Trace:
     if found is None:
         if len(cache) >= MAX_TRACES_PER_FUNCTION:
             cache.pop(next(iter(cache)))
-        found = trace(cls, args, needs)
-        cache[key] = found
+        found = cache[key] = trace(cls, args, needs)
     return found
 
 

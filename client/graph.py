@@ -52,18 +52,19 @@ class Value:
 class Node(EngineNode):
     """A recorded operation: the engine's Node (`name`, `edges`, `next_functions`, `retained`)
     with a weak reference to the value it computes. `saves` is True, False, or a slice of the
-    inputs whose values its backward reads; `versions[i]` is (input i's Variable or None, its
-    version when recorded). `check()` raises as the engine's vjp would."""
+    inputs whose values its backward reads; `saved[i]` is input i's Variable (None for a
+    constant), `versions[i]` its version when recorded (None once freed, as on the engine's
+    nodes). `check()` raises as the engine's vjp would."""
 
-    __slots__ = ("_value", "freed", "out_ref", "versions")
+    __slots__ = ("_value", "out_ref", "versions")
     saves = True
     saved_name = None  # how a version error names the node (None: by its grad_fn name)
 
-    def __init__(self, edges, value, versions=()):
+    def __init__(self, edges, value, saved=()):
         self.edges = tuple(edges)
         self._value = weakref.ref(value)
-        self.versions = versions
-        self.freed = False
+        self.saved = saved
+        self.versions = tuple([None if v is None else v._version for v in saved])
         self.retained = None
         self.out_ref = None  # uses_output ops: a weakref to the output Variable, whose version is checked too
 
@@ -73,50 +74,34 @@ class Node(EngineNode):
 
     def check(self):
         if self.saves:
-            saved = [variable for variable, _ in self.versions]
-            versions = None if self.freed else [then for _, then in self.versions]
-            check_saved(self, self.saves, saved, versions, self.saved_name)
-        if not self.freed:
+            check_saved(self, self.saves, self.saved, self.versions, self.saved_name)
+        if self.versions is not None:
             check_output(self, self.out_ref)
 
     def free(self):
         """What a backward without retain_graph does: the saved inputs can't be read again, nor are kept alive."""
-        self.freed = True
-        self.versions = tuple((None, then) for _, then in self.versions)
-
-
-class OpNode(Node):
-    """A node of a registry op: `ops.node_class` makes a subclass per grad_fn name, with its `op` and `saves`."""
-
-    __slots__ = ()
+        self.saved = (None,) * len(self.saved)
+        self.versions = None
 
 
 class FunctionNode(Node):
     """The node of one custom `Function.apply` call. `saved`: the input Variables that forward
     saved, whose versions are checked when backward reads them (as the engine's ctx does)."""
 
-    __slots__ = ("trace",)
+    __slots__ = ("saves", "trace")
     saved_name = FUNCTION_NAME
 
-    def __init__(self, edges, value, trace, saved=()):
-        super().__init__(edges, value, tuple((v, v._version) for v in saved))
+    def __init__(self, edges, value, trace, saved):
+        super().__init__(edges, value, saved)
         self.trace = trace
-
-    @property
-    def saves(self):
-        return self.trace.saves
+        self.saves = trace.saves
 
     def produces(self, i) -> bool:
         return self.trace.produces[i]
 
 
-class GradNode(Node):
-    """The node of a `grad` value: its gradient flows to the output, wrt and grad_output it was taken of."""
-
-    __slots__ = ()
-
-
-GradNode.__name__ = GradNode.__qualname__ = "GradBackward"
+# The node of a `grad` value: its gradient flows to the output, wrt and grad_output it was taken of.
+GradNode = type("GradBackward", (Node,), {"__slots__": ()})
 
 
 def edge_of(value):

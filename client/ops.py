@@ -15,7 +15,7 @@ import numpy
 
 from client import state
 from client.errors import TracingError
-from client.graph import CONST, LEAF, OP, OpNode, Value, edge_of
+from client.graph import CONST, LEAF, OP, Node, Value, edge_of
 from client.variable import Variable, as_host_array
 from engine import backend, shapes, surface
 from engine.composite import composite_grad_fn
@@ -32,61 +32,51 @@ class ShapeError(EngineShapeError):
     """An op's inputs don't fit its shape rule: raised when the op is called (nothing is sent)."""
 
 
-def _scalar(v, ref):
-    """A constant Value for a Python scalar, typed as the engine's coerce types it."""
-    dtype = scalar_dtype(None if ref is None else ref.dtype, v)
-    weak = isinstance(v, float) or type(v) is int  # a numpy.float64 counts as a Python float (the engine's rule)
-    value = float(v) if isinstance(v, float) else v
-    return Value(CONST, (), dtype, attrs={"value": value, "dtype": None if weak else dtype})
-
-
 def coerce(inputs):
     """(Values, Variables-or-None) from a mix of Variables, arrays and Python scalars."""
     values = [v._graph_value() if type(v) is Variable else None for v in inputs]
     if None not in values:
         return values, inputs
     ref = reference(inputs, Variable)
-    values = []
-    for v in inputs:
-        if isinstance(v, Variable):
-            values.append(v._graph_value())
-        elif isinstance(v, (bool, int, float)):
-            values.append(_scalar(v, ref))
-        else:
-            array = as_host_array(v)
-            values.append(Value(LEAF, array.shape, array.dtype, array=array))
+    for i, v in enumerate(inputs):
+        if values[i] is None:
+            values[i] = v._graph_value() if isinstance(v, Variable) else _constant(v, ref)
     return values, [v if isinstance(v, Variable) else None for v in inputs]
 
 
-# --- grad_fn node classes --------------------------------------------------------------------
+def _constant(v, ref) -> Value:
+    """An array's Value, or a Python scalar's, typed as the engine's coerce types it."""
+    if not isinstance(v, (bool, int, float)):
+        array = as_host_array(v)
+        return Value(LEAF, array.shape, array.dtype, array=array)
+    dtype = scalar_dtype(None if ref is None else ref.dtype, v)
+    weak = isinstance(v, float) or type(v) is int  # a numpy.float64 counts as a Python float (the engine's rule)
+    value = float(v) if isinstance(v, float) else v
+    return Value(CONST, (), dtype, attrs={"value": value, "dtype": None if weak else dtype})
 
-_NODE_CLASSES: dict = {}  # (op, grad_fn name, saves) -> class
+
+_NODE_CLASSES: dict = {}  # op name, or (op name, grad_fn name, saves) for a composite op -> grad_fn class
 
 
-def node_class(op: OpDef, values=(), attrs=None) -> type:
+def node_class(op: OpDef, values, attrs) -> type:
     """The grad_fn class of a recorded call, named and saving as the engine's node would be."""
-    if not op.composite:
-        cls = _NODE_CLASSES.get(op.name)
-        if cls is None:
-            cls = _NODE_CLASSES[op.name] = type(grad_fn_name(op.name), (OpNode,), {"__slots__": (), "op": op, "saves": op.saves})
-        return cls
-    name, saves = composite_grad_fn(op, [v.shape for v in values], [v.dtype.str for v in values], attrs or {})
-    key = (op.name, name, str(saves))
-    if key not in _NODE_CLASSES:
-        _NODE_CLASSES[key] = type(name, (OpNode,), {"__slots__": (), "op": op, "saves": saves})
-    return _NODE_CLASSES[key]
-
-
-# --- recording -------------------------------------------------------------------------------
+    key = op.name
+    if op.composite:  # the name and what it saves depend on the call
+        name, saves = composite_grad_fn(op, [v.shape for v in values], [v.dtype.str for v in values], attrs)
+        key = (op.name, name, str(saves))
+    cls = _NODE_CLASSES.get(key)
+    if cls is None:
+        if not op.composite:
+            name, saves = grad_fn_name(op.name), op.saves
+        cls = _NODE_CLASSES[key] = type(name, (Node,), {"__slots__": (), "op": op, "saves": saves})
+    return cls
 
 
 def infer(op: OpDef, values, attrs):
-    """(shape, dtype) by the op's registry rule; None when the rule says it depends on values."""
-    if op.infer is None:
-        return None
+    """(shape, dtype) by the op's registry rule (every op has one); None when it depends on values."""
     try:
         inferred = op.infer([v.shape for v in values], [v.dtype for v in values], attrs)
-    except (EngineShapeError, ValueError, TypeError, IndexError) as err:
+    except (ValueError, TypeError, IndexError) as err:  # a ShapeError is a ValueError
         described = ", ".join(str(list(v.shape)) for v in values)
         raise ShapeError(f"{op.name}(): {err} (input shapes: {described})") from None
     if inferred is None or isinstance(inferred[0], shapes.Bounded):  # a bound (a mask's result) is not a shape
@@ -105,9 +95,8 @@ def eager(op: OpDef, args, attrs: dict):
         if isinstance(v, Variable):
             data = v._data
             if data is None:
-                value = v._value
-                data = value.array
-                if data is None or (grad_on and value.requires_grad):
+                data = v._value.array
+                if data is None or (grad_on and v._value.requires_grad):
                     return None
             elif grad_on and v._requires_grad:
                 return None
@@ -129,17 +118,18 @@ def eager(op: OpDef, args, attrs: dict):
     return Variable._leaf(array, shared=view)  # a view of an input is copied before it is written
 
 
-def record(op: OpDef, args, attrs: dict, meta=None) -> Variable:
+def record(op: OpDef, args, attrs: dict, rule=None) -> Variable:
     """Record `op` on `args` with checked `attrs`; nothing is computed or sent, unless the op's
-    result shape depends on values (its rule returns None): then it is computed right away."""
-    result = eager(op, args, attrs) if meta is None else None
+    result shape depends on values (its rule returns None): then it is computed right away.
+    `rule()`, when given, says the result's (shape, dtype) in place of the op's registry rule."""
+    result = eager(op, args, attrs)
     if result is not None:
         return result
     values, variables = coerce(args)
     problem = op.arity_error(len(values), attrs)
     if problem:
         raise TypeError(f"{op.name}() {problem}")
-    meta = meta or infer(op, values, attrs)
+    meta = infer(op, values, attrs) if rule is None else rule()
     phase = state.current_phase()
     if meta is None:
         if phase is not None:
@@ -149,9 +139,9 @@ def record(op: OpDef, args, attrs: dict, meta=None) -> Variable:
     else:
         value = Value(OP, meta[0], meta[1], op=op, inputs=values, attrs=attrs, phase=phase)
     result = Variable._lazy(value)
-    if op.differentiable and value.dtype.kind == "f" and state.is_grad_enabled() and any([v.requires_grad for v in values]):
-        versions = tuple([(var, 0 if var is None else var._version) for var in variables])
-        node = value.node = node_class(op, values, attrs)([edge_of(v) for v in values], value, versions)
+    if (op.differentiable and value.dtype.kind == "f" and state.is_grad_enabled()
+            and any([v.requires_grad for v in values])):  # noqa: C419 - a list is faster here
+        node = value.node = node_class(op, values, attrs)([edge_of(v) for v in values], value, variables)
         value.requires_grad = True
         if op.uses_output:
             node.out_ref = weakref.ref(result)
@@ -183,12 +173,10 @@ def getitem(x, key):
     """x[key] with ints, slices (with steps), None, ..., and integer or boolean arrays."""
     op = OPS["getitem"]
     spec, arrays = from_key(key, _index_variable)
-    attrs = op.check_attrs({"index": spec})
-    result = eager(op, [x, *arrays], attrs)
-    if result is None and isinstance(x, Variable) and any(a.dtype == numpy.bool_ for a in arrays) and not any(
-            a._data is None and a._value.phase is not None for a in arrays):
-        result = record(op, [x, *arrays], attrs, meta=_masked_meta(x, spec, arrays))
-    return result if result is not None else record(op, [x, *arrays], attrs)
+    masked = isinstance(x, Variable) and any(a.dtype == numpy.bool_ for a in arrays) and not any(
+        a._data is None and a._value.phase is not None for a in arrays)
+    rule = functools.partial(_masked_meta, x, spec, arrays) if masked else None
+    return record(op, [x, *arrays], op.check_attrs({"index": spec}), rule)
 
 
 def setitem(x, value, key):

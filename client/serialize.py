@@ -70,7 +70,7 @@ class Builder(GraphWriter):
             self._name(v, node_id, rg)
         elif kind == CONST:
             self._scalar(v)
-        elif v.phase is not None or kind in (ARG, GRAD_OUTPUT):
+        elif v.phase is not None:  # (arg and grad_output values have one too)
             raise TracingError("a value computed while tracing a custom Function can't be used outside it")
         elif v.array is not None and not (self.backward and v.requires_grad and v.inputs):
             self._name(v, self.input(v.array))  # (no inputs: a sealed output, which no gradient can pass)
@@ -110,12 +110,11 @@ class SubgraphBuilder(Builder):
         self.forward = forward
 
     def _terminal(self, v) -> bool:
-        kind = v.kind
         phase = self.phase
         if v.phase is phase or self.forward is not None and v.phase is self.forward.phase:
-            if kind == ARG:
+            if v.kind == ARG:
                 self._name(v, self.node("arg", attrs={"index": v.attrs["index"]}))
-            elif kind == GRAD_OUTPUT:
+            elif v.kind == GRAD_OUTPUT:
                 self._name(v, self.node("grad_output"))
             elif v.phase is phase:
                 return False
@@ -124,9 +123,9 @@ class SubgraphBuilder(Builder):
         elif v.phase is not None:
             raise TracingError(
                 f"{phase.name}: uses a value from another Function's trace; pass it to apply() as an input")
-        elif kind == CONST:
+        elif v.kind == CONST:
             self._scalar(v)
-        elif kind == LEAF and v.requires_grad:
+        elif v.kind == LEAF and v.requires_grad:
             raise TracingError(
                 f"{phase.name}.{phase.kind} uses a Variable that requires grad but is not one of its inputs: "
                 f"pass it to {phase.name}.apply() so that it gets a gradient")

@@ -36,7 +36,8 @@ def as_host_array(data, dtype=None) -> numpy.ndarray:
 
 
 class Variable:
-    """A node value in a define-by-run graph, with PyTorch's Variable semantics, computed remotely."""
+    """A node value in a define-by-run graph, with PyTorch's Variable semantics, computed remotely.
+    `_requires_grad` is a data leaf's flag; a handle's stays False (its Value's flag counts)."""
 
     __slots__ = ("__weakref__", "_data", "_requires_grad", "_shared", "_value", "_version", "grad")
 
@@ -67,8 +68,8 @@ class Variable:
             return self._value
         v = self._value
         if v is None or v.array is not self._data or v.requires_grad != self._requires_grad:
-            v = Value(LEAF, self._data.shape, self._data.dtype, array=self._data, requires_grad=self._requires_grad, leaf=self)
-            self._value = v
+            v = self._value = Value(LEAF, self._data.shape, self._data.dtype, array=self._data,
+                                    requires_grad=self._requires_grad, leaf=self)
         self._shared = True
         return v
 
@@ -113,13 +114,8 @@ class Variable:
         return self._requires_grad if self._data is not None else self._value.requires_grad
 
     def _store_requires_grad(self, flag: bool):
-        if self._data is None:
-            if not flag:
-                return
-            # a computed value without grad_fn becomes a leaf of its own: its value is needed
-            self._data = self._array()
-            self._value = None
-            self._shared = True
+        if flag and self._data is None:  # a computed value without grad_fn becomes a leaf: its value is needed
+            self._data, self._value, self._shared = self._array(), None, True
         self._requires_grad = flag
 
     def detach(self):
@@ -132,11 +128,10 @@ class Variable:
         return Variable._lazy(Value(CUT, value.shape, value.dtype, inputs=(value,), phase=current_phase()))
 
     def detach_(self):
-        if self._data is not None:
-            self._requires_grad = False
-        elif self._value.node is not None:
+        if self._data is None and self._value.node is not None:
             detached = self.detach()
             self._data, self._value, self._shared = detached._data, detached._value, detached._shared
+        self._requires_grad = False
         return self
 
     @property
@@ -162,19 +157,16 @@ class Variable:
         session = current_session()
         if session.embedded:
             return backend.device
-        device = _COMPUTES_ON.get(session)
-        if device is None:
-            device = _COMPUTES_ON[session] = session.info().get("backend", {}).get("device", "cpu")
-        return device
+        if session not in _COMPUTES_ON:
+            _COMPUTES_ON[session] = session.info().get("backend", {}).get("device", "cpu")
+        return _COMPUTES_ON[session]
 
     # --- in-place updates (the rules are engine.surface's __setitem__) -----------------
     def _snapshot(self) -> Variable:
         """A new handle on the current value (what an in-place op records as its input)."""
-        if self._data is not None:
-            snap = Variable._leaf(self._data)
-            snap._requires_grad = self._requires_grad
-            return snap
-        return Variable._lazy(self._value)
+        snap = Variable._leaf(self._data) if self._data is not None else Variable._lazy(self._value)
+        snap._requires_grad = self._requires_grad
+        return snap
 
     def _assign_recorded(self, other: Variable):
         """Make this Variable stand for `other`'s value."""
@@ -185,29 +177,24 @@ class Variable:
     def _assign_values(self, key, value, setitem):
         """Assignment outside autograd: into a leaf's array when every value is at hand, else
         recorded without grad (a value assigned into keeps its grad_fn, as in the engine). A leaf
-        that requires no grad takes a value not computed yet as a recorded one (`w -= lr * g` in
-        a tensor program costs no request); one that requires grad stays a leaf holding its array,
-        so that value is fetched first (one /forward)."""
+        that requires grad stays a leaf holding its array: a value not computed yet is fetched
+        first (one /forward), unless it is being traced; one that requires no grad records it
+        (`w -= lr * g` in a tensor program costs no request)."""
         items = [value, *(key if isinstance(key, tuple) else (key,))]
         lazy = [i for i in items if isinstance(i, Variable) and not i._has_value]
-        if self._data is not None and not any(_symbolic(i) for i in items) and (not lazy or self._requires_grad):
+        if self._data is not None and (not lazy or self._requires_grad and all(i._value.phase is None for i in lazy)):
             if lazy:
                 current_session().fetch(*lazy)
             spec, arrays = from_key(key, lambda item: numpy.asarray(_raw(item)))
             self.data[to_key(spec, arrays)] = _raw(value)
             self._version += 1
             return
-        old = self._value if self._data is None else None
+        node = self._node
         with no_grad():
             result = setitem(self._snapshot(), value, key)
-        if old is not None and old.node is not None:
-            result._value.node, result._value.requires_grad = old.node, old.requires_grad
+        if node is not None:
+            result._value.node, result._value.requires_grad = node, True
         self._assign_recorded(result)
-
-
-def _symbolic(value) -> bool:
-    """A value being traced in a custom Function (it has no value to fetch)."""
-    return isinstance(value, Variable) and value._data is None and value._value.phase is not None
 
 
 def _raw(value):
