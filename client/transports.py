@@ -1,15 +1,10 @@
 """What a session exchanges with the service, how it gets there, and the one retry policy.
 
-A `Call` (a request's header and tensors) is encoded and its answer read by the protocol's own
-functions (`wire.messages.encode_request`, `decode_result`): binary tensors (Triton's binary
-data extension) by default, JSON with `binary=False`; an error answer raises its `ServerError`.
-
-`EmbeddedTransport` is the service's request handling in-process (`wire.handler`), its errors
-answered as the service answers them. A plain `http://` URL is spoken with the standard
-library's `http.client` (`PlainHttpTransport`: per 650 KB request ~1 ms less than httpx; urllib3 2.7's
-pool costs ~0.2 ms more client CPU, +20% per remote seed-net step); `https://`, a proxy from the
-environment, an injected `transport=` and `AsyncSession` use httpx (`HttpTransport`,
-`AsyncHttpTransport`). A transport raises `Retryable` for a failure that `RetryPolicy` may retry.
+A `Call` is encoded and its answer read by the protocol's own functions (`wire.messages`): binary tensors
+(Triton's binary data extension) by default, JSON with `binary=False`; an error answer raises its `ServerError`.
+`EmbeddedTransport` answers in-process as the service would (`wire.handler`). A plain `http://` URL goes over
+the standard library's `http.client` (`PlainHttpTransport`, faster than httpx: benchmarks/CHANGES.md); https,
+a proxy from the environment, an injected `transport=` and `AsyncSession` use httpx.
 """
 
 from __future__ import annotations
