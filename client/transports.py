@@ -23,17 +23,15 @@ import numpy
 import orjson
 
 from client.errors import (
-    KIND_ERRORS,
     ConnectionFailed,
-    InternalServerError,
     ProtocolError,
     RequestTimeout,
-    ServerError,
+    error_for_exception,
     error_for_status,
 )
 from engine import backend
 from wire.codec import HEADER_LENGTH, content_headers
-from wire.errors import error_body, protocol_error
+from wire.errors import error_body
 from wire.executor import Executor
 from wire.handler import PATHS, handle, read_body, run_arrays
 from wire.messages import decode_result, encode_request
@@ -157,7 +155,7 @@ class EmbeddedTransport:
             length = header_of(headers or {}, HEADER_LENGTH)
             parts, length, _ = handle(self.executor, path, content, None if length is None else int(length))
         except Exception as err:  # noqa: BLE001 - answered as the service would
-            error = _server_error(err, path)
+            error = error_for_exception(err, path)
             return _json(error.status, error_body(error.message, error.node, error.field))
         return Response(200, content_headers(length), b"".join(parts))
 
@@ -167,21 +165,12 @@ class EmbeddedTransport:
         try:
             result = run_arrays(self.executor, call.path, call.header, call.inputs, call.grad_outputs)
         except Exception as err:  # noqa: BLE001 - raised as the service's answer would be
-            raise _server_error(err, where) from None
+            raise error_for_exception(err, where) from None
         copy = result.tape is not None
         return Reply({}, owned(result.outputs.items(), copy), owned((result.grads or {}).items(), copy), result.tape)
 
     def close(self):
         pass
-
-
-def _server_error(err: Exception, where: str) -> ServerError:
-    """The ServerError for what handling a request raised, as the service would answer it."""
-    error = protocol_error(err)
-    if error is None:
-        return InternalServerError(f"internal error: {type(err).__name__}: {err}", 500, url=where)
-    cls = KIND_ERRORS[error.kind]
-    return cls(str(error), cls.statuses[0], error.node, error.field, where)
 
 
 def _json(status, body: bytes) -> Response:
