@@ -85,7 +85,12 @@ def error_for_exception(err: Exception, where: str) -> ServerError:
 
 
 class ConnectionFailed(ClientError, ConnectionError):
-    """The service could not be reached (after the retries); the message names the URL."""
+    """The service could not be reached (after the retries); the message names the URL. `retry`: when a
+    session may try again: "always" (nothing was sent), "idempotent" (the connection dropped), or None."""
+
+    def __init__(self, message: str, url: str | None = None, retry: str | None = None):
+        super().__init__(message, url)
+        self.retry = retry
 
 
 class RequestTimeout(ClientError, TimeoutError):

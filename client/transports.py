@@ -23,6 +23,7 @@ import numpy
 import orjson
 
 from client.errors import (
+    ClientError,
     ConnectionFailed,
     ProtocolError,
     RequestTimeout,
@@ -126,15 +127,6 @@ def header_of(headers: dict, name: str):
     return next((value for key, value in headers.items() if key.lower() == name), None)
 
 
-class Retryable(Exception):
-    """A transport failure; `always`: safe to retry even for a non-idempotent request."""
-
-    def __init__(self, error: Exception, always: bool):
-        super().__init__(str(error))
-        self.error = error
-        self.always = always
-
-
 class EmbeddedTransport:
     """Requests answered in-process: `request` takes and answers bytes as the service does;
     `execute` answers the client's own calls without encoding anything."""
@@ -177,15 +169,15 @@ def _json(status, body: bytes) -> Response:
     return Response(status, content_headers(None), body)
 
 
-def _translate(err: httpx.HTTPError, url: str, path: str, timeout) -> Exception:
-    """The client's exception for an httpx failure (a `Retryable` where it may be retried)."""
+def _translate(err: httpx.HTTPError, url: str, path: str, timeout) -> ClientError:
+    """The client's exception for an httpx failure (a ConnectionFailed says whether it may be retried)."""
     where = f"{url}{path}"
     if isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
-        return Retryable(ConnectionFailed(f"could not connect to the gradserve service at {url}: {err}", url), True)
+        return ConnectionFailed(f"could not connect to the gradserve service at {url}: {err}", url, retry="always")
     if isinstance(err, httpx.TimeoutException):
         return RequestTimeout(f"no answer from {where} within the timeout ({timeout} s): {type(err).__name__}", url)
     if isinstance(err, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
-        return Retryable(ConnectionFailed(f"the connection to {where} was dropped: {err}", url), False)
+        return ConnectionFailed(f"the connection to {where} was dropped: {err}", url, retry="idempotent")
     return ConnectionFailed(f"request to {where} failed: {type(err).__name__}: {err}", url)
 
 
@@ -320,10 +312,8 @@ def http_transport(url, headers, timeout, transport=None):
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """The one retry policy of every session: what is safe to try again, and after how long.
-
-    Connection failures are retried always; a dropped connection only for an idempotent
-    request; a 503 after its `Retry-After` (else exponential backoff); at most `retries` times."""
+    """The one retry policy of every session: a ConnectionFailed as its `retry` says, a 503 after its
+    `Retry-After` (else after an exponential backoff); at most `retries` times."""
 
     retries: int = DEFAULT_RETRIES
     backoff: float = 0.1
@@ -331,13 +321,12 @@ class RetryPolicy:
     max_retry_after: float = 30.0
 
     def wait(self, attempt: int, outcome, idempotent: bool):
-        """Seconds to wait before attempt `attempt + 1`, or None to stop with `outcome`
-        (a Response, or a Retryable whose error is then raised)."""
+        """Seconds to wait before attempt `attempt + 1`; None: stop with `outcome` (a Response or ConnectionFailed)."""
         if attempt >= self.retries:
             return None
         backoff = min(self.backoff * (2 ** attempt), self.max_backoff)
-        if isinstance(outcome, Retryable):
-            return backoff if outcome.always or idempotent else None
+        if isinstance(outcome, ConnectionFailed):
+            return backoff if outcome.retry == "always" or outcome.retry == "idempotent" and idempotent else None
         if outcome.status != 503:
             return None
         asked = self.retry_after(outcome)
