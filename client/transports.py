@@ -221,9 +221,8 @@ class AsyncHttpTransport(HttpTransport):
 
 
 class PlainHttpTransport:
-    """HTTP/1.1 over `http.client` with a small pool of keep-alive connections (thread-safe: a
-    request takes an idle connection or opens one, and gives it back when the answer is read).
-    Failures are reported as `HttpTransport` reports httpx's (as the httpx error they stand for)."""
+    """HTTP/1.1 over `http.client` with a thread-safe pool of keep-alive connections. Failures are
+    reported as `HttpTransport` reports httpx's (as the httpx error they stand for)."""
 
     MAX_IDLE = 8
 
@@ -238,7 +237,13 @@ class PlainHttpTransport:
         self._lock = threading.Lock()
         self._closed = False
 
-    def _open(self):
+    def _take(self):
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if not _readable(conn.sock):  # readable while idle: the server closed it (or broke protocol)
+                    return conn
+                conn.close()
         connect = None if self.timeout is None else min(self.timeout, CONNECT_TIMEOUT)
         conn = http.client.HTTPConnection(*self._address, timeout=connect)
         try:
@@ -248,22 +253,6 @@ class PlainHttpTransport:
             raise _translate(failure, self.url, "", self.timeout) from err
         conn.sock.settimeout(self.timeout)
         return conn
-
-    def _take(self):
-        with self._lock:
-            while self._idle:
-                conn = self._idle.pop()
-                if not _readable(conn.sock):  # readable while idle: the server closed it (or broke protocol)
-                    return conn
-                conn.close()
-        return self._open()
-
-    def _give_back(self, conn, reusable: bool):
-        with self._lock:
-            if reusable and not self._closed and len(self._idle) < self.MAX_IDLE:
-                self._idle.append(conn)
-                return
-        conn.close()
 
     def request(self, method, path, content=None, headers=None) -> Response:
         conn = self._take()
@@ -275,15 +264,18 @@ class PlainHttpTransport:
             conn.close()
             failure = httpx.ReadTimeout("") if isinstance(err, TimeoutError) else httpx.RemoteProtocolError(repr(err))
             raise _translate(failure, self.url, path, self.timeout) from err
-        self._give_back(conn, reusable=not answer.will_close)
+        with self._lock:
+            if answer.will_close or self._closed or len(self._idle) >= self.MAX_IDLE:
+                conn.close()
+            else:
+                self._idle.append(conn)
         return Response(answer.status, {k.lower(): v for k, v in answer.getheaders()}, body)
 
     def close(self):
         with self._lock:
             self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+            while self._idle:
+                self._idle.pop().close()
 
 
 def _readable(sock) -> bool:
