@@ -286,19 +286,14 @@ def _readable(sock) -> bool:
     return bool(select.select([sock], [], [], 0)[0])
 
 
-def _plain(url) -> bool:
-    """Whether `url` can go over `PlainHttpTransport`: http://, and no proxy configured for it."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname or parts.username or parts.password:
-        return False
-    proxies = urllib.request.getproxies()
-    return not (proxies.get("http") or proxies.get("all")) or bool(urllib.request.proxy_bypass(parts.hostname))
-
-
 def http_transport(url, headers, timeout, transport=None):
-    """The synchronous transport for `url`: `PlainHttpTransport` where it applies, else httpx."""
-    if transport is None and _plain(url):
-        return PlainHttpTransport(url, headers, timeout)
+    """The synchronous transport for `url`: `PlainHttpTransport` for http:// with no credentials in the URL,
+    no proxy configured for it and no injected httpx `transport`; else httpx."""
+    parts = urllib.parse.urlsplit(url)
+    if transport is None and parts.scheme == "http" and parts.hostname and not (parts.username or parts.password):
+        proxies = urllib.request.getproxies()
+        if not (proxies.get("http") or proxies.get("all")) or urllib.request.proxy_bypass(parts.hostname):
+            return PlainHttpTransport(url, headers, timeout)
     return HttpTransport(url, headers, timeout, transport)
 
 
@@ -321,17 +316,12 @@ class RetryPolicy:
             return backoff if outcome.retry == "always" or outcome.retry == "idempotent" and idempotent else None
         if outcome.status != 503:
             return None
-        asked = self.retry_after(outcome)
-        return backoff if asked is None else asked
-
-    def retry_after(self, response: Response):
-        """The seconds a 503's `Retry-After` asks for (at most `max_retry_after`), or None."""
-        value = header_of(response.headers, "retry-after")
+        value = header_of(outcome.headers, "retry-after")  # seconds, or an HTTP date
         try:
             seconds = float(value)
         except (TypeError, ValueError):
             try:
                 seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
             except (TypeError, ValueError):
-                return None
+                return backoff
         return max(0.0, min(seconds, self.max_retry_after))
