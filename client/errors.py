@@ -1,17 +1,12 @@
-"""The client's exceptions.
-
-An error answer (`wire.errors.error_body` and an HTTP status) raises the `ServerError` subclass
-of its status, carrying the message, status, node and field; the embedded executor's errors
-(`wire.errors.GraphError`) become exactly the same exceptions, so a program sees the same ones
-embedded and remote. Each also derives from the builtin exception that fits (`ValueError` for a
-rejected graph, `RuntimeError` for a conflict...), so `except ValueError` works where the engine
-would have raised one.
+"""The client's exceptions. An error answer (`wire.errors.error_body` and an HTTP status) raises the `ServerError`
+subclass of its status (message, status, node, field), embedded and remote alike; each also derives from the
+builtin exception that fits (`ValueError` for a rejected graph...), so `except ValueError` works as with the engine.
 """
 
 from __future__ import annotations
 
 from engine.surface import NoValue
-from wire.errors import KINDS
+from wire.errors import KINDS, protocol_error
 
 
 class ClientError(Exception):
@@ -37,7 +32,8 @@ class ServerError(ClientError):
         self.field = field
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.message!r}, status={self.status}, node={self.node!r}, field={self.field!r})"
+        name = type(self).__name__
+        return f"{name}({self.message!r}, status={self.status}, node={self.node!r}, field={self.field!r})"
 
 
 class RequestError(ServerError):
@@ -49,8 +45,7 @@ class ServiceError(ServerError):
 
 
 def _answer(name: str, bases: tuple, statuses: tuple, kind: str | None = None, what: str | None = None) -> type:
-    """A ServerError subclass for the HTTP `statuses`, documented by `what` or by its protocol
-    error `kind`'s description in `wire.errors.KINDS` (the kind the service answers with its first status)."""
+    """A ServerError subclass for the HTTP `statuses`, documented by `what` or by `kind`'s description in KINDS."""
     doc = f"{'/'.join(map(str, statuses))}: {what or KINDS[kind]}."
     return type(name, bases, {"__doc__": doc, "__module__": __name__, "statuses": statuses, "kind": kind})
 
@@ -80,8 +75,22 @@ def error_for_status(status: int) -> type[ServerError]:
     return STATUS_ERRORS.get(status) or (RequestError if 400 <= status < 500 else InternalServerError)
 
 
+def error_for_exception(err: Exception, where: str) -> ServerError:
+    """The ServerError for what handling a request in-process raised, as the service would answer it."""
+    error = protocol_error(err)
+    if error is None:
+        return InternalServerError(f"internal error: {type(err).__name__}: {err}", 500, url=where)
+    cls = KIND_ERRORS[error.kind]
+    return cls(str(error), cls.statuses[0], error.node, error.field, where)
+
+
 class ConnectionFailed(ClientError, ConnectionError):
-    """The service could not be reached (after the retries); the message names the URL."""
+    """The service could not be reached (after the retries); the message names the URL. `retry`: when a
+    session may try again: "always" (nothing was sent), "idempotent" (the connection dropped), or None."""
+
+    def __init__(self, message: str, url: str | None = None, retry: str | None = None):
+        super().__init__(message, url)
+        self.retry = retry
 
 
 class RequestTimeout(ClientError, TimeoutError):

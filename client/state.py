@@ -16,26 +16,24 @@ from contextlib import contextmanager
 from engine.grad_mode import GradMode
 
 mode = GradMode()
-is_grad_enabled, set_grad_enabled, no_grad, enable_grad = mode.is_enabled, mode.set_enabled, mode.no_grad, mode.enable_grad
+is_grad_enabled, set_grad_enabled = mode.is_enabled, mode.set_enabled
+no_grad, enable_grad = mode.no_grad, mode.enable_grad
 _thread = threading.local()
 
 
 def current_phase():
-    phases = getattr(_thread, "phases", None)
-    return phases[-1] if phases else None
+    return _thread.__dict__.get("phase")  # not getattr(_thread, "phase", None): it raises and catches while unset
 
 
 @contextmanager
 def tracing(phase):
-    phases = getattr(_thread, "phases", None)
-    if phases is None:
-        phases = _thread.phases = []
-    phases.append(phase)
+    outer = current_phase()
+    _thread.phase = phase
     try:
         with mode.enabled_as(False):
             yield
     finally:
-        phases.pop()
+        _thread.phase = outer
 
 
 _stack: list = []
@@ -56,14 +54,11 @@ def current_session():
         return _stack[-1]
     except IndexError:
         pass
-    if _default is not None and not _default.closed:
-        return _default
-    with _lock:
-        if _stack:
-            return _stack[-1]
-        if _default is None or _default.closed:
-            _default = _make_default()
-        return _default
+    if _default is None or _default.closed:
+        with _lock:
+            if _default is None or _default.closed:  # unless another thread made it meanwhile
+                _default = _make_default()
+    return _default
 
 
 def push(session) -> None:

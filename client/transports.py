@@ -1,15 +1,10 @@
 """What a session exchanges with the service, how it gets there, and the one retry policy.
 
-A `Call` (a request's header and tensors) is encoded and its answer read by the protocol's own
-functions (`wire.messages.encode_request`, `decode_result`): binary tensors (Triton's binary
-data extension) by default, JSON with `binary=False`; an error answer raises its `ServerError`.
-
-`EmbeddedTransport` is the service's request handling in-process (`wire.handler`), its errors
-answered as the service answers them. A plain `http://` URL is spoken with the standard
-library's `http.client` (`PlainHttpTransport`: per 650 KB request ~1 ms less than httpx; urllib3 2.7's
-pool costs ~0.2 ms more client CPU, +20% per remote seed-net step); `https://`, a proxy from the
-environment, an injected `transport=` and `AsyncSession` use httpx (`HttpTransport`,
-`AsyncHttpTransport`). A transport raises `Retryable` for a failure that `RetryPolicy` may retry.
+A `Call` is encoded and its answer read by the protocol's own functions (`wire.messages`): binary tensors
+(Triton's binary data extension) by default, JSON with `binary=False`; an error answer raises its `ServerError`.
+`EmbeddedTransport` answers in-process as the service would (`wire.handler`). A plain `http://` URL goes over
+the standard library's `http.client` (`PlainHttpTransport`, faster than httpx: benchmarks/CHANGES.md); https,
+a proxy from the environment, an injected `transport=` and `AsyncSession` use httpx.
 """
 
 from __future__ import annotations
@@ -28,17 +23,16 @@ import numpy
 import orjson
 
 from client.errors import (
-    KIND_ERRORS,
+    ClientError,
     ConnectionFailed,
-    InternalServerError,
     ProtocolError,
     RequestTimeout,
-    ServerError,
+    error_for_exception,
     error_for_status,
 )
 from engine import backend
 from wire.codec import HEADER_LENGTH, content_headers
-from wire.errors import error_body, protocol_error
+from wire.errors import error_body
 from wire.executor import Executor
 from wire.handler import PATHS, handle, read_body, run_arrays
 from wire.messages import decode_result, encode_request
@@ -133,15 +127,6 @@ def header_of(headers: dict, name: str):
     return next((value for key, value in headers.items() if key.lower() == name), None)
 
 
-class Retryable(Exception):
-    """A transport failure; `always`: safe to retry even for a non-idempotent request."""
-
-    def __init__(self, error: Exception, always: bool):
-        super().__init__(str(error))
-        self.error = error
-        self.always = always
-
-
 class EmbeddedTransport:
     """Requests answered in-process: `request` takes and answers bytes as the service does;
     `execute` answers the client's own calls without encoding anything."""
@@ -162,7 +147,7 @@ class EmbeddedTransport:
             length = header_of(headers or {}, HEADER_LENGTH)
             parts, length, _ = handle(self.executor, path, content, None if length is None else int(length))
         except Exception as err:  # noqa: BLE001 - answered as the service would
-            error = _server_error(err, path)
+            error = error_for_exception(err, path)
             return _json(error.status, error_body(error.message, error.node, error.field))
         return Response(200, content_headers(length), b"".join(parts))
 
@@ -172,7 +157,7 @@ class EmbeddedTransport:
         try:
             result = run_arrays(self.executor, call.path, call.header, call.inputs, call.grad_outputs)
         except Exception as err:  # noqa: BLE001 - raised as the service's answer would be
-            raise _server_error(err, where) from None
+            raise error_for_exception(err, where) from None
         copy = result.tape is not None
         return Reply({}, owned(result.outputs.items(), copy), owned((result.grads or {}).items(), copy), result.tape)
 
@@ -180,28 +165,19 @@ class EmbeddedTransport:
         pass
 
 
-def _server_error(err: Exception, where: str) -> ServerError:
-    """The ServerError for what handling a request raised, as the service would answer it."""
-    error = protocol_error(err)
-    if error is None:
-        return InternalServerError(f"internal error: {type(err).__name__}: {err}", 500, url=where)
-    cls = KIND_ERRORS[error.kind]
-    return cls(str(error), cls.statuses[0], error.node, error.field, where)
-
-
 def _json(status, body: bytes) -> Response:
     return Response(status, content_headers(None), body)
 
 
-def _translate(err: httpx.HTTPError, url: str, path: str, timeout) -> Exception:
-    """The client's exception for an httpx failure (a `Retryable` where it may be retried)."""
+def _translate(err: httpx.HTTPError, url: str, path: str, timeout) -> ClientError:
+    """The client's exception for an httpx failure (a ConnectionFailed says whether it may be retried)."""
     where = f"{url}{path}"
     if isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
-        return Retryable(ConnectionFailed(f"could not connect to the gradserve service at {url}: {err}", url), True)
+        return ConnectionFailed(f"could not connect to the gradserve service at {url}: {err}", url, retry="always")
     if isinstance(err, httpx.TimeoutException):
         return RequestTimeout(f"no answer from {where} within the timeout ({timeout} s): {type(err).__name__}", url)
     if isinstance(err, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
-        return Retryable(ConnectionFailed(f"the connection to {where} was dropped: {err}", url), False)
+        return ConnectionFailed(f"the connection to {where} was dropped: {err}", url, retry="idempotent")
     return ConnectionFailed(f"request to {where} failed: {type(err).__name__}: {err}", url)
 
 
@@ -245,9 +221,8 @@ class AsyncHttpTransport(HttpTransport):
 
 
 class PlainHttpTransport:
-    """HTTP/1.1 over `http.client` with a small pool of keep-alive connections (thread-safe: a
-    request takes an idle connection or opens one, and gives it back when the answer is read).
-    Failures are reported as `HttpTransport` reports httpx's (as the httpx error they stand for)."""
+    """HTTP/1.1 over `http.client` with a thread-safe pool of keep-alive connections. Failures are
+    reported as `HttpTransport` reports httpx's (as the httpx error they stand for)."""
 
     MAX_IDLE = 8
 
@@ -262,7 +237,13 @@ class PlainHttpTransport:
         self._lock = threading.Lock()
         self._closed = False
 
-    def _open(self):
+    def _take(self):
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if not _readable(conn.sock):  # readable while idle: the server closed it (or broke protocol)
+                    return conn
+                conn.close()
         connect = None if self.timeout is None else min(self.timeout, CONNECT_TIMEOUT)
         conn = http.client.HTTPConnection(*self._address, timeout=connect)
         try:
@@ -272,22 +253,6 @@ class PlainHttpTransport:
             raise _translate(failure, self.url, "", self.timeout) from err
         conn.sock.settimeout(self.timeout)
         return conn
-
-    def _take(self):
-        with self._lock:
-            while self._idle:
-                conn = self._idle.pop()
-                if not _readable(conn.sock):  # readable while idle: the server closed it (or broke protocol)
-                    return conn
-                conn.close()
-        return self._open()
-
-    def _give_back(self, conn, reusable: bool):
-        with self._lock:
-            if reusable and not self._closed and len(self._idle) < self.MAX_IDLE:
-                self._idle.append(conn)
-                return
-        conn.close()
 
     def request(self, method, path, content=None, headers=None) -> Response:
         conn = self._take()
@@ -299,15 +264,18 @@ class PlainHttpTransport:
             conn.close()
             failure = httpx.ReadTimeout("") if isinstance(err, TimeoutError) else httpx.RemoteProtocolError(repr(err))
             raise _translate(failure, self.url, path, self.timeout) from err
-        self._give_back(conn, reusable=not answer.will_close)
+        with self._lock:
+            if answer.will_close or self._closed or len(self._idle) >= self.MAX_IDLE:
+                conn.close()
+            else:
+                self._idle.append(conn)
         return Response(answer.status, {k.lower(): v for k, v in answer.getheaders()}, body)
 
     def close(self):
         with self._lock:
             self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+            while self._idle:
+                self._idle.pop().close()
 
 
 def _readable(sock) -> bool:
@@ -318,28 +286,21 @@ def _readable(sock) -> bool:
     return bool(select.select([sock], [], [], 0)[0])
 
 
-def _plain(url) -> bool:
-    """Whether `url` can go over `PlainHttpTransport`: http://, and no proxy configured for it."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname or parts.username or parts.password:
-        return False
-    proxies = urllib.request.getproxies()
-    return not (proxies.get("http") or proxies.get("all")) or bool(urllib.request.proxy_bypass(parts.hostname))
-
-
 def http_transport(url, headers, timeout, transport=None):
-    """The synchronous transport for `url`: `PlainHttpTransport` where it applies, else httpx."""
-    if transport is None and _plain(url):
-        return PlainHttpTransport(url, headers, timeout)
+    """The synchronous transport for `url`: `PlainHttpTransport` for http:// with no credentials in the URL,
+    no proxy configured for it and no injected httpx `transport`; else httpx."""
+    parts = urllib.parse.urlsplit(url)
+    if transport is None and parts.scheme == "http" and parts.hostname and not (parts.username or parts.password):
+        proxies = urllib.request.getproxies()
+        if not (proxies.get("http") or proxies.get("all")) or urllib.request.proxy_bypass(parts.hostname):
+            return PlainHttpTransport(url, headers, timeout)
     return HttpTransport(url, headers, timeout, transport)
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """The one retry policy of every session: what is safe to try again, and after how long.
-
-    Connection failures are retried always; a dropped connection only for an idempotent
-    request; a 503 after its `Retry-After` (else exponential backoff); at most `retries` times."""
+    """The one retry policy of every session: a ConnectionFailed as its `retry` says, a 503 after its
+    `Retry-After` (else after an exponential backoff); at most `retries` times."""
 
     retries: int = DEFAULT_RETRIES
     backoff: float = 0.1
@@ -347,26 +308,20 @@ class RetryPolicy:
     max_retry_after: float = 30.0
 
     def wait(self, attempt: int, outcome, idempotent: bool):
-        """Seconds to wait before attempt `attempt + 1`, or None to stop with `outcome`
-        (a Response, or a Retryable whose error is then raised)."""
+        """Seconds to wait before attempt `attempt + 1`; None: stop with `outcome` (a Response or ConnectionFailed)."""
         if attempt >= self.retries:
             return None
         backoff = min(self.backoff * (2 ** attempt), self.max_backoff)
-        if isinstance(outcome, Retryable):
-            return backoff if outcome.always or idempotent else None
+        if isinstance(outcome, ConnectionFailed):
+            return backoff if outcome.retry == "always" or outcome.retry == "idempotent" and idempotent else None
         if outcome.status != 503:
             return None
-        asked = self.retry_after(outcome)
-        return backoff if asked is None else asked
-
-    def retry_after(self, response: Response):
-        """The seconds a 503's `Retry-After` asks for (at most `max_retry_after`), or None."""
-        value = header_of(response.headers, "retry-after")
+        value = header_of(outcome.headers, "retry-after")  # seconds, or an HTTP date
         try:
             seconds = float(value)
         except (TypeError, ValueError):
             try:
                 seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
             except (TypeError, ValueError):
-                return None
+                return backoff
         return max(0.0, min(seconds, self.max_retry_after))
