@@ -22,7 +22,7 @@ import orjson
 
 from client import state, transports
 from client.autograd import backwarding, fetching
-from client.errors import ConflictError, NotFoundError, ServerError
+from client.errors import ConflictError, ConnectionFailed, NotFoundError, ServerError
 from client.transports import Call
 from client.variable import Variable
 from engine.autograd import backward_arguments, check_unused, grad_arguments
@@ -82,12 +82,12 @@ class _Core:
             self.stats[path] += 1
             try:
                 outcome = yield "request", method, path, content, headers
-            except transports.Retryable as failure:
+            except ConnectionFailed as failure:
                 outcome = failure
             wait = self.retry.wait(attempt, outcome, idempotent)
             if wait is None:
-                if isinstance(outcome, transports.Retryable):
-                    raise outcome.error from None
+                if isinstance(outcome, ConnectionFailed):
+                    raise outcome
                 return outcome
             yield "sleep", wait
 

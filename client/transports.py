@@ -50,7 +50,6 @@ class Call:
     header: dict
     inputs: list = field(default_factory=list)        # [(name, ndarray)]
     grad_outputs: list = field(default_factory=list)  # [(name, ndarray)]
-    fallback: Call | None = None                      # resent when the first answer is 404/409 (a lost tape)
     idempotent: bool = True                           # safe to resend after a dropped connection
 
 
