@@ -84,9 +84,10 @@ class Builder(GraphWriter):
         rg = self.backward and any(self.rg[i] for i in inputs)
         kind = v.kind
         if kind == OP:
-            node_id = self.node(v.op.name, inputs, to_json(v.attrs) if v.attrs else None)
             # the engine records a node only for a differentiable op with a floating result
             rg = rg and v.op.differentiable and v.dtype.kind == "f"
+            kept = rg and v.node is not None and v.node.value is not v  # an assignment that kept its input's grad_fn
+            node_id = (self.assignment if kept else self.node)(v.op.name, inputs, to_json(v.attrs) if v.attrs else None)
         elif kind == FUNCTION:
             node_id = self.node("function", inputs, v.attrs)
         elif kind == CUT:

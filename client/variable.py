@@ -15,7 +15,7 @@ import weakref
 import numpy
 
 from client.graph import CUT, LEAF, Value
-from client.state import current_phase, current_session, no_grad
+from client.state import current_phase, current_session, enable_grad, no_grad
 from engine import backend
 from engine.devices import Device
 from engine.indexing import from_key, to_key
@@ -190,10 +190,10 @@ class Variable:
             self._version += 1
             return
         node = self._node
-        with no_grad():
+        with no_grad() if node is None else enable_grad():  # keeping a grad_fn: recorded, not computed at once
             result = setitem(self._snapshot(), value, key)
-        if node is not None:
-            result._value.node, result._value.requires_grad = node, True
+        if node is not None:  # its gradient passes the assignment unchanged (`Builder` writes an `assignment`)
+            result._value.node = node
         self._assign_recorded(result)
 
 

@@ -67,6 +67,16 @@ class GraphWriter:
         """A node with `source`'s value through which no gradient flows."""
         return self.node("function", [source], STOP_GRADIENT, prefix="s")
 
+    def assignment(self, op, inputs, attrs=None) -> str:
+        """A node computing `op` (an assignment such as `setitem`) whose gradient passes to its first
+        input unchanged: what `x[k] = v` under no_grad() does to a value that keeps its grad_fn."""
+        args = [{"id": f"a{i}", "op": "arg", "attrs": {"index": i}} for i in range(len(inputs))]
+        result = {"id": "r", "op": op, "inputs": [a["id"] for a in args], **({"attrs": attrs} if attrs else {})}
+        backward = {"nodes": [{"id": "g", "op": "grad_output"}], "outputs": ["g"] + [None] * (len(inputs) - 1)}
+        function = {"name": "AssignWithoutGrad", "forward": {"nodes": [*args, result], "outputs": ["r"]},
+                    "backward": backward}
+        return self.node("function", inputs, function)
+
     def graph(self, outputs) -> dict:
         return {"version": "1.1" if self.has_grad else 1,  # the grad node came with format 1.1
                 "nodes": self.nodes, "outputs": list(outputs)}
