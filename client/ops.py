@@ -20,6 +20,7 @@ from client.variable import Variable, as_host_array
 from engine import backend, shapes, surface
 from engine.composite import composite_grad_fn
 from engine.indexing import from_key, to_key
+from engine.node import reads_output
 from engine.registry import OPS, OpDef, grad_fn_name, reference, scalar_dtype
 from engine.registry import coerce as engine_coerce
 from engine.shapes import ShapeError as EngineShapeError
@@ -143,7 +144,7 @@ def record(op: OpDef, args, attrs: dict, rule=None) -> Variable:
             and any([v.requires_grad for v in values])):  # noqa: C419 - a list is faster here
         node = value.node = node_class(op, values, attrs)([edge_of(v) for v in values], value, variables)
         value.requires_grad = True
-        if op.uses_output:
+        if op.uses_output and reads_output(op, node.edges):
             node.out_ref = weakref.ref(result)
     return result
 

@@ -50,6 +50,13 @@ def check_saved(node, saves, saved, versions, name=None):
             raise RuntimeError(INPLACE_MESSAGE.format(node=name or node.name, now=v._version, then=then))
 
 
+def reads_output(op, edges) -> bool:
+    """Whether a node's vjps read its output: `op.uses_output` is True, or the inputs whose vjps
+    read it and one of them gets a gradient (PyTorch saves the output only then, e.g. `x ** y`'s
+    for y's gradient; an output modified in place then refuses a backward)."""
+    return op.uses_output is True or any(edges[i] is not None for i in op.uses_output)
+
+
 def check_output(node, out_ref):
     """Raise PyTorch's error when the output that a node's vjp reads (`out_ref`: a weak
     reference to it, or None) was modified in place."""
@@ -224,6 +231,6 @@ def apply_op(op, inputs, attrs):
     result._node = node
     result._requires_grad = node is not None
     result._version = 0
-    if node is not None and op.uses_output:
+    if node is not None and op.uses_output and reads_output(op, node.edges):
         node.out_ref = weakref.ref(result)
     return result

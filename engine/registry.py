@@ -58,7 +58,7 @@ class OpDef:
     arity: int | None = 1
     attrs: dict = field(default_factory=dict)
     saves: bool | slice = True  # whether the vjps read saved input values (a slice: only those inputs')
-    uses_output: bool = False
+    uses_output: bool | tuple = False  # whether the vjps read the output (a tuple: the vjps of those inputs)
     differentiable: bool = True
     composite: bool = False
     twice_differentiable: bool = True

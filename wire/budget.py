@@ -63,7 +63,7 @@ def _saved_inputs(step):
 
 
 def _uses_output(step) -> bool:
-    return step.op not in ("function", "grad") and OPS[step.op].uses_output
+    return step.op not in ("function", "grad") and bool(OPS[step.op].uses_output)
 
 
 def _ancestors(steps, node_id) -> set:

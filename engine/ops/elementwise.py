@@ -47,7 +47,7 @@ def _pow_base_vjp(g, ans, x, y):
 
 
 pow = defop("pow", lambda xp, x, y: x ** y, _pow_base_vjp, _pow_exponent_vjp,
-            uses_output=True, samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
+            uses_output=(1,), samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
             infer=shapes.broadcast, doc="x ** y (broadcasting)")
 
 exp = defop("exp", lambda xp, x: xp.exp(x), lambda g, ans, x: g * ans, uses_output=True,

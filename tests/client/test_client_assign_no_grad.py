@@ -52,7 +52,19 @@ def assigned_value_that_requires_grad(m, fetch_first):
     return y.detach().numpy(), x.grad.numpy(), z.grad is None
 
 
-PROGRAMS = [index_assignment, inplace_op_and_chained_assignments, assigned_value_that_requires_grad]
+def power_modified_in_place(m, fetch_first):
+    x = m.tensor(X, requires_grad=True)
+    y = x ** 2  # only the exponent's vjp reads the output, and the exponent gets no gradient
+    if fetch_first:
+        y.tolist()
+    with m.no_grad():
+        y.add_(1.0)
+    y.sum().backward()
+    return y.detach().numpy(), x.grad.numpy()
+
+
+PROGRAMS = [index_assignment, inplace_op_and_chained_assignments, assigned_value_that_requires_grad,
+            power_modified_in_place]
 
 
 def _same(got, want):
@@ -78,3 +90,15 @@ def test_the_engine_matches_pytorch(program):
     if program is index_assignment:
         want[2] = want[2].rstrip("0")  # PyTorch's MulBackward0 is the engine's MulBackward
     _same(got, want)
+
+
+@pytest.mark.parametrize("module", ["torch", "engine", "client"])
+def test_a_power_whose_exponent_gets_a_gradient_refuses_once_its_output_changed(session, module):
+    m = pytest.importorskip("torch") if module == "torch" else {"engine": engine, "client": client}[module]
+    x = m.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    e = m.tensor(np.array([2.0, 3.0]), requires_grad=True)
+    y = x ** e
+    with m.no_grad():
+        y.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
