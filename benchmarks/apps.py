@@ -32,8 +32,13 @@ async def bare(scope, receive, send):
     for key, value in scope["headers"]:
         if key == b"content-type":
             ctype = value
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

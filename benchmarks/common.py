@@ -17,10 +17,17 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
-LABELS = {"engine": "engine", "torch": "PyTorch CPU eager", "numpy": "NumPy manual (floor)",
-          "embedded": "client embedded", "remote": "client remote (1 worker)",
-          "executor": "gradserve Executor (server compute, in-process)", "autograd": "HIPS autograd",
-          "jax": "JAX eager (no jit)", "jaxjit": "JAX jax.jit (compiled ahead)"}
+LABELS = {
+    "engine": "engine",
+    "torch": "PyTorch CPU eager",
+    "numpy": "NumPy manual (floor)",
+    "embedded": "client embedded",
+    "remote": "client remote (1 worker)",
+    "executor": "gradserve Executor (server compute, in-process)",
+    "autograd": "HIPS autograd",
+    "jax": "JAX eager (no jit)",
+    "jaxjit": "JAX jax.jit (compiled ahead)",
+}
 
 
 def have(module: str) -> bool:
@@ -83,8 +90,11 @@ def rtext(ratio: float | None) -> str:
 def installed(sides: list[str], module_of: dict) -> tuple[list[str], dict]:
     """(the sides whose module is installed, {side: result saying "not installed"} for the others)."""
     found = {m: have(m) for m in set(module_of.values())}
-    missing = {s: {"times": [], "extra": [], "error": f"not installed ({module_of[s]})"}
-               for s in sides if s in module_of and not found[module_of[s]]}
+    missing = {
+        s: {"times": [], "extra": [], "error": f"not installed ({module_of[s]})"}
+        for s in sides
+        if s in module_of and not found[module_of[s]]
+    }
     return [s for s in sides if s not in missing], missing
 
 
@@ -128,7 +138,9 @@ def table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def timing_table(result: dict, labels: dict, baselines: list[str], scale: float = 1.0, unit=fmt_time) -> tuple[str, dict]:
+def timing_table(
+    result: dict, labels: dict, baselines: list[str], scale: float = 1.0, unit=fmt_time
+) -> tuple[str, dict]:
     """A table of median/min/max per side and its ratio to each baseline; returns (markdown, ratios)."""
     med = {s: (stats(r["times"]) or {}).get("median") for s, r in result.items()}
     headers = ["side", "median", "min", "max", "n"] + [f"÷ {labels[b]}" for b in baselines]
@@ -137,7 +149,10 @@ def timing_table(result: dict, labels: dict, baselines: list[str], scale: float 
         st = stats(r["times"])
         if st is None:
             why = r["error"] or "no samples"
-            rows.append([labels[side], why if why.startswith("not installed") else f"skipped: {why}", "", "", ""] + ["" for _ in baselines])
+            rows.append(
+                [labels[side], why if why.startswith("not installed") else f"skipped: {why}", "", "", ""]
+                + ["" for _ in baselines]
+            )
             continue
         row = [labels[side], unit(st["median"] * scale), unit(st["min"] * scale), unit(st["max"] * scale), st["n"]]
         for b in baselines:
@@ -209,8 +224,13 @@ def machine_facts() -> dict:
     except Exception as err:  # noqa: BLE001
         facts["libraries"] = f"unknown ({err})"
     try:
-        proc = subprocess.run([PY, "-c", "from engine.backend import gpu_available; print(gpu_available())"],
-                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+        proc = subprocess.run(
+            [PY, "-c", "from engine.backend import gpu_available; print(gpu_available())"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
         facts["GPU (engine.backend.gpu_available)"] = proc.stdout.strip() or proc.stderr.strip()[-200:]
     except Exception as err:  # noqa: BLE001
         facts["GPU (engine.backend.gpu_available)"] = f"unknown ({err})"
@@ -218,6 +238,7 @@ def machine_facts() -> dict:
 
 
 # --- servers --------------------------------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -260,7 +281,9 @@ def server(cmd: list[str], port: int, env: dict | None = None, ready_path: str |
     log = open(os.devnull, "w")
     errlog_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"gradserve-bench-{port}.log"
     errlog = open(errlog_path, "w")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=errlog, env=dict(os.environ, **(env or {})), start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=log, stderr=errlog, env=dict(os.environ, **(env or {})), start_new_session=True
+    )
     try:
         ok = wait_port(port, proc, timeout, ready_path)
         msg = ""

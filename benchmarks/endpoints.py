@@ -20,7 +20,12 @@ import orjson
 from fastapi import FastAPI, Request, Response
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-DTYPES = {"FP32": numpy.dtype("<f4"), "FP64": numpy.dtype("<f8"), "INT64": numpy.dtype("<i8"), "INT32": numpy.dtype("<i4")}
+DTYPES = {
+    "FP32": numpy.dtype("<f4"),
+    "FP64": numpy.dtype("<f8"),
+    "INT64": numpy.dtype("<i8"),
+    "INT32": numpy.dtype("<i4"),
+}
 NAMES = {dtype: name for name, dtype in DTYPES.items()}
 SEED = (64, 1000, 100, 10)
 
@@ -58,8 +63,11 @@ def write_outputs(outputs: dict, grads: dict, binary: bool) -> tuple[bytes, dict
         else:
             obj["data"] = array.reshape(-1)
         return obj
-    head = orjson.dumps({"outputs": [tensor(k, v) for k, v in outputs.items()],
-                         "grads": [tensor(k, v) for k, v in grads.items()]}, option=orjson.OPT_SERIALIZE_NUMPY)
+
+    head = orjson.dumps(
+        {"outputs": [tensor(k, v) for k, v in outputs.items()], "grads": [tensor(k, v) for k, v in grads.items()]},
+        option=orjson.OPT_SERIALIZE_NUMPY,
+    )
     if not binary:
         return head, {}
     return b"".join([head, *buffers]), {HEADER_LENGTH: str(len(head))}
@@ -83,6 +91,7 @@ def torch_models():
         s = (x * 2.0).sum()
         s.backward()
         return {"s": s.detach().numpy()}, {"x": x.grad.numpy()}
+
     return {"seed": seed, "tiny": tiny}
 
 
@@ -93,6 +102,7 @@ def jax_models():
     def seed_loss(w, x, y):
         d = jnp.dot(jnp.maximum(jnp.dot(x, w[0]), 0), w[1]) - y
         return jnp.sum(d * d)
+
     seed_vg = jax.jit(jax.value_and_grad(seed_loss))
     tiny_vg = jax.jit(jax.value_and_grad(lambda x: jnp.sum(x * 2.0)))
 
@@ -103,9 +113,14 @@ def jax_models():
     def tiny(a):
         s, g = tiny_vg(a["x"])
         return {"s": numpy.asarray(s)}, {"x": numpy.asarray(g)}
+
     n, d_in, h, d_out = SEED
-    zeros = {"x": numpy.zeros((n, d_in), "f4"), "y": numpy.zeros((n, d_out), "f4"),
-             "w1": numpy.zeros((d_in, h), "f4"), "w2": numpy.zeros((h, d_out), "f4")}
+    zeros = {
+        "x": numpy.zeros((n, d_in), "f4"),
+        "y": numpy.zeros((n, d_out), "f4"),
+        "w1": numpy.zeros((d_in, h), "f4"),
+        "w2": numpy.zeros((h, d_out), "f4"),
+    }
     seed(zeros)
     tiny({"x": numpy.zeros(2, "f4")})
     return {"seed": seed, "tiny": tiny}

@@ -41,12 +41,30 @@ def _totals(res, steps):
     def median_of(extras, key):
         values = [e[key] for e in extras if e.get(key) is not None]
         return fmt_time(statistics.median(values)) if values else "-"
-    rows = [[LABELS[side], fmt_time(statistics.median([e["total"] for e in v["extra"]])),
-             statistics.median([e["steps"] for e in v["extra"]]), len(v["extra"]), median_of(v["extra"], "cpu"),
-             median_of(v["extra"], "server_cpu")]
-            for side, v in res.items() if v["extra"]]
-    return table(["side", f"loop total (up to {steps} steps)", "steps done", "rounds", "CPU / step (its process)",
-                  "server CPU / step"], rows)
+
+    rows = [
+        [
+            LABELS[side],
+            fmt_time(statistics.median([e["total"] for e in v["extra"]])),
+            statistics.median([e["steps"] for e in v["extra"]]),
+            len(v["extra"]),
+            median_of(v["extra"], "cpu"),
+            median_of(v["extra"], "server_cpu"),
+        ]
+        for side, v in res.items()
+        if v["extra"]
+    ]
+    return table(
+        [
+            "side",
+            f"loop total (up to {steps} steps)",
+            "steps done",
+            "rounds",
+            "CPU / step (its process)",
+            "server CPU / step",
+        ],
+        rows,
+    )
 
 
 def _target(targets, label, ratio, limit):
@@ -66,46 +84,64 @@ def _train(quick, client_error, service, env_remote, targets):
         res["remote"] = {"times": [], "extra": [], "error": client_error or service.msg}
     md, ratios = timing_table(res, LABELS, ["embedded", "engine", "torch"])
     remote, embedded = ratios.get(("remote", "embedded")), ratios.get(("embedded", "engine"))
-    notes = [_target(targets, "remote training loop ≤3x embedded", remote, 3.0),
-             _target(targets, "remote training loop ≤2.5x embedded (#14)", remote, 2.5),
-             _target(targets, "embedded client seed loop ≤1.15x engine (#14)", embedded, 1.15)]
-    return [f"### (a) the seed training loop: {steps} steps (float32, SGD)\n",
-            "Each side runs the loop in its own process (5 untimed warm-up steps); one sample = one step, so "
-            "the table is per step (median, robust to a busy machine's spikes) and *loop total* is the whole "
-            "loop's wall time (median over rounds). Engine, embedded and remote run one program, the seed's "
-            "(`w.data -= lr * w.grad.data`), with `engine` or `client` as the module; remote talks to a local "
-            "1-worker server via `GRADSERVE_URL`. *CPU / step* is the side's own process (user + system, "
-            "`time.process_time`) over its timed steps; *server CPU / step* is the server process group's over the "
-            "remote run (its 5 warm-up steps included) ÷ the timed steps.\n",
-            md, "", _totals(res, steps), "\nTargets (per-step medians): " + "; ".join(notes) + "\n"]
+    notes = [
+        _target(targets, "remote training loop ≤3x embedded", remote, 3.0),
+        _target(targets, "remote training loop ≤2.5x embedded (#14)", remote, 2.5),
+        _target(targets, "embedded client seed loop ≤1.15x engine (#14)", embedded, 1.15),
+    ]
+    return [
+        f"### (a) the seed training loop: {steps} steps (float32, SGD)\n",
+        "Each side runs the loop in its own process (5 untimed warm-up steps); one sample = one step, so "
+        "the table is per step (median, robust to a busy machine's spikes) and *loop total* is the whole "
+        "loop's wall time (median over rounds). Engine, embedded and remote run one program, the seed's "
+        "(`w.data -= lr * w.grad.data`), with `engine` or `client` as the module; remote talks to a local "
+        "1-worker server via `GRADSERVE_URL`. *CPU / step* is the side's own process (user + system, "
+        "`time.process_time`) over its timed steps; *server CPU / step* is the server process group's over the "
+        "remote run (its 5 warm-up steps included) ÷ the timed steps.\n",
+        md,
+        "",
+        _totals(res, steps),
+        "\nTargets (per-step medians): " + "; ".join(notes) + "\n",
+    ]
 
 
 def _tensor_program(quick, client_error, targets):
     steps = 20 if quick else 100
     sides = ["engine", "torch"] if client_error else ["embedded", "engine", "torch"]
     present, missing = common.installed(sides, {"torch": "torch"})
-    res = _loops("tensorprog", present, 1 if quick else 3, 150 if quick else 400, None, steps=steps,
-                 max_s=30 if quick else 90)
+    res = _loops(
+        "tensorprog", present, 1 if quick else 3, 150 if quick else 400, None, steps=steps, max_s=30 if quick else 90
+    )
     res.update(missing)
     if client_error:
         res["embedded"] = {"times": [], "extra": [], "error": client_error}
     md, ratios = timing_table(res, LABELS, ["engine", "torch"])
     note = _target(targets, "tensor program embedded ≤1.3x engine (#13)", ratios.get(("embedded", "engine")), 1.3)
-    return [f"### (b) a tensor program: the tutorials' `two_layer_net_tensor`, up to {steps} steps\n",
-            "Its own backprop with plain tensor ops (`h.clamp(min=0)`, `grad_h[h < 0] = 0`, `.t().mm(...)`, "
-            "`loss.item()` every step, nothing requires grad), written once (`benchmarks/programs.py`) and run "
-            "with `torch`, `engine` or `client` (embedded: no server) as the module. 2 untimed warm-up steps; "
-            "one sample = one step; a side stops early after its time budget (see *steps done*). Remote is not "
-            "run here: issue 13 sets its target on the seed loop, which (a) measures.\n",
-            md, "", _totals(res, steps), f"\nTarget (per-step medians): {note}\n"]
+    return [
+        f"### (b) a tensor program: the tutorials' `two_layer_net_tensor`, up to {steps} steps\n",
+        "Its own backprop with plain tensor ops (`h.clamp(min=0)`, `grad_h[h < 0] = 0`, `.t().mm(...)`, "
+        "`loss.item()` every step, nothing requires grad), written once (`benchmarks/programs.py`) and run "
+        "with `torch`, `engine` or `client` (embedded: no server) as the module. 2 untimed warm-up steps; "
+        "one sample = one step; a side stops early after its time budget (see *steps done*). Remote is not "
+        "run here: issue 13 sets its target on the seed loop, which (a) measures.\n",
+        md,
+        "",
+        _totals(res, steps),
+        f"\nTarget (per-step medians): {note}\n",
+    ]
 
 
 def part4(quick: bool):
     out = ["## Part 4: client end-to-end\n"]
     targets = []
-    probe = subprocess.run([PY, "-c", "import client; client.Variable"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    client_error = None if probe.returncode == 0 else \
-        "client not importable: " + (probe.stderr.strip().splitlines() or ["?"])[-1][:120]
+    probe = subprocess.run(
+        [PY, "-c", "import client; client.Variable"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    client_error = (
+        None
+        if probe.returncode == 0
+        else "client not importable: " + (probe.stderr.strip().splitlines() or ["?"])[-1][:120]
+    )
     port = common.free_port()
     with serving.maybe_service(serving.service_available(), port, 1) as service:
         env_remote = {"GRADSERVE_URL": f"http://127.0.0.1:{port}"} if service.ok and not client_error else None

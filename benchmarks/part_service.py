@@ -21,8 +21,11 @@ SERVERS = {
     "service": ("gradserve /backward", None, None, False),
 }
 # (label, the endpoints' model, binary)
-REQUESTS = (("tiny graph /backward JSON", "tiny", False), ("seed net /backward JSON", "seed", False),
-            ("seed net /backward binary", "seed", True))
+REQUESTS = (
+    ("tiny graph /backward JSON", "tiny", False),
+    ("seed net /backward JSON", "seed", False),
+    ("seed net /backward binary", "seed", True),
+)
 
 
 def _bodies(tmp):
@@ -39,7 +42,9 @@ def _bodies(tmp):
             path = serving.write_body(tmp, f"{model}-{binary}-{kind}", body)
             for srv in SERVERS:
                 if (kind == "inputs") == (srv in ("torch", "jax")):
-                    route = {"service": "/backward", "torch": f"/{model}/backward", "jax": f"/{model}/backward"}.get(srv, "/echo")
+                    route = {"service": "/backward", "torch": f"/{model}/backward", "jax": f"/{model}/backward"}.get(
+                        srv, "/echo"
+                    )
                     out[(label, srv)] = (route, path, headers, len(body))
     return out
 
@@ -52,7 +57,9 @@ def _start(stack, srv, port, workers, missing_service):
         return common.Started(False, f"not installed ({module})")
     if app is None:
         return stack.enter_context(serving.maybe_service(missing_service, port, workers))
-    return stack.enter_context(common.server(serving.uvicorn_cmd(app, port, workers), port, ready_path="/healthz", timeout=120))
+    return stack.enter_context(
+        common.server(serving.uvicorn_cmd(app, port, workers), port, ready_path="/healthz", timeout=120)
+    )
 
 
 def _merge(prev, lat, thr):
@@ -107,10 +114,39 @@ def _rows(results, bodies, servers):
             vs_hand = f"{r['lat']['p50'] / hand['lat']['p50']:.2f}x" if "lat" in hand else "-"
             rel = f"{r['thr']['rps'] / fast['thr']['rps']:.0%}" if "thr" in fast else "-"
             cpu = fmt_time(r["cpu_per_request"]) if r["cpu_per_request"] is not None else "-"
-            rows.append([label, SERVERS[srv][0], size, fmt_time(r["lat"]["p50"]), fmt_time(r["lat"]["p99"]), vs_hand, cpu,
-                         f"{r['thr']['rps']:.0f}", fmt_time(r["thr"]["p50"]), fmt_time(r["thr"]["p99"]), rel, r["thr"]["errors"]])
-    return table(["request", "server", "body", "p50 (1 conn)", "p99 (1 conn)", "p50 ÷ hand-written torch", "server CPU / req",
-                  "req/s (loaded)", "p50 (loaded)", "p99 (loaded)", "req/s ÷ FastAPI echo", "errors"], rows)
+            rows.append(
+                [
+                    label,
+                    SERVERS[srv][0],
+                    size,
+                    fmt_time(r["lat"]["p50"]),
+                    fmt_time(r["lat"]["p99"]),
+                    vs_hand,
+                    cpu,
+                    f"{r['thr']['rps']:.0f}",
+                    fmt_time(r["thr"]["p50"]),
+                    fmt_time(r["thr"]["p99"]),
+                    rel,
+                    r["thr"]["errors"],
+                ]
+            )
+    return table(
+        [
+            "request",
+            "server",
+            "body",
+            "p50 (1 conn)",
+            "p99 (1 conn)",
+            "p50 ÷ hand-written torch",
+            "server CPU / req",
+            "req/s (loaded)",
+            "p50 (loaded)",
+            "p99 (loaded)",
+            "req/s ÷ FastAPI echo",
+            "errors",
+        ],
+        rows,
+    )
 
 
 def _ratio(results, a, b, key="lat", stat="p50"):
@@ -125,16 +161,38 @@ def _targets(results):
     rows = []
     if "thr" in svc and "thr" in fast:
         share, p50 = svc["thr"]["rps"] / fast["thr"]["rps"], svc["lat"]["p50"]
-        rows += [("2", "tiny graph, 1 worker: ≥50% of FastAPI echo req/s", f"{share:.0%}", verdict(share, 0.5, ">=")),
-                 ("2", "tiny graph, 1 worker: p50 < 1 ms", fmt_time(p50), verdict(p50 * 1e3, 1.0)),
-                 ("2", "tiny graph, 1 worker: ≥60% of FastAPI echo req/s (#14)", f"{share:.0%}", verdict(share, 0.6, ">="))]
+        rows += [
+            ("2", "tiny graph, 1 worker: ≥50% of FastAPI echo req/s", f"{share:.0%}", verdict(share, 0.5, ">=")),
+            ("2", "tiny graph, 1 worker: p50 < 1 ms", fmt_time(p50), verdict(p50 * 1e3, 1.0)),
+            ("2", "tiny graph, 1 worker: ≥60% of FastAPI echo req/s (#14)", f"{share:.0%}", verdict(share, 0.6, ">=")),
+        ]
     else:
-        rows.append(("2", "tiny graph, 1 worker: ≥50% / ≥60% (#14) of FastAPI echo req/s; p50 < 1 ms", "-", "n/a (service not measured)"))
+        rows.append(
+            (
+                "2",
+                "tiny graph, 1 worker: ≥50% / ≥60% (#14) of FastAPI echo req/s; p50 < 1 ms",
+                "-",
+                "n/a (service not measured)",
+            )
+        )
     for target, a, b, limit in (
-            ("service seed net binary /backward p50 ≤0.8x hand-written FastAPI+torch (#14)", (seed, "service"), (seed, "torch"), 0.8),
-            ("service tiny graph p50 ≤1.0x hand-written FastAPI+torch (#14)", (tiny, "service"), (tiny, "torch"), 1.0)):
+        (
+            "service seed net binary /backward p50 ≤0.8x hand-written FastAPI+torch (#14)",
+            (seed, "service"),
+            (seed, "torch"),
+            0.8,
+        ),
+        ("service tiny graph p50 ≤1.0x hand-written FastAPI+torch (#14)", (tiny, "service"), (tiny, "torch"), 1.0),
+    ):
         r = _ratio(results, a, b)
-        rows.append(("2", target, "-" if r is None else f"{r:.2f}x", verdict(r, limit) if r is not None else "n/a (a side not measured)"))
+        rows.append(
+            (
+                "2",
+                target,
+                "-" if r is None else f"{r:.2f}x",
+                verdict(r, limit) if r is not None else "n/a (a side not measured)",
+            )
+        )
     return rows
 
 
@@ -146,25 +204,31 @@ def part2(quick: bool):
     rounds = 1 if quick else 2
     procs = 4
     wrk = subprocess.run(["which", "wrk"], capture_output=True).returncode == 0
-    out += [f"Load: the raw-socket keep-alive generator (`benchmarks/loadgen.py`; `wrk` "
-               f"{'found but not used' if wrk else 'not installed'}). "
-               f"*Latency* = 1 connection, sequential requests; *throughput* = {procs} generator processes with one "
-               f"keep-alive connection each. {seconds:g}s per measurement, {rounds} interleaved round(s); "
-               f"the generators share the machine's {os.cpu_count()} cores with the server. Every server is its own "
-               f"process (group), all started at once and measured in turn. *Server CPU / req* = the server process "
-               f"group's user + system CPU time (`/proc/<pid>/stat`) over the latency run ÷ its requests.\n",
-               "The hand-written endpoints (`benchmarks/endpoints.py`, 1 worker only) are what a user would write "
-               "instead of gradserve: FastAPI, one fixed model per route, the same tensors in the same encoding "
-               "(without the graph, which they don't need), torch autograd or a `jax.jit`-compiled "
-               "`value_and_grad` run in the `async` route, the answer in gradserve's shape.\n"]
+    out += [
+        f"Load: the raw-socket keep-alive generator (`benchmarks/loadgen.py`; `wrk` "
+        f"{'found but not used' if wrk else 'not installed'}). "
+        f"*Latency* = 1 connection, sequential requests; *throughput* = {procs} generator processes with one "
+        f"keep-alive connection each. {seconds:g}s per measurement, {rounds} interleaved round(s); "
+        f"the generators share the machine's {os.cpu_count()} cores with the server. Every server is its own "
+        f"process (group), all started at once and measured in turn. *Server CPU / req* = the server process "
+        f"group's user + system CPU time (`/proc/<pid>/stat`) over the latency run ÷ its requests.\n",
+        "The hand-written endpoints (`benchmarks/endpoints.py`, 1 worker only) are what a user would write "
+        "instead of gradserve: FastAPI, one fixed model per route, the same tensors in the same encoding "
+        "(without the graph, which they don't need), torch autograd or a `jax.jit`-compiled "
+        "`value_and_grad` run in the `async` route, the answer in gradserve's shape.\n",
+    ]
     if missing:
-        out.append(f"Service: skipped: `python -m service` not importable ({missing}); the other servers are still measured.\n")
+        out.append(
+            f"Service: skipped: `python -m service` not importable ({missing}); the other servers are still measured.\n"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         bodies = _bodies(tmp)
         for workers in (1, 2):
             ports = {srv: common.free_port() for srv in SERVERS}
             with ExitStack() as stack:
-                started = {srv: st for srv in SERVERS if (st := _start(stack, srv, ports[srv], workers, missing)) is not None}
+                started = {
+                    srv: st for srv in SERVERS if (st := _start(stack, srv, ports[srv], workers, missing)) is not None
+                }
                 results = _measure(started, ports, bodies, seconds, rounds, procs)
             out += [f"### {workers} worker{'s' if workers > 1 else ''}\n", _rows(results, bodies, list(started)), ""]
             if workers == 1:

@@ -17,7 +17,6 @@ from benchmarks.common import (
     timing_table,
     verdict,
 )
-
 from benchmarks.common import rtext as _rtext
 
 
@@ -27,13 +26,16 @@ def _ratio(ratios, a, b):
 
 # --- part 3: tensor transfer -------------------------------------------------------------------
 
+
 def part3(quick: bool):
     from benchmarks import payloads
 
-    out = ["## Part 3: tensor transfer through `/forward` (identity graph: `clone`), 1 worker\n",
-           "One round trip = the tensor goes up and comes back; MB/s = tensor MB (one way) ÷ round-trip time "
-           "(median over the samples). The raw echo is the bare ASGI app echoing the tensor's bytes as "
-           "`application/octet-stream`, served by uvicorn the same way, in the same run.\n"]
+    out = [
+        "## Part 3: tensor transfer through `/forward` (identity graph: `clone`), 1 worker\n",
+        "One round trip = the tensor goes up and comes back; MB/s = tensor MB (one way) ÷ round-trip time "
+        "(median over the samples). The raw echo is the bare ASGI app echoing the tensor's bytes as "
+        "`application/octet-stream`, served by uvicorn the same way, in the same run.\n",
+    ]
     targets = []
     missing = serving.service_available()
     sizes = (4, 64)
@@ -41,17 +43,39 @@ def part3(quick: bool):
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         ports = {"bare": common.free_port(), "service": common.free_port()}
-        with common.server(serving.uvicorn_cmd("bare", ports["bare"], 1), ports["bare"], ready_path="/healthz") as (ok_b, msg_b, _), \
-             serving.maybe_service(missing, ports["service"], 1) as (ok_s, msg_s, _):
+        with (
+            common.server(serving.uvicorn_cmd("bare", ports["bare"], 1), ports["bare"], ready_path="/healthz") as (
+                ok_b,
+                msg_b,
+                _,
+            ),
+            serving.maybe_service(missing, ports["service"], 1) as (ok_s, msg_s, _),
+        ):
             for mib in sizes:
                 header, arrays = payloads.identity_request(mib)
                 raw = arrays["x"].tobytes()
-                cases = {"raw octet-stream echo": ("bare", "/echo", serving.write_body(tmp, "raw", raw), {"Content-Type": "application/octet-stream"}, ok_b, msg_b)}
+                cases = {
+                    "raw octet-stream echo": (
+                        "bare",
+                        "/echo",
+                        serving.write_body(tmp, "raw", raw),
+                        {"Content-Type": "application/octet-stream"},
+                        ok_b,
+                        msg_b,
+                    )
+                }
                 for binary in (True, False):
                     if not binary and mib == 64 and quick:
                         continue
                     body, headers = payloads.encode(header, arrays, binary)
-                    cases[f"/forward {'binary' if binary else 'JSON'}"] = ("service", "/forward", serving.write_body(tmp, f"f{binary}", body), headers, ok_s, msg_s)
+                    cases[f"/forward {'binary' if binary else 'JSON'}"] = (
+                        "service",
+                        "/forward",
+                        serving.write_body(tmp, f"f{binary}", body),
+                        headers,
+                        ok_s,
+                        msg_s,
+                    )
                 measured = {}
                 n = reps[mib]
                 for _ in range(2):  # interleave: raw, binary, JSON, raw, binary, JSON
@@ -76,23 +100,57 @@ def part3(quick: bool):
                         rows.append([f"{mib} MiB", label, f"skipped: {d['error']}", "", "", "", ""])
                         continue
                     if d["errors"]:  # e.g. a JSON body over max_json_body_bytes: answered 413, nothing transferred
-                        rows.append([f"{mib} MiB", label, f"refused: {d['errors']} of {d['count']} answers not 200", "", "", "",
-                                     ""])
+                        rows.append(
+                            [
+                                f"{mib} MiB",
+                                label,
+                                f"refused: {d['errors']} of {d['count']} answers not 200",
+                                "",
+                                "",
+                                "",
+                                "",
+                            ]
+                        )
                         if label == "/forward binary":
-                            targets.append(("3", f"binary transfer {mib} MiB ≥80% of raw echo MB/s", "-", "missed: answers not 200"))
+                            targets.append(
+                                (
+                                    "3",
+                                    f"binary transfer {mib} MiB ≥80% of raw echo MB/s",
+                                    "-",
+                                    "missed: answers not 200",
+                                )
+                            )
                         continue
                     st = stats(d["latencies"])
                     rate = mib * 1.048576 / st["median"]
                     if label.startswith("raw"):
                         raw_rate = rate
                     rel = f"{rate / raw_rate:.0%}" if raw_rate else "-"
-                    rows.append([f"{mib} MiB", label, fmt_time(st["median"]), fmt_time(st["min"]), fmt_time(st["max"]),
-                                 f"{rate:.0f}", rel])
+                    rows.append(
+                        [
+                            f"{mib} MiB",
+                            label,
+                            fmt_time(st["median"]),
+                            fmt_time(st["min"]),
+                            fmt_time(st["max"]),
+                            f"{rate:.0f}",
+                            rel,
+                        ]
+                    )
                     if label == "/forward binary" and raw_rate:
                         share = rate / raw_rate
-                        targets.append(("3", f"binary transfer {mib} MiB ≥80% of raw echo MB/s", f"{share:.0%}", verdict(share, 0.8, ">=")))
+                        targets.append(
+                            (
+                                "3",
+                                f"binary transfer {mib} MiB ≥80% of raw echo MB/s",
+                                f"{share:.0%}",
+                                verdict(share, 0.8, ">="),
+                            )
+                        )
                 if "/forward binary" not in measured or "error" in measured.get("/forward binary", {}):
-                    targets.append(("3", f"binary transfer {mib} MiB ≥80% of raw echo MB/s", "-", "n/a (service not measured)"))
+                    targets.append(
+                        ("3", f"binary transfer {mib} MiB ≥80% of raw echo MB/s", "-", "n/a (service not measured)")
+                    )
     out += [table(["tensor", "path", "median round trip", "min", "max", "MB/s", "÷ raw echo"], rows), ""]
     if quick:
         out.append("(`--quick` skips the 64 MiB JSON round trip.)\n")
@@ -101,32 +159,53 @@ def part3(quick: bool):
 
 # --- part 5: GPU -------------------------------------------------------------------------------
 
-GPU_TARGETS_14 = [f"GPU {net} through the server ≤{limit}x {peer} (#14)"
-                  for net in ("seed net", "large MLP") for peer, limit in (("a hand-written CuPy floor", 1.2), ("PyTorch CUDA", 1.3))]
+GPU_TARGETS_14 = [
+    f"GPU {net} through the server ≤{limit}x {peer} (#14)"
+    for net in ("seed net", "large MLP")
+    for peer, limit in (("a hand-written CuPy floor", 1.2), ("PyTorch CUDA", 1.3))
+]
 
 
 def part5(quick: bool):
     out = ["## Part 5: GPU (CuPy engine vs PyTorch CUDA)\n"]
-    proc = subprocess.run([PY, "-c", "from engine.backend import gpu_available; print(gpu_available())"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    torch_cuda = subprocess.run([PY, "-c", "import torch; print(torch.cuda.is_available())"], cwd=ROOT,
-                                capture_output=True, text=True, timeout=120).stdout.strip() == "True"
+    proc = subprocess.run(
+        [PY, "-c", "from engine.backend import gpu_available; print(gpu_available())"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    torch_cuda = (
+        subprocess.run(
+            [PY, "-c", "import torch; print(torch.cuda.is_available())"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout.strip()
+        == "True"
+    )
     if proc.stdout.strip() != "True":
         out.append("skipped: no GPU (`engine.backend.gpu_available()` is False: CuPy missing or no device)\n")
-        return "\n".join(out), [("5", "GPU MLP ≤1.2x PyTorch CUDA", "-", "skipped: no GPU")] + \
-            [("5", t, "-", "not run: no GPU in this session") for t in GPU_TARGETS_14]
+        return "\n".join(out), [("5", "GPU MLP ≤1.2x PyTorch CUDA", "-", "skipped: no GPU")] + [
+            ("5", t, "-", "not run: no GPU in this session") for t in GPU_TARGETS_14
+        ]
     sides = ["engine", "torch"] if torch_cuda else ["engine"]
     labels = {"engine": "engine (CuPy)", "torch": "PyTorch CUDA"}
     res = interleave("gpu_large", sides, 2 if quick else 4, 120 if quick else 240, reps=5 if quick else 20)
     md, ratios = timing_table(res, labels, ["torch"])
     r = ratios.get(("engine", "torch"))
-    out += ["### large MLP (N=512, 4096, 4096, 1024) float32, forward + backward, synchronized\n", md,
-            f"\nTarget: ≤ 1.2x PyTorch CUDA: {_rtext(r)} → **{verdict(r, 1.2)}**\n"]
+    out += [
+        "### large MLP (N=512, 4096, 4096, 1024) float32, forward + backward, synchronized\n",
+        md,
+        f"\nTarget: ≤ 1.2x PyTorch CUDA: {_rtext(r)} → **{verdict(r, 1.2)}**\n",
+    ]
     res = interleave("gpu_transfer", sides, 2, 120, mib=64, reps=5 if quick else 10)
     md, _ = timing_table(res, labels, ["torch"])
     out += ["### host → device → host round trip, 64 MiB float32\n", md, ""]
-    return "\n".join(out), [("5", "GPU MLP ≤1.2x PyTorch CUDA", _rtext(r), verdict(r, 1.2))] + \
-        [("5", t, "-", "not run: the suite has no through-the-server GPU case yet") for t in GPU_TARGETS_14]
+    return "\n".join(out), [("5", "GPU MLP ≤1.2x PyTorch CUDA", _rtext(r), verdict(r, 1.2))] + [
+        ("5", t, "-", "not run: the suite has no through-the-server GPU case yet") for t in GPU_TARGETS_14
+    ]
 
 
 PARTS = {"1": part_engine.part1, "2": part_service.part2, "3": part3, "4": part_client.part4, "5": part5}
@@ -135,43 +214,43 @@ PARTS = {"1": part_engine.part1, "2": part_service.part2, "3": part3, "4": part_
 # (keyed by the start of the target's label).
 MISSED_BECAUSE = {
     "server compute: seed net": "compiled: the generated program takes ~333 µs against the floor's ~308 µs in process; its 5 "
-                                "matmuls are the floor's, the vjps of mm, clamp, pow and sum call engine ops on Variables (6 op "
-                                "dispatches, ~25 µs right after the cache-evicting matmuls), and admission (plan key, input "
-                                "signature, budgets) adds ~3.5 µs warm, ~9 µs after the matmuls (Changes, request path)",
+    "matmuls are the floor's, the vjps of mm, clamp, pow and sum call engine ops on Variables (6 op "
+    "dispatches, ~25 µs right after the cache-evicting matmuls), and admission (plan key, input "
+    "signature, budgets) adds ~3.5 µs warm, ~9 µs after the matmuls (Changes, request path)",
     "100-op chain": "CPython bookkeeping per op (~2 µs forward, ~3.5 µs per backward node incl. version "
-                    "counters, edges, gradient fitting, freeing); PyTorch does it in C++ (Changes, round 2)",
+    "counters, edges, gradient fitting, freeing); PyTorch does it in C++ (Changes, round 2)",
     "seed net": "the 5 matmuls equal the floor's; the rest is the engine's dispatch of 12 ops and 6 "
-                "backward nodes, run right after a cache-evicting matmul (Changes, round 2)",
+    "backward nodes, run right after a cache-evicting matmul (Changes, round 2)",
     "large MLP": "~99% of the step is the floor's own 5 BLAS calls: run-to-run noise of few ~0.5 s "
-                 "samples on a shared 2-core machine (Changes, round 1)",
+    "samples on a shared 2-core machine (Changes, round 1)",
     "tiny graph": "under 4-connection load the server spends ~215-230 µs of CPU a request against the FastAPI echo's "
-                  "~165 µs, and the echo gains more from concurrency (its cost drops ~40% under load, ours ~15%), so "
-                  "the ratio swings 56-82% between runs; in process the app is ~65 µs against the echo's 43 µs: decode "
-                  "~6, plan ~3, compiled run ~14 (sum's vjp dispatches an engine op), encode ~5, body read with its "
-                  "asyncio.timeout ~8 µs (Changes, request path)",
+    "~165 µs, and the echo gains more from concurrency (its cost drops ~40% under load, ours ~15%), so "
+    "the ratio swings 56-82% between runs; in process the app is ~65 µs against the echo's 43 µs: decode "
+    "~6, plan ~3, compiled run ~14 (sum's vjp dispatches an engine op), encode ~5, body read with its "
+    "asyncio.timeout ~8 µs (Changes, request path)",
     "service seed net": "~1.6 ms of each round trip is moving 648 KiB up and 404 KiB down over this VM's loopback, the "
-                        "same for both sides; the ratio rests on the compute (~0.45 ms compiled, on the event loop when "
-                        "the pool is idle, against the torch endpoint's ~0.7 ms) (Changes, request path)",
+    "same for both sides; the ratio rests on the compute (~0.45 ms compiled, on the event loop when "
+    "the pool is idle, against the torch endpoint's ~0.7 ms) (Changes, request path)",
     "service tiny graph": "in process the app takes ~65 µs a request against ~180 µs for the hand-written torch "
-                          "endpoint; uvicorn and the loopback, ~150 µs, are the same for both (Changes, request path)",
+    "endpoint; uvicorn and the loopback, ~150 µs, are the same for both (Changes, request path)",
     "binary transfer": "each request first-touches two fresh 64 MiB arrays (the body buffer, clone's result): 32k page "
-                       "faults at ~6 µs each on this VM, and the body read and answer copies need the event loop "
-                       "scheduled ~1000 times; on a busy machine 64 MiB round trips swing 240-800 ms (the echo's "
-                       "260-540 ms); reusing a spare body buffer halves the server's CPU (experiment) (Changes, request path)",
+    "faults at ~6 µs each on this VM, and the body read and answer copies need the event loop "
+    "scheduled ~1000 times; on a busy machine 64 MiB round trips swing 240-800 ms (the echo's "
+    "260-540 ms); reusing a spare body buffer halves the server's CPU (experiment) (Changes, request path)",
     "remote training loop": "each step is a 650 KB request and a 400 KB answer over this VM's loopback (~1.4 ms), "
-                            "which the embedded loop doesn't pay; the compute thread's hand-off is gone while the pool "
-                            "is idle (quick run: 2.31x, from 3.07-3.2x) (Changes, request path)",
+    "which the embedded loop doesn't pay; the compute thread's hand-off is gone while the pool "
+    "is idle (quick run: 2.31x, from 3.07-3.2x) (Changes, request path)",
     "embedded client seed loop": "per step: the compiled plan 362 µs (the engine's arithmetic, 1.13x the NumPy floor), "
-                                 "recording 6 ops 64 µs, writing the request's graph 41 µs, walking the backward's course "
-                                 "17 µs, admission 16 µs, applying the answer 17 µs: ~175 µs of lazy-graph bookkeeping "
-                                 "against the engine's ~100 µs of eager dispatch (Changes, the client, session 4)",
+    "recording 6 ops 64 µs, writing the request's graph 41 µs, walking the backward's course "
+    "17 µs, admission 16 µs, applying the answer 17 µs: ~175 µs of lazy-graph bookkeeping "
+    "against the engine's ~100 µs of eager dispatch (Changes, the client, session 4)",
     "HVP": "CPython dispatch: two backward walks (13 nodes, then 26) and 52 op applications per HVP; cProfile: "
-           "apply_op 38%, run_backward's loop 18%, nodes_reaching + reachable 13%; PyTorch does them in C++ "
-           "(Changes, the client, session 4: not a regression)",
+    "apply_op 38%, run_backward's loop 18%, nodes_reaching + reachable 13%; PyTorch does them in C++ "
+    "(Changes, the client, session 4: not a regression)",
     "tensor program": "the client records every op lazily and never materializes the updated weights: each "
-                      "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
-                      "step's cost grows with the step count), parsed and re-run by the Executor (cProfile of steps "
-                      "3-5: 17 `mm` per fetch; issue 13, section 3)",
+    "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
+    "step's cost grows with the step count), parsed and re-run by the Executor (cProfile of steps "
+    "3-5: 17 `mm` per fetch; issue 13, section 3)",
 }
 
 

@@ -10,8 +10,13 @@ SEED = (64, 1000, 100, 10)
 
 
 def _inp(name, array, requires_grad=False):
-    return {"id": name, "op": "input", "requires_grad": requires_grad, "shape": list(array.shape),
-            "dtype": codec.datatype_of(array.dtype)}
+    return {
+        "id": name,
+        "op": "input",
+        "requires_grad": requires_grad,
+        "shape": list(array.shape),
+        "dtype": codec.datatype_of(array.dtype),
+    }
 
 
 def seed_request(dtype="float32"):
@@ -24,22 +29,31 @@ def seed_request(dtype="float32"):
         "w1": (rng.standard_normal((d_in, h)) / numpy.sqrt(d_in)).astype(dtype),
         "w2": (rng.standard_normal((h, d_out)) / numpy.sqrt(h)).astype(dtype),
     }
-    nodes = [_inp("x", arrays["x"]), _inp("y", arrays["y"]), _inp("w1", arrays["w1"], True), _inp("w2", arrays["w2"], True),
-             {"id": "h", "op": "mm", "inputs": ["x", "w1"]},
-             {"id": "hr", "op": "clamp", "inputs": ["h"], "attrs": {"min": 0.0}},
-             {"id": "yp", "op": "mm", "inputs": ["hr", "w2"]},
-             {"id": "d", "op": "sub", "inputs": ["yp", "y"]},
-             {"id": "two", "op": "constant", "attrs": {"value": 2.0}},
-             {"id": "sq", "op": "pow", "inputs": ["d", "two"]},
-             {"id": "loss", "op": "sum", "inputs": ["sq"]}]
+    nodes = [
+        _inp("x", arrays["x"]),
+        _inp("y", arrays["y"]),
+        _inp("w1", arrays["w1"], True),
+        _inp("w2", arrays["w2"], True),
+        {"id": "h", "op": "mm", "inputs": ["x", "w1"]},
+        {"id": "hr", "op": "clamp", "inputs": ["h"], "attrs": {"min": 0.0}},
+        {"id": "yp", "op": "mm", "inputs": ["hr", "w2"]},
+        {"id": "d", "op": "sub", "inputs": ["yp", "y"]},
+        {"id": "two", "op": "constant", "attrs": {"value": 2.0}},
+        {"id": "sq", "op": "pow", "inputs": ["d", "two"]},
+        {"id": "loss", "op": "sum", "inputs": ["sq"]},
+    ]
     graph = {"version": 1, "nodes": nodes, "outputs": ["loss"]}
     return {"graph": graph, "wrt": ["w1", "w2"]}, arrays
 
 
 def tiny_request():
     x = numpy.array([1.0, 2.0], numpy.float32)
-    nodes = [_inp("x", x, True), {"id": "c", "op": "constant", "attrs": {"value": 2.0}},
-             {"id": "y", "op": "mul", "inputs": ["x", "c"]}, {"id": "s", "op": "sum", "inputs": ["y"]}]
+    nodes = [
+        _inp("x", x, True),
+        {"id": "c", "op": "constant", "attrs": {"value": 2.0}},
+        {"id": "y", "op": "mul", "inputs": ["x", "c"]},
+        {"id": "s", "op": "sum", "inputs": ["y"]},
+    ]
     return {"graph": {"version": 1, "nodes": nodes, "outputs": ["s"]}, "wrt": ["x"]}, {"x": x}
 
 
@@ -49,7 +63,9 @@ def chain_request(length, x, a, b):
     nodes = [_inp("x", x, True), _inp("a", a), _inp("b", b)]
     prev = "x"
     for i in range(length):
-        nodes.append({"id": f"c{i}", "op": "mul" if i % 2 == 0 else "add", "inputs": [prev, "a" if i % 2 == 0 else "b"]})
+        nodes.append(
+            {"id": f"c{i}", "op": "mul" if i % 2 == 0 else "add", "inputs": [prev, "a" if i % 2 == 0 else "b"]}
+        )
         prev = f"c{i}"
     nodes.append({"id": "loss", "op": "sum", "inputs": [prev]})
     return {"graph": {"version": 1, "nodes": nodes, "outputs": ["loss"]}, "wrt": ["x"]}, {"x": x, "a": a, "b": b}
@@ -82,7 +98,11 @@ def check_in_process():
     from wire.messages import decode_request
 
     ex = Executor()
-    for make, method in ((seed_request, "backward"), (tiny_request, "backward"), (lambda: identity_request(0.01), "forward")):
+    for make, method in (
+        (seed_request, "backward"),
+        (tiny_request, "backward"),
+        (lambda: identity_request(0.01), "forward"),
+    ):
         for binary in (False, True):
             body, headers = encode(*make(), binary)
             length = headers.get(codec.HEADER_LENGTH)

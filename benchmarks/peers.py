@@ -22,15 +22,18 @@ def _numpy_of(side):
     if side == "autograd":
         import autograd
         import autograd.numpy as anp
+
         return autograd, anp
     import jax
     import jax.numpy as jnp
+
     return jax, jnp
 
 
 def _jax_arrays(*arrays):
     import jax
     import jax.numpy as jnp
+
     if any(a.dtype.itemsize == 8 for a in arrays):
         jax.config.update("jax_enable_x64", True)
     return [jnp.asarray(a) for a in arrays]
@@ -50,6 +53,7 @@ def _value_and_grad(side, f, args, case):
 
     def step():
         return lib.block_until_ready(vg(*args))
+
     return step
 
 
@@ -63,6 +67,7 @@ def chain_step(side, length, x0, a, b):
         for i in range(length):
             y = y * a if i % 2 == 0 else y + b
         return np_.sum(y)
+
     return _value_and_grad(side, f, args, "chain")
 
 
@@ -74,11 +79,13 @@ def net_step(side, x, y, w1, w2):
     def f(w, x, y):
         d = np_.dot(np_.maximum(np_.dot(x, w[0]), 0), w[1]) - y
         return np_.sum(d * d)
+
     step = _value_and_grad(side, f, args, "net")
 
     def flat():
         loss, (g1, g2) = step()
         return loss, g1, g2
+
     return flat
 
 
@@ -100,12 +107,14 @@ def hvp_step(side, x, y, w1, w2, v1, v2):
         def along_v(w):
             g1, g2 = grad(w)
             return np_.sum(g1 * v1) + np_.sum(g2 * v2)
+
         hvp = lib.grad(along_v)
         return lambda: tuple(hvp((w1, w2)))
     jx, jy, jw1, jw2, jv1, jv2 = _jax_arrays(x, y, w1, w2, v1, v2)
 
     def hvp(w, v, x, y):
         return lib.jvp(lib.grad(lambda p: mlp_loss(np_, p, x, y)), (w,), (v,))[1]
+
     args = ((jw1, jw2), (jv1, jv2), jx, jy)
     if side == "jaxjit":
         t0 = time.perf_counter()

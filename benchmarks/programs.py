@@ -20,8 +20,10 @@ def two_layer_net_tensor(mod, seed: int = 0, dims=SEED):
     rng = numpy.random.default_rng(seed)
     x = mod.tensor(rng.standard_normal((n, d_in)).astype(numpy.float32))
     y = mod.tensor(rng.standard_normal((n, d_out)).astype(numpy.float32))
-    w = [mod.tensor(rng.standard_normal((d_in, h_dim)).astype(numpy.float32)),
-         mod.tensor(rng.standard_normal((h_dim, d_out)).astype(numpy.float32))]
+    w = [
+        mod.tensor(rng.standard_normal((d_in, h_dim)).astype(numpy.float32)),
+        mod.tensor(rng.standard_normal((h_dim, d_out)).astype(numpy.float32)),
+    ]
 
     def step():
         w1, w2 = w
@@ -39,4 +41,5 @@ def two_layer_net_tensor(mod, seed: int = 0, dims=SEED):
         w2 -= LEARNING_RATE * grad_w2
         w[0], w[1] = w1, w2
         return loss
+
     return step

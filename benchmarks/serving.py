@@ -12,36 +12,82 @@ from benchmarks.common import PY, ROOT
 
 
 def service_available() -> str | None:
-    proc = subprocess.run([PY, "-c", "import service.cli, service.app"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [PY, "-c", "import service.cli, service.app"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     if proc.returncode != 0:
         return (proc.stderr.strip().splitlines() or ["import failed"])[-1][:160]
     return None
 
 
 def service_cmd(port, workers):
-    return [PY, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-            "--log-level", "warning"]
+    return [
+        PY,
+        "-m",
+        "service",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--log-level",
+        "warning",
+    ]
 
 
 def service_env(port, workers):
-    return {"GRADSERVE_HOST": "127.0.0.1", "GRADSERVE_PORT": str(port), "GRADSERVE_WORKERS": str(workers),
-            "GRADSERVE_DEVICE": "cpu", "GRADSERVE_LOG_LEVEL": "warning"}
+    return {
+        "GRADSERVE_HOST": "127.0.0.1",
+        "GRADSERVE_PORT": str(port),
+        "GRADSERVE_WORKERS": str(workers),
+        "GRADSERVE_DEVICE": "cpu",
+        "GRADSERVE_LOG_LEVEL": "warning",
+    }
 
 
 def uvicorn_cmd(app, port, workers):
     """uvicorn serving `app` ("module:attribute", or a name in `benchmarks.apps`) as the service is served."""
     target = app if ":" in app else f"benchmarks.apps:{app}"
-    return [PY, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
-            "--workers", str(workers), "--log-level", "warning", "--no-access-log"]
+    return [
+        PY,
+        "-m",
+        "uvicorn",
+        target,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+    ]
 
 
 def load(port, path, body_file, headers, seconds, max_requests, procs, cpu_pgid=None):
     """Run `procs` load-generator processes at once; returns aggregated stats. With `cpu_pgid`
     (a server's process group) also "cpu_s": the server's CPU time over the measured requests."""
-    spec = json.dumps({"port": port, "path": path, "body_file": body_file, "headers": headers,
-                       "seconds": seconds, "max_requests": max_requests, "connections": 1, "cpu_pgid": cpu_pgid})
-    ps = [subprocess.Popen([PY, "-m", "benchmarks.loadgen", spec], cwd=ROOT, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True) for _ in range(procs)]
+    spec = json.dumps(
+        {
+            "port": port,
+            "path": path,
+            "body_file": body_file,
+            "headers": headers,
+            "seconds": seconds,
+            "max_requests": max_requests,
+            "connections": 1,
+            "cpu_pgid": cpu_pgid,
+        }
+    )
+    ps = [
+        subprocess.Popen(
+            [PY, "-m", "benchmarks.loadgen", spec], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(procs)
+    ]
     lat, count, errors, elapsed, cpu = [], 0, 0, 0.0, 0.0
     failure = None
     for p in ps:
@@ -61,8 +107,15 @@ def load(port, path, body_file, headers, seconds, max_requests, procs, cpu_pgid=
         cpu += d.get("cpu_s", 0.0)
     if not lat:
         return {"error": failure or "no requests"}
-    return {"rps": count / elapsed if elapsed else 0.0, "p50": common.percentile(lat, 50), "p99": common.percentile(lat, 99),
-            "count": count, "errors": errors, "latencies": lat, "cpu_s": cpu if cpu_pgid else None}
+    return {
+        "rps": count / elapsed if elapsed else 0.0,
+        "p50": common.percentile(lat, 50),
+        "p99": common.percentile(lat, 99),
+        "count": count,
+        "errors": errors,
+        "latencies": lat,
+        "cpu_s": cpu if cpu_pgid else None,
+    }
 
 
 def write_body(tmp, name, body):
@@ -86,4 +139,6 @@ class Skip:
 def maybe_service(missing, port, workers):
     if missing:
         return Skip(f"service not available ({missing})")
-    return common.server(service_cmd(port, workers), port, env=service_env(port, workers), ready_path="/healthz", timeout=90)
+    return common.server(
+        service_cmd(port, workers), port, env=service_env(port, workers), ready_path="/healthz", timeout=90
+    )

@@ -51,17 +51,20 @@ def _data(shape_dims, dtype, seed=0):
 
 # --- the two-layer net (seed net and large MLP): one forward + backward -------------------------
 
+
 def net_step(side, dims, dtype, count=1):
     x, y, w1, w2 = _data(dims, dtype)
     if side in peers.PEERS:
         return peers.net_step(side, x, y, w1, w2)
     if side == "executor":
         from benchmarks import payloads
+
         if dims != SEED:
             raise ValueError("the executor side runs the seed net only")
         header, arrays = payloads.seed_request(numpy.dtype(dtype).name)
         return executor_step(header, arrays, "loss", count)
     if side == "numpy":
+
         def step():
             h = x @ w1
             h_relu = numpy.maximum(h, 0)
@@ -74,9 +77,11 @@ def net_step(side, dims, dtype, count=1):
             g_h *= h > 0
             g_w1 = x.T @ g_h
             return loss, g_w1, g_w2
+
         return step
     if side == "torch":
         import torch
+
         tx, ty = torch.from_numpy(x), torch.from_numpy(y)
         tw1, tw2 = torch.from_numpy(w1).requires_grad_(), torch.from_numpy(w2).requires_grad_()
 
@@ -85,8 +90,10 @@ def net_step(side, dims, dtype, count=1):
             loss = (tx.mm(tw1).clamp(min=0).mm(tw2) - ty).pow(2).sum()
             loss.backward()
             return loss, tw1.grad, tw2.grad
+
         return step
     import engine
+
     ex, ey = engine.tensor(x), engine.tensor(y)
     ew1, ew2 = engine.tensor(w1, requires_grad=True), engine.tensor(w2, requires_grad=True)
 
@@ -95,10 +102,12 @@ def net_step(side, dims, dtype, count=1):
         loss = (ex.mm(ew1).clamp(min=0).mm(ew2) - ey).pow(2).sum()
         loss.backward()
         return loss, ew1.grad, ew2.grad
+
     return step
 
 
 # --- the chain of small ops ---------------------------------------------------------------------
+
 
 def chain_data():
     rng = numpy.random.default_rng(0)
@@ -114,8 +123,10 @@ def chain_step(side, length, count=1):
         return peers.chain_step(side, length, x0, a, b)
     if side == "executor":
         from benchmarks import payloads
+
         return executor_step(*payloads.chain_request(length, x0, a, b), "loss", count)
     if side == "numpy":
+
         def step():
             y = x0
             for i in range(length):
@@ -126,9 +137,11 @@ def chain_step(side, length, count=1):
                 if i % 2 == 0:
                     g = g * a
             return loss, g
+
         return step
     if side == "torch":
         import torch
+
         tx, ta, tb = torch.from_numpy(x0).requires_grad_(), torch.from_numpy(a), torch.from_numpy(b)
 
         def step():
@@ -139,8 +152,10 @@ def chain_step(side, length, count=1):
             loss = y.sum()
             loss.backward()
             return loss, tx.grad
+
         return step
     import engine
+
     ex, ea, eb = engine.tensor(x0, requires_grad=True), engine.tensor(a), engine.tensor(b)
 
     def step():
@@ -151,6 +166,7 @@ def chain_step(side, length, count=1):
         loss = y.sum()
         loss.backward()
         return loss, ex.grad
+
     return step
 
 
@@ -172,11 +188,13 @@ def executor_step(header, arrays, output, count):
     def decoded():
         head, tail = codec.split_body(body, length)
         return decode_request(orjson.loads(bytes(head)), tail, executor.limits)
+
     pending = [decoded() for _ in range(count)]
 
     def step():
         result = executor.backward(pending.pop() if pending else decoded())
         return (result.outputs[output], *result.grads.values())
+
     return step
 
 
@@ -199,6 +217,7 @@ def case_seed(side, p):
 
 # --- Hessian-vector product of a small MLP ------------------------------------------------------
 
+
 def hvp_data():
     x, y, w1, w2 = _data(HVP, numpy.float64)
     rng = numpy.random.default_rng(1)
@@ -213,10 +232,12 @@ def hvp_step(side):
         return peers.hvp_step(side, x, y, w1, w2, v1, v2)
     if side == "torch":
         import torch as lib
+
         grad = lib.autograd.grad
         tensor = lib.from_numpy
     else:
         import engine as lib
+
         grad, tensor = lib.grad, lib.tensor
     tx, ty, tv1, tv2 = (tensor(a) for a in (x, y, v1, v2))
     tw1, tw2 = tensor(w1).requires_grad_(), tensor(w2).requires_grad_()
@@ -225,6 +246,7 @@ def hvp_step(side):
         loss = (tx.mm(tw1).tanh().mm(tw2) - ty).pow(2).sum()
         g1, g2 = grad(loss, [tw1, tw2], create_graph=True)
         return tuple(grad((g1 * tv1).sum() + (g2 * tv2).sum(), [tw1, tw2]))
+
     return step
 
 
@@ -251,6 +273,7 @@ def case_chain100k(side, p):
 
 
 # --- client end-to-end: the seed training loop -------------------------------------------------
+
 
 def case_train(side, p):
     """`steps` SGD steps of the seed net after 5 untimed warm-up steps. Samples are per-step
@@ -298,6 +321,7 @@ def case_train(side, p):
             a.data -= lr * a.grad.data
             b.data -= lr * b.grad.data
             a.grad = b.grad = None
+
     for _ in range(5):
         step()
     return _timed_steps(step, steps, p.get("max_s", 300))
@@ -334,10 +358,12 @@ def case_tensorprog(side, p):
 
 # --- GPU ----------------------------------------------------------------------------------------
 
+
 def case_gpu_large(side, p):
     x, y, w1, w2 = _data(LARGE, numpy.float32)
     if side == "torch":
         import torch
+
         dev = torch.device("cuda")
         tx, ty = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
         tw1, tw2 = torch.from_numpy(w1).to(dev).requires_grad_(), torch.from_numpy(w2).to(dev).requires_grad_()
@@ -348,10 +374,12 @@ def case_gpu_large(side, p):
             torch.cuda.synchronize()
     else:
         from engine import backend
+
         backend.use("cuda")
         import cupy
 
         import engine
+
         ex, ey = engine.tensor(cupy.asarray(x)), engine.tensor(cupy.asarray(y))
         ew1 = engine.tensor(cupy.asarray(w1), requires_grad=True)
         ew2 = engine.tensor(cupy.asarray(w2), requires_grad=True)
@@ -360,6 +388,7 @@ def case_gpu_large(side, p):
             ew1.grad = ew2.grad = None
             (ex.mm(ew1).clamp(min=0).mm(ew2) - ey).pow(2).sum().backward()
             cupy.cuda.Device().synchronize()
+
     return {"times": _timeit(step, p.get("reps", 20), p.get("warmup", 3))}
 
 
@@ -381,6 +410,7 @@ def case_gpu_transfer(side, p):
             d = cupy.asarray(host)
             cupy.asnumpy(d)
             cupy.cuda.Device().synchronize()
+
     return {"times": _timeit(step, p.get("reps", 10), p.get("warmup", 2))}
 
 

@@ -16,7 +16,7 @@ here by `client.ops`; client/README.md tells the rest.
 
 from client import autograd, errors, ops
 from client.autograd import grad
-from client.errors import *  # the error classes (errors.__all__)
+from client.errors import *  # noqa: F403  (the error classes: errors.__all__)
 from client.function import Function, FunctionCtx
 from client.ops import ShapeError
 from client.session import AsyncSession, Session, connect, current_session
@@ -29,8 +29,22 @@ _SURFACE = ops.install(autograd.backward)
 globals().update(_SURFACE)
 
 __all__ = [
-    "Variable", "Function", "FunctionCtx", "grad", "no_grad", "enable_grad", "is_grad_enabled", "set_grad_enabled",
-    "connect", "Session", "AsyncSession", "current_session", "OPS", "errors", "ShapeError",
-    *(name for name in errors.__all__ if name != "error_for_status"), *sorted(_SURFACE),
+    "Variable",
+    "Function",
+    "FunctionCtx",
+    "grad",
+    "no_grad",
+    "enable_grad",
+    "is_grad_enabled",
+    "set_grad_enabled",
+    "connect",
+    "Session",
+    "AsyncSession",
+    "current_session",
+    "OPS",
+    "errors",
+    "ShapeError",
+    *(name for name in errors.__all__ if name != "error_for_status"),
+    *sorted(_SURFACE),
 ]
 __all__ = exported(__all__)  # `import *` shadows no builtin (float, int, bool, all, max...)

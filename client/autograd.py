@@ -30,7 +30,8 @@ def fetching(session, values):
         raise TracingError(
             f"{phase.name}.{phase.kind} needs the value of a Variable while it is being traced into a graph "
             "(.item(), bool(), .data, printing...); data-dependent Python control flow can't run on the "
-            "service: express it with ops (e.g. where, clamp, masks)")
+            "service: express it with ops (e.g. where, clamp, masks)"
+        )
     try:
         builder = Builder("forward")
         names = [builder.add(v) for v in asked.values()]
@@ -63,8 +64,9 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
     retain = bool(create_graph if retain_graph is None else retain_graph)
     processed, getting = walk(outputs, targets)
     # (a Variable that gets a gradient, the Value it is the gradient of; None: the leaf's own)
-    holders = [(v, None if v._node is None else v._node.value) for v in getting
-               if v._node is None or v._node.value is not None]
+    holders = [
+        (v, None if v._node is None else v._node.value) for v in getting if v._node is None or v._node.value is not None
+    ]
     if create_graph:
         output_values = ()
         grads = {var: gradient_node(outputs, seeds, value or var._graph_value()) for var, value in holders}

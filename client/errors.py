@@ -51,16 +51,26 @@ def _answer(name: str, bases: tuple, statuses: tuple, kind: str | None = None, w
 
 
 BadRequestError = _answer("BadRequestError", (RequestError, ValueError), (400,), "malformed")
-AuthenticationError = _answer("AuthenticationError", (RequestError, PermissionError), (401, 403),
-                              what="a missing or wrong API key")
+AuthenticationError = _answer(
+    "AuthenticationError", (RequestError, PermissionError), (401, 403), what="a missing or wrong API key"
+)
 NotFoundError = _answer("NotFoundError", (RequestError, LookupError), (404,), "not_found")
 ConflictError = _answer("ConflictError", (RequestError, RuntimeError), (409,), "conflict")
 PayloadTooLargeError = _answer("PayloadTooLargeError", (RequestError, ValueError), (413,), "too_large")
 GraphValidationError = _answer("GraphValidationError", (RequestError, ValueError), (422,), "invalid")
-InternalServerError = _answer("InternalServerError", (ServiceError, RuntimeError), (500,),
-                              what="an internal error, and any other 5xx answer without a class of its own")
-ServiceUnavailableError = _answer("ServiceUnavailableError", (ServiceError,), (503,), "cancelled",
-                                  what=f"the service is busy, or {KINDS['cancelled']} (retried, then raised)")
+InternalServerError = _answer(
+    "InternalServerError",
+    (ServiceError, RuntimeError),
+    (500,),
+    what="an internal error, and any other 5xx answer without a class of its own",
+)
+ServiceUnavailableError = _answer(
+    "ServiceUnavailableError",
+    (ServiceError,),
+    (503,),
+    "cancelled",
+    what=f"the service is busy, or {KINDS['cancelled']} (retried, then raised)",
+)
 OutOfMemoryError = _answer("OutOfMemoryError", (ServiceError, MemoryError), (507,), "out_of_memory")
 
 _ANSWERS = RequestError.__subclasses__() + ServiceError.__subclasses__()  # the classes `_answer` made
@@ -105,5 +115,8 @@ class TracingError(ClientError, NoValue):
     """A custom Function did something that can't be traced into a graph (e.g. needed a value)."""
 
 
-__all__ = [name for name, value in globals().items() if isinstance(value, type) and issubclass(value, ClientError)
-           and not name.startswith("_")] + ["error_for_status"]
+__all__ = [
+    name
+    for name, value in globals().items()
+    if isinstance(value, type) and issubclass(value, ClientError) and not name.startswith("_")
+] + ["error_for_status"]

@@ -29,12 +29,12 @@ MAX_TRACES_PER_FUNCTION = 64
 
 @dataclass(eq=False)
 class Trace:
-    attrs: dict          # the function node's attrs: {"name", "forward", "backward"}
+    attrs: dict  # the function node's attrs: {"name", "forward", "backward"}
     shape: tuple
     dtype: numpy.dtype
-    produces: tuple      # per Variable input: whether backward returns a gradient for it
-    saves: bool          # whether backward uses saved values (so a freed node can't run again)
-    saved_args: tuple    # indices (among Variable inputs) of the inputs forward saved
+    produces: tuple  # per Variable input: whether backward returns a gradient for it
+    saves: bool  # whether backward uses saved values (so a freed node can't run again)
+    saved_args: tuple  # indices (among Variable inputs) of the inputs forward saved
 
 
 _TRACES: weakref.WeakKeyDictionary[type, dict] = weakref.WeakKeyDictionary()
@@ -73,15 +73,21 @@ def trace(cls, args, needs) -> Trace:
         bwd.add(grad_output._graph_value())
     attrs = {"name": name, "forward": fwd.subgraph([out_id]), "backward": bwd.subgraph(outputs)}
     saves = ctx.saved_read or any(node["op"] in ("arg", "forward_value") for node in bwd.nodes)
-    saved_args = tuple(dict.fromkeys(
-        v._value.attrs["index"] for v in ctx.to_save
-        if isinstance(v, Variable) and v._data is None and v._value.kind == ARG and v._value.phase is forward_phase))
+    saved_args = tuple(
+        dict.fromkeys(
+            v._value.attrs["index"]
+            for v in ctx.to_save
+            if isinstance(v, Variable) and v._data is None and v._value.kind == ARG and v._value.phase is forward_phase
+        )
+    )
     return Trace(attrs, out_value.shape, out_value.dtype, tuple(g is not None for g in grad_values), saves, saved_args)
 
 
 def _cached_trace(cls, args, needs) -> Trace:
-    key = tuple(("v", a.shape, a.dtype.str, need) if isinstance(a, Variable) else ("py", type(a), a)
-                for a, need in zip(args, needs))
+    key = tuple(
+        ("v", a.shape, a.dtype.str, need) if isinstance(a, Variable) else ("py", type(a), a)
+        for a, need in zip(args, needs)
+    )
     cache = _TRACES.setdefault(cls, {})
     try:
         found = cache.get(key)

@@ -34,11 +34,25 @@ class Value:
     """How one value is computed (see the module docstring). `holder`: a weak reference to the
     lazy Variable that stands for it (a fetch also brings back the values Variables still hold)."""
 
-    __slots__ = ("kind", "op", "inputs", "attrs", "shape", "dtype", "array", "node", "requires_grad", "leaf", "phase",
-                 "holder", "__weakref__")
+    __slots__ = (
+        "kind",
+        "op",
+        "inputs",
+        "attrs",
+        "shape",
+        "dtype",
+        "array",
+        "node",
+        "requires_grad",
+        "leaf",
+        "phase",
+        "holder",
+        "__weakref__",
+    )
 
-    def __init__(self, kind, shape, dtype, op=None, inputs=(), attrs=None, array=None, requires_grad=False, leaf=None,
-                 phase=None):
+    def __init__(
+        self, kind, shape, dtype, op=None, inputs=(), attrs=None, array=None, requires_grad=False, leaf=None, phase=None
+    ):
         self.kind, self.op, self.inputs = kind, op, tuple(inputs)
         self.attrs = attrs if attrs is not None else {}
         self.shape, self.dtype, self.array = tuple(shape), numpy.dtype(dtype), array

@@ -106,8 +106,12 @@ def eager(op: OpDef, args, attrs: dict):
         return None
     host = backend.xp is numpy
     data_of = iter(datas)
-    inputs = [_engine_result(next(data_of) if host else backend.to_active(next(data_of)), None)
-              if isinstance(v, Variable) else v for v in args]
+    inputs = [
+        _engine_result(next(data_of) if host else backend.to_active(next(data_of)), None)
+        if isinstance(v, Variable)
+        else v
+        for v in args
+    ]
     try:
         array = op.call(engine_coerce(inputs), attrs)._data
         array = array if host else backend.to_numpy(array)
@@ -140,8 +144,12 @@ def record(op: OpDef, args, attrs: dict, rule=None) -> Variable:
     else:
         value = Value(OP, meta[0], meta[1], op=op, inputs=values, attrs=attrs, phase=phase)
     result = Variable._lazy(value)
-    if (op.differentiable and value.dtype.kind == "f" and state.is_grad_enabled()
-            and any([v.requires_grad for v in values])):  # noqa: C419 - a list is faster here
+    if (
+        op.differentiable
+        and value.dtype.kind == "f"
+        and state.is_grad_enabled()
+        and any([v.requires_grad for v in values])
+    ):  # noqa: C419 - a list is faster here
         node = value.node = node_class(op, values, attrs)([edge_of(v) for v in values], value, variables)
         value.requires_grad = True
         if op.uses_output and reads_output(op, node.edges):
@@ -174,8 +182,11 @@ def getitem(x, key):
     """x[key] with ints, slices (with steps), None, ..., and integer or boolean arrays."""
     op = OPS["getitem"]
     spec, arrays = from_key(key, _index_variable)
-    masked = isinstance(x, Variable) and any(a.dtype == numpy.bool_ for a in arrays) and not any(
-        a._data is None and a._value.phase is not None for a in arrays)
+    masked = (
+        isinstance(x, Variable)
+        and any(a.dtype == numpy.bool_ for a in arrays)
+        and not any(a._data is None and a._value.phase is not None for a in arrays)
+    )
     rule = functools.partial(_masked_meta, x, spec, arrays) if masked else None
     return record(op, [x, *arrays], op.check_attrs({"index": spec}), rule)
 
@@ -189,6 +200,13 @@ def setitem(x, value, key):
 
 def install(backward) -> dict:
     """Install the surface on client.Variable (backward: `client.autograd.backward`); the module-level names."""
-    side = surface.Side(Variable, lambda inputs: inputs, lambda op: functools.partial(record, op), state.mode, backward,
-                        as_host_array, functions={"getitem": getitem, "setitem": setitem})
+    side = surface.Side(
+        Variable,
+        lambda inputs: inputs,
+        lambda op: functools.partial(record, op),
+        state.mode,
+        backward,
+        as_host_array,
+        functions={"getitem": getitem, "setitem": setitem},
+    )
     return surface.install(side)

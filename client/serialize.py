@@ -123,17 +123,20 @@ class SubgraphBuilder(Builder):
                 self._name(v, self.node("forward_value", attrs={"node": self.forward.add(v)}))
         elif v.phase is not None:
             raise TracingError(
-                f"{phase.name}: uses a value from another Function's trace; pass it to apply() as an input")
+                f"{phase.name}: uses a value from another Function's trace; pass it to apply() as an input"
+            )
         elif v.kind == CONST:
             self._scalar(v)
         elif v.kind == LEAF and v.requires_grad:
             raise TracingError(
                 f"{phase.name}.{phase.kind} uses a Variable that requires grad but is not one of its inputs: "
-                f"pass it to {phase.name}.apply() so that it gets a gradient")
+                f"pass it to {phase.name}.apply() so that it gets a gradient"
+            )
         elif v.array is not None:
             self._name(v, self.array(v.array))
         else:
             raise TracingError(
                 f"{phase.name}.{phase.kind} uses a Variable computed outside it that is not one of its inputs: "
-                f"pass it to {phase.name}.apply()")
+                f"pass it to {phase.name}.apply()"
+            )
         return True

@@ -35,18 +35,32 @@ MAX_TAPE_IDS = 128  # tapes a session remembers
 
 def _operation(steps):
     """A session method running the generator `steps` by the session's `_run` (an AsyncSession's: awaited)."""
+
     @functools.wraps(steps)
     def method(self, *args, **kwargs):
         return self._run(steps(self, *args, **kwargs))
+
     return method
 
 
 class _Core:
     """What both sessions do; their I/O is a subclass's `_perform`."""
 
-    def __init__(self, url=None, api_key=None, timeout=DEFAULT_TIMEOUT, binary=True,
-                 retries=transports.DEFAULT_RETRIES, backoff=0.1, max_backoff=5.0, max_retry_after=30.0, tapes=False,
-                 executor=None, transport=None, headers=None):
+    def __init__(
+        self,
+        url=None,
+        api_key=None,
+        timeout=DEFAULT_TIMEOUT,
+        binary=True,
+        retries=transports.DEFAULT_RETRIES,
+        backoff=0.1,
+        max_backoff=5.0,
+        max_retry_after=30.0,
+        tapes=False,
+        executor=None,
+        transport=None,
+        headers=None,
+    ):
         if url and "://" not in url:
             url = "http://" + url
         self.url = url.rstrip("/") if url else None
@@ -238,10 +252,10 @@ class Session(_Core):
 class AsyncSession(_Core):
     """An asyncio session. Variables record as usual; values and gradients come from awaiting:
 
-        async with AsyncSession("http://127.0.0.1:8000") as s:
-            loss = (x.mm(w) - y).pow(2).sum()
-            print(await s.item(loss))
-            await s.backward(loss)        # fills w.grad
+    async with AsyncSession("http://127.0.0.1:8000") as s:
+        loss = (x.mm(w) - y).pow(2).sum()
+        print(await s.item(loss))
+        await s.backward(loss)        # fills w.grad
     """
 
     _remote_transport = transports.AsyncHttpTransport

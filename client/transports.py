@@ -48,9 +48,9 @@ class Call:
 
     path: str
     header: dict
-    inputs: list = field(default_factory=list)        # [(name, ndarray)]
+    inputs: list = field(default_factory=list)  # [(name, ndarray)]
     grad_outputs: list = field(default_factory=list)  # [(name, ndarray)]
-    idempotent: bool = True                           # safe to resend after a dropped connection
+    idempotent: bool = True  # safe to resend after a dropped connection
 
 
 @dataclass
@@ -137,8 +137,12 @@ class EmbeddedTransport:
         if (method, path) == ("GET", "/healthz"):
             return _json(200, orjson.dumps({"status": "ok"}))
         if (method, path) == ("GET", "/info"):
-            info = {"name": "gradserve", "embedded": True, "backend": {"device": backend.device},
-                    "limits": self.executor.limits.as_dict()}
+            info = {
+                "name": "gradserve",
+                "embedded": True,
+                "backend": {"device": backend.device},
+                "limits": self.executor.limits.as_dict(),
+            }
             return _json(200, orjson.dumps(info))
         if method != "POST" or path not in PATHS:
             return _json(404, error_body(f"no {method} {path} in embedded mode"))
@@ -310,7 +314,7 @@ class RetryPolicy:
         """Seconds to wait before attempt `attempt + 1`; None: stop with `outcome` (a Response or ConnectionFailed)."""
         if attempt >= self.retries:
             return None
-        backoff = min(self.backoff * (2 ** attempt), self.max_backoff)
+        backoff = min(self.backoff * (2**attempt), self.max_backoff)
         if isinstance(outcome, ConnectionFailed):
             return backoff if outcome.retry == "always" or outcome.retry == "idempotent" and idempotent else None
         if outcome.status != 503:

@@ -68,8 +68,9 @@ class Variable:
             return self._value
         v = self._value
         if v is None or v.array is not self._data or v.requires_grad != self._requires_grad:
-            v = self._value = Value(LEAF, self._data.shape, self._data.dtype, array=self._data,
-                                    requires_grad=self._requires_grad, leaf=self)
+            v = self._value = Value(
+                LEAF, self._data.shape, self._data.dtype, array=self._data, requires_grad=self._requires_grad, leaf=self
+            )
         self._shared = True
         return v
 
@@ -105,7 +106,8 @@ class Variable:
         if self._data is None and self._value.node is not None:
             raise RuntimeError(
                 "assigning .data of a non-leaf Variable (one with a grad_fn) is not supported by the client; "
-                "assign to a detach()ed copy instead")
+                "assign to a detach()ed copy instead"
+            )
         if self._data is None or not same_array(array, self._data):
             self._data, self._value, self._shared = array, None, False
 

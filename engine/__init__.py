@@ -18,7 +18,18 @@ _SURFACE = _surface.install(_eager.SIDE)
 globals().update(_SURFACE)
 
 __all__ = [
-    "Variable", "Function", "grad", "no_grad", "enable_grad", "is_grad_enabled", "set_grad_enabled",
-    "gradcheck", "gradgradcheck", "GradcheckError", "OPS", "backend", *sorted(_SURFACE),
+    "Variable",
+    "Function",
+    "grad",
+    "no_grad",
+    "enable_grad",
+    "is_grad_enabled",
+    "set_grad_enabled",
+    "gradcheck",
+    "gradgradcheck",
+    "GradcheckError",
+    "OPS",
+    "backend",
+    *sorted(_SURFACE),
 ]
 __all__ = _surface.exported(__all__)  # `import *` shadows no builtin (float, int, bool, all, max...)

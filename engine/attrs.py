@@ -11,7 +11,7 @@ import operator
 from dataclasses import dataclass
 
 REQUIRED = object()
-INT64 = (-2**63, 2**63 - 1)
+INT64 = (-(2**63), 2**63 - 1)
 MAX_DIMS = 64  # NumPy's limit on the number of dimensions
 DTYPES = ("float16", "float32", "float64", "int32", "int64", "bool")
 
@@ -128,16 +128,26 @@ def _index(spec, name="index"):
             out.append(item)
         elif isinstance(item, dict) and set(item) == {"slice"}:
             bounds = item["slice"]
-            if not isinstance(bounds, (list, tuple)) or len(bounds) != 3 or not all(
-                b is None or (isinstance(b, int) and not isinstance(b, bool)) for b in bounds
+            if (
+                not isinstance(bounds, (list, tuple))
+                or len(bounds) != 3
+                or not all(b is None or (isinstance(b, int) and not isinstance(b, bool)) for b in bounds)
             ):
-                raise AttrError(f"attribute {name!r}: a slice is [start, stop, step] of integers or null, got {bounds!r}")
+                raise AttrError(
+                    f"attribute {name!r}: a slice is [start, stop, step] of integers or null, got {bounds!r}"
+                )
             if not all(b is None or _in_range(b) for b in bounds):
                 raise AttrError(f"attribute {name!r}: a slice bound is out of the 64-bit integer range: {bounds!r}")
             if bounds[2] == 0:
                 raise AttrError(f"attribute {name!r}: slice step cannot be zero")
             out.append({"slice": list(bounds)})
-        elif isinstance(item, dict) and set(item) == {"tensor"} and isinstance(item["tensor"], int) and not isinstance(item["tensor"], bool) and item["tensor"] >= 0:
+        elif (
+            isinstance(item, dict)
+            and set(item) == {"tensor"}
+            and isinstance(item["tensor"], int)
+            and not isinstance(item["tensor"], bool)
+            and item["tensor"] >= 0
+        ):
             out.append({"tensor": item["tensor"]})
         else:
             raise AttrError(f"attribute {name!r}: unsupported index item {item!r}")

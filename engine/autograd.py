@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from engine import interrupt
 import numpy
 
+from engine import interrupt
 from engine.backend import array_module
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from engine.grad_mode import enable_grad, no_grad
@@ -73,11 +73,17 @@ def grad_arguments(outputs, inputs, grad_outputs, variable=Variable):
             raise RuntimeError(f"One of the differentiated Variables (input {i}) does not require grad")
     for i, out in enumerate(outputs):
         if not isinstance(out, variable):
-            raise TypeError(f"element {i} of the outputs is a {type(out).__name__}, not a {variable.__module__} Variable")
+            raise TypeError(
+                f"element {i} of the outputs is a {type(out).__name__}, not a {variable.__module__} Variable"
+            )
         if not out.requires_grad:
             raise RuntimeError(f"element {i} of the outputs does not require grad and does not have a grad_fn")
     if grad_outputs is not None:
-        grad_outputs = [grad_outputs] if isinstance(grad_outputs, variable) or not isinstance(grad_outputs, (list, tuple)) else list(grad_outputs)
+        grad_outputs = (
+            [grad_outputs]
+            if isinstance(grad_outputs, variable) or not isinstance(grad_outputs, (list, tuple))
+            else list(grad_outputs)
+        )
     return outputs, inputs, check_roots(outputs, grad_outputs, variable)
 
 
@@ -193,7 +199,9 @@ def walk(outputs, targets=None):
             elif capture is None or id(edge) in capture:
                 leaves[id(edge)] = edge
     if targets is not None:
-        return processed, [t for t in dict.fromkeys(targets) if (id(t) in leaves if t._node is None else t._node in seen)]
+        return processed, [
+            t for t in dict.fromkeys(targets) if (id(t) in leaves if t._node is None else t._node in seen)
+        ]
     retained = ((node, node.retained()) for node in processed if node.retained is not None)
     return processed, [*leaves.values(), *(v for node, v in retained if v is not None and v._node is node)]
 
@@ -345,14 +353,21 @@ def _release(node, deps, grads, ready):
 
 def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False):
     outputs, roots = backward_arguments(outputs, grad_outputs)
-    run_backward(outputs, _root_gradients(outputs, roots), create_graph if retain_graph is None else retain_graph, create_graph)
+    run_backward(
+        outputs, _root_gradients(outputs, roots), create_graph if retain_graph is None else retain_graph, create_graph
+    )
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
     """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
     outputs, inputs, roots = grad_arguments(outputs, inputs, grad_outputs)
-    captured = run_backward(outputs, _root_gradients(outputs, roots), create_graph if retain_graph is None else retain_graph,
-                            create_graph, inputs)
+    captured = run_backward(
+        outputs,
+        _root_gradients(outputs, roots),
+        create_graph if retain_graph is None else retain_graph,
+        create_graph,
+        inputs,
+    )
     result = [captured[id(v)] for v in inputs]
     if not create_graph:
         result = [None if g is None else g.detach() for g in result]

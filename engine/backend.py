@@ -50,9 +50,11 @@ def use(requested: str = "auto") -> str:
 
 
 if cupy is None:
+
     def array_module(array):
         return numpy
 else:  # pragma: no cover
+
     def array_module(array):
         return cupy.get_array_module(array)
 

@@ -14,11 +14,22 @@ import warnings
 import numpy
 
 DTYPE_OF = {
-    "FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16",
-    "LongTensor": "int64", "IntTensor": "int32", "BoolTensor": "bool",
+    "FloatTensor": "float32",
+    "DoubleTensor": "float64",
+    "HalfTensor": "float16",
+    "LongTensor": "int64",
+    "IntTensor": "int32",
+    "BoolTensor": "bool",
 }
 NAME_OF = {dtype: name for name, dtype in DTYPE_OF.items()}
-CAST_METHODS = {"float": "float32", "double": "float64", "half": "float16", "long": "int64", "int": "int32", "bool": "bool"}
+CAST_METHODS = {
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+    "long": "int64",
+    "int": "int32",
+    "bool": "bool",
+}
 VOLATILE_MESSAGE = "volatile was removed (PyTorch 0.4) and has no effect; use `with no_grad():` instead"
 
 
@@ -34,7 +45,8 @@ class TensorType:
     def __instancecheck__(self, obj) -> bool:
         """`isinstance(x, torch.Tensor)`: any Variable; `isinstance(x, torch.FloatTensor)`: a float32 one."""
         return isinstance(obj, self._constructors.variable) and (
-            self.__name__ == "Tensor" or numpy.dtype(obj.dtype).name == self.dtype)
+            self.__name__ == "Tensor" or numpy.dtype(obj.dtype).name == self.dtype
+        )
 
     def __call__(self, *args):
         if all(isinstance(a, int) and not isinstance(a, bool) for a in args):

@@ -23,14 +23,20 @@ def _probe(op: OpDef, shapes, dtypes, attrs):
         arrays = [numpy.zeros(s, d) for s, d in zip(shapes, dtypes)]
     else:
         sample, rng = op.samples[0], numpy.random.default_rng(0)
-        arrays = sample.make(rng) if sample.make is not None else [rng.uniform(sample.low, sample.high, s) for s in sample.shapes]
+        arrays = (
+            sample.make(rng)
+            if sample.make is not None
+            else [rng.uniform(sample.low, sample.high, s) for s in sample.shapes]
+        )
         attrs = op.check_attrs(dict(sample.attrs))
     inputs = [Variable(a, requires_grad=a.dtype.kind == "f") for a in map(numpy.asarray, arrays)]
     with enable_grad(), numpy.errstate(all="ignore"):
         node = op.call(inputs, attrs).grad_fn
     nodes, _ = reachable([node])
-    saves = any(getattr(n, "op", None) is None or n.op.saves is True or bool(n.op.saves and len(n.saved[n.op.saves]))
-                for n in nodes)
+    saves = any(
+        getattr(n, "op", None) is None or n.op.saves is True or bool(n.op.saves and len(n.saved[n.op.saves]))
+        for n in nodes
+    )
     return node.name, saves
 
 

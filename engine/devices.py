@@ -78,7 +78,8 @@ class Placement:
         if device.type == "cuda" and self.computes() != "cuda":
             raise RuntimeError(
                 f"device '{device}' is not available: gradserve computes with NumPy on the CPU here "
-                "(CUDA needs CuPy, a GPU, and GRADSERVE_DEVICE=auto or cuda where the engine runs)")
+                "(CUDA needs CuPy, a GPU, and GRADSERVE_DEVICE=auto or cuda where the engine runs)"
+            )
         if device.index not in (None, 0):
             raise RuntimeError(f"device '{device}' is not available: gradserve computes on one device")
         return device
@@ -91,6 +92,7 @@ class Placement:
 
     def names(self) -> dict:
         """The module-level names: `device`, `cuda`, `accelerator`, `set_default_device`, `get_default_device`."""
+
         def is_available() -> bool:
             return self.computes() == "cuda"
 
@@ -103,10 +105,23 @@ class Placement:
         def manual_seed(seed) -> None:
             """Seeds draw from one generator here (the package's `manual_seed`): nothing more to seed."""
 
-        cuda = SimpleNamespace(is_available=is_available, device_count=device_count, manual_seed=manual_seed,
-                               manual_seed_all=manual_seed, synchronize=lambda device=None: None)
-        accelerator = SimpleNamespace(is_available=is_available, device_count=device_count,
-                                      current_accelerator=current_accelerator,
-                                      synchronize=lambda device=None: None)
-        return {"device": Device, "cuda": cuda, "accelerator": accelerator,
-                "set_default_device": self.set_default_device, "get_default_device": self.get_default_device}
+        cuda = SimpleNamespace(
+            is_available=is_available,
+            device_count=device_count,
+            manual_seed=manual_seed,
+            manual_seed_all=manual_seed,
+            synchronize=lambda device=None: None,
+        )
+        accelerator = SimpleNamespace(
+            is_available=is_available,
+            device_count=device_count,
+            current_accelerator=current_accelerator,
+            synchronize=lambda device=None: None,
+        )
+        return {
+            "device": Device,
+            "cuda": cuda,
+            "accelerator": accelerator,
+            "set_default_device": self.set_default_device,
+            "get_default_device": self.get_default_device,
+        }

@@ -9,13 +9,20 @@ import numpy
 DEFAULT = numpy.dtype("float32")
 
 DTYPES = {
-    "float32": "float32", "float": "float32",
-    "float64": "float64", "double": "float64",
-    "float16": "float16", "half": "float16",
-    "int64": "int64", "long": "int64",
-    "int32": "int32", "int": "int32",
-    "int16": "int16", "short": "int16",
-    "int8": "int8", "uint8": "uint8",
+    "float32": "float32",
+    "float": "float32",
+    "float64": "float64",
+    "double": "float64",
+    "float16": "float16",
+    "half": "float16",
+    "int64": "int64",
+    "long": "int64",
+    "int32": "int32",
+    "int": "int32",
+    "int16": "int16",
+    "short": "int16",
+    "int8": "int8",
+    "uint8": "uint8",
     "bool": "bool",
 }
 CONSTANTS = {name: numpy.dtype(dtype) for name, dtype in DTYPES.items()}

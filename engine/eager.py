@@ -18,6 +18,7 @@ class EagerSide(surface.Side):
         if kind == surface.UNARY:
             return lambda self: apply_op(op, (self,), empty)
         if kind == surface.REFLECTED:
+
             def reflected_op(self, other):
                 return op.call(coerce((other, self)), empty)
 
@@ -32,7 +33,12 @@ class EagerSide(surface.Side):
 
 
 SIDE = EagerSide(
-    Variable, coerce, lambda op: op.call, grad_mode.mode, autograd.backward, as_array,
+    Variable,
+    coerce,
+    lambda op: op.call,
+    grad_mode.mode,
+    autograd.backward,
+    as_array,
     functions=vars(F),  # the registry's functions; getitem/setitem are engine.ops.indexing's
     properties={"T": reversed_dims, "mT": lambda self: trusted.transpose(self, dim0=-2, dim1=-1)},
 )

@@ -17,8 +17,26 @@ from engine.compat import dtype_of
 from engine.dtypes import DEFAULT
 
 NAMES = (
-    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "randn", "rand", "randint", "normal", "arange", "linspace",
-    "eye", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "manual_seed",
+    "tensor",
+    "as_tensor",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "randn",
+    "rand",
+    "randint",
+    "normal",
+    "arange",
+    "linspace",
+    "eye",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "rand_like",
+    "randn_like",
+    "manual_seed",
 )
 
 
@@ -98,8 +116,7 @@ class Constructors:
         return self._floating(numpy.full(_size((size,)), fill_value), dtype, device, requires_grad)
 
     def randn(self, *size, dtype=None, device=None, requires_grad=False, **keywords):
-        return self._floating(self.rng.standard_normal(_size(size, keywords)), dtype, device,
-                              requires_grad)
+        return self._floating(self.rng.standard_normal(_size(size, keywords)), dtype, device, requires_grad)
 
     def rand(self, *size, dtype=None, device=None, requires_grad=False, **keywords):
         return self._floating(self.rng.random(_size(size, keywords)), dtype, device, requires_grad)

@@ -76,8 +76,10 @@ class FunctionBase:
         """`MyFn()(x)`: a legacy Function, whose forward and backward are instance methods."""
         cls = type(self)
         if isinstance(inspect.getattr_static(cls, "forward"), staticmethod):
-            raise RuntimeError(f"{cls.__name__} has a static forward(ctx, ...): call {cls.__name__}.apply(...), "
-                               "not an instance (instances are legacy Functions with forward(self, ...))")
+            raise RuntimeError(
+                f"{cls.__name__} has a static forward(ctx, ...): call {cls.__name__}.apply(...), "
+                "not an instance (instances are legacy Functions with forward(self, ...))"
+            )
         return _legacy_adapter(cls).apply(_Legacy(self), *args)
 
     # a legacy Function's `self` saves and reads through the ctx of the call it is running
@@ -116,7 +118,8 @@ class FunctionBase:
             result = (result,)
         if len(result) < count:
             raise RuntimeError(
-                f"function {cls.__name__}.backward returned {len(result)} gradient(s) but forward took {count} input(s)")
+                f"function {cls.__name__}.backward returned {len(result)} gradient(s) but forward took {count} input(s)"
+            )
         return result
 
 
@@ -191,8 +194,15 @@ def _legacy_adapter(cls: type) -> type:
         grads = backward(instance, *grad_outputs)
         return (None, *(grads if isinstance(grads, tuple) else (grads,)))
 
-    adapter = type(cls.__name__, (cls,), {"forward": staticmethod(legacy_forward),
-                                          "backward": staticmethod(legacy_backward),
-                                          "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    adapter = type(
+        cls.__name__,
+        (cls,),
+        {
+            "forward": staticmethod(legacy_forward),
+            "backward": staticmethod(legacy_backward),
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+        },
+    )
     cls._legacy_adapter = adapter
     return adapter

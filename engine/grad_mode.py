@@ -74,7 +74,7 @@ class GradMode:
         self.state.enabled = bool(enabled)
         return _Restore(self.state, previous)
 
-    def enabled_as(self, enabled: bool) -> "_Setting":
+    def enabled_as(self, enabled: bool) -> _Setting:
         """Context manager (and decorator): the flag is `enabled` inside, restored after."""
         return _Setting(self.state, enabled)
 

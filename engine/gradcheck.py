@@ -49,7 +49,9 @@ def _analytical(fn, inputs, wrt):
             for r in range(out._data.size):
                 seed = xp.zeros(out._data.size, dtype=out._data.dtype)
                 seed[r] = 1
-                grads = grad(out, targets, Variable._result(seed.reshape(out.shape), None), retain_graph=True, allow_unused=True)
+                grads = grad(
+                    out, targets, Variable._result(seed.reshape(out.shape), None), retain_graph=True, allow_unused=True
+                )
                 for k, g in enumerate(grads):
                     if g is not None:
                         rows[k][r] = backend.to_numpy(g._data).reshape(-1)

@@ -18,8 +18,25 @@ import numpy
 LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
 
 # registry ops with a PyTorch `<name>_` method: elementwise, so the result keeps x's shape
-OPS = ("add", "sub", "mul", "div", "pow", "neg", "exp", "log", "sqrt", "sign", "abs", "sin", "cos", "tanh",
-       "sigmoid", "relu", "clamp")
+OPS = (
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "pow",
+    "neg",
+    "exp",
+    "log",
+    "sqrt",
+    "sign",
+    "abs",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "clamp",
+)
 OPERATORS = {"__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div", "__ipow__": "pow"}
 
 _TYPE_NAMES = {"f": "Float", "i": "Long", "u": "Byte", "b": "Bool"}
@@ -40,12 +57,15 @@ def methods(functions, is_enabled) -> dict:
         old = self._snapshot()
         result = op(old, *[old if a is self else a for a in args], **kwargs)
         if tuple(result.shape) != tuple(self.shape):
-            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape "
-                               f"{list(result.shape)}")
+            raise RuntimeError(
+                f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(result.shape)}"
+            )
         if result.dtype != self.dtype:
             if not numpy.can_cast(result.dtype, self.dtype, "same_kind"):
-                raise RuntimeError(f"result type {_type_name(result.dtype)} can't be cast to the desired output type "
-                                   f"{_type_name(self.dtype)}")
+                raise RuntimeError(
+                    f"result type {_type_name(result.dtype)} can't be cast to the desired output type "
+                    f"{_type_name(self.dtype)}"
+                )
             if recording and result.requires_grad:
                 result = cast(result, dtype=numpy.dtype(self.dtype).name)
         if recording and result.requires_grad:

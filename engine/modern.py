@@ -18,9 +18,20 @@ from engine.factory import as_dtype
 
 # PyTorch name -> registry op, as a torch.* function and a Tensor method alike
 ALIASES = {
-    "multiply": "mul", "subtract": "sub", "divide": "div", "true_divide": "div", "negative": "neg",
-    "absolute": "abs", "greater": "gt", "greater_equal": "ge", "less": "lt", "less_equal": "le",
-    "not_equal": "ne", "clip": "clamp", "swapaxes": "transpose", "swapdims": "transpose",
+    "multiply": "mul",
+    "subtract": "sub",
+    "divide": "div",
+    "true_divide": "div",
+    "negative": "neg",
+    "absolute": "abs",
+    "greater": "gt",
+    "greater_equal": "ge",
+    "less": "lt",
+    "less_equal": "le",
+    "not_equal": "ne",
+    "clip": "clamp",
+    "swapaxes": "transpose",
+    "swapdims": "transpose",
 }
 FUNCTION_ALIASES = {"concat": "cat", "concatenate": "cat"}  # torch.* functions only
 
@@ -39,6 +50,7 @@ def _dims(name, *expected):
         if tuple(v.ndim for v in variables) != expected:
             got = " and ".join(f"{v.ndim}D" for v in variables)
             raise RuntimeError(f"{name}: expected {' and '.join(f'{d}D' for d in expected)} tensors, but got {got}")
+
     return check
 
 
@@ -97,8 +109,25 @@ def functions(ops) -> dict:
     def equal(input, other) -> bool:
         return tuple(input.shape) == tuple(other.shape) and bool(all(ops["eq"](input, other)))
 
-    out = {f.__name__: f for f in (dot, mv, outer, square, clamp_min, clamp_max, reciprocal, rsqrt, std, all, any,
-                                   isclose, allclose, equal)}
+    out = {
+        f.__name__: f
+        for f in (
+            dot,
+            mv,
+            outer,
+            square,
+            clamp_min,
+            clamp_max,
+            reciprocal,
+            rsqrt,
+            std,
+            all,
+            any,
+            isclose,
+            allclose,
+            equal,
+        )
+    }
     out.update(inner=dot, ger=outer)
     out["add"] = _with_alpha("add", ops["add"], mul)
     out["sub"] = _with_alpha("sub", ops["sub"], mul)
@@ -160,8 +189,13 @@ def methods(variable, ops, constructors) -> dict:
 
     def new(name, make):
         def method(self, *args, dtype=None, device=None, requires_grad=False, **keywords):
-            return make(*args, dtype=self.dtype if dtype is None else dtype, device=device,
-                        requires_grad=requires_grad, **keywords)
+            return make(
+                *args,
+                dtype=self.dtype if dtype is None else dtype,
+                device=device,
+                requires_grad=requires_grad,
+                **keywords,
+            )
 
         method.__name__ = method.__qualname__ = name
         method.__doc__ = f"`{make.__name__}(...)` with this Variable's dtype unless `dtype=` says otherwise."
@@ -171,10 +205,16 @@ def methods(variable, ops, constructors) -> dict:
         """`x.where(condition, y)`: `where(condition, x, y)`."""
         return ops["where"](condition, self, other)
 
-    out = {f.__name__: f for f in (where, to, cpu, cuda, is_floating_point, type_as, view_as, expand_as, contiguous,
-                                   is_contiguous)}
-    out.update(reshape_as=view_as, is_cuda=property(is_cuda), nelement=lambda self: self.numel(),
-               ndimension=lambda self: self.ndim)
+    out = {
+        f.__name__: f
+        for f in (where, to, cpu, cuda, is_floating_point, type_as, view_as, expand_as, contiguous, is_contiguous)
+    }
+    out.update(
+        reshape_as=view_as,
+        is_cuda=property(is_cuda),
+        nelement=lambda self: self.numel(),
+        ndimension=lambda self: self.ndim,
+    )
     for name in ("zeros", "ones", "empty", "full", "tensor"):
         out["new_" + name] = new("new_" + name, getattr(constructors, name))
     return out

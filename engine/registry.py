@@ -14,9 +14,9 @@ terms of other ops and has no vjp of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Callable
 
 import numpy
 
@@ -26,7 +26,7 @@ from engine.grad_mode import state as grad_state
 from engine.node import OpNode, apply_op
 from engine.variable import Variable, as_array, host_array
 
-OPS: dict[str, "OpDef"] = {}
+OPS: dict[str, OpDef] = {}
 F = SimpleNamespace()  # the engine.<op> functions, for vjps that need ops with no operator
 # The same ops for engine code whose attributes are valid by construction (vjps, autograd):
 # `trusted.expand(g, shape=s)` takes inputs positionally and attributes by keyword, and parses or
@@ -181,8 +181,11 @@ def parse_call(op: OpDef, rest: tuple, kwargs: dict) -> dict:
     if not op.attrs and not rest and not kwargs:
         return {}  # the common case: an op without attributes, called without any
     names = list(op.attrs)
-    if rest and names and op.attrs[names[0]].kind in ("shape", "ints") and all(
-        isinstance(r, int) and not isinstance(r, bool) for r in rest
+    if (
+        rest
+        and names
+        and op.attrs[names[0]].kind in ("shape", "ints")
+        and all(isinstance(r, int) and not isinstance(r, bool) for r in rest)
     ):
         rest = (tuple(rest),)
     if len(rest) > len(names):
@@ -204,17 +207,18 @@ def input_names(op: OpDef) -> tuple:
     """The keyword names of `op`'s inputs, in order (a variadic op's list is `tensors`)."""
     if op.variadic:
         return ("tensors",)
-    return INPUT_NAMES.get(op.name, _DEFAULT_INPUT_NAMES[:op.arity])
+    return INPUT_NAMES.get(op.name, _DEFAULT_INPUT_NAMES[: op.arity])
 
 
 def _keyword_inputs(op, args, kwargs):
     """args with the inputs given by keyword appended (taken out of kwargs), in their order."""
-    missing = input_names(op)[len(args):]
+    missing = input_names(op)[len(args) :]
     taken = [kwargs.pop(name) for name in missing if name in kwargs]
     if len(taken) != len(missing):
         wanted = "a sequence of inputs" if op.variadic else f"{op.arity} input(s)"
-        raise TypeError(f"{op.name}() takes {wanted} ({', '.join(input_names(op))}) "
-                        f"but {len(args) + len(taken)} were given")
+        raise TypeError(
+            f"{op.name}() takes {wanted} ({', '.join(input_names(op))}) but {len(args) + len(taken)} were given"
+        )
     return (*args, *taken)
 
 
@@ -225,9 +229,10 @@ def make_function(op: OpDef, coerce, run):
     The one template of every op function, the engine's (`run` computes) and the client's
     (`run` records)."""
     if op.variadic:
+
         def fn(tensors=None, *rest, **kwargs):
             if tensors is None:
-                tensors, = _keyword_inputs(op, (), kwargs)
+                (tensors,) = _keyword_inputs(op, (), kwargs)
             return run(coerce(list(tensors)), parse_call(op, rest, kwargs))
     else:
         arity, defaults = op.arity, op.default_attrs
@@ -292,5 +297,20 @@ def defop(name, forward, *vjps, vjp=None, arity=None, attrs=None, methods=None, 
     return op
 
 
-__all__ = ["OPS", "F", "trusted", "local", "Attr", "REQUIRED", "Sample", "OpDef", "defop", "coerce", "make_function", "parse_call",
-           "reference", "scalar_dtype", "grad_fn_name"]
+__all__ = [
+    "OPS",
+    "F",
+    "trusted",
+    "local",
+    "Attr",
+    "REQUIRED",
+    "Sample",
+    "OpDef",
+    "defop",
+    "coerce",
+    "make_function",
+    "parse_call",
+    "reference",
+    "scalar_dtype",
+    "grad_fn_name",
+]

@@ -245,7 +245,7 @@ def index_result(shape, spec, index_shapes, index_dtypes):
     for item in spec:
         if item == "...":
             rest = len(shape) - consumed
-            pieces.extend(shape[dim:dim + rest])
+            pieces.extend(shape[dim : dim + rest])
             dim += rest
         elif item is None:
             pieces.append(1)
@@ -264,7 +264,7 @@ def index_result(shape, spec, index_shapes, index_dtypes):
             k = item["tensor"]
             ishape, idtype = tuple(index_shapes[k]), index_dtypes[k]
             if idtype.kind == "b":
-                covered = shape[dim:dim + len(ishape)]
+                covered = shape[dim : dim + len(ishape)]
                 if tuple(covered) != ishape:
                     fail(f"boolean index of shape {list(ishape)} does not match the indexed dimensions {list(covered)}")
                 dim += len(ishape)
@@ -298,7 +298,7 @@ def _adjacent_advanced(spec, index_dtypes, has_array):
     marks = [isinstance(item, dict) and "tensor" in item or (has_array and isinstance(item, int)) for item in spec]
     first = marks.index(True)
     last = len(marks) - 1 - marks[::-1].index(True)
-    return all(marks[first:last + 1])
+    return all(marks[first : last + 1])
 
 
 def proxy(shape, dtype, fill=0):

@@ -41,15 +41,26 @@ FORWARD, REFLECTED, UNARY = "forward", "reflected", "unary"
 
 # The bindings table: operator -> (registry op, how its operands are passed).
 OPERATORS = {
-    "__add__": ("add", FORWARD), "__radd__": ("add", REFLECTED),
-    "__sub__": ("sub", FORWARD), "__rsub__": ("sub", REFLECTED),
-    "__mul__": ("mul", FORWARD), "__rmul__": ("mul", REFLECTED),
-    "__truediv__": ("div", FORWARD), "__rtruediv__": ("div", REFLECTED),
-    "__pow__": ("pow", FORWARD), "__rpow__": ("pow", REFLECTED),
-    "__matmul__": ("matmul", FORWARD), "__rmatmul__": ("matmul", REFLECTED),
-    "__neg__": ("neg", UNARY), "__abs__": ("abs", UNARY),
-    "__lt__": ("lt", FORWARD), "__le__": ("le", FORWARD), "__gt__": ("gt", FORWARD),
-    "__ge__": ("ge", FORWARD), "__eq__": ("eq", FORWARD), "__ne__": ("ne", FORWARD),
+    "__add__": ("add", FORWARD),
+    "__radd__": ("add", REFLECTED),
+    "__sub__": ("sub", FORWARD),
+    "__rsub__": ("sub", REFLECTED),
+    "__mul__": ("mul", FORWARD),
+    "__rmul__": ("mul", REFLECTED),
+    "__truediv__": ("div", FORWARD),
+    "__rtruediv__": ("div", REFLECTED),
+    "__pow__": ("pow", FORWARD),
+    "__rpow__": ("pow", REFLECTED),
+    "__matmul__": ("matmul", FORWARD),
+    "__rmatmul__": ("matmul", REFLECTED),
+    "__neg__": ("neg", UNARY),
+    "__abs__": ("abs", UNARY),
+    "__lt__": ("lt", FORWARD),
+    "__le__": ("le", FORWARD),
+    "__gt__": ("gt", FORWARD),
+    "__ge__": ("ge", FORWARD),
+    "__eq__": ("eq", FORWARD),
+    "__ne__": ("ne", FORWARD),
 }
 
 MaxMin = namedtuple("MaxMin", "values indices")
@@ -105,8 +116,10 @@ def extreme(name, reduce, arg, pairwise):
         return MaxMin(reduce(x, dim, keepdim=keepdim), arg(x, dim, keepdim=keepdim))
 
     fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = (f"PyTorch's {name}: {name}(x) reduces everything, {name}(x, dim) returns (values, indices), "
-                  f"{name}(x, y) is elementwise.")
+    fn.__doc__ = (
+        f"PyTorch's {name}: {name}(x) reduces everything, {name}(x, dim) returns (values, indices), "
+        f"{name}(x, y) is elementwise."
+    )
     return fn
 
 
@@ -250,10 +263,31 @@ def fill_(self, value):
     return self
 
 
-SHARED = {f.__name__: f for f in (
-    __init__, requires_grad_, retain_grad, size, dim, numel, __len__, __iter__, item, numpy, tolist, __array__, __bool__,
-    __float__, __int__, __index__, __format__, __repr__, zero_, fill_,
-)}
+SHARED = {
+    f.__name__: f
+    for f in (
+        __init__,
+        requires_grad_,
+        retain_grad,
+        size,
+        dim,
+        numel,
+        __len__,
+        __iter__,
+        item,
+        numpy,
+        tolist,
+        __array__,
+        __bool__,
+        __float__,
+        __int__,
+        __index__,
+        __format__,
+        __repr__,
+        zero_,
+        fill_,
+    )
+}
 
 
 def _bound_methods(side, functions) -> tuple[dict, dict]:
@@ -275,8 +309,9 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False):
         """Gradients of this Variable into every leaf's `.grad`."""
-        run_backward([self], None if gradient is None else [gradient], retain_graph=retain_graph,
-                     create_graph=create_graph)
+        run_backward(
+            [self], None if gradient is None else [gradient], retain_graph=retain_graph, create_graph=create_graph
+        )
 
     maximum = extreme("max", functions["amax"], functions["argmax"], functions["maximum"])
     minimum = extreme("min", functions["amin"], functions["argmin"], functions["minimum"])
@@ -316,11 +351,14 @@ def install(side: Side) -> dict:
     cls.requires_grad = property(cls.requires_grad.fget, _set_requires_grad)
     for getter in (grad_fn, is_leaf, retains_grad):
         setattr(cls, getter.__name__, property(getter))
-    cls.T = property(side.properties.get("T") or (lambda self: self.permute(tuple(reversed(range(self.ndim))))),
-                     doc="all dimensions reversed")
+    cls.T = property(
+        side.properties.get("T") or (lambda self: self.permute(tuple(reversed(range(self.ndim))))),
+        doc="all dimensions reversed",
+    )
     transpose = functions["transpose"]
-    cls.mT = property(side.properties.get("mT") or (lambda self: transpose(self, -2, -1)),
-                      doc="the last two dimensions swapped")
+    cls.mT = property(
+        side.properties.get("mT") or (lambda self: transpose(self, -2, -1)), doc="the last two dimensions swapped"
+    )
     placement = Placement(cls._computes_on)
     constructors = Constructors(cls, side.to_array, placement)
     for name, method in modern.methods(cls, functions, constructors).items():
@@ -329,8 +367,17 @@ def install(side: Side) -> dict:
     for name, method in methods.items():
         setattr(cls, name, method)
     aliases = {alias: functions[name] for alias, name in modern.FUNCTION_ALIASES.items()}
-    return {**functions, **composed, **aliases, **extremes, **constructors.names(), **spellings, **dtypes.names(),
-            **placement.names(), **_module_functions(cls, side.grad_mode)}
+    return {
+        **functions,
+        **composed,
+        **aliases,
+        **extremes,
+        **constructors.names(),
+        **spellings,
+        **dtypes.names(),
+        **placement.names(),
+        **_module_functions(cls, side.grad_mode),
+    }
 
 
 def exported(names) -> list:

@@ -32,7 +32,7 @@ class MyReLU(Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        input, = ctx.saved_tensors
+        (input,) = ctx.saved_tensors
         grad_input = grad_output.clone()
         grad_input[input < 0] = 0
         return grad_input
@@ -66,8 +66,12 @@ def train(steps=500, relu="clamp", seed=0, learning_rate=1e-6, report=print, dty
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--url", default=os.environ.get("GRADSERVE_URL"), help="service URL (default: $GRADSERVE_URL, else embedded)")
-    parser.add_argument("--relu", choices=("clamp", "function"), default="clamp", help="clamp(min=0) or the MyReLU Function")
+    parser.add_argument(
+        "--url", default=os.environ.get("GRADSERVE_URL"), help="service URL (default: $GRADSERVE_URL, else embedded)"
+    )
+    parser.add_argument(
+        "--relu", choices=("clamp", "function"), default="clamp", help="clamp(min=0) or the MyReLU Function"
+    )
     parser.add_argument("--json", action="store_true", help="send tensors as JSON instead of binary")
     args = parser.parse_args(argv)
     with client.connect(args.url, binary=not args.json) as session:

@@ -85,8 +85,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             executor.tapes.clear()
 
     # redirect_slashes=False: Starlette's `/forward/` -> `/forward` redirect builds its Location from the Host header
-    app = Gradserve(title="gradserve", version=__version__, description=DESCRIPTION, lifespan=lifespan,
-                  redirect_slashes=False)
+    app = Gradserve(
+        title="gradserve", version=__version__, description=DESCRIPTION, lifespan=lifespan, redirect_slashes=False
+    )
     app.state.settings = settings
     app.state.executor = executor
     app.state.pool = pool
@@ -100,13 +101,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     oip.install(app, settings, metrics)
     cors = {}
     if settings.cors_origins:
-        cors = {"allow_origins": settings.cors_origins, "allow_methods": ["GET", "POST"],
-                "allow_headers": ["Authorization", "Content-Type", HEADER_LENGTH],
-                "expose_headers": [HEADER_LENGTH, "Retry-After"]}
+        cors = {
+            "allow_origins": settings.cors_origins,
+            "allow_methods": ["GET", "POST"],
+            "allow_headers": ["Authorization", "Content-Type", HEADER_LENGTH],
+            "expose_headers": [HEADER_LENGTH, "Retry-After"],
+        }
         app.add_middleware(CORSMiddleware, **cors)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: sees every response
-    app.direct = {path: MetricsMiddleware(CORSMiddleware(endpoint, **cors), metrics=metrics) if cors
-                  else CountedEndpoint(endpoint, metrics, path) for path, endpoint in compute.items()}
+    app.direct = {
+        path: MetricsMiddleware(CORSMiddleware(endpoint, **cors), metrics=metrics)
+        if cors
+        else CountedEndpoint(endpoint, metrics, path)
+        for path, endpoint in compute.items()
+    }
     app.openapi = lambda: _openapi(app)
     return app
 
@@ -117,7 +125,10 @@ def _openapi(app: FastAPI) -> dict:
         schema["paths"].update(compute_paths())
         if app.state.settings.api_key is not None:  # describe this instance: the key is optional
             schema.setdefault("components", {}).setdefault("securitySchemes", {})[SCHEME] = {
-                "type": "http", "scheme": "bearer", "description": "GRADSERVE_API_KEY, on /forward and /backward"}
+                "type": "http",
+                "scheme": "bearer",
+                "description": "GRADSERVE_API_KEY, on /forward and /backward",
+            }
             for path in ("/forward", "/backward"):
                 schema["paths"][path]["post"]["security"] = [{SCHEME: []}]
             oip.mark_secured(schema, SCHEME)

@@ -50,12 +50,21 @@ class BodyHold:
 
     def grow(self, n: int) -> None:
         if n > self.budget.capacity:
-            raise ApiError(413, f"the request body needs {n} bytes, over the server's whole budget for bodies "
-                           f"(max_inflight_body_bytes={self.budget.capacity})", field="body", headers=CLOSE)
+            raise ApiError(
+                413,
+                f"the request body needs {n} bytes, over the server's whole budget for bodies "
+                f"(max_inflight_body_bytes={self.budget.capacity})",
+                field="body",
+                headers=CLOSE,
+            )
         if not self.budget.take(n):
-            raise ApiError(503, "the server is receiving too many request bodies at once "
-                           f"(max_inflight_body_bytes={self.budget.capacity}); retry shortly",
-                           field="body", headers={"Retry-After": "1", **CLOSE})
+            raise ApiError(
+                503,
+                "the server is receiving too many request bodies at once "
+                f"(max_inflight_body_bytes={self.budget.capacity}); retry shortly",
+                field="body",
+                headers={"Retry-After": "1", **CLOSE},
+            )
         self.bytes += n
 
     def release(self) -> None:
@@ -74,17 +83,25 @@ def _check_json_header(limits: Limits, head_length: int | None, total: int) -> N
     """The JSON header of a binary body is parsed in one piece too: it has the JSON bound. (A
     header length past the body's end is a framing error, answered 400 when the body is split.)"""
     if head_length is not None and limits.max_json_body_bytes < head_length <= total:
-        raise ApiError(413, f"the binary body's JSON header is {head_length} bytes, over the limit of "
-                       f"{limits.max_json_body_bytes} bytes for JSON (max_json_body_bytes); send tensors as binary "
-                       "data, not in the header", field=HEADER_LENGTH)
+        raise ApiError(
+            413,
+            f"the binary body's JSON header is {head_length} bytes, over the limit of "
+            f"{limits.max_json_body_bytes} bytes for JSON (max_json_body_bytes); send tensors as binary "
+            "data, not in the header",
+            field=HEADER_LENGTH,
+        )
 
 
 def _too_large(limit: int, name: str, what: str) -> ApiError:
     hint = ""
     if name == "max_json_body_bytes":
-        hint = (f"; JSON bodies are parsed in one piece, so they have a smaller limit: send large tensors with the binary "
-                f"extension (Content-Type: application/octet-stream and an {HEADER_LENGTH} header)")
-    return ApiError(413, f"the request body {what} the limit of {limit} bytes ({name}){hint}", field="body", headers=CLOSE)
+        hint = (
+            f"; JSON bodies are parsed in one piece, so they have a smaller limit: send large tensors with the binary "
+            f"extension (Content-Type: application/octet-stream and an {HEADER_LENGTH} header)"
+        )
+    return ApiError(
+        413, f"the request body {what} the limit of {limit} bytes ({name}){hint}", field="body", headers=CLOSE
+    )
 
 
 def declared_length(headers, limit: int, name: str = "max_body_bytes") -> int | None:
@@ -101,8 +118,9 @@ def declared_length(headers, limit: int, name: str = "max_body_bytes") -> int | 
     return length
 
 
-async def read_body(receive, headers, limits: Limits, head_length: int | None, hold: BodyHold,
-                    timeout_s: float) -> bytes | memoryview | bytearray:
+async def read_body(
+    receive, headers, limits: Limits, head_length: int | None, hold: BodyHold, timeout_s: float
+) -> bytes | memoryview | bytearray:
     """The raw body from ASGI `receive`. Refused with 413 before reading when its Content-Length is
     over its limit, and while reading (chunked or lying streams) as soon as the bytes pass it; with
     503 when the server-wide body budget has no room for it; with 408 when it has not all arrived
@@ -144,8 +162,12 @@ async def read_body(receive, headers, limits: Limits, head_length: int | None, h
                 if not more:
                     break
     except TimeoutError:
-        raise ApiError(408, f"the request body did not arrive within body_timeout_s={timeout_s:g} s "
-                       f"({total} bytes came)", field="body", headers=CLOSE) from None
+        raise ApiError(
+            408,
+            f"the request body did not arrive within body_timeout_s={timeout_s:g} s ({total} bytes came)",
+            field="body",
+            headers=CLOSE,
+        ) from None
     if total < len(body):
         body = body[:total]
     _check_json_header(limits, head_length, total)

@@ -18,8 +18,8 @@ import time
 
 log = logging.getLogger("gradserve")
 FLAGS = ("host", "port", "device", "workers", "log_level")
-FD_RESERVE = 64     # descriptors kept for files, pipes and the listening socket
-BACKLOG = 1024      # connections the kernel queues before accept
+FD_RESERVE = 64  # descriptors kept for files, pipes and the listening socket
+BACKLOG = 1024  # connections the kernel queues before accept
 EXIT_GRACE_S = 3.0  # after the drain, how long cancelled computations get to stop
 # the levels that print uvicorn's access log: at the others it is off, not only filtered (its
 # per-request address and path formatting would still be paid)
@@ -34,8 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument("--device", choices=("auto", "cpu", "cuda"), help="array backend (default auto)")
     serve.add_argument("--workers", type=int, help="worker processes (default 1; tapes live per process)")
-    serve.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug", "trace"),
-                       help="log level (default info)")
+    serve.add_argument(
+        "--log-level",
+        choices=("critical", "error", "warning", "info", "debug", "trace"),
+        help="log level (default info)",
+    )
     return parser
 
 
@@ -61,7 +64,8 @@ def warn_if_exposed(settings) -> None:
         log.warning(
             "WARNING: gradserve is binding %s without an API key: anyone who can reach this address can run "
             "computations on it. Set GRADSERVE_API_KEY, or bind 127.0.0.1 behind a proxy that authenticates.",
-            settings.host)
+            settings.host,
+        )
 
 
 def raise_fd_limit() -> int:
@@ -84,8 +88,11 @@ def raise_fd_limit() -> int:
 def _check_connection_cap(settings, fd_limit: int) -> None:
     room = fd_limit - FD_RESERVE
     if 0 <= fd_limit and settings.max_connections > room:
-        print(f"gradserve: max_connections={settings.max_connections} does not fit the open-file limit {fd_limit}; "
-              f"using {max(1, room)}", file=sys.stderr)
+        print(
+            f"gradserve: max_connections={settings.max_connections} does not fit the open-file limit {fd_limit}; "
+            f"using {max(1, room)}",
+            file=sys.stderr,
+        )
         settings.max_connections = max(1, room)
 
 
@@ -122,10 +129,18 @@ def serve(settings) -> int:
     CANCELLED_AT_SHUTDOWN.clear()  # only a shutdown of the server started here may end the process early
     try:
         uvicorn.run(
-            "service.app:create_app", factory=True, host=settings.host, port=settings.port, workers=settings.workers,
-            log_level=settings.log_level, timeout_graceful_shutdown=settings.timeout_graceful_shutdown,
-            proxy_headers=False, server_header=False, http="service.connections:BoundedProtocol",
-            timeout_keep_alive=settings.keep_alive_timeout_s, backlog=BACKLOG,
+            "service.app:create_app",
+            factory=True,
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            log_level=settings.log_level,
+            timeout_graceful_shutdown=settings.timeout_graceful_shutdown,
+            proxy_headers=False,
+            server_header=False,
+            http="service.connections:BoundedProtocol",
+            timeout_keep_alive=settings.keep_alive_timeout_s,
+            backlog=BACKLOG,
             access_log=settings.log_level in ACCESS_LOG_LEVELS,
         )
     finally:

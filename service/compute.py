@@ -44,8 +44,19 @@ class _Job:
     the thread). Plain future and lock, no wrapping of concurrent futures: the wait costs one
     future and one timer on the loop."""
 
-    __slots__ = ("fn", "args", "on_abandon", "release", "loop", "answer", "cancel", "lock", "abandoned", "finished",
-                 "result")
+    __slots__ = (
+        "fn",
+        "args",
+        "on_abandon",
+        "release",
+        "loop",
+        "answer",
+        "cancel",
+        "lock",
+        "abandoned",
+        "finished",
+        "result",
+    )
 
     def __init__(self, fn, args, on_abandon, release, loop):
         self.fn, self.args, self.on_abandon, self.release, self.loop = fn, args, on_abandon, release, loop
@@ -115,8 +126,9 @@ def _expire(answer, error=_Expired):
 
 
 class ComputePool:
-    def __init__(self, max_concurrency: int, timeout_s: float, queue_timeout_s: float = 0.0,
-                 max_queued: int | None = None):
+    def __init__(
+        self, max_concurrency: int, timeout_s: float, queue_timeout_s: float = 0.0, max_queued: int | None = None
+    ):
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
         self.queue_timeout_s = queue_timeout_s
@@ -128,8 +140,8 @@ class ComputePool:
         self._waiters = collections.deque()  # futures of requests waiting for a slot, on the loop
         self._loop = None
         self._inline_after = 0.0  # time.monotonic() from which a short computation may run on the loop again
-        self.on_loop = 0    # short computations run on the event loop instead (`ran_inline`)
-        self.rejected = 0   # refused because all slots were taken past queue_timeout_s
+        self.on_loop = 0  # short computations run on the event loop instead (`ran_inline`)
+        self.rejected = 0  # refused because all slots were taken past queue_timeout_s
         self.timed_out = 0  # answered 503 after compute_timeout_s
         self.abandoned = 0  # cancelled because the client disconnected
 
@@ -204,8 +216,12 @@ class ComputePool:
         raise self.busy_error()
 
     def busy_error(self) -> ApiError:
-        return ApiError(503, f"the server is busy: {self.max_concurrency} computation(s) in flight and none finished "
-                        f"within queue_timeout_s={self.queue_timeout_s:g} s; retry shortly", headers={"Retry-After": "1"})
+        return ApiError(
+            503,
+            f"the server is busy: {self.max_concurrency} computation(s) in flight and none finished "
+            f"within queue_timeout_s={self.queue_timeout_s:g} s; retry shortly",
+            headers={"Retry-After": "1"},
+        )
 
     async def run(self, fn, *args, on_abandon=None, gone: asyncio.Future | None = None):
         """fn(*args) on a compute thread. `on_abandon(result)` runs on that thread when the
@@ -233,8 +249,11 @@ class ComputePool:
             job.give_up()
             with self._lock:
                 self.timed_out += 1
-            raise ApiError(503, f"the computation took longer than compute_timeout_s={self.timeout_s:g} s and was "
-                           "cancelled", headers={"Retry-After": "1"}) from None
+            raise ApiError(
+                503,
+                f"the computation took longer than compute_timeout_s={self.timeout_s:g} s and was cancelled",
+                headers={"Retry-After": "1"},
+            ) from None
         except (ClientGone, asyncio.CancelledError) as exc:
             job.give_up()
             if isinstance(exc, ClientGone):
@@ -252,8 +271,9 @@ class ComputePool:
     def _threads(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="gradserve-compute",
-                                                initializer=_init_thread)
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.max_concurrency, thread_name_prefix="gradserve-compute", initializer=_init_thread
+                )
             return self._pool
 
     def cancel_all(self) -> int:

@@ -37,14 +37,16 @@ def _settings():
 
 def _refusal(status: str, message: str) -> bytes:
     body = error_body(message)
-    return (f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
-            "retry-after: 1\r\nconnection: close\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        "retry-after: 1\r\nconnection: close\r\n\r\n"
+    ).encode() + body
 
 
 class _Bounds:
     """The bounds, mixed into one of uvicorn's HTTP/1.1 protocols (see the module doc)."""
 
-    refused = 0        # connections closed at once, over max_connections (per process)
+    refused = 0  # connections closed at once, over max_connections (per process)
     headers_timed_out = 0
     headers_too_large = 0
 
@@ -61,8 +63,12 @@ class _Bounds:
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
             type(self).refused += 1
-            transport.write(_refusal("503 Service Unavailable",
-                                     f"too many open connections (max_connections={self.max_connections}); retry shortly"))
+            transport.write(
+                _refusal(
+                    "503 Service Unavailable",
+                    f"too many open connections (max_connections={self.max_connections}); retry shortly",
+                )
+            )
             self.connections.discard(self)
             transport.close()
             return
@@ -81,8 +87,12 @@ class _Bounds:
         if self._header_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
             type(self).headers_too_large += 1
             self._disarm_header_timer()
-            self.transport.write(_refusal("431 Request Header Fields Too Large",
-                                          f"the request line and headers are over {MAX_HEADER_BYTES} bytes"))
+            self.transport.write(
+                _refusal(
+                    "431 Request Header Fields Too Large",
+                    f"the request line and headers are over {MAX_HEADER_BYTES} bytes",
+                )
+            )
             self.transport.close()
 
     def on_response_complete(self) -> None:
@@ -108,9 +118,12 @@ class _Bounds:
         if self.transport.is_closing() or self.cycle is not self._awaiting:
             return
         type(self).headers_timed_out += 1
-        self.transport.write(_refusal("408 Request Timeout",
-                                      f"the request line and headers did not arrive within header_timeout_s="
-                                      f"{self.header_timeout_s:g} s"))
+        self.transport.write(
+            _refusal(
+                "408 Request Timeout",
+                f"the request line and headers did not arrive within header_timeout_s={self.header_timeout_s:g} s",
+            )
+        )
         self.transport.close()
 
 
@@ -123,6 +136,7 @@ try:
 except ImportError:  # pragma: no cover - httptools comes with uvicorn[standard] on CPython
     BoundedProtocol = BoundedH11Protocol
 else:
+
     class BoundedHttpToolsProtocol(_Bounds, HttpToolsProtocol):
         """uvicorn's httptools protocol with the bounds."""
 

@@ -48,7 +48,9 @@ def error_response(status: int, message: str, node=None, field=None, headers: di
     headers = dict(headers or {})
     if status == 413:
         headers.setdefault("Connection", "close")  # don't drain an oversized body we refused to read
-    return Response(error_body(message, node, field), status_code=status, media_type="application/json", headers=headers)
+    return Response(
+        error_body(message, node, field), status_code=status, media_type="application/json", headers=headers
+    )
 
 
 def _json_safe(value):

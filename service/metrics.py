@@ -21,8 +21,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from engine import backend
 
-ENDPOINTS = frozenset({"/healthz", "/readyz", "/info", "/ops", "/metrics", "/forward", "/backward", "/docs",
-                       "/openapi.json"})
+ENDPOINTS = frozenset(
+    {"/healthz", "/readyz", "/info", "/ops", "/metrics", "/forward", "/backward", "/docs", "/openapi.json"}
+)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -45,34 +46,56 @@ class EngineCollector:
         yield CounterMetricFamily("gradserve_plan_cache_hits", "Graphs found already planned", value=plans.hits)
         yield CounterMetricFamily("gradserve_plan_cache_misses", "Graphs parsed and planned", value=plans.misses)
         yield GaugeMetricFamily("gradserve_plan_cache_entries", "Planned graphs cached", value=len(plans))
-        yield GaugeMetricFamily("gradserve_backend_memory_bytes", f"Bytes held by the {backend.device} backend's allocator",
-                                value=backend.memory_in_use())
-        yield GaugeMetricFamily("gradserve_computations_in_flight", "Computations running on compute threads",
-                                value=self.pool.in_flight)
-        yield GaugeMetricFamily("gradserve_max_concurrency", "Computations allowed at once", value=self.pool.max_concurrency)
-        yield CounterMetricFamily("gradserve_computations_on_loop", "Short computations run on the event loop instead "
-                                  "of a compute thread", value=self.pool.on_loop)
-        yield CounterMetricFamily("gradserve_computations_rejected", "Computations refused with 503 (busy)",
-                                  value=self.pool.rejected)
-        yield CounterMetricFamily("gradserve_computations_timed_out", "Computations cancelled by compute_timeout_s",
-                                  value=self.pool.timed_out)
+        yield GaugeMetricFamily(
+            "gradserve_backend_memory_bytes",
+            f"Bytes held by the {backend.device} backend's allocator",
+            value=backend.memory_in_use(),
+        )
+        yield GaugeMetricFamily(
+            "gradserve_computations_in_flight", "Computations running on compute threads", value=self.pool.in_flight
+        )
+        yield GaugeMetricFamily(
+            "gradserve_max_concurrency", "Computations allowed at once", value=self.pool.max_concurrency
+        )
+        yield CounterMetricFamily(
+            "gradserve_computations_on_loop",
+            "Short computations run on the event loop instead of a compute thread",
+            value=self.pool.on_loop,
+        )
+        yield CounterMetricFamily(
+            "gradserve_computations_rejected", "Computations refused with 503 (busy)", value=self.pool.rejected
+        )
+        yield CounterMetricFamily(
+            "gradserve_computations_timed_out", "Computations cancelled by compute_timeout_s", value=self.pool.timed_out
+        )
 
 
 class Metrics:
     def __init__(self, executor, pool):
         self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter("gradserve_requests", "HTTP requests by endpoint and status",
-                                ["endpoint", "method", "status"], registry=self.registry)
-        self.latency = Histogram("gradserve_request_duration_seconds", "HTTP request latency", ["endpoint"],
-                                 buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.bytes_in = Counter("gradserve_request_bytes", "Request body bytes received", ["endpoint"],
-                                registry=self.registry)
-        self.bytes_out = Counter("gradserve_response_bytes", "Response body bytes sent", ["endpoint"],
-                                 registry=self.registry)
+        self.requests = Counter(
+            "gradserve_requests",
+            "HTTP requests by endpoint and status",
+            ["endpoint", "method", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "gradserve_request_duration_seconds",
+            "HTTP request latency",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.bytes_in = Counter(
+            "gradserve_request_bytes", "Request body bytes received", ["endpoint"], registry=self.registry
+        )
+        self.bytes_out = Counter(
+            "gradserve_response_bytes", "Response body bytes sent", ["endpoint"], registry=self.registry
+        )
         self.registry.register(EngineCollector(executor, pool))
-        ProcessCollector(registry=self.registry)   # process_* (CPU, memory, fds), as other servers expose
+        ProcessCollector(registry=self.registry)  # process_* (CPU, memory, fds), as other servers expose
         PlatformCollector(registry=self.registry)  # python_info
-        GCCollector(registry=self.registry)        # python_gc_*
+        GCCollector(registry=self.registry)  # python_gc_*
         self._by_endpoint: dict[str, tuple] = {}
         self._by_status: dict[tuple, object] = {}
 
@@ -81,7 +104,10 @@ class Metrics:
         children = self._by_endpoint.get(endpoint)
         if children is None:
             children = self._by_endpoint[endpoint] = (
-                self.latency.labels(endpoint), self.bytes_in.labels(endpoint), self.bytes_out.labels(endpoint))
+                self.latency.labels(endpoint),
+                self.bytes_in.labels(endpoint),
+                self.bytes_out.labels(endpoint),
+            )
         key = (endpoint, method, status)
         counter = self._by_status.get(key)
         if counter is None:
@@ -135,5 +161,11 @@ class MetricsMiddleware:
             await self.app(scope, counting_receive, counting_send)
         finally:
             endpoint = path if path in ENDPOINTS else route_label(scope)
-            self.metrics.observe(endpoint, scope.get("method", ""), counts["status"], time.perf_counter() - start,
-                                 counts["in"], counts["out"])
+            self.metrics.observe(
+                endpoint,
+                scope.get("method", ""),
+                counts["status"],
+                time.perf_counter() - start,
+                counts["in"],
+                counts["out"],
+            )

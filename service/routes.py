@@ -51,49 +51,75 @@ async def healthz() -> Response:
     return json_response({"status": "ok"})
 
 
-@router.get("/readyz", tags=["health"], responses={
-    **_doc("the backend is initialised", {"status": "ready", "device": "cpu"}),
-    503: {"description": "not ready yet", "content": {JSON: {"schema": ERROR}}}})
+@router.get(
+    "/readyz",
+    tags=["health"],
+    responses={
+        **_doc("the backend is initialised", {"status": "ready", "device": "cpu"}),
+        503: {"description": "not ready yet", "content": {JSON: {"schema": ERROR}}},
+    },
+)
 async def readyz(request: Request) -> Response:
     if not getattr(request.app.state, "ready", False):
         return json_response({"error": "not ready: the backend is not initialised", "node": None, "field": None}, 503)
     return json_response({"status": "ready", "device": backend.device})
 
 
-SERVICE_LIMITS = ("max_concurrency", "queue_timeout_s", "compute_timeout_s", "max_connections", "header_timeout_s",
-                  "body_timeout_s", "keep_alive_timeout_s", "max_inflight_body_bytes", "timeout_graceful_shutdown")
+SERVICE_LIMITS = (
+    "max_concurrency",
+    "queue_timeout_s",
+    "compute_timeout_s",
+    "max_connections",
+    "header_timeout_s",
+    "body_timeout_s",
+    "keep_alive_timeout_s",
+    "max_inflight_body_bytes",
+    "timeout_graceful_shutdown",
+)
 
 
 @router.get("/info", tags=["metadata"], responses=_doc("version, backend, limits"))
 async def info(request: Request) -> Response:
     state = request.app.state
     settings = state.settings
-    return json_response({
-        "name": "gradserve",
-        "version": __version__,
-        "graph_format_version": VERSION,
-        "backend": {"device": backend.device, "array_module": backend.xp.__name__,
-                    "memory_in_use_bytes": backend.memory_in_use()},
-        "ops_count": len(OPS),
-        "datatypes": list(codec.DATATYPES),
-        "limits": {**state.executor.limits.as_dict(), **{name: getattr(settings, name) for name in SERVICE_LIMITS}},
-        "binary_extension": {"header": codec.HEADER_LENGTH},
-        "auth": {"api_key_required": settings.api_key is not None, "scheme": "Bearer"},
-    })
+    return json_response(
+        {
+            "name": "gradserve",
+            "version": __version__,
+            "graph_format_version": VERSION,
+            "backend": {
+                "device": backend.device,
+                "array_module": backend.xp.__name__,
+                "memory_in_use_bytes": backend.memory_in_use(),
+            },
+            "ops_count": len(OPS),
+            "datatypes": list(codec.DATATYPES),
+            "limits": {**state.executor.limits.as_dict(), **{name: getattr(settings, name) for name in SERVICE_LIMITS}},
+            "binary_extension": {"header": codec.HEADER_LENGTH},
+            "auth": {"api_key_required": settings.api_key is not None, "scheme": "Bearer"},
+        }
+    )
 
 
 @router.get("/ops", tags=["metadata"], responses=_doc("the ops a graph may use"))
 async def ops() -> Response:
-    return json_response({
-        "graph_format_version": VERSION,
-        "ops": [op.describe() for op in OPS.values()],
-        "special": [{"name": name, "doc": doc} for name, doc in SPECIAL_OPS.items()],
-        "subgraph": [{"name": name, "doc": doc} for name, doc in SUBGRAPH_OPS.items()],
-    })
+    return json_response(
+        {
+            "graph_format_version": VERSION,
+            "ops": [op.describe() for op in OPS.values()],
+            "special": [{"name": name, "doc": doc} for name, doc in SPECIAL_OPS.items()],
+            "subgraph": [{"name": name, "doc": doc} for name, doc in SUBGRAPH_OPS.items()],
+        }
+    )
 
 
-@router.get("/metrics", tags=["metadata"], responses={200: {"description": "Prometheus text format",
-                                                             "content": {"text/plain": {"schema": {"type": "string"}}}}})
+@router.get(
+    "/metrics",
+    tags=["metadata"],
+    responses={
+        200: {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}
+    },
+)
 async def metrics(request: Request) -> Response:
     return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -130,8 +156,11 @@ def _execute(executor, kind: str, request):
 
 def _planned_answer_elements(executor, kind: str, request) -> int:
     """Elements of the answer's outputs (and gradients) by shape inference; 0 when not all known."""
-    if (request.graph is None and request.plan is None) or request.tape is not None or (
-            kind == "forward" and (request.grad_outputs or request.wrt)):
+    if (
+        (request.graph is None and request.plan is None)
+        or request.tape is not None
+        or (kind == "forward" and (request.grad_outputs or request.wrt))
+    ):
         return 0  # not a valid request: the executor says why
     plan, shapes = executor._plan(request)
     total = 0
@@ -148,10 +177,13 @@ def _planned_answer_elements(executor, kind: str, request) -> int:
 
 def _check_json_answer(limits, elements: int) -> None:
     if elements > limits.max_json_output_elements:
-        raise ApiError(413, f"the answer would hold {elements} elements, over the limit of "
-                       f"{limits.max_json_output_elements} for JSON answers (max_json_output_elements): JSON encoding is "
-                       "slow and blocks the server; ask for a binary answer with parameters.binary_data_output=true",
-                       field="parameters.binary_data_output")
+        raise ApiError(
+            413,
+            f"the answer would hold {elements} elements, over the limit of "
+            f"{limits.max_json_output_elements} for JSON answers (max_json_output_elements): JSON encoding is "
+            "slow and blocks the server; ask for a binary answer with parameters.binary_data_output=true",
+            field="parameters.binary_data_output",
+        )
 
 
 def _drop_tape(executor, tape) -> None:
@@ -186,7 +218,7 @@ def _chunks(parts: list):
         start, end = 0, len(view)
         while start < end:
             take = min(end - start, SEND_CHUNK_BYTES - size)
-            pending.append(view[start:start + take])
+            pending.append(view[start : start + take])
             size += take
             start += take
             if size == SEND_CHUNK_BYTES:
@@ -235,8 +267,12 @@ def require_body_type(headers) -> None:
     media_type = (declared or "").split(";", 1)[0].strip().lower()
     if media_type not in BODY_TYPES:
         got = f"got {declared!r}" if declared is not None else "it is missing (required of browsers, which send Origin)"
-        raise ApiError(415, f"Content-Type must be {' or '.join(BODY_TYPES)}; {got}", field="Content-Type",
-                       headers={"Connection": "close"})  # the body is never read
+        raise ApiError(
+            415,
+            f"Content-Type must be {' or '.join(BODY_TYPES)}; {got}",
+            field="Content-Type",
+            headers={"Connection": "close"},
+        )  # the body is never read
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,8 +329,9 @@ class ComputeEndpoint:
         and so does a short one (`is_short`) when the pool lets it (`ComputePool.may_run_inline`).
         Anything else runs on the pool, cancelled if the client disconnects meanwhile."""
         pool, executor = runtime.pool, runtime.executor
-        if len(body) <= INLINE_BODY_BYTES or (length is not None and length <= INLINE_BODY_BYTES
-                                              and len(body) <= SHORT_BODY_BYTES):
+        if len(body) <= INLINE_BODY_BYTES or (
+            length is not None and length <= INLINE_BODY_BYTES and len(body) <= SHORT_BODY_BYTES
+        ):
             request = self.decode(executor, body, length)
             if self.is_light(executor, request):
                 return self.execute(executor, request)
@@ -326,7 +363,8 @@ class ComputeEndpoint:
         """Whether `request` takes at most milliseconds, answer included: `Executor.is_short`, and
         a binary answer or a JSON one of at most INLINE_JSON_ELEMENTS."""
         return executor.is_short(request) and (
-            request.binary_output or _planned_answer_elements(executor, self.kind, request) <= INLINE_JSON_ELEMENTS)
+            request.binary_output or _planned_answer_elements(executor, self.kind, request) <= INLINE_JSON_ELEMENTS
+        )
 
     def before_waiting(self, executor, request) -> None:
         """Refuse what would be refused after waiting for a slot (a JSON answer over its bound)."""
@@ -348,9 +386,13 @@ async def _disconnected(receive) -> None:
 
 
 def shutting_down(settings) -> ApiError:
-    return ApiError(503, f"the server is shutting down: the request was still running when the drain of "
-                    f"timeout_graceful_shutdown={settings.timeout_graceful_shutdown:g} s ended, and was cancelled; "
-                    "retry on another instance", headers={"Retry-After": "1", "Connection": "close"})
+    return ApiError(
+        503,
+        f"the server is shutting down: the request was still running when the drain of "
+        f"timeout_graceful_shutdown={settings.timeout_graceful_shutdown:g} s ended, and was cancelled; "
+        "retry on another instance",
+        headers={"Retry-After": "1", "Connection": "close"},
+    )
 
 
 class CountedEndpoint:

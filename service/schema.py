@@ -9,7 +9,7 @@ from wire.graph import VERSIONS
 TENSOR = {
     "type": "object",
     "description": "An Open Inference Protocol tensor: `data` row-major (flat or nested; non-finite floats spelled "
-                   "\"NaN\", \"Infinity\", \"-Infinity\"), or `parameters.binary_data_size` for a binary tensor.",
+    '"NaN", "Infinity", "-Infinity"), or `parameters.binary_data_size` for a binary tensor.',
     "required": ["name", "shape", "datatype"],
     "properties": {
         "name": {"type": "string", "minLength": 1},
@@ -25,7 +25,10 @@ NODE = {
     "required": ["id", "op"],
     "properties": {
         "id": {"type": "string", "minLength": 1},
-        "op": {"type": "string", "description": "a registry op (GET /ops), or input, constant, function, grad (version 1.1)"},
+        "op": {
+            "type": "string",
+            "description": "a registry op (GET /ops), or input, constant, function, grad (version 1.1)",
+        },
         "inputs": {"type": "array", "items": {"type": "string"}},
         "attrs": {"type": "object"},
         "requires_grad": {"type": "boolean"},
@@ -39,8 +42,10 @@ GRAPH = {
     "type": "object",
     "required": ["nodes", "outputs"],
     "properties": {
-        "version": {"description": "the oldest graph format the graph needs (the number 1 means \"1.0\"; default: the "
-                               "server's)", "enum": [1, *VERSIONS]},
+        "version": {
+            "description": 'the oldest graph format the graph needs (the number 1 means "1.0"; default: the server\'s)',
+            "enum": [1, *VERSIONS],
+        },
         "nodes": {"type": "array", "minItems": 1, "items": NODE},
         "outputs": {"type": "array", "minItems": 1, "items": {"type": "string"}},
     },
@@ -60,8 +65,11 @@ def request_schema(kind: str) -> dict:
     props = {
         "id": {"type": ["string", "integer"]},
         "graph": GRAPH,
-        "plan": {"type": "string", "description": "instead of graph: the plan id of an earlier answer (404 when the "
-                                                  "server no longer holds it: send the graph)"},
+        "plan": {
+            "type": "string",
+            "description": "instead of graph: the plan id of an earlier answer (404 when the "
+            "server no longer holds it: send the graph)",
+        },
         "inputs": {"type": "array", "items": TENSOR},
         "parameters": PARAMETERS,
     }
@@ -119,33 +127,51 @@ SUMMARIES = {
 def compute_paths() -> dict:
     """The OpenAPI path items of POST /forward and /backward (plain ASGI routes, which FastAPI
     does not describe by itself)."""
-    return {f"/{kind}": {"post": {"tags": ["compute"], "summary": summary, "operationId": f"{kind}_{kind}_post",
-                                  **compute_openapi(kind)}}
-            for kind, summary in SUMMARIES.items()}
+    return {
+        f"/{kind}": {
+            "post": {
+                "tags": ["compute"],
+                "summary": summary,
+                "operationId": f"{kind}_{kind}_post",
+                **compute_openapi(kind),
+            }
+        }
+        for kind, summary in SUMMARIES.items()
+    }
 
 
 def compute_openapi(kind: str) -> dict:
     """Parameters, request body and responses of POST /forward or /backward."""
     return {
-        "parameters": [{
-            "name": HEADER_LENGTH, "in": "header", "required": False,
-            "schema": {"type": "integer", "minimum": 0},
-            "description": "binary tensor extension: length of the JSON header at the start of the body",
-        }],
+        "parameters": [
+            {
+                "name": HEADER_LENGTH,
+                "in": "header",
+                "required": False,
+                "schema": {"type": "integer", "minimum": 0},
+                "description": "binary tensor extension: length of the JSON header at the start of the body",
+            }
+        ],
         "requestBody": {
             "required": True,
             "content": {
                 "application/json": {"schema": request_schema(kind)},
-                "application/octet-stream": {"schema": {
-                    "type": "string", "format": "binary",
-                    "description": f"JSON header ({HEADER_LENGTH} bytes) then raw tensor data"}},
+                "application/octet-stream": {
+                    "schema": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": f"JSON header ({HEADER_LENGTH} bytes) then raw tensor data",
+                    }
+                },
             },
         },
         "responses": {
             "200": {
                 "description": "outputs (and grads); binary when parameters.binary_data_output is true",
-                "content": {"application/json": {"schema": RESULT},
-                            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+                "content": {
+                    "application/json": {"schema": RESULT},
+                    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+                },
             },
             **{code: {"description": text, "content": _ERROR_CONTENT} for code, text in ERROR_STATUSES.items()},
         },

@@ -23,6 +23,7 @@ def default_concurrency() -> int:
         cpus = os.cpu_count() or 1
     return max(1, min(cpus, MAX_DEFAULT_CONCURRENCY))
 
+
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
@@ -38,12 +39,14 @@ class Settings(BaseSettings):
     workers: int = Field(1, ge=1, description="uvicorn worker processes (tapes live per process)")
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
     timeout_graceful_shutdown: float = Field(
-        25.0, gt=0, description="seconds in-flight requests get to finish after SIGTERM")
+        25.0, gt=0, description="seconds in-flight requests get to finish after SIGTERM"
+    )
 
     # --- security
     api_key: SecretStr | None = Field(None, description="when set, required as 'Authorization: Bearer <key>'")
     cors_origins: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="allowed CORS origins (comma-separated or a JSON list); empty = CORS off")
+        default_factory=list, description="allowed CORS origins (comma-separated or a JSON list); empty = CORS off"
+    )
 
     # --- protocol limits (wire.limits.Limits)
     max_body_bytes: int = Field(_DEFAULT.max_body_bytes, gt=0)
@@ -59,7 +62,9 @@ class Settings(BaseSettings):
     plan_cache_size: int = Field(_DEFAULT.plan_cache_size, ge=0)
     plan_cache_bytes: int = Field(_DEFAULT.plan_cache_bytes, ge=0)
     max_request_bytes: int = Field(_DEFAULT.max_request_bytes, gt=0, description="a request's planned peak memory")
-    max_request_work: int = Field(_DEFAULT.max_request_work, gt=0, description="a request's planned work (flop-equivalents)")
+    max_request_work: int = Field(
+        _DEFAULT.max_request_work, gt=0, description="a request's planned work (flop-equivalents)"
+    )
 
     # --- connections (service/connections.py, service/body.py)
     max_connections: int = Field(1000, ge=1, description="open connections; more are answered 503 and closed at once")
@@ -67,14 +72,21 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(60.0, gt=0, description="a whole request body must arrive within this, else 408")
     keep_alive_timeout_s: int = Field(5, ge=1, description="an idle keep-alive connection is closed after this")
     max_inflight_body_bytes: int = Field(
-        256 * 2**20, gt=0, description="bytes of request bodies held at once, all requests together; past it 503")
+        256 * 2**20, gt=0, description="bytes of request bodies held at once, all requests together; past it 503"
+    )
 
     # --- compute
-    max_concurrency: int = Field(default_factory=default_concurrency, ge=1,
-                                 description="computations at once (compute threads); default: the CPUs, at most 4")
+    max_concurrency: int = Field(
+        default_factory=default_concurrency,
+        ge=1,
+        description="computations at once (compute threads); default: the CPUs, at most 4",
+    )
     queue_timeout_s: float = Field(
-        5.0, ge=0, description="how long a heavy request waits for a compute slot before 503 + Retry-After")
-    compute_timeout_s: float = Field(60.0, gt=0, description="per request; past it the answer is 503 and the work is cancelled")
+        5.0, ge=0, description="how long a heavy request waits for a compute slot before 503 + Retry-After"
+    )
+    compute_timeout_s: float = Field(
+        60.0, gt=0, description="per request; past it the answer is 503 and the work is cancelled"
+    )
 
     # --- model repository (Open Inference Protocol: graphs registered by name, service/oip)
     max_models: int = Field(64, ge=0, description="graphs registered at once; a load past it is refused with 409")

@@ -28,8 +28,9 @@ class with_numpy_draws:
         self._rng = np.random.default_rng(seed)
 
     def _drawn(self, values, dtype=None, device=None, requires_grad=False):
-        return self._torch.tensor(values.astype(np.float32), dtype=dtype or self._torch.float32, device=device,
-                                  requires_grad=requires_grad)
+        return self._torch.tensor(
+            values.astype(np.float32), dtype=dtype or self._torch.float32, device=device, requires_grad=requires_grad
+        )
 
     @staticmethod
     def _shape(size, keywords):
@@ -76,12 +77,12 @@ def legendre_fit(torch, steps=40, learning_rate=4e-5):
         @staticmethod
         def forward(ctx, input):
             ctx.save_for_backward(input)
-            return 0.5 * (5 * input ** 3 - 3 * input)
+            return 0.5 * (5 * input**3 - 3 * input)
 
         @staticmethod
         def backward(ctx, grad_output):
-            input, = ctx.saved_tensors
-            return grad_output * 1.5 * (5 * input ** 2 - 1)
+            (input,) = ctx.saved_tensors
+            return grad_output * 1.5 * (5 * input**2 - 1)
 
     dtype = torch.float
     device = torch.device("cpu")
@@ -115,7 +116,7 @@ def legacy_relu_net(torch, steps=10, learning_rate=1e-3):
             return input.clamp(min=0)
 
         def backward(self, grad_output):
-            input, = self.saved_tensors
+            (input,) = self.saved_tensors
             grad_input = grad_output.clone()
             grad_input[input < 0] = 0
             return grad_input
@@ -142,10 +143,10 @@ def blitz_autograd(torch):
     accumulation over two backwards and `x.grad.zero_()`."""
     a = torch.tensor([2.0, 3.0], requires_grad=True)
     b = torch.tensor([6.0, 4.0], requires_grad=True)
-    Q = 3 * a ** 3 - b ** 2
+    Q = 3 * a**3 - b**2
     external_grad = torch.tensor([1.0, 1.0])
     Q.backward(gradient=external_grad)
-    out = {"a.grad": a.grad, "b.grad": b.grad, "check": bool((9 * a ** 2 == a.grad).all())}
+    out = {"a.grad": a.grad, "b.grad": b.grad, "check": bool((9 * a**2 == a.grad).all())}
 
     x = torch.ones(5)
     y = torch.zeros(3)
@@ -226,15 +227,20 @@ def micrograd_sanity(torch):
     a.requires_grad = True
     b.requires_grad = True
     c = a + b
-    d = a * b + b ** 3
+    d = a * b + b**3
     c = c + c + 1
     c = c + 1 + c + (-a)
     d = d + d * 2 + (b + a).relu()
     d = d + 3 * d + (b - a).relu()
     e = c - d
-    f = e ** 2
+    f = e**2
     g = f / 2.0
     g = g + 10.0 / f
     g.backward()
-    return {"y": y.data.item(), "x.grad": x.grad.item(), "g": g.data.item(), "a.grad": a.grad.item(),
-            "b.grad": b.grad.item()}
+    return {
+        "y": y.data.item(),
+        "x.grad": x.grad.item(),
+        "g": g.data.item(),
+        "a.grad": a.grad.item(),
+        "b.grad": b.grad.item(),
+    }

@@ -16,7 +16,7 @@ def my_relu(base):
 
         @staticmethod
         def backward(ctx, grad_output):
-            input, = ctx.saved_tensors
+            (input,) = ctx.saved_tensors
             grad_input = grad_output.clone()
             grad_input[input < 0] = 0
             return grad_input

@@ -26,14 +26,22 @@ except ImportError:
     torch = None
 
 SIDES = ["engine", "numpy"] + (["torch"] if torch is not None else [])
-PEERS = [pytest.param(side, marks=pytest.mark.skipif(importlib.util.find_spec(peers.MODULE_OF[side]) is None,
-                                                     reason=f"{peers.MODULE_OF[side]} not installed"))
-         for side in peers.PEERS]
+PEERS = [
+    pytest.param(
+        side,
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec(peers.MODULE_OF[side]) is None, reason=f"{peers.MODULE_OF[side]} not installed"
+        ),
+    )
+    for side in peers.PEERS
+]
 
 
 def _host(values):
-    return [np.asarray(v.detach().numpy() if hasattr(v, "detach") else getattr(v, "data", v), dtype=np.float64)
-            for v in values]
+    return [
+        np.asarray(v.detach().numpy() if hasattr(v, "detach") else getattr(v, "data", v), dtype=np.float64)
+        for v in values
+    ]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -56,15 +64,19 @@ def test_chain_sides_compute_the_same_loss_and_gradient():
 
 @pytest.mark.parametrize("side", [*PEERS, "executor"])
 def test_peers_and_the_executor_compute_the_engines_chain_and_seed_net(side):
-    for build, rtol in ((lambda s: worker.chain_step(s, 20, count=1), 1e-5),
-                        (lambda s: worker.net_step(s, worker.SEED, np.dtype("float32"), count=1), 1e-4)):
+    for build, rtol in (
+        (lambda s: worker.chain_step(s, 20, count=1), 1e-5),
+        (lambda s: worker.net_step(s, worker.SEED, np.dtype("float32"), count=1), 1e-4),
+    ):
         got, want = _host(build(side)()), _host(build("engine")())
         assert len(got) == len(want)
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * np.abs(w).max(), err_msg=side)
 
 
-@pytest.mark.parametrize("side", [*PEERS, pytest.param("torch", marks=pytest.mark.skipif(torch is None, reason="no torch"))])
+@pytest.mark.parametrize(
+    "side", [*PEERS, pytest.param("torch", marks=pytest.mark.skipif(torch is None, reason="no torch"))]
+)
 def test_hessian_vector_products_agree_with_the_engine(side):
     want = _host(worker.hvp_step("engine")())
     got = _host(worker.hvp_step(side)())
@@ -79,13 +91,16 @@ def test_hessian_vector_products_agree_with_the_engine(side):
         b = engine.tensor(w2 + eps * v2, requires_grad=True)
         (engine.tensor(x).mm(a).tanh().mm(b) - engine.tensor(y)).pow(2).sum().backward()
         return a.grad.numpy(), b.grad.numpy()
+
     plus, minus = gradient(1e-6), gradient(-1e-6)
     for k in range(2):
         np.testing.assert_allclose(want[k], (plus[k] - minus[k]) / 2e-6, rtol=1e-5, atol=1e-5 * np.abs(want[k]).max())
 
 
-ENDPOINT_APPS = [pytest.param("torch_app", marks=pytest.mark.skipif(torch is None, reason="no torch")),
-                 pytest.param("jax_app", marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="no jax"))]
+ENDPOINT_APPS = [
+    pytest.param("torch_app", marks=pytest.mark.skipif(torch is None, reason="no torch")),
+    pytest.param("jax_app", marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="no jax")),
+]
 
 
 @pytest.mark.parametrize("app", ENDPOINT_APPS)
@@ -103,17 +118,26 @@ def test_hand_written_endpoints_answer_what_gradserve_answers(app, binary):
         body, headers = payloads.encode({}, arrays, binary)
         answer = test_client.post(f"/{model}/backward", content=body, headers=headers)
         assert answer.status_code == 200, answer.text
-        got, _ = endpoints.read_tensors(answer.content, answer.headers.get(endpoints.HEADER_LENGTH), ("outputs", "grads"))
+        got, _ = endpoints.read_tensors(
+            answer.content, answer.headers.get(endpoints.HEADER_LENGTH), ("outputs", "grads")
+        )
         gradserve_body, _ = payloads.encode(header, arrays, binary=False)
         result = executor.backward(decode_request(orjson.loads(gradserve_body), None, executor.limits))
         want = {**result.outputs, **result.grads}
         assert set(got) == set(want), model
         for name, value in want.items():
-            np.testing.assert_allclose(got[name].reshape(np.shape(value)), value, rtol=1e-4, atol=1e-4 * np.abs(value).max(),
-                                       err_msg=f"{app} {model} {name}")
+            np.testing.assert_allclose(
+                got[name].reshape(np.shape(value)),
+                value,
+                rtol=1e-4,
+                atol=1e-4 * np.abs(value).max(),
+                err_msg=f"{app} {model} {name}",
+            )
 
 
-@pytest.mark.parametrize("module", ["engine", "client", pytest.param("torch", marks=pytest.mark.skipif(torch is None, reason="no torch"))])
+@pytest.mark.parametrize(
+    "module", ["engine", "client", pytest.param("torch", marks=pytest.mark.skipif(torch is None, reason="no torch"))]
+)
 def test_the_tensor_program_runs_the_same_steps_on_every_module(module, monkeypatch):
     monkeypatch.delenv("GRADSERVE_URL", raising=False)
     dims = (8, 20, 6, 3)
@@ -131,15 +155,24 @@ def test_the_tensor_program_runs_the_same_steps_on_every_module(module, monkeypa
 def test_a_missing_peer_reads_not_installed():
     present, missing = common.installed(["engine", "ghost"], {"ghost": "no_such_module_for_gradserve"})
     assert present == ["engine"]
-    md, ratios = common.timing_table({"engine": {"times": [1e-3, 2e-3], "extra": [], "error": None}, **missing},
-                                     {"engine": "engine", "ghost": "a ghost"}, ["engine"])
+    md, ratios = common.timing_table(
+        {"engine": {"times": [1e-3, 2e-3], "extra": [], "error": None}, **missing},
+        {"engine": "engine", "ghost": "a ghost"},
+        ["engine"],
+    )
     assert "| a ghost | not installed (no_such_module_for_gradserve) |" in md
     assert ratios == {("engine", "engine"): 1.0}
 
 
 def test_server_cpu_is_read_from_the_process_group():
-    burn = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\ntime.sleep(30)"],
-                            start_new_session=True)
+    burn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\ntime.sleep(30)",
+        ],
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while loadgen.group_cpu_seconds(burn.pid) < 0.4 and time.monotonic() < deadline:
@@ -164,8 +197,13 @@ def test_verdicts_and_reasons():
 
 def test_report_is_written_with_machine_facts_and_targets(tmp_path):
     out = tmp_path / "report.md"
-    run = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--parts", "5", "--out", str(out)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--parts", "5", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     text = out.read_text()
     assert text.startswith("# gradserve benchmarks")
@@ -176,4 +214,7 @@ def test_report_is_written_with_machine_facts_and_targets(tmp_path):
     for target in parts.GPU_TARGETS_14:
         assert f"| 5 | {target} | - |" in text
     if "| GPU (engine.backend.gpu_available) | False |" in text:
-        assert "| 5 | GPU seed net through the server ≤1.2x a hand-written CuPy floor (#14) | - | not run: no GPU in this session |" in text
+        assert (
+            "| 5 | GPU seed net through the server ≤1.2x a hand-written CuPy floor (#14) | - | not run: no GPU in this session |"
+            in text
+        )

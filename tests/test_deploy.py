@@ -61,7 +61,6 @@ BACKWARD_REQUEST = {
 }
 
 
-
 @pytest.fixture(scope="module")
 def known_settings() -> set[str]:
     """GRADSERVE_* names the service reads; pydantic-settings silently ignores any other."""
@@ -448,8 +447,7 @@ def test_compose_scale_profile_puts_replicas_behind_nginx(compose):
 
     mounts = [v.split(":") for v in lb["volumes"]]
     assert any(
-        (ROOT / host).resolve() == NGINX_CONF and container == "/etc/nginx/nginx.conf"
-        for host, container, *_ in mounts
+        (ROOT / host).resolve() == NGINX_CONF and container == "/etc/nginx/nginx.conf" for host, container, *_ in mounts
     )
 
 
@@ -467,9 +465,7 @@ def test_nginx_upstream_is_the_replica_service(nginx, compose):
     name, body = upstreams[0]
     assert re.search(rf"proxy_pass\s+http://{re.escape(name)}\s*;", nginx)
     servers = re.findall(r"^\s*server\s+([^\s;]+)", body, re.M)
-    (replica,) = [
-        n for n, s in compose["services"].items() if "scale" in s.get("profiles", []) and "build" in s
-    ]
+    (replica,) = [n for n, s in compose["services"].items() if "scale" in s.get("profiles", []) and "build" in s]
     assert servers == [f"{replica}:{PORT}"]
 
 
@@ -644,9 +640,7 @@ def running_server(log: Path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRADSERVE_")}
     with log.open("w") as sink:
-        proc = subprocess.Popen(
-            local_start_command(port), cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT
-        )
+        proc = subprocess.Popen(local_start_command(port), cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT)
     try:
         base_url = f"http://127.0.0.1:{port}"
         wait_healthy(proc, base_url, log)

@@ -20,8 +20,11 @@ from wire.messages import (
 )
 
 X = np.arange(6, dtype=np.float32).reshape(2, 3)
-GRAPH = {"version": 1, "nodes": [{"id": "x", "op": "input", "requires_grad": True},
-                                 {"id": "s", "op": "sum", "inputs": ["x"]}], "outputs": ["s"]}
+GRAPH = {
+    "version": 1,
+    "nodes": [{"id": "x", "op": "input", "requires_grad": True}, {"id": "s", "op": "sum", "inputs": ["x"]}],
+    "outputs": ["s"],
+}
 
 
 @pytest.mark.parametrize("binary", [True, False])
@@ -41,8 +44,14 @@ def test_handle_answers_a_body_as_run_arrays_answers_its_arrays(binary):
 
 def test_run_arrays_hands_arrays_over_without_copies_and_read_only():
     x = X.copy()
-    graph = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "r", "op": "reshape", "inputs": ["x"],
-                                                                  "attrs": {"shape": [3, 2]}}], "outputs": ["x", "r"]}
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "x", "op": "input"},
+            {"id": "r", "op": "reshape", "inputs": ["x"], "attrs": {"shape": [3, 2]}},
+        ],
+        "outputs": ["x", "r"],
+    }
     result = run_arrays(Executor(), "/forward", {"graph": graph}, [("x", x)])
     for name in ("x", "r"):
         assert np.shares_memory(result.outputs[name], x)
@@ -54,8 +63,15 @@ def test_run_arrays_hands_arrays_over_without_copies_and_read_only():
 
 
 def test_run_arrays_keeps_the_limits_a_body_meets():
-    graph = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": "input"},
-                                     {"id": "s", "op": "add", "inputs": ["x", "y"]}], "outputs": ["s"]}
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "x", "op": "input"},
+            {"id": "y", "op": "input"},
+            {"id": "s", "op": "add", "inputs": ["x", "y"]},
+        ],
+        "outputs": ["s"],
+    }
     small = Executor(Limits(max_tensor_elements=5))
     with pytest.raises(GraphError) as err:
         run_arrays(small, "/forward", {"graph": graph}, [("x", X), ("y", X)])

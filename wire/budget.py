@@ -30,10 +30,10 @@ LEAVES = ("input", "arg", "grad_output", "forward_value")
 @dataclass(frozen=True)
 class Cost:
     peak_bytes: int
-    peak_node: str | None   # the node running when the peak is reached
-    work: int               # flop-equivalents (see engine.costs)
-    work_node: str | None   # the node with the most work
-    node_work: int          # that node's work
+    peak_node: str | None  # the node running when the peak is reached
+    work: int  # flop-equivalents (see engine.costs)
+    work_node: str | None  # the node with the most work
+    node_work: int  # that node's work
 
 
 def nbytes(meta) -> int:
@@ -194,10 +194,17 @@ def _node(plan, node_id):
 def check_budgets(cost: Cost, plan, limits):
     """Raise the 413 (kind too_large) for a request whose planned cost is over a budget of `limits`."""
     if cost.peak_bytes > limits.max_request_bytes:
-        raise RequestError(f"{_node(plan, cost.peak_node)}: the request would need {_figure(cost.peak_bytes)} at its peak, "
-                           f"over the budget of {_figure(limits.max_request_bytes)} (max_request_bytes)",
-                           node=cost.peak_node, kind="too_large")
+        raise RequestError(
+            f"{_node(plan, cost.peak_node)}: the request would need {_figure(cost.peak_bytes)} at its peak, "
+            f"over the budget of {_figure(limits.max_request_bytes)} (max_request_bytes)",
+            node=cost.peak_node,
+            kind="too_large",
+        )
     if cost.work > limits.max_request_work:
-        raise RequestError(f"{_node(plan, cost.work_node)}: the request's work would be {cost.work:.3g} flop-equivalents "
-                           f"(this node {cost.node_work:.3g}), over the budget of {limits.max_request_work:.3g} "
-                           f"(max_request_work)", node=cost.work_node, kind="too_large")
+        raise RequestError(
+            f"{_node(plan, cost.work_node)}: the request's work would be {cost.work:.3g} flop-equivalents "
+            f"(this node {cost.node_work:.3g}), over the budget of {limits.max_request_work:.3g} "
+            f"(max_request_work)",
+            node=cost.work_node,
+            kind="too_large",
+        )

@@ -77,10 +77,14 @@ def check_header(obj, where: str, max_elements: int):
         raise TensorError(f"{where}: tensor 'name' must be a non-empty string", field=f"{where}.name")
     shape = obj.get("shape")
     if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):  # int: not bool
-        raise TensorError(f"tensor {name!r}: 'shape' must be a list of non-negative integers, got {shape!r}", field=f"{where}.shape")
+        raise TensorError(
+            f"tensor {name!r}: 'shape' must be a list of non-negative integers, got {shape!r}", field=f"{where}.shape"
+        )
     if len(shape) > MAX_DIMS:
-        raise TensorError(f"tensor {name!r}: shape has {len(shape)} dimensions, more than the limit of {MAX_DIMS}",
-                          field=f"{where}.shape")
+        raise TensorError(
+            f"tensor {name!r}: shape has {len(shape)} dimensions, more than the limit of {MAX_DIMS}",
+            field=f"{where}.shape",
+        )
     count = element_count(shape, max_elements, f"tensor {name!r}", f"{where}.shape")
     datatype = obj.get("datatype")
     if datatype not in DATATYPES:
@@ -100,7 +104,9 @@ def element_count(shape, max_elements: int, what: str, field: str) -> int:
         if extent > max_elements:
             raise TensorError(
                 f"{what}: shape {shape} has more than the limit of {max_elements} elements "
-                f"(counting its non-zero dimensions)", field=field, kind="too_large",
+                f"(counting its non-zero dimensions)",
+                field=field,
+                kind="too_large",
             )
     return 0 if 0 in shape else extent
 
@@ -149,15 +155,18 @@ def _from_list(name, data, dtype, shape, count, where):
                 raise ValueError("values must be numbers (or NaN, Infinity, -Infinity in float tensors)")
             array = numpy.asarray(_unspell(data))
         kind = array.dtype.kind
-        if kind not in "biuf" or (array.size and ((kind == "f" and dtype.kind != "f") or (dtype.kind == "b" and kind != "b"))):
+        if kind not in "biuf" or (
+            array.size and ((kind == "f" and dtype.kind != "f") or (dtype.kind == "b" and kind != "b"))
+        ):
             raise ValueError(f"values of kind {array.dtype} for a {dtype.name} tensor")
         if dtype.kind in "iu" and array.size:
             info = numpy.iinfo(dtype)
             if array.min() < info.min or array.max() > info.max:
                 raise ValueError(f"values outside the range of {dtype.name} [{info.min}, {info.max}]")
     except (TensorError, ValueError, TypeError, OverflowError) as err:
-        raise TensorError(f"tensor {name!r}: data is not a (nested) list of {dtype.name} values: {err}",
-                          field=f"{where}.data") from None
+        raise TensorError(
+            f"tensor {name!r}: data is not a (nested) list of {dtype.name} values: {err}", field=f"{where}.data"
+        ) from None
     if array.size != count:
         raise TensorError(
             f"tensor {name!r}: data has {array.size} elements but shape {list(shape)} needs {count}",
@@ -174,7 +183,10 @@ def decode_json(obj, where: str, max_elements: int):
 def _decode_json(obj, checked, where: str):
     name, shape, dtype, count = checked
     if "data" not in obj:
-        raise TensorError(f"tensor {name!r}: missing 'data' (or parameters.binary_data_size for a binary tensor)", field=f"{where}.data")
+        raise TensorError(
+            f"tensor {name!r}: missing 'data' (or parameters.binary_data_size for a binary tensor)",
+            field=f"{where}.data",
+        )
     data = obj["data"]
     if not isinstance(data, (list, numpy.ndarray)):  # an ndarray: an in-process caller's (`wire.handler.run_arrays`)
         data = [data]
@@ -187,11 +199,15 @@ def binary_size(obj, where: str = "tensor"):
     if isinstance(params, dict) and "binary_data_size" in params:
         size = params["binary_data_size"]
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise TensorError(f"parameters.binary_data_size must be a non-negative integer, got {size!r}",
-                              field=f"{where}.parameters.binary_data_size")
+            raise TensorError(
+                f"parameters.binary_data_size must be a non-negative integer, got {size!r}",
+                field=f"{where}.parameters.binary_data_size",
+            )
         if "data" in obj:
-            raise TensorError(f"tensor {obj.get('name')!r} has both 'data' and parameters.binary_data_size; "
-                              "send one or the other", field=f"{where}.data")
+            raise TensorError(
+                f"tensor {obj.get('name')!r} has both 'data' and parameters.binary_data_size; send one or the other",
+                field=f"{where}.data",
+            )
         return size
     return None
 
@@ -232,11 +248,13 @@ def _binary_view(checked, size: int, where: str, tail, offset: int):
     if size != count * dtype.itemsize:
         raise TensorError(
             f"tensor {name!r}: binary_data_size {size} does not match shape {list(shape)} of {dtype.name} "
-            f"({count * dtype.itemsize} bytes)", field=f"{where}.parameters.binary_data_size",
+            f"({count * dtype.itemsize} bytes)",
+            field=f"{where}.parameters.binary_data_size",
         )
     if tail is None or offset + size > len(tail):
         raise TensorError(
-            f"tensor {name!r}: the body ends before its {size} bytes of binary data", field=f"{where}.parameters.binary_data_size",
+            f"tensor {name!r}: the body ends before its {size} bytes of binary data",
+            field=f"{where}.parameters.binary_data_size",
             kind="malformed",
         )
     array = numpy.frombuffer(tail, dtype=dtype, count=count, offset=offset).reshape(shape)
@@ -264,7 +282,7 @@ def _json_array(flat) -> orjson.Fragment:
             return orjson.Fragment(text)
     pieces = []
     for start in range(0, flat.size, _CHUNK):
-        chunk = flat[start:start + _CHUNK]
+        chunk = flat[start : start + _CHUNK]
         text = dumps(chunk)
         raw = memoryview(text)[1:-1]
         if floats and b"n" in text:
@@ -318,7 +336,12 @@ def encode_binary(name: str, array, buffers: list) -> dict:
     datatype = datatype_of(array.dtype)
     raw = numpy.ascontiguousarray(array, dtype=DATATYPES[datatype])
     buffers.append(memoryview(raw).cast("B") if raw.size else b"")
-    return {"name": name, "shape": list(array.shape), "datatype": datatype, "parameters": {"binary_data_size": raw.nbytes}}
+    return {
+        "name": name,
+        "shape": list(array.shape),
+        "datatype": datatype,
+        "parameters": {"binary_data_size": raw.nbytes},
+    }
 
 
 def dumps(obj) -> bytes:
@@ -331,7 +354,9 @@ def split_body(body: bytes, header_length: int | None):
         return body, None
     if header_length < 0 or header_length > len(body):
         raise TensorError(
-            f"{HEADER_LENGTH} is {header_length} but the body has only {len(body)} bytes", field=HEADER_LENGTH, kind="malformed"
+            f"{HEADER_LENGTH} is {header_length} but the body has only {len(body)} bytes",
+            field=HEADER_LENGTH,
+            kind="malformed",
         )
     view = memoryview(body)
     return view[:header_length], view[header_length:]

@@ -24,8 +24,16 @@ MAX_INSTRUCTIONS = 4000
 class _Source:
     def __init__(self):
         self.lines = []
-        self.env = {"nd": numpy.ndarray, "asarray": _as_array, "add": _add, "cancelled": cancelled, "ForTheEngine": ForTheEngine,
-                    "V": Variable._result, "grad_state": grad_state, "backend": backend}
+        self.env = {
+            "nd": numpy.ndarray,
+            "asarray": _as_array,
+            "add": _add,
+            "cancelled": cancelled,
+            "ForTheEngine": ForTheEngine,
+            "V": Variable._result,
+            "grad_state": grad_state,
+            "backend": backend,
+        }
 
     def const(self, value, prefix="k") -> str:
         name = f"{prefix}{len(self.env)}"
@@ -88,7 +96,11 @@ def _backward(src, program):
     assigned = set()
     for name, reg, shape, dtype in program.seeds:
         src.line(f"r{reg} = G.get({name!r})")
-        ones = f"backend.xp.array(1, {src.const(dtype, 'd')})" if shape == () else f"backend.xp.ones({shape!r}, {src.const(dtype, 'd')})"
+        ones = (
+            f"backend.xp.array(1, {src.const(dtype, 'd')})"
+            if shape == ()
+            else f"backend.xp.ones({shape!r}, {src.const(dtype, 'd')})"
+        )
         src.line(f"if r{reg} is None: r{reg} = {ones}")  # array(1, d): ones((), d) parses its shape (1 µs)
         src.line(f"elif tuple(r{reg}.shape) != {shape!r}: raise ForTheEngine('grad_outputs shape')")
         src.line(f"else: r{reg} = backend.to_active(r{reg}).astype({src.const(dtype, 'd')}, copy=False)")
@@ -102,8 +114,10 @@ def _backward(src, program):
     src.line("pass", 2)
     src.line("finally:")
     src.line("grad_state.enabled = previous", 2)
-    grads = ", ".join(f"{name!r}: r{reg}" if reg in assigned else f"{name!r}: backend.array_module(r{target}).zeros_like(r{target})"
-                      for name, reg, target in program.grads)
+    grads = ", ".join(
+        f"{name!r}: r{reg}" if reg in assigned else f"{name!r}: backend.array_module(r{target}).zeros_like(r{target})"
+        for name, reg, target in program.grads
+    )
     src.line(f"return outputs, {{{grads}}}")
 
 
@@ -140,7 +154,10 @@ def _vjp(src, ins, assigned):
             given = ins.on_arrays[i] if ins.on_arrays else None
             if given is None:  # decided as it runs, as the engine does
                 src.line(f"if type(g{i}) is not nd: g{i} = asarray(g{i}, xp)", 2)
-                src.line(f"if g{i}.shape != {shape!r} or g{i}.dtype != {d}: g{i} = {src.const(fit, 'fit')}(g{i}, {shape!r}, {d})", 2)
+                src.line(
+                    f"if g{i}.shape != {shape!r} or g{i}.dtype != {d}: g{i} = {src.const(fit, 'fit')}(g{i}, {shape!r}, {d})",
+                    2,
+                )
             else:  # array operators: shape and dtype follow from the operands', known now
                 if given[0] == ():
                     src.line(f"if type(g{i}) is not nd: g{i} = asarray(g{i}, xp)", 2)

@@ -35,8 +35,13 @@ class Fallback(Exception):
     """Why a plan is run on the engine rather than compiled."""
 
 
-UNCOMPILED = {"function": "function node", "grad": "grad node", "arg": "subgraph", "grad_output": "subgraph",
-              "forward_value": "subgraph"}
+UNCOMPILED = {
+    "function": "function node",
+    "grad": "grad node",
+    "arg": "subgraph",
+    "grad_output": "subgraph",
+    "forward_value": "subgraph",
+}
 
 
 @dataclass(eq=False, slots=True)
@@ -44,8 +49,8 @@ class _Value:
     reg: int
     shape: tuple
     dtype: object
-    rg: bool = False     # requires grad
-    node: bool = False   # a recorded node produced it
+    rg: bool = False  # requires grad
+    node: bool = False  # a recorded node produced it
     scalar: object = None  # a Python number constant (coerced by each consumer)
 
 
@@ -79,9 +84,9 @@ class _Compiler:
         self.registers = 0
         self.constants = []
         self.forward = []
-        self.edges = {}    # node (step id) -> per input: ("n", step id), ("l", input name) or None
-        self.steps = {}    # node -> (Step, [input _Value])
-        self.reads = {}    # register -> last instruction index reading it (forward, then backward)
+        self.edges = {}  # node (step id) -> per input: ("n", step id), ("l", input name) or None
+        self.steps = {}  # node -> (Step, [input _Value])
+        self.reads = {}  # register -> last instruction index reading it (forward, then backward)
 
     def new(self) -> int:
         self.registers += 1
@@ -132,8 +137,9 @@ class _Compiler:
         node = rg_in and spec.differentiable and dtype.kind == "f"
         self.values[step.id] = _Value(out, shape, dtype, node, node)
         if node:
-            self.edges[step.id] = tuple(("n", i) if v.node else ("l", i) if v.rg else None
-                                        for i, v in zip(step.inputs, inputs))
+            self.edges[step.id] = tuple(
+                ("n", i) if v.node else ("l", i) if v.rg else None for i, v in zip(step.inputs, inputs)
+            )
             self.steps[step.id] = (step, inputs, regs)
         for r in regs:
             self.reads[r] = len(self.forward) - 1
@@ -144,8 +150,10 @@ class _Compiler:
         if all(v.scalar is None for v in inputs):
             return inputs
         made = coerce([v.scalar if v.scalar is not None else _placeholder(v) for v in inputs])
-        return [v if v.scalar is None else _Value(self.constant(m._data), m._data.shape, m._data.dtype)
-                for v, m in zip(inputs, made)]
+        return [
+            v if v.scalar is None else _Value(self.constant(m._data), m._data.shape, m._data.dtype)
+            for v, m in zip(inputs, made)
+        ]
 
     def output_register(self, name):
         value = self.values[name]
@@ -178,7 +186,7 @@ class _Backward:
         self.program = program
         self.keep = keep
         self.grad_reg = {}  # node -> register of its accumulated gradient
-        self.capture = {}   # wrt name -> register of its gradient
+        self.capture = {}  # wrt name -> register of its gradient
 
     def build(self, wrt, seeded):
         c, plan = self.c, self.c.plan
@@ -312,9 +320,20 @@ class _Backward:
                 if type(reg) is int:
                     c.reads[reg] = index
         on_arrays = vjps_on_arrays(op, needs, inputs, c.values[node], step.attrs, saved) if called else None
-        self.program.backward.append(Vjp(op, step.attrs, self.grad_reg[node], ans, tuple(saved), needs,
-                                         tuple(dests) if called else (), self.capture.get(target), (), on_arrays))
-
+        self.program.backward.append(
+            Vjp(
+                op,
+                step.attrs,
+                self.grad_reg[node],
+                ans,
+                tuple(saved),
+                needs,
+                tuple(dests) if called else (),
+                self.capture.get(target),
+                (),
+                on_arrays,
+            )
+        )
 
 
 def _saved(op, i, count, edge, value, reg):
@@ -372,7 +391,9 @@ def run_compiled(plan, shapes, request, differentiate: bool, charge):
             program = why
         except Exception as err:  # noqa: BLE001 - a plan the compiler does not understand runs on the engine
             program = Fallback(f"not compiled: {type(err).__name__}: {err}")
-        if isinstance(program, Program) and not charge(plan, INSTRUCTION_BYTES * (len(program.forward) + len(program.backward))):
+        if isinstance(program, Program) and not charge(
+            plan, INSTRUCTION_BYTES * (len(program.forward) + len(program.backward))
+        ):
             program = Fallback("the program would not fit in the plan cache's bytes")
         shapes.programs[key] = program
     if isinstance(program, Fallback):

@@ -15,8 +15,9 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
     grad_outputs = grad_outputs or {}
     unknown = set(grad_outputs) - set(execution.outputs)
     if unknown:
-        raise GraphError(f"grad_outputs names {sorted(unknown)!r}, which are not outputs of the graph",
-                         field="grad_outputs")
+        raise GraphError(
+            f"grad_outputs names {sorted(unknown)!r}, which are not outputs of the graph", field="grad_outputs"
+        )
     wrt = [n for n in execution.plan.inputs if n in execution.plan.requires_grad] if wrt is None else list(wrt)
     if not wrt:
         raise GraphError("nothing to differentiate: no input has requires_grad and 'wrt' is empty", field="wrt")
@@ -25,8 +26,12 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
         v = execution.values.get(name)
         if not isinstance(v, Variable):
             if any(step.id == name for step in execution.plan.steps):
-                raise GraphError(f"wrt names {name!r}, an intermediate value the run did not keep: name intermediates in "
-                                 "wrt with the request that runs the graph", node=name, field="wrt")
+                raise GraphError(
+                    f"wrt names {name!r}, an intermediate value the run did not keep: name intermediates in "
+                    "wrt with the request that runs the graph",
+                    node=name,
+                    field="wrt",
+                )
             raise GraphError(f"wrt names {name!r}, which is not a node of the graph", node=name, field="wrt")
         if not v.requires_grad:
             raise GraphError(f"wrt names {name!r}, which does not require grad", node=name, field="wrt")
@@ -40,12 +45,18 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
             if out._data.size != 1:
                 raise GraphError(
                     f"output {name!r} has shape {list(out.shape)}: a gradient can be implied only for scalar outputs; "
-                    f"pass grad_outputs with a tensor named {name!r}", node=name, field="grad_outputs")
+                    f"pass grad_outputs with a tensor named {name!r}",
+                    node=name,
+                    field="grad_outputs",
+                )
             seed = backend.array_module(out._data).ones_like(out._data)
         else:
             if tuple(seed.shape) != tuple(out.shape):
-                raise GraphError(f"grad_outputs {name!r} has shape {list(seed.shape)} but the output has shape {list(out.shape)}",
-                                 node=name, field="grad_outputs")
+                raise GraphError(
+                    f"grad_outputs {name!r} has shape {list(seed.shape)} but the output has shape {list(out.shape)}",
+                    node=name,
+                    field="grad_outputs",
+                )
             seed = backend.to_active(seed).astype(out.dtype, copy=False)
         outs.append(out)
         seeds.append(Variable._result(seed, None))
@@ -59,7 +70,9 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
         except GraphError:
             raise
         except (RuntimeError, TypeError, ValueError, ArithmeticError) as err:
-            raise GraphError(f"backward failed: {err}", kind="conflict" if isinstance(err, GraphFreedError) else "invalid") from None
+            raise GraphError(
+                f"backward failed: {err}", kind="conflict" if isinstance(err, GraphFreedError) else "invalid"
+            ) from None
     execution.freed = not retain_graph
     return {
         name: (g._data if g is not None else backend.array_module(t._data).zeros_like(t._data))

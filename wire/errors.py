@@ -45,7 +45,8 @@ class TapeFreedError(GraphError):
         super().__init__(
             "Trying to backward through the tape a second time: its saved values were freed by the previous backward. "
             "Pass parameters.retain_graph=true with a backward that should keep the tape.",
-            field="tape", kind="conflict",
+            field="tape",
+            kind="conflict",
         )
 
 

@@ -41,10 +41,15 @@ class Executor:
         if request.graph is None and request.plan is not None:
             plan, key = self.plans.by_id(request.plan), None
             if plan is None:
-                raise RequestError(f"plan {request.plan!r} is not (or no longer) held by this server; send the graph",
-                                   field="plan", kind="not_found")
+                raise RequestError(
+                    f"plan {request.plan!r} is not (or no longer) held by this server; send the graph",
+                    field="plan",
+                    kind="not_found",
+                )
         elif request.graph is None:
-            raise RequestError("'graph' is required (or 'plan', or 'tape' for a backward through a retained tape)", field="graph")
+            raise RequestError(
+                "'graph' is required (or 'plan', or 'tape' for a backward through a retained tape)", field="graph"
+            )
         else:
             plan, key = self.plans.lookup(request.graph, self.limits)
         shapes = check_request_inputs(plan, request.inputs)
@@ -70,10 +75,19 @@ class Executor:
         if shapes.largest > big:
             node_id = shapes.largest_node
             meta = shapes.bounds.get(node_id)
-            where = f" (shape {list(meta[0])})" if meta is not None and math.prod(meta[0]) == shapes.largest else " (inside its function)"
-            raise RequestError(f"node {node_id!r} would hold {shapes.largest} elements{where}, over the limit of {big}",
-                               node=node_id, kind="too_large")
-        raise RequestError(f"the graph's values would hold {shapes.total} elements, over the limit", field="graph", kind="too_large")
+            where = (
+                f" (shape {list(meta[0])})"
+                if meta is not None and math.prod(meta[0]) == shapes.largest
+                else " (inside its function)"
+            )
+            raise RequestError(
+                f"node {node_id!r} would hold {shapes.largest} elements{where}, over the limit of {big}",
+                node=node_id,
+                kind="too_large",
+            )
+        raise RequestError(
+            f"the graph's values would hold {shapes.total} elements, over the limit", field="graph", kind="too_large"
+        )
 
     def is_light(self, request: Request, max_steps: int = 32, max_elements: int = 4096) -> bool:
         """Whether running `request` is certainly cheap: a graph (not a tape) of at most `max_steps`
@@ -84,8 +98,14 @@ class Executor:
         plan, shapes = self._plan(request)
         return len(plan.steps) <= max_steps and shapes.all_known and shapes.total <= max_elements
 
-    def is_short(self, request: Request, max_steps: int = 256, max_elements: int = 2**18, max_work: int = 2**27,
-                 max_bytes: int = 32 * 2**20) -> bool:
+    def is_short(
+        self,
+        request: Request,
+        max_steps: int = 256,
+        max_elements: int = 2**18,
+        max_work: int = 2**27,
+        max_bytes: int = 32 * 2**20,
+    ) -> bool:
         """Whether running `request` certainly takes at most milliseconds: `is_light`'s test with
         `max_steps` and `max_elements`, and a planned cost (forward and backward, wire.budget)
         within `max_work` flop-equivalents and `max_bytes` at its peak. The defaults bound it at
@@ -99,7 +119,9 @@ class Executor:
 
     def forward(self, request: Request) -> Result:
         if request.tape is not None or request.grad_outputs or request.wrt is not None:
-            raise RequestError("/forward takes no tape, grad_outputs or wrt", field="tape" if request.tape else "grad_outputs")
+            raise RequestError(
+                "/forward takes no tape, grad_outputs or wrt", field="tape" if request.tape else "grad_outputs"
+            )
         plan, shapes = self._admit(request, differentiate=request.retain_graph)
         if not request.retain_graph and self.compiled:
             done = run_compiled(plan, shapes, request, False, self.plans.charge)
@@ -125,7 +147,9 @@ class Executor:
                 self.tapes.restore(request.tape, execution)
             else:
                 self.tapes.mark_freed(request.tape)
-            return Result(request.id, execution.output_arrays(), grads, tape=request.tape if request.retain_graph else None)
+            return Result(
+                request.id, execution.output_arrays(), grads, tape=request.tape if request.retain_graph else None
+            )
         plan, shapes = self._admit(request, differentiate=True)
         if not request.retain_graph and self.compiled:
             done = run_compiled(plan, shapes, request, True, self.plans.charge)

@@ -23,9 +23,11 @@ from engine.registry import OPS, coerce, trusted
 from engine.variable import Variable
 from wire.errors import GraphError
 
-DOC = ("the gradient of inputs[0] with respect to inputs[1] (optional inputs[2]: the grad_output, default 1 for a "
-       "one-element inputs[0]), recorded so that later nodes and a backward differentiate through it; zeros where "
-       "inputs[0] does not depend on inputs[1]; graph version 1.1")
+DOC = (
+    "the gradient of inputs[0] with respect to inputs[1] (optional inputs[2]: the grad_output, default 1 for a "
+    "one-element inputs[0]), recorded so that later nodes and a backward differentiate through it; zeros where "
+    "inputs[0] does not depend on inputs[1]; graph version 1.1"
+)
 MINOR_VERSION = 1  # the graph format's minor version that introduced the node
 # The most grad nodes nested in one another (the order of derivative). Each level records a
 # graph a few times the size of the one it differentiates, so cost grows exponentially with
@@ -36,12 +38,17 @@ MAX_ORDER = 4
 def parse_step(step_class, node_id, raw_inputs, attrs, scope):
     """The Step of a grad node (its references are checked by the caller)."""
     if scope != "graph":
-        raise GraphError(f"node {node_id!r}: grad nodes are not allowed inside a function subgraph", node=node_id, field="op")
+        raise GraphError(
+            f"node {node_id!r}: grad nodes are not allowed inside a function subgraph", node=node_id, field="op"
+        )
     if attrs:
         raise GraphError(f"grad node {node_id!r} takes no attrs", node=node_id, field="attrs")
     if len(raw_inputs) not in (2, 3):
-        raise GraphError(f"grad node {node_id!r} takes 2 or 3 inputs (output, wrt[, grad_output]), got {len(raw_inputs)}",
-                         node=node_id, field="inputs")
+        raise GraphError(
+            f"grad node {node_id!r} takes 2 or 3 inputs (output, wrt[, grad_output]), got {len(raw_inputs)}",
+            node=node_id,
+            field="inputs",
+        )
     return step_class(node_id, "grad", tuple(raw_inputs), {})
 
 
@@ -52,8 +59,11 @@ def plan_grad_steps(steps, declared_requires_grad, minor_version) -> frozenset:
     if not grad_steps:
         return frozenset()
     if minor_version < MINOR_VERSION:
-        raise GraphError(f"grad node {grad_steps[0].id!r} needs graph version \"1.1\" (the graph declares 1.{minor_version})",
-                         node=grad_steps[0].id, field="graph.version")
+        raise GraphError(
+            f'grad node {grad_steps[0].id!r} needs graph version "1.1" (the graph declares 1.{minor_version})',
+            node=grad_steps[0].id,
+            field="graph.version",
+        )
     _check_order(steps)
     input_ids = {s.id for s in steps if s.op == "input"}
     wrt_inputs = frozenset(s.inputs[1] for s in grad_steps if s.inputs[1] in input_ids)
@@ -62,8 +72,12 @@ def plan_grad_steps(steps, declared_requires_grad, minor_version) -> frozenset:
     for s in grad_steps:
         wrt = s.inputs[1]
         if wrt not in differentiable:
-            raise GraphError(f"grad node {s.id!r}: cannot differentiate with respect to {wrt!r}: it depends on no input "
-                             "that requires grad (or only through non-differentiable ops)", node=s.id, field="inputs")
+            raise GraphError(
+                f"grad node {s.id!r}: cannot differentiate with respect to {wrt!r}: it depends on no input "
+                "that requires grad (or only through non-differentiable ops)",
+                node=s.id,
+                field="inputs",
+            )
         groups.setdefault(_group_key(s), []).append(wrt)
     for s in grad_steps:
         s.attrs = {"group": tuple(dict.fromkeys(groups[_group_key(s)]))}
@@ -76,8 +90,13 @@ def _check_order(steps):
         below = max((order.get(i, 0) for i in s.inputs), default=0)
         order[s.id] = below + 1 if s.op == "grad" else below
         if order[s.id] > MAX_ORDER:
-            raise GraphError(f"grad node {s.id!r} is a derivative of order {order[s.id]}, over the limit of {MAX_ORDER} "
-                             "(grad nodes nested in one another)", node=s.id, field="inputs", kind="too_large")
+            raise GraphError(
+                f"grad node {s.id!r} is a derivative of order {order[s.id]}, over the limit of {MAX_ORDER} "
+                "(grad nodes nested in one another)",
+                node=s.id,
+                field="inputs",
+                kind="too_large",
+            )
 
 
 def _group_key(step):
@@ -102,14 +121,25 @@ def infer(step, known):
     if len(step.inputs) == 3:
         v = known.get(step.inputs[2])
         if y is not None and v is not None and tuple(v[0]) != tuple(y[0]):
-            raise GraphError(f"grad node {step.id!r}: grad_output {step.inputs[2]!r} has shape {list(v[0])} but "
-                             f"{step.inputs[0]!r} has shape {list(y[0])}", node=step.id, field="inputs")
+            raise GraphError(
+                f"grad node {step.id!r}: grad_output {step.inputs[2]!r} has shape {list(v[0])} but "
+                f"{step.inputs[0]!r} has shape {list(y[0])}",
+                node=step.id,
+                field="inputs",
+            )
     elif y is not None and _size(y[0]) != 1:
-        raise GraphError(f"grad node {step.id!r}: {step.inputs[0]!r} has shape {list(y[0])}: a gradient can be implied only "
-                         "for one-element outputs; give a grad_output as the third input", node=step.id, field="inputs")
+        raise GraphError(
+            f"grad node {step.id!r}: {step.inputs[0]!r} has shape {list(y[0])}: a gradient can be implied only "
+            "for one-element outputs; give a grad_output as the third input",
+            node=step.id,
+            field="inputs",
+        )
     if x is not None and getattr(x[1], "kind", "f") != "f":
-        raise GraphError(f"grad node {step.id!r}: {step.inputs[1]!r} is {x[1]}; only floating point values have gradients",
-                         node=step.id, field="inputs")
+        raise GraphError(
+            f"grad node {step.id!r}: {step.inputs[1]!r} is {x[1]}; only floating point values have gradients",
+            node=step.id,
+            field="inputs",
+        )
     return x
 
 
@@ -139,7 +169,9 @@ def _gradients(step, values, wrts) -> dict:
     if isinstance(out, Variable) and out.requires_grad and live:
         seed = _seed(step, out, values)
         try:
-            grads = engine_grad([out], [targets[w] for w in live], [seed], retain_graph=True, create_graph=True, allow_unused=True)
+            grads = engine_grad(
+                [out], [targets[w] for w in live], [seed], retain_graph=True, create_graph=True, allow_unused=True
+            )
         except RuntimeError as err:
             raise GraphError(f"grad node {step.id!r} failed: {err}", node=step.id) from None
         found = {w: g for w, g in zip(live, grads) if g is not None}
@@ -149,13 +181,20 @@ def _gradients(step, values, wrts) -> dict:
 def _seed(step, out, values):
     if len(step.inputs) == 2:
         if out._data.size != 1:
-            raise GraphError(f"grad node {step.id!r}: {step.inputs[0]!r} has shape {list(out.shape)}: give a grad_output",
-                             node=step.id, field="inputs")
+            raise GraphError(
+                f"grad node {step.id!r}: {step.inputs[0]!r} has shape {list(out.shape)}: give a grad_output",
+                node=step.id,
+                field="inputs",
+            )
         return Variable._result(backend.array_module(out._data).ones_like(out._data), None)
     seed = coerce([out, values[step.inputs[2]]])[1]
     if tuple(seed.shape) != tuple(out.shape):
-        raise GraphError(f"grad node {step.id!r}: grad_output {step.inputs[2]!r} has shape {list(seed.shape)} but "
-                         f"{step.inputs[0]!r} has shape {list(out.shape)}", node=step.id, field="inputs")
+        raise GraphError(
+            f"grad node {step.id!r}: grad_output {step.inputs[2]!r} has shape {list(seed.shape)} but "
+            f"{step.inputs[0]!r} has shape {list(out.shape)}",
+            node=step.id,
+            field="inputs",
+        )
     return seed if seed.dtype == out.dtype else trusted.cast(seed, dtype=out.dtype.name)
 
 

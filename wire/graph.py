@@ -68,8 +68,11 @@ def mark_dynamic(steps, scope):
     be a boolean mask; in a subgraph, of any leaf), so a run checks their size before computing."""
     dynamic = set()
     for step in steps:
-        if (step.op in SUBGRAPH_OPS and scope != "graph") or any(i in dynamic for i in step.inputs) or (
-                step.op in INDEXING_OPS and tensor_count(step.attrs["index"])):
+        if (
+            (step.op in SUBGRAPH_OPS and scope != "graph")
+            or any(i in dynamic for i in step.inputs)
+            or (step.op in INDEXING_OPS and tensor_count(step.attrs["index"]))
+        ):
             step.dynamic = True
             dynamic.add(step.id)
 
@@ -116,7 +119,11 @@ def _fail(message, node=None, field=None):
 
 def _check_subgraph(obj, where, node_id):
     if not isinstance(obj, dict) or not isinstance(obj.get("nodes"), list) or not isinstance(obj.get("outputs"), list):
-        _fail(f"function node {node_id!r}: {where} must be an object with 'nodes' and 'outputs' lists", node_id, f"attrs.{where}")
+        _fail(
+            f"function node {node_id!r}: {where} must be an object with 'nodes' and 'outputs' lists",
+            node_id,
+            f"attrs.{where}",
+        )
 
 
 def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=None) -> Plan:
@@ -130,14 +137,18 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
     budget = _budget if _budget is not None else [max_nodes]
     budget[0] -= len(nodes)
     if budget[0] < 0:
-        raise GraphError(f"the graph has more than the limit of {max_nodes} nodes", field="graph.nodes", kind="too_large")
+        raise GraphError(
+            f"the graph has more than the limit of {max_nodes} nodes", field="graph.nodes", kind="too_large"
+        )
     steps, depth, seen = [], {}, set()
     inputs, requires = [], set()
     for index, node in enumerate(nodes):
         step = _parse_node(node, index, seen, _scope, max_nodes, max_depth, budget)
         d = 1 + max((depth[i] for i in step.inputs if isinstance(i, str)), default=0)
         if d > max_depth:
-            raise GraphError(f"node {step.id!r}: the graph is deeper than the limit of {max_depth}", node=step.id, kind="too_large")
+            raise GraphError(
+                f"node {step.id!r}: the graph is deeper than the limit of {max_depth}", node=step.id, kind="too_large"
+            )
         depth[step.id] = d
         seen.add(step.id)
         steps.append(step)
@@ -150,15 +161,26 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
         _fail("'graph.outputs' must be a non-empty list of node ids", field="graph.outputs")
     for out in outputs:
         if out is not None and out not in seen:
-            _fail(f"output {out!r} is not a node of the graph", node=out if isinstance(out, str) else None, field="graph.outputs")
+            _fail(
+                f"output {out!r} is not a node of the graph",
+                node=out if isinstance(out, str) else None,
+                field="graph.outputs",
+            )
         if _scope != "backward" and out is None:
             _fail("outputs must be node ids", field="graph.outputs")
     if _scope == "graph" and len(set(outputs)) != len(outputs):
         _fail("'graph.outputs' names a node twice", field="graph.outputs")
     mark_dynamic(steps, _scope)
     grad_inputs = grad_node.plan_grad_steps(steps, requires, minor) if _scope == "graph" else frozenset()
-    return Plan(steps, tuple(outputs), tuple(inputs), frozenset(requires), max(depth.values()), grad_inputs,
-                any(s.op == "grad" for s in steps))
+    return Plan(
+        steps,
+        tuple(outputs),
+        tuple(inputs),
+        frozenset(requires),
+        max(depth.values()),
+        grad_inputs,
+        any(s.op == "grad" for s in steps),
+    )
 
 
 def _minor_version(version) -> int:
@@ -168,8 +190,11 @@ def _minor_version(version) -> int:
     else:
         minor = 0 if version == 1 else None
     if minor is None:
-        _fail(f"unsupported graph version {version!r}; this server speaks {', '.join(map(repr, VERSIONS))} "
-              f"(or the number 1, meaning \"1.0\")", field="graph.version")
+        _fail(
+            f"unsupported graph version {version!r}; this server speaks {', '.join(map(repr, VERSIONS))} "
+            f'(or the number 1, meaning "1.0")',
+            field="graph.version",
+        )
     return minor
 
 
@@ -193,8 +218,11 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget) -> Step:
         _fail(f"node {node_id!r}: 'inputs' must be a list of node ids", node_id, "inputs")
     for ref in raw_inputs:
         if ref not in seen:
-            _fail(f"node {node_id!r}: input {ref!r} is not defined before this node (nodes must be in topological order)",
-                  node_id, "inputs")
+            _fail(
+                f"node {node_id!r}: input {ref!r} is not defined before this node (nodes must be in topological order)",
+                node_id,
+                "inputs",
+            )
     attrs = node.get("attrs", {})
     if not isinstance(attrs, dict):
         _fail(f"node {node_id!r}: 'attrs' must be an object", node_id, "attrs")
@@ -205,7 +233,9 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget) -> Step:
         _fail(f"node {node_id!r}: only input nodes take requires_grad, shape and dtype", node_id, "op")
     if op == "input":
         if scope != "graph":
-            _fail(f"node {node_id!r}: input nodes are not allowed inside a function subgraph (use 'arg')", node_id, "op")
+            _fail(
+                f"node {node_id!r}: input nodes are not allowed inside a function subgraph (use 'arg')", node_id, "op"
+            )
         return _input_step(node, node_id, raw_inputs, attrs, requires_grad)
     if op == "constant":
         return _constant_step(node_id, raw_inputs, attrs)
@@ -234,8 +264,11 @@ FLOAT_KINDS = ("float", "float?", "p")
 def _unspell_floats(spec, attrs):
     """Float attributes may be spelled "Infinity", "-Infinity" or "NaN" (JSON has no such numbers),
     as tensor data may (engine.codec): e.g. norm's p = inf."""
-    spelled = [name for name, value in attrs.items() if isinstance(value, str) and value in NONFINITE
-               and name in spec.attrs and spec.attrs[name].kind in FLOAT_KINDS]
+    spelled = [
+        name
+        for name, value in attrs.items()
+        if isinstance(value, str) and value in NONFINITE and name in spec.attrs and spec.attrs[name].kind in FLOAT_KINDS
+    ]
     if not spelled:
         return attrs
     return {**attrs, **{name: NONFINITE[attrs[name]] for name in spelled}}
@@ -245,15 +278,30 @@ def _input_step(node, node_id, raw_inputs, attrs, requires_grad):
     if raw_inputs or attrs:
         _fail(f"input node {node_id!r} takes no inputs or attrs", node_id, "inputs" if raw_inputs else "attrs")
     shape = node.get("shape")
-    if shape is not None and (not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+    if shape is not None and (
+        not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+    ):
         _fail(f"input node {node_id!r}: 'shape' must be a list of non-negative integers", node_id, "shape")
     dtype = node.get("dtype")
     if dtype is not None and dtype not in DATATYPES:
-        _fail(f"input node {node_id!r}: unknown dtype {dtype!r}; expected one of {', '.join(DATATYPES)}", node_id, "dtype")
+        _fail(
+            f"input node {node_id!r}: unknown dtype {dtype!r}; expected one of {', '.join(DATATYPES)}", node_id, "dtype"
+        )
     if requires_grad and dtype is not None and DATATYPES[dtype].kind != "f":
-        _fail(f"input node {node_id!r}: only floating point inputs can require grad (dtype {dtype})", node_id, "requires_grad")
-    return Step(node_id, "input", (), {}, requires_grad, None if shape is None else tuple(shape),
-                None if dtype is None else DATATYPES[dtype])
+        _fail(
+            f"input node {node_id!r}: only floating point inputs can require grad (dtype {dtype})",
+            node_id,
+            "requires_grad",
+        )
+    return Step(
+        node_id,
+        "input",
+        (),
+        {},
+        requires_grad,
+        None if shape is None else tuple(shape),
+        None if dtype is None else DATATYPES[dtype],
+    )
 
 
 def _constant_step(node_id, raw_inputs, attrs):
@@ -272,7 +320,11 @@ def _constant_step(node_id, raw_inputs, attrs):
         _check_range(value, None if dtype is None else DATATYPES[dtype], dtype)
         array = as_array(value, None if dtype is None else DATATYPES[dtype])
     except (ValueError, TypeError, OverflowError) as err:
-        _fail(f"constant node {node_id!r}: value is not a number or a rectangular nested list of them: {err}", node_id, "attrs.value")
+        _fail(
+            f"constant node {node_id!r}: value is not a number or a rectangular nested list of them: {err}",
+            node_id,
+            "attrs.value",
+        )
     if array.dtype.kind not in "biuf":
         _fail(f"constant node {node_id!r}: value must be numbers or booleans", node_id, "attrs.value")
     return Step(node_id, "constant", (), {"value": array})
@@ -295,8 +347,13 @@ def _check_range(value, dtype, name):
 def _subgraph_leaf(node_id, op, raw_inputs, attrs, scope):
     allowed = {"forward": {"arg"}, "backward": {"arg", "grad_output", "forward_value"}}.get(scope, set())
     if op not in allowed:
-        _fail(f"node {node_id!r}: op {op!r} is only allowed inside a function's {'backward' if op != 'arg' else ''} subgraph".replace("  ", " "),
-              node_id, "op")
+        _fail(
+            f"node {node_id!r}: op {op!r} is only allowed inside a function's {'backward' if op != 'arg' else ''} subgraph".replace(
+                "  ", " "
+            ),
+            node_id,
+            "op",
+        )
     if raw_inputs:
         _fail(f"node {node_id!r}: {op} takes no inputs", node_id, "inputs")
     if op == "arg":
@@ -325,19 +382,40 @@ def _function_step(node_id, raw_inputs, attrs, max_nodes, max_depth, budget):
     except GraphError as err:
         raise GraphError(f"function node {node_id!r}: {err}", node=node_id, field=err.field, kind=err.kind) from None
     if len(forward.outputs) != 1:
-        _fail(f"function node {node_id!r}: the forward subgraph must have exactly one output", node_id, "attrs.forward.outputs")
+        _fail(
+            f"function node {node_id!r}: the forward subgraph must have exactly one output",
+            node_id,
+            "attrs.forward.outputs",
+        )
     if len(backward.outputs) != len(raw_inputs):
-        _fail(f"function node {node_id!r}: the backward subgraph must have one output per input "
-              f"({len(raw_inputs)}), got {len(backward.outputs)}", node_id, "attrs.backward.outputs")
+        _fail(
+            f"function node {node_id!r}: the backward subgraph must have one output per input "
+            f"({len(raw_inputs)}), got {len(backward.outputs)}",
+            node_id,
+            "attrs.backward.outputs",
+        )
     forward_ids = {s.id for s in forward.steps}
     kept = {s.attrs["node"] for s in backward.steps if s.op == "forward_value"} | {forward.outputs[0]}
     forward.drops = liveness(forward.steps, kept)
     for plan, part in ((forward, "forward"), (backward, "backward")):
         for s in plan.steps:
             if s.op == "arg" and s.attrs["index"] >= len(raw_inputs):
-                _fail(f"function node {node_id!r}: {part} arg index {s.attrs['index']} but the node has {len(raw_inputs)} input(s)",
-                      node_id, f"attrs.{part}")
+                _fail(
+                    f"function node {node_id!r}: {part} arg index {s.attrs['index']} but the node has {len(raw_inputs)} input(s)",
+                    node_id,
+                    f"attrs.{part}",
+                )
             if s.op == "forward_value" and s.attrs["node"] not in forward_ids:
-                _fail(f"function node {node_id!r}: forward_value {s.attrs['node']!r} is not a forward node", node_id, "attrs.backward")
-    return Step(node_id, "function", tuple(raw_inputs), {}, function=subgraph_function(name, forward, backward, kept),
-                subgraphs=(forward, backward))
+                _fail(
+                    f"function node {node_id!r}: forward_value {s.attrs['node']!r} is not a forward node",
+                    node_id,
+                    "attrs.backward",
+                )
+    return Step(
+        node_id,
+        "function",
+        tuple(raw_inputs),
+        {},
+        function=subgraph_function(name, forward, backward, kept),
+        subgraphs=(forward, backward),
+    )

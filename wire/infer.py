@@ -29,26 +29,33 @@ class Shapes:
     known: dict
     bounds: dict
     functions: dict
-    total: int       # elements of all the values (bounds), function subgraphs' included
-    largest: int     # elements of the biggest of them
+    total: int  # elements of all the values (bounds), function subgraphs' included
+    largest: int  # elements of the biggest of them
     largest_node: str | None  # its node (a function node for a value inside one)
     all_known: bool
-    forward_cost: object = None   # wire.budget.Cost of a forward
+    forward_cost: object = None  # wire.budget.Cost of a forward
     backward_cost: object = None  # ... of a forward recorded and differentiated
     programs: dict = field(default_factory=dict, compare=False, repr=False)  # compiled programs (wire.compile)
 
     @classmethod
     def of(cls, known: dict, bounds: dict, functions: dict) -> Shapes:
         total, largest, largest_node = _counts(bounds, functions)
-        return cls(known, bounds, functions, total, largest, largest_node,
-                   all(meta is not None for meta in known.values()) and not functions)
+        return cls(
+            known,
+            bounds,
+            functions,
+            total,
+            largest,
+            largest_node,
+            all(meta is not None for meta in known.values()) and not functions,
+        )
 
 
 @dataclass(frozen=True)
 class Subgraphs:
     """A function node's subgraphs with their inferred bounds (and their own function nodes')."""
 
-    forward: object   # wire.graph.Plan
+    forward: object  # wire.graph.Plan
     backward: object
     forward_bounds: dict
     backward_bounds: dict
@@ -64,7 +71,10 @@ def _counts(bounds, functions, owner=None):
         if count > largest:
             largest, largest_node = count, owner or node_id
     for node_id, sub in functions.items():
-        for sub_bounds, sub_functions in ((sub.forward_bounds, sub.forward_functions), (sub.backward_bounds, sub.backward_functions)):
+        for sub_bounds, sub_functions in (
+            (sub.forward_bounds, sub.forward_functions),
+            (sub.backward_bounds, sub.backward_functions),
+        ):
             t, big, _ = _counts(sub_bounds, sub_functions, owner or node_id)
             total += t
             if big > largest:
@@ -92,15 +102,18 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
             continue
         if op == "constant":
             value = step.attrs["value"]
-            known[step.id] = bounds[step.id] = ((), value) if not hasattr(value, "shape") else (tuple(value.shape), value.dtype)
+            known[step.id] = bounds[step.id] = (
+                ((), value) if not hasattr(value, "shape") else (tuple(value.shape), value.dtype)
+            )
             continue
         exact = all(known.get(i) is not None for i in step.inputs)
         if op == "grad":
             known[step.id] = bounds[step.id] = grad_node.infer(step, bounds)
             continue
         if op == "function":
-            known[step.id], bounds[step.id] = _infer_function(step, [known.get(i) for i in step.inputs],
-                                                              [bounds[i] for i in step.inputs], functions)
+            known[step.id], bounds[step.id] = _infer_function(
+                step, [known.get(i) for i in step.inputs], [bounds[i] for i in step.inputs], functions
+            )
             continue
         shapes = [bounds[i][0] for i in step.inputs]
         dtypes = [bounds[i][1] for i in step.inputs]
@@ -111,7 +124,9 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
                 known[step.id], bounds[step.id] = None, _fallback_bound(step, bounds)
                 continue
             described = ", ".join(f"{i} {list(s)}" for i, s in zip(step.inputs, shapes))
-            raise GraphError(f"node {step.id!r} ({op}): {err} (inputs: {described})", node=step.id, field="inputs") from None
+            raise GraphError(
+                f"node {step.id!r} ({op}): {err} (inputs: {described})", node=step.id, field="inputs"
+            ) from None
         meta = (tuple(shape), _dtype(dtype))
         bounds[step.id] = meta
         known[step.id] = meta if exact and not isinstance(shape, Bounded) else None
@@ -121,7 +136,13 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
 def _dtype(dtype):
     """A rule's dtype; a rule that passes on a lone scalar constant's meta gives the number itself,
     whose dtype is the engine's for a lone Python number (`engine.variable.as_array`: 7.0 is float32)."""
-    return dtype if isinstance(dtype, numpy.dtype) else as_array(dtype).dtype if isinstance(dtype, (bool, int, float)) else numpy.dtype(dtype)
+    return (
+        dtype
+        if isinstance(dtype, numpy.dtype)
+        else as_array(dtype).dtype
+        if isinstance(dtype, (bool, int, float))
+        else numpy.dtype(dtype)
+    )
 
 
 def _infer_function(step, arg_known, arg_bounds, functions):
@@ -179,10 +200,14 @@ def check_request_inputs(plan: Plan, arrays: dict) -> Shapes:
 def _check_names(plan: Plan, arrays: dict):
     missing = [n for n in plan.inputs if n not in arrays]
     if missing:
-        raise GraphError(f"no tensor given for input node(s) {', '.join(map(repr, missing))}", node=missing[0], field="inputs")
+        raise GraphError(
+            f"no tensor given for input node(s) {', '.join(map(repr, missing))}", node=missing[0], field="inputs"
+        )
     extra = [n for n in arrays if n not in plan.input_names]
     if extra:
-        raise GraphError(f"tensor(s) {', '.join(map(repr, extra))} match no input node of the graph", node=extra[0], field="inputs")
+        raise GraphError(
+            f"tensor(s) {', '.join(map(repr, extra))} match no input node of the graph", node=extra[0], field="inputs"
+        )
 
 
 def _check_declared(plan: Plan, arrays: dict):
@@ -191,11 +216,20 @@ def _check_declared(plan: Plan, arrays: dict):
             continue
         array = arrays[step.id]
         if step.shape is not None and tuple(array.shape) != step.shape:
-            raise GraphError(f"input {step.id!r} is declared with shape {list(step.shape)} but the tensor has shape {list(array.shape)}",
-                             node=step.id, field="shape")
+            raise GraphError(
+                f"input {step.id!r} is declared with shape {list(step.shape)} but the tensor has shape {list(array.shape)}",
+                node=step.id,
+                field="shape",
+            )
         if step.dtype is not None and numpy.dtype(array.dtype) != step.dtype:
-            raise GraphError(f"input {step.id!r} is declared {step.dtype.name} but the tensor is {numpy.dtype(array.dtype).name}",
-                             node=step.id, field="dtype")
+            raise GraphError(
+                f"input {step.id!r} is declared {step.dtype.name} but the tensor is {numpy.dtype(array.dtype).name}",
+                node=step.id,
+                field="dtype",
+            )
         if step.requires_grad and numpy.dtype(array.dtype).kind != "f":
-            raise GraphError(f"input {step.id!r} requires grad but its tensor is {numpy.dtype(array.dtype).name}",
-                             node=step.id, field="requires_grad")
+            raise GraphError(
+                f"input {step.id!r} requires grad but its tensor is {numpy.dtype(array.dtype).name}",
+                node=step.id,
+                field="requires_grad",
+            )

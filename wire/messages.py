@@ -74,7 +74,9 @@ def decode_request(header, tail, limits: Limits) -> Request:
         raise RequestError("'tape' must be a string", field="tape")
     plan = get("plan")
     if plan is not None and (not isinstance(plan, str) or get("graph") is not None):
-        raise RequestError("'plan' must be a string (a plan id an earlier answer gave), sent instead of 'graph'", field="plan")
+        raise RequestError(
+            "'plan' must be a string (a plan id an earlier answer gave), sent instead of 'graph'", field="plan"
+        )
     input_objs, grad_objs = get("inputs"), get("grad_outputs")
     checked = []
     for where, objs in (("inputs", input_objs), ("grad_outputs", grad_objs)):
@@ -83,20 +85,36 @@ def decode_request(header, tail, limits: Limits) -> Request:
         checked.append(codec.check_headers(objs, where, limits.max_tensor_elements))
     check_total(sum(h[3] for h in checked[0]) + sum(h[3] for h in checked[1]), limits)
     inputs, offset = codec.decode_tensors(input_objs, "inputs", tail, 0, limits.max_tensor_elements, checked[0])
-    grads, offset = codec.decode_tensors(grad_objs, "grad_outputs", tail, offset, limits.max_tensor_elements, checked[1])
+    grads, offset = codec.decode_tensors(
+        grad_objs, "grad_outputs", tail, offset, limits.max_tensor_elements, checked[1]
+    )
     if tail is not None and offset != len(tail):
-        raise RequestError(f"the body has {len(tail) - offset} bytes of binary data that no tensor claims",
-                           field=codec.HEADER_LENGTH, kind="malformed")
-    return Request(graph=get("graph"), plan=plan, inputs=tensor_map(inputs, "inputs"),
-                   grad_outputs=tensor_map(grads, "grad_outputs"), wrt=wrt, id=rid, tape=tape,
-                   retain_graph=retain_graph, binary_output=binary_output)
+        raise RequestError(
+            f"the body has {len(tail) - offset} bytes of binary data that no tensor claims",
+            field=codec.HEADER_LENGTH,
+            kind="malformed",
+        )
+    return Request(
+        graph=get("graph"),
+        plan=plan,
+        inputs=tensor_map(inputs, "inputs"),
+        grad_outputs=tensor_map(grads, "grad_outputs"),
+        wrt=wrt,
+        id=rid,
+        tape=tape,
+        retain_graph=retain_graph,
+        binary_output=binary_output,
+    )
 
 
 def check_total(total: int, limits: Limits):
     """Refuse (413) a request whose tensors hold `total` elements, over the limit."""
     if total > limits.max_total_elements:
-        raise RequestError(f"the request's tensors hold {total} elements, over the limit of {limits.max_total_elements}",
-                           field="inputs", kind="too_large")
+        raise RequestError(
+            f"the request's tensors hold {total} elements, over the limit of {limits.max_total_elements}",
+            field="inputs",
+            kind="too_large",
+        )
 
 
 def encode_message(body: dict, keys, binary: bool) -> tuple[list, int | None]:

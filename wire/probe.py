@@ -61,11 +61,17 @@ def _probe(op, needs, inputs, out, attrs, saved):
                 on_arrays = fn(g, ans, *kept, **attrs)
             except Exception:  # noqa: BLE001 - not array operators only
                 return None
-            expected = fn(Variable._result(g, None), None if ans is None else Variable._result(ans, None), *wrapped, **attrs)._data
+            expected = fn(
+                Variable._result(g, None), None if ans is None else Variable._result(ans, None), *wrapped, **attrs
+            )._data
             if not isinstance(on_arrays, (numpy.ndarray, numpy.generic)) or isinstance(on_arrays, Meta):
                 return None
             on_arrays = numpy.asarray(on_arrays)
-            if on_arrays.dtype != expected.dtype or on_arrays.shape != expected.shape or on_arrays.tobytes() != expected.tobytes():
+            if (
+                on_arrays.dtype != expected.dtype
+                or on_arrays.shape != expected.shape
+                or on_arrays.tobytes() != expected.tobytes()
+            ):
                 return None
             metas.append((on_arrays.shape, on_arrays.dtype))
     return tuple(metas)

@@ -52,11 +52,11 @@ class Vjp:
 
     op: object
     attrs: dict
-    grad: int            # register of the node's accumulated output gradient
-    ans: int | None      # register of its output (ops whose vjps read it)
-    saved: tuple         # per input: a register, or a Meta (shape and dtype only)
-    needs: tuple         # per input: whether its gradient is wanted
-    dests: tuple         # per input: (register to accumulate into, shape, dtype) or None
+    grad: int  # register of the node's accumulated output gradient
+    ans: int | None  # register of its output (ops whose vjps read it)
+    saved: tuple  # per input: a register, or a Meta (shape and dtype only)
+    needs: tuple  # per input: whether its gradient is wanted
+    dests: tuple  # per input: (register to accumulate into, shape, dtype) or None
     capture: int | None  # register of a wrt target's gradient to add this node's gradient to
     drops: tuple
     on_arrays: tuple | None = None  # its vjps are array operators only, called on the arrays themselves:
@@ -66,14 +66,14 @@ class Vjp:
 @dataclass(eq=False)
 class Program:
     registers: int
-    inputs: tuple          # (name, register)
-    constants: tuple       # (register, array)
+    inputs: tuple  # (name, register)
+    constants: tuple  # (register, array)
     forward: list
-    outputs: tuple         # (name, register)
-    seeds: tuple = ()      # (output name, register, shape, dtype): gradient seeds of the outputs
+    outputs: tuple  # (name, register)
+    seeds: tuple = ()  # (output name, register, shape, dtype): gradient seeds of the outputs
     backward: list = field(default_factory=list)
-    grads: tuple = ()      # (wrt name, gradient register, target value register)
-    roots: tuple = ()      # (register of a seed, register to accumulate it into)
+    grads: tuple = ()  # (wrt name, gradient register, target value register)
+    roots: tuple = ()  # (register of a seed, register to accumulate it into)
     verified: bool = False  # the first run checks every value's shape and dtype against the compile
     generated: object = None  # once verified: the same program as one function (wire.codegen), if generated
 

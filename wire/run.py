@@ -19,6 +19,7 @@ from engine.variable import Variable
 from wire import grad_node
 from wire.errors import GraphError
 
+
 class _ThreadState(threading.local):
     """Per thread: the cancel event (`cancel_scope`) and the element limit (`element_guard`).
     Class defaults, so that a thread that set neither reads None without an AttributeError
@@ -34,7 +35,9 @@ _cancel = _ThreadState()
 def cancelled(node_id=None) -> GraphError:
     """The error of a run stopped by its cancel event (see cancel_scope), at `node_id` if given."""
     where = f"node {node_id!r}: " if node_id else ""
-    return GraphError(f"{where}the computation was cancelled (compute timeout or client gone)", node=node_id, kind="cancelled")
+    return GraphError(
+        f"{where}the computation was cancelled (compute timeout or client gone)", node=node_id, kind="cancelled"
+    )
 
 
 @contextmanager
@@ -84,8 +87,11 @@ def _check_dynamic(step, values, limit):
         return  # the op itself reports what is wrong
     count = math.prod(shape)
     if count > limit:
-        raise GraphError(f"node {step.id!r} ({step.op}) would hold {count} elements (shape {list(shape)}), over the limit of {limit}",
-                         node=step.id, kind="too_large")
+        raise GraphError(
+            f"node {step.id!r} ({step.op}) would hold {count} elements (shape {list(shape)}), over the limit of {limit}",
+            node=step.id,
+            kind="too_large",
+        )
 
 
 def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_output=None, keep=()):
@@ -123,10 +129,14 @@ def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_out
             except GraphError:
                 raise
             except MemoryError:
-                raise GraphError(f"node {step.id!r} ({op}): out of memory", node=step.id, kind="out_of_memory") from None
+                raise GraphError(
+                    f"node {step.id!r} ({op}): out of memory", node=step.id, kind="out_of_memory"
+                ) from None
             except Exception as err:  # noqa: BLE001 - any op failure is the graph's fault, reported with its node
                 if _is_out_of_memory(err):
-                    raise GraphError(f"node {step.id!r} ({op}): out of device memory", node=step.id, kind="out_of_memory") from None
+                    raise GraphError(
+                        f"node {step.id!r} ({op}): out of device memory", node=step.id, kind="out_of_memory"
+                    ) from None
                 shapes = ", ".join(f"{i} {list(getattr(values[i], 'shape', ()))}" for i in step.inputs)
                 raise GraphError(f"node {step.id!r} ({op}) failed: {err} (inputs: {shapes})", node=step.id) from None
         for name in drop:
@@ -155,7 +165,9 @@ def subgraph_function(name, forward, backward, kept):
         return values[forward_output]
 
     def backward_fn(ctx, grad_output):
-        values = run_steps(backward.steps, backward.drops, {}, args=ctx.saved_tensors, forward=ctx.values, grad_output=grad_output)
+        values = run_steps(
+            backward.steps, backward.drops, {}, args=ctx.saved_tensors, forward=ctx.values, grad_output=grad_output
+        )
         return tuple(None if out is None else values[out] for out in backward_outputs)
 
     return type(name, (Function,), {"forward": staticmethod(forward_fn), "backward": staticmethod(backward_fn)})
@@ -164,7 +176,7 @@ def subgraph_function(name, forward, backward, kept):
 class Execution:
     """One run of a plan: its values, and (when recorded) the graph to differentiate."""
 
-    def __init__(self, plan: Plan, tensors: dict, record: bool, wrt=()):
+    def __init__(self, plan, tensors: dict, record: bool, wrt=()):
         self.plan = plan
         record = record or plan.has_grad_nodes
         needs = plan.requires_grad | plan.grad_inputs | set(wrt)
@@ -174,8 +186,11 @@ class Execution:
             v = Variable._result(array, None)
             if record and name in needs:
                 if array.dtype.kind != "f":
-                    raise GraphError(f"input {name!r} is {array.dtype.name}; only floating point inputs can require grad",
-                                     node=name, field="requires_grad")
+                    raise GraphError(
+                        f"input {name!r} is {array.dtype.name}; only floating point inputs can require grad",
+                        node=name,
+                        field="requires_grad",
+                    )
                 v._requires_grad = True
             self.inputs[name] = v
         keep = frozenset(wrt)

@@ -36,15 +36,23 @@ class TapeStore:
     def _expire(self, now):
         while self._tapes:
             tape_id, (_, expires, nbytes) = next(iter(self._tapes.items()))
-            if expires > now and len(self._tapes) <= self.limits.max_tapes and self._bytes <= self.limits.max_tape_bytes:
+            if (
+                expires > now
+                and len(self._tapes) <= self.limits.max_tapes
+                and self._bytes <= self.limits.max_tape_bytes
+            ):
                 break
             self._tapes.popitem(last=False)
             self._bytes -= nbytes
 
     def put(self, execution: Execution) -> str:
         if execution.nbytes > self.limits.max_tape_bytes:
-            raise RequestError(f"the graph's values take {execution.nbytes} bytes, over the tape limit of "
-                               f"{self.limits.max_tape_bytes}", field="parameters.retain_graph", kind="too_large")
+            raise RequestError(
+                f"the graph's values take {execution.nbytes} bytes, over the tape limit of "
+                f"{self.limits.max_tape_bytes}",
+                field="parameters.retain_graph",
+                kind="too_large",
+            )
         tape_id = uuid.uuid4().hex
         with self._lock:
             self._tapes[tape_id] = (execution, time.monotonic() + self.limits.tape_ttl_s, execution.nbytes)

@@ -73,13 +73,19 @@ class GraphWriter:
         args = [{"id": f"a{i}", "op": "arg", "attrs": {"index": i}} for i in range(len(inputs))]
         result = {"id": "r", "op": op, "inputs": [a["id"] for a in args], **({"attrs": attrs} if attrs else {})}
         backward = {"nodes": [{"id": "g", "op": "grad_output"}], "outputs": ["g"] + [None] * (len(inputs) - 1)}
-        function = {"name": "AssignWithoutGrad", "forward": {"nodes": [*args, result], "outputs": ["r"]},
-                    "backward": backward}
+        function = {
+            "name": "AssignWithoutGrad",
+            "forward": {"nodes": [*args, result], "outputs": ["r"]},
+            "backward": backward,
+        }
         return self.node("function", inputs, function)
 
     def graph(self, outputs) -> dict:
-        return {"version": "1.1" if self.has_grad else 1,  # the grad node came with format 1.1
-                "nodes": self.nodes, "outputs": list(outputs)}
+        return {
+            "version": "1.1" if self.has_grad else 1,  # the grad node came with format 1.1
+            "nodes": self.nodes,
+            "outputs": list(outputs),
+        }
 
     def subgraph(self, outputs) -> dict:
         return {"nodes": self.nodes, "outputs": list(outputs)}

@@ -22,15 +22,44 @@ BINARY = (
 UNARY = (Sample(((3, 4),)), Sample(((),)))
 POSITIVE = (Sample(((3, 4),), low=0.5, high=2.0), Sample(((),), low=0.5, high=2.0))
 
-add = defop("add", lambda xp, x, y: x + y, lambda g, ans, x, y: g, lambda g, ans, x, y: g,
-            saves=False, samples=BINARY, infer=shapes.broadcast, doc="x + y (broadcasting)")
-sub = defop("sub", lambda xp, x, y: x - y, lambda g, ans, x, y: g, lambda g, ans, x, y: -g,
-            saves=False, samples=BINARY, infer=shapes.broadcast, doc="x - y (broadcasting)")
-mul = defop("mul", lambda xp, x, y: x * y, lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x,
-            samples=BINARY, infer=shapes.broadcast, doc="x * y (broadcasting)")
-div = defop("div", lambda xp, x, y: x / y, lambda g, ans, x, y: g / y, lambda g, ans, x, y: g * local(lambda x, y: -(x / (y * y)), x, y),
-            samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY), infer=shapes.broadcast,
-            doc="x / y (true division, broadcasting; IEEE results for division by zero)")
+add = defop(
+    "add",
+    lambda xp, x, y: x + y,
+    lambda g, ans, x, y: g,
+    lambda g, ans, x, y: g,
+    saves=False,
+    samples=BINARY,
+    infer=shapes.broadcast,
+    doc="x + y (broadcasting)",
+)
+sub = defop(
+    "sub",
+    lambda xp, x, y: x - y,
+    lambda g, ans, x, y: g,
+    lambda g, ans, x, y: -g,
+    saves=False,
+    samples=BINARY,
+    infer=shapes.broadcast,
+    doc="x - y (broadcasting)",
+)
+mul = defop(
+    "mul",
+    lambda xp, x, y: x * y,
+    lambda g, ans, x, y: g * y,
+    lambda g, ans, x, y: g * x,
+    samples=BINARY,
+    infer=shapes.broadcast,
+    doc="x * y (broadcasting)",
+)
+div = defop(
+    "div",
+    lambda xp, x, y: x / y,
+    lambda g, ans, x, y: g / y,
+    lambda g, ans, x, y: g * local(lambda x, y: -(x / (y * y)), x, y),
+    samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
+    infer=shapes.broadcast,
+    doc="x / y (true division, broadcasting; IEEE results for division by zero)",
+)
 neg = defop("neg", lambda xp, x: -x, lambda g, ans, x: -g, saves=False, samples=UNARY, infer=shapes.same, doc="-x")
 
 
@@ -46,29 +75,97 @@ def _pow_base_vjp(g, ans, x, y):
     return F.where(const(zero), 0.0, grad) if zero.any() else grad
 
 
-pow = defop("pow", lambda xp, x, y: x ** y, _pow_base_vjp, _pow_exponent_vjp,
-            uses_output=(1,), samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
-            infer=shapes.broadcast, doc="x ** y (broadcasting)")
+pow = defop(
+    "pow",
+    lambda xp, x, y: x**y,
+    _pow_base_vjp,
+    _pow_exponent_vjp,
+    uses_output=(1,),
+    samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
+    infer=shapes.broadcast,
+    doc="x ** y (broadcasting)",
+)
 
-exp = defop("exp", lambda xp, x: xp.exp(x), lambda g, ans, x: g * ans, uses_output=True,
-            samples=UNARY, infer=shapes.floating, doc="e ** x")
-log = defop("log", lambda xp, x: xp.log(x), lambda g, ans, x: g / x, samples=POSITIVE, infer=shapes.floating,
-            doc="natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)")
-sqrt = defop("sqrt", lambda xp, x: xp.sqrt(x), lambda g, ans, x: g / (ans * 2), uses_output=True,
-             samples=POSITIVE, infer=shapes.floating, doc="square root")
-sign = defop("sign", lambda xp, x: xp.sign(x), lambda g, ans, x: const(_xp(g._data).zeros_like(g._data)),
-             saves=False, samples=UNARY, infer=shapes.same,
-             doc="-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)")
-abs = defop("abs", lambda xp, x: xp.abs(x), lambda g, ans, x: g * const(_xp(x._data).sign(x._data).astype(g.dtype)),
-            samples=UNARY, infer=shapes.same, doc="|x| (gradient sign(x), 0 at 0)")
-sin = defop("sin", lambda xp, x: xp.sin(x), lambda g, ans, x: g * F.cos(x), samples=UNARY, infer=shapes.floating, doc="sine")
-cos = defop("cos", lambda xp, x: xp.cos(x), lambda g, ans, x: -(g * F.sin(x)), samples=UNARY, infer=shapes.floating, doc="cosine")
-tanh = defop("tanh", lambda xp, x: xp.tanh(x), lambda g, ans, x: g * local(lambda a: 1 - a * a, ans), uses_output=True,
-             samples=UNARY, infer=shapes.floating, doc="hyperbolic tangent")
-sigmoid = defop("sigmoid", lambda xp, x: (xp.tanh(x * 0.5) + 1) * 0.5, lambda g, ans, x: g * local(lambda a: a * (1 - a), ans),
-                uses_output=True, samples=UNARY, infer=shapes.floating, doc="1 / (1 + e ** -x), computed stably")
-relu = defop("relu", lambda xp, x: xp.maximum(x, 0), lambda g, ans, x: g * const(~(x._data <= 0)),
-             samples=UNARY, infer=shapes.same, doc="max(x, 0)")
+exp = defop(
+    "exp",
+    lambda xp, x: xp.exp(x),
+    lambda g, ans, x: g * ans,
+    uses_output=True,
+    samples=UNARY,
+    infer=shapes.floating,
+    doc="e ** x",
+)
+log = defop(
+    "log",
+    lambda xp, x: xp.log(x),
+    lambda g, ans, x: g / x,
+    samples=POSITIVE,
+    infer=shapes.floating,
+    doc="natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)",
+)
+sqrt = defop(
+    "sqrt",
+    lambda xp, x: xp.sqrt(x),
+    lambda g, ans, x: g / (ans * 2),
+    uses_output=True,
+    samples=POSITIVE,
+    infer=shapes.floating,
+    doc="square root",
+)
+sign = defop(
+    "sign",
+    lambda xp, x: xp.sign(x),
+    lambda g, ans, x: const(_xp(g._data).zeros_like(g._data)),
+    saves=False,
+    samples=UNARY,
+    infer=shapes.same,
+    doc="-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)",
+)
+abs = defop(
+    "abs",
+    lambda xp, x: xp.abs(x),
+    lambda g, ans, x: g * const(_xp(x._data).sign(x._data).astype(g.dtype)),
+    samples=UNARY,
+    infer=shapes.same,
+    doc="|x| (gradient sign(x), 0 at 0)",
+)
+sin = defop(
+    "sin", lambda xp, x: xp.sin(x), lambda g, ans, x: g * F.cos(x), samples=UNARY, infer=shapes.floating, doc="sine"
+)
+cos = defop(
+    "cos",
+    lambda xp, x: xp.cos(x),
+    lambda g, ans, x: -(g * F.sin(x)),
+    samples=UNARY,
+    infer=shapes.floating,
+    doc="cosine",
+)
+tanh = defop(
+    "tanh",
+    lambda xp, x: xp.tanh(x),
+    lambda g, ans, x: g * local(lambda a: 1 - a * a, ans),
+    uses_output=True,
+    samples=UNARY,
+    infer=shapes.floating,
+    doc="hyperbolic tangent",
+)
+sigmoid = defop(
+    "sigmoid",
+    lambda xp, x: (xp.tanh(x * 0.5) + 1) * 0.5,
+    lambda g, ans, x: g * local(lambda a: a * (1 - a), ans),
+    uses_output=True,
+    samples=UNARY,
+    infer=shapes.floating,
+    doc="1 / (1 + e ** -x), computed stably",
+)
+relu = defop(
+    "relu",
+    lambda xp, x: xp.maximum(x, 0),
+    lambda g, ans, x: g * const(~(x._data <= 0)),
+    samples=UNARY,
+    infer=shapes.same,
+    doc="max(x, 0)",
+)
 
 
 def _clamp_forward(xp, x, min=None, max=None):
@@ -88,10 +185,19 @@ def _clamp_vjp(g, ans, x, min=None, max=None):
     return g * const(inside)
 
 
-clamp = defop("clamp", _clamp_forward, _clamp_vjp,
-              attrs={"min": Attr("float?", None), "max": Attr("float?", None)},
-              samples=(Sample(((3, 4),), {"min": -0.5}), Sample(((3, 4),), {"min": -0.5, "max": 0.7}), Sample(((5,),), {"max": 0.3})),
-              infer=shapes.same, doc="x limited to [min, max] (gradient 1 inside, 0 outside)")
+clamp = defop(
+    "clamp",
+    _clamp_forward,
+    _clamp_vjp,
+    attrs={"min": Attr("float?", None), "max": Attr("float?", None)},
+    samples=(
+        Sample(((3, 4),), {"min": -0.5}),
+        Sample(((3, 4),), {"min": -0.5, "max": 0.7}),
+        Sample(((5,),), {"max": 0.3}),
+    ),
+    infer=shapes.same,
+    doc="x limited to [min, max] (gradient 1 inside, 0 outside)",
+)
 
 
 def _tie_weights(x, y, dtype):
@@ -100,37 +206,79 @@ def _tie_weights(x, y, dtype):
     return (1 - (xd < yd) - (xd == yd) * 0.5).astype(dtype)
 
 
-maximum = defop("maximum", lambda xp, x, y: xp.maximum(x, y),
-                lambda g, ans, x, y: g * const(_tie_weights(x, y, g.dtype)),
-                lambda g, ans, x, y: g * const(_tie_weights(y, x, g.dtype)),
-                samples=BINARY, infer=shapes.broadcast, doc="elementwise max (ties split the gradient)")
-minimum = defop("minimum", lambda xp, x, y: xp.minimum(x, y),
-                lambda g, ans, x, y: g * const(_tie_weights(y, x, g.dtype)),
-                lambda g, ans, x, y: g * const(_tie_weights(x, y, g.dtype)),
-                samples=BINARY, infer=shapes.broadcast, doc="elementwise min (ties split the gradient)")
+maximum = defop(
+    "maximum",
+    lambda xp, x, y: xp.maximum(x, y),
+    lambda g, ans, x, y: g * const(_tie_weights(x, y, g.dtype)),
+    lambda g, ans, x, y: g * const(_tie_weights(y, x, g.dtype)),
+    samples=BINARY,
+    infer=shapes.broadcast,
+    doc="elementwise max (ties split the gradient)",
+)
+minimum = defop(
+    "minimum",
+    lambda xp, x, y: xp.minimum(x, y),
+    lambda g, ans, x, y: g * const(_tie_weights(y, x, g.dtype)),
+    lambda g, ans, x, y: g * const(_tie_weights(x, y, g.dtype)),
+    samples=BINARY,
+    infer=shapes.broadcast,
+    doc="elementwise min (ties split the gradient)",
+)
 
 
 def _mask_sample(rng):
     return [rng.random((3, 4)) > 0.5, rng.uniform(-2, 2, (3, 4)), rng.uniform(-2, 2, (4,))]
 
 
-where = defop("where", lambda xp, c, x, y: xp.where(c, x, y), None,
-              lambda g, ans, c, x, y: F.where(c, g, 0.0), lambda g, ans, c, x, y: F.where(c, 0.0, g),
-              methods=(), samples=(Sample(make=_mask_sample),), infer=shapes.where_rule,
-              doc="x where cond else y (cond gets no gradient)")
+where = defop(
+    "where",
+    lambda xp, c, x, y: xp.where(c, x, y),
+    None,
+    lambda g, ans, c, x, y: F.where(c, g, 0.0),
+    lambda g, ans, c, x, y: F.where(c, 0.0, g),
+    methods=(),
+    samples=(Sample(make=_mask_sample),),
+    infer=shapes.where_rule,
+    doc="x where cond else y (cond gets no gradient)",
+)
 
-cast = defop("cast", lambda xp, x, dtype: x.astype(dtype), lambda g, ans, x, dtype: trusted.cast(g, dtype=x.dtype.name),
-             attrs={"dtype": Attr("dtype")}, saves=False, methods=(),
-             samples=(Sample(((3,),), {"dtype": "float64"}),), infer=shapes.cast,
-             doc="x converted to dtype (gradient converted back)")
-clone = defop("clone", lambda xp, x: x.copy(), lambda g, ans, x: g, saves=False, samples=UNARY,
-              infer=shapes.same, doc="a copy of x")
+cast = defop(
+    "cast",
+    lambda xp, x, dtype: x.astype(dtype),
+    lambda g, ans, x, dtype: trusted.cast(g, dtype=x.dtype.name),
+    attrs={"dtype": Attr("dtype")},
+    saves=False,
+    methods=(),
+    samples=(Sample(((3,),), {"dtype": "float64"}),),
+    infer=shapes.cast,
+    doc="x converted to dtype (gradient converted back)",
+)
+clone = defop(
+    "clone",
+    lambda xp, x: x.copy(),
+    lambda g, ans, x: g,
+    saves=False,
+    samples=UNARY,
+    infer=shapes.same,
+    doc="a copy of x",
+)
 
 COMPARISONS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _compare_forward = {
-    "lt": lambda xp, x, y: x < y, "le": lambda xp, x, y: x <= y, "gt": lambda xp, x, y: x > y,
-    "ge": lambda xp, x, y: x >= y, "eq": lambda xp, x, y: x == y, "ne": lambda xp, x, y: x != y,
+    "lt": lambda xp, x, y: x < y,
+    "le": lambda xp, x, y: x <= y,
+    "gt": lambda xp, x, y: x > y,
+    "ge": lambda xp, x, y: x >= y,
+    "eq": lambda xp, x, y: x == y,
+    "ne": lambda xp, x, y: x != y,
 }
 for _name, _symbol in COMPARISONS.items():
-    defop(_name, _compare_forward[_name], arity=2, differentiable=False, samples=BINARY,
-          infer=shapes.compare, doc=f"x {_symbol} y as a bool Variable (no gradient)")
+    defop(
+        _name,
+        _compare_forward[_name],
+        arity=2,
+        differentiable=False,
+        samples=BINARY,
+        infer=shapes.compare,
+        doc=f"x {_symbol} y as a bool Variable (no gradient)",
+    )

@@ -13,7 +13,7 @@ from engine.attrs import Attr
 from engine.registry import OPS, Sample, coerce, defop
 from engine.variable import Variable, as_array
 
-INDEX = Attr("index", doc="index items: int, null, \"...\", {\"slice\": [start, stop, step]}, {\"tensor\": k}")
+INDEX = Attr("index", doc='index items: int, null, "...", {"slice": [start, stop, step]}, {"tensor": k}')
 
 
 def _arity(data_inputs):
@@ -64,7 +64,7 @@ def _setitem_forward(xp, x, value, *arrays, index):
 
 
 def _setitem_vjp(g, ans, xs, needs, index):
-    x, value, arrays = xs[0], xs[1], xs[2:]
+    arrays = xs[2:]
     gx = apply(OPS["setitem"], [g, 0.0, *arrays], {"index": index}) if needs[0] else None
     gv = take(g, index, arrays) if needs[1] else None
     return [gx, gv] + [None] * len(arrays)
@@ -85,7 +85,9 @@ def _infer_index(data_inputs):
             try:
                 numpy.broadcast_shapes(tuple(value), result)
             except ValueError:
-                raise shapes.ShapeError(f"a value of shape {list(value)} cannot be assigned to the indexed shape {list(result)}") from None
+                raise shapes.ShapeError(
+                    f"a value of shape {list(value)} cannot be assigned to the indexed shape {list(result)}"
+                ) from None
         return target, dtypes[0] if "shape" in attrs else numpy.result_type(dtypes[0])
 
     return infer
@@ -109,34 +111,79 @@ def take(x, spec, arrays=()):
 
 def getitem(x, key):
     """x[key] with ints, slices (with steps), None, ..., and integer or boolean arrays."""
-    spec, arrays = indexing.from_key(key, lambda a: a if isinstance(a, Variable) else Variable._result(as_array(a), None))
+    spec, arrays = indexing.from_key(
+        key, lambda a: a if isinstance(a, Variable) else Variable._result(as_array(a), None)
+    )
     return apply(OPS["getitem"], [x, *arrays], {"index": spec})
 
 
 def setitem(x, value, key):
     """x with x[key] = value, out of place (Variable.__setitem__ builds in-place on it)."""
-    spec, arrays = indexing.from_key(key, lambda a: a if isinstance(a, Variable) else Variable._result(as_array(a), None))
+    spec, arrays = indexing.from_key(
+        key, lambda a: a if isinstance(a, Variable) else Variable._result(as_array(a), None)
+    )
     return apply(OPS["setitem"], [x, value, *arrays], {"index": spec})
 
 
 # The vjps read only the index arrays (x and value contribute their shapes), so `saves` names those
 # inputs: in-place changes to x or value after the call don't invalidate the graph, as in PyTorch.
-defop("getitem", _getitem_forward, vjp=_getitem_vjp, variadic=True, attrs={"index": INDEX}, methods=(),
-      check_arity=_arity(1), function=getitem, infer=_infer_index(1), saves=slice(1, None),
-      samples=(Sample(((4, 5),), {"index": (1,)}), Sample(((4, 5),), {"index": ({"slice": [None, None, 2]}, {"slice": [1, 4, None]})}),
-               Sample(((4, 5),), {"index": (None, "...", -1)}), Sample(make=_pick_sample, attrs={"index": ({"tensor": 0},)}),
-               Sample(make=_mask_sample, attrs={"index": ({"tensor": 0},)})),
-      doc="x[index]")
-defop("index_add", _index_add_forward, vjp=_index_add_vjp, variadic=True, attrs={"index": INDEX, "shape": Attr("shape")},
-      methods=(), check_arity=_arity(1), saves=slice(1, None),
-      infer=_infer_index(1),
-      samples=(Sample(((3,),), {"index": ({"tensor": 0},), "shape": (5,)},
-                      make=lambda rng: [rng.uniform(-2, 2, (3,)), numpy.array([0, 4, 0])]),),
-      doc="zeros(shape) with g added at [index] (the adjoint of getitem; repeated indices add up)")
-defop("setitem", _setitem_forward, vjp=_setitem_vjp, variadic=True, attrs={"index": INDEX}, methods=(),
-      check_arity=_arity(2), saves=slice(2, None), function=setitem,
-      infer=_infer_index(2),
-      samples=(Sample(((4, 5), (5,)), {"index": (1,)}), Sample(((4, 5), ()), {"index": ({"slice": [1, 3, None]},)}),
-               Sample(make=lambda rng: [rng.uniform(-2, 2, (3, 4)), rng.uniform(-2, 2, ()), rng.random((3, 4)) > 0.5],
-                      attrs={"index": ({"tensor": 0},)})),
-      doc="a copy of x with x[index] = value")
+defop(
+    "getitem",
+    _getitem_forward,
+    vjp=_getitem_vjp,
+    variadic=True,
+    attrs={"index": INDEX},
+    methods=(),
+    check_arity=_arity(1),
+    function=getitem,
+    infer=_infer_index(1),
+    saves=slice(1, None),
+    samples=(
+        Sample(((4, 5),), {"index": (1,)}),
+        Sample(((4, 5),), {"index": ({"slice": [None, None, 2]}, {"slice": [1, 4, None]})}),
+        Sample(((4, 5),), {"index": (None, "...", -1)}),
+        Sample(make=_pick_sample, attrs={"index": ({"tensor": 0},)}),
+        Sample(make=_mask_sample, attrs={"index": ({"tensor": 0},)}),
+    ),
+    doc="x[index]",
+)
+defop(
+    "index_add",
+    _index_add_forward,
+    vjp=_index_add_vjp,
+    variadic=True,
+    attrs={"index": INDEX, "shape": Attr("shape")},
+    methods=(),
+    check_arity=_arity(1),
+    saves=slice(1, None),
+    infer=_infer_index(1),
+    samples=(
+        Sample(
+            ((3,),),
+            {"index": ({"tensor": 0},), "shape": (5,)},
+            make=lambda rng: [rng.uniform(-2, 2, (3,)), numpy.array([0, 4, 0])],
+        ),
+    ),
+    doc="zeros(shape) with g added at [index] (the adjoint of getitem; repeated indices add up)",
+)
+defop(
+    "setitem",
+    _setitem_forward,
+    vjp=_setitem_vjp,
+    variadic=True,
+    attrs={"index": INDEX},
+    methods=(),
+    check_arity=_arity(2),
+    saves=slice(2, None),
+    function=setitem,
+    infer=_infer_index(2),
+    samples=(
+        Sample(((4, 5), (5,)), {"index": (1,)}),
+        Sample(((4, 5), ()), {"index": ({"slice": [1, 3, None]},)}),
+        Sample(
+            make=lambda rng: [rng.uniform(-2, 2, (3, 4)), rng.uniform(-2, 2, ()), rng.random((3, 4)) > 0.5],
+            attrs={"index": ({"tensor": 0},)},
+        ),
+    ),
+    doc="a copy of x with x[index] = value",
+)

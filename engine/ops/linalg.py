@@ -22,9 +22,31 @@ def _matmul_vjp_y(g, ans, x, y):
     return F.matmul(x.mT, g)
 
 
-mm = defop("mm", lambda xp, x, y: x @ y, lambda g, ans, x, y: g.mm(y.T), lambda g, ans, x, y: x.T.mm(g),
-           samples=(Sample(((3, 4), (4, 2))),), infer=shapes.mm, work=costs.matrix_product, doc="matrix product of two 2-d inputs")
-matmul = defop("matmul", lambda xp, x, y: xp.matmul(x, y), _matmul_vjp_x, _matmul_vjp_y,
-               samples=(Sample(((3, 4), (4, 2))), Sample(((2, 3, 4), (4, 5))), Sample(((2, 1, 3, 4), (3, 4, 2))),
-                        Sample(((4,), (4, 2))), Sample(((3, 4), (4,))), Sample(((4,), (4,))), Sample(((4,), (2, 4, 3)))),
-               infer=shapes.matmul, work=costs.matrix_product, doc="matrix product with NumPy's broadcasting and 1-d rules")
+mm = defop(
+    "mm",
+    lambda xp, x, y: x @ y,
+    lambda g, ans, x, y: g.mm(y.T),
+    lambda g, ans, x, y: x.T.mm(g),
+    samples=(Sample(((3, 4), (4, 2))),),
+    infer=shapes.mm,
+    work=costs.matrix_product,
+    doc="matrix product of two 2-d inputs",
+)
+matmul = defop(
+    "matmul",
+    lambda xp, x, y: xp.matmul(x, y),
+    _matmul_vjp_x,
+    _matmul_vjp_y,
+    samples=(
+        Sample(((3, 4), (4, 2))),
+        Sample(((2, 3, 4), (4, 5))),
+        Sample(((2, 1, 3, 4), (3, 4, 2))),
+        Sample(((4,), (4, 2))),
+        Sample(((3, 4), (4,))),
+        Sample(((4,), (4,))),
+        Sample(((4,), (2, 4, 3))),
+    ),
+    infer=shapes.matmul,
+    work=costs.matrix_product,
+    doc="matrix product with NumPy's broadcasting and 1-d rules",
+)

@@ -44,14 +44,26 @@ def unreduce(g, shape, dim, keepdim):
     return trusted.expand(g, shape=tuple(shape))
 
 
-sum = defop("sum", lambda xp, x, dim, keepdim: x.sum(axis=_axes(dim, x.ndim), keepdims=keepdim),
-            lambda g, ans, x, dim, keepdim: unreduce(g, x.shape, dim, keepdim),
-            attrs={"dim": DIM, "keepdim": KEEPDIM}, saves=False, samples=REDUCE_SAMPLES, infer=shapes.reduce,
-            doc="sum over dim (all when null)")
-mean = defop("mean", lambda xp, x, dim, keepdim: x.mean(axis=_axes(dim, x.ndim), keepdims=keepdim),
-             lambda g, ans, x, dim, keepdim: unreduce(g, x.shape, dim, keepdim) / _count(x.shape, dim),
-             attrs={"dim": DIM, "keepdim": KEEPDIM}, saves=False, samples=REDUCE_SAMPLES, infer=shapes.reduce_float,
-             doc="mean over dim (all when null)")
+sum = defop(
+    "sum",
+    lambda xp, x, dim, keepdim: x.sum(axis=_axes(dim, x.ndim), keepdims=keepdim),
+    lambda g, ans, x, dim, keepdim: unreduce(g, x.shape, dim, keepdim),
+    attrs={"dim": DIM, "keepdim": KEEPDIM},
+    saves=False,
+    samples=REDUCE_SAMPLES,
+    infer=shapes.reduce,
+    doc="sum over dim (all when null)",
+)
+mean = defop(
+    "mean",
+    lambda xp, x, dim, keepdim: x.mean(axis=_axes(dim, x.ndim), keepdims=keepdim),
+    lambda g, ans, x, dim, keepdim: unreduce(g, x.shape, dim, keepdim) / _count(x.shape, dim),
+    attrs={"dim": DIM, "keepdim": KEEPDIM},
+    saves=False,
+    samples=REDUCE_SAMPLES,
+    infer=shapes.reduce_float,
+    doc="mean over dim (all when null)",
+)
 
 
 def _extreme_vjp(g, ans, x, dim, keepdim):
@@ -61,12 +73,26 @@ def _extreme_vjp(g, ans, x, dim, keepdim):
     return unreduce(g, x.shape, dim, keepdim) * const(weights.astype(g.dtype))
 
 
-amax = defop("amax", lambda xp, x, dim, keepdim: xp.amax(x, axis=_axes(dim, x.ndim), keepdims=keepdim), _extreme_vjp,
-             attrs={"dim": DIM, "keepdim": KEEPDIM}, uses_output=True, samples=REDUCE_SAMPLES,
-             infer=shapes.reduce_same_dtype, doc="maximum over dim (ties share the gradient)")
-amin = defop("amin", lambda xp, x, dim, keepdim: xp.amin(x, axis=_axes(dim, x.ndim), keepdims=keepdim), _extreme_vjp,
-             attrs={"dim": DIM, "keepdim": KEEPDIM}, uses_output=True, samples=REDUCE_SAMPLES,
-             infer=shapes.reduce_same_dtype, doc="minimum over dim (ties share the gradient)")
+amax = defop(
+    "amax",
+    lambda xp, x, dim, keepdim: xp.amax(x, axis=_axes(dim, x.ndim), keepdims=keepdim),
+    _extreme_vjp,
+    attrs={"dim": DIM, "keepdim": KEEPDIM},
+    uses_output=True,
+    samples=REDUCE_SAMPLES,
+    infer=shapes.reduce_same_dtype,
+    doc="maximum over dim (ties share the gradient)",
+)
+amin = defop(
+    "amin",
+    lambda xp, x, dim, keepdim: xp.amin(x, axis=_axes(dim, x.ndim), keepdims=keepdim),
+    _extreme_vjp,
+    attrs={"dim": DIM, "keepdim": KEEPDIM},
+    uses_output=True,
+    samples=REDUCE_SAMPLES,
+    infer=shapes.reduce_same_dtype,
+    doc="minimum over dim (ties share the gradient)",
+)
 
 
 def _arg(fn_name):
@@ -80,12 +106,24 @@ def _arg(fn_name):
 
 
 ARG_ATTRS = {"dim": Attr("int?", None, "dimension; null means the flattened input"), "keepdim": KEEPDIM}
-argmax = defop("argmax", _arg("argmax"), attrs=ARG_ATTRS, differentiable=False,
-               samples=(Sample(((3, 4),)), Sample(((3, 4),), {"dim": 1})), infer=shapes.arg_reduce,
-               doc="index of the maximum (no gradient)")
-argmin = defop("argmin", _arg("argmin"), attrs=ARG_ATTRS, differentiable=False,
-               samples=(Sample(((3, 4),)), Sample(((3, 4),), {"dim": 1})), infer=shapes.arg_reduce,
-               doc="index of the minimum (no gradient)")
+argmax = defop(
+    "argmax",
+    _arg("argmax"),
+    attrs=ARG_ATTRS,
+    differentiable=False,
+    samples=(Sample(((3, 4),)), Sample(((3, 4),), {"dim": 1})),
+    infer=shapes.arg_reduce,
+    doc="index of the maximum (no gradient)",
+)
+argmin = defop(
+    "argmin",
+    _arg("argmin"),
+    attrs=ARG_ATTRS,
+    differentiable=False,
+    samples=(Sample(((3, 4),)), Sample(((3, 4),), {"dim": 1})),
+    infer=shapes.arg_reduce,
+    doc="index of the minimum (no gradient)",
+)
 
 
 def _norm_forward(xp, x, p, dim, keepdim):
@@ -102,7 +140,9 @@ def _norm_vjp(g, ans, x, p, dim, keepdim):
     zero = const(ans._data == 0)
     safe = F.where(zero, 1.0, ans)
     if math.isinf(p):
-        return _extreme_vjp(g, Variable._result(ans._data, None), F.abs(x), dim, keepdim) * const(xp.sign(x._data).astype(g.dtype))
+        return _extreme_vjp(g, Variable._result(ans._data, None), F.abs(x), dim, keepdim) * const(
+            xp.sign(x._data).astype(g.dtype)
+        )
     if p == 2:
         return x * unreduce(F.where(zero, 0.0, g / safe), x.shape, dim, keepdim)
     scale = F.where(zero, 0.0, g / safe ** (p - 1))
@@ -110,12 +150,23 @@ def _norm_vjp(g, ans, x, p, dim, keepdim):
     return F.where(const(x._data == 0), 0.0, grad) if p < 1 else grad  # 0 * inf at zeros when p < 1
 
 
-norm = defop("norm", _norm_forward, _norm_vjp,
-             attrs={"p": Attr("p", 2.0, "order: any positive number or inf"), "dim": DIM, "keepdim": KEEPDIM},
-             uses_output=True, twice_differentiable=True,
-             samples=(Sample(((3, 4),)), Sample(((2, 3, 4),), {"dim": 1}), Sample(((3, 4),), {"p": 1.0, "dim": -1}),
-                      Sample(((3, 4),), {"p": 3.0}), Sample(((3, 4),), {"p": float("inf"), "dim": 0})),
-             infer=shapes.reduce_float, doc="p-norm over dim (all when null); gradient 0 where the norm is 0")
+norm = defop(
+    "norm",
+    _norm_forward,
+    _norm_vjp,
+    attrs={"p": Attr("p", 2.0, "order: any positive number or inf"), "dim": DIM, "keepdim": KEEPDIM},
+    uses_output=True,
+    twice_differentiable=True,
+    samples=(
+        Sample(((3, 4),)),
+        Sample(((2, 3, 4),), {"dim": 1}),
+        Sample(((3, 4),), {"p": 1.0, "dim": -1}),
+        Sample(((3, 4),), {"p": 3.0}),
+        Sample(((3, 4),), {"p": float("inf"), "dim": 0}),
+    ),
+    infer=shapes.reduce_float,
+    doc="p-norm over dim (all when null); gradient 0 where the norm is 0",
+)
 
 
 def _var(x, dim=None, unbiased=True, keepdim=False):
@@ -124,9 +175,15 @@ def _var(x, dim=None, unbiased=True, keepdim=False):
     return (centred * centred).sum(dim, keepdim=keepdim) / builtins.max(count - (1 if unbiased else 0), 0)
 
 
-var = defop("var", _var, attrs={"dim": DIM, "unbiased": Attr("bool", True, "divide by n - 1"), "keepdim": KEEPDIM},
-            composite=True, samples=REDUCE_SAMPLES + (Sample(((5,),), {"unbiased": False}),),
-            infer=shapes.reduce_float, doc="variance over dim (all when null)")
+var = defop(
+    "var",
+    _var,
+    attrs={"dim": DIM, "unbiased": Attr("bool", True, "divide by n - 1"), "keepdim": KEEPDIM},
+    composite=True,
+    samples=REDUCE_SAMPLES + (Sample(((5,),), {"unbiased": False}),),
+    infer=shapes.reduce_float,
+    doc="variance over dim (all when null)",
+)
 
 
 def _logsumexp(x, dim, keepdim=False):
@@ -141,9 +198,15 @@ def _logsumexp(x, dim, keepdim=False):
 SOFTMAX_DIM = Attr("int", doc="dimension that sums to one")
 SOFTMAX_SAMPLES = (Sample(((3, 4),), {"dim": 1}), Sample(((2, 3, 4),), {"dim": 0}), Sample(((5,),), {"dim": -1}))
 
-logsumexp = defop("logsumexp", _logsumexp, attrs={"dim": Attr("dims", doc="dimension(s) to reduce"), "keepdim": KEEPDIM},
-                  composite=True, samples=SOFTMAX_SAMPLES + (Sample(((2, 3, 4),), {"dim": (1, 2), "keepdim": True}),),
-                  infer=shapes.reduce_float, doc="log(sum(exp(x))) over dim, computed stably")
+logsumexp = defop(
+    "logsumexp",
+    _logsumexp,
+    attrs={"dim": Attr("dims", doc="dimension(s) to reduce"), "keepdim": KEEPDIM},
+    composite=True,
+    samples=SOFTMAX_SAMPLES + (Sample(((2, 3, 4),), {"dim": (1, 2), "keepdim": True}),),
+    infer=shapes.reduce_float,
+    doc="log(sum(exp(x))) over dim, computed stably",
+)
 
 
 def _log_softmax(x, dim):
@@ -156,7 +219,21 @@ def _log_softmax(x, dim):
     return shifted - shifted.exp().sum(axes, keepdim=True).log()
 
 
-log_softmax = defop("log_softmax", _log_softmax, attrs={"dim": SOFTMAX_DIM},
-                    composite=True, samples=SOFTMAX_SAMPLES, infer=shapes.along_dim, doc="x - logsumexp(x, dim)")
-softmax = defop("softmax", lambda x, dim: _log_softmax(x, dim).exp(), attrs={"dim": SOFTMAX_DIM},
-                composite=True, samples=SOFTMAX_SAMPLES, infer=shapes.along_dim, doc="exp(x) / sum(exp(x)) along dim, computed stably")
+log_softmax = defop(
+    "log_softmax",
+    _log_softmax,
+    attrs={"dim": SOFTMAX_DIM},
+    composite=True,
+    samples=SOFTMAX_SAMPLES,
+    infer=shapes.along_dim,
+    doc="x - logsumexp(x, dim)",
+)
+softmax = defop(
+    "softmax",
+    lambda x, dim: _log_softmax(x, dim).exp(),
+    attrs={"dim": SOFTMAX_DIM},
+    composite=True,
+    samples=SOFTMAX_SAMPLES,
+    infer=shapes.along_dim,
+    doc="exp(x) / sum(exp(x)) along dim, computed stably",
+)

@@ -33,16 +33,38 @@ def _expand(xp, x, shape):
     return xp.broadcast_to(x, shape)
 
 
-sum_to = defop("sum_to", _sum_to, lambda g, ans, x, shape: trusted.expand(g, shape=x.shape), attrs={"shape": Attr("shape")},
-               saves=False, methods=(), samples=(Sample(((2, 3, 4),), {"shape": (3, 1)}), Sample(((3, 4),), {"shape": ()})),
-               infer=shapes.sum_to, doc="sum x down to a shape it broadcasts from (the adjoint of expand)")
-expand = defop("expand", _expand, lambda g, ans, x, shape: trusted.sum_to(g, shape=x.shape), attrs={"shape": Attr("shape")},
-               saves=False, samples=(Sample(((3, 1),), {"shape": (2, 3, 4)}), Sample(((4,),), {"shape": (3, -1)})),
-               infer=shapes.expand, doc="broadcast x to a larger shape (-1 keeps a size)")
-reshape = defop("reshape", lambda xp, x, shape: x.reshape(shape), lambda g, ans, x, shape: trusted.reshape(g, shape=x.shape),
-                attrs={"shape": Attr("shape")}, saves=False, methods=("reshape", "view"),
-                samples=(Sample(((3, 4),), {"shape": (2, 6)}), Sample(((2, 3, 4),), {"shape": (-1,)})),
-                infer=shapes.reshape, doc="the same values in a new shape (one size may be -1)")
+sum_to = defop(
+    "sum_to",
+    _sum_to,
+    lambda g, ans, x, shape: trusted.expand(g, shape=x.shape),
+    attrs={"shape": Attr("shape")},
+    saves=False,
+    methods=(),
+    samples=(Sample(((2, 3, 4),), {"shape": (3, 1)}), Sample(((3, 4),), {"shape": ()})),
+    infer=shapes.sum_to,
+    doc="sum x down to a shape it broadcasts from (the adjoint of expand)",
+)
+expand = defop(
+    "expand",
+    _expand,
+    lambda g, ans, x, shape: trusted.sum_to(g, shape=x.shape),
+    attrs={"shape": Attr("shape")},
+    saves=False,
+    samples=(Sample(((3, 1),), {"shape": (2, 3, 4)}), Sample(((4,),), {"shape": (3, -1)})),
+    infer=shapes.expand,
+    doc="broadcast x to a larger shape (-1 keeps a size)",
+)
+reshape = defop(
+    "reshape",
+    lambda xp, x, shape: x.reshape(shape),
+    lambda g, ans, x, shape: trusted.reshape(g, shape=x.shape),
+    attrs={"shape": Attr("shape")},
+    saves=False,
+    methods=("reshape", "view"),
+    samples=(Sample(((3, 4),), {"shape": (2, 6)}), Sample(((2, 3, 4),), {"shape": (-1,)})),
+    infer=shapes.reshape,
+    doc="the same values in a new shape (one size may be -1)",
+)
 
 
 def _inverse(dims):
@@ -53,9 +75,16 @@ def _inverse(dims):
     return tuple(out)
 
 
-permute = defop("permute", lambda xp, x, dims: x.transpose(dims), lambda g, ans, x, dims: trusted.permute(g, dims=_inverse(dims)),
-                attrs={"dims": Attr("ints")}, saves=False, samples=(Sample(((2, 3, 4),), {"dims": (2, 0, 1)}),),
-                infer=shapes.permute, doc="reorder dimensions")
+permute = defop(
+    "permute",
+    lambda xp, x, dims: x.transpose(dims),
+    lambda g, ans, x, dims: trusted.permute(g, dims=_inverse(dims)),
+    attrs={"dims": Attr("ints")},
+    saves=False,
+    samples=(Sample(((2, 3, 4),), {"dims": (2, 0, 1)}),),
+    infer=shapes.permute,
+    doc="reorder dimensions",
+)
 
 
 def _swap(ndim, dim0, dim1):
@@ -74,9 +103,15 @@ def _transpose_infer(s, d, attrs):
     return shapes.permute(s, d, {"dims": _swap(len(s[0]), attrs["dim0"], attrs["dim1"])})
 
 
-transpose = defop("transpose", _transpose, attrs={"dim0": Attr("int"), "dim1": Attr("int")}, composite=True,
-                  samples=(Sample(((2, 3, 4),), {"dim0": 0, "dim1": 2}),), infer=_transpose_infer,
-                  doc="swap two dimensions")
+transpose = defop(
+    "transpose",
+    _transpose,
+    attrs={"dim0": Attr("int"), "dim1": Attr("int")},
+    composite=True,
+    samples=(Sample(((2, 3, 4),), {"dim0": 0, "dim1": 2}),),
+    infer=_transpose_infer,
+    doc="swap two dimensions",
+)
 
 
 def _t_infer(s, d, attrs):
@@ -120,22 +155,38 @@ def _flatten_shape(shape, start_dim, end_dim):
     if a > b:
         raise shapes.ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
     size = 1
-    for s in shape[a:b + 1]:
+    for s in shape[a : b + 1]:
         size *= s
-    return tuple(shape[:a]) + (size,) + tuple(shape[b + 1:])
+    return tuple(shape[:a]) + (size,) + tuple(shape[b + 1 :])
 
 
-unsqueeze = defop("unsqueeze", lambda x, dim: x.reshape(_unsqueeze_shape(x.shape, dim)), attrs={"dim": Attr("int")},
-                  composite=True, samples=(Sample(((3, 4),), {"dim": 1}), Sample(((3, 4),), {"dim": -1})),
-                  infer=lambda s, d, a: (_unsqueeze_shape(s[0], a["dim"]), d[0]), doc="insert a dimension of size 1")
-squeeze = defop("squeeze", lambda x, dim=None: x.reshape(_squeeze_shape(x.shape, dim)), attrs={"dim": Attr("dims", None)},
-                composite=True, samples=(Sample(((3, 1, 4, 1),)), Sample(((3, 1, 4),), {"dim": 1})),
-                infer=lambda s, d, a: (_squeeze_shape(s[0], a["dim"]), d[0]), doc="drop dimensions of size 1")
-flatten = defop("flatten", lambda x, start_dim=0, end_dim=-1: x.reshape(_flatten_shape(x.shape, start_dim, end_dim)),
-                attrs={"start_dim": Attr("int", 0), "end_dim": Attr("int", -1)}, composite=True,
-                samples=(Sample(((2, 3, 4),)), Sample(((2, 3, 4),), {"start_dim": 1})),
-                infer=lambda s, d, a: (_flatten_shape(s[0], a["start_dim"], a["end_dim"]), d[0]),
-                doc="merge dimensions start_dim..end_dim into one")
+unsqueeze = defop(
+    "unsqueeze",
+    lambda x, dim: x.reshape(_unsqueeze_shape(x.shape, dim)),
+    attrs={"dim": Attr("int")},
+    composite=True,
+    samples=(Sample(((3, 4),), {"dim": 1}), Sample(((3, 4),), {"dim": -1})),
+    infer=lambda s, d, a: (_unsqueeze_shape(s[0], a["dim"]), d[0]),
+    doc="insert a dimension of size 1",
+)
+squeeze = defop(
+    "squeeze",
+    lambda x, dim=None: x.reshape(_squeeze_shape(x.shape, dim)),
+    attrs={"dim": Attr("dims", None)},
+    composite=True,
+    samples=(Sample(((3, 1, 4, 1),)), Sample(((3, 1, 4),), {"dim": 1})),
+    infer=lambda s, d, a: (_squeeze_shape(s[0], a["dim"]), d[0]),
+    doc="drop dimensions of size 1",
+)
+flatten = defop(
+    "flatten",
+    lambda x, start_dim=0, end_dim=-1: x.reshape(_flatten_shape(x.shape, start_dim, end_dim)),
+    attrs={"start_dim": Attr("int", 0), "end_dim": Attr("int", -1)},
+    composite=True,
+    samples=(Sample(((2, 3, 4),)), Sample(((2, 3, 4),), {"start_dim": 1})),
+    infer=lambda s, d, a: (_flatten_shape(s[0], a["start_dim"], a["end_dim"]), d[0]),
+    doc="merge dimensions start_dim..end_dim into one",
+)
 
 
 def _slice_along(g, dim, item):
@@ -157,10 +208,27 @@ def _stack_vjp(g, ans, xs, needs, dim):
 
 
 JOIN_SAMPLES = (Sample(((2, 3), (4, 3)), {"dim": 0}), Sample(((2, 3), (2, 1), (2, 2)), {"dim": -1}))
-cat = defop("cat", lambda xp, *xs, dim: xp.concatenate(xs, axis=dim), vjp=_cat_vjp, variadic=True,
-            attrs={"dim": Attr("int", 0)}, saves=False, methods=(), samples=JOIN_SAMPLES, infer=shapes.cat,
-            doc="join inputs along an existing dimension")
-stack = defop("stack", lambda xp, *xs, dim: xp.stack(xs, axis=dim), vjp=_stack_vjp, variadic=True,
-              attrs={"dim": Attr("int", 0)}, saves=False, methods=(),
-              samples=(Sample(((2, 3), (2, 3)), {"dim": 0}), Sample(((2, 3), (2, 3), (2, 3)), {"dim": 2})),
-              infer=shapes.stack, doc="join inputs along a new dimension")
+cat = defop(
+    "cat",
+    lambda xp, *xs, dim: xp.concatenate(xs, axis=dim),
+    vjp=_cat_vjp,
+    variadic=True,
+    attrs={"dim": Attr("int", 0)},
+    saves=False,
+    methods=(),
+    samples=JOIN_SAMPLES,
+    infer=shapes.cat,
+    doc="join inputs along an existing dimension",
+)
+stack = defop(
+    "stack",
+    lambda xp, *xs, dim: xp.stack(xs, axis=dim),
+    vjp=_stack_vjp,
+    variadic=True,
+    attrs={"dim": Attr("int", 0)},
+    saves=False,
+    methods=(),
+    samples=(Sample(((2, 3), (2, 3)), {"dim": 0}), Sample(((2, 3), (2, 3), (2, 3)), {"dim": 2})),
+    infer=shapes.stack,
+    doc="join inputs along a new dimension",
+)

@@ -19,7 +19,14 @@ from wire import codec
 from wire.errors import GraphError, RequestError
 from wire.messages import Request, decode_request
 
-INFER_KEYS = {"id", "inputs", "outputs", "parameters", "model_name", "model_version"}  # KServe's client sends model_name
+INFER_KEYS = {
+    "id",
+    "inputs",
+    "outputs",
+    "parameters",
+    "model_name",
+    "model_version",
+}  # KServe's client sends model_name
 UNSUPPORTED = ("shared_memory_region", "classification")
 
 
@@ -28,9 +35,9 @@ class Infer:
     """A decoded infer request: the wire request, its kind and the outputs to answer with."""
 
     request: Request
-    kind: str              # "forward" or "backward"
-    outputs: tuple         # names, in response order
-    binary: tuple          # per output: binary or JSON
+    kind: str  # "forward" or "backward"
+    outputs: tuple  # names, in response order
+    binary: tuple  # per output: binary or JSON
 
 
 def _flag(params: dict, key: str, where: str, default: bool) -> bool:
@@ -66,12 +73,16 @@ def _selection(model: Model, header: dict, binary_default: bool) -> tuple[tuple,
         if not isinstance(name, str):
             raise RequestError(f"{where} must be an object with a 'name'", field=f"{where}.name")
         if name not in known:
-            raise RequestError(f"model {model.name!r} has no output {name!r}; its outputs: {', '.join(model.output_names)}",
-                               field=f"{where}.name")
+            raise RequestError(
+                f"model {model.name!r} has no output {name!r}; its outputs: {', '.join(model.output_names)}",
+                field=f"{where}.name",
+            )
         if name in names:
             raise RequestError(f"output {name!r} is requested twice", field=f"{where}.name")
         names.append(name)
-        binary.append(_flag(_parameters(obj, f"{where}.parameters"), "binary_data", f"{where}.parameters", binary_default))
+        binary.append(
+            _flag(_parameters(obj, f"{where}.parameters"), "binary_data", f"{where}.parameters", binary_default)
+        )
     return tuple(names), tuple(binary)
 
 
@@ -95,12 +106,13 @@ def decode_infer(model: Model, header, tail, limits) -> Infer:
     request = decode_request({"id": header.get("id"), "inputs": tensors}, tail, limits)
     seeds = {}
     for name in [n for n in request.inputs if n.startswith(GRAD_OUTPUT)]:
-        output = name[len(GRAD_OUTPUT):]
+        output = name[len(GRAD_OUTPUT) :]
         if output not in model.graph_outputs:
-            raise RequestError(f"input {name!r}: {output!r} is not an output of model {model.name!r}", node=output,
-                               field="inputs")
+            raise RequestError(
+                f"input {name!r}: {output!r} is not an output of model {model.name!r}", node=output, field="inputs"
+            )
         seeds[output] = request.inputs.pop(name)
-    wrt = [name[len(GRAD):] for name in names if name.startswith(GRAD)]
+    wrt = [name[len(GRAD) :] for name in names if name.startswith(GRAD)]
     if seeds and not wrt:
         raise RequestError(f"grad_output tensors are given but no {GRAD}<input> output is requested", field="inputs")
     request.graph = model.graph
@@ -133,9 +145,12 @@ def encode_infer(model: Model, infer: Infer, result, max_json_elements: int) -> 
         arrays.update((GRAD + name, grad) for name, grad in result.grads.items())
     in_json = sum(int(arrays[name].size) for name, binary in zip(infer.outputs, infer.binary) if not binary)
     if in_json > max_json_elements:
-        raise RequestError(f"the JSON outputs would hold {in_json} elements, over the limit of {max_json_elements} "
-                           "(max_json_output_elements): ask for them in binary (parameters.binary_data)",
-                           field="outputs", kind="too_large")
+        raise RequestError(
+            f"the JSON outputs would hold {in_json} elements, over the limit of {max_json_elements} "
+            "(max_json_output_elements): ask for them in binary (parameters.binary_data)",
+            field="outputs",
+            kind="too_large",
+        )
     buffers, outputs = [], []
     for name, binary in zip(infer.outputs, infer.binary):
         array = backend.to_numpy(arrays[name])

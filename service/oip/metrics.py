@@ -20,16 +20,23 @@ class RepositoryCollector:
 
     def collect(self):
         yield GaugeMetricFamily("gradserve_models", "Graphs registered as models", value=len(self.models))
-        yield GaugeMetricFamily("gradserve_model_bytes", "Bytes of graph JSON registered as models",
-                                value=self.models.nbytes)
+        yield GaugeMetricFamily(
+            "gradserve_model_bytes", "Bytes of graph JSON registered as models", value=self.models.nbytes
+        )
 
 
 class ModelMetrics:
     def __init__(self, registry, models):
-        self.inferences = Counter("gradserve_model_inferences", "Infer requests by model and status",
-                                  ["model", "status"], registry=registry)
-        self.latency = Histogram("gradserve_model_infer_duration_seconds", "Infer latency by model", ["model"],
-                                 buckets=LATENCY_BUCKETS, registry=registry)
+        self.inferences = Counter(
+            "gradserve_model_inferences", "Infer requests by model and status", ["model", "status"], registry=registry
+        )
+        self.latency = Histogram(
+            "gradserve_model_infer_duration_seconds",
+            "Infer latency by model",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         registry.register(RepositoryCollector(models))
         self._statuses: dict[str, set] = {}
 

@@ -44,8 +44,8 @@ class Model:
     name: str
     graph: dict
     nbytes: int
-    inputs: tuple          # TensorSpec of each input node
-    outputs: tuple         # TensorSpec of each graph output, then of each grad:<input>
+    inputs: tuple  # TensorSpec of each input node
+    outputs: tuple  # TensorSpec of each graph output, then of each grad:<input>
     graph_outputs: frozenset
     version: str = VERSION
 
@@ -54,24 +54,39 @@ class Model:
         return tuple(spec.name for spec in self.outputs)
 
     def metadata(self) -> dict:
-        return {"name": self.name, "versions": [self.version], "platform": PLATFORM,
-                "inputs": [spec.metadata() for spec in self.inputs],
-                "outputs": [spec.metadata() for spec in self.outputs]}
+        return {
+            "name": self.name,
+            "versions": [self.version],
+            "platform": PLATFORM,
+            "inputs": [spec.metadata() for spec in self.inputs],
+            "outputs": [spec.metadata() for spec in self.outputs],
+        }
 
     def config(self) -> dict:
-        seeds = [TensorSpec(GRAD_OUTPUT + spec.name, spec.datatype, spec.shape)
-                 for spec in self.outputs if spec.name in self.graph_outputs]
-        return {"name": self.name, "platform": PLATFORM, "backend": "gradserve", "max_batch_size": 0,
-                "version_policy": {"latest": {"num_versions": 1}},
-                "input": [spec.config() for spec in self.inputs] + [spec.config(optional=True) for spec in seeds],
-                "output": [spec.config() for spec in self.outputs],
-                "graph": self.graph}
+        seeds = [
+            TensorSpec(GRAD_OUTPUT + spec.name, spec.datatype, spec.shape)
+            for spec in self.outputs
+            if spec.name in self.graph_outputs
+        ]
+        return {
+            "name": self.name,
+            "platform": PLATFORM,
+            "backend": "gradserve",
+            "max_batch_size": 0,
+            "version_policy": {"latest": {"num_versions": 1}},
+            "input": [spec.config() for spec in self.inputs] + [spec.config(optional=True) for spec in seeds],
+            "output": [spec.config() for spec in self.outputs],
+            "graph": self.graph,
+        }
 
 
 def check_name(name: str) -> str:
     if not NAME.fullmatch(name):
-        raise ApiError(400, f"model name {name!r} must be 1-128 letters, digits, '_', '.' or '-' (starting with a "
-                       "letter or digit)", field="name")
+        raise ApiError(
+            400,
+            f"model name {name!r} must be 1-128 letters, digits, '_', '.' or '-' (starting with a letter or digit)",
+            field="name",
+        )
     return name
 
 
@@ -83,8 +98,12 @@ def model_of(name: str, graph: dict, plan, nbytes: int) -> Model:
         if step.op != "input":
             continue
         if step.id.startswith(GRAD_OUTPUT):
-            raise GraphError(f"input node {step.id!r}: ids starting with {GRAD_OUTPUT!r} are reserved for the "
-                             "gradients of outputs on the Open Inference Protocol", node=step.id, field="id")
+            raise GraphError(
+                f"input node {step.id!r}: ids starting with {GRAD_OUTPUT!r} are reserved for the "
+                "gradients of outputs on the Open Inference Protocol",
+                node=step.id,
+                field="id",
+            )
         datatype = NOMINAL_DATATYPE if step.dtype is None else datatype_of(step.dtype)
         spec = TensorSpec(step.id, datatype, (-1,) if step.shape is None else step.shape)
         inputs.append(spec)
@@ -92,8 +111,11 @@ def model_of(name: str, graph: dict, plan, nbytes: int) -> Model:
             seeds.append(TensorSpec(GRAD + step.id, datatype, spec.shape))
     for out in plan.outputs:
         if out.startswith(GRAD):
-            raise GraphError(f"output {out!r}: ids starting with {GRAD!r} are reserved for gradients on the Open "
-                             "Inference Protocol", node=out, field="graph.outputs")
+            raise GraphError(
+                f"output {out!r}: ids starting with {GRAD!r} are reserved for gradients on the Open Inference Protocol",
+                node=out,
+                field="graph.outputs",
+            )
     outputs = tuple(TensorSpec(out, NOMINAL_DATATYPE, (-1,)) for out in plan.outputs) + tuple(seeds)
     return Model(name, graph, nbytes, tuple(inputs), outputs, frozenset(plan.outputs))
 
@@ -120,11 +142,15 @@ class ModelRepository:
     def get(self, name: str, version: str | None = None) -> Model:
         model = self._models.get(name)
         if model is None:
-            raise ApiError(404, f"unknown model {name!r}: load it with POST /v2/repository/models/{name}/load",
-                           field="name")
+            raise ApiError(
+                404, f"unknown model {name!r}: load it with POST /v2/repository/models/{name}/load", field="name"
+            )
         if version not in (None, "", model.version):
-            raise ApiError(404, f"model {name!r} has no version {version!r} (its only version is {model.version!r})",
-                           field="version")
+            raise ApiError(
+                404,
+                f"model {name!r} has no version {version!r} (its only version is {model.version!r})",
+                field="version",
+            )
         return model
 
     def check_room(self, name: str, nbytes: int) -> None:
@@ -133,12 +159,17 @@ class ModelRepository:
         replaced = self._models.get(name)
         count = len(self._models) + (replaced is None)
         if count > self.max_models:
-            raise ApiError(409, f"the repository already holds max_models={self.max_models} models; unload one first",
-                           field="name")
+            raise ApiError(
+                409, f"the repository already holds max_models={self.max_models} models; unload one first", field="name"
+            )
         total = self._bytes - (replaced.nbytes if replaced else 0) + nbytes
         if total > self.max_bytes:
-            raise ApiError(413, f"the graph's {nbytes} bytes would bring the repository to {total} bytes, over "
-                           f"max_model_bytes={self.max_bytes}", field="parameters.config")
+            raise ApiError(
+                413,
+                f"the graph's {nbytes} bytes would bring the repository to {total} bytes, over "
+                f"max_model_bytes={self.max_bytes}",
+                field="parameters.config",
+            )
 
     def add(self, model: Model) -> None:
         self.check_room(model.name, model.nbytes)

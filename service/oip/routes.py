@@ -44,8 +44,9 @@ async def live() -> Response:
 @router.get("/health/ready")
 async def ready(request: Request) -> Response:
     if not getattr(request.app.state, "ready", False):
-        return json_response({"error": "not ready: the backend is not initialised", "node": None, "field": None,
-                              "ready": False}, 503)
+        return json_response(
+            {"error": "not ready: the backend is not initialised", "node": None, "field": None, "ready": False}, 503
+        )
     return json_response({"ready": True})
 
 
@@ -56,16 +57,23 @@ async def server_metadata() -> Response:
 
 @guarded.post("/repository/index")
 async def repository_index(request: Request) -> Response:
-    return json_response([{"name": m.name, "version": m.version, "state": "READY", "reason": ""}
-                          for m in request.app.state.models.models()])
+    return json_response(
+        [
+            {"name": m.name, "version": m.version, "state": "READY", "reason": ""}
+            for m in request.app.state.models.models()
+        ]
+    )
 
 
 async def _json_body(request: Request) -> dict:
     state = request.app.state
     hold = BodyHold(state.body_budget)
     try:
-        body = bytes(await read_body(request.receive, request.headers, state.executor.limits, None, hold,
-                                     state.settings.body_timeout_s))
+        body = bytes(
+            await read_body(
+                request.receive, request.headers, state.executor.limits, None, hold, state.settings.body_timeout_s
+            )
+        )
     finally:
         hold.release()
     if not body.strip():
@@ -84,12 +92,15 @@ def _graph_of(body: dict) -> tuple[dict, int]:
     string (what tritonclient's load_model(config=...) sends) or as an object."""
     params = body.get("parameters")
     if not isinstance(params, dict) or "config" not in params:
-        raise RequestError("the graph goes in parameters.config (a JSON string of graph format v1)",
-                           field="parameters.config")
+        raise RequestError(
+            "the graph goes in parameters.config (a JSON string of graph format v1)", field="parameters.config"
+        )
     extra = sorted(set(params) - {"config"})
     if extra:
-        raise RequestError(f"parameters.{extra[0]} is not supported (model files): send the graph as parameters.config",
-                           field=f"parameters.{extra[0]}")
+        raise RequestError(
+            f"parameters.{extra[0]} is not supported (model files): send the graph as parameters.config",
+            field=f"parameters.{extra[0]}",
+        )
     config = params["config"]
     if isinstance(config, str):
         try:
@@ -99,7 +110,9 @@ def _graph_of(body: dict) -> tuple[dict, int]:
         return graph, len(config.encode())
     if isinstance(config, dict):
         return config, len(orjson.dumps(config))
-    raise RequestError("parameters.config must be the graph's JSON, as a string or an object", field="parameters.config")
+    raise RequestError(
+        "parameters.config must be the graph's JSON, as a string or an object", field="parameters.config"
+    )
 
 
 @guarded.post("/repository/models/{name}/load")

@@ -50,6 +50,7 @@ class Recorder:
         transport.request = request
         execute = getattr(transport, "execute", None)
         if execute is not None:
+
             def execute_call(call, where):
                 header = dict(call.header)
                 for key, tensors in (("inputs", call.inputs), ("grad_outputs", call.grad_outputs)):
@@ -65,8 +66,6 @@ class Recorder:
 
     def count(self, path):
         return self.paths().count(path)
-
-
 
 
 def autograd_basics(m, factor=2):
@@ -101,7 +100,7 @@ def grad_with_grad_outputs(m, xs, ys, zs):
 def square_plus(m, xs, ys):
     x = m.Variable(xs, requires_grad=True)
     y = m.Variable(ys, requires_grad=True)
-    z = x ** 2 + 3 * y
+    z = x**2 + 3 * y
     z.backward(m.Variable(np.ones_like(xs)))
     return x, y, z
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,7 +40,9 @@ class LiveServer:
         """gradserve_requests_total for POST `endpoint` with `status` (0 before the first)."""
         pattern = re.compile(
             r'^gradserve_requests_total\{(?=[^}]*endpoint="%s")(?=[^}]*method="POST")(?=[^}]*status="%s")[^}]*\}\s+(\S+)$'
-            % (re.escape(endpoint), status), re.M)
+            % (re.escape(endpoint), status),
+            re.M,
+        )
         match = pattern.search(self.metrics())
         return float(match.group(1)) if match else 0.0
 
@@ -51,11 +52,18 @@ def server(tmp_path_factory):
     """`python -m service` on a free loopback port (settings from GRADSERVE_* env); SIGTERM at the end."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRADSERVE_")}
-    env.update(GRADSERVE_HOST="127.0.0.1", GRADSERVE_PORT=str(port), GRADSERVE_DEVICE="cpu",
-               GRADSERVE_LOG_LEVEL="warning", PYTHONPATH=str(ROOT))
+    env.update(
+        GRADSERVE_HOST="127.0.0.1",
+        GRADSERVE_PORT=str(port),
+        GRADSERVE_DEVICE="cpu",
+        GRADSERVE_LOG_LEVEL="warning",
+        PYTHONPATH=str(ROOT),
+    )
     log = tmp_path_factory.mktemp("server") / "server.log"
     with log.open("w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT
+        )
     srv = LiveServer(proc, f"http://127.0.0.1:{port}", log)
     deadline = time.monotonic() + 30
     while True:

@@ -54,7 +54,7 @@ def assigned_value_that_requires_grad(m, fetch_first):
 
 def power_modified_in_place(m, fetch_first):
     x = m.tensor(X, requires_grad=True)
-    y = x ** 2  # only the exponent's vjp reads the output, and the exponent gets no gradient
+    y = x**2  # only the exponent's vjp reads the output, and the exponent gets no gradient
     if fetch_first:
         y.tolist()
     with m.no_grad():
@@ -63,8 +63,12 @@ def power_modified_in_place(m, fetch_first):
     return y.detach().numpy(), x.grad.numpy()
 
 
-PROGRAMS = [index_assignment, inplace_op_and_chained_assignments, assigned_value_that_requires_grad,
-            power_modified_in_place]
+PROGRAMS = [
+    index_assignment,
+    inplace_op_and_chained_assignments,
+    assigned_value_that_requires_grad,
+    power_modified_in_place,
+]
 
 
 def _same(got, want):
@@ -97,7 +101,7 @@ def test_a_power_whose_exponent_gets_a_gradient_refuses_once_its_output_changed(
     m = pytest.importorskip("torch") if module == "torch" else {"engine": engine, "client": client}[module]
     x = m.tensor(np.array([1.0, 2.0]), requires_grad=True)
     e = m.tensor(np.array([2.0, 3.0]), requires_grad=True)
-    y = x ** e
+    y = x**e
     with m.no_grad():
         y.add_(1.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):

@@ -50,7 +50,7 @@ def test_detach_cuts_the_gradient(session):
         d = y.detach()
         assert d.is_leaf and not d.requires_grad and d.grad_fn is None
         (d * x).sum().backward()
-        fetched = (x * 3)
+        fetched = x * 3
         fetched.item() if fetched.numel() == 1 else fetched.data  # a detach of a fetched value, too
         e = fetched.detach()
         (e * x).sum().backward()
@@ -116,9 +116,33 @@ def test_grad_fn_names_match_the_engine(session):
     def program(m):
         x = m.Variable(X, requires_grad=True)
         w = m.Variable(np.ones((3, 2)), requires_grad=True)
-        exprs = [x + 1, 1 - x, x * x, x / 2, x ** 2, 2 ** x, -x, abs(x), x.mm(w), x @ w, x.clamp(min=0), x.sum(),
-                 x.mean(1), x[0], x[:, 1:], x.T, x.t(), x.reshape(3, 2), x.exp(), x.softmax(1), x.var(),
-                 x.unsqueeze(0), m.cat([x, x]), x.max(), x.norm()]
+        exprs = [
+            x + 1,
+            1 - x,
+            x * x,
+            x / 2,
+            x**2,
+            2**x,
+            -x,
+            abs(x),
+            x.mm(w),
+            x @ w,
+            x.clamp(min=0),
+            x.sum(),
+            x.mean(1),
+            x[0],
+            x[:, 1:],
+            x.T,
+            x.t(),
+            x.reshape(3, 2),
+            x.exp(),
+            x.softmax(1),
+            x.var(),
+            x.unsqueeze(0),
+            m.cat([x, x]),
+            x.max(),
+            x.norm(),
+        ]
         return [type(e.grad_fn).__name__ for e in exprs]
 
     both(program)
@@ -188,7 +212,7 @@ def test_grad_function_rules(session):
         with pytest.raises(RuntimeError, match="does not require grad"):
             m.grad((x * 2).sum(), [m.Variable(X)])
         h = x * 2
-        gh, = m.grad((h * h).sum(), [h])  # with respect to an intermediate
+        (gh,) = m.grad((h * h).sum(), [h])  # with respect to an intermediate
         return gx, gh
 
     both(program)
@@ -220,8 +244,19 @@ def test_values_and_branches(session):
             count += 1
         mx = m.max(x)
         values, indices = x.max(1)
-        return [taken, count, float(s), int(m.Variable(np.array(3)) + 1), x.tolist(), mx, values, indices,
-                len(x), [row.sum() for row in x], y.grad_fn.name]
+        return [
+            taken,
+            count,
+            float(s),
+            int(m.Variable(np.array(3)) + 1),
+            x.tolist(),
+            mx,
+            values,
+            indices,
+            len(x),
+            [row.sum() for row in x],
+            y.grad_fn.name,
+        ]
 
     both(program)
 
@@ -249,7 +284,7 @@ def test_registry_ops_agree_with_the_engine(session):
             arrays_ = sample_arrays(sample, np.random.default_rng(0))
             attrs = op.check_attrs(dict(sample.attrs))
             results = []
-            for m, call in ((engine, op.call), (client, lambda vs, a: client_call(op, vs, a))):
+            for m, call in ((engine, op.call), (client, lambda vs, a, op=op: client_call(op, vs, a))):
                 vs = [m.Variable(a, requires_grad=a.dtype.kind == "f") for a in arrays_]
                 out = call(vs, attrs)
                 grads = None

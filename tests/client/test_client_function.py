@@ -28,7 +28,7 @@ def test_my_relu_is_sent_as_one_function_node(session, recorder):
     (out * out).sum().backward()
     assert recorder.paths() == ["/backward"]
     header = recorder.calls[0][2]
-    function, = functions_of(header)
+    (function,) = functions_of(header)
     attrs = function["attrs"]
     assert attrs["name"] == "MyReLU" and set(attrs) == {"name", "forward", "backward"}
     assert [n["op"] for n in attrs["forward"]["nodes"]] == ["arg", "clamp"]
@@ -53,7 +53,7 @@ def test_traces_are_cached_per_shape(session):
         @staticmethod
         def backward(ctx, g):
             calls["backward"] += 1
-            x, = ctx.saved_tensors
+            (x,) = ctx.saved_tensors
             return 2 * x * g
 
     x = Variable(H, requires_grad=True)
@@ -97,7 +97,7 @@ def program_with_functions(m):
 
         @staticmethod
         def backward(ctx, g):
-            result, = ctx.saved_tensors
+            (result,) = ctx.saved_tensors
             return g * result
 
     class SoftPlusViaExp(m.Function):  # a Function calling a Function in its forward
@@ -108,7 +108,7 @@ def program_with_functions(m):
 
         @staticmethod
         def backward(ctx, g):
-            x, = ctx.saved_tensors
+            (x,) = ctx.saved_tensors
             return g * x.sigmoid()
 
     a = m.Variable(H.astype(np.float64), requires_grad=True)

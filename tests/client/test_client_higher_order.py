@@ -30,8 +30,11 @@ def three_ways(program, *arrays):
     PyTorch (float64 leaves that require grad); asserts the three agree and returns the client's."""
     torch = pytest.importorskip("torch")
     results = {}
-    for name, m, make in (("client", client, client.tensor), ("engine", engine, engine.tensor),
-                          ("torch", torch, lambda a, requires_grad: torch.tensor(a, requires_grad=requires_grad))):
+    for name, m, make in (
+        ("client", client, client.tensor),
+        ("engine", engine, engine.tensor),
+        ("torch", torch, lambda a, requires_grad: torch.tensor(a, requires_grad=requires_grad)),
+    ):
         leaves = [make(a.copy(), requires_grad=True) for a in arrays]
         results[name] = [host(v) for v in program(m, *leaves)]
     for name in ("client", "engine"):
@@ -45,9 +48,9 @@ def three_ways(program, *arrays):
 def test_hessian_vector_product_is_one_request(recorder):
     def program(m, x, v):
         f = (x.tanh() * x.pow(3)).sum()
-        g, = m.autograd.grad(f, x, create_graph=True)
-        hv, = m.autograd.grad(g, x, grad_outputs=v, retain_graph=True)
-        hv_dot, = m.autograd.grad((g * v).sum(), x)
+        (g,) = m.autograd.grad(f, x, create_graph=True)
+        (hv,) = m.autograd.grad(g, x, grad_outputs=v, retain_graph=True)
+        (hv_dot,) = m.autograd.grad((g * v).sum(), x)
         return [g, hv, hv_dot]
 
     _, hv, hv_dot = three_ways(program, X, V)
@@ -61,9 +64,9 @@ def test_hessian_vector_product_is_one_request(recorder):
 def test_second_and_third_derivatives_of_elementwise_functions(session, fn):
     def program(m, x):
         y = x.pow(3) if fn == "cube" else getattr(x.abs() if fn == "log" else x, fn)()
-        d1, = m.autograd.grad(y.sum(), x, create_graph=True)
-        d2, = m.autograd.grad(d1.sum(), x, create_graph=True)
-        d3, = m.autograd.grad(d2.sum(), x)
+        (d1,) = m.autograd.grad(y.sum(), x, create_graph=True)
+        (d2,) = m.autograd.grad(d1.sum(), x, create_graph=True)
+        (d3,) = m.autograd.grad(d2.sum(), x)
         return [d1, d2, d3]
 
     *_, d3 = three_ways(program, X)
@@ -79,7 +82,7 @@ def test_gradient_penalty_trains(session):
     def program(m, x, w1, w2):
         losses = []
         for _ in range(4):
-            gx, = m.autograd.grad(critic(x, w1, w2), x, create_graph=True)
+            (gx,) = m.autograd.grad(critic(x, w1, w2), x, create_graph=True)
             penalty = (gx.norm() - 1) ** 2
             penalty.backward()
             losses.append(penalty.detach())
@@ -96,7 +99,7 @@ def test_gradient_penalty_trains(session):
 def test_double_backward_through_mm(session):
     def program(m, x, w):
         y = x.mm(w).pow(2).sum()
-        gx, = m.autograd.grad(y, x, create_graph=True)
+        (gx,) = m.autograd.grad(y, x, create_graph=True)
         (gx * gx).sum().backward()
         return [gx, x.grad, w.grad]
 
@@ -107,7 +110,7 @@ def test_double_backward_through_mm(session):
 def test_double_backward_through_softmax_and_logsumexp(session, reduction):
     def program(m, x):
         y = (x.softmax(1) * m.tensor(V)).sum() if reduction == "softmax" else x.logsumexp(1).pow(2).sum()
-        g, = m.autograd.grad(y, x, create_graph=True)
+        (g,) = m.autograd.grad(y, x, create_graph=True)
         g.pow(2).sum().backward()
         return [g, x.grad]
 
@@ -124,11 +127,11 @@ def test_custom_function_with_a_differentiable_backward(session):
 
             @staticmethod
             def backward(ctx, grad_output):
-                a, = ctx.saved_tensors
+                (a,) = ctx.saved_tensors
                 return 3 * a * a * grad_output
 
-        d1, = m.autograd.grad(Cube.apply(x).sum(), x, create_graph=True)
-        d2, = m.autograd.grad(d1.sum(), x)
+        (d1,) = m.autograd.grad(Cube.apply(x).sum(), x, create_graph=True)
+        (d2,) = m.autograd.grad(d1.sum(), x)
         return [d1, d2]
 
     _, d2 = three_ways(program, X)
@@ -158,7 +161,7 @@ def test_retained_tapes_with_grad_nodes(mode, request):
     with client.connect(url, tapes=True) as s:
         x = client.tensor(X, requires_grad=True)
         w = client.tensor(W1, requires_grad=True)
-        gx, = client.grad(critic(x, w, client.tensor(W2)), x, create_graph=True)
+        (gx,) = client.grad(critic(x, w, client.tensor(W2)), x, create_graph=True)
         penalty = (gx.norm() - 1) ** 2
         penalty.backward(retain_graph=True)
         first = w.grad.numpy().copy()

@@ -70,7 +70,9 @@ def test_seed_loop_matches_pytorch(m):
     N, D_in, H, D_out = 16, 50, 20, 5
     rng = np.random.default_rng(7)
     x, y = (torch.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in ((N, D_in), (N, D_out)))
-    tw1, tw2 = (torch.from_numpy(rng.standard_normal(s).astype(np.float32)).requires_grad_() for s in ((D_in, H), (H, D_out)))
+    tw1, tw2 = (
+        torch.from_numpy(rng.standard_normal(s).astype(np.float32)).requires_grad_() for s in ((D_in, H), (H, D_out))
+    )
     losses = []
     for _ in range(5):
         loss = (x.mm(tw1).clamp(min=0).mm(tw2) - y).pow(2).sum()

@@ -27,7 +27,10 @@ def test_autograd_basics(session, factor, expected):
     assert out.item() == pytest.approx(9 * factor)
     assert isinstance(x.grad, client.Variable) and isinstance(x.grad.data, np.ndarray)
     assert (type(y.grad_fn).__name__, type(z.grad_fn).__name__, type(out.grad_fn).__name__) == (
-        "AddBackward", "MulBackward", "MeanBackward")
+        "AddBackward",
+        "MulBackward",
+        "MeanBackward",
+    )
     assert x.grad_fn is None and x.is_leaf and not y.is_leaf
     assert repr(out) == repr(autograd_basics(engine, factor)[3])
 
@@ -39,7 +42,7 @@ def test_doubling_loop_and_non_scalar_backward(session):
     np.testing.assert_allclose(y.data, ey.data, rtol=1e-6)
     np.testing.assert_allclose(x.grad.data, ex.grad.data, rtol=1e-6)
     k = np.log2(np.abs(y.data / start)).round()[0]
-    np.testing.assert_allclose(x.grad.data, np.array([0.1, 1.0, 0.0001], np.float32) * 2 ** k, rtol=1e-6)
+    np.testing.assert_allclose(x.grad.data, np.array([0.1, 1.0, 0.0001], np.float32) * 2**k, rtol=1e-6)
 
 
 def test_grad_with_grad_outputs(session):
@@ -61,7 +64,7 @@ def test_square_plus(session):
     x, y, z = square_plus(client, xs, ys)
     np.testing.assert_allclose(x.grad.data, 2 * xs, rtol=1e-6)
     np.testing.assert_allclose(y.grad.data, np.full((2, 3), 3.0))
-    np.testing.assert_allclose(z.data, xs ** 2 + 3 * ys, rtol=1e-6)
+    np.testing.assert_allclose(z.data, xs**2 + 3 * ys, rtol=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +109,13 @@ def test_example_script_runs_embedded_and_remote(server):
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
         if env_url:
             env["GRADSERVE_URL"] = env_url
-        done = subprocess.run([sys.executable, str(ROOT / "examples" / "two_layer_net.py"), "--steps", "3"],
-                              capture_output=True, text=True, env=env, timeout=60)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "two_layer_net.py"), "--steps", "3"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         lines = done.stdout.split("\n")
         assert [line.split()[0] for line in lines if line] == ["0", "1", "2"]

@@ -42,6 +42,7 @@ def test_a_held_value_keeps_what_it_was_recorded_from(session):
         (h.clamp(min=0) - 1).pow(2).sum().backward()
         w.data -= 0.1 * w.grad.data
         return h.numpy().copy(), w.data.copy()
+
     (h_engine, w_engine), (h_client, w_client) = both(program)
     np.testing.assert_allclose(h_client, h_engine)
     np.testing.assert_allclose(w_client, w_engine)
@@ -55,6 +56,7 @@ def test_a_graph_a_second_backward_can_pass_keeps_working(session):
         w.data -= 1
         loss.backward()
         return w.grad.numpy().copy(), loss.item(), w.data.copy()
+
     for got, want in zip(*reversed(both(program))):
         np.testing.assert_allclose(got, want)
 
@@ -68,8 +70,9 @@ def test_a_freed_graph_still_raises_and_its_value_is_a_constant_elsewhere(sessio
         w.data -= 1
         with pytest.raises(RuntimeError, match="backward through the graph a second time"):
             (loss * c).backward()
-        gc, = m.autograd.grad(loss * c, [c]) if hasattr(m, "autograd") else m.grad(loss * c, [c])
+        (gc,) = m.autograd.grad(loss * c, [c]) if hasattr(m, "autograd") else m.grad(loss * c, [c])
         return gc.numpy().copy(), loss.item()
+
     (g_engine, l_engine), (g_client, l_client) = both(program)
     np.testing.assert_allclose(g_client, g_engine)
     assert l_client == pytest.approx(l_engine)

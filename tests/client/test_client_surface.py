@@ -26,7 +26,9 @@ def test_every_registry_op_is_a_client_function_and_method():
 
 
 def test_operators_are_declared_once_for_both():
-    assert {"__add__", "__radd__", "__mul__", "__matmul__", "__neg__", "__lt__", "__pow__", "__rpow__"} <= set(OPERATORS)
+    assert {"__add__", "__radd__", "__mul__", "__matmul__", "__neg__", "__lt__", "__pow__", "__rpow__"} <= set(
+        OPERATORS
+    )
     x = client.Variable(np.array([1.0, 2.0]), requires_grad=True)  # recorded (without grad: computed now, embedded)
     for name, (op, kind) in OPERATORS.items():
         fn = getattr(client.Variable, name)
@@ -36,7 +38,9 @@ def test_operators_are_declared_once_for_both():
 
 def test_variable_surface_mirrors_the_engine():
     public = {n for n in dir(engine.Variable) if not n.startswith("_")}
-    dunders = {n for n in vars(engine.Variable) if n.startswith("__") and n not in ("__slots__", "__module__", "__doc__")}
+    dunders = {
+        n for n in vars(engine.Variable) if n.startswith("__") and n not in ("__slots__", "__module__", "__doc__")
+    }
     missing = sorted((public | dunders) - set(dir(client.Variable)))
     assert not missing
     exported = set(engine.__all__) - NOT_MIRRORED
@@ -58,8 +62,14 @@ def test_factories_draw_like_the_engine():
 
 
 def run_python(code):
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -97,8 +107,19 @@ def test_weak_scalars_and_dtypes_follow_the_engine(session, dtype):
     def program(m):
         x = m.Variable(np.array([1.5, -2.0], dtype=dtype), requires_grad=True)
         i = m.Variable(np.array([1, 2]))
-        outs = [x * 2, 2.5 + x, x ** 2, x * np.float64(2.0), i * 2, i + 0.5, x * True,
-                m.where(x > 0, x, 0), x.double(), x.long(), x + i]
+        outs = [
+            x * 2,
+            2.5 + x,
+            x**2,
+            x * np.float64(2.0),
+            i * 2,
+            i + 0.5,
+            x * True,
+            m.where(x > 0, x, 0),
+            x.double(),
+            x.long(),
+            x + i,
+        ]
         return [(o.dtype, o.shape, np.asarray(o.data).tolist()) for o in outs]
 
     assert program(client) == program(engine)

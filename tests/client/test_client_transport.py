@@ -21,8 +21,11 @@ from wire.codec import HEADER_LENGTH
 X = np.array([[1.0, -2.0, 3.0], [-0.5, 0.25, 2.0]], dtype=np.float32)
 W = np.array([[0.5, 1.0], [-1.0, 2.0], [0.25, 0.0]], dtype=np.float32)
 BAD_GRAPH = {
-    "graph": {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": "frobnicate", "inputs": ["x"]}],
-              "outputs": ["y"]},
+    "graph": {
+        "version": 1,
+        "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": "frobnicate", "inputs": ["x"]}],
+        "outputs": ["y"],
+    },
 }
 
 
@@ -58,13 +61,23 @@ def test_server_errors_become_exceptions(session):
     assert response.status == 400 and response.json()["field"] == "body"
     with pytest.raises(client.GraphValidationError, match="unknown field"):
         session.send("/forward", {**BAD_GRAPH, "colour": "blue"})
-    truncated = session.post("/forward", b'{"graph": {}}', headers={HEADER_LENGTH: "99", "Content-Type": "application/octet-stream"})
+    truncated = session.post(
+        "/forward", b'{"graph": {}}', headers={HEADER_LENGTH: "99", "Content-Type": "application/octet-stream"}
+    )
     with pytest.raises(client.BadRequestError, match="99") as err:
         raise_for_error(truncated, "somewhere")
     assert isinstance(err.value, ValueError) and err.value.status == 400
-    reply = session.send("/backward", {"graph": {"version": 1, "nodes": [
-        {"id": "x", "op": "input", "requires_grad": True}, {"id": "s", "op": "sum", "inputs": ["x"]}], "outputs": ["s"]}},
-        inputs={"x": X})
+    reply = session.send(
+        "/backward",
+        {
+            "graph": {
+                "version": 1,
+                "nodes": [{"id": "x", "op": "input", "requires_grad": True}, {"id": "s", "op": "sum", "inputs": ["x"]}],
+                "outputs": ["s"],
+            }
+        },
+        inputs={"x": X},
+    )
     np.testing.assert_array_equal(reply.grads["x"], np.ones_like(X))
     assert reply.outputs["s"] == pytest.approx(X.sum())
 
@@ -115,7 +128,7 @@ def busy():
 
 def test_503_is_retried_after_retry_after(server):
     transport = Scripted([busy(), busy()], httpx.HTTPTransport())
-    with client.connect(server.url, transport=transport, backoff=5.0) as s:
+    with client.connect(server.url, transport=transport, backoff=5.0):
         assert (Variable(X) * 2).sum().item() == pytest.approx(2 * X.sum())  # Retry-After: 0 overrides the backoff
     assert len(transport.requests) == 3
     transport = Scripted([busy(), busy(), busy()], httpx.HTTPTransport())
@@ -131,7 +144,9 @@ def test_dropped_connections_and_timeouts():
     dropped = httpx.RemoteProtocolError("Server disconnected without sending a response.")
     transport = Scripted([dropped, ok])
     with client.connect(url, transport=transport, backoff=0.0, binary=False):
-        value = (Variable(X) * 2).sum().item()  # (not inside the assert: pytest would keep X * 2 alive, and fetch it too)
+        value = (
+            (Variable(X) * 2).sum().item()
+        )  # (not inside the assert: pytest would keep X * 2 alive, and fetch it too)
         assert value == 1.0  # a stateless request is resent
     transport = Scripted([httpx.Response(200, json={"outputs": []})])
     with client.connect(url, transport=transport, binary=False):
@@ -231,7 +246,7 @@ def test_async_session(mode, request):
             values = await asyncio.gather(*(s.fetch(p) for p in parts))
             item = await s.item(loss)
             await s.backward(loss)
-            gx, = await s.grad((x * 3).sum(), [x])
+            (gx,) = await s.grad((x * 3).sum(), [x])
             with pytest.raises(client.GraphValidationError):
                 await s.send("/forward", BAD_GRAPH, inputs={"x": X})
             return values, item, x.grad.data, w.grad.data, gx.data, dict(s.stats)
@@ -254,7 +269,9 @@ def test_plain_http_is_used_only_where_it_applies(monkeypatch):
     pick = client_transports.http_transport
     assert isinstance(pick("http://127.0.0.1:1", {}, 1.0), client_transports.PlainHttpTransport)
     assert isinstance(pick("https://example.invalid", {}, 1.0), client_transports.HttpTransport)
-    assert isinstance(pick("http://127.0.0.1:1", {}, 1.0, httpx.MockTransport(lambda r: None)), client_transports.HttpTransport)
+    assert isinstance(
+        pick("http://127.0.0.1:1", {}, 1.0, httpx.MockTransport(lambda r: None)), client_transports.HttpTransport
+    )
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
     assert isinstance(pick("http://gradserve.invalid:8000", {}, 1.0), client_transports.HttpTransport)
     monkeypatch.setenv("NO_PROXY", "gradserve.invalid")
@@ -293,13 +310,18 @@ class OneShotServer:
 
 def test_plain_http_reconnects_when_an_idle_connection_was_closed():
     body = b'{"status":"ok"}'
-    server = OneShotServer(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                           % (len(body), body))
+    server = OneShotServer(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
     try:
         transport = client_transports.PlainHttpTransport(server.url + "/base/", {"X-Test": "1"}, 5.0)
         for _ in range(3):
             answer = transport.request("GET", "/healthz")
-            assert (answer.status, answer.json(), answer.headers["content-type"]) == (200, {"status": "ok"}, "application/json")
+            assert (answer.status, answer.json(), answer.headers["content-type"]) == (
+                200,
+                {"status": "ok"},
+                "application/json",
+            )
             time.sleep(0.05)  # let the server's close arrive
         assert server.requests == [b"GET /base/healthz HTTP/1.1"] * 3
         transport.close()

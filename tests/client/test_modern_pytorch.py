@@ -42,9 +42,22 @@ def values(v):
 
 # --- dtypes ---------------------------------------------------------------------------------
 
-DTYPE_NAMES = {"float": "float32", "float32": "float32", "double": "float64", "float64": "float64",
-               "half": "float16", "float16": "float16", "long": "int64", "int64": "int64", "int": "int32",
-               "int32": "int32", "int16": "int16", "int8": "int8", "uint8": "uint8", "bool": "bool"}
+DTYPE_NAMES = {
+    "float": "float32",
+    "float32": "float32",
+    "double": "float64",
+    "float64": "float64",
+    "half": "float16",
+    "float16": "float16",
+    "long": "int64",
+    "int64": "int64",
+    "int": "int32",
+    "int32": "int32",
+    "int16": "int16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "bool": "bool",
+}
 
 
 def test_dtype_constants_compare_with_variables_dtypes(torch_like, oracle):
@@ -64,8 +77,12 @@ def test_dtype_constants_compare_with_variables_dtypes(torch_like, oracle):
 def test_to_and_type_cast_like_torch(torch_like, oracle, target):
     data = [[1.5, -2.0], [0.0, 3.25]]
     ours, theirs = torch_like.tensor(data), oracle.tensor(data)
-    for convert in (lambda t, m: t.to(getattr(m, target)), lambda t, m: t.type(getattr(m, target)),
-                    lambda t, m: t.to("cpu", getattr(m, target)), lambda t, m: t.to(dtype=getattr(m, target))):
+    for convert in (
+        lambda t, m: t.to(getattr(m, target)),
+        lambda t, m: t.type(getattr(m, target)),
+        lambda t, m: t.to("cpu", getattr(m, target)),
+        lambda t, m: t.to(dtype=getattr(m, target)),
+    ):
         got, want = convert(ours, torch_like), convert(theirs, oracle)
         assert str(want.dtype) == f"torch.{got.dtype}"
         np.testing.assert_array_equal(values(got), want.numpy())
@@ -118,10 +135,22 @@ def test_every_constructor_takes_dtype_device_and_requires_grad(torch_like, name
         make(torch_like, dtype=torch_like.long, requires_grad=True)
 
 
-@pytest.mark.parametrize("call", [
-    "linspace(-3.14, 3.14, 7)", "linspace(0, 1, 5, dtype=m.float64)", "eye(3)", "eye(2, 4)", "arange(4.0)",
-    "arange(5)", "arange(1, 2.5, 0.5)", "full((2,), 3)", "full((2,), 3.0)", "full((), True)", "zeros(())",
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "linspace(-3.14, 3.14, 7)",
+        "linspace(0, 1, 5, dtype=m.float64)",
+        "eye(3)",
+        "eye(2, 4)",
+        "arange(4.0)",
+        "arange(5)",
+        "arange(1, 2.5, 0.5)",
+        "full((2,), 3)",
+        "full((2,), 3.0)",
+        "full((), True)",
+        "zeros(())",
+    ],
+)
 def test_constructors_match_torch(torch_like, oracle, call):
     got = eval("m." + call, {"m": torch_like})
     want = eval("m." + call, {"m": oracle})
@@ -192,11 +221,34 @@ def test_sgd_step_in_place_keeps_the_leaf(torch_like, oracle):
     np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
 
 
-@pytest.mark.parametrize("call", [
-    "add_(y)", "add_(y, alpha=-0.5)", "sub_(y)", "sub_(y, alpha=2)", "mul_(y)", "div_(y)", "pow_(2)", "neg_()",
-    "exp_()", "abs_()", "sin_()", "cos_()", "tanh_()", "sigmoid_()", "relu_()", "clamp_(min=0)",
-    "clamp_(-0.5, 0.5)", "zero_()", "fill_(2.5)", "copy_(y)", "sign_()", "sqrt_()", "log_()",
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "add_(y)",
+        "add_(y, alpha=-0.5)",
+        "sub_(y)",
+        "sub_(y, alpha=2)",
+        "mul_(y)",
+        "div_(y)",
+        "pow_(2)",
+        "neg_()",
+        "exp_()",
+        "abs_()",
+        "sin_()",
+        "cos_()",
+        "tanh_()",
+        "sigmoid_()",
+        "relu_()",
+        "clamp_(min=0)",
+        "clamp_(-0.5, 0.5)",
+        "zero_()",
+        "fill_(2.5)",
+        "copy_(y)",
+        "sign_()",
+        "sqrt_()",
+        "log_()",
+    ],
+)
 def test_in_place_methods_match_torch(torch_like, oracle, call):
     x0 = np.array([0.25, -1.5, 2.0], np.float32)
     y0 = np.array([0.5, 2.0, -3.0], np.float32)
@@ -214,7 +266,7 @@ def test_in_place_methods_match_torch(torch_like, oracle, call):
 def test_in_place_on_a_leaf_that_requires_grad_raises_torchs_error(torch_like, oracle):
     for m in (torch_like, oracle):
         w = m.ones(3, requires_grad=True)
-        for update in (lambda: w.__isub__(1), lambda: w.add_(1), lambda: w.zero_(), lambda: w.mul_(2)):
+        for update in (lambda w=w: w.__isub__(1), lambda w=w: w.add_(1), lambda w=w: w.zero_(), lambda w=w: w.mul_(2)):
             with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
                 update()
         assert values(w).tolist() == [1.0, 1.0, 1.0]
@@ -288,25 +340,88 @@ def test_every_registry_op_torch_has_is_there_under_its_name(torch_like, oracle)
         assert hasattr(oracle, alias), alias
 
 
-@pytest.mark.parametrize("call", [
-    "torch.exp(x)", "torch.log(p)", "torch.sin(x)", "torch.cos(x)", "torch.tanh(x)", "torch.sigmoid(x)",
-    "torch.relu(x)", "torch.sqrt(p)", "torch.abs(x)", "torch.sum(x)", "torch.sum(x, dim=0, keepdim=True)",
-    "torch.mean(x, 1)", "x.mean(dim=0, keepdim=True)", "torch.max(x)", "torch.max(x, 1).values",
-    "torch.max(x, 1).indices", "torch.min(x, dim=0)[0]", "torch.argmax(x, dim=1)", "torch.softmax(x, dim=1)",
-    "torch.log_softmax(x, 1)", "torch.cat([x, x], dim=0)", "torch.stack((x, x), 1)", "torch.where(x > 0, x, y)",
-    "torch.clamp(x, min=0)", "torch.clamp(x, -0.5, 0.5)", "torch.reshape(x, (3, 2))", "torch.transpose(x, 0, 1)",
-    "torch.permute(x, (1, 0))", "torch.unsqueeze(x, 0)", "torch.squeeze(x.unsqueeze(0))", "torch.flatten(x)",
-    "torch.matmul(x, y.t())", "torch.mm(x, y.t())", "torch.pow(x, 2)", "torch.maximum(x, y)", "torch.minimum(x, y)",
-    "torch.norm(x)", "torch.var(x)", "torch.std(x)", "torch.logsumexp(x, 1)", "x.pow(3)", "x.exp()",
-    "x.clamp(min=0)", "x.t()", "x.view(-1)", "x.T", "x.mT", "x.abs().sum()", "torch.dot(x[0], y[0])",
-    "torch.mv(x, y[0])", "torch.outer(x[0], y[1])", "torch.square(x)", "torch.multiply(x, y)",
-    "torch.subtract(x, y)", "torch.divide(x, p)", "torch.negative(x)", "x.clip(-0.1, 0.1)", "torch.concat([x, y])",
-    "torch.matmul(input=x, other=y.t())", "torch.add(x, y, alpha=2)", "x.sub(y, alpha=0.5)", "x.add(other=y)",
-    "torch.pow(input=x, exponent=2)", "torch.cat(tensors=[x, y], dim=1)", "x.where(x > 0, y)",
-    "torch.greater(x, y)", "x.all()", "(x > 0).any(dim=1)", "torch.rsqrt(p)", "torch.reciprocal(p)",
-    "x.swapaxes(0, 1)", "x.type_as(torch.tensor([1], dtype=torch.float64))", "x.view_as(y)",
-    "x.new_zeros(2, 2)", "x.new_ones((2,))", "x[0].expand_as(x)", "torch.isclose(x, y)",
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "torch.exp(x)",
+        "torch.log(p)",
+        "torch.sin(x)",
+        "torch.cos(x)",
+        "torch.tanh(x)",
+        "torch.sigmoid(x)",
+        "torch.relu(x)",
+        "torch.sqrt(p)",
+        "torch.abs(x)",
+        "torch.sum(x)",
+        "torch.sum(x, dim=0, keepdim=True)",
+        "torch.mean(x, 1)",
+        "x.mean(dim=0, keepdim=True)",
+        "torch.max(x)",
+        "torch.max(x, 1).values",
+        "torch.max(x, 1).indices",
+        "torch.min(x, dim=0)[0]",
+        "torch.argmax(x, dim=1)",
+        "torch.softmax(x, dim=1)",
+        "torch.log_softmax(x, 1)",
+        "torch.cat([x, x], dim=0)",
+        "torch.stack((x, x), 1)",
+        "torch.where(x > 0, x, y)",
+        "torch.clamp(x, min=0)",
+        "torch.clamp(x, -0.5, 0.5)",
+        "torch.reshape(x, (3, 2))",
+        "torch.transpose(x, 0, 1)",
+        "torch.permute(x, (1, 0))",
+        "torch.unsqueeze(x, 0)",
+        "torch.squeeze(x.unsqueeze(0))",
+        "torch.flatten(x)",
+        "torch.matmul(x, y.t())",
+        "torch.mm(x, y.t())",
+        "torch.pow(x, 2)",
+        "torch.maximum(x, y)",
+        "torch.minimum(x, y)",
+        "torch.norm(x)",
+        "torch.var(x)",
+        "torch.std(x)",
+        "torch.logsumexp(x, 1)",
+        "x.pow(3)",
+        "x.exp()",
+        "x.clamp(min=0)",
+        "x.t()",
+        "x.view(-1)",
+        "x.T",
+        "x.mT",
+        "x.abs().sum()",
+        "torch.dot(x[0], y[0])",
+        "torch.mv(x, y[0])",
+        "torch.outer(x[0], y[1])",
+        "torch.square(x)",
+        "torch.multiply(x, y)",
+        "torch.subtract(x, y)",
+        "torch.divide(x, p)",
+        "torch.negative(x)",
+        "x.clip(-0.1, 0.1)",
+        "torch.concat([x, y])",
+        "torch.matmul(input=x, other=y.t())",
+        "torch.add(x, y, alpha=2)",
+        "x.sub(y, alpha=0.5)",
+        "x.add(other=y)",
+        "torch.pow(input=x, exponent=2)",
+        "torch.cat(tensors=[x, y], dim=1)",
+        "x.where(x > 0, y)",
+        "torch.greater(x, y)",
+        "x.all()",
+        "(x > 0).any(dim=1)",
+        "torch.rsqrt(p)",
+        "torch.reciprocal(p)",
+        "x.swapaxes(0, 1)",
+        "x.type_as(torch.tensor([1], dtype=torch.float64))",
+        "x.view_as(y)",
+        "x.new_zeros(2, 2)",
+        "x.new_ones((2,))",
+        "x[0].expand_as(x)",
+        "torch.isclose(x, y)",
+    ],
+)
 def test_functions_and_methods_match_torch(torch_like, oracle, call):
     rng = np.random.default_rng(11)
     x0, y0 = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((2, 3)).astype(np.float32)
@@ -355,7 +470,7 @@ def test_tensor_with_dtype_and_requires_grad(torch_like, oracle):
     for m in (torch_like, oracle):
         x = m.tensor([1, 2, 3], dtype=m.float64, requires_grad=True)
         assert x.dtype == m.float64 and x.requires_grad and x.is_leaf
-        (x ** 2).sum().backward()
+        (x**2).sum().backward()
         assert values(x.grad).tolist() == [2.0, 4.0, 6.0]
 
 
@@ -528,7 +643,10 @@ def test_readme_program_runs_with_the_import_changed(torch_like, oracle):
     assert ours.getvalue() == shown
     theirs = io.StringIO()
     with contextlib.redirect_stdout(theirs):
-        exec(code.replace("import client as torch", ""), {"__name__": "readme", "torch": programs.with_numpy_draws(oracle)})
+        exec(
+            code.replace("import client as torch", ""),
+            {"__name__": "readme", "torch": programs.with_numpy_draws(oracle)},
+        )
     numbers = [[float(n) for n in re.findall(r"\d+\.\d+", text)] for text in (ours.getvalue(), theirs.getvalue())]
     assert len(numbers[0]) == 4
     np.testing.assert_allclose(numbers[0], numbers[1], atol=2e-4)

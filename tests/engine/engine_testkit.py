@@ -26,12 +26,7 @@ def differentiable_ops():
 
 def sample_cases(predicate=lambda op: True):
     """(op name, sample index) for every sample of every op that `predicate` accepts."""
-    return [
-        (name, i)
-        for name, op in sorted(engine.OPS.items())
-        if predicate(op)
-        for i in range(len(op.samples))
-    ]
+    return [(name, i) for name, op in sorted(engine.OPS.items()) if predicate(op) for i in range(len(op.samples))]
 
 
 def sample_arrays(sample, rng):
@@ -71,12 +66,46 @@ def call_op(op, attrs):
 # an entry in `TORCH_OVERRIDES`.
 # --------------------------------------------------------------------------------------------
 
-BY_NAME = frozenset({
-    "add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sqrt", "sign", "abs", "sin", "cos", "tanh",
-    "sigmoid", "relu", "maximum", "minimum", "clone", "sum", "mean", "argmax", "argmin", "logsumexp",
-    "log_softmax", "softmax", "mm", "matmul", "transpose", "t", "unsqueeze", "flatten",
-    "permute", "reshape", "cat", "stack",
-})
+BY_NAME = frozenset(
+    {
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "neg",
+        "pow",
+        "exp",
+        "log",
+        "sqrt",
+        "sign",
+        "abs",
+        "sin",
+        "cos",
+        "tanh",
+        "sigmoid",
+        "relu",
+        "maximum",
+        "minimum",
+        "clone",
+        "sum",
+        "mean",
+        "argmax",
+        "argmin",
+        "logsumexp",
+        "log_softmax",
+        "softmax",
+        "mm",
+        "matmul",
+        "transpose",
+        "t",
+        "unsqueeze",
+        "flatten",
+        "permute",
+        "reshape",
+        "cat",
+        "stack",
+    }
+)
 
 
 def _torch():

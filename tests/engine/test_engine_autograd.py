@@ -25,6 +25,7 @@ def leaf(values, requires_grad=True):
 
 # --- requires_grad ---------------------------------------------------------------------------
 
+
 def test_requires_grad_is_contagious():
     a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0], requires_grad=False)
     assert (a * b).requires_grad and (b + a).requires_grad and (a.sum() * 2).requires_grad
@@ -66,6 +67,7 @@ def test_backward_on_variable_without_grad_raises():
 
 
 # --- backward basics ---------------------------------------------------------------------------
+
 
 def test_backward_on_non_scalar_without_gradient_raises():
     y = leaf([1.0, 2.0]) * 2
@@ -140,6 +142,7 @@ def test_float32_leaf_gets_float32_gradient_from_float64_graph():
 
 # --- retain_graph and the freed graph ------------------------------------------------------------
 
+
 def test_second_backward_through_freed_graph_raises():
     x = leaf([1.0, 2.0, 3.0])
     z = (x * x).sum()
@@ -170,6 +173,7 @@ def test_grad_frees_graph_unless_retained():
 
 
 # --- retain_grad -------------------------------------------------------------------------------
+
 
 def test_retain_grad_on_non_leaf():
     x = leaf([1.0, 2.0])
@@ -209,6 +213,7 @@ def test_retained_grad_accumulates_across_backwards():
 
 
 # --- detach, no_grad, enable_grad ----------------------------------------------------------------
+
 
 def test_detach_shares_data_and_cuts_graph():
     x = leaf([1.0, 2.0])
@@ -273,6 +278,7 @@ def test_grad_mode_is_thread_local():
 
 # --- grad() --------------------------------------------------------------------------------------
 
+
 def test_grad_does_not_touch_dot_grad():
     x = leaf([1.0, 2.0])
     y = x * 2
@@ -311,7 +317,7 @@ def test_grad_inputs_must_require_grad():
 def test_grad_with_several_outputs_and_grad_outputs():
     x = leaf([1.0, 2.0, 3.0])
     a, b = x * 2, (x * x).sum()
-    gx, = grad([a, b], [x], grad_outputs=[Variable(np.array([1.0, 0.0, 1.0])), None])
+    (gx,) = grad([a, b], [x], grad_outputs=[Variable(np.array([1.0, 0.0, 1.0])), None])
     np.testing.assert_array_equal(gx.numpy(), np.array([2.0, 0.0, 2.0]) + 2 * x.numpy())
 
 
@@ -347,6 +353,7 @@ def test_backward_multiple_roots_matches_torch():
 
 # --- create_graph: higher-order derivatives ------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("f", "d1", "d2"),
     [
@@ -354,8 +361,11 @@ def test_backward_multiple_roots_matches_torch():
         (lambda x: x.sin(), np.cos, lambda x: -np.sin(x)),
         (lambda x: x.tanh(), lambda x: 1 - np.tanh(x) ** 2, lambda x: -2 * np.tanh(x) * (1 - np.tanh(x) ** 2)),
         (lambda x: x.exp() * x, lambda x: np.exp(x) * (1 + x), lambda x: np.exp(x) * (2 + x)),
-        (lambda x: x.sigmoid(), lambda x: (s := 1 / (1 + np.exp(-x))) * (1 - s),
-         lambda x: (s := 1 / (1 + np.exp(-x))) * (1 - s) * (1 - 2 * s)),
+        (
+            lambda x: x.sigmoid(),
+            lambda x: (s := 1 / (1 + np.exp(-x))) * (1 - s),
+            lambda x: (s := 1 / (1 + np.exp(-x))) * (1 - s) * (1 - 2 * s),
+        ),
         (lambda x: 1 / x, lambda x: -1 / x**2, lambda x: 2 / x**3),
         (lambda x: x.sqrt(), lambda x: 0.5 / np.sqrt(x), lambda x: -0.25 * x**-1.5),
     ],
@@ -418,6 +428,7 @@ def test_hessian_vector_product_of_mlp_matches_torch():
 
 
 # --- in-place updates and the version counter -----------------------------------------------------
+
 
 def test_setitem_on_leaf_requiring_grad_raises_under_grad_mode():
     x = leaf([1.0, 2.0, 3.0])

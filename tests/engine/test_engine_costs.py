@@ -11,8 +11,7 @@ import pytest
 
 import engine
 from engine import costs, interrupt, shapes
-from engine.attrs import AttrError
-from engine.attrs import check
+from engine.attrs import AttrError, check
 from engine.indexing import to_key
 from engine.registry import OPS
 
@@ -50,7 +49,7 @@ def test_index_rule_agrees_with_numpy(shape, spec, arrays):
 def test_a_mask_result_is_bounded_by_the_mask_size(where):
     spec = check("index", ({"slice": [None, None, None]},) * where + ({"tensor": 0},), "index")
     shape = (6, 6, 7) if where else (6, 7, 3)
-    mask = np.ones(shape[where:where + 2], bool)
+    mask = np.ones(shape[where : where + 2], bool)
     mask[0, :3] = False
     got = shapes.index_result(shape, spec, [mask.shape], [mask.dtype])
     actual = np.zeros(shape)[to_key(spec, [mask])].shape
@@ -58,13 +57,16 @@ def test_a_mask_result_is_bounded_by_the_mask_size(where):
     assert got[where] == mask.size > actual[where]
 
 
-@pytest.mark.parametrize(("shape", "spec", "arrays", "words"), [
-    ((4, 5), (4,), [], "out of bounds"),
-    ((4, 5), (0, 0, 0), [], "too many indices"),
-    ((4, 5), ({"tensor": 0},), [np.ones((3, 5), bool)], "does not match"),
-    ((4, 5), ({"tensor": 0}, {"tensor": 1}), [np.zeros(3, int), np.zeros(2, int)], "cannot be broadcast"),
-    ((4, 5), ("...", "..."), [], "single ellipsis"),
-])
+@pytest.mark.parametrize(
+    ("shape", "spec", "arrays", "words"),
+    [
+        ((4, 5), (4,), [], "out of bounds"),
+        ((4, 5), (0, 0, 0), [], "too many indices"),
+        ((4, 5), ({"tensor": 0},), [np.ones((3, 5), bool)], "does not match"),
+        ((4, 5), ({"tensor": 0}, {"tensor": 1}), [np.zeros(3, int), np.zeros(2, int)], "cannot be broadcast"),
+        ((4, 5), ("...", "..."), [], "single ellipsis"),
+    ],
+)
 def test_index_rule_refuses_what_numpy_refuses(shape, spec, arrays, words):
     with pytest.raises(IndexError):
         np.zeros(shape)[to_key(check("index", spec, "index"), arrays)]
@@ -112,14 +114,17 @@ def test_matrix_products_count_their_flops():
     assert elementwise == costs.ELEMENT_OP * 1500
 
 
-@pytest.mark.parametrize(("op", "attrs", "words"), [
-    ("getitem", {"index": (2**63,)}, "64-bit"),
-    ("getitem", {"index": (-2**63 - 1,)}, "64-bit"),
-    ("getitem", {"index": ({"slice": [0, 2**64, None]},)}, "64-bit"),
-    ("reshape", {"shape": [1] * 65}, "65 dimensions"),
-    ("expand", {"shape": [2**63]}, "64-bit"),
-    ("sum", {"dim": 2**70}, "64-bit"),
-])
+@pytest.mark.parametrize(
+    ("op", "attrs", "words"),
+    [
+        ("getitem", {"index": (2**63,)}, "64-bit"),
+        ("getitem", {"index": (-(2**63) - 1,)}, "64-bit"),
+        ("getitem", {"index": ({"slice": [0, 2**64, None]},)}, "64-bit"),
+        ("reshape", {"shape": [1] * 65}, "65 dimensions"),
+        ("expand", {"shape": [2**63]}, "64-bit"),
+        ("sum", {"dim": 2**70}, "64-bit"),
+    ],
+)
 def test_attributes_out_of_range_are_refused(op, attrs, words):
     with pytest.raises(AttrError, match=words):
         OPS[op].check_attrs(attrs)

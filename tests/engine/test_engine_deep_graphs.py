@@ -8,7 +8,6 @@ import weakref
 from contextlib import contextmanager
 
 import numpy as np
-import pytest
 
 import engine
 from engine import Variable

@@ -11,8 +11,7 @@ import pytest
 from engine_testkit import call_op, differentiable_ops, sample_cases, sample_variables
 
 import engine
-from engine import shapes
-from engine import Variable
+from engine import Variable, shapes
 from engine.shapes import ShapeError
 
 GRAD_CASES = sample_cases(lambda op: op.differentiable)
@@ -47,10 +46,7 @@ def test_every_differentiable_op_is_gradchecked(name):
     cases = [c for c in GRAD_CASES if c[0] == name]
     assert cases, f"differentiable op {name!r} has no sample, so gradcheck never runs on it"
     # At least one sample must have a floating input for gradcheck to differentiate.
-    floats = [
-        any(v.requires_grad for v in sample_variables(op, i)[0])
-        for _, i in cases
-    ]
+    floats = [any(v.requires_grad for v in sample_variables(op, i)[0]) for _, i in cases]
     assert any(floats), f"no sample of {name!r} has a floating input to differentiate"
 
 
@@ -130,14 +126,15 @@ def test_infer_rejects_bad_shapes():
         ("permute", [(2, 3)], {"dims": (0, 0)}),
         ("sum_to", [(3, 4)], {"shape": (5,)}),
     ]
-    for name, shapes, given in bad:
+    for name, in_shapes, given in bad:
         op = ops[name]
         attrs = op.check_attrs(given)
         with pytest.raises(ShapeError):
-            op.infer(shapes, [f64] * len(shapes), attrs)
+            op.infer(in_shapes, [f64] * len(in_shapes), attrs)
 
 
 # --- the checkers themselves must be able to fail ---------------------------------------------------
+
 
 class _WrongSlope(engine.Function):
     """x ** 2 whose backward claims 2.1 x: gradcheck must reject it."""

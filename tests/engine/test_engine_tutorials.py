@@ -28,6 +28,7 @@ MyReLU = my_relu(Function)  # the seed's custom ReLU (tests/seed_programs.py)
 
 # --- autograd tutorial ---------------------------------------------------------------------
 
+
 def test_tutorial_mean_of_square():
     x = Variable(np.ones((2, 2)), requires_grad=True)
     y = x + 2
@@ -120,7 +121,7 @@ def _net_data():
 RELUS = {"clamp": lambda h: h.clamp(min=0), "MyReLU": MyReLU.apply, "relu": engine.relu}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _losses(relu_name):
     """The engine's losses with one ReLU spelling (cached: several tests compare the same runs)."""
     return _train_engine(RELUS[relu_name])
@@ -200,6 +201,7 @@ def test_two_layer_net_gradients_reset_with_none():
 
 
 # --- custom Function -----------------------------------------------------------------------
+
 
 def test_custom_relu_function():
     x = Variable(np.array([-1.0, 2.0, -3.0, 4.0, 0.5]), requires_grad=True)

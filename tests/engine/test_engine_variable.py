@@ -26,6 +26,7 @@ def leaf(values, dtype=np.float64, requires_grad=True):
 
 # --- attributes and conversion -------------------------------------------------------------------
 
+
 def test_array_attributes():
     a = np.arange(24.0).reshape(2, 3, 4)
     v = Variable(a)
@@ -85,8 +86,17 @@ def test_iteration_and_len():
         len(Variable(np.array(1.0)))
 
 
-@pytest.mark.parametrize(("method", "dtype"), [("float", np.float32), ("double", np.float64), ("long", np.int64),
-                                               ("int", np.int32), ("half", np.float16), ("bool", np.bool_)])
+@pytest.mark.parametrize(
+    ("method", "dtype"),
+    [
+        ("float", np.float32),
+        ("double", np.float64),
+        ("long", np.int64),
+        ("int", np.int32),
+        ("half", np.float16),
+        ("bool", np.bool_),
+    ],
+)
 def test_cast_methods(method, dtype):
     x = leaf([1.5, 0.0, -2.0], dtype=np.float64 if method != "double" else np.float32)
     y = getattr(x, method)()
@@ -107,6 +117,7 @@ def test_cast_method_is_identity_for_same_dtype():
 
 
 # --- repr ------------------------------------------------------------------------------------
+
 
 def test_repr_shows_values_and_grad_fn():
     x = Variable(np.ones((2, 2)), requires_grad=True)
@@ -136,7 +147,11 @@ def test_repr_numbers_are_the_values():
 # --- operators: scalars, arrays and Variables on either side ------------------------------------------
 
 OPERATORS = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "**": operator.pow,
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "**": operator.pow,
 }
 
 
@@ -148,8 +163,10 @@ def test_python_scalar_on_either_side_keeps_dtype(symbol, dtype):
     for left, right in ((x, 1.5), (1.5, x), (x, 2), (2, x)):
         out = op(left, right)
         assert isinstance(out, Variable) and out.dtype == dtype, (symbol, left, right)
-        expected = op(np.asarray(left.data if isinstance(left, Variable) else left, dtype=np.float64),
-                      np.asarray(right.data if isinstance(right, Variable) else right, dtype=np.float64))
+        expected = op(
+            np.asarray(left.data if isinstance(left, Variable) else left, dtype=np.float64),
+            np.asarray(right.data if isinstance(right, Variable) else right, dtype=np.float64),
+        )
         np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
         assert out.requires_grad
 
@@ -215,10 +232,17 @@ def test_operator_gradients_match_torch(symbol):
 
 # --- comparisons -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("symbol", ["<", "<=", ">", ">=", "==", "!="])
 def test_comparisons_return_masks(symbol):
-    op = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
-          "==": operator.eq, "!=": operator.ne}[symbol]
+    op = {
+        "<": operator.lt,
+        "<=": operator.le,
+        ">": operator.gt,
+        ">=": operator.ge,
+        "==": operator.eq,
+        "!=": operator.ne,
+    }[symbol]
     x = leaf([1.0, 2.0, 3.0])
     for other in (2.0, np.array([3.0, 2.0, 1.0]), leaf([3.0, 2.0, 1.0])):
         mask = op(x, other)
@@ -331,6 +355,7 @@ def test_getitem_second_derivative():
 
 # --- cat / stack ---------------------------------------------------------------------------------
 
+
 @needs_torch
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_cat_and_stack_match_torch(dim):
@@ -341,7 +366,9 @@ def test_cat_and_stack_match_torch(dim):
     w_cat = rng.standard_normal(np.concatenate(arrays, axis=dim).shape)
     w_stack = rng.standard_normal(np.stack(arrays, axis=dim).shape)
     out = (engine.cat(xs, dim) * Variable(w_cat)).sum() + (engine.stack(xs, dim=dim) * Variable(w_stack)).sum()
-    t_out = (torch.cat(txs, dim) * torch.tensor(w_cat)).sum() + (torch.stack(txs, dim=dim) * torch.tensor(w_stack)).sum()
+    t_out = (torch.cat(txs, dim) * torch.tensor(w_cat)).sum() + (
+        torch.stack(txs, dim=dim) * torch.tensor(w_stack)
+    ).sum()
     np.testing.assert_allclose(out.item(), t_out.item(), rtol=1e-12)
     out.backward()
     t_out.backward()
@@ -359,6 +386,7 @@ def test_cat_of_mixed_grad_requirements():
 
 
 # --- softmax family: stability -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("values", [[1000.0, 1001.0, 1002.0], [-1000.0, -1001.0, -1002.0], [1e4, 0.0, -1e4]])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
@@ -393,6 +421,7 @@ def test_softmax_family_large_inputs_match_torch(fn):
 
 # --- max / min --------------------------------------------------------------------------------
 
+
 def test_max_min_api():
     a = np.array([[1.0, 5.0, 3.0], [4.0, 2.0, 6.0]])
     x = leaf(a)
@@ -419,8 +448,18 @@ def test_max_min_match_torch():
     a, b = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
     x, y = leaf(a), leaf(b)
     tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
-    out = x.max() + x.min(1)[0].sum() * 2 + x.max(0, keepdim=True).values.sum() * 3 + (engine.max(x, y) * engine.min(x, y)).sum()
-    t_out = tx.max() + tx.min(1)[0].sum() * 2 + tx.max(0, keepdim=True).values.sum() * 3 + (torch.max(tx, ty) * torch.min(tx, ty)).sum()
+    out = (
+        x.max()
+        + x.min(1)[0].sum() * 2
+        + x.max(0, keepdim=True).values.sum() * 3
+        + (engine.max(x, y) * engine.min(x, y)).sum()
+    )
+    t_out = (
+        tx.max()
+        + tx.min(1)[0].sum() * 2
+        + tx.max(0, keepdim=True).values.sum() * 3
+        + (torch.max(tx, ty) * torch.min(tx, ty)).sum()
+    )
     np.testing.assert_allclose(out.item(), t_out.item(), rtol=1e-12)
     out.backward()
     t_out.backward()
@@ -431,15 +470,32 @@ def test_max_min_match_torch():
 
 # --- norm, var, shape helpers via methods ------------------------------------------------------------
 
+
 @needs_torch
 def test_reduction_methods_match_torch():
     rng = np.random.default_rng(16)
     a = rng.standard_normal((3, 4))
     x, tx = leaf(a), torch.tensor(a, requires_grad=True)
-    out = (x.norm() + x.norm(1.0) + x.norm(float("inf")) + x.var() + x.var(1).sum() + x.mean(0).sum()
-           + x.sum(1, keepdim=True).sum() + x.var(0, unbiased=False).sum())
-    t_out = (tx.norm() + tx.norm(1.0) + tx.norm(float("inf")) + tx.var() + tx.var(1).sum() + tx.mean(0).sum()
-             + tx.sum(1, keepdim=True).sum() + tx.var(0, unbiased=False).sum())
+    out = (
+        x.norm()
+        + x.norm(1.0)
+        + x.norm(float("inf"))
+        + x.var()
+        + x.var(1).sum()
+        + x.mean(0).sum()
+        + x.sum(1, keepdim=True).sum()
+        + x.var(0, unbiased=False).sum()
+    )
+    t_out = (
+        tx.norm()
+        + tx.norm(1.0)
+        + tx.norm(float("inf"))
+        + tx.var()
+        + tx.var(1).sum()
+        + tx.mean(0).sum()
+        + tx.sum(1, keepdim=True).sum()
+        + tx.var(0, unbiased=False).sum()
+    )
     np.testing.assert_allclose(out.item(), t_out.item(), rtol=1e-12)
     out.backward()
     t_out.backward()
@@ -454,8 +510,12 @@ def test_shape_methods_match_torch():
     w = rng.standard_normal((4, 6))
 
     def chain(v, wv):
-        return (v.reshape(6, 4).t().unsqueeze(0).squeeze(0).transpose(0, 1).view(6, 4).permute(1, 0)
-                * wv).flatten().expand(2, 24).sum()
+        return (
+            (v.reshape(6, 4).t().unsqueeze(0).squeeze(0).transpose(0, 1).view(6, 4).permute(1, 0) * wv)
+            .flatten()
+            .expand(2, 24)
+            .sum()
+        )
 
     out, t_out = chain(x, Variable(w)), chain(tx, torch.tensor(w))
     np.testing.assert_allclose(out.item(), t_out.item(), rtol=1e-12)
@@ -465,6 +525,7 @@ def test_shape_methods_match_torch():
 
 
 # --- constructors --------------------------------------------------------------------------------
+
 
 def test_factory_functions():
     assert engine.ones(2, 2).shape == (2, 2) and engine.ones(2, 2).dtype == np.float32
@@ -500,6 +561,7 @@ def test_variable_from_list_and_scalar():
 
 
 # --- where with scalars -------------------------------------------------------------------------
+
 
 def test_where_with_integer_variables_and_scalars():
     i = Variable(np.array([1, 2, 3]))

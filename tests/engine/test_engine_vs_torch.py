@@ -33,8 +33,13 @@ pytestmark = pytest.mark.torch
 DTYPES = [np.float32, np.float64]
 DTYPE_IDS = ["f32", "f64"]
 CASES = sample_cases()
-SETTINGS = settings(max_examples=20, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def compare_op(name, arrays, attrs, dtype, seed=0):
@@ -49,7 +54,9 @@ def compare_op(name, arrays, attrs, dtype, seed=0):
     assert out.shape == tuple(t_out.shape), f"{what}: shape {out.shape} vs torch {tuple(t_out.shape)}"
     assert out.dtype.name == torch_dtype_name(t_out), f"{what}: dtype {out.dtype} vs torch {t_out.dtype}"
     assert_close(out, t_out, dtype, f"{what}: forward")
-    assert out.requires_grad == t_out.requires_grad, f"{what}: requires_grad {out.requires_grad} vs torch {t_out.requires_grad}"
+    assert out.requires_grad == t_out.requires_grad, (
+        f"{what}: requires_grad {out.requires_grad} vs torch {t_out.requires_grad}"
+    )
     wrt = [i for i, v in enumerate(inputs) if v.requires_grad]
     if not op.differentiable:
         assert not out.requires_grad and out.grad_fn is None
@@ -70,6 +77,7 @@ def compare_op(name, arrays, attrs, dtype, seed=0):
 
 
 # --- coverage of the twin table ----------------------------------------------------------------
+
 
 def test_every_op_has_a_torch_twin():
     missing = sorted(set(engine.OPS) - BY_NAME - set(TORCH_OVERRIDES))
@@ -97,13 +105,17 @@ def test_comparison_harness_catches_a_wrong_twin(monkeypatch):
     with pytest.raises(AssertionError, match="forward"):
         compare_op("exp", arrays, {}, np.float64)
     # right values, wrong gradient: caught by the gradient comparison
-    monkeypatch.setitem(engine_testkit.TORCH_OVERRIDES, "exp",
-                        lambda inputs, attrs: torch.exp(inputs[0]) + (inputs[0] - inputs[0].detach()) * 0.5)
+    monkeypatch.setitem(
+        engine_testkit.TORCH_OVERRIDES,
+        "exp",
+        lambda inputs, attrs: torch.exp(inputs[0]) + (inputs[0] - inputs[0].detach()) * 0.5,
+    )
     with pytest.raises(AssertionError, match="gradient"):
         compare_op("exp", arrays, {}, np.float64)
 
 
 # --- registry samples --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize(("name", "index"), CASES, ids=[f"{n}-{i}" for n, i in CASES])
@@ -128,6 +140,7 @@ def test_sample_values_match_torch(name, index):
 
 
 # --- random shapes -----------------------------------------------------------------------------
+
 
 def _domain(op):
     """(low, high) the op's samples draw floats from (positive ranges for log, sqrt, pow, div)."""
@@ -176,8 +189,11 @@ def test_unary_random_shapes(name):
     low, high = _domain(op)
 
     @SETTINGS
-    @given(data=st.data(), shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=4),
-           dtype=st.sampled_from(DTYPES))
+    @given(
+        data=st.data(),
+        shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=4),
+        dtype=st.sampled_from(DTYPES),
+    )
     def check(data, shape, dtype):
         compare_op(name, [_values(data.draw, shape, low, high)], op.samples[0].attrs, dtype)
 
@@ -190,12 +206,17 @@ def test_binary_broadcasting_random_shapes(name):
     low, high = _domain(op)
 
     @SETTINGS
-    @given(data=st.data(), shapes_=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=4),
-           dtype=st.sampled_from(DTYPES))
+    @given(
+        data=st.data(),
+        shapes_=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=4),
+        dtype=st.sampled_from(DTYPES),
+    )
     def check(data, shapes_, dtype):
         arrays = [_values(data.draw, s, low, high) for s in shapes_.input_shapes]
         if name in ("maximum", "minimum", "eq", "ne", "le", "ge") and data.draw(st.booleans()):
-            arrays[1] = np.broadcast_to(arrays[0], shapes_.result_shape)[(0,) * len(shapes_.result_shape)] + 0 * arrays[1]
+            arrays[1] = (
+                np.broadcast_to(arrays[0], shapes_.result_shape)[(0,) * len(shapes_.result_shape)] + 0 * arrays[1]
+            )
         compare_op(name, arrays, op.samples[0].attrs, dtype)
 
     check()
@@ -206,9 +227,13 @@ def _reduction_case(draw, op):
     shape = draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
     attrs = {}
     if "dim" in op.attrs:
-        dims = draw(st.one_of(st.none(), st.integers(-len(shape), len(shape) - 1),
-                              st.lists(st.integers(0, len(shape) - 1), min_size=0, max_size=len(shape), unique=True)
-                              .map(tuple)))
+        dims = draw(
+            st.one_of(
+                st.none(),
+                st.integers(-len(shape), len(shape) - 1),
+                st.lists(st.integers(0, len(shape) - 1), min_size=0, max_size=len(shape), unique=True).map(tuple),
+            )
+        )
         attrs["dim"] = dims
     if "keepdim" in op.attrs:
         attrs["keepdim"] = draw(st.booleans())
@@ -237,8 +262,12 @@ def test_reduction_random_shapes(name):
 @pytest.mark.parametrize("name", ARG_REDUCTIONS)
 def test_arg_reduction_random_shapes(name):
     @SETTINGS
-    @given(data=st.data(), shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4),
-           keepdim=st.booleans(), dtype=st.sampled_from(DTYPES))
+    @given(
+        data=st.data(),
+        shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4),
+        keepdim=st.booleans(),
+        dtype=st.sampled_from(DTYPES),
+    )
     def check(data, shape, keepdim, dtype):
         dim = data.draw(st.one_of(st.none(), st.integers(-len(shape), len(shape) - 1)))
         compare_op(name, [_values(data.draw, shape, -2.0, 2.0)], {"dim": dim, "keepdim": keepdim}, dtype)
@@ -249,8 +278,12 @@ def test_arg_reduction_random_shapes(name):
 @pytest.mark.parametrize("name", ALONG_DIM)
 def test_softmax_family_random_shapes(name):
     @SETTINGS
-    @given(data=st.data(), shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4),
-           scale=st.sampled_from([1.0, 50.0]), dtype=st.sampled_from(DTYPES))
+    @given(
+        data=st.data(),
+        shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4),
+        scale=st.sampled_from([1.0, 50.0]),
+        dtype=st.sampled_from(DTYPES),
+    )
     def check(data, shape, scale, dtype):
         dim = data.draw(st.integers(-len(shape), len(shape) - 1))
         compare_op(name, [_values(data.draw, shape, -scale, scale)], {"dim": dim}, dtype)
@@ -260,11 +293,19 @@ def test_softmax_family_random_shapes(name):
 
 def test_logsumexp_random_shapes():
     @SETTINGS
-    @given(data=st.data(), shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4),
-           keepdim=st.booleans(), dtype=st.sampled_from(DTYPES))
+    @given(
+        data=st.data(),
+        shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4),
+        keepdim=st.booleans(),
+        dtype=st.sampled_from(DTYPES),
+    )
     def check(data, shape, keepdim, dtype):
-        dim = data.draw(st.one_of(st.integers(-len(shape), len(shape) - 1),
-                                  st.lists(st.integers(0, len(shape) - 1), min_size=1, unique=True).map(tuple)))
+        dim = data.draw(
+            st.one_of(
+                st.integers(-len(shape), len(shape) - 1),
+                st.lists(st.integers(0, len(shape) - 1), min_size=1, unique=True).map(tuple),
+            )
+        )
         compare_op("logsumexp", [_values(data.draw, shape, -20.0, 20.0)], {"dim": dim, "keepdim": keepdim}, dtype)
 
     check()
@@ -306,7 +347,8 @@ def test_shape_ops_random(data, dtype):
     start = data.draw(st.integers(0, ndim - 1))
     compare_op("flatten", [x], {"start_dim": start, "end_dim": data.draw(st.integers(start, ndim - 1))}, dtype)
     target = tuple(data.draw(st.integers(1, 2)) for _ in range(data.draw(st.integers(0, 2)))) + tuple(
-        s if s != 1 or not data.draw(st.booleans()) else data.draw(st.integers(1, 3)) for s in shape)
+        s if s != 1 or not data.draw(st.booleans()) else data.draw(st.integers(1, 3)) for s in shape
+    )
     compare_op("expand", [x], {"shape": target}, dtype)
     compare_op("sum_to", [np.broadcast_to(x, target)], {"shape": tuple(shape)}, dtype)
     compare_op("t", [x[(0,) * (ndim - 2)] if ndim > 2 else x], {}, dtype)
@@ -345,7 +387,7 @@ def _basic_index(draw, shape):
             used_ellipsis = True
             items.append(Ellipsis)
             keep = draw(st.integers(0, len(dims)))
-            dims = dims[len(dims) - keep:] if keep else []
+            dims = dims[len(dims) - keep :] if keep else []
             continue
         elif kind == "int":
             size = dims.pop(0)
@@ -477,8 +519,7 @@ EDGE_CASES = [
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize(("name", "arrays", "attrs"), EDGE_CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(EDGE_CASES)])
+@pytest.mark.parametrize(("name", "arrays", "attrs"), EDGE_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(EDGE_CASES)])
 def test_edge_case_matches_torch(name, arrays, attrs, dtype):
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch warns about var over one element (nan by design)

@@ -20,8 +20,25 @@ pytestmark = [
 ]
 
 CASES = sample_cases()
-GRADCHECKED = ("mul", "div", "exp", "tanh", "pow", "matmul", "sum", "amax", "norm", "softmax", "getitem",
-               "setitem", "index_add", "cat", "expand", "where", "clamp")
+GRADCHECKED = (
+    "mul",
+    "div",
+    "exp",
+    "tanh",
+    "pow",
+    "matmul",
+    "sum",
+    "amax",
+    "norm",
+    "softmax",
+    "getitem",
+    "setitem",
+    "index_add",
+    "cat",
+    "expand",
+    "where",
+    "clamp",
+)
 
 
 @pytest.fixture
@@ -85,8 +102,9 @@ def test_sample_matches_numpy(name, index, dtype):
             np.testing.assert_allclose(g, e, **tol)
 
 
-@pytest.mark.parametrize(("name", "index"), [c for c in CASES if c[0] in GRADCHECKED],
-                         ids=[f"{n}-{i}" for n, i in CASES if n in GRADCHECKED])
+@pytest.mark.parametrize(
+    ("name", "index"), [c for c in CASES if c[0] in GRADCHECKED], ids=[f"{n}-{i}" for n, i in CASES if n in GRADCHECKED]
+)
 def test_gradcheck_on_gpu(cuda, name, index):
     op = engine.OPS[name]
     sample = op.samples[index]

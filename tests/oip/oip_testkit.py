@@ -12,23 +12,33 @@ import tritonclient.http as tritonclient_http
 API_KEY = "oip-s3cret"
 
 # loss = sum(tanh(x @ w) * 2): w requires grad, x does not; one scalar output
-MLP = {"version": 1, "nodes": [
-    {"id": "x", "op": "input", "shape": [2, 3], "dtype": "FP32"},
-    {"id": "w", "op": "input", "shape": [3, 1], "dtype": "FP32", "requires_grad": True},
-    {"id": "h", "op": "mm", "inputs": ["x", "w"]},
-    {"id": "t", "op": "tanh", "inputs": ["h"]},
-    {"id": "two", "op": "constant", "attrs": {"value": 2.0}},
-    {"id": "s", "op": "mul", "inputs": ["t", "two"]},
-    {"id": "loss", "op": "sum", "inputs": ["s"]}], "outputs": ["loss"]}
+MLP = {
+    "version": 1,
+    "nodes": [
+        {"id": "x", "op": "input", "shape": [2, 3], "dtype": "FP32"},
+        {"id": "w", "op": "input", "shape": [3, 1], "dtype": "FP32", "requires_grad": True},
+        {"id": "h", "op": "mm", "inputs": ["x", "w"]},
+        {"id": "t", "op": "tanh", "inputs": ["h"]},
+        {"id": "two", "op": "constant", "attrs": {"value": 2.0}},
+        {"id": "s", "op": "mul", "inputs": ["t", "two"]},
+        {"id": "loss", "op": "sum", "inputs": ["s"]},
+    ],
+    "outputs": ["loss"],
+}
 
 # two outputs, one not a scalar: y = a * b (elementwise) and z = sum(exp(a)); a and b require grad,
 # shapes and dtypes left open (any shape, any float type)
-TWO_OUTPUTS = {"version": 1, "nodes": [
-    {"id": "a", "op": "input", "requires_grad": True},
-    {"id": "b", "op": "input", "requires_grad": True},
-    {"id": "y", "op": "mul", "inputs": ["a", "b"]},
-    {"id": "e", "op": "exp", "inputs": ["a"]},
-    {"id": "z", "op": "sum", "inputs": ["e"]}], "outputs": ["y", "z"]}
+TWO_OUTPUTS = {
+    "version": 1,
+    "nodes": [
+        {"id": "a", "op": "input", "requires_grad": True},
+        {"id": "b", "op": "input", "requires_grad": True},
+        {"id": "y", "op": "mul", "inputs": ["a", "b"]},
+        {"id": "e", "op": "exp", "inputs": ["a"]},
+        {"id": "z", "op": "sum", "inputs": ["e"]},
+    ],
+    "outputs": ["y", "z"],
+}
 
 X = np.array([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]], dtype=np.float32)
 W = np.array([[0.5], [-0.25], [0.75]], dtype=np.float32)

@@ -51,9 +51,14 @@ def test_the_key_is_required_and_then_works(keyed, keyed_server):
         np.testing.assert_allclose(result.as_numpy("grad:w"), mlp_expected()[1], rtol=1e-5, atol=1e-6)
         assert keyed.is_model_ready("guarded", headers=KEY) and not keyed.is_model_ready("guarded")
         base = keyed_server.base_url
-        for method, path in (("GET", "/v2/models/guarded"), ("GET", "/v2/models/guarded/config"),
-                             ("GET", "/v2/models/guarded/ready"), ("POST", "/v2/repository/index"),
-                             ("POST", "/v2/repository/models/guarded/unload"), ("POST", "/v2/models/nowhere/infer")):
+        for method, path in (
+            ("GET", "/v2/models/guarded"),
+            ("GET", "/v2/models/guarded/config"),
+            ("GET", "/v2/models/guarded/ready"),
+            ("POST", "/v2/repository/index"),
+            ("POST", "/v2/repository/models/guarded/unload"),
+            ("POST", "/v2/models/nowhere/infer"),
+        ):
             response = httpx.request(method, base + path)
             assert response.status_code == 401, (path, response.text)
             assert response.json()["field"] == "Authorization"

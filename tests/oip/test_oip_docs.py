@@ -34,8 +34,9 @@ def test_the_tritonclient_example_in_the_docs_runs(server):
     code, shown = documented_example()
     assert "import gradserve" not in code and "from service" not in code and "from wire" not in code
     env = {**os.environ, "GRADSERVE_URL": host_port(server)}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False,
-                          cwd="/")
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False, cwd="/"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     printed, expected = done.stdout.strip().splitlines(), shown.strip().splitlines()
     assert len(printed) == len(expected) == 3, done.stdout

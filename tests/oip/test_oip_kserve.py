@@ -32,8 +32,12 @@ def kserve_input(name, array, binary):
 
 def test_health_and_model_readiness(server, mlp):
     async def scenario(client):
-        return (await client.is_server_live(server.base_url), await client.is_server_ready(server.base_url),
-                await client.is_model_ready(server.base_url, mlp), await client.is_model_ready(server.base_url, "nope"))
+        return (
+            await client.is_server_live(server.base_url),
+            await client.is_server_ready(server.base_url),
+            await client.is_model_ready(server.base_url, mlp),
+            await client.is_model_ready(server.base_url, "nope"),
+        )
 
     assert run(scenario) == (True, True, True, False)
 
@@ -43,9 +47,13 @@ def test_gradients(server, mlp, binary):
     from kserve.protocol.infer_type import RequestedOutput
 
     request = kserve.InferRequest(
-        model_name=mlp, infer_inputs=[kserve_input("x", X, binary), kserve_input("w", W, binary)],
-        request_outputs=[RequestedOutput("loss", {"binary_data": binary}),
-                         RequestedOutput("grad:w", {"binary_data": binary})])
+        model_name=mlp,
+        infer_inputs=[kserve_input("x", X, binary), kserve_input("w", W, binary)],
+        request_outputs=[
+            RequestedOutput("loss", {"binary_data": binary}),
+            RequestedOutput("grad:w", {"binary_data": binary}),
+        ],
+    )
 
     async def scenario(client):
         return await client.infer(server.base_url, request, model_name=mlp)

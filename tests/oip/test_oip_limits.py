@@ -23,8 +23,12 @@ def load(client, name, graph_config, **params):
 
 
 def infer_body(**arrays):
-    return {"inputs": [{"name": n, "shape": list(a.shape), "datatype": "FP32", "data": a.ravel().tolist()}
-                       for n, a in arrays.items()]}
+    return {
+        "inputs": [
+            {"name": n, "shape": list(a.shape), "datatype": "FP32", "data": a.ravel().tolist()}
+            for n, a in arrays.items()
+        ]
+    }
 
 
 def test_max_models_counts_names_not_loads():
@@ -65,16 +69,23 @@ def test_load_body_over_max_body_bytes_is_413():
 
 def test_infer_tensors_meet_the_element_limits():
     with asgi_client(max_tensor_elements=1000) as client:
-        graph = {"version": 1, "nodes": [{"id": "x", "op": "input", "requires_grad": True},
-                                         {"id": "s", "op": "sum", "inputs": ["x"]}], "outputs": ["s"]}
+        graph = {
+            "version": 1,
+            "nodes": [{"id": "x", "op": "input", "requires_grad": True}, {"id": "s", "op": "sum", "inputs": ["x"]}],
+            "outputs": ["s"],
+        }
         assert load(client, "sum", config(graph)).status_code == 200
         small = client.post("/v2/models/sum/infer", json=infer_body(x=np.ones(10, np.float32)))
         assert small.status_code == 200
         big = {"inputs": [{"name": "x", "shape": [10**6], "datatype": "FP32", "data": []}]}
         response = client.post("/v2/models/sum/infer", json=big)
         assert response.status_code == 413 and response.json()["field"] == "inputs[0].shape"
-        seed = {"inputs": [*infer_body(x=np.ones(10, np.float32))["inputs"],
-                           {"name": "grad_output:s", "shape": [2000], "datatype": "FP32", "data": []}]}
+        seed = {
+            "inputs": [
+                *infer_body(x=np.ones(10, np.float32))["inputs"],
+                {"name": "grad_output:s", "shape": [2000], "datatype": "FP32", "data": []},
+            ]
+        }
         assert client.post("/v2/models/sum/infer", json=seed).status_code == 413
 
 
@@ -103,8 +114,14 @@ def test_infer_shares_the_compute_pool_and_its_timeout(tmp_path):
     never refused as busy), while another pooled infer and a pooled /forward wait queue_timeout_s
     for the slot and get 503; the slow one finishes, or is cancelled at compute_timeout_s. (3000 links of a
     384x384 matmul take seconds; cancelled after 3 s, a few hundred MiB at most are held.)"""
-    settings = {"max_concurrency": 1, "compute_timeout_s": 3.0, "queue_timeout_s": 0.2, "max_nodes": 20000,
-                "max_body_bytes": 16 * 2**20, "max_request_work": 10**14}  # the slow graph is over the default budget
+    settings = {
+        "max_concurrency": 1,
+        "compute_timeout_s": 3.0,
+        "queue_timeout_s": 0.2,
+        "max_nodes": 20000,
+        "max_body_bytes": 16 * 2**20,
+        "max_request_work": 10**14,
+    }  # the slow graph is over the default budget
     slow_graph = matmul_chain(384, 3000)  # 3.6e11 flop: seconds past the timeout on any machine
     with running_server(tmp_path / "server.log", **settings) as server:
         triton = tritonclient_http.InferenceServerClient(url=host_port(server), network_timeout=120)
@@ -114,8 +131,10 @@ def test_infer_shares_the_compute_pool_and_its_timeout(tmp_path):
         outcome = {}
 
         def slow():  # over plain HTTP: tritonclient's sync client shares its event hub across threads
-            body = {"inputs": [{"name": "x", "shape": [384, 384], "datatype": "FP32", "data": x.ravel().tolist()}],
-                    "outputs": [{"name": "s"}]}
+            body = {
+                "inputs": [{"name": "x", "shape": [384, 384], "datatype": "FP32", "data": x.ravel().tolist()}],
+                "outputs": [{"name": "s"}],
+            }
             outcome["slow"] = httpx.post(server.base_url + "/v2/models/slow/infer", json=body, timeout=120)
 
         thread = threading.Thread(target=slow)
@@ -145,9 +164,12 @@ def test_concurrent_loads_cannot_pass_max_models(tmp_path):
 
     async def load_all(url):
         async with httpx.AsyncClient(timeout=30) as client:
-            return await asyncio.gather(*(
-                client.post(f"{url}/v2/repository/models/m{i}/load", json={"parameters": {"config": config(MLP)}})
-                for i in range(12)))
+            return await asyncio.gather(
+                *(
+                    client.post(f"{url}/v2/repository/models/m{i}/load", json={"parameters": {"config": config(MLP)}})
+                    for i in range(12)
+                )
+            )
 
     with running_server(tmp_path / "server.log", max_models=2, max_concurrency=8) as server:
         statuses = [r.status_code for r in asyncio.run(load_all(server.base_url))]

@@ -11,19 +11,24 @@ from tests.oip.oip_testkit import config, infer_input, requested
 torch = pytest.importorskip("torch")
 
 # logits = sigmoid(x @ w1 + b) @ w2; loss = mean(log_softmax(logits) * y); outputs loss and logits
-NET = {"version": 1, "nodes": [
-    {"id": "x", "op": "input", "shape": [4, 3], "dtype": "FP64", "requires_grad": True},
-    {"id": "w1", "op": "input", "shape": [3, 5], "dtype": "FP64", "requires_grad": True},
-    {"id": "b", "op": "input", "shape": [5], "dtype": "FP64", "requires_grad": True},
-    {"id": "w2", "op": "input", "shape": [5, 2], "dtype": "FP64", "requires_grad": True},
-    {"id": "y", "op": "input", "shape": [4, 2], "dtype": "FP64"},
-    {"id": "h", "op": "matmul", "inputs": ["x", "w1"]},
-    {"id": "hb", "op": "add", "inputs": ["h", "b"]},
-    {"id": "a", "op": "sigmoid", "inputs": ["hb"]},
-    {"id": "logits", "op": "matmul", "inputs": ["a", "w2"]},
-    {"id": "lsm", "op": "log_softmax", "inputs": ["logits"], "attrs": {"dim": 1}},
-    {"id": "p", "op": "mul", "inputs": ["lsm", "y"]},
-    {"id": "loss", "op": "mean", "inputs": ["p"]}], "outputs": ["loss", "logits"]}
+NET = {
+    "version": 1,
+    "nodes": [
+        {"id": "x", "op": "input", "shape": [4, 3], "dtype": "FP64", "requires_grad": True},
+        {"id": "w1", "op": "input", "shape": [3, 5], "dtype": "FP64", "requires_grad": True},
+        {"id": "b", "op": "input", "shape": [5], "dtype": "FP64", "requires_grad": True},
+        {"id": "w2", "op": "input", "shape": [5, 2], "dtype": "FP64", "requires_grad": True},
+        {"id": "y", "op": "input", "shape": [4, 2], "dtype": "FP64"},
+        {"id": "h", "op": "matmul", "inputs": ["x", "w1"]},
+        {"id": "hb", "op": "add", "inputs": ["h", "b"]},
+        {"id": "a", "op": "sigmoid", "inputs": ["hb"]},
+        {"id": "logits", "op": "matmul", "inputs": ["a", "w2"]},
+        {"id": "lsm", "op": "log_softmax", "inputs": ["logits"], "attrs": {"dim": 1}},
+        {"id": "p", "op": "mul", "inputs": ["lsm", "y"]},
+        {"id": "loss", "op": "mean", "inputs": ["p"]},
+    ],
+    "outputs": ["loss", "logits"],
+}
 WRT = ("x", "w1", "b", "w2")
 
 
@@ -38,14 +43,22 @@ def torch_reference(arrays, seed):
 @pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
 def test_gradients_match_pytorch(triton, binary):
     rng = np.random.default_rng(11)
-    arrays = {"x": rng.standard_normal((4, 3)), "w1": rng.standard_normal((3, 5)), "b": rng.standard_normal(5),
-              "w2": rng.standard_normal((5, 2)), "y": rng.standard_normal((4, 2))}
+    arrays = {
+        "x": rng.standard_normal((4, 3)),
+        "w1": rng.standard_normal((3, 5)),
+        "b": rng.standard_normal(5),
+        "w2": rng.standard_normal((5, 2)),
+        "y": rng.standard_normal((4, 2)),
+    }
     seed = rng.standard_normal((4, 2))
     triton.load_model("net", config=config(NET))
     try:
-        inputs = [infer_input(n, a, binary) for n, a in arrays.items()] + [infer_input("grad_output:logits", seed, binary)]
-        result = triton.infer("net", inputs, outputs=requested("loss", "logits", *(f"grad:{n}" for n in WRT),
-                                                                binary=binary))
+        inputs = [infer_input(n, a, binary) for n, a in arrays.items()] + [
+            infer_input("grad_output:logits", seed, binary)
+        ]
+        result = triton.infer(
+            "net", inputs, outputs=requested("loss", "logits", *(f"grad:{n}" for n in WRT), binary=binary)
+        )
     finally:
         triton.unload_model("net")
     loss, logits, grads = torch_reference(arrays, seed)

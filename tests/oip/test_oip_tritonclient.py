@@ -35,13 +35,17 @@ def test_load_publishes_metadata_config_readiness_and_index(triton, mlp):
     assert {"name": mlp, "version": "1", "state": "READY", "reason": ""} in triton.get_model_repository_index()
     metadata = triton.get_model_metadata(mlp)
     assert metadata["name"] == mlp and metadata["versions"] == ["1"]
-    assert metadata["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [2, 3]},
-                                  {"name": "w", "datatype": "FP32", "shape": [3, 1]}]
+    assert metadata["inputs"] == [
+        {"name": "x", "datatype": "FP32", "shape": [2, 3]},
+        {"name": "w", "datatype": "FP32", "shape": [3, 1]},
+    ]
     assert [o["name"] for o in metadata["outputs"]] == ["loss", "grad:w"]  # x does not require grad
     assert triton.get_model_metadata(mlp, model_version="1") == metadata
     model_config = triton.get_model_config(mlp)
     assert model_config["graph"] == MLP
-    assert {"name": "grad_output:loss", "data_type": "TYPE_FP32", "dims": [-1], "optional": True} in model_config["input"]
+    assert {"name": "grad_output:loss", "data_type": "TYPE_FP32", "dims": [-1], "optional": True} in model_config[
+        "input"
+    ]
 
 
 def test_unload_forgets_the_model(triton):
@@ -66,8 +70,9 @@ def test_reload_replaces_the_graph(triton):
 
 @pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
 def test_forward_only(triton, mlp, binary):
-    result = triton.infer(mlp, [infer_input("x", X, binary), infer_input("w", W, binary)],
-                          outputs=requested("loss", binary=binary))
+    result = triton.infer(
+        mlp, [infer_input("x", X, binary), infer_input("w", W, binary)], outputs=requested("loss", binary=binary)
+    )
     loss, _ = mlp_expected()
     assert result.as_numpy("loss") == pytest.approx(loss, rel=1e-5)
     assert result.as_numpy("grad:w") is None  # not asked for: no backward ran
@@ -78,8 +83,12 @@ def test_forward_only(triton, mlp, binary):
 
 @pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
 def test_gradients_as_outputs(triton, mlp, binary):
-    result = triton.infer(mlp, [infer_input("x", X, binary), infer_input("w", W, binary)],
-                          outputs=requested("loss", "grad:w", binary=binary), request_id="req-7")
+    result = triton.infer(
+        mlp,
+        [infer_input("x", X, binary), infer_input("w", W, binary)],
+        outputs=requested("loss", "grad:w", binary=binary),
+        request_id="req-7",
+    )
     loss, grad_w = mlp_expected()
     assert result.as_numpy("loss") == pytest.approx(loss, rel=1e-5)
     got = result.as_numpy("grad:w")
@@ -136,8 +145,11 @@ def test_grad_output_seeds_a_non_scalar_output(triton, binary):
 
 
 def test_a_bad_graph_is_refused_at_load_naming_the_node(triton, server):
-    bad = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "boom", "op": "frobnicate", "inputs": ["x"]}],
-           "outputs": ["boom"]}
+    bad = {
+        "version": 1,
+        "nodes": [{"id": "x", "op": "input"}, {"id": "boom", "op": "frobnicate", "inputs": ["x"]}],
+        "outputs": ["boom"],
+    }
     with pytest.raises(InferenceServerException) as err:
         triton.load_model("bad", config=config(bad))
     assert err.value.status() == "422" and "boom" in err.value.message()
@@ -147,12 +159,15 @@ def test_a_bad_graph_is_refused_at_load_naming_the_node(triton, server):
     assert raw.json()["node"] == "boom" and raw.json()["field"] == "op"
 
 
-@pytest.mark.parametrize(("body", "status", "field"), [
-    ({}, 422, "parameters.config"),
-    ({"parameters": {"config": 3}}, 422, "parameters.config"),
-    ({"parameters": {"config": "{not json"}}, 400, "parameters.config"),
-    ({"parameters": {"config": config(MLP), "file:1/model.onnx": "AAAA"}}, 422, "parameters.file:1/model.onnx"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({}, 422, "parameters.config"),
+        ({"parameters": {"config": 3}}, 422, "parameters.config"),
+        ({"parameters": {"config": "{not json"}}, 400, "parameters.config"),
+        ({"parameters": {"config": config(MLP), "file:1/model.onnx": "AAAA"}}, 422, "parameters.file:1/model.onnx"),
+    ],
+)
 def test_bad_loads_name_the_field(server, body, status, field):
     response = httpx.post(f"{server.base_url}/v2/repository/models/m/load", json=body)
     assert response.status_code == status, response.text
@@ -161,10 +176,13 @@ def test_bad_loads_name_the_field(server, body, status, field):
 
 def test_reserved_names_are_refused_at_load(server):
     graph = {"version": 1, "nodes": [{"id": "grad_output:q", "op": "input"}], "outputs": ["grad_output:q"]}
-    response = httpx.post(f"{server.base_url}/v2/repository/models/m/load", json={"parameters": {"config": config(graph)}})
+    response = httpx.post(
+        f"{server.base_url}/v2/repository/models/m/load", json={"parameters": {"config": config(graph)}}
+    )
     assert response.status_code == 422 and response.json()["node"] == "grad_output:q"
-    response = httpx.post(f"{server.base_url}/v2/repository/models/bad%20name/load",
-                          json={"parameters": {"config": config(MLP)}})
+    response = httpx.post(
+        f"{server.base_url}/v2/repository/models/bad%20name/load", json={"parameters": {"config": config(MLP)}}
+    )
     assert response.status_code == 400 and response.json()["field"] == "name"
 
 
@@ -188,21 +206,37 @@ def test_unknown_version_is_404(triton, mlp):
     assert result.get_response()["model_version"] == "1"
 
 
-@pytest.mark.parametrize(("outputs", "inputs", "status", "node", "field"), [
-    ([{"name": "nope"}], None, 422, None, "outputs[0].name"),
-    ([{"name": "loss"}, {"name": "loss"}], None, 422, None, "outputs[1].name"),
-    ([{"name": "loss", "parameters": {"binary_data": "yes"}}], None, 422, None, "outputs[0].parameters.binary_data"),
-    ([{"name": "loss", "parameters": {"shared_memory_region": "r"}}], None, 422, None,
-     "outputs[0].parameters.shared_memory_region"),
-    ([{"name": "grad:x"}], None, 422, None, "outputs[0].name"),  # x does not require grad: no such output
-    ([{"name": "loss"}], ["x"], 422, "w", "inputs"),               # w missing
-    ([{"name": "grad:w"}], ["x", "w", "grad_output:h"], 422, "h", "inputs"),  # h is no output
-    ([{"name": "loss"}], ["x", "w", "grad_output:loss"], 422, None, "inputs"),  # a seed without a gradient asked
-])
+@pytest.mark.parametrize(
+    ("outputs", "inputs", "status", "node", "field"),
+    [
+        ([{"name": "nope"}], None, 422, None, "outputs[0].name"),
+        ([{"name": "loss"}, {"name": "loss"}], None, 422, None, "outputs[1].name"),
+        (
+            [{"name": "loss", "parameters": {"binary_data": "yes"}}],
+            None,
+            422,
+            None,
+            "outputs[0].parameters.binary_data",
+        ),
+        (
+            [{"name": "loss", "parameters": {"shared_memory_region": "r"}}],
+            None,
+            422,
+            None,
+            "outputs[0].parameters.shared_memory_region",
+        ),
+        ([{"name": "grad:x"}], None, 422, None, "outputs[0].name"),  # x does not require grad: no such output
+        ([{"name": "loss"}], ["x"], 422, "w", "inputs"),  # w missing
+        ([{"name": "grad:w"}], ["x", "w", "grad_output:h"], 422, "h", "inputs"),  # h is no output
+        ([{"name": "loss"}], ["x", "w", "grad_output:loss"], 422, None, "inputs"),  # a seed without a gradient asked
+    ],
+)
 def test_bad_infer_requests_name_the_node_or_field(server, mlp, outputs, inputs, status, node, field):
     arrays = {"x": X, "w": W, "grad_output:h": X, "grad_output:loss": np.float32(1.0)}
-    tensors = [{"name": n, "shape": list(np.shape(arrays[n])), "datatype": "FP32",
-                "data": np.ravel(arrays[n]).tolist()} for n in (inputs or ["x", "w"])]
+    tensors = [
+        {"name": n, "shape": list(np.shape(arrays[n])), "datatype": "FP32", "data": np.ravel(arrays[n]).tolist()}
+        for n in (inputs or ["x", "w"])
+    ]
     response = httpx.post(f"{server.base_url}/v2/models/{mlp}/infer", json={"inputs": tensors, "outputs": outputs})
     assert response.status_code == status, response.text
     body = response.json()
@@ -211,12 +245,15 @@ def test_bad_infer_requests_name_the_node_or_field(server, mlp, outputs, inputs,
 
 
 def test_tensor_errors_keep_the_wire_fields(server, mlp):
-    tensors = [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1, 2]},
-               {"name": "w", "shape": [3, 1], "datatype": "FP32", "data": [1, 2, 3]}]
+    tensors = [
+        {"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1, 2]},
+        {"name": "w", "shape": [3, 1], "datatype": "FP32", "data": [1, 2, 3]},
+    ]
     response = httpx.post(f"{server.base_url}/v2/models/{mlp}/infer", json={"inputs": tensors})
     assert response.status_code == 422 and response.json()["field"] == "inputs[0].data"
-    response = httpx.post(f"{server.base_url}/v2/models/{mlp}/infer", content=b"{oops",
-                          headers={"Content-Type": "application/json"})
+    response = httpx.post(
+        f"{server.base_url}/v2/models/{mlp}/infer", content=b"{oops", headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 400 and response.json()["field"] == "body"
 
 
@@ -224,11 +261,14 @@ def test_tensor_errors_keep_the_wire_fields(server, mlp):
 def test_json_bodies_under_the_content_types_the_clients_send(server, mlp, content_type):
     """tritonclient's sync client sends no Content-Type, its aio client (aiohttp) sends
     application/octet-stream for a JSON body without binary tensors: each is a JSON body."""
-    tensors = [{"name": n, "shape": list(a.shape), "datatype": "FP32", "data": a.ravel().tolist()}
-               for n, a in (("x", X), ("w", W))]
+    tensors = [
+        {"name": n, "shape": list(a.shape), "datatype": "FP32", "data": a.ravel().tolist()}
+        for n, a in (("x", X), ("w", W))
+    ]
     body = json.dumps({"inputs": tensors, "outputs": [{"name": "grad:w"}]}).encode()
     headers = {} if content_type is None else {"Content-Type": content_type}
     response = httpx.post(f"{server.base_url}/v2/models/{mlp}/infer", content=body, headers=headers)
     assert response.status_code == 200, response.text
-    np.testing.assert_allclose(np.reshape(response.json()["outputs"][0]["data"], (3, 1)), mlp_expected()[1],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.reshape(response.json()["outputs"][0]["data"], (3, 1)), mlp_expected()[1], rtol=1e-5, atol=1e-6
+    )

@@ -47,7 +47,9 @@ def assert_error(response, statuses=None):
     if statuses is None:
         assert 400 <= response.status_code < 500, f"expected 4xx, got {response.status_code}: {response.text[:300]}"
     else:
-        assert response.status_code in statuses, f"expected {statuses}, got {response.status_code}: {response.text[:300]}"
+        assert response.status_code in statuses, (
+            f"expected {statuses}, got {response.status_code}: {response.text[:300]}"
+        )
     body = strict_json(response.content)
     assert isinstance(body, dict), body
     assert isinstance(body.get("error"), str) and body["error"].strip(), body
@@ -75,8 +77,13 @@ def record_figure(name: str, value):
 # tensors and bodies
 
 
-DATATYPE = {np.dtype("float32"): "FP32", np.dtype("float64"): "FP64", np.dtype("int64"): "INT64",
-            np.dtype("int32"): "INT32", np.dtype("bool"): "BOOL"}
+DATATYPE = {
+    np.dtype("float32"): "FP32",
+    np.dtype("float64"): "FP64",
+    np.dtype("int64"): "INT64",
+    np.dtype("int32"): "INT32",
+    np.dtype("bool"): "BOOL",
+}
 
 
 def spell(values):
@@ -98,8 +105,14 @@ def binary_body(header: dict, arrays: dict, where="inputs"):
         array = np.asarray(array)  # not ascontiguousarray: that makes 0-d arrays 1-d
         raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes(order="C")
         buffers.append(raw)
-        objs.append({"name": name, "shape": list(array.shape), "datatype": DATATYPE[array.dtype],
-                     "parameters": {"binary_data_size": len(raw)}})
+        objs.append(
+            {
+                "name": name,
+                "shape": list(array.shape),
+                "datatype": DATATYPE[array.dtype],
+                "parameters": {"binary_data_size": len(raw)},
+            }
+        )
     header = dict(header)
     header[where] = list(header.get(where) or []) + objs
     head = json.dumps(header).encode()
@@ -108,15 +121,20 @@ def binary_body(header: dict, arrays: dict, where="inputs"):
 
 def decode_tensor(obj, tail: bytes | None, offset: int):
     """(array, new offset) of a response tensor object (JSON or binary)."""
-    dtype = {v: k for k, v in DATATYPE.items()}.get(obj["datatype"]) or np.dtype({"FP16": "float16"}.get(obj["datatype"], "float64"))
+    dtype = {v: k for k, v in DATATYPE.items()}.get(obj["datatype"]) or np.dtype(
+        {"FP16": "float16"}.get(obj["datatype"], "float64")
+    )
     size = (obj.get("parameters") or {}).get("binary_data_size")
     if size is not None:
-        array = np.frombuffer(tail, dtype=dtype.newbyteorder("<"), count=int(np.prod(obj["shape"], dtype=np.int64)),
-                              offset=offset).reshape(obj["shape"])
+        array = np.frombuffer(
+            tail, dtype=dtype.newbyteorder("<"), count=int(np.prod(obj["shape"], dtype=np.int64)), offset=offset
+        ).reshape(obj["shape"])
         return array, offset + size
     data = obj["data"]
-    conv = [{"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}.get(v, v) if isinstance(v, str) else v
-            for v in (np.asarray(data, dtype=object).ravel().tolist() if isinstance(data, list) else [data])]
+    conv = [
+        {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}.get(v, v) if isinstance(v, str) else v
+        for v in (np.asarray(data, dtype=object).ravel().tolist() if isinstance(data, list) else [data])
+    ]
     return np.asarray(conv, dtype=dtype).reshape(obj["shape"]), offset
 
 
@@ -126,7 +144,7 @@ def decode_response(response):
     length = response.headers.get(HEADER_LENGTH)
     content = response.content
     if length is not None:
-        head, tail = content[:int(length)], content[int(length):]
+        head, tail = content[: int(length)], content[int(length) :]
     else:
         head, tail = content, None
     body = strict_json(head)
@@ -161,11 +179,16 @@ def assert_same(actual, expected, exact=False):
 
 def simple_graph(requires_grad=True, shape=(2,)):
     """x (input) * 2 -> sum: the smallest useful graph."""
-    return {"version": 1, "nodes": [
-        {"id": "x", "op": "input", "requires_grad": requires_grad, "shape": list(shape), "dtype": "FP32"},
-        {"id": "c", "op": "constant", "attrs": {"value": 2.0}},
-        {"id": "y", "op": "mul", "inputs": ["x", "c"]},
-        {"id": "s", "op": "sum", "inputs": ["y"]}], "outputs": ["s"]}
+    return {
+        "version": 1,
+        "nodes": [
+            {"id": "x", "op": "input", "requires_grad": requires_grad, "shape": list(shape), "dtype": "FP32"},
+            {"id": "c", "op": "constant", "attrs": {"value": 2.0}},
+            {"id": "y", "op": "mul", "inputs": ["x", "c"]},
+            {"id": "s", "op": "sum", "inputs": ["y"]},
+        ],
+        "outputs": ["s"],
+    }
 
 
 def simple_request(values=(1.0, 2.0)):
@@ -188,8 +211,19 @@ def matmul_chain(n: int, links: int):
 # --------------------------------------------------------------------------------------------
 # apps (in-process, ASGI)
 
-ENV_KEYS = ("API_KEY", "MAX_BODY_BYTES", "MAX_TENSOR_ELEMENTS", "MAX_TOTAL_ELEMENTS", "MAX_NODES", "MAX_DEPTH",
-            "MAX_TAPES", "MAX_TAPE_BYTES", "TAPE_TTL_S", "MAX_CONCURRENCY", "COMPUTE_TIMEOUT_S")
+ENV_KEYS = (
+    "API_KEY",
+    "MAX_BODY_BYTES",
+    "MAX_TENSOR_ELEMENTS",
+    "MAX_TOTAL_ELEMENTS",
+    "MAX_NODES",
+    "MAX_DEPTH",
+    "MAX_TAPES",
+    "MAX_TAPE_BYTES",
+    "TAPE_TTL_S",
+    "MAX_CONCURRENCY",
+    "COMPUTE_TIMEOUT_S",
+)
 
 
 def _clean_env(monkeypatch):
@@ -281,7 +315,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
-                raise AssertionError("server did not exit within 15 s of SIGTERM")
+                raise AssertionError("server did not exit within 15 s of SIGTERM") from None
         return self.proc.returncode
 
 
@@ -291,8 +325,13 @@ def start_server(env: dict | None = None, timeout=30.0) -> Server:
     full_env.update({f"GRADSERVE_{k.upper()}": str(v) for k, v in (env or {}).items()})
     full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
     log = tempfile.TemporaryFile()  # a file, not a pipe: access logs must never block the server
-    proc = subprocess.Popen([sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                            cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+        env=full_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     server = Server(proc, port)
     server.log = log
     deadline = time.monotonic() + timeout

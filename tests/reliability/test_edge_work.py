@@ -61,8 +61,12 @@ def test_healthz_answers_while_the_largest_json_and_binary_requests_run(server_f
         results["binary"] = httpx.post(server.url + "/forward", content=binary, headers=binary_headers, timeout=300)
 
     def send_json():
-        results["json"] = [httpx.post(server.url + "/forward", content=json_body, timeout=120,
-                                      headers={"Content-Type": "application/json"}) for _ in range(5)]
+        results["json"] = [
+            httpx.post(
+                server.url + "/forward", content=json_body, timeout=120, headers={"Content-Type": "application/json"}
+            )
+            for _ in range(5)
+        ]
 
     with HealthProbe(server.url, period=0.01) as probe:
         threads = [threading.Thread(target=send_binary), threading.Thread(target=send_json)]
@@ -76,9 +80,17 @@ def test_healthz_answers_while_the_largest_json_and_binary_requests_run(server_f
     for response in results["json"]:
         assert response.status_code == 200, response.text[:300]
     p99 = probe.percentile(99)
-    record_figure("healthz_under_largest_bodies", {"samples": len(probe.latencies), "p50_ms": round(probe.percentile(50) * 1e3, 1),
-                                                   "p99_ms": round(p99 * 1e3, 1), "max_ms": round(max(probe.latencies) * 1e3, 1),
-                                                   "rss_before_mb": rss_before // 1024, "rss_peak_mb": peak // 1024})
+    record_figure(
+        "healthz_under_largest_bodies",
+        {
+            "samples": len(probe.latencies),
+            "p50_ms": round(probe.percentile(50) * 1e3, 1),
+            "p99_ms": round(p99 * 1e3, 1),
+            "max_ms": round(max(probe.latencies) * 1e3, 1),
+            "rss_before_mb": rss_before // 1024,
+            "rss_peak_mb": peak // 1024,
+        },
+    )
     assert not probe.failures, probe.failures[:3]
     assert len(probe.latencies) >= 20
     assert p99 < 0.1, f"/healthz p99 {p99 * 1e3:.0f} ms while the largest bodies were processed"
@@ -94,26 +106,42 @@ def test_json_body_over_its_bound_is_413_naming_the_binary_extension(server_fact
     error = assert_error(response, {413})
     assert "max_json_body_bytes" in error["error"] and "binary" in error["error"]
     body, headers = binary_body({"graph": SUM}, {"x": x})  # the same tensor, binary: within max_body_bytes
-    assert decode_response(httpx.post(server.url + "/forward", content=body, headers=headers, timeout=60))["outputs"]["s"] == 0
+    assert (
+        decode_response(httpx.post(server.url + "/forward", content=body, headers=headers, timeout=60))["outputs"]["s"]
+        == 0
+    )
     # the JSON header of a binary body is held to the JSON bound too
-    big_head = json.dumps({"graph": SUM, "id": "i" * limits["max_json_body_bytes"], "inputs": [json_tensor("x", [1.0])]})
-    response = httpx.post(server.url + "/forward", content=big_head.encode(),
-                          headers={"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(big_head))}, timeout=60)
+    big_head = json.dumps(
+        {"graph": SUM, "id": "i" * limits["max_json_body_bytes"], "inputs": [json_tensor("x", [1.0])]}
+    )
+    response = httpx.post(
+        server.url + "/forward",
+        content=big_head.encode(),
+        headers={"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(big_head))},
+        timeout=60,
+    )
     assert "max_json_body_bytes" in assert_error(response, {413})["error"]
 
 
 def _expand_graph(side: int) -> dict:
-    return {"version": 1, "nodes": [{"id": "x", "op": "input"},
-                                    {"id": "y", "op": "expand", "inputs": ["x"], "attrs": {"shape": [side, side]}}],
-            "outputs": ["y"]}
+    return {
+        "version": 1,
+        "nodes": [
+            {"id": "x", "op": "input"},
+            {"id": "y", "op": "expand", "inputs": ["x"], "attrs": {"shape": [side, side]}},
+        ],
+        "outputs": ["y"],
+    }
 
 
 def test_large_json_answers_are_refused_before_computing(server_factory):
     server = server_factory(log_level="warning")
     limits = _limits(server)
     side = 8192
-    request = {"graph": _expand_graph(side), "inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32",
-                                                         "data": ["Infinity"]}]}
+    request = {
+        "graph": _expand_graph(side),
+        "inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": ["Infinity"]}],
+    }
     rss_before = server.rss_kb()
     with HealthProbe(server.url) as probe:
         t0 = time.monotonic()
@@ -130,9 +158,11 @@ def test_large_json_answers_are_refused_before_computing(server_factory):
     out = decode_response(httpx.post(server.url + "/forward", json=request, timeout=60))["outputs"]["y"]
     assert out.shape == (small, small) and np.isposinf(out).all()
     # gradients count too: a binary request whose JSON answer would carry a 600x600 gradient
-    graph = {"version": 1, "nodes": [{"id": "x", "op": "input", "requires_grad": True}, {"id": "s", "op": "sum",
-                                                                                         "inputs": ["x"]}],
-             "outputs": ["s"]}
+    graph = {
+        "version": 1,
+        "nodes": [{"id": "x", "op": "input", "requires_grad": True}, {"id": "s", "op": "sum", "inputs": ["x"]}],
+        "outputs": ["s"],
+    }
     body, headers = binary_body({"graph": graph}, {"x": np.ones((600, 600), np.float32)})
     error = assert_error(httpx.post(server.url + "/backward", content=body, headers=headers, timeout=60), {413})
     assert "binary_data_output" in error["error"]
@@ -163,8 +193,11 @@ def test_inline_requests_are_never_refused_and_pooled_ones_wait_briefly(server_f
     server = server_factory(max_concurrency=1, queue_timeout_s=1.5, max_request_work=LONG_WORK, log_level="warning")
     slow, slow_headers = slow_binary(800, n=768)  # ~8 s or more: the slot stays taken throughout
     results = {}
-    thread = threading.Thread(target=lambda: results.setdefault(
-        "slow", httpx.post(server.url + "/forward", content=slow, headers=slow_headers, timeout=120)))
+    thread = threading.Thread(
+        target=lambda: results.setdefault(
+            "slow", httpx.post(server.url + "/forward", content=slow, headers=slow_headers, timeout=120)
+        )
+    )
     thread.start()
     wait_for(lambda: metric(server.url, "gradserve_computations_in_flight") == 1, 20, "the slot taken")
     for _ in range(20):
@@ -179,14 +212,23 @@ def test_inline_requests_are_never_refused_and_pooled_ones_wait_briefly(server_f
     thread.join(120)
     assert results["slow"].status_code == 200
 
+
 def _short_body():
     """A binary /backward of ~1-3 ms: two 128x128 matmuls and a tanh (Executor.is_short)."""
     rng = np.random.default_rng(2)
     x, w = (rng.standard_normal((128, 128)).astype(np.float32) for _ in range(2))
-    graph = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "w", "op": "input", "requires_grad": True},
-                                     {"id": "h", "op": "mm", "inputs": ["x", "w"]}, {"id": "t", "op": "tanh", "inputs": ["h"]},
-                                     {"id": "o", "op": "mm", "inputs": ["t", "w"]}, {"id": "s", "op": "sum", "inputs": ["o"]}],
-             "outputs": ["s"]}
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "x", "op": "input"},
+            {"id": "w", "op": "input", "requires_grad": True},
+            {"id": "h", "op": "mm", "inputs": ["x", "w"]},
+            {"id": "t", "op": "tanh", "inputs": ["h"]},
+            {"id": "o", "op": "mm", "inputs": ["t", "w"]},
+            {"id": "s", "op": "sum", "inputs": ["o"]},
+        ],
+        "outputs": ["s"],
+    }
     return binary_body({"graph": graph, "parameters": {"binary_data_output": True}}, {"x": x, "w": w})
 
 
@@ -220,13 +262,20 @@ def test_a_flood_of_short_requests_shares_the_loop_with_the_pool(server_factory)
 
 
 def test_a_pooled_request_waits_for_a_slot_instead_of_503(server_factory):
-    server = server_factory(max_concurrency=1, max_request_work=LONG_WORK, log_level="warning")  # the default queue_timeout_s
+    server = server_factory(
+        max_concurrency=1, max_request_work=LONG_WORK, log_level="warning"
+    )  # the default queue_timeout_s
     assert httpx.get(server.url + "/info", timeout=10).json()["limits"]["queue_timeout_s"] >= 5
     short, short_headers = slow_binary(10)
     answers = []
-    pair = [threading.Thread(target=lambda: answers.append(httpx.post(server.url + "/forward", content=short,
-                                                                      headers=short_headers, timeout=60)))
-            for _ in range(2)]
+    pair = [
+        threading.Thread(
+            target=lambda: answers.append(
+                httpx.post(server.url + "/forward", content=short, headers=short_headers, timeout=60)
+            )
+        )
+        for _ in range(2)
+    ]
     for t in pair:
         t.start()
     for t in pair:
@@ -239,8 +288,11 @@ def test_sigterm_past_the_drain_answers_503_and_exits_soon(server_factory):
     server = server_factory(timeout_graceful_shutdown=drain, max_request_work=LONG_WORK, log_level="warning")
     body, headers = slow_binary(1500)  # some 25-30 s of work
     results = {}
-    thread = threading.Thread(target=lambda: results.setdefault(
-        "slow", httpx.post(server.url + "/forward", content=body, headers=headers, timeout=120)))
+    thread = threading.Thread(
+        target=lambda: results.setdefault(
+            "slow", httpx.post(server.url + "/forward", content=body, headers=headers, timeout=120)
+        )
+    )
     thread.start()
     wait_for(lambda: metric(server.url, "gradserve_computations_in_flight") == 1, 20, "the computation start")
     t0 = time.monotonic()
@@ -261,14 +313,30 @@ def test_sigterm_with_one_long_op_running_exits_soon_after_the_drain(server_fact
     """A single op cannot be interrupted: the process answers 503 at the drain's end and exits
     a few seconds later without waiting for the op."""
     drain, n = 1, 6000
-    server = server_factory(timeout_graceful_shutdown=drain, max_request_work=LONG_WORK, max_body_bytes=2**28,
-                            max_inflight_body_bytes=2**28, max_request_bytes=2**30, log_level="warning")
-    graph = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "m", "op": "matmul", "inputs": ["x", "x"]},
-                                     {"id": "s", "op": "sum", "inputs": ["m"]}], "outputs": ["s"]}
+    server = server_factory(
+        timeout_graceful_shutdown=drain,
+        max_request_work=LONG_WORK,
+        max_body_bytes=2**28,
+        max_inflight_body_bytes=2**28,
+        max_request_bytes=2**30,
+        log_level="warning",
+    )
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "x", "op": "input"},
+            {"id": "m", "op": "matmul", "inputs": ["x", "x"]},
+            {"id": "s", "op": "sum", "inputs": ["m"]},
+        ],
+        "outputs": ["s"],
+    }
     body, headers = binary_body({"graph": graph}, {"x": np.ones((n, n), np.float32)})  # ~4e11 flop: many seconds
     results = {}
-    thread = threading.Thread(target=lambda: results.setdefault(
-        "slow", httpx.post(server.url + "/forward", content=body, headers=headers, timeout=120)))
+    thread = threading.Thread(
+        target=lambda: results.setdefault(
+            "slow", httpx.post(server.url + "/forward", content=body, headers=headers, timeout=120)
+        )
+    )
     thread.start()
     wait_for(lambda: metric(server.url, "gradserve_computations_in_flight") == 1, 30, "the computation start")
     time.sleep(0.5)

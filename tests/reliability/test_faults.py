@@ -105,14 +105,18 @@ def test_client_disconnect_mid_body(server_factory):
     payload = json.dumps(simple_request()).encode() + b" " * 20000
     for _ in range(5):
         with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-            sock.sendall(b"POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload[:len(payload) // 2])
+            sock.sendall(
+                b"POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload[: len(payload) // 2]
+            )
     # a binary request that stops mid-tensor
     body, headers = _slow(1, n=256)
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        sock.sendall(f"POST /backward HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode()
-                     + body[:len(body) // 3])
+        sock.sendall(
+            f"POST /backward HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode()
+            + body[: len(body) // 3]
+        )
     time.sleep(0.2)
     _assert_serving(server.url)
     assert server.proc.poll() is None
@@ -122,8 +126,13 @@ def test_client_disconnect_mid_body(server_factory):
 
 def test_truncated_binary_and_lying_header_length(client):
     x = np.arange(6, dtype=np.float32)
-    header = {"graph": {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "s", "op": "sum", "inputs": ["x"]}],
-                        "outputs": ["s"]}}
+    header = {
+        "graph": {
+            "version": 1,
+            "nodes": [{"id": "x", "op": "input"}, {"id": "s", "op": "sum", "inputs": ["x"]}],
+            "outputs": ["s"],
+        }
+    }
     body, headers = binary_body(header, {"x": x})
     assert client.post("/forward", content=body, headers=headers).status_code == 200
     assert_error(client.post("/forward", content=body[:-3], headers=headers), {400})
@@ -138,12 +147,16 @@ def test_truncated_binary_and_lying_header_length(client):
 
 def test_memory_error_is_507_and_the_server_keeps_serving(client, monkeypatch):
     """GPU OOM can't be provoked without a GPU: an op raising MemoryError stands in for it."""
+
     def oom(xp, *arrays, **attrs):
         raise MemoryError("simulated out of memory")
 
     monkeypatch.setattr(OPS["exp"], "forward", oom)
-    graph = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "e", "op": "exp", "inputs": ["x"]}],
-             "outputs": ["e"]}
+    graph = {
+        "version": 1,
+        "nodes": [{"id": "x", "op": "input"}, {"id": "e", "op": "exp", "inputs": ["x"]}],
+        "outputs": ["e"],
+    }
     response = client.post("/forward", json={"graph": graph, "inputs": [json_tensor("x", np.ones(3, np.float32))]})
     assert_error_507 = response.status_code == 507
     assert assert_error_507, response.text[:300]

@@ -40,12 +40,18 @@ from .conftest import (
 )
 
 EXAMPLES = int(os.environ.get("RELIABILITY_FUZZ_EXAMPLES", "100"))  # raise it for a long soak run
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 COUNTS = {"valid": 0, "invalid": 0, "executor_invalid": 0}
 
 SAMPLED = [(name, s) for name, op in OPS.items() for s in op.samples if s.make is None and s.shapes and op.infer]
-UNARY_FLOAT = [n for n in ("neg", "exp", "tanh", "sigmoid", "sin", "cos", "abs", "relu", "clone", "sqrt", "log") if n in OPS]
+UNARY_FLOAT = [
+    n for n in ("neg", "exp", "tanh", "sigmoid", "sin", "cos", "abs", "relu", "clone", "sqrt", "log") if n in OPS
+]
 
 
 def _jsonable(value):
@@ -70,8 +76,15 @@ def valid_requests(draw):
         for j, shape in enumerate(sample.shapes):
             iid = f"in{k}_{j}"
             arrays[iid] = rng.uniform(sample.low, sample.high, size=shape).astype(dtype)
-            nodes.append({"id": iid, "op": "input", "requires_grad": True, "shape": list(shape),
-                          "dtype": "FP32" if dtype == np.float32 else "FP64"})
+            nodes.append(
+                {
+                    "id": iid,
+                    "op": "input",
+                    "requires_grad": True,
+                    "shape": list(shape),
+                    "dtype": "FP32" if dtype == np.float32 else "FP64",
+                }
+            )
             ins.append(iid)
         node = {"id": f"op{k}", "op": name, "inputs": ins}
         if sample.attrs:
@@ -109,7 +122,9 @@ def post(client, endpoint, header, arrays, binary_in, binary_out):
         body, headers = binary_body(header, arrays)
         return client.post(f"/{endpoint}", content=body, headers=headers)
     header["inputs"] = [json_tensor(n, a) for n, a in arrays.items()]
-    return client.post(f"/{endpoint}", content=json.dumps(header).encode(), headers={"Content-Type": "application/json"})
+    return client.post(
+        f"/{endpoint}", content=json.dumps(header).encode(), headers={"Content-Type": "application/json"}
+    )
 
 
 def assert_serving(client):
@@ -119,12 +134,18 @@ def assert_serving(client):
 
 
 @FUZZ
-@given(case=valid_requests(), endpoint=st.sampled_from(["forward", "backward"]), binary_in=st.booleans(),
-       binary_out=st.booleans())
+@given(
+    case=valid_requests(),
+    endpoint=st.sampled_from(["forward", "backward"]),
+    binary_in=st.booleans(),
+    binary_out=st.booleans(),
+)
 def test_valid_graphs_match_the_engine(module_client, case, endpoint, binary_in, binary_out):
     header, arrays = case
     if endpoint == "backward":  # implied gradients need scalar outputs: keep the sums only
-        header["graph"]["outputs"] = [n["id"] for n in header["graph"]["nodes"] if n["id"][:1] == "s" and n["op"] == "sum"]
+        header["graph"]["outputs"] = [
+            n["id"] for n in header["graph"]["nodes"] if n["id"][:1] == "s" and n["op"] == "sum"
+        ]
     kind, expected = oracle(endpoint, header, arrays)
     response = post(module_client, endpoint, header, arrays, binary_in, binary_out)
     COUNTS["valid"] += 1
@@ -146,11 +167,31 @@ def test_valid_graphs_match_the_engine(module_client, case, endpoint, binary_in,
 # --------------------------------------------------------------------------------------------
 # invalid requests: one mutation of a valid one
 
-BAD_OP_NAMES = st.one_of(st.sampled_from(["__class__", "os.system", "eval", "__import__", "exec", "Variable", "__init__",
-                                          "subprocess.Popen", "mm ", "ADD", ""]),
-                         st.text(max_size=12).filter(lambda s: s not in OPS and s not in SPECIAL_OPS and s not in SUBGRAPH_OPS))
-WEIRD = st.one_of(st.text(max_size=5), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-                  st.lists(st.text(max_size=3), min_size=1, max_size=3), st.just(None), st.floats(allow_nan=False))
+BAD_OP_NAMES = st.one_of(
+    st.sampled_from(
+        [
+            "__class__",
+            "os.system",
+            "eval",
+            "__import__",
+            "exec",
+            "Variable",
+            "__init__",
+            "subprocess.Popen",
+            "mm ",
+            "ADD",
+            "",
+        ]
+    ),
+    st.text(max_size=12).filter(lambda s: s not in OPS and s not in SPECIAL_OPS and s not in SUBGRAPH_OPS),
+)
+WEIRD = st.one_of(
+    st.text(max_size=5),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.lists(st.text(max_size=3), min_size=1, max_size=3),
+    st.just(None),
+    st.floats(allow_nan=False),
+)
 
 
 @st.composite
@@ -161,10 +202,34 @@ def mutated(draw):
     header["inputs"] = [json_tensor(n, a) for n, a in arrays.items()]
     nodes = header["graph"]["nodes"]
     computed = [n for n in nodes if n["op"] != "input"]
-    kind = draw(st.sampled_from(["op_name", "arity", "attr_type", "attr_unknown", "dangling", "duplicate", "data_short",
-                                 "data_type", "datatype", "huge_shape", "negative_dim", "not_json", "truncated_binary",
-                                 "lying_length", "random_json", "node_type", "missing_input", "extra_input",
-                                 "shape_mismatch", "unknown_key", "version", "outputs"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "op_name",
+                "arity",
+                "attr_type",
+                "attr_unknown",
+                "dangling",
+                "duplicate",
+                "data_short",
+                "data_type",
+                "datatype",
+                "huge_shape",
+                "negative_dim",
+                "not_json",
+                "truncated_binary",
+                "lying_length",
+                "random_json",
+                "node_type",
+                "missing_input",
+                "extra_input",
+                "shape_mismatch",
+                "unknown_key",
+                "version",
+                "outputs",
+            ]
+        )
+    )
     must_fail = True
     if kind == "op_name":
         draw(st.sampled_from(computed))["op"] = draw(BAD_OP_NAMES)
@@ -187,7 +252,9 @@ def mutated(draw):
     elif kind == "dangling":
         node = draw(st.sampled_from(computed))
         node["inputs"] = (node.get("inputs") or []) + ["never_defined"]
-        node["inputs"] = node["inputs"][1:] if len(node["inputs"]) > 1 and not OPS[node["op"]].variadic else node["inputs"]
+        node["inputs"] = (
+            node["inputs"][1:] if len(node["inputs"]) > 1 and not OPS[node["op"]].variadic else node["inputs"]
+        )
     elif kind == "duplicate":
         node = draw(st.sampled_from(computed))
         node["id"] = nodes[0]["id"]
@@ -195,13 +262,17 @@ def mutated(draw):
         tensor = draw(st.sampled_from(header["inputs"]))
         tensor["data"] = tensor["data"][:-1] if tensor["data"] else [1.0]
     elif kind == "data_type":
-        draw(st.sampled_from(header["inputs"]))["data"] = draw(st.one_of(st.just({"a": 1}), st.just([[1, 2], [3]]),
-                                                                         st.just(["x"]), st.just([None])))
+        draw(st.sampled_from(header["inputs"]))["data"] = draw(
+            st.one_of(st.just({"a": 1}), st.just([[1, 2], [3]]), st.just(["x"]), st.just([None]))
+        )
     elif kind == "datatype":
-        draw(st.sampled_from(header["inputs"]))["datatype"] = draw(st.sampled_from(["FP128", "float", "", "BF17", None, 3]))
+        draw(st.sampled_from(header["inputs"]))["datatype"] = draw(
+            st.sampled_from(["FP128", "float", "", "BF17", None, 3])
+        )
     elif kind == "huge_shape":
-        draw(st.sampled_from(header["inputs"]))["shape"] = draw(st.sampled_from([[2**40, 2**40], [2**62, 2**62, 2**62],
-                                                                                 [10**30], [2**31, 2**31, 0, 2**40]]))
+        draw(st.sampled_from(header["inputs"]))["shape"] = draw(
+            st.sampled_from([[2**40, 2**40], [2**62, 2**62, 2**62], [10**30], [2**31, 2**31, 0, 2**40]])
+        )
         must_fail = False  # a zero dim makes it tiny, though it still mismatches the data
     elif kind == "negative_dim":
         draw(st.sampled_from(header["inputs"]))["shape"] = [-1, 3]
@@ -221,18 +292,24 @@ def mutated(draw):
     elif kind == "outputs":
         header["graph"]["outputs"] = draw(st.sampled_from([[], ["nope"], "s0", None, [1]]))
     if kind == "not_json":
-        raw = draw(st.one_of(st.binary(max_size=64), st.just(b"{"), st.just(b"\xff\xfe"), st.just(b"[1, 2"), st.just(b"NaN")))
+        raw = draw(
+            st.one_of(st.binary(max_size=64), st.just(b"{"), st.just(b"\xff\xfe"), st.just(b"[1, 2"), st.just(b"NaN"))
+        )
         return raw, {"Content-Type": "application/json"}, True, kind
     if kind == "random_json":
-        value = draw(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=4),
-                                  lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
-                                  max_leaves=8))
+        value = draw(
+            st.recursive(
+                st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+                lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+                max_leaves=8,
+            )
+        )
         return json.dumps(value).encode(), {"Content-Type": "application/json"}, True, kind
     if kind in ("truncated_binary", "lying_length"):
         del header["inputs"]
         body, headers = binary_body(header, arrays)
         if kind == "truncated_binary":
-            body = body[:-draw(st.integers(1, 4))]
+            body = body[: -draw(st.integers(1, 4))]
         else:
             headers[HEADER_LENGTH] = str(len(body) + draw(st.integers(1, 10**6)))
         return body, headers, True, kind
@@ -265,11 +342,39 @@ def test_invalid_requests_get_a_4xx_and_the_server_keeps_serving(module_client, 
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(body=st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=6),
-                         lambda c: st.lists(c, max_size=4) | st.dictionaries(
-                             st.sampled_from(["graph", "inputs", "nodes", "outputs", "id", "op", "shape", "data", "datatype",
-                                              "name", "version", "attrs", "parameters", "wrt", "tape", "grad_outputs"]),
-                             c, max_size=5), max_leaves=20))
+@given(
+    body=st.recursive(
+        st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=6),
+        lambda c: (
+            st.lists(c, max_size=4)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "graph",
+                        "inputs",
+                        "nodes",
+                        "outputs",
+                        "id",
+                        "op",
+                        "shape",
+                        "data",
+                        "datatype",
+                        "name",
+                        "version",
+                        "attrs",
+                        "parameters",
+                        "wrt",
+                        "tape",
+                        "grad_outputs",
+                    ]
+                ),
+                c,
+                max_size=5,
+            )
+        ),
+        max_leaves=20,
+    )
+)
 def test_executor_rejects_garbage_with_graph_or_tensor_errors(body):
     """Straight to the engine: garbage raises GraphError/TensorError (a status), never anything else."""
     executor = Executor(Limits())

@@ -31,39 +31,85 @@ ONE = [tensor("x", [1, 1], "FP64", [1.0])]
 
 def getitem_through_an_expanded_index(n):
     """543 bytes whose checking once built the whole [n, n] result of the getitem."""
-    return {"graph": {"nodes": [
-        {"id": "x", "op": "input"}, node("c", "constant", value=[0], dtype="INT64"),
-        node("i", "expand", "c", shape=[n]), node("e", "expand", "x", shape=[n, n]),
-        node("h", "getitem", "e", "i", index=[{"tensor": 0}]), node("s", "sum", "h")], "outputs": ["s"]}, "inputs": ONE}
+    return {
+        "graph": {
+            "nodes": [
+                {"id": "x", "op": "input"},
+                node("c", "constant", value=[0], dtype="INT64"),
+                node("i", "expand", "c", shape=[n]),
+                node("e", "expand", "x", shape=[n, n]),
+                node("h", "getitem", "e", "i", index=[{"tensor": 0}]),
+                node("s", "sum", "h"),
+            ],
+            "outputs": ["s"],
+        },
+        "inputs": ONE,
+    }
 
 
 def work_inside_a_function(n):
-    inner = {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}, node("big", "expand", "a", shape=[n, n]),
-                       node("t", "tanh", "big"), node("u", "sum", "t")], "outputs": ["u"]}
+    inner = {
+        "nodes": [
+            {"id": "a", "op": "arg", "attrs": {"index": 0}},
+            node("big", "expand", "a", shape=[n, n]),
+            node("t", "tanh", "big"),
+            node("u", "sum", "t"),
+        ],
+        "outputs": ["u"],
+    }
     back = {"nodes": [{"id": "g", "op": "grad_output"}], "outputs": ["g"]}
-    return {"graph": {"nodes": [{"id": "x", "op": "input"},
-                                {"id": "f", "op": "function", "inputs": ["x"], "attrs": {"forward": inner, "backward": back}}],
-                      "outputs": ["f"]}, "inputs": ONE}
+    return {
+        "graph": {
+            "nodes": [
+                {"id": "x", "op": "input"},
+                {"id": "f", "op": "function", "inputs": ["x"], "attrs": {"forward": inner, "backward": back}},
+            ],
+            "outputs": ["f"],
+        },
+        "inputs": ONE,
+    }
 
 
 def through_a_mask(n):
-    return {"graph": {"nodes": [
-        {"id": "x", "op": "input"}, {"id": "m", "op": "input"}, node("p", "getitem", "x", "m", index=[{"tensor": 0}]),
-        node("u", "unsqueeze", "p", dim=1), node("e", "expand", "u", shape=[-1, n]), node("t", "tanh", "e"),
-        node("s", "sum", "t")], "outputs": ["s"]},
-        "inputs": [tensor("x", [1000], "FP64", [1.0] * 1000), tensor("m", [1000], "BOOL", [True] + [False] * 999)]}
+    return {
+        "graph": {
+            "nodes": [
+                {"id": "x", "op": "input"},
+                {"id": "m", "op": "input"},
+                node("p", "getitem", "x", "m", index=[{"tensor": 0}]),
+                node("u", "unsqueeze", "p", dim=1),
+                node("e", "expand", "u", shape=[-1, n]),
+                node("t", "tanh", "e"),
+                node("s", "sum", "t"),
+            ],
+            "outputs": ["s"],
+        },
+        "inputs": [tensor("x", [1000], "FP64", [1.0] * 1000), tensor("m", [1000], "BOOL", [True] + [False] * 999)],
+    }
 
 
 def matmul_of(n):
-    return {"graph": {"nodes": [{"id": "x", "op": "input"}, node("e", "expand", "x", shape=[n, n]),
-                                node("h", "mm", "e", "e"), node("s", "sum", "h")], "outputs": ["s"]},
-            "inputs": [tensor("x", [1, 1], "FP32", [1.0])]}
+    return {
+        "graph": {
+            "nodes": [
+                {"id": "x", "op": "input"},
+                node("e", "expand", "x", shape=[n, n]),
+                node("h", "mm", "e", "e"),
+                node("s", "sum", "h"),
+            ],
+            "outputs": ["s"],
+        },
+        "inputs": [tensor("x", [1, 1], "FP32", [1.0])],
+    }
 
 
 def add_chain(links, size):
     """Within every default limit; before liveness every one of its values lived to the end."""
-    nodes = [{"id": "x", "op": "input", "requires_grad": True}, node("c", "constant", value=1.0),
-             node("e", "expand", "x", shape=[size])]
+    nodes = [
+        {"id": "x", "op": "input", "requires_grad": True},
+        node("c", "constant", value=1.0),
+        node("e", "expand", "x", shape=[size]),
+    ]
     prev = "e"
     for i in range(links):
         nodes.append(node(f"a{i}", "add", prev, "c"))
@@ -79,21 +125,76 @@ def small_graph(*nodes, inputs=()):
 X2 = tensor("x", [2], "FP32", [1.0, 2.0])
 CASES = [
     # name, path, body, status, node, words, VmHWM bound (MiB)
-    ("getitem [30000, 30000]", "/forward", getitem_through_an_expanded_index(30000), 413, "e", ["900000000 elements"], 300),
+    (
+        "getitem [30000, 30000]",
+        "/forward",
+        getitem_through_an_expanded_index(30000),
+        413,
+        "e",
+        ["900000000 elements"],
+        300,
+    ),
     ("work inside a function", "/forward", work_inside_a_function(30000), 413, "f", ["inside its function"], 300),
     ("through a boolean mask", "/forward", through_a_mask(2**27), 413, "e", ["elements"], 300),
     ("8000x8000 matmul", "/forward", matmul_of(8000), 413, "h", ["(mm)", "(max_request_"], 300),
-    ("4000x4000 matmul: its work", "/forward", matmul_of(4000), 413, "h", ["(max_request_work)", "flop-equivalents"], 300),
+    (
+        "4000x4000 matmul: its work",
+        "/forward",
+        matmul_of(4000),
+        413,
+        "h",
+        ["(max_request_work)", "flop-equivalents"],
+        300,
+    ),
     ("40 adds over 2^21, forward", "/forward", add_chain(40, 2**21), 200, None, [], 300),
     ("40 adds over 2^21, backward", "/backward", add_chain(40, 2**21), 200, None, [], 300),
-    ("getitem index 2**63", "/forward", small_graph({"id": "x", "op": "input"}, node("h", "getitem", "x", index=[2**63]),
-                                                    inputs=[X2]), 422, "h", ["64-bit"], 300),
-    ("(y > 0) / y", "/backward", small_graph({"id": "y", "op": "input", "requires_grad": True}, node("z", "constant", value=0.0),
-                                             node("m", "gt", "y", "z"), node("d", "div", "m", "y"), node("s", "sum", "d"),
-                                             inputs=[tensor("y", [2], "FP32", [1.0, -2.0])]), 200, None, [], 300),
-    ("reshape to 65 dimensions", "/forward", small_graph({"id": "x", "op": "input"}, node("r", "reshape", "x", shape=[1] * 65),
-                                                         inputs=[tensor("x", [1], "FP32", [1.0])]), 422, "r", ["65 dimensions"], 300),
-    ("INT8 constant 300", "/forward", small_graph(node("c", "constant", value=300, dtype="INT8")), 422, "c", ["INT8"], 300),
+    (
+        "getitem index 2**63",
+        "/forward",
+        small_graph({"id": "x", "op": "input"}, node("h", "getitem", "x", index=[2**63]), inputs=[X2]),
+        422,
+        "h",
+        ["64-bit"],
+        300,
+    ),
+    (
+        "(y > 0) / y",
+        "/backward",
+        small_graph(
+            {"id": "y", "op": "input", "requires_grad": True},
+            node("z", "constant", value=0.0),
+            node("m", "gt", "y", "z"),
+            node("d", "div", "m", "y"),
+            node("s", "sum", "d"),
+            inputs=[tensor("y", [2], "FP32", [1.0, -2.0])],
+        ),
+        200,
+        None,
+        [],
+        300,
+    ),
+    (
+        "reshape to 65 dimensions",
+        "/forward",
+        small_graph(
+            {"id": "x", "op": "input"},
+            node("r", "reshape", "x", shape=[1] * 65),
+            inputs=[tensor("x", [1], "FP32", [1.0])],
+        ),
+        422,
+        "r",
+        ["65 dimensions"],
+        300,
+    ),
+    (
+        "INT8 constant 300",
+        "/forward",
+        small_graph(node("c", "constant", value=300, dtype="INT8")),
+        422,
+        "c",
+        ["INT8"],
+        300,
+    ),
 ]
 
 
@@ -142,7 +243,9 @@ class HealthProbe:
         self._thread.join(30)
 
 
-@pytest.mark.parametrize(("name", "path", "body", "status", "node_id", "words", "bound"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("name", "path", "body", "status", "node_id", "words", "bound"), CASES, ids=[c[0] for c in CASES]
+)
 def test_hostile_computation(server, name, path, body, status, node_id, words, bound):
     with HealthProbe(server.url) as probe:
         response = httpx.post(server.url + path, json=body, timeout=120)

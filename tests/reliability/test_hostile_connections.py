@@ -95,8 +95,12 @@ def test_endless_headers_are_refused_at_the_header_size_bound(server_factory):
         sock = half_sent(server.port, b"")
         if kept_alive:
             body = json.dumps(simple_request()).encode()
-            sock.sendall(b"POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
-                         + str(len(body)).encode() + b"\r\n\r\n" + body)
+            sock.sendall(
+                b"POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                + str(len(body)).encode()
+                + b"\r\n\r\n"
+                + body
+            )
             answer = b""
             while b"\r\n\r\n" not in answer or len(answer.partition(b"\r\n\r\n")[2]) < _content_length(answer):
                 answer += sock.recv(65536)
@@ -113,24 +117,36 @@ def test_endless_headers_are_refused_at_the_header_size_bound(server_factory):
         error = _json_error(answer, 431)
         assert str(MAX_HEADER_BYTES) in error["error"]
     big_but_allowed = {"X-Filler": "a" * (MAX_HEADER_BYTES // 2)}
-    assert httpx.post(server.url + "/forward", json=simple_request(), headers=big_but_allowed, timeout=30).status_code == 200
+    assert (
+        httpx.post(server.url + "/forward", json=simple_request(), headers=big_but_allowed, timeout=30).status_code
+        == 200
+    )
     assert server.rss_kb() - rss_before < 50_000
 
 
 def _withheld_binary(port: int, size: int):
     """A binary request of `size` bytes declared, all sent but the last byte."""
-    header = json.dumps({"graph": {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "s", "op": "sum",
-                                                                                         "inputs": ["x"]}],
-                                   "outputs": ["s"]},
-                         "inputs": [{"name": "x", "shape": [size // 4], "datatype": "FP32",
-                                     "parameters": {"binary_data_size": size}}]}).encode()
-    head = (f"POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n{HEADER_LENGTH}: "
-            f"{len(header)}\r\nContent-Length: {len(header) + size}\r\n\r\n").encode()
+    header = json.dumps(
+        {
+            "graph": {
+                "version": 1,
+                "nodes": [{"id": "x", "op": "input"}, {"id": "s", "op": "sum", "inputs": ["x"]}],
+                "outputs": ["s"],
+            },
+            "inputs": [
+                {"name": "x", "shape": [size // 4], "datatype": "FP32", "parameters": {"binary_data_size": size}}
+            ],
+        }
+    ).encode()
+    head = (
+        f"POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n{HEADER_LENGTH}: "
+        f"{len(header)}\r\nContent-Length: {len(header) + size}\r\n\r\n"
+    ).encode()
     sock = half_sent(port, head + header)
     chunk = b"\0" * 2**20
     left = size - 1
     while left > 0:
-        sock.sendall(chunk[:min(left, len(chunk))])
+        sock.sendall(chunk[: min(left, len(chunk))])
         left -= min(left, len(chunk))
     return sock
 
@@ -170,8 +186,11 @@ def test_withheld_bodies_are_bounded_by_the_body_budget_and_timeout(server_facto
 def test_a_trickled_body_gets_408_at_body_timeout(server_factory):
     server = server_factory(body_timeout_s=2, log_level="warning")
     payload = json.dumps(simple_request()).encode()
-    sock = half_sent(server.port, b"POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n")
+    sock = half_sent(
+        server.port,
+        b"POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n",
+    )
     t0 = time.monotonic()
     answer = None
     for byte in payload[:40]:  # one byte every 0.2 s: each read is quick, the whole body is not
@@ -193,8 +212,9 @@ def test_idle_keep_alive_connections_are_closed(server_factory):
     answer = closed_by_server(sock, timeout=10)
     sock.close()
     assert answer is not None and answer.startswith(b"HTTP/1.1 200")
-    assert_error(httpx.post(server.url + "/forward", content=b"{", headers={"Content-Type": "application/json"},
-                            timeout=10))
+    assert_error(
+        httpx.post(server.url + "/forward", content=b"{", headers={"Content-Type": "application/json"}, timeout=10)
+    )
 
 
 def test_the_server_raises_its_open_file_limit_to_the_hard_limit(server_factory):

@@ -48,10 +48,18 @@ def _request(shape, **tensor):
     return {"graph": simple_graph(shape=(1,)), "inputs": [{"name": "x", "shape": shape, "datatype": "FP32", **tensor}]}
 
 
-@pytest.mark.parametrize(("shape", "status"), [  # orjson reads integers past 2**64 - 1 as floats: not a shape, 422
-    ([0, 2**63], 413), ([0, 2**64 - 1, 2], 413), ([0, 2**62, 4], 413), ([2**63], 413), ([0, 2**64, 2], 422),
-    ([0, 10**30], 422), ([1] * 65, 422),
-])
+@pytest.mark.parametrize(
+    ("shape", "status"),
+    [  # orjson reads integers past 2**64 - 1 as floats: not a shape, 422
+        ([0, 2**63], 413),
+        ([0, 2**64 - 1, 2], 413),
+        ([0, 2**62, 4], 413),
+        ([2**63], 413),
+        ([0, 2**64, 2], 422),
+        ([0, 10**30], 422),
+        ([1] * 65, 422),
+    ],
+)
 @pytest.mark.parametrize("encoding", ["json", "binary"])
 def test_absurd_tensor_shapes_are_4xx_naming_the_shape(http, shape, status, encoding):
     if encoding == "json":
@@ -59,8 +67,11 @@ def test_absurd_tensor_shapes_are_4xx_naming_the_shape(http, shape, status, enco
     else:
         header = _request(shape, parameters={"binary_data_size": 0})
         head = json.dumps(header).encode()
-        response = http.post("/forward", content=head, headers={"Content-Type": "application/octet-stream",
-                                                                  HEADER_LENGTH: str(len(head))})
+        response = http.post(
+            "/forward",
+            content=head,
+            headers={"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))},
+        )
     body = assert_error(response, {status})
     assert body["field"] == "inputs[0].shape", body
     assert_healthy(http)
@@ -69,22 +80,40 @@ def test_absurd_tensor_shapes_are_4xx_naming_the_shape(http, shape, status, enco
 def test_a_tensor_with_both_data_and_binary_data_size_is_422_naming_data(http):
     import numpy as np
 
-    header = {"graph": simple_graph(shape=(2,)), "inputs": [
-        {"name": "x", "shape": [2], "datatype": "FP32", "data": [5.0, 6.0], "parameters": {"binary_data_size": 8}}]}
+    header = {
+        "graph": simple_graph(shape=(2,)),
+        "inputs": [
+            {"name": "x", "shape": [2], "datatype": "FP32", "data": [5.0, 6.0], "parameters": {"binary_data_size": 8}}
+        ],
+    }
     head = json.dumps(header).encode()
-    response = http.post("/backward", content=head + np.float32([1, 2]).tobytes(),
-                         headers={"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))})
+    response = http.post(
+        "/backward",
+        content=head + np.float32([1, 2]).tobytes(),
+        headers={"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))},
+    )
     body = assert_error(response, {422})
     assert body["field"] == "inputs[0].data" and "both" in body["error"], body
     assert_healthy(http)
 
 
-@pytest.mark.parametrize("content_type", [None, "text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded",
-                                          "multipart/form-data; boundary=x", "application/jsonx", "application/json-patch+json"])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "text/plain",
+        "text/plain; charset=utf-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/jsonx",
+        "application/json-patch+json",
+    ],
+)
 @pytest.mark.parametrize("path", ["/forward", "/backward"])
 def test_compute_bodies_of_another_type_are_415(http, path, content_type):
-    request = json.dumps({"graph": simple_graph(shape=(2,)),
-                          "inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]}]})
+    request = json.dumps(
+        {"graph": simple_graph(shape=(2,)), "inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}
+    )
     headers = {"Origin": "https://evil.example"} if content_type is None else {"Content-Type": content_type}
     body = assert_error(http.post(path, content=request, headers=headers), {415})
     assert body["field"] == "Content-Type", body
@@ -93,8 +122,9 @@ def test_compute_bodies_of_another_type_are_415(http, path, content_type):
 
 def test_a_body_without_a_type_is_read_only_from_callers_that_are_not_browsers(http):
     """Triton's HTTP client sends no Content-Type; browsers always send Origin with a POST."""
-    request = json.dumps({"graph": simple_graph(shape=(2,)),
-                          "inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]}]})
+    request = json.dumps(
+        {"graph": simple_graph(shape=(2,)), "inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}
+    )
     assert_error(http.post("/backward", content=request, headers={"Content-Type": ""}), {415})  # declared, wrong
     bare = http.build_request("POST", "/backward", content=request)
     assert "content-type" not in bare.headers
@@ -105,16 +135,25 @@ def test_a_body_without_a_type_is_read_only_from_callers_that_are_not_browsers(h
     assert_error(http.send(bare), {415})
 
 
-@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8", "Application/JSON",
-                                          "application/octet-stream"])
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/json", "application/json; charset=utf-8", "Application/JSON", "application/octet-stream"],
+)
 def test_json_and_octet_stream_bodies_with_parameters_are_accepted(http, content_type):
     import numpy as np
 
     if content_type == "application/octet-stream":
         content, headers = binary_body({"graph": simple_graph(shape=(2,))}, {"x": np.float32([1, 2])})
     else:
-        content, headers = json.dumps({"graph": simple_graph(shape=(2,)), "inputs": [
-            {"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}), {"Content-Type": content_type}
+        content, headers = (
+            json.dumps(
+                {
+                    "graph": simple_graph(shape=(2,)),
+                    "inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]}],
+                }
+            ),
+            {"Content-Type": content_type},
+        )
     response = http.post("/backward", content=content, headers=headers)
     assert response.status_code == 200, response.text
     assert response.json()["grads"][0]["data"] == [2.0, 2.0]
@@ -123,8 +162,10 @@ def test_json_and_octet_stream_bodies_with_parameters_are_accepted(http, content
 def test_the_415_comes_before_the_body_is_read(server, http):
     """A text/plain request declaring 1 GiB whose body never comes is answered at once."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(b"POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
-                     b"Content-Length: 1073741824\r\n\r\n{")
+        sock.sendall(
+            b"POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
+            b"Content-Length: 1073741824\r\n\r\n{"
+        )
         started = time.monotonic()
         answer = b""
         while b"\r\n\r\n" not in answer:
@@ -139,8 +180,12 @@ def test_the_415_comes_before_the_body_is_read(server, http):
 
 @pytest.mark.parametrize("path", ["/forward/", "/backward/", "/healthz/", "/info/"])
 def test_no_redirect_echoes_the_host_header(http, path):
-    response = http.request("POST" if path.startswith(("/forward", "/backward")) else "GET", path,
-                            content=b"{}", headers={**JSON_TYPE, "Host": "evil.example"})
+    response = http.request(
+        "POST" if path.startswith(("/forward", "/backward")) else "GET",
+        path,
+        content=b"{}",
+        headers={**JSON_TYPE, "Host": "evil.example"},
+    )
     assert not 300 <= response.status_code < 400 and "location" not in response.headers, response.headers
     assert "evil.example" not in response.text
     assert_error(response, {404})
@@ -151,8 +196,13 @@ def _serve(host: str, env: dict) -> str:
     """Output of `python -m service serve --host <host>` until it answers, then SIGTERM."""
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("GRADSERVE_")} | env
-    proc = subprocess.Popen([sys.executable, "-m", "service", "serve", "--host", host, "--port", str(port)],
-                            cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--host", host, "--port", str(port)],
+        cwd=ROOT,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

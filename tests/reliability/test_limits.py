@@ -20,8 +20,16 @@ from .conftest import (
     simple_request,
 )
 
-LIMIT_NAMES = ("max_body_bytes", "max_tensor_elements", "max_total_elements", "max_nodes", "max_depth", "max_tapes",
-               "max_tape_bytes", "tape_ttl_s")
+LIMIT_NAMES = (
+    "max_body_bytes",
+    "max_tensor_elements",
+    "max_total_elements",
+    "max_nodes",
+    "max_depth",
+    "max_tapes",
+    "max_tape_bytes",
+    "tape_ttl_s",
+)
 
 
 def find_key(obj, key):
@@ -46,9 +54,18 @@ def test_settings_defaults_are_the_engine_limits():
 
 
 def test_info_reports_every_limit(make_client):
-    configured = {"max_body_bytes": 123456, "max_tensor_elements": 1000, "max_total_elements": 5000, "max_nodes": 77,
-                  "max_depth": 33, "max_tapes": 9, "max_tape_bytes": 99999, "tape_ttl_s": 12.5, "max_concurrency": 3,
-                  "compute_timeout_s": 7.5}
+    configured = {
+        "max_body_bytes": 123456,
+        "max_tensor_elements": 1000,
+        "max_total_elements": 5000,
+        "max_nodes": 77,
+        "max_depth": 33,
+        "max_tapes": 9,
+        "max_tape_bytes": 99999,
+        "tape_ttl_s": 12.5,
+        "max_concurrency": 3,
+        "compute_timeout_s": 7.5,
+    }
     client = make_client(**configured)
     info = client.get("/info").json()
     for name, value in configured.items():
@@ -57,14 +74,20 @@ def test_info_reports_every_limit(make_client):
 
 
 def _forward_json(client, shape, data, datatype="FP32"):
-    body = {"graph": {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "s", "op": "sum", "inputs": ["x"]}],
-                      "outputs": ["s"]},
-            "inputs": [{"name": "x", "shape": shape, "datatype": datatype, "data": data}]}
+    body = {
+        "graph": {
+            "version": 1,
+            "nodes": [{"id": "x", "op": "input"}, {"id": "s", "op": "sum", "inputs": ["x"]}],
+            "outputs": ["s"],
+        },
+        "inputs": [{"name": "x", "shape": shape, "datatype": datatype, "data": data}],
+    }
     return client.post("/forward", json=body)
 
 
-@pytest.mark.parametrize("shape", [[2**40, 2**40], [2**63, 2**63], [2**64 + 1], [10**40, 0], [0, 10**40, 10**40],
-                                   [2**31] * 8])
+@pytest.mark.parametrize(
+    "shape", [[2**40, 2**40], [2**63, 2**63], [2**64 + 1], [10**40, 0], [0, 10**40, 10**40], [2**31] * 8]
+)
 def test_huge_shapes_are_refused_without_allocating(client, shape):
     response = _forward_json(client, shape, [1.0])
     body = assert_error(response, {413, 422})
@@ -78,14 +101,21 @@ def test_bad_shapes_are_422(client, shape):
 
 
 def test_huge_shape_in_a_graph_attr_is_refused(client):
-    graph = {"version": 1, "nodes": [{"id": "x", "op": "input"},
-                                     {"id": "e", "op": "expand", "inputs": ["x"], "attrs": {"shape": [2**40, 2**40]}},
-                                     {"id": "s", "op": "sum", "inputs": ["e"]}], "outputs": ["s"]}
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "x", "op": "input"},
+            {"id": "e", "op": "expand", "inputs": ["x"], "attrs": {"shape": [2**40, 2**40]}},
+            {"id": "s", "op": "sum", "inputs": ["e"]},
+        ],
+        "outputs": ["s"],
+    }
     response = client.post("/forward", json={"graph": graph, "inputs": [json_tensor("x", np.ones(1, np.float32))]})
     assert_error(response, {413, 422})
     graph["nodes"][1] = {"id": "e", "op": "reshape", "inputs": ["x"], "attrs": {"shape": [2**62, 2**62]}}
-    assert_error(client.post("/forward", json={"graph": graph, "inputs": [json_tensor("x", np.ones(1, np.float32))]}),
-                 {413, 422})
+    assert_error(
+        client.post("/forward", json={"graph": graph, "inputs": [json_tensor("x", np.ones(1, np.float32))]}), {413, 422}
+    )
 
 
 @pytest.mark.parametrize("data", [[1.0], [1.0, 2.0, 3.0, 4.0], [[1.0, 2.0], [3.0]], []])
@@ -107,7 +137,7 @@ def test_chunked_body_over_max_body_bytes_is_413(make_client):
 
     def chunks():
         for i in range(0, len(payload), 256):
-            yield payload[i:i + 256]
+            yield payload[i : i + 256]
 
     response = client.post("/forward", content=chunks(), headers={"Content-Type": "application/json"})
     assert_error(response, {413})
@@ -118,18 +148,37 @@ def test_tensor_and_total_element_limits(make_client):
     client = make_client(max_tensor_elements=100, max_total_elements=150)
     assert _forward_json(client, [100], [1.0] * 100).status_code == 200
     assert_error(_forward_json(client, [101], [1.0] * 101), {413})
-    graph = {"version": 1, "nodes": [{"id": "a", "op": "input"}, {"id": "b", "op": "input"},
-                                     {"id": "s", "op": "add", "inputs": ["a", "b"]}], "outputs": ["s"]}
-    body = {"graph": graph, "inputs": [json_tensor("a", np.ones(80, np.float32)), json_tensor("b", np.ones(80, np.float32))]}
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "a", "op": "input"},
+            {"id": "b", "op": "input"},
+            {"id": "s", "op": "add", "inputs": ["a", "b"]},
+        ],
+        "outputs": ["s"],
+    }
+    body = {
+        "graph": graph,
+        "inputs": [json_tensor("a", np.ones(80, np.float32)), json_tensor("b", np.ones(80, np.float32))],
+    }
     assert_error(client.post("/forward", json=body), {413})
     # the same limit holds for binary tensors
     payload, headers = binary_body({"graph": graph}, {"a": np.ones(80, np.float32), "b": np.ones(80, np.float32)})
     assert_error(client.post("/forward", content=payload, headers=headers), {413})
     # an intermediate value over the per-tensor limit (outer product by broadcasting)
-    graph = {"version": 1, "nodes": [{"id": "a", "op": "input"}, {"id": "b", "op": "input"},
-                                     {"id": "s", "op": "mul", "inputs": ["a", "b"]}], "outputs": ["s"]}
-    body = {"graph": graph, "inputs": [json_tensor("a", np.ones((20, 1), np.float32)),
-                                       json_tensor("b", np.ones((1, 20), np.float32))]}
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "a", "op": "input"},
+            {"id": "b", "op": "input"},
+            {"id": "s", "op": "mul", "inputs": ["a", "b"]},
+        ],
+        "outputs": ["s"],
+    }
+    body = {
+        "graph": graph,
+        "inputs": [json_tensor("a", np.ones((20, 1), np.float32)), json_tensor("b", np.ones((1, 20), np.float32))],
+    }
     assert_error(client.post("/forward", json=body), {413})
 
 
@@ -145,8 +194,11 @@ def test_node_and_depth_limits(make_client):
     x = [json_tensor("x", np.ones(2, np.float32))]
     assert client.post("/forward", json={"graph": _chain(15), "inputs": x}).status_code == 200
     assert_error(client.post("/forward", json={"graph": _chain(30), "inputs": x}), {413})  # depth 31 > 20
-    wide = {"version": 1, "nodes": [{"id": "x", "op": "input"}] + [
-        {"id": f"n{i}", "op": "neg", "inputs": ["x"]} for i in range(60)], "outputs": ["n0"]}
+    wide = {
+        "version": 1,
+        "nodes": [{"id": "x", "op": "input"}] + [{"id": f"n{i}", "op": "neg", "inputs": ["x"]} for i in range(60)],
+        "outputs": ["n0"],
+    }
     assert_error(client.post("/forward", json={"graph": wide, "inputs": x}), {413})
 
 
@@ -181,7 +233,11 @@ def test_tapes_are_bounded_by_count_and_evicted_oldest_first(make_client):
 def test_tapes_are_bounded_by_bytes(make_client):
     client = make_client(max_tape_bytes=64)
     big = np.ones(100, np.float32)
-    body = {"graph": simple_graph(shape=big.shape), "inputs": [json_tensor("x", big)], "parameters": {"retain_graph": True}}
+    body = {
+        "graph": simple_graph(shape=big.shape),
+        "inputs": [json_tensor("x", big)],
+        "parameters": {"retain_graph": True},
+    }
     assert_error(client.post("/forward", json=body), {413})
     assert client.post("/forward", json=simple_request()).status_code == 200
 
@@ -198,10 +254,17 @@ def test_unknown_tape_is_404(client):
 
 
 def _data_body(data_json: str, datatype="FP32", shape=(1,)):
-    graph = json.dumps({"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "s", "op": "sum", "inputs": ["x"]}],
-                        "outputs": ["s"]})
-    return ('{"graph": %s, "inputs": [{"name": "x", "shape": %s, "datatype": "%s", "data": %s}]}'
-            % (graph, json.dumps(list(shape)), datatype, data_json)).encode()
+    graph = json.dumps(
+        {
+            "version": 1,
+            "nodes": [{"id": "x", "op": "input"}, {"id": "s", "op": "sum", "inputs": ["x"]}],
+            "outputs": ["s"],
+        }
+    )
+    return (
+        '{"graph": %s, "inputs": [{"name": "x", "shape": %s, "datatype": "%s", "data": %s}]}'
+        % (graph, json.dumps(list(shape)), datatype, data_json)
+    ).encode()
 
 
 @pytest.mark.parametrize("leaf", ['"NaN"', "1.0", '"Infinity"'])
@@ -212,10 +275,21 @@ def test_deeply_nested_data_is_a_4xx_not_a_crash(client, leaf):
     assert client.post("/forward", json=simple_request()).status_code == 200
 
 
-@pytest.mark.parametrize("data,datatype", [("[9223372036854775808]", "INT64"), ("[-1]", "UINT8"), ("[300]", "UINT8"),
-                                           ("[128]", "INT8"), ("[2147483648]", "INT32"), ("[70000]", "INT16"),
-                                           ('["1.5"]', "FP32"), ('["nan"]', "FP32"), ("[null]", "FP32"),
-                                           ("[2]", "BOOL")])
+@pytest.mark.parametrize(
+    "data,datatype",
+    [
+        ("[9223372036854775808]", "INT64"),
+        ("[-1]", "UINT8"),
+        ("[300]", "UINT8"),
+        ("[128]", "INT8"),
+        ("[2147483648]", "INT32"),
+        ("[70000]", "INT16"),
+        ('["1.5"]', "FP32"),
+        ('["nan"]', "FP32"),
+        ("[null]", "FP32"),
+        ("[2]", "BOOL"),
+    ],
+)
 def test_data_outside_the_datatype_is_422_not_silently_converted(client, data, datatype):
     """Integers out of the datatype's range must not wrap around; numbers as strings other than the three
     spellings NaN/Infinity/-Infinity, and nulls, are not data."""

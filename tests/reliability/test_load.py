@@ -57,15 +57,20 @@ def _worker(url, seed, stop_at, latencies, failures, counts):
             elif kind == 1:
                 endpoint, header["inputs"] = "backward", [json_tensor("x", x)]
             elif kind == 2:  # retained and never used again: must expire / be evicted
-                endpoint, header["inputs"], header["parameters"] = "forward", [json_tensor("x", x)], {"retain_graph": True}
+                endpoint, header["inputs"], header["parameters"] = (
+                    "forward",
+                    [json_tensor("x", x)],
+                    {"retain_graph": True},
+                )
             else:
                 endpoint = "backward" if kind == 3 else "forward"
                 header["parameters"] = {"binary_data_output": True, "retain_graph": kind == 4}
             t0 = time.perf_counter()
             try:
                 if "inputs" in header:
-                    response = client.post(f"/{endpoint}", content=json.dumps(header),
-                                           headers={"Content-Type": "application/json"})
+                    response = client.post(
+                        f"/{endpoint}", content=json.dumps(header), headers={"Content-Type": "application/json"}
+                    )
                 else:
                     body, headers = binary_body(header, {"x": x})
                     response = client.post(f"/{endpoint}", content=body, headers=headers)
@@ -83,8 +88,10 @@ def _worker(url, seed, stop_at, latencies, failures, counts):
 def _run_load(server, seconds, clients):
     latencies, failures, counts = [], [], {}
     stop_at = time.monotonic() + seconds
-    threads = [threading.Thread(target=_worker, args=(server.url, s, stop_at, latencies, failures, counts), daemon=True)
-               for s in range(clients)]
+    threads = [
+        threading.Thread(target=_worker, args=(server.url, s, stop_at, latencies, failures, counts), daemon=True)
+        for s in range(clients)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -105,11 +112,22 @@ def test_load_mixed_traffic(server_factory):
     lat = np.array(latencies) * 1000
     p50, p90, p99, pmax = np.percentile(lat, [50, 90, 99, 100])
     limits = httpx.get(server.url + "/info", timeout=10).json()["limits"]
-    figures = {"clients": CLIENTS, "seconds": SECONDS, "max_concurrency": limits["max_concurrency"], "requests": len(latencies), "by_endpoint": counts,
-               "rps": round(len(latencies) / SECONDS, 1), "p50_ms": round(p50, 2), "p90_ms": round(p90, 2),
-               "p99_ms": round(p99, 2), "max_ms": round(pmax, 2), "rss_before_mb": round(rss_before / 1024, 1),
-               "rss_after_mb": round(rss_after / 1024, 1), "rss_delta_mb": round((rss_after - rss_before) / 1024, 1),
-               "live_tapes_at_end": tapes}
+    figures = {
+        "clients": CLIENTS,
+        "seconds": SECONDS,
+        "max_concurrency": limits["max_concurrency"],
+        "requests": len(latencies),
+        "by_endpoint": counts,
+        "rps": round(len(latencies) / SECONDS, 1),
+        "p50_ms": round(p50, 2),
+        "p90_ms": round(p90, 2),
+        "p99_ms": round(p99, 2),
+        "max_ms": round(pmax, 2),
+        "rss_before_mb": round(rss_before / 1024, 1),
+        "rss_after_mb": round(rss_after / 1024, 1),
+        "rss_delta_mb": round((rss_after - rss_before) / 1024, 1),
+        "live_tapes_at_end": tapes,
+    }
     print("\nload:", json.dumps(figures))
     record_figure("load", figures)
     assert len(latencies) > 100

@@ -46,12 +46,20 @@ def test_nonfinite_inputs_and_outputs_round_trip(client, binary):
 @pytest.mark.parametrize("binary", [False, True])
 def test_backward_carries_nonfinite_gradients(client, binary):
     x = np.array([0.0, -1.0, 4.0], dtype=np.float32)
-    graph = {"version": 1, "nodes": [
-        {"id": "x", "op": "input", "requires_grad": True, "shape": [3], "dtype": "FP32"},
-        {"id": "l", "op": "log", "inputs": ["x"]},
-        {"id": "s", "op": "sum", "inputs": ["l"]}], "outputs": ["l"]}
-    header = {"graph": graph, "parameters": {"binary_data_output": binary},
-              "grad_outputs": [json_tensor("l", np.ones(3, np.float32))]}
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "x", "op": "input", "requires_grad": True, "shape": [3], "dtype": "FP32"},
+            {"id": "l", "op": "log", "inputs": ["x"]},
+            {"id": "s", "op": "sum", "inputs": ["l"]},
+        ],
+        "outputs": ["l"],
+    }
+    header = {
+        "graph": graph,
+        "parameters": {"binary_data_output": binary},
+        "grad_outputs": [json_tensor("l", np.ones(3, np.float32))],
+    }
     header["inputs"] = [json_tensor("x", x)]
     response = client.post("/backward", content=json.dumps(header), headers={"Content-Type": "application/json"})
     got = decode_response(response)
@@ -60,8 +68,15 @@ def test_backward_carries_nonfinite_gradients(client, binary):
         assert_same(got["grads"]["x"], 1.0 / x)
 
 
-@pytest.mark.parametrize("op,a,b", [("div", [1.0, -1.0, 0.0], [0.0, 0.0, 0.0]), ("log", [-1.0, 0.0, 1.0], None),
-                                    ("sqrt", [-4.0, 0.0, 4.0], None), ("pow", [0.0, -8.0, 2.0], [-1.0, 0.5, 1e10])])
+@pytest.mark.parametrize(
+    "op,a,b",
+    [
+        ("div", [1.0, -1.0, 0.0], [0.0, 0.0, 0.0]),
+        ("log", [-1.0, 0.0, 1.0], None),
+        ("sqrt", [-4.0, 0.0, 4.0], None),
+        ("pow", [0.0, -8.0, 2.0], [-1.0, 0.5, 1e10]),
+    ],
+)
 def test_ieee_results_are_answers_not_errors(client, op, a, b):
     a = np.array(a, np.float32)
     extra = None
@@ -71,15 +86,22 @@ def test_ieee_results_are_answers_not_errors(client, op, a, b):
     response = client.post("/forward", content=json.dumps(header), headers={"Content-Type": "application/json"})
     got = decode_response(response)["outputs"]["y"]
     with np.errstate(all="ignore"):
-        expected = {"div": lambda: a / np.float32(b), "log": lambda: np.log(a), "sqrt": lambda: np.sqrt(a),
-                    "pow": lambda: a ** np.array(b, np.float32)}[op]()
+        expected = {
+            "div": lambda: a / np.float32(b),
+            "log": lambda: np.log(a),
+            "sqrt": lambda: np.sqrt(a),
+            "pow": lambda: a ** np.array(b, np.float32),
+        }[op]()
     assert_same(got, expected)
     assert not np.isfinite(got).all()
 
 
 def test_bare_nan_literals_in_a_request_are_rejected_or_read_as_nan(client):
     """Python's json writes bare NaN; the server must not 500 on it (strict 400, or NaN accepted)."""
-    header = {"graph": _graph("clone", (2,)), "inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}]}
+    header = {
+        "graph": _graph("clone", (2,)),
+        "inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}],
+    }
     body = json.dumps(header).replace("[1.0, 2.0]", "[NaN, Infinity]")
     response = client.post("/forward", content=body, headers={"Content-Type": "application/json"})
     assert response.status_code in (200, 400, 422), response.text[:300]
@@ -92,8 +114,11 @@ def test_nonfinite_attrs_can_be_spelled_in_strict_json(client, p):
     """norm's p=inf (a registry sample) needs attrs to accept the "Infinity" spelling of tensor data;
     p=-inf is spelled fine but norm wants p > 0: a 422 naming the attribute."""
     x = np.array([1.0, -3.0, 2.0], np.float32)
-    graph = {"version": 1, "nodes": [{"id": "x", "op": "input"},
-                                     {"id": "y", "op": "norm", "inputs": ["x"], "attrs": {"p": p}}], "outputs": ["y"]}
+    graph = {
+        "version": 1,
+        "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": "norm", "inputs": ["x"], "attrs": {"p": p}}],
+        "outputs": ["y"],
+    }
     response = client.post("/forward", json={"graph": graph, "inputs": [json_tensor("x", x)]})
     if p == "-Infinity":
         body = assert_error(response, {422})

@@ -46,8 +46,12 @@ def findings(source: str, path: str = "<src>"):
                 out.append((node.lineno, "from importlib import import_module"))
         elif isinstance(node, ast.Call):
             name = _dotted(node.func)
-            if name in BANNED_CALLS or name.split(".")[-1] in {"import_module", "__import__"} or name in {
-                    "builtins.eval", "builtins.exec"} or name.split(".")[0] in BANNED_MODULES:
+            if (
+                name in BANNED_CALLS
+                or name.split(".")[-1] in {"import_module", "__import__"}
+                or name in {"builtins.eval", "builtins.exec"}
+                or name.split(".")[0] in BANNED_MODULES
+            ):
                 out.append((node.lineno, f"call {name}()"))
         elif isinstance(node, ast.Name) and node.id in {"eval", "exec", "__import__"}:
             out.append((node.lineno, f"reference to {node.id}"))
@@ -55,8 +59,10 @@ def findings(source: str, path: str = "<src>"):
 
 
 def test_the_scanner_finds_what_it_looks_for():
-    bad = "import pickle\nfrom importlib import import_module\nx = eval('1')\nexec('y=1')\n__import__('os')\n" \
-          "import importlib\nimportlib.import_module('os')\nf = eval\n"
+    bad = (
+        "import pickle\nfrom importlib import import_module\nx = eval('1')\nexec('y=1')\n__import__('os')\n"
+        "import importlib\nimportlib.import_module('os')\nf = eval\n"
+    )
     kinds = " ".join(what for _, what in findings(bad))
     for word in ("pickle", "import_module", "eval", "exec", "__import__"):
         assert word in kinds
@@ -72,12 +78,34 @@ def test_no_dynamic_code_in_engine_service_client():
     assert any(p.startswith(os.path.join(ROOT, "engine")) for p in _sources())
 
 
-@pytest.mark.parametrize("op", ["__class__", "os.system", "__import__", "eval", "exec", "__builtins__", "getattr",
-                                "Variable.__init__", "numpy.load", "__dict__", "mro", "subprocess.run", "F", "OPS"])
+@pytest.mark.parametrize(
+    "op",
+    [
+        "__class__",
+        "os.system",
+        "__import__",
+        "eval",
+        "exec",
+        "__builtins__",
+        "getattr",
+        "Variable.__init__",
+        "numpy.load",
+        "__dict__",
+        "mro",
+        "subprocess.run",
+        "F",
+        "OPS",
+    ],
+)
 def test_op_names_resolve_only_against_the_registry(client, op):
-    graph = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": op, "inputs": ["x"],
-                                                                   "attrs": {"command": "touch /tmp/gradserve-pwned"}}],
-             "outputs": ["y"]}
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "x", "op": "input"},
+            {"id": "y", "op": op, "inputs": ["x"], "attrs": {"command": "touch /tmp/gradserve-pwned"}},
+        ],
+        "outputs": ["y"],
+    }
     response = client.post("/forward", json={"graph": graph, "inputs": [json_tensor("x", np.ones(2, np.float32))]})
     body = assert_error(response, {422})
     assert body["node"] == "y" and body["field"] == "op"
@@ -92,8 +120,13 @@ def test_api_key_guards_compute_endpoints(make_client):
     good = {"Authorization": "Bearer s3cret-key"}
     body = simple_request()
     for method, path in COMPUTE:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-key"},
-                        {"Authorization": "Basic s3cret-key"}, {"Authorization": "Bearer "}):
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": "s3cret-key"},
+            {"Authorization": "Basic s3cret-key"},
+            {"Authorization": "Bearer "},
+        ):
             assert_error(client.request(method, path, json=body, headers=headers), {401})
         assert client.request(method, path, json=body, headers=good).status_code == 200
     assert client.get("/healthz").status_code == 200
@@ -113,9 +146,17 @@ def test_no_cors_headers_by_default(client):
     assert "access-control-allow-origin" not in client.post("/forward", json=simple_request(), headers=origin).headers
 
 
-@pytest.mark.parametrize("body", [b"{", b"[]", b'{"graph": 1}', b'{"graph": {"nodes": [{"id": "a", "op": "nope"}]}}',
-                                  b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": ["oops"]}]}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{",
+        b"[]",
+        b'{"graph": 1}',
+        b'{"graph": {"nodes": [{"id": "a", "op": "nope"}]}}',
+        b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": ["oops"]}]}',
+    ],
+)
 def test_errors_never_leak_tracebacks_or_paths(client, body):
     response = client.post("/forward", content=body, headers={"Content-Type": "application/json"})
     assert_error(response)
-    assert "File \"" not in response.text and ".py" not in response.text
+    assert 'File "' not in response.text and ".py" not in response.text

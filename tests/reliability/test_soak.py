@@ -38,9 +38,15 @@ def _heavy_binary(rng):
 
 def _heavy_json(rng):
     x = rng.standard_normal(3000).astype(np.float32)  # a body over 8 KiB: parsed on a compute thread
-    graph = {"version": 1, "nodes": [{"id": "x", "op": "input", "requires_grad": True}, {"id": "t", "op": "tanh",
-                                                                                         "inputs": ["x"]},
-                                     {"id": "s", "op": "sum", "inputs": ["t"]}], "outputs": ["s"]}
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "x", "op": "input", "requires_grad": True},
+            {"id": "t", "op": "tanh", "inputs": ["x"]},
+            {"id": "s", "op": "sum", "inputs": ["t"]},
+        ],
+        "outputs": ["s"],
+    }
     return {"graph": graph, "inputs": [json_tensor("x", x)]}, x
 
 
@@ -67,30 +73,47 @@ def _one(client: httpx.Client, rng, kind: str):
         return False, 200, np.allclose(grads, 1 - np.tanh(x) ** 2, atol=1e-5)
     # bad requests: each must be its 4xx with the JSON error shape
     if kind == "malformed":
-        response, expected = client.post("/forward", content=b'{"graph": ', headers={"Content-Type": "application/json"}), 400
+        response, expected = (
+            client.post("/forward", content=b'{"graph": ', headers={"Content-Type": "application/json"}),
+            400,
+        )
     elif kind == "unknown_op":
         request = simple_request()
         request["graph"]["nodes"][2]["op"] = "__import__"
         response, expected = client.post("/forward", json=request), 422
     elif kind == "huge_shape":
-        request = {"graph": {"version": 1, "nodes": [{"id": "x", "op": "input"}], "outputs": ["x"]},
-                   "inputs": [{"name": "x", "shape": [2**40, 2**40], "datatype": "FP32", "data": [1.0]}]}
+        request = {
+            "graph": {"version": 1, "nodes": [{"id": "x", "op": "input"}], "outputs": ["x"]},
+            "inputs": [{"name": "x", "shape": [2**40, 2**40], "datatype": "FP32", "data": [1.0]}],
+        }
         response, expected = client.post("/forward", json=request), 413
     elif kind == "json_answer_too_big":
-        graph = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": "expand", "inputs": ["x"],
-                                                                       "attrs": {"shape": [1024, 1024]}}],
-                 "outputs": ["y"]}
+        graph = {
+            "version": 1,
+            "nodes": [
+                {"id": "x", "op": "input"},
+                {"id": "y", "op": "expand", "inputs": ["x"], "attrs": {"shape": [1024, 1024]}},
+            ],
+            "outputs": ["y"],
+        }
         request = {"graph": graph, "inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}
         response, expected = client.post("/forward", json=request), 413
     else:  # lying binary framing
         body, headers = binary_body({"graph": simple_request()["graph"]}, {"x": np.ones(2, np.float32)})
-        response, expected = client.post("/forward", content=body, headers={**headers, HEADER_LENGTH: str(len(body) + 9)}), 400
+        response, expected = (
+            client.post("/forward", content=body, headers={**headers, HEADER_LENGTH: str(len(body) + 9)}),
+            400,
+        )
     ok = response.status_code == expected and isinstance(strict_json(response.content).get("error"), str)
     return True, response.status_code, ok
 
 
-KINDS = (["light"] * 6 + ["heavy_binary"] * 2 + ["heavy_json"] * 2
-         + ["malformed", "unknown_op", "huge_shape", "json_answer_too_big", "lying_framing"])
+KINDS = (
+    ["light"] * 6
+    + ["heavy_binary"] * 2
+    + ["heavy_json"] * 2
+    + ["malformed", "unknown_op", "huge_shape", "json_answer_too_big", "lying_framing"]
+)
 
 
 def test_soak_mixed_clients_under_default_settings(server_factory):
@@ -128,14 +151,22 @@ def test_soak_mixed_clients_under_default_settings(server_factory):
     for r in records:
         statuses[r[2]] = statuses.get(r[2], 0) + 1
     figures = {
-        "seconds": SOAK_S, "clients": CLIENTS, "requests": len(records), "statuses": statuses,
-        "max_concurrency": info["max_concurrency"], "queue_timeout_s": info["queue_timeout_s"],
-        "p50_ms": round(float(np.percentile(latencies, 50)), 1), "p99_ms": round(float(np.percentile(latencies, 99)), 1),
+        "seconds": SOAK_S,
+        "clients": CLIENTS,
+        "requests": len(records),
+        "statuses": statuses,
+        "max_concurrency": info["max_concurrency"],
+        "queue_timeout_s": info["queue_timeout_s"],
+        "p50_ms": round(float(np.percentile(latencies, 50)), 1),
+        "p99_ms": round(float(np.percentile(latencies, 99)), 1),
         "max_ms": round(float(latencies.max()), 1),
-        "p99_ms_by_kind": {kind: round(float(np.percentile([r[4] * 1e3 for r in records if r[0] == kind], 99)), 1)
-                           for kind in sorted({r[0] for r in records})},
+        "p99_ms_by_kind": {
+            kind: round(float(np.percentile([r[4] * 1e3 for r in records if r[0] == kind], 99)), 1)
+            for kind in sorted({r[0] for r in records})
+        },
         "healthz_p99_ms": round(probe.percentile(99) * 1e3, 1),
-        "rss_start_mb": round(rss["start"] / 1024, 1), "rss_warm_mb": round(rss["warm"] / 1024, 1),
+        "rss_start_mb": round(rss["start"] / 1024, 1),
+        "rss_warm_mb": round(rss["warm"] / 1024, 1),
         "rss_end_mb": round(rss["end"] / 1024, 1),
     }
     record_figure("soak", figures)

@@ -101,8 +101,12 @@ def binary_tensor(name: str, array: np.ndarray, buffers: list) -> dict:
 
     array = np.ascontiguousarray(array)
     buffers.append(array.tobytes())
-    return {"name": name, "shape": list(array.shape), "datatype": datatype_of(array.dtype),
-            "parameters": {"binary_data_size": array.nbytes}}
+    return {
+        "name": name,
+        "shape": list(array.shape),
+        "datatype": datatype_of(array.dtype),
+        "parameters": {"binary_data_size": array.nbytes},
+    }
 
 
 def binary_body(header: dict, buffers: list) -> tuple[bytes, dict]:
@@ -122,7 +126,7 @@ def decode_response(response) -> dict:
     else:
         assert response.headers["content-type"] == "application/octet-stream"
         raw = response.content
-        body, tail = orjson.loads(raw[: int(length)]), raw[int(length):]
+        body, tail = orjson.loads(raw[: int(length)]), raw[int(length) :]
     offset = 0
     out = dict(body)
     for key in ("outputs", "grads"):
@@ -136,8 +140,9 @@ def decode_response(response) -> dict:
                 arrays[t["name"]] = np.asarray(t["data"], dtype=dtype).reshape(t["shape"])
             else:
                 size = t["parameters"]["binary_data_size"]
-                arrays[t["name"]] = np.frombuffer(tail, dtype=dtype, count=size // dtype.itemsize,
-                                                  offset=offset).reshape(t["shape"])
+                arrays[t["name"]] = np.frombuffer(
+                    tail, dtype=dtype, count=size // dtype.itemsize, offset=offset
+                ).reshape(t["shape"])
                 offset += size
         out[key] = arrays
     if tail is not None:

@@ -23,13 +23,20 @@ from service_testkit import (
 from service.app import create_app
 from service.settings import Settings
 
-HYPERCORN = ["sh", "-c", f'exec {sys.executable} -m hypercorn --bind "127.0.0.1:$GRADSERVE_PORT" "service.app:create_app()"']
+HYPERCORN = [
+    "sh",
+    "-c",
+    f'exec {sys.executable} -m hypercorn --bind "127.0.0.1:$GRADSERVE_PORT" "service.app:create_app()"',
+]
 
 
 @pytest.fixture(scope="module")
 def hypercorn(tmp_path_factory):
     log = tmp_path_factory.mktemp("hypercorn") / "server.log"
-    with running_server(log, command=HYPERCORN) as server, httpx.Client(base_url=server.base_url, timeout=30.0) as client:
+    with (
+        running_server(log, command=HYPERCORN) as server,
+        httpx.Client(base_url=server.base_url, timeout=30.0) as client,
+    ):
         yield client
 
 
@@ -46,8 +53,11 @@ def test_binary_backward_round_trip_under_hypercorn(hypercorn):
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal((32, 16)).astype(np.float32)
     buffers = []
-    header = {"graph": EXAMPLE["graph"], "inputs": [binary_tensor("x", x, buffers), binary_tensor("w", w, buffers)],
-              "parameters": {"binary_data_output": True}}
+    header = {
+        "graph": EXAMPLE["graph"],
+        "inputs": [binary_tensor("x", x, buffers), binary_tensor("w", w, buffers)],
+        "parameters": {"binary_data_output": True},
+    }
     body, headers = binary_body(header, buffers)
     response = hypercorn.post("/backward", content=body, headers=headers)
     assert response.status_code == 200, response.text
@@ -59,10 +69,12 @@ def test_binary_backward_round_trip_under_hypercorn(hypercorn):
 
 
 def test_errors_and_health_under_hypercorn(hypercorn):
-    assert_error(hypercorn.post("/forward", content=b"{}", headers={"Content-Type": "text/plain"}), 415,
-                 field="Content-Type")
-    assert_error(hypercorn.post("/forward", content=b"{oops", headers={"Content-Type": "application/json"}), 400,
-                 field="body")
+    assert_error(
+        hypercorn.post("/forward", content=b"{}", headers={"Content-Type": "text/plain"}), 415, field="Content-Type"
+    )
+    assert_error(
+        hypercorn.post("/forward", content=b"{oops", headers={"Content-Type": "application/json"}), 400, field="body"
+    )
     assert hypercorn.get("/healthz").json() == {"status": "ok"}
 
 
@@ -71,9 +83,14 @@ def test_every_body_part_the_app_sends_is_bytes(binary_output):
     """The ASGI spec: `http.response.body` carries `bytes` (not a memoryview or a bytearray)."""
     rng = np.random.default_rng(1)
     buffers = []
-    header = {"graph": EXAMPLE["graph"], "parameters": {"binary_data_output": binary_output},
-              "inputs": [binary_tensor("x", rng.standard_normal((100, 60)), buffers),
-                         binary_tensor("w", rng.standard_normal((60, 40)), buffers)]}
+    header = {
+        "graph": EXAMPLE["graph"],
+        "parameters": {"binary_data_output": binary_output},
+        "inputs": [
+            binary_tensor("x", rng.standard_normal((100, 60)), buffers),
+            binary_tensor("w", rng.standard_normal((60, 40)), buffers),
+        ],
+    }
     body, headers = binary_body(header, buffers)
     sent = []
 
@@ -89,11 +106,21 @@ def test_every_body_part_the_app_sends_is_bytes(binary_output):
         async def send(message):
             sent.append(message)
 
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-                 "path": "/backward", "raw_path": b"/backward", "query_string": b"", "root_path": "",
-                 "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-                 + [(b"content-length", str(len(body)).encode())],
-                 "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/backward",
+            "raw_path": b"/backward",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+            + [(b"content-length", str(len(body)).encode())],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+        }
         await app(scope, receive, send)
         app.state.pool.shutdown()
 

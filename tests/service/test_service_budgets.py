@@ -61,7 +61,12 @@ def test_peak_memory_over_the_budget_is_refused_naming_the_node_and_figure():
 def test_work_over_the_budget_is_refused_before_running():
     executor = Executor(Limits(max_request_work=10**9))
     err = refuse(executor, Request(graph=expanded_mm(1000), inputs={"x": np.ones((1, 1), np.float32)}))
-    assert err.node == "h" and "(mm)" in str(err) and "max_request_work" in str(err) and "e+09 flop-equivalents" in str(err)
+    assert (
+        err.node == "h"
+        and "(mm)" in str(err)
+        and "max_request_work" in str(err)
+        and "e+09 flop-equivalents" in str(err)
+    )
 
 
 def test_the_default_budgets_refuse_an_8000_matmul_by_its_work_and_admit_a_small_one():
@@ -69,7 +74,7 @@ def test_the_default_budgets_refuse_an_8000_matmul_by_its_work_and_admit_a_small
     err = refuse(executor, Request(graph=expanded_mm(4000), inputs={"x": np.ones((1, 1), np.float32)}))
     assert "max_request_work" in str(err) and err.node == "h"
     result = executor.forward(Request(graph=expanded_mm(200), inputs={"x": np.ones((1, 1), np.float32)}))
-    assert float(result.outputs["s"]) == 200.0 ** 3
+    assert float(result.outputs["s"]) == 200.0**3
 
 
 def test_a_backward_counts_what_it_keeps_and_its_work_twice():
@@ -99,10 +104,22 @@ def test_a_forward_peak_counts_only_live_values():
 
 
 def test_function_subgraphs_are_inferred_and_limited():
-    inner = {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}},
-                       node("big", "expand", "a", shape=[30000, 30000]), node("t", "sum", "big")], "outputs": ["t"]}
-    back = {"nodes": [{"id": "g", "op": "grad_output"}, {"id": "a", "op": "arg", "attrs": {"index": 0}},
-                      node("o", "mul", "g", "a")], "outputs": ["o"]}
+    inner = {
+        "nodes": [
+            {"id": "a", "op": "arg", "attrs": {"index": 0}},
+            node("big", "expand", "a", shape=[30000, 30000]),
+            node("t", "sum", "big"),
+        ],
+        "outputs": ["t"],
+    }
+    back = {
+        "nodes": [
+            {"id": "g", "op": "grad_output"},
+            {"id": "a", "op": "arg", "attrs": {"index": 0}},
+            node("o", "mul", "g", "a"),
+        ],
+        "outputs": ["o"],
+    }
     fn = {"id": "f", "op": "function", "inputs": ["x"], "attrs": {"name": "Big", "forward": inner, "backward": back}}
     request = Request(graph=graph(X, fn, node("s", "sum", "f")), inputs={"x": np.ones((1,))})
     executor = Executor()
@@ -121,10 +138,17 @@ def test_a_shape_error_inside_a_function_names_the_function_node():
 
 def test_function_output_shapes_flow_into_later_nodes():
     inner = {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}, node("t", "mul", "a", "a")], "outputs": ["t"]}
-    back = {"nodes": [{"id": "g", "op": "grad_output"}, {"id": "a", "op": "arg", "attrs": {"index": 0}},
-                      {"id": "t", "op": "forward_value", "attrs": {"node": "t"}},
-                      node("two", "constant", value=2.0), node("d", "mul", "g", "a"), node("o", "mul", "d", "two")],
-            "outputs": ["o"]}
+    back = {
+        "nodes": [
+            {"id": "g", "op": "grad_output"},
+            {"id": "a", "op": "arg", "attrs": {"index": 0}},
+            {"id": "t", "op": "forward_value", "attrs": {"node": "t"}},
+            node("two", "constant", value=2.0),
+            node("d", "mul", "g", "a"),
+            node("o", "mul", "d", "two"),
+        ],
+        "outputs": ["o"],
+    }
     fn = {"id": "f", "op": "function", "inputs": ["x"], "attrs": {"forward": inner, "backward": back}}
     executor = Executor()
     request = Request(graph=graph(X, fn, node("s", "sum", "f")), inputs={"x": np.arange(3.0)})
@@ -137,8 +161,14 @@ def test_function_output_shapes_flow_into_later_nodes():
 def test_a_boolean_mask_result_is_bounded_at_run_time():
     mask = np.zeros(1000, bool)
     mask[0] = True
-    g = graph(X, {"id": "m", "op": "input"}, node("p", "getitem", "x", "m", index=[{"tensor": 0}]),
-              node("u", "unsqueeze", "p", dim=1), node("e", "expand", "u", shape=[-1, 2**28]), node("s", "sum", "e"))
+    g = graph(
+        X,
+        {"id": "m", "op": "input"},
+        node("p", "getitem", "x", "m", index=[{"tensor": 0}]),
+        node("u", "unsqueeze", "p", dim=1),
+        node("e", "expand", "u", shape=[-1, 2**28]),
+        node("s", "sum", "e"),
+    )
     err = refuse(Executor(), Request(graph=g, inputs={"x": np.ones(1000), "m": mask}))
     assert err.node == "e" and "elements" in str(err)
 
@@ -171,7 +201,7 @@ def test_the_plan_cache_is_bounded_by_bytes():
         plan, key = cache.lookup(g, limits)
         cache.store(key, plan)
         plans.append(plan_size(plan, key))
-    assert cache.nbytes <= 50_000 and len(cache) < 50 and cache.nbytes == sum(plans[-len(cache):])
+    assert cache.nbytes <= 50_000 and len(cache) < 50 and cache.nbytes == sum(plans[-len(cache) :])
     huge = graph(X, *[node(f"n{i}", "neg", "x") for i in range(500)], node("s", "sum", "x"))
     plan, key = cache.lookup(huge, limits)
     cache.store(key, plan)  # bigger than the whole bound: not kept
@@ -186,10 +216,18 @@ def test_a_refused_large_graph_leaves_nothing_in_the_cache():
 
 
 def test_a_tape_counts_what_function_nodes_hold():
-    inner = {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}, node("e", "exp", "a"), node("t", "mul", "e", "a")],
-             "outputs": ["t"]}
-    back = {"nodes": [{"id": "g", "op": "grad_output"}, {"id": "e", "op": "forward_value", "attrs": {"node": "e"}},
-                      node("o", "mul", "g", "e")], "outputs": ["o"]}
+    inner = {
+        "nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}, node("e", "exp", "a"), node("t", "mul", "e", "a")],
+        "outputs": ["t"],
+    }
+    back = {
+        "nodes": [
+            {"id": "g", "op": "grad_output"},
+            {"id": "e", "op": "forward_value", "attrs": {"node": "e"}},
+            node("o", "mul", "g", "e"),
+        ],
+        "outputs": ["o"],
+    }
     fn = {"id": "f", "op": "function", "inputs": ["x"], "attrs": {"forward": inner, "backward": back}}
     executor = Executor()
     x = np.ones(2**20)
@@ -200,8 +238,11 @@ def test_a_tape_counts_what_function_nodes_hold():
 
 
 def test_cancel_stops_inside_a_function_subgraph_and_during_the_backward_walk():
-    inner = {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}]
-             + [node(f"t{i}", "tanh", "a" if i == 0 else f"t{i - 1}") for i in range(50)], "outputs": ["t49"]}
+    inner = {
+        "nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}]
+        + [node(f"t{i}", "tanh", "a" if i == 0 else f"t{i - 1}") for i in range(50)],
+        "outputs": ["t49"],
+    }
     back = {"nodes": [{"id": "g", "op": "grad_output"}], "outputs": ["g"]}
     fn = {"id": "f", "op": "function", "inputs": ["x"], "attrs": {"forward": inner, "backward": back}}
     executor = Executor()
@@ -210,8 +251,12 @@ def test_cancel_stops_inside_a_function_subgraph_and_during_the_backward_walk():
     with cancel_scope(event), pytest.raises(GraphError) as err:
         executor.forward(Request(graph=graph(X, fn, node("s", "sum", "f")), inputs={"x": np.ones(3)}))
     assert err.value.kind == "cancelled"
-    request = Request(graph=graph(X, *[node(f"m{i}", "tanh", "x" if i == 0 else f"m{i - 1}") for i in range(200)],
-                                  node("s", "sum", "m199")), inputs={"x": np.ones(3)})
+    request = Request(
+        graph=graph(
+            X, *[node(f"m{i}", "tanh", "x" if i == 0 else f"m{i - 1}") for i in range(200)], node("s", "sum", "m199")
+        ),
+        inputs={"x": np.ones(3)},
+    )
     result = executor.forward(Request(graph=request.graph, inputs=request.inputs, retain_graph=True))
     with cancel_scope(event), pytest.raises(GraphError) as err:
         executor.backward(Request(tape=result.tape, retain_graph=True))
@@ -219,28 +264,85 @@ def test_cancel_stops_inside_a_function_subgraph_and_during_the_backward_walk():
     assert executor.backward(Request(tape=result.tape)).grads["x"].shape == (3,)
 
 
-@pytest.mark.parametrize(("name", "path", "body", "status", "node_id", "words"), [
-    ("index 2**63", "/forward", {"graph": graph({"id": "x", "op": "input"}, node("s", "getitem", "x", index=[2**63])),
-                                 "inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]}]},
-     422, "s", "64-bit"),
-    ("(y > 0) / y", "/backward", {"graph": graph({"id": "y", "op": "input", "requires_grad": True},
-                                                  node("z", "constant", value=0.0), node("m", "gt", "y", "z"),
-                                                  node("d", "div", "m", "y"), node("s", "sum", "d")),
-                                  "inputs": [{"name": "y", "shape": [3], "datatype": "FP32", "data": [1, -2, 3]}]},
-     200, None, None),
-    ("65-d reshape", "/forward", {"graph": graph({"id": "x", "op": "input"}, node("s", "reshape", "x", shape=[1] * 65)),
-                                  "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]},
-     422, "s", "65 dimensions"),
-    ("huge reshape", "/forward", {"graph": graph({"id": "x", "op": "input"}, node("s", "reshape", "x", shape=[2**62, 2**62, -1])),
-                                  "inputs": [{"name": "x", "shape": [0], "datatype": "FP32", "data": []}]},
-     422, "s", "too large"),
-    ("INT8 300", "/forward", {"graph": graph(node("s", "constant", value=300, dtype="INT8")), "inputs": []},
-     422, "s", "INT8"),
-    ("INT64 2**63", "/forward", {"graph": graph(node("s", "constant", value=2**63)), "inputs": []}, 422, "s", "INT64"),
-    ("8000 mm", "/forward", {"graph": expanded_mm(8000),
-                             "inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1]}]},
-     413, None, "at its peak"),
-])
+@pytest.mark.parametrize(
+    ("name", "path", "body", "status", "node_id", "words"),
+    [
+        (
+            "index 2**63",
+            "/forward",
+            {
+                "graph": graph({"id": "x", "op": "input"}, node("s", "getitem", "x", index=[2**63])),
+                "inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]}],
+            },
+            422,
+            "s",
+            "64-bit",
+        ),
+        (
+            "(y > 0) / y",
+            "/backward",
+            {
+                "graph": graph(
+                    {"id": "y", "op": "input", "requires_grad": True},
+                    node("z", "constant", value=0.0),
+                    node("m", "gt", "y", "z"),
+                    node("d", "div", "m", "y"),
+                    node("s", "sum", "d"),
+                ),
+                "inputs": [{"name": "y", "shape": [3], "datatype": "FP32", "data": [1, -2, 3]}],
+            },
+            200,
+            None,
+            None,
+        ),
+        (
+            "65-d reshape",
+            "/forward",
+            {
+                "graph": graph({"id": "x", "op": "input"}, node("s", "reshape", "x", shape=[1] * 65)),
+                "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+            },
+            422,
+            "s",
+            "65 dimensions",
+        ),
+        (
+            "huge reshape",
+            "/forward",
+            {
+                "graph": graph({"id": "x", "op": "input"}, node("s", "reshape", "x", shape=[2**62, 2**62, -1])),
+                "inputs": [{"name": "x", "shape": [0], "datatype": "FP32", "data": []}],
+            },
+            422,
+            "s",
+            "too large",
+        ),
+        (
+            "INT8 300",
+            "/forward",
+            {"graph": graph(node("s", "constant", value=300, dtype="INT8")), "inputs": []},
+            422,
+            "s",
+            "INT8",
+        ),
+        (
+            "INT64 2**63",
+            "/forward",
+            {"graph": graph(node("s", "constant", value=2**63)), "inputs": []},
+            422,
+            "s",
+            "INT64",
+        ),
+        (
+            "8000 mm",
+            "/forward",
+            {"graph": expanded_mm(8000), "inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1]}]},
+            413,
+            None,
+            "at its peak",
+        ),
+    ],
+)
 def test_bad_compute_inputs_are_4xx_naming_the_node(asgi, name, path, body, status, node_id, words):
     response = asgi.post(path, json=body)
     if status == 200:
@@ -260,8 +362,13 @@ def test_info_reports_the_budgets(asgi):
 def test_budgets_are_configurable():
     with asgi_client(max_request_bytes=10**6, max_request_work=10**12) as client:
         assert client.get("/info").json()["limits"]["max_request_bytes"] == 10**6
-        response = client.post("/forward", json={"graph": expanded_mm(400),
-                                                 "inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1]}]})
+        response = client.post(
+            "/forward",
+            json={
+                "graph": expanded_mm(400),
+                "inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1]}],
+            },
+        )
         assert_error(response, 413, "(max_request_bytes)", "976.6 KiB")
 
 
@@ -276,9 +383,15 @@ def test_grad_nodes_count_the_backward_they_run():
     """A grad node differentiates its output's subgraph with create_graph: its work (about twice
     the subgraph's) counts in the budget, and nesting grows it, so an order that would run for
     long is refused before it starts."""
+
     def chain(order):
-        nodes = [X, node("e", "expand", "x", shape=[400, 400]), node("h", "mm", "e", "e"), node("t", "tanh", "h"),
-                 node("s0", "sum", "t")]
+        nodes = [
+            X,
+            node("e", "expand", "x", shape=[400, 400]),
+            node("h", "mm", "e", "e"),
+            node("t", "tanh", "h"),
+            node("s0", "sum", "t"),
+        ]
         for k in range(1, order + 1):
             nodes.append(node(f"s{k}", "grad", f"s{k - 1}", "x"))
         return {**graph(*nodes, outputs=(f"s{order}",)), "version": "1.1"}

@@ -33,8 +33,13 @@ CASES = [(name, i) for name, op in sorted(OPS.items()) for i in range(len(op.sam
 def _programs(executor, differentiate=None):
     """The compiled programs (or Fallbacks) of every plan the executor has cached (forward ones,
     backward ones or both)."""
-    return [p for plan, _ in executor.plans._plans.values() for s in plan.checked.values()
-            for key, p in s.programs.items() if differentiate is None or key[0] == differentiate]
+    return [
+        p
+        for plan, _ in executor.plans._plans.values()
+        for s in plan.checked.values()
+        for key, p in s.programs.items()
+        if differentiate is None or key[0] == differentiate
+    ]
 
 
 def _run(executor, endpoint, graph, arrays, **fields):
@@ -131,12 +136,20 @@ def _chain(length, op="exp"):
 def test_shared_values_accumulate_in_the_engines_order():
     # x feeds four consumers, h three: the order in which their gradients are added decides the
     # float32 bits; the compiled program must add them in the engine's order
-    nodes = [{"id": "x", "op": "input", "requires_grad": True}, {"id": "w", "op": "input", "requires_grad": True},
-             {"id": "h", "op": "mul", "inputs": ["x", "w"]}, {"id": "a", "op": "sin", "inputs": ["h"]},
-             {"id": "b", "op": "exp", "inputs": ["x"]}, {"id": "c", "op": "div", "inputs": ["h", "x"]},
-             {"id": "d", "op": "add", "inputs": ["a", "b"]}, {"id": "e", "op": "mul", "inputs": ["d", "c"]},
-             {"id": "f", "op": "sub", "inputs": ["e", "x"]}, {"id": "g", "op": "mul", "inputs": ["f", "h"]},
-             {"id": "s", "op": "sum", "inputs": ["g"]}, {"id": "t", "op": "mean", "inputs": ["x"]}]
+    nodes = [
+        {"id": "x", "op": "input", "requires_grad": True},
+        {"id": "w", "op": "input", "requires_grad": True},
+        {"id": "h", "op": "mul", "inputs": ["x", "w"]},
+        {"id": "a", "op": "sin", "inputs": ["h"]},
+        {"id": "b", "op": "exp", "inputs": ["x"]},
+        {"id": "c", "op": "div", "inputs": ["h", "x"]},
+        {"id": "d", "op": "add", "inputs": ["a", "b"]},
+        {"id": "e", "op": "mul", "inputs": ["d", "c"]},
+        {"id": "f", "op": "sub", "inputs": ["e", "x"]},
+        {"id": "g", "op": "mul", "inputs": ["f", "h"]},
+        {"id": "s", "op": "sum", "inputs": ["g"]},
+        {"id": "t", "op": "mean", "inputs": ["x"]},
+    ]
     rng = np.random.default_rng(3)
     arrays = {"x": rng.uniform(0.5, 2, (3, 4)).astype(np.float32), "w": rng.uniform(-2, 2, (4,)).astype(np.float32)}
     graph = {"version": 1, "nodes": nodes, "outputs": ["s", "t"]}
@@ -189,12 +202,30 @@ def test_a_cancelled_compiled_run_stops(endpoint):
     assert _run(executor, endpoint, graph, arrays).outputs["s"] == -3.0
 
 
-FUNCTION = {"id": "f", "op": "function", "inputs": ["x"], "attrs": {
-    "name": "Double",
-    "forward": {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}, {"id": "k", "op": "constant", "attrs": {"value": 2.0}},
-                          {"id": "o", "op": "mul", "inputs": ["a", "k"]}], "outputs": ["o"]},
-    "backward": {"nodes": [{"id": "go", "op": "grad_output"}, {"id": "k", "op": "constant", "attrs": {"value": 2.0}},
-                           {"id": "gi", "op": "mul", "inputs": ["go", "k"]}], "outputs": ["gi"]}}}
+FUNCTION = {
+    "id": "f",
+    "op": "function",
+    "inputs": ["x"],
+    "attrs": {
+        "name": "Double",
+        "forward": {
+            "nodes": [
+                {"id": "a", "op": "arg", "attrs": {"index": 0}},
+                {"id": "k", "op": "constant", "attrs": {"value": 2.0}},
+                {"id": "o", "op": "mul", "inputs": ["a", "k"]},
+            ],
+            "outputs": ["o"],
+        },
+        "backward": {
+            "nodes": [
+                {"id": "go", "op": "grad_output"},
+                {"id": "k", "op": "constant", "attrs": {"value": 2.0}},
+                {"id": "gi", "op": "mul", "inputs": ["go", "k"]},
+            ],
+            "outputs": ["gi"],
+        },
+    },
+}
 
 
 @pytest.mark.parametrize("kind", ["function", "grad", "mask", "composite"])
@@ -204,14 +235,24 @@ def test_what_does_not_compile_runs_on_the_engine(kind):
     if kind == "function":
         nodes += [FUNCTION, {"id": "s", "op": "sum", "inputs": ["f"]}]
     elif kind == "grad":
-        nodes += [{"id": "q", "op": "mul", "inputs": ["x", "x"]}, {"id": "u", "op": "sum", "inputs": ["q"]},
-                  {"id": "gx", "op": "grad", "inputs": ["u", "x"]}, {"id": "s", "op": "sum", "inputs": ["gx"]}]
+        nodes += [
+            {"id": "q", "op": "mul", "inputs": ["x", "x"]},
+            {"id": "u", "op": "sum", "inputs": ["q"]},
+            {"id": "gx", "op": "grad", "inputs": ["u", "x"]},
+            {"id": "s", "op": "sum", "inputs": ["gx"]},
+        ]
     elif kind == "mask":
         x["m"] = x["x"] > 0
-        nodes += [{"id": "m", "op": "input"}, {"id": "p", "op": "getitem", "inputs": ["x", "m"], "attrs": {"index": [{"tensor": 0}]}},
-                  {"id": "s", "op": "sum", "inputs": ["p"]}]
+        nodes += [
+            {"id": "m", "op": "input"},
+            {"id": "p", "op": "getitem", "inputs": ["x", "m"], "attrs": {"index": [{"tensor": 0}]}},
+            {"id": "s", "op": "sum", "inputs": ["p"]},
+        ]
     else:
-        nodes += [{"id": "p", "op": "softmax", "inputs": ["x"], "attrs": {"dim": 1}}, {"id": "s", "op": "sum", "inputs": ["p"]}]
+        nodes += [
+            {"id": "p", "op": "softmax", "inputs": ["x"], "attrs": {"dim": 1}},
+            {"id": "s", "op": "sum", "inputs": ["p"]},
+        ]
     graph = {"version": "1.1", "nodes": nodes, "outputs": ["s"]}
     executor = _compare("backward", graph, x, wrt=["x"])
     assert [type(p) for p in _programs(executor)] == [Fallback]
@@ -238,9 +279,13 @@ def test_requests_the_engine_refuses_get_its_errors():
 def test_ops_of_lone_scalar_constants_take_the_engines_dtype():
     # reshape(7.0) has the dtype the engine gives a lone Python number (float32): shape inference
     # says so (it used to fail on it), and the compiled program computes it as the engine does
-    nodes = [{"id": "x", "op": "input", "requires_grad": True}, {"id": "k", "op": "constant", "attrs": {"value": 7.0}},
-             {"id": "r", "op": "reshape", "inputs": ["k"], "attrs": {"shape": [1]}},
-             {"id": "y", "op": "mul", "inputs": ["x", "r"]}, {"id": "s", "op": "sum", "inputs": ["y"]}]
+    nodes = [
+        {"id": "x", "op": "input", "requires_grad": True},
+        {"id": "k", "op": "constant", "attrs": {"value": 7.0}},
+        {"id": "r", "op": "reshape", "inputs": ["k"], "attrs": {"shape": [1]}},
+        {"id": "y", "op": "mul", "inputs": ["x", "r"]},
+        {"id": "s", "op": "sum", "inputs": ["y"]},
+    ]
     graph = {"version": 1, "nodes": nodes, "outputs": ["s", "r"]}
     executor = _compare("forward", graph, {"x": np.ones(3)})
     assert executor.forward(Request(graph=graph, inputs={"x": np.ones(3)})).outputs["r"].dtype == np.float32

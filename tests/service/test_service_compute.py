@@ -53,22 +53,33 @@ def test_backward_matches_engine(api):
     np.testing.assert_allclose(result["grads"]["w"].ravel(), [10.0, 14.0, 18.0], rtol=1e-6)
 
 
-def test_backward_random_inputs_wrt_and_grad_outputs(api, ):
+def test_backward_random_inputs_wrt_and_grad_outputs(
+    api,
+):
     rng = np.random.default_rng(7)
     a, b = rng.normal(size=(4, 3)), rng.normal(size=(3,))
     seed = rng.normal(size=(4, 3))
-    graph = {"version": 1, "nodes": [
-        {"id": "a", "op": "input", "requires_grad": True, "shape": [4, 3], "dtype": "FP64"},
-        {"id": "b", "op": "input", "requires_grad": True},
-        {"id": "p", "op": "mul", "inputs": ["a", "b"]},
-        {"id": "t", "op": "tanh", "inputs": ["p"]},
-        {"id": "e", "op": "exp", "inputs": ["b"]},
-        {"id": "y", "op": "add", "inputs": ["t", "e"]},
-    ], "outputs": ["y"]}
-    request = {"graph": graph, "wrt": ["a", "b", "p"],
-               "inputs": [{"name": "a", "shape": [4, 3], "datatype": "FP64", "data": a.tolist()},
-                          {"name": "b", "shape": [3], "datatype": "FP64", "data": b.tolist()}],
-               "grad_outputs": [{"name": "y", "shape": [4, 3], "datatype": "FP64", "data": seed.ravel().tolist()}]}
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "a", "op": "input", "requires_grad": True, "shape": [4, 3], "dtype": "FP64"},
+            {"id": "b", "op": "input", "requires_grad": True},
+            {"id": "p", "op": "mul", "inputs": ["a", "b"]},
+            {"id": "t", "op": "tanh", "inputs": ["p"]},
+            {"id": "e", "op": "exp", "inputs": ["b"]},
+            {"id": "y", "op": "add", "inputs": ["t", "e"]},
+        ],
+        "outputs": ["y"],
+    }
+    request = {
+        "graph": graph,
+        "wrt": ["a", "b", "p"],
+        "inputs": [
+            {"name": "a", "shape": [4, 3], "datatype": "FP64", "data": a.tolist()},
+            {"name": "b", "shape": [3], "datatype": "FP64", "data": b.tolist()},
+        ],
+        "grad_outputs": [{"name": "y", "shape": [4, 3], "datatype": "FP64", "data": seed.ravel().tolist()}],
+    }
     response = api.post("/backward", json=request)
     assert response.status_code == 200, response.text
     result = decode_response(response)
@@ -85,8 +96,11 @@ def test_backward_random_inputs_wrt_and_grad_outputs(api, ):
 
 def _binary_example(parameters=None):
     buffers = []
-    header = {"id": 7, "graph": EXAMPLE["graph"],
-              "inputs": [binary_tensor("x", X, buffers), binary_tensor("w", W, buffers)]}
+    header = {
+        "id": 7,
+        "graph": EXAMPLE["graph"],
+        "inputs": [binary_tensor("x", X, buffers), binary_tensor("w", W, buffers)],
+    }
     if parameters:
         header["parameters"] = parameters
     return binary_body(header, buffers)
@@ -104,8 +118,7 @@ def test_binary_and_json_both_ways(api, request_kind, response_kind):
         response = api.post("/backward", content=content, headers=headers)
     else:  # x as JSON data, w as binary
         buffers = []
-        header = {"id": 7, "graph": EXAMPLE["graph"],
-                  "inputs": [EXAMPLE["inputs"][0], binary_tensor("w", W, buffers)]}
+        header = {"id": 7, "graph": EXAMPLE["graph"], "inputs": [EXAMPLE["inputs"][0], binary_tensor("w", W, buffers)]}
         if params:
             header["parameters"] = params
         content, headers = binary_body(header, buffers)
@@ -130,13 +143,27 @@ def test_binary_and_json_both_ways(api, request_kind, response_kind):
 
 def test_binary_forward_many_dtypes(api):
     buffers = []
-    arrays = {"f16": np.array([1.5, -2.0], np.float16), "f64": np.array([[1.0, 2.0]], np.float64),
-              "i32": np.array([3, 4], np.int32), "b": np.array([True, False])}
-    graph = {"version": 1, "nodes": [{"id": n, "op": "input"} for n in arrays]
-             + [{"id": "s", "op": "add", "inputs": ["f16", "f64"]}, {"id": "c", "op": "clone", "inputs": ["i32"]},
-                {"id": "w", "op": "where", "inputs": ["b", "f64", "f16"]}], "outputs": ["s", "c", "w"]}
-    header = {"graph": graph, "inputs": [binary_tensor(n, a, buffers) for n, a in arrays.items()],
-              "parameters": {"binary_data_output": True}}
+    arrays = {
+        "f16": np.array([1.5, -2.0], np.float16),
+        "f64": np.array([[1.0, 2.0]], np.float64),
+        "i32": np.array([3, 4], np.int32),
+        "b": np.array([True, False]),
+    }
+    graph = {
+        "version": 1,
+        "nodes": [{"id": n, "op": "input"} for n in arrays]
+        + [
+            {"id": "s", "op": "add", "inputs": ["f16", "f64"]},
+            {"id": "c", "op": "clone", "inputs": ["i32"]},
+            {"id": "w", "op": "where", "inputs": ["b", "f64", "f16"]},
+        ],
+        "outputs": ["s", "c", "w"],
+    }
+    header = {
+        "graph": graph,
+        "inputs": [binary_tensor(n, a, buffers) for n, a in arrays.items()],
+        "parameters": {"binary_data_output": True},
+    }
     content, headers = binary_body(header, buffers)
     response = api.post("/forward", content=content, headers=headers)
     assert response.status_code == 200, response.text
@@ -148,13 +175,23 @@ def test_binary_forward_many_dtypes(api):
 
 
 def test_non_finite_values_are_spelled_and_silent(api):
-    graph = {"version": 1, "nodes": [{"id": "a", "op": "input", "requires_grad": True},
-                                     {"id": "z", "op": "input"},
-                                     {"id": "q", "op": "div", "inputs": ["a", "z"]},
-                                     {"id": "l", "op": "log", "inputs": ["a"]}], "outputs": ["q", "l"]}
-    request = {"graph": graph, "inputs": [
-        {"name": "a", "shape": [3], "datatype": "FP64", "data": [1.0, -1.0, "NaN"]},
-        {"name": "z", "shape": [3], "datatype": "FP64", "data": [0.0, 0.0, "Infinity"]}]}
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "a", "op": "input", "requires_grad": True},
+            {"id": "z", "op": "input"},
+            {"id": "q", "op": "div", "inputs": ["a", "z"]},
+            {"id": "l", "op": "log", "inputs": ["a"]},
+        ],
+        "outputs": ["q", "l"],
+    }
+    request = {
+        "graph": graph,
+        "inputs": [
+            {"name": "a", "shape": [3], "datatype": "FP64", "data": [1.0, -1.0, "NaN"]},
+            {"name": "z", "shape": [3], "datatype": "FP64", "data": [0.0, 0.0, "Infinity"]},
+        ],
+    }
     response = api.post("/forward", json=request)
     assert response.status_code == 200, response.text
     out = {o["name"]: o["data"] for o in response.json()["outputs"]}
@@ -164,19 +201,36 @@ def test_non_finite_values_are_spelled_and_silent(api):
 
 def test_function_node(api):
     """A custom Function whose backward is given as a subgraph (here: d/dx x^2 = 2 x g)."""
-    square = {"name": "Square",
-              "forward": {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}},
-                                    {"id": "sq", "op": "mul", "inputs": ["a", "a"]}], "outputs": ["sq"]},
-              "backward": {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}},
-                                     {"id": "g", "op": "grad_output"},
-                                     {"id": "two", "op": "constant", "attrs": {"value": 2.0}},
-                                     {"id": "ta", "op": "mul", "inputs": ["a", "two"]},
-                                     {"id": "ga", "op": "mul", "inputs": ["ta", "g"]}], "outputs": ["ga"]}}
-    graph = {"version": 1, "nodes": [{"id": "x", "op": "input", "requires_grad": True},
-                                     {"id": "f", "op": "function", "inputs": ["x"], "attrs": square},
-                                     {"id": "s", "op": "sum", "inputs": ["f"]}], "outputs": ["s"]}
-    response = api.post("/backward", json={"graph": graph, "inputs": [
-        {"name": "x", "shape": [3], "datatype": "FP32", "data": [1, 2, 3]}]})
+    square = {
+        "name": "Square",
+        "forward": {
+            "nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}}, {"id": "sq", "op": "mul", "inputs": ["a", "a"]}],
+            "outputs": ["sq"],
+        },
+        "backward": {
+            "nodes": [
+                {"id": "a", "op": "arg", "attrs": {"index": 0}},
+                {"id": "g", "op": "grad_output"},
+                {"id": "two", "op": "constant", "attrs": {"value": 2.0}},
+                {"id": "ta", "op": "mul", "inputs": ["a", "two"]},
+                {"id": "ga", "op": "mul", "inputs": ["ta", "g"]},
+            ],
+            "outputs": ["ga"],
+        },
+    }
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "x", "op": "input", "requires_grad": True},
+            {"id": "f", "op": "function", "inputs": ["x"], "attrs": square},
+            {"id": "s", "op": "sum", "inputs": ["f"]},
+        ],
+        "outputs": ["s"],
+    }
+    response = api.post(
+        "/backward",
+        json={"graph": graph, "inputs": [{"name": "x", "shape": [3], "datatype": "FP32", "data": [1, 2, 3]}]},
+    )
     assert response.status_code == 200, response.text
     result = decode_response(response)
     np.testing.assert_allclose(result["outputs"]["s"], 14.0)
@@ -195,9 +249,15 @@ def _bit_pattern_request(count: int) -> tuple[np.ndarray, bytes, dict]:
     """(x, body, headers) of a binary /forward cloning float32 `x` whose bits are random (NaN payloads included)."""
     x = np.random.default_rng(3).integers(0, 2**32, count, dtype=np.uint32).view(np.float32)
     buffers = []
-    header = {"graph": {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": "clone", "inputs": ["x"]}],
-                        "outputs": ["y"]},
-              "inputs": [binary_tensor("x", x, buffers)], "parameters": {"binary_data_output": True}}
+    header = {
+        "graph": {
+            "version": 1,
+            "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": "clone", "inputs": ["x"]}],
+            "outputs": ["y"],
+        },
+        "inputs": [binary_tensor("x", x, buffers)],
+        "parameters": {"binary_data_output": True},
+    }
     content, headers = binary_body(header, buffers)
     return x, content, headers
 

@@ -14,6 +14,7 @@ from service.errors import ApiError
 def _run_all(pool: ComputePool, count: int, seconds: float):
     async def main():
         return await asyncio.gather(*[pool.run(time.sleep, seconds) for _ in range(count)], return_exceptions=True)
+
     return asyncio.run(main())
 
 

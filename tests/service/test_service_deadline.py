@@ -23,6 +23,7 @@ def test_an_await_past_the_deadline_raises_timeout_error(run):
         with pytest.raises(TimeoutError), Deadline(0.05):
             await asyncio.sleep(5)
         assert asyncio.current_task().cancelling() == 0  # the timer's cancel was taken back
+
     run(main())
 
 
@@ -32,6 +33,7 @@ def test_work_within_the_deadline_is_never_cancelled_later(run):
             await asyncio.sleep(0)
         await asyncio.sleep(0.15)  # past the deadline: the timer was cancelled on the way out
         return "done"
+
     assert run(main()) == "done"
 
 
@@ -39,6 +41,7 @@ def test_work_within_the_deadline_is_never_cancelled_later(run):
 def test_a_cancel_from_elsewhere_stays_a_cancel(run, also_expired):
     """The shutdown drain cancels a request's task: that is not a timeout, even when the deadline
     passes in the same loop step."""
+
     async def main():
         held = []
 
@@ -54,4 +57,5 @@ def test_a_cancel_from_elsewhere_stays_a_cancel(run, also_expired):
         task.cancel()  # ...and the drain cancels, before the task runs again
         with pytest.raises(asyncio.CancelledError):
             await task
+
     run(main())

@@ -80,10 +80,17 @@ def test_metrics_counters_rise(api):
     after = api.get("/metrics")
     assert after.headers["content-type"].startswith("text/plain")
     text = after.text
-    for name in ("gradserve_tapes", "gradserve_tape_bytes", "gradserve_backend_memory_bytes",
-                 "gradserve_computations_in_flight", "gradserve_plan_cache_hits_total", "gradserve_plan_cache_misses_total",
-                 "gradserve_request_duration_seconds_bucket", "gradserve_request_bytes_total",
-                 "gradserve_response_bytes_total"):
+    for name in (
+        "gradserve_tapes",
+        "gradserve_tape_bytes",
+        "gradserve_backend_memory_bytes",
+        "gradserve_computations_in_flight",
+        "gradserve_plan_cache_hits_total",
+        "gradserve_plan_cache_misses_total",
+        "gradserve_request_duration_seconds_bucket",
+        "gradserve_request_bytes_total",
+        "gradserve_response_bytes_total",
+    ):
         assert name in text, name
     ok = dict(endpoint="/backward", status="200")
     assert _sample(text, "gradserve_requests_total", **ok) == _sample(before, "gradserve_requests_total", **ok) + 1
@@ -99,16 +106,24 @@ def test_metrics_count_every_byte_of_a_binary_response(api):
     from service_testkit import binary_body, binary_tensor
 
     buffers = []
-    header = {"graph": {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": "clone", "inputs": ["x"]}],
-                        "outputs": ["y"]},
-              "inputs": [binary_tensor("x", np.arange(1000, dtype=np.float64), buffers)],
-              "parameters": {"binary_data_output": True}}
+    header = {
+        "graph": {
+            "version": 1,
+            "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": "clone", "inputs": ["x"]}],
+            "outputs": ["y"],
+        },
+        "inputs": [binary_tensor("x", np.arange(1000, dtype=np.float64), buffers)],
+        "parameters": {"binary_data_output": True},
+    }
     content, headers = binary_body(header, buffers)
     before = api.get("/metrics").text
     response = api.post("/forward", content=content, headers=headers)
     assert response.status_code == 200, response.text
     text = api.get("/metrics").text
-    for name, size in (("gradserve_request_bytes_total", len(content)), ("gradserve_response_bytes_total", len(response.content))):
+    for name, size in (
+        ("gradserve_request_bytes_total", len(content)),
+        ("gradserve_response_bytes_total", len(response.content)),
+    ):
         assert _sample(text, name, endpoint="/forward") == _sample(before, name, endpoint="/forward") + size
 
 
@@ -116,23 +131,32 @@ def test_metrics_count_the_bytes_of_refused_requests(api):
     """The compute endpoints count their own requests (service.routes.CountedEndpoint): a body
     refused before it is read counts 0 bytes in, one refused after it counts all of it, and an
     error answer counts its body out."""
+
     def counts(text, status):
-        return (_sample(text, "gradserve_requests_total", endpoint="/forward", status=status),
-                _sample(text, "gradserve_request_bytes_total", endpoint="/forward"),
-                _sample(text, "gradserve_response_bytes_total", endpoint="/forward"))
+        return (
+            _sample(text, "gradserve_requests_total", endpoint="/forward", status=status),
+            _sample(text, "gradserve_request_bytes_total", endpoint="/forward"),
+            _sample(text, "gradserve_response_bytes_total", endpoint="/forward"),
+        )
 
     before = api.get("/metrics").text
     unsupported = api.post("/forward", content=b"{}", headers={"Content-Type": "text/plain"})
     assert unsupported.status_code == 415
     after = api.get("/metrics").text
-    assert counts(after, "415") == (counts(before, "415")[0] + 1, counts(before, "415")[1],
-                                    counts(before, "415")[2] + len(unsupported.content))
+    assert counts(after, "415") == (
+        counts(before, "415")[0] + 1,
+        counts(before, "415")[1],
+        counts(before, "415")[2] + len(unsupported.content),
+    )
     malformed = b'{"graph": 1}'
     refused = api.post("/forward", content=malformed, headers={"Content-Type": "application/json"})
     assert refused.status_code == 422
     last = api.get("/metrics").text
-    assert counts(last, "422") == (counts(after, "422")[0] + 1, counts(after, "422")[1] + len(malformed),
-                                   counts(after, "422")[2] + len(refused.content))
+    assert counts(last, "422") == (
+        counts(after, "422")[0] + 1,
+        counts(after, "422")[1] + len(malformed),
+        counts(after, "422")[2] + len(refused.content),
+    )
 
 
 def test_plan_cache_hit_on_repeated_graph(api):
@@ -140,9 +164,15 @@ def test_plan_cache_hit_on_repeated_graph(api):
         text = api.get("/metrics").text
         return _sample(text, "gradserve_plan_cache_hits_total"), _sample(text, "gradserve_plan_cache_misses_total")
 
-    graph = {"version": 1, "nodes": [{"id": "a", "op": "input", "requires_grad": True},
-                                     {"id": "e", "op": "exp", "inputs": ["a"]},
-                                     {"id": "t", "op": "sum", "inputs": ["e"]}], "outputs": ["t"]}
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "a", "op": "input", "requires_grad": True},
+            {"id": "e", "op": "exp", "inputs": ["a"]},
+            {"id": "t", "op": "sum", "inputs": ["e"]},
+        ],
+        "outputs": ["t"],
+    }
     request = {"graph": graph, "inputs": [{"name": "a", "shape": [2], "datatype": "FP64", "data": [0.5, 1.5]}]}
     hits0, misses0 = counters()
     assert api.post("/backward", json=request).status_code == 200
@@ -171,7 +201,10 @@ def test_openapi_documents_json_and_binary_bodies(api):
         assert any(p["name"] == "Inference-Header-Content-Length" for p in op["parameters"])
         assert {"200", "400", "413", "422", "503"} <= set(op["responses"])
         assert "security" not in op  # no key configured on this instance
-    assert "tape" in spec["paths"]["/backward"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    assert (
+        "tape"
+        in spec["paths"]["/backward"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    )
     for path in ("/healthz", "/readyz", "/info", "/ops", "/metrics"):
         assert "get" in spec["paths"][path]
     docs = api.get("/docs")
@@ -185,14 +218,18 @@ def test_cors_only_when_configured(monkeypatch, origin_setting):
     monkeypatch.setenv("GRADSERVE_CORS_ORIGINS", origin_setting)
     app = create_app(Settings(device="cpu"))
     with TestClient(app) as client:
-        pre = client.options("/backward", headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"})
+        pre = client.options(
+            "/backward", headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"}
+        )
         assert pre.status_code == 200
         assert pre.headers["access-control-allow-origin"] == "https://app.example"
         other = client.get("/healthz", headers={"Origin": "https://evil.example"})
         assert "access-control-allow-origin" not in other.headers
         for path in ("/forward", "/backward"):  # the compute endpoints, called past FastAPI's stack, too
             allowed = client.post(path, json=EXAMPLE, headers={"Origin": "https://app.example"})
-            assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://app.example"
+            assert (
+                allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://app.example"
+            )
             assert allowed.headers["access-control-expose-headers"]
             refused = client.post(path, json=EXAMPLE, headers={"Origin": "https://evil.example"})
             assert "access-control-allow-origin" not in refused.headers

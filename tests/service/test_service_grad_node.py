@@ -78,7 +78,7 @@ ELEMENTWISE = {
     "sin": (lambda b, x: b.op("sin", x), torch.sin, (-2.0, 2.0)),
     "tanh": (lambda b, x: b.op("tanh", x), torch.tanh, (-1.5, 1.5)),
     "exp": (lambda b, x: b.op("exp", x), torch.exp, (-1.0, 1.0)),
-    "pow": (lambda b, x: b.op("pow", x, b.const(3.5)), lambda t: t ** 3.5, (0.5, 2.0)),
+    "pow": (lambda b, x: b.op("pow", x, b.const(3.5)), lambda t: t**3.5, (0.5, 2.0)),
 }
 
 
@@ -91,8 +91,13 @@ def test_second_third_and_fourth_derivatives_of_elementwise_ops(target, name):
     d2 = b.grad(b.total(d1), x, id="d2")
     d3 = b.grad(b.total(d2), x, id="d3")
     xs = RNG.uniform(low, high, size=6)
-    answer = ok(call(target, "backward", body(b.graph(d1, d2, d3), {"x": xs}, {"d1": np.zeros(6), "d2": np.zeros(6),
-                                                                                "d3": np.ones(6)})))
+    answer = ok(
+        call(
+            target,
+            "backward",
+            body(b.graph(d1, d2, d3), {"x": xs}, {"d1": np.zeros(6), "d2": np.zeros(6), "d3": np.ones(6)}),
+        )
+    )
     tx = leaf(xs)
     derivatives = [torch_fn(tx)]
     for _ in range(4):
@@ -183,17 +188,33 @@ def test_double_backward_through_logsumexp(target):
 
 def cube_function(arg: str) -> dict:
     """x ** 3 as a traced custom Function whose backward, 3 x^2 g, is itself differentiable."""
-    return {"id": "cube", "op": "function", "inputs": [arg], "attrs": {
-        "name": "Cube",
-        "forward": {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}},
-                              {"id": "aa", "op": "mul", "inputs": ["a", "a"]},
-                              {"id": "aaa", "op": "mul", "inputs": ["aa", "a"]}], "outputs": ["aaa"]},
-        "backward": {"nodes": [{"id": "a", "op": "arg", "attrs": {"index": 0}},
-                               {"id": "g", "op": "grad_output"},
-                               {"id": "three", "op": "constant", "attrs": {"value": 3.0}},
-                               {"id": "aa", "op": "mul", "inputs": ["a", "a"]},
-                               {"id": "taa", "op": "mul", "inputs": ["aa", "three"]},
-                               {"id": "ga", "op": "mul", "inputs": ["taa", "g"]}], "outputs": ["ga"]}}}
+    return {
+        "id": "cube",
+        "op": "function",
+        "inputs": [arg],
+        "attrs": {
+            "name": "Cube",
+            "forward": {
+                "nodes": [
+                    {"id": "a", "op": "arg", "attrs": {"index": 0}},
+                    {"id": "aa", "op": "mul", "inputs": ["a", "a"]},
+                    {"id": "aaa", "op": "mul", "inputs": ["aa", "a"]},
+                ],
+                "outputs": ["aaa"],
+            },
+            "backward": {
+                "nodes": [
+                    {"id": "a", "op": "arg", "attrs": {"index": 0}},
+                    {"id": "g", "op": "grad_output"},
+                    {"id": "three", "op": "constant", "attrs": {"value": 3.0}},
+                    {"id": "aa", "op": "mul", "inputs": ["a", "a"]},
+                    {"id": "taa", "op": "mul", "inputs": ["aa", "three"]},
+                    {"id": "ga", "op": "mul", "inputs": ["taa", "g"]},
+                ],
+                "outputs": ["ga"],
+            },
+        },
+    }
 
 
 def test_custom_function_backward_is_differentiated_by_grad_nodes_and_backward(target):
@@ -205,7 +226,7 @@ def test_custom_function_backward_is_differentiated_by_grad_nodes_and_backward(t
     xs = RNG.normal(size=4)
     answer = ok(call(target, "backward", body(b.graph(d1, d2), {"x": xs}, {"d1": np.zeros(4), "d2": np.ones(4)})))
     tx = leaf(xs)
-    t1 = grad(torch.sin(tx ** 3).sum(), tx)
+    t1 = grad(torch.sin(tx**3).sum(), tx)
     t2 = grad(t1.sum(), tx)
     t3 = torch.autograd.grad(t2.sum(), tx)[0]
     close(answer["outputs"]["d1"], t1)
@@ -227,11 +248,26 @@ def test_backward_through_a_retained_tape_with_grad_nodes(target):
     close(forward["outputs"]["hv"], thv)
     expected = torch.autograd.grad(thv.sum(), tx, retain_graph=True)[0]
     for retain in (True, False):  # twice through the same tape: the grad nodes' graph was retained with it
-        again = ok(call(target, "backward", {"tape": forward["tape"], "grad_outputs": [{"name": "hv", "shape": [3],
-                   "datatype": "FP64", "data": [1.0, 1.0, 1.0]}], "parameters": {"retain_graph": retain}}))
+        again = ok(
+            call(
+                target,
+                "backward",
+                {
+                    "tape": forward["tape"],
+                    "grad_outputs": [{"name": "hv", "shape": [3], "datatype": "FP64", "data": [1.0, 1.0, 1.0]}],
+                    "parameters": {"retain_graph": retain},
+                },
+            )
+        )
         close(again["grads"]["x"], expected)
-    freed = call(target, "backward", {"tape": forward["tape"], "grad_outputs": [{"name": "hv", "shape": [3],
-                 "datatype": "FP64", "data": [1.0, 1.0, 1.0]}]})
+    freed = call(
+        target,
+        "backward",
+        {
+            "tape": forward["tape"],
+            "grad_outputs": [{"name": "hv", "shape": [3], "datatype": "FP64", "data": [1.0, 1.0, 1.0]}],
+        },
+    )
     assert freed["status"] == 409, freed
 
 
@@ -319,11 +355,14 @@ def test_an_integer_input_cannot_be_a_wrt(target):
     _error(call(target, "forward", request), 422, "g", "inputs", "floating point")
 
 
-@pytest.mark.parametrize(("inputs", "fragment"), [
-    (("f", "x", "x", "x"), "2 or 3 inputs"),
-    (("y", "x"), "grad_output"),               # a non-scalar output with no grad_output
-    (("y", "x", "short"), "has shape [2]"),    # a grad_output of another shape
-])
+@pytest.mark.parametrize(
+    ("inputs", "fragment"),
+    [
+        (("f", "x", "x", "x"), "2 or 3 inputs"),
+        (("y", "x"), "grad_output"),  # a non-scalar output with no grad_output
+        (("y", "x", "short"), "has shape [2]"),  # a grad_output of another shape
+    ],
+)
 def test_malformed_grad_nodes_are_refused_naming_the_node(target, inputs, fragment):
     b = GraphBuilder()
     x = b.input("x", requires_grad=True)
@@ -338,8 +377,19 @@ def test_malformed_grad_nodes_are_refused_naming_the_node(target, inputs, fragme
 def test_grad_nodes_are_not_allowed_inside_function_subgraphs(target):
     function = cube_function("x")
     function["attrs"]["forward"]["nodes"].append({"id": "inner", "op": "grad", "inputs": ["aaa", "a"]})
-    graph = {"version": "1.1", "nodes": [{"id": "x", "op": "input", "requires_grad": True}, function], "outputs": ["cube"]}
-    _error(call(target, "forward", body(graph, {"x": np.ones(2)})), 422, "cube", "op", "inner", "not allowed inside a function")
+    graph = {
+        "version": "1.1",
+        "nodes": [{"id": "x", "op": "input", "requires_grad": True}, function],
+        "outputs": ["cube"],
+    }
+    _error(
+        call(target, "forward", body(graph, {"x": np.ones(2)})),
+        422,
+        "cube",
+        "op",
+        "inner",
+        "not allowed inside a function",
+    )
 
 
 @pytest.mark.parametrize("version", [1, "1.0"])
@@ -389,7 +439,9 @@ def documented_hvp_example():
     """(request, answer) of the Hessian-vector product curl example in docs/protocol.md."""
     text = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
     section = text.split("### Gradients as nodes", 1)[1].split("\n### ", 1)[0]
-    match = re.search(r"^\$ curl -s -X POST http://127\.0\.0\.1:8000/forward .*? -d '(.*)'\n(.*)$", section, re.MULTILINE)
+    match = re.search(
+        r"^\$ curl -s -X POST http://127\.0\.0\.1:8000/forward .*? -d '(.*)'\n(.*)$", section, re.MULTILINE
+    )
     assert match, "docs/protocol.md lost its Hessian-vector product example"
     return json.loads(match.group(1)), json.loads(match.group(2))
 
@@ -402,7 +454,7 @@ def test_the_documented_hessian_vector_product_runs_on_a_live_server(http):
     assert response.json() == documented
     x, v = (np.asarray(t["data"], dtype=np.float64) for t in request["inputs"])
     outputs = {t["name"]: np.asarray(t["data"]) for t in response.json()["outputs"]}
-    np.testing.assert_allclose(outputs["g"], 3 * x ** 2)
+    np.testing.assert_allclose(outputs["g"], 3 * x**2)
     np.testing.assert_allclose(outputs["hv"], 6 * x * v)
 
 
@@ -420,8 +472,13 @@ def test_derivatives_of_an_order_over_the_limit_are_refused(target):
     answer = ok(call(target, "forward", body(allowed, {"x": np.array([0.3, -0.2]), "v": np.ones(2)})))
     assert answer["outputs"][d].shape == (2,)
     over = b.grad(b.total(d), x, id="over")
-    _error(call(target, "forward", body(b.graph(over), {"x": np.array([0.3, -0.2]), "v": np.ones(2)})), 413, "over", "inputs",
-           f"limit of {MAX_ORDER}")
+    _error(
+        call(target, "forward", body(b.graph(over), {"x": np.array([0.3, -0.2]), "v": np.ones(2)})),
+        413,
+        "over",
+        "inputs",
+        f"limit of {MAX_ORDER}",
+    )
     # nesting through the grad_output counts too
     b2 = GraphBuilder()
     x, v = b2.input("x", requires_grad=True), b2.input("v")

@@ -14,8 +14,12 @@ import engine
 from engine import Variable
 from wire.codec import datatype_of
 
-CASES = [(name, i) for name, op in sorted(engine.OPS.items()) if op.differentiable and op.twice_differentiable
-         for i in range(len(op.samples))]
+CASES = [
+    (name, i)
+    for name, op in sorted(engine.OPS.items())
+    if op.differentiable and op.twice_differentiable
+    for i in range(len(op.samples))
+]
 EPS = 1e-6
 
 
@@ -38,7 +42,12 @@ def wire_attrs(op, index):
 
 def tensor(name, array):
     array = np.asarray(array)
-    return {"name": name, "shape": list(array.shape), "datatype": datatype_of(array.dtype), "data": array.ravel().tolist()}
+    return {
+        "name": name,
+        "shape": list(array.shape),
+        "datatype": datatype_of(array.dtype),
+        "data": array.ravel().tolist(),
+    }
 
 
 def second_order_graph(op, arrays, attrs, floats):
@@ -65,8 +74,10 @@ def test_gradgradcheck_through_the_wire(name, index):
     graph, out = second_order_graph(op, arrays, attrs, floats)
 
     def request(values):
-        return {"graph": graph, "inputs": [tensor(f"x{i}", a) for i, a in enumerate(values)]
-                + [tensor(n, a) for n, a in extra.items()]}
+        return {
+            "graph": graph,
+            "inputs": [tensor(f"x{i}", a) for i, a in enumerate(values)] + [tensor(n, a) for n, a in extra.items()],
+        }
 
     analytic = ok(call("embedded", "backward", request(arrays)))["grads"]
     for i in floats:
@@ -78,8 +89,13 @@ def test_gradgradcheck_through_the_wire(name, index):
                 moved[i].reshape(-1)[j] += sign * EPS
                 values.append(ok(call("embedded", "forward", request(moved)))["outputs"][out])
             numeric[j] = (values[0] - values[1]) / (2 * EPS)
-        np.testing.assert_allclose(np.asarray(analytic[f"x{i}"]).reshape(-1), numeric, rtol=1e-3, atol=1e-5,
-                                   err_msg=f"d out / d x{i} of {name} sample {index}")
+        np.testing.assert_allclose(
+            np.asarray(analytic[f"x{i}"]).reshape(-1),
+            numeric,
+            rtol=1e-3,
+            atol=1e-5,
+            err_msg=f"d out / d x{i} of {name} sample {index}",
+        )
 
 
 @pytest.mark.parametrize(("name", "index"), [c for c in CASES if c[0] in ("mm", "softmax", "getitem", "norm", "where")])

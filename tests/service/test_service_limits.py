@@ -80,8 +80,10 @@ def test_body_over_limit_by_content_length(api):
 
 def test_content_length_over_limit_is_refused_before_the_body_is_sent(server, http):
     """Only the headers are sent: the 413 must come without waiting for a body."""
-    head = (f"POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {10 * LIMIT}\r\n\r\n").encode()
+    head = (
+        f"POST /forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {10 * LIMIT}\r\n\r\n"
+    ).encode()
     status, headers, body = _status_and_json(_raw_http(server.port, head))
     assert status == 413 and "connection: close" in headers
     assert "declares" in body["error"] and body["field"] == "body"
@@ -101,7 +103,9 @@ def test_chunked_body_over_limit_stops_reading(server, http):
 def test_chunked_body_under_limit_works(server):
     payload = orjson.dumps(EXAMPLE)
     head = b"POST /backward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-    parts = [f"{len(payload[i:i + 50]):x}\r\n".encode() + payload[i:i + 50] + b"\r\n" for i in range(0, len(payload), 50)]
+    parts = [
+        f"{len(payload[i : i + 50]):x}\r\n".encode() + payload[i : i + 50] + b"\r\n" for i in range(0, len(payload), 50)
+    ]
     status, _, body = _status_and_json(_raw_http(server.port, head, [*parts, b"0\r\n\r\n"]))
     assert status == 200 and body["grads"][0]["data"] == pytest.approx([10.0, 14.0, 18.0])
 
@@ -121,10 +125,20 @@ def test_streamed_body_reading_stops_at_the_limit_in_process():
         async def send(message):
             sent.append(message)
 
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": "/forward", "raw_path": b"/forward", "query_string": b"",
-                 "root_path": "", "headers": [(b"content-type", b"application/json"), (b"transfer-encoding", b"chunked")], "client": ("127.0.0.1", 1),
-                 "server": ("127.0.0.1", 80)}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/forward",
+            "raw_path": b"/forward",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(b"content-type", b"application/json"), (b"transfer-encoding", b"chunked")],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+        }
         await app(scope, receive, send)
 
     asyncio.run(run())
@@ -138,8 +152,13 @@ def test_streamed_body_reading_stops_at_the_limit_in_process():
 
 def test_api_key():
     with asgi_client(api_key="s3cret-key") as client:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret-key"},
-                        {"Authorization": "s3cret-key"}, {"Authorization": "Bearer s3cret-key-and-more"}):
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": "Basic s3cret-key"},
+            {"Authorization": "s3cret-key"},
+            {"Authorization": "Bearer s3cret-key-and-more"},
+        ):
             for path in ("/forward", "/backward"):
                 response = client.post(path, json=EXAMPLE, headers=headers)
                 assert_error(response, 401, "API key", field="Authorization")
@@ -176,8 +195,11 @@ def test_light_and_short_requests_run_on_the_event_loop_and_heavy_ones_on_the_po
     with asgi_client() as client:
         pool_threads = []
         original = client.app.state.executor.forward
-        monkeypatch.setattr(client.app.state.executor, "forward",
-                            lambda request: pool_threads.append(threading.current_thread().name) or original(request))
+        monkeypatch.setattr(
+            client.app.state.executor,
+            "forward",
+            lambda request: pool_threads.append(threading.current_thread().name) or original(request),
+        )
         # light; a big JSON body; short (a 200x200 intermediate), with the pool idle; heavy (11 of them: 4.4e5 values)
         for body in (EXAMPLE, _pooled(), _long_graph(1), _long_graph(10)):
             assert client.post("/forward", json=body).status_code == 200
@@ -236,8 +258,9 @@ def test_busy_is_503_with_retry_after_but_never_for_inline_requests(monkeypatch)
         gate = _Gate(client.app.state.executor)
         monkeypatch.setattr(client.app.state.executor, "forward", gate)
         results = []
-        threads = [threading.Thread(target=lambda: results.append(client.post("/forward", json=_pooled())))
-                   for _ in range(2)]
+        threads = [
+            threading.Thread(target=lambda: results.append(client.post("/forward", json=_pooled()))) for _ in range(2)
+        ]
         for t in threads:
             t.start()
         try:
@@ -288,8 +311,10 @@ def _long_graph(n: int):
     for i in range(n):
         nodes.append({"id": f"h{i + 1}", "op": "tanh", "inputs": [f"h{i}"]})
     nodes.append({"id": "out", "op": "sum", "inputs": [f"h{n}"]})
-    return {"graph": {"version": 1, "nodes": nodes, "outputs": ["out"]},
-            "inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP64", "data": [0.5]}]}
+    return {
+        "graph": {"version": 1, "nodes": nodes, "outputs": ["out"]},
+        "inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP64", "data": [0.5]}],
+    }
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["engine", "compiled"])

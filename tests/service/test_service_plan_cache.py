@@ -62,9 +62,17 @@ def test_cached_plan_still_rejects_an_input_of_another_declared_dtype(api):
 def test_cached_plan_still_checks_names_and_inferred_shapes(api):
     assert api.post("/forward", json=EXAMPLE).status_code == 200
     assert_error(api.post("/forward", json=example(inputs=[X])), 422, "'w'", node="w", field="inputs")
-    assert_error(api.post("/forward", json=example(inputs=[X, W, {**W, "name": "v"}])), 422, "'v'", node="v", field="inputs")
-    assert_error(api.post("/forward", json=example(inputs=[X, {**W, "shape": [1, 3]}])), 422, "'h'", "mm",
-                 node="h", field="inputs")
+    assert_error(
+        api.post("/forward", json=example(inputs=[X, W, {**W, "name": "v"}])), 422, "'v'", node="v", field="inputs"
+    )
+    assert_error(
+        api.post("/forward", json=example(inputs=[X, {**W, "shape": [1, 3]}])),
+        422,
+        "'h'",
+        "mm",
+        node="h",
+        field="inputs",
+    )
     assert_still_serves(api)
 
 
@@ -125,12 +133,13 @@ def test_binary_header_is_padded_so_buffers_start_aligned():
 @pytest.mark.parametrize("shift", range(8))
 def test_unaligned_binary_tensor_is_decoded_exactly_and_aligned(shift):
     x = np.linspace(-1, 1, 12).reshape(3, 4)
-    head = orjson.dumps({"inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP64",
-                                     "parameters": {"binary_data_size": x.nbytes}}]})
+    head = orjson.dumps(
+        {"inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP64", "parameters": {"binary_data_size": x.nbytes}}]}
+    )
     head += b" " * ((shift - len(head)) % 8)
     body = head + x.tobytes()
     _, tail = codec.split_body(body, len(head))
-    (name, array), = codec.decode_tensors(orjson.loads(head)["inputs"], "inputs", tail, 0, 100)[0]
+    ((name, array),) = codec.decode_tensors(orjson.loads(head)["inputs"], "inputs", tail, 0, 100)[0]
     assert name == "x" and array.flags.aligned and array.flags.c_contiguous
     np.testing.assert_array_equal(array, x)
 
@@ -138,13 +147,20 @@ def test_unaligned_binary_tensor_is_decoded_exactly_and_aligned(shift):
 def test_unaligned_binary_request_is_answered_correctly(api):
     x = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
     w = np.array([[0.1], [0.2], [0.3]], np.float32)
-    header = {"graph": EXAMPLE["graph"], "inputs": [
-        {"name": "x", "shape": [2, 3], "datatype": "FP32", "parameters": {"binary_data_size": x.nbytes}},
-        {"name": "w", "shape": [3, 1], "datatype": "FP32", "parameters": {"binary_data_size": w.nbytes}}]}
+    header = {
+        "graph": EXAMPLE["graph"],
+        "inputs": [
+            {"name": "x", "shape": [2, 3], "datatype": "FP32", "parameters": {"binary_data_size": x.nbytes}},
+            {"name": "w", "shape": [3, 1], "datatype": "FP32", "parameters": {"binary_data_size": w.nbytes}},
+        ],
+    }
     head = orjson.dumps(header)
     head += b" " * ((1 - len(head)) % 4)
-    response = api.post("/backward", content=head + x.tobytes() + w.tobytes(),
-                        headers={HEADER_LENGTH: str(len(head)), "Content-Type": "application/octet-stream"})
+    response = api.post(
+        "/backward",
+        content=head + x.tobytes() + w.tobytes(),
+        headers={HEADER_LENGTH: str(len(head)), "Content-Type": "application/octet-stream"},
+    )
     assert response.status_code == 200, response.text
     grads = {g["name"]: g for g in response.json()["grads"]}
     assert grads["w"]["data"] == pytest.approx([10.0, 14.0, 18.0])
@@ -156,6 +172,7 @@ def _pool_run(pool, fn, *args, **kwargs):
             return await pool.run(fn, *args, **kwargs)
         finally:
             pool.shutdown()
+
     return asyncio.run(main())
 
 

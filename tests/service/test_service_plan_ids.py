@@ -9,7 +9,7 @@ import httpx
 import numpy as np
 import orjson
 import pytest
-from service_testkit import EXAMPLE, assert_error, assert_still_serves, example
+from service_testkit import EXAMPLE, assert_error, assert_still_serves
 
 import client
 from client import Variable
@@ -68,8 +68,10 @@ def test_a_plan_id_gets_around_no_limit():
     executor = Executor(limits)
     plan_id = executor.backward(_request(EXAMPLE, limits)).plan
     big = _without_graph(EXAMPLE, plan_id)
-    big["inputs"] = [{"name": "x", "shape": [300, 300], "datatype": "FP32", "data": [0.0] * 90000},
-                     {"name": "w", "shape": [300, 300], "datatype": "FP32", "data": [0.0] * 90000}]
+    big["inputs"] = [
+        {"name": "x", "shape": [300, 300], "datatype": "FP32", "data": [0.0] * 90000},
+        {"name": "w", "shape": [300, 300], "datatype": "FP32", "data": [0.0] * 90000},
+    ]
     with pytest.raises(RequestError) as err:
         executor.backward(_request(big, limits))
     assert err.value.kind == "too_large" and "work" in str(err.value)
@@ -102,7 +104,7 @@ class Recording(httpx.BaseTransport):
     def handle_request(self, request):
         body = request.read()
         length = request.headers.get("inference-header-content-length")
-        self.headers.append(orjson.loads(body[:int(length)] if length else body))
+        self.headers.append(orjson.loads(body[: int(length)] if length else body))
         return self.inner.handle_request(request)
 
 

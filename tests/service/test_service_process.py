@@ -53,7 +53,7 @@ def test_cli_flags_override_env_and_reach_uvicorn(monkeypatch):
 
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append((app, kw)))
     assert cli.main(["serve", "--port", "9002", "--workers", "3", "--device", "cpu", "--log-level", "debug"]) == 0
-    (app, kw), = calls
+    ((app, kw),) = calls
     assert app == "service.app:create_app" and kw["factory"] is True
     assert kw["port"] == 9002 and kw["workers"] == 3 and kw["host"] == "127.0.0.1" and kw["log_level"] == "debug"
     assert kw["timeout_graceful_shutdown"] > 0
@@ -93,8 +93,11 @@ def test_cli_rejects_bad_settings(monkeypatch, capsys):
 
 def _partial_request(port: int, body: bytes, cut: int) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=20)
-    sock.sendall(f"POST /backward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:cut])
+    sock.sendall(
+        f"POST /backward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body[:cut]
+    )
     return sock
 
 
@@ -113,8 +116,9 @@ def _read_response(sock: socket.socket) -> tuple[int, dict]:
 def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(tmp_path):
     """`gradserve serve`; SIGTERM arrives while a request is half sent; it still gets its 200."""
     body = orjson.dumps(EXAMPLE)
-    with running_server(tmp_path / "server.log", command=[GRADSERVE, "serve", "--log-level", "info"],
-                        timeout_graceful_shutdown=10) as server:
+    with running_server(
+        tmp_path / "server.log", command=[GRADSERVE, "serve", "--log-level", "info"], timeout_graceful_shutdown=10
+    ) as server:
         sock = _partial_request(server.port, body, len(body) // 2)
         with sock:
             time.sleep(0.3)  # the server has the headers: the request is in flight
@@ -130,7 +134,7 @@ def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(tmp_path):
                 pytest.fail("the server kept accepting connections after SIGTERM")
             time.sleep(0.5)
             assert server.proc.poll() is None  # ...but waits for the request in flight
-            sock.sendall(body[len(body) // 2:])
+            sock.sendall(body[len(body) // 2 :])
             status, result = _read_response(sock)
         assert status == 200, result
         assert result["grads"][0]["data"] == pytest.approx([10.0, 14.0, 18.0])
@@ -139,8 +143,9 @@ def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(tmp_path):
 
 
 def test_python_m_service_with_workers_takes_settings_from_env(tmp_path):
-    with running_server(tmp_path / "server.log", command=[sys.executable, "-m", "service", "serve", "--workers", "2"],
-                        max_nodes=123) as server:
+    with running_server(
+        tmp_path / "server.log", command=[sys.executable, "-m", "service", "serve", "--workers", "2"], max_nodes=123
+    ) as server:
         for _ in range(4):  # whichever worker answers has the same settings
             info = httpx.get(f"{server.base_url}/info", timeout=10).json()
             assert info["limits"]["max_nodes"] == 123
