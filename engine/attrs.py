@@ -8,12 +8,24 @@ from __future__ import annotations
 
 import math
 import operator
+import reprlib
 from dataclasses import dataclass
 
 REQUIRED = object()
 INT64 = (-(2**63), 2**63 - 1)
 MAX_DIMS = 64  # NumPy's limit on the number of dimensions
 DTYPES = ("float16", "float32", "float64", "int32", "int64", "bool")
+
+
+_SHOWN = reprlib.Repr()  # keyword arguments only from Python 3.12
+_SHOWN.maxlevel, _SHOWN.maxdict, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxset = 3, 6, 8, 8, 6
+_SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother = 80, 40, 80
+
+
+def shown(value) -> str:
+    """A bounded repr of a value that came from outside, for an error message: a hostile value
+    (a megabyte string, lists nested a thousand deep) is shortened, never echoed whole or recursed into."""
+    return _SHOWN.repr(value)
 
 
 class AttrError(ValueError):
@@ -41,13 +53,13 @@ class Attr:
 
 def _int(value, name):
     if isinstance(value, bool):
-        raise AttrError(f"attribute {name!r} must be an integer, got a boolean")
+        raise AttrError(f"attribute {shown(name)} must be an integer, got a boolean")
     try:
         number = operator.index(value)
     except TypeError:
-        raise AttrError(f"attribute {name!r} must be an integer, got {value!r}") from None
+        raise AttrError(f"attribute {shown(name)} must be an integer, got {shown(value)}") from None
     if not INT64[0] <= number <= INT64[1]:
-        raise AttrError(f"attribute {name!r}: {number} is out of the 64-bit integer range")
+        raise AttrError(f"attribute {shown(name)}: {number} is out of the 64-bit integer range")
     return number
 
 
@@ -56,22 +68,22 @@ def _float(value, name):
         try:
             return float(value.item())  # numpy / cupy scalars and 0-d arrays
         except Exception:  # noqa: BLE001
-            raise AttrError(f"attribute {name!r} must be a number, got {value!r}") from None
+            raise AttrError(f"attribute {shown(name)} must be a number, got {shown(value)}") from None
     return float(value)
 
 
 def _ints(value, name):
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise AttrError(f"attribute {name!r} must be a list of integers, got {value!r}")
+        raise AttrError(f"attribute {shown(name)} must be a list of integers, got {shown(value)}")
     return tuple(_int(v, name) for v in value)
 
 
 def _shape(value, name):
     shape = _ints(value, name)
     if len(shape) > MAX_DIMS:
-        raise AttrError(f"attribute {name!r} has {len(shape)} dimensions, over the limit of {MAX_DIMS}")
+        raise AttrError(f"attribute {shown(name)} has {len(shape)} dimensions, over the limit of {MAX_DIMS}")
     if any(d < -1 for d in shape):
-        raise AttrError(f"attribute {name!r} has a negative size: {list(shape)}")
+        raise AttrError(f"attribute {shown(name)} has a negative size: {list(shape)}")
     return shape
 
 
@@ -93,21 +105,21 @@ def _optional_int(value, name):
 
 def _bool(value, name):
     if not isinstance(value, bool):
-        raise AttrError(f"attribute {name!r} must be true or false, got {value!r}")
+        raise AttrError(f"attribute {shown(name)} must be true or false, got {shown(value)}")
     return value
 
 
 def _dtype(value, name):
     text = str(getattr(value, "name", value))
     if text not in DTYPES:
-        raise AttrError(f"attribute {name!r} must be one of {', '.join(DTYPES)}, got {value!r}")
+        raise AttrError(f"attribute {shown(name)} must be one of {', '.join(DTYPES)}, got {shown(value)}")
     return text
 
 
 def _p_norm(value, name):
     p = _float(value, name)
     if not (p > 0) or math.isnan(p):
-        raise AttrError(f"attribute {name!r} must be a positive number or inf, got {value!r}")
+        raise AttrError(f"attribute {shown(name)} must be a positive number or inf, got {shown(value)}")
     return p
 
 
@@ -117,14 +129,14 @@ def _in_range(value) -> bool:
 
 def _index(spec, name="index"):
     if not isinstance(spec, (list, tuple)):
-        raise AttrError(f"attribute {name!r} must be a list of index items, got {spec!r}")
+        raise AttrError(f"attribute {shown(name)} must be a list of index items, got {shown(spec)}")
     out = []
     for item in spec:
         if item is None or item == "...":
             out.append(item)
         elif isinstance(item, int) and not isinstance(item, bool):
             if not _in_range(item):
-                raise AttrError(f"attribute {name!r}: index {item} is out of the 64-bit integer range")
+                raise AttrError(f"attribute {shown(name)}: index {item} is out of the 64-bit integer range")
             out.append(item)
         elif isinstance(item, dict) and set(item) == {"slice"}:
             bounds = item["slice"]
@@ -134,12 +146,14 @@ def _index(spec, name="index"):
                 or not all(b is None or (isinstance(b, int) and not isinstance(b, bool)) for b in bounds)
             ):
                 raise AttrError(
-                    f"attribute {name!r}: a slice is [start, stop, step] of integers or null, got {bounds!r}"
+                    f"attribute {shown(name)}: a slice is [start, stop, step] of integers or null, got {shown(bounds)}"
                 )
             if not all(b is None or _in_range(b) for b in bounds):
-                raise AttrError(f"attribute {name!r}: a slice bound is out of the 64-bit integer range: {bounds!r}")
+                raise AttrError(
+                    f"attribute {shown(name)}: a slice bound is out of the 64-bit integer range: {shown(bounds)}"
+                )
             if bounds[2] == 0:
-                raise AttrError(f"attribute {name!r}: slice step cannot be zero")
+                raise AttrError(f"attribute {shown(name)}: slice step cannot be zero")
             out.append({"slice": list(bounds)})
         elif (
             isinstance(item, dict)
@@ -150,7 +164,7 @@ def _index(spec, name="index"):
         ):
             out.append({"tensor": item["tensor"]})
         else:
-            raise AttrError(f"attribute {name!r}: unsupported index item {item!r}")
+            raise AttrError(f"attribute {shown(name)}: unsupported index item {shown(item)}")
     return tuple(out)
 
 

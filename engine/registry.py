@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import numpy
 
 from engine import backend, costs
-from engine.attrs import REQUIRED, Attr, check
+from engine.attrs import REQUIRED, Attr, check, shown
 from engine.grad_mode import state as grad_state
 from engine.node import OpNode, apply_op
 from engine.variable import Variable, as_array, host_array
@@ -110,7 +110,7 @@ class OpDef:
             if name in given:
                 out[name] = check(spec.kind, given[name], name)
             elif spec.required:
-                raise TypeError(f"{self.name}() is missing required attribute {name!r}")
+                raise TypeError(f"{self.name}() is missing required attribute {shown(name)}")
             else:
                 out[name] = spec.default
         return out
@@ -193,7 +193,7 @@ def parse_call(op: OpDef, rest: tuple, kwargs: dict) -> dict:
     given = dict(zip(names, rest))
     for key, value in kwargs.items():
         if key in given:
-            raise TypeError(f"{op.name}() got multiple values for argument {key!r}")
+            raise TypeError(f"{op.name}() got multiple values for argument {shown(key)}")
         given[key] = value
     return op.check_attrs(given)
 
@@ -275,7 +275,7 @@ def _make_trusted(op: OpDef):
 def defop(name, forward, *vjps, vjp=None, arity=None, attrs=None, methods=None, **options) -> OpDef:
     """Declare an op. `arity` defaults to the number of vjps (1 when there are none)."""
     if name in OPS:
-        raise ValueError(f"op {name!r} is declared twice")
+        raise ValueError(f"op {shown(name)} is declared twice")
     if arity is None and not options.get("variadic"):
         arity = len(vjps) or 1
     options.pop("variadic", None)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy
 
+from engine.attrs import shown
 from engine.registry import OPS
 from wire.errors import RequestError
 
@@ -66,16 +67,32 @@ def _uses_output(step) -> bool:
     return step.op not in ("function", "grad") and bool(OPS[step.op].uses_output)
 
 
-def _ancestors(steps, node_id) -> set:
-    """Ids of the steps that `node_id` is computed from (itself included)."""
-    inputs = {s.id: s.inputs for s in steps}
-    found, todo = set(), [node_id]
-    while todo:
-        ref = todo.pop()
-        if ref not in found and ref in inputs:
-            found.add(ref)
-            todo.extend(inputs[ref])
-    return found
+class _Ancestry:
+    """What a grad node's backward walks: the steps its output is computed from, found in time linear
+    in the graph. Each output's ancestors are walked once (grad nodes of one output share them); once
+    the walks together have visited `WALK_FACTOR` times the graph's steps, the rest get everything
+    before them, an upper bound, so thousands of grad nodes of thousands of outputs stay linear."""
+
+    WALK_FACTOR = 8
+
+    def __init__(self, steps):
+        self.inputs = {s.id: s.inputs for s in steps}
+        self.budget = self.WALK_FACTOR * len(steps)
+        self.memo: dict = {}
+
+    def of(self, node_id):
+        """The ancestors of node_id (itself included), or None when the walks' budget is spent."""
+        if node_id in self.memo:
+            return self.memo[node_id]
+        found, todo = set(), [node_id]
+        while todo and self.budget > 0:
+            ref = todo.pop()
+            if ref not in found and ref in self.inputs:
+                found.add(ref)
+                self.budget -= 1
+                todo.extend(self.inputs[ref])
+        self.memo[node_id] = found if not todo else None
+        return self.memo[node_id]
 
 
 def _differentiable(step, bounds):
@@ -102,6 +119,7 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
     saved_count: dict = {}
     recorded = []  # (index, extra bytes the node keeps for its backward, backward work, backward sub-peak)
     work_of = {}
+    ancestry, work_before, size_before = _Ancestry(steps), 0, live  # the leaves count as ancestors
     for index, step in enumerate(steps):
         if step.op in LEAVES:
             continue
@@ -122,15 +140,19 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
         elif step.op == "grad":
             # a backward with create_graph over the subgraph the output is computed from: about
             # twice its forward work, and a recorded graph about as big as its values
-            sub = _ancestors(steps[:index], step.inputs[0])
-            step_work = 2 * sum(work_of.get(ref, 0) for ref in sub)
-            transient = sum(size[ref] for ref in sub)
+            sub = ancestry.of(step.inputs[0])
+            if sub is None:
+                step_work, transient = 2 * work_before, size_before
+            else:
+                step_work = 2 * sum(work_of.get(ref, 0) for ref in sub)
+                transient = sum(size[ref] for ref in sub)
             kept, back_work = transient, 2 * step_work
         else:
             in_shapes = [bounds[i][0] for i in step.inputs]
             step_work = OPS[step.op].cost(in_shapes, bounds[step.id][0], step.attrs)[1]
             back_work = 2 * step_work
         work_of[step.id] = step_work
+        work_before, size_before = work_before + step_work, size_before + size[step.id]
         work += step_work
         if step_work > node_work:
             work_node, node_work = step.id, step_work
@@ -188,7 +210,7 @@ def _figure(nbytes: int) -> str:
 
 def _node(plan, node_id):
     op = next((s.op for s in plan.steps if s.id == node_id), None)
-    return f"node {node_id!r} ({op})" if op else "the request"
+    return f"node {shown(node_id)} ({op})" if op else "the request"
 
 
 def check_budgets(cost: Cost, plan, limits):

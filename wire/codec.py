@@ -14,6 +14,7 @@ import math
 import numpy
 import orjson
 
+from engine.attrs import shown
 from wire.errors import TensorError
 
 DATATYPES = {
@@ -78,18 +79,19 @@ def check_header(obj, where: str, max_elements: int):
     shape = obj.get("shape")
     if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):  # int: not bool
         raise TensorError(
-            f"tensor {name!r}: 'shape' must be a list of non-negative integers, got {shape!r}", field=f"{where}.shape"
+            f"tensor {shown(name)}: 'shape' must be a list of non-negative integers, got {shown(shape)}",
+            field=f"{where}.shape",
         )
     if len(shape) > MAX_DIMS:
         raise TensorError(
-            f"tensor {name!r}: shape has {len(shape)} dimensions, more than the limit of {MAX_DIMS}",
+            f"tensor {shown(name)}: shape has {len(shape)} dimensions, more than the limit of {MAX_DIMS}",
             field=f"{where}.shape",
         )
-    count = element_count(shape, max_elements, f"tensor {name!r}", f"{where}.shape")
+    count = element_count(shape, max_elements, f"tensor {shown(name)}", f"{where}.shape")
     datatype = obj.get("datatype")
-    if datatype not in DATATYPES:
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
         raise TensorError(
-            f"tensor {name!r}: unknown datatype {datatype!r}; expected one of {', '.join(DATATYPES)}",
+            f"tensor {shown(name)}: unknown datatype {shown(datatype)}; expected one of {', '.join(DATATYPES)}",
             field=f"{where}.datatype",
         )
     return name, tuple(shape), DATATYPES[datatype], count
@@ -136,7 +138,7 @@ def _unspell(data):
         return [_unspell(d) for d in data]
     if isinstance(data, str):
         if data not in NONFINITE:
-            raise TensorError(f"unknown number spelling {data!r}; use NaN, Infinity or -Infinity")
+            raise TensorError(f"unknown number spelling {shown(data)}; use NaN, Infinity or -Infinity")
         return NONFINITE[data]
     return data
 
@@ -165,11 +167,11 @@ def _from_list(name, data, dtype, shape, count, where):
                 raise ValueError(f"values outside the range of {dtype.name} [{info.min}, {info.max}]")
     except (TensorError, ValueError, TypeError, OverflowError) as err:
         raise TensorError(
-            f"tensor {name!r}: data is not a (nested) list of {dtype.name} values: {err}", field=f"{where}.data"
+            f"tensor {shown(name)}: data is not a (nested) list of {dtype.name} values: {err}", field=f"{where}.data"
         ) from None
     if array.size != count:
         raise TensorError(
-            f"tensor {name!r}: data has {array.size} elements but shape {list(shape)} needs {count}",
+            f"tensor {shown(name)}: data has {array.size} elements but shape {list(shape)} needs {count}",
             field=f"{where}.data",
         )
     return array.astype(dtype, copy=False).reshape(shape)
@@ -184,7 +186,7 @@ def _decode_json(obj, checked, where: str):
     name, shape, dtype, count = checked
     if "data" not in obj:
         raise TensorError(
-            f"tensor {name!r}: missing 'data' (or parameters.binary_data_size for a binary tensor)",
+            f"tensor {shown(name)}: missing 'data' (or parameters.binary_data_size for a binary tensor)",
             field=f"{where}.data",
         )
     data = obj["data"]
@@ -200,12 +202,12 @@ def binary_size(obj, where: str = "tensor"):
         size = params["binary_data_size"]
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise TensorError(
-                f"parameters.binary_data_size must be a non-negative integer, got {size!r}",
+                f"parameters.binary_data_size must be a non-negative integer, got {shown(size)}",
                 field=f"{where}.parameters.binary_data_size",
             )
         if "data" in obj:
             raise TensorError(
-                f"tensor {obj.get('name')!r} has both 'data' and parameters.binary_data_size; send one or the other",
+                f"tensor {shown(obj.get('name'))} has both 'data' and parameters.binary_data_size; send one or the other",
                 field=f"{where}.data",
             )
         return size
@@ -247,13 +249,13 @@ def _binary_view(checked, size: int, where: str, tail, offset: int):
     name, shape, dtype, count = checked
     if size != count * dtype.itemsize:
         raise TensorError(
-            f"tensor {name!r}: binary_data_size {size} does not match shape {list(shape)} of {dtype.name} "
+            f"tensor {shown(name)}: binary_data_size {size} does not match shape {list(shape)} of {dtype.name} "
             f"({count * dtype.itemsize} bytes)",
             field=f"{where}.parameters.binary_data_size",
         )
     if tail is None or offset + size > len(tail):
         raise TensorError(
-            f"tensor {name!r}: the body ends before its {size} bytes of binary data",
+            f"tensor {shown(name)}: the body ends before its {size} bytes of binary data",
             field=f"{where}.parameters.binary_data_size",
             kind="malformed",
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from engine import backend
+from engine.attrs import shown
 from engine.autograd import grad as engine_grad
 from engine.node import GraphFreedError
 from engine.variable import Variable
@@ -16,7 +17,7 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
     unknown = set(grad_outputs) - set(execution.outputs)
     if unknown:
         raise GraphError(
-            f"grad_outputs names {sorted(unknown)!r}, which are not outputs of the graph", field="grad_outputs"
+            f"grad_outputs names {shown(sorted(unknown))}, which are not outputs of the graph", field="grad_outputs"
         )
     wrt = [n for n in execution.plan.inputs if n in execution.plan.requires_grad] if wrt is None else list(wrt)
     if not wrt:
@@ -27,14 +28,14 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
         if not isinstance(v, Variable):
             if any(step.id == name for step in execution.plan.steps):
                 raise GraphError(
-                    f"wrt names {name!r}, an intermediate value the run did not keep: name intermediates in "
+                    f"wrt names {shown(name)}, an intermediate value the run did not keep: name intermediates in "
                     "wrt with the request that runs the graph",
                     node=name,
                     field="wrt",
                 )
-            raise GraphError(f"wrt names {name!r}, which is not a node of the graph", node=name, field="wrt")
+            raise GraphError(f"wrt names {shown(name)}, which is not a node of the graph", node=name, field="wrt")
         if not v.requires_grad:
-            raise GraphError(f"wrt names {name!r}, which does not require grad", node=name, field="wrt")
+            raise GraphError(f"wrt names {shown(name)}, which does not require grad", node=name, field="wrt")
         targets.append(v)
     outs, seeds = [], []
     for name, out in execution.outputs.items():
@@ -44,8 +45,8 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
         if seed is None:
             if out._data.size != 1:
                 raise GraphError(
-                    f"output {name!r} has shape {list(out.shape)}: a gradient can be implied only for scalar outputs; "
-                    f"pass grad_outputs with a tensor named {name!r}",
+                    f"output {shown(name)} has shape {list(out.shape)}: a gradient can be implied only for scalar outputs; "
+                    f"pass grad_outputs with a tensor named {shown(name)}",
                     node=name,
                     field="grad_outputs",
                 )
@@ -53,7 +54,7 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
         else:
             if tuple(seed.shape) != tuple(out.shape):
                 raise GraphError(
-                    f"grad_outputs {name!r} has shape {list(seed.shape)} but the output has shape {list(out.shape)}",
+                    f"grad_outputs {shown(name)} has shape {list(seed.shape)} but the output has shape {list(out.shape)}",
                     node=name,
                     field="grad_outputs",
                 )

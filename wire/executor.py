@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from engine.attrs import shown
 from wire.budget import check_budgets
 from wire.compile import run_compiled
 from wire.differentiate import gradients
@@ -42,7 +43,7 @@ class Executor:
             plan, key = self.plans.by_id(request.plan), None
             if plan is None:
                 raise RequestError(
-                    f"plan {request.plan!r} is not (or no longer) held by this server; send the graph",
+                    f"plan {shown(request.plan)} is not (or no longer) held by this server; send the graph",
                     field="plan",
                     kind="not_found",
                 )
@@ -81,7 +82,7 @@ class Executor:
                 else " (inside its function)"
             )
             raise RequestError(
-                f"node {node_id!r} would hold {shapes.largest} elements{where}, over the limit of {big}",
+                f"node {shown(node_id)} would hold {shapes.largest} elements{where}, over the limit of {big}",
                 node=node_id,
                 kind="too_large",
             )

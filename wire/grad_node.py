@@ -18,6 +18,7 @@ computes the gradients for every wrt of the group that exists at that point.
 from __future__ import annotations
 
 from engine import backend
+from engine.attrs import shown
 from engine.autograd import grad as engine_grad
 from engine.registry import OPS, coerce, trusted
 from engine.variable import Variable
@@ -39,13 +40,13 @@ def parse_step(step_class, node_id, raw_inputs, attrs, scope):
     """The Step of a grad node (its references are checked by the caller)."""
     if scope != "graph":
         raise GraphError(
-            f"node {node_id!r}: grad nodes are not allowed inside a function subgraph", node=node_id, field="op"
+            f"node {shown(node_id)}: grad nodes are not allowed inside a function subgraph", node=node_id, field="op"
         )
     if attrs:
-        raise GraphError(f"grad node {node_id!r} takes no attrs", node=node_id, field="attrs")
+        raise GraphError(f"grad node {shown(node_id)} takes no attrs", node=node_id, field="attrs")
     if len(raw_inputs) not in (2, 3):
         raise GraphError(
-            f"grad node {node_id!r} takes 2 or 3 inputs (output, wrt[, grad_output]), got {len(raw_inputs)}",
+            f"grad node {shown(node_id)} takes 2 or 3 inputs (output, wrt[, grad_output]), got {len(raw_inputs)}",
             node=node_id,
             field="inputs",
         )
@@ -60,7 +61,7 @@ def plan_grad_steps(steps, declared_requires_grad, minor_version) -> frozenset:
         return frozenset()
     if minor_version < MINOR_VERSION:
         raise GraphError(
-            f'grad node {grad_steps[0].id!r} needs graph version "1.1" (the graph declares 1.{minor_version})',
+            f'grad node {shown(grad_steps[0].id)} needs graph version "1.1" (the graph declares 1.{minor_version})',
             node=grad_steps[0].id,
             field="graph.version",
         )
@@ -73,14 +74,15 @@ def plan_grad_steps(steps, declared_requires_grad, minor_version) -> frozenset:
         wrt = s.inputs[1]
         if wrt not in differentiable:
             raise GraphError(
-                f"grad node {s.id!r}: cannot differentiate with respect to {wrt!r}: it depends on no input "
+                f"grad node {shown(s.id)}: cannot differentiate with respect to {shown(wrt)}: it depends on no input "
                 "that requires grad (or only through non-differentiable ops)",
                 node=s.id,
                 field="inputs",
             )
         groups.setdefault(_group_key(s), []).append(wrt)
+    shared = {key: {"group": tuple(dict.fromkeys(wrts))} for key, wrts in groups.items()}
     for s in grad_steps:
-        s.attrs = {"group": tuple(dict.fromkeys(groups[_group_key(s)]))}
+        s.attrs = shared[_group_key(s)]  # one tuple per group, not one per node: linear in the nodes
     return wrt_inputs
 
 
@@ -91,7 +93,7 @@ def _check_order(steps):
         order[s.id] = below + 1 if s.op == "grad" else below
         if order[s.id] > MAX_ORDER:
             raise GraphError(
-                f"grad node {s.id!r} is a derivative of order {order[s.id]}, over the limit of {MAX_ORDER} "
+                f"grad node {shown(s.id)} is a derivative of order {order[s.id]}, over the limit of {MAX_ORDER} "
                 "(grad nodes nested in one another)",
                 node=s.id,
                 field="inputs",
@@ -122,21 +124,21 @@ def infer(step, known):
         v = known.get(step.inputs[2])
         if y is not None and v is not None and tuple(v[0]) != tuple(y[0]):
             raise GraphError(
-                f"grad node {step.id!r}: grad_output {step.inputs[2]!r} has shape {list(v[0])} but "
-                f"{step.inputs[0]!r} has shape {list(y[0])}",
+                f"grad node {shown(step.id)}: grad_output {shown(step.inputs[2])} has shape {list(v[0])} but "
+                f"{shown(step.inputs[0])} has shape {list(y[0])}",
                 node=step.id,
                 field="inputs",
             )
     elif y is not None and _size(y[0]) != 1:
         raise GraphError(
-            f"grad node {step.id!r}: {step.inputs[0]!r} has shape {list(y[0])}: a gradient can be implied only "
+            f"grad node {shown(step.id)}: {shown(step.inputs[0])} has shape {list(y[0])}: a gradient can be implied only "
             "for one-element outputs; give a grad_output as the third input",
             node=step.id,
             field="inputs",
         )
     if x is not None and getattr(x[1], "kind", "f") != "f":
         raise GraphError(
-            f"grad node {step.id!r}: {step.inputs[1]!r} is {x[1]}; only floating point values have gradients",
+            f"grad node {shown(step.id)}: {shown(step.inputs[1])} is {x[1]}; only floating point values have gradients",
             node=step.id,
             field="inputs",
         )
@@ -173,7 +175,7 @@ def _gradients(step, values, wrts) -> dict:
                 [out], [targets[w] for w in live], [seed], retain_graph=True, create_graph=True, allow_unused=True
             )
         except RuntimeError as err:
-            raise GraphError(f"grad node {step.id!r} failed: {err}", node=step.id) from None
+            raise GraphError(f"grad node {shown(step.id)} failed: {err}", node=step.id) from None
         found = {w: g for w, g in zip(live, grads) if g is not None}
     return {w: found[w] if w in found else _zeros(targets[w]) for w in wrts}
 
@@ -182,7 +184,7 @@ def _seed(step, out, values):
     if len(step.inputs) == 2:
         if out._data.size != 1:
             raise GraphError(
-                f"grad node {step.id!r}: {step.inputs[0]!r} has shape {list(out.shape)}: give a grad_output",
+                f"grad node {shown(step.id)}: {shown(step.inputs[0])} has shape {list(out.shape)}: give a grad_output",
                 node=step.id,
                 field="inputs",
             )
@@ -190,8 +192,8 @@ def _seed(step, out, values):
     seed = coerce([out, values[step.inputs[2]]])[1]
     if tuple(seed.shape) != tuple(out.shape):
         raise GraphError(
-            f"grad node {step.id!r}: grad_output {step.inputs[2]!r} has shape {list(seed.shape)} but "
-            f"{step.inputs[0]!r} has shape {list(out.shape)}",
+            f"grad node {shown(step.id)}: grad_output {shown(step.inputs[2])} has shape {list(seed.shape)} but "
+            f"{shown(step.inputs[0])} has shape {list(out.shape)}",
             node=step.id,
             field="inputs",
         )

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from engine.attrs import INT64, AttrError
+from engine.attrs import INT64, AttrError, shown
 from engine.indexing import tensor_count
 from engine.registry import OPS
 from engine.variable import as_array
@@ -120,7 +120,7 @@ def _fail(message, node=None, field=None):
 def _check_subgraph(obj, where, node_id):
     if not isinstance(obj, dict) or not isinstance(obj.get("nodes"), list) or not isinstance(obj.get("outputs"), list):
         _fail(
-            f"function node {node_id!r}: {where} must be an object with 'nodes' and 'outputs' lists",
+            f"function node {shown(node_id)}: {where} must be an object with 'nodes' and 'outputs' lists",
             node_id,
             f"attrs.{where}",
         )
@@ -147,7 +147,9 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
         d = 1 + max((depth[i] for i in step.inputs if isinstance(i, str)), default=0)
         if d > max_depth:
             raise GraphError(
-                f"node {step.id!r}: the graph is deeper than the limit of {max_depth}", node=step.id, kind="too_large"
+                f"node {shown(step.id)}: the graph is deeper than the limit of {max_depth}",
+                node=step.id,
+                kind="too_large",
             )
         depth[step.id] = d
         seen.add(step.id)
@@ -160,9 +162,9 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
     if not isinstance(outputs, list) or not outputs:
         _fail("'graph.outputs' must be a non-empty list of node ids", field="graph.outputs")
     for out in outputs:
-        if out is not None and out not in seen:
+        if out is not None and (not isinstance(out, str) or out not in seen):
             _fail(
-                f"output {out!r} is not a node of the graph",
+                f"output {shown(out)} is not a node of the graph",
                 node=out if isinstance(out, str) else None,
                 field="graph.outputs",
             )
@@ -191,7 +193,7 @@ def _minor_version(version) -> int:
         minor = 0 if version == 1 else None
     if minor is None:
         _fail(
-            f"unsupported graph version {version!r}; this server speaks {', '.join(map(repr, VERSIONS))} "
+            f"unsupported graph version {shown(version)}; this server speaks {', '.join(map(repr, VERSIONS))} "
             f'(or the number 1, meaning "1.0")',
             field="graph.version",
         )
@@ -206,35 +208,37 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget) -> Step:
     if not isinstance(node_id, str) or not node_id:
         _fail(f"{where}: 'id' must be a non-empty string", field=f"{where}.id")
     if node_id in seen:
-        _fail(f"node {node_id!r} is defined twice (ids are single-assignment)", node_id, "id")
+        _fail(f"node {shown(node_id)} is defined twice (ids are single-assignment)", node_id, "id")
     extra = set(node) - NODE_KEYS
     if extra:
-        _fail(f"node {node_id!r}: unknown field(s) {', '.join(sorted(extra))}", node_id, sorted(extra)[0])
+        _fail(f"node {shown(node_id)}: unknown field(s) {', '.join(sorted(extra))}", node_id, sorted(extra)[0])
     op = node.get("op")
     if not isinstance(op, str):
-        _fail(f"node {node_id!r}: 'op' must be a string", node_id, "op")
+        _fail(f"node {shown(node_id)}: 'op' must be a string", node_id, "op")
     raw_inputs = node.get("inputs", [])
     if not isinstance(raw_inputs, list) or not all(isinstance(i, str) for i in raw_inputs):
-        _fail(f"node {node_id!r}: 'inputs' must be a list of node ids", node_id, "inputs")
+        _fail(f"node {shown(node_id)}: 'inputs' must be a list of node ids", node_id, "inputs")
     for ref in raw_inputs:
         if ref not in seen:
             _fail(
-                f"node {node_id!r}: input {ref!r} is not defined before this node (nodes must be in topological order)",
+                f"node {shown(node_id)}: input {shown(ref)} is not defined before this node (nodes must be in topological order)",
                 node_id,
                 "inputs",
             )
     attrs = node.get("attrs", {})
     if not isinstance(attrs, dict):
-        _fail(f"node {node_id!r}: 'attrs' must be an object", node_id, "attrs")
+        _fail(f"node {shown(node_id)}: 'attrs' must be an object", node_id, "attrs")
     requires_grad = node.get("requires_grad", False)
     if not isinstance(requires_grad, bool):
-        _fail(f"node {node_id!r}: 'requires_grad' must be true or false", node_id, "requires_grad")
+        _fail(f"node {shown(node_id)}: 'requires_grad' must be true or false", node_id, "requires_grad")
     if op != "input" and ({"requires_grad", "shape", "dtype"} & set(node)):
-        _fail(f"node {node_id!r}: only input nodes take requires_grad, shape and dtype", node_id, "op")
+        _fail(f"node {shown(node_id)}: only input nodes take requires_grad, shape and dtype", node_id, "op")
     if op == "input":
         if scope != "graph":
             _fail(
-                f"node {node_id!r}: input nodes are not allowed inside a function subgraph (use 'arg')", node_id, "op"
+                f"node {shown(node_id)}: input nodes are not allowed inside a function subgraph (use 'arg')",
+                node_id,
+                "op",
             )
         return _input_step(node, node_id, raw_inputs, attrs, requires_grad)
     if op == "constant":
@@ -247,14 +251,14 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget) -> Step:
         return _function_step(node_id, raw_inputs, attrs, max_nodes, max_depth, budget)
     spec = OPS.get(op)
     if spec is None:
-        _fail(f"node {node_id!r}: unknown op {op!r} (GET /ops lists the known ones)", node_id, "op")
+        _fail(f"node {shown(node_id)}: unknown op {shown(op)} (GET /ops lists the known ones)", node_id, "op")
     try:
         checked = spec.check_attrs(_unspell_floats(spec, attrs))
     except (AttrError, TypeError) as err:
-        _fail(f"node {node_id!r} ({op}): {err}", node_id, "attrs")
+        _fail(f"node {shown(node_id)} ({op}): {err}", node_id, "attrs")
     problem = spec.arity_error(len(raw_inputs), checked)
     if problem:
-        _fail(f"node {node_id!r} ({op}) {problem}", node_id, "inputs")
+        _fail(f"node {shown(node_id)} ({op}) {problem}", node_id, "inputs")
     return Step(node_id, op, tuple(raw_inputs), checked)
 
 
@@ -276,20 +280,22 @@ def _unspell_floats(spec, attrs):
 
 def _input_step(node, node_id, raw_inputs, attrs, requires_grad):
     if raw_inputs or attrs:
-        _fail(f"input node {node_id!r} takes no inputs or attrs", node_id, "inputs" if raw_inputs else "attrs")
+        _fail(f"input node {shown(node_id)} takes no inputs or attrs", node_id, "inputs" if raw_inputs else "attrs")
     shape = node.get("shape")
     if shape is not None and (
         not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
     ):
-        _fail(f"input node {node_id!r}: 'shape' must be a list of non-negative integers", node_id, "shape")
+        _fail(f"input node {shown(node_id)}: 'shape' must be a list of non-negative integers", node_id, "shape")
     dtype = node.get("dtype")
-    if dtype is not None and dtype not in DATATYPES:
+    if dtype is not None and (not isinstance(dtype, str) or dtype not in DATATYPES):
         _fail(
-            f"input node {node_id!r}: unknown dtype {dtype!r}; expected one of {', '.join(DATATYPES)}", node_id, "dtype"
+            f"input node {shown(node_id)}: unknown dtype {shown(dtype)}; expected one of {', '.join(DATATYPES)}",
+            node_id,
+            "dtype",
         )
     if requires_grad and dtype is not None and DATATYPES[dtype].kind != "f":
         _fail(
-            f"input node {node_id!r}: only floating point inputs can require grad (dtype {dtype})",
+            f"input node {shown(node_id)}: only floating point inputs can require grad (dtype {dtype})",
             node_id,
             "requires_grad",
         )
@@ -306,27 +312,27 @@ def _input_step(node, node_id, raw_inputs, attrs, requires_grad):
 
 def _constant_step(node_id, raw_inputs, attrs):
     if raw_inputs:
-        _fail(f"constant node {node_id!r} takes no inputs", node_id, "inputs")
+        _fail(f"constant node {shown(node_id)} takes no inputs", node_id, "inputs")
     if set(attrs) - {"value", "dtype"} or "value" not in attrs:
-        _fail(f"constant node {node_id!r}: attrs must be {{'value': ..., 'dtype': optional}}", node_id, "attrs")
+        _fail(f"constant node {shown(node_id)}: attrs must be {{'value': ..., 'dtype': optional}}", node_id, "attrs")
     value, dtype = attrs["value"], attrs.get("dtype")
-    if dtype is not None and dtype not in DATATYPES:
-        _fail(f"constant node {node_id!r}: unknown dtype {dtype!r}", node_id, "attrs.dtype")
+    if dtype is not None and (not isinstance(dtype, str) or dtype not in DATATYPES):
+        _fail(f"constant node {shown(node_id)}: unknown dtype {shown(dtype)}", node_id, "attrs.dtype")
     if dtype is None and isinstance(value, (int, float)) and not isinstance(value, bool):
         if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
-            _fail(f"constant node {node_id!r}: {value} is out of the range of INT64", node_id, "attrs.value")
+            _fail(f"constant node {shown(node_id)}: {value} is out of the range of INT64", node_id, "attrs.value")
         return Step(node_id, "constant", (), {"value": value})
     try:
         _check_range(value, None if dtype is None else DATATYPES[dtype], dtype)
         array = as_array(value, None if dtype is None else DATATYPES[dtype])
     except (ValueError, TypeError, OverflowError) as err:
         _fail(
-            f"constant node {node_id!r}: value is not a number or a rectangular nested list of them: {err}",
+            f"constant node {shown(node_id)}: value is not a number or a rectangular nested list of them: {err}",
             node_id,
             "attrs.value",
         )
     if array.dtype.kind not in "biuf":
-        _fail(f"constant node {node_id!r}: value must be numbers or booleans", node_id, "attrs.value")
+        _fail(f"constant node {shown(node_id)}: value must be numbers or booleans", node_id, "attrs.value")
     return Step(node_id, "constant", (), {"value": array})
 
 
@@ -348,48 +354,52 @@ def _subgraph_leaf(node_id, op, raw_inputs, attrs, scope):
     allowed = {"forward": {"arg"}, "backward": {"arg", "grad_output", "forward_value"}}.get(scope, set())
     if op not in allowed:
         _fail(
-            f"node {node_id!r}: op {op!r} is only allowed inside a function's {'backward' if op != 'arg' else ''} subgraph".replace(
+            f"node {shown(node_id)}: op {shown(op)} is only allowed inside a function's {'backward' if op != 'arg' else ''} subgraph".replace(
                 "  ", " "
             ),
             node_id,
             "op",
         )
     if raw_inputs:
-        _fail(f"node {node_id!r}: {op} takes no inputs", node_id, "inputs")
+        _fail(f"node {shown(node_id)}: {op} takes no inputs", node_id, "inputs")
     if op == "arg":
         index = attrs.get("index")
         if set(attrs) != {"index"} or not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            _fail(f"node {node_id!r}: arg needs attrs {{'index': non-negative integer}}", node_id, "attrs.index")
+            _fail(f"node {shown(node_id)}: arg needs attrs {{'index': non-negative integer}}", node_id, "attrs.index")
     elif op == "forward_value":
         if set(attrs) != {"node"} or not isinstance(attrs.get("node"), str):
-            _fail(f"node {node_id!r}: forward_value needs attrs {{'node': forward node id}}", node_id, "attrs.node")
+            _fail(
+                f"node {shown(node_id)}: forward_value needs attrs {{'node': forward node id}}", node_id, "attrs.node"
+            )
     elif attrs:
-        _fail(f"node {node_id!r}: grad_output takes no attrs", node_id, "attrs")
+        _fail(f"node {shown(node_id)}: grad_output takes no attrs", node_id, "attrs")
     return Step(node_id, op, (), dict(attrs))
 
 
 def _function_step(node_id, raw_inputs, attrs, max_nodes, max_depth, budget):
     name = attrs.get("name", "Function")
     if not isinstance(name, str) or not name.isidentifier():
-        _fail(f"function node {node_id!r}: attrs.name must be an identifier", node_id, "attrs.name")
+        _fail(f"function node {shown(node_id)}: attrs.name must be an identifier", node_id, "attrs.name")
     if set(attrs) - {"name", "forward", "backward"}:
-        _fail(f"function node {node_id!r}: attrs are name, forward and backward", node_id, "attrs")
+        _fail(f"function node {shown(node_id)}: attrs are name, forward and backward", node_id, "attrs")
     for part in ("forward", "backward"):
         _check_subgraph(attrs.get(part), part, node_id)
     try:
         forward = parse(attrs["forward"], max_nodes, max_depth, "forward", budget)
         backward = parse(attrs["backward"], max_nodes, max_depth, "backward", budget)
     except GraphError as err:
-        raise GraphError(f"function node {node_id!r}: {err}", node=node_id, field=err.field, kind=err.kind) from None
+        raise GraphError(
+            f"function node {shown(node_id)}: {err}", node=node_id, field=err.field, kind=err.kind
+        ) from None
     if len(forward.outputs) != 1:
         _fail(
-            f"function node {node_id!r}: the forward subgraph must have exactly one output",
+            f"function node {shown(node_id)}: the forward subgraph must have exactly one output",
             node_id,
             "attrs.forward.outputs",
         )
     if len(backward.outputs) != len(raw_inputs):
         _fail(
-            f"function node {node_id!r}: the backward subgraph must have one output per input "
+            f"function node {shown(node_id)}: the backward subgraph must have one output per input "
             f"({len(raw_inputs)}), got {len(backward.outputs)}",
             node_id,
             "attrs.backward.outputs",
@@ -401,13 +411,13 @@ def _function_step(node_id, raw_inputs, attrs, max_nodes, max_depth, budget):
         for s in plan.steps:
             if s.op == "arg" and s.attrs["index"] >= len(raw_inputs):
                 _fail(
-                    f"function node {node_id!r}: {part} arg index {s.attrs['index']} but the node has {len(raw_inputs)} input(s)",
+                    f"function node {shown(node_id)}: {part} arg index {s.attrs['index']} but the node has {len(raw_inputs)} input(s)",
                     node_id,
                     f"attrs.{part}",
                 )
             if s.op == "forward_value" and s.attrs["node"] not in forward_ids:
                 _fail(
-                    f"function node {node_id!r}: forward_value {s.attrs['node']!r} is not a forward node",
+                    f"function node {shown(node_id)}: forward_value {shown(s.attrs['node'])} is not a forward node",
                     node_id,
                     "attrs.backward",
                 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy
 import orjson
 
+from engine.attrs import shown
 from engine.grad_mode import enable_grad
 from wire import codec
 from wire.codec import datatype_of
@@ -50,7 +51,7 @@ def run_arrays(executor: Executor, path: str, header: dict, inputs=(), grad_outp
         for i, (name, array) in enumerate(tensors):
             view = numpy.asarray(array).view(numpy.ndarray)
             datatype_of(view.dtype)
-            total += codec.element_count(view.shape, max_elements, f"tensor {name!r}", f"{key}[{i}].shape")
+            total += codec.element_count(view.shape, max_elements, f"tensor {shown(name)}", f"{key}[{i}].shape")
             view.flags.writeable = False
             views.append((name, view))
         setattr(request, key, tensor_map(views, key))

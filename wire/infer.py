@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy
 
+from engine.attrs import shown
+from engine.function import gradient_fits
 from engine.registry import OPS
 from engine.shapes import Bounded, ShapeError
 from engine.variable import as_array
@@ -125,7 +127,7 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
                 continue
             described = ", ".join(f"{i} {list(s)}" for i, s in zip(step.inputs, shapes))
             raise GraphError(
-                f"node {step.id!r} ({op}): {err} (inputs: {described})", node=step.id, field="inputs"
+                f"node {shown(step.id)} ({op}): {err} (inputs: {described})", node=step.id, field="inputs"
             ) from None
         meta = (tuple(shape), _dtype(dtype))
         bounds[step.id] = meta
@@ -155,10 +157,26 @@ def _infer_function(step, arg_known, arg_bounds, functions):
         out = forward.outputs[0]
         bk, bb, bf = _leaves(backward, arg_known, fk[out], fk), _leaves(backward, arg_bounds, fb[out], fb), {}
         infer(backward.steps, bk, bb, bf)
+        _check_gradients(step, backward, bk, arg_known)
     except GraphError as err:
-        raise GraphError(f"function node {step.id!r}: {err}", node=step.id, field=err.field, kind=err.kind) from None
+        raise GraphError(
+            f"function node {shown(step.id)}: {err}", node=step.id, field=err.field, kind=err.kind
+        ) from None
     functions[step.id] = Subgraphs(forward, backward, fb, bb, ff, bf)
     return fk[out], fb[out]
+
+
+def _check_gradients(step, backward, known, arg_known):
+    """Refuse, before running, a backward subgraph whose gradient cannot fit its input (PyTorch's
+    "returned an invalid gradient"), where both shapes are known."""
+    for index, (out, arg) in enumerate(zip(backward.outputs, arg_known)):
+        meta = known.get(out) if out is not None else None
+        if meta is not None and arg is not None and not gradient_fits(meta[0], arg[0]):
+            raise GraphError(
+                f"backward output {index} has shape {list(meta[0])} but input {index} has shape {list(arg[0])}: "
+                f"the gradient of an input has its shape (or one it broadcasts to)",
+                field="attrs.backward.outputs",
+            )
 
 
 def _leaves(plan, args, grad_output=None, forward=None):
@@ -217,19 +235,19 @@ def _check_declared(plan: Plan, arrays: dict):
         array = arrays[step.id]
         if step.shape is not None and tuple(array.shape) != step.shape:
             raise GraphError(
-                f"input {step.id!r} is declared with shape {list(step.shape)} but the tensor has shape {list(array.shape)}",
+                f"input {shown(step.id)} is declared with shape {list(step.shape)} but the tensor has shape {list(array.shape)}",
                 node=step.id,
                 field="shape",
             )
         if step.dtype is not None and numpy.dtype(array.dtype) != step.dtype:
             raise GraphError(
-                f"input {step.id!r} is declared {step.dtype.name} but the tensor is {numpy.dtype(array.dtype).name}",
+                f"input {shown(step.id)} is declared {step.dtype.name} but the tensor is {numpy.dtype(array.dtype).name}",
                 node=step.id,
                 field="dtype",
             )
         if step.requires_grad and numpy.dtype(array.dtype).kind != "f":
             raise GraphError(
-                f"input {step.id!r} requires grad but its tensor is {numpy.dtype(array.dtype).name}",
+                f"input {shown(step.id)} requires grad but its tensor is {numpy.dtype(array.dtype).name}",
                 node=step.id,
                 field="requires_grad",
             )

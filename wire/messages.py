@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine import backend
+from engine.attrs import shown
 from wire import codec
 from wire.errors import RequestError
 from wire.limits import Limits
@@ -42,7 +43,7 @@ def tensor_map(pairs, where):
     out = {}
     for name, array in pairs:
         if name in out:
-            raise RequestError(f"{where}: tensor {name!r} is given twice", node=name, field=where)
+            raise RequestError(f"{where}: tensor {shown(name)} is given twice", node=name, field=where)
         out[name] = array
     return out
 

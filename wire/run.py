@@ -11,6 +11,7 @@ from functools import cached_property
 import numpy
 
 from engine import backend, interrupt
+from engine.attrs import shown
 from engine.function import Function
 from engine.grad_mode import no_grad
 from engine.registry import OPS, coerce
@@ -34,7 +35,7 @@ _cancel = _ThreadState()
 
 def cancelled(node_id=None) -> GraphError:
     """The error of a run stopped by its cancel event (see cancel_scope), at `node_id` if given."""
-    where = f"node {node_id!r}: " if node_id else ""
+    where = f"node {shown(node_id)}: " if node_id else ""
     return GraphError(
         f"{where}the computation was cancelled (compute timeout or client gone)", node=node_id, kind="cancelled"
     )
@@ -88,7 +89,7 @@ def _check_dynamic(step, values, limit):
     count = math.prod(shape)
     if count > limit:
         raise GraphError(
-            f"node {step.id!r} ({step.op}) would hold {count} elements (shape {list(shape)}), over the limit of {limit}",
+            f"node {shown(step.id)} ({step.op}) would hold {count} elements (shape {list(shape)}), over the limit of {limit}",
             node=step.id,
             kind="too_large",
         )
@@ -130,15 +131,17 @@ def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_out
                 raise
             except MemoryError:
                 raise GraphError(
-                    f"node {step.id!r} ({op}): out of memory", node=step.id, kind="out_of_memory"
+                    f"node {shown(step.id)} ({op}): out of memory", node=step.id, kind="out_of_memory"
                 ) from None
             except Exception as err:  # noqa: BLE001 - any op failure is the graph's fault, reported with its node
                 if _is_out_of_memory(err):
                     raise GraphError(
-                        f"node {step.id!r} ({op}): out of device memory", node=step.id, kind="out_of_memory"
+                        f"node {shown(step.id)} ({op}): out of device memory", node=step.id, kind="out_of_memory"
                     ) from None
                 shapes = ", ".join(f"{i} {list(getattr(values[i], 'shape', ()))}" for i in step.inputs)
-                raise GraphError(f"node {step.id!r} ({op}) failed: {err} (inputs: {shapes})", node=step.id) from None
+                raise GraphError(
+                    f"node {shown(step.id)} ({op}) failed: {err} (inputs: {shapes})", node=step.id
+                ) from None
         for name in drop:
             if name not in keep:
                 del values[name]
@@ -187,7 +190,7 @@ class Execution:
             if record and name in needs:
                 if array.dtype.kind != "f":
                     raise GraphError(
-                        f"input {name!r} is {array.dtype.name}; only floating point inputs can require grad",
+                        f"input {shown(name)} is {array.dtype.name}; only floating point inputs can require grad",
                         node=name,
                         field="requires_grad",
                     )

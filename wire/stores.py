@@ -10,6 +10,7 @@ from collections import OrderedDict
 
 import orjson
 
+from engine.attrs import shown
 from wire.errors import RequestError, TapeFreedError
 from wire.graph import parse
 from wire.limits import Limits
@@ -68,7 +69,7 @@ class TapeStore:
             if entry is None:
                 if tape_id in self._freed:
                     raise TapeFreedError()
-                raise RequestError(f"unknown or expired tape {tape_id!r}", field="tape", kind="not_found")
+                raise RequestError(f"unknown or expired tape {shown(tape_id)}", field="tape", kind="not_found")
             self._bytes -= entry[2]
         return entry[0]
 

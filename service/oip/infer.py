@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy
 
 from engine import backend
+from engine.attrs import shown
 from service.oip.repository import GRAD, GRAD_OUTPUT, Model
 from wire import codec
 from wire.errors import GraphError, RequestError
@@ -74,11 +75,11 @@ def _selection(model: Model, header: dict, binary_default: bool) -> tuple[tuple,
             raise RequestError(f"{where} must be an object with a 'name'", field=f"{where}.name")
         if name not in known:
             raise RequestError(
-                f"model {model.name!r} has no output {name!r}; its outputs: {', '.join(model.output_names)}",
+                f"model {shown(model.name)} has no output {shown(name)}; its outputs: {', '.join(model.output_names)}",
                 field=f"{where}.name",
             )
         if name in names:
-            raise RequestError(f"output {name!r} is requested twice", field=f"{where}.name")
+            raise RequestError(f"output {shown(name)} is requested twice", field=f"{where}.name")
         names.append(name)
         binary.append(
             _flag(_parameters(obj, f"{where}.parameters"), "binary_data", f"{where}.parameters", binary_default)
@@ -95,7 +96,7 @@ def decode_infer(model: Model, header, tail, limits) -> Infer:
         raise RequestError(f"unknown field(s) in infer request: {', '.join(sorted(unknown))}", field=min(unknown))
     for key, expected in (("model_name", model.name), ("model_version", model.version)):
         if header.get(key, expected) != expected:
-            raise RequestError(f"{key} {header[key]!r} does not match the path's {expected!r}", field=key)
+            raise RequestError(f"{key} {shown(header[key])} does not match the path's {shown(expected)}", field=key)
     binary_default = _flag(_parameters(header, "parameters", ()), "binary_data_output", "parameters", False)
     names, binary = _selection(model, header, binary_default)
     tensors = header.get("inputs")
@@ -109,7 +110,9 @@ def decode_infer(model: Model, header, tail, limits) -> Infer:
         output = name[len(GRAD_OUTPUT) :]
         if output not in model.graph_outputs:
             raise RequestError(
-                f"input {name!r}: {output!r} is not an output of model {model.name!r}", node=output, field="inputs"
+                f"input {shown(name)}: {shown(output)} is not an output of model {shown(model.name)}",
+                node=output,
+                field="inputs",
             )
         seeds[output] = request.inputs.pop(name)
     wrt = [name[len(GRAD) :] for name in names if name.startswith(GRAD)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from engine.attrs import shown
 from service.errors import ApiError
 from wire.codec import datatype_of
 from wire.errors import GraphError
@@ -84,7 +85,7 @@ def check_name(name: str) -> str:
     if not NAME.fullmatch(name):
         raise ApiError(
             400,
-            f"model name {name!r} must be 1-128 letters, digits, '_', '.' or '-' (starting with a letter or digit)",
+            f"model name {shown(name)} must be 1-128 letters, digits, '_', '.' or '-' (starting with a letter or digit)",
             field="name",
         )
     return name
@@ -99,7 +100,7 @@ def model_of(name: str, graph: dict, plan, nbytes: int) -> Model:
             continue
         if step.id.startswith(GRAD_OUTPUT):
             raise GraphError(
-                f"input node {step.id!r}: ids starting with {GRAD_OUTPUT!r} are reserved for the "
+                f"input node {shown(step.id)}: ids starting with {shown(GRAD_OUTPUT)} are reserved for the "
                 "gradients of outputs on the Open Inference Protocol",
                 node=step.id,
                 field="id",
@@ -112,7 +113,7 @@ def model_of(name: str, graph: dict, plan, nbytes: int) -> Model:
     for out in plan.outputs:
         if out.startswith(GRAD):
             raise GraphError(
-                f"output {out!r}: ids starting with {GRAD!r} are reserved for gradients on the Open Inference Protocol",
+                f"output {shown(out)}: ids starting with {shown(GRAD)} are reserved for gradients on the Open Inference Protocol",
                 node=out,
                 field="graph.outputs",
             )
@@ -143,12 +144,12 @@ class ModelRepository:
         model = self._models.get(name)
         if model is None:
             raise ApiError(
-                404, f"unknown model {name!r}: load it with POST /v2/repository/models/{name}/load", field="name"
+                404, f"unknown model {shown(name)}: load it with POST /v2/repository/models/{name}/load", field="name"
             )
         if version not in (None, "", model.version):
             raise ApiError(
                 404,
-                f"model {name!r} has no version {version!r} (its only version is {model.version!r})",
+                f"model {shown(name)} has no version {shown(version)} (its only version is {shown(model.version)})",
                 field="version",
             )
         return model

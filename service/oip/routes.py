@@ -109,7 +109,10 @@ def _graph_of(body: dict) -> tuple[dict, int]:
             raise ApiError(400, f"parameters.config is not valid JSON: {err}", field="parameters.config") from None
         return graph, len(config.encode())
     if isinstance(config, dict):
-        return config, len(orjson.dumps(config))
+        try:
+            return config, len(orjson.dumps(config))
+        except orjson.JSONEncodeError:  # nested deeper than any graph: orjson writes 254 levels
+            raise RequestError("parameters.config is nested too deeply", field="parameters.config") from None
     raise RequestError(
         "parameters.config must be the graph's JSON, as a string or an object", field="parameters.config"
     )
