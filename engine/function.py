@@ -57,9 +57,11 @@ class FunctionNode(Node):
     def vjp(self, grad, needs):
         result = self.function.backward_result(self.function.backward(self.ctx, grad), len(self.edges))
         out = []
-        for g, need in zip(result, needs):
+        for index, (g, need, meta) in enumerate(zip(result, needs, self.metas)):
             if g is not None and not isinstance(g, Variable):
                 g = Variable._result(as_array(g), None)
+            if g is not None and need is not None:
+                _check_gradient_shape(type(self).__name__, index, g.shape, meta.shape)
             out.append(g if need is not None else None)
         return out
 
@@ -67,6 +69,22 @@ class FunctionNode(Node):
         freed = FunctionCtx()
         freed._freed = True
         self.ctx = freed
+
+
+def gradient_fits(got: tuple, shape: tuple) -> bool:
+    """PyTorch's rule for a custom backward's gradient: its input's shape, or one that the input's shape
+    broadcasts to (the engine then sums it down); anything else is refused, as PyTorch refuses it."""
+    got, shape = tuple(got), tuple(shape)
+    return got == shape or (len(shape) <= len(got) and all(s in (1, g) for s, g in zip(shape[::-1], got[::-1])))
+
+
+def _check_gradient_shape(node_name: str, index: int, got: tuple, shape: tuple) -> None:
+    if gradient_fits(got, shape):
+        return
+    raise RuntimeError(
+        f"Function {node_name} returned an invalid gradient at index {index} - got {list(got)} "
+        f"but expected shape compatible with {list(shape)}"
+    )
 
 
 class FunctionBase:
