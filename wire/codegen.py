@@ -4,8 +4,9 @@ interpreter, in the same order, with registers as local variables and the accumu
 own call and a cancel check; nothing is looked up in a list or decided again.
 
 The interpreter runs a program's first request (which verifies every value's shape and dtype);
-the generated function runs the later ones. Programs over `MAX_INSTRUCTIONS` stay interpreted
-(Python's compiler is slow on very long functions).
+the generated function runs the later ones. Programs over `MAX_TERMS` (`Program.terms`: instructions
+and the registers they name, so fan-in counts) stay interpreted: Python's compiler is slow on very long
+functions, holds the GIL and cannot be cancelled.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from engine.variable import Variable
 from wire.program import ForTheEngine, _add, _as_array, _vjp_results
 from wire.run import cancelled
 
-MAX_INSTRUCTIONS = 4000
+MAX_TERMS = 16_000  # about 4,000 two-input instructions and their vjps
 
 
 class _Source:
@@ -47,7 +48,7 @@ class _Source:
 def generate(program):
     """The function `run(tensors, grad_outputs, cancel, xp) -> (outputs, grads or None)` of `program`,
     or None when it is too long to generate."""
-    if len(program.forward) + len(program.backward) > MAX_INSTRUCTIONS:
+    if program.terms > MAX_TERMS:
         return None
     src = _Source()
     src.line("def run(T, G, cancel, xp):", 0)

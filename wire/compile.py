@@ -369,7 +369,8 @@ PROGRAMS_PER_SIGNATURE = 16  # request shapes (forward, backward per wrt and see
 # limit. Beyond it an interpreted program gains nothing on the engine (20k-step chain: 0.66 s
 # against 0.71 s) and its compile (about one engine run) would be uncancellable time.
 MAX_STEPS = 2000
-INSTRUCTION_BYTES = 1600  # a compiled instruction with its generated code, measured with tracemalloc: ~1.5 kB
+TERM_BYTES = 600  # a compiled program with its generated code, per Program.terms (tracemalloc: ~1.5 kB a
+# two-input instruction with its vjp, ~0.5 kB per further input of a wide one)
 
 
 def run_compiled(plan, shapes, request, differentiate: bool, charge):
@@ -391,9 +392,7 @@ def run_compiled(plan, shapes, request, differentiate: bool, charge):
             program = why
         except Exception as err:  # noqa: BLE001 - a plan the compiler does not understand runs on the engine
             program = Fallback(f"not compiled: {type(err).__name__}: {err}")
-        if isinstance(program, Program) and not charge(
-            plan, INSTRUCTION_BYTES * (len(program.forward) + len(program.backward))
-        ):
+        if isinstance(program, Program) and not charge(plan, TERM_BYTES * program.terms):
             program = Fallback("the program would not fit in the plan cache's bytes")
         shapes.programs[key] = program
     if isinstance(program, Fallback):

@@ -77,6 +77,15 @@ class Program:
     verified: bool = False  # the first run checks every value's shape and dtype against the compile
     generated: object = None  # once verified: the same program as one function (wire.codegen), if generated
 
+    @property
+    def terms(self) -> int:
+        """The program's size in what generating and keeping it costs: one per instruction and one per
+        register it reads or writes, so fan-in counts (a `cat` of 100,000 inputs is 100,000 terms: as
+        many arguments in its generated call and as many gradients in its vjp), not one per step."""
+        forward = sum(1 + len(ins.ins) + len(ins.drops) for ins in self.forward)
+        backward = sum(1 + len(ins.saved) + len(ins.dests) + len(ins.drops) for ins in self.backward)
+        return forward + backward + len(self.inputs) + len(self.outputs) + len(self.grads)
+
     def run(self, tensors: dict, grad_outputs: dict | None = None):
         """(outputs, grads or None) as arrays; Mismatch when the run leaves what was compiled."""
         if self.generated:

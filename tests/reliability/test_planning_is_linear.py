@@ -58,3 +58,27 @@ def test_grad_nodes_past_the_walk_budget_are_charged_an_upper_bound(monkeypatch)
     monkeypatch.setattr(budget._Ancestry, "WALK_FACTOR", 0)  # every grad node charged all before it
     bound = costs(body)
     assert bound.work > exact.work and bound.peak_bytes >= exact.peak_bytes
+
+
+def test_code_generation_is_bounded_by_fan_in_not_by_steps():
+    """`cat([x] * 20000)` is three steps but 20,000 arguments and 20,000 vjp outputs: generating it was a
+    40,000-line function (500 MiB while Python compiled it, uncancellable). It stays interpreted."""
+    k = 20_000
+    nodes = [
+        {"id": "x", "op": "input", "requires_grad": True},
+        {"id": "c", "op": "cat", "inputs": ["x"] * k, "attrs": {"dim": 0}},
+        {"id": "s", "op": "sum", "inputs": ["c"]},
+    ]
+    request = {"graph": {"version": 1, "nodes": nodes, "outputs": ["s"]}}
+    request["inputs"] = [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]
+    executor, body = Executor(Limits()), orjson.dumps(request)
+    tracemalloc.start()
+    try:
+        for _ in range(3):  # planned, compiled and run interpreted, then (formerly) generated
+            parts, _, _ = handle(executor, "/backward", body, None)
+            answer = orjson.loads(b"".join(bytes(p) for p in parts))
+            assert answer["grads"][0]["data"] == [float(k)]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20, f"a 20,000-input cat peaked at {peak / 2**20:.0f} MiB"
