@@ -49,7 +49,7 @@ MINIMUM = {
     "client/README.md": (1, 1),
     "docs/protocol.md": (19, 19),
 }
-MOST_NOT_RUN = 8
+MOST_NOT_RUN = 10  # 3 today, and the 6 Docker and Kubernetes blocks once marked
 
 
 def awaiting_a_mark(block: extract.Block) -> bool:
