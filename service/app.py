@@ -13,7 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.middleware.cors import CORSMiddleware
 
 from engine import backend
-from service import errors, oip
+from service import docs, errors, oip
 from service.auth import SCHEME
 from service.body import BodyBudget
 from service.compute import ComputePool
@@ -85,8 +85,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             executor.tapes.clear()
 
     # redirect_slashes=False: Starlette's `/forward/` -> `/forward` redirect builds its Location from the Host header
+    # docs_url=None, redoc_url=None: FastAPI's own pages load their scripts from a CDN; service.docs serves local ones
     app = Gradserve(
-        title="gradserve", version=__version__, description=DESCRIPTION, lifespan=lifespan, redirect_slashes=False
+        title="gradserve",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        redirect_slashes=False,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.executor = executor
@@ -99,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     compute = add_compute_routes(app)
     app.include_router(router)
     oip.install(app, settings, metrics)
+    docs.install(app)
     cors = {}
     if settings.cors_origins:
         cors = {
