@@ -19,7 +19,7 @@ from service.body import BodyBudget
 from service.compute import ComputePool
 from service.metrics import Metrics, MetricsMiddleware
 from service.routes import CountedEndpoint, Runtime, add_compute_routes, router
-from service.schema import compute_paths
+from service.schema import ERROR, compute_paths
 from service.settings import Settings
 from service.version import __version__
 from wire.codec import HEADER_LENGTH
@@ -131,6 +131,8 @@ def _openapi(app: FastAPI) -> dict:
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         schema["paths"].update(compute_paths())
+        schema["paths"].update(oip.infer_paths())
+        _reshape_validation_errors(schema)
         if app.state.settings.api_key is not None:  # describe this instance: the key is optional
             schema.setdefault("components", {}).setdefault("securitySchemes", {})[SCHEME] = {
                 "type": "http",
@@ -142,3 +144,23 @@ def _openapi(app: FastAPI) -> dict:
             oip.mark_secured(schema, SCHEME)
         app.openapi_schema = schema
     return app.openapi_schema
+
+
+VALIDATION_ERROR = "#/components/schemas/HTTPValidationError"
+
+
+def _reshape_validation_errors(schema: dict) -> None:
+    """FastAPI documents its 422 (a path parameter it could not parse) as `HTTPValidationError`;
+    service.errors answers it in the one error shape, so the document says that instead."""
+    for item in schema["paths"].values():
+        for operation in item.values():
+            content = operation.get("responses", {}).get("422", {}).get("content", {}).get("application/json")
+            if content is not None and content.get("schema", {}).get("$ref") == VALIDATION_ERROR:
+                content["schema"] = ERROR
+    schemas = schema.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    if "components" in schema and not schemas:
+        schema["components"].pop("schemas", None)
+        if not schema["components"]:
+            del schema["components"]
