@@ -13,13 +13,13 @@ from fastapi.openapi.utils import get_openapi
 from starlette.middleware.cors import CORSMiddleware
 
 from engine import backend
-from service import errors, oip
+from service import docs, errors, oip
 from service.auth import SCHEME
 from service.body import BodyBudget
 from service.compute import ComputePool
 from service.metrics import Metrics, MetricsMiddleware
 from service.routes import CountedEndpoint, Runtime, add_compute_routes, router
-from service.schema import compute_paths
+from service.schema import ERROR, compute_paths
 from service.settings import Settings
 from service.version import __version__
 from wire.codec import HEADER_LENGTH
@@ -85,8 +85,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             executor.tapes.clear()
 
     # redirect_slashes=False: Starlette's `/forward/` -> `/forward` redirect builds its Location from the Host header
+    # docs_url=None, redoc_url=None: FastAPI's own pages load their scripts from a CDN; service.docs serves local ones
     app = Gradserve(
-        title="gradserve", version=__version__, description=DESCRIPTION, lifespan=lifespan, redirect_slashes=False
+        title="gradserve",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        redirect_slashes=False,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.executor = executor
@@ -99,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     compute = add_compute_routes(app)
     app.include_router(router)
     oip.install(app, settings, metrics)
+    docs.install(app)
     cors = {}
     if settings.cors_origins:
         cors = {
@@ -123,6 +131,8 @@ def _openapi(app: FastAPI) -> dict:
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         schema["paths"].update(compute_paths())
+        schema["paths"].update(oip.infer_paths())
+        _reshape_validation_errors(schema)
         if app.state.settings.api_key is not None:  # describe this instance: the key is optional
             schema.setdefault("components", {}).setdefault("securitySchemes", {})[SCHEME] = {
                 "type": "http",
@@ -134,3 +144,23 @@ def _openapi(app: FastAPI) -> dict:
             oip.mark_secured(schema, SCHEME)
         app.openapi_schema = schema
     return app.openapi_schema
+
+
+VALIDATION_ERROR = "#/components/schemas/HTTPValidationError"
+
+
+def _reshape_validation_errors(schema: dict) -> None:
+    """FastAPI documents its 422 (a path parameter it could not parse) as `HTTPValidationError`;
+    service.errors answers it in the one error shape, so the document says that instead."""
+    for item in schema["paths"].values():
+        for operation in item.values():
+            content = operation.get("responses", {}).get("422", {}).get("content", {}).get("application/json")
+            if content is not None and content.get("schema", {}).get("$ref") == VALIDATION_ERROR:
+                content["schema"] = ERROR
+    schemas = schema.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    if "components" in schema and not schemas:
+        schema["components"].pop("schemas", None)
+        if not schema["components"]:
+            del schema["components"]

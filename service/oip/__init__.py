@@ -7,8 +7,9 @@ from __future__ import annotations
 from service.oip.metrics import ModelMetrics
 from service.oip.repository import ModelRepository
 from service.oip.routes import add_oip_routes, mark_secured
+from service.oip.schema import infer_paths
 
-__all__ = ["install", "mark_secured"]
+__all__ = ["infer_paths", "install", "mark_secured"]
 
 
 def install(app, settings, metrics) -> None:

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from service.auth import require_api_key
 from service.body import BodyHold, read_body
 from service.errors import ApiError, from_exception
+from service.oip import schema
 from service.oip.infer import decode_infer, encode_infer, execute
 from service.oip.repository import check_name, model_of
 from service.routes import ComputeEndpoint, json_response
@@ -36,12 +37,18 @@ router = APIRouter(prefix="/v2", tags=["open inference protocol"])
 guarded = APIRouter(prefix="/v2", tags=["open inference protocol"], dependencies=[Depends(_api_key)])
 
 
-@router.get("/health/live")
+@router.get("/health/live", responses=schema.responses("the server is live", schema.LIVE))
 async def live() -> Response:
     return json_response({"live": True})
 
 
-@router.get("/health/ready")
+@router.get(
+    "/health/ready",
+    responses={
+        **schema.responses("the server is ready", schema.READY),
+        503: {"description": "not ready yet", "content": {schema.JSON: {"schema": schema.NOT_READY}}},
+    },
+)
 async def ready(request: Request) -> Response:
     if not getattr(request.app.state, "ready", False):
         return json_response(
@@ -50,12 +57,12 @@ async def ready(request: Request) -> Response:
     return json_response({"ready": True})
 
 
-@router.get("")
+@router.get("", responses=schema.responses("name, version and extensions", schema.SERVER_METADATA))
 async def server_metadata() -> Response:
     return json_response({"name": "gradserve", "version": __version__, "extensions": EXTENSIONS})
 
 
-@guarded.post("/repository/index")
+@guarded.post("/repository/index", responses=schema.responses("the models loaded", schema.REPOSITORY_INDEX, 401))
 async def repository_index(request: Request) -> Response:
     return json_response(
         [
@@ -118,7 +125,12 @@ def _graph_of(body: dict) -> tuple[dict, int]:
     )
 
 
-@guarded.post("/repository/models/{name}/load")
+@guarded.post(
+    "/repository/models/{name}/load",
+    summary="Load a graph as a model (replacing one of the same name)",
+    responses=schema.responses("loaded", schema.EMPTY, 400, 401, 409, 413, 422, 503, 507),
+    openapi_extra=schema.LOAD_BODY,
+)
 async def load(name: str, request: Request) -> Response:
     state = request.app.state
     check_name(name)
@@ -130,7 +142,11 @@ async def load(name: str, request: Request) -> Response:
     return json_response({})
 
 
-@guarded.post("/repository/models/{name}/unload")
+@guarded.post(
+    "/repository/models/{name}/unload",
+    responses=schema.responses("unloaded", schema.EMPTY, 400, 401, 404, 413),
+    openapi_extra=schema.OPTIONAL_BODY,
+)
 async def unload(name: str, request: Request) -> Response:
     await _json_body(request)
     request.app.state.models.remove(name)
@@ -138,21 +154,30 @@ async def unload(name: str, request: Request) -> Response:
     return json_response({})
 
 
-@guarded.get("/models/{name}")
-@guarded.get("/models/{name}/versions/{version}")
+@guarded.get("/models/{name}", responses=schema.responses("its inputs and outputs", schema.MODEL_METADATA, 401, 404))
+@guarded.get(
+    "/models/{name}/versions/{version}",
+    responses=schema.responses("its inputs and outputs", schema.MODEL_METADATA, 401, 404),
+)
 async def model_metadata(name: str, request: Request, version: str | None = None) -> Response:
     return json_response(request.app.state.models.get(name, version).metadata())
 
 
-@guarded.get("/models/{name}/ready")
-@guarded.get("/models/{name}/versions/{version}/ready")
+@guarded.get("/models/{name}/ready", responses=schema.responses("the model is ready", schema.MODEL_READY, 401, 404))
+@guarded.get(
+    "/models/{name}/versions/{version}/ready",
+    responses=schema.responses("the model is ready", schema.MODEL_READY, 401, 404),
+)
 async def model_ready(name: str, request: Request, version: str | None = None) -> Response:
     model = request.app.state.models.get(name, version)
     return json_response({"name": model.name, "ready": True})
 
 
-@guarded.get("/models/{name}/config")
-@guarded.get("/models/{name}/versions/{version}/config")
+@guarded.get("/models/{name}/config", responses=schema.responses("its configuration", schema.MODEL_CONFIG, 401, 404))
+@guarded.get(
+    "/models/{name}/versions/{version}/config",
+    responses=schema.responses("its configuration", schema.MODEL_CONFIG, 401, 404),
+)
 async def model_config(name: str, request: Request, version: str | None = None) -> Response:
     return json_response(request.app.state.models.get(name, version).config())
 
@@ -223,17 +248,17 @@ class InferRoute:
             state.model_metrics.observe(model.name, status[0], time.perf_counter() - start)
 
 
-def mark_secured(schema: dict, scheme: str) -> None:
-    """Mark the guarded /v2 operations of an OpenAPI `schema` as needing `scheme`."""
-    for route in guarded.routes:
-        for method in route.methods:
-            operation = schema["paths"].get(route.path, {}).get(method.lower())
-            if operation is not None:
-                operation["security"] = [{scheme: []}]
+def mark_secured(document: dict, scheme: str) -> None:
+    """Mark the guarded /v2 operations of an OpenAPI `document` (infer's included) as needing `scheme`."""
+    operations = [(route.path, method) for route in guarded.routes for method in route.methods]
+    for path, method in [*operations, *((path, "POST") for path in schema.INFER_PATHS)]:
+        operation = document["paths"].get(path, {}).get(method.lower())
+        if operation is not None:
+            operation["security"] = [{scheme: []}]
 
 
 def add_oip_routes(app) -> None:
     app.include_router(router)
     app.include_router(guarded)
-    for path in ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"):
+    for path in schema.INFER_PATHS:  # described by schema.infer_paths()
         app.add_route(path, InferRoute(path), methods=["POST"], include_in_schema=False)
