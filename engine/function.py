@@ -71,15 +71,11 @@ class FunctionNode(Node):
         self.ctx = freed
 
 
-def gradient_fits(got: tuple, shape: tuple) -> bool:
+def _check_gradient_shape(node_name: str, index: int, got: tuple, shape: tuple) -> None:
     """PyTorch's rule for a custom backward's gradient: its input's shape, or one that the input's shape
     broadcasts to (the engine then sums it down); anything else is refused, as PyTorch refuses it."""
     got, shape = tuple(got), tuple(shape)
-    return got == shape or (len(shape) <= len(got) and all(s in (1, g) for s, g in zip(shape[::-1], got[::-1])))
-
-
-def _check_gradient_shape(node_name: str, index: int, got: tuple, shape: tuple) -> None:
-    if gradient_fits(got, shape):
+    if got == shape or (len(shape) <= len(got) and all(s in (1, g) for s, g in zip(shape[::-1], got[::-1]))):
         return
     raise RuntimeError(
         f"Function {node_name} returned an invalid gradient at index {index} - got {list(got)} "

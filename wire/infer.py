@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 import numpy
 
 from engine.attrs import shown
-from engine.function import gradient_fits
 from engine.registry import OPS
 from engine.shapes import Bounded, ShapeError
 from engine.variable import as_array
@@ -157,26 +156,12 @@ def _infer_function(step, arg_known, arg_bounds, functions):
         out = forward.outputs[0]
         bk, bb, bf = _leaves(backward, arg_known, fk[out], fk), _leaves(backward, arg_bounds, fb[out], fb), {}
         infer(backward.steps, bk, bb, bf)
-        _check_gradients(step, backward, bk, arg_known)
     except GraphError as err:
         raise GraphError(
             f"function node {shown(step.id)}: {err}", node=step.id, field=err.field, kind=err.kind
         ) from None
     functions[step.id] = Subgraphs(forward, backward, fb, bb, ff, bf)
     return fk[out], fb[out]
-
-
-def _check_gradients(step, backward, known, arg_known):
-    """Refuse, before running, a backward subgraph whose gradient cannot fit its input (PyTorch's
-    "returned an invalid gradient"), where both shapes are known."""
-    for index, (out, arg) in enumerate(zip(backward.outputs, arg_known)):
-        meta = known.get(out) if out is not None else None
-        if meta is not None and arg is not None and not gradient_fits(meta[0], arg[0]):
-            raise GraphError(
-                f"backward output {index} has shape {list(meta[0])} but input {index} has shape {list(arg[0])}: "
-                f"the gradient of an input has its shape (or one it broadcasts to)",
-                field="attrs.backward.outputs",
-            )
 
 
 def _leaves(plan, args, grad_output=None, forward=None):

@@ -1,9 +1,9 @@
 """A custom Function whose backward returns a gradient of the wrong shape is refused, as PyTorch refuses it.
 
 PyTorch accepts a gradient of the input's shape or of a shape the input broadcasts to (it sums it down),
-and raises "returned an invalid gradient" otherwise. The engine does the same when the backward runs; the
-server refuses a `function` node whose backward subgraph's output cannot fit, before running (422 naming
-the node); before, the engine kept a wrong-shaped gradient and the server answered it with 200.
+and raises "returned an invalid gradient" otherwise, when the backward runs (a forward alone is fine).
+The engine does the same, and so the server (422 with PyTorch's message); before, the engine kept a
+wrong-shaped gradient and the server answered it with 200.
 """
 
 from __future__ import annotations
@@ -78,13 +78,16 @@ def function_request(backward_nodes, out):
     ],
 )
 def test_the_server_refuses_a_backward_subgraph_whose_gradient_cannot_fit(client, nodes, out, shape):
-    body = orjson.dumps(function_request(nodes, out))
+    request = function_request(nodes, out)
     for _ in range(2):  # the second request finds the plan cached
-        response = client.post("/backward", content=body, headers={"Content-Type": "application/json"})
+        response = client.post("/backward", content=orjson.dumps(request), headers={"Content-Type": "application/json"})
         assert response.status_code == 422, response.text
-        error = response.json()
-        assert error["node"] == "f" and error["field"] == "attrs.backward.outputs"
-        assert f"backward output 0 has shape {shape} but input 0 has shape [3]" in error["error"]
+        assert (
+            f"Function BadBackward returned an invalid gradient at index 0 - got {shape} "
+            "but expected shape compatible with [3]" in response.json()["error"]
+        )
+    forward = client.post("/forward", content=orjson.dumps(request), headers={"Content-Type": "application/json"})
+    assert forward.status_code == 200, forward.text  # as in PyTorch: only running the backward fails
     assert client.get("/healthz").status_code == 200
 
 
