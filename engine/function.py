@@ -27,6 +27,8 @@ class FunctionCtx:
         self._freed = False
         self.saved_read = False
         self.needs_input_grad = ()
+        self._forward_result = None  # what forward returned, when it saved it too
+        self._output = None  # that output as the graph has it, while backward runs
 
     def save_for_backward(self, *variables):
         self.to_save = variables
@@ -36,7 +38,12 @@ class FunctionCtx:
     def saved_tensors(self):
         check_saved(None, True, self.to_save, None if self._freed else self._versions, FUNCTION_NAME)
         self.saved_read = True
-        return self.to_save
+        output = self._output
+        if output is None:
+            return self.to_save
+        # forward saved its own result: backward reads the output as the graph has it (its grad_fn is
+        # this Function's node), so a backward recorded with create_graph differentiates through it
+        return tuple(output if v is self._forward_result else v for v in self.to_save)
 
     saved_variables = saved_tensors
 
@@ -55,7 +62,13 @@ class FunctionNode(Node):
         self.retained = None
 
     def vjp(self, grad, needs):
-        result = self.function.backward_result(self.function.backward(self.ctx, grad), len(self.edges))
+        ctx = self.ctx
+        if ctx._forward_result is not None:
+            ctx._output = Variable._result(ctx._forward_result._data, self)  # only while backward runs
+        try:
+            result = self.function.backward_result(self.function.backward(ctx, grad), len(self.edges))
+        finally:
+            ctx._output = None
         out = []
         for index, (g, need, meta) in enumerate(zip(result, needs, self.metas)):
             if g is not None and not isinstance(g, Variable):
@@ -149,6 +162,8 @@ class Function(FunctionBase):
         cls.forward_output(out)
         data = out._data if isinstance(out, Variable) else as_array(out)
         if is_grad_enabled() and any(ctx.needs_input_grad):
+            if any(v is out for v in ctx.to_save):
+                ctx._forward_result = out
             return Variable._result(data, node_class(cls)(cls, ctx, args))
         return Variable._result(data, None)
 

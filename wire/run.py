@@ -163,14 +163,18 @@ def subgraph_function(name, forward, backward, kept):
 
     def forward_fn(ctx, *args):
         values = run_steps(forward.steps, forward.drops, {}, args=args)
-        ctx.save_for_backward(*args)
-        ctx.values = {k: v for k, v in values.items() if k in kept}
-        return values[forward_output]
+        output = as_variable(values[forward_output])
+        # the output is saved as PyTorch saves a forward's result: backward reads it with its grad_fn, so a
+        # backward recorded with create_graph (a grad node) differentiates through it; other forward
+        # values are constants there, as values computed inside a PyTorch forward are
+        ctx.save_for_backward(*args, output)
+        ctx.values = {k: v for k, v in values.items() if k in kept and k != forward_output}
+        return output
 
     def backward_fn(ctx, grad_output):
-        values = run_steps(
-            backward.steps, backward.drops, {}, args=ctx.saved_tensors, forward=ctx.values, grad_output=grad_output
-        )
+        *args, output = ctx.saved_tensors
+        forward = {**ctx.values, forward_output: output}
+        values = run_steps(backward.steps, backward.drops, {}, args=args, forward=forward, grad_output=grad_output)
         return tuple(None if out is None else values[out] for out in backward_outputs)
 
     return type(name, (Function,), {"forward": staticmethod(forward_fn), "backward": staticmethod(backward_fn)})

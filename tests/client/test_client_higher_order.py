@@ -138,6 +138,48 @@ def test_custom_function_with_a_differentiable_backward(session):
     np.testing.assert_allclose(d2, 6 * X)
 
 
+@pytest.mark.parametrize("saves", ["output", "output and input"])
+def test_custom_function_that_saves_its_output_is_differentiated_through_it(session, saves):
+    """PyTorch's tutorial pattern `result = i.exp(); ctx.save_for_backward(result)`: the second derivative
+    goes through the saved output (it was 0 on the engine, the embedded client and the server)."""
+
+    def program(m, x):
+        class Exp(m.autograd.Function):
+            @staticmethod
+            def forward(ctx, a):
+                result = a.exp()
+                ctx.save_for_backward(result, a) if saves == "output and input" else ctx.save_for_backward(result)
+                return result
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                return grad_output * ctx.saved_tensors[0]
+
+        (d1,) = m.autograd.grad(Exp.apply(x).sum(), x, create_graph=True)
+        (d2,) = m.autograd.grad((d1 * d1).sum(), x)
+        return [d1, d2]
+
+    _, d2 = three_ways(program, X)
+    np.testing.assert_allclose(d2, 2 * np.exp(2 * X))
+
+
+def test_engine_gradgradcheck_of_a_custom_function_that_saves_its_output():
+    class Exp(engine.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            result = a.exp()
+            ctx.save_for_backward(result)
+            return result
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            (result,) = ctx.saved_tensors
+            return grad_output * result
+
+    x = engine.tensor(RNG.standard_normal(4), requires_grad=True)
+    assert engine.gradcheck(Exp.apply, (x,)) and engine.gradgradcheck(Exp.apply, (x,))
+
+
 def test_backward_create_graph_accumulates_a_lazy_grad(recorder):
     def program(m, x):
         y = (x.pow(3) * x.sin()).sum()
