@@ -13,7 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.middleware.cors import CORSMiddleware
 
 from engine import backend
-from service import errors, oip
+from service import errors, oip, plans
 from service.auth import SCHEME
 from service.body import BodyBudget
 from service.compute import ComputePool
@@ -98,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     compute = add_compute_routes(app)
     app.include_router(router)
+    app.include_router(plans.router)  # GET /plans/{id}.dot
     oip.install(app, settings, metrics)
     cors = {}
     if settings.cors_origins:
