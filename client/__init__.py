@@ -16,6 +16,7 @@ here by `client.ops`; client/README.md tells the rest.
 
 from client import autograd, errors, ops
 from client.autograd import grad
+from client.dot import graph_svg, to_dot
 from client.errors import *  # noqa: F403  (the error classes: errors.__all__)
 from client.function import Function, FunctionCtx
 from client.ops import ShapeError
@@ -33,6 +34,8 @@ __all__ = [
     "Function",
     "FunctionCtx",
     "grad",
+    "to_dot",
+    "graph_svg",
     "no_grad",
     "enable_grad",
     "is_grad_enabled",

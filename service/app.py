@@ -13,7 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.middleware.cors import CORSMiddleware
 
 from engine import backend
-from service import docs, errors, oip
+from service import docs, errors, oip, plans
 from service.auth import SCHEME
 from service.body import BodyBudget
 from service.compute import ComputePool
@@ -105,6 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     compute = add_compute_routes(app)
     app.include_router(router)
+    app.include_router(plans.router)  # GET /plans/{id}.dot
     oip.install(app, settings, metrics)
     docs.install(app)
     cors = {}
@@ -142,6 +143,7 @@ def _openapi(app: FastAPI) -> dict:
             for path in ("/forward", "/backward"):
                 schema["paths"][path]["post"]["security"] = [{SCHEME: []}]
             oip.mark_secured(schema, SCHEME)
+            plans.mark_secured(schema, SCHEME)
         app.openapi_schema = schema
     return app.openapi_schema
 
