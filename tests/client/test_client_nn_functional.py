@@ -200,6 +200,17 @@ def test_errors_like_torch(torch_like, oracle, name):
         call(torch_like)
 
 
+def test_warnings_like_torch(torch_like, oracle):
+    for m in (oracle, torch_like):
+        with pytest.warns(UserWarning, match="Implicit dimension choice for softmax has been deprecated"):
+            m.nn.functional.softmax(m.zeros(2, 3))
+        with pytest.warns(UserWarning, match=r"Using a target size .* that is different to the input size"):
+            m.nn.functional.mse_loss(m.zeros(2, 3), m.zeros(3))
+        with pytest.warns(UserWarning, match="size_average and reduce args will be deprecated"):
+            loss = m.nn.functional.l1_loss(m.ones(2, 3), m.zeros(2, 3), size_average=False)
+        assert loss.item() == 6.0
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_every_target_ignored_gives_nan_like_torch(torch_like, oracle, weighted):
     for m in (torch_like, oracle):
