@@ -5,6 +5,8 @@ for each Variable class. Values against PyTorch in three modes: tests/client/tes
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -120,3 +122,16 @@ def test_batch_norm_updates_running_stats_in_place_like_torch():
 def test_functions_refuse_what_is_not_a_variable():
     with pytest.raises(TypeError, match="expected a Variable, got ndarray"):
         F.gelu(np.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_erf_without_scipy_computes_the_same(monkeypatch, dtype):
+    """SciPy is not a dependency: without it erf falls back to the C library's, to within an ulp."""
+    x = engine.tensor(np.linspace(-6, 6, 101).astype(dtype))
+    with_scipy = engine.erf(x).numpy()
+    monkeypatch.setitem(sys.modules, "scipy.special", None)  # `from scipy.special import` fails
+    without = engine.erf(x).numpy()
+    assert without.dtype == with_scipy.dtype == dtype
+    np.testing.assert_allclose(without, with_scipy, rtol=4 * np.finfo(dtype).eps, atol=np.finfo(dtype).tiny)
+    torch = pytest.importorskip("torch")
+    np.testing.assert_allclose(without, torch.erf(torch.tensor(x.numpy())).numpy(), rtol=4 * np.finfo(dtype).eps)
