@@ -17,6 +17,8 @@ from engine.variable import Variable
 _SURFACE = _surface.install(_eager.SIDE)
 globals().update(_SURFACE)
 
+from engine import nn  # noqa: E402,F401  (torch.nn.functional; it needs the names above)
+
 __all__ = [
     "Variable",
     "Function",

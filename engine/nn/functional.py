@@ -1,0 +1,585 @@
+"""`torch.nn.functional` (`import engine as torch; F = torch.nn.functional`), written once for every
+Variable implementation.
+
+Each function is a composition of registry ops: it calls methods of its Variable arguments, and the
+few module-level names it needs (`where`, `arange`, `full`, `rand`, `setitem`, `log1p`, `erf`...) from
+the namespace the input belongs to (`register`: `engine` for the engine's Variables, `client` for the
+client's). So on the engine they compute now, and on the client they record the registry's nodes,
+which a server already knows: nothing here is per side. The registry primitives added for it are
+`erf`, `log1p` and `expm1` (`engine.ops.special`).
+
+Numerically stable forms: cross-entropy through `log_softmax` (log-sum-exp), softplus and the
+logistic loss through `log1p(exp(-|x|))` with the exponent clamped so that neither branch of a
+`where` overflows (an overflow in the branch not taken would still turn its zero gradient into nan).
+
+Not provided (a TypeError from Python, as for any missing name): the rest of torch.nn.functional
+(convolutions, pooling, attention, the other losses and activations), and `torch.nn`'s modules.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy
+
+__all__ = [
+    "cross_entropy",
+    "nll_loss",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "softmax",
+    "log_softmax",
+    "relu",
+    "leaky_relu",
+    "elu",
+    "gelu",
+    "silu",
+    "softplus",
+    "tanh",
+    "sigmoid",
+    "one_hot",
+    "embedding",
+    "linear",
+    "dropout",
+    "layer_norm",
+    "batch_norm",
+    "normalize",
+    "pad",
+]
+
+_NAMESPACES: dict = {}  # Variable class -> the package whose functions compute on it
+_TYPE_NAMES = {
+    "float32": "Float",
+    "float64": "Double",
+    "float16": "Half",
+    "int64": "Long",
+    "int32": "Int",
+    "int16": "Short",
+    "int8": "Char",
+    "uint8": "Byte",
+    "bool": "Bool",
+}
+_INDEX_DTYPES = (numpy.dtype(numpy.int64), numpy.dtype(numpy.uint8))
+
+
+def register(variable_class, namespace) -> None:
+    """Make the functions compute on `variable_class` with `namespace`'s functions (its package)."""
+    _NAMESPACES[variable_class] = namespace
+
+
+def _ns(v):
+    for cls in type(v).__mro__:
+        namespace = _NAMESPACES.get(cls)
+        if namespace is not None:
+            return namespace
+    raise TypeError(f"expected a Variable, got {type(v).__name__}")
+
+
+def _type_name(dtype) -> str:
+    return _TYPE_NAMES.get(numpy.dtype(dtype).name, str(dtype))
+
+
+def _inplace(input, result, inplace):
+    """PyTorch's `inplace=True`: `input` becomes the result (its in-place rules apply)."""
+    if not inplace:
+        return result
+    input.copy_(result)
+    return input
+
+
+# --- reductions ---------------------------------------------------------------------------------
+
+
+def _reduction(size_average, reduce, reduction) -> str:
+    if size_average is not None or reduce is not None:  # PyTorch's legacy arguments
+        size_average = True if size_average is None else size_average
+        reduce = True if reduce is None else reduce
+        reduction = "mean" if size_average and reduce else "sum" if reduce else "none"
+        warnings.warn(
+            "size_average and reduce args will be deprecated, please use reduction='" + reduction + "' instead.",
+            stacklevel=3,
+        )
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return reduction
+
+
+def _reduce(loss, reduction):
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+def _warn_size(input, target):
+    if tuple(target.shape) != tuple(input.shape):
+        warnings.warn(
+            f"Using a target size ({list(target.shape)}) that is different to the input size ({list(input.shape)}). "
+            "This will likely lead to incorrect results due to broadcasting. Please ensure they have the same size.",
+            stacklevel=3,
+        )
+
+
+# --- classification losses ----------------------------------------------------------------------
+
+
+def _class_dim(input) -> int:
+    return 0 if input.ndim == 1 else 1
+
+
+def _check_weight(weight, classes, name="weight"):
+    if weight is not None and (weight.ndim != 1 or weight.shape[0] != classes):
+        raise RuntimeError(
+            f"{name} tensor should be defined either for all {classes} classes or no classes but got "
+            f"{name} tensor of shape: {list(weight.shape)}"
+        )
+
+
+def _check_index_target(input, target):
+    """nll_loss's checks of class-index targets (dtype, then shape), with PyTorch's messages."""
+    if input.ndim < 1:
+        raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
+    if numpy.dtype(target.dtype) not in _INDEX_DTYPES:
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_type_name(target.dtype)}")
+    if input.ndim > 1 and (target.ndim == 0 or target.shape[0] != input.shape[0]):
+        batch = "()" if target.ndim == 0 else target.shape[0]
+        raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size ({batch}).")
+    if input.ndim <= 2 and target.ndim > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    expected = tuple(input.shape[:1]) + tuple(input.shape[2:]) if input.ndim > 1 else ()
+    if tuple(target.shape) != expected:
+        raise RuntimeError(f"Expected target size {list(expected)}, got {list(target.shape)}")
+
+
+def _pick(input, target):
+    """input[i, target[i], ...]: the entry of each target's class, in the target's shape."""
+    ns = _ns(input)
+    classes = input.shape[_class_dim(input)]
+    if input.ndim > 2:  # classes last, then one row per target element
+        input = input.permute((0, *range(2, input.ndim), 1))
+    rows = input.reshape((-1, classes))
+    flat = target.reshape((-1,))
+    return rows[ns.arange(flat.shape[0]), flat].reshape(tuple(target.shape))
+
+
+def _nll(input, target, weight, ignore_index):
+    """(per-element losses with 0 where ignored, per-element weights with 0 where ignored)."""
+    ns = _ns(input)
+    kept = target != ignore_index
+    safe = ns.where(kept, target, 0)  # an ignored target may be out of range (-100)
+    weights = kept.to(input.dtype)
+    if weight is not None:
+        weights = weight[safe] * weights
+    return -_pick(input, safe) * weights, weights, kept
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    """The negative log likelihood of class-index targets given log-probabilities `input` [N, C, d...].
+
+    `weight[c]` scales class c's terms, and the mean divides by the sum of the weights of the targets not
+    equal to `ignore_index` (nan when every target is ignored), as in PyTorch."""
+    reduction = _reduction(size_average, reduce, reduction)
+    _check_index_target(input, target)
+    _check_weight(weight, input.shape[_class_dim(input)])
+    losses, weights, _ = _nll(input, target, weight, ignore_index)
+    if reduction == "mean":
+        return losses.sum() / weights.sum()
+    return _reduce(losses, reduction)
+
+
+def _class_weight_view(weight, input):
+    """weight [C] shaped to broadcast along input's class dimension."""
+    shape = [1] * input.ndim
+    shape[_class_dim(input)] = weight.shape[0]
+    return weight.reshape(tuple(shape))
+
+
+def cross_entropy(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    ignore_index=-100,
+    reduce=None,
+    reduction="mean",
+    label_smoothing=0.0,
+):
+    """Cross-entropy of logits `input` [N, C, d...] (or [C]) against class indices [N, d...] or class
+    probabilities of input's shape, through `log_softmax`; PyTorch's semantics for `weight`,
+    `ignore_index` (index targets only), `label_smoothing` and each `reduction`."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if input.ndim < 1:
+        raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
+    dim = _class_dim(input)
+    classes = input.shape[dim]
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    logp = input.log_softmax(dim)
+    if tuple(target.shape) == tuple(input.shape):
+        return _cross_entropy_probabilities(logp, target, weight, reduction, label_smoothing, classes)
+    _check_index_target(input, target)
+    _check_weight(weight, classes)
+    losses, weights, kept = _nll(logp, target, weight, ignore_index)
+    total = weights.sum()
+    loss = losses.sum() / total if reduction == "mean" else _reduce(losses, reduction)
+    if label_smoothing <= 0.0:
+        return loss
+    spread = logp if weight is None else logp * _class_weight_view(weight, logp)
+    smooth = -spread.sum(dim) * kept.to(input.dtype)
+    if reduction == "mean":
+        smooth = smooth.sum() / (total if weight is not None else kept.to(input.dtype).sum())
+    else:
+        smooth = _reduce(smooth, reduction)
+    return loss * (1 - label_smoothing) + smooth * (label_smoothing / classes)
+
+
+def _cross_entropy_probabilities(logp, target, weight, reduction, label_smoothing, classes):
+    if target.dtype.kind != "f":
+        raise RuntimeError(
+            f"Expected floating point type for target with class probabilities, got {_type_name(target.dtype)}"
+        )
+    _check_weight(weight, classes)
+    if label_smoothing > 0.0:
+        target = target * (1 - label_smoothing) + label_smoothing / classes
+    terms = logp * target
+    if weight is not None:
+        terms = terms * _class_weight_view(weight, logp)
+    if reduction == "none":
+        return -terms.sum(_class_dim(logp))
+    total = -terms.sum()
+    if reduction == "sum":
+        return total
+    batch = logp.numel() // classes if classes else 0
+    return total / batch if batch else total * math.nan
+
+
+# --- regression losses --------------------------------------------------------------------------
+
+
+def _weighted(errors, weight, input, reduction):
+    if weight is None:
+        return _reduce(errors, reduction)
+    if tuple(weight.shape) != tuple(input.shape):
+        raise ValueError("Weights and input must have the same size.")
+    weighted = errors * weight
+    return weighted.sum() / weight.sum() if reduction == "mean" else _reduce(weighted, reduction)
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """The squared error (input - target) ** 2, reduced (a `weight` mean divides by weight.sum())."""
+    _warn_size(input, target)
+    reduction = _reduction(size_average, reduce, reduction)
+    difference = input - target
+    return _weighted(difference * difference, weight, input, reduction)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """The absolute error |input - target|, reduced (a `weight` mean divides by weight.sum())."""
+    _warn_size(input, target)
+    reduction = _reduction(size_average, reduce, reduction)
+    return _weighted((input - target).abs(), weight, input, reduction)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """0.5 * d ** 2 / beta where |d| < beta, else |d| - 0.5 * beta (d = input - target); beta 0 is l1."""
+    _warn_size(input, target)
+    reduction = _reduction(size_average, reduce, reduction)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    distance = (input - target).abs()
+    if beta == 0:
+        return _reduce(distance, reduction)
+    difference = input - target
+    quadratic = difference * difference * (0.5 / beta)
+    return _reduce(_ns(input).where(distance < beta, quadratic, distance - 0.5 * beta), reduction)
+
+
+def _log_clamped(x):
+    """log(x) clamped to >= -100 as PyTorch's binary_cross_entropy does, with a zero gradient (not
+    nan) at x == 0."""
+    ns = _ns(x)
+    positive = x > 0
+    return ns.where(positive, ns.where(positive, x, 1.0).log(), -100.0).clamp(min=-100.0)
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    """-(target * log(input) + (1 - target) * log(1 - input)), each log clamped to >= -100; `weight`
+    scales each element (the mean stays the mean over elements)."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(
+            f"Using a target size ({list(target.shape)}) that is different to the input size "
+            f"({list(input.shape)}) is deprecated. Please ensure they have the same size."
+        )
+    loss = -(target * _log_clamped(input) + (1 - target) * _log_clamped(1 - input))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def _softplus_of_negative(x):
+    """log(1 + exp(-x)) without overflow, its gradient -sigmoid(x) everywhere (also at 0)."""
+    ns = _ns(x)
+    positive = ns.log1p((-x.clamp(min=0)).exp())
+    negative = ns.log1p(x.clamp(max=0).exp()) - x
+    return ns.where(x > 0, positive, negative)
+
+
+def binary_cross_entropy_with_logits(
+    input, target, weight=None, size_average=None, reduce=None, reduction="mean", pos_weight=None
+):
+    """binary_cross_entropy(sigmoid(input), target) in the stable form (1 - t) * x + w_t * log(1 + exp(-x)),
+    with w_t = 1 + (pos_weight - 1) * t; `weight` scales each element."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Target size ({list(target.shape)}) must be the same as input size ({list(input.shape)})")
+    softplus_neg = _softplus_of_negative(input)
+    if pos_weight is not None:
+        softplus_neg = softplus_neg * ((pos_weight - 1) * target + 1)
+    loss = (1 - target) * input + softplus_neg
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+# --- activations --------------------------------------------------------------------------------
+
+
+def _softmax_dim(input, dim, name):
+    if dim is not None:
+        return dim
+    warnings.warn(
+        f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X as an argument.",
+        stacklevel=3,
+    )
+    return 0 if input.ndim in (0, 1, 3) else 1
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """exp(x) / sum(exp(x)) along `dim` (stable); `dtype` casts the input first."""
+    if dtype is not None:
+        input = input.to(dtype)
+    return input.softmax(_softmax_dim(input, dim, "softmax"))
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """x - logsumexp(x) along `dim` (stable); `dtype` casts the input first."""
+    if dtype is not None:
+        input = input.to(dtype)
+    return input.log_softmax(_softmax_dim(input, dim, "log_softmax"))
+
+
+def relu(input, inplace=False):
+    return _inplace(input, input.relu(), inplace)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    """x where x > 0, else negative_slope * x."""
+    return _inplace(input, _ns(input).where(input > 0, input, input * negative_slope), inplace)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    """x where x > 0, else alpha * (exp(x) - 1)."""
+    ns = _ns(input)
+    return _inplace(input, ns.where(input > 0, input, ns.expm1(input.clamp(max=0)) * alpha), inplace)
+
+
+_SQRT_HALF = math.sqrt(0.5)
+_SQRT_TWO_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def gelu(input, approximate="none"):
+    """x * Phi(x) with erf (`approximate='none'`), or PyTorch's tanh approximation (`'tanh'`)."""
+    ns = _ns(input)
+    if approximate == "none":
+        return input * 0.5 * (ns.erf(input * _SQRT_HALF) + 1)
+    if approximate == "tanh":
+        inner = (input + input * input * input * 0.044715) * _SQRT_TWO_OVER_PI
+        return input * 0.5 * (inner.tanh() + 1)
+    raise RuntimeError("approximate argument must be either none or tanh.")
+
+
+def silu(input, inplace=False):
+    """x * sigmoid(x)."""
+    return _inplace(input, input * input.sigmoid(), inplace)
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold."""
+    ns = _ns(input)
+    scaled = input * beta
+    smooth = ns.log1p(scaled.clamp(max=threshold).exp()) / beta
+    return ns.where(scaled > threshold, input, smooth)
+
+
+def tanh(input):
+    return input.tanh()
+
+
+def sigmoid(input):
+    return input.sigmoid()
+
+
+# --- encodings and layers -----------------------------------------------------------------------
+
+
+def one_hot(tensor, num_classes=-1):
+    """int64 [..., num_classes] with a one at each value's class (num_classes -1: the largest value + 1).
+    The class values are checked, so a lazy client Variable's value is fetched."""
+    if numpy.dtype(tensor.dtype) != numpy.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    values = numpy.asarray(tensor.numpy())
+    if num_classes == -1:
+        if values.size == 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = int(values.max()) + 1
+    if values.size and values.min() < 0:
+        raise RuntimeError("Class values must be non-negative.")
+    if values.size and values.max() >= num_classes:
+        raise RuntimeError("Class values must be smaller than num_classes.")
+    return (tensor.unsqueeze(-1) == _ns(tensor).arange(num_classes)).to(numpy.int64)
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+    """weight's rows at the integer indices `input` (gradients of repeated indices add up); the row
+    `padding_idx` gets no gradient."""
+    if input.dtype.kind not in "iu":
+        raise RuntimeError(
+            "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; "
+            f"but got {_type_name(input.dtype)}Tensor instead (while checking arguments for embedding)"
+        )
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
+    rows = weight[input]
+    if padding_idx is None:
+        return rows
+    count = weight.shape[0]
+    if not -count <= padding_idx < count:
+        raise AssertionError("Padding_idx must be within num_embeddings")
+    padding_idx %= count
+    return _ns(input).where((input != padding_idx).unsqueeze(-1), rows, weight.detach()[input])
+
+
+def linear(input, weight, bias=None):
+    """input @ weight.T + bias (weight [out_features, in_features])."""
+    out = input.matmul(weight.t())
+    return out if bias is None else out + bias
+
+
+def dropout(input, p=0.5, training=True, inplace=False, generator=None):
+    """Zeroes each element with probability p and scales the rest by 1 / (1 - p) (training only). The
+    draws come from the package's random source (`manual_seed`); `generator=` takes only None for now."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if generator is not None:
+        raise NotImplementedError("dropout: generator= is not supported yet (pass None to use manual_seed's source)")
+    if not training or p == 0.0:
+        return input
+    ns = _ns(input)
+    if p == 1.0:
+        return _inplace(input, input * 0.0, inplace)
+    keep = ns.rand(tuple(input.shape), dtype=numpy.float64) < 1.0 - p
+    return _inplace(input, input * (keep.to(input.dtype) / (1.0 - p)), inplace)
+
+
+def _standardised(centred, var, eps, weight, bias, shape=None):
+    out = centred / (var + eps).sqrt()
+    if weight is not None:
+        out = out * (weight if shape is None else weight.reshape(shape))
+    if bias is not None:
+        out = out + (bias if shape is None else bias.reshape(shape))
+    return out
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) over the last dimensions (`normalized_shape`), then * weight + bias."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if input.ndim < len(shape) or tuple(input.shape[input.ndim - len(shape) :]) != shape:
+        raise RuntimeError(
+            f"Given normalized_shape={list(shape)}, expected input with shape [*, {', '.join(map(str, shape))}], "
+            f"but got input of size{list(input.shape)}"
+        )
+    dims = tuple(range(input.ndim - len(shape), input.ndim))
+    mean = input.mean(dims, keepdim=True)
+    centred = input - mean
+    return _standardised(centred, (centred * centred).mean(dims, keepdim=True), eps, weight, bias)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """Normalises each channel (dim 1) over the batch and the other dimensions. Training: by the batch's
+    mean and biased variance, and `running_mean`/`running_var` (when given) become
+    (1 - momentum) * running + momentum * batch statistic (the unbiased variance) in place; else by them."""
+    if input.ndim < 2:
+        raise ValueError(f"expected 2D or more input (got {input.ndim}D input)")
+    channels = input.shape[1]
+    shape = (1, channels) + (1,) * (input.ndim - 2)
+    dims = (0, *range(2, input.ndim))
+    if training:
+        count = input.numel() // channels
+        if count <= 1:
+            raise ValueError(
+                f"Expected more than 1 value per channel when training, got input size {list(input.shape)}"
+            )
+        mean = input.mean(dims, keepdim=True)
+        centred = input - mean
+        var = (centred * centred).mean(dims, keepdim=True)
+        ns = _ns(input)
+        with ns.no_grad():
+            if running_mean is not None:
+                running_mean.copy_(running_mean * (1 - momentum) + mean.detach().reshape((channels,)) * momentum)
+            if running_var is not None:
+                unbiased = var.detach().reshape((channels,)) * (count / (count - 1))
+                running_var.copy_(running_var * (1 - momentum) + unbiased * momentum)
+        return _standardised(centred, var, eps, weight, bias, shape)
+    if running_mean is None:
+        raise RuntimeError("running_mean must be defined in evaluation mode")
+    if running_var is None:
+        raise RuntimeError("running_var must be defined in evaluation mode")
+    return _standardised(input - running_mean.reshape(shape), running_var.reshape(shape), eps, weight, bias, shape)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """input / max(||input||_p along dim, eps)."""
+    result = input / input.norm(p, dim, keepdim=True).clamp(min=eps).expand_as(input)
+    if out is None:
+        return result
+    out.copy_(result)
+    return out
+
+
+def pad(input, pad, mode="constant", value=None):
+    """Pads (or, with negative amounts, crops) the last dimensions: `pad` is (left, right) of the last
+    dimension, then of the one before, ... as in PyTorch. Only mode 'constant' (fill `value`, 0 by default)."""
+    if len(pad) % 2:
+        raise RuntimeError("Padding length must be divisible by 2")
+    if len(pad) // 2 > input.ndim:
+        raise RuntimeError(
+            "Padding length should be less than or equal to two times the input dimension but got padding length "
+            f"{len(pad)} and input of dimension {input.ndim}"
+        )
+    if mode != "constant":
+        raise NotImplementedError(f"pad: mode '{mode}' is not supported (only 'constant')")
+    ns = _ns(input)
+    crop, place, shape = [slice(None)] * input.ndim, [slice(None)] * input.ndim, list(input.shape)
+    for i in range(len(pad) // 2):
+        d = input.ndim - 1 - i
+        before, after = int(pad[2 * i]), int(pad[2 * i + 1])
+        size = shape[d] + before + after
+        if size < 0:
+            raise RuntimeError(
+                f"The input size {input.shape[d]}, plus negative padding {before} and {after} resulted in a negative "
+                f"output size, which is invalid. Check dimension {d} of your input."
+            )
+        kept = input.shape[d] - max(-before, 0) - max(-after, 0)
+        crop[d] = slice(max(-before, 0), max(-before, 0) + max(kept, 0))
+        place[d] = slice(max(before, 0), max(before, 0) + max(kept, 0))
+        shape[d] = size
+    cropped = input[tuple(crop)]
+    fill = 0 if value is None else value
+    base = ns.full((), fill, dtype=input.dtype).expand(tuple(shape))
+    return ns.setitem(base, cropped, tuple(place))

@@ -1,0 +1,290 @@
+"""The cases of the `nn.functional` tests: each a call of one function with its keyword options, on
+fixed inputs, written against the module it runs on (`m`: real PyTorch, `engine` or `client`), so
+one table serves the comparison with PyTorch in three modes (tests/client/test_client_nn_functional.py) and
+the engine's gradient checks (tests/engine/test_nn_functional.py).
+
+Floating inputs require grad unless their position is in `data` (targets, weights, running stats);
+integer inputs are class indices."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+R = np.random.default_rng(20261125)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    call: Callable  # (m, *tensors) -> a tensor, or a tuple whose first item is differentiated
+    arrays: tuple
+    data: tuple = ()
+    gradcheck: bool = True  # False where finite differences straddle a boundary
+
+    def __repr__(self):
+        return self.id
+
+
+def f(name, *args, **kwargs):
+    """A call of m.nn.functional.<name>(*tensors, *args, **kwargs)."""
+    return lambda m, *tensors: getattr(m.nn.functional, name)(*tensors, *args, **kwargs)
+
+
+def normal(*shape, scale=1.0):
+    return R.standard_normal(shape) * scale
+
+
+def uniform(low, high, *shape):
+    return R.uniform(low, high, shape)
+
+
+def log_probs(*shape):
+    x = normal(*shape)
+    return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+
+
+def probabilities(*shape):
+    p = uniform(0.1, 1.0, *shape)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+LOGITS = normal(5, 4)
+INDICES = np.array([0, 3, 1, 1, 2])
+IGNORED = np.array([0, -100, 1, 3, -100])
+CLASS_WEIGHT = uniform(0.5, 2.0, 4)
+LOGITS_3D = normal(2, 4, 3)
+INDICES_3D = np.array([[0, 3, -100], [2, 2, 1]])
+WIDE = np.array([-60.0, -30.0, -3.0, -0.5, 0.0, 0.7, 4.0, 30.0, 60.0])
+REDUCTIONS = ("mean", "sum", "none")
+
+CASES: list[Case] = []
+
+
+def case(id, call, *arrays, data=(), gradcheck=True):
+    CASES.append(Case(id, call, tuple(np.asarray(a) for a in arrays), tuple(data), gradcheck))
+
+
+# --- cross_entropy and nll_loss -----------------------------------------------------------------
+
+for reduction in REDUCTIONS:
+    for weighted in (False, True):
+        for smoothing in (0.0, 0.1):
+            for target, ignore in ((IGNORED, -100), (INDICES, 1)):
+                options = dict(reduction=reduction, label_smoothing=smoothing, ignore_index=ignore)
+                tag = f"cross_entropy-indices-{reduction}-w{int(weighted)}-ls{smoothing}-ignore{ignore}"
+                if weighted:
+                    case(
+                        tag,
+                        lambda m, x, t, w, o=options: m.nn.functional.cross_entropy(x, t, weight=w, **o),
+                        LOGITS,
+                        target,
+                        CLASS_WEIGHT,
+                        data=(2,),
+                    )
+                else:
+                    case(tag, f("cross_entropy", **options), LOGITS, target)
+        for smoothing in (0.0, 0.25):
+            tag = f"cross_entropy-probabilities-{reduction}-w{int(weighted)}-ls{smoothing}"
+            options = dict(reduction=reduction, label_smoothing=smoothing)
+            if weighted:
+                call = lambda m, x, t, w, o=options: m.nn.functional.cross_entropy(x, t, weight=w, **o)  # noqa: E731
+                case(tag, call, LOGITS, probabilities(5, 4), CLASS_WEIGHT, data=(1, 2))
+            else:
+                case(tag, f("cross_entropy", **options), LOGITS, probabilities(5, 4), data=(1,))
+    case(
+        f"cross_entropy-3d-{reduction}",
+        lambda m, x, t, w, r=reduction: m.nn.functional.cross_entropy(x, t, weight=w, reduction=r, label_smoothing=0.2),
+        LOGITS_3D,
+        INDICES_3D,
+        CLASS_WEIGHT,
+        data=(2,),
+    )
+    case(f"nll_loss-{reduction}", f("nll_loss", reduction=reduction), log_probs(5, 4), IGNORED)
+    case(
+        f"nll_loss-weighted-{reduction}",
+        lambda m, x, t, w, r=reduction: m.nn.functional.nll_loss(x, t, w, reduction=r),
+        log_probs(5, 4),
+        IGNORED,
+        CLASS_WEIGHT,
+        data=(2,),
+    )
+    case(
+        f"nll_loss-3d-{reduction}",
+        f("nll_loss", reduction=reduction, ignore_index=2),
+        log_probs(2, 4, 3),
+        np.array([[0, 3, 2], [2, 2, 1]]),
+    )
+
+case("cross_entropy-unbatched", f("cross_entropy"), normal(4), np.array(2))
+case("cross_entropy-unbatched-probabilities", f("cross_entropy"), normal(4), probabilities(1, 4)[0], data=(1,))
+case(
+    "cross_entropy-3d-probabilities",
+    f("cross_entropy", label_smoothing=0.1),
+    LOGITS_3D,
+    probabilities(2, 4, 3),
+    data=(1,),
+)
+case("cross_entropy-large-logits", f("cross_entropy"), normal(3, 4) * 1000, np.array([1, 0, 3]))
+
+# --- regression losses --------------------------------------------------------------------------
+
+for reduction in REDUCTIONS:
+    for name in ("mse_loss", "l1_loss"):
+        case(f"{name}-{reduction}", f(name, reduction=reduction), normal(4, 3), normal(4, 3), data=(1,))
+        case(
+            f"{name}-weighted-{reduction}",
+            lambda m, x, t, w, n=name, r=reduction: getattr(m.nn.functional, n)(x, t, reduction=r, weight=w),
+            normal(4, 3),
+            normal(4, 3),
+            uniform(0.5, 2.0, 4, 3),
+            data=(1, 2),
+        )
+    for beta in (1.0, 0.5, 0.0):
+        case(
+            f"smooth_l1_loss-{reduction}-beta{beta}",
+            f("smooth_l1_loss", reduction=reduction, beta=beta),
+            normal(4, 3),
+            normal(4, 3),
+            data=(1,),
+        )
+    case(
+        f"binary_cross_entropy-{reduction}",
+        f("binary_cross_entropy", reduction=reduction),
+        uniform(0.05, 0.95, 4, 3),
+        uniform(0, 1, 4, 3),
+        data=(1,),
+    )
+    case(
+        f"binary_cross_entropy-weighted-{reduction}",
+        lambda m, x, t, w, r=reduction: m.nn.functional.binary_cross_entropy(x, t, w, reduction=r),
+        uniform(0.05, 0.95, 4, 3),
+        uniform(0, 1, 4, 3),
+        uniform(0.5, 2.0, 3),
+        data=(1, 2),
+    )
+    for weighted in (False, True):
+        for positive in (False, True):
+
+            def logits_loss(m, x, t, w, p, r=reduction, weighted=weighted, positive=positive):
+                return m.nn.functional.binary_cross_entropy_with_logits(
+                    x, t, weight=w if weighted else None, pos_weight=p if positive else None, reduction=r
+                )
+
+            case(
+                f"binary_cross_entropy_with_logits-{reduction}-w{int(weighted)}-pos{int(positive)}",
+                logits_loss,
+                normal(4, 3, scale=3.0),
+                uniform(0, 1, 4, 3),
+                uniform(0.5, 2.0, 4, 3),
+                uniform(0.5, 3.0, 3),
+                data=(1, 2, 3),
+            )
+
+case("mse_loss-broadcast", f("mse_loss"), normal(4, 3), normal(3), data=(1,))
+case(
+    "binary_cross_entropy-at-0-and-1",
+    f("binary_cross_entropy"),
+    np.array([0.0, 1.0, 0.5, 1e-3]),
+    np.array([0.0, 1.0, 1.0, 0.0]),
+    data=(0, 1),  # values only: at exactly 0 or 1 PyTorch's gradient formula divides by max(x(1-x), 1e-12)
+)
+case(
+    "binary_cross_entropy_with_logits-zero-logits",
+    f("binary_cross_entropy_with_logits"),
+    np.zeros((2, 3)),
+    uniform(0, 1, 2, 3),
+    data=(1,),
+)
+case(
+    "binary_cross_entropy_with_logits-wide",
+    f("binary_cross_entropy_with_logits", reduction="none"),
+    WIDE,
+    uniform(0, 1, WIDE.size),
+    data=(1,),
+)
+
+# --- activations --------------------------------------------------------------------------------
+
+for dim in (0, 1, -1):
+    case(f"softmax-dim{dim}", f("softmax", dim=dim), normal(3, 4, 2))
+    case(f"log_softmax-dim{dim}", f("log_softmax", dim=dim), normal(3, 4, 2))
+case("softmax-dtype", lambda m, x: m.nn.functional.softmax(x, dim=1, dtype=m.float64), normal(3, 4))
+case("log_softmax-implicit-dim", lambda m, x: m.nn.functional.log_softmax(x), normal(3, 4))
+for name, options in (
+    ("relu", {}),
+    ("leaky_relu", {}),
+    ("leaky_relu", {"negative_slope": 0.2}),
+    ("elu", {}),
+    ("elu", {"alpha": 0.5}),
+    ("gelu", {}),
+    ("gelu", {"approximate": "tanh"}),
+    ("silu", {}),
+    ("softplus", {}),
+    ("softplus", {"beta": 2.0, "threshold": 1.0}),
+    ("tanh", {}),
+    ("sigmoid", {}),
+):
+    tag = "-".join([name, *(f"{k}{v}" for k, v in options.items())])
+    case(tag, f(name, **options), normal(4, 5, scale=2.0))
+    case(tag + "-wide", f(name, **options), WIDE, gradcheck=False)
+
+# --- encodings and layers -----------------------------------------------------------------------
+
+case("one_hot", f("one_hot"), np.array([[0, 3], [1, 1]]))
+case("one_hot-num_classes", f("one_hot", 6), np.array([2, 0, 5]))
+EMBED_INDICES = np.array([[1, 4, 1], [0, 1, 3]])
+for padding in (None, 1, -1):
+    case(
+        f"embedding-padding{padding}",
+        lambda m, i, w, p=padding: m.nn.functional.embedding(i, w, p),
+        EMBED_INDICES,
+        normal(5, 3),
+        gradcheck=padding is None,  # the padding row is read but gets no gradient, by definition
+    )
+case("linear", f("linear"), normal(3, 4), normal(2, 4), normal(2))
+case("linear-no-bias-3d", f("linear"), normal(2, 3, 4), normal(5, 4))
+case("layer_norm", f("layer_norm", (4,)), normal(3, 4))
+case(
+    "layer_norm-affine",
+    lambda m, x, w, b: m.nn.functional.layer_norm(x, (3, 4), w, b, eps=1e-3),
+    normal(2, 3, 4),
+    normal(3, 4),
+    normal(3, 4),
+)
+for training in (True, False):
+    for shape in ((6, 3), (4, 3, 2)):
+
+        def batch_norm(m, x, mean, var, w, b, training=training):
+            out = m.nn.functional.batch_norm(x, mean, var, w, b, training=training, momentum=0.3)
+            return out, mean, var
+
+        case(
+            f"batch_norm-training{int(training)}-{len(shape)}d",
+            batch_norm,
+            normal(*shape),
+            normal(3),
+            uniform(0.5, 2.0, 3),
+            normal(3),
+            normal(3),
+            data=(1, 2),
+        )
+case(
+    "batch_norm-no-running-stats",
+    lambda m, x: m.nn.functional.batch_norm(x, None, None, training=True),
+    normal(5, 2),
+)
+case("normalize", f("normalize"), normal(3, 4))
+case("normalize-p1-dim0", f("normalize", p=1.0, dim=0), normal(3, 4))
+case("normalize-eps", f("normalize", dim=-1, eps=10.0), normal(3, 4))
+for pads in ((1, 2), (1, -1, 2, 0), (-1, -1, -1, -1), (0, 0, 1, 1, 2, 0)):
+    case(f"pad-{pads}", f("pad", pads), normal(2, 3, 4))
+case("pad-value", f("pad", (2, 1), value=1.5), normal(3, 2))
+case("dropout-eval", f("dropout", 0.5, training=False), normal(3, 4))
+case("dropout-p0", f("dropout", 0.0), normal(3, 4))
+
+
+def differentiable(c: Case) -> bool:
+    return any(a.dtype.kind == "f" and i not in c.data for i, a in enumerate(c.arrays))
