@@ -8,3 +8,7 @@ from engine.nn import functional as _shared
 _shared.register(client.Variable, client)
 
 __all__ = ["functional"]
+
+from engine.nn.missing import missing  # noqa: E402
+
+__getattr__ = missing("torch.nn")

@@ -7,3 +7,7 @@ from engine.nn import functional
 functional.register(engine.Variable, engine)
 
 __all__ = ["functional"]
+
+from engine.nn.missing import missing  # noqa: E402
+
+__getattr__ = missing("torch.nn")

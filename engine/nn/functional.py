@@ -12,7 +12,7 @@ Numerically stable forms: cross-entropy through `log_softmax` (log-sum-exp), sof
 logistic loss through `log1p(exp(-|x|))` with the exponent clamped so that neither branch of a
 `where` overflows (an overflow in the branch not taken would still turn its zero gradient into nan).
 
-Not provided (a TypeError from Python, as for any missing name): the rest of torch.nn.functional
+Not provided (a `NotImplementedError` naming it, `engine.nn.missing`): the rest of torch.nn.functional
 (convolutions, pooling, attention, the other losses and activations), and `torch.nn`'s modules.
 """
 
@@ -23,6 +23,9 @@ import warnings
 
 import numpy
 
+from engine.nn.missing import missing
+
+__getattr__ = missing("torch.nn.functional")
 __all__ = [
     "cross_entropy",
     "nll_loss",

@@ -135,3 +135,18 @@ def test_erf_without_scipy_computes_the_same(monkeypatch, dtype):
     np.testing.assert_allclose(without, with_scipy, rtol=4 * np.finfo(dtype).eps, atol=np.finfo(dtype).tiny)
     torch = pytest.importorskip("torch")
     np.testing.assert_allclose(without, torch.erf(torch.tensor(x.numpy())).numpy(), rtol=4 * np.finfo(dtype).eps)
+
+
+def test_a_name_not_provided_raises_not_implemented_naming_it():
+    import client
+
+    for namespace, module in (
+        (engine.nn.functional, "torch.nn.functional"),
+        (client.nn.functional, "torch.nn.functional"),
+        (engine.nn, "torch.nn"),
+        (client.nn, "torch.nn"),
+    ):
+        with pytest.raises(NotImplementedError, match=rf"{module}\.conv2d is not provided by gradserve"):
+            namespace.conv2d  # noqa: B018
+        assert not hasattr(namespace, "conv2d") and getattr(namespace, "conv2d", None) is None
+    assert client.nn.functional.relu is engine.nn.functional.relu
