@@ -247,9 +247,14 @@ async def _send_parts(send, parts: list, head_length: int | None) -> int:
     return length
 
 
-async def _send_error(exc, hold, scope, receive, send) -> tuple[int, int, int]:
-    """Send the error response of `exc`: (its status, body bytes received, body bytes sent)."""
+async def _send_error(exc, hold, scope, receive, send, close: bool = False) -> tuple[int, int, int]:
+    """Send the error response of `exc`: (its status, body bytes received, body bytes sent). `close`: it
+    answers a request whose body was not read whole (an early answer), so it closes the connection, whose
+    unread bytes are not a next request; the answer goes out before the close (the client reads it even
+    when the close resets its upload: client.transports)."""
     response = from_exception(exc)
+    if close:
+        response.headers["connection"] = "close"
     await response(scope, receive, send)
     return response.status_code, hold.received, len(response.body)
 
@@ -306,6 +311,7 @@ class ComputeEndpoint:
         runtime = scope["app"].runtime
         settings = runtime.settings
         hold = BodyHold(runtime.body_budget)
+        body = None
         try:
             headers = request_headers(scope)
             require_api_key(settings.api_key, headers)
@@ -318,7 +324,7 @@ class ComputeEndpoint:
         except asyncio.CancelledError:  # the shutdown drain ended: answer, retriably, instead of a 500
             return await _send_error(shutting_down(settings), hold, scope, receive, send)
         except Exception as exc:  # noqa: BLE001 - every failure becomes the one error shape
-            return await _send_error(exc, hold, scope, receive, send)
+            return await _send_error(exc, hold, scope, receive, send, close=body is None)
         finally:
             hold.release()
         return 200, hold.received, await _send_parts(send, parts, head_length)
