@@ -261,7 +261,7 @@ async def _send_error(exc, hold, scope, receive, send, early: bool = False) -> t
     await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
     await send({"type": "http.response.body", "body": response.body, "more_body": True})
     if response.status_code != 408:  # a body too slow to arrive is not waited for again
-        await drain(receive, request_headers(scope))
+        await drain(receive, request_headers(scope), hold.received)
     await send({"type": "http.response.body", "body": b""})
     return response.status_code, hold.received, len(response.body)
 
