@@ -55,8 +55,20 @@ AuthenticationError = _answer(
     "AuthenticationError", (RequestError, PermissionError), (401, 403), what="a missing or wrong API key"
 )
 NotFoundError = _answer("NotFoundError", (RequestError, LookupError), (404,), "not_found")
+UploadTimeoutError = _answer(
+    "UploadTimeoutError",
+    (RequestError, TimeoutError),
+    (408,),
+    what="the request's headers or body did not all arrive within the service's timeout for them",
+)
 ConflictError = _answer("ConflictError", (RequestError, RuntimeError), (409,), "conflict")
 PayloadTooLargeError = _answer("PayloadTooLargeError", (RequestError, ValueError), (413,), "too_large")
+UnsupportedMediaTypeError = _answer(
+    "UnsupportedMediaTypeError",
+    (RequestError, ValueError),
+    (415,),
+    what="a body whose Content-Type is neither application/json nor application/octet-stream",
+)
 GraphValidationError = _answer("GraphValidationError", (RequestError, ValueError), (422,), "invalid")
 InternalServerError = _answer(
     "InternalServerError",

@@ -1,7 +1,10 @@
 """What a session exchanges with the service, how it gets there, and the one retry policy.
 
 A `Call` is encoded and its answer read by the protocol's own functions (`wire.messages`): binary tensors
-(Triton's binary data extension) by default, JSON with `binary=False`; an error answer raises its `ServerError`.
+(Triton's binary data extension) by default, JSON with `binary=False`; an error answer raises its `ServerError`
+(`raise_for_error`, by status), a failed exchange its `ClientError` (`_translate`, by the table FAILURES): the
+same exception, whichever transport. An answer the server gives before reading the whole body (413 for a body
+over its limit, 401, 415, 503...) is read, not reported as the connection it then resets.
 `EmbeddedTransport` answers in-process as the service would (`wire.handler`). A plain `http://` URL goes over
 the standard library's `http.client` (`PlainHttpTransport`, faster than httpx: benchmarks/CHANGES.md); https,
 a proxy from the environment, an injected `transport=` and `AsyncSession` use httpx.
@@ -32,7 +35,7 @@ from client.errors import (
 )
 from engine import backend
 from wire.codec import HEADER_LENGTH, content_headers
-from wire.errors import error_body
+from wire.errors import RequestError, error_body
 from wire.executor import Executor
 from wire.handler import PATHS, handle, read_body, run_arrays
 from wire.messages import decode_result, encode_request
@@ -148,7 +151,9 @@ class EmbeddedTransport:
             return _json(404, error_body(f"no {method} {path} in embedded mode"))
         try:
             length = header_of(headers or {}, HEADER_LENGTH)
-            parts, length, _ = handle(self.executor, path, content, None if length is None else int(length))
+            length = None if length is None else int(length)
+            check_body_size(self.executor.limits, len(content), length)
+            parts, length, _ = handle(self.executor, path, content, length)
         except Exception as err:  # noqa: BLE001 - answered as the service would
             error = error_for_exception(err, path)
             return _json(error.status, error_body(error.message, error.node, error.field))
@@ -172,16 +177,50 @@ def _json(status, body: bytes) -> Response:
     return Response(status, content_headers(None), body)
 
 
+def check_body_size(limits, size: int, head_length: int | None) -> None:
+    """A body over its limit is refused (413) as the service refuses it (`service.body`): a JSON body has the
+    smaller `max_json_body_bytes` bound, a binary-extension one `max_body_bytes`."""
+    limit, name = limits.max_body_bytes, "max_body_bytes"
+    if head_length is None and limits.max_json_body_bytes < limit:
+        limit, name = limits.max_json_body_bytes, "max_json_body_bytes"
+    if size > limit:
+        hint = ""
+        if name == "max_json_body_bytes":
+            hint = (
+                "; JSON bodies are parsed in one piece, so they have a smaller limit: send large tensors with the "
+                f"binary extension (Content-Type: application/octet-stream and an {HEADER_LENGTH} header)"
+            )
+        message = f"the request body declares {size} bytes, over the limit of {limit} bytes ({name}){hint}"
+        raise RequestError(message, field="body", kind="too_large")
+
+
+# A failed exchange's exception, as httpx maps httpcore's (HTTPCORE_EXC_MAP): the first row the failure is an
+# instance of gives the client's class, its message ({url}: the service, {where}: the request's URL, {err}, {name}:
+# the failure's class, {timeout}) and, for a ConnectionFailed, when a session may try again.
+FAILURES = (
+    (
+        (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout),
+        ConnectionFailed,
+        "could not connect to the gradserve service at {url}: {err}",
+        "always",  # nothing was sent
+    ),
+    (httpx.TimeoutException, RequestTimeout, "no answer from {where} within the timeout ({timeout} s): {name}", None),
+    (
+        (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError),
+        ConnectionFailed,
+        "the connection to {where} was dropped: {err}",
+        "idempotent",  # the request may have run
+    ),
+    (httpx.HTTPError, ConnectionFailed, "request to {where} failed: {name}: {err}", None),
+)
+
+
 def _translate(err: httpx.HTTPError, url: str, path: str, timeout) -> ClientError:
-    """The client's exception for an httpx failure (a ConnectionFailed says whether it may be retried)."""
-    where = f"{url}{path}"
-    if isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
-        return ConnectionFailed(f"could not connect to the gradserve service at {url}: {err}", url, retry="always")
-    if isinstance(err, httpx.TimeoutException):
-        return RequestTimeout(f"no answer from {where} within the timeout ({timeout} s): {type(err).__name__}", url)
-    if isinstance(err, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
-        return ConnectionFailed(f"the connection to {where} was dropped: {err}", url, retry="idempotent")
-    return ConnectionFailed(f"request to {where} failed: {type(err).__name__}: {err}", url)
+    """The client's exception for an httpx failure (or one that `PlainHttpTransport` reports as the httpx
+    failure it stands for), by the table FAILURES."""
+    cls, text, retry = next((cls, text, retry) for types, cls, text, retry in FAILURES if isinstance(err, types))
+    message = text.format(url=url, where=f"{url}{path}", err=err, name=type(err).__name__, timeout=timeout)
+    return cls(message, url, retry=retry) if cls is ConnectionFailed else cls(message, url)
 
 
 class HttpTransport:
@@ -260,15 +299,15 @@ class PlainHttpTransport:
     def request(self, method, path, content=None, headers=None) -> Response:
         conn = self._take()
         try:
-            conn.request(method, self._prefix + path, body=content, headers={**self.headers, **(headers or {})})
-            answer = conn.getresponse()
-            body = answer.read()
+            answer, body, whole = _exchange(
+                conn, method, self._prefix + path, content, {**self.headers, **(headers or {})}
+            )
         except (OSError, http.client.HTTPException) as err:
             conn.close()
             failure = httpx.ReadTimeout("") if isinstance(err, TimeoutError) else httpx.RemoteProtocolError(repr(err))
             raise _translate(failure, self.url, path, self.timeout) from err
         with self._lock:
-            if answer.will_close or self._closed or len(self._idle) >= self.MAX_IDLE:
+            if not whole or answer.will_close or self._closed or len(self._idle) >= self.MAX_IDLE:
                 conn.close()
             else:
                 self._idle.append(conn)
@@ -279,6 +318,23 @@ class PlainHttpTransport:
             self._closed = True
             while self._idle:
                 self._idle.pop().close()
+
+
+def _exchange(conn, method, url, content, headers) -> tuple[http.client.HTTPResponse, bytes, bool]:
+    """(answer, its body, whether the request went out whole) of one request on `conn`. A server may answer
+    before it has read the whole body (413 for a declared length over its limit, 401, 415, 503) and close the
+    connection, which resets it while the body is still being sent: the answer it sent first is read from the
+    socket, as httpcore does; the send's error is raised only when there is none."""
+    try:
+        conn.request(method, url, body=content, headers=headers)
+    except ConnectionError as failure:  # BrokenPipeError, ConnectionResetError: the server stopped reading
+        try:
+            answer = conn.getresponse()
+            return answer, answer.read(), False
+        except (OSError, http.client.HTTPException):
+            raise failure from None
+    answer = conn.getresponse()
+    return answer, answer.read(), True
 
 
 def _readable(sock) -> bool:

@@ -174,6 +174,37 @@ async def read_body(
     return body
 
 
+DRAIN_BYTES = 64 * 2**20  # the longest rest of a refused body read (and dropped) after its early answer...
+DRAIN_SECONDS = 2.0  # ... and for how long
+
+
+async def drain(receive, headers, received: int, limit: int = DRAIN_BYTES, seconds: float = DRAIN_SECONDS) -> bool:
+    """Read and drop the rest of a body refused before it was read whole (`received` bytes of it came), when
+    its Content-Length says that rest is at most `limit` bytes, within `seconds`: whether it all came. The
+    answer is already out: a client that sends its whole body before reading (http.client, httpx) then
+    finishes and reads it, where closing at once resets its upload, and an asyncio client loses an answer
+    its reset connection had received. Nothing is read of a body without a length (a stream is not read
+    past its limit), of a longer one (closed at once), nor when the client sent `Expect: 100-continue`
+    (it sends no body unless asked, and reading would ask)."""
+    declared = headers.get("content-length", "")
+    if (
+        not declared.isdigit()
+        or int(declared) - received > limit
+        or "100-continue" in headers.get("expect", "").lower()
+    ):
+        return False
+    try:
+        with Deadline(seconds):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return False
+                if not message.get("more_body", False):
+                    return True
+    except TimeoutError:
+        return False
+
+
 class Deadline:
     """`asyncio.timeout(delay)` for the awaits of the current task, as a plain context manager on
     one timer handle: the same protocol (the timer cancels the task; leaving with that

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from engine import backend
 from engine.registry import OPS
 from service.auth import require_api_key
-from service.body import BodyHold, header_length, read_body, request_headers
+from service.body import BodyHold, drain, header_length, read_body, request_headers
 from service.compute import ClientGone
 from service.errors import ApiError, from_exception
 from service.schema import ERROR
@@ -247,10 +247,22 @@ async def _send_parts(send, parts: list, head_length: int | None) -> int:
     return length
 
 
-async def _send_error(exc, hold, scope, receive, send) -> tuple[int, int, int]:
-    """Send the error response of `exc`: (its status, body bytes received, body bytes sent)."""
+async def _send_error(exc, hold, scope, receive, send, early: bool = False) -> tuple[int, int, int]:
+    """Send the error response of `exc`: (its status, body bytes received, body bytes sent). `early`: it
+    answers a request whose body was not read whole (401, 413, 415, 503...), and closes the connection,
+    whose unread bytes are no next request; before closing it drops what the client still sends of its
+    body (`service.body.drain`, bounded) so that the client can read the answer (a close with unread
+    bytes resets the connection; client.transports reads an answer from a reset one too)."""
     response = from_exception(exc)
-    await response(scope, receive, send)
+    if not early:
+        await response(scope, receive, send)
+        return response.status_code, hold.received, len(response.body)
+    response.headers["connection"] = "close"
+    await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body, "more_body": True})
+    if response.status_code != 408:  # a body too slow to arrive is not waited for again
+        await drain(receive, request_headers(scope), hold.received)
+    await send({"type": "http.response.body", "body": b""})
     return response.status_code, hold.received, len(response.body)
 
 
@@ -306,6 +318,7 @@ class ComputeEndpoint:
         runtime = scope["app"].runtime
         settings = runtime.settings
         hold = BodyHold(runtime.body_budget)
+        body = None
         try:
             headers = request_headers(scope)
             require_api_key(settings.api_key, headers)
@@ -318,7 +331,7 @@ class ComputeEndpoint:
         except asyncio.CancelledError:  # the shutdown drain ended: answer, retriably, instead of a 500
             return await _send_error(shutting_down(settings), hold, scope, receive, send)
         except Exception as exc:  # noqa: BLE001 - every failure becomes the one error shape
-            return await _send_error(exc, hold, scope, receive, send)
+            return await _send_error(exc, hold, scope, receive, send, early=body is None)
         finally:
             hold.release()
         return 200, hold.received, await _send_parts(send, parts, head_length)
