@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from typing import TYPE_CHECKING
 
 import numpy
 
@@ -19,6 +20,7 @@ from client.state import current_phase, current_session, enable_grad, no_grad
 from engine import backend
 from engine.devices import Device
 from engine.indexing import from_key, to_key
+from engine.surface_types import VariableSurface
 from engine.tensor_data import same_array, tensor_data
 from engine.variable import Variable as EngineVariable
 from engine.variable import host_array
@@ -35,7 +37,7 @@ def as_host_array(data, dtype=None) -> numpy.ndarray:
     return host_array(data, dtype)
 
 
-class Variable:
+class Variable(VariableSurface):
     """A node value in a define-by-run graph, with PyTorch's Variable semantics, computed remotely.
     `_requires_grad` is a data leaf's flag; a handle's stays False (its Value's flag counts)."""
 
@@ -114,6 +116,11 @@ class Variable:
     @property
     def requires_grad(self) -> bool:
         return self._requires_grad if self._data is not None else self._value.requires_grad
+
+    if TYPE_CHECKING:  # the setter is engine.surface's (its checks, then _store_requires_grad), installed on import
+
+        @requires_grad.setter
+        def requires_grad(self, flag: bool) -> None: ...
 
     def _store_requires_grad(self, flag: bool):
         if flag and self._data is None:  # a computed value without grad_fn becomes a leaf: its value is needed

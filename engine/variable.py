@@ -13,11 +13,14 @@ The interface the surface relies on (the client's Variable has the same): `_stor
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy
 
 from engine import backend
 from engine.devices import Device
 from engine.indexing import from_key, to_key
+from engine.surface_types import VariableSurface
 from engine.tensor_data import plain, same_array, tensor_data
 
 
@@ -66,7 +69,7 @@ def format_variable(array, node, requires_grad, device="cpu") -> str:
 CPU, CUDA = Device("cpu"), Device("cuda")
 
 
-class Variable:
+class Variable(VariableSurface):
     """A node value in a define-by-run graph, with PyTorch's Variable semantics (computed now)."""
 
     __slots__ = ("_data", "grad", "_node", "_requires_grad", "_version", "__weakref__")
@@ -108,6 +111,11 @@ class Variable:
     @property
     def requires_grad(self) -> bool:
         return self._requires_grad
+
+    if TYPE_CHECKING:  # the setter is engine.surface's (its checks, then _store_requires_grad), installed on import
+
+        @requires_grad.setter
+        def requires_grad(self, flag: bool) -> None: ...
 
     def _store_requires_grad(self, flag: bool):
         self._requires_grad = flag
