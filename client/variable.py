@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy
 
@@ -95,7 +95,7 @@ class Variable(VariableSurface):
 
     # --- storage ---------------------------------------------------------------------------
     @property
-    def data(self):
+    def data(self) -> Any:
         if self._shared:  # recorded by some op: copy before the caller can mutate it, unless nothing holds the record
             if sys.getrefcount(self._value) > 2:  # this Variable's slot and the call's argument
                 self._data, self._value = self._data.copy(), None
@@ -103,7 +103,7 @@ class Variable(VariableSurface):
         return tensor_data(self._array())
 
     @data.setter
-    def data(self, new):
+    def data(self, new: Any) -> None:
         array = as_host_array(new)
         if self._data is None and self._value.node is not None:
             raise RuntimeError(
@@ -127,7 +127,7 @@ class Variable(VariableSurface):
             self._data, self._value, self._shared = self._array(), None, True
         self._requires_grad = flag
 
-    def detach(self):
+    def detach(self) -> Variable:
         """A new leaf with this Variable's value, cut from the graph."""
         if self._data is not None:
             return Variable._leaf(self._data)
@@ -136,7 +136,7 @@ class Variable(VariableSurface):
             return Variable._leaf(value.array, shared=True)
         return Variable._lazy(Value(CUT, value.shape, value.dtype, inputs=(value,), phase=current_phase()))
 
-    def detach_(self):
+    def detach_(self) -> Variable:
         if self._data is None and self._value.node is not None:
             detached = self.detach()
             self._data, self._value, self._shared = detached._data, detached._value, detached._shared
@@ -144,11 +144,11 @@ class Variable(VariableSurface):
         return self
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         return tuple(self._data.shape) if self._data is not None else self._value.shape
 
     @property
-    def dtype(self):
+    def dtype(self) -> numpy.dtype:
         return self._data.dtype if self._data is not None else self._value.dtype
 
     @property

@@ -113,7 +113,7 @@ def spellings(constructors, cast) -> tuple[dict, dict]:
 
     methods = {name: _cast_method(dtype, cast) for name, dtype in CAST_METHODS.items()}
     methods.update(type=type_, uniform_=uniform_, normal_=normal_, volatile=property(volatile, doc=VOLATILE_MESSAGE))
-    names = {name: TensorType(name, constructors) for name in DTYPE_OF}
+    names: dict[str, Any] = {name: TensorType(name, constructors) for name in DTYPE_OF}
     names["Tensor"] = TensorType("Tensor", constructors, "float32")  # float32 values; any Variable is one
 
     def from_numpy(array: ArrayLike) -> VariableSurface:

@@ -228,7 +228,7 @@ def methods(variable, ops, constructors) -> dict:
         """`x.where(condition, y)`: `where(condition, x, y)`."""
         return ops["where"](condition, self, other)
 
-    out = {
+    out: dict[str, Any] = {
         f.__name__: f
         for f in (where, to, cpu, cuda, is_floating_point, type_as, view_as, expand_as, contiguous, is_contiguous)
     }

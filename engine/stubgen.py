@@ -127,6 +127,28 @@ class MaxMin(NamedTuple, Generic[_V]):
 class VariableSurface:
     """What both Variables share: the surface installed by `engine.surface` (generated declarations)."""
 
+    # the interface that each Variable class implements itself (engine.variable, client.variable)
+    grad: Self | None
+    @property
+    def shape(self) -> Size: ...
+    @property
+    def dtype(self) -> DType: ...
+    @property
+    def ndim(self) -> builtins.int: ...
+    @property
+    def device(self) -> Device: ...
+    @property
+    def requires_grad(self) -> builtins.bool: ...
+    @requires_grad.setter
+    def requires_grad(self, value: builtins.bool) -> None: ...
+    @property
+    def data(self) -> Any: ...
+    @data.setter
+    def data(self, value: Any) -> None: ...
+    def detach(self) -> Self: ...
+    def detach_(self) -> Self: ...
+
+    # the surface, installed by engine.surface.install
 '''
 
 
@@ -265,7 +287,8 @@ def _method(name: str, member: Any, op_of: dict, shadowing: set[str]) -> list[st
     if member is None:
         return [f"{indent}{name}: None"]
     if isinstance(member, property):
-        returns = _shadowed(_as_variable(_signature(member.fget, name, True), "Self"), shadowing).split(" -> ")[1]
+        fget: Callable = member.fget  # type: ignore[assignment]
+        returns = _shadowed(_as_variable(_signature(fget, name, True), "Self"), shadowing).split(" -> ")[1]
         lines = [
             f"{indent}@property",
             f"{indent}def {name}(self) -> {returns}:" + (f"\n{indent}    {_doc(member)}" if _doc(member) else " ..."),
@@ -332,7 +355,7 @@ def class_stub() -> str:
     for name in sorted(members):
         lines += _method(name, members[name], op_of, shadowing)
     text = HEADER + "\n".join(lines) + "\n"
-    return _imported(text, "import builtins\n") if "builtins." in text else text
+    return _imported(text, "import builtins\n")
 
 
 def functions_stub(package: str) -> str:

@@ -13,7 +13,7 @@ The interface the surface relies on (the client's Variable has the same): `_stor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy
 
@@ -97,13 +97,13 @@ class Variable(VariableSurface):
         return cls._result(array, None)
 
     @property
-    def data(self):
+    def data(self) -> Any:
         """The values, sharing this Variable's memory and outside autograd (as in PyTorch): a NumPy
         array with PyTorch-0.3 Tensor methods (`engine.tensor_data.TensorData`) on the CPU."""
         return tensor_data(self._data)
 
     @data.setter
-    def data(self, value):
+    def data(self, value: Any) -> None:
         array = as_array(value)
         if not same_array(array, self._data):
             self._data = array
@@ -120,21 +120,21 @@ class Variable(VariableSurface):
     def _store_requires_grad(self, flag: bool):
         self._requires_grad = flag
 
-    def detach(self):
+    def detach(self) -> Variable:
         """A new leaf sharing this Variable's data, cut from the graph."""
         return Variable._result(self._data, None)
 
-    def detach_(self):
+    def detach_(self) -> Variable:
         self._node = None
         self._requires_grad = False
         return self
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         return tuple(self._data.shape)
 
     @property
-    def dtype(self):
+    def dtype(self) -> numpy.dtype:
         return self._data.dtype
 
     @property
