@@ -14,6 +14,8 @@ need no graph are computed at once). The surface is declared once in `engine.sur
 here by `client.ops`; client/README.md tells the rest.
 """
 
+from typing import TYPE_CHECKING
+
 from client import autograd, errors, ops
 from client.autograd import grad
 from client.dot import graph_svg, to_dot
@@ -25,6 +27,9 @@ from client.state import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from client.variable import Variable
 from engine.registry import OPS
 from engine.surface import exported
+
+if TYPE_CHECKING:  # what engine.surface installs below (`client.exp`, `client.zeros`...), declared for type checkers
+    from client._surface import *  # noqa: F403
 
 _SURFACE = ops.install(autograd.backward)
 globals().update(_SURFACE)

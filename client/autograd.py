@@ -7,6 +7,9 @@ the nodes it frees are known. With `create_graph` nothing is sent: gradients are
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy
 
 from client.errors import ProtocolError, TracingError
@@ -17,6 +20,9 @@ from client.state import current_phase, current_session, mode
 from client.transports import Call
 from client.variable import Variable, as_host_array
 from engine.autograd import accumulate_grad, walk
+
+if TYPE_CHECKING:
+    from engine.surface_types import Operand
 
 
 def fetching(session, values):
@@ -117,7 +123,7 @@ def _requesting(session, outputs, output_values, seeds, holders, retain):
 def _seed_arrays(outputs, names, seeds) -> list:
     """The grad_outputs: [(output name, seed)], summed over outputs that are one node; the service
     seeds an output given once without a gradient with ones itself."""
-    arrays = {}
+    arrays: dict = {}
     for out, name, g in zip(outputs, names, seeds):
         if g is None and names.count(name) == 1:
             continue
@@ -175,14 +181,30 @@ def gradient_node(outputs, seeds, wrt: Value) -> Variable:
             value = Value(GRAD, wrt.shape, wrt.dtype, inputs=inputs, requires_grad=True)
             value.node = GradNode([edge_of(i) for i in inputs], value)
             total = Variable._lazy(value) if total is None else total + Variable._lazy(value)
-    return total
+    return total  # type: ignore[return-value]  # wrt has at least one output reaching it
 
 
-def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False, session=None):
+def backward(
+    outputs: Variable | Sequence[Variable],
+    grad_outputs: Operand | Sequence[Operand | None] | None = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    session: Any = None,
+) -> None:
     """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad."""
     (session or current_session()).backward(outputs, grad_outputs, retain_graph, create_graph)
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False, session=None):
+def grad(
+    outputs: Variable | Sequence[Variable],
+    inputs: Variable | Sequence[Variable],
+    grad_outputs: Operand | Sequence[Operand | None] | None = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool = False,
+    session: Any = None,
+) -> tuple[Variable, ...]:
     """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
-    return (session or current_session()).grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused)
+    return (session or current_session()).grad(  # type: ignore[no-any-return]
+        outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused
+    )

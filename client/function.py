@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy
 
@@ -104,7 +105,7 @@ class Function(FunctionBase):
     """Base class of custom differentiable operations (see the module docstring)."""
 
     @classmethod
-    def apply(cls, *args):
+    def apply(cls, *args: Any) -> Variable:  # type: ignore[override]  # the client's Variable
         needs = tuple(isinstance(a, Variable) and a.requires_grad for a in args)
         result = _cached_trace(cls, args, needs)
         variables = [a for a in args if isinstance(a, Variable)]

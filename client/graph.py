@@ -103,7 +103,7 @@ class FunctionNode(Node):
     saved, whose versions are checked when backward reads them (as the engine's ctx does)."""
 
     __slots__ = ("saves", "trace")
-    saved_name = FUNCTION_NAME
+    saved_name = FUNCTION_NAME  # type: ignore[assignment]  # Node's is None: nodes named by their class
 
     def __init__(self, edges, value, trace, saved):
         super().__init__(edges, value, saved)

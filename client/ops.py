@@ -61,7 +61,8 @@ _NODE_CLASSES: dict = {}  # op name, or (op name, grad_fn name, saves) for a com
 
 def node_class(op: OpDef, values, attrs) -> type:
     """The grad_fn class of a recorded call, named and saving as the engine's node would be."""
-    key = op.name
+    key: str | tuple = op.name
+    saves: bool | slice | str
     if op.composite:  # the name and what it saves depend on the call
         name, saves = composite_grad_fn(op, [v.shape for v in values], [v.dtype.str for v in values], attrs)
         key = (op.name, name, str(saves))
@@ -76,7 +77,7 @@ def node_class(op: OpDef, values, attrs) -> type:
 def infer(op: OpDef, values, attrs):
     """(shape, dtype) by the op's registry rule (every op has one); None when it depends on values."""
     try:
-        inferred = op.infer([v.shape for v in values], [v.dtype for v in values], attrs)
+        inferred = op.infer([v.shape for v in values], [v.dtype for v in values], attrs)  # type: ignore[misc]
     except (ValueError, TypeError, IndexError) as err:  # a ShapeError is a ValueError
         described = ", ".join(str(list(v.shape)) for v in values)
         raise ShapeError(f"{op.name}(): {err} (input shapes: {described})") from None

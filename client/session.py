@@ -16,6 +16,7 @@ import time
 import uuid
 import weakref
 from collections import Counter, OrderedDict
+from typing import Any
 
 import numpy
 import orjson
@@ -295,7 +296,13 @@ current_session = state.current_session
 state.set_default_factory(lambda: Session(os.environ.get("GRADSERVE_URL") or None))
 
 
-def connect(url=None, api_key=None, timeout=DEFAULT_TIMEOUT, binary=True, **options) -> Session:
+def connect(
+    url: str | None = None,
+    api_key: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    binary: bool = True,
+    **options: Any,
+) -> Session:
     """A session for `url` (default: $GRADSERVE_URL; embedded when neither), made the default
     until closed. Options: retries, backoff, tapes, executor, transport, headers."""
     url = (os.environ.get("GRADSERVE_URL") or None) if url is None else url

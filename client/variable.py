@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from typing import TYPE_CHECKING, Any
 
 import numpy
 
@@ -19,6 +20,7 @@ from client.state import current_phase, current_session, enable_grad, no_grad
 from engine import backend
 from engine.devices import Device
 from engine.indexing import from_key, to_key
+from engine.surface_types import VariableSurface
 from engine.tensor_data import same_array, tensor_data
 from engine.variable import Variable as EngineVariable
 from engine.variable import host_array
@@ -35,7 +37,7 @@ def as_host_array(data, dtype=None) -> numpy.ndarray:
     return host_array(data, dtype)
 
 
-class Variable:
+class Variable(VariableSurface):
     """A node value in a define-by-run graph, with PyTorch's Variable semantics, computed remotely.
     `_requires_grad` is a data leaf's flag; a handle's stays False (its Value's flag counts)."""
 
@@ -93,7 +95,7 @@ class Variable:
 
     # --- storage ---------------------------------------------------------------------------
     @property
-    def data(self):
+    def data(self) -> Any:
         if self._shared:  # recorded by some op: copy before the caller can mutate it, unless nothing holds the record
             if sys.getrefcount(self._value) > 2:  # this Variable's slot and the call's argument
                 self._data, self._value = self._data.copy(), None
@@ -101,7 +103,7 @@ class Variable:
         return tensor_data(self._array())
 
     @data.setter
-    def data(self, new):
+    def data(self, new: Any) -> None:
         array = as_host_array(new)
         if self._data is None and self._value.node is not None:
             raise RuntimeError(
@@ -115,12 +117,17 @@ class Variable:
     def requires_grad(self) -> bool:
         return self._requires_grad if self._data is not None else self._value.requires_grad
 
+    if TYPE_CHECKING:  # the setter is engine.surface's (its checks, then _store_requires_grad), installed on import
+
+        @requires_grad.setter
+        def requires_grad(self, flag: bool) -> None: ...
+
     def _store_requires_grad(self, flag: bool):
         if flag and self._data is None:  # a computed value without grad_fn becomes a leaf: its value is needed
             self._data, self._value, self._shared = self._array(), None, True
         self._requires_grad = flag
 
-    def detach(self):
+    def detach(self) -> Variable:
         """A new leaf with this Variable's value, cut from the graph."""
         if self._data is not None:
             return Variable._leaf(self._data)
@@ -129,7 +136,7 @@ class Variable:
             return Variable._leaf(value.array, shared=True)
         return Variable._lazy(Value(CUT, value.shape, value.dtype, inputs=(value,), phase=current_phase()))
 
-    def detach_(self):
+    def detach_(self) -> Variable:
         if self._data is None and self._value.node is not None:
             detached = self.detach()
             self._data, self._value, self._shared = detached._data, detached._value, detached._shared
@@ -137,11 +144,11 @@ class Variable:
         return self
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         return tuple(self._data.shape) if self._data is not None else self._value.shape
 
     @property
-    def dtype(self):
+    def dtype(self) -> numpy.dtype:
         return self._data.dtype if self._data is not None else self._value.dtype
 
     @property

@@ -4,6 +4,8 @@ Importing it fills the op registry (`engine.ops`) and installs the Variable surf
 (`engine.surface`, through the engine's side `engine.eager`) on `engine.Variable`.
 """
 
+from typing import TYPE_CHECKING
+
 from engine import backend, ops  # noqa: F401  (importing ops fills the registry)
 from engine import eager as _eager
 from engine import surface as _surface
@@ -13,6 +15,9 @@ from engine.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_ena
 from engine.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from engine.registry import OPS
 from engine.variable import Variable
+
+if TYPE_CHECKING:  # what engine.surface installs below (`engine.exp`, `engine.zeros`...), declared for type checkers
+    from engine._surface import *  # noqa: F403
 
 _SURFACE = _surface.install(_eager.SIDE)
 globals().update(_SURFACE)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy
 
@@ -20,6 +21,9 @@ from engine.grad_mode import enable_grad, no_grad
 from engine.node import Node
 from engine.registry import trusted
 from engine.variable import Variable, as_array
+
+if TYPE_CHECKING:
+    from engine.surface_types import Operand
 
 
 def as_list(x, variable=Variable):
@@ -351,14 +355,27 @@ def _release(node, deps, grads, ready):
                     (ready.append if edge in grads else stack.append)(edge)
 
 
-def backward(outputs, grad_outputs=None, retain_graph=None, create_graph=False):
+def backward(
+    outputs: Variable | Sequence[Variable],
+    grad_outputs: Operand | Sequence[Operand | None] | None = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+) -> None:
+    """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad."""
     outputs, roots = backward_arguments(outputs, grad_outputs)
     run_backward(
         outputs, _root_gradients(outputs, roots), create_graph if retain_graph is None else retain_graph, create_graph
     )
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
+def grad(
+    outputs: Variable | Sequence[Variable],
+    inputs: Variable | Sequence[Variable],
+    grad_outputs: Operand | Sequence[Operand | None] | None = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool = False,
+) -> tuple[Variable, ...]:
     """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
     outputs, inputs, roots = grad_arguments(outputs, inputs, grad_outputs)
     captured = run_backward(

@@ -10,8 +10,12 @@ the client's Variable alike); `constructors` is the package's `engine.factory.Co
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING, Any
 
 import numpy
+
+if TYPE_CHECKING:
+    from engine.surface_types import ArrayLike, V, VariableSurface
 
 DTYPE_OF = {
     "FloatTensor": "float32",
@@ -74,7 +78,7 @@ def dtype_of(kind) -> str:
 
 
 def _cast_method(dtype, cast):
-    def method(self):
+    def method(self) -> VariableSurface:
         return self if numpy.dtype(self.dtype).name == dtype else cast(self, dtype)
 
     method.__name__ = numpy.dtype(dtype).name
@@ -87,31 +91,36 @@ def spellings(constructors, cast) -> tuple[dict, dict]:
     and `volatile`; `Tensor`, `FloatTensor`, ..., `from_numpy`. `cast(v, dtype_name)` converts
     differentiably. `engine.surface.install` puts them on a Variable class and its package."""
 
-    def type_(self, dtype=None):
+    def type_(self, dtype: Any = None) -> Any:
         """`x.type()`: the tensor type's name ('torch.FloatTensor'); `x.type(T)`: x converted to T."""
         if dtype is None:
             return "torch." + NAME_OF.get(numpy.dtype(self.dtype).name, numpy.dtype(self.dtype).name)
         target = dtype_of(dtype)
         return self if numpy.dtype(self.dtype).name == target else cast(self, target)
 
-    def uniform_(self, low=0.0, high=1.0):
+    def uniform_(self: V, low: float = 0.0, high: float = 1.0) -> V:
         """Fill in place with draws from U(low, high) (the package's `manual_seed` applies)."""
         self[...] = constructors.rng.uniform(low, high, tuple(self.shape)).astype(self.dtype)
         return self
 
-    def normal_(self, mean=0.0, std=1.0):
+    def normal_(self: V, mean: float = 0.0, std: float = 1.0) -> V:
         """Fill in place with draws from N(mean, std**2) (the package's `manual_seed` applies)."""
         self[...] = constructors.rng.normal(mean, std, tuple(self.shape)).astype(self.dtype)
         return self
 
-    def volatile(self):
+    def volatile(self) -> bool:
         return False
 
     methods = {name: _cast_method(dtype, cast) for name, dtype in CAST_METHODS.items()}
     methods.update(type=type_, uniform_=uniform_, normal_=normal_, volatile=property(volatile, doc=VOLATILE_MESSAGE))
-    names = {name: TensorType(name, constructors) for name in DTYPE_OF}
+    names: dict[str, Any] = {name: TensorType(name, constructors) for name in DTYPE_OF}
     names["Tensor"] = TensorType("Tensor", constructors, "float32")  # float32 values; any Variable is one
-    names["from_numpy"] = lambda array: constructors.as_tensor(numpy.asarray(array))
+
+    def from_numpy(array: ArrayLike) -> VariableSurface:
+        """A Variable sharing `array`'s memory (where the backend is NumPy), as PyTorch's."""
+        return constructors.as_tensor(numpy.asarray(array))
+
+    names["from_numpy"] = from_numpy
     return methods, names
 
 

@@ -10,11 +10,18 @@ values in both.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy
 
 from engine import backend
 from engine.compat import dtype_of
 from engine.dtypes import DEFAULT
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from engine.surface_types import ArrayLike, DeviceLike, DTypeLike, VariableSurface
 
 NAMES = (
     "tensor",
@@ -89,79 +96,209 @@ class Constructors:
     def _floating(self, array, dtype, device, requires_grad):
         return self._new(array, DEFAULT if dtype is None else dtype, device, requires_grad)
 
-    def tensor(self, data, dtype=None, device=None, requires_grad=False):
+    def tensor(
+        self,
+        data: ArrayLike,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         """A copy of `data` (as PyTorch's: in-place updates of it leave `data` alone)."""
         if isinstance(data, numpy.ndarray):
             data = data.copy()
         return self.as_tensor(data, dtype, device, requires_grad)
 
-    def as_tensor(self, data, dtype=None, device=None, requires_grad=False):
+    def as_tensor(
+        self,
+        data: ArrayLike,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         """`data` itself when it is an array of the right dtype (sharing its memory), else a copy."""
         self.placement.check(device)
         return self.variable(self.to_array(data, as_dtype(dtype)), requires_grad=requires_grad)
 
-    def zeros(self, *size, dtype=None, device=None, requires_grad=False, **keywords):
+    def zeros(
+        self,
+        *size: int | Sequence[int],
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+        **keywords: Any,
+    ) -> VariableSurface:
         return self._floating(numpy.zeros(_size(size, keywords)), dtype, device, requires_grad)
 
-    def ones(self, *size, dtype=None, device=None, requires_grad=False, **keywords):
+    def ones(
+        self,
+        *size: int | Sequence[int],
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+        **keywords: Any,
+    ) -> VariableSurface:
         return self._floating(numpy.ones(_size(size, keywords)), dtype, device, requires_grad)
 
-    def empty(self, *size, dtype=None, device=None, requires_grad=False, **keywords):
+    def empty(
+        self,
+        *size: int | Sequence[int],
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+        **keywords: Any,
+    ) -> VariableSurface:
         """Zeros (PyTorch leaves them uninitialised; a program must not read them before writing)."""
         return self._floating(numpy.zeros(_size(size, keywords)), dtype, device, requires_grad)
 
-    def full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+    def full(
+        self,
+        size: int | Sequence[int],
+        fill_value: float,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         if dtype is None and not _is_float(fill_value):
             dtype = numpy.asarray(fill_value).dtype  # full((2,), 3) is int64, full((2,), True) bool
         return self._floating(numpy.full(_size((size,)), fill_value), dtype, device, requires_grad)
 
-    def randn(self, *size, dtype=None, device=None, requires_grad=False, **keywords):
+    def randn(
+        self,
+        *size: int | Sequence[int],
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+        **keywords: Any,
+    ) -> VariableSurface:
         return self._floating(self.rng.standard_normal(_size(size, keywords)), dtype, device, requires_grad)
 
-    def rand(self, *size, dtype=None, device=None, requires_grad=False, **keywords):
+    def rand(
+        self,
+        *size: int | Sequence[int],
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+        **keywords: Any,
+    ) -> VariableSurface:
         return self._floating(self.rng.random(_size(size, keywords)), dtype, device, requires_grad)
 
-    def randint(self, low=0, high=None, size=None, dtype=None, device=None, requires_grad=False):
+    def randint(
+        self,
+        low: int = 0,
+        high: int | None = None,
+        size: int | Sequence[int] | None = None,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         """`randint(high, size)` or `randint(low, high, size)`: integers in [low, high) (int64)."""
         if size is None:
             low, high, size = 0, low, high
         values = self.rng.integers(low, high, _size((size,)))
         return self._new(values, numpy.int64 if dtype is None else dtype, device, requires_grad)
 
-    def normal(self, mean, std, size, dtype=None, device=None, requires_grad=False):
+    def normal(
+        self,
+        mean: float,
+        std: float,
+        size: int | Sequence[int],
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         """Draws from N(mean, std**2) of shape `size` (float mean and std; tensor ones are not supported)."""
         return self._floating(self.rng.normal(float(mean), float(std), _size((size,))), dtype, device, requires_grad)
 
-    def arange(self, start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+    def arange(
+        self,
+        start: float,
+        end: float | None = None,
+        step: float = 1,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         """int64 values from integer arguments, float32 when any is a float (as PyTorch infers)."""
         values = numpy.arange(start, end, step) if end is not None else numpy.arange(start)
         if dtype is None:
             dtype = DEFAULT if any(_is_float(a) for a in (start, end, step)) else numpy.int64
         return self._new(values, dtype, device, requires_grad)
 
-    def linspace(self, start, end, steps, dtype=None, device=None, requires_grad=False):
+    def linspace(
+        self,
+        start: float,
+        end: float,
+        steps: int,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         return self._floating(numpy.linspace(start, end, steps), dtype, device, requires_grad)
 
-    def eye(self, n, m=None, dtype=None, device=None, requires_grad=False):
+    def eye(
+        self,
+        n: int,
+        m: int | None = None,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         return self._floating(numpy.eye(n, m), dtype, device, requires_grad)
 
     def _like(self, v, values, dtype, device, requires_grad):
         return self._new(values, v.dtype if dtype is None else dtype, device, requires_grad)
 
-    def zeros_like(self, v, dtype=None, device=None, requires_grad=False):
+    def zeros_like(
+        self,
+        v: VariableSurface,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         return self._like(v, numpy.zeros(v.shape), dtype, device, requires_grad)
 
-    def ones_like(self, v, dtype=None, device=None, requires_grad=False):
+    def ones_like(
+        self,
+        v: VariableSurface,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         return self._like(v, numpy.ones(v.shape), dtype, device, requires_grad)
 
-    def empty_like(self, v, dtype=None, device=None, requires_grad=False):
+    def empty_like(
+        self,
+        v: VariableSurface,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         return self._like(v, numpy.zeros(v.shape), dtype, device, requires_grad)
 
-    def full_like(self, v, fill_value, dtype=None, device=None, requires_grad=False):
+    def full_like(
+        self,
+        v: VariableSurface,
+        fill_value: float,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         return self._like(v, numpy.full(v.shape, fill_value), dtype, device, requires_grad)
 
-    def rand_like(self, v, dtype=None, device=None, requires_grad=False):
+    def rand_like(
+        self,
+        v: VariableSurface,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         return self._like(v, self.rng.random(v.shape), dtype, device, requires_grad)
 
-    def randn_like(self, v, dtype=None, device=None, requires_grad=False):
+    def randn_like(
+        self,
+        v: VariableSurface,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        requires_grad: bool = False,
+    ) -> VariableSurface:
         return self._like(v, self.rng.standard_normal(v.shape), dtype, device, requires_grad)

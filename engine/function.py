@@ -9,6 +9,7 @@ methods `forward(self, *args)` and `backward(self, *grad_outputs)` that save thr
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 from engine.grad_mode import is_grad_enabled, no_grad
 from engine.node import Meta, Node, check_saved, edge_of
@@ -21,21 +22,21 @@ class FunctionCtx:
     """The `ctx` a custom Function's forward and backward share: `to_save` is what forward
     saved, `saved_read` whether backward read it (the client's tracing asks both)."""
 
-    def __init__(self):
-        self.to_save = ()
-        self._versions = ()
+    def __init__(self) -> None:
+        self.to_save: tuple[Any, ...] = ()
+        self._versions: tuple[int | None, ...] = ()
         self._freed = False
         self.saved_read = False
-        self.needs_input_grad = ()
-        self._forward_result = None  # what forward returned, when it saved it too
-        self._output = None  # that output as the graph has it, while backward runs
+        self.needs_input_grad: tuple[bool, ...] = ()
+        self._forward_result: Any = None  # what forward returned, when it saved it too
+        self._output: Any = None  # that output as the graph has it, while backward runs
 
-    def save_for_backward(self, *variables):
-        self.to_save = variables
+    def save_for_backward(self, *variables: Any) -> None:
+        self.to_save = tuple(variables)
         self._versions = tuple(v._version if isinstance(v, Variable) else None for v in variables)
 
     @property
-    def saved_tensors(self):
+    def saved_tensors(self) -> tuple[Any, ...]:
         check_saved(None, True, self.to_save, None if self._freed else self._versions, FUNCTION_NAME)
         self.saved_read = True
         output = self._output
@@ -99,7 +100,9 @@ def _check_gradient_shape(node_name: str, index: int, got: tuple, shape: tuple) 
 class FunctionBase:
     """What every custom Function declares, the engine's and the client's (`client.function`)."""
 
-    def __call__(self, *args):
+    _ctx: FunctionCtx  # a legacy Function's: the ctx of the call it is running
+
+    def __call__(self, *args: Any) -> Any:
         """`MyFn()(x)`: a legacy Function, whose forward and backward are instance methods."""
         cls = type(self)
         if isinstance(inspect.getattr_static(cls, "forward"), staticmethod):
@@ -107,28 +110,28 @@ class FunctionBase:
                 f"{cls.__name__} has a static forward(ctx, ...): call {cls.__name__}.apply(...), "
                 "not an instance (instances are legacy Functions with forward(self, ...))"
             )
-        return _legacy_adapter(cls).apply(_Legacy(self), *args)
+        return _legacy_adapter(cls).apply(_Legacy(self), *args)  # type: ignore[attr-defined]
 
     # a legacy Function's `self` saves and reads through the ctx of the call it is running
-    def save_for_backward(self, *variables):
+    def save_for_backward(self, *variables: Any) -> None:
         self._ctx.save_for_backward(*variables)
 
     @property
-    def saved_tensors(self):
+    def saved_tensors(self) -> tuple[Any, ...]:
         return self._ctx.saved_tensors
 
     saved_variables = saved_tensors
 
     @property
-    def needs_input_grad(self):
+    def needs_input_grad(self) -> tuple[bool, ...]:
         return self._ctx.needs_input_grad[1:]
 
     @staticmethod
-    def forward(ctx, *args):
+    def forward(ctx: Any, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("Function subclasses must implement a static forward(ctx, *args)")
 
     @staticmethod
-    def backward(ctx, *grad_outputs):
+    def backward(ctx: Any, *grad_outputs: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("Function subclasses must implement a static backward(ctx, *grad_outputs)")
 
     @classmethod
@@ -154,7 +157,7 @@ class Function(FunctionBase):
     """Base class of custom differentiable operations (see the module docstring)."""
 
     @classmethod
-    def apply(cls, *args):
+    def apply(cls, *args: Any) -> Variable:
         ctx = FunctionCtx()
         ctx.needs_input_grad = tuple(isinstance(a, Variable) and a._requires_grad for a in args)
         with no_grad():
@@ -203,7 +206,7 @@ class _Legacy:
         return hash(self.key)
 
 
-def _legacy_adapter(cls: type) -> type:
+def _legacy_adapter(cls: Any) -> Any:
     """A subclass of the legacy Function `cls` with static forward and backward that run the
     instance's methods (the `_Legacy` first argument says which instance), so `apply`, the
     engine's or the client's, runs it like any other Function."""

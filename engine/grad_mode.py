@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from contextlib import ContextDecorator
+from typing import Any, Literal, TypeVar, overload
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _State(threading.local):
@@ -16,19 +20,19 @@ class _Setting(ContextDecorator):
 
     __slots__ = ("state", "enabled", "previous")
 
-    def __init__(self, state, enabled: bool):
+    def __init__(self, state: _State, enabled: bool | None):
         self.state = state
         self.enabled = enabled
 
-    def _recreate_cm(self):
+    def _recreate_cm(self) -> _Setting:
         return _Setting(self.state, self.enabled)  # a decorated function may run in several threads at once
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self.previous = self.state.enabled
         if self.enabled is not None:
             self.state.enabled = self.enabled
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.state.enabled = self.previous
         return False
 
@@ -40,19 +44,19 @@ class _Restore:
 
     __slots__ = ("state", "previous")
 
-    def __init__(self, state, previous: bool):
+    def __init__(self, state: _State, previous: bool):
         self.state = state
         self.previous = previous
 
-    def __call__(self, function):
+    def __call__(self, function: F) -> F:
         flag = self.state.enabled
         self.state.enabled = self.previous
         return _Setting(self.state, flag)(function)
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.state.enabled = self.previous
         return False
 
@@ -62,7 +66,7 @@ class GradMode:
 
     `state.enabled` is the flag itself, for hot paths that read it without a call."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.state = _State()
 
     def is_enabled(self) -> bool:
@@ -78,22 +82,30 @@ class GradMode:
         """Context manager (and decorator): the flag is `enabled` inside, restored after."""
         return _Setting(self.state, enabled)
 
-    def no_grad(self, function=None):
+    @overload
+    def no_grad(self, function: None = None) -> _Setting: ...
+    @overload
+    def no_grad(self, function: F) -> F: ...
+    def no_grad(self, function: F | None = None) -> _Setting | F:
         """Context manager: results computed inside record no graph and have no grad_fn. A decorator
         too, as `@no_grad()` or `@no_grad`."""
         return self._decorate(False, function)
 
-    def enable_grad(self, function=None):
+    @overload
+    def enable_grad(self, function: None = None) -> _Setting: ...
+    @overload
+    def enable_grad(self, function: F) -> F: ...
+    def enable_grad(self, function: F | None = None) -> _Setting | F:
         """Context manager (and decorator): turn graph recording back on (e.g. inside no_grad)."""
         return self._decorate(True, function)
 
-    def inference_mode(self, mode=True):
+    def inference_mode(self, mode: bool | Callable[..., Any] = True) -> Any:
         """PyTorch's inference mode, here the same as no_grad (`inference_mode(False)` changes nothing)."""
         if callable(mode):
             return self._decorate(False, mode)
         return self.enabled_as(False) if mode else _Setting(self.state, None)
 
-    def _decorate(self, enabled, function):
+    def _decorate(self, enabled: bool, function: F | None) -> _Setting | F:
         setting = self.enabled_as(enabled)
         return setting if function is None else setting(function)
 

@@ -13,7 +13,12 @@ same object (still a leaf that requires grad), `x.add_(y, alpha=2)`, `h.clamp_(m
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy
+
+if TYPE_CHECKING:
+    from engine.surface_types import Operand, V
 
 LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
 
@@ -88,7 +93,7 @@ def methods(functions, is_enabled) -> dict:
     for dunder, name in OPERATORS.items():
         out[dunder] = out[name + "_"]
 
-    def copy_(self, source, non_blocking=False):
+    def copy_(self: V, source: Operand, non_blocking: bool = False) -> V:
         """Copy `source` (broadcast, cast) into this Variable; differentiable, like `x[...] = source`."""
         self[...] = source
         return self

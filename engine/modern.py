@@ -11,10 +11,17 @@ both Variable classes and the functions in both packages.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy
 
 from engine.devices import Device
 from engine.factory import as_dtype
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from engine.surface_types import DeviceLike, DTypeLike, Operand, V, VariableSurface
 
 # PyTorch name -> registry op, as a torch.* function and a Tensor method alike
 ALIASES = {
@@ -37,7 +44,7 @@ FUNCTION_ALIASES = {"concat": "cat", "concatenate": "cat"}  # torch.* functions 
 
 
 def _with_alpha(name, base, mul):
-    def fn(input, other, *, alpha=1):
+    def fn(input: Operand, other: Operand, *, alpha: float = 1) -> VariableSurface:
         return base(input, other) if alpha == 1 else base(input, mul(other, alpha))
 
     fn.__name__ = fn.__qualname__ = name
@@ -59,54 +66,56 @@ def functions(ops) -> dict:
     matmul, mul, unsqueeze = ops["matmul"], ops["mul"], ops["unsqueeze"]
     check_dot, check_mv, check_outer = _dims("dot", 1, 1), _dims("mv", 2, 1), _dims("outer", 1, 1)
 
-    def dot(input, tensor):
+    def dot(input: Operand, tensor: Operand) -> VariableSurface:
         """The inner product of two 1-D Variables."""
         check_dot(input, tensor)
         return matmul(input, tensor)
 
-    def mv(input, vec):
+    def mv(input: Operand, vec: Operand) -> VariableSurface:
         """Matrix times vector."""
         check_mv(input, vec)
         return matmul(input, vec)
 
-    def outer(input, vec2):
+    def outer(input: Operand, vec2: Operand) -> VariableSurface:
         """The outer product of two 1-D Variables."""
         check_outer(input, vec2)
         return mul(unsqueeze(input, 1), unsqueeze(vec2, 0))
 
-    def square(input):
+    def square(input: Operand) -> VariableSurface:
         return mul(input, input)
 
-    def clamp_min(input, min):
+    def clamp_min(input: Operand, min: float) -> VariableSurface:
         return ops["clamp"](input, min=min)
 
-    def clamp_max(input, max):
+    def clamp_max(input: Operand, max: float) -> VariableSurface:
         return ops["clamp"](input, max=max)
 
-    def reciprocal(input):
+    def reciprocal(input: Operand) -> VariableSurface:
         return ops["div"](1.0, input)
 
-    def rsqrt(input):
+    def rsqrt(input: Operand) -> VariableSurface:
         return ops["div"](1.0, ops["sqrt"](input))
 
-    def std(input, dim=None, unbiased=True, keepdim=False):
+    def std(
+        input: Operand, dim: int | Sequence[int] | None = None, unbiased: bool = True, keepdim: bool = False
+    ) -> VariableSurface:
         return ops["sqrt"](ops["var"](input, dim, unbiased, keepdim))
 
-    def all(input, dim=None, keepdim=False):
+    def all(input: Operand, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> VariableSurface:
         """Whether every element (along `dim`) is nonzero, as a bool Variable."""
         return ops["amin"](ops["cast"](input, dtype="bool"), dim, keepdim)
 
-    def any(input, dim=None, keepdim=False):
+    def any(input: Operand, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> VariableSurface:
         """Whether some element (along `dim`) is nonzero, as a bool Variable."""
         return ops["amax"](ops["cast"](input, dtype="bool"), dim, keepdim)
 
-    def isclose(input, other, rtol=1e-05, atol=1e-08):
+    def isclose(input: Operand, other: Operand, rtol: float = 1e-05, atol: float = 1e-08) -> VariableSurface:
         return ops["le"](ops["abs"](ops["sub"](input, other)), ops["add"](ops["mul"](ops["abs"](other), rtol), atol))
 
-    def allclose(input, other, rtol=1e-05, atol=1e-08) -> bool:
+    def allclose(input: Operand, other: Operand, rtol: float = 1e-05, atol: float = 1e-08) -> bool:
         return bool(all(isclose(input, other, rtol, atol)))
 
-    def equal(input, other) -> bool:
+    def equal(input: VariableSurface, other: VariableSurface) -> bool:
         return tuple(input.shape) == tuple(other.shape) and bool(all(ops["eq"](input, other)))
 
     out = {
@@ -146,7 +155,14 @@ def methods(variable, ops, constructors) -> dict:
             return self
         return cast(self, dtype=numpy.dtype(dtype).name)
 
-    def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False):
+    def to(
+        self,
+        *args: Any,
+        dtype: DTypeLike | None = None,
+        device: DeviceLike | None = None,
+        non_blocking: bool = False,
+        copy: bool = False,
+    ) -> VariableSurface:
         """`x.to(dtype)`, `x.to(device)`, `x.to(device, dtype)`, `x.to(other)`, `x.to(dtype=, device=)`:
         this Variable when nothing changes (as in PyTorch), else a differentiable cast."""
         for arg in args:
@@ -159,10 +175,10 @@ def methods(variable, ops, constructors) -> dict:
         result = _converted(self, as_dtype(dtype), device)
         return result.clone() if copy and result is self else result
 
-    def cpu(self):
+    def cpu(self: V) -> V:
         return self
 
-    def cuda(self, device=None, non_blocking=False):
+    def cuda(self: V, device: DeviceLike | None = None, non_blocking: bool = False) -> V:
         placement.check("cuda" if device is None else device)
         return self
 
@@ -172,23 +188,30 @@ def methods(variable, ops, constructors) -> dict:
     def is_floating_point(self) -> bool:
         return self.dtype.kind == "f"
 
-    def type_as(self, other):
+    def type_as(self, other: VariableSurface) -> VariableSurface:
         return _converted(self, other.dtype, None)
 
-    def view_as(self, other):
+    def view_as(self, other: VariableSurface) -> VariableSurface:
         return reshape(self, tuple(other.shape))
 
-    def expand_as(self, other):
+    def expand_as(self, other: VariableSurface) -> VariableSurface:
         return expand(self, tuple(other.shape))
 
-    def contiguous(self, memory_format=None):
+    def contiguous(self: V, memory_format: Any = None) -> V:
         return self
 
-    def is_contiguous(self, memory_format=None) -> bool:
+    def is_contiguous(self, memory_format: Any = None) -> bool:
         return True
 
     def new(name, make):
-        def method(self, *args, dtype=None, device=None, requires_grad=False, **keywords):
+        def method(
+            self,
+            *args: Any,
+            dtype: DTypeLike | None = None,
+            device: DeviceLike | None = None,
+            requires_grad: bool = False,
+            **keywords: Any,
+        ) -> VariableSurface:
             return make(
                 *args,
                 dtype=self.dtype if dtype is None else dtype,
@@ -201,20 +224,22 @@ def methods(variable, ops, constructors) -> dict:
         method.__doc__ = f"`{make.__name__}(...)` with this Variable's dtype unless `dtype=` says otherwise."
         return method
 
-    def where(self, condition, other):
+    def where(self, condition: Operand, other: Operand) -> VariableSurface:
         """`x.where(condition, y)`: `where(condition, x, y)`."""
         return ops["where"](condition, self, other)
 
-    out = {
+    out: dict[str, Any] = {
         f.__name__: f
         for f in (where, to, cpu, cuda, is_floating_point, type_as, view_as, expand_as, contiguous, is_contiguous)
     }
-    out.update(
-        reshape_as=view_as,
-        is_cuda=property(is_cuda),
-        nelement=lambda self: self.numel(),
-        ndimension=lambda self: self.ndim,
-    )
+
+    def nelement(self) -> int:
+        return self.numel()
+
+    def ndimension(self) -> int:
+        return self.ndim
+
+    out.update(reshape_as=view_as, is_cuda=property(is_cuda), nelement=nelement, ndimension=ndimension)
     for name in ("zeros", "ones", "empty", "full", "tensor"):
         out["new_" + name] = new("new_" + name, getattr(constructors, name))
     return out

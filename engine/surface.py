@@ -28,14 +28,20 @@ from __future__ import annotations
 import builtins
 import math
 import weakref
-from collections import namedtuple
+from typing import TYPE_CHECKING, Any
 
 from engine import backend, compat, dtypes, inplace, modern
 from engine.devices import Placement
 from engine.factory import Constructors
 from engine.registry import OPS, make_function
+from engine.surface_types import MaxMin
 from engine.tensor_data import plain
 from engine.variable import format_variable
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from engine.surface_types import ArrayLike, NDArray, Operand, V, VariableSurface
 
 FORWARD, REFLECTED, UNARY = "forward", "reflected", "unary"
 
@@ -62,8 +68,6 @@ OPERATORS = {
     "__eq__": ("eq", FORWARD),
     "__ne__": ("ne", FORWARD),
 }
-
-MaxMin = namedtuple("MaxMin", "values indices")
 
 LEAF_INPLACE = inplace.LEAF_INPLACE
 NON_LEAF_FLAG = (
@@ -126,7 +130,7 @@ def extreme(name, reduce, arg, pairwise):
 # --- methods written against the interface ----------------------------------------------------
 
 
-def __init__(self, data, requires_grad=False, **pytorch03):
+def __init__(self, data: ArrayLike, requires_grad: bool = False, **pytorch03: Any) -> None:
     if pytorch03:
         compat.accept_volatile(pytorch03)
     self._store(data)
@@ -146,12 +150,12 @@ def _set_requires_grad(self, flag):
     self._store_requires_grad(bool(flag))
 
 
-def requires_grad_(self, requires_grad=True):
+def requires_grad_(self: V, requires_grad: bool = True) -> V:
     self.requires_grad = requires_grad
     return self
 
 
-def retain_grad(self):
+def retain_grad(self) -> None:
     """Keep this non-leaf's gradient in `.grad` after backward (a no-op on leaves)."""
     node = self._node
     if node is None:
@@ -161,7 +165,8 @@ def retain_grad(self):
     node.retained = weakref.ref(self)
 
 
-def grad_fn(self):
+def grad_fn(self) -> Any:
+    """The node that computed this Variable (None for a leaf)."""
     return self._node
 
 
@@ -186,65 +191,66 @@ def numel(self) -> int:
     return math.prod(self.shape)
 
 
-def __len__(self):
+def __len__(self) -> int:
     if self.ndim == 0:
         raise TypeError("len() of a 0-d Variable")
     return self.shape[0]
 
 
-def __iter__(self):
+def __iter__(self: V) -> Iterator[V]:
     if self.ndim == 0:
         raise TypeError("iteration over a 0-d Variable")
     return (self[i] for i in range(self.shape[0]))
 
 
-def item(self):
+def item(self) -> float:
+    """The value of a one-element Variable as a Python number (a float, int or bool)."""
     if self.numel() != 1:
         raise ValueError(f"only one element Variables can be converted to Python scalars (this one has {self.numel()})")
     return self._array().item()
 
 
-def numpy(self):
+def numpy(self) -> NDArray:
     """The values as a NumPy array (sharing memory with a CPU Variable)."""
     return backend.to_numpy(plain(self.data))
 
 
-def tolist(self):
+def tolist(self) -> Any:
     return _host(self).tolist()
 
 
-def __array__(self, dtype=None, copy=None):
+def __array__(self, dtype: Any = None, copy: bool | None = None) -> NDArray:
     array = self.numpy()
     return array if dtype is None else array.astype(dtype)
 
 
-def __bool__(self):
+def __bool__(self) -> bool:
     if self.numel() != 1:
         raise RuntimeError("Boolean value of a Variable with more than one value is ambiguous")
     return builtins.bool(self._array().item())
 
 
-def __float__(self):
+def __float__(self) -> float:
     return builtins.float(self.item())
 
 
-def __int__(self):
+def __int__(self) -> int:
     return builtins.int(self.item())
 
 
-def __index__(self):
+def __index__(self) -> int:
     if self.dtype.kind not in "iub" or self.numel() != 1:
         raise TypeError("only integer Variables of a single element can be converted to an index")
     return builtins.int(self._array().item())
 
 
-def __format__(self, spec):
+def __format__(self, spec: str) -> str:
     if self.ndim == 0:
         return format(self.item(), spec)  # f"{loss:.4f}", as PyTorch formats a 0-d tensor
     return object.__format__(self, spec)
 
 
-def __repr__(self):
+def __repr__(self) -> str:
     try:
         array = _host(self)
     except NoValue:
@@ -252,11 +258,11 @@ def __repr__(self):
     return format_variable(array, self._node, self.requires_grad, self.device)
 
 
-def zero_(self):
+def zero_(self: V) -> V:
     return self.fill_(0)
 
 
-def fill_(self, value):
+def fill_(self: V, value: Operand) -> V:
     # the rules of __setitem__: a leaf that requires grad refuses under grad mode, and a
     # Variable in a graph records the fill (its gradient is zero), as PyTorch does
     self[...] = value
@@ -307,7 +313,9 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
                 return
         self._assign_values(key, value, setitem)
 
-    def backward(self, gradient=None, retain_graph=None, create_graph=False):
+    def backward(
+        self, gradient: Operand | None = None, retain_graph: bool | None = None, create_graph: bool = False
+    ) -> None:
         """Gradients of this Variable into every leaf's `.grad`."""
         run_backward(
             [self], None if gradient is None else [gradient], retain_graph=retain_graph, create_graph=create_graph
@@ -351,14 +359,16 @@ def install(side: Side) -> dict:
     cls.requires_grad = property(cls.requires_grad.fget, _set_requires_grad)
     for getter in (grad_fn, is_leaf, retains_grad):
         setattr(cls, getter.__name__, property(getter))
-    cls.T = property(
-        side.properties.get("T") or (lambda self: self.permute(tuple(reversed(range(self.ndim))))),
-        doc="all dimensions reversed",
-    )
     transpose = functions["transpose"]
-    cls.mT = property(
-        side.properties.get("mT") or (lambda self: transpose(self, -2, -1)), doc="the last two dimensions swapped"
-    )
+
+    def all_reversed(self) -> VariableSurface:
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def last_two_swapped(self) -> VariableSurface:
+        return transpose(self, -2, -1)
+
+    cls.T = property(side.properties.get("T") or all_reversed, doc="all dimensions reversed")
+    cls.mT = property(side.properties.get("mT") or last_two_swapped, doc="the last two dimensions swapped")
     placement = Placement(cls._computes_on)
     constructors = Constructors(cls, side.to_array, placement)
     for name, method in modern.methods(cls, functions, constructors).items():
@@ -389,10 +399,10 @@ def exported(names) -> list:
 def _module_functions(cls, grad_mode) -> dict:
     """`is_tensor`, `numel`, `inference_mode`: module-level names that need the side's class or grad mode."""
 
-    def is_tensor(obj) -> bool:
+    def is_tensor(obj: object) -> bool:
         return isinstance(obj, cls)
 
-    def numel(input) -> int:
+    def numel(input: VariableSurface) -> int:
         return input.numel()
 
     return {"is_tensor": is_tensor, "numel": numel, "inference_mode": grad_mode.inference_mode}

@@ -13,11 +13,14 @@ The interface the surface relies on (the client's Variable has the same): `_stor
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy
 
 from engine import backend
 from engine.devices import Device
 from engine.indexing import from_key, to_key
+from engine.surface_types import VariableSurface
 from engine.tensor_data import plain, same_array, tensor_data
 
 
@@ -66,7 +69,7 @@ def format_variable(array, node, requires_grad, device="cpu") -> str:
 CPU, CUDA = Device("cpu"), Device("cuda")
 
 
-class Variable:
+class Variable(VariableSurface):
     """A node value in a define-by-run graph, with PyTorch's Variable semantics (computed now)."""
 
     __slots__ = ("_data", "grad", "_node", "_requires_grad", "_version", "__weakref__")
@@ -94,13 +97,13 @@ class Variable:
         return cls._result(array, None)
 
     @property
-    def data(self):
+    def data(self) -> Any:
         """The values, sharing this Variable's memory and outside autograd (as in PyTorch): a NumPy
         array with PyTorch-0.3 Tensor methods (`engine.tensor_data.TensorData`) on the CPU."""
         return tensor_data(self._data)
 
     @data.setter
-    def data(self, value):
+    def data(self, value: Any) -> None:
         array = as_array(value)
         if not same_array(array, self._data):
             self._data = array
@@ -109,24 +112,29 @@ class Variable:
     def requires_grad(self) -> bool:
         return self._requires_grad
 
+    if TYPE_CHECKING:  # the setter is engine.surface's (its checks, then _store_requires_grad), installed on import
+
+        @requires_grad.setter
+        def requires_grad(self, flag: bool) -> None: ...
+
     def _store_requires_grad(self, flag: bool):
         self._requires_grad = flag
 
-    def detach(self):
+    def detach(self) -> Variable:
         """A new leaf sharing this Variable's data, cut from the graph."""
         return Variable._result(self._data, None)
 
-    def detach_(self):
+    def detach_(self) -> Variable:
         self._node = None
         self._requires_grad = False
         return self
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         return tuple(self._data.shape)
 
     @property
-    def dtype(self):
+    def dtype(self) -> numpy.dtype:
         return self._data.dtype
 
     @property

@@ -1,0 +1,33 @@
+"""The Variable surface as a class that type checkers and editors can follow.
+
+`VariableSurface` is the base class of both Variables: the engine's (`engine.variable.Variable`,
+computed now) and the client's (`client.variable.Variable`, recorded). At run time it holds no
+method: `engine.surface.install` puts the surface (registry ops, operators, PyTorch spellings) on
+each Variable class itself, so an op call finds its method on the first class it looks in. For
+type checkers, `surface_types.pyi` next to this file declares every one of those methods with its
+signature; it is generated from the registry and the surface by `python -m engine.stubgen`, which
+also writes the packages' module-level functions (`engine/_surface.pyi`, `client/_surface.pyi`),
+and tests/test_static.py fails when they are stale.
+
+The names the surface's annotations use (`V`: the Variable's own class, `Operand`, `DTypeLike`,
+`DeviceLike`...) are declared in the stub; source modules import them under `TYPE_CHECKING`.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, NamedTuple, TypeVar
+
+_V = TypeVar("_V")
+
+
+class VariableSurface:
+    """What both Variables share: the surface installed by `engine.surface` (see `surface_types.pyi`)."""
+
+    __slots__ = ()
+
+
+class MaxMin(NamedTuple, Generic[_V]):
+    """What `max(x, dim)` and `min(x, dim)` return, as in PyTorch: (values, indices)."""
+
+    values: _V
+    indices: _V
