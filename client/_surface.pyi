@@ -64,8 +64,10 @@ __all__ = [
     "empty_like",
     "eq",
     "equal",
+    "erf",
     "exp",
     "expand",
+    "expm1",
     "eye",
     "flatten",
     "float",
@@ -100,6 +102,7 @@ __all__ = [
     "less_equal",
     "linspace",
     "log",
+    "log1p",
     "log_softmax",
     "logsumexp",
     "long",
@@ -294,6 +297,9 @@ def eq(input: Operand, other: Operand) -> Variable:
     """x == y as a bool Variable (no gradient)"""
 
 def equal(input: VariableSurface, other: VariableSurface) -> builtins.bool: ...
+def erf(input: Operand) -> Variable:
+    """the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x"""
+
 def exp(input: Operand) -> Variable:
     """e ** x"""
 
@@ -301,6 +307,9 @@ def exp(input: Operand) -> Variable:
 def expand(input: Operand, shape: Sequence[builtins.int]) -> Variable: ...
 @overload
 def expand(input: Operand, *shape: builtins.int) -> Variable: ...
+def expm1(input: Operand) -> Variable:
+    """exp(x) - 1, accurate for small x"""
+
 def eye(
     n: builtins.int,
     m: builtins.int | None = None,
@@ -394,6 +403,9 @@ def linspace(
 ) -> Variable: ...
 def log(input: Operand) -> Variable:
     """natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)"""
+
+def log1p(input: Operand) -> Variable:
+    """log(1 + x), accurate for small x"""
 
 def log_softmax(input: Operand, dim: builtins.int) -> Variable:
     """x - logsumexp(x, dim)"""

@@ -63,5 +63,6 @@ def graph_svg(variable) -> str:
     return done.stdout.decode()
 
 
-Variable.to_dot = to_dot  # methods, installed as client.ops installs the surface's
-Variable.graph_svg = graph_svg
+# methods, installed as client.ops installs the surface's
+Variable.to_dot = to_dot  # type: ignore[attr-defined]
+Variable.graph_svg = graph_svg  # type: ignore[attr-defined]

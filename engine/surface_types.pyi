@@ -168,6 +168,8 @@ class VariableSurface:
     def eq(self, other: Operand) -> Self:
         """x == y as a bool Variable (no gradient)"""
     def equal(self, other: VariableSurface) -> builtins.bool: ...
+    def erf(self) -> Self:
+        """the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x"""
     def exp(self) -> Self:
         """e ** x"""
     def exp_(self) -> Self:
@@ -177,6 +179,8 @@ class VariableSurface:
     @overload
     def expand(self, *shape: builtins.int) -> Self: ...
     def expand_as(self, other: VariableSurface) -> Self: ...
+    def expm1(self) -> Self:
+        """exp(x) - 1, accurate for small x"""
     def fill_(self, value: Operand) -> Self: ...
     def flatten(self, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Self:
         """merge dimensions start_dim..end_dim into one"""
@@ -218,6 +222,8 @@ class VariableSurface:
         """x <= y as a bool Variable (no gradient)"""
     def log(self) -> Self:
         """natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)"""
+    def log1p(self) -> Self:
+        """log(1 + x), accurate for small x"""
     def log_(self) -> Self:
         """natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)"""
     def log_softmax(self, dim: builtins.int) -> Self:

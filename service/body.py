@@ -202,7 +202,8 @@ async def drain(receive, headers, received: int, limit: int = DRAIN_BYTES, secon
                 if not message.get("more_body", False):
                     return True
     except TimeoutError:
-        return False
+        pass
+    return False
 
 
 class Deadline:

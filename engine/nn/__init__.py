@@ -3,8 +3,9 @@ any registered Variable class; importing this registers the engine's."""
 
 import engine
 from engine.nn import functional
+from engine.variable import Variable
 
-functional.register(engine.Variable, engine)
+functional.register(Variable, engine)
 
 __all__ = ["functional"]
 

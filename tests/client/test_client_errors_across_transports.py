@@ -194,6 +194,20 @@ def test_a_body_over_the_limit_is_refused_once_with_the_servers_reason(kind, bin
 
 
 @pytest.mark.parametrize("kind", REMOTE)
+def test_a_body_past_what_the_server_drains_still_gets_its_answer(kind, driver, limited):
+    """72 MiB over a 1 MiB limit: more than the app drains (64 MiB), so the server closes at once, and an
+    asyncio client used to lose the 413 its reset connection had received (ConnectionFailed after 4 sends).
+    The connection lingers instead (a half-close, the rest of the upload dropped unparsed)."""
+    huge = np.zeros(18 * 2**20, np.float32)
+    d = driver(kind, api_key=KEY, binary=True, **SLOW_RETRIES)
+    before = answered(limited, 413)
+    error, seconds = refused(d, client.PayloadTooLargeError, "/forward", SUM, inputs={"x": huge})
+    assert "over the limit of 1048576 bytes (max_body_bytes)" in str(error)
+    assert d.sent() == 1 and answered(limited, 413) - before == 1
+    still_works(d)
+
+
+@pytest.mark.parametrize("kind", REMOTE)
 def test_a_wrong_api_key_is_refused_before_the_body_once(kind, driver, limited):
     before = answered(limited, 401)
     for key, reason in (("wrong", "wrong API key"), ("", "missing API key")):
