@@ -306,3 +306,48 @@ def test_repository_posts_refuse_what_a_browser_sends_without_preflight(server_f
     assert [m["name"] for m in client.get_model_repository_index()] == ["m"]
     client.unload_model("m")
     assert client.get_model_repository_index() == []
+
+
+# ------------------------------------------------------------------------------- in-process units
+
+
+def test_what_a_custom_function_node_holds():
+    """`Node.holds` of a custom Function's node: what save_for_backward saved and what else its
+    forward put on ctx (the engine's public answer that tapes are charged by)."""
+    from engine.function import Function
+    from engine.variable import Variable
+
+    class Scaled(Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x * 3.0
+            ctx.save_for_backward(y)
+            ctx.extra = {"z": y * 2.0}
+            return y * y
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            return g * y * 6.0
+
+    x = Variable(np.ones(4, np.float32), requires_grad=True)
+    out = Scaled.apply(x)
+    held = out._node.holds()
+    assert len(held) == 2 and all(isinstance(v, Variable) for v in held)
+    assert sorted(float(v._data[0]) for v in held) == [3.0, 6.0]
+
+
+def test_vjp_decisions_are_an_lru(monkeypatch):
+    """The compiler's vjp decisions are kept per op, shapes and attributes: bounded, oldest dropped."""
+    from types import SimpleNamespace
+
+    from engine.registry import OPS
+    from wire import probe
+
+    monkeypatch.setattr(probe, "DECISIONS", 8)
+    monkeypatch.setattr(probe, "_decided", type(probe._decided)())
+    value = SimpleNamespace(shape=(2,), dtype=np.dtype("float32"))
+    for i in range(50):
+        probe.vjps_on_arrays(OPS["mul"], (True, True), [value, value], value, {"k": i}, (0, 1))
+    assert len(probe._decided) == 8
+    assert list(probe._decided)[-1][-1] == (("k", 49),)
