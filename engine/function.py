@@ -79,6 +79,17 @@ class FunctionNode(Node):
             out.append(g if need is not None else None)
         return out
 
+    def holds(self) -> list:
+        """What forward saved on its ctx: `save_for_backward`'s Variables and any other attribute's
+        (a dict's, list's or tuple's values included)."""
+        found = []
+        for value in vars(self.ctx).values():
+            items = (
+                value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+            )
+            found.extend(v for v in items if isinstance(v, Variable))
+        return found
+
     def free(self):
         freed = FunctionCtx()
         freed._freed = True

@@ -115,6 +115,10 @@ class Node:
     def free(self):
         raise NotImplementedError
 
+    def holds(self) -> list:
+        """The Variables and arrays this node keeps alive for its backward (not the nodes it points to)."""
+        return [v for v in self.saved or () if isinstance(v, Variable)]
+
     @property
     def name(self) -> str:
         return type(self).__name__
@@ -160,6 +164,10 @@ class OpNode(Node):
     @property
     def freed(self) -> bool:
         return self.versions is None
+
+    def holds(self) -> list:
+        held = super().holds()
+        return held if self.out_data is None else [*held, self.out_data]
 
     def vjp(self, grad, needs):
         op = self.op

@@ -42,10 +42,17 @@ class EngineCollector:
         tapes.sweep()
         plans = self.executor.plans
         yield GaugeMetricFamily("gradserve_tapes", "Retained tapes held in memory", value=len(tapes))
-        yield GaugeMetricFamily("gradserve_tape_bytes", "Bytes of values held by retained tapes", value=tapes.nbytes)
+        yield GaugeMetricFamily(
+            "gradserve_tape_bytes", "Bytes held by retained tapes: values, recorded nodes, plans", value=tapes.nbytes
+        )
         yield CounterMetricFamily("gradserve_plan_cache_hits", "Graphs found already planned", value=plans.hits)
         yield CounterMetricFamily("gradserve_plan_cache_misses", "Graphs parsed and planned", value=plans.misses)
         yield GaugeMetricFamily("gradserve_plan_cache_entries", "Planned graphs cached", value=len(plans))
+        yield GaugeMetricFamily(
+            "gradserve_cached_plan_bytes",
+            "Bytes the plan cache counts: plans, constants, per-signature shapes and compiled programs",
+            value=plans.nbytes,
+        )
         yield GaugeMetricFamily(
             "gradserve_backend_memory_bytes",
             f"Bytes held by the {backend.device} backend's allocator",

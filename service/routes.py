@@ -117,10 +117,14 @@ async def ops() -> Response:
     "/metrics",
     tags=["metadata"],
     responses={
-        200: {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}
+        200: {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}},
+        401: {"description": "the API key is missing or wrong (when one is set)", "content": {JSON: {"schema": ERROR}}},
     },
 )
 async def metrics(request: Request) -> Response:
+    """Prometheus text; needs the API key when one is set (it names the registered models and
+    tells the server's load), so a scraper sends it as a bearer token."""
+    require_api_key(request.app.state.settings.api_key, request.headers)
     return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
@@ -154,15 +158,19 @@ def _execute(executor, kind: str, request):
     return parts, length, result.tape
 
 
-def _planned_answer_elements(executor, kind: str, request) -> int:
-    """Elements of the answer's outputs (and gradients) by shape inference; 0 when not all known."""
+def _planned_answer_elements(executor, kind: str, request, planned_only: bool = False) -> int:
+    """Elements of the answer's outputs (and gradients) by shape inference; 0 when not all known
+    (or, `planned_only`, when the request is not planned yet: nothing is inferred then)."""
     if (
-        (request.graph is None and request.plan is None)
+        (request.graph is None and request.plan is None and request.held is None)
         or request.tape is not None
         or (kind == "forward" and (request.grad_outputs or request.wrt))
     ):
         return 0  # not a valid request: the executor says why
-    plan, shapes = executor._plan(request)
+    planned = executor.planned(request)
+    if planned is None and planned_only:
+        return 0
+    plan, shapes = planned or executor._plan(request)
     total = 0
     for name in plan.outputs:
         meta = shapes.known.get(name)
@@ -189,10 +197,7 @@ def _check_json_answer(limits, elements: int) -> None:
 def _drop_tape(executor, tape) -> None:
     """Drop a tape retained for an answer that will not be sent."""
     if tape is not None:
-        try:
-            executor.tapes.take(tape)
-        except Exception:  # noqa: BLE001, S110 - already evicted
-            pass
+        executor.tapes.drop(tape)
 
 
 def _discard_tape(executor):
@@ -266,8 +271,9 @@ async def _send_error(exc, hold, scope, receive, send, early: bool = False) -> t
     return response.status_code, hold.received, len(response.body)
 
 
-def require_body_type(headers) -> None:
-    """415 unless the body is declared JSON or octet-stream (parameters such as charset allowed).
+def require_body_type(headers, types: tuple = BODY_TYPES) -> None:
+    """415 unless the body is declared one of `types`, JSON or octet-stream by default (parameters
+    such as charset allowed).
 
     A web page can make a browser POST text/plain, or a body with no type at all, to any address
     without asking it first (no CORS preflight). Browsers send `Origin` with every POST, so a body
@@ -277,11 +283,11 @@ def require_body_type(headers) -> None:
     if declared is None and "origin" not in headers:
         return
     media_type = (declared or "").split(";", 1)[0].strip().lower()
-    if media_type not in BODY_TYPES:
+    if media_type not in types:
         got = f"got {declared!r}" if declared is not None else "it is missing (required of browsers, which send Origin)"
         raise ApiError(
             415,
-            f"Content-Type must be {' or '.join(BODY_TYPES)}; {got}",
+            f"Content-Type must be {' or '.join(types)}; {got}",
             field="Content-Type",
             headers={"Connection": "close"},
         )  # the body is never read
@@ -380,9 +386,10 @@ class ComputeEndpoint:
         )
 
     def before_waiting(self, executor, request) -> None:
-        """Refuse what would be refused after waiting for a slot (a JSON answer over its bound)."""
+        """Refuse what would be refused after waiting for a slot (a JSON answer over its bound),
+        where the request is planned already: planning it is the compute pool's work."""
         if not request.binary_output:
-            _check_json_answer(executor.limits, _planned_answer_elements(executor, self.kind, request))
+            _check_json_answer(executor.limits, _planned_answer_elements(executor, self.kind, request, True))
 
     def execute(self, executor, request):
         return _execute(executor, self.kind, request)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy
 
+from engine import interrupt
 from engine.attrs import shown
 from engine.registry import OPS
 from wire.errors import RequestError
@@ -120,7 +121,10 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
     recorded = []  # (index, extra bytes the node keeps for its backward, backward work, backward sub-peak)
     work_of = {}
     ancestry, work_before, size_before = _Ancestry(steps), 0, live  # the leaves count as ancestors
+    check = interrupt.current()  # a compute thread's cancel check (wire.run.cancel_scope)
     for index, step in enumerate(steps):
+        if check is not None and not index % 256:
+            check()
         if step.op in LEAVES:
             continue
         transient, kept, back_work, back_peak = 0, 0, 0, 0

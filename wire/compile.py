@@ -373,6 +373,10 @@ TERM_BYTES = 600  # a compiled program with its generated code, per Program.term
 # two-input instruction with its vjp, ~0.5 kB per further input of a wide one)
 
 
+def _kept(plan, shapes) -> bool:
+    return any(kept is shapes for kept in list(plan.checked.values()))
+
+
 def run_compiled(plan, shapes, request, differentiate: bool, charge):
     """(outputs, grads or None) of `request` by its compiled program, or None where the engine
     must run it (not compilable, or this run left what was compiled: the engine reports errors).
@@ -384,8 +388,8 @@ def run_compiled(plan, shapes, request, differentiate: bool, charge):
     key = (differentiate, None if request.wrt is None else tuple(request.wrt), frozenset(request.grad_outputs))
     program = shapes.programs.get(key)
     if program is None:
-        if len(shapes.programs) >= PROGRAMS_PER_SIGNATURE or not charge(plan, 0):
-            return None
+        if len(shapes.programs) >= PROGRAMS_PER_SIGNATURE or not _kept(plan, shapes) or not charge(plan, 0):
+            return None  # compiled only for a signature the cached plan keeps: else it would be per request
         try:
             program = compile_program(plan, shapes, differentiate, request.wrt, key[2])
         except Fallback as why:

@@ -13,8 +13,8 @@ from engine.attrs import shown
 from wire.budget import check_budgets
 from wire.compile import run_compiled
 from wire.differentiate import gradients
-from wire.errors import GraphError, RequestError
-from wire.infer import Shapes, check_request_inputs
+from wire.errors import RequestError
+from wire.infer import Shapes, check_request_inputs, known_shapes
 from wire.limits import Limits
 from wire.messages import Request, Result
 from wire.run import Execution, element_guard
@@ -34,29 +34,82 @@ class Executor:
     def _plan(self, request: Request):
         """(plan, Shapes) of a request's graph and inputs, within the element limits; planned once
         per request (the plan is cached only once the request is admitted, see `_admit`)."""
-        if request.planned is None:
-            request.planned = self._check_plan(request)
+        if request.planned is None or request.planned[1] is None:
+            plan, _, key = self._resolved(request)
+            request.planned = (plan, self._check_inputs(request, plan, key), key)
         return request.planned[:2]
 
-    def _check_plan(self, request: Request):
+    def planned(self, request: Request):
+        """(plan, Shapes) of a request if it is planned already, else None (nothing computed)."""
+        return None if request.planned is None or request.planned[1] is None else request.planned[:2]
+
+    def _cheaply_planned(self, request: Request, max_steps: int):
+        """(plan, Shapes) of a request with work bounded by its own bytes and `max_steps`: a plan
+        parsed from the request's graph, or its Shapes already kept for these inputs' signature,
+        or a plan of at most `max_steps` steps (no function node) to infer; else None (the
+        compute pool plans it). Invalid requests of those raise here as they would when run."""
+        plan, shapes, key = self._resolved(request)
+        if shapes is None:
+            shapes = known_shapes(plan, request.inputs)
+            if shapes is None and key is None:  # a plan the server holds: is inferring it cheap?
+                if len(plan.steps) > max_steps or any(step.subgraphs for step in plan.steps):
+                    return None
+            if shapes is not None:
+                self._check_elements(shapes)
+            request.planned = (plan, shapes, key)
+        return self._plan(request)
+
+    def _resolved(self, request: Request) -> tuple:
+        """request.planned, with at least its plan resolved: (plan, Shapes or None, key)."""
+        if request.planned is None:
+            plan, key = self._resolve(request)
+            request.planned = (plan, None, key)
+        return request.planned
+
+    def _resolve(self, request: Request):
+        """(plan, key): the request's plan, and the key to cache it under when it is new (None
+        for a plan the server holds already)."""
+        if request.held is not None:
+            plan, key, _ = request.held
+            self.plans.store(key, plan)  # a registered model's plan, cached again if it was dropped
+            return plan, None
         if request.graph is None and request.plan is not None:
-            plan, key = self.plans.by_id(request.plan), None
+            plan = self.plans.by_id(request.plan)
             if plan is None:
                 raise RequestError(
                     f"plan {shown(request.plan)} is not (or no longer) held by this server; send the graph",
                     field="plan",
                     kind="not_found",
                 )
-        elif request.graph is None:
+            return plan, None
+        if request.graph is None:
             raise RequestError(
                 "'graph' is required (or 'plan', or 'tape' for a backward through a retained tape)", field="graph"
             )
-        else:
-            plan, key = self.plans.lookup(request.graph, self.limits)
-        shapes = check_request_inputs(plan, request.inputs)
+        return self.plans.lookup(request.graph, self.limits)
+
+    def _check_inputs(self, request: Request, plan, key):
+        shapes = check_request_inputs(plan, request.inputs, None if key is not None else self._keeper(request))
+        self._check_elements(shapes)
+        return shapes
+
+    def _check_elements(self, shapes: Shapes):
         if shapes.largest > self.limits.max_tensor_elements or shapes.total > 4 * self.limits.max_total_elements:
             self._refuse(shapes)
-        return plan, shapes, key
+
+    def _keeper(self, request: Request):
+        """How a cached plan keeps a new input signature's Shapes: as the plan cache allows and, for
+        a plan held by its owner (a registered model), as the owner's `admits(nbytes)` allows too.
+        (A new plan keeps its signatures: they are counted when it is cached.)"""
+        admits = request.held[2] if request.held is not None else None
+        if admits is None:
+            return self.plans.keep_signature
+
+        def keep(plan, signature, shapes):
+            if admits(shapes.nbytes):
+                self.plans.keep_signature(plan, signature, shapes)
+
+        return keep
 
     def _admit(self, request: Request, differentiate: bool):
         """(plan, Shapes) of a request whose planned cost is within the budgets (else a 413 naming
@@ -93,10 +146,14 @@ class Executor:
     def is_light(self, request: Request, max_steps: int = 32, max_elements: int = 4096) -> bool:
         """Whether running `request` is certainly cheap: a graph (not a tape) of at most `max_steps`
         nodes (no function node), every value's shape known and `max_elements` elements in all.
-        Plans the graph (cached), so an invalid one raises here as it would when run."""
-        if request.tape is not None or (request.graph is None and request.plan is None):
+        Decided from the request's own bytes and what is cached only (`_cheaply_planned`): a
+        plan the server holds is never inferred here beyond `max_steps` steps."""
+        if request.tape is not None or (request.graph is None and request.plan is None and request.held is None):
             return False
-        plan, shapes = self._plan(request)
+        planned = self._cheaply_planned(request, max_steps)
+        if planned is None:
+            return False
+        plan, shapes = planned
         return len(plan.steps) <= max_steps and shapes.all_known and shapes.total <= max_elements
 
     def is_short(
@@ -141,7 +198,7 @@ class Executor:
             try:
                 with element_guard(self.limits.max_tensor_elements):
                     grads = gradients(execution, request.grad_outputs, request.wrt, retain_graph=request.retain_graph)
-            except GraphError:
+            except BaseException:
                 self.tapes.restore(request.tape, execution)
                 raise
             if request.retain_graph:

@@ -28,6 +28,7 @@ class Request:
     retain_graph: bool = False
     binary_output: bool = False
     planned: tuple | None = field(default=None, repr=False)  # (plan, known shapes), once planned
+    held: tuple | None = field(default=None, repr=False)  # (Plan, key) the server holds (a model's), instead of graph
 
 
 @dataclass

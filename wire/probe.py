@@ -10,13 +10,19 @@ shape qualifies (a vjp that reads `._data`, calls an `F.` op or branches on valu
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 import numpy
 
 from engine.grad_mode import no_grad
 from engine.node import Meta
 from engine.variable import Variable
 
-_decided: dict = {}
+DECISIONS = 4096  # decisions kept (LRU): one per op, needs, shapes, dtypes and attributes seen
+MAX_ATTRS_CHARS = 512
+_decided: OrderedDict = OrderedDict()
+_lock = threading.Lock()
 
 
 def _key(op, needs, inputs, out, attrs):
@@ -24,6 +30,8 @@ def _key(op, needs, inputs, out, attrs):
         attrs_key = tuple(sorted(attrs.items()))
         hash(attrs_key)
     except TypeError:
+        return None
+    if len(repr(attrs_key)) > MAX_ATTRS_CHARS:  # large attributes (index lists): decided afresh, not kept
         return None
     return op.name, needs, tuple((v.shape, v.dtype) for v in inputs), out.shape, out.dtype, attrs_key
 
@@ -36,11 +44,16 @@ def vjps_on_arrays(op, needs, inputs, out, attrs, saved):
     if op.vjp is not None or any(v.dtype.kind != "f" for v in inputs) or out.dtype.kind != "f":
         return None
     key = _key(op, needs, inputs, out, attrs)
-    if key in _decided:
-        return _decided[key]
+    with _lock:
+        if key in _decided:
+            _decided.move_to_end(key)
+            return _decided[key]
     decided = _probe(op, needs, inputs, out, attrs, saved)
     if key is not None:
-        _decided[key] = decided
+        with _lock:
+            _decided[key] = decided
+            while len(_decided) > DECISIONS:
+                _decided.popitem(last=False)
     return decided
 
 

@@ -213,21 +213,31 @@ class Execution:
     @cached_property
     def nbytes(self) -> int:
         """Bytes a retained tape holds: its values and everything its recorded graph keeps for the
-        backward (ops' saved inputs and outputs, function nodes' saved arguments and forward values)."""
+        backward (`engine.node.Node.holds`: ops' saved inputs and outputs, custom Functions' saved
+        values), each array once, plus the Python objects around them (`TAPE_NODE_BYTES` per
+        recorded node, `TAPE_ARRAY_BYTES` per array). Not the plan (see `wire.stores.TapeStore`)."""
         counted, total = set(), 0
-        for array in held_arrays(list(self.values.values()) + list(self.outputs.values())):
+        nodes = []
+        for array in held_arrays(list(self.values.values()) + list(self.outputs.values()), nodes):
             owner = array if getattr(array, "base", None) is None else array.base
             if id(owner) not in counted:
                 counted.add(id(owner))
-                total += owner.nbytes
-        return total
+                total += int(getattr(owner, "nbytes", 0)) + TAPE_ARRAY_BYTES
+        return total + TAPE_NODE_BYTES * len(nodes)
 
     def output_arrays(self) -> dict:
         return {name: v._data for name, v in self.outputs.items()}
 
 
-def held_arrays(variables):
-    """Every array that `variables` and the graphs recorded behind them keep alive."""
+# Measured with tracemalloc on a recorded 9,000-step chain of small values: ~560 bytes per step in
+# all (its node, the Variables and array headers it keeps, the values dict's entry).
+TAPE_NODE_BYTES = 450
+TAPE_ARRAY_BYTES = 112  # a NumPy array's header
+
+
+def held_arrays(variables, nodes=None):
+    """Every array that `variables` and the graphs recorded behind them keep alive; the nodes
+    walked are appended to `nodes` when given."""
     seen_nodes = set()
     stack = []
     for v in variables:
@@ -240,15 +250,8 @@ def held_arrays(variables):
         if id(node) in seen_nodes:
             continue
         seen_nodes.add(id(node))
-        for saved in node.saved or ():
-            if isinstance(saved, Variable):
-                yield saved._data
-        out_data = getattr(node, "out_data", None)
-        if out_data is not None:
-            yield out_data
-        ctx = getattr(node, "ctx", None)
-        if ctx is not None:
-            for v in list(getattr(ctx, "_saved", ())) + list(getattr(ctx, "values", {}).values()):
-                if isinstance(v, Variable):
-                    yield v._data
+        if nodes is not None:
+            nodes.append(node)
+        for held in node.holds():
+            yield held._data if isinstance(held, Variable) else held
         stack.extend(edge for edge in node.edges if edge is not None and not isinstance(edge, Variable))

@@ -11,79 +11,131 @@ from collections import OrderedDict
 import orjson
 
 from engine.attrs import shown
+from wire.compile import TERM_BYTES
 from wire.errors import RequestError, TapeFreedError
 from wire.graph import parse
+from wire.infer import SIGNATURES_PER_PLAN
 from wire.limits import Limits
+from wire.program import Program
 from wire.run import Execution
 
 
 class TapeStore:
-    """Retained executions by id, bounded by count, bytes and age (oldest evicted first)."""
+    """Retained executions by id, bounded by count, bytes and age (oldest evicted first).
+
+    A tape's bytes are what its recorded graph holds (`Execution.nbytes`) plus, once per plan
+    however many tapes share it, the plan it keeps alive (`plan_bytes`): counted in any case, cached
+    or not, since the plan cache may drop a plan that tapes still hold. A tape taken by a backward
+    is in use until it is put back (`restore`) or freed (`release`): still counted, never evicted,
+    and a second backward through it is told it is in use (409), not that it expired."""
 
     def __init__(self, limits: Limits):
         self.limits = limits
-        self._tapes: OrderedDict[str, tuple] = OrderedDict()
+        self._tapes: OrderedDict[str, tuple] = OrderedDict()  # id -> (execution, expires, own bytes)
+        self._in_use: dict[str, tuple] = {}  # id -> (execution, own bytes)
+        self._plans: dict[int, list] = {}  # id(plan) -> [its bytes, tapes holding it]
         self._freed: OrderedDict[str, None] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
     def __len__(self):
-        return len(self._tapes)
+        return len(self._tapes) + len(self._in_use)
 
     @property
     def nbytes(self) -> int:
         return self._bytes
 
+    def _hold_plan(self, plan, nbytes: int):
+        entry = self._plans.get(id(plan))
+        if entry is None:
+            self._plans[id(plan)] = [nbytes, 1]
+            self._bytes += nbytes
+        else:
+            entry[1] += 1
+
+    def _let_go(self, execution, own: int):
+        self._bytes -= own
+        entry = self._plans.get(id(execution.plan))
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._plans[id(execution.plan)]
+                self._bytes -= entry[0]
+
     def _expire(self, now):
         while self._tapes:
-            tape_id, (_, expires, nbytes) = next(iter(self._tapes.items()))
-            if (
-                expires > now
-                and len(self._tapes) <= self.limits.max_tapes
-                and self._bytes <= self.limits.max_tape_bytes
-            ):
+            tape_id, (execution, expires, nbytes) = next(iter(self._tapes.items()))
+            if expires > now and len(self) <= self.limits.max_tapes and self._bytes <= self.limits.max_tape_bytes:
                 break
             self._tapes.popitem(last=False)
-            self._bytes -= nbytes
+            self._let_go(execution, nbytes)
 
     def put(self, execution: Execution) -> str:
-        if execution.nbytes > self.limits.max_tape_bytes:
+        own = execution.nbytes
+        plan = plan_bytes(execution.plan)
+        if own + plan > self.limits.max_tape_bytes:
             raise RequestError(
-                f"the graph's values take {execution.nbytes} bytes, over the tape limit of "
+                f"the graph's values and plan take {own + plan} bytes, over the tape limit of "
                 f"{self.limits.max_tape_bytes}",
                 field="parameters.retain_graph",
                 kind="too_large",
             )
         tape_id = uuid.uuid4().hex
         with self._lock:
-            self._tapes[tape_id] = (execution, time.monotonic() + self.limits.tape_ttl_s, execution.nbytes)
-            self._bytes += execution.nbytes
+            self._hold_plan(execution.plan, plan)
+            self._tapes[tape_id] = (execution, time.monotonic() + self.limits.tape_ttl_s, own)
+            self._bytes += own
             self._expire(time.monotonic())
         return tape_id
 
     def take(self, tape_id: str) -> Execution:
-        """Remove and return a tape (callers put it back when it is retained again)."""
+        """A tape for one backward: in use until `restore`d (retained again) or `release`d."""
         with self._lock:
             self._expire(time.monotonic())
             entry = self._tapes.pop(tape_id, None)
             if entry is None:
+                if tape_id in self._in_use:
+                    raise RequestError(
+                        f"tape {shown(tape_id)} is in use by another backward; retry once it has finished",
+                        field="tape",
+                        kind="conflict",
+                    )
                 if tape_id in self._freed:
                     raise TapeFreedError()
                 raise RequestError(f"unknown or expired tape {shown(tape_id)}", field="tape", kind="not_found")
-            self._bytes -= entry[2]
+            self._in_use[tape_id] = (entry[0], entry[2])
         return entry[0]
 
-    def mark_freed(self, tape_id: str):
-        with self._lock:
-            self._freed[tape_id] = None
-            while len(self._freed) > 4 * self.limits.max_tapes:
-                self._freed.popitem(last=False)
-
     def restore(self, tape_id: str, execution: Execution):
+        """Retain a taken tape again (a new time to live)."""
         with self._lock:
-            self._tapes[tape_id] = (execution, time.monotonic() + self.limits.tape_ttl_s, execution.nbytes)
-            self._bytes += execution.nbytes
+            entry = self._in_use.pop(tape_id, None)
+            if entry is None:
+                return
+            self._tapes[tape_id] = (execution, time.monotonic() + self.limits.tape_ttl_s, entry[1])
             self._expire(time.monotonic())
+
+    def release(self, tape_id: str, freed: bool = True):
+        """Drop a taken tape; `freed`: a later backward through it is told so (409), else not found."""
+        with self._lock:
+            entry = self._in_use.pop(tape_id, None)
+            if entry is not None:
+                self._let_go(*entry)
+            if freed:
+                self._freed[tape_id] = None
+                while len(self._freed) > 4 * self.limits.max_tapes:
+                    self._freed.popitem(last=False)
+
+    def mark_freed(self, tape_id: str):
+        self.release(tape_id)
+
+    def drop(self, tape_id: str):
+        """Drop a retained tape (whose answer will not be sent), wherever it is."""
+        with self._lock:
+            entry = self._tapes.pop(tape_id, None)
+            if entry is not None:
+                self._let_go(entry[0], entry[2])
+        self.release(tape_id, freed=False)
 
     def sweep(self):
         """Drop expired tapes now (their memory is otherwise reclaimed at the next put or take)."""
@@ -93,6 +145,8 @@ class TapeStore:
     def clear(self):
         with self._lock:
             self._tapes.clear()
+            self._in_use.clear()
+            self._plans.clear()
             self._bytes = 0
 
 
@@ -104,14 +158,50 @@ def plan_id(key: bytes) -> str:
     return hashlib.blake2b(key, digest_size=16).hexdigest()
 
 
+def _steps_and_constants(steps) -> tuple[int, int]:
+    count, constants = len(steps), 0
+    for step in steps:
+        if step.op == "constant":
+            constants += int(getattr(step.attrs["value"], "nbytes", 0))
+        for sub in step.subgraphs or ():
+            c, b = _steps_and_constants(sub.steps)
+            count, constants = count + c, constants + b
+    return count, constants
+
+
+def signature_bytes(shapes) -> int:
+    """What one input signature of a plan holds: its inferred shapes and costs, and the programs
+    compiled for it (`wire.compile`)."""
+    programs = list(shapes.programs.values())
+    return shapes.nbytes + sum(TERM_BYTES * p.terms for p in programs if isinstance(p, Program))
+
+
+def plan_base_bytes(plan) -> int:
+    """An estimate of what a parsed plan holds: its steps (subgraphs included) and its constants'
+    arrays (not their JSON: zeros are 2 bytes of JSON and 8 of FP64)."""
+    count, constants = _steps_and_constants(plan.steps)
+    return PLAN_STEP_BYTES * count + constants
+
+
+def plan_signatures_bytes(plan) -> int:
+    """What the input signatures a plan keeps hold (`signature_bytes`, at most SIGNATURES_PER_PLAN)."""
+    return sum(signature_bytes(s) for s in list(plan.checked.values()))
+
+
+def plan_bytes(plan) -> int:
+    """`plan_base_bytes` and `plan_signatures_bytes`: what a plan holds."""
+    return plan_base_bytes(plan) + plan_signatures_bytes(plan)
+
+
 def plan_size(plan, key: bytes) -> int:
-    """An estimate of what a cached plan holds: its key, its steps (subgraphs included)."""
-    return len(key) + PLAN_STEP_BYTES * plan.count_steps()
+    """What a cached plan holds: its key (the graph's JSON) and `plan_bytes`."""
+    return len(key) + plan_bytes(plan)
 
 
 class PlanCache:
     """Validated, planned graphs keyed by their JSON text (LRU), bounded by count and by bytes (an
-    estimate, `plan_size`, plus what is compiled for the plan, see `charge`). A graph is parsed by
+    estimate, `plan_size`, plus what each input signature keeps: its inferred shapes and costs,
+    see `keep_signature`, and its compiled programs, see `charge`). A graph is parsed by
     `lookup` and kept only when the executor `store`s it, after its request was admitted: a
     refused graph is never kept.
 
@@ -168,16 +258,24 @@ class PlanCache:
         """The id under which a cached plan can be asked for again (`by_id`); None when not cached."""
         return self._plan_ids.get(id(plan))
 
-    def get(self, graph, limits: Limits):
-        """The plan of a graph its caller admits as it is (a registered model): looked up, parsed
-        when new, and kept."""
+    def hold(self, graph, limits: Limits) -> tuple:
+        """(plan, key) of a graph its caller admits as it is and keeps (a registered model): looked
+        up, parsed when new, and cached; the key stores it again (`store`) if it is dropped."""
         plan, key = self.lookup(graph, limits)
+        if key is None:
+            key = orjson.dumps(graph, option=orjson.OPT_SORT_KEYS)
         self.store(key, plan)
-        return plan
+        return plan, key
+
+    def get(self, graph, limits: Limits):
+        return self.hold(graph, limits)[0]
 
     def store(self, key, plan):
         if key is None or self.size <= 0:
             return
+        with self._lock:
+            if key in self._plans:
+                return
         nbytes = plan_size(plan, key)
         if nbytes > self.max_bytes:
             return
@@ -191,19 +289,39 @@ class PlanCache:
             self.nbytes += nbytes
             self._evict()
 
+    def cached(self, plan) -> bool:
+        with self._lock:
+            key = self._keys.get(id(plan))
+            entry = None if key is None else self._plans.get(key)
+            return entry is not None and entry[0] is plan
+
+    def keep_signature(self, plan, signature, shapes) -> None:
+        """Keep a cached plan's `shapes` for an input signature (`wire.infer.check_request_inputs`),
+        charged to the cache (`signature_bytes`): not when the plan is no longer cached or it
+        would not fit, nor past SIGNATURES_PER_PLAN."""
+        nbytes = signature_bytes(shapes)
+        with self._lock:
+            if len(plan.checked) >= SIGNATURES_PER_PLAN or signature in plan.checked:
+                return
+            if self._charge(plan, nbytes):
+                plan.checked[signature] = shapes
+
     def charge(self, plan, nbytes: int) -> bool:
         """Count `nbytes` more against a cached plan (what is compiled for it, see wire.compile):
         False, and nothing counted, when the plan is not cached or would not fit."""
         with self._lock:
-            key = self._keys.get(id(plan))
-            entry = None if key is None else self._plans.get(key)
-            if entry is None or entry[0] is not plan or entry[1] + nbytes > self.max_bytes:
-                return False
-            self._plans[key] = (plan, entry[1] + nbytes)
-            self._plans.move_to_end(key)
-            self.nbytes += nbytes
-            self._evict()
-            return True
+            return self._charge(plan, nbytes)
+
+    def _charge(self, plan, nbytes: int) -> bool:
+        key = self._keys.get(id(plan))
+        entry = None if key is None else self._plans.get(key)
+        if entry is None or entry[0] is not plan or entry[1] + nbytes > self.max_bytes:
+            return False
+        self._plans[key] = (plan, entry[1] + nbytes)
+        self._plans.move_to_end(key)
+        self.nbytes += nbytes
+        self._evict()
+        return True
 
     def _evict(self):
         while len(self._plans) > self.size or self.nbytes > self.max_bytes:

@@ -87,8 +87,9 @@ def _selection(model: Model, header: dict, binary_default: bool) -> tuple[tuple,
     return tuple(names), tuple(binary)
 
 
-def decode_infer(model: Model, header, tail, limits) -> Infer:
-    """An `Infer` from a parsed JSON header and the body's binary tail (None for plain JSON)."""
+def decode_infer(model: Model, header, tail, limits, admits=None) -> Infer:
+    """An `Infer` from a parsed JSON header and the body's binary tail (None for plain JSON);
+    `admits(nbytes)` says whether the model's plan may keep a new input signature's Shapes."""
     if not isinstance(header, dict):
         raise RequestError("the body must be a JSON object", kind="malformed")
     unknown = set(header) - INFER_KEYS
@@ -118,7 +119,7 @@ def decode_infer(model: Model, header, tail, limits) -> Infer:
     wrt = [name[len(GRAD) :] for name in names if name.startswith(GRAD)]
     if seeds and not wrt:
         raise RequestError(f"grad_output tensors are given but no {GRAD}<input> output is requested", field="inputs")
-    request.graph = model.graph
+    request.held = (model.plan, model.key, admits)  # the registered plan itself: never re-serialised or re-parsed
     request.grad_outputs = seeds
     request.wrt = wrt or None
     return Infer(request, "backward" if wrt else "forward", names, binary)

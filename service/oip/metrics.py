@@ -21,7 +21,9 @@ class RepositoryCollector:
     def collect(self):
         yield GaugeMetricFamily("gradserve_models", "Graphs registered as models", value=len(self.models))
         yield GaugeMetricFamily(
-            "gradserve_model_bytes", "Bytes of graph JSON registered as models", value=self.models.nbytes
+            "gradserve_model_bytes",
+            "Bytes held by registered models: plans, constants, JSON, kept shapes",
+            value=self.models.nbytes,
         )
 
 

@@ -4,7 +4,11 @@ A model is a graph (graph format v1) validated and planned once, at load, by the
 plan cache. Its Open Inference Protocol face: the graph's input tensors in; the graph's outputs
 plus one `grad:<input>` per input that requires grad out; optional `grad_output:<output>` input
 tensors seed the backward of non-scalar outputs. The repository is bounded by the number of
-models and the bytes of their graphs' JSON (`max_models`, `max_model_bytes`).
+models and the bytes they hold (`max_models`, `max_model_bytes`): a model holds its parsed plan
+(steps and constants' arrays, `wire.stores.plan_base_bytes`), its graph's JSON (the plan's
+cache key, which its configuration is read back from) and the Shapes its plan keeps per input
+signature (kept only while they fit, and charged to the plan cache too, see
+`wire.stores.PlanCache.keep_signature`; the programs compiled for them are the plan cache's).
 """
 
 from __future__ import annotations
@@ -12,10 +16,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import orjson
+
 from engine.attrs import shown
 from service.errors import ApiError
 from wire.codec import datatype_of
 from wire.errors import GraphError
+from wire.stores import plan_base_bytes
 
 GRAD = "grad:"
 GRAD_OUTPUT = "grad_output:"
@@ -40,15 +47,26 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class Model:
-    """A registered graph: what infer needs (the graph, its output names) and what it publishes."""
+    """A registered graph: what infer needs (its plan, output names) and what it publishes."""
 
     name: str
-    graph: dict
-    nbytes: int
+    plan: object  # wire.graph.Plan
+    key: bytes  # the graph's JSON (sorted keys): the plan's cache key
+    base_bytes: int  # the key and the plan as parsed (wire.stores.plan_base_bytes)
     inputs: tuple  # TensorSpec of each input node
     outputs: tuple  # TensorSpec of each graph output, then of each grad:<input>
     graph_outputs: frozenset
     version: str = VERSION
+
+    @property
+    def nbytes(self) -> int:
+        """What the model holds now: its base and the Shapes its plan keeps per input signature
+        (their compiled programs are charged to the plan cache alone)."""
+        return self.base_bytes + sum(shapes.nbytes for shapes in list(self.plan.checked.values()))
+
+    @property
+    def graph(self) -> dict:
+        return orjson.loads(self.key)
 
     @property
     def output_names(self) -> tuple:
@@ -91,7 +109,7 @@ def check_name(name: str) -> str:
     return name
 
 
-def model_of(name: str, graph: dict, plan, nbytes: int) -> Model:
+def model_of(name: str, plan, key: bytes) -> Model:
     """The Model of a graph and its Plan (`wire.graph.parse`'s answer). Input ids starting with
     `grad_output:` and output ids starting with `grad:` would be ambiguous here, so they are refused."""
     inputs, seeds = [], []
@@ -118,24 +136,26 @@ def model_of(name: str, graph: dict, plan, nbytes: int) -> Model:
                 field="graph.outputs",
             )
     outputs = tuple(TensorSpec(out, NOMINAL_DATATYPE, (-1,)) for out in plan.outputs) + tuple(seeds)
-    return Model(name, graph, nbytes, tuple(inputs), outputs, frozenset(plan.outputs))
+    base = len(key) + plan_base_bytes(plan)
+    return Model(name, plan, key, base, tuple(inputs), outputs, frozenset(plan.outputs))
 
 
 class ModelRepository:
-    """Models by name, bounded in count and bytes. Used from the event loop only."""
+    """Models by name, bounded in count and bytes. Changed from the event loop only (`admits` is
+    also asked on compute threads)."""
 
     def __init__(self, max_models: int, max_bytes: int):
         self.max_models = max_models
         self.max_bytes = max_bytes
         self._models: dict[str, Model] = {}
-        self._bytes = 0
 
     def __len__(self):
         return len(self._models)
 
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        """What the models hold now (their plans' signatures grow as they are used)."""
+        return sum(model.nbytes for model in list(self._models.values()))  # also read on compute threads
 
     def models(self) -> list:
         return list(self._models.values())
@@ -154,34 +174,38 @@ class ModelRepository:
             )
         return model
 
-    def check_room(self, name: str, nbytes: int) -> None:
+    def check_room(self, name: str, nbytes: int, what: str = "graph's JSON") -> None:
         """Refuse (409 or 413) a model of `nbytes` under `name` that would pass a bound (a model
-        it replaces gives its room back)."""
+        it replaces gives its room back). Checked on the graph's JSON before it is parsed, and on
+        what the model holds (`Model.nbytes`) once it is."""
         replaced = self._models.get(name)
         count = len(self._models) + (replaced is None)
         if count > self.max_models:
             raise ApiError(
                 409, f"the repository already holds max_models={self.max_models} models; unload one first", field="name"
             )
-        total = self._bytes - (replaced.nbytes if replaced else 0) + nbytes
+        total = self.nbytes - (replaced.nbytes if replaced else 0) + nbytes
         if total > self.max_bytes:
             raise ApiError(
                 413,
-                f"the graph's {nbytes} bytes would bring the repository to {total} bytes, over "
+                f"the model's {nbytes} bytes ({what}) would bring the repository to {total} bytes, over "
                 f"max_model_bytes={self.max_bytes}",
                 field="parameters.config",
             )
 
     def add(self, model: Model) -> None:
-        self.check_room(model.name, model.nbytes)
-        replaced = self._models.pop(model.name, None)
-        if replaced is not None:
-            self._bytes -= replaced.nbytes
+        self.check_room(model.name, model.nbytes, "its plan, constants and graph as parsed")
         self._models[model.name] = model
-        self._bytes += model.nbytes
+
+    def admits(self, nbytes: int) -> bool:
+        """Whether `nbytes` more (a model's plan keeping a new input signature) stay within max_model_bytes."""
+        return self.nbytes + nbytes <= self.max_bytes
+
+    def registered(self, model: Model) -> bool:
+        """Whether `model` is still the one registered under its name."""
+        return self._models.get(model.name) is model
 
     def remove(self, name: str) -> Model:
         model = self.get(name)
         del self._models[name]
-        self._bytes -= model.nbytes
         return model

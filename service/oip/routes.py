@@ -21,7 +21,7 @@ from service.errors import ApiError, from_exception
 from service.oip import schema
 from service.oip.infer import decode_infer, encode_infer, execute
 from service.oip.repository import check_name, model_of
-from service.routes import ComputeEndpoint, json_response
+from service.routes import ComputeEndpoint, json_response, require_body_type
 from service.version import __version__
 from wire.errors import RequestError
 from wire.handler import read_body as read_message
@@ -62,8 +62,17 @@ async def server_metadata() -> Response:
     return json_response({"name": "gradserve", "version": __version__, "extensions": EXTENSIONS})
 
 
+def _json_only(request: Request) -> None:
+    """415 unless a repository POST's body is declared as the compute endpoints' are: JSON, or
+    octet-stream (what tritonclient's asyncio client declares), or no type from a client that
+    sends no Origin (tritonclient's HTTP client). A web page can make a browser POST text/plain
+    (or a form) anywhere without a CORS preflight; those types are refused."""
+    require_body_type(request.headers)
+
+
 @guarded.post("/repository/index", responses=schema.responses("the models loaded", schema.REPOSITORY_INDEX, 401))
 async def repository_index(request: Request) -> Response:
+    _json_only(request)
     return json_response(
         [
             {"name": m.name, "version": m.version, "state": "READY", "reason": ""}
@@ -73,6 +82,7 @@ async def repository_index(request: Request) -> Response:
 
 
 async def _json_body(request: Request) -> dict:
+    _json_only(request)
     state = request.app.state
     hold = BodyHold(state.body_budget)
     try:
@@ -136,10 +146,13 @@ async def load(name: str, request: Request) -> Response:
     check_name(name)
     graph, nbytes = _graph_of(await _json_body(request))
     state.models.check_room(name, nbytes)
-    executor = state.executor
-    plan = await state.pool.run(executor.plans.get, graph, executor.limits)
-    state.models.add(model_of(name, graph, plan, nbytes))
+    state.models.add(await state.pool.run(_parsed_model, state.executor, name, graph))
     return json_response({})
+
+
+def _parsed_model(executor, name: str, graph: dict):
+    """On a compute thread: the Model of a graph, planned and cached by the executor's plan cache."""
+    return model_of(name, *executor.plans.hold(graph, executor.limits))
 
 
 @guarded.post(
@@ -185,8 +198,8 @@ async def model_config(name: str, request: Request, version: str | None = None) 
 # --------------------------------------------------------------------------- infer
 
 
-def _decode(executor, model, body: bytes, head_length: int | None):
-    return decode_infer(model, *read_message(body, head_length), executor.limits)
+def _decode(executor, model, body: bytes, head_length: int | None, admits=None):
+    return decode_infer(model, *read_message(body, head_length), executor.limits, admits)
 
 
 def _execute(executor, model, infer):
@@ -198,12 +211,13 @@ class ModelInference(ComputeEndpoint):
     """One infer request on one model: `ComputeEndpoint`'s checks, body reading, light-or-pooled
     choice and disconnect handling, with this protocol's decoding and encoding."""
 
-    def __init__(self, model):
+    def __init__(self, model, admits=None):
         super().__init__("infer")
         self.model = model
+        self.admits = admits  # the repository's room for the Shapes the model's plan keeps
 
     def decode(self, executor, body, length):
-        return _decode(executor, self.model, body, length)
+        return _decode(executor, self.model, body, length, self.admits)
 
     def is_light(self, executor, infer) -> bool:
         return executor.is_light(infer.request)
@@ -243,9 +257,10 @@ class InferRoute:
 
         start = time.perf_counter()
         try:
-            await ModelInference(model)(scope, receive, noting_send)
+            await ModelInference(model, state.models.admits)(scope, receive, noting_send)
         finally:
-            state.model_metrics.observe(model.name, status[0], time.perf_counter() - start)
+            if state.models.registered(model):  # an unloaded model's series are gone and stay gone
+                state.model_metrics.observe(model.name, status[0], time.perf_counter() - start)
 
 
 def mark_secured(document: dict, scheme: str) -> None:

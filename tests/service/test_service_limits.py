@@ -167,8 +167,11 @@ def test_api_key():
         response = client.post("/backward", json=EXAMPLE, headers=good)
         assert response.status_code == 200
         assert client.post("/forward", json=EXAMPLE, headers={"authorization": "bearer s3cret-key"}).status_code == 200
-        for path in ("/healthz", "/readyz", "/info", "/ops", "/metrics", "/openapi.json"):  # open by design
+        for path in ("/healthz", "/readyz", "/info", "/ops", "/openapi.json"):  # open by design
             assert client.get(path).status_code == 200, path
+        # /metrics names the registered models and tells the load: the key's, like the compute endpoints
+        assert_error(client.get("/metrics"), 401, "API key", field="Authorization")
+        assert client.get("/metrics", headers=good).status_code == 200
         assert client.get("/info").json()["auth"]["api_key_required"] is True
         spec = client.get("/openapi.json").json()
         assert spec["paths"]["/forward"]["post"]["security"] == [{"bearerAuth": []}]
