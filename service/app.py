@@ -143,6 +143,8 @@ def _openapi(app: FastAPI) -> dict:
             for path in ("/forward", "/backward"):
                 schema["paths"][path]["post"]["security"] = [{SCHEME: []}]
             oip.mark_secured(schema, SCHEME)
+            if "/metrics" in schema["paths"]:
+                schema["paths"]["/metrics"]["get"]["security"] = [{SCHEME: []}]
             plans.mark_secured(schema, SCHEME)
         app.openapi_schema = schema
     return app.openapi_schema
