@@ -37,9 +37,14 @@ class Cost:
     node_work: int  # that node's work
 
 
-def nbytes(meta) -> int:
+def _meta(meta):
+    """(shape, numpy dtype) of a bound (whose dtype may be a rule's Python scalar)."""
     shape, dtype = meta
-    dtype = dtype if isinstance(dtype, numpy.dtype) else numpy.result_type(dtype)
+    return shape, dtype if isinstance(dtype, numpy.dtype) else numpy.result_type(dtype)
+
+
+def nbytes(meta) -> int:
+    shape, dtype = _meta(meta)
     return math.prod(shape) * dtype.itemsize
 
 
@@ -117,7 +122,7 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
     work, work_node, node_work = 0, None, -1
     grad = set(requires)
     saved_count: dict = {}
-    recorded = []  # (index, extra bytes the node keeps for its backward, backward work, backward sub-peak)
+    recorded = []  # (index, extra bytes the node keeps for its backward, what its vjps hold besides the grads)
     work_of = {}
     ancestry, work_before, size_before = _Ancestry(steps), 0, live  # the leaves count as ancestors
     for index, step in enumerate(steps):
@@ -137,6 +142,7 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
                 back = plan_cost(sub.backward, sub.backward_bounds, sub.backward_functions, False, ())
                 leaves = sum(nbytes(sub.backward_bounds[s.id]) for s in sub.backward.steps if s.op in LEAVES)
                 back_work, back_peak = back.work, max(0, back.peak_bytes - leaves)
+            back_peak += size[step.id]  # a temporary of the output's size, as an op's default scratch
         elif step.op == "grad":
             # a backward with create_graph over the subgraph the output is computed from: about
             # twice its forward work, and a recorded graph about as big as its values
@@ -146,11 +152,14 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
             else:
                 step_work = 2 * sum(work_of.get(ref, 0) for ref in sub)
                 transient = sum(size[ref] for ref in sub)
-            kept, back_work = transient, 2 * step_work
+            kept, back_work, back_peak = transient, 2 * step_work, size[step.id]
         else:
-            in_shapes = [bounds[i][0] for i in step.inputs]
-            step_work = OPS[step.op].cost(in_shapes, bounds[step.id][0], step.attrs)[1]
+            op, in_metas, out_meta = OPS[step.op], [_meta(bounds[i]) for i in step.inputs], _meta(bounds[step.id])
+            dtypes = [dtype for _, dtype in (*in_metas, out_meta)]
+            step_work = op.cost([shape for shape, _ in in_metas], out_meta[0], step.attrs, dtypes)[1]
             back_work = 2 * step_work
+            scratch = op.temporaries(in_metas, out_meta, step.attrs)
+            transient, kept, back_peak = scratch.forward, scratch.kept, scratch.backward
         work_of[step.id] = step_work
         work_before, size_before = work_before + step_work, size_before + size[step.id]
         work += step_work
@@ -184,7 +193,7 @@ def _backward_peak(steps, size, grad, saved_count, held, last, recorded, live, p
     for index, kept, back_peak in reversed(recorded):
         step = steps[index]
         new = {i for i in step.inputs if i in grad and i not in live_grads}
-        temporary = sum(size[i] for i in new) + size[step.id] + back_peak
+        temporary = sum(size[i] for i in new) + back_peak
         if live + grads + temporary > peak:
             peak, peak_node = live + grads + temporary, step.id
         if step.id in live_grads:

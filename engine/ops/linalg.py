@@ -30,6 +30,7 @@ mm = defop(
     samples=(Sample(((3, 4), (4, 2))),),
     infer=shapes.mm,
     work=costs.matrix_product,
+    kernel="blas",
     doc="matrix product of two 2-d inputs",
 )
 matmul = defop(
@@ -48,5 +49,6 @@ matmul = defop(
     ),
     infer=shapes.matmul,
     work=costs.matrix_product,
+    kernel="blas",
     doc="matrix product with NumPy's broadcasting and 1-d rules",
 )
