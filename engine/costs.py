@@ -27,6 +27,9 @@ from dataclasses import asdict, dataclass, fields
 import numpy
 
 ELEMENT_OP = 64
+# NumPy's ufunc buffers: 8192 elements of each of two operands, allocated when a ufunc broadcasts
+# or casts (about 130 KiB in float64: noise beside a float output, not beside a bool one)
+BUFFER_ELEMENTS = 2 * 8192
 ENV = "GRADSERVE_COST_FACTORS"  # the path of a JSON file of Factors (written by `gradserve calibrate`)
 KERNELS = ("elementwise", "blas")  # an op's kernel: passes over elements, or matrix products
 
@@ -127,24 +130,45 @@ def nbytes(meta) -> int:
     return numel(shape) * numpy.dtype(dtype).itemsize
 
 
-def temporaries(forward=0.0, kept=0.0, backward=1.0, of="output", masks=0.0, backward_masks=0.0):
-    """A scratch rule: multiples of one value's bytes (`of`: "output", or "largest" of the inputs
-    and the output, in the floating dtype the op computes in), plus boolean masks of that many
-    elements (`masks` in the forward, `backward_masks` in the vjps)."""
+def float_itemsize(in_metas, out_meta) -> int:
+    """The bytes of one element in the floating dtype an op computes in (its widest floating
+    operand's; the output's when none is floating)."""
+    floats = [numpy.dtype(d).itemsize for _, d in (out_meta, *in_metas) if numpy.dtype(d).kind == "f"]
+    return max(floats, default=numpy.dtype(out_meta[1]).itemsize)
+
+
+def largest(in_metas, out_meta) -> int:
+    """Elements of the largest of an op's inputs and output."""
+    return max(numel(shape) for shape, _ in (out_meta, *in_metas))
+
+
+def broadcast_inputs(in_metas, out_meta) -> int:
+    """How many floating inputs are smaller than the output: each one's vjp builds a gradient of
+    the output's size before summing it down to the input's shape."""
+    size = numel(out_meta[0])
+    return sum(1 for shape, d in in_metas if numpy.dtype(d).kind == "f" and numel(shape) < size)
+
+
+def temporaries(
+    forward=0.0, kept=0.0, backward=1.0, per_broadcast=0.0, of="largest", backward_masks=0.0, buffered=False
+):
+    """A scratch rule in multiples of one value's bytes, in the floating dtype the op computes in:
+    of the largest of its inputs and output (`of="largest"`) or of its output (`of="output"`).
+    `per_broadcast` more for each broadcast input (`broadcast_inputs`), and `backward_masks`
+    boolean masks of that many elements in the vjps; `buffered`: NumPy's ufunc buffers in the forward."""
 
     def rule(in_metas, out_meta, attrs) -> Scratch:
-        metas = [out_meta] if of == "output" else [out_meta, *in_metas]
-        elements = max(numel(shape) for shape, _ in metas)
-        floats = [numpy.dtype(d) for _, d in (out_meta, *in_metas) if numpy.dtype(d).kind == "f"]
-        item = max((d.itemsize for d in floats), default=numpy.dtype(out_meta[1]).itemsize)
-        one = elements * item
+        elements = numel(out_meta[0]) if of == "output" else largest(in_metas, out_meta)
+        one = elements * float_itemsize(in_metas, out_meta)
+        vjps = backward + per_broadcast * broadcast_inputs(in_metas, out_meta)
+        buffers = BUFFER_ELEMENTS * float_itemsize(in_metas, out_meta) if buffered else 0
         return Scratch(
-            forward=int(forward * one + masks * elements),
+            forward=int(forward * one) + buffers,
             kept=int(kept * one),
-            backward=int(backward * one + backward_masks * elements),
+            backward=int(vjps * one + backward_masks * elements),
         )
 
     return rule
 
 
-default_scratch = temporaries()
+default_scratch = temporaries(of="output")
