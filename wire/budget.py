@@ -124,6 +124,7 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
     saved_count: dict = {}
     recorded = []  # (index, extra bytes the node keeps for its backward, what its vjps hold besides the grads)
     work_of = {}
+    graph_of = {}  # a grad node's recorded backward graph (bytes), which a later grad node walks again
     ancestry, work_before, size_before = _Ancestry(steps), 0, live  # the leaves count as ancestors
     for index, step in enumerate(steps):
         if step.op in LEAVES:
@@ -145,14 +146,17 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
             back_peak += size[step.id]  # a temporary of the output's size, as an op's default scratch
         elif step.op == "grad":
             # a backward with create_graph over the subgraph the output is computed from: about
-            # twice its forward work, and a recorded graph about as big as its values
+            # twice its forward work, and a recorded graph about as big as its values, those of
+            # the graphs that grad nodes among them recorded included (so nested grad nodes'
+            # graphs double with each order, as a transcendental function's derivatives do)
             sub = ancestry.of(step.inputs[0])
             if sub is None:
                 step_work, transient = 2 * work_before, size_before
             else:
                 step_work = 2 * sum(work_of.get(ref, 0) for ref in sub)
-                transient = sum(size[ref] for ref in sub)
+                transient = sum(size[ref] + graph_of.get(ref, 0) for ref in sub)
             kept, back_work, back_peak = transient, 2 * step_work, size[step.id]
+            graph_of[step.id] = transient
         else:
             op, in_metas, out_meta = OPS[step.op], [_meta(bounds[i]) for i in step.inputs], _meta(bounds[step.id])
             dtypes = [dtype for _, dtype in (*in_metas, out_meta)]
@@ -161,7 +165,7 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
             scratch = op.temporaries(in_metas, out_meta, step.attrs)
             transient, kept, back_peak = scratch.forward, scratch.kept, scratch.backward
         work_of[step.id] = step_work
-        work_before, size_before = work_before + step_work, size_before + size[step.id]
+        work_before, size_before = work_before + step_work, size_before + size[step.id] + graph_of.get(step.id, 0)
         work += step_work
         if step_work > node_work:
             work_node, node_work = step.id, step_work
