@@ -38,14 +38,16 @@ KERNELS = ("elementwise", "blas")  # an op's kernel: passes over elements, or ma
 class Factors:
     """How many times slower than in float32 a kernel runs in a dtype (float32 and float64: 1).
 
-    The defaults are measured by `gradserve calibrate` on the CI machine (NumPy 2 with
-    scipy-openblas 0.3, 2 cores of a Haswell-class x86-64 VM): a 512x512 product in float32 takes
-    4.7 ms, in float16 1.07 s (NumPy has no float16 BLAS: a naive loop) and in int64 0.46 s;
-    float16 elementwise passes (add, mul, exp, sum over 2^20 elements) take ~14x float32's."""
+    The defaults are what `gradserve calibrate` measured on the CI machine (NumPy 2.x with
+    scipy-openblas 0.3.31, 2 cores of a Haswell-class x86-64 VM, otherwise idle): a 512x512 product
+    takes 4.7 ms in float32 (5.7e10 flop/s), 1.07 s in float16 (NumPy has no float16 BLAS: a naive
+    loop) and 0.46 s in int64; a float16 add or mul over 2^20 elements takes ~12 ns per element,
+    ~11x the 1.1 ns the model prices an element at (ELEMENT_OP flops at that rate; float32's take
+    0.25-0.4 ns). Busier machines measure lower float32 rates and so lower factors."""
 
     blas_float16: float = 230.0
     blas_integer: float = 100.0
-    elementwise_float16: float = 14.0
+    elementwise_float16: float = 11.0
 
     def of(self, kernel: str, dtype) -> float:
         dtype = numpy.dtype(dtype)
