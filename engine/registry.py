@@ -14,6 +14,7 @@ terms of other ops and has no vjp of its own.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -67,13 +68,21 @@ class OpDef:
     samples: tuple = ()
     infer: Callable | None = None  # (input shapes, input dtypes, attrs) -> (shape, dtype); see engine.shapes
     work: Callable = costs.one_pass  # (input shapes, output shape, attrs) -> flop-equivalents; see engine.costs
+    kernel: str = "elementwise"  # what its work runs as, for the dtype's factor: "elementwise" or "blas"
+    scratch: Callable = costs.default_scratch  # (input metas, output meta, attrs) -> costs.Scratch (bytes)
     check_arity: Callable | None = None
     function: Callable | None = None
     node_class: type | None = None
 
-    def cost(self, in_shapes, out_shape, attrs) -> tuple:
-        """(elements allocated, work) of one call, from shapes: what the request budgets count."""
-        return costs.numel(out_shape), self.work(in_shapes, out_shape, attrs)
+    def cost(self, in_shapes, out_shape, attrs, dtypes=()) -> tuple:
+        """(elements allocated, work) of one call, from shapes: what the request budgets count. The
+        work is scaled by the factor of this op's kernel in the slowest of `dtypes` (engine.costs)."""
+        work = self.work(in_shapes, out_shape, attrs)
+        return costs.numel(out_shape), math.ceil(work * costs.dtype_factor(self.kernel, dtypes))
+
+    def temporaries(self, in_metas, out_meta, attrs) -> costs.Scratch:
+        """The bytes one call holds beyond its inputs, output and returned gradients (engine.costs.Scratch)."""
+        return self.scratch(in_metas, out_meta, attrs)
 
     @property
     def variadic(self) -> bool:

@@ -16,6 +16,8 @@ import sys
 import threading
 import time
 
+from wire import calibrate
+
 log = logging.getLogger("gradserve")
 FLAGS = ("host", "port", "device", "workers", "log_level")
 FD_RESERVE = 64  # descriptors kept for files, pipes and the listening socket
@@ -39,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=("critical", "error", "warning", "info", "debug", "trace"),
         help="log level (default info)",
     )
+    calibrate.add_parser(verbs)
     return parser
 
 
@@ -160,6 +163,8 @@ def _no_numpy_huge_pages() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.verb == "calibrate":
+        return calibrate.main(args)
     _no_numpy_huge_pages()
     overrides = {name: getattr(args, name) for name in FLAGS if getattr(args, name, None) is not None}
     if args.device:  # the engine picks its backend from GRADSERVE_DEVICE when first imported

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine import shapes
+from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.registry import F, Sample, defop, local, trusted
@@ -49,6 +49,7 @@ mul = defop(
     lambda g, ans, x, y: g * x,
     samples=BINARY,
     infer=shapes.broadcast,
+    scratch=costs.temporaries(per_broadcast=0.5),
     doc="x * y (broadcasting)",
 )
 div = defop(
@@ -58,6 +59,7 @@ div = defop(
     lambda g, ans, x, y: g * local(lambda x, y: -(x / (y * y)), x, y),
     samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
     infer=shapes.broadcast,
+    scratch=costs.temporaries(per_broadcast=1),  # -(x / (y * y)) and its product with g at once
     doc="x / y (true division, broadcasting; IEEE results for division by zero)",
 )
 neg = defop("neg", lambda xp, x: -x, lambda g, ans, x: -g, saves=False, samples=UNARY, infer=shapes.same, doc="-x")
@@ -83,6 +85,7 @@ pow = defop(
     uses_output=(1,),
     samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
     infer=shapes.broadcast,
+    scratch=costs.temporaries(backward=2.5, per_broadcast=1, backward_masks=2),  # y * x ** (y - 1), g * ans * log(x)
     doc="x ** y (broadcasting)",
 )
 
@@ -156,6 +159,7 @@ sigmoid = defop(
     uses_output=True,
     samples=UNARY,
     infer=shapes.floating,
+    scratch=costs.temporaries(forward=1),  # tanh(x * 0.5) and x * 0.5
     doc="1 / (1 + e ** -x), computed stably",
 )
 relu = defop(
@@ -196,16 +200,23 @@ clamp = defop(
         Sample(((5,),), {"max": 0.3}),
     ),
     infer=shapes.same,
+    scratch=costs.temporaries(forward=1),  # max(x, min) before min(.., max)
     doc="x limited to [min, max] (gradient 1 inside, 0 outside)",
 )
 
 
 def _tie_weights(x, y, dtype):
-    # PyTorch's rule: 0 where x loses, 1/2 on ties, 1 otherwise (so a NaN passes the gradient on)
+    # PyTorch's rule: 0 where x loses, 1/2 on ties, 1 otherwise (so a NaN passes the gradient on);
+    # built in the gradient's dtype, with one boolean mask at a time (no int64/float64 temporaries)
     xd, yd = x._data, y._data
-    return (1 - (xd < yd) - (xd == yd) * 0.5).astype(dtype)
+    xp = _xp(xd)
+    weights = xp.asarray(xd < yd, dtype=dtype)  # an array also when both are 0-d
+    xp.subtract(1, weights, out=weights)
+    weights[xd == yd] = 0.5
+    return weights
 
 
+TIE_SCRATCH = costs.temporaries(per_broadcast=1, backward_masks=1)  # the weights and a mask of ties
 maximum = defop(
     "maximum",
     lambda xp, x, y: xp.maximum(x, y),
@@ -213,6 +224,7 @@ maximum = defop(
     lambda g, ans, x, y: g * const(_tie_weights(y, x, g.dtype)),
     samples=BINARY,
     infer=shapes.broadcast,
+    scratch=TIE_SCRATCH,
     doc="elementwise max (ties split the gradient)",
 )
 minimum = defop(
@@ -222,6 +234,7 @@ minimum = defop(
     lambda g, ans, x, y: g * const(_tie_weights(x, y, g.dtype)),
     samples=BINARY,
     infer=shapes.broadcast,
+    scratch=TIE_SCRATCH,
     doc="elementwise min (ties split the gradient)",
 )
 
@@ -280,5 +293,6 @@ for _name, _symbol in COMPARISONS.items():
         differentiable=False,
         samples=BINARY,
         infer=shapes.compare,
+        scratch=costs.temporaries(backward=0, buffered=True),  # a bool output: NumPy's buffers count
         doc=f"x {_symbol} y as a bool Variable (no gradient)",
     )

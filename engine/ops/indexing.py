@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy
 
-from engine import indexing, shapes
+from engine import costs, indexing, shapes
 from engine.attrs import Attr
 from engine.registry import OPS, Sample, coerce, defop
 from engine.variable import Variable, as_array
@@ -93,6 +93,14 @@ def _infer_index(data_inputs):
     return infer
 
 
+def _index_scratch(in_metas, out_meta, attrs):
+    """The default, and a boolean mask's positions: `add.at` (index_add, getitem's vjp) takes the
+    mask's nonzero() indices, int64 per dimension of each true element (its size bounds them)."""
+    scratch = costs.default_scratch(in_metas, out_meta, attrs)
+    masks = sum(costs.numel(shape) * len(shape) * 8 for shape, dtype in in_metas if numpy.dtype(dtype) == bool)
+    return costs.Scratch(scratch.forward + masks, scratch.kept, scratch.backward + masks)
+
+
 def _pick_sample(rng):
     return [rng.uniform(-2, 2, (4, 3)), numpy.array([0, 2, 2, 3])]
 
@@ -138,6 +146,7 @@ defop(
     function=getitem,
     infer=_infer_index(1),
     saves=slice(1, None),
+    scratch=_index_scratch,
     samples=(
         Sample(((4, 5),), {"index": (1,)}),
         Sample(((4, 5),), {"index": ({"slice": [None, None, 2]}, {"slice": [1, 4, None]})}),
@@ -157,6 +166,7 @@ defop(
     check_arity=_arity(1),
     saves=slice(1, None),
     infer=_infer_index(1),
+    scratch=_index_scratch,
     samples=(
         Sample(
             ((3,),),

@@ -22,6 +22,16 @@ def _matmul_vjp_y(g, ans, x, y):
     return F.matmul(x.mT, g)
 
 
+def _product_scratch(in_metas, out_meta, attrs):
+    """A batched or 1-d product's vjps build gradients of the broadcast shape (or outer products)
+    before summing them down; a 2-d product's are its inputs' own shapes."""
+    (x, _), (y, _) = in_metas
+    plain = len(x) == len(y) == 2 or (len(x) == len(y) and x[:-2] == y[:-2])
+    return costs.temporaries(of="output" if plain else "largest", backward=1 if plain else 2.5)(
+        in_metas, out_meta, attrs
+    )
+
+
 mm = defop(
     "mm",
     lambda xp, x, y: x @ y,
@@ -30,6 +40,7 @@ mm = defop(
     samples=(Sample(((3, 4), (4, 2))),),
     infer=shapes.mm,
     work=costs.matrix_product,
+    kernel="blas",
     doc="matrix product of two 2-d inputs",
 )
 matmul = defop(
@@ -48,5 +59,7 @@ matmul = defop(
     ),
     infer=shapes.matmul,
     work=costs.matrix_product,
+    kernel="blas",
+    scratch=_product_scratch,
     doc="matrix product with NumPy's broadcasting and 1-d rules",
 )

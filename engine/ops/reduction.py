@@ -7,7 +7,7 @@ import math
 
 import numpy
 
-from engine import shapes
+from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module
 from engine.registry import F, Sample, defop, trusted
@@ -69,10 +69,14 @@ mean = defop(
 def _extreme_vjp(g, ans, x, dim, keepdim):
     peak = ans._data if keepdim else ans._data.reshape(shapes.reduced_shape(x.shape, dim, True))
     hit = x._data == peak
-    weights = hit / hit.sum(axis=_axes(dim, x.ndim), keepdims=True)
-    return unreduce(g, x.shape, dim, keepdim) * const(weights.astype(g.dtype))
+    count = hit.sum(axis=_axes(dim, x.ndim), keepdims=True)  # int64: a float16 count would overflow
+    weights = hit.astype(g.dtype)  # in the gradient's dtype, not float64
+    del hit
+    weights /= count
+    return unreduce(g, x.shape, dim, keepdim) * const(weights)
 
 
+EXTREME_SCRATCH = costs.temporaries(backward=1, backward_masks=1)  # the weights (input-sized) and the hits
 amax = defop(
     "amax",
     lambda xp, x, dim, keepdim: xp.amax(x, axis=_axes(dim, x.ndim), keepdims=keepdim),
@@ -81,6 +85,7 @@ amax = defop(
     uses_output=True,
     samples=REDUCE_SAMPLES,
     infer=shapes.reduce_same_dtype,
+    scratch=EXTREME_SCRATCH,
     doc="maximum over dim (ties share the gradient)",
 )
 amin = defop(
@@ -91,6 +96,7 @@ amin = defop(
     uses_output=True,
     samples=REDUCE_SAMPLES,
     infer=shapes.reduce_same_dtype,
+    scratch=EXTREME_SCRATCH,
     doc="minimum over dim (ties share the gradient)",
 )
 
@@ -150,6 +156,13 @@ def _norm_vjp(g, ans, x, p, dim, keepdim):
     return F.where(const(x._data == 0), 0.0, grad) if p < 1 else grad  # 0 * inf at zeros when p < 1
 
 
+def _norm_scratch(in_metas, out_meta, attrs):
+    p = attrs["p"]
+    # p = 2: x * x; inf: |x|, then the vjp's weights and sign(x); other p: |x| ** p and the vjp's powers
+    forward, backward = (1, 0) if p == 2 else (1, 2) if math.isinf(p) else (2, 2)
+    return costs.temporaries(forward=forward, backward=backward, backward_masks=1)(in_metas, out_meta, attrs)
+
+
 norm = defop(
     "norm",
     _norm_forward,
@@ -165,6 +178,7 @@ norm = defop(
         Sample(((3, 4),), {"p": float("inf"), "dim": 0}),
     ),
     infer=shapes.reduce_float,
+    scratch=_norm_scratch,
     doc="p-norm over dim (all when null); gradient 0 where the norm is 0",
 )
 
@@ -182,6 +196,8 @@ var = defop(
     composite=True,
     samples=REDUCE_SAMPLES + (Sample(((5,),), {"unbiased": False}),),
     infer=shapes.reduce_float,
+    # x - mean and its square at once; the recorded product keeps x - mean for its vjps
+    scratch=costs.temporaries(forward=2, kept=1, backward=3),
     doc="variance over dim (all when null)",
 )
 
@@ -205,6 +221,7 @@ logsumexp = defop(
     composite=True,
     samples=SOFTMAX_SAMPLES + (Sample(((2, 3, 4),), {"dim": (1, 2), "keepdim": True}),),
     infer=shapes.reduce_float,
+    scratch=costs.temporaries(forward=2, kept=1, backward=1),  # x - max and its exp (kept by exp)
     doc="log(sum(exp(x))) over dim, computed stably",
 )
 
@@ -226,6 +243,7 @@ log_softmax = defop(
     composite=True,
     samples=SOFTMAX_SAMPLES,
     infer=shapes.along_dim,
+    scratch=costs.temporaries(forward=1, kept=1, backward=2),  # x - max and its exp (kept by exp)
     doc="x - logsumexp(x, dim)",
 )
 softmax = defop(
@@ -235,5 +253,6 @@ softmax = defop(
     composite=True,
     samples=SOFTMAX_SAMPLES,
     infer=shapes.along_dim,
+    scratch=costs.temporaries(forward=1, kept=1, backward=3),  # as log_softmax, and the exp's vjp
     doc="exp(x) / sum(exp(x)) along dim, computed stably",
 )
