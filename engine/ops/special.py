@@ -7,6 +7,7 @@ Their vjps are written with differentiable ops, so second derivatives work as fo
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import numpy
@@ -34,6 +35,17 @@ def _erf_forward(xp, x):
     return erf(x.astype(dtype, copy=False))
 
 
+def _erf_scratch(in_metas, out_meta, attrs) -> costs.Scratch:
+    """SciPy computes float16 in float32 (a copy in, a result out); without SciPy each element is a
+    Python float in an object array (~40 bytes); the vjp's exp(-(x * x)) chain holds a few values."""
+    n = costs.numel(out_meta[0])
+    wide = max(costs.float_itemsize(in_metas, out_meta), 4)
+    forward = 2 * n * wide if wide > costs.float_itemsize(in_metas, out_meta) else 0
+    if importlib.util.find_spec("scipy") is None:
+        forward = 48 * n
+    return costs.Scratch(forward=forward, backward=4 * n * wide + forward)
+
+
 def _erf_work(in_shapes, out_shape, attrs) -> int:
     # without SciPy each element is a Python call: about 20 passes' worth
     return 20 * costs.one_pass(in_shapes, out_shape, attrs)
@@ -46,6 +58,7 @@ erf = defop(
     samples=UNARY,
     infer=shapes.floating,
     work=_erf_work,
+    scratch=_erf_scratch,
     doc="the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x",
 )
 log1p = defop(
