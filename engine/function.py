@@ -82,7 +82,7 @@ class FunctionNode(Node):
     def holds(self) -> list:
         """What forward saved on its ctx: `save_for_backward`'s Variables and any other attribute's
         (a dict's, list's or tuple's values included)."""
-        found = []
+        found: list = []
         for value in vars(self.ctx).values():
             items = (
                 value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]

@@ -104,6 +104,7 @@ class Node:
     """
 
     __slots__ = ("edges", "saved", "retained", "__weakref__")
+    saved: tuple | None  # what the vjp reads (None once freed)
 
     def vjp(self, grad, needs):
         raise NotImplementedError
