@@ -24,6 +24,40 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from service.errors import error_body
 
 MAX_HEADER_BYTES = 16 * 1024  # h11's own bound on an incomplete request line and headers
+LINGER_S = 2.0  # how long a closed connection's unread upload is read and dropped (nginx's lingering_close)
+
+
+class _LingeringTransport:
+    """The transport uvicorn's protocol writes to, whose `close()` lingers: a client still uploading a
+    body the server answered early (413, 401...) would get a reset that discards the answer before it
+    reads it (asyncio does). So close half-closes (FIN after the answer), and what still arrives is
+    dropped unparsed until the client closes or LINGER_S passes."""
+
+    def __init__(self, transport, protocol):
+        self._transport = transport
+        self._protocol = protocol
+        self.lingering = False
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
+
+    def close(self) -> None:
+        transport = self._transport
+        if self.lingering or transport.is_closing() or not transport.can_write_eof():
+            transport.close()
+            return
+        self.lingering = True
+        transport.write_eof()
+        transport.resume_reading()  # uvicorn may have paused it while its body buffer was full
+        self._protocol.loop.call_later(LINGER_S, transport.close)
+
+    def abort(self) -> None:
+        """Close at once, without lingering (a connection refused before its request was read)."""
+        self.lingering = True
+        self._transport.close()
 
 
 @functools.cache
@@ -60,6 +94,7 @@ class _Bounds:
         self._awaiting = None  # the cycle that was current when the header timer was armed
 
     def connection_made(self, transport) -> None:
+        transport = _LingeringTransport(transport, self)
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
             type(self).refused += 1
@@ -70,11 +105,13 @@ class _Bounds:
                 )
             )
             self.connections.discard(self)
-            transport.close()
+            transport.abort()
             return
         self._arm_header_timer()
 
     def data_received(self, data: bytes) -> None:
+        if self.transport.lingering:
+            return  # the rest of an upload the server has answered and closed: dropped unparsed
         if self._header_timer is None and (self.cycle is None or self.cycle.response_complete):
             self._arm_header_timer()  # the next request on a kept-alive connection starts arriving
         super().data_received(data)
@@ -93,7 +130,7 @@ class _Bounds:
                     f"the request line and headers are over {MAX_HEADER_BYTES} bytes",
                 )
             )
-            self.transport.close()
+            self.transport.abort()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -124,7 +161,7 @@ class _Bounds:
                 f"the request line and headers did not arrive within header_timeout_s={self.header_timeout_s:g} s",
             )
         )
-        self.transport.close()
+        self.transport.abort()
 
 
 class BoundedH11Protocol(_Bounds, H11Protocol):

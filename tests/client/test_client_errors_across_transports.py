@@ -92,7 +92,9 @@ def limited(tmp_path_factory):
 
 def answered(url: str, status: int) -> float:
     """The server's count of POST /forward answered with `status` (gradserve_requests_total)."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+    response = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
+    assert response.status_code == 200, response.text  # /metrics needs the key when one is set
+    text = response.text
     pattern = r'^gradserve_requests_total\{(?=[^}]*endpoint="/forward")(?=[^}]*method="POST")(?=[^}]*status="%d")[^}]*\}\s+(\S+)$'
     match = re.search(pattern % status, text, re.M)
     return float(match.group(1)) if match else 0.0
