@@ -17,6 +17,7 @@ from service import docs, errors, oip, plans
 from service.auth import SCHEME
 from service.body import BodyBudget
 from service.compute import ComputePool
+from service.logs import RequestLogMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.routes import CountedEndpoint, Runtime, add_compute_routes, router
 from service.schema import ERROR, compute_paths
@@ -117,7 +118,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "expose_headers": [HEADER_LENGTH, "Retry-After"],
         }
         app.add_middleware(CORSMiddleware, **cors)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: sees every response
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # sees every response
+    app.add_middleware(RequestLogMiddleware)  # outermost: request ids and log lines (compute routes do their own)
     app.direct = {
         path: MetricsMiddleware(CORSMiddleware(endpoint, **cors), metrics=metrics)
         if cors

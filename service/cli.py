@@ -1,8 +1,11 @@
-"""`gradserve serve`: run the service under uvicorn.
+"""`gradserve serve`: run the service under uvicorn; `gradserve --version`.
 
-Settings come from GRADSERVE_* variables; flags override them. They reach the app (in this
-process or in each of `--workers` processes) as environment variables read by
-`service.app:create_app`, which uvicorn imports by name as a factory.
+Settings, highest precedence first: flags, GRADSERVE_* variables, the TOML file of `--config`,
+the defaults (service/settings.py). A GRADSERVE_* variable that names no setting is warned about
+at start, and refused (exit 2) with `--strict-env` or GRADSERVE_STRICT_ENV=1. The settings reach
+the app (in this process or in each of `--workers` processes) as environment variables read by
+`service.app:create_app`, which uvicorn imports by name as a factory. Logging (text or JSON lines,
+one per request; service/logs.py) is configured by uvicorn in each process from `log_config`.
 """
 
 from __future__ import annotations
@@ -10,28 +13,30 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import logging.config
 import os
 import signal
 import sys
 import threading
 import time
 
+from service.version import __version__
 from wire import calibrate
 
 log = logging.getLogger("gradserve")
-FLAGS = ("host", "port", "device", "workers", "log_level")
+FLAGS = ("host", "port", "device", "workers", "log_level", "log_format", "strict_env")
 FD_RESERVE = 64  # descriptors kept for files, pipes and the listening socket
 BACKLOG = 1024  # connections the kernel queues before accept
 EXIT_GRACE_S = 3.0  # after the drain, how long cancelled computations get to stop
-# the levels that print uvicorn's access log: at the others it is off, not only filtered (its
-# per-request address and path formatting would still be paid)
-ACCESS_LOG_LEVELS = ("trace", "debug", "info")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gradserve", description="gradserve: a gradient computation microservice")
+    parser.add_argument("--version", action="version", version=f"gradserve {__version__}")
     verbs = parser.add_subparsers(dest="verb", required=True)
-    serve = verbs.add_parser("serve", help="run the HTTP service (settings: GRADSERVE_* env vars, overridden by flags)")
+    serve = verbs.add_parser(
+        "serve", help="run the HTTP service (settings: flags > GRADSERVE_* env vars > --config file > defaults)"
+    )
     serve.add_argument("--host", help="interface to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument("--device", choices=("auto", "cpu", "cuda"), help="array backend (default auto)")
@@ -40,6 +45,18 @@ def _parser() -> argparse.ArgumentParser:
         "--log-level",
         choices=("critical", "error", "warning", "info", "debug", "trace"),
         help="log level (default info)",
+    )
+    serve.add_argument("--log-format", choices=("text", "json"), help="log lines as text or JSON (default text)")
+    serve.add_argument(
+        "--strict-env",
+        action="store_true",
+        default=None,
+        help="refuse to start when a GRADSERVE_* environment variable names no setting (default: warn)",
+    )
+    serve.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a TOML file of settings (keys: the settings' names); env vars and flags override it",
     )
     calibrate.add_parser(verbs)
     return parser
@@ -116,11 +133,16 @@ def _exit_after_drain(grace_s: float) -> None:
         os._exit(0)
 
 
-def serve(settings) -> int:
+def serve(settings, unknown_env: list[str] = ()) -> int:
     import uvicorn
 
     from engine import backend
+    from service.logs import log_config
 
+    logging_config = log_config(settings.log_level, settings.log_format)
+    logging.config.dictConfig(logging_config)  # uvicorn applies it again, here and in each worker
+    for line in unknown_env:
+        log.warning("unknown environment variable %s: ignored (refused with --strict-env)", line)
     backend.use(settings.device)  # fail here, with one line, when the device is not there
     warn_if_exposed(settings)
     _check_connection_cap(settings, raise_fd_limit())
@@ -138,13 +160,14 @@ def serve(settings) -> int:
             port=settings.port,
             workers=settings.workers,
             log_level=settings.log_level,
+            log_config=logging_config,
             timeout_graceful_shutdown=settings.timeout_graceful_shutdown,
             proxy_headers=False,
             server_header=False,
             http="service.connections:BoundedProtocol",
             timeout_keep_alive=settings.keep_alive_timeout_s,
             backlog=BACKLOG,
-            access_log=settings.log_level in ACCESS_LOG_LEVELS,
+            access_log=False,  # service.logs writes one line per request, cheaper, with its request id
         )
     finally:
         _exit_after_drain(EXIT_GRACE_S)
@@ -172,21 +195,31 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from pydantic import ValidationError
 
-        from service.settings import (
-            Settings,  # imports the engine, which reads GRADSERVE_DEVICE
+        from service.settings import (  # imports the engine, which reads GRADSERVE_DEVICE
+            ConfigError,
+            load_settings,
+            unknown_env,
         )
     except RuntimeError as err:
         print(f"gradserve: {err}", file=sys.stderr)
         return 1
     try:
-        settings = Settings(**overrides)
+        settings = load_settings(overrides, args.config)
+    except ConfigError as err:
+        print(f"gradserve: {err}", file=sys.stderr)
+        return 2
     except ValidationError as err:
         print(f"gradserve: invalid settings:\n{err}", file=sys.stderr)
+        return 2
+    unknown = unknown_env(os.environ)
+    if unknown and settings.strict_env:
+        names = "; ".join(unknown)
+        print(f"gradserve: unknown environment variable(s), refused (strict_env): {names}", file=sys.stderr)
         return 2
     if args.verb != "serve":  # pragma: no cover - argparse rejects unknown verbs
         return 2
     try:
-        return serve(settings)
+        return serve(settings, unknown)
     except RuntimeError as err:
         print(f"gradserve: {err}", file=sys.stderr)
         return 1

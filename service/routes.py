@@ -17,10 +17,12 @@ from starlette.responses import Response
 
 from engine import backend
 from engine.registry import OPS
+from service import request_id
 from service.auth import require_api_key
 from service.body import BodyHold, drain, header_length, read_body, request_headers
 from service.compute import ClientGone
 from service.errors import ApiError, from_exception
+from service.logs import ACCESS, INFO, RequestLogMiddleware, request_line
 from service.schema import ERROR
 from service.version import __version__
 from wire import codec
@@ -61,7 +63,9 @@ async def healthz() -> Response:
 )
 async def readyz(request: Request) -> Response:
     if not getattr(request.app.state, "ready", False):
-        return json_response({"error": "not ready: the backend is not initialised", "node": None, "field": None}, 503)
+        rid = request_id.of_scope(request.scope)
+        error = {"error": "not ready: the backend is not initialised", "node": None, "field": None, "request_id": rid}
+        return json_response(error, 503)
     return json_response({"status": "ready", "device": backend.device})
 
 
@@ -139,7 +143,8 @@ def _decode(executor, body: bytes, head_length: int | None):
 
 
 def _execute(executor, kind: str, request):
-    """Run a decoded request and encode its result: (body parts, header length, tape). IEEE
+    """Run a decoded request and encode its result: (body parts, header length, tape, (plan id,
+    what ran it)). IEEE
     results (inf, nan) are answers here, not warnings, on the loop and on compute threads alike.
     A JSON answer over max_json_output_elements is refused before running when its shapes are
     known from inference, else before encoding."""
@@ -155,7 +160,7 @@ def _execute(executor, kind: str, request):
             _drop_tape(executor, result.tape)
             raise
     parts, length = encode_result_parts(result, request.binary_output)
-    return parts, length, result.tape
+    return parts, length, result.tape, (result.plan, result.ran)
 
 
 def _planned_answer_elements(executor, kind: str, request, planned_only: bool = False) -> int:
@@ -233,11 +238,11 @@ def _chunks(parts: list):
         yield b"".join(pending)
 
 
-async def _send_parts(send, parts: list, head_length: int | None) -> int:
+async def _send_parts(send, parts: list, head_length: int | None, rid: str) -> int:
     """A 200 whose body is `parts` sent one `bytes` chunk after the other (see `_chunks`), the
     last one closing the body (a small answer is one message); its length."""
     length = sum(len(p) for p in parts)
-    headers = [(b"content-length", str(length).encode())]
+    headers = [(b"content-length", str(length).encode()), (request_id.HEADER_KEY, rid.encode())]
     if head_length is None:
         headers.append((b"content-type", JSON.encode()))
     else:
@@ -252,13 +257,13 @@ async def _send_parts(send, parts: list, head_length: int | None) -> int:
     return length
 
 
-async def _send_error(exc, hold, scope, receive, send, early: bool = False) -> tuple[int, int, int]:
+async def _send_error(exc, hold, scope, receive, send, rid: str, early: bool = False) -> tuple[int, int, int]:
     """Send the error response of `exc`: (its status, body bytes received, body bytes sent). `early`: it
     answers a request whose body was not read whole (401, 413, 415, 503...), and closes the connection,
     whose unread bytes are no next request; before closing it drops what the client still sends of its
     body (`service.body.drain`, bounded) so that the client can read the answer (a close with unread
     bytes resets the connection; client.transports reads an answer from a reset one too)."""
-    response = from_exception(exc)
+    response = from_exception(exc, rid)
     if not early:
         await response(scope, receive, send)
         return response.status_code, hold.received, len(response.body)
@@ -320,27 +325,38 @@ class ComputeEndpoint:
 
     async def answer(self, scope, receive, send) -> tuple[int, int, int]:
         """Answer one request: (status, body bytes received, body bytes sent); status 500 when
-        nothing was sent (the client left), as MetricsMiddleware counts it."""
+        nothing was sent (the client left), as MetricsMiddleware counts it. Every answer carries
+        the request's id (X-Request-ID); its log line is written here (`service.logs`)."""
+        start = time.perf_counter()
+        rid = request_id.of_scope(scope)
         runtime = scope["app"].runtime
         settings = runtime.settings
         hold = BodyHold(runtime.body_budget)
         body = None
+        outcome = ran = None
         try:
             headers = request_headers(scope)
             require_api_key(settings.api_key, headers)
             require_body_type(headers)
             length = header_length(headers)
             body = await read_body(receive, headers, runtime.executor.limits, length, hold, settings.body_timeout_s)
-            parts, head_length, _ = await self._run(runtime, body, length, receive)
+            parts, head_length, _, ran = await self._run(runtime, body, length, receive)
         except ClientGone:
-            return 500, hold.received, 0
+            outcome = 500, hold.received, 0
         except asyncio.CancelledError:  # the shutdown drain ended: answer, retriably, instead of a 500
-            return await _send_error(shutting_down(settings), hold, scope, receive, send)
+            outcome = await _send_error(shutting_down(settings), hold, scope, receive, send, rid)
         except Exception as exc:  # noqa: BLE001 - every failure becomes the one error shape
-            return await _send_error(exc, hold, scope, receive, send, early=body is None)
+            outcome = await _send_error(exc, hold, scope, receive, send, rid, early=body is None)
         finally:
             hold.release()
-        return 200, hold.received, await _send_parts(send, parts, head_length)
+        if outcome is None:
+            outcome = 200, hold.received, await _send_parts(send, parts, head_length, rid)
+        if ACCESS.isEnabledFor(INFO):
+            route = getattr(scope.get("endpoint"), "route_path", None) or scope["path"]
+            status, received, sent = outcome
+            request_line(scope, rid, route, status, time.perf_counter() - start, received, sent, ran)
+        scope[RequestLogMiddleware.LOGGED] = True
+        return outcome
 
     async def _run(self, runtime, body, length: int | None, receive):
         """A body whose JSON is small is decoded here on the event loop; then a light request

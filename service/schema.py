@@ -101,6 +101,11 @@ ERROR = {
         "error": {"type": "string"},
         "node": {"type": ["string", "integer", "null"]},
         "field": {"type": ["string", "integer", "null"]},
+        "request_id": {
+            "type": "string",
+            "description": "the request's id, as in the X-Request-ID response header (absent only from the "
+            "refusals of a connection before its request is read: 408, 431, 503 over max_connections)",
+        },
     },
 }
 

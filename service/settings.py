@@ -1,9 +1,14 @@
-"""The service's one settings object: `GRADSERVE_*` environment variables, overridable by CLI flags."""
+"""The service's one settings object, from (highest precedence first) `gradserve serve` flags,
+`GRADSERVE_<NAME>` environment variables, a TOML file (`--config FILE`, keys named as the settings
+are), and the defaults. An environment variable that names no setting is warned about at start
+(refused with `strict_env`); a key of the file that names no setting is refused."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
+import tomllib
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
@@ -38,6 +43,8 @@ class Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     workers: int = Field(1, ge=1, description="uvicorn worker processes (tapes live per process)")
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
+    log_format: Literal["text", "json"] = Field("text", description="log lines as text, or one JSON object a line")
+    strict_env: bool = Field(False, description="refuse to start when a GRADSERVE_* variable names no setting")
     timeout_graceful_shutdown: float = Field(
         25.0, gt=0, description="seconds in-flight requests get to finish after SIGTERM"
     )
@@ -102,7 +109,7 @@ class Settings(BaseSettings):
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
 
-    @field_validator("log_level", "device", mode="before")
+    @field_validator("log_level", "log_format", "device", mode="before")
     @classmethod
     def _lower(cls, value):
         return value.strip().lower() if isinstance(value, str) else value
@@ -130,3 +137,57 @@ class Settings(BaseSettings):
                 value = json.dumps(value)
             env[f"GRADSERVE_{name.upper()}"] = str(value)
         return env
+
+
+PREFIX = "GRADSERVE_"
+# GRADSERVE_* variables read by something other than the server's settings
+READ_ELSEWHERE = frozenset({"GRADSERVE_URL"})  # the client's default server
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be read, or that names no setting."""
+
+
+def _suggest(name: str, known) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def unknown_env(environ=os.environ) -> list[str]:
+    """One line for each GRADSERVE_* variable of `environ` that names no setting, with the closest
+    known name when one is close."""
+    known = {PREFIX + name.upper() for name in Settings.model_fields} | READ_ELSEWHERE
+    return [
+        f"{name}{_suggest(name.upper(), known)}"
+        for name in sorted(environ)
+        if name.upper().startswith(PREFIX) and name.upper() not in known
+    ]
+
+
+def read_config(path: str) -> dict:
+    """The settings a TOML file sets: {setting name: value}; ConfigError naming any unknown key."""
+    try:
+        with open(path, "rb") as file:
+            values = tomllib.load(file)
+    except OSError as err:
+        raise ConfigError(f"cannot read the config file {path}: {err.strerror or err}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"the config file {path} is not valid TOML: {err}") from None
+    unknown = [key for key in values if key not in Settings.model_fields]
+    if unknown:
+        names = ", ".join(f"{key!r}{_suggest(key, Settings.model_fields)}" for key in unknown)
+        raise ConfigError(f"unknown setting(s) in the config file {path}: {names}")
+    return values
+
+
+def load_settings(flags: dict, config: str | None = None, environ=os.environ) -> Settings:
+    """Settings from `flags` (set ones only), else GRADSERVE_* variables of `environ`, else the
+    config file `config`, else the defaults. pydantic-settings puts keyword arguments above the
+    environment, so a file's value is passed only where no (non-empty) variable sets it."""
+    set_in_env = {name.upper() for name, value in environ.items() if value}
+    from_file = {
+        name: value
+        for name, value in (read_config(config) if config else {}).items()
+        if PREFIX + name.upper() not in set_in_env
+    }
+    return Settings(**{**from_file, **flags})

@@ -378,7 +378,8 @@ def _kept(plan, shapes) -> bool:
 
 
 def run_compiled(plan, shapes, request, differentiate: bool, charge):
-    """(outputs, grads or None) of `request` by its compiled program, or None where the engine
+    """(outputs, grads or None, what ran: "interpreted" or "compiled") of `request` by its compiled
+    program (its instructions, or once verified its generated function), or None where the engine
     must run it (not compilable, or this run left what was compiled: the engine reports errors).
     Programs live in `shapes.programs`, kept as long as the plan's signature is; `charge(plan,
     nbytes)` counts each against the plan cache's bytes (`PlanCache.charge`) and refuses it when
@@ -401,11 +402,12 @@ def run_compiled(plan, shapes, request, differentiate: bool, charge):
         shapes.programs[key] = program
     if isinstance(program, Fallback):
         return None
+    ran = "compiled" if program.generated else "interpreted"  # its generated function, or its instructions
     try:
         done = program.run(request.inputs, request.grad_outputs)
         if program.generated is None:
             program.generated = generate(program) or False
-        return done
+        return (*done, ran)
     except GraphError:
         raise  # cancelled
     except Mismatch as err:

@@ -184,11 +184,11 @@ class Executor:
         if not request.retain_graph and self.compiled:
             done = run_compiled(plan, shapes, request, False, self.plans.charge)
             if done is not None:
-                return Result(request.id, done[0], plan=self.plans.id_of(plan))
+                return Result(request.id, done[0], plan=self.plans.id_of(plan), ran=done[2])
         with element_guard(self.limits.max_tensor_elements):
             execution = Execution(plan, request.inputs, record=request.retain_graph)
         tape = self.tapes.put(execution) if request.retain_graph else None
-        return Result(request.id, execution.output_arrays(), tape=tape, plan=self.plans.id_of(plan))
+        return Result(request.id, execution.output_arrays(), tape=tape, plan=self.plans.id_of(plan), ran="engine")
 
     def backward(self, request: Request) -> Result:
         if request.tape is not None:
@@ -206,15 +206,21 @@ class Executor:
             else:
                 self.tapes.mark_freed(request.tape)
             return Result(
-                request.id, execution.output_arrays(), grads, tape=request.tape if request.retain_graph else None
+                request.id,
+                execution.output_arrays(),
+                grads,
+                tape=request.tape if request.retain_graph else None,
+                ran="engine",
             )
         plan, shapes = self._admit(request, differentiate=True)
         if not request.retain_graph and self.compiled:
             done = run_compiled(plan, shapes, request, True, self.plans.charge)
             if done is not None:
-                return Result(request.id, *done, plan=self.plans.id_of(plan))
+                return Result(request.id, done[0], done[1], plan=self.plans.id_of(plan), ran=done[2])
         with element_guard(self.limits.max_tensor_elements):
             execution = Execution(plan, request.inputs, record=True, wrt=request.wrt or ())
             grads = gradients(execution, request.grad_outputs, request.wrt, retain_graph=request.retain_graph)
         tape = self.tapes.put(execution) if request.retain_graph else None
-        return Result(request.id, execution.output_arrays(), grads, tape=tape, plan=self.plans.id_of(plan))
+        return Result(
+            request.id, execution.output_arrays(), grads, tape=tape, plan=self.plans.id_of(plan), ran="engine"
+        )

@@ -38,6 +38,7 @@ class Result:
     grads: dict | None = None
     tape: str | None = None
     plan: str | None = None  # the id under which the server keeps the request's plan
+    ran: str | None = None  # what ran it: "engine", "interpreted" or "compiled" (wire.compile.run_compiled)
 
 
 def tensor_map(pairs, where):

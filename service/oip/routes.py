@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
+from service import request_id
 from service.auth import require_api_key
 from service.body import BodyHold, read_body
 from service.errors import ApiError, from_exception
@@ -51,9 +52,8 @@ async def live() -> Response:
 )
 async def ready(request: Request) -> Response:
     if not getattr(request.app.state, "ready", False):
-        return json_response(
-            {"error": "not ready: the backend is not initialised", "node": None, "field": None, "ready": False}, 503
-        )
+        error = {"error": "not ready: the backend is not initialised", "node": None, "field": None}
+        return json_response({**error, "request_id": request_id.of_scope(request.scope), "ready": False}, 503)
     return json_response({"ready": True})
 
 
@@ -203,8 +203,9 @@ def _decode(executor, model, body: bytes, head_length: int | None, admits=None):
 
 
 def _execute(executor, model, infer):
-    parts, length = encode_infer(model, infer, execute(executor, infer), executor.limits.max_json_output_elements)
-    return parts, length, None
+    result = execute(executor, infer)
+    parts, length = encode_infer(model, infer, result, executor.limits.max_json_output_elements)
+    return parts, length, None, (result.plan, result.ran)
 
 
 class ModelInference(ComputeEndpoint):
@@ -246,7 +247,7 @@ class InferRoute:
             require_api_key(state.settings.api_key, Headers(scope=scope))
             model = state.models.get(params["name"], params.get("version"))
         except Exception as exc:  # noqa: BLE001 - every failure becomes the one error shape
-            await from_exception(exc)(scope, receive, send)
+            await from_exception(exc, request_id.of_scope(scope))(scope, receive, send)
             return
         status = [500]
 

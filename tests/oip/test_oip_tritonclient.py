@@ -240,7 +240,7 @@ def test_bad_infer_requests_name_the_node_or_field(server, mlp, outputs, inputs,
     response = httpx.post(f"{server.base_url}/v2/models/{mlp}/infer", json={"inputs": tensors, "outputs": outputs})
     assert response.status_code == status, response.text
     body = response.json()
-    assert set(body) == {"error", "node", "field"} and body["error"]
+    assert set(body) == {"error", "node", "field", "request_id"} and body["error"]
     assert body["node"] == node and body["field"] == field
 
 

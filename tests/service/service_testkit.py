@@ -73,7 +73,8 @@ def assert_error(response, status: int, *fragments: str, node=None, field=None):
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/json")
     body = response.json()
-    assert set(body) == {"error", "node", "field"}, body
+    assert set(body) == {"error", "node", "field", "request_id"}, body
+    assert body["request_id"] == response.headers["x-request-id"]
     assert isinstance(body["error"], str) and body["error"]
     assert "Traceback" not in body["error"]
     for fragment in fragments:

@@ -342,7 +342,8 @@ def test_no_stack_trace_and_500_for_unexpected_errors(monkeypatch):
         response = client.post("/forward", json=EXAMPLE)
         body = assert_error(response, 500, "internal server error")
         assert "secret" not in response.text
-        assert body == {"error": "internal server error", "node": None, "field": None}
+        rid = response.headers["x-request-id"]
+        assert body == {"error": "internal server error", "node": None, "field": None, "request_id": rid}
         assert_still_serves(client)
 
 

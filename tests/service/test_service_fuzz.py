@@ -22,5 +22,5 @@ def test_fuzzed_requests_get_no_server_error(case):
     assert response.status_code < 500 or response.status_code in (503, 507), response.text
     if response.status_code >= 400:
         body = response.json()
-        assert set(body) == {"error", "node", "field"}, body
+        assert set(body) == {"error", "node", "field", "request_id"}, body
         assert "Traceback" not in body["error"]

@@ -57,10 +57,11 @@ def test_cli_flags_override_env_and_reach_uvicorn(monkeypatch):
     assert app == "service.app:create_app" and kw["factory"] is True
     assert kw["port"] == 9002 and kw["workers"] == 3 and kw["host"] == "127.0.0.1" and kw["log_level"] == "debug"
     assert kw["timeout_graceful_shutdown"] > 0
-    assert kw["access_log"] is True  # printed at debug
+    assert kw["access_log"] is False  # service.logs writes the request lines
+    assert kw["log_config"]["root"]["level"] == 10  # debug
     calls.clear()
     assert cli.main(["serve", "--log-level", "warning"]) == 0
-    assert calls[0][1]["access_log"] is False  # not printed at warning: not formatted either
+    assert calls[0][1]["log_config"]["root"]["level"] == 30  # warning
     assert os.environ["GRADSERVE_PORT"] == "9002" and os.environ["GRADSERVE_MAX_TAPES"] == "3"
     assert os.environ["GRADSERVE_DEVICE"] == "cpu"
 

@@ -1,0 +1,219 @@
+"""The service's logs: one line per request, and every other line (the app's, uvicorn's), as
+readable text or as one JSON object per line (`--log-format text|json`), at `--log-level`.
+
+`log_config(level, fmt)` is the `logging.config.dictConfig` dict handed to uvicorn (which applies
+it in this process and in each worker): its handler is on the root logger, so the `gradserve`
+logger's lines appear at their level (without it they fell to logging's last-resort handler,
+which prints warnings and above only). uvicorn's own access log stays off: `request_line` (from the
+compute endpoints, which call it themselves) and `RequestLogMiddleware` (every other route)
+replace it, with the request id, route template, body sizes and, for a computation, its plan and
+what ran it. A request line costs one dict, formatted and written without a LogRecord (see
+`request_line`); nothing at all when `gradserve.access` is not enabled at INFO."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+
+import orjson
+
+from service import request_id
+from service.metrics import route_label
+
+LEVELS = {"critical": 50, "error": 40, "warning": 30, "info": 20, "debug": 10, "trace": 5}  # trace: uvicorn's
+FORMATS = ("text", "json")
+ACCESS = logging.getLogger("gradserve.access")
+INFO = logging.INFO
+TEXT_IN_MESSAGE = frozenset({"method", "route", "status", "duration_ms"})  # the text line's message says these
+
+FLUSH_S = 0.1  # request lines are written at most this late...
+FLUSH_BYTES = 64 * 1024  # ... or once this much text is waiting
+_second = [-1, ""]  # the last whole second formatted, and its text
+
+
+def timestamp(created: float) -> str:
+    """`created` as ISO 8601 UTC with milliseconds; the date and time formatted once a second."""
+    whole = int(created)
+    second = _second
+    if second[0] != whole:
+        second[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+        second[0] = whole
+    return f"{second[1]}.{int((created - whole) * 1000):03d}Z"
+
+
+class TextFormatter(logging.Formatter):
+    """`<time> <LEVEL> <logger>: <message> key=value ...` (a request line's fields as key=value)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = record.__dict__.get("fields")
+        return self.line(record.created, record.levelname, record.name, record.getMessage(), fields, record.exc_info)
+
+    def line(self, created: float, level: str, name: str, message: str, fields=None, exc_info=None) -> str:
+        line = f"{timestamp(created)} {level} {name}: {message}"
+        if fields:
+            line += " " + " ".join([f"{k}={v}" for k, v in fields.items() if k not in TEXT_IN_MESSAGE])
+        if exc_info:
+            line += "\n" + self.formatException(exc_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time, level, logger, message, and a request line's fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = record.__dict__.get("fields")
+        return self.line(record.created, record.levelname, record.name, record.getMessage(), fields, record.exc_info)
+
+    def line(self, created: float, level: str, name: str, message: str, fields=None, exc_info=None) -> str:
+        obj = {"time": timestamp(created), "level": level.lower(), "logger": name, "message": message}
+        if fields:
+            obj.update(fields)
+        if exc_info:
+            obj["exception"] = self.formatException(exc_info)
+        return orjson.dumps(obj, default=str).decode()
+
+
+class StderrHandler(logging.StreamHandler):
+    """A StreamHandler on whatever `sys.stderr` is when a line is written (not when configured),
+    which also writes request lines in batches (`write_line`)."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+        self._lines: list[str] = []  # request lines not written yet
+        self._size = 0
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+    def write_line(self, line: str) -> None:
+        """Write a line its formatter made outside a record (a request line): with the others
+        queued on the event loop, within FLUSH_S (one write for many requests: a write a request
+        cost ~5% of a tiny request's CPU, to a file), or at once where no loop runs."""
+        with self.lock:
+            self._lines.append(line)
+            self._size += len(line)
+            first = len(self._lines) == 1
+        if self._size >= FLUSH_BYTES:
+            self.write_lines()
+        elif first:
+            try:
+                asyncio.get_running_loop().call_later(FLUSH_S, self.write_lines)
+            except RuntimeError:
+                self.write_lines()
+
+    def write_lines(self) -> None:
+        with self.lock:
+            if self._lines:
+                text = "\n".join(self._lines) + "\n"
+                self._lines, self._size = [], 0
+                stream = sys.stderr
+                stream.write(text)
+                stream.flush()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.write_lines()  # the request lines before it, in order
+        super().emit(record)
+
+    def flush(self) -> None:  # logging.shutdown (at exit) calls it
+        self.write_lines()
+        super().flush()
+
+
+def log_config(level: str = "info", fmt: str = "text") -> dict:
+    """The logging configuration of a server process (for uvicorn's `log_config`)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    number = LEVELS[level]
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"line": {"()": f"service.logs.{'Json' if fmt == 'json' else 'Text'}Formatter"}},
+        "handlers": {"stderr": {"()": "service.logs.StderrHandler", "formatter": "line"}},
+        "root": {"handlers": ["stderr"], "level": number},
+        "loggers": {
+            "gradserve": {"level": number},
+            # its own handler (the same one): `request_line` writes to it without a LogRecord
+            "gradserve.access": {"handlers": ["stderr"], "propagate": False},
+            "uvicorn": {"handlers": [], "level": number, "propagate": True},
+            "uvicorn.error": {"level": number},
+            "uvicorn.access": {"handlers": [], "level": "WARNING", "propagate": False},  # ours replaces it
+        },
+    }
+
+
+def request_line(scope, rid: str, route: str, status: int, seconds: float, received: int, sent: int, ran=None):
+    """Log one answered request (the caller checks `ACCESS.isEnabledFor(INFO)` first). `ran`:
+    (plan id, what ran it) of a computation. Written straight to the configured handler by its
+    formatter's `line`, without a LogRecord or the handler chain (a third of the cost); through
+    `logging` where the configuration is another."""
+    client = scope.get("client")
+    method = scope.get("method", "")
+    duration = round(seconds * 1000, 3)
+    fields = {
+        "request_id": rid,
+        "method": method,
+        "route": route,
+        "status": status,
+        "duration_ms": duration,
+        "bytes_in": received,
+        "bytes_out": sent,
+        "peer": f"{client[0]}:{client[1]}" if client else None,
+    }
+    if ran is not None:
+        fields["plan"], fields["executor"] = ran
+    message = f"{method} {route} {status} {duration}ms"
+    handlers = ACCESS.handlers
+    if len(handlers) == 1 and type(handlers[0]) is StderrHandler and hasattr(handlers[0].formatter, "line"):
+        handler = handlers[0]
+        handler.write_line(handler.formatter.line(time.time(), "INFO", ACCESS.name, message, fields))
+        return
+    record = ACCESS.makeRecord(ACCESS.name, INFO, "", 0, message, None, None)
+    record.fields = fields
+    ACCESS.handle(record)
+
+
+class RequestLogMiddleware:
+    """Pure ASGI middleware for the routes FastAPI answers: gives each request its id (scope and
+    `X-Request-ID` response header) and logs its line, unless its endpoint logged it itself (a
+    compute endpoint reached through the router, such as /v2 infer, which sets `LOGGED`)."""
+
+    LOGGED = "gradserve.logged"
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = request_id.of_scope(scope)
+        counts = [500, 0, 0]  # status, bytes in, bytes out
+
+        async def counting_receive():
+            message = await receive()
+            if message["type"] == "http.request":
+                counts[1] += len(message.get("body", b""))
+            return message
+
+        async def tagging_send(message):
+            if message["type"] == "http.response.start":
+                counts[0] = message["status"]
+                message["headers"] = request_id.with_header(list(message.get("headers", ())), rid)
+            elif message["type"] == "http.response.body":
+                counts[2] += len(message.get("body", b""))
+            await send(message)
+
+        start = time.perf_counter()
+        try:
+            await self.app(scope, counting_receive, tagging_send)
+        finally:
+            if not scope.get(self.LOGGED) and ACCESS.isEnabledFor(INFO):
+                route = route_label(scope)
+                request_line(scope, rid, route, counts[0], time.perf_counter() - start, counts[1], counts[2])

@@ -1,0 +1,50 @@
+"""Request ids: taken from a caller's `X-Request-ID` when it is safe to log and echo (1 to
+MAX_LENGTH printable ASCII characters, no spaces), else generated; echoed in every response's
+`X-Request-ID` header and put in every error body as `request_id`.
+
+The id of the request being answered lives in its ASGI scope under `SCOPE_KEY`, where error
+handlers and the request log find it."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+HEADER = "x-request-id"
+HEADER_KEY = HEADER.encode()
+SCOPE_KEY = "gradserve.request_id"
+MAX_LENGTH = 128
+_SAFE = re.compile(f"[!-~]{{1,{MAX_LENGTH}}}")  # printable ASCII, no space: one token in a log line
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def accept(given: str | None) -> str:
+    """The id of a request whose X-Request-ID header is `given` (None when absent): `given` when
+    safe, else a new one."""
+    if given is not None and _SAFE.fullmatch(given):
+        return given
+    return new_id()
+
+
+def of_scope(scope) -> str:
+    """The request's id, assigned now (from its headers) when it has none yet."""
+    rid = scope.get(SCOPE_KEY)
+    if rid is None:
+        given = None
+        for name, value in scope.get("headers", ()):
+            if name == HEADER_KEY:
+                given = value.decode("latin-1")
+                break
+        rid = scope[SCOPE_KEY] = accept(given)
+    return rid
+
+
+def with_header(headers: list, rid: str) -> list:
+    """ASGI response `headers` with X-Request-ID: `rid` added unless one is there."""
+    for name, _ in headers:
+        if name.lower() == HEADER_KEY:
+            return headers
+    return [*headers, (HEADER_KEY, rid.encode())]
