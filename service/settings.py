@@ -99,6 +99,11 @@ class Settings(BaseSettings):
     max_models: int = Field(64, ge=0, description="graphs registered at once; a load past it is refused with 409")
     max_model_bytes: int = Field(64 * 2**20, ge=0, description="bytes of graph JSON registered in all; past it 413")
 
+    # --- cost model (engine.costs reads GRADSERVE_COST_FACTORS itself, when first imported)
+    cost_factors: str | None = Field(
+        None, description="a JSON file of dtype cost factors, as `gradserve calibrate --output FILE` writes it"
+    )
+
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _split_origins(cls, value):

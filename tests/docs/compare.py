@@ -20,6 +20,11 @@ VOLATILE: list[tuple[re.Pattern, str, str]] = [
     (re.compile(r'("tape"\s*:\s*)"[0-9a-f]{32}"'), r'\1"<tape id>"', "tape ids are random tokens"),
     (re.compile(r"^date: .*\n", re.MULTILINE | re.IGNORECASE), "", "the HTTP Date header"),
     (
+        re.compile(r'("request_id"\s*:\s*)"[0-9a-f]{32}"|(^x-request-id: )[0-9a-f]{32}$', re.MULTILINE | re.IGNORECASE),
+        lambda m: (m.group(1) + '"<request id>"') if m.group(1) else m.group(2) + "<request id>",
+        "request ids the server generates (uuid4 hex) where the caller sent none",
+    ),
+    (
         re.compile(r'("version"\s*:\s*)"\d+\.\d+\.\d+[^"]*"'),
         r'\1"<release>"',
         'the release version in /info and /v2 (graph versions are 1, "1.0" and "1.1": kept)',
