@@ -340,6 +340,7 @@ def test_dockerignore_keeps_out(ignore_patterns, path):
         "README.md",
         "engine/node.py",
         "engine/ops/add.py",
+        "wire/__init__.py",
         "service/cli.py",
         "client/__init__.py",
     ],
@@ -348,9 +349,29 @@ def test_dockerignore_lets_in_what_pip_install_needs(ignore_patterns, path):
     assert not dockerignored(path, ignore_patterns)
 
 
+def installed_packages() -> list[str]:
+    """The packages `pip install .` puts in the image: pyproject's find-include globs, applied to this tree."""
+    from setuptools import find_packages
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    return sorted(find_packages(where=str(ROOT), include=include))
+
+
+def test_dockerignore_lets_in_every_package_pyproject_installs(ignore_patterns):
+    # `wire/` was once left out of the allowlist: the image built, then crashed at start (no module named 'wire').
+    packages = installed_packages()
+    assert {"engine", "wire", "service", "client"} <= set(packages), packages
+    for package in packages:
+        directory = ROOT / package.replace(".", "/")
+        for source in directory.glob("*.py"):
+            relative = source.relative_to(ROOT).as_posix()
+            assert not dockerignored(relative, ignore_patterns), f"{relative}: add `!{package.split('.')[0]}/`"
+
+
 def test_dockerignore_matcher_is_not_vacuous():
     assert not dockerignored("tests/x.py", ["*", "!tests"])
     assert dockerignored("a/b/__pycache__/c.pyc", ["**/__pycache__"])
+    assert dockerignored("wire/__init__.py", ["*", "!engine/", "!service/"])
     assert not dockerignored("README.md", ["*.txt"])
 
 
