@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
 #
 # Two images from one file:
-#   docker build -t gradserve:cpu .                    (default: the last stage, `cpu`)
-#   docker build --target gpu -t gradserve:gpu .       (CUDA 12 runtime + the [gpu] extra)
+#   docker build -t gradserve:0.1.0-cpu .                    (default: the last stage, `cpu`)
+#   docker build --target gpu -t gradserve:0.1.0-gpu .       (CUDA 12 runtime + the [gpu] extra)
 #
 # The project is installed the README's way, minus -e (no requirements.txt):
 #   install command: pip install .

@@ -1,8 +1,9 @@
 """Deployment artefacts: Dockerfile, .dockerignore, compose, nginx, Kubernetes, start command.
 
-There is no Docker daemon here or in CI: the Dockerfile is linted with hadolint, the
-YAML and nginx files are parsed and cross-checked, and the image's CMD is run as a
-local process. Images are never built by these tests.
+The Dockerfile is linted with hadolint, the compose file is validated against the Compose
+Specification's schema, the YAML and nginx files are parsed and cross-checked (one image tag
+everywhere), and the image's CMD is run as a local process. The image itself is built and run
+with podman by tests/test_image.py.
 """
 
 from __future__ import annotations
@@ -470,6 +471,56 @@ def test_compose_scale_profile_puts_replicas_behind_nginx(compose):
     assert any(
         (ROOT / host).resolve() == NGINX_CONF and container == "/etc/nginx/nginx.conf" for host, container, *_ in mounts
     )
+
+
+def test_compose_file_is_valid_for_the_compose_specification(tmp_path):
+    # `docker compose config` validates against the Compose Specification's JSON schema (compose-go); with no
+    # Docker engine or compose plugin here, check-jsonschema validates against the same schema, which it vendors.
+    check = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec"]
+    try:
+        import check_jsonschema  # noqa: F401
+    except ImportError:
+        pytest.fail("check-jsonschema not installed: install the [dev] extra")
+    result = subprocess.run([*check, str(COMPOSE_FILE)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    misspelt = tmp_path / "docker-compose.yml"
+    misspelt.write_text(COMPOSE_FILE.read_text().replace("start_period:", "start_perod:", 1))
+    result = subprocess.run([*check, str(misspelt)], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "start_perod" in result.stdout + result.stderr, "the schema check is vacuous"
+
+
+# ------------------------------------------------------------------------------ image tag
+
+IMAGE_TAG_MENTIONS = [
+    ROOT / "README.md",
+    ROOT / "docs" / "deployment.md",
+    DOCKERFILE,
+    COMPOSE_FILE,
+    *K8S_DIR.glob("*.yaml"),
+]
+
+
+def expected_tags() -> dict[str, str]:
+    """One tag per target, from the project's version: `gradserve:0.1.0-cpu`, `gradserve:0.1.0-gpu`."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    return {target: f"gradserve:{version}-{target}" for target in ("cpu", "gpu")}
+
+
+def test_compose_builds_the_tags_the_manifests_run(compose, k8s):
+    tags = expected_tags()
+    for name, service in gradserve_services(compose).items():
+        assert service["image"] == tags[service["build"]["target"]], name
+    for component in ("cpu", "gpu"):
+        assert only_container(deployment(k8s, component))["image"] == tags[component], component
+
+
+def test_docs_name_the_same_image_tags():
+    allowed = set(expected_tags().values())
+    for path in IMAGE_TAG_MENTIONS:
+        mentioned = set(re.findall(r"\bgradserve:(?!\d+\b)[A-Za-z0-9][\w.-]*", path.read_text()))
+        assert mentioned <= allowed, f"{path.relative_to(ROOT)} names {mentioned - allowed}; use {sorted(allowed)}"
+    assert any(expected_tags()["cpu"] in path.read_text() for path in IMAGE_TAG_MENTIONS[:2]), "docs name no tag"
 
 
 # ---------------------------------------------------------------------------------- nginx
