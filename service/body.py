@@ -17,59 +17,89 @@ HEADER_LENGTH_NAME = HEADER_LENGTH.lower()
 
 
 class BodyBudget:
-    """Bytes of request bodies held at once, all requests together (`max_inflight_body_bytes`).
-    A body is counted from its first byte (its whole Content-Length up front) until its request ends."""
+    """Bytes of request bodies held at once (`max_inflight_body_bytes`), all requests together and per
+    peer (`max_peer_inflight_body_bytes`: one client address cannot take the whole budget). A body is
+    counted as its bytes arrive, not by what its Content-Length declares, so connections that declare
+    large bodies and send nothing hold nothing; they are closed after `idle_s` without a byte."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, peer_share: int | None = None, idle_s: float = 10.0):
         self.capacity = capacity
+        self.peer_share = capacity if peer_share is None else min(peer_share, capacity)
+        self.idle_s = idle_s
         self.held = 0
         self.refused = 0
+        self.by_peer: dict = {}
         self._lock = threading.Lock()
 
-    def take(self, n: int) -> bool:
+    def take(self, n: int, peer=None) -> str | None:
+        """None when `n` more bytes fit; else which bound refused them ("all" or "peer")."""
         with self._lock:
-            if self.held + n > self.capacity:
+            mine = self.by_peer.get(peer, 0)
+            if self.held + n > self.capacity or mine + n > self.peer_share:
                 self.refused += 1
-                return False
+                return "all" if self.held + n > self.capacity else "peer"
             self.held += n
-            return True
+            self.by_peer[peer] = mine + n
+            return None
 
-    def give_back(self, n: int) -> None:
+    def give_back(self, n: int, peer=None) -> None:
         with self._lock:
             self.held -= n
+            left = self.by_peer.get(peer, 0) - n
+            if left > 0:
+                self.by_peer[peer] = left
+            else:
+                self.by_peer.pop(peer, None)
 
 
 class BodyHold:
-    """One request's share of the BodyBudget; `release()` when the request ends."""
+    """One request's share of the BodyBudget, as its client `peer`'s; `release()` when the request ends."""
 
-    __slots__ = ("budget", "bytes", "received")
+    __slots__ = ("budget", "bytes", "peer", "received")
 
-    def __init__(self, budget: BodyBudget):
-        self.budget, self.bytes = budget, 0
+    def __init__(self, budget: BodyBudget, peer=None):
+        self.budget, self.bytes, self.peer = budget, 0, peer
         self.received = 0  # body bytes that came in so far
 
-    def grow(self, n: int) -> None:
-        if n > self.budget.capacity:
+    def check(self, n: int) -> None:
+        """413 when a body of `n` bytes could never fit the budget (its Content-Length, before any byte)."""
+        if n > self.budget.peer_share:
+            share = self.budget.peer_share < self.budget.capacity
             raise ApiError(
                 413,
-                f"the request body needs {n} bytes, over the server's whole budget for bodies "
-                f"(max_inflight_body_bytes={self.budget.capacity})",
+                f"the request body needs {n} bytes, over the server's "
+                + (
+                    f"budget for one client's bodies (max_peer_inflight_body_bytes={self.budget.peer_share})"
+                    if share
+                    else f"whole budget for bodies (max_inflight_body_bytes={self.budget.capacity})"
+                ),
                 field="body",
                 headers=CLOSE,
             )
-        if not self.budget.take(n):
+
+    def grow(self, n: int) -> None:
+        self.check(self.bytes + n)
+        refused = self.budget.take(n, self.peer)
+        if refused is not None:
+            setting = "max_inflight_body_bytes" if refused == "all" else "max_peer_inflight_body_bytes"
+            who = "too many request bodies at once" if refused == "all" else "too many request bodies from this client"
             raise ApiError(
                 503,
-                "the server is receiving too many request bodies at once "
-                f"(max_inflight_body_bytes={self.budget.capacity}); retry shortly",
+                f"the server is receiving {who} ({setting}={getattr(self.budget, 'capacity' if refused == 'all' else 'peer_share')}); retry shortly",
                 field="body",
                 headers={"Retry-After": "1", **CLOSE},
             )
         self.bytes += n
 
     def release(self) -> None:
-        self.budget.give_back(self.bytes)
+        self.budget.give_back(self.bytes, self.peer)
         self.bytes = 0
+
+
+def peer_of(scope) -> str | None:
+    """The client address of an ASGI scope (the host, without its port)."""
+    client = scope.get("client")
+    return client[0] if client else None
 
 
 def body_limit(limits: Limits, head_length: int | None) -> tuple[int, str]:
@@ -129,12 +159,22 @@ async def read_body(
     limit, name = body_limit(limits, head_length)
     declared = declared_length(headers, limit, name)
     if declared:
-        hold.grow(declared)
+        hold.check(declared)  # reserved as it arrives, not up front: a declared body sent by no one holds nothing
     body, total = None, 0
+    idle_s = hold.budget.idle_s
     try:
         with Deadline(timeout_s):
             while True:
-                message = await receive()
+                try:
+                    with Deadline(idle_s):
+                        message = await receive()
+                except TimeoutError:
+                    raise ApiError(
+                        408,
+                        f"the request body stalled: no byte for body_idle_timeout_s={idle_s:g} s ({total} bytes came)",
+                        field="body",
+                        headers=CLOSE,
+                    ) from None
                 if message["type"] == "http.disconnect":
                     raise ApiError(400, "the client disconnected before sending the whole body", field="body")
                 chunk = message.get("body", b"")

@@ -80,7 +80,8 @@ def _refusal(status: str, message: str) -> bytes:
 class _Bounds:
     """The bounds, mixed into one of uvicorn's HTTP/1.1 protocols (see the module doc)."""
 
-    refused = 0  # connections closed at once, over max_connections (per process)
+    refused = 0  # connections closed at once, over max_connections or max_connections_per_peer (per process)
+    by_peer: dict = {}  # open connections per client address (per process)
     headers_timed_out = 0
     headers_too_large = 0
 
@@ -88,6 +89,9 @@ class _Bounds:
         super().__init__(*args, **kwargs)
         settings = _settings()
         self.max_connections = settings.max_connections
+        self.max_per_peer = settings.max_connections_per_peer
+        self._peer = None
+        self._counted = False  # whether this connection is in by_peer
         self.header_timeout_s = settings.header_timeout_s
         self._header_timer = None
         self._header_bytes = 0
@@ -96,17 +100,22 @@ class _Bounds:
     def connection_made(self, transport) -> None:
         transport = _LingeringTransport(transport, self)
         super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
+        peername = transport.get_extra_info("peername")
+        peer = peername[0] if isinstance(peername, tuple) and peername else None
+        count = self.by_peer.get(peer, 0) + 1
+        if len(self.connections) > self.max_connections or count > self.max_per_peer:
             type(self).refused += 1
-            transport.write(
-                _refusal(
-                    "503 Service Unavailable",
-                    f"too many open connections (max_connections={self.max_connections}); retry shortly",
-                )
+            which = (
+                f"too many open connections (max_connections={self.max_connections})"
+                if len(self.connections) > self.max_connections
+                else f"too many open connections from this client (max_connections_per_peer={self.max_per_peer})"
             )
+            transport.write(_refusal("503 Service Unavailable", f"{which}; retry shortly"))
             self.connections.discard(self)
             transport.abort()
             return
+        self._peer, self._counted = peer, True
+        self.by_peer[peer] = count
         self._arm_header_timer()
 
     def data_received(self, data: bytes) -> None:
@@ -138,6 +147,13 @@ class _Bounds:
 
     def connection_lost(self, exc) -> None:
         self._disarm_header_timer()
+        if self._counted:
+            self._counted = False
+            left = self.by_peer.get(self._peer, 0) - 1
+            if left > 0:
+                self.by_peer[self._peer] = left
+            else:
+                self.by_peer.pop(self._peer, None)
         super().connection_lost(exc)
 
     def _arm_header_timer(self) -> None:

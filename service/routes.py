@@ -19,7 +19,7 @@ from engine import backend
 from engine.registry import OPS
 from service import request_id
 from service.auth import require_api_key
-from service.body import BodyHold, drain, header_length, read_body, request_headers
+from service.body import BodyHold, drain, header_length, peer_of, read_body, request_headers
 from service.compute import ClientGone
 from service.errors import ApiError, from_exception
 from service.logs import ACCESS, INFO, RequestLogMiddleware, request_line
@@ -331,7 +331,7 @@ class ComputeEndpoint:
         rid = request_id.of_scope(scope)
         runtime = scope["app"].runtime
         settings = runtime.settings
-        hold = BodyHold(runtime.body_budget)
+        hold = BodyHold(runtime.body_budget, peer_of(scope))
         body = None
         outcome = ran = None
         try:

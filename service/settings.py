@@ -77,9 +77,20 @@ class Settings(BaseSettings):
     max_connections: int = Field(1000, ge=1, description="open connections; more are answered 503 and closed at once")
     header_timeout_s: float = Field(10.0, gt=0, description="a request line and headers must arrive within this")
     body_timeout_s: float = Field(60.0, gt=0, description="a whole request body must arrive within this, else 408")
+    body_idle_timeout_s: float = Field(
+        10.0, gt=0, description="a request body with no byte for this long is answered 408 and closed"
+    )
     keep_alive_timeout_s: int = Field(5, ge=1, description="an idle keep-alive connection is closed after this")
     max_inflight_body_bytes: int = Field(
         256 * 2**20, gt=0, description="bytes of request bodies held at once, all requests together; past it 503"
+    )
+    max_peer_inflight_body_bytes: int = Field(
+        128 * 2**20,
+        gt=0,
+        description="bytes of request bodies held at once from one client address (behind a proxy: raise it)",
+    )
+    max_connections_per_peer: int = Field(
+        500, ge=1, description="open connections from one client address (behind a proxy: raise it)"
     )
 
     # --- compute

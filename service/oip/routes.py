@@ -84,7 +84,7 @@ async def repository_index(request: Request) -> Response:
 async def _json_body(request: Request) -> dict:
     _json_only(request)
     state = request.app.state
-    hold = BodyHold(state.body_budget)
+    hold = BodyHold(state.body_budget, request.client.host if request.client else None)
     try:
         body = bytes(
             await read_body(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import resource
+import socket
 import time
 
 import httpx
@@ -153,7 +154,12 @@ def _withheld_binary(port: int, size: int):
 
 def test_withheld_bodies_are_bounded_by_the_body_budget_and_timeout(server_factory):
     size, timeout = 96 * 2**20, 6
-    server = server_factory(max_inflight_body_bytes=200 * 2**20, body_timeout_s=timeout, log_level="warning")
+    server = server_factory(
+        max_inflight_body_bytes=200 * 2**20,
+        max_peer_inflight_body_bytes=200 * 2**20,  # one client here: the server-wide budget is the bound tested
+        body_timeout_s=timeout,
+        log_level="warning",
+    )
     rss_before = server.rss_kb()
     socks, answers = [], []
     with HealthProbe(server.url) as probe:
@@ -181,6 +187,59 @@ def test_withheld_bodies_are_bounded_by_the_body_budget_and_timeout(server_facto
     assert peak - rss_before < 2 * size // 1024 + 100_000, (rss_before, peak)
     assert not probe.failures, probe.failures[:3]
     assert httpx.post(server.url + "/forward", json=simple_request(), timeout=30).status_code == 200
+
+
+def _declared(port: int, size: int, source: str = "127.0.0.1") -> socket.socket:
+    """A connection that declares a `size`-byte binary body and sends none of it."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    sock.sendall(
+        f"POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n{HEADER_LENGTH}: 10\r\n"
+        f"Content-Length: {size}\r\n\r\n".encode()
+    )
+    return sock
+
+
+def test_declared_bodies_that_never_come_hold_nothing_and_are_closed_when_idle(server_factory):
+    """Two connections declaring 128 MiB bodies and sending nothing used to reserve the whole body budget for
+    the 60 s body timeout (every POST from anyone a 503, renewable forever). Bodies are now counted as their
+    bytes arrive, and a body with no byte for body_idle_timeout_s is a 408."""
+    server = server_factory(body_idle_timeout_s=2, log_level="warning")
+    socks = [_declared(server.port, 128 * 2**20) for _ in range(4)]
+    t0 = time.monotonic()
+    for _ in range(3):
+        assert httpx.post(server.url + "/forward", json=simple_request(), timeout=30).status_code == 200
+    answers = [closed_by_server(sock, timeout=10) for sock in socks]
+    for sock in socks:
+        sock.close()
+    assert time.monotonic() - t0 < 8
+    for answer in answers:
+        assert answer is not None and "body_idle_timeout_s=2 s" in _json_error(answer, 408)["error"]
+
+
+def test_one_client_cannot_take_the_whole_body_budget(server_factory):
+    """A client's bodies in flight are bounded by max_peer_inflight_body_bytes; another address still posts."""
+    mib = 2**20
+    server = server_factory(
+        max_inflight_body_bytes=64 * mib, max_peer_inflight_body_bytes=24 * mib, body_timeout_s=20, log_level="warning"
+    )
+    hog = [_declared(server.port, 20 * mib) for _ in range(2)]
+    for sock in hog:
+        sock.sendall(b"\0" * (20 * mib - 1))  # all but the last byte: held
+    answers = [closed_by_server(sock, timeout=2) for sock in hog]
+    refused = [a for a in answers if a is not None]
+    assert len(refused) == 1, answers
+    assert "max_peer_inflight_body_bytes=25165824" in _json_error(refused[0], 503)["error"]
+    other = socket.create_connection(("127.0.0.1", server.port), timeout=10, source_address=("127.0.0.2", 0))
+    body = json.dumps(simple_request()).encode()
+    other.sendall(
+        b"POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    answer = closed_by_server(other, timeout=10)
+    assert answer is not None and answer.startswith(b"HTTP/1.1 200"), answer
+    for sock in [*hog, other]:
+        sock.close()
 
 
 def test_a_trickled_body_gets_408_at_body_timeout(server_factory):
