@@ -29,7 +29,7 @@ from engine.surface import exported
 _SURFACE = ops.install(autograd.backward)
 globals().update(_SURFACE)
 
-from client import nn  # noqa: E402,F401  (torch.nn.functional; it needs the names above)
+from client import nn, optim  # noqa: E402,F401  (torch.nn, torch.optim; they need the names above)
 
 __all__ = [
     "Variable",

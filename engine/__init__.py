@@ -17,7 +17,7 @@ from engine.variable import Variable
 _SURFACE = _surface.install(_eager.SIDE)
 globals().update(_SURFACE)
 
-from engine import nn  # noqa: E402,F401  (torch.nn.functional; it needs the names above)
+from engine import nn, optim  # noqa: E402,F401  (torch.nn, torch.optim; they need the names above)
 
 __all__ = [
     "Variable",
