@@ -55,12 +55,16 @@ class Adam(Optimizer):
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         update = Step()
+        with self._updating():
+            self._step(update)
+        update.commit()
+        return loss
+
+    def _step(self, update):
         for group in self.param_groups:
             for param in group["params"]:
                 if param.grad is not None:
                     self._update(update, group, param)
-        update.commit()
-        return loss
 
     def _update(self, update, group, param):
         beta1, beta2 = group["betas"]

@@ -175,8 +175,15 @@ class Optimizer:
     def _closure_loss(self, closure):
         if closure is None:
             return None
-        with side_of(self.param_groups[0]["params"][0]).grad_mode.enable_grad():
+        with self._grad_mode().enable_grad():
             return closure()
+
+    def _grad_mode(self):
+        return side_of(self.param_groups[0]["params"][0]).grad_mode
+
+    def _updating(self):
+        """The context a step computes in: `no_grad()`, as PyTorch's optimizers step."""
+        return self._grad_mode().no_grad()
 
     # --- state_dict ----------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -47,6 +47,12 @@ class SGD(Optimizer):
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         update = Step()
+        with self._updating():
+            self._step(update)
+        update.commit()
+        return loss
+
+    def _step(self, update):
         for group in self.param_groups:
             momentum, dampening = group["momentum"], group["dampening"]
             for param in group["params"]:
@@ -62,5 +68,3 @@ class SGD(Optimizer):
                     update.state(state, "momentum_buffer", buf)
                     grad = grad + buf * momentum if group["nesterov"] else buf
                 update.param(param, param + grad * scalar(param, -group["lr"]))
-        update.commit()
-        return loss

@@ -540,6 +540,20 @@ def test_a_remote_training_step_is_one_backward_and_one_forward(server):
         assert losses[2] < losses[0]
 
 
+def test_an_embedded_optimizer_step_sends_nothing_and_records_no_graph():
+    with client.connect() as session:
+        torch = client
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 2)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+        model(torch.randn(4, 3)).sum().backward()
+        weight = model.weight
+        optimizer.step()
+        assert dict(session.stats) == {"/backward": 1}  # the step was computed at once, in-process
+        assert model.weight is weight and weight.is_leaf and weight.requires_grad
+        assert optimizer.state[weight]["exp_avg"].grad_fn is None
+
+
 # --- missing names --------------------------------------------------------------------------------------
 
 
