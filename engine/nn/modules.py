@@ -23,6 +23,7 @@ import numpy
 
 from engine.nn import functional as F
 from engine.nn import init
+from engine.optim.optimizer import realise_with_next_step
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
@@ -653,7 +654,8 @@ class LayerNorm(Module):
 class BatchNorm1d(Module):
     """Batch normalisation of [N, C] or [N, C, L] input per channel, with running statistics as buffers
     (`running_mean`, `running_var`, `num_batches_tracked`) updated in training (momentum None: the
-    cumulative average) and used in eval."""
+    cumulative average) and used in eval. On a remote client their updates are computed with the next
+    optimizer step's request (`engine.optim.optimizer.realise_with_next_step`)."""
 
     def __init__(
         self,
@@ -714,7 +716,7 @@ class BatchNorm1d(Module):
             factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
         use_batch = self.training or (self.running_mean is None and self.running_var is None)
         tracked = not self.training or self.track_running_stats
-        return F.batch_norm(
+        out = F.batch_norm(
             input,
             self.running_mean if tracked else None,
             self.running_var if tracked else None,
@@ -724,6 +726,11 @@ class BatchNorm1d(Module):
             factor,
             self.eps,
         )
+        if self.training and self.track_running_stats:
+            for buffer in (self.running_mean, self.running_var, self.num_batches_tracked):
+                if buffer is not None:
+                    realise_with_next_step(buffer)
+        return out
 
     def extra_repr(self) -> str:
         return (

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import copy
 import warnings
+import weakref
 from collections import defaultdict, namedtuple
 from itertools import chain
 
 import numpy
 
 _SIDES: dict = {}  # Variable class -> Side
+_PENDING: dict = {}  # id -> weakref of a Variable to realise with the next step (realise_with_next_step)
 
 
 class Side(namedtuple("Side", "grad_mode realise")):
@@ -41,6 +43,21 @@ def side_of(param) -> Side:
         if side is not None:
             return side
     raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {type(param).__name__}")
+
+
+def realise_with_next_step(variable) -> None:
+    """Compute `variable` with the next optimizer step's values (in its one request) and then forget how it
+    was computed: for a buffer a module updates outside autograd on every forward (BatchNorm's running
+    statistics), which on a remote client would otherwise stay an expression that grows with every step
+    until its value is needed. Nothing to do where values are computed at once (no `realise`)."""
+    if side_of(variable).realise is not None:
+        _PENDING[id(variable)] = weakref.ref(variable)
+
+
+def _take_pending() -> list:
+    pending = [v for v in (ref() for ref in _PENDING.values()) if v is not None]
+    _PENDING.clear()
+    return pending
 
 
 class _Required:
@@ -65,7 +82,8 @@ class Step:
         self.states.append((state, key, value))
 
     def commit(self):
-        values = [v for _, v in self.params] + [v for _, _, v in self.states]
+        pending = _take_pending()
+        values = [v for _, v in self.params] + [v for _, _, v in self.states] + pending
         by_side = defaultdict(list)
         for v in values:
             by_side[side_of(v).realise].append(v)
@@ -77,6 +95,8 @@ class Step:
                 param.copy_(value)
         for state, key, value in self.states:
             state[key] = value.detach()
+        for buffer in pending:
+            buffer.data = buffer.numpy()  # its value, without its history
 
 
 class Optimizer:

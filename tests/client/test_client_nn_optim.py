@@ -570,3 +570,43 @@ def test_missing_names_raise_not_implemented_naming_them(path):
         with pytest.raises(NotImplementedError, match=f"torch.{path} is not provided by gradserve"):
             getattr(owner, name)
         assert not hasattr(owner, name)
+
+
+def batchnorm_training(m, model=None, steps=4):
+    """A Linear-BatchNorm-ReLU-Linear net trained by SGD with momentum: its state_dict after each step."""
+    if model is None:
+        m.manual_seed(0)
+        model = m.nn.Sequential(m.nn.Linear(4, 8), m.nn.BatchNorm1d(8), m.nn.ReLU(), m.nn.Linear(8, 2)).double()
+    rng = np.random.default_rng(5)
+    x, y = m.tensor(rng.standard_normal((16, 4))), m.tensor(rng.standard_normal((16, 2)))
+    optimizer = m.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    states = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        m.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        states.append({k: values(v).copy() for k, v in model.state_dict().items()})  # PyTorch's alias the model
+    return states, model
+
+
+def test_batchnorm_running_statistics_train_like_torch_and_ride_the_step_request(torch_like, oracle):
+    torch_like.manual_seed(0)
+    start = torch_like.nn.Sequential(
+        torch_like.nn.Linear(4, 8), torch_like.nn.BatchNorm1d(8), torch_like.nn.ReLU(), torch_like.nn.Linear(8, 2)
+    ).double()
+    theirs = oracle.nn.Sequential(
+        oracle.nn.Linear(4, 8), oracle.nn.BatchNorm1d(8), oracle.nn.ReLU(), oracle.nn.Linear(8, 2)
+    )
+    theirs = theirs.double()
+    copy_into(theirs, start, oracle)
+    session = client.current_session() if torch_like is client else None
+    got, model = batchnorm_training(torch_like, start)
+    if session is not None:  # the running statistics were computed with each step's parameters
+        assert dict(session.stats) == {"/backward": 4, "/forward": 4}
+        model[1].running_mean.numpy(), model[1].num_batches_tracked.item()
+        assert dict(session.stats) == {"/backward": 4, "/forward": 4}  # their values are at hand
+    want, _ = batchnorm_training(oracle, theirs)
+    for step, (mine, their) in enumerate(zip(got, want)):
+        assert list(mine) == list(their)
+        for key in mine:
+            np.testing.assert_allclose(mine[key], their[key], **EXACT, err_msg=f"step {step}: {key}")
