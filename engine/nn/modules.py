@@ -21,6 +21,7 @@ from collections import OrderedDict, namedtuple
 
 import numpy
 
+from engine.devices import Device
 from engine.nn import functional as F
 from engine.nn import init
 from engine.optim.optimizer import realise_with_next_step
@@ -356,7 +357,7 @@ class Module:
         for arg in args:
             if self._ns.is_tensor(arg):
                 dtype, device = arg.dtype, arg.device
-            elif isinstance(arg, (str, int)) or type(arg).__name__ == "Device":
+            elif isinstance(arg, (str, int, Device)):
                 device = arg
             else:
                 dtype = arg
