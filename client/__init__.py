@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # what engine.surface installs below (`client.exp`, `client.z
 _SURFACE = ops.install(autograd.backward)
 globals().update(_SURFACE)
 
-from client import nn  # noqa: E402,F401  (torch.nn.functional; it needs the names above)
+from client import nn, optim  # noqa: E402,F401  (torch.nn, torch.optim; they need the names above)
 
 __all__ = [
     "Variable",

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # what engine.surface installs below (`engine.exp`, `engine.z
 _SURFACE = _surface.install(_eager.SIDE)
 globals().update(_SURFACE)
 
-from engine import nn  # noqa: E402,F401  (torch.nn.functional; it needs the names above)
+from engine import nn, optim  # noqa: E402,F401  (torch.nn, torch.optim; they need the names above)
 
 __all__ = [
     "Variable",

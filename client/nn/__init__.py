@@ -1,13 +1,17 @@
-"""`torch.nn` for the client: only `functional`, the engine's `engine.nn.functional` itself, computing
-on client Variables by recording the registry's ops (registered here)."""
+"""`torch.nn` for the client: `functional` and `init` (the engine's `engine.nn.functional` and
+`engine.nn.init` themselves, computing on client Variables by recording the registry's ops), and
+`Parameter` and the modules of `engine.nn.modules` bound to the client's Variable (a client
+`Parameter` is a client Variable)."""
 
 import client
-from client.nn import functional
+from client.nn import functional, init
 from engine.nn import functional as _shared
+from engine.nn import modules as _modules
 
 _shared.register(client.Variable, client)
+globals().update(_modules.bind(client, __name__))
 
-__all__ = ["functional"]
+__all__ = ["functional", "init", "Parameter", "Module", *(cls.__name__ for cls in _modules.GENERIC)]
 
 from engine.nn.missing import missing  # noqa: E402
 

@@ -1,0 +1,897 @@
+"""`torch.nn`'s `Parameter` and modules, written once for every Variable implementation.
+
+The classes here are generic: a module's forward calls `engine.nn.functional` (which computes on whatever
+Variables it is given) and a module creates its parameters and buffers through `self._ns`, the package of
+the side it belongs to. `bind(namespace)` makes one side's classes: a `Parameter` subclass of that side's
+Variable, and for each generic class a subclass of it and of the side's `Module` carrying the namespace, so
+`engine.nn.Linear` makes engine Variables, `client.nn.Linear` client ones, and
+`isinstance(client.nn.Linear(2, 3), client.nn.Module)` holds. A program's own `class Net(torch.nn.Module)`
+inherits the side from the `Module` it names.
+
+Parameters are updated in place under `no_grad()` (initialisation, `load_state_dict`, an optimizer's step),
+so a parameter stays the same object: on the client a leaf whose array the client holds, so initialising
+or loading sends nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import OrderedDict, namedtuple
+
+import numpy
+
+from engine.devices import Device
+from engine.nn import functional as F
+from engine.nn import init
+from engine.optim.optimizer import realise_with_next_step
+
+_IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+class ParameterKind:
+    """What every side's `Parameter` class derives from (with that side's Variable): a Variable that a
+    Module registers as a parameter when it is assigned as an attribute."""
+
+    __slots__ = ()
+
+    def __init__(self, data=None, requires_grad=True):
+        if data is None:
+            data = numpy.zeros((0,), dtype=numpy.float32)
+        super().__init__(data, requires_grad=requires_grad)
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
+
+    __str__ = __repr__
+
+
+def _size(shape) -> str:
+    return f"torch.Size({list(shape)})"
+
+
+def _addindent(text: str, spaces: int) -> str:
+    lines = text.split("\n")
+    if len(lines) == 1:
+        return text
+    return lines[0] + "\n" + "\n".join(" " * spaces + line for line in lines[1:])
+
+
+class Module:
+    """Base class of every module: parameters, buffers and submodules registered by attribute assignment,
+    `__call__` -> `forward`, train/eval, state_dict/load_state_dict, `to()` (PyTorch's behaviour)."""
+
+    _ns = None  # the side's package (`engine` or `client`), set by `bind`
+    _parameter = None  # the side's Parameter class
+    training: bool
+
+    def __init__(self, *args, **kwargs):
+        if args or kwargs:
+            raise TypeError(f"{type(self).__name__}.__init__() got unexpected arguments")
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent_buffers_set", set())
+        object.__setattr__(self, "_modules", OrderedDict())
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # --- registration --------------------------------------------------------------------------
+    def _registry(self, name):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"cannot assign {name} before Module.__init__() call")
+
+    def register_parameter(self, name: str, param) -> None:
+        self._registry("parameter")
+        if param is not None and not isinstance(param, ParameterKind):
+            raise TypeError(
+                f"cannot assign '{type(param).__name__}' object to parameter '{name}' "
+                "(torch.nn.Parameter or None required)"
+            )
+        self.__dict__.pop(name, None)
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
+        self._registry("buffers")
+        self.__dict__.pop(name, None)
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent_buffers_set.discard(name)
+        else:
+            self._non_persistent_buffers_set.add(name)
+
+    def add_module(self, name: str, module) -> None:
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        self._registry("module")
+        self.__dict__.pop(name, None)
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def __setattr__(self, name, value):
+        params = self.__dict__.get("_parameters")
+        if isinstance(value, ParameterKind):
+            self._registry("parameters")
+            self._forget(name)
+            self.register_parameter(name, value)
+        elif params is not None and name in params:
+            if value is not None:
+                raise TypeError(
+                    f"cannot assign '{type(value).__name__}' as parameter '{name}' "
+                    "(torch.nn.Parameter or None expected)"
+                )
+            params[name] = None
+        elif isinstance(value, Module):
+            self._registry("module")
+            self._forget(name)
+            self._modules[name] = value
+        elif params is not None and name in self._modules:
+            if value is not None:
+                raise TypeError(f"cannot assign '{type(value).__name__}' as child module '{name}'")
+            self._modules[name] = None
+        elif params is not None and name in self._buffers:
+            if value is not None and not self._ns.is_tensor(value):
+                raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' (Tensor or None expected)")
+            self._buffers[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def _forget(self, name):
+        self.__dict__.pop(name, None)
+        for registry in (self._parameters, self._buffers, self._modules):
+            registry.pop(name, None)
+        self._non_persistent_buffers_set.discard(name)
+
+    def __getattr__(self, name):
+        for registry in ("_parameters", "_buffers", "_modules"):
+            entries = self.__dict__.get(registry)
+            if entries is not None and name in entries:
+                return entries[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name):
+        for registry in ("_parameters", "_buffers", "_modules"):
+            entries = self.__dict__.get(registry)
+            if entries is not None and name in entries:
+                del entries[name]
+                self._non_persistent_buffers_set.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    # --- traversal -----------------------------------------------------------------------------
+    def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
+        if memo is None:
+            memo = set()
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
+        yield prefix, self
+        for name, module in self._modules.items():
+            if module is None:
+                continue
+            yield from module.named_modules(memo, prefix + ("." if prefix else "") + name, remove_duplicate)
+
+    def modules(self):
+        for _, module in self.named_modules():
+            yield module
+
+    def named_children(self):
+        seen = set()
+        for name, module in self._modules.items():
+            if module is not None and id(module) not in seen:
+                seen.add(id(module))
+                yield name, module
+
+    def children(self):
+        for _, module in self.named_children():
+            yield module
+
+    def _named_members(self, registry, prefix, recurse, remove_duplicate=True):
+        seen = set()
+        modules = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
+        for module_prefix, module in modules:
+            for name, value in getattr(module, registry).items():
+                if value is None or (remove_duplicate and id(value) in seen):
+                    continue
+                seen.add(id(value))
+                yield module_prefix + ("." if module_prefix else "") + name, value
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        yield from self._named_members("_parameters", prefix, recurse, remove_duplicate)
+
+    def parameters(self, recurse: bool = True):
+        for _, param in self.named_parameters(recurse=recurse):
+            yield param
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        yield from self._named_members("_buffers", prefix, recurse, remove_duplicate)
+
+    def buffers(self, recurse: bool = True):
+        for _, buffer in self.named_buffers(recurse=recurse):
+            yield buffer
+
+    def apply(self, fn):
+        for module in self.children():
+            module.apply(fn)
+        fn(self)
+        return self
+
+    # --- modes and gradients -------------------------------------------------------------------
+    def train(self, mode: bool = True):
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        self.training = mode
+        for module in self.children():
+            module.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True):
+        for param in self.parameters():
+            param.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for param in self.parameters():
+            if param.grad is None:
+                continue
+            if set_to_none:
+                param.grad = None
+            else:
+                if param.grad.grad_fn is not None:
+                    param.grad.detach_()
+                else:
+                    param.grad.requires_grad_(False)
+                param.grad.zero_()
+
+    # --- state ---------------------------------------------------------------------------------
+    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
+        """An OrderedDict of every parameter and persistent buffer, by dotted name, detached (sharing
+        memory with them, as PyTorch's does) unless `keep_vars`."""
+        if args:
+            destination, prefix, keep_vars = (list(args) + [prefix, keep_vars])[:3]
+        if destination is None:
+            destination = OrderedDict()
+        for name, param in self._parameters.items():
+            if param is not None:
+                destination[prefix + name] = param if keep_vars else param.detach()
+        for name, buffer in self._buffers.items():
+            if buffer is not None and name not in self._non_persistent_buffers_set:
+                destination[prefix + name] = buffer if keep_vars else buffer.detach()
+        for name, module in self._modules.items():
+            if module is not None:
+                module.state_dict(destination=destination, prefix=prefix + name + ".", keep_vars=keep_vars)
+        return destination
+
+    def _state_entries(self):
+        """{dotted name: (owning module, registry, name)} of what state_dict holds."""
+        entries = {}
+        for prefix, module in self.named_modules(remove_duplicate=False):
+            dotted = prefix + "." if prefix else ""
+            for name, param in module._parameters.items():
+                if param is not None:
+                    entries[dotted + name] = (module, "_parameters", name)
+            for name, buffer in module._buffers.items():
+                if buffer is not None and name not in module._non_persistent_buffers_set:
+                    entries[dotted + name] = (module, "_buffers", name)
+        return entries
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Copy each entry into the parameter or buffer of that name, in place under no_grad (values of
+        another package, or arrays, are converted); PyTorch's errors for missing, unexpected and
+        mis-shaped entries. Returns (missing_keys, unexpected_keys)."""
+        entries = self._state_entries()
+        missing = [key for key in entries if key not in state_dict]
+        unexpected = [key for key in state_dict if key not in entries]
+        errors = []
+        updates = []
+        for key, (module, registry, name) in entries.items():
+            if key not in state_dict:
+                continue
+            current = getattr(module, registry)[name]
+            value = self._ns.as_tensor(numpy.asarray(state_dict[key]), dtype=current.dtype)
+            if tuple(value.shape) != tuple(current.shape):
+                errors.append(
+                    f"size mismatch for {key}: copying a param with shape {_size(value.shape)} from checkpoint, "
+                    f"the shape in current model is {_size(current.shape)}."
+                )
+                continue
+            updates.append((module, registry, name, current, value))
+        if strict:
+            if unexpected:
+                errors.insert(
+                    0, "Unexpected key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in unexpected))
+                )
+            if missing:
+                errors.insert(0, "Missing key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in missing)))
+        if errors:
+            raise RuntimeError(
+                "Error(s) in loading state_dict for {}:\n\t{}".format(type(self).__name__, "\n\t".join(errors))
+            )
+        with self._ns.no_grad():
+            for module, registry, name, current, value in updates:
+                if assign and registry == "_parameters":
+                    module._parameters[name] = self._parameter(value, requires_grad=current.requires_grad)
+                elif assign:
+                    module._buffers[name] = value
+                else:
+                    current.copy_(value)
+        return _IncompatibleKeys(missing, unexpected)
+
+    # --- conversion ----------------------------------------------------------------------------
+    def _apply(self, convert):
+        """Give every parameter (and its grad) and buffer `convert(array)`'s values: parameters keep
+        their identity (their data is replaced), buffers are replaced."""
+        for module in self.modules():
+            for param in module._parameters.values():
+                if param is None:
+                    continue
+                new = convert(param.detach().numpy())
+                if new is not None:
+                    param.data = new
+                    if param.grad is not None:
+                        param.grad.data = convert(param.grad.detach().numpy())
+            for name, buffer in module._buffers.items():
+                if buffer is None:
+                    continue
+                new = convert(buffer.detach().numpy())
+                if new is not None:
+                    module._buffers[name] = self._ns.as_tensor(new)
+        return self
+
+    def to(self, *args, **kwargs):
+        """`to(dtype)`, `to(device)`, `to(device, dtype)`, `to(tensor)`: floating parameters and buffers take
+        the dtype; a device is checked (a side computes on one device)."""
+        dtype, device = kwargs.pop("dtype", None), kwargs.pop("device", None)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+        for arg in args:
+            if self._ns.is_tensor(arg):
+                dtype, device = arg.dtype, arg.device
+            elif isinstance(arg, (str, int, Device)):
+                device = arg
+            else:
+                dtype = arg
+        if device is not None:
+            self._ns.zeros(0, device=device)  # checks the device as a constructor does
+        if dtype is None:
+            return self
+        dtype = numpy.dtype(dtype)
+        if dtype.kind != "f":
+            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired dtype={dtype}")
+        return self._apply(lambda a: a.astype(dtype) if a.dtype.kind == "f" and a.dtype != dtype else None)
+
+    def float(self):
+        return self.to(numpy.float32)
+
+    def double(self):
+        return self.to(numpy.float64)
+
+    def half(self):
+        return self.to(numpy.float16)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        return self.to("cuda" if device is None else device)
+
+    # --- printing ------------------------------------------------------------------------------
+    def extra_repr(self) -> str:
+        return ""
+
+    def _get_name(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self):
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [
+            f"({key}): " + _addindent(repr(module), 2) for key, module in self._modules.items() if module is not None
+        ]
+        lines = extra_lines + child_lines
+        text = self._get_name() + "("
+        if lines:
+            if len(extra_lines) == 1 and not child_lines:
+                text += extra_lines[0]
+            else:
+                text += "\n  " + "\n  ".join(lines) + "\n"
+        return text + ")"
+
+    def __dir__(self):
+        names = list(super().__dir__())
+        for registry in (self._parameters, self._buffers, self._modules):
+            names += list(registry)
+        return sorted(set(names))
+
+
+# --- containers ---------------------------------------------------------------------------------
+
+
+class Sequential(Module):
+    """Modules applied in order (given as arguments or an OrderedDict); indexing, slicing, len, iteration."""
+
+    def __init__(self, *args):
+        super().__init__()
+        if len(args) == 1 and isinstance(args[0], OrderedDict):
+            for name, module in args[0].items():
+                self.add_module(name, module)
+        else:
+            for i, module in enumerate(args):
+                self.add_module(str(i), module)
+
+    def _index(self, idx: int) -> int:
+        size = len(self)
+        if not -size <= idx < size:
+            raise IndexError(f"index {idx} is out of range")
+        return idx % size
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return type(self)(OrderedDict(list(self._modules.items())[idx]))
+        return list(self._modules.values())[self._index(idx)]
+
+    def __setitem__(self, idx, module):
+        key = list(self._modules)[self._index(idx)]
+        setattr(self, key, module)
+
+    def __delitem__(self, idx):
+        keys = list(self._modules)
+        for key in keys[idx] if isinstance(idx, slice) else [keys[self._index(idx)]]:
+            del self._modules[key]
+        values = list(self._modules.values())
+        self._modules.clear()
+        for i, module in enumerate(values):
+            self._modules[str(i)] = module
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def forward(self, input):
+        for module in self:
+            input = module(input)
+        return input
+
+
+class ModuleList(Module):
+    """A list of modules, registered as children named by position."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        for module in modules or ():
+            self.append(module)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return type(self)(list(self._modules.values())[idx])
+        return list(self._modules.values())[idx]
+
+    def __setitem__(self, idx, module):
+        self.add_module(list(self._modules)[idx], module)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def extend(self, modules):
+        for module in modules:
+            self.append(module)
+        return self
+
+
+# --- layers -------------------------------------------------------------------------------------
+
+
+class Identity(Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, input):
+        return input
+
+
+class Linear(Module):
+    """y = x @ weight.T + bias; weight [out_features, in_features] from kaiming_uniform_(a=sqrt(5)) and
+    bias from U(-1/sqrt(in_features), 1/sqrt(in_features)), as PyTorch initialises them."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = self._parameter(self._ns.empty((out_features, in_features), device=device, dtype=dtype))
+        if bias:
+            self.bias = self._parameter(self._ns.empty(out_features, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        return F.linear(input, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Embedding(Module):
+    """Rows of weight [num_embeddings, embedding_dim] (from N(0, 1); the padding_idx row zero) at the indices."""
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx=None,
+        max_norm=None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        _weight=None,
+        _freeze: bool = False,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError("Padding_idx must be within num_embeddings")
+            padding_idx %= num_embeddings
+        self.padding_idx = padding_idx
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        if _weight is None:
+            weight = self._ns.empty((num_embeddings, embedding_dim), device=device, dtype=dtype)
+            self.weight = self._parameter(weight, requires_grad=not _freeze)
+            self.reset_parameters()
+        else:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
+            self.weight = self._parameter(_weight, requires_grad=not _freeze)
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with self._ns.no_grad():
+                self.weight[self.padding_idx] = 0
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze: bool = True, padding_idx=None, **kwargs):
+        if embeddings.ndim != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        rows, cols = embeddings.shape
+        return cls(rows, cols, padding_idx=padding_idx, _weight=embeddings, _freeze=freeze, **kwargs)
+
+    def forward(self, input):
+        return F.embedding(
+            input, self.weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse
+        )
+
+    def extra_repr(self) -> str:
+        text = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            text += f", padding_idx={self.padding_idx}"
+        if self.max_norm is not None:
+            text += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            text += f", norm_type={self.norm_type}"
+        if self.scale_grad_by_freq:
+            text += ", scale_grad_by_freq=True"
+        if self.sparse:
+            text += ", sparse=True"
+        return text
+
+
+class LayerNorm(Module):
+    """Normalises over the last dimensions (`normalized_shape`), then * weight (ones) + bias (zeros)."""
+
+    def __init__(
+        self,
+        normalized_shape,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        if elementwise_affine:
+            self.weight = self._parameter(self._ns.empty(self.normalized_shape, device=device, dtype=dtype))
+            if bias:
+                self.bias = self._parameter(self._ns.empty(self.normalized_shape, device=device, dtype=dtype))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.elementwise_affine:
+            init.ones_(self.weight)
+            if self.bias is not None:
+                init.zeros_(self.bias)
+
+    def forward(self, input):
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+            f"bias={self.bias is not None}"
+        )
+
+
+class BatchNorm1d(Module):
+    """Batch normalisation of [N, C] or [N, C, L] input per channel, with running statistics as buffers
+    (`running_mean`, `running_var`, `num_batches_tracked`) updated in training (momentum None: the
+    cumulative average) and used in eval. On a remote client their updates are computed with the next
+    optimizer step's request (`engine.optim.optimizer.realise_with_next_step`)."""
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum=0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        ns = self._ns
+        if affine:
+            self.weight = self._parameter(ns.empty(num_features, device=device, dtype=dtype))
+            if bias:
+                self.bias = self._parameter(ns.empty(num_features, device=device, dtype=dtype))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", ns.zeros(num_features, device=device, dtype=dtype))
+            self.register_buffer("running_var", ns.ones(num_features, device=device, dtype=dtype))
+            self.register_buffer("num_batches_tracked", ns.tensor(0, dtype=ns.long, device=device))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+        self.reset_parameters()
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            with self._ns.no_grad():
+                self.running_mean.zero_()
+                self.running_var.fill_(1)
+                self.num_batches_tracked.zero_()
+
+    def reset_parameters(self) -> None:
+        self.reset_running_stats()
+        if self.affine:
+            init.ones_(self.weight)
+            if self.bias is not None:
+                init.zeros_(self.bias)
+
+    def forward(self, input):
+        if input.ndim not in (2, 3):
+            raise ValueError(f"expected 2D or 3D input (got {input.ndim}D input)")
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            with self._ns.no_grad():
+                self.num_batches_tracked.add_(1)
+            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        use_batch = self.training or (self.running_mean is None and self.running_var is None)
+        tracked = not self.training or self.track_running_stats
+        out = F.batch_norm(
+            input,
+            self.running_mean if tracked else None,
+            self.running_var if tracked else None,
+            self.weight,
+            self.bias,
+            use_batch,
+            factor,
+            self.eps,
+        )
+        if self.training and self.track_running_stats:
+            for buffer in (self.running_mean, self.running_var, self.num_batches_tracked):
+                if buffer is not None:
+                    realise_with_next_step(buffer)
+        return out
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}"
+        )
+
+
+class Dropout(Module):
+    def __init__(self, p: float = 0.5, inplace: bool = False):
+        super().__init__()
+        if p < 0 or p > 1:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p, self.inplace = p, inplace
+
+    def forward(self, input):
+        return F.dropout(input, self.p, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace={self.inplace}"
+
+
+# --- activations --------------------------------------------------------------------------------
+
+
+class ReLU(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.relu(input, inplace=self.inplace)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
+
+
+class GELU(Module):
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, input):
+        return F.gelu(input, approximate=self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class Tanh(Module):
+    def forward(self, input):
+        return F.tanh(input)
+
+
+class Sigmoid(Module):
+    def forward(self, input):
+        return F.sigmoid(input)
+
+
+# --- losses -------------------------------------------------------------------------------------
+
+
+def _legacy_reduction(size_average, reduce, reduction) -> str:
+    """PyTorch's `_Reduction.legacy_get_string`: the reduction that size_average/reduce spell."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    reduction = "mean" if size_average and reduce else "sum" if reduce else "none"
+    warnings.warn(
+        f"size_average and reduce args will be deprecated, please use reduction='{reduction}' instead.", stacklevel=3
+    )
+    return reduction
+
+
+class _Loss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__()
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
+
+
+class _WeightedLoss(_Loss):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+
+
+class MSELoss(_Loss):
+    def forward(self, input, target):
+        return F.mse_loss(input, target, reduction=self.reduction)
+
+
+class NLLLoss(_WeightedLoss):
+    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None, reduction: str = "mean"):
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index = ignore_index
+
+    def forward(self, input, target):
+        return F.nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index, reduction=self.reduction)
+
+
+class CrossEntropyLoss(_WeightedLoss):
+    def __init__(
+        self,
+        weight=None,
+        size_average=None,
+        ignore_index: int = -100,
+        reduce=None,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ):
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+
+    def forward(self, input, target):
+        return F.cross_entropy(
+            input,
+            target,
+            weight=self.weight,
+            ignore_index=self.ignore_index,
+            reduction=self.reduction,
+            label_smoothing=self.label_smoothing,
+        )
+
+
+GENERIC = (
+    Sequential,
+    ModuleList,
+    Identity,
+    Linear,
+    Embedding,
+    LayerNorm,
+    BatchNorm1d,
+    Dropout,
+    ReLU,
+    GELU,
+    Tanh,
+    Sigmoid,
+    MSELoss,
+    NLLLoss,
+    CrossEntropyLoss,
+)
+
+
+def bind(namespace, module_name: str) -> dict:
+    """One side's `torch.nn` classes: `Parameter` (a subclass of `namespace.Variable`), `Module` and every
+    generic module class above, each a subclass of the generic class and of this side's `Module`."""
+    parameter = type(
+        "Parameter",
+        (ParameterKind, namespace.Variable),
+        {"__slots__": (), "__module__": module_name, "__doc__": ParameterKind.__doc__},
+    )
+    side_module = type(
+        "Module",
+        (Module,),
+        {"_ns": namespace, "_parameter": parameter, "__module__": module_name, "__doc__": Module.__doc__},
+    )
+    classes = {"Parameter": parameter, "Module": side_module}
+    for generic in GENERIC:
+        classes[generic.__name__] = type(
+            generic.__name__, (generic, side_module), {"__module__": module_name, "__doc__": generic.__doc__}
+        )
+    return classes

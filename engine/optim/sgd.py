@@ -1,0 +1,70 @@
+"""`torch.optim.SGD`: stochastic gradient descent with momentum (dampening, Nesterov), weight decay and
+`maximize`, by PyTorch's single-tensor update."""
+
+from __future__ import annotations
+
+from engine.optim.optimizer import Optimizer, Step, scalar
+
+
+class SGD(Optimizer):
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        momentum=0,
+        dampening=0,
+        weight_decay=0,
+        nesterov=False,
+        *,
+        maximize=False,
+        foreach=None,
+        differentiable=False,
+        fused=None,
+    ):
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if differentiable or fused:
+            raise NotImplementedError("SGD: differentiable= and fused= are not supported")
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "dampening": dampening,
+            "weight_decay": weight_decay,
+            "nesterov": nesterov,
+            "maximize": maximize,
+            "foreach": foreach,
+            "differentiable": differentiable,
+            "fused": fused,
+        }
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params, defaults)
+
+    def step(self, closure=None):
+        loss = self._closure_loss(closure)
+        update = Step()
+        with self._updating():
+            self._step(update)
+        update.commit()
+        return loss
+
+    def _step(self, update):
+        for group in self.param_groups:
+            momentum, dampening = group["momentum"], group["dampening"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = -param.grad if group["maximize"] else param.grad
+                if group["weight_decay"] != 0:
+                    grad = grad + param * group["weight_decay"]
+                if momentum != 0:
+                    state = self.state[param]
+                    buf = state.get("momentum_buffer")
+                    buf = grad.detach().clone() if buf is None else buf * momentum + grad * (1 - dampening)
+                    update.state(state, "momentum_buffer", buf)
+                    grad = grad + buf * momentum if group["nesterov"] else buf
+                update.param(param, param + grad * scalar(param, -group["lr"]))
