@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import OrderedDict, namedtuple
+from typing import Any
 
 import numpy
 
@@ -26,7 +27,7 @@ from engine.nn import functional as F
 from engine.nn import init
 from engine.optim.optimizer import realise_with_next_step
 
-_IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+_IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])  # type: ignore[name-match]  # PyTorch's repr
 
 
 class ParameterKind:
@@ -61,8 +62,8 @@ class Module:
     """Base class of every module: parameters, buffers and submodules registered by attribute assignment,
     `__call__` -> `forward`, train/eval, state_dict/load_state_dict, `to()` (PyTorch's behaviour)."""
 
-    _ns = None  # the side's package (`engine` or `client`), set by `bind`
-    _parameter = None  # the side's Parameter class
+    _ns: Any = None  # the side's package (`engine` or `client`), set by `bind`
+    _parameter: Any = None  # the side's Parameter class
     training: bool
 
     def __init__(self, *args, **kwargs):

@@ -109,8 +109,8 @@ class Optimizer:
                 "params argument given to the optimizer should be an iterable of Tensors or dicts, but got "
                 + type(params).__name__
             )
-        self.state = defaultdict(dict)
-        self.param_groups = []
+        self.state: defaultdict = defaultdict(dict)
+        self.param_groups: list[dict] = []
         param_groups = list(params)
         if len(param_groups) == 0:
             raise ValueError("optimizer got an empty parameter list")
@@ -239,7 +239,7 @@ class Optimizer:
                 chain.from_iterable(g["params"] for g in saved_groups), chain.from_iterable(g["params"] for g in groups)
             )
         )
-        state = defaultdict(dict)
+        state: defaultdict = defaultdict(dict)
         for k, v in state_dict["state"].items():
             if k in id_map:
                 param = id_map[k]
