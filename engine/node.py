@@ -12,6 +12,7 @@ from engine.variable import Variable
 
 _result = Variable._result
 _new = object.__new__
+FORWARD: list = []  # the active forward-AD level while there is one (`engine.forward_ad`): told of every op
 
 FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after "
@@ -233,4 +234,6 @@ def apply_op(op, inputs, attrs):
     result._version = 0
     if node is not None and op.uses_output and reads_output(op, node.edges):
         node.out_ref = weakref.ref(result)
+    if FORWARD:
+        FORWARD[0].op(op, inputs, attrs, result)
     return result
