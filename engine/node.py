@@ -122,10 +122,31 @@ class Node:
 
     @property
     def next_functions(self):
-        return tuple((e if isinstance(e, Node) else None, 0) for e in self.edges)
+        """PyTorch's: per input, (its grad_fn, 0), an `AccumulateGrad` for a leaf that requires grad, or (None, 0)."""
+        return tuple((e if isinstance(e, Node) else None if e is None else AccumulateGrad(e), 0) for e in self.edges)
 
     def __repr__(self):
         return f"<{type(self).__name__} object at {id(self):#x}>"
+
+
+class AccumulateGrad:
+    """What `next_functions` shows for a leaf that requires grad (PyTorch's name): `variable` is the leaf."""
+
+    __slots__ = ("variable",)
+    next_functions = ()
+    name = "AccumulateGrad"
+
+    def __init__(self, variable):
+        self.variable = variable
+
+    def __eq__(self, other):
+        return isinstance(other, AccumulateGrad) and other.variable is self.variable
+
+    def __hash__(self):
+        return id(self.variable)
+
+    def __repr__(self):
+        return f"<AccumulateGrad object at {id(self):#x}>"
 
 
 def edge_of(v):
