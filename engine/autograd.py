@@ -388,7 +388,7 @@ def __getattr__(name):
 
         return forward_ad
     if name in ("gradcheck", "gradgradcheck", "GradcheckError"):
-        from engine import gradcheck
+        import importlib
 
-        return getattr(gradcheck, name)
+        return getattr(importlib.import_module("engine.gradcheck"), name)  # `engine.gradcheck` is the function
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,25 +33,39 @@ JVP_MISSING = "You must implement the jvp function for custom autograd.Function 
 
 
 class DualLevel:
-    """The tangents of one forward-AD level, keyed by Variable identity (entries go with their Variables)."""
+    """The tangents of one forward-AD level, keyed by Variable identity, and by grad_fn node for
+    Variables in a graph (a vjp that reads its op's output, e.g. tanh's, rebuilds that output
+    from its node: it has the tangent too). Entries go with their Variables and nodes."""
 
     def __init__(self, index):
         self.index = index
-        self.tangents = {}  # id(variable) -> (weak reference to it, tangent)
+        self.tangents = {}  # id(variable or node) -> (weak reference to it, tangent)
 
     def tangent(self, v):
         entry = self.tangents.get(id(v))
-        return entry[1] if entry is not None and entry[0]() is v else None
+        if entry is not None and entry[0]() is v:
+            return entry[1]
+        node = v._node
+        if node is not None:
+            entry = self.tangents.get(id(node))
+            if entry is not None and entry[0]() is node:
+                return entry[1]
+        return None
 
     def set(self, v, tangent):
-        key = id(v)
+        self._keep(v, tangent)
+        if v._node is not None:
+            self._keep(v._node, tangent)
+
+    def _keep(self, obj, tangent):
+        key = id(obj)
         tangents = self.tangents
 
         def forget(ref):
             if tangents.get(key, (None,))[0] is ref:
                 del tangents[key]
 
-        tangents[key] = (weakref.ref(v, forget), tangent)
+        tangents[key] = (weakref.ref(obj, forget), tangent)
 
     # the hook that engine.node.apply_op and engine.function.Function.apply call
     def op(self, op, inputs, attrs, result):

@@ -33,7 +33,8 @@ def zeros_like(v):
 def transpose_jvp(outputs, inputs, tangents, keep_graph):
     """J·v of each output (a list of Variables computed from `inputs` with grad recording) along
     `tangents` (one per input, None for none); zeros for an output with no tangent."""
-    pairs = [(x, t) for x, t in zip(inputs, tangents) if t is not None and x.requires_grad]
+    # one pair per Variable: x * x passes x twice, and grad() gives each the whole gradient
+    pairs = list({id(x): (x, t) for x, t in zip(inputs, tangents) if t is not None and x.requires_grad}.values())
     live = [i for i, o in enumerate(outputs) if o.requires_grad and o.dtype.kind == "f"]
     result = [zeros_like(o) if o.dtype.kind == "f" else None for o in outputs]
     if not pairs or not live:
