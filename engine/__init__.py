@@ -4,6 +4,8 @@ Importing it fills the op registry (`engine.ops`) and installs the Variable surf
 (`engine.surface`, through the engine's side `engine.eager`) on `engine.Variable`.
 """
 
+import sys
+
 from engine import backend, ops  # noqa: F401  (importing ops fills the registry)
 from engine import eager as _eager
 from engine import surface as _surface
@@ -17,7 +19,12 @@ from engine.variable import Variable
 _SURFACE = _surface.install(_eager.SIDE)
 globals().update(_SURFACE)
 
-from engine import nn  # noqa: E402,F401  (torch.nn.functional; it needs the names above)
+# torch.nn.functional (it needs the names above), torch.autograd's other names and torch.func
+from engine import autograd, forward_ad, func, nn  # noqa: E402,F401
+from engine.autograd_functional import Functional  # noqa: E402
+
+autograd.functional = Functional(sys.modules[__name__])  # torch.autograd.functional, on the names above
+autograd.forward_ad, autograd.gradcheck, autograd.gradgradcheck = forward_ad, gradcheck, gradgradcheck
 
 __all__ = [
     "Variable",

@@ -372,23 +372,3 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if not create_graph:
         result = [None if g is None else g.detach() for g in result]
     return check_unused(tuple(result), allow_unused)
-
-
-def __getattr__(name):
-    """torch.autograd's other names, imported on first use (they import this module):
-    `functional` (vjp, jvp, jacobian, hessian, vhp, hvp), `forward_ad`, `gradcheck`, `gradgradcheck`."""
-    if name == "functional":
-        import engine
-        from engine.autograd_functional import Functional
-
-        functional = globals()["functional"] = Functional(engine)
-        return functional
-    if name == "forward_ad":
-        from engine import forward_ad
-
-        return forward_ad
-    if name in ("gradcheck", "gradgradcheck", "GradcheckError"):
-        import importlib
-
-        return getattr(importlib.import_module("engine.gradcheck"), name)  # `engine.gradcheck` is the function
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
