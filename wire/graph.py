@@ -102,6 +102,7 @@ class Plan:
     depth: int
     grad_inputs: frozenset = frozenset()  # inputs that grad nodes differentiate with respect to
     has_grad_nodes: bool = False  # then every run records (the grad nodes differentiate it)
+    jvps: frozenset = frozenset()  # the jvp nodes (each expanded into steps: see wire.jvp_node)
     checked: dict = field(default_factory=dict)  # input signature -> Shapes (see check_request_inputs)
     input_names: frozenset = field(init=False)
     drops: list = field(init=False)  # liveness: per step, the values to drop after it (see liveness)
@@ -189,6 +190,7 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
         max(depth.values()),
         grad_inputs,
         any(s.op == "grad" for s in steps),
+        frozenset(jvps),
     )
 
 

@@ -104,3 +104,27 @@ def test_bad_jvp_nodes_are_refused_naming_the_node(target, inputs, attrs, versio
 def test_ops_lists_the_jvp_node(http):
     special = {s["name"]: s["doc"] for s in http.get("/ops").json()["special"]}
     assert "Jacobian-vector product" in special["jvp"]
+
+
+def test_a_jvp_node_is_priced_as_the_two_grad_nodes_it_stands_for():
+    from wire.errors import GraphError
+    from wire.executor import Executor
+    from wire.limits import Limits
+    from wire.messages import Request
+
+    def graph(with_jvp):
+        b = GraphBuilder()
+        x, w, v = b.input("x"), b.input("w"), b.input("v")
+        y = b.op("mm", w, x, id="y")
+        if with_jvp:
+            jvp_node(b, y, x, v, "t")
+        return b.graph("t" if with_jvp else "y")
+
+    n = 300
+    inputs = {"x": np.ones((n, n)), "w": np.ones((n, n)), "v": np.ones((n, n))}
+    executor = Executor(Limits(max_request_work=3 * n**3))  # one mm fits, its jvp (about 3 more) does not
+    assert executor.forward(Request(graph=graph(False), inputs=inputs)).outputs["y"].shape == (n, n)
+    with pytest.raises(GraphError) as refused:
+        executor.forward(Request(graph=graph(True), inputs=inputs))
+    assert refused.value.kind == "too_large" and "max_request_work" in str(refused.value)
+    assert refused.value.node == "t" and "node 't' (jvp)" in str(refused.value)
