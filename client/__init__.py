@@ -14,6 +14,8 @@ need no graph are computed at once). The surface is declared once in `engine.sur
 here by `client.ops`; client/README.md tells the rest.
 """
 
+import sys
+
 from client import autograd, errors, ops
 from client.autograd import grad
 from client.dot import graph_svg, to_dot
@@ -29,7 +31,16 @@ from engine.surface import exported
 _SURFACE = ops.install(autograd.backward)
 globals().update(_SURFACE)
 
-from client import nn  # noqa: E402,F401  (torch.nn.functional; it needs the names above)
+# torch.nn.functional (it needs the names above), torch.autograd's other names and torch.func
+from client import forward_ad, func, gradcheck, nn  # noqa: E402,F401
+from engine.autograd_functional import Functional  # noqa: E402
+
+autograd.functional = Functional(sys.modules[__name__], lazy=True)  # torch.autograd.functional, one request
+autograd.forward_ad, autograd.gradcheck, autograd.gradgradcheck = (
+    forward_ad,
+    gradcheck.gradcheck,
+    gradcheck.gradgradcheck,
+)
 
 __all__ = [
     "Variable",
