@@ -27,9 +27,10 @@ def _zeros_like(v):
 
 
 def differentiable(p):
-    """`p` when it requires grad (its gradient flows on), else a leaf copy that requires grad."""
-    if p.requires_grad:
-        return p
+    """A view of `p` when it requires grad (its gradient flows on, and is this use's alone), else a
+    leaf copy that requires grad (see `engine.linearize.differentiable`)."""
+    if p.requires_grad and is_grad_enabled():
+        return p.view_as(p)
     copy = p.detach()
     copy.requires_grad_(True)
     return copy

@@ -73,10 +73,9 @@ class DualLevel:
         if not op.differentiable or result.dtype.kind != "f" or all(t is None for t in tangents):
             return
         keep = keeps_graph(inputs, tangents)
-        with _paused():
+        with _paused(), enable_grad():
             xs = [x if t is None else differentiable(x) for x, t in zip(inputs, tangents)]
-            with enable_grad():
-                out = _node.apply_op(op, xs, attrs)
+            out = _node.apply_op(op, xs, attrs)
             self.set(result, transpose_jvp([out], xs, tangents, keep)[0])
 
     def function(self, cls, ctx, args, result):

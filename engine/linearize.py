@@ -17,9 +17,12 @@ from engine.variable import Variable
 
 
 def differentiable(p):
-    """`p` itself when it is in a graph already (its gradient flows on), else a leaf alias that requires grad."""
-    if p.requires_grad:
-        return p
+    """A Variable of `p`'s value whose gradient is this use's alone: a view of `p` when grad mode
+    is on and `p` requires grad (so the result stays differentiable for `p`), else a leaf alias
+    that requires grad. Never `p` itself: a gradient for `p` would also count its paths through
+    other inputs computed from it (`sin(x) * x`)."""
+    if p.requires_grad and is_grad_enabled():
+        return p.view_as(p)
     alias = p.detach()
     alias.requires_grad_(True)
     return alias
