@@ -9,6 +9,8 @@ a lazy one not computed yet is fetched first); results are detached unless an ar
 
 from __future__ import annotations
 
+import numpy
+
 from client import autograd
 from client.autograd import jvp_node
 from client.state import enable_grad, is_grad_enabled
@@ -21,8 +23,6 @@ def _any_rg(vs) -> bool:
 
 
 def _zeros_like(v):
-    import numpy
-
     return Variable._leaf(numpy.zeros(v.shape, v.dtype))
 
 
