@@ -14,6 +14,7 @@ need no graph are computed at once). The surface is declared once in `engine.sur
 here by `client.ops`; client/README.md tells the rest.
 """
 
+import sys
 from typing import TYPE_CHECKING
 
 from client import autograd, errors, ops
@@ -34,7 +35,14 @@ if TYPE_CHECKING:  # what engine.surface installs below (`client.exp`, `client.z
 _SURFACE = ops.install(autograd.backward)
 globals().update(_SURFACE)
 
-from client import nn, optim  # noqa: E402,F401  (torch.nn, torch.optim; they need the names above)
+# torch.nn and torch.optim (they need the names above), torch.autograd's other names and torch.func
+from client import forward_ad, func, gradcheck, nn, optim  # noqa: E402,F401
+from engine.autograd_functional import Functional  # noqa: E402
+
+# torch.autograd.functional (one request per call) and torch.autograd's other names
+autograd.functional = Functional(sys.modules[__name__], lazy=True)  # type: ignore[attr-defined,no-untyped-call]
+autograd.forward_ad = forward_ad  # type: ignore[attr-defined]
+autograd.gradcheck, autograd.gradgradcheck = gradcheck.gradcheck, gradcheck.gradgradcheck  # type: ignore[attr-defined]
 
 __all__ = [
     "Variable",

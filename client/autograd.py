@@ -14,7 +14,7 @@ import numpy
 
 from client.errors import ProtocolError, TracingError
 from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
-from client.graph import GRAD, GradNode, Value, edge_of
+from client.graph import GRAD, JVP, GradNode, JvpNode, Value, edge_of
 from client.serialize import Builder, NeedsGraph
 from client.state import current_phase, current_session, mode
 from client.transports import Call
@@ -182,6 +182,24 @@ def gradient_node(outputs, seeds, wrt: Value) -> Variable:
             value.node = GradNode([edge_of(i) for i in inputs], value)
             total = Variable._lazy(value) if total is None else total + Variable._lazy(value)
     return total  # type: ignore[return-value]  # wrt has at least one output reaching it
+
+
+def jvp_node(output, pairs) -> Variable:
+    """A lazy Variable for the sum of J·v over the (wrt, tangent) `pairs`, J = d output / d wrt:
+    one `jvp` node per pair, added by recorded ops (forward-mode AD; nothing is sent)."""
+    if current_phase() is not None:
+        raise TracingError("forward-mode AD can't be used while tracing a custom Function")
+    total = None
+    with mode.enabled_as(True):
+        for wrt, tangent in pairs:
+            if not isinstance(tangent, Variable):
+                tangent = Variable._leaf(as_host_array(tangent, wrt.dtype))
+            inputs = [output._graph_value(), wrt._graph_value(), tangent._graph_value()]
+            value = Value(JVP, output.shape, output.dtype, inputs=inputs, requires_grad=True)
+            value.node = JvpNode([edge_of(i) for i in inputs], value)
+            total = Variable._lazy(value) if total is None else total + Variable._lazy(value)
+    assert total is not None, "jvp_node needs at least one (wrt, tangent) pair"
+    return total
 
 
 def backward(

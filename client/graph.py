@@ -24,6 +24,7 @@ from engine.node import check_output, check_saved
 LEAF, CONST, OP, FUNCTION, CUT = "input", "constant", "op", "function", "cut"
 ARG, GRAD_OUTPUT = "arg", "grad_output"  # inside a custom Function's trace
 GRAD = "grad"  # inputs (output, wrt[, grad_output]), recorded by create_graph=True
+JVP = "jvp"  # inputs (output, wrt, tangent): forward-mode AD (client.forward_ad, client.func.jvp)
 
 
 # One phase (forward or backward) of tracing a custom Function: values made during it belong to it.
@@ -116,6 +117,8 @@ class FunctionNode(Node):
 
 # The node of a `grad` value: its gradient flows to the output, wrt and grad_output it was taken of.
 GradNode = type("GradBackward", (Node,), {"__slots__": ()})
+# The node of a `jvp` value: its gradient flows to the output, wrt and tangent it was taken of.
+JvpNode = type("JvpBackward", (Node,), {"__slots__": ()})
 
 
 def edge_of(value):

@@ -7,7 +7,7 @@ program sends the same graph text every time (the service caches planned graphs 
 from __future__ import annotations
 
 from client.errors import TracingError
-from client.graph import ARG, CONST, CUT, FUNCTION, GRAD, GRAD_OUTPUT, LEAF, OP, Value
+from client.graph import ARG, CONST, CUT, FUNCTION, GRAD, GRAD_OUTPUT, JVP, LEAF, OP, Value
 from wire.codec import to_json
 from wire.writer import GraphWriter
 
@@ -47,8 +47,8 @@ class Builder(GraphWriter):
         return ids[id(root)]
 
     def computed(self) -> list:
-        """The values this graph computes (op, function and grad nodes; not inputs or constants)."""
-        return [v for v in self._keep if v.kind in (OP, FUNCTION, GRAD) and v.array is None]
+        """The values this graph computes (op, function, grad and jvp nodes; not inputs or constants)."""
+        return [v for v in self._keep if v.kind in (OP, FUNCTION, GRAD, JVP) and v.array is None]
 
     def _name(self, v, node_id, rg=False):
         self.ids[id(v)] = node_id
@@ -92,9 +92,9 @@ class Builder(GraphWriter):
             node_id = self.node("function", inputs, v.attrs)
         elif kind == CUT:
             node_id = inputs[0]
-        elif kind == GRAD and self.backward:
-            node_id = self.node("grad", inputs)
-        else:  # a grad node in a forward request
+        elif kind in (GRAD, JVP) and self.backward:
+            node_id = self.node(kind, inputs)
+        else:  # a grad or jvp node in a forward request
             raise NeedsGraph()
         if rg and not v.requires_grad:
             node_id = self.stop_gradient(node_id)

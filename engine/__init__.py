@@ -4,6 +4,7 @@ Importing it fills the op registry (`engine.ops`) and installs the Variable surf
 (`engine.surface`, through the engine's side `engine.eager`) on `engine.Variable`.
 """
 
+import sys
 from typing import TYPE_CHECKING
 
 from engine import backend, ops  # noqa: F401  (importing ops fills the registry)
@@ -22,7 +23,14 @@ if TYPE_CHECKING:  # what engine.surface installs below (`engine.exp`, `engine.z
 _SURFACE = _surface.install(_eager.SIDE)
 globals().update(_SURFACE)
 
-from engine import nn, optim  # noqa: E402,F401  (torch.nn, torch.optim; they need the names above)
+# torch.nn and torch.optim (they need the names above), torch.autograd's other names and torch.func
+from engine import autograd, forward_ad, func, nn, optim  # noqa: E402,F401
+from engine.autograd_functional import Functional  # noqa: E402
+
+# torch.autograd.functional on the names above, and torch.autograd's other names
+autograd.functional = Functional(sys.modules[__name__])  # type: ignore[attr-defined,no-untyped-call]
+autograd.forward_ad = forward_ad  # type: ignore[attr-defined]
+autograd.gradcheck, autograd.gradgradcheck = gradcheck, gradgradcheck  # type: ignore[attr-defined]
 
 __all__ = [
     "Variable",

@@ -12,7 +12,7 @@ import inspect
 from typing import Any
 
 from engine.grad_mode import is_grad_enabled, no_grad
-from engine.node import Meta, Node, check_saved, edge_of
+from engine.node import FORWARD, Meta, Node, check_saved, edge_of
 from engine.variable import Variable, as_array
 
 FUNCTION_NAME = "a custom Function"  # how a version error names a Function's node
@@ -30,6 +30,7 @@ class FunctionCtx:
         self.needs_input_grad: tuple[bool, ...] = ()
         self._forward_result: Any = None  # what forward returned, when it saved it too
         self._output: Any = None  # that output as the graph has it, while backward runs
+        self.saved_for_forward: tuple[Any, ...] = ()  # what `jvp` reads as `ctx.saved_tensors` (forward-mode AD)
 
     def save_for_backward(self, *variables: Any) -> None:
         self.to_save = tuple(variables)
@@ -47,6 +48,9 @@ class FunctionCtx:
         return tuple(output if v is self._forward_result else v for v in self.to_save)
 
     saved_variables = saved_tensors
+
+    def save_for_forward(self, *variables):
+        self.saved_for_forward = variables
 
 
 class FunctionNode(Node):
@@ -145,6 +149,13 @@ class FunctionBase:
     def backward(ctx: Any, *grad_outputs: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("Function subclasses must implement a static backward(ctx, *grad_outputs)")
 
+    @staticmethod
+    def jvp(ctx, *tangents):
+        """The output's tangent from the inputs' (forward-mode AD; see `engine.forward_ad`)."""
+        raise NotImplementedError(
+            "You must implement the jvp function for custom autograd.Function to use it with forward mode AD."
+        )
+
     @classmethod
     def forward_output(cls, out):
         """Refuse a tuple from forward (one output per Function here)."""
@@ -175,11 +186,15 @@ class Function(FunctionBase):
             out = cls.forward(ctx, *args)
         cls.forward_output(out)
         data = out._data if isinstance(out, Variable) else as_array(out)
+        node = None
         if is_grad_enabled() and any(ctx.needs_input_grad):
             if any(v is out for v in ctx.to_save):
                 ctx._forward_result = out
-            return Variable._result(data, node_class(cls)(cls, ctx, args))
-        return Variable._result(data, None)
+            node = node_class(cls)(cls, ctx, args)
+        result = Variable._result(data, node)
+        if FORWARD:
+            FORWARD[0].function(cls, ctx, args, result)
+        return result
 
 
 _NODE_CLASSES: dict = {}  # (Function, node base) -> node class

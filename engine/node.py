@@ -12,6 +12,7 @@ from engine.variable import Variable
 
 _result = Variable._result
 _new = object.__new__
+FORWARD: list = []  # the active forward-AD level while there is one (`engine.forward_ad`): told of every op
 
 FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after "
@@ -126,10 +127,31 @@ class Node:
 
     @property
     def next_functions(self):
-        return tuple((e if isinstance(e, Node) else None, 0) for e in self.edges)
+        """PyTorch's: per input, (its grad_fn, 0), an `AccumulateGrad` for a leaf that requires grad, or (None, 0)."""
+        return tuple((e if isinstance(e, Node) else None if e is None else AccumulateGrad(e), 0) for e in self.edges)
 
     def __repr__(self):
         return f"<{type(self).__name__} object at {id(self):#x}>"
+
+
+class AccumulateGrad:
+    """What `next_functions` shows for a leaf that requires grad (PyTorch's name): `variable` is the leaf."""
+
+    __slots__ = ("variable",)
+    next_functions = ()
+    name = "AccumulateGrad"
+
+    def __init__(self, variable):
+        self.variable = variable
+
+    def __eq__(self, other):
+        return isinstance(other, AccumulateGrad) and other.variable is self.variable
+
+    def __hash__(self):
+        return id(self.variable)
+
+    def __repr__(self):
+        return f"<AccumulateGrad object at {id(self):#x}>"
 
 
 def edge_of(v):
@@ -242,4 +264,6 @@ def apply_op(op, inputs, attrs):
     result._version = 0
     if node is not None and op.uses_output and reads_output(op, node.edges):
         node.out_ref = weakref.ref(result)
+    if FORWARD:
+        FORWARD[0].op(op, inputs, attrs, result)
     return result

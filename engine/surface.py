@@ -48,11 +48,11 @@ FORWARD, REFLECTED, UNARY = "forward", "reflected", "unary"
 # The bindings table: operator -> (registry op, how its operands are passed).
 OPERATORS = {
     "__add__": ("add", FORWARD),
-    "__radd__": ("add", REFLECTED),
+    "__radd__": ("add", FORWARD),  # `2 + x` is add(x, 2), as PyTorch records it (see grad_fn.next_functions)
     "__sub__": ("sub", FORWARD),
     "__rsub__": ("sub", REFLECTED),
     "__mul__": ("mul", FORWARD),
-    "__rmul__": ("mul", REFLECTED),
+    "__rmul__": ("mul", FORWARD),  # `2 * x` is mul(x, 2), likewise
     "__truediv__": ("div", FORWARD),
     "__rtruediv__": ("div", REFLECTED),
     "__pow__": ("pow", FORWARD),

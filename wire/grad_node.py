@@ -22,6 +22,7 @@ from engine.attrs import shown
 from engine.autograd import grad as engine_grad
 from engine.registry import OPS, coerce, trusted
 from engine.variable import Variable
+from wire import jvp_node
 from wire.errors import GraphError
 
 DOC = (
@@ -53,30 +54,41 @@ def parse_step(step_class, node_id, raw_inputs, attrs, scope):
     return step_class(node_id, "grad", tuple(raw_inputs), {})
 
 
-def plan_grad_steps(steps, declared_requires_grad, minor_version) -> frozenset:
-    """Check a graph's grad nodes and prepare their groups; returns the input nodes that must
-    require grad for them (their wrts that are inputs)."""
+def _named(step_id, jvp_ids=()):
+    """(how an error names the node of a grad step, its id): a jvp node's for the steps it expands into."""
+    head = jvp_node.owner(step_id, jvp_ids) if jvp_ids else None
+    if head is None and jvp_node.SEPARATOR in step_id:  # at run time, without the plan's jvp ids
+        head = step_id.rpartition(jvp_node.SEPARATOR)[0] if not step_id.endswith("/jvp:zero") else None
+    return (f"jvp node {shown(head)}", head) if head is not None else (f"grad node {shown(step_id)}", step_id)
+
+
+def plan_grad_steps(steps, declared_requires_grad, minor_version, jvp_ids=frozenset()) -> frozenset:
+    """Check a graph's grad nodes (those of jvp nodes, `jvp_ids`, included) and prepare their groups;
+    returns the input nodes that must require grad for them (their wrts that are inputs)."""
     grad_steps = [s for s in steps if s.op == "grad"]
     if not grad_steps:
         return frozenset()
     if minor_version < MINOR_VERSION:
+        name, node = _named(grad_steps[0].id, jvp_ids)
         raise GraphError(
-            f'grad node {shown(grad_steps[0].id)} needs graph version "1.1" (the graph declares 1.{minor_version})',
-            node=grad_steps[0].id,
+            f'{name} needs graph version "1.1" (the graph declares 1.{minor_version})',
+            node=node,
             field="graph.version",
         )
-    _check_order(steps)
+    _check_order(steps, jvp_ids)
     input_ids = {s.id for s in steps if s.op == "input"}
     wrt_inputs = frozenset(s.inputs[1] for s in grad_steps if s.inputs[1] in input_ids)
     differentiable = _differentiable(steps, declared_requires_grad | wrt_inputs)
     groups = {}
     for s in grad_steps:
         wrt = s.inputs[1]
-        if wrt not in differentiable:
+        # a jvp's dummy cotangent is not differentiable when its output is not: the jvp is zeros then
+        if wrt not in differentiable and not jvp_node.is_cotangent(wrt, jvp_ids):
+            name, node = _named(s.id, jvp_ids)
             raise GraphError(
-                f"grad node {shown(s.id)}: cannot differentiate with respect to {shown(wrt)}: it depends on no input "
+                f"{name}: cannot differentiate with respect to {shown(wrt)}: it depends on no input "
                 "that requires grad (or only through non-differentiable ops)",
-                node=s.id,
+                node=node,
                 field="inputs",
             )
         groups.setdefault(_group_key(s), []).append(wrt)
@@ -86,16 +98,17 @@ def plan_grad_steps(steps, declared_requires_grad, minor_version) -> frozenset:
     return wrt_inputs
 
 
-def _check_order(steps):
+def _check_order(steps, jvp_ids):
     order = {}
     for s in steps:
         below = max((order.get(i, 0) for i in s.inputs), default=0)
         order[s.id] = below + 1 if s.op == "grad" else below
         if order[s.id] > MAX_ORDER:
+            name, node = _named(s.id, jvp_ids)
             raise GraphError(
-                f"grad node {shown(s.id)} is a derivative of order {order[s.id]}, over the limit of {MAX_ORDER} "
-                "(grad nodes nested in one another)",
-                node=s.id,
+                f"{name} is a derivative of order {order[s.id]}, over the limit of {MAX_ORDER} "
+                "(grad nodes nested in one another; a jvp node counts as two)",
+                node=node,
                 field="inputs",
                 kind="too_large",
             )
@@ -122,24 +135,31 @@ def infer(step, known):
     y, x = known.get(step.inputs[0]), known.get(step.inputs[1])
     if len(step.inputs) == 3:
         v = known.get(step.inputs[2])
+        if y is not None and v is not None and tuple(v[0]) != tuple(y[0]) and step.inputs[0] == step.id + "/jvp:vjp":
+            raise GraphError(
+                f"jvp node {shown(step.id)}: tangent {shown(step.inputs[2])} has shape {list(v[0])} but the node it "
+                f"differentiates with respect to has shape {list(y[0])}",
+                node=_named(step.id)[1],
+                field="inputs",
+            )
         if y is not None and v is not None and tuple(v[0]) != tuple(y[0]):
             raise GraphError(
-                f"grad node {shown(step.id)}: grad_output {shown(step.inputs[2])} has shape {list(v[0])} but "
+                f"{_named(step.id)[0]}: grad_output {shown(step.inputs[2])} has shape {list(v[0])} but "
                 f"{shown(step.inputs[0])} has shape {list(y[0])}",
-                node=step.id,
+                node=_named(step.id)[1],
                 field="inputs",
             )
     elif y is not None and _size(y[0]) != 1:
         raise GraphError(
-            f"grad node {shown(step.id)}: {shown(step.inputs[0])} has shape {list(y[0])}: a gradient can be implied only "
+            f"{_named(step.id)[0]}: {shown(step.inputs[0])} has shape {list(y[0])}: a gradient can be implied only "
             "for one-element outputs; give a grad_output as the third input",
-            node=step.id,
+            node=_named(step.id)[1],
             field="inputs",
         )
     if x is not None and getattr(x[1], "kind", "f") != "f":
         raise GraphError(
-            f"grad node {shown(step.id)}: {shown(step.inputs[1])} is {x[1]}; only floating point values have gradients",
-            node=step.id,
+            f"{_named(step.id)[0]}: {shown(step.inputs[1])} is {x[1]}; only floating point values have gradients",
+            node=_named(step.id)[1],
             field="inputs",
         )
     return x
@@ -175,7 +195,8 @@ def _gradients(step, values, wrts) -> dict:
                 [out], [targets[w] for w in live], [seed], retain_graph=True, create_graph=True, allow_unused=True
             )
         except RuntimeError as err:
-            raise GraphError(f"grad node {shown(step.id)} failed: {err}", node=step.id) from None
+            name, node = _named(step.id)
+            raise GraphError(f"{name} failed: {err}", node=node) from None
         found = {w: g for w, g in zip(live, grads) if g is not None}
     return {w: found[w] if w in found else _zeros(targets[w]) for w in wrts}
 
@@ -184,17 +205,17 @@ def _seed(step, out, values):
     if len(step.inputs) == 2:
         if out._data.size != 1:
             raise GraphError(
-                f"grad node {shown(step.id)}: {shown(step.inputs[0])} has shape {list(out.shape)}: give a grad_output",
-                node=step.id,
+                f"{_named(step.id)[0]}: {shown(step.inputs[0])} has shape {list(out.shape)}: give a grad_output",
+                node=_named(step.id)[1],
                 field="inputs",
             )
         return Variable._result(backend.array_module(out._data).ones_like(out._data), None)
     seed = coerce([out, values[step.inputs[2]]])[1]
     if tuple(seed.shape) != tuple(out.shape):
         raise GraphError(
-            f"grad node {shown(step.id)}: grad_output {shown(step.inputs[2])} has shape {list(seed.shape)} but "
+            f"{_named(step.id)[0]}: grad_output {shown(step.inputs[2])} has shape {list(seed.shape)} but "
             f"{shown(step.inputs[0])} has shape {list(out.shape)}",
-            node=step.id,
+            node=_named(step.id)[1],
             field="inputs",
         )
     return seed if seed.dtype == out.dtype else trusted.cast(seed, dtype=out.dtype.name)

@@ -11,7 +11,8 @@ A graph is a list of nodes in topological order with single-assignment ids:
 
 Ops are the registry's (`engine.registry.OPS`) plus `input`, `constant`, `function` (a custom
 Function traced into a forward and a backward subgraph; see docs/protocol.md) and, since 1.1,
-`grad` (the gradient of one node with respect to another; `wire.grad_node`). Validation is
+`grad` (the gradient of one node with respect to another; `wire.grad_node`) and `jvp` (a
+Jacobian-vector product, expanded into grad nodes as it is parsed; `wire.jvp_node`). Validation is
 complete before anything is computed; every error names the node and the field at fault.
 """
 
@@ -25,7 +26,7 @@ from engine.attrs import INT64, AttrError, shown
 from engine.indexing import tensor_count
 from engine.registry import OPS
 from engine.variable import as_array
-from wire import grad_node
+from wire import grad_node, jvp_node
 from wire.codec import DATATYPES, NONFINITE
 from wire.errors import GraphError
 from wire.run import subgraph_function
@@ -37,6 +38,7 @@ SPECIAL_OPS = {
     "constant": "attrs.value (number or nested list), optional attrs.dtype (an OIP datatype)",
     "function": "a custom Function: attrs.name, attrs.forward and attrs.backward subgraphs",
     "grad": grad_node.DOC,
+    "jvp": jvp_node.DOC,
 }
 SUBGRAPH_OPS = {
     "arg": "inside a function subgraph: the function's input attrs.index",
@@ -100,6 +102,7 @@ class Plan:
     depth: int
     grad_inputs: frozenset = frozenset()  # inputs that grad nodes differentiate with respect to
     has_grad_nodes: bool = False  # then every run records (the grad nodes differentiate it)
+    jvps: frozenset = frozenset()  # the jvp nodes (each expanded into steps: see wire.jvp_node)
     checked: dict = field(default_factory=dict)  # input signature -> Shapes (see check_request_inputs)
     input_names: frozenset = field(init=False)
     drops: list = field(init=False)  # liveness: per step, the values to drop after it (see liveness)
@@ -141,23 +144,28 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
             f"the graph has more than the limit of {max_nodes} nodes", field="graph.nodes", kind="too_large"
         )
     steps, depth, seen = [], {}, set()
-    inputs, requires = [], set()
+    inputs, requires, jvps = [], set(), set()
     for index, node in enumerate(nodes):
-        step = _parse_node(node, index, seen, _scope, max_nodes, max_depth, budget)
-        d = 1 + max((depth[i] for i in step.inputs if isinstance(i, str)), default=0)
-        if d > max_depth:
-            raise GraphError(
-                f"node {shown(step.id)}: the graph is deeper than the limit of {max_depth}",
-                node=step.id,
-                kind="too_large",
-            )
-        depth[step.id] = d
-        seen.add(step.id)
-        steps.append(step)
-        if step.op == "input":
-            inputs.append(step.id)
-            if step.requires_grad:
-                requires.add(step.id)
+        parsed = _parse_node(node, index, seen, _scope, max_nodes, max_depth, budget)
+        if isinstance(parsed, list):  # a jvp node, expanded into the steps it stands for
+            jvps.add(parsed[-1].id)
+        for step in parsed if isinstance(parsed, list) else (parsed,):
+            if step.id in seen:
+                _fail(f"node {shown(step.id)} is defined twice (ids are single-assignment)", step.id, "id")
+            d = 1 + max((depth[i] for i in step.inputs if isinstance(i, str)), default=0)
+            if d > max_depth:
+                raise GraphError(
+                    f"node {shown(step.id)}: the graph is deeper than the limit of {max_depth}",
+                    node=step.id,
+                    kind="too_large",
+                )
+            depth[step.id] = d
+            seen.add(step.id)
+            steps.append(step)
+            if step.op == "input":
+                inputs.append(step.id)
+                if step.requires_grad:
+                    requires.add(step.id)
     outputs = graph.get("outputs")
     if not isinstance(outputs, list) or not outputs:
         _fail("'graph.outputs' must be a non-empty list of node ids", field="graph.outputs")
@@ -173,7 +181,7 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
     if _scope == "graph" and len(set(outputs)) != len(outputs):
         _fail("'graph.outputs' names a node twice", field="graph.outputs")
     mark_dynamic(steps, _scope)
-    grad_inputs = grad_node.plan_grad_steps(steps, requires, minor) if _scope == "graph" else frozenset()
+    grad_inputs = grad_node.plan_grad_steps(steps, requires, minor, jvps) if _scope == "graph" else frozenset()
     return Plan(
         steps,
         tuple(outputs),
@@ -182,6 +190,7 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
         max(depth.values()),
         grad_inputs,
         any(s.op == "grad" for s in steps),
+        frozenset(jvps),
     )
 
 
@@ -200,7 +209,7 @@ def _minor_version(version) -> int:
     return minor
 
 
-def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget) -> Step:
+def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget) -> Step | list:
     where = f"graph.nodes[{index}]"
     if not isinstance(node, dict):
         _fail(f"{where} must be an object", field=where)
@@ -247,6 +256,8 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget) -> Step:
         return _subgraph_leaf(node_id, op, raw_inputs, attrs, scope)
     if op == "grad":
         return grad_node.parse_step(Step, node_id, raw_inputs, attrs, scope)
+    if op == "jvp":
+        return jvp_node.expand(Step, node_id, raw_inputs, attrs, scope)
     if op == "function":
         return _function_step(node_id, raw_inputs, attrs, max_nodes, max_depth, budget)
     spec = OPS.get(op)

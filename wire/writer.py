@@ -27,7 +27,7 @@ class GraphWriter:
 
     def __init__(self):
         self.nodes, self.tensors = [], []  # tensors: [(input node id, array)]
-        self.has_grad = False  # a `grad` node: the graph needs format 1.1
+        self.has_grad = False  # a `grad` or `jvp` node: the graph needs format 1.1
         self._count, self._scalars = 0, {}
 
     def node(self, op, inputs=None, attrs=None, requires_grad=False, prefix=None) -> str:
@@ -41,7 +41,7 @@ class GraphWriter:
             node["attrs"] = attrs
         if requires_grad:
             node["requires_grad"] = True
-        self.has_grad = self.has_grad or op == "grad"
+        self.has_grad = self.has_grad or op in ("grad", "jvp")
         self.nodes.append(node)
         return node_id
 

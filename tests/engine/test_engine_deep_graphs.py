@@ -63,7 +63,7 @@ def test_deep_chain_dropped_without_backward_is_freed():
             y = y + 0.5
         last = weakref.ref(y.grad_fn)
         first = y.grad_fn
-        while first.next_functions[0][0] is not None:
+        while first.next_functions[0][0].name != "AccumulateGrad":  # down to the leaf x
             first = first.next_functions[0][0]
         first_ref = weakref.ref(first)
         del first

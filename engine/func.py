@@ -1,0 +1,167 @@
+"""`torch.func` for functions of Variables: `jvp`, `vjp`, `grad`, `grad_and_value`, `jacrev`, `jacfwd`, `hessian`.
+
+They compose (`jvp(grad(f), ...)` is a forward-over-reverse Hessian-vector product): each keeps
+the graph of its result when an argument requires grad, so an outer transform differentiates it.
+`jvp` is the transpose trick of `engine.linearize` on the whole function.
+"""
+
+from __future__ import annotations
+
+from engine.autograd import grad as _grad
+from engine.grad_mode import enable_grad, is_grad_enabled
+from engine.linearize import differentiable, keeps_graph, transpose_jvp, zeros_like
+from engine.variable import Variable
+
+
+def _tuple(x, what):
+    if not isinstance(x, (tuple, list)):
+        raise RuntimeError(f"{what}: Expected primals and tangents to be tuples, got {type(x).__name__}")
+    return tuple(x)
+
+
+def _split(out, has_aux, what):
+    if not has_aux:
+        return out, None
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise RuntimeError(f"{what}(f, ...): output of function f should be a tuple: (output, aux) if has_aux is True")
+    return out
+
+
+def _flat(out):
+    return (list(out), True) if isinstance(out, (tuple, list)) else ([out], False)
+
+
+def _unflat(items, is_tuple):
+    return tuple(items) if is_tuple else items[0]
+
+
+def jvp(func, primals, tangents, *, strict=False, has_aux=False):
+    """(func(*primals), J·tangents), or with `has_aux` (output, jvp, aux)."""
+    primals, tangents = _tuple(primals, "jvp"), _tuple(tangents, "jvp")
+    if len(primals) != len(tangents):
+        raise RuntimeError(
+            f"jvp: Expected primals and tangents to have the same length, got {len(primals)} and {len(tangents)}"
+        )
+    for i, (p, t) in enumerate(zip(primals, tangents)):
+        if tuple(p.shape) != tuple(t.shape):
+            raise RuntimeError(
+                f"jvp: Expected primals and tangents to have the same shape: primal {i} has shape {list(p.shape)} "
+                f"and its tangent {list(t.shape)}"
+            )
+    keep = keeps_graph(primals, tangents)
+    xs = [differentiable(p) for p in primals]
+    with enable_grad():
+        out, aux = _split(func(*xs), has_aux, "jvp")
+    outs, is_tuple = _flat(out)
+    result = transpose_jvp(outs, xs, list(tangents), keep)
+    outs = [o if keep else o.detach() for o in outs]
+    if has_aux:
+        return _unflat(outs, is_tuple), _unflat(result, is_tuple), aux
+    return _unflat(outs, is_tuple), _unflat(result, is_tuple)
+
+
+def _prepared(args, argnums):
+    keep = is_grad_enabled() and any(isinstance(a, Variable) and a.requires_grad for a in args)
+    xs = list(args)
+    for i in argnums:
+        x = xs[i]
+        xs[i] = x.view_as(x) if keep and x.requires_grad else x.detach().requires_grad_(True)
+    return xs, keep
+
+
+def _gradients(outputs, targets, seeds, keep):
+    live = [i for i, o in enumerate(outputs) if o.requires_grad]
+    found = [None] * len(targets)
+    if live:
+        found = _grad(
+            [outputs[i] for i in live],
+            targets,
+            None if seeds is None else [seeds[i] for i in live],
+            retain_graph=True,
+            create_graph=keep,
+            allow_unused=True,
+        )
+    return [zeros_like(t) if g is None else g if keep else g.detach() for g, t in zip(found, targets)]
+
+
+def vjp(func, *primals, has_aux=False):
+    """(func(*primals), vjp_fn): vjp_fn(cotangents) is the tuple of vᵀ·J, one per primal."""
+    xs, keep = _prepared(primals, range(len(primals)))
+    with enable_grad():
+        out, aux = _split(func(*xs), has_aux, "vjp")
+    outs, is_tuple = _flat(out)
+
+    def vjp_fn(*cotangents):
+        seeds = list(cotangents[0]) if is_tuple and len(cotangents) == 1 else list(cotangents)
+        if len(seeds) != len(outs):
+            raise RuntimeError(f"Expected {len(outs)} cotangents, got {len(seeds)}")
+        return tuple(_gradients(outs, xs, seeds, keep or is_grad_enabled() and _any_rg(seeds)))
+
+    shown = _unflat([o if keep else o.detach() for o in outs], is_tuple)
+    return (shown, vjp_fn, aux) if has_aux else (shown, vjp_fn)
+
+
+def _any_rg(vs):
+    return any(isinstance(v, Variable) and v.requires_grad for v in vs)
+
+
+def grad_and_value(func, argnums=0, has_aux=False):
+    """A function returning (the gradient of func's one-element output for args[argnums], the output)."""
+
+    def wrapper(*args, **kwargs):
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        xs, keep = _prepared(args, nums)
+        with enable_grad():
+            out, aux = _split(func(*xs, **kwargs), has_aux, "grad_and_value")
+        if not isinstance(out, Variable) or out.numel() != 1:
+            raise RuntimeError(
+                "grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got tensor with "
+                f"{len(getattr(out, 'shape', ()))} dims. Maybe you wanted to use the vjp or jacrev APIs instead?"
+            )
+        grads = _gradients([out], [xs[i] for i in nums], None, keep)
+        g = grads[0] if isinstance(argnums, int) else tuple(grads)
+        value = out if keep else out.detach()
+        return (g, (value, aux)) if has_aux else (g, value)
+
+    return wrapper
+
+
+def grad(func, argnums=0, has_aux=False):
+    """A function returning the gradient of func's one-element output for args[argnums] (and aux)."""
+    inner = grad_and_value(func, argnums, has_aux)
+
+    def wrapper(*args, **kwargs):
+        g, value = inner(*args, **kwargs)
+        return (g, value[1]) if has_aux else g
+
+    return wrapper
+
+
+def jacrev(func, argnums=0):
+    """A function returning the Jacobian of func for args[argnums] (shape out.shape + in.shape), row by row."""
+    from engine import autograd
+
+    def wrapper(*args):
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+        def partial(*chosen):
+            xs = list(args)
+            for i, c in zip(nums, chosen):
+                xs[i] = c
+            return func(*xs)
+
+        chosen = tuple(args[i] for i in nums)
+        keep = is_grad_enabled() and _any_rg(args)
+        return autograd.functional.jacobian(
+            partial, chosen if not isinstance(argnums, int) else chosen[0], create_graph=keep
+        )
+
+    return wrapper
+
+
+jacfwd = jacrev  # the same values; computed row by row in reverse mode
+
+
+def hessian(func, argnums=0):
+    """The Hessian of func's one-element output for args[argnums]."""
+    return jacrev(jacrev(func, argnums), argnums)
