@@ -100,7 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.executor = executor
     app.state.pool = pool
     app.state.body_budget = BodyBudget(
-        settings.max_inflight_body_bytes, settings.max_peer_inflight_body_bytes, settings.body_idle_timeout_s
+        settings.max_inflight_body_bytes, settings.peer_body_bytes(), settings.body_idle_timeout_s
     )
     app.state.metrics = metrics
     app.runtime = Runtime(settings, executor, pool, app.state.body_budget)

@@ -84,10 +84,11 @@ class Settings(BaseSettings):
     max_inflight_body_bytes: int = Field(
         256 * 2**20, gt=0, description="bytes of request bodies held at once, all requests together; past it 503"
     )
-    max_peer_inflight_body_bytes: int = Field(
-        128 * 2**20,
+    max_peer_inflight_body_bytes: int | None = Field(
+        None,
         gt=0,
-        description="bytes of request bodies held at once from one client address (behind a proxy: raise it)",
+        description="bytes of request bodies held at once from one client address (default: the larger of "
+        "max_body_bytes and half of max_inflight_body_bytes; behind a proxy, raise it)",
     )
     max_connections_per_peer: int = Field(
         500, ge=1, description="open connections from one client address (behind a proxy: raise it)"
@@ -136,6 +137,13 @@ class Settings(BaseSettings):
         if isinstance(value, str) and not value.strip():
             return None
         return value
+
+    def peer_body_bytes(self) -> int:
+        """One client address's share of the body budget: by default room for one body at its limit, or
+        half the budget, whichever is larger (so one client cannot take it all, and can always send one)."""
+        if self.max_peer_inflight_body_bytes is not None:
+            return self.max_peer_inflight_body_bytes
+        return max(self.max_body_bytes, self.max_inflight_body_bytes // 2)
 
     def limits(self) -> Limits:
         return Limits(**{name: getattr(self, name) for name in Limits().as_dict()})
