@@ -62,6 +62,7 @@ def limited(tmp_path_factory):
         GRADSERVE_MAX_BODY_BYTES=str(LIMIT),
         GRADSERVE_MAX_JSON_BODY_BYTES=str(JSON_LIMIT),
         GRADSERVE_MAX_INFLIGHT_BODY_BYTES=str(BUDGET),
+        GRADSERVE_MAX_PEER_INFLIGHT_BODY_BYTES=str(BUDGET),  # one client here: the whole budget is its share
     )
     log = tmp_path_factory.mktemp("limited") / "server.log"
     with log.open("w") as sink:
