@@ -40,6 +40,12 @@ def test_the_surface_declarations_are_generated_from_the_current_registry():
     _passes(_run(sys.executable, "-m", "engine.stubgen", "--check"))
 
 
+def sysconfig_paths() -> list[str]:
+    import sysconfig
+
+    return sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")})
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """A Python whose site-packages hold a non-editable install of this tree (what `pip install .` gives)."""
@@ -63,7 +69,10 @@ def installed(tmp_path_factory):
     env = base / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env)
     purelib = next((env / "lib").glob("python3*/site-packages"))
-    (purelib / "gradserve_under_test.pth").write_text(str(site) + "\n")
+    # the install first; then, when this Python is itself a venv (system_site_packages reaches only the
+    # base interpreter's), this one's site-packages, where mypy is
+    outer = [path for path in sysconfig_paths() if sys.prefix != sys.base_prefix]
+    (purelib / "gradserve_under_test.pth").write_text("\n".join([str(site), *outer]) + "\n")
     programs = base / "programs"  # outside the repository, so mypy finds the packages installed, not as sources
     shutil.copytree(PROGRAMS, programs)
     return env / "bin" / "python", programs
