@@ -11,6 +11,7 @@ import numpy
 
 from engine.compat import TensorType
 from engine.devices import Device
+from engine.random import Generator as Generator
 from engine.surface_types import (
     ArrayLike,
     DeviceLike,
@@ -26,6 +27,7 @@ __all__ = [
     "BoolTensor",
     "DoubleTensor",
     "FloatTensor",
+    "Generator",
     "HalfTensor",
     "IntTensor",
     "LongTensor",
@@ -43,6 +45,7 @@ __all__ = [
     "argmax",
     "argmin",
     "as_tensor",
+    "bernoulli",
     "bool",
     "cast",
     "cat",
@@ -55,6 +58,7 @@ __all__ = [
     "concatenate",
     "cos",
     "cuda",
+    "default_generator",
     "device",
     "div",
     "divide",
@@ -81,6 +85,7 @@ __all__ = [
     "ger",
     "get_default_device",
     "get_default_dtype",
+    "get_rng_state",
     "getitem",
     "greater",
     "greater_equal",
@@ -88,6 +93,7 @@ __all__ = [
     "half",
     "index_add",
     "inference_mode",
+    "initial_seed",
     "inner",
     "int",
     "int16",
@@ -116,6 +122,7 @@ __all__ = [
     "minimum",
     "mm",
     "mul",
+    "multinomial",
     "multiply",
     "mv",
     "ne",
@@ -133,13 +140,17 @@ __all__ = [
     "rand",
     "rand_like",
     "randint",
+    "randint_like",
     "randn",
     "randn_like",
+    "randperm",
     "reciprocal",
     "relu",
     "reshape",
     "rsqrt",
+    "seed",
     "set_default_device",
+    "set_rng_state",
     "setitem",
     "short",
     "sigmoid",
@@ -236,6 +247,10 @@ def as_tensor(
 ) -> Variable:
     """`data` itself when it is an array of the right dtype (sharing its memory), else a copy."""
 
+def bernoulli(input: Any, p: builtins.float | None = None, *, generator: Generator | None = None) -> Variable:
+    """0s and 1s of `input`'s shape and dtype, each 1 with probability `input`'s value there (`p`, when
+    given, for all). Only with `p=None` are the input's values read (a lazy client input is fetched)."""
+
 bool: DType
 
 def cast(input: Operand, dtype: DTypeLike) -> Variable:
@@ -265,6 +280,7 @@ def cos(input: Operand) -> Variable:
     """cosine"""
 
 cuda: SimpleNamespace
+default_generator: Generator
 device = Device
 
 def div(input: Operand, other: Operand) -> Variable:
@@ -352,6 +368,9 @@ def get_default_device() -> Device: ...
 def get_default_dtype() -> numpy.dtype:
     """The dtype of floating constructors and Python floats (float32; not settable here)."""
 
+def get_rng_state() -> dict[str, Any]:
+    """The default generator's state (NumPy's PCG64 state, not PyTorch's byte tensor)."""
+
 def getitem(tensors: Sequence[Operand], index: Any) -> Variable:
     """x[index]"""
 
@@ -371,6 +390,9 @@ def index_add(tensors: Sequence[Operand], index: Any, shape: Sequence[builtins.i
 
 def inference_mode(mode: builtins.bool | Callable[..., Any] = True) -> Any:
     """PyTorch's inference mode, here the same as no_grad (`inference_mode(False)` changes nothing)."""
+
+def initial_seed() -> builtins.int:
+    """The seed the default generator last started from."""
 
 def inner(input: Operand, tensor: Operand) -> Variable:
     """The inner product of two 1-D Variables."""
@@ -420,7 +442,9 @@ long: DType
 def lt(input: Operand, other: Operand) -> Variable:
     """x < y as a bool Variable (no gradient)"""
 
-def manual_seed(seed: builtins.int) -> None: ...
+def manual_seed(seed: builtins.int) -> Generator:
+    """Reseed the package's default generator (returned, as PyTorch's `torch.manual_seed`)."""
+
 def matmul(input: Operand, other: Operand) -> Variable:
     """matrix product with NumPy's broadcasting and 1-d rules"""
 
@@ -453,6 +477,13 @@ def mm(input: Operand, mat2: Operand) -> Variable:
 def mul(input: Operand, other: Operand) -> Variable:
     """x * y (broadcasting)"""
 
+def multinomial(
+    input: Any, num_samples: builtins.int, replacement: builtins.bool = False, *, generator: Generator | None = None
+) -> Variable:
+    """`num_samples` category indices (int64) per row of `input`, a 1-D or 2-D tensor of non-negative
+    weights (unnormalised ones too), drawn with or without replacement. A lazy client `input` is
+    fetched first: the draw needs its values."""
+
 def multiply(input: Operand, other: Operand) -> Variable:
     """x * y (broadcasting)"""
 
@@ -477,14 +508,20 @@ def norm(
     """p-norm over dim (all when null); gradient 0 where the norm is 0"""
 
 def normal(
-    mean: builtins.float,
-    std: builtins.float,
-    size: builtins.int | Sequence[builtins.int],
+    mean: Any,
+    std: Any = 1.0,
+    size: builtins.int | Sequence[builtins.int] | None = None,
+    *,
+    generator: Generator | None = None,
     dtype: DTypeLike | None = None,
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
 ) -> Variable:
-    """Draws from N(mean, std**2) of shape `size` (float mean and std; tensor ones are not supported)."""
+    """Draws from N(mean, std**2): `normal(mean, std, size)` with float mean and std, or
+    `normal(mean, std)` with a tensor mean and/or std (the result has their broadcast shape and dtype).
+
+    With tensors the draw is `mean + std * eps`, eps ~ N(0, 1); a mean or std that requires grad gets
+    a zero gradient, as in PyTorch (whose normal is not reparameterised)."""
 
 def not_equal(input: Operand, other: Operand) -> Variable:
     """x != y as a bool Variable (no gradient)"""
@@ -515,11 +552,14 @@ def pow(input: Operand, exponent: Operand) -> Variable:
 
 def rand(
     *size: builtins.int | Sequence[builtins.int],
+    generator: Generator | None = None,
     dtype: DTypeLike | None = None,
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
     **keywords: Any,
-) -> Variable: ...
+) -> Variable:
+    """Draws from U[0, 1) of shape `size`, from `generator` (else the package's default generator)."""
+
 def rand_like(
     v: VariableSurface,
     dtype: DTypeLike | None = None,
@@ -530,25 +570,52 @@ def randint(
     low: builtins.int = 0,
     high: builtins.int | None = None,
     size: builtins.int | Sequence[builtins.int] | None = None,
+    *,
+    generator: Generator | None = None,
     dtype: DTypeLike | None = None,
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
 ) -> Variable:
-    """`randint(high, size)` or `randint(low, high, size)`: integers in [low, high) (int64)."""
+    """`randint(high, size)` or `randint(low, high, size)` (also `size=`, `low=`, `high=`): integers in
+    [low, high), int64 unless `dtype=` says otherwise, from `generator` (else the default generator)."""
+
+def randint_like(
+    input: VariableSurface,
+    low: builtins.int = 0,
+    high: builtins.int | None = None,
+    *,
+    dtype: DTypeLike | None = None,
+    device: DeviceLike | None = None,
+    requires_grad: builtins.bool = False,
+) -> Variable:
+    """`randint_like(input, high)` or `randint_like(input, low, high)`: integers of input's shape and dtype."""
 
 def randn(
     *size: builtins.int | Sequence[builtins.int],
+    generator: Generator | None = None,
     dtype: DTypeLike | None = None,
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
     **keywords: Any,
-) -> Variable: ...
+) -> Variable:
+    """Draws from N(0, 1) of shape `size`, from `generator` (else the package's default generator)."""
+
 def randn_like(
     v: VariableSurface,
     dtype: DTypeLike | None = None,
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
 ) -> Variable: ...
+def randperm(
+    n: builtins.int,
+    *,
+    generator: Generator | None = None,
+    dtype: DTypeLike | None = None,
+    device: DeviceLike | None = None,
+    requires_grad: builtins.bool = False,
+) -> Variable:
+    """A random permutation of 0..n-1 (int64 unless `dtype=` says otherwise)."""
+
 def reciprocal(input: Operand) -> Variable: ...
 def relu(input: Operand) -> Variable:
     """max(x, 0)"""
@@ -558,7 +625,13 @@ def reshape(input: Operand, shape: Sequence[builtins.int]) -> Variable: ...
 @overload
 def reshape(input: Operand, *shape: builtins.int) -> Variable: ...
 def rsqrt(input: Operand) -> Variable: ...
+def seed() -> builtins.int:
+    """Reseed the default generator non-deterministically; returns the seed."""
+
 def set_default_device(spec: Any) -> None: ...
+def set_rng_state(new_state: dict[str, Any]) -> None:
+    """Restore the default generator's state from `get_rng_state()`."""
+
 def setitem(tensors: Sequence[Operand], index: Any) -> Variable:
     """a copy of x with x[index] = value"""
 

@@ -1,6 +1,6 @@
 """PyTorch 0.3 spellings the seed tutorials use, shared by the engine and the client:
 casts (`x.float()`, `x.long()`), typed constructors (`FloatTensor(2, 3)`, `Tensor([1, 2])`, `from_numpy(a)`), `x.type(FloatTensor)`
-and `x.type()`, `x.uniform_(-1, 1)`, and the `volatile=` flag (accepted; it has no effect since
+and `x.type()`, and the `volatile=` flag (accepted; it has no effect since
 PyTorch 0.4, and none here: use `no_grad()`).
 
 `spellings(constructors, cast)` makes them for `engine.surface` to install (on the engine's and
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy
 
 if TYPE_CHECKING:
-    from engine.surface_types import ArrayLike, V, VariableSurface
+    from engine.surface_types import ArrayLike, VariableSurface
 
 DTYPE_OF = {
     "FloatTensor": "float32",
@@ -87,8 +87,8 @@ def _cast_method(dtype, cast):
 
 
 def spellings(constructors, cast) -> tuple[dict, dict]:
-    """(methods, module-level names): `type`, the casts (`float()`, `double()`...), `uniform_`
-    and `volatile`; `Tensor`, `FloatTensor`, ..., `from_numpy`. `cast(v, dtype_name)` converts
+    """(methods, module-level names): `type`, the casts (`float()`, `double()`...) and `volatile`
+    (`uniform_` is `engine.sampling`'s); `Tensor`, `FloatTensor`, ..., `from_numpy`. `cast(v, dtype_name)` converts
     differentiably. `engine.surface.install` puts them on a Variable class and its package."""
 
     def type_(self, dtype: Any = None) -> Any:
@@ -98,21 +98,11 @@ def spellings(constructors, cast) -> tuple[dict, dict]:
         target = dtype_of(dtype)
         return self if numpy.dtype(self.dtype).name == target else cast(self, target)
 
-    def uniform_(self: V, low: float = 0.0, high: float = 1.0) -> V:
-        """Fill in place with draws from U(low, high) (the package's `manual_seed` applies)."""
-        self[...] = constructors.rng.uniform(low, high, tuple(self.shape)).astype(self.dtype)
-        return self
-
-    def normal_(self: V, mean: float = 0.0, std: float = 1.0) -> V:
-        """Fill in place with draws from N(mean, std**2) (the package's `manual_seed` applies)."""
-        self[...] = constructors.rng.normal(mean, std, tuple(self.shape)).astype(self.dtype)
-        return self
-
     def volatile(self) -> bool:
         return False
 
     methods = {name: _cast_method(dtype, cast) for name, dtype in CAST_METHODS.items()}
-    methods.update(type=type_, uniform_=uniform_, normal_=normal_, volatile=property(volatile, doc=VOLATILE_MESSAGE))
+    methods.update(type=type_, volatile=property(volatile, doc=VOLATILE_MESSAGE))
     names: dict[str, Any] = {name: TensorType(name, constructors) for name in DTYPE_OF}
     names["Tensor"] = TensorType("Tensor", constructors, "float32")  # float32 values; any Variable is one
 

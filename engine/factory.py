@@ -4,8 +4,9 @@
 `Constructors` is parameterised by the Variable class, the function that turns data into that
 class's arrays, and the side's `engine.devices.Placement`, so the engine (arrays on the active
 backend) and the client (host NumPy arrays) share one implementation; `engine.surface.install`
-makes one per side. Random draws come from NumPy on the host, so the same seed gives the same
-values in both.
+makes one per side. Random draws come from the `generator=` given, else the side's default
+`engine.random.Generator` (NumPy on the host), so the same seed gives the same values in both;
+`engine.sampling` has the other random functions (`normal`, `randperm`, `multinomial`, `bernoulli`...).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy
 from engine import backend
 from engine.compat import dtype_of
 from engine.dtypes import DEFAULT
+from engine.random import Generator, bits_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -33,7 +35,6 @@ NAMES = (
     "randn",
     "rand",
     "randint",
-    "normal",
     "arange",
     "linspace",
     "eye",
@@ -75,12 +76,19 @@ class Constructors:
         self.variable = variable
         self.to_array = to_array
         self.placement = placement
-        self.rng = numpy.random.default_rng()
+        self.default_generator = Generator()
+        self.default_generator.seed()  # a fresh package starts from a non-deterministic seed, as PyTorch's
 
-    def manual_seed(self, seed: int) -> None:
-        self.rng = numpy.random.default_rng(seed)
+    def bits(self, generator: Generator | None = None) -> numpy.random.Generator:
+        """The NumPy stream to draw from: `generator`'s, else the package's default generator's."""
+        return bits_of(generator, self.default_generator)
+
+    def manual_seed(self, seed: int) -> Generator:
+        """Reseed the package's default generator (returned, as PyTorch's `torch.manual_seed`)."""
+        self.default_generator.manual_seed(seed)
         if backend.xp is not numpy:  # pragma: no cover
-            backend.xp.random.seed(seed)
+            backend.xp.random.seed(self.default_generator.initial_seed())
+        return self.default_generator
 
     def names(self) -> dict:
         """The package-level constructor functions."""
@@ -165,49 +173,51 @@ class Constructors:
     def randn(
         self,
         *size: int | Sequence[int],
+        generator: Generator | None = None,
         dtype: DTypeLike | None = None,
         device: DeviceLike | None = None,
         requires_grad: bool = False,
         **keywords: Any,
     ) -> VariableSurface:
-        return self._floating(self.rng.standard_normal(_size(size, keywords)), dtype, device, requires_grad)
+        """Draws from N(0, 1) of shape `size`, from `generator` (else the package's default generator)."""
+        values = self.bits(generator).standard_normal(_size(size, keywords))
+        return self._floating(values, dtype, device, requires_grad)
 
     def rand(
         self,
         *size: int | Sequence[int],
+        generator: Generator | None = None,
         dtype: DTypeLike | None = None,
         device: DeviceLike | None = None,
         requires_grad: bool = False,
         **keywords: Any,
     ) -> VariableSurface:
-        return self._floating(self.rng.random(_size(size, keywords)), dtype, device, requires_grad)
+        """Draws from U[0, 1) of shape `size`, from `generator` (else the package's default generator)."""
+        return self._floating(self.bits(generator).random(_size(size, keywords)), dtype, device, requires_grad)
 
     def randint(
         self,
         low: int = 0,
         high: int | None = None,
         size: int | Sequence[int] | None = None,
+        *,
+        generator: Generator | None = None,
         dtype: DTypeLike | None = None,
         device: DeviceLike | None = None,
         requires_grad: bool = False,
     ) -> VariableSurface:
-        """`randint(high, size)` or `randint(low, high, size)`: integers in [low, high) (int64)."""
-        if size is None:
+        """`randint(high, size)` or `randint(low, high, size)` (also `size=`, `low=`, `high=`): integers in
+        [low, high), int64 unless `dtype=` says otherwise, from `generator` (else the default generator)."""
+        if size is None:  # randint(high, size)
             low, high, size = 0, low, high
-        values = self.rng.integers(low, high, _size((size,)))
+        elif high is None:  # randint(high, size=...)
+            low, high = 0, low
+        if size is None or high is None:
+            raise TypeError("randint() needs high and size: randint(high, size) or randint(low, high, size)")
+        if low >= high:
+            raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+        values = self.bits(generator).integers(low, high, _size((size,)))
         return self._new(values, numpy.int64 if dtype is None else dtype, device, requires_grad)
-
-    def normal(
-        self,
-        mean: float,
-        std: float,
-        size: int | Sequence[int],
-        dtype: DTypeLike | None = None,
-        device: DeviceLike | None = None,
-        requires_grad: bool = False,
-    ) -> VariableSurface:
-        """Draws from N(mean, std**2) of shape `size` (float mean and std; tensor ones are not supported)."""
-        return self._floating(self.rng.normal(float(mean), float(std), _size((size,))), dtype, device, requires_grad)
 
     def arange(
         self,
@@ -292,7 +302,7 @@ class Constructors:
         device: DeviceLike | None = None,
         requires_grad: bool = False,
     ) -> VariableSurface:
-        return self._like(v, self.rng.random(v.shape), dtype, device, requires_grad)
+        return self._like(v, self.bits().random(v.shape), dtype, device, requires_grad)
 
     def randn_like(
         self,
@@ -301,4 +311,4 @@ class Constructors:
         device: DeviceLike | None = None,
         requires_grad: bool = False,
     ) -> VariableSurface:
-        return self._like(v, self.rng.standard_normal(v.shape), dtype, device, requires_grad)
+        return self._like(v, self.bits().standard_normal(v.shape), dtype, device, requires_grad)

@@ -103,6 +103,7 @@ import numpy.typing
 
 from engine.compat import TensorType
 from engine.devices import Device
+from engine.random import Generator
 
 _V = TypeVar("_V")
 V = TypeVar("V", bound=VariableSurface)  # in the surface's annotations: the Variable's own class
@@ -311,8 +312,8 @@ def _method(name: str, member: Any, op_of: dict, shadowing: set[str]) -> list[st
 def _function(name: str, value: Any, op_of: dict, shadowing: set[str]) -> list[str]:
     if name in SPECIAL_FUNCTIONS:
         return _defs(name, [_shadowed(s, shadowing) for s in SPECIAL_FUNCTIONS[name]], _doc(value), "")
-    if isinstance(value, type):
-        return [f"{name} = {value.__name__}"]
+    if isinstance(value, type):  # one of the same name is re-exported by its import (`Generator`)
+        return [] if value.__name__ == name else [f"{name} = {value.__name__}"]
     if name == "Tensor":  # any Variable is a Tensor (`isinstance(x, Tensor)`, `def f(x: torch.Tensor)`)
         return [f"{name} = Variable"]
     if isinstance(value, types.FunctionType) and value in op_of:
@@ -377,6 +378,7 @@ def functions_stub(package: str) -> str:
         "from engine.compat import TensorType",
         "from engine.devices import Device",
         "from engine.grad_mode import _Setting",
+        "from engine.random import Generator as Generator",
         "from engine.surface_types import ArrayLike, DeviceLike, DType, DTypeLike, Index, MaxMin, NDArray, Operand, Size, V",
         "from engine.surface_types import VariableSurface",
     ]

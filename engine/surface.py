@@ -34,6 +34,7 @@ from engine import backend, compat, dtypes, inplace, modern
 from engine.devices import Placement
 from engine.factory import Constructors
 from engine.registry import OPS, make_function
+from engine.sampling import Sampling
 from engine.surface_types import MaxMin
 from engine.tensor_data import plain
 from engine.variable import format_variable
@@ -376,6 +377,9 @@ def install(side: Side) -> dict:
     methods, spellings = compat.spellings(constructors, lambda v, dtype: functions["cast"](v, dtype=dtype))
     for name, method in methods.items():
         setattr(cls, name, method)
+    sampling = Sampling(constructors)  # normal, randperm, multinomial, bernoulli, x.uniform_()...
+    for name, method in sampling.methods().items():
+        setattr(cls, name, method)
     aliases = {alias: functions[name] for alias, name in modern.FUNCTION_ALIASES.items()}
     return {
         **functions,
@@ -383,6 +387,7 @@ def install(side: Side) -> dict:
         **aliases,
         **extremes,
         **constructors.names(),
+        **sampling.names(),
         **spellings,
         **dtypes.names(),
         **placement.names(),

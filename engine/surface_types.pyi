@@ -11,6 +11,7 @@ import numpy.typing
 
 from engine.compat import TensorType
 from engine.devices import Device
+from engine.random import Generator
 
 _V = TypeVar("_V")
 V = TypeVar("V", bound=VariableSurface)  # in the surface's annotations: the Variable's own class
@@ -133,6 +134,10 @@ class VariableSurface:
         create_graph: builtins.bool = False,
     ) -> None:
         """Gradients of this Variable into every leaf's `.grad`."""
+    def bernoulli(self, p: builtins.float | None = None, *, generator: Generator | None = None) -> Self:
+        """`bernoulli(self, p, generator=)`."""
+    def bernoulli_(self, p: Any = 0.5, *, generator: Generator | None = None) -> Self:
+        """Fill in place with 1s (probability `p`, a float or a tensor broadcast to this one) and 0s."""
     def bool(self) -> Self:
         """This Variable as bool (differentiable)."""
     def clamp(self, min: builtins.float | None = None, max: builtins.float | None = None) -> Self:
@@ -181,6 +186,8 @@ class VariableSurface:
     def expand_as(self, other: VariableSurface) -> Self: ...
     def expm1(self) -> Self:
         """exp(x) - 1, accurate for small x"""
+    def exponential_(self, lambd: builtins.float = 1.0, *, generator: Generator | None = None) -> Self:
+        """Fill in place with draws from the exponential distribution of rate `lambd`."""
     def fill_(self, value: Operand) -> Self: ...
     def flatten(self, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Self:
         """merge dimensions start_dim..end_dim into one"""
@@ -263,6 +270,10 @@ class VariableSurface:
         """x * y (broadcasting)"""
     def mul_(self, other: Operand) -> Self:
         """x * y (broadcasting)"""
+    def multinomial(
+        self, num_samples: builtins.int, replacement: builtins.bool = False, *, generator: Generator | None = None
+    ) -> Self:
+        """`multinomial(self, num_samples, replacement, generator=)`."""
     def multiply(self, other: Operand) -> Self:
         """x * y (broadcasting)"""
     def mv(self, vec: Operand) -> Self:
@@ -329,8 +340,10 @@ class VariableSurface:
         keepdim: builtins.bool = False,
     ) -> Self:
         """p-norm over dim (all when null); gradient 0 where the norm is 0"""
-    def normal_(self, mean: builtins.float = 0.0, std: builtins.float = 1.0) -> Self:
-        """Fill in place with draws from N(mean, std**2) (the package's `manual_seed` applies)."""
+    def normal_(
+        self, mean: builtins.float = 0.0, std: builtins.float = 1.0, *, generator: Generator | None = None
+    ) -> Self:
+        """Fill in place with draws from N(mean, std**2)."""
     def not_equal(self, other: Operand) -> Self:
         """x != y as a bool Variable (no gradient)"""
     def numel(self) -> builtins.int: ...
@@ -346,6 +359,11 @@ class VariableSurface:
         """x ** y (broadcasting)"""
     def pow_(self, exponent: Operand) -> Self:
         """x ** y (broadcasting)"""
+    def random_(
+        self, low: builtins.int = 0, high: builtins.int | None = None, *, generator: Generator | None = None
+    ) -> Self:
+        """Fill in place with integers: `random_(high)` in [0, high), `random_(low, high)` in [low, high),
+        `random_()` in [0, 2**mantissa] for a float dtype and [0, max] for an integer one."""
     def reciprocal(self) -> Self: ...
     def relu(self) -> Self:
         """max(x, 0)"""
@@ -429,8 +447,10 @@ class VariableSurface:
     def type(self, dtype: Any = None) -> Any:
         """`x.type()`: the tensor type's name ('torch.FloatTensor'); `x.type(T)`: x converted to T."""
     def type_as(self, other: VariableSurface) -> Self: ...
-    def uniform_(self, low: builtins.float = 0.0, high: builtins.float = 1.0) -> Self:
-        """Fill in place with draws from U(low, high) (the package's `manual_seed` applies)."""
+    def uniform_(
+        self, low: builtins.float = 0.0, high: builtins.float = 1.0, *, generator: Generator | None = None
+    ) -> Self:
+        """Fill in place with draws from U[low, high)."""
     def unsqueeze(self, dim: builtins.int) -> Self:
         """insert a dimension of size 1"""
     def var(
