@@ -476,17 +476,16 @@ def linear(input, weight, bias=None):
 
 def dropout(input, p=0.5, training=True, inplace=False, generator=None):
     """Zeroes each element with probability p and scales the rest by 1 / (1 - p) (training only). The
-    draws come from the package's random source (`manual_seed`); `generator=` takes only None for now."""
+    mask is drawn from `generator` (a `Generator`), else from the package's default generator (`manual_seed`);
+    it is drawn on the host, so the input's values are not needed (a lazy client input is not fetched)."""
     if p < 0.0 or p > 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if generator is not None:
-        raise NotImplementedError("dropout: generator= is not supported yet (pass None to use manual_seed's source)")
     if not training or p == 0.0:
         return input
     ns = _ns(input)
     if p == 1.0:
         return _inplace(input, input * 0.0, inplace)
-    keep = ns.rand(tuple(input.shape), dtype=numpy.float64) < 1.0 - p
+    keep = ns.rand(tuple(input.shape), dtype=numpy.float64, generator=generator) < 1.0 - p
     return _inplace(input, input * (keep.to(input.dtype) / (1.0 - p)), inplace)
 
 

@@ -2,8 +2,9 @@
 place under `no_grad()` (the tensor stays the same object, a leaf that requires grad if it was one) and
 returns it, with PyTorch's formulas for the bounds and standard deviations.
 
-Random values come from the tensor's own package (`engine.manual_seed`, `client.manual_seed`: NumPy's
-generator on the host), so the same seed initialises a model identically on the engine and on the client;
+Random values come from the `generator=` given (a `Generator`), else from the tensor's own package's
+default generator (`engine.manual_seed`, `client.manual_seed`; NumPy's PCG64 on the host, see
+`engine.random`), so the same seed initialises a model identically on the engine and on the client;
 the values are drawn and scaled on the host and written in one assignment, so initialising a client
 parameter sends nothing. The draws are not PyTorch's: a program seeded with `manual_seed` gets
 gradserve's own reproducible values.
@@ -71,11 +72,6 @@ def _calculate_correct_fan(tensor, mode):
     return fan_in if mode == "fan_in" else fan_out
 
 
-def _no_generator(generator):
-    if generator is not None:
-        raise NotImplementedError("nn.init: generator= is not supported (pass None to use manual_seed's source)")
-
-
 def _write(tensor, values):
     """tensor[...] = values (a host array), in place and outside autograd."""
     ns = _ns(tensor)
@@ -84,21 +80,19 @@ def _write(tensor, values):
     return tensor
 
 
-def _draws(tensor, draw):
-    """float64 host draws of tensor's shape from its package's generator (`rand` or `randn`)."""
-    return getattr(_ns(tensor), draw)(tuple(tensor.shape), dtype=numpy.float64).numpy()
+def _draws(tensor, draw, generator):
+    """float64 host draws of tensor's shape (`rand` or `randn`), from `generator` else its package's default one."""
+    return getattr(_ns(tensor), draw)(tuple(tensor.shape), dtype=numpy.float64, generator=generator).numpy()
 
 
 def uniform_(tensor, a=0.0, b=1.0, generator=None):
     """Values drawn uniformly from [a, b)."""
-    _no_generator(generator)
-    return _write(tensor, a + (b - a) * _draws(tensor, "rand"))
+    return _write(tensor, a + (b - a) * _draws(tensor, "rand", generator))
 
 
 def normal_(tensor, mean=0.0, std=1.0, generator=None):
     """Values drawn from N(mean, std**2)."""
-    _no_generator(generator)
-    return _write(tensor, mean + std * _draws(tensor, "randn"))
+    return _write(tensor, mean + std * _draws(tensor, "randn", generator))
 
 
 def constant_(tensor, val):

@@ -226,7 +226,7 @@ def test_unsupported_options_say_so(torch_like):
         F.pad(torch_like.zeros(2, 3), (1, 1), mode="reflect")
     with pytest.raises(NotImplementedError, match="max_norm"):
         F.embedding(torch_like.tensor([1]), torch_like.ones(3, 2), max_norm=1.0)
-    with pytest.raises(NotImplementedError, match="generator"):
+    with pytest.raises(TypeError, match="generator must be a Generator"):
         F.dropout(torch_like.ones(3), generator=object())
 
 
