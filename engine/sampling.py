@@ -91,8 +91,11 @@ class Sampling:
             _check_std(float(std))
             values = bits.normal(float(mean), float(std), _size((size,)))
             return self.constructors._floating(values, dtype, device, requires_grad)
-        if size is not None:
-            raise TypeError("normal(): size is given only with a float mean and std (it is the tensors' shape here)")
+        if size is not None or requires_grad:
+            raise TypeError(
+                "normal(): size= and requires_grad= are taken only with a float mean and std (with tensors, the "
+                "result has their shape and requires grad when they do)"
+            )
         self.constructors.placement.check(device)
         mean, std = self._as_variable(mean), self._as_variable(std)
         tensors = {name: t for name, t in (("mean", mean), ("std", std)) if isinstance(t, self.variable)}

@@ -371,6 +371,8 @@ def test_normal_overloads_refuse_what_pytorch_refuses(oracle):
             m.normal(0.0, 1.0)  # floats need a size
     with pytest.raises(TypeError, match="size"):
         engine.normal(engine.zeros(2), 1.0, (2,))
+    with pytest.raises(TypeError, match="requires_grad"):
+        engine.normal(engine.zeros(2), 1.0, requires_grad=True)
     with pytest.raises(RuntimeError, match="mean must be a floating point"):
         engine.normal(engine.tensor([1, 2]), 1.0)
     with pytest.raises(NotImplementedError):
