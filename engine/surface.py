@@ -13,7 +13,8 @@ Where a name comes from:
 - operators: `OPERATORS` below (the bindings table);
 - everything else: the functions in this file, `engine.modern` (today's PyTorch spellings: aliases,
   `.to()`, `dot`...), `engine.inplace` (`w -= lr * w.grad`, `x.add_(y)`), `engine.dtypes` and
-  `engine.devices` (`torch.float32`, `torch.device`, `torch.cuda`), and `engine.compat` (PyTorch 0.3 spellings).
+  `engine.devices` (`torch.float32`, `torch.device`, `torch.cuda`), `engine.sampling` (random functions and
+  fills, with `engine.random.Generator`), and `engine.compat` (PyTorch 0.3 spellings).
 
 A change of surface is made once and both sides have it: a new method or in-place operator
 (`__isub__` written against `_assign_recorded`/`_assign_values`), a conversion (`item`,
