@@ -163,8 +163,7 @@ class Sampling:
         if replacement:
             indices = _with_replacement(weights, totals, num_samples, bits)
         else:  # the exponential race: the num_samples largest weight / Exp(1) win (Efraimidis & Spirakis)
-            keys = weights / bits.standard_exponential(weights.shape)
-            indices = numpy.argsort(-keys, axis=1, kind="stable")[:, :num_samples]
+            indices = _largest(weights / bits.standard_exponential(weights.shape), num_samples)
         return self._leaf(indices.reshape((*input.shape[:-1], num_samples)), numpy.int64)
 
     def bernoulli(self, input: Any, p: float | None = None, *, generator: Generator | None = None) -> VariableSurface:
@@ -322,6 +321,16 @@ def _random_top(dtype) -> int:
     if dtype.kind == "b":
         return 1
     return int(numpy.iinfo(dtype).max)
+
+
+def _largest(keys, count) -> numpy.ndarray:
+    """Per row, the indices of the `count` largest keys, largest first."""
+    if count < keys.shape[1]:
+        top = numpy.argpartition(-keys, count - 1, axis=1)[:, :count]
+    else:
+        top = numpy.broadcast_to(numpy.arange(keys.shape[1]), keys.shape)
+    order = numpy.argsort(-numpy.take_along_axis(keys, top, axis=1), axis=1, kind="stable")
+    return numpy.take_along_axis(top, order, axis=1)
 
 
 def _with_replacement(weights, totals, num_samples, bits) -> numpy.ndarray:
