@@ -1,8 +1,8 @@
 """Per-package line budgets (tinygrad's discipline): each package may grow only as far as its budget here, set a
 little (about 5%) above its size when it was written, so that growth is a decision and not a drift.
 
-A line counts when it is not blank and not a comment (`#` first); docstrings count. Only `.py` files count (the
-generated `.pyi` declarations do not). Sizes when set (2026-11-25): engine 7347, wire 3604, service 3123, client 2096.
+A line counts when it is not blank and not a comment (`#` first); docstrings count. Only hand-written `.py` files
+count: not the generated `.pyi` declarations nor `engine/surface_methods.py` (`python -m engine.stubgen` writes them). Sizes when set (2026-11-25): engine 7347, wire 3604, service 3123, client 2096.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 BUDGETS = {"engine": 7750, "wire": 3800, "service": 3300, "client": 2200}
+GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
 def code_lines(text: str) -> int:
@@ -22,7 +23,8 @@ def code_lines(text: str) -> int:
 
 
 def package_lines(package: str) -> int:
-    return sum(code_lines(path.read_text(encoding="utf-8")) for path in (ROOT / package).rglob("*.py"))
+    paths = [p for p in (ROOT / package).rglob("*.py") if p.relative_to(ROOT).as_posix() not in GENERATED]
+    return sum(code_lines(path.read_text(encoding="utf-8")) for path in paths)
 
 
 def test_code_lines_counts_code_and_docstrings_not_blanks_or_comments():
