@@ -100,7 +100,7 @@ def apply(op_name: str, inputs: Iterable[Any], attrs: dict | None = None) -> Any
 
 # --- graph introspection -----------------------------------------------------------------------
 def node_name(node: Any) -> str:
-    """A node's class name, as PyTorch shows a grad_fn: `MulBackward`, a custom Function's class name."""
+    """A node's class name, as PyTorch shows a grad_fn: `MulBackward`, `<Function>Backward` for a custom Function."""
     return node.name
 
 
