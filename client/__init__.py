@@ -26,8 +26,7 @@ from client.ops import ShapeError
 from client.session import AsyncSession, Session, connect, current_session
 from client.state import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from client.variable import Variable
-from engine.registry import OPS
-from engine.surface import exported
+from engine.api import OPS, exported
 
 if TYPE_CHECKING:  # what engine.surface installs below (`client.exp`, `client.zeros`...), declared for type checkers
     from client._surface import *  # noqa: F403
@@ -37,7 +36,7 @@ globals().update(_SURFACE)
 
 # torch.nn and torch.optim (they need the names above), torch.autograd's other names and torch.func
 from client import forward_ad, func, gradcheck, nn, optim  # noqa: E402,F401
-from engine.autograd_functional import Functional  # noqa: E402
+from engine.api import Functional  # noqa: E402
 
 # torch.autograd.functional (one request per call) and torch.autograd's other names
 autograd.functional = Functional(sys.modules[__name__], lazy=True)  # type: ignore[attr-defined,no-untyped-call]

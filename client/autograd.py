@@ -19,10 +19,10 @@ from client.serialize import Builder, NeedsGraph
 from client.state import current_phase, current_session, mode
 from client.transports import Call
 from client.variable import Variable, as_host_array
-from engine.autograd import accumulate_grad, walk
+from engine.api import accumulate_grad, walk
 
 if TYPE_CHECKING:
-    from engine.surface_types import Operand
+    from engine.api import Operand
 
 
 def fetching(session, values):

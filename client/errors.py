@@ -5,7 +5,7 @@ builtin exception that fits (`ValueError` for a rejected graph...), so `except V
 
 from __future__ import annotations
 
-from engine.surface import NoValue
+from engine.api import NoValue
 from wire.errors import KINDS, protocol_error
 
 

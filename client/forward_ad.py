@@ -16,7 +16,7 @@ import weakref
 from client.autograd import jvp_node
 from client.func import differentiable
 from client.variable import Variable
-from engine.forward_ad import UnpackedDualTensor
+from engine.api import UnpackedDualTensor
 
 _LEVELS: list = []  # the active level (one at most): {id(dual Variable): (weak ref, its Value, tangent)}
 

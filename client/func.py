@@ -15,7 +15,7 @@ from client import autograd
 from client.autograd import jvp_node
 from client.state import enable_grad, is_grad_enabled
 from client.variable import Variable
-from engine.func import _flat, _split, _tuple, _unflat
+from engine.api import as_tuple, flatten_outputs, split_aux, unflatten_outputs
 
 
 def _any_rg(vs) -> bool:
@@ -51,7 +51,7 @@ def linearized(outputs, inputs, tangents, keep):
 
 def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     """(func(*primals), J·tangents), or with `has_aux` (output, jvp, aux): one request when read."""
-    primals, tangents = _tuple(primals, "jvp"), _tuple(tangents, "jvp")
+    primals, tangents = as_tuple(primals, "jvp"), as_tuple(tangents, "jvp")
     if len(primals) != len(tangents):
         raise RuntimeError(
             f"jvp: Expected primals and tangents to have the same length, got {len(primals)} and {len(tangents)}"
@@ -65,13 +65,13 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     keep = is_grad_enabled() and (_any_rg(primals) or _any_rg(tangents))
     xs = [differentiable(p) for p in primals]
     with enable_grad():
-        out, aux = _split(func(*xs), has_aux, "jvp")
-    outs, is_tuple = _flat(out)
+        out, aux = split_aux(func(*xs), has_aux, "jvp")
+    outs, is_tuple = flatten_outputs(out)
     result = linearized(outs, xs, list(tangents), keep)
     outs = [o if keep else o.detach() for o in outs]
     if has_aux:
-        return _unflat(outs, is_tuple), _unflat(result, is_tuple), aux
-    return _unflat(outs, is_tuple), _unflat(result, is_tuple)
+        return unflatten_outputs(outs, is_tuple), unflatten_outputs(result, is_tuple), aux
+    return unflatten_outputs(outs, is_tuple), unflatten_outputs(result, is_tuple)
 
 
 def _prepared(args, argnums):
@@ -102,8 +102,8 @@ def vjp(func, *primals, has_aux=False):
     """(func(*primals), vjp_fn): vjp_fn(cotangents) is the tuple of vᵀ·J, one per primal."""
     xs, keep = _prepared(primals, range(len(primals)))
     with enable_grad():
-        out, aux = _split(func(*xs), has_aux, "vjp")
-    outs, is_tuple = _flat(out)
+        out, aux = split_aux(func(*xs), has_aux, "vjp")
+    outs, is_tuple = flatten_outputs(out)
 
     def vjp_fn(*cotangents):
         seeds = list(cotangents[0]) if is_tuple and len(cotangents) == 1 else list(cotangents)
@@ -111,7 +111,7 @@ def vjp(func, *primals, has_aux=False):
             raise RuntimeError(f"Expected {len(outs)} cotangents, got {len(seeds)}")
         return tuple(_gradients(outs, xs, seeds, keep or is_grad_enabled() and _any_rg(seeds)))
 
-    shown = _unflat([o if keep else o.detach() for o in outs], is_tuple)
+    shown = unflatten_outputs([o if keep else o.detach() for o in outs], is_tuple)
     return (shown, vjp_fn, aux) if has_aux else (shown, vjp_fn)
 
 
@@ -122,7 +122,7 @@ def grad_and_value(func, argnums=0, has_aux=False):
         nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
         xs, keep = _prepared(args, nums)
         with enable_grad():
-            out, aux = _split(func(*xs, **kwargs), has_aux, "grad_and_value")
+            out, aux = split_aux(func(*xs, **kwargs), has_aux, "grad_and_value")
         if not isinstance(out, Variable) or out.numel() != 1:
             raise RuntimeError(
                 "grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor. Maybe you wanted to use the "

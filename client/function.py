@@ -23,7 +23,7 @@ from client.graph import ARG, FUNCTION, GRAD_OUTPUT, FunctionNode, Phase, Value,
 from client.serialize import SubgraphBuilder
 from client.state import current_phase, is_grad_enabled, tracing
 from client.variable import Variable, as_host_array
-from engine.function import FunctionBase, FunctionCtx, node_class
+from engine.api import FunctionBase, FunctionCtx, function_node_class
 
 MAX_TRACES_PER_FUNCTION = 64
 
@@ -113,7 +113,9 @@ class Function(FunctionBase):
         value = Value(FUNCTION, result.shape, result.dtype, inputs=inputs, attrs=result.attrs, phase=current_phase())
         if is_grad_enabled() and any(needs):
             saved = tuple(variables[i] for i in result.saved_args)
-            value.node = node_class(cls, FunctionNode, function=cls)([edge_of(v) for v in inputs], value, result, saved)
+            value.node = function_node_class(cls, FunctionNode, function=cls)(
+                [edge_of(v) for v in inputs], value, result, saved
+            )
             value.requires_grad = True
         return Variable._lazy(value)
 

@@ -13,7 +13,7 @@ from client.func import jvp
 from client.session import current_session
 from client.state import enable_grad, no_grad
 from client.variable import Variable
-from engine.gradcheck import _GRADCHECK_KEYWORDS, _GRADGRADCHECK_KEYWORDS, GradcheckError, _accept, _compare
+from engine.api import GRADCHECK_KEYWORDS, GRADGRADCHECK_KEYWORDS, GradcheckError, accept_keywords, compare_jacobians
 
 __all__ = ["gradcheck", "gradgradcheck", "GradcheckError"]
 
@@ -95,7 +95,7 @@ def gradcheck(
     **accepted,
 ) -> bool:
     """`engine.gradcheck` on client Variables (PyTorch's keywords; see the module docstring)."""
-    _accept("gradcheck", accepted, _GRADCHECK_KEYWORDS)
+    accept_keywords("gradcheck", accepted, GRADCHECK_KEYWORDS)
     inputs = list(inputs) if isinstance(inputs, (tuple, list)) else [inputs]
     wrt = [i for i, v in enumerate(inputs) if isinstance(v, Variable) and v.requires_grad]
     if not wrt:
@@ -107,7 +107,7 @@ def gradcheck(
     checks = ([("", analytical)] if check_backward_ad else []) + (
         [("forward-mode ", forward)] if check_forward_ad else []
     )
-    return all(_compare(numerical, found, wrt, mode, atol, rtol, raise_exception) for mode, found in checks)
+    return all(compare_jacobians(numerical, found, wrt, mode, atol, rtol, raise_exception) for mode, found in checks)
 
 
 def gradgradcheck(
@@ -125,7 +125,7 @@ def gradgradcheck(
     **accepted,
 ) -> bool:
     """gradcheck of the first derivative (gradients recorded as lazy grad nodes)."""
-    _accept("gradgradcheck", accepted, _GRADGRADCHECK_KEYWORDS)
+    accept_keywords("gradgradcheck", accepted, GRADGRADCHECK_KEYWORDS)
     inputs = list(inputs) if isinstance(inputs, (tuple, list)) else [inputs]
     if not any(isinstance(v, Variable) and v.requires_grad for v in inputs):
         raise ValueError("gradgradcheck: no input requires grad")

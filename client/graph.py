@@ -17,9 +17,8 @@ from collections import namedtuple
 
 import numpy
 
-from engine.function import FUNCTION_NAME
-from engine.node import Node as EngineNode
-from engine.node import check_output, check_saved
+from engine.api import FUNCTION_NAME, check_output, check_saved
+from engine.api import Node as EngineNode
 
 LEAF, CONST, OP, FUNCTION, CUT = "input", "constant", "op", "function", "cut"
 ARG, GRAD_OUTPUT = "arg", "grad_output"  # inside a custom Function's trace

@@ -17,16 +17,26 @@ from client import state
 from client.errors import TracingError
 from client.graph import CONST, LEAF, OP, Node, Value, edge_of
 from client.variable import Variable, as_host_array
-from engine import backend, shapes, surface
-from engine.composite import composite_grad_fn
-from engine.indexing import from_key, to_key
-from engine.node import reads_output
-from engine.registry import OPS, OpDef, grad_fn_name, reference, scalar_dtype
-from engine.registry import coerce as engine_coerce
-from engine.shapes import ShapeError as EngineShapeError
-from engine.variable import Variable as EngineVariable
-
-_engine_result = EngineVariable._result
+from engine import backend
+from engine.api import (
+    OPS,
+    Bounded,
+    OpDef,
+    Side,
+    apply,
+    array_of,
+    composite_grad_fn,
+    from_key,
+    grad_fn_name,
+    install_surface,
+    reads_output,
+    reference,
+    scalar_dtype,
+    shape_proxy,
+    to_key,
+    variable_of,
+)
+from engine.api import ShapeError as EngineShapeError
 
 
 class ShapeError(EngineShapeError):
@@ -81,7 +91,7 @@ def infer(op: OpDef, values, attrs):
     except (ValueError, TypeError, IndexError) as err:  # a ShapeError is a ValueError
         described = ", ".join(str(list(v.shape)) for v in values)
         raise ShapeError(f"{op.name}(): {err} (input shapes: {described})") from None
-    if inferred is None or isinstance(inferred[0], shapes.Bounded):  # a bound (a mask's result) is not a shape
+    if inferred is None or isinstance(inferred[0], Bounded):  # a bound (a mask's result) is not a shape
         return None
     return inferred
 
@@ -108,13 +118,11 @@ def eager(op: OpDef, args, attrs: dict):
     host = backend.xp is numpy
     data_of = iter(datas)
     inputs = [
-        _engine_result(next(data_of) if host else backend.to_active(next(data_of)), None)
-        if isinstance(v, Variable)
-        else v
+        variable_of(next(data_of) if host else backend.to_active(next(data_of))) if isinstance(v, Variable) else v
         for v in args
     ]
     try:
-        array = op.call(engine_coerce(inputs), attrs)._data
+        array = array_of(apply(op.name, inputs, attrs))
         array = array if host else backend.to_numpy(array)
     except Exception:  # noqa: BLE001 - reported by the recorded path
         return None
@@ -170,10 +178,10 @@ def _masked_meta(x, spec, arrays):
         state.current_session().fetch(*lazy)
     real = []
     for a in arrays:
-        array = a._array() if a.dtype == numpy.bool_ or a._has_value else shapes.proxy(a.shape, a.dtype)
+        array = a._array() if a.dtype == numpy.bool_ or a._has_value else shape_proxy(a.shape, a.dtype)
         real.append(array if array.dtype.kind in "biu" else array.astype(numpy.int64))
     try:
-        out = shapes.proxy(x.shape, x.dtype)[to_key(spec, real)]
+        out = shape_proxy(x.shape, x.dtype)[to_key(spec, real)]
         return tuple(out.shape), numpy.dtype(out.dtype)
     except (IndexError, ValueError, TypeError) as err:
         raise ShapeError(f"getitem(): index {list(spec)} does not fit shape {list(x.shape)}: {err}") from None
@@ -201,7 +209,7 @@ def setitem(x, value, key):
 
 def install(backward) -> dict:
     """Install the surface on client.Variable (backward: `client.autograd.backward`); the module-level names."""
-    side = surface.Side(
+    side = Side(
         Variable,
         lambda inputs: inputs,
         lambda op: functools.partial(record, op),
@@ -210,4 +218,4 @@ def install(backward) -> dict:
         as_host_array,
         functions={"getitem": getitem, "setitem": setitem},
     )
-    return surface.install(side)
+    return install_surface(side)

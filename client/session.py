@@ -26,7 +26,7 @@ from client.autograd import backwarding, fetching
 from client.errors import ConflictError, ConnectionFailed, NotFoundError, ServerError
 from client.transports import Call
 from client.variable import Variable
-from engine.autograd import backward_arguments, check_unused, grad_arguments
+from engine.api import backward_arguments, check_unused, grad_arguments
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
 USER_AGENT = "gradserve-client/0.1"

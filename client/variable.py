@@ -18,12 +18,8 @@ import numpy
 from client.graph import CUT, LEAF, Value
 from client.state import current_phase, current_session, enable_grad, no_grad
 from engine import backend
-from engine.devices import Device
-from engine.indexing import from_key, to_key
-from engine.surface_types import VariableSurface
-from engine.tensor_data import same_array, tensor_data
-from engine.variable import Variable as EngineVariable
-from engine.variable import host_array
+from engine.api import Device, VariableSurface, from_key, host_array, same_array, tensor_data, to_key
+from engine.api import Variable as EngineVariable
 
 _COMPUTES_ON: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> the device its server reports
 

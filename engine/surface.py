@@ -5,7 +5,10 @@ PyTorch spelling that the engine's eager `engine.variable.Variable` and the clie
 What differs between the two is said by a `Side`: how an op is applied (computed now, or
 recorded), the grad mode, `backward`, and the few ops with a spelling of their own (`x[key]`).
 `install(side)` puts the surface on the side's Variable class and returns the module-level
-names (`add`, `max`, `zeros`, `FloatTensor`...) for the package's namespace. The methods are
+names (`add`, `max`, `zeros`, `FloatTensor`...) for the package's namespace. The registry ops'
+methods are real `def`s of a class both Variables inherit (`engine.surface_methods`, generated
+by `python -m engine.stubgen`), each calling the side's op function that `install` leaves on the
+class as `_ops`; an op method not generated yet is set on the class here, as the rest of the surface is. The methods are
 written against a small interface that both Variable classes provide (see `engine.variable`).
 
 Where a name comes from:
@@ -29,6 +32,7 @@ from __future__ import annotations
 import builtins
 import math
 import weakref
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from engine import backend, compat, dtypes, inplace, modern
@@ -36,6 +40,7 @@ from engine.devices import Placement
 from engine.factory import Constructors
 from engine.registry import OPS, make_function
 from engine.sampling import Sampling
+from engine.surface_methods import METHOD_OPS, SurfaceMethods
 from engine.surface_types import MaxMin
 from engine.tensor_data import plain
 from engine.variable import format_variable
@@ -340,10 +345,13 @@ def install(side: Side) -> dict:
     cls.__array_ufunc__ = None  # make `ndarray <op> Variable` defer to Variable's reflected operators
     cls.__hash__ = object.__hash__  # __eq__ is elementwise; Variables hash by identity
     functions = {}
+    generated = METHOD_OPS if issubclass(cls, SurfaceMethods) else {}
     for name, op in OPS.items():
         functions[name] = side.functions.get(name) or make_function(op, side.coerce, side.run(op))
         for method in op.methods:
-            setattr(cls, method, functions[name])  # a plain function: `v.op(*args)` calls `fn(v, *args)`
+            if generated.get(method) != name:  # a method engine.surface_methods does not define (yet): set here
+                setattr(cls, method, functions[name])  # a plain function: `v.op(*args)` calls `fn(v, *args)`
+    cls._ops = SimpleNamespace(**functions)  # what the methods of engine.surface_methods call
     for dunder, (name, kind) in OPERATORS.items():
         setattr(cls, dunder, side.operator(OPS[name], kind, functions[name]))
     composed = modern.functions(functions)

@@ -1,9 +1,11 @@
 """The Variable surface as a class that type checkers and editors can follow.
 
 `VariableSurface` is the base class of both Variables: the engine's (`engine.variable.Variable`,
-computed now) and the client's (`client.variable.Variable`, recorded). At run time it holds no
-method: `engine.surface.install` puts the surface (registry ops, operators, PyTorch spellings) on
-each Variable class itself, so an op call finds its method on the first class it looks in. For
+computed now) and the client's (`client.variable.Variable`, recorded). At run time it holds the
+registry ops' methods, as real `def`s inherited from `engine.surface_methods.SurfaceMethods`
+(generated; each calls the Variable class's `_ops.<op>`, the side's op function), so
+go-to-definition and `inspect.getsource` find them; `engine.surface.install` puts the rest of the
+surface (operators, properties, PyTorch spellings) and `_ops` on each Variable class itself. For
 type checkers, `surface_types.pyi` next to this file declares every one of those methods with its
 signature; it is generated from the registry and the surface by `python -m engine.stubgen`, which
 also writes the packages' module-level functions (`engine/_surface.pyi`, `client/_surface.pyi`),
@@ -17,10 +19,12 @@ from __future__ import annotations
 
 from typing import Generic, NamedTuple, TypeVar
 
+from engine.surface_methods import SurfaceMethods
+
 _V = TypeVar("_V")
 
 
-class VariableSurface:
+class VariableSurface(SurfaceMethods):
     """What both Variables share: the surface installed by `engine.surface` (see `surface_types.pyi`)."""
 
     __slots__ = ()

@@ -29,9 +29,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from engine import interrupt
-from engine.attrs import shown
-from engine.registry import OPS
+from engine.api import OPS, current_interrupt, shown
 from wire import jvp_node
 from wire.errors import RequestError
 
@@ -136,7 +134,7 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
     work_of = {}
     graph_of = {}  # a grad node's recorded backward graph (bytes), which a later grad node walks again
     ancestry, work_before, size_before = _Ancestry(steps), 0, live  # the leaves count as ancestors
-    check = interrupt.current()  # a compute thread's cancel check (wire.run.cancel_scope)
+    check = current_interrupt()  # a compute thread's cancel check (wire.run.cancel_scope)
     for index, step in enumerate(steps):
         if check is not None and not index % 256:
             check()

@@ -19,7 +19,7 @@ import time
 
 import numpy
 
-from engine.costs import ELEMENT_OP, ENV, Factors
+from engine.api import ELEMENT_OP, ENV, Factors
 
 MATRIX = 512
 ELEMENTS = 2**20

@@ -14,7 +14,7 @@ import math
 import numpy
 import orjson
 
-from engine.attrs import shown
+from engine.api import shown
 from wire.errors import TensorError
 
 DATATYPES = {

@@ -21,8 +21,7 @@ import html
 import numpy
 import orjson
 
-from engine.registry import OPS
-from engine.shapes import Bounded
+from engine.api import OPS, Bounded
 
 GRAD_FILL = "#ffd8a8"
 LEAF_OPS = ("input", "constant", "arg", "grad_output", "forward_value")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from engine.attrs import shown
+from engine.api import shown
 from wire.budget import check_budgets
 from wire.compile import run_compiled
 from wire.differentiate import gradients

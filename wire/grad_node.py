@@ -18,10 +18,8 @@ computes the gradients for every wrt of the group that exists at that point.
 from __future__ import annotations
 
 from engine import backend
-from engine.attrs import shown
-from engine.autograd import grad as engine_grad
-from engine.registry import OPS, coerce, trusted
-from engine.variable import Variable
+from engine.api import OPS, Variable, array_of, coerce, shown, trusted, variable_of
+from engine.api import grad as engine_grad
 from wire import jvp_node
 from wire.errors import GraphError
 
@@ -203,13 +201,13 @@ def _gradients(step, values, wrts) -> dict:
 
 def _seed(step, out, values):
     if len(step.inputs) == 2:
-        if out._data.size != 1:
+        if array_of(out).size != 1:
             raise GraphError(
                 f"{_named(step.id)[0]}: {shown(step.inputs[0])} has shape {list(out.shape)}: give a grad_output",
                 node=_named(step.id)[1],
                 field="inputs",
             )
-        return Variable._result(backend.array_module(out._data).ones_like(out._data), None)
+        return variable_of(backend.array_module(array_of(out)).ones_like(array_of(out)))
     seed = coerce([out, values[step.inputs[2]]])[1]
     if tuple(seed.shape) != tuple(out.shape):
         raise GraphError(
@@ -222,5 +220,5 @@ def _seed(step, out, values):
 
 
 def _zeros(target):
-    data = target._data if isinstance(target, Variable) else coerce([target])[0]._data
-    return Variable._result(backend.array_module(data).zeros_like(data), None)
+    data = array_of(target if isinstance(target, Variable) else coerce([target])[0])
+    return variable_of(backend.array_module(data).zeros_like(data))

@@ -22,10 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from engine.attrs import INT64, AttrError, shown
-from engine.indexing import tensor_count
-from engine.registry import OPS
-from engine.variable import as_array
+from engine.api import INT64, OPS, AttrError, as_array, shown, tensor_count
 from wire import grad_node, jvp_node
 from wire.codec import DATATYPES, NONFINITE
 from wire.errors import GraphError

@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy
 import orjson
 
-from engine.attrs import shown
-from engine.grad_mode import enable_grad
+from engine.api import enable_grad, shown
 from wire import codec
 from wire.codec import datatype_of
 from wire.errors import RequestError

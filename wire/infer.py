@@ -7,11 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from engine import interrupt
-from engine.attrs import shown
-from engine.registry import OPS
-from engine.shapes import Bounded, ShapeError
-from engine.variable import as_array
+from engine.api import OPS, Bounded, ShapeError, as_array, current_interrupt, shown
 from wire import grad_node
 from wire.budget import with_costs
 from wire.errors import GraphError
@@ -112,7 +108,7 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
     shape rules; None where only running can tell. Fills `bounds` (see Shapes) and `functions`."""
     bounds = {} if bounds is None else bounds
     functions = {} if functions is None else functions
-    check = interrupt.current()  # a compute thread's cancel check (wire.run.cancel_scope)
+    check = current_interrupt()  # a compute thread's cancel check (wire.run.cancel_scope)
     for index, step in enumerate(steps):
         if check is not None and not index % CHECK_EVERY:
             check()

@@ -22,8 +22,7 @@ A jvp of a grad node is forward-over-reverse: `jvp(grad(f, x), x, v)` is a Hessi
 
 from __future__ import annotations
 
-from engine.attrs import shown
-from engine.registry import OPS
+from engine.api import OPS, shown
 from wire.errors import GraphError
 
 DOC = (

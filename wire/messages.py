@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine import backend
-from engine.attrs import shown
+from engine.api import shown
 from wire import codec
 from wire.errors import RequestError
 from wire.limits import Limits

@@ -10,7 +10,7 @@ from collections import OrderedDict
 
 import orjson
 
-from engine.attrs import shown
+from engine.api import shown
 from wire.compile import TERM_BYTES
 from wire.errors import RequestError, TapeFreedError
 from wire.graph import parse

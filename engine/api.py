@@ -1,0 +1,247 @@
+"""The engine's public API for the layers above it (`wire`, `service`, `client`): the narrow waist.
+
+What is public in `engine`, and what the layers above may import (`tests/test_architecture.py`
+holds them to it with an import-linter `forbidden` contract built from `PUBLIC_MODULES`):
+
+* `engine` itself (the PyTorch-style namespace: `engine.Variable`, `engine.exp`, `engine.no_grad`...),
+* `engine.api` (this module: everything else the layers above need, by name),
+* `engine.backend` (NumPy or CuPy: choosing the device, moving arrays),
+* `engine.nn` and `engine.optim` with their submodules (torch.nn, torch.optim; written once for
+  both Variables, so the client re-exports them).
+
+Every other engine module (`variable`, `node`, `function`, `autograd`, `registry`, `surface`,
+`shapes`, `attrs`, `indexing`, `grad_mode`, `ops`...) is internal: it may change shape without
+notice, and code above the engine reads an engine object's state only through the functions here,
+never through its underscore attributes (`Variable._data`, `._node`, a node's `saved`, a custom
+Function's `ctx`).
+
+The sections below: values (wrapping and unwrapping arrays), ops (apply one by registry name, the
+registry and its helpers), graph introspection (a value's node, a node's name, edges and saved
+values, what a value and its graph hold, the backward's walk), autograd and grad mode, custom
+Functions, attributes, shapes and index keys, the Variable surface (for a second side such as the
+client's lazy Variable) and the torch-named helpers written once for both Variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from engine import interrupt as _interrupt
+from engine import shapes as _shapes
+from engine.attrs import INT64, AttrError, shown
+from engine.autograd import (
+    accumulate_grad,
+    backward_arguments,
+    check_unused,
+    grad,
+    grad_arguments,
+    walk,
+)
+from engine.autograd_functional import Functional
+from engine.composite import composite_grad_fn
+from engine.costs import ELEMENT_OP, ENV, Factors
+from engine.devices import Device
+from engine.forward_ad import UnpackedDualTensor
+from engine.func import _flat, _split, _tuple, _unflat
+from engine.function import FUNCTION_NAME, Function, FunctionBase, FunctionCtx
+from engine.function import node_class as function_node_class
+from engine.grad_mode import GradMode, enable_grad, is_grad_enabled, no_grad
+from engine.gradcheck import _GRADCHECK_KEYWORDS, _GRADGRADCHECK_KEYWORDS, GradcheckError, _accept, _compare
+from engine.indexing import from_key, tensor_count, to_key
+from engine.node import GraphFreedError, Meta, Node, check_output, check_saved, reads_output
+from engine.registry import OPS, OpDef, coerce, grad_fn_name, reference, scalar_dtype, trusted
+from engine.shapes import Bounded, ShapeError
+from engine.surface import NoValue, Side, exported
+from engine.surface import install as install_surface
+from engine.surface_types import VariableSurface
+from engine.tensor_data import same_array, tensor_data
+from engine.variable import Variable, as_array, host_array
+
+if TYPE_CHECKING:
+    from engine.surface_types import Operand as Operand  # re-exported for annotations
+
+PUBLIC_MODULES = ("engine", "engine.api", "engine.backend", "engine.nn", "engine.optim")
+"""The engine modules that the layers above may import (with the submodules of `engine.nn` and `engine.optim`)."""
+
+
+# --- values: wrapping and unwrapping arrays ------------------------------------------------------
+def variable_of(array: Any, requires_grad: bool = False) -> Variable:
+    """A leaf Variable holding `array` (an array of the active backend) as is: no copy, no conversion."""
+    v = Variable._result(array, None)
+    if requires_grad:
+        v._requires_grad = True
+    return v
+
+
+def array_of(v: Variable) -> Any:
+    """The array a Variable holds (the active backend's; shared, not copied: not to be mutated)."""
+    return v._data
+
+
+def node_of(v: Variable) -> Node | None:
+    """The node that computed `v` (its `grad_fn`), None for a leaf."""
+    return v._node
+
+
+def version_of(v: Any) -> int:
+    """How many times `v` was modified in place (either side's Variable)."""
+    return v._version
+
+
+# --- ops ---------------------------------------------------------------------------------------
+def apply(op_name: str, inputs: Iterable[Any], attrs: dict | None = None) -> Any:
+    """The registry op `op_name` applied to `inputs` (Variables, arrays or Python numbers, coerced
+    by the engine's rules) with checked attributes (`OPS[op_name].check_attrs(...)`; None: the defaults).
+    Records a node when grad mode is on and an input requires grad, as the op's function would."""
+    op = OPS[op_name]
+    return op.call(coerce(list(inputs)), op.check_attrs({}) if attrs is None else attrs)
+
+
+# --- graph introspection -----------------------------------------------------------------------
+def node_name(node: Any) -> str:
+    """A node's class name, as PyTorch shows a grad_fn: `MulBackward`, `<Function>Backward` for a custom Function."""
+    return node.name
+
+
+def node_edges(node: Any) -> tuple:
+    """Where the gradient of each of a node's inputs goes: a node, a leaf Variable, or None."""
+    return node.edges
+
+
+def saved_values(node: Any) -> list:
+    """What a node keeps alive for its backward, any node: a registry op's saved inputs (and output,
+    when its vjps read it), a custom Function's `ctx.save_for_backward` values and any Variable set
+    on its ctx. Variables, or arrays where the node keeps only the array."""
+    return node.holds()
+
+
+def held_arrays(variables: Iterable[Any], nodes: list | None = None) -> Iterator[Any]:
+    """Every array that `variables` (Variables; other values are skipped) and the graphs recorded
+    behind them keep alive, each node's saved values included; the nodes walked are appended to
+    `nodes` when given."""
+    seen: set[int] = set()
+    stack = []
+    for v in variables:
+        if isinstance(v, Variable):
+            yield v._data
+            if v._node is not None:
+                stack.append(v._node)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if nodes is not None:
+            nodes.append(node)
+        for held in node.holds():
+            yield held._data if isinstance(held, Variable) else held
+        stack.extend(edge for edge in node.edges if edge is not None and not isinstance(edge, Variable))
+
+
+def current_interrupt() -> Any:
+    """The cancel check set for this thread (`interrupt.set_hook`), or None: long loops call it."""
+    return _interrupt.current()
+
+
+set_interrupt = _interrupt.set_hook
+
+# --- shapes ------------------------------------------------------------------------------------
+shape_proxy = _shapes.proxy  # (shape, dtype) -> a zero-strided array of that shape, for indexing rules
+
+# --- torch.func and gradcheck helpers, written once for both Variables ------------------------
+as_tuple = _tuple  # (x, what) -> tuple(x), or torch.func's error naming `what`
+split_aux = _split  # (out, has_aux, what) -> (output, aux)
+flatten_outputs = _flat  # out -> (list of outputs, whether it was a tuple)
+unflatten_outputs = _unflat  # (items, was_tuple) -> a tuple or the single item
+GRADCHECK_KEYWORDS = _GRADCHECK_KEYWORDS
+GRADGRADCHECK_KEYWORDS = _GRADGRADCHECK_KEYWORDS
+accept_keywords = _accept  # (name, given, known): TypeError for an unknown keyword argument
+compare_jacobians = _compare  # (numerical, analytical, wrt, mode, atol, rtol, raise_exception) -> bool
+
+__all__ = [
+    "PUBLIC_MODULES",
+    # values
+    "Variable",
+    "VariableSurface",
+    "variable_of",
+    "array_of",
+    "node_of",
+    "version_of",
+    "as_array",
+    "host_array",
+    "same_array",
+    "tensor_data",
+    "Device",
+    # ops
+    "OPS",
+    "OpDef",
+    "apply",
+    "coerce",
+    "reference",
+    "scalar_dtype",
+    "grad_fn_name",
+    "trusted",
+    "composite_grad_fn",
+    "reads_output",
+    # graph
+    "Node",
+    "Meta",
+    "node_name",
+    "node_edges",
+    "saved_values",
+    "held_arrays",
+    "check_saved",
+    "check_output",
+    "GraphFreedError",
+    "walk",
+    "current_interrupt",
+    "set_interrupt",
+    # autograd and grad mode
+    "grad",
+    "accumulate_grad",
+    "backward_arguments",
+    "grad_arguments",
+    "check_unused",
+    "GradMode",
+    "no_grad",
+    "enable_grad",
+    "is_grad_enabled",
+    # custom Functions
+    "Function",
+    "FunctionBase",
+    "FunctionCtx",
+    "FUNCTION_NAME",
+    "function_node_class",
+    # attributes, shapes, index keys
+    "shown",
+    "AttrError",
+    "INT64",
+    "ShapeError",
+    "Bounded",
+    "shape_proxy",
+    "from_key",
+    "to_key",
+    "tensor_count",
+    # work model
+    "ELEMENT_OP",
+    "ENV",
+    "Factors",
+    # the surface, for a second side
+    "Side",
+    "install_surface",
+    "exported",
+    "NoValue",
+    # torch-named helpers written once for both Variables
+    "Functional",
+    "UnpackedDualTensor",
+    "GradcheckError",
+    "as_tuple",
+    "split_aux",
+    "flatten_outputs",
+    "unflatten_outputs",
+    "GRADCHECK_KEYWORDS",
+    "GRADGRADCHECK_KEYWORDS",
+    "accept_keywords",
+    "compare_jacobians",
+]

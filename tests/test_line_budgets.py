@@ -1,0 +1,41 @@
+"""Per-package line budgets (tinygrad's discipline): each package may grow only as far as its budget here, set a
+little (about 5%) above its size when it was written, so that growth is a decision and not a drift.
+
+A line counts when it is not blank and not a comment (`#` first); docstrings count. Only hand-written `.py` files
+count: not the generated `.pyi` declarations nor `engine/surface_methods.py` (`python -m engine.stubgen` writes them). Sizes when set (2026-11-25): engine 7347, wire 3604, service 3123, client 2096.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BUDGETS = {"engine": 7750, "wire": 3800, "service": 3300, "client": 2200}
+GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
+
+
+def code_lines(text: str) -> int:
+    """The lines of `text` that are neither blank nor a comment."""
+    return sum(1 for line in text.splitlines() if line.strip() and not line.strip().startswith("#"))
+
+
+def package_lines(package: str) -> int:
+    paths = [p for p in (ROOT / package).rglob("*.py") if p.relative_to(ROOT).as_posix() not in GENERATED]
+    return sum(code_lines(path.read_text(encoding="utf-8")) for path in paths)
+
+
+def test_code_lines_counts_code_and_docstrings_not_blanks_or_comments():
+    assert code_lines('"""Doc."""\n\n# a comment\n    # an indented one\nx = 1  # trailing\n\n') == 2
+
+
+@pytest.mark.parametrize("package", sorted(BUDGETS))
+def test_package_within_its_line_budget(package):
+    count, budget = package_lines(package), BUDGETS[package]
+    assert count > budget * 0.5, f"{package}: {count} lines, far below its budget of {budget}: is the count right?"
+    assert count <= budget, (
+        f"{package} has {count} lines (non-blank, non-comment, in .py files), over its budget of {budget}: "
+        "raise the budget in this file if the growth is a decision"
+    )
