@@ -3,6 +3,10 @@ little (about 5%) above its size when it was written, so that growth is a decisi
 
 A line counts when it is not blank and not a comment (`#` first); docstrings count. Only hand-written `.py` files
 count: not the generated `.pyi` declarations nor `engine/surface_methods.py` (`python -m engine.stubgen` writes them). Sizes when set (2026-11-25): engine 7347, wire 3604, service 3123, client 2096.
+
+Raised, as decisions:
+- engine 7750 -> 8150 (2026-11-25): PyTorch's random numbers (`engine/random.py`, `engine/sampling.py`: Generator,
+  multinomial, bernoulli, normal's overloads; issue 22 item 3) took it to 7765.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 7750, "wire": 3800, "service": 3300, "client": 2200}
+BUDGETS = {"engine": 8150, "wire": 3800, "service": 3300, "client": 2200}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
