@@ -394,8 +394,10 @@ conv2d = defop(
 # --- pooling ----------------------------------------------------------------------------------
 
 
-def _pool_plan(op, nd, shape, dtype, kernel_size, stride, padding, dilation, ceil_mode):
+def _pool_plan(op, nd, shape, dtype, kernel_size, stride, padding, dilation, ceil_mode, divisor_override=None):
     _floating(op, [dtype])
+    if divisor_override == 0:
+        raise ShapeError(f"{op}: divisor must be not zero")
     _input_rank(op, shape, nd)
     stride = kernel_size if stride is None else stride
     w = windows(op, tuple(shape[-nd:]), kernel_size, dilation, padding, stride, ceil_mode)
@@ -436,7 +438,9 @@ def _max_pool_forward(op, nd):
 
 def _avg_pool_forward(op, nd):
     def forward(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override=None):
-        w, out_shape = _pool_plan(op, nd, x.shape, x.dtype, kernel_size, stride, padding, 1, ceil_mode)
+        w, out_shape = _pool_plan(
+            op, nd, x.shape, x.dtype, kernel_size, stride, padding, 1, ceil_mode, divisor_override
+        )
         x = _batched(x, nd)[0]
         sums = trusted.sum(_windows_of(x, w, 0), dim=2)
         xp = array_module(sums._data)
@@ -470,9 +474,7 @@ def _pool_infer(op, nd, max_pool):
             window = (attrs["kernel_size"], attrs["stride"], attrs["padding"], attrs["dilation"])
         else:
             window = (attrs["kernel_size"], attrs["stride"], attrs["padding"], 1)
-            if attrs.get("divisor_override") is not None and attrs["divisor_override"] < 1:
-                raise ShapeError(f"{op}: divisor must be not zero (divisor_override={attrs['divisor_override']})")
-        _, shape = _pool_plan(op, nd, shapes[0], dtypes[0], *window, attrs["ceil_mode"])
+        _, shape = _pool_plan(op, nd, shapes[0], dtypes[0], *window, attrs["ceil_mode"], attrs.get("divisor_override"))
         return shape, numpy.dtype(dtypes[0])
 
     return infer
