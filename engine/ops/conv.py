@@ -427,13 +427,24 @@ def _max_pool_forward(op, nd):
         x = _batched(x, nd)[0]
         cols = _windows_of(x, w, -numpy.inf)
         xp = array_module(cols._data)
-        first = xp.argmax(cols._data, axis=2)[:, :, None, :]  # numpy's argmax: the first maximum (or nan)
-        picked = xp.arange(w.taps).reshape((1, 1, -1, 1)) == first
-        del first
+        picked = xp.arange(w.taps).reshape((1, 1, -1, 1)) == _first_maximum(xp, cols._data)[:, :, None, :]
         chosen = trusted.where(const(picked), cols, const(xp.zeros((), cols.dtype)))
         return trusted.reshape(trusted.sum(chosen, dim=2), shape=out_shape)
 
     return forward
+
+
+def _first_maximum(xp, cols):
+    """The tap of each window [N, C, taps, L] that PyTorch's max pooling picks: the first maximum, or the
+    last nan. Tap by tap over contiguous planes (an argmax along the taps' strided axis is several times slower)."""
+    best = cols[:, :, 0].copy()
+    index = xp.zeros(best.shape, numpy.int64)
+    for tap in range(1, cols.shape[2]):
+        values = cols[:, :, tap]
+        better = (values > best) | xp.isnan(values)
+        index[better] = tap
+        xp.copyto(best, values, where=better)
+    return index
 
 
 def _avg_pool_forward(op, nd):
