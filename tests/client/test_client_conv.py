@@ -68,3 +68,14 @@ def test_bad_windows_are_refused_at_the_call(session):
         F.max_pool2d(x, kernel_size=7)
     with pytest.raises(ValueError, match="half"):
         F.avg_pool2d(x, kernel_size=2, padding=2)
+
+
+def test_max_pool_indices_match_torch(session, torch):
+    x = np.random.default_rng(3).integers(-2, 3, (2, 3, 7, 8)).astype(np.float64)
+    x[0, 0, 1, 1:3] = np.nan
+    values, indices = client.nn.functional.max_pool2d(client.tensor(x), 3, 2, 1, ceil_mode=True, return_indices=True)
+    want_values, want_indices = torch.nn.functional.max_pool2d(
+        torch.tensor(x), 3, 2, 1, ceil_mode=True, return_indices=True
+    )
+    np.testing.assert_array_equal(values.numpy(), want_values.numpy())
+    np.testing.assert_array_equal(indices.numpy(), want_indices.numpy())

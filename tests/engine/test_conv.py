@@ -45,13 +45,18 @@ def test_values_and_gradients_match_torch(torch, case, dtype):
 @pytest.mark.parametrize(
     "kwargs", [{"kernel_size": 2}, {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}]
 )
-def test_max_pool_indices_match_torch(torch, kwargs):
+def test_max_pool_indices_and_gradients_match_torch_with_ties_and_nans(torch, kwargs):
     x = np.random.default_rng(3).integers(-2, 3, (2, 3, 7, 8)).astype(np.float64)  # ties: the first maximum
+    x[0, 0, 1, 1:3] = x[1, 2, 4, 4] = np.nan  # nan wins a window (the last nan, in PyTorch's scan)
     values, indices = F.max_pool2d(engine.tensor(x), return_indices=True, **kwargs)
     want_values, want_indices = torch.nn.functional.max_pool2d(torch.tensor(x), return_indices=True, **kwargs)
     np.testing.assert_array_equal(values.numpy(), want_values.numpy())
     assert indices.dtype == np.int64
     np.testing.assert_array_equal(indices.numpy(), want_indices.numpy())
+    ours, theirs = engine.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    F.max_pool2d(ours, **kwargs).sum().backward()
+    torch.nn.functional.max_pool2d(theirs, **kwargs).sum().backward()
+    np.testing.assert_array_equal(ours.grad.numpy(), theirs.grad.numpy())
 
 
 # --- gradcheck and gradgradcheck (float64) ------------------------------------------------------
