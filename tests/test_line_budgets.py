@@ -7,6 +7,8 @@ count: not the generated `.pyi` declarations nor `engine/surface_methods.py` (`p
 Raised, as decisions:
 - engine 7750 -> 8150 (2026-11-25): PyTorch's random numbers (`engine/random.py`, `engine/sampling.py`: Generator,
   multinomial, bernoulli, normal's overloads; issue 22 item 3) took it to 7765.
+- engine 8150 -> 9300 (2026-11-25): convolution and pooling (`engine/ops/conv.py`, `engine/ops/pooling.py`, their
+  `nn.functional` faces and modules; issue 25 item 2) took it to 8812; issue 22's everyday surface follows.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 8150, "wire": 3800, "service": 3300, "client": 2200}
+BUDGETS = {"engine": 9300, "wire": 3800, "service": 3300, "client": 2200}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
