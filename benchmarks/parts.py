@@ -96,12 +96,14 @@ MISSED_BECAUSE = {
     "cyclic garbage collector (issue 24, Why)",
     "100k-node chain plan": "past 2,000 steps plans are interpreted, at 14-23 µs/node, 40-55% of it in Python's "
     "cyclic garbage collector (issue 24, Why)",
+    "binary transfer 4 MiB": "like 64 MiB's, on a smaller scale: each request first-touches two fresh arrays (the body "
+    "buffer, clone's result) that the echo does not; page faults on this VM vary with its load (Changes, request path)",
     "binary transfer 64 MiB": "each request first-touches two fresh 64 MiB arrays (the body buffer, clone's result): 32k page "
     "faults at ~6 µs each on this VM, and the body read and answer copies need the event loop "
     "scheduled ~1000 times; on a busy machine 64 MiB round trips swing 240-800 ms (the echo's "
     "260-540 ms); reusing a spare body buffer halves the server's CPU (experiment) (Changes, request path)",
-    "binary transfer": "a fixed ~0.2 ms per request (decode, plan lookup, encode) against the raw echo's ~0.11 ms "
-    "weighs on tensors of 1 MiB or less (issue 24, Why)",
+    "binary transfer": "a fixed ~0.2 ms per request (decode, plan lookup, encode) against the raw echo's ~0.11 ms, "
+    "which weighs on tensors of 1 MiB or less: 52-69% of the echo's MB/s (issue 24, Why)",
     "remote training loop": "each step is a 650 KB request and a 400 KB answer over this VM's loopback (~1.4 ms), "
     "which the embedded loop doesn't pay; the compute thread's hand-off is gone while the pool "
     "is idle (quick run: 2.31x, from 3.07-3.2x) (Changes, request path)",
