@@ -24,8 +24,8 @@ REQUESTS = ((TINY, "tiny", False), (SEED_JSON, "seed", False), (SEED_BIN, "seed"
 ALL = tuple(r[0] for r in REQUESTS)
 # key: (label, how it is started, module it needs, served with 1 worker only, the requests it serves)
 SERVERS = {
-    "bare": ("bare ASGI echo", "bare", None, False, ALL),
-    "fast": ("FastAPI echo", "fast", None, False, ALL),
+    "bare": ("bare ASGI echo", "bare", None, False, (TINY, SEED_BIN)),
+    "fast": ("FastAPI echo", "fast", None, False, (TINY, SEED_BIN)),
     "torch": ("hand-written FastAPI + torch", "benchmarks.endpoints:torch_app", "torch", True, ALL),
     "jax": ("hand-written FastAPI + jax.jit", "benchmarks.endpoints:jax_app", "jax", True, ALL),
     "litserve": ("LitServe + torch", "litserve", "litserve", True, (TINY, SEED_JSON)),
@@ -136,6 +136,19 @@ def _of_rounds(runs, srv, key, stat, pick=statistics.median):
     return pick(got) if got else None
 
 
+def _refusals(found: list) -> str:
+    """'0', or the count of non-2xx answers and broken connections over the rounds with each status's share."""
+    statuses, failed = {}, 0
+    for m in found:
+        failed += m["failed"]
+        for status, n in m["statuses"].items():
+            if not status.startswith("2"):
+                statuses[status] = statuses.get(status, 0) + n
+    total = failed + sum(statuses.values())
+    parts = [f"{status}: {n}" for status, n in sorted(statuses.items())] + ([f"failed: {failed}"] if failed else [])
+    return f"{total} ({', '.join(parts)})" if total else "0"
+
+
 def _sweep_table(runs, requests, connections, bodies):
     rows = []
     for label in requests:
@@ -171,7 +184,7 @@ def _sweep_table(runs, requests, connections, bodies):
             "connections",
             "server",
             "successful req/s",
-            "non-2xx + failed (all rounds)",
+            "non-2xx + failed (all rounds; by status)",
             "p50",
             "p99",
             "req/s ÷ hand-written torch",

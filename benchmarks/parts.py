@@ -85,7 +85,7 @@ MISSED_BECAUSE = {
     "the pool is idle, against the torch endpoint's ~0.7 ms) (Changes, request path)",
     "service tiny graph": "in process the app takes ~65 µs a request against ~180 µs for the hand-written torch "
     "endpoint; uvicorn and the loopback, ~150 µs, are the same for both (Changes, request path)",
-    "serve who waits": "the wait queue holds 4 x `max_concurrency` requests and cannot be configured: past it a "
+    "serve who waits, seed net": "the wait queue holds 4 x `max_concurrency` requests and cannot be configured: past it a "
     "request gets an immediate 503 (at 16 connections 40-51% of seed-net `/backward` requests, while the "
     "hand-written endpoint answers all of them); the queue bounded by bytes and time is item 1's work (issue 24, Why)",
     "access log": "one structured line per request, written on the event loop: ~25% of tiny-graph throughput "

@@ -323,6 +323,10 @@ def test_service_targets_take_the_worst_connection_count_of_each_round():
     assert rps.values == [1.25, 1.0] and rps.verdict == "missed in 1 of 2 rounds"  # round 2 at 4 connections: 1.0x
     assert p99.values == [1.0, 2.0] and p99.verdict == "missed in 1 of 2 rounds"
     assert rps.of_minimums == 1.0 and p99.of_minimums == 1.0
+    # the sweep table counts refusals by status over the rounds
+    answers = [{"failed": 1, "statuses": {"200": 5, "503": 3}}, {"failed": 0, "statuses": {"503": 2, "429": 1}}]
+    assert part_service._refusals(answers) == "7 (429: 1, 503: 5, failed: 1)"
+    assert part_service._refusals([{"failed": 0, "statuses": {"200": 9}}]) == "0"
 
 
 class _HalfRefused(http.server.BaseHTTPRequestHandler):
