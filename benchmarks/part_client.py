@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
-import time
 
 from benchmarks import common, rounds, serving
 from benchmarks.common import LABELS, PY, ROOT, fmt_time, table, timing_table
@@ -15,16 +14,16 @@ from benchmarks.loadgen import group_cpu_seconds
 from benchmarks.rounds import ratio_target, record, run_rounds, side_rounds
 
 
-def _loops(case, sides, rounds_, deadline_s, env_remote, server_pgid=None, **params):
-    """Run `case` on each side in `rounds_` interleaved rounds, a fresh process per side per round; the
-    client sides embedded (no GRADSERVE_URL) or remote (`env_remote`, whose server's CPU time over each
-    run is counted when its process group `server_pgid` is given)."""
-    end = time.monotonic() + deadline_s
+def _loops(case, sides, rounds_, max_s, env_remote, server_pgid=None, **params):
+    """Run `case` on each side in `rounds_` interleaved rounds, a fresh process per side per round, each
+    timing steps for at most `max_s` seconds; the client sides embedded (no GRADSERVE_URL) or remote
+    (`env_remote`, whose server's CPU time over each run is counted when its process group `server_pgid`
+    is given)."""
 
     def measure(side, r):
         env = env_remote if side == "remote" else {"GRADSERVE_URL": None}
         server_cpu = group_cpu_seconds(server_pgid) if side == "remote" and server_pgid else None
-        res = common.worker(case, side, timeout=max(60, end - time.monotonic()), env=env, **params)
+        res = common.worker(case, side, timeout=3 * max_s + 120, env=env, max_s=max_s, **params)
         if "error" not in res:
             extra = res.get("extra") or {}
             if server_cpu is not None:  # the worker's warm-up steps included: an upper bound per step
@@ -32,7 +31,7 @@ def _loops(case, sides, rounds_, deadline_s, env_remote, server_pgid=None, **par
             res["extra"] = extra
         return res
 
-    runs = run_rounds(sides, rounds_, measure, deadline_s)
+    runs = run_rounds(sides, rounds_, measure)
     record(f"{case} {json.dumps(params, sort_keys=True)}", side_rounds(runs))
     return runs
 
@@ -79,7 +78,7 @@ def _train(quick, client_error, service, env_remote, targets):
     if env_remote is None and "remote" in sides:
         sides.remove("remote")
     count = rounds.ROUNDS
-    res = _loops("train", sides, count, (75 if quick else 150) * count, env_remote, service.pgid, steps=steps)
+    res = _loops("train", sides, count, 20 if quick else 60, env_remote, service.pgid, steps=steps)
     if client_error:
         res["embedded"] = {"times": [], "rounds": [], "extra": [], "error": client_error}
     if "remote" not in res:
@@ -112,9 +111,7 @@ def _tensor_program(quick, client_error, targets):
     sides = ["engine", "torch"] if client_error else ["embedded", "engine", "torch"]
     present, missing = common.installed(sides, {"torch": "torch"})
     count = rounds.ROUNDS
-    res = _loops(
-        "tensorprog", present, count, (75 if quick else 150) * count, None, steps=steps, max_s=30 if quick else 60
-    )
+    res = _loops("tensorprog", present, count, 20 if quick else 60, None, steps=steps)
     res.update({side: {**m, "rounds": []} for side, m in missing.items()})
     if client_error:
         res["embedded"] = {"times": [], "rounds": [], "extra": [], "error": client_error}

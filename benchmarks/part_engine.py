@@ -14,10 +14,10 @@ from benchmarks.rounds import Target, ratio_target
 PEERS_MODULES = dict(peers.MODULE_OF, torch="torch")
 
 
-def _run(case, sides, rounds, deadline, **params):
+def _run(case, sides, rounds, round_s, **params):
     """`interleave` over the installed sides; a missing peer's row says "not installed"."""
     present, missing = installed(sides, PEERS_MODULES)
-    res = interleave(case, present, rounds, deadline, **params)
+    res = interleave(case, present, rounds, round_s, **params)
     for side in sides:
         res.setdefault(side, {**missing.get(side, {"times": [], "extra": [], "error": "not run"}), "rounds": []})
     out = type(res)({s: res[s] for s in sides})
@@ -43,7 +43,7 @@ def _target(targets, part, label, runs, side, base, limit, kind="<="):
 
 def _chain(quick, rounds, targets):
     sides = ["engine", "executor", "torch", "numpy", *peers.PEERS]
-    res = _run("chain100", sides, rounds, 25 if quick else 60, reps=100 if quick else 300, warmup=20)
+    res = _run("chain100", sides, rounds, 10 if quick else 30, reps=100 if quick else 300, warmup=20)
     md, _ = timing_table(res, LABELS, ["torch", "numpy"])
     notes = [
         _target(targets, "1a", "100-op chain ≤0.8x PyTorch (#24)", res, "engine", "torch", 0.8),
@@ -63,7 +63,7 @@ def _chain(quick, rounds, targets):
 
 def _seed(quick, rounds, targets, dtype):
     sides = ["engine", "executor", "torch", "numpy", *peers.PEERS]
-    res = _run("seed", sides, rounds, 25 if quick else 60, dtype=dtype, reps=40 if quick else 150, warmup=10)
+    res = _run("seed", sides, rounds, 10 if quick else 30, dtype=dtype, reps=40 if quick else 150, warmup=10)
     md, _ = timing_table(res, LABELS, ["torch", "numpy"])
     notes = [
         _target(targets, "1b", f"seed net {dtype} ≤1.1x NumPy (#24)", res, "engine", "numpy", 1.1),
@@ -84,7 +84,7 @@ def _seed(quick, rounds, targets, dtype):
 
 def _hvp(quick, rounds, targets):
     sides = ["engine", "torch", *peers.PEERS]
-    res = _run("hvp", sides, rounds, 25 if quick else 60, reps=100 if quick else 300, warmup=20)
+    res = _run("hvp", sides, rounds, 10 if quick else 30, reps=100 if quick else 300, warmup=20)
     md, _ = timing_table(res, LABELS, ["torch"])
     note = "; ".join(
         [

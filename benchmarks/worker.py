@@ -198,21 +198,21 @@ def executor_step(header, arrays, output, count):
     return step
 
 
-def _samples(step, reps, warmup):
+def _samples(step, reps, warmup, max_s=120.0):
     """Timed samples of `step`, and a `jax.jit` side's compile time (timed apart) as extra."""
-    times = _timeit(step, reps, warmup)
+    times = _timeit(step, reps, warmup, max_s)
     return {"times": times, "extra": {"compile_s": sum(peers.COMPILE_S.values())} if peers.COMPILE_S else None}
 
 
 def case_chain100(side, p):
     reps, warmup = p.get("reps", 200), p.get("warmup", 20)
-    return _samples(chain_step(side, 100, count=reps + warmup), reps, warmup)
+    return _samples(chain_step(side, 100, count=reps + warmup), reps, warmup, p.get("max_s", 120))
 
 
 def case_seed(side, p):
     dtype = numpy.dtype(p.get("dtype", "float32"))
     reps, warmup = p.get("reps", 100), p.get("warmup", 10)
-    return _samples(net_step(side, SEED, dtype, count=reps + warmup), reps, warmup)
+    return _samples(net_step(side, SEED, dtype, count=reps + warmup), reps, warmup, p.get("max_s", 120))
 
 
 # --- Hessian-vector product of a small MLP ------------------------------------------------------
@@ -251,11 +251,12 @@ def hvp_step(side):
 
 
 def case_hvp(side, p):
-    return _samples(hvp_step(side), p.get("reps", 200), p.get("warmup", 20))
+    return _samples(hvp_step(side), p.get("reps", 200), p.get("warmup", 20), p.get("max_s", 120))
 
 
 def case_large(side, p):
-    return {"times": _timeit(net_step(side, LARGE, numpy.float32), p.get("reps", 5), p.get("warmup", 1))}
+    step = net_step(side, LARGE, numpy.float32)
+    return {"times": _timeit(step, p.get("reps", 5), p.get("warmup", 1), p.get("max_s", 120))}
 
 
 def case_chain100k(side, p):
@@ -313,7 +314,7 @@ def case_growth(side, p):
             times.append(time.perf_counter() - t0)
         return {"times": times}
     decode = _decoder(executor, *payloads_chain(nodes - 4, x0, a, b, "g_"))
-    return {"times": _timeit(lambda: executor.backward(decode()), p.get("reps", 3 * graphs), 2)}
+    return {"times": _timeit(lambda: executor.backward(decode()), p.get("reps", 3 * graphs), 2, p.get("max_s", 120))}
 
 
 def payloads_chain(length, x0, a, b, salt):
