@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+from benchmarks.rounds import Runs, ratios, record, run_rounds, side_rounds
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 LABELS = {
@@ -27,6 +29,8 @@ LABELS = {
     "autograd": "HIPS autograd",
     "jax": "JAX eager (no jit)",
     "jaxjit": "JAX jax.jit (compiled ahead)",
+    "first": "first request of a new graph",
+    "repeat": "repeat of a planned graph",
 }
 
 
@@ -58,29 +62,18 @@ def worker(case: str, side: str, timeout: float = 600, env: dict | None = None, 
     return {"error": "worker printed no result"}
 
 
-def interleave(case: str, sides: list[str], rounds: int, deadline_s: float, **params) -> dict:
-    """Run `case` on every side, `rounds` times interleaved (A B A B ...), bounded by `deadline_s`.
+def interleave(case: str, sides: list[str], rounds: int, round_s: float, **params) -> Runs:
+    """Run `case` on every side in `rounds` interleaved rounds (`benchmarks.rounds.run_rounds`: one
+    fresh worker process per side per round, the order alternating). Every round runs: a side's
+    sampling stops after `round_s` seconds (the worker's `max_s`), so a slow side takes fewer
+    samples instead of cutting rounds short. The per-round figures are kept for the results JSON."""
 
-    Returns {side: {"times": [...], "extra": [...], "error": str|None}}."""
-    out = {s: {"times": [], "extra": [], "error": None} for s in sides}
-    end = time.monotonic() + deadline_s
-    for r in range(rounds):
-        for side in sides:
-            if out[side]["error"]:
-                continue
-            left = end - time.monotonic()
-            if left <= 5 and r > 0:
-                break
-            res = worker(case, side, timeout=max(30.0, left), **params)
-            if "error" in res:
-                out[side]["error"] = res["error"]
-                continue
-            out[side]["times"].extend(res["times"])
-            if res.get("extra"):
-                out[side]["extra"].append(res["extra"])
-        if time.monotonic() > end:
-            break
-    return out
+    def measure(side, r):
+        return worker(case, side, timeout=3 * round_s + 120, max_s=round_s, **params)
+
+    runs = run_rounds(sides, rounds, measure)
+    record(f"{case} {json.dumps(params, sort_keys=True)}", side_rounds(runs))
+    return runs
 
 
 def rtext(ratio: float | None) -> str:
@@ -141,10 +134,15 @@ def table(headers: list[str], rows: list[list]) -> str:
 def timing_table(
     result: dict, labels: dict, baselines: list[str], scale: float = 1.0, unit=fmt_time
 ) -> tuple[str, dict]:
-    """A table of median/min/max per side and its ratio to each baseline; returns (markdown, ratios)."""
+    """A table of median/min/max per side (every round's samples) and its ratio to each baseline:
+    the median of the per-round ratios where `result` has rounds (`Runs`), else of the medians;
+    returns (markdown, ratios)."""
     med = {s: (stats(r["times"]) or {}).get("median") for s, r in result.items()}
-    headers = ["side", "median", "min", "max", "n"] + [f"÷ {labels[b]}" for b in baselines]
-    rows, ratios = [], {}
+    per_round = isinstance(result, Runs) and len(result.loads) > 0
+    headers = ["side", "median", "min", "max", "n"] + [
+        f"÷ {labels[b]}{' (median of rounds)' if per_round else ''}" for b in baselines
+    ]
+    rows, ratios_found = [], {}
     for side, r in result.items():
         st = stats(r["times"])
         if st is None:
@@ -156,14 +154,19 @@ def timing_table(
             continue
         row = [labels[side], unit(st["median"] * scale), unit(st["min"] * scale), unit(st["max"] * scale), st["n"]]
         for b in baselines:
-            if med.get(b):
+            ratio = None
+            if per_round and b in result:
+                got = [x for x in ratios(result, side, b) if x is not None]
+                ratio = statistics.median(got) if got else None
+            elif med.get(b):
                 ratio = st["median"] / med[b]
-                ratios[(side, b)] = ratio
-                row.append(f"{ratio:.2f}x")
-            else:
+            if ratio is None:
                 row.append("-")
+            else:
+                ratios_found[(side, b)] = ratio
+                row.append(f"{ratio:.2f}x")
         rows.append(row)
-    return table(headers, rows), ratios
+    return table(headers, rows), ratios_found
 
 
 # --- machine facts --------------------------------------------------------------------------

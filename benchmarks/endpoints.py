@@ -38,6 +38,11 @@ def read_tensors(body: bytes, header_length: str | None, lists=("inputs",)) -> t
     else:
         n = int(header_length)
         head, tail = orjson.loads(body[:n]), memoryview(body)[n:]
+    return tensors_of(head, tail, lists), bool(head.get("parameters", {}).get("binary_data_output"))
+
+
+def tensors_of(head: dict, tail=None, lists=("inputs",)) -> dict:
+    """{name: array} of the tensors in a parsed header's `lists` (binary data read from `tail`)."""
     arrays, offset = {}, 0
     for t in (t for key in lists for t in head.get(key, ())):
         dtype, shape = DTYPES[t["datatype"]], t["shape"]
@@ -47,7 +52,7 @@ def read_tensors(body: bytes, header_length: str | None, lists=("inputs",)) -> t
             size = t["parameters"]["binary_data_size"]
             arrays[t["name"]] = numpy.frombuffer(tail, dtype, size // dtype.itemsize, offset).reshape(shape)
             offset += size
-    return arrays, bool(head.get("parameters", {}).get("binary_data_output"))
+    return arrays
 
 
 def write_outputs(outputs: dict, grads: dict, binary: bool) -> tuple[bytes, dict]:

@@ -2,10 +2,13 @@
 httpx, so the server, not the client, is what is measured).
 
 `python -m benchmarks.loadgen '<json>'` with {"port", "path", "body_file", "headers", "seconds",
-"max_requests", "connections", "cpu_pgid"}: runs `connections` sequential keep-alive connections in this
-process (threads would share the GIL, so the driver runs several of these processes) and prints
-{"latencies": [...], "count", "errors", "elapsed"}; with `cpu_pgid` (a server's process group)
-also "cpu_s", the CPU time (user + system) that group spent during the measured requests.
+"max_requests", "connections", "cpu_pgid"}: runs `connections` keep-alive connections at once in this
+process, one thread each (a thread waits in `recv` without the GIL; the driver runs several of these
+processes for more), each sending its next request when the last is answered, and prints
+{"latencies": [...2xx answers only], "count" (answered), "ok" (2xx), "non2xx", "failed" (connection
+errors), "errors" (non2xx + failed), "statuses": {status: count}, "elapsed"}; with `cpu_pgid` (a
+server's process group) also "cpu_s", the CPU time (user + system) that group spent during the
+measured requests.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
+from collections import Counter
 
 
 def build_request(path: str, body: bytes, headers: dict | None = None) -> bytes:
@@ -76,28 +81,52 @@ class Connection:
 
 
 def run(port, request: bytes, seconds: float, max_requests: int, connections: int = 1):
-    conns = [Connection(port) for _ in range(connections)]
-    latencies, errors = [], 0
+    """`connections` keep-alive connections sending `request` back to back for `seconds` (at most
+    `max_requests` in all); latencies of the 2xx answers, counts of the others."""
+    latencies, statuses, failed = [], Counter(), [0]
+    issued = iter(range(max_requests))  # next() on a range iterator is atomic under the GIL
+    end = time.perf_counter() + seconds
+
+    def client():
+        conn = None
+        while time.perf_counter() < end and next(issued, None) is not None:
+            try:
+                conn = conn or Connection(port)
+                t0 = time.perf_counter()
+                status, _ = conn.roundtrip(request)
+                took = time.perf_counter() - t0
+            except (OSError, ConnectionError, ValueError):
+                failed[0] += 1
+                if conn is not None:
+                    conn.close()
+                conn = None
+                time.sleep(0.001)
+                continue
+            statuses[status] += 1
+            if 200 <= status < 300:
+                latencies.append(took)
+        if conn is not None:
+            conn.close()
+
     start = time.perf_counter()
-    end = start + seconds
-    i = 0
-    while i < max_requests and time.perf_counter() < end:
-        c = conns[i % len(conns)]
-        t0 = time.perf_counter()
-        try:
-            status, _ = c.roundtrip(request)
-            if status != 200:
-                errors += 1
-        except (OSError, ConnectionError, ValueError):
-            errors += 1
-            c.close()
-            conns[i % len(conns)] = Connection(port)
-        latencies.append(time.perf_counter() - t0)
-        i += 1
+    threads = [threading.Thread(target=client) for _ in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     elapsed = time.perf_counter() - start
-    for c in conns:
-        c.close()
-    return {"latencies": latencies, "count": len(latencies), "errors": errors, "elapsed": elapsed}
+    answered = sum(statuses.values())
+    non2xx = answered - len(latencies)
+    return {
+        "latencies": latencies,
+        "count": answered,
+        "ok": len(latencies),
+        "non2xx": non2xx,
+        "failed": failed[0],
+        "errors": non2xx + failed[0],
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "elapsed": elapsed,
+    }
 
 
 def group_cpu_seconds(pgid: int) -> float:
@@ -122,7 +151,7 @@ def main(argv):
         body = f.read()
     request = build_request(p["path"], body, p.get("headers"))
     # a short warm-up so connection set-up and first-request costs don't count
-    run(p["port"], request, 0.5, 20)
+    run(p["port"], request, 0.5, 20, min(p.get("connections", 1), 20))
     pgid = p.get("cpu_pgid")
     cpu0 = group_cpu_seconds(pgid) if pgid else None
     result = run(p["port"], request, p["seconds"], p["max_requests"], p.get("connections", 1))

@@ -4,37 +4,36 @@ program (its own backprop with plain tensor ops, nothing requires grad)."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
-import time
 
-from benchmarks import common, serving
-from benchmarks.common import LABELS, PY, ROOT, fmt_time, rtext, table, timing_table, verdict
+from benchmarks import common, rounds, serving
+from benchmarks.common import LABELS, PY, ROOT, fmt_time, table, timing_table
 from benchmarks.loadgen import group_cpu_seconds
+from benchmarks.rounds import ratio_target, record, run_rounds, side_rounds
 
 
-def _loops(case, sides, rounds, deadline_s, env_remote, server_pgid=None, **params):
-    """Run `case` on each side `rounds` times, interleaved, in fresh processes; the client sides
-    embedded (no GRADSERVE_URL) or remote (`env_remote`, whose server's CPU time over each run is
-    counted when its process group `server_pgid` is given)."""
-    res = {s: {"times": [], "extra": [], "error": None} for s in sides}
-    end = time.monotonic() + deadline_s
-    for _ in range(rounds):
-        for side in sides:
-            if res[side]["error"] or time.monotonic() > end:
-                continue
-            env = env_remote if side == "remote" else {"GRADSERVE_URL": None}
-            server_cpu = group_cpu_seconds(server_pgid) if side == "remote" and server_pgid else None
-            r = common.worker(case, side, timeout=max(60, end - time.monotonic()), env=env, **params)
-            if "error" in r:
-                res[side]["error"] = r["error"]
-            else:
-                res[side]["times"] += r["times"]
-                extra = r.get("extra") or {}
-                if server_cpu is not None:  # the worker's warm-up steps included: an upper bound per step
-                    extra["server_cpu"] = (group_cpu_seconds(server_pgid) - server_cpu) / max(1, extra.get("steps", 1))
-                res[side]["extra"].append(extra)
-    return res
+def _loops(case, sides, rounds_, max_s, env_remote, server_pgid=None, **params):
+    """Run `case` on each side in `rounds_` interleaved rounds, a fresh process per side per round, each
+    timing steps for at most `max_s` seconds; the client sides embedded (no GRADSERVE_URL) or remote
+    (`env_remote`, whose server's CPU time over each run is counted when its process group `server_pgid`
+    is given)."""
+
+    def measure(side, r):
+        env = env_remote if side == "remote" else {"GRADSERVE_URL": None}
+        server_cpu = group_cpu_seconds(server_pgid) if side == "remote" and server_pgid else None
+        res = common.worker(case, side, timeout=3 * max_s + 120, env=env, max_s=max_s, **params)
+        if "error" not in res:
+            extra = res.get("extra") or {}
+            if server_cpu is not None:  # the worker's warm-up steps included: an upper bound per step
+                extra["server_cpu"] = (group_cpu_seconds(server_pgid) - server_cpu) / max(1, extra.get("steps", 1))
+            res["extra"] = extra
+        return res
+
+    runs = run_rounds(sides, rounds_, measure)
+    record(f"{case} {json.dumps(params, sort_keys=True)}", side_rounds(runs))
+    return runs
 
 
 def _totals(res, steps):
@@ -67,9 +66,10 @@ def _totals(res, steps):
     )
 
 
-def _target(targets, label, ratio, limit):
-    targets.append(("4", label, rtext(ratio), verdict(ratio, limit)))
-    return f"{label}: {rtext(ratio)} → **{verdict(ratio, limit)}**"
+def _target(targets, label, runs, side, base, limit):
+    target = ratio_target("4", label, runs, side, base, limit)
+    targets.append(target)
+    return target.summary()
 
 
 def _train(quick, client_error, service, env_remote, targets):
@@ -77,21 +77,22 @@ def _train(quick, client_error, service, env_remote, targets):
     sides = ["engine", "torch", "numpy"] if client_error else ["embedded", "remote", "engine", "torch", "numpy"]
     if env_remote is None and "remote" in sides:
         sides.remove("remote")
-    res = _loops("train", sides, 1 if quick else 3, 150 if quick else 400, env_remote, service.pgid, steps=steps)
+    count = rounds.ROUNDS
+    res = _loops("train", sides, count, 20 if quick else 60, env_remote, service.pgid, steps=steps)
     if client_error:
-        res["embedded"] = {"times": [], "extra": [], "error": client_error}
+        res["embedded"] = {"times": [], "rounds": [], "extra": [], "error": client_error}
     if "remote" not in res:
-        res["remote"] = {"times": [], "extra": [], "error": client_error or service.msg}
-    md, ratios = timing_table(res, LABELS, ["embedded", "engine", "torch"])
-    remote, embedded = ratios.get(("remote", "embedded")), ratios.get(("embedded", "engine"))
+        res["remote"] = {"times": [], "rounds": [], "extra": [], "error": client_error or service.msg}
+    md, _ = timing_table(res, LABELS, ["embedded", "engine", "torch"])
     notes = [
-        _target(targets, "remote training loop ≤3x embedded", remote, 3.0),
-        _target(targets, "remote training loop ≤2.5x embedded (#14)", remote, 2.5),
-        _target(targets, "embedded client seed loop ≤1.15x engine (#14)", embedded, 1.15),
+        _target(targets, "remote training loop ≤1.3x embedded (#24)", res, "remote", "embedded", 1.3),
+        _target(targets, "remote training loop ≤3x embedded", res, "remote", "embedded", 3.0),
+        _target(targets, "remote training loop ≤2.5x embedded (#14)", res, "remote", "embedded", 2.5),
+        _target(targets, "embedded client seed loop ≤1.15x engine (#14)", res, "embedded", "engine", 1.15),
     ]
     return [
         f"### (a) the seed training loop: {steps} steps (float32, SGD)\n",
-        "Each side runs the loop in its own process (5 untimed warm-up steps); one sample = one step, so "
+        "Each side runs the loop in a fresh process each round (5 untimed warm-up steps); one sample = one step, so "
         "the table is per step (median, robust to a busy machine's spikes) and *loop total* is the whole "
         "loop's wall time (median over rounds). Engine, embedded and remote run one program, the seed's "
         "(`w.data -= lr * w.grad.data`), with `engine` or `client` as the module; remote talks to a local "
@@ -109,14 +110,13 @@ def _tensor_program(quick, client_error, targets):
     steps = 20 if quick else 100
     sides = ["engine", "torch"] if client_error else ["embedded", "engine", "torch"]
     present, missing = common.installed(sides, {"torch": "torch"})
-    res = _loops(
-        "tensorprog", present, 1 if quick else 3, 150 if quick else 400, None, steps=steps, max_s=30 if quick else 90
-    )
-    res.update(missing)
+    count = rounds.ROUNDS
+    res = _loops("tensorprog", present, count, 20 if quick else 60, None, steps=steps)
+    res.update({side: {**m, "rounds": []} for side, m in missing.items()})
     if client_error:
-        res["embedded"] = {"times": [], "extra": [], "error": client_error}
-    md, ratios = timing_table(res, LABELS, ["engine", "torch"])
-    note = _target(targets, "tensor program embedded ≤1.3x engine (#13)", ratios.get(("embedded", "engine")), 1.3)
+        res["embedded"] = {"times": [], "rounds": [], "extra": [], "error": client_error}
+    md, _ = timing_table(res, LABELS, ["engine", "torch"])
+    note = _target(targets, "tensor program embedded ≤1.3x engine (#13)", res, "embedded", "engine", 1.3)
     return [
         f"### (b) a tensor program: the tutorials' `two_layer_net_tensor`, up to {steps} steps\n",
         "Its own backprop with plain tensor ops (`h.clamp(min=0)`, `grad_h[h < 0] = 0`, `.t().mm(...)`, "

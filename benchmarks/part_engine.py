@@ -7,16 +7,22 @@ from __future__ import annotations
 import statistics
 
 from benchmarks import peers
-from benchmarks.common import LABELS, installed, interleave, rtext, table, timing_table, verdict
+from benchmarks import rounds as rounds_module
+from benchmarks.common import LABELS, fmt_time, installed, interleave, table, timing_table
+from benchmarks.rounds import Target, ratio_target
 
 PEERS_MODULES = dict(peers.MODULE_OF, torch="torch")
 
 
-def _run(case, sides, rounds, deadline, **params):
+def _run(case, sides, rounds, round_s, **params):
     """`interleave` over the installed sides; a missing peer's row says "not installed"."""
     present, missing = installed(sides, PEERS_MODULES)
-    res = interleave(case, present, rounds, deadline, **params)
-    return {s: res.get(s) or missing[s] for s in sides}
+    res = interleave(case, present, rounds, round_s, **params)
+    for side in sides:
+        res.setdefault(side, {**missing.get(side, {"times": [], "extra": [], "error": "not run"}), "rounds": []})
+    out = type(res)({s: res[s] for s in sides})
+    out.loads = res.loads
+    return out
 
 
 def _compile_note(res) -> str:
@@ -29,21 +35,20 @@ def _compile_note(res) -> str:
     )
 
 
-def _target(targets, part, label, ratio, limit, kind="<="):
-    targets.append((part, label, rtext(ratio), verdict(ratio, limit, kind)))
-    return f"{label}: {rtext(ratio)} → **{verdict(ratio, limit, kind)}**"
+def _target(targets, part, label, runs, side, base, limit, kind="<="):
+    target = ratio_target(part, label, runs, side, base, limit, kind)
+    targets.append(target)
+    return target.summary()
 
 
 def _chain(quick, rounds, targets):
     sides = ["engine", "executor", "torch", "numpy", *peers.PEERS]
-    res = _run("chain100", sides, rounds, 90 if quick else 240, reps=100 if quick else 300, warmup=20)
-    md, ratios = timing_table(res, LABELS, ["torch", "numpy"])
+    res = _run("chain100", sides, rounds, 10 if quick else 30, reps=100 if quick else 300, warmup=20)
+    md, _ = timing_table(res, LABELS, ["torch", "numpy"])
     notes = [
-        _target(targets, "1a", "100-op chain ≤0.8x PyTorch", ratios.get(("engine", "torch")), 0.8),
-        _target(targets, "1a", "100-op chain ≤1.0x PyTorch (#14)", ratios.get(("engine", "torch")), 1.0),
-        _target(
-            targets, "1a", "server compute: 100-op chain ≤0.3x PyTorch (#14)", ratios.get(("executor", "torch")), 0.3
-        ),
+        _target(targets, "1a", "100-op chain ≤0.8x PyTorch (#24)", res, "engine", "torch", 0.8),
+        _target(targets, "1a", "100-op chain ≤1.0x PyTorch (#14)", res, "engine", "torch", 1.0),
+        _target(targets, "1a", "server compute: 100-op chain ≤0.3x PyTorch (#14)", res, "executor", "torch", 0.3),
     ]
     return [
         "### (a) per-op overhead: a chain of 100 ops on 2x2 float32 (alternating mul, add), then backward\n",
@@ -58,23 +63,16 @@ def _chain(quick, rounds, targets):
 
 def _seed(quick, rounds, targets, dtype):
     sides = ["engine", "executor", "torch", "numpy", *peers.PEERS]
-    res = _run("seed", sides, rounds, 90 if quick else 240, dtype=dtype, reps=40 if quick else 150, warmup=10)
-    md, ratios = timing_table(res, LABELS, ["torch", "numpy"])
-    rn, rt = ratios.get(("engine", "numpy")), ratios.get(("engine", "torch"))
+    res = _run("seed", sides, rounds, 10 if quick else 30, dtype=dtype, reps=40 if quick else 150, warmup=10)
+    md, _ = timing_table(res, LABELS, ["torch", "numpy"])
     notes = [
-        _target(targets, "1b", f"seed net {dtype} ≤1.1x NumPy", rn, 1.1),
-        _target(targets, "1b", f"seed net {dtype} ≤1.0x PyTorch", rt, 1.0),
-        _target(targets, "1b", f"seed net {dtype} ≤1.2x NumPy (#14)", rn, 1.2),
+        _target(targets, "1b", f"seed net {dtype} ≤1.1x NumPy (#24)", res, "engine", "numpy", 1.1),
+        _target(targets, "1b", f"seed net {dtype} ≤1.0x PyTorch", res, "engine", "torch", 1.0),
+        _target(targets, "1b", f"seed net {dtype} ≤1.2x NumPy (#14)", res, "engine", "numpy", 1.2),
     ]
     if dtype == "float32":
         notes.append(
-            _target(
-                targets,
-                "1b",
-                "server compute: seed net float32 ≤1.1x NumPy (#14)",
-                ratios.get(("executor", "numpy")),
-                1.1,
-            )
+            _target(targets, "1b", "server compute: seed net float32 ≤1.1x NumPy (#14)", res, "executor", "numpy", 1.1)
         )
     return [
         f"### (b) seed two-layer net (N=64, D_in=1000, H=100, D_out=10), forward + backward, {dtype}\n",
@@ -86,9 +84,14 @@ def _seed(quick, rounds, targets, dtype):
 
 def _hvp(quick, rounds, targets):
     sides = ["engine", "torch", *peers.PEERS]
-    res = _run("hvp", sides, rounds, 90 if quick else 240, reps=100 if quick else 300, warmup=20)
-    md, ratios = timing_table(res, LABELS, ["torch"])
-    note = _target(targets, "1e", "HVP of a small MLP ≤1.2x PyTorch (#14)", ratios.get(("engine", "torch")), 1.2)
+    res = _run("hvp", sides, rounds, 10 if quick else 30, reps=100 if quick else 300, warmup=20)
+    md, _ = timing_table(res, LABELS, ["torch"])
+    note = "; ".join(
+        [
+            _target(targets, "1e", "HVP of a small MLP ≤1.0x PyTorch (#24)", res, "engine", "torch", 1.0),
+            _target(targets, "1e", "HVP of a small MLP ≤1.2x PyTorch (#14)", res, "engine", "torch", 1.2),
+        ]
+    )
     return [
         "### (e) Hessian-vector product of a small MLP (N=32, 16, 32, 4, tanh) float64\n",
         "One sample = loss, its gradient with `create_graph=True`, then the gradient of <gradient, v> "
@@ -100,17 +103,12 @@ def _hvp(quick, rounds, targets):
     ]
 
 
-def _large(quick, targets):
+def _large(quick, rounds, targets):
     res = interleave(
-        "large",
-        ["engine", "torch", "numpy"],
-        1 if quick else 3,
-        150 if quick else 300,
-        reps=2 if quick else 4,
-        warmup=1,
+        "large", ["engine", "torch", "numpy"], rounds, 60 if quick else 100, reps=2 if quick else 4, warmup=1
     )
-    md, ratios = timing_table(res, LABELS, ["torch", "numpy"])
-    note = _target(targets, "1c", "large MLP ≤1.05x NumPy", ratios.get(("engine", "numpy")), 1.05)
+    md, _ = timing_table(res, LABELS, ["torch", "numpy"])
+    note = _target(targets, "1c", "large MLP ≤1.05x NumPy", res, "engine", "numpy", 1.05)
     return [
         "### (c) large MLP (N=512, 4096, 4096, 1024) float32, forward + backward (x does not require grad)\n",
         md,
@@ -119,9 +117,7 @@ def _large(quick, targets):
 
 
 def _chain100k(quick):
-    res = interleave(
-        "chain100k", ["engine", "torch", "numpy"], 1 if quick else 3, 120 if quick else 240, length=100_000
-    )
+    res = interleave("chain100k", ["engine", "torch", "numpy"], 1 if quick else 3, 120, length=100_000)
     md, _ = timing_table(res, LABELS, ["torch", "numpy"])
     mem_rows = []
     for side, r in res.items():
@@ -151,7 +147,7 @@ def _chain100k(quick):
 
 def part1(quick: bool):
     targets = []
-    rounds = 2 if quick else 4
+    rounds = rounds_module.ROUNDS
     out = [
         "## Part 1: engine vs PyTorch CPU eager, NumPy with manual gradients, HIPS autograd and JAX\n",
         "Every side runs in its own process, interleaved. A peer that is not installed says so "
@@ -160,7 +156,64 @@ def part1(quick: bool):
     out += _chain(quick, rounds, targets)
     for dtype in ("float32", "float64"):
         out += _seed(quick, rounds, targets, dtype)
-    out += _large(quick, targets)
+    out += _large(quick, rounds, targets)
     out += _chain100k(quick)
     out += _hvp(quick, rounds, targets)
+    out += _growth(quick, rounds, targets)
     return "\n".join(out), targets
+
+
+def _growth(quick, rounds, targets):
+    """(f) cost growth: a new 1,000-node graph's first request against a repeat, and large plans' µs/node."""
+    graphs = 4 if quick else 10
+    res = interleave("growth", ["first", "repeat"], rounds, 30 if quick else 60, nodes=1000, graphs=graphs)
+    md, _ = timing_table(res, LABELS, ["repeat"])
+    notes = [
+        _target(
+            targets, "1f", "first request of a new 1,000-node graph ≤10x a repeat (#24)", res, "first", "repeat", 10
+        )
+    ]
+    plan_rows = []
+    for nodes in (10_000, 100_000):
+        reps = 2 if quick else 5
+        plan = interleave("plan", ["executor"], rounds, 60 if nodes > 10_000 else 20, nodes=nodes, reps=reps)
+        slot = plan["executor"]
+        values = [statistics.median(r["times"]) if r else None for r in slot["rounds"]]
+        target = Target(
+            "1f",
+            f"{nodes // 1000}k-node chain plan ≤5 µs/node (#24)",
+            5e-6,
+            "<=",
+            "us",
+            values,
+            min(slot["times"]) if slot["times"] else None,
+            list(plan.loads),
+        )
+        targets.append(target)
+        notes.append(target.summary())
+        firsts = [e["first_per_node"] for e in slot["extra"]]
+        plan_rows.append(
+            [
+                f"{nodes:,} nodes",
+                target.spread(),
+                fmt_time(min(slot["times"])) if slot["times"] else f"skipped: {slot['error']}",
+                fmt_time(statistics.median(firsts)) if firsts else "-",
+                len(values),
+            ]
+        )
+    return [
+        "### (f) cost growth: a new graph's first request, and large plans\n",
+        f"In process, as the service runs a request: decode (the JSON head parsed and validated) + "
+        f"`Executor.backward`. *first* = the first request of each of {graphs} chain graphs of 1,000 nodes the "
+        "executor has not seen (plan, infer, compile, run); *repeat* = repeats of one such graph. Each side is a "
+        "fresh process per round; the ratio is first ÷ repeat per round.\n",
+        md,
+        "",
+        "Plans of a 10,000- and a 100,000-node chain (the 100-op chain's ops, 2x2 float32), requests decoded "
+        "beforehand; one sample = `Executor.backward` of a cached plan ÷ its nodes. One fresh process per round.\n",
+        table(
+            ["plan", "µs/node: rounds min / median / max", "min sample", "first request / node", "rounds"], plan_rows
+        ),
+        "",
+        "\nTargets: " + "; ".join(notes) + "\n",
+    ]

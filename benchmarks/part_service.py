@@ -1,36 +1,43 @@
-"""Part 2: the service over HTTP against the HTTP floor (echo apps) and against the endpoint a user
-would write instead (`benchmarks.endpoints`: FastAPI + torch, and FastAPI + `jax.jit`)."""
+"""Part 2: the service over HTTP against the HTTP floor (echo apps) and the servers a user would run
+instead: the hand-written FastAPI + torch and FastAPI + `jax.jit` endpoints (`benchmarks.endpoints`) and
+LitServe + torch (`benchmarks.litserve_app`), with a concurrency sweep at 1, 4, 16 and 32 connections.
+
+Each round starts every server afresh, one at a time (the order alternating between rounds), and runs
+the whole sweep on it before stopping it; a figure in a round is the service's ÷ the hand-written
+FastAPI + torch endpoint's in that round."""
 
 from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import tempfile
-from contextlib import ExitStack
 
-from benchmarks import common, serving
-from benchmarks.common import fmt_time, table, verdict
+from benchmarks import common, rounds, serving
+from benchmarks.common import PY, fmt_time, table
+from benchmarks.rounds import Target, run_rounds
 
-# key: (label, uvicorn app or None for the service, module it needs, served with 1 worker only)
-SERVERS = {
-    "bare": ("bare ASGI echo", "bare", None, False),
-    "fast": ("FastAPI echo", "fast", None, False),
-    "torch": ("hand-written FastAPI + torch", "benchmarks.endpoints:torch_app", "torch", True),
-    "jax": ("hand-written FastAPI + jax.jit", "benchmarks.endpoints:jax_app", "jax", True),
-    "service": ("gradserve /backward", None, None, False),
-}
+CONNECTIONS = (1, 4, 16, 32)
+LOADED = 4  # the connection count of the "loaded" figures of issues 6 and 14
+TINY, SEED_JSON, SEED_BIN = "tiny graph /backward JSON", "seed net /backward JSON", "seed net /backward binary"
 # (label, the endpoints' model, binary)
-REQUESTS = (
-    ("tiny graph /backward JSON", "tiny", False),
-    ("seed net /backward JSON", "seed", False),
-    ("seed net /backward binary", "seed", True),
-)
+REQUESTS = ((TINY, "tiny", False), (SEED_JSON, "seed", False), (SEED_BIN, "seed", True))
+ALL = tuple(r[0] for r in REQUESTS)
+# key: (label, how it is started, module it needs, served with 1 worker only, the requests it serves)
+SERVERS = {
+    "bare": ("bare ASGI echo", "bare", None, False, (TINY, SEED_BIN)),
+    "fast": ("FastAPI echo", "fast", None, False, (TINY, SEED_BIN)),
+    "torch": ("hand-written FastAPI + torch", "benchmarks.endpoints:torch_app", "torch", True, ALL),
+    "jax": ("hand-written FastAPI + jax.jit", "benchmarks.endpoints:jax_app", "jax", True, ALL),
+    "litserve": ("LitServe + torch", "litserve", "litserve", True, (TINY, SEED_JSON)),
+    "service": ("gradserve /backward", "service", None, False, ALL),
+    "service-log": ("gradserve, access log on (--log-level info)", "service-log", None, False, (TINY,)),
+}
+HAND = "torch"  # the baseline of the service's figures
 
 
 def _bodies(tmp):
-    """{(request label, server): (path, body file, headers, size)}: the echoes get gradserve's body,
-    the hand-written endpoints only the input tensors (they know their model)."""
+    """{(request label, server): (path, body file, headers, size)}: the echoes and the service get
+    gradserve's body, the hand-written endpoints and LitServe only the input tensors (they know their model)."""
     from benchmarks import payloads
 
     made = {"tiny": payloads.tiny_request(), "seed": payloads.seed_request()}
@@ -41,181 +48,325 @@ def _bodies(tmp):
             body, headers = payloads.encode(hdr, arrays, binary)
             path = serving.write_body(tmp, f"{model}-{binary}-{kind}", body)
             for srv in SERVERS:
-                if (kind == "inputs") == (srv in ("torch", "jax")):
-                    route = {"service": "/backward", "torch": f"/{model}/backward", "jax": f"/{model}/backward"}.get(
-                        srv, "/echo"
-                    )
+                if (kind == "inputs") == (srv in ("torch", "jax", "litserve")):
+                    route = "/backward" if srv.startswith("service") else "/echo"
+                    if srv in ("torch", "jax", "litserve"):
+                        route = f"/{model}/backward"
                     out[(label, srv)] = (route, path, headers, len(body))
     return out
 
 
-def _start(stack, srv, port, workers, missing_service):
-    _, app, module, one_worker = SERVERS[srv]
-    if one_worker and workers != 1:
-        return None
-    if module and not common.have(module):
-        return common.Started(False, f"not installed ({module})")
-    if app is None:
-        return stack.enter_context(serving.maybe_service(missing_service, port, workers))
-    return stack.enter_context(
-        common.server(serving.uvicorn_cmd(app, port, workers), port, ready_path="/healthz", timeout=120)
-    )
+def _server(srv, port, workers, missing_service):
+    """The context manager that starts `srv` (yields a `common.Started`)."""
+    start = SERVERS[srv][1]
+    if start in ("service", "service-log"):
+        return serving.maybe_service(missing_service, port, workers, "info" if start == "service-log" else "warning")
+    if start == "litserve":
+        cmd = [PY, "-m", "benchmarks.litserve_app", str(port)]
+        return common.server(cmd, port, ready_path="/healthz", timeout=120)
+    return common.server(serving.uvicorn_cmd(start, port, workers), port, ready_path="/healthz", timeout=120)
 
 
-def _merge(prev, lat, thr):
-    """One round's measurements added to the previous rounds'."""
-    if prev is None:
-        return {"lat": lat, "thr": thr, "rps": [thr["rps"]]}
-    prev["lat"]["latencies"] += lat["latencies"]
-    prev["lat"]["count"] += lat["count"]
-    prev["lat"]["cpu_s"] += lat["cpu_s"]
-    prev["thr"]["latencies"] += thr["latencies"]
-    prev["thr"]["errors"] += thr["errors"]
-    prev["rps"].append(thr["rps"])
-    return prev
-
-
-def _measure(started, ports, bodies, seconds, rounds, procs):
-    results = {}
-    for _ in range(rounds):
-        for label, _, _ in REQUESTS:
-            for srv, st in started.items():
-                if (label, srv) in results and "error" in results[(label, srv)]:
-                    continue
-                if not st.ok:
-                    results[(label, srv)] = {"error": st.msg or "not started"}
-                    continue
-                route, body_file, headers, _ = bodies[(label, srv)]
-                lat = serving.load(ports[srv], route, body_file, headers, seconds / 2, 100_000, 1, cpu_pgid=st.pgid)
-                thr = serving.load(ports[srv], route, body_file, headers, seconds, 1_000_000, procs)
-                if "error" in lat or "error" in thr:
-                    results[(label, srv)] = {"error": lat.get("error") or thr.get("error")}
-                    continue
-                results[(label, srv)] = _merge(results.get((label, srv)), lat, thr)
-    for r in results.values():
-        if "error" not in r:
-            for d in (r["lat"], r["thr"]):
-                d["p50"], d["p99"] = common.percentile(d["latencies"], 50), common.percentile(d["latencies"], 99)
-            r["thr"]["rps"] = statistics.median(r["rps"])
-            r["cpu_per_request"] = r["lat"]["cpu_s"] / r["lat"]["count"] if r["lat"]["count"] else None
-    return results
-
-
-def _rows(results, bodies, servers):
-    rows = []
-    for label, _, _ in REQUESTS:
-        fast, hand = results.get((label, "fast"), {}), results.get((label, "torch"), {})
-        for srv in servers:
-            r = results.get((label, srv), {"error": "not run"})
-            size = f"{bodies[(label, srv)][3] / 1024:.1f} KiB"
-            if "error" in r:
-                rows.append([label, SERVERS[srv][0], size, f"skipped: {r['error']}"] + [""] * 8)
+def _sweep_one(srv, workers, bodies, requests, connections, seconds, missing_service):
+    """One round of one server: a fresh process, every request it serves at every connection count.
+    {"m": {"request @c": {"ok_rps", "non2xx", "failed", "p50", "p99", "cpu_per_request"}}} or {"error"}."""
+    port = common.free_port()
+    with _server(srv, port, workers, missing_service) as started:
+        if not started.ok:
+            return {"error": started.msg or "not started"}
+        found = {}
+        for label in requests:
+            if label not in SERVERS[srv][4]:
                 continue
-            vs_hand = f"{r['lat']['p50'] / hand['lat']['p50']:.2f}x" if "lat" in hand else "-"
-            rel = f"{r['thr']['rps'] / fast['thr']['rps']:.0%}" if "thr" in fast else "-"
-            cpu = fmt_time(r["cpu_per_request"]) if r["cpu_per_request"] is not None else "-"
-            rows.append(
-                [
+            route, body_file, headers, _ = bodies[(label, srv)]
+            for c in connections:
+                procs, each = serving.spread(c)
+                pgid = started.pgid if c == 1 else None
+                d = serving.load(port, route, body_file, headers, seconds, 10_000_000, procs, pgid, each)
+                if "error" in d:
+                    return {"error": d["error"]}
+                found[f"{label} @{c}"] = {
+                    "ok_rps": d["ok_rps"],
+                    "non2xx": d["non2xx"],
+                    "failed": d["failed"],
+                    "statuses": d["statuses"],
+                    "p50": d["p50"],
+                    "p99": d["p99"],
+                    "cpu_per_request": d["cpu_s"] / d["count"] if d.get("cpu_s") is not None and d["count"] else None,
+                }
+        return {"m": found}
+
+
+def _sweep(servers, workers, bodies, requests, connections, seconds, count, missing_service):
+    present = {}
+    for srv in servers:
+        _, _, module, one_worker, _ = SERVERS[srv]
+        if one_worker and workers != 1:
+            continue
+        present[srv] = None if not module or common.have(module) else f"not installed ({module})"
+    runnable = [s for s, why in present.items() if why is None]
+    runs = run_rounds(
+        runnable,
+        count,
+        lambda srv, r: _sweep_one(srv, workers, bodies, requests, connections, seconds, missing_service),
+    )
+    for srv, why in present.items():
+        if why:
+            runs[srv] = {"rounds": [], "times": [], "extra": [], "error": why}
+    rounds.record(f"service {workers} worker(s)", {"loads": runs.loads, **{s: v["rounds"] for s, v in runs.items()}})
+    return runs
+
+
+def _metric(runs, srv, r, key, stat):
+    value = runs[srv]["rounds"][r]["m"][key][stat]
+    if value is None:
+        raise KeyError(stat)
+    return value
+
+
+def _per_round(runs, srv, key, stat, base=None):
+    """Per round: `srv`'s `stat` at `key` ("request @c"), ÷ `base`'s when given."""
+    if base is None:
+        return rounds.round_values(runs, lambda r: _metric(runs, srv, r, key, stat))
+    return rounds.round_values(runs, lambda r: _metric(runs, srv, r, key, stat) / _metric(runs, base, r, key, stat))
+
+
+def _of_rounds(runs, srv, key, stat, pick=statistics.median):
+    got = [v for v in _per_round(runs, srv, key, stat) if v is not None]
+    return pick(got) if got else None
+
+
+def _refusals(found: list) -> str:
+    """'0', or the count of non-2xx answers and broken connections over the rounds with each status's share."""
+    statuses, failed = {}, 0
+    for m in found:
+        failed += m["failed"]
+        for status, n in m["statuses"].items():
+            if not status.startswith("2"):
+                statuses[status] = statuses.get(status, 0) + n
+    total = failed + sum(statuses.values())
+    parts = [f"{status}: {n}" for status, n in sorted(statuses.items())] + ([f"failed: {failed}"] if failed else [])
+    return f"{total} ({', '.join(parts)})" if total else "0"
+
+
+def _sweep_table(runs, requests, connections, bodies):
+    rows = []
+    for label in requests:
+        for c in connections:
+            key = f"{label} @{c}"
+            for srv, slot in runs.items():
+                if label not in SERVERS[srv][4]:
+                    continue
+                name = SERVERS[srv][0]
+                if not any(r and key in r["m"] for r in slot["rounds"]):
+                    rows.append([label, c, name, f"skipped: {slot['error'] or 'not measured'}"] + [""] * 8)
+                    continue
+                bad = sum(r["m"][key]["non2xx"] + r["m"][key]["failed"] for r in slot["rounds"] if r and key in r["m"])
+                cells = [
                     label,
-                    SERVERS[srv][0],
-                    size,
-                    fmt_time(r["lat"]["p50"]),
-                    fmt_time(r["lat"]["p99"]),
-                    vs_hand,
-                    cpu,
-                    f"{r['thr']['rps']:.0f}",
-                    fmt_time(r["thr"]["p50"]),
-                    fmt_time(r["thr"]["p99"]),
-                    rel,
-                    r["thr"]["errors"],
+                    c,
+                    name,
+                    f"{_of_rounds(runs, srv, key, 'ok_rps'):.0f}",
+                    bad,
+                    fmt_time(_of_rounds(runs, srv, key, "p50")),
+                    fmt_time(_of_rounds(runs, srv, key, "p99")),
                 ]
-            )
+                for stat in ("ok_rps", "p50", "p99"):
+                    ratio = Target("2", "", None, values=_per_round(runs, srv, key, stat, HAND))
+                    cells.append("-" if srv == HAND or HAND not in runs else ratio.spread())
+                cpu = _of_rounds(runs, srv, f"{label} @1", "cpu_per_request")
+                cells.append(fmt_time(cpu) if c == 1 and cpu is not None else "")
+                cells.append(f"{bodies[(label, srv)][3] / 1024:.1f} KiB")
+                rows.append(cells)
     return table(
         [
             "request",
+            "connections",
             "server",
-            "body",
-            "p50 (1 conn)",
-            "p99 (1 conn)",
+            "successful req/s",
+            "non-2xx + failed (all rounds; by status)",
+            "p50",
+            "p99",
+            "req/s ÷ hand-written torch",
             "p50 ÷ hand-written torch",
+            "p99 ÷ hand-written torch",
             "server CPU / req",
-            "req/s (loaded)",
-            "p50 (loaded)",
-            "p99 (loaded)",
-            "req/s ÷ FastAPI echo",
-            "errors",
+            "body",
         ],
         rows,
     )
 
 
-def _ratio(results, a, b, key="lat", stat="p50"):
-    ra, rb = results.get(a, {}), results.get(b, {})
-    return ra[key][stat] / rb[key][stat] if key in ra and key in rb else None
+def _worst(runs, label, connections, stat, pick):
+    """Per round: the worst over the connection counts of the service's `stat` ÷ the hand-written endpoint's."""
+    per_c = [_per_round(runs, "service", f"{label} @{c}", stat, HAND) for c in connections]
+    out = []
+    for values in zip(*per_c):
+        out.append(None if any(v is None for v in values) else pick(values))
+    return out
 
 
-def _targets(results):
-    """Issue 6's and issue 14's targets on the 1-worker run."""
-    tiny, seed = "tiny graph /backward JSON", "seed net /backward binary"
-    svc, fast = results.get((tiny, "service"), {}), results.get((tiny, "fast"), {})
-    rows = []
-    if "thr" in svc and "thr" in fast:
-        share, p50 = svc["thr"]["rps"] / fast["thr"]["rps"], svc["lat"]["p50"]
-        rows += [
-            ("2", "tiny graph, 1 worker: ≥50% of FastAPI echo req/s", f"{share:.0%}", verdict(share, 0.5, ">=")),
-            ("2", "tiny graph, 1 worker: p50 < 1 ms", fmt_time(p50), verdict(p50 * 1e3, 1.0)),
-            ("2", "tiny graph, 1 worker: ≥60% of FastAPI echo req/s (#14)", f"{share:.0%}", verdict(share, 0.6, ">=")),
+def _of_minimums(runs, label, connections, stat, pick):
+    """The service's minimum over the rounds ÷ the hand-written endpoint's, the worst over connection counts."""
+    values = []
+    for c in connections:
+        a = _of_rounds(runs, "service", f"{label} @{c}", stat, min)
+        b = _of_rounds(runs, HAND, f"{label} @{c}", stat, min)
+        if a is None or not b:
+            return None
+        values.append(a / b)
+    return pick(values)
+
+
+def _serve_who_waits(runs, connections):
+    """Issue 24, item 1, per request: 0 non-2xx; successful req/s ≥1.2x and p99 ≤1.5x the hand-written endpoint's at
+    every connection count."""
+    targets, span = [], f"{connections[0]}-{connections[-1]} connections"
+    for label, _, _ in REQUESTS:
+        bad = rounds.round_values(
+            runs,
+            lambda r, label=label: sum(
+                _metric(runs, "service", r, f"{label} @{c}", "non2xx")
+                + _metric(runs, "service", r, f"{label} @{c}", "failed")
+                for c in connections
+            ),
+        )
+        targets += [
+            Target("2", f"serve who waits, {label}: 0 non-2xx at {span} (#24)", 0, "<=", "n", bad, None, runs.loads),
+            Target(
+                "2",
+                f"serve who waits, {label}: successful req/s ≥1.2x hand-written FastAPI+torch at each of {span} (#24)",
+                1.2,
+                ">=",
+                "x",
+                _worst(runs, label, connections, "ok_rps", min),
+                _of_minimums(runs, label, connections, "ok_rps", min),
+                list(runs.loads),
+            ),
+            Target(
+                "2",
+                f"serve who waits, {label}: p99 ≤1.5x hand-written FastAPI+torch at each of {span} (#24)",
+                1.5,
+                "<=",
+                "x",
+                _worst(runs, label, connections, "p99", max),
+                _of_minimums(runs, label, connections, "p99", max),
+                list(runs.loads),
+            ),
         ]
-    else:
-        rows.append(
-            (
-                "2",
-                "tiny graph, 1 worker: ≥50% / ≥60% (#14) of FastAPI echo req/s; p50 < 1 ms",
-                "-",
-                "n/a (service not measured)",
-            )
+    return targets
+
+
+def _earlier_targets(runs):
+    """Issue 6's and 14's targets, and issue 24's access-log cost, on the 1-worker runs."""
+    loads = list(runs.loads)
+    loaded, one = f"{TINY} @{LOADED}", f"{TINY} @1"
+    share = _per_round(runs, "service", loaded, "ok_rps", "fast")
+    p50 = _per_round(runs, "service", one, "p50")
+    log_on = _per_round(runs, "service-log", loaded, "ok_rps", "service")
+    log_cost = [None if v is None else 1 - v for v in log_on]
+    min_on, min_off = (_of_rounds(runs, s, loaded, "ok_rps", min) for s in ("service-log", "service"))
+
+    def hand(label, key):
+        return (
+            _per_round(runs, "service", key, "p50", HAND),
+            _of_minimums(runs, label, (int(key.rsplit("@", 1)[1]),), "p50", max),
         )
-    for target, a, b, limit in (
-        (
-            "service seed net binary /backward p50 ≤0.8x hand-written FastAPI+torch (#14)",
-            (seed, "service"),
-            (seed, "torch"),
-            0.8,
+
+    seed_p50, seed_min = hand(SEED_BIN, f"{SEED_BIN} @1")
+    tiny_p50, tiny_min = hand(TINY, one)
+    share_min = None
+    fast_min = _of_rounds(runs, "fast", loaded, "ok_rps", min)
+    if fast_min and min_off:
+        share_min = min_off / fast_min
+    return [
+        Target(
+            "2",
+            f"tiny graph, 1 worker: ≥50% of FastAPI echo req/s ({LOADED} connections)",
+            0.5,
+            ">=",
+            "%",
+            share,
+            share_min,
+            loads,
         ),
-        ("service tiny graph p50 ≤1.0x hand-written FastAPI+torch (#14)", (tiny, "service"), (tiny, "torch"), 1.0),
-    ):
-        r = _ratio(results, a, b)
-        rows.append(
-            (
-                "2",
-                target,
-                "-" if r is None else f"{r:.2f}x",
-                verdict(r, limit) if r is not None else "n/a (a side not measured)",
-            )
-        )
-    return rows
+        Target(
+            "2",
+            "tiny graph, 1 worker: p50 < 1 ms (1 connection)",
+            1e-3,
+            "<=",
+            "ms",
+            p50,
+            _of_rounds(runs, "service", one, "p50", min),
+            loads,
+        ),
+        Target(
+            "2",
+            f"tiny graph, 1 worker: ≥60% of FastAPI echo req/s ({LOADED} connections) (#14)",
+            0.6,
+            ">=",
+            "%",
+            share,
+            share_min,
+            loads,
+        ),
+        Target(
+            "2",
+            "service seed net binary /backward p50 ≤0.8x hand-written FastAPI+torch (#14)",
+            0.8,
+            "<=",
+            "x",
+            seed_p50,
+            seed_min,
+            loads,
+        ),
+        Target(
+            "2",
+            "service tiny graph p50 ≤1.0x hand-written FastAPI+torch (#14)",
+            1.0,
+            "<=",
+            "x",
+            tiny_p50,
+            tiny_min,
+            loads,
+        ),
+        Target(
+            "2",
+            f"access log on costs <5% of tiny-graph req/s ({LOADED} connections) (#24)",
+            0.05,
+            "<=",
+            "%",
+            log_cost,
+            None if not (min_on and min_off) else 1 - min_on / min_off,
+            loads,
+        ),
+    ]
 
 
 def part2(quick: bool):
     out = ["## Part 2: service over HTTP on 127.0.0.1\n"]
-    targets = []
     missing = serving.service_available()
-    seconds = 1.5 if quick else 3.0
-    rounds = 1 if quick else 2
-    procs = 4
-    wrk = subprocess.run(["which", "wrk"], capture_output=True).returncode == 0
+    seconds = 0.6 if quick else 1.5
+    count = rounds.ROUNDS
     out += [
-        f"Load: the raw-socket keep-alive generator (`benchmarks/loadgen.py`; `wrk` "
-        f"{'found but not used' if wrk else 'not installed'}). "
-        f"*Latency* = 1 connection, sequential requests; *throughput* = {procs} generator processes with one "
-        f"keep-alive connection each. {seconds:g}s per measurement, {rounds} interleaved round(s); "
-        f"the generators share the machine's {os.cpu_count()} cores with the server. Every server is its own "
-        f"process (group), all started at once and measured in turn. *Server CPU / req* = the server process "
-        f"group's user + system CPU time (`/proc/<pid>/stat`) over the latency run ÷ its requests.\n",
-        "The hand-written endpoints (`benchmarks/endpoints.py`, 1 worker only) are what a user would write "
-        "instead of gradserve: FastAPI, one fixed model per route, the same tensors in the same encoding "
-        "(without the graph, which they don't need), torch autograd or a `jax.jit`-compiled "
-        "`value_and_grad` run in the `async` route, the answer in gradserve's shape.\n",
+        f"Load: the raw-socket keep-alive generator (`benchmarks/loadgen.py`): *c connections* = up to "
+        f"{serving.PROCS} generator processes with c ÷ processes connections each (a thread per connection), "
+        f"every connection sending its next request when the last is answered; {seconds:g}s per measurement "
+        f"after a 0.5s warm-up. The generators share the machine's {os.cpu_count()} cores with the server. "
+        f"{count} rounds; each round starts every server afresh, one at a time (the order reversed every other "
+        "round), runs the sweep, and stops it. *successful req/s* counts 2xx answers only; *non-2xx + failed* "
+        "counts refusals (503 and other statuses) and broken connections; p50/p99 are of the 2xx answers. "
+        "Columns *÷ hand-written torch* are the per-round ratios (min / median / max) to the hand-written "
+        "FastAPI + torch endpoint measured in the same round; the other columns are medians over the rounds. "
+        "*Server CPU / req* = the server process group's user + system CPU time (`/proc/<pid>/stat`) over the "
+        "1-connection run ÷ its requests.\n",
+        "The peers are what a user would run instead of gradserve: the hand-written endpoints "
+        "(`benchmarks/endpoints.py`, 1 worker): FastAPI, one fixed model per route, the same tensors in the "
+        "same encoding (without the graph, which they don't need), torch autograd or a `jax.jit`-compiled "
+        "`value_and_grad` run in the `async` route, the answer in gradserve's shape; and LitServe + torch "
+        "(`benchmarks/litserve_app.py`: the same torch functions in LitServe's inference worker process; LitServe "
+        "takes JSON bodies only, so it has no binary rows). The service runs with `--log-level warning` (access "
+        "log off) except the access-log row (`--log-level info`, the default).\n",
     ]
     if missing:
         out.append(
@@ -223,15 +374,16 @@ def part2(quick: bool):
         )
     with tempfile.TemporaryDirectory() as tmp:
         bodies = _bodies(tmp)
-        for workers in (1, 2):
-            ports = {srv: common.free_port() for srv in SERVERS}
-            with ExitStack() as stack:
-                started = {
-                    srv: st for srv in SERVERS if (st := _start(stack, srv, ports[srv], workers, missing)) is not None
-                }
-                results = _measure(started, ports, bodies, seconds, rounds, procs)
-            out += [f"### {workers} worker{'s' if workers > 1 else ''}\n", _rows(results, bodies, list(started)), ""]
-            if workers == 1:
-                targets += _targets(results)
-                out.append("Targets (1 worker): " + "; ".join(f"{t[1]}: {t[2]} → **{t[3]}**" for t in targets) + "\n")
+        runs = _sweep(list(SERVERS), 1, bodies, ALL, CONNECTIONS, seconds, count, missing)
+        two = _sweep(["fast", "service"], 2, bodies, (TINY, SEED_BIN), (LOADED, 16), seconds, min(count, 2), missing)
+    targets = _serve_who_waits(runs, CONNECTIONS) + _earlier_targets(runs)
+    out += [
+        "### 1 worker: the concurrency sweep\n",
+        _sweep_table(runs, ALL, CONNECTIONS, bodies),
+        "",
+        f"### 2 workers ({min(count, 2)} rounds, {LOADED} and 16 connections)\n",
+        _sweep_table(two, (TINY, SEED_BIN), (LOADED, 16), bodies),
+        "",
+        "Targets (1 worker; the values of every round): " + "; ".join(t.summary() for t in targets) + "\n",
+    ]
     return "\n".join(out), targets

@@ -57,16 +57,21 @@ def tiny_request():
     return {"graph": {"version": 1, "nodes": nodes, "outputs": ["s"]}, "wrt": ["x"]}, {"x": x}
 
 
-def chain_request(length, x, a, b):
+def chain_request(length, x, a, b, salt: str = ""):
     """(header, arrays) of the /backward request of the chain of `length` alternating `* a`, `+ b`
-    ops on x, summed (`worker.chain_step`), with the gradient of x."""
+    ops on x, summed (`worker.chain_step`), with the gradient of x: `length` + 4 nodes. A `salt`
+    renames the chain's nodes, so the server sees a graph it has not planned yet."""
     nodes = [_inp("x", x, True), _inp("a", a), _inp("b", b)]
     prev = "x"
     for i in range(length):
         nodes.append(
-            {"id": f"c{i}", "op": "mul" if i % 2 == 0 else "add", "inputs": [prev, "a" if i % 2 == 0 else "b"]}
+            {
+                "id": f"c{salt}{i}",
+                "op": "mul" if i % 2 == 0 else "add",
+                "inputs": [prev, "a" if i % 2 == 0 else "b"],
+            }
         )
-        prev = f"c{i}"
+        prev = f"c{salt}{i}"
     nodes.append({"id": "loss", "op": "sum", "inputs": [prev]})
     return {"graph": {"version": 1, "nodes": nodes, "outputs": ["loss"]}, "wrt": ["x"]}, {"x": x, "a": a, "b": b}
 

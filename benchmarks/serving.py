@@ -20,7 +20,9 @@ def service_available() -> str | None:
     return None
 
 
-def service_cmd(port, workers):
+def service_cmd(port, workers, log_level="warning"):
+    """The service's command line; `log_level` "info" (the default of `gradserve serve`) turns the access
+    log on, "warning" keeps it off."""
     return [
         PY,
         "-m",
@@ -33,7 +35,7 @@ def service_cmd(port, workers):
         "--workers",
         str(workers),
         "--log-level",
-        "warning",
+        log_level,
     ]
 
 
@@ -67,9 +69,22 @@ def uvicorn_cmd(app, port, workers):
     ]
 
 
-def load(port, path, body_file, headers, seconds, max_requests, procs, cpu_pgid=None):
-    """Run `procs` load-generator processes at once; returns aggregated stats. With `cpu_pgid`
-    (a server's process group) also "cpu_s": the server's CPU time over the measured requests."""
+PROCS = 4  # load-generator processes at most; more connections are threads within them
+
+
+def spread(connections: int) -> tuple[int, int]:
+    """(processes, connections each) for `connections` concurrent connections."""
+    procs = min(connections, PROCS)
+    if connections % procs:
+        raise ValueError(f"{connections} connections do not split evenly over {procs} processes")
+    return procs, connections // procs
+
+
+def load(port, path, body_file, headers, seconds, max_requests, procs=1, cpu_pgid=None, connections=1):
+    """Run `procs` load-generator processes at once, `connections` connections each; returns aggregated
+    stats: "rps" (answers/s), "ok_rps" (2xx answers/s), "p50"/"p99" (of the 2xx answers), "count",
+    "ok", "non2xx", "failed", "errors", "statuses", "latencies". With `cpu_pgid` (a server's process
+    group) also "cpu_s": the server's CPU time over the measured requests."""
     spec = json.dumps(
         {
             "port": port,
@@ -78,7 +93,7 @@ def load(port, path, body_file, headers, seconds, max_requests, procs, cpu_pgid=
             "headers": headers,
             "seconds": seconds,
             "max_requests": max_requests,
-            "connections": 1,
+            "connections": connections,
             "cpu_pgid": cpu_pgid,
         }
     )
@@ -88,7 +103,9 @@ def load(port, path, body_file, headers, seconds, max_requests, procs, cpu_pgid=
         )
         for _ in range(procs)
     ]
-    lat, count, errors, elapsed, cpu = [], 0, 0, 0.0, 0.0
+    lat, elapsed, cpu = [], 0.0, 0.0
+    sums = dict.fromkeys(("count", "ok", "non2xx", "failed", "errors"), 0)
+    statuses: dict = {}
     failure = None
     for p in ps:
         try:
@@ -101,18 +118,21 @@ def load(port, path, body_file, headers, seconds, max_requests, procs, cpu_pgid=
             continue
         d = json.loads(so.strip().splitlines()[-1])
         lat += d["latencies"]
-        count += d["count"]
-        errors += d["errors"]
+        for key in sums:
+            sums[key] += d[key]
+        for status, n in d["statuses"].items():
+            statuses[status] = statuses.get(status, 0) + n
         elapsed = max(elapsed, d["elapsed"])
         cpu += d.get("cpu_s", 0.0)
-    if not lat:
+    if not sums["count"] and not sums["failed"]:
         return {"error": failure or "no requests"}
     return {
-        "rps": count / elapsed if elapsed else 0.0,
-        "p50": common.percentile(lat, 50),
-        "p99": common.percentile(lat, 99),
-        "count": count,
-        "errors": errors,
+        "rps": sums["count"] / elapsed if elapsed else 0.0,
+        "ok_rps": sums["ok"] / elapsed if elapsed else 0.0,
+        "p50": common.percentile(lat, 50) if lat else None,
+        "p99": common.percentile(lat, 99) if lat else None,
+        **sums,
+        "statuses": statuses,
         "latencies": lat,
         "cpu_s": cpu if cpu_pgid else None,
     }
@@ -136,9 +156,8 @@ class Skip:
         return False
 
 
-def maybe_service(missing, port, workers):
+def maybe_service(missing, port, workers, log_level="warning"):
     if missing:
         return Skip(f"service not available ({missing})")
-    return common.server(
-        service_cmd(port, workers), port, env=service_env(port, workers), ready_path="/healthz", timeout=90
-    )
+    env = dict(service_env(port, workers), GRADSERVE_LOG_LEVEL=log_level)
+    return common.server(service_cmd(port, workers, log_level), port, env=env, ready_path="/healthz", timeout=90)

@@ -198,21 +198,21 @@ def executor_step(header, arrays, output, count):
     return step
 
 
-def _samples(step, reps, warmup):
+def _samples(step, reps, warmup, max_s=120.0):
     """Timed samples of `step`, and a `jax.jit` side's compile time (timed apart) as extra."""
-    times = _timeit(step, reps, warmup)
+    times = _timeit(step, reps, warmup, max_s)
     return {"times": times, "extra": {"compile_s": sum(peers.COMPILE_S.values())} if peers.COMPILE_S else None}
 
 
 def case_chain100(side, p):
     reps, warmup = p.get("reps", 200), p.get("warmup", 20)
-    return _samples(chain_step(side, 100, count=reps + warmup), reps, warmup)
+    return _samples(chain_step(side, 100, count=reps + warmup), reps, warmup, p.get("max_s", 120))
 
 
 def case_seed(side, p):
     dtype = numpy.dtype(p.get("dtype", "float32"))
     reps, warmup = p.get("reps", 100), p.get("warmup", 10)
-    return _samples(net_step(side, SEED, dtype, count=reps + warmup), reps, warmup)
+    return _samples(net_step(side, SEED, dtype, count=reps + warmup), reps, warmup, p.get("max_s", 120))
 
 
 # --- Hessian-vector product of a small MLP ------------------------------------------------------
@@ -251,11 +251,12 @@ def hvp_step(side):
 
 
 def case_hvp(side, p):
-    return _samples(hvp_step(side), p.get("reps", 200), p.get("warmup", 20))
+    return _samples(hvp_step(side), p.get("reps", 200), p.get("warmup", 20), p.get("max_s", 120))
 
 
 def case_large(side, p):
-    return {"times": _timeit(net_step(side, LARGE, numpy.float32), p.get("reps", 5), p.get("warmup", 1))}
+    step = net_step(side, LARGE, numpy.float32)
+    return {"times": _timeit(step, p.get("reps", 5), p.get("warmup", 1), p.get("max_s", 120))}
 
 
 def case_chain100k(side, p):
@@ -270,6 +271,74 @@ def case_chain100k(side, p):
     elapsed = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"times": [elapsed], "extra": {"peak_rss_growth_mib": (peak - base) / 1024, "peak_rss_mib": peak / 1024}}
+
+
+# --- cost growth: a new graph's first request, and large plans ----------------------------------
+
+
+def _decoder(executor, header, arrays):
+    """`decode()` -> a fresh decoded request of (header, arrays) sent as a binary body, as the service
+    reads one (the JSON head parsed and validated each time)."""
+    import orjson
+
+    from benchmarks import payloads
+    from wire import codec
+    from wire.messages import decode_request
+
+    body, headers = payloads.encode(header, arrays, binary=True)
+    length = int(headers[codec.HEADER_LENGTH])
+
+    def decode():
+        head, tail = codec.split_body(body, length)
+        return decode_request(orjson.loads(bytes(head)), tail, executor.limits)
+
+    return decode
+
+
+def case_growth(side, p):
+    """The request of a `nodes`-node chain graph: side `first` times the first request of each of
+    `graphs` graphs the executor has not seen (decode, validate, plan, infer, compile, run); side
+    `repeat` times repeats of one graph after its first request. One sample = decode + backward."""
+    from wire.executor import Executor
+
+    nodes, graphs = p.get("nodes", 1000), p.get("graphs", 10)
+    x0, a, b = chain_data()
+    executor = Executor()
+    if side == "first":
+        decoders = [_decoder(executor, *payloads_chain(nodes - 4, x0, a, b, f"g{i}_")) for i in range(graphs + 1)]
+        executor.backward(decoders.pop()())  # the executor's own first-call costs are not a new graph's
+        times = []
+        for decode in decoders:
+            t0 = time.perf_counter()
+            executor.backward(decode())
+            times.append(time.perf_counter() - t0)
+        return {"times": times}
+    decode = _decoder(executor, *payloads_chain(nodes - 4, x0, a, b, "g_"))
+    return {"times": _timeit(lambda: executor.backward(decode()), p.get("reps", 3 * graphs), 2, p.get("max_s", 120))}
+
+
+def payloads_chain(length, x0, a, b, salt):
+    from benchmarks import payloads
+
+    return payloads.chain_request(length, x0, a, b, salt)
+
+
+def case_plan(side, p):
+    """Repeats of a cached `nodes`-node chain plan (`Executor.backward` of requests decoded
+    beforehand, as `executor_step`); samples are seconds per node. extra: the first request's
+    seconds per node (planning and compiling included)."""
+    from wire.executor import Executor
+
+    nodes, reps = p.get("nodes", 10_000), p.get("reps", 5)
+    x0, a, b = chain_data()
+    executor = Executor()
+    decode = _decoder(executor, *payloads_chain(nodes - 4, x0, a, b, ""))
+    pending = [decode() for _ in range(reps + 1)]
+    t0 = time.perf_counter()
+    executor.backward(pending.pop())
+    first = time.perf_counter() - t0
+    times = _timeit(lambda: executor.backward(pending.pop()), reps, 0, max_s=p.get("max_s", 60))
+    return {"times": [t / nodes for t in times], "extra": {"first_per_node": first / nodes}}
 
 
 # --- client end-to-end: the seed training loop -------------------------------------------------

@@ -5,18 +5,34 @@ The peers (HIPS autograd, JAX, PyTorch) are optional: their checks skip where th
 
 from __future__ import annotations
 
+import http.server
 import importlib.util
+import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from benchmarks import common, endpoints, loadgen, parts, payloads, peers, programs, worker
+from benchmarks import (
+    common,
+    endpoints,
+    loadgen,
+    part_service,
+    parts,
+    payloads,
+    peers,
+    programs,
+    rounds,
+    serving,
+    worker,
+)
 from benchmarks.common import verdict
+from benchmarks.rounds import Runs, Target
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -195,6 +211,188 @@ def test_verdicts_and_reasons():
     assert parts.why("GPU MLP ≤1.2x PyTorch CUDA", "missed (≤1.2) by 5%") == ""
 
 
+def test_a_target_is_met_only_when_every_round_meets_it():
+    assert rounds.round_verdict([0.7, 0.75, 0.79, 0.6, 0.8], 0.8) == "met"
+    assert rounds.round_verdict([0.7, 0.75, 0.81, 0.6, 0.7], 0.8) == "missed in 1 of 5 rounds"  # 4 of 5: missed
+    assert rounds.round_verdict([0.9, 0.9, 0.9], 0.8) == "missed in 3 of 3 rounds"
+    assert rounds.round_verdict([1.3, 1.2, 1.25], 1.2, ">=") == "met"
+    assert rounds.round_verdict([1.3, 1.1, 1.25, 1.4], 1.2, ">=") == "missed in 1 of 4 rounds"
+    assert rounds.round_verdict([0.5, None, 0.5], 0.8) == "missed in 1 of 3 rounds"  # a round without a value
+    assert rounds.round_verdict([0.5], 0.8) == "met (1 round only)"
+    assert rounds.round_verdict([], 0.8, note="not run: no GPU") == "not run: no GPU"
+    assert rounds.round_verdict([None, None], 0.8) == "n/a (not measured)"
+    assert rounds.round_verdict([0, 0, 3], 0, "<=") == "missed in 1 of 3 rounds"  # a count: 0 non-2xx
+    target = Target("1a", "t", 0.8, values=[0.7, 0.7, 0.9, 0.7, 0.7])
+    assert target.verdict == "missed in 1 of 5 rounds"
+    assert parts.why("100-op chain ≤0.8x PyTorch (#24)", target.verdict).startswith("CPython")
+
+
+def _runs(sides: dict, loads) -> Runs:
+    out = Runs(
+        {s: {"rounds": [r if r is None else {"times": r} for r in rs], "error": None} for s, rs in sides.items()}
+    )
+    for slot in out.values():
+        slot["times"] = [t for r in slot["rounds"] if r for t in r["times"]]
+    out.loads = loads
+    return out
+
+
+def test_ratios_are_taken_round_by_round_not_from_pooled_samples():
+    runs = _runs({"engine": [[1, 1, 1], [3, 3, 3], [1, 2, 3]], "torch": [[2, 2, 2], [2, 2, 2], None]}, [0.5, 1.5, 2.0])
+    assert rounds.ratios(runs, "engine", "torch") == [0.5, 1.5, None]
+    assert rounds.ratio_of_minimums(runs, "engine", "torch") == 0.5
+    target = rounds.ratio_target("1a", "100-op chain ≤0.8x PyTorch (#24)", runs, "engine", "torch", 0.8)
+    assert target.verdict == "missed in 2 of 3 rounds"
+    [row] = rounds.table_rows([target], parts.why)
+    assert row[:7] == ["1a", target.label, "0.50x / 1.00x / 1.50x", "0.50x", 3, "missed in 2 of 3 rounds", "0.50-2.00"]
+    assert row[7].startswith("CPython")  # the reason of a missed target
+    assert rounds.TABLE_HEADERS[2:5] == ["rounds: min / median / max", "ratio of minimums", "rounds"]
+    md, found = common.timing_table(runs, {"engine": "engine", "torch": "torch"}, ["torch"])
+    assert "÷ torch (median of rounds)" in md
+    assert found[("engine", "torch")] == 1.0  # the median of 0.5 and 1.5, not of the pooled samples (2 / 2)
+
+
+def test_rounds_alternate_the_sides_order_and_stop_a_failing_side():
+    calls = []
+
+    def measure(side, r):
+        calls.append((r, side))
+        if side == "c" and r == 1:
+            return {"error": "broke"}
+        return {"times": [r + 1.0], "extra": {"round": r}}
+
+    runs = rounds.run_rounds(["a", "b", "c"], 3, measure)
+    assert calls == [(0, "a"), (0, "b"), (0, "c"), (1, "c"), (1, "b"), (1, "a"), (2, "a"), (2, "b")]
+    assert len(runs.loads) == 3
+    assert runs["a"]["times"] == [1.0, 2.0, 3.0] and [r["times"] for r in runs["a"]["rounds"]] == [[1.0], [2.0], [3.0]]
+    assert runs["c"]["error"] == "broke" and runs["c"]["rounds"][1:] == [None, None]
+    assert rounds.ratios(runs, "c", "a") == [1.0, None, None]
+
+
+def test_an_interleaved_comparison_keeps_one_fresh_process_per_side_and_round():
+    runs = common.interleave("chain100", ["engine", "numpy"], 2, 60, reps=3, warmup=1)
+    for side in ("engine", "numpy"):
+        assert runs[side]["error"] is None
+        assert [len(r["times"]) for r in runs[side]["rounds"]] == [3, 3]
+    assert len(runs.loads) == 2
+    values = rounds.ratios(runs, "engine", "numpy")
+    assert len(values) == 2 and all(v > 1 for v in values)  # the engine does more than the hand-written floor
+    assert any(key.startswith("chain100 ") for key in rounds.RECORD)
+
+
+def test_a_second_run_lists_both_verdicts_and_flags_the_flipped():
+    previous = {
+        "targets": [
+            {"part": "1a", "label": "chain", "verdict": "met"},
+            {"part": "1b", "label": "seed", "verdict": "missed in 2 of 5 rounds"},
+            {"part": "3", "label": "gone", "verdict": "met"},
+        ]
+    }
+    now = [
+        Target("1a", "chain", 0.8, values=[0.9, 0.7]),
+        Target("1b", "seed", 1.1, values=[1.2, 1.3]),
+        Target("2", "new", 1.0, values=[0.5]),
+    ]
+    rows, flipped = rounds.agreement(previous, now)
+    assert flipped == 1
+    assert rows == [
+        ["1a", "chain", "met", "missed in 1 of 2 rounds", "**FLIPPED**"],
+        ["1b", "seed", "missed in 2 of 5 rounds", "missed in 2 of 2 rounds", "yes"],
+        ["2", "new", "(not in the previous run)", "met (1 round only)", "-"],
+        ["3", "gone", "met", "(not in this run)", "-"],
+    ]
+
+
+def test_service_targets_take_the_worst_connection_count_of_each_round():
+    def metrics(rps, p99, bad=0):
+        return {"ok_rps": rps, "non2xx": bad, "failed": 0, "p50": p99 / 2, "p99": p99}
+
+    label = part_service.TINY
+    service = [
+        {"m": {f"{label} @1": metrics(130, 1.0), f"{label} @4": metrics(250, 2.0)}},
+        {"m": {f"{label} @1": metrics(130, 1.0), f"{label} @4": metrics(200, 4.0, bad=3)}},
+    ]
+    torch_side = [{"m": {f"{label} @1": metrics(100, 1.0), f"{label} @4": metrics(200, 2.0)}}] * 2
+    runs = Runs({"service": {"rounds": service}, "torch": {"rounds": torch_side}})
+    runs.loads = [1.0, 2.0]
+    found = [t for t in part_service._serve_who_waits(runs, (1, 4)) if t.label.startswith(f"serve who waits, {label}:")]
+    zero, rps, p99 = found
+    assert "0 non-2xx at 1-4 connections" in zero.label and "successful req/s ≥1.2x" in rps.label
+    assert "p99 ≤1.5x" in p99.label
+    assert zero.values == [0, 3] and zero.verdict == "missed in 1 of 2 rounds"
+    assert rps.values == [1.25, 1.0] and rps.verdict == "missed in 1 of 2 rounds"  # round 2 at 4 connections: 1.0x
+    assert p99.values == [1.0, 2.0] and p99.verdict == "missed in 1 of 2 rounds"
+    assert rps.of_minimums == 1.0 and p99.of_minimums == 1.0
+    # the sweep table counts refusals by status over the rounds
+    answers = [{"failed": 1, "statuses": {"200": 5, "503": 3}}, {"failed": 0, "statuses": {"503": 2, "429": 1}}]
+    assert part_service._refusals(answers) == "7 (429: 1, 503: 5, failed: 1)"
+    assert part_service._refusals([{"failed": 0, "statuses": {"200": 9}}]) == "0"
+
+
+class _HalfRefused(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive
+    count = 0
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).count += 1
+        status = 503 if type(self).count % 2 else 200
+        self.send_response(status)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_load_generator_runs_its_connections_at_once_and_counts_refusals():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HalfRefused)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        request = loadgen.build_request("/x", b"{}")
+        result = loadgen.run(server.server_address[1], request, 30, 200, connections=4)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result["count"] == 200 and result["failed"] == 0
+    assert result["ok"] + result["non2xx"] == 200 and result["statuses"] == {"200": 100, "503": 100}
+    assert len(result["latencies"]) == result["ok"] == 100  # latencies of 2xx answers only
+    assert serving.spread(32) == (4, 8) and serving.spread(1) == (1, 1)
+
+
+@pytest.mark.skipif(
+    torch is None or importlib.util.find_spec("litserve") is None, reason="LitServe + torch not installed"
+)
+def test_the_litserve_peer_answers_what_gradserve_answers():
+    import httpx
+    import orjson
+
+    from wire.executor import Executor
+    from wire.messages import decode_request
+
+    port = common.free_port()
+    with common.server(
+        [sys.executable, "-m", "benchmarks.litserve_app", str(port)], port, ready_path="/healthz", timeout=120
+    ) as started:
+        assert started.ok, started.msg
+        executor = Executor()
+        for model, (header, arrays) in (("seed", payloads.seed_request()), ("tiny", payloads.tiny_request())):
+            body, headers = payloads.encode({}, arrays, binary=False)
+            answer = httpx.post(f"http://127.0.0.1:{port}/{model}/backward", content=body, headers=headers, timeout=60)
+            assert answer.status_code == 200, answer.text
+            got, _ = endpoints.read_tensors(answer.content, None, ("outputs", "grads"))
+            gradserve_body, _ = payloads.encode(header, arrays, binary=False)
+            result = executor.backward(decode_request(orjson.loads(gradserve_body), None, executor.limits))
+            want = {**result.outputs, **result.grads}
+            assert set(got) == set(want), model
+            for name, value in want.items():
+                np.testing.assert_allclose(
+                    got[name].reshape(np.shape(value)), value, rtol=1e-4, atol=1e-4 * np.abs(value).max()
+                )
+
+
 def test_report_is_written_with_machine_facts_and_targets(tmp_path):
     out = tmp_path / "report.md"
     run = subprocess.run(
@@ -207,14 +405,32 @@ def test_report_is_written_with_machine_facts_and_targets(tmp_path):
     assert run.returncode == 0, run.stderr
     text = out.read_text()
     assert text.startswith("# gradserve benchmarks")
+    assert "--rounds 2 --parts 5" in text and "met only if every round meets it" in text and "--verify" in text
     assert "## Machine" in text and "| cores (os.cpu_count) |" in text
-    assert "| part | target | measured | verdict | why, when missed |" in text
+    assert "| " + " | ".join(rounds.TABLE_HEADERS) + " |" in text
     assert "| 5 | GPU MLP ≤1.2x PyTorch CUDA |" in text
     assert "## Part 5" in text
     for target in parts.GPU_TARGETS_14:
-        assert f"| 5 | {target} | - |" in text
+        assert f"| 5 | {target} | - | - |" in text
+    results = json.loads(out.with_suffix(".json").read_text())
+    assert results["rounds"] == 2 and results["command"].startswith("python -m benchmarks --quick")
+    assert {t["label"] for t in results["targets"]} >= set(parts.GPU_TARGETS_14)
     if "| GPU (engine.backend.gpu_available) | False |" in text:
         assert (
-            "| 5 | GPU seed net through the server ≤1.2x a hand-written CuPy floor (#14) | - | not run: no GPU in this session |"
-            in text
+            "| 5 | GPU seed net through the server ≤1.2x a hand-written CuPy floor (#14) | - | - | 0 "
+            "| not run: no GPU in this session |" in text
         )
+    # a second run against the first's results lists both verdicts
+    previous = tmp_path / "previous.json"
+    previous.write_text(out.with_suffix(".json").read_text())
+    again = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--parts", "5", "--out", str(out), "--verify", str(previous)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr
+    text = out.read_text()
+    assert "## Second run agrees" in text and "| part | target | previous run | this run | agrees |" in text
+    assert "| 5 | GPU MLP ≤1.2x PyTorch CUDA |" in text.split("## Second run agrees")[1]
