@@ -19,6 +19,8 @@ from client.graph import CUT, LEAF, Value
 from client.state import current_phase, current_session, enable_grad, no_grad
 from engine import backend
 from engine.devices import Device
+from engine.dtypes import DType
+from engine.dtypes import of as dtype_of
 from engine.indexing import from_key, to_key
 from engine.surface_types import VariableSurface
 from engine.tensor_data import same_array, tensor_data
@@ -148,8 +150,9 @@ class Variable(VariableSurface):
         return tuple(self._data.shape) if self._data is not None else self._value.shape
 
     @property
-    def dtype(self) -> numpy.dtype:
-        return self._data.dtype if self._data is not None else self._value.dtype
+    def dtype(self) -> DType:
+        """The dtype, in PyTorch's spelling (`torch.float32`); it equals the array's NumPy dtype."""
+        return dtype_of(self._data.dtype if self._data is not None else self._value.dtype)
 
     @property
     def ndim(self) -> int:
