@@ -53,7 +53,13 @@ def _round(xp, x, decimals):
         return xp.round(x)
     # PyTorch's definition: nearbyint(x * 10**d) / 10**d (and the other way round for d < 0), in x's dtype
     scale = x.dtype.type(10.0 ** abs(decimals))
-    return xp.round(x * scale) / scale if decimals > 0 else xp.round(x / scale) * scale
+    out = x * scale if decimals > 0 else x / scale
+    xp.round(out, out=out)  # in place: the result is the only array this allocates
+    if decimals > 0:
+        out /= scale
+    else:
+        out *= scale
+    return out
 
 
 round = _rounding(
