@@ -52,6 +52,7 @@ __all__ = [
     "bool",
     "cast",
     "cat",
+    "ceil",
     "clamp",
     "clamp_max",
     "clamp_min",
@@ -63,6 +64,7 @@ __all__ = [
     "conv1d",
     "conv2d",
     "cos",
+    "count_nonzero",
     "cuda",
     "default_generator",
     "device",
@@ -76,14 +78,19 @@ __all__ = [
     "equal",
     "erf",
     "exp",
+    "exp2",
     "expand",
     "expm1",
     "eye",
+    "finfo",
     "flatten",
     "float",
     "float16",
     "float32",
     "float64",
+    "floor",
+    "floor_divide",
+    "fmod",
     "from_numpy",
     "full",
     "full_like",
@@ -97,8 +104,12 @@ __all__ = [
     "greater_equal",
     "gt",
     "half",
+    "iinfo",
     "im2col",
     "index_add",
+    "index_add_",
+    "index_put",
+    "index_put_",
     "inference_mode",
     "initial_seed",
     "inner",
@@ -115,7 +126,9 @@ __all__ = [
     "less_equal",
     "linspace",
     "log",
+    "log10",
     "log1p",
+    "log2",
     "log_softmax",
     "logsumexp",
     "long",
@@ -146,6 +159,7 @@ __all__ = [
     "outer",
     "permute",
     "pow",
+    "prod",
     "rand",
     "rand_like",
     "randint",
@@ -155,10 +169,13 @@ __all__ = [
     "randperm",
     "reciprocal",
     "relu",
+    "remainder",
     "reshape",
+    "round",
     "rsqrt",
     "seed",
     "set_default_device",
+    "set_default_dtype",
     "set_rng_state",
     "setitem",
     "short",
@@ -182,6 +199,7 @@ __all__ = [
     "tensor",
     "transpose",
     "true_divide",
+    "trunc",
     "uint8",
     "unsqueeze",
     "var",
@@ -213,7 +231,10 @@ def add(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variabl
     """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
 
 def all(
-    input: Operand, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False
+    input: Operand,
+    dim: builtins.int | Sequence[builtins.int] | None = None,
+    keepdim: builtins.bool = False,
+    **numpy_spelling: Any,
 ) -> Variable:
     """Whether every element (along `dim`) is nonzero, as a bool Variable."""
 
@@ -231,7 +252,10 @@ def amin(
     """minimum over dim (ties share the gradient)"""
 
 def any(
-    input: Operand, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False
+    input: Operand,
+    dim: builtins.int | Sequence[builtins.int] | None = None,
+    keepdim: builtins.bool = False,
+    **numpy_spelling: Any,
 ) -> Variable:
     """Whether some element (along `dim`) is nonzero, as a bool Variable."""
 
@@ -292,6 +316,9 @@ def cast(input: Operand, dtype: DTypeLike) -> Variable:
 def cat(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along an existing dimension"""
 
+def ceil(input: Operand) -> Variable:
+    """the smallest integer >= x (gradient zero, as in PyTorch)"""
+
 def clamp(input: Operand, min: builtins.float | None = None, max: builtins.float | None = None) -> Variable:
     """x limited to [min, max] (gradient 1 inside, 0 outside)"""
 
@@ -340,6 +367,11 @@ def conv2d(
 def cos(input: Operand) -> Variable:
     """cosine"""
 
+def count_nonzero(
+    input: Operand, dim: builtins.int | Sequence[builtins.int] | None = None, **numpy_spelling: Any
+) -> Variable:
+    """How many elements (along `dim`) are nonzero, as an int64 Variable."""
+
 cuda: SimpleNamespace
 default_generator: Generator
 device = Device
@@ -380,6 +412,9 @@ def erf(input: Operand) -> Variable:
 def exp(input: Operand) -> Variable:
     """e ** x"""
 
+def exp2(input: Operand) -> Variable:
+    """2 ** x"""
+
 @overload
 def expand(input: Operand, shape: Sequence[builtins.int]) -> Variable: ...
 @overload
@@ -394,6 +429,9 @@ def eye(
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
 ) -> Variable: ...
+def finfo(type: Any = None) -> numpy.finfo:
+    """Machine limits of a floating dtype (the default one when None): `eps`, `max`, `min`, `tiny`, `bits`..."""
+
 def flatten(input: Operand, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Variable:
     """merge dimensions start_dim..end_dim into one"""
 
@@ -401,6 +439,15 @@ float: DType
 float16: DType
 float32: DType
 float64: DType
+
+def floor(input: Operand) -> Variable:
+    """the largest integer <= x (gradient zero, as in PyTorch)"""
+
+def floor_divide(input: Operand, other: Operand) -> Variable:
+    """floor(x / y), as Python's // (x // y); no gradient"""
+
+def fmod(input: Operand, other: Operand) -> Variable:
+    """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
 
 def from_numpy(array: ArrayLike) -> Variable:
     """A Variable sharing `array`'s memory (where the backend is NumPy), as PyTorch's."""
@@ -426,8 +473,8 @@ def ger(input: Operand, vec2: Operand) -> Variable:
     """The outer product of two 1-D Variables."""
 
 def get_default_device() -> Device: ...
-def get_default_dtype() -> numpy.dtype:
-    """The dtype of floating constructors and Python floats (float32; not settable here)."""
+def get_default_dtype() -> DType:
+    """The dtype of floating constructors and of Python floats with no Variable beside them."""
 
 def get_rng_state() -> dict[str, Any]:
     """The default generator's state (NumPy's PCG64 state, not PyTorch's byte tensor)."""
@@ -446,6 +493,9 @@ def gt(input: Operand, other: Operand) -> Variable:
 
 half: DType
 
+def iinfo(type: Any) -> numpy.iinfo:
+    """Machine limits of an integer dtype: `max`, `min`, `bits`."""
+
 def im2col(
     input: Operand,
     kernel_size: builtins.int | Sequence[builtins.int],
@@ -455,8 +505,25 @@ def im2col(
 ) -> Variable:
     """the sliding windows of [N, C, *spatial] as columns [N, C * prod(kernel_size), windows] (PyTorch's unfold)"""
 
-def index_add(tensors: Sequence[Operand], index: Any, shape: Sequence[builtins.int]) -> Variable:
-    """zeros(shape) with g added at [index] (the adjoint of getitem; repeated indices add up)"""
+def index_add(
+    input: VariableSurface, dim: builtins.int, index: Operand, source: Operand, *, alpha: builtins.float = 1
+) -> Variable:
+    """A copy of `input` with `alpha * source` added along `dim` at the positions `index` names
+    (repeated positions add up): PyTorch's `index_add`."""
+
+def index_add_(
+    self: Variable, dim: builtins.int, index: Operand, source: Operand, *, alpha: builtins.float = 1
+) -> Variable:
+    """In place: `index_add`."""
+
+def index_put(
+    input: VariableSurface, indices: Sequence[Any], values: Operand, accumulate: builtins.bool = False
+) -> Variable:
+    """A copy of `input` with `input[indices] = values`; with `accumulate=True`, `values` are added
+    there instead, repeated indices adding up (PyTorch's `index_put`)."""
+
+def index_put_(self: Variable, indices: Sequence[Any], values: Operand, accumulate: builtins.bool = False) -> Variable:
+    """In place: `index_put` (a leaf that requires grad refuses in grad mode, as in PyTorch)."""
 
 def inference_mode(mode: builtins.bool | Callable[..., Any] = True) -> Any:
     """PyTorch's inference mode, here the same as no_grad (`inference_mode(False)` changes nothing)."""
@@ -496,8 +563,14 @@ def linspace(
 def log(input: Operand) -> Variable:
     """natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)"""
 
+def log10(input: Operand) -> Variable:
+    """base-10 logarithm"""
+
 def log1p(input: Operand) -> Variable:
     """log(1 + x), accurate for small x"""
+
+def log2(input: Operand) -> Variable:
+    """base-2 logarithm"""
 
 def log_softmax(input: Operand, dim: builtins.int) -> Variable:
     """x - logsumexp(x, dim)"""
@@ -640,6 +713,11 @@ def permute(input: Operand, *dims: builtins.int) -> Variable: ...
 def pow(input: Operand, exponent: Operand) -> Variable:
     """x ** y (broadcasting)"""
 
+def prod(
+    input: Operand, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False
+) -> Variable:
+    """product over dim (all when null); gradients exact at zeros"""
+
 def rand(
     *size: builtins.int | Sequence[builtins.int],
     generator: Generator | None = None,
@@ -710,15 +788,24 @@ def reciprocal(input: Operand) -> Variable: ...
 def relu(input: Operand) -> Variable:
     """max(x, 0)"""
 
+def remainder(input: Operand, other: Operand) -> Variable:
+    """x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)"""
+
 @overload
 def reshape(input: Operand, shape: Sequence[builtins.int]) -> Variable: ...
 @overload
 def reshape(input: Operand, *shape: builtins.int) -> Variable: ...
+def round(input: Operand, decimals: builtins.int = 0) -> Variable:
+    """x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
+
 def rsqrt(input: Operand) -> Variable: ...
 def seed() -> builtins.int:
     """Reseed the default generator non-deterministically; returns the seed."""
 
 def set_default_device(spec: Any) -> None: ...
+def set_default_dtype(d: Any) -> None:
+    """Set the default floating dtype (float16, float32 or float64), as PyTorch's does."""
+
 def set_rng_state(new_state: dict[str, Any]) -> None:
     """Restore the default generator's state from `get_rng_state()`."""
 
@@ -754,7 +841,10 @@ def std(
     dim: builtins.int | Sequence[builtins.int] | None = None,
     unbiased: builtins.bool = True,
     keepdim: builtins.bool = False,
-) -> Variable: ...
+    **numpy_spelling: Any,
+) -> Variable:
+    """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
+
 def sub(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variable:
     """x - y (broadcasting); `alpha=` scales `other` first (PyTorch's `sub(input, other, alpha=a)`)"""
 
@@ -795,6 +885,9 @@ def transpose(input: Operand, dim0: builtins.int, dim1: builtins.int) -> Variabl
 
 def true_divide(input: Operand, other: Operand) -> Variable:
     """x / y (true division, broadcasting; IEEE results for division by zero)"""
+
+def trunc(input: Operand) -> Variable:
+    """x rounded toward zero (gradient zero, as in PyTorch)"""
 
 uint8: DType
 

@@ -18,7 +18,7 @@ import numpy
 from client.graph import CUT, LEAF, Value
 from client.state import current_phase, current_session, enable_grad, no_grad
 from engine import backend
-from engine.api import Device, VariableSurface, from_key, host_array, same_array, tensor_data, to_key
+from engine.api import Device, DType, VariableSurface, dtype_of, from_key, host_array, same_array, tensor_data, to_key
 from engine.api import Variable as EngineVariable
 
 _COMPUTES_ON: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> the device its server reports
@@ -144,8 +144,9 @@ class Variable(VariableSurface):
         return tuple(self._data.shape) if self._data is not None else self._value.shape
 
     @property
-    def dtype(self) -> numpy.dtype:
-        return self._data.dtype if self._data is not None else self._value.dtype
+    def dtype(self) -> DType:
+        """The dtype, in PyTorch's spelling (`torch.float32`); it equals the array's NumPy dtype."""
+        return dtype_of(self._data.dtype if self._data is not None else self._value.dtype)
 
     @property
     def ndim(self) -> int:

@@ -42,6 +42,8 @@ from engine.autograd_functional import Functional
 from engine.composite import composite_grad_fn
 from engine.costs import ELEMENT_OP, ENV, Factors
 from engine.devices import Device
+from engine.dtypes import DType
+from engine.dtypes import of as dtype_of
 from engine.forward_ad import UnpackedDualTensor
 from engine.func import _flat, _split, _tuple, _unflat
 from engine.function import FUNCTION_NAME, Function, FunctionBase, FunctionCtx
@@ -173,6 +175,8 @@ __all__ = [
     "same_array",
     "tensor_data",
     "Device",
+    "DType",
+    "dtype_of",
     # ops
     "OPS",
     "OpDef",

@@ -1,12 +1,20 @@
-"""PyTorch's dtype constants (`torch.float32`, `torch.float`, `torch.long`...), as the NumPy
-dtypes that Variables report, so `x.dtype == torch.float32`, `dtype=torch.float` and
-`x.to(torch.double)` all work on the engine and the client alike."""
+"""PyTorch's dtypes (`torch.float32`, `torch.float`, `torch.long`...) and the default dtype.
+
+A `DType` stands for one NumPy dtype and prints as PyTorch's (`torch.float32`), while it still
+compares and hashes equal to the NumPy dtype (`x.dtype == numpy.float32`, dict keys) and NumPy takes
+it wherever it takes a dtype (`numpy.dtype(d)`, `a.astype(d)`, `numpy.finfo(d)`: through its `dtype`
+attribute). It answers NumPy's dtype attributes (`kind`, `name`, `itemsize`...) and PyTorch's
+(`is_floating_point`, `is_signed`). `Variable.dtype` returns one on the engine and the client alike
+(`engine.surface.install`); arrays keep their NumPy dtypes, so code below the surface (the wire
+format, the ops) reads `array.dtype`.
+
+`set_default_dtype(d)` sets the dtype of floating constructors (`zeros`, `randn`, `tensor([1.0])`...)
+and of Python floats with no Variable beside them, as PyTorch's does; integer data stays int64.
+"""
 
 from __future__ import annotations
 
 import numpy
-
-DEFAULT = numpy.dtype("float32")
 
 DTYPES = {
     "float32": "float32",
@@ -25,18 +33,116 @@ DTYPES = {
     "uint8": "uint8",
     "bool": "bool",
 }
-CONSTANTS = {name: numpy.dtype(dtype) for name, dtype in DTYPES.items()}
 
 
-def get_default_dtype() -> numpy.dtype:
-    """The dtype of floating constructors and Python floats (float32; not settable here)."""
-    return DEFAULT
+class DType:
+    """One dtype in PyTorch's spelling over a NumPy dtype (see the module docstring)."""
+
+    __slots__ = ("dtype", "kind", "name", "itemsize", "char", "str", "type", "is_floating_point", "is_signed")
+
+    def __init__(self, dtype):
+        dtype = numpy.dtype(dtype)
+        self.dtype = dtype
+        self.kind, self.name, self.itemsize, self.char, self.str, self.type = (
+            dtype.kind,
+            dtype.name,
+            dtype.itemsize,
+            dtype.char,
+            dtype.str,
+            dtype.type,
+        )
+        self.is_floating_point = dtype.kind == "f"
+        self.is_signed = dtype.kind in "fic"
+
+    @property
+    def is_complex(self) -> bool:
+        return self.kind == "c"
+
+    def __getattr__(self, name):
+        return getattr(object.__getattribute__(self, "dtype"), name)  # NumPy's other dtype attributes
+
+    def __eq__(self, other):
+        if isinstance(other, DType):
+            return self.dtype == other.dtype
+        if isinstance(other, str) and other.startswith("torch."):
+            other = DTYPES.get(other[len("torch.") :], other)
+        try:
+            return self.dtype == numpy.dtype(other)
+        except TypeError:
+            return NotImplemented
+
+    def __ne__(self, other):
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self):
+        return hash(self.dtype)
+
+    def __repr__(self):
+        return "torch." + self.name
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return (of, (self.name,))
+
+
+_BY_NUMPY: dict = {}
+
+
+def of(dtype) -> DType:
+    """The DType of a NumPy dtype (or anything `numpy.dtype` accepts); one object per dtype."""
+    found = _BY_NUMPY.get(dtype)
+    if found is None:
+        found = DType(dtype)
+        _BY_NUMPY[dtype] = _BY_NUMPY[found.dtype] = found
+    return found
+
+
+CONSTANTS = {name: of(dtype) for name, dtype in DTYPES.items()}
+_default = [CONSTANTS["float32"]]
+
+
+def get_default_dtype() -> DType:
+    """The dtype of floating constructors and of Python floats with no Variable beside them."""
+    return _default[0]
+
+
+def default() -> numpy.dtype:
+    """The default dtype as a NumPy dtype (for the constructors)."""
+    return _default[0].dtype
+
+
+def set_default_dtype(d) -> None:
+    """Set the default floating dtype (float16, float32 or float64), as PyTorch's does."""
+    dtype = numpy.dtype(d)
+    if dtype.kind != "f":
+        raise TypeError(f"only floating-point types are supported as the default type (got {of(dtype)})")
+    _default[0] = of(dtype)
 
 
 def is_floating_point(v) -> bool:
     return v.dtype.kind == "f"
 
 
+def finfo(type=None) -> numpy.finfo:
+    """Machine limits of a floating dtype (the default one when None): `eps`, `max`, `min`, `tiny`, `bits`..."""
+    return numpy.finfo(numpy.dtype(default() if type is None else type))
+
+
+def iinfo(type) -> numpy.iinfo:
+    """Machine limits of an integer dtype: `max`, `min`, `bits`."""
+    return numpy.iinfo(numpy.dtype(type))
+
+
 def names() -> dict:
-    """The module-level names: the constants, `get_default_dtype`, `is_floating_point`."""
-    return {**CONSTANTS, "get_default_dtype": get_default_dtype, "is_floating_point": is_floating_point}
+    """The module-level names: the constants, the default dtype's getter and setter, `is_floating_point`,
+    `finfo` and `iinfo`."""
+    return {
+        **CONSTANTS,
+        "get_default_dtype": get_default_dtype,
+        "set_default_dtype": set_default_dtype,
+        "is_floating_point": is_floating_point,
+        "finfo": finfo,
+        "iinfo": iinfo,
+    }

@@ -17,7 +17,7 @@ import numpy
 
 from engine import backend
 from engine.compat import dtype_of
-from engine.dtypes import DEFAULT
+from engine.dtypes import default as default_dtype
 from engine.random import Generator, bits_of
 
 if TYPE_CHECKING:
@@ -71,6 +71,13 @@ def _is_float(value) -> bool:
     return isinstance(value, float) or (isinstance(value, numpy.generic) and value.dtype.kind == "f")
 
 
+def _python_floats(data) -> bool:
+    """Whether `data` is Python floats (a float, or lists of numbers with a float in them), not an array."""
+    if isinstance(data, (list, tuple, float)):
+        return numpy.asarray(data).dtype == numpy.float64
+    return False
+
+
 class Constructors:
     def __init__(self, variable, to_array, placement):
         self.variable = variable
@@ -102,7 +109,7 @@ class Constructors:
         return self.variable(self.to_array(array), requires_grad=requires_grad)
 
     def _floating(self, array, dtype, device, requires_grad):
-        return self._new(array, DEFAULT if dtype is None else dtype, device, requires_grad)
+        return self._new(array, default_dtype() if dtype is None else dtype, device, requires_grad)
 
     def tensor(
         self,
@@ -125,6 +132,8 @@ class Constructors:
     ) -> VariableSurface:
         """`data` itself when it is an array of the right dtype (sharing its memory), else a copy."""
         self.placement.check(device)
+        if dtype is None and default_dtype() != numpy.float32 and _python_floats(data):
+            dtype = default_dtype()  # `tensor([1.0])` takes the default dtype (set_default_dtype), as in PyTorch
         return self.variable(self.to_array(data, as_dtype(dtype)), requires_grad=requires_grad)
 
     def zeros(
@@ -231,7 +240,7 @@ class Constructors:
         """int64 values from integer arguments, float32 when any is a float (as PyTorch infers)."""
         values = numpy.arange(start, end, step) if end is not None else numpy.arange(start)
         if dtype is None:
-            dtype = DEFAULT if any(_is_float(a) for a in (start, end, step)) else numpy.int64
+            dtype = default_dtype() if any(_is_float(a) for a in (start, end, step)) else numpy.int64
         return self._new(values, dtype, device, requires_grad)
 
     def linspace(

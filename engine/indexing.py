@@ -55,9 +55,14 @@ def from_key(key, as_array):
             spec.append(operator.index(item))
         elif _is_index_array(item) and getattr(item, "ndim", 1) == 0 and "int" in str(item.dtype):
             spec.append(int(item.item() if hasattr(item, "item") else item))
+        elif isinstance(item, range):  # `x[range(n), y]`: the integers of the range, as PyTorch reads it
+            spec.append({"tensor": len(arrays)})
+            arrays.append(as_array(list(item)))
         elif isinstance(item, (list, tuple)) or _is_index_array(item):
             spec.append({"tensor": len(arrays)})
             arrays.append(as_array(item))
         else:
-            raise IndexError(f"unsupported index {item!r}: use ints, slices, None, ..., or integer/boolean arrays")
+            raise IndexError(
+                f"unsupported index {item!r}: use ints, slices, None, ..., ranges, lists or integer/boolean arrays"
+            )
     return tuple(spec), arrays

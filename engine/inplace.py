@@ -41,8 +41,26 @@ OPS = (
     "sigmoid",
     "relu",
     "clamp",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "fmod",
+    "remainder",
+    "floor_divide",
+    "log10",
+    "log2",
+    "exp2",
 )
-OPERATORS = {"__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div", "__ipow__": "pow"}
+OPERATORS = {
+    "__iadd__": "add",
+    "__isub__": "sub",
+    "__imul__": "mul",
+    "__itruediv__": "div",
+    "__ipow__": "pow",
+    "__ifloordiv__": "floor_divide",
+    "__imod__": "remainder",
+}
 
 _TYPE_NAMES = {"f": "Float", "i": "Long", "u": "Byte", "b": "Bool"}
 

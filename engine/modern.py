@@ -18,6 +18,19 @@ import numpy
 from engine.devices import Device
 from engine.factory import as_dtype
 
+
+def numpy_keywords(name, dim, keepdim, aliases):
+    """(dim, keepdim) of a call that spelled them NumPy's way too (`axis=`, `keepdims=`)."""
+    unknown = set(aliases) - {"axis", "keepdims"}
+    if unknown:
+        raise TypeError(f"{name}() got unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+    if "axis" in aliases:
+        if dim is not None:
+            raise TypeError(f"{name}() got multiple values for argument 'dim' (dim and axis)")
+        dim = aliases["axis"]
+    return dim, aliases.get("keepdims", keepdim)
+
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -97,17 +110,76 @@ def functions(ops) -> dict:
         return ops["div"](1.0, ops["sqrt"](input))
 
     def std(
-        input: Operand, dim: int | Sequence[int] | None = None, unbiased: bool = True, keepdim: bool = False
+        input: Operand,
+        dim: int | Sequence[int] | None = None,
+        unbiased: bool = True,
+        keepdim: bool = False,
+        **numpy_spelling: Any,
     ) -> VariableSurface:
+        """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
+        dim, keepdim = numpy_keywords("std", dim, keepdim, numpy_spelling)
         return ops["sqrt"](ops["var"](input, dim, unbiased, keepdim))
 
-    def all(input: Operand, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> VariableSurface:
+    def all(
+        input: Operand, dim: int | Sequence[int] | None = None, keepdim: bool = False, **numpy_spelling: Any
+    ) -> VariableSurface:
         """Whether every element (along `dim`) is nonzero, as a bool Variable."""
+        dim, keepdim = numpy_keywords("all", dim, keepdim, numpy_spelling)
         return ops["amin"](ops["cast"](input, dtype="bool"), dim, keepdim)
 
-    def any(input: Operand, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> VariableSurface:
+    def any(
+        input: Operand, dim: int | Sequence[int] | None = None, keepdim: bool = False, **numpy_spelling: Any
+    ) -> VariableSurface:
         """Whether some element (along `dim`) is nonzero, as a bool Variable."""
+        dim, keepdim = numpy_keywords("any", dim, keepdim, numpy_spelling)
         return ops["amax"](ops["cast"](input, dtype="bool"), dim, keepdim)
+
+    def count_nonzero(input: Operand, dim: int | Sequence[int] | None = None, **numpy_spelling: Any) -> VariableSurface:
+        """How many elements (along `dim`) are nonzero, as an int64 Variable."""
+        dim, _ = numpy_keywords("count_nonzero", dim, False, numpy_spelling)
+        return ops["sum"](ops["ne"](input, 0), dim)
+
+    def index_put(
+        input: VariableSurface, indices: Sequence[Any], values: Operand, accumulate: bool = False
+    ) -> VariableSurface:
+        """A copy of `input` with `input[indices] = values`; with `accumulate=True`, `values` are added
+        there instead, repeated indices adding up (PyTorch's `index_put`)."""
+        if not accumulate:
+            return ops["setitem"](input, values, tuple(indices))
+        spec = tuple({"tensor": i} for i in range(len(indices)))
+        added = ops["index_add"]([_as(input, values), *indices], index=spec, shape=tuple(input.shape))
+        return ops["add"](input, added)
+
+    def index_add(
+        input: VariableSurface, dim: int, index: Operand, source: Operand, *, alpha: float = 1
+    ) -> VariableSurface:
+        """A copy of `input` with `alpha * source` added along `dim` at the positions `index` names
+        (repeated positions add up): PyTorch's `index_add`."""
+        if not -max(input.ndim, 1) <= dim < max(input.ndim, 1):
+            raise IndexError(f"index_add: dimension {dim} is out of range for a {input.ndim}-d input")
+        spec = ({"slice": [None, None, None]},) * (dim % max(input.ndim, 1)) + ({"tensor": 0},)
+        source = source if alpha == 1 else mul(source, alpha)
+        added = ops["index_add"]([_as(input, source), index], index=spec, shape=tuple(input.shape))
+        return ops["add"](input, added)
+
+    def index_put_(self: V, indices: Sequence[Any], values: Operand, accumulate: bool = False) -> V:
+        """In place: `index_put` (a leaf that requires grad refuses in grad mode, as in PyTorch)."""
+        if not accumulate:
+            self[tuple(indices)] = values
+        else:
+            self.copy_(index_put(self, indices, values, accumulate=True))
+        return self
+
+    def index_add_(self: V, dim: int, index: Operand, source: Operand, *, alpha: float = 1) -> V:
+        """In place: `index_add`."""
+        self.copy_(index_add(self, dim, index, source, alpha=alpha))
+        return self
+
+    def _as(input, value):
+        """`value` in `input`'s dtype (PyTorch's index_put and index_add want them equal)."""
+        if getattr(value, "dtype", None) == input.dtype:
+            return value
+        return ops["cast"](value, dtype=numpy.dtype(input.dtype).name)
 
     def isclose(input: Operand, other: Operand, rtol: float = 1e-05, atol: float = 1e-08) -> VariableSurface:
         return ops["le"](ops["abs"](ops["sub"](input, other)), ops["add"](ops["mul"](ops["abs"](other), rtol), atol))
@@ -132,6 +204,11 @@ def functions(ops) -> dict:
             std,
             all,
             any,
+            count_nonzero,
+            index_put,
+            index_add,
+            index_put_,
+            index_add_,
             isclose,
             allclose,
             equal,

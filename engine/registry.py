@@ -185,6 +185,10 @@ def coerce(inputs):
     return out
 
 
+# NumPy's keyword names that PyTorch accepts too: `x.sum(axis=1, keepdims=True)`
+ALIASES = {"axis": "dim", "keepdims": "keepdim"}
+
+
 def parse_call(op: OpDef, rest: tuple, kwargs: dict) -> dict:
     """The checked attributes of a call `fn(*inputs, *rest, **kwargs)` (positional ones in declared order)."""
     if not op.attrs and not rest and not kwargs:
@@ -201,6 +205,7 @@ def parse_call(op: OpDef, rest: tuple, kwargs: dict) -> dict:
         raise TypeError(f"{op.name}() takes {len(names)} attribute argument(s) but {len(rest)} were given")
     given = dict(zip(names, rest))
     for key, value in kwargs.items():
+        key = ALIASES.get(key, key) if key not in op.attrs else key
         if key in given:
             raise TypeError(f"{op.name}() got multiple values for argument {shown(key)}")
         given[key] = value

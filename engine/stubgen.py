@@ -40,6 +40,7 @@ import numpy
 
 import engine  # noqa: F401  (fills the registry)
 from engine import inplace, surface
+from engine.dtypes import DType
 from engine.grad_mode import GradMode
 from engine.registry import OPS, OpDef, input_names, make_function
 
@@ -109,6 +110,7 @@ import numpy.typing
 
 from engine.compat import TensorType
 from engine.devices import Device
+from engine.dtypes import DType as DType
 from engine.random import Generator
 
 _V = TypeVar("_V")
@@ -118,12 +120,11 @@ Operand: TypeAlias = VariableSurface | numpy.ndarray[Any, Any] | numpy.generic |
 """What an op takes as an input: a Variable (either side's), an array or a number."""
 ArrayLike: TypeAlias = numpy.typing.ArrayLike | VariableSurface
 """What a constructor takes as data."""
-DTypeLike: TypeAlias = numpy.typing.DTypeLike | TensorType
+DTypeLike: TypeAlias = numpy.typing.DTypeLike | TensorType | DType
 """A dtype: `float32`, `"float32"`, a NumPy dtype, a tensor type (`FloatTensor`)."""
 DeviceLike: TypeAlias = Device | str | int
 Size: TypeAlias = tuple[int, ...]
 NDArray: TypeAlias = numpy.ndarray[Any, Any]
-DType: TypeAlias = numpy.dtype[Any]
 Index: TypeAlias = Any
 """A key of `x[key]`: ints, slices, None, ..., integer or boolean arrays and Variables, or a tuple of them."""
 
@@ -328,7 +329,7 @@ def _function(name: str, value: Any, op_of: dict, shadowing: set[str]) -> list[s
     elif isinstance(value, (types.FunctionType, types.MethodType)):
         signatures = [_as_variable(_signature(value, name, False), "Variable")]
         doc = _doc(value)
-    elif isinstance(value, numpy.dtype):
+    elif isinstance(value, (numpy.dtype, DType)):
         return [f"{name}: DType"]
     else:
         return [f"{name}: {type(value).__name__}"]

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from engine import backend, compat, dtypes, inplace, modern
 from engine.devices import Placement
 from engine.factory import Constructors
+from engine.modern import numpy_keywords
 from engine.registry import OPS, make_function
 from engine.sampling import Sampling
 from engine.surface_methods import METHOD_OPS, SurfaceMethods
@@ -62,6 +63,10 @@ OPERATORS = {
     "__rmul__": ("mul", FORWARD),  # `2 * x` is mul(x, 2), likewise
     "__truediv__": ("div", FORWARD),
     "__rtruediv__": ("div", REFLECTED),
+    "__floordiv__": ("floor_divide", FORWARD),
+    "__rfloordiv__": ("floor_divide", REFLECTED),
+    "__mod__": ("remainder", FORWARD),
+    "__rmod__": ("remainder", REFLECTED),
     "__pow__": ("pow", FORWARD),
     "__rpow__": ("pow", REFLECTED),
     "__matmul__": ("matmul", FORWARD),
@@ -119,7 +124,9 @@ class Side:
 def extreme(name, reduce, arg, pairwise):
     """PyTorch's `max` (or `min`) from its reduction, arg-reduction and elementwise ops."""
 
-    def fn(x, dim=None, keepdim=False):
+    def fn(x, dim=None, keepdim=False, **aliases):
+        if aliases:
+            dim, keepdim = numpy_keywords(name, dim, keepdim, aliases)
         if dim is not None and not isinstance(dim, int):
             return pairwise(x, dim)
         if dim is None:
@@ -334,8 +341,8 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         "__setitem__": __setitem__,
         "__getitem__": functions["getitem"],
         "backward": backward,
-        "max": lambda self, dim=None, keepdim=False: maximum(self, dim, keepdim),
-        "min": lambda self, dim=None, keepdim=False: minimum(self, dim, keepdim),
+        "max": lambda self, dim=None, keepdim=False, **aliases: maximum(self, dim, keepdim, **aliases),
+        "min": lambda self, dim=None, keepdim=False, **aliases: minimum(self, dim, keepdim, **aliases),
     }, {"max": maximum, "min": minimum}
 
 

@@ -17,6 +17,7 @@ METHOD_OPS: dict[str, str] = {
     "amin": "amin",
     "argmax": "argmax",
     "argmin": "argmin",
+    "ceil": "ceil",
     "clamp": "clamp",
     "clone": "clone",
     "cos": "cos",
@@ -24,14 +25,20 @@ METHOD_OPS: dict[str, str] = {
     "eq": "eq",
     "erf": "erf",
     "exp": "exp",
+    "exp2": "exp2",
     "expand": "expand",
     "expm1": "expm1",
     "flatten": "flatten",
+    "floor": "floor",
+    "floor_divide": "floor_divide",
+    "fmod": "fmod",
     "ge": "ge",
     "gt": "gt",
     "le": "le",
     "log": "log",
+    "log10": "log10",
     "log1p": "log1p",
+    "log2": "log2",
     "log_softmax": "log_softmax",
     "logsumexp": "logsumexp",
     "lt": "lt",
@@ -46,8 +53,11 @@ METHOD_OPS: dict[str, str] = {
     "norm": "norm",
     "permute": "permute",
     "pow": "pow",
+    "prod": "prod",
     "relu": "relu",
+    "remainder": "remainder",
     "reshape": "reshape",
+    "round": "round",
     "sigmoid": "sigmoid",
     "sign": "sign",
     "sin": "sin",
@@ -58,6 +68,7 @@ METHOD_OPS: dict[str, str] = {
     "t": "t",
     "tanh": "tanh",
     "transpose": "transpose",
+    "trunc": "trunc",
     "unsqueeze": "unsqueeze",
     "var": "var",
     "view": "reshape",
@@ -99,6 +110,12 @@ class SurfaceMethods:
 
         index of the minimum (no gradient)"""
         return self._ops.argmin(self, *args, **kwargs)
+
+    def ceil(self, *args: Any, **kwargs: Any) -> Any:
+        """ceil(self) -> Self
+
+        the smallest integer >= x (gradient zero, as in PyTorch)"""
+        return self._ops.ceil(self, *args, **kwargs)
 
     def clamp(self, *args: Any, **kwargs: Any) -> Any:
         """clamp(self, min: float | None = None, max: float | None = None) -> Self
@@ -142,6 +159,12 @@ class SurfaceMethods:
         e ** x"""
         return self._ops.exp(self, *args, **kwargs)
 
+    def exp2(self, *args: Any, **kwargs: Any) -> Any:
+        """exp2(self) -> Self
+
+        2 ** x"""
+        return self._ops.exp2(self, *args, **kwargs)
+
     def expand(self, *args: Any, **kwargs: Any) -> Any:
         """expand(self, shape: Sequence[int]) -> Self
         expand(self, *shape: int) -> Self
@@ -160,6 +183,24 @@ class SurfaceMethods:
 
         merge dimensions start_dim..end_dim into one"""
         return self._ops.flatten(self, *args, **kwargs)
+
+    def floor(self, *args: Any, **kwargs: Any) -> Any:
+        """floor(self) -> Self
+
+        the largest integer <= x (gradient zero, as in PyTorch)"""
+        return self._ops.floor(self, *args, **kwargs)
+
+    def floor_divide(self, *args: Any, **kwargs: Any) -> Any:
+        """floor_divide(self, other: Operand) -> Self
+
+        floor(x / y), as Python's // (x // y); no gradient"""
+        return self._ops.floor_divide(self, *args, **kwargs)
+
+    def fmod(self, *args: Any, **kwargs: Any) -> Any:
+        """fmod(self, other: Operand) -> Self
+
+        x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
+        return self._ops.fmod(self, *args, **kwargs)
 
     def ge(self, *args: Any, **kwargs: Any) -> Any:
         """ge(self, other: Operand) -> Self
@@ -185,11 +226,23 @@ class SurfaceMethods:
         natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)"""
         return self._ops.log(self, *args, **kwargs)
 
+    def log10(self, *args: Any, **kwargs: Any) -> Any:
+        """log10(self) -> Self
+
+        base-10 logarithm"""
+        return self._ops.log10(self, *args, **kwargs)
+
     def log1p(self, *args: Any, **kwargs: Any) -> Any:
         """log1p(self) -> Self
 
         log(1 + x), accurate for small x"""
         return self._ops.log1p(self, *args, **kwargs)
+
+    def log2(self, *args: Any, **kwargs: Any) -> Any:
+        """log2(self) -> Self
+
+        base-2 logarithm"""
+        return self._ops.log2(self, *args, **kwargs)
 
     def log_softmax(self, *args: Any, **kwargs: Any) -> Any:
         """log_softmax(self, dim: int) -> Self
@@ -276,11 +329,23 @@ class SurfaceMethods:
         x ** y (broadcasting)"""
         return self._ops.pow(self, *args, **kwargs)
 
+    def prod(self, *args: Any, **kwargs: Any) -> Any:
+        """prod(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Self
+
+        product over dim (all when null); gradients exact at zeros"""
+        return self._ops.prod(self, *args, **kwargs)
+
     def relu(self, *args: Any, **kwargs: Any) -> Any:
         """relu(self) -> Self
 
         max(x, 0)"""
         return self._ops.relu(self, *args, **kwargs)
+
+    def remainder(self, *args: Any, **kwargs: Any) -> Any:
+        """remainder(self, other: Operand) -> Self
+
+        x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)"""
+        return self._ops.remainder(self, *args, **kwargs)
 
     def reshape(self, *args: Any, **kwargs: Any) -> Any:
         """reshape(self, shape: Sequence[int]) -> Self
@@ -288,6 +353,12 @@ class SurfaceMethods:
 
         the same values in a new shape (one size may be -1)"""
         return self._ops.reshape(self, *args, **kwargs)
+
+    def round(self, *args: Any, **kwargs: Any) -> Any:
+        """round(self, decimals: int = 0) -> Self
+
+        x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
+        return self._ops.round(self, *args, **kwargs)
 
     def sigmoid(self, *args: Any, **kwargs: Any) -> Any:
         """sigmoid(self) -> Self
@@ -348,6 +419,12 @@ class SurfaceMethods:
 
         swap two dimensions"""
         return self._ops.transpose(self, *args, **kwargs)
+
+    def trunc(self, *args: Any, **kwargs: Any) -> Any:
+        """trunc(self) -> Self
+
+        x rounded toward zero (gradient zero, as in PyTorch)"""
+        return self._ops.trunc(self, *args, **kwargs)
 
     def unsqueeze(self, *args: Any, **kwargs: Any) -> Any:
         """unsqueeze(self, dim: int) -> Self

@@ -11,6 +11,7 @@ import numpy.typing
 
 from engine.compat import TensorType
 from engine.devices import Device
+from engine.dtypes import DType as DType
 from engine.random import Generator
 
 _V = TypeVar("_V")
@@ -20,12 +21,11 @@ Operand: TypeAlias = VariableSurface | numpy.ndarray[Any, Any] | numpy.generic |
 """What an op takes as an input: a Variable (either side's), an array or a number."""
 ArrayLike: TypeAlias = numpy.typing.ArrayLike | VariableSurface
 """What a constructor takes as data."""
-DTypeLike: TypeAlias = numpy.typing.DTypeLike | TensorType
+DTypeLike: TypeAlias = numpy.typing.DTypeLike | TensorType | DType
 """A dtype: `float32`, `"float32"`, a NumPy dtype, a tensor type (`FloatTensor`)."""
 DeviceLike: TypeAlias = Device | str | int
 Size: TypeAlias = tuple[int, ...]
 NDArray: TypeAlias = numpy.ndarray[Any, Any]
-DType: TypeAlias = numpy.dtype[Any]
 Index: TypeAlias = Any
 """A key of `x[key]`: ints, slices, None, ..., integer or boolean arrays and Variables, or a tuple of them."""
 
@@ -68,6 +68,7 @@ class VariableSurface:
     def __bool__(self) -> builtins.bool: ...
     def __eq__(self, other: object) -> Self: ...  # type: ignore[override]
     def __float__(self) -> builtins.float: ...
+    def __floordiv__(self, other: Operand) -> Self: ...
     def __format__(self, spec: str) -> str: ...
     def __ge__(self, other: Operand) -> Self: ...
     def __getitem__(self, key: Index) -> Self:
@@ -76,6 +77,8 @@ class VariableSurface:
     def __hash__(self) -> builtins.int:
         """Return hash(self)."""
     def __iadd__(self, other: Operand) -> Self: ...
+    def __ifloordiv__(self, other: Operand) -> Self: ...
+    def __imod__(self, other: Operand) -> Self: ...
     def __imul__(self, other: Operand) -> Self: ...
     def __index__(self) -> builtins.int: ...
     def __init__(self, data: ArrayLike, requires_grad: builtins.bool = False, **pytorch03: Any) -> None: ...
@@ -88,13 +91,16 @@ class VariableSurface:
     def __len__(self) -> builtins.int: ...
     def __lt__(self, other: Operand) -> Self: ...
     def __matmul__(self, other: Operand) -> Self: ...
+    def __mod__(self, other: Operand) -> Self: ...
     def __mul__(self, other: Operand) -> Self: ...
     def __ne__(self, other: object) -> Self: ...  # type: ignore[override]
     def __neg__(self) -> Self: ...
     def __pow__(self, other: Operand) -> Self: ...
     def __radd__(self, other: Operand) -> Self: ...
     def __repr__(self) -> str: ...
+    def __rfloordiv__(self, other: Operand) -> Self: ...
     def __rmatmul__(self, other: Operand) -> Self: ...
+    def __rmod__(self, other: Operand) -> Self: ...
     def __rmul__(self, other: Operand) -> Self: ...
     def __rpow__(self, other: Operand) -> Self: ...
     def __rsub__(self, other: Operand) -> Self: ...
@@ -114,14 +120,24 @@ class VariableSurface:
         """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
     def add_(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """In place: this Variable becomes `add(self, ...)` (PyTorch's rules; see engine.inplace)."""
-    def all(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
+    def all(
+        self,
+        dim: builtins.int | Sequence[builtins.int] | None = None,
+        keepdim: builtins.bool = False,
+        **numpy_spelling: Any,
+    ) -> Self:
         """Whether every element (along `dim`) is nonzero, as a bool Variable."""
     def allclose(self, other: Operand, rtol: builtins.float = 1e-05, atol: builtins.float = 1e-08) -> builtins.bool: ...
     def amax(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
         """maximum over dim (ties share the gradient)"""
     def amin(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
         """minimum over dim (ties share the gradient)"""
-    def any(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
+    def any(
+        self,
+        dim: builtins.int | Sequence[builtins.int] | None = None,
+        keepdim: builtins.bool = False,
+        **numpy_spelling: Any,
+    ) -> Self:
         """Whether some element (along `dim`) is nonzero, as a bool Variable."""
     def argmax(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Self:
         """index of the maximum (no gradient)"""
@@ -140,6 +156,10 @@ class VariableSurface:
         """Fill in place with 1s (probability `p`, a float or a tensor broadcast to this one) and 0s."""
     def bool(self) -> Self:
         """This Variable as bool (differentiable)."""
+    def ceil(self) -> Self:
+        """the smallest integer >= x (gradient zero, as in PyTorch)"""
+    def ceil_(self) -> Self:
+        """the smallest integer >= x (gradient zero, as in PyTorch)"""
     def clamp(self, min: builtins.float | None = None, max: builtins.float | None = None) -> Self:
         """x limited to [min, max] (gradient 1 inside, 0 outside)"""
     def clamp_(self, min: builtins.float | None = None, max: builtins.float | None = None) -> Self:
@@ -157,6 +177,8 @@ class VariableSurface:
         """cosine"""
     def cos_(self) -> Self:
         """cosine"""
+    def count_nonzero(self, dim: builtins.int | Sequence[builtins.int] | None = None, **numpy_spelling: Any) -> Self:
+        """How many elements (along `dim`) are nonzero, as an int64 Variable."""
     def cpu(self) -> Self: ...
     def cuda(self, device: DeviceLike | None = None, non_blocking: builtins.bool = False) -> Self: ...
     def dim(self) -> builtins.int: ...
@@ -177,6 +199,10 @@ class VariableSurface:
         """the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x"""
     def exp(self) -> Self:
         """e ** x"""
+    def exp2(self) -> Self:
+        """2 ** x"""
+    def exp2_(self) -> Self:
+        """2 ** x"""
     def exp_(self) -> Self:
         """e ** x"""
     @overload
@@ -193,6 +219,18 @@ class VariableSurface:
         """merge dimensions start_dim..end_dim into one"""
     def float(self) -> Self:
         """This Variable as float32 (differentiable)."""
+    def floor(self) -> Self:
+        """the largest integer <= x (gradient zero, as in PyTorch)"""
+    def floor_(self) -> Self:
+        """the largest integer <= x (gradient zero, as in PyTorch)"""
+    def floor_divide(self, other: Operand) -> Self:
+        """floor(x / y), as Python's // (x // y); no gradient"""
+    def floor_divide_(self, other: Operand) -> Self:
+        """floor(x / y), as Python's // (x // y); no gradient"""
+    def fmod(self, other: Operand) -> Self:
+        """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
+    def fmod_(self, other: Operand) -> Self:
+        """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
     def ge(self, other: Operand) -> Self:
         """x >= y as a bool Variable (no gradient)"""
     def ger(self, vec2: Operand) -> Self:
@@ -208,6 +246,16 @@ class VariableSurface:
         """x > y as a bool Variable (no gradient)"""
     def half(self) -> Self:
         """This Variable as float16 (differentiable)."""
+    def index_add(self, dim: builtins.int, index: Operand, source: Operand, *, alpha: builtins.float = 1) -> Self:
+        """A copy of `input` with `alpha * source` added along `dim` at the positions `index` names
+        (repeated positions add up): PyTorch's `index_add`."""
+    def index_add_(self, dim: builtins.int, index: Operand, source: Operand, *, alpha: builtins.float = 1) -> Self:
+        """In place: `index_add`."""
+    def index_put(self, indices: Sequence[Any], values: Operand, accumulate: builtins.bool = False) -> Self:
+        """A copy of `input` with `input[indices] = values`; with `accumulate=True`, `values` are added
+        there instead, repeated indices adding up (PyTorch's `index_put`)."""
+    def index_put_(self, indices: Sequence[Any], values: Operand, accumulate: builtins.bool = False) -> Self:
+        """In place: `index_put` (a leaf that requires grad refuses in grad mode, as in PyTorch)."""
     def inner(self, tensor: Operand) -> Self:
         """The inner product of two 1-D Variables."""
     def int(self) -> Self:
@@ -229,8 +277,16 @@ class VariableSurface:
         """x <= y as a bool Variable (no gradient)"""
     def log(self) -> Self:
         """natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)"""
+    def log10(self) -> Self:
+        """base-10 logarithm"""
+    def log10_(self) -> Self:
+        """base-10 logarithm"""
     def log1p(self) -> Self:
         """log(1 + x), accurate for small x"""
+    def log2(self) -> Self:
+        """base-2 logarithm"""
+    def log2_(self) -> Self:
+        """base-2 logarithm"""
     def log_(self) -> Self:
         """natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)"""
     def log_softmax(self, dim: builtins.int) -> Self:
@@ -359,6 +415,8 @@ class VariableSurface:
         """x ** y (broadcasting)"""
     def pow_(self, exponent: Operand) -> Self:
         """x ** y (broadcasting)"""
+    def prod(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
+        """product over dim (all when null); gradients exact at zeros"""
     def random_(
         self, low: builtins.int = 0, high: builtins.int | None = None, *, generator: Generator | None = None
     ) -> Self:
@@ -369,6 +427,10 @@ class VariableSurface:
         """max(x, 0)"""
     def relu_(self) -> Self:
         """max(x, 0)"""
+    def remainder(self, other: Operand) -> Self:
+        """x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)"""
+    def remainder_(self, other: Operand) -> Self:
+        """x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)"""
     def requires_grad_(self, requires_grad: builtins.bool = True) -> Self: ...
     @overload
     def reshape(self, shape: Sequence[builtins.int]) -> Self: ...
@@ -379,6 +441,10 @@ class VariableSurface:
         """Keep this non-leaf's gradient in `.grad` after backward (a no-op on leaves)."""
     @property
     def retains_grad(self) -> builtins.bool: ...
+    def round(self, decimals: builtins.int = 0) -> Self:
+        """x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
+    def round_(self, decimals: builtins.int = 0) -> Self:
+        """x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
     def rsqrt(self) -> Self: ...
     def sigmoid(self) -> Self:
         """1 / (1 + e ** -x), computed stably"""
@@ -410,7 +476,9 @@ class VariableSurface:
         dim: builtins.int | Sequence[builtins.int] | None = None,
         unbiased: builtins.bool = True,
         keepdim: builtins.bool = False,
-    ) -> Self: ...
+        **numpy_spelling: Any,
+    ) -> Self:
+        """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
     def sub(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """x - y (broadcasting); `alpha=` scales `other` first (PyTorch's `sub(input, other, alpha=a)`)"""
     def sub_(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
@@ -444,6 +512,10 @@ class VariableSurface:
         """swap two dimensions"""
     def true_divide(self, other: Operand) -> Self:
         """x / y (true division, broadcasting; IEEE results for division by zero)"""
+    def trunc(self) -> Self:
+        """x rounded toward zero (gradient zero, as in PyTorch)"""
+    def trunc_(self) -> Self:
+        """x rounded toward zero (gradient zero, as in PyTorch)"""
     def type(self, dtype: Any = None) -> Any:
         """`x.type()`: the tensor type's name ('torch.FloatTensor'); `x.type(T)`: x converted to T."""
     def type_as(self, other: VariableSurface) -> Self: ...

@@ -11,8 +11,39 @@ from __future__ import annotations
 import numpy
 
 
+def _values(other):
+    """`other`'s values when it is a Variable (whose `__array_ufunc__ = None` refuses NumPy's in-place operators)."""
+    return other.numpy() if hasattr(other, "_array") and hasattr(other, "requires_grad") else other
+
+
+def _inplace(name):
+    operator = getattr(numpy.ndarray, name)
+
+    def method(self, other):
+        return operator(self, _values(other))
+
+    method.__name__ = name
+    return method
+
+
 class TensorData(numpy.ndarray):
-    """A NumPy array with PyTorch-0.3 `Tensor` methods (in-place ones end in `_` and return self)."""
+    """A NumPy array with PyTorch-0.3 `Tensor` methods (in-place ones end in `_` and return self).
+
+    As PyTorch's `.data`, it is outside autograd (`requires_grad` False, no `grad_fn`) and its
+    in-place operators take Variables too: `p.data += -lr * p.grad` updates p's memory."""
+
+    requires_grad = False
+    grad = None
+    grad_fn = None
+    is_leaf = True
+
+    __iadd__ = _inplace("__iadd__")
+    __isub__ = _inplace("__isub__")
+    __imul__ = _inplace("__imul__")
+    __itruediv__ = _inplace("__itruediv__")
+    __ifloordiv__ = _inplace("__ifloordiv__")
+    __imod__ = _inplace("__imod__")
+    __ipow__ = _inplace("__ipow__")
 
     def __getitem__(self, key):
         # PyTorch 0.3 had no 0-d tensors: a reduction gave shape (1,), so `loss.data[0]` read it
@@ -29,12 +60,12 @@ class TensorData(numpy.ndarray):
         return self
 
     def copy_(self, source):
-        self[...] = numpy.asarray(source)
+        self[...] = numpy.asarray(_values(source))
         return self
 
     def _update(self, ufunc, args):
         # PyTorch 0.3's two-argument form: `add_(value, other)` adds value * other
-        other = args[0] if len(args) == 1 else args[0] * numpy.asarray(args[1])
+        other = _values(args[0]) if len(args) == 1 else args[0] * numpy.asarray(_values(args[1]))
         ufunc(self, other, out=self, casting="same_kind")
         return self
 

@@ -19,6 +19,8 @@ import numpy
 
 from engine import backend
 from engine.devices import Device
+from engine.dtypes import DType
+from engine.dtypes import of as dtype_of
 from engine.indexing import from_key, to_key
 from engine.surface_types import VariableSurface
 from engine.tensor_data import plain, same_array, tensor_data
@@ -134,8 +136,9 @@ class Variable(VariableSurface):
         return tuple(self._data.shape)
 
     @property
-    def dtype(self) -> numpy.dtype:
-        return self._data.dtype
+    def dtype(self) -> DType:
+        """The dtype, in PyTorch's spelling (`torch.float32`); it equals the array's NumPy dtype."""
+        return dtype_of(self._data.dtype)
 
     @property
     def ndim(self) -> int:

@@ -66,6 +66,48 @@ mean = defop(
 )
 
 
+def _prod_forward(xp, x, dim, keepdim):
+    wide = "int64" if x.dtype.kind in "biu" else None  # PyTorch's: integer and bool products are int64
+    return x.prod(axis=_axes(dim, x.ndim), keepdims=keepdim, dtype=wide)
+
+
+def _prod_vjp(g, ans, x, dim, keepdim):
+    """d prod / d x_i is the product of the other entries. Without zeros in a slice that is
+    prod / x_i; with zeros it is built from P, the product of the slice's nonzero entries, and S,
+    the sum of its zero entries (0 in value, but recorded, so second derivatives are exact): one
+    zero at z gives P / x_i * S off z and P at z; two give P * (S - x_i) at each zero and 0 off them;
+    more give 0."""
+    xd = x._data
+    zero = xd == 0
+    if not zero.any():
+        return unreduce(g, x.shape, dim, keepdim) * trusted.prod(x, dim=dim, keepdim=True) / x
+    zeros = zero.sum(axis=_axes(dim, x.ndim), keepdims=True)
+    at_zero = const(zero)
+    safe = F.where(at_zero, 1.0, x)
+    nonzero_product = trusted.prod(safe, dim=dim, keepdim=True)
+    zero_sum = trusted.sum(F.where(at_zero, x, 0.0), dim=dim, keepdim=True)
+    off_zeros = nonzero_product / safe * F.where(const(zeros == 1), zero_sum, 1.0)
+    on_zeros = nonzero_product * F.where(const(zeros == 1), 1.0, zero_sum - x)
+    grad = F.where(const(~zero & (zeros <= 1)), off_zeros, 0.0) + F.where(const(zero & (zeros <= 2)), on_zeros, 0.0)
+    return unreduce(g, x.shape, dim, keepdim) * grad
+
+
+prod = defop(
+    "prod",
+    _prod_forward,
+    _prod_vjp,
+    attrs={"dim": DIM, "keepdim": KEEPDIM},
+    samples=REDUCE_SAMPLES
+    + (
+        Sample(make=lambda rng: [numpy.array([[2.0, 0.0, 3.0], [0.5, -1.5, 1.0], [0.0, 0.0, 2.0]])], attrs={"dim": 1}),
+        Sample(make=lambda rng: [numpy.array([[1.5, 0.0, -2.0, 0.7]])]),
+    ),
+    infer=shapes.reduce,
+    scratch=costs.temporaries(backward=4, backward_masks=3),  # x with ones at its zeros, the product, the weights
+    doc="product over dim (all when null); gradients exact at zeros",
+)
+
+
 def _extreme_vjp(g, ans, x, dim, keepdim):
     peak = ans._data if keepdim else ans._data.reshape(shapes.reduced_shape(x.shape, dim, True))
     hit = x._data == peak

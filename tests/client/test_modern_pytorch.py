@@ -84,7 +84,7 @@ def test_to_and_type_cast_like_torch(torch_like, oracle, target):
         lambda t, m: t.to(dtype=getattr(m, target)),
     ):
         got, want = convert(ours, torch_like), convert(theirs, oracle)
-        assert str(want.dtype) == f"torch.{got.dtype}"
+        assert str(want.dtype) == str(got.dtype)
         np.testing.assert_array_equal(values(got), want.numpy())
     assert ours.to(torch_like.float32) is ours and ours.to(ours) is ours
 
@@ -154,7 +154,7 @@ def test_every_constructor_takes_dtype_device_and_requires_grad(torch_like, name
 def test_constructors_match_torch(torch_like, oracle, call):
     got = eval("m." + call, {"m": torch_like})
     want = eval("m." + call, {"m": oracle})
-    assert str(want.dtype) == f"torch.{got.dtype}" and tuple(want.shape) == got.shape
+    assert str(want.dtype) == str(got.dtype) and tuple(want.shape) == got.shape
     np.testing.assert_allclose(values(got), want.numpy(), rtol=1e-6, atol=1e-6)
 
 
@@ -331,7 +331,6 @@ def test_every_registry_op_torch_has_is_there_under_its_name(torch_like, oracle)
     computed = set(engine.OPS) | {m for op in engine.OPS.values() for m in op.methods}
     functions = {n for n in computed if hasattr(oracle, n)} | set(ALIASES) | set(FUNCTION_ALIASES)
     methods = {n for n in computed if hasattr(oracle.Tensor, n)} | set(ALIASES)
-    methods -= {"index_add"}  # torch's index_add(dim, index, source) is not the registry's (index, shape)
     methods |= {"where", "dot", "mv", "outer", "square", "std", "all", "any", "to", "cpu", "item", "tolist", "numpy"}
     missing_functions = sorted(n for n in functions if not callable(getattr(torch_like, n, None)))
     missing_methods = sorted(n for n in methods if not callable(getattr(torch_like.Variable, n, None)))
@@ -434,7 +433,7 @@ def test_functions_and_methods_match_torch(torch_like, oracle, call):
             out.sum().backward()
         results.append((values(out), None if x.grad is None else values(x.grad), str(out.dtype)))
     (got, got_grad, got_dtype), (want, want_grad, want_dtype) = results
-    assert want_dtype == f"torch.{got_dtype}" and got.shape == want.shape
+    assert want_dtype == got_dtype and got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     if want_grad is not None:
         np.testing.assert_allclose(got_grad, want_grad, rtol=1e-5, atol=1e-6)

@@ -107,8 +107,23 @@ BY_NAME = frozenset(
         "reshape",
         "cat",
         "stack",
+        "floor",
+        "ceil",
+        "round",
+        "trunc",
+        "fmod",
+        "remainder",
+        "floor_divide",
+        "log10",
+        "log2",
+        "exp2",
     }
 )
+
+
+# ops whose torch twin's result requires grad but has no derivative (a backward raises); the
+# engine declares them without a gradient, so their results require none
+NO_DERIVATIVE_IN_TORCH = frozenset({"floor_divide"})
 
 
 def _torch():
@@ -166,6 +181,15 @@ def _extreme(name):
     return call
 
 
+def _prod(inputs, attrs):
+    # torch.prod takes one dim: reduce the dims one at a time, the highest first
+    x, dim = inputs[0], attrs["dim"]
+    dims = range(x.ndim) if dim is None or dim == () else ([dim] if isinstance(dim, int) else dim)
+    for d in sorted((d % max(x.ndim, 1) for d in dims), reverse=True):
+        x = x.prod(d, keepdim=attrs["keepdim"])
+    return x
+
+
 def _comparison(name):
     return lambda inputs, attrs: getattr(_torch(), name)(*inputs)
 
@@ -201,6 +225,7 @@ TORCH_OVERRIDES = {
     "clamp": _clamp,
     "norm": _norm,
     "var": _var,
+    "prod": _prod,
     "amax": _extreme("amax"),
     "amin": _extreme("amin"),
     "squeeze": lambda inputs, attrs: inputs[0].squeeze() if attrs["dim"] is None else inputs[0].squeeze(attrs["dim"]),

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from engine_testkit import (  # noqa: E402
     BY_NAME,
+    NO_DERIVATIVE_IN_TORCH,
     TORCH_OVERRIDES,
     assert_close,
     sample_arrays,
@@ -54,6 +55,13 @@ def compare_op(name, arrays, attrs, dtype, seed=0):
     assert out.shape == tuple(t_out.shape), f"{what}: shape {out.shape} vs torch {tuple(t_out.shape)}"
     assert out.dtype.name == torch_dtype_name(t_out), f"{what}: dtype {out.dtype} vs torch {t_out.dtype}"
     assert_close(out, t_out, dtype, f"{what}: forward")
+    if name in NO_DERIVATIVE_IN_TORCH and t_out.requires_grad:
+        # torch marks the result as requiring grad, then refuses a backward through it; the engine's
+        # result requires no grad (the op declares no gradient), so neither computes one
+        with pytest.raises(RuntimeError, match="not implemented"):
+            t_out.sum().backward()
+        assert not out.requires_grad and out.grad_fn is None
+        return
     assert out.requires_grad == t_out.requires_grad, (
         f"{what}: requires_grad {out.requires_grad} vs torch {t_out.requires_grad}"
     )

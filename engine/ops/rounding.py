@@ -1,0 +1,143 @@
+"""Rounding and modular arithmetic (`floor`, `ceil`, `round`, `trunc`, `fmod`, `remainder`,
+`floor_divide`) and the logarithms and powers of base 10 and 2 (`log10`, `log2`, `exp2`).
+
+PyTorch's gradients: the rounding functions have a zero gradient; `fmod(x, y)` and
+`remainder(x, y)` pass `g` to x and `-g * trunc(x / y)` (resp. `floor(x / y)`) to y;
+`floor_divide` (`//`) has none. Integer inputs keep their dtype, as PyTorch's do
+(`int_tensor // 2` and `int_tensor % 2` are int64, `floor(int_tensor)` is the tensor's values).
+"""
+
+from __future__ import annotations
+
+import math
+
+from engine import shapes
+from engine.attrs import Attr
+from engine.backend import array_module as _xp
+from engine.ops.elementwise import BINARY, POSITIVE, UNARY
+from engine.registry import Sample, defop
+from engine.variable import Variable
+
+
+def const(array):
+    return Variable._result(array, None)
+
+
+def _zero(g, ans, x, **attrs):
+    return const(_xp(g._data).zeros_like(g._data))
+
+
+def _rounding(name, fn, doc, **options):
+    def forward(xp, x, **attrs):
+        return x.copy() if x.dtype.kind in "biu" else fn(xp, x, **attrs)
+
+    return defop(
+        name,
+        forward,
+        _zero,
+        saves=False,
+        samples=options.pop("samples", UNARY),
+        infer=shapes.same,
+        doc=doc,
+        **options,
+    )
+
+
+floor = _rounding("floor", lambda xp, x: xp.floor(x), "the largest integer <= x (gradient zero, as in PyTorch)")
+ceil = _rounding("ceil", lambda xp, x: xp.ceil(x), "the smallest integer >= x (gradient zero, as in PyTorch)")
+trunc = _rounding("trunc", lambda xp, x: xp.trunc(x), "x rounded toward zero (gradient zero, as in PyTorch)")
+
+
+def _round(xp, x, decimals):
+    if decimals == 0:
+        return xp.round(x)
+    # PyTorch's definition: nearbyint(x * 10**d) / 10**d (and the other way round for d < 0), in x's dtype
+    scale = x.dtype.type(10.0 ** abs(decimals))
+    out = x * scale if decimals > 0 else x / scale
+    xp.round(out, out=out)  # in place: the result is the only array this allocates
+    if decimals > 0:
+        out /= scale
+    else:
+        out *= scale
+    return out
+
+
+round = _rounding(
+    "round",
+    _round,
+    "x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)",
+    attrs={"decimals": Attr("int", 0, "decimal places (negative: to tens, hundreds...)")},
+    samples=(Sample(((3, 4),)), Sample(((),)), Sample(((5,),), {"decimals": 2}), Sample(((5,),), {"decimals": -1})),
+)
+
+
+def _quotient_vjp(rounding):
+    def vjp(g, ans, x, y):
+        xd, yd = x._data, y._data
+        xp = _xp(xd)
+        return g * const(-rounding(xp, xp.true_divide(xd, yd)).astype(g.dtype, copy=False))
+
+    return vjp
+
+
+# divisors kept away from zero, where the quotient (and so the gradient) is not defined
+DIVISORS = tuple(Sample(s.shapes, low=0.3, high=2.0) for s in BINARY) + (
+    Sample(
+        make=lambda rng: [rng.uniform(-5, 5, (3, 4)), rng.choice([-1.0, 1.0], (3, 4)) * rng.uniform(0.3, 2, (3, 4))]
+    ),
+)
+
+fmod = defop(
+    "fmod",
+    lambda xp, x, y: xp.fmod(x, y),
+    lambda g, ans, x, y: g,
+    _quotient_vjp(lambda xp, q: xp.trunc(q)),
+    samples=DIVISORS,
+    infer=shapes.broadcast,
+    doc="x - trunc(x / y) * y: the remainder with x's sign, as C's fmod",
+)
+remainder = defop(
+    "remainder",
+    lambda xp, x, y: xp.remainder(x, y),
+    lambda g, ans, x, y: g,
+    _quotient_vjp(lambda xp, q: xp.floor(q)),
+    samples=DIVISORS,
+    infer=shapes.broadcast,
+    doc="x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)",
+)
+floor_divide = defop(
+    "floor_divide",
+    lambda xp, x, y: xp.floor_divide(x, y),
+    arity=2,
+    differentiable=False,
+    samples=DIVISORS,
+    infer=shapes.broadcast,
+    doc="floor(x / y), as Python's // (x // y); no gradient",
+)
+
+LN10, LN2 = math.log(10.0), math.log(2.0)
+log10 = defop(
+    "log10",
+    lambda xp, x: xp.log10(x),
+    lambda g, ans, x: g / (x * LN10),
+    samples=POSITIVE,
+    infer=shapes.floating,
+    doc="base-10 logarithm",
+)
+log2 = defop(
+    "log2",
+    lambda xp, x: xp.log2(x),
+    lambda g, ans, x: g / (x * LN2),
+    samples=POSITIVE,
+    infer=shapes.floating,
+    doc="base-2 logarithm",
+)
+exp2 = defop(
+    "exp2",
+    lambda xp, x: xp.exp2(x),
+    lambda g, ans, x: g * ans * LN2,
+    uses_output=True,
+    samples=UNARY,
+    infer=shapes.floating,
+    doc="2 ** x",
+)
