@@ -347,7 +347,9 @@ def concatenate(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along an existing dimension"""
 
 def conv1d(
-    tensors: Sequence[Operand],
+    input: Operand,
+    weight: Operand,
+    bias: Operand | None = None,
     stride: builtins.int | Sequence[builtins.int] = 1,
     padding: str | builtins.int | Sequence[builtins.int] = 0,
     dilation: builtins.int | Sequence[builtins.int] = 1,
@@ -356,7 +358,9 @@ def conv1d(
     """1-d convolution (cross-correlation) of [N, C_in, L] with weight [C_out, C_in / groups, k], plus bias"""
 
 def conv2d(
-    tensors: Sequence[Operand],
+    input: Operand,
+    weight: Operand,
+    bias: Operand | None = None,
     stride: builtins.int | Sequence[builtins.int] = 1,
     padding: str | builtins.int | Sequence[builtins.int] = 0,
     dilation: builtins.int | Sequence[builtins.int] = 1,

@@ -71,6 +71,10 @@ class OpDef:
     kernel: str = "elementwise"  # what its work runs as, for the dtype's factor: "elementwise" or "blas"
     scratch: Callable = costs.default_scratch  # (input metas, output meta, attrs) -> costs.Scratch (bytes)
     check_arity: Callable | None = None
+    # a variadic op's inputs by name, the trailing ones optional (None leaves them out): the function then takes
+    # PyTorch's positional form, `conv2d(input, weight, bias=None, stride=1, ...)`, as well as a list of inputs
+    named_inputs: tuple = ()
+    optional_inputs: int = 0  # how many of the named inputs, from the last, may be left out
     function: Callable | None = None
     node_class: type | None = None
 
@@ -221,7 +225,7 @@ def input_names(op: OpDef) -> tuple:
     """The keyword names of `op`'s inputs, in order (a variadic op's list is `tensors`)."""
     if op.variadic:
         return ("tensors",)
-    return INPUT_NAMES.get(op.name, _DEFAULT_INPUT_NAMES[: op.arity])
+    return op.named_inputs or INPUT_NAMES.get(op.name, _DEFAULT_INPUT_NAMES[: op.arity])
 
 
 def _keyword_inputs(op, args, kwargs):
@@ -242,7 +246,15 @@ def make_function(op: OpDef, coerce, run):
 
     The one template of every op function, the engine's (`run` computes) and the client's
     (`run` records)."""
-    if op.variadic:
+    if op.named_inputs:
+        names = op.named_inputs
+
+        def fn(*args, **kwargs):
+            if args and isinstance(args[0], (list, tuple)):
+                return run(coerce(list(args[0])), parse_call(op, args[1:], kwargs))
+            given = [*args[: len(names)], *(kwargs.pop(name, None) for name in names[len(args) :])]
+            return run(coerce([v for v in given if v is not None]), parse_call(op, args[len(names) :], kwargs))
+    elif op.variadic:
 
         def fn(tensors=None, *rest, **kwargs):
             if tensors is None:

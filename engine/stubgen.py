@@ -188,7 +188,16 @@ def _literal(value: Any) -> str:
 
 def _op_signatures(op: OpDef, method: bool, returns: str) -> list[str]:
     """An op's signature(s) from its declaration; two when sizes may also be given as `f(x, 2, 3)`."""
-    inputs = ["tensors: Sequence[Operand]"] if op.variadic else [f"{n}: Operand" for n in input_names(op)]
+    if (
+        op.named_inputs
+    ):  # PyTorch's positional form, the last `optional_inputs` may be None (the list form is not declared)
+        cut = len(op.named_inputs) - op.optional_inputs
+        inputs = [f"{n}: Operand" for n in op.named_inputs[:cut]]
+        inputs += [f"{n}: Operand | None = None" for n in op.named_inputs[cut:]]
+    elif op.variadic:
+        inputs = ["tensors: Sequence[Operand]"]
+    else:
+        inputs = [f"{n}: Operand" for n in input_names(op)]
     if method:
         inputs = ["self", *inputs[1:]]
     attrs = [

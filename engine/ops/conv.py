@@ -351,6 +351,8 @@ conv1d = defop(
     composite=True,
     methods=(),
     check_arity=_conv_arity,
+    named_inputs=("input", "weight", "bias"),
+    optional_inputs=1,
     samples=(
         Sample(((1, 2, 3), (3, 2, 3), (3,)), {"padding": 1}),
         Sample(((1, 4, 3), (2, 2, 1)), {"groups": 2, "stride": 2, "padding": 1}),
@@ -371,6 +373,8 @@ conv2d = defop(
     composite=True,
     methods=(),
     check_arity=_conv_arity,
+    named_inputs=("input", "weight", "bias"),
+    optional_inputs=1,
     # windows about as wide as the input, or of one tap: the memory sweep grows every dimension above 1,
     # and the columns (channels x taps x windows) and the work must not grow much faster than the values
     # (tests/engine/test_conv.py checks the rest against PyTorch)

@@ -202,3 +202,22 @@ def test_modules_initialise_as_pytorch_does():
     assert repr(conv) == "Conv2d(3, 8, kernel_size=(3, 5), stride=(1, 1))"
     assert repr(engine.nn.MaxPool2d(2)) == "MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)"
     assert engine.nn.Flatten()(engine.zeros(2, 3, 4)).shape == (2, 12)
+
+
+def test_the_top_level_functions_take_pytorchs_positional_form():
+    """`engine.conv2d(input, weight, bias=None, stride=1, ...)` as `torch.conv2d`; the list form stays."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x, w, b = rng.standard_normal((1, 2, 5, 5)), rng.standard_normal((3, 2, 3, 3)), rng.standard_normal(3)
+    want = torch.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), 2, 1).numpy()
+    ex, ew, eb = engine.tensor(x), engine.tensor(w), engine.tensor(b)
+    for got in (
+        engine.conv2d(ex, ew, eb, 2, 1),
+        engine.conv2d(input=ex, weight=ew, bias=eb, stride=2, padding=1),
+        engine.conv2d([ex, ew, eb], stride=2, padding=1),
+    ):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+    no_bias = torch.conv1d(torch.tensor(x[:, :, 0]), torch.tensor(w[:, :, 0]), None, 1, 1).numpy()
+    np.testing.assert_allclose(engine.conv1d(ex[:, :, 0], ew[:, :, 0], None, 1, 1).numpy(), no_bias, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"takes 2 or 3 inputs \(input, weight\[, bias\]\), got 1"):
+        engine.conv2d(ex)
