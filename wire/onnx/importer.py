@@ -142,7 +142,8 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
     info = {v.name: _dims(v.type) for v in (*graph.input, *graph.value_info, *graph.output)}
     initializers = {t.name for t in graph.initializer}
     used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
-    builder = Builder(reserved=[*(i.name for i in graph.input), *(o.name for o in graph.output), *initializers])
+    builder = Builder(reserved=[*(i.name for i in graph.input), *initializers])
+    builder.reserve_outputs(o.name for o in graph.output)
     env, parameters = {}, {}
     for tensor in graph.initializer:
         array = tensor_array(tensor, f"initializer {shown(tensor.name)}", tensor.name)
@@ -198,6 +199,7 @@ def _convert(builder, env, node, index, info, used, opset):
     cx = Context(builder, node, index, info, used, opset)
     inputs = [env[name] if name else None for name in node.input]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    mark = len(builder.nodes)
     dtypes = [_dtype(info.get(name, (None, 0))[1]) for name in node.output]
     try:
         results = None
@@ -226,6 +228,8 @@ def _convert(builder, env, node, index, info, used, opset):
             elif shape is None or elem == 0:
                 inferred = inferred or _node_types(onnx, node, inputs, opset)
                 shape, elem = inferred.get(name, (shape, elem))
+            if builder.rename(result, name, mark):  # a graph output is the node that computes it: no clone
+                result = name
             result = Value(shape, _dtype(elem), node=result)
         if result is None:
             if name in used:

@@ -221,7 +221,7 @@ def constant_of_shape(cx, inputs, attrs):
 def reshape(cx, inputs, attrs):
     x, target = inputs[:2]
     if target.static is None:
-        cx.fail("the target shape is computed from values known only when running (not supported)", "shape")
+        cx.fail("a dynamic shape that cannot be resolved: the target shape is computed from values", "shape")
     dims = list(target.static.reshape(-1))
     shape = x.shape or ()
     for i, d in enumerate(dims):

@@ -61,6 +61,7 @@ def read_model(data: bytes, limits: OnnxLimits):
             kind="too_large",
         )
     onnx = onnx_module()
+    _count_before_parsing(data, limits)
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
@@ -81,6 +82,66 @@ def read_model(data: bytes, limits: OnnxLimits):
         _check_tensor(tensor, limits, f"initializer {shown(tensor.name)}", tensor.name)
     _check_nodes(graph, limits, onnx)
     return model, opset
+
+
+MODEL_GRAPH, GRAPH_NODE, GRAPH_INITIALIZER = 7, 1, 5  # field numbers of onnx.proto
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise RequestError(
+                "not an ONNX model (the protobuf is truncated or malformed)", field="model", kind="malformed"
+            )
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, pos
+
+
+def _fields(data: bytes, start: int, end: int):
+    """(field number, start, end of its length-delimited payload or None) of a message's fields."""
+    pos = start
+    while pos < end:
+        key, pos = _varint(data, pos)
+        wire = key & 7
+        if wire == 0:
+            _, pos = _varint(data, pos)
+            yield key >> 3, None, None
+            continue
+        if wire == 2:
+            length, pos = _varint(data, pos)
+            yield key >> 3, pos, pos + length
+            pos += length
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+            yield key >> 3, None, None
+        else:
+            raise RequestError("not an ONNX model (the protobuf is malformed)", field="model", kind="malformed")
+        if pos > end:
+            raise RequestError("not an ONNX model (the protobuf is truncated)", field="model", kind="malformed")
+
+
+def _count_before_parsing(data: bytes, limits: OnnxLimits) -> None:
+    """Refuse a graph with too many nodes or initializers from the protobuf's wire format, before
+    parsing builds them (a million nodes parse in seconds and hundreds of MB); stops at the limit."""
+    counts = {GRAPH_NODE: 0, GRAPH_INITIALIZER: 0}  # a field given twice is merged: count them all
+    for field, start, end in _fields(data, 0, len(data)):
+        if field != MODEL_GRAPH or start is None:
+            continue
+        for inner, _, _ in _fields(data, start, end):
+            if inner in counts:
+                counts[inner] += 1
+                if counts[inner] > limits.max_nodes:
+                    what = "nodes" if inner == GRAPH_NODE else "initializers"
+                    raise RequestError(
+                        f"the ONNX graph has more than {limits.max_nodes} {what} (max_onnx_nodes)",
+                        field=f"model.graph.{'node' if inner == GRAPH_NODE else 'initializer'}",
+                        kind="too_large",
+                    )
 
 
 def _opset(model, onnx) -> int:

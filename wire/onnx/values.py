@@ -58,6 +58,7 @@ class Builder:
 
     def __init__(self, reserved=()):
         self.nodes: list = []
+        self.outputs = set()  # the graph's output names: reserved until a node takes one
         self.where = "graph"
         self._count = 0
         self._used = set(reserved)
@@ -79,6 +80,22 @@ class Builder:
             node["attrs"] = attrs
         self.nodes.append(node)
         return node_id
+
+    def rename(self, old: str, new: str, since: int) -> bool:
+        """Give node `old`, written at or after index `since` and read by none, the id `new` (a
+        graph output's name): True when done."""
+        written = self.nodes[since:]
+        target = next((n for n in written if n["id"] == old), None)
+        if target is None or new not in self.outputs or any(old in n.get("inputs", ()) for n in written):
+            return False
+        target["id"] = new
+        self.outputs.discard(new)
+        return True
+
+    def reserve_outputs(self, names) -> None:
+        """The graph's output names: no fresh id takes one; `rename` gives each to its node."""
+        self.outputs = set(names) - self._used
+        self._used |= self.outputs
 
     def input(self, name: str, requires_grad: bool, shape=None, dtype=None) -> str:
         self._used.add(name)
