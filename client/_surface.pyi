@@ -33,6 +33,7 @@ __all__ = [
     "abs",
     "absolute",
     "accelerator",
+    "adaptive_avg_pool2d",
     "add",
     "all",
     "allclose",
@@ -43,6 +44,8 @@ __all__ = [
     "argmax",
     "argmin",
     "as_tensor",
+    "avg_pool1d",
+    "avg_pool2d",
     "bool",
     "cast",
     "cat",
@@ -51,8 +54,11 @@ __all__ = [
     "clamp_min",
     "clip",
     "clone",
+    "col2im",
     "concat",
     "concatenate",
+    "conv1d",
+    "conv2d",
     "cos",
     "cuda",
     "device",
@@ -86,6 +92,7 @@ __all__ = [
     "greater_equal",
     "gt",
     "half",
+    "im2col",
     "index_add",
     "inference_mode",
     "inner",
@@ -110,6 +117,8 @@ __all__ = [
     "manual_seed",
     "matmul",
     "max",
+    "max_pool1d",
+    "max_pool2d",
     "maximum",
     "mean",
     "min",
@@ -186,6 +195,9 @@ def absolute(input: Operand) -> Variable:
 
 accelerator: SimpleNamespace
 
+def adaptive_avg_pool2d(input: Operand, output_size: builtins.int | Sequence[builtins.int]) -> Variable:
+    """2-d average pooling to a given output size (PyTorch's adaptive windows)"""
+
 def add(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variable:
     """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
 
@@ -236,6 +248,27 @@ def as_tensor(
 ) -> Variable:
     """`data` itself when it is an array of the right dtype (sharing its memory), else a copy."""
 
+def avg_pool1d(
+    input: Operand,
+    kernel_size: builtins.int | Sequence[builtins.int],
+    stride: builtins.int | Sequence[builtins.int] | None = None,
+    padding: builtins.int | Sequence[builtins.int] = 0,
+    ceil_mode: builtins.bool = False,
+    count_include_pad: builtins.bool = True,
+) -> Variable:
+    """1-d average pooling: each window's mean"""
+
+def avg_pool2d(
+    input: Operand,
+    kernel_size: builtins.int | Sequence[builtins.int],
+    stride: builtins.int | Sequence[builtins.int] | None = None,
+    padding: builtins.int | Sequence[builtins.int] = 0,
+    ceil_mode: builtins.bool = False,
+    count_include_pad: builtins.bool = True,
+    divisor_override: builtins.int | None = None,
+) -> Variable:
+    """2-d average pooling: each window's mean"""
+
 bool: DType
 
 def cast(input: Operand, dtype: DTypeLike) -> Variable:
@@ -255,11 +288,39 @@ def clip(input: Operand, min: builtins.float | None = None, max: builtins.float 
 def clone(input: Operand) -> Variable:
     """a copy of x"""
 
+def col2im(
+    input: Operand,
+    output_size: builtins.int | Sequence[builtins.int],
+    kernel_size: builtins.int | Sequence[builtins.int],
+    dilation: builtins.int | Sequence[builtins.int] = 1,
+    padding: builtins.int | Sequence[builtins.int] = 0,
+    stride: builtins.int | Sequence[builtins.int] = 1,
+) -> Variable:
+    """columns [N, C * prod(kernel_size), windows] added back into [N, C, *output_size] (PyTorch's fold; the adjoint of im2col)"""
+
 def concat(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along an existing dimension"""
 
 def concatenate(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along an existing dimension"""
+
+def conv1d(
+    tensors: Sequence[Operand],
+    stride: builtins.int | Sequence[builtins.int] = 1,
+    padding: str | builtins.int | Sequence[builtins.int] = 0,
+    dilation: builtins.int | Sequence[builtins.int] = 1,
+    groups: builtins.int = 1,
+) -> Variable:
+    """1-d convolution (cross-correlation) of [N, C_in, L] with weight [C_out, C_in / groups, k], plus bias"""
+
+def conv2d(
+    tensors: Sequence[Operand],
+    stride: builtins.int | Sequence[builtins.int] = 1,
+    padding: str | builtins.int | Sequence[builtins.int] = 0,
+    dilation: builtins.int | Sequence[builtins.int] = 1,
+    groups: builtins.int = 1,
+) -> Variable:
+    """2-d convolution (cross-correlation) of [N, C_in, H, W] with weight [C_out, C_in / groups, kh, kw], plus bias"""
 
 def cos(input: Operand) -> Variable:
     """cosine"""
@@ -366,6 +427,15 @@ def gt(input: Operand, other: Operand) -> Variable:
 
 half: DType
 
+def im2col(
+    input: Operand,
+    kernel_size: builtins.int | Sequence[builtins.int],
+    dilation: builtins.int | Sequence[builtins.int] = 1,
+    padding: builtins.int | Sequence[builtins.int] = 0,
+    stride: builtins.int | Sequence[builtins.int] = 1,
+) -> Variable:
+    """the sliding windows of [N, C, *spatial] as columns [N, C * prod(kernel_size), windows] (PyTorch's unfold)"""
+
 def index_add(tensors: Sequence[Operand], index: Any, shape: Sequence[builtins.int]) -> Variable:
     """zeros(shape) with g added at [index] (the adjoint of getitem; repeated indices add up)"""
 
@@ -430,6 +500,26 @@ def max(input: Operand) -> Variable: ...
 def max(input: Operand, dim: builtins.int, keepdim: builtins.bool = False) -> MaxMin[Variable]: ...
 @overload
 def max(input: Operand, dim: VariableSurface) -> Variable: ...
+def max_pool1d(
+    input: Operand,
+    kernel_size: builtins.int | Sequence[builtins.int],
+    stride: builtins.int | Sequence[builtins.int] | None = None,
+    padding: builtins.int | Sequence[builtins.int] = 0,
+    dilation: builtins.int | Sequence[builtins.int] = 1,
+    ceil_mode: builtins.bool = False,
+) -> Variable:
+    """1-d max pooling: each window's maximum (the gradient goes to the window's first maximum)"""
+
+def max_pool2d(
+    input: Operand,
+    kernel_size: builtins.int | Sequence[builtins.int],
+    stride: builtins.int | Sequence[builtins.int] | None = None,
+    padding: builtins.int | Sequence[builtins.int] = 0,
+    dilation: builtins.int | Sequence[builtins.int] = 1,
+    ceil_mode: builtins.bool = False,
+) -> Variable:
+    """2-d max pooling: each window's maximum (the gradient goes to the window's first maximum)"""
+
 def maximum(input: Operand, other: Operand) -> Variable:
     """elementwise max (ties split the gradient)"""
 

@@ -123,6 +123,43 @@ def _p_norm(value, name):
     return p
 
 
+def _sizes(value, name, least):
+    """An int, or a non-empty list of ints, each at least `least` (a window's extent per spatial dimension)."""
+    if isinstance(value, (list, tuple)):
+        if not value or len(value) > MAX_DIMS:
+            raise AttrError(f"attribute {shown(name)} must list 1 to {MAX_DIMS} integers, got {shown(value)}")
+        numbers = tuple(_int(v, name) for v in value)
+    else:
+        numbers = (_int(value, name),)
+    if any(n < least for n in numbers):
+        what = "positive" if least == 1 else "non-negative"
+        raise AttrError(f"attribute {shown(name)} must be {what}, got {shown(value)}")
+    return numbers if isinstance(value, (list, tuple)) else numbers[0]
+
+
+def _window(value, name):
+    return _sizes(value, name, 1)
+
+
+def _optional_window(value, name):
+    return None if value is None or (isinstance(value, (list, tuple)) and not value) else _sizes(value, name, 1)
+
+
+def _padding(value, name):
+    return _sizes(value, name, 0)
+
+
+PADDING_WORDS = ("same", "valid")
+
+
+def _conv_padding(value, name):
+    if isinstance(value, str):
+        if value not in PADDING_WORDS:
+            raise AttrError(f"attribute {shown(name)} must be 'same', 'valid' or integers, got {shown(value)}")
+        return value
+    return _sizes(value, name, 0)
+
+
 def _in_range(value) -> bool:
     return INT64[0] <= value <= INT64[1]
 
@@ -180,6 +217,10 @@ CHECKERS = {
     "dtype": _dtype,
     "p": _p_norm,
     "index": _index,
+    "window": _window,
+    "window?": _optional_window,
+    "padding": _padding,
+    "conv_padding": _conv_padding,
 }
 
 

@@ -57,6 +57,10 @@ KIND_TYPES = {
     "dtype": "DTypeLike",
     "p": "float",
     "index": "Any",
+    "window": "int | Sequence[int]",
+    "window?": "int | Sequence[int] | None",
+    "padding": "int | Sequence[int]",
+    "conv_padding": "str | int | Sequence[int]",
 }
 
 # Names whose signature is more than one (overloads), or that no installed function can say.

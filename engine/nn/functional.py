@@ -12,8 +12,13 @@ Numerically stable forms: cross-entropy through `log_softmax` (log-sum-exp), sof
 logistic loss through `log1p(exp(-|x|))` with the exponent clamped so that neither branch of a
 `where` overflows (an overflow in the branch not taken would still turn its zero gradient into nan).
 
+Convolution and pooling (`conv1d`, `conv2d`, `max_pool1d/2d`, `avg_pool1d/2d`, `adaptive_avg_pool2d`)
+call the registry's composite ops of the same names (`engine.ops.conv`), so each is one node on the wire;
+`unfold`/`fold` are its primitives `im2col`/`col2im`, and `conv_transpose1d/2d` and `adaptive_avg_pool1d`
+are composed here of those.
+
 Not provided (a `NotImplementedError` naming it, `engine.nn.missing`): the rest of torch.nn.functional
-(convolutions, pooling, attention, the other losses and activations), and `torch.nn`'s modules.
+(attention, 3-d convolution and pooling, the other losses and activations).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import warnings
 import numpy
 
 from engine.nn.missing import missing
+from engine.ops.windows import per_dim, windows
 
 __getattr__ = missing("torch.nn.functional")
 __all__ = [
@@ -52,6 +58,18 @@ __all__ = [
     "batch_norm",
     "normalize",
     "pad",
+    "conv1d",
+    "conv2d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "max_pool1d",
+    "max_pool2d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "unfold",
+    "fold",
 ]
 
 _NAMESPACES: dict = {}  # Variable class -> the package whose functions compute on it
@@ -586,3 +604,178 @@ def pad(input, pad, mode="constant", value=None):
     fill = 0 if value is None else value
     base = ns.full((), fill, dtype=input.dtype).expand(tuple(shape))
     return ns.setitem(base, cropped, tuple(place))
+
+
+# --- convolution and pooling --------------------------------------------------------------------
+
+
+def _inputs(input, weight, bias):
+    return [input, weight] if bias is None else [input, weight, bias]
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-d cross-correlation of [N, C_in, L] (or [C_in, L]) with weight [C_out, C_in / groups, k], plus bias;
+    padding an int, a 1-tuple, 'valid' or 'same'."""
+    ns = _ns(input)
+    return ns.conv1d(_inputs(input, weight, bias), stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-d cross-correlation of [N, C_in, H, W] (or [C_in, H, W]) with weight [C_out, C_in / groups, kh, kw],
+    plus bias; padding an int, a pair, 'valid' or 'same'."""
+    ns = _ns(input)
+    return ns.conv2d(_inputs(input, weight, bias), stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+
+def _conv_transpose(nd, input, weight, bias, stride, padding, output_padding, groups, dilation):
+    """col2im of the weight's transpose times the input: the adjoint of a convolution with the same weight."""
+    name = f"conv_transpose{nd}d"
+    if weight.ndim != nd + 2:
+        raise RuntimeError(f"{name}: expected a {nd + 2}-d weight, got weight of size {list(weight.shape)}")
+    unbatched = input.ndim == nd + 1
+    if unbatched:
+        input = input.unsqueeze(0)
+    if input.ndim != nd + 2:
+        raise RuntimeError(f"{name}: expected a {nd + 1}-d or {nd + 2}-d input, got input of size {list(input.shape)}")
+    batch, channels = input.shape[:2]
+    in_channels, per_group, *kernel = weight.shape
+    if channels != in_channels or in_channels % groups:
+        raise RuntimeError(
+            f"{name}: given groups={groups}, weight of size {list(weight.shape)}, expected input{list(input.shape)} "
+            f"to have {in_channels} channels, but got {channels} channels instead"
+        )
+    stride, padding, dilation, output_padding = (
+        per_dim(value, nd, what, name)
+        for value, what in (
+            (stride, "stride"),
+            (padding, "padding"),
+            (dilation, "dilation"),
+            (output_padding, "output_padding"),
+        )
+    )
+    for extra, s, d in zip(output_padding, stride, dilation):
+        if extra >= s and extra >= d:
+            raise RuntimeError(f"{name}: output padding must be smaller than either stride or dilation")
+    sizes = input.shape[2:]
+    out = tuple(
+        (i - 1) * s - 2 * p + d * (k - 1) + e + 1
+        for i, s, p, d, k, e in zip(sizes, stride, padding, dilation, kernel, output_padding)
+    )
+    taps = math.prod(kernel)
+    rows = in_channels // groups
+    w = weight.reshape((groups, rows, per_group * taps)).transpose(1, 2)
+    x = input.reshape((batch, groups, rows, math.prod(sizes)))
+    cols = w.matmul(x).reshape((batch, groups * per_group * taps, math.prod(sizes)))
+    ns = _ns(input)
+    result = ns.col2im(
+        cols, output_size=out, kernel_size=tuple(kernel), dilation=dilation, padding=padding, stride=stride
+    )
+    if bias is not None:
+        result = result + bias.reshape((-1,) + (1,) * nd)
+    return result.squeeze(0) if unbatched else result
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transposed 1-d convolution of [N, C_in, L] with weight [C_in, C_out / groups, k], plus bias."""
+    return _conv_transpose(1, input, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transposed 2-d convolution of [N, C_in, H, W] with weight [C_in, C_out / groups, kh, kw], plus bias."""
+    return _conv_transpose(2, input, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def _max_pool(nd, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    ns = _ns(input)
+    pooled = getattr(ns, f"max_pool{nd}d")(
+        input, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode
+    )
+    if not return_indices:
+        return pooled
+    return pooled, _max_indices(nd, input, kernel_size, stride, padding, dilation, ceil_mode).reshape(
+        tuple(pooled.shape)
+    )
+
+
+def _max_indices(nd, input, kernel_size, stride, padding, dilation, ceil_mode):
+    """The flat spatial index in the input of each window's first maximum (int64), as PyTorch's return_indices."""
+    ns = _ns(input)
+    batched = input if input.ndim == nd + 2 else input.unsqueeze(0)
+    sizes = tuple(batched.shape[2:])
+    w = windows(
+        f"max_pool{nd}d", sizes, kernel_size, dilation, padding, kernel_size if stride is None else stride, ceil_mode
+    )
+    pads = [amount for b, a in zip(reversed(w.before), reversed(w.after)) for amount in (b, a)]
+    geometry = {"kernel_size": w.kernel, "dilation": w.dilation, "stride": w.stride}
+    values = ns.im2col(pad(batched.detach(), pads, value=-math.inf), **geometry)
+    positions = ns.arange(math.prod(sizes)).reshape((1, 1, *sizes))
+    positions = ns.im2col(pad(positions, pads, value=-1), **geometry).reshape((1, 1, w.taps, w.count))
+    batch, channels = batched.shape[:2]
+    first = values.reshape((batch, channels, w.taps, w.count)).argmax(2, keepdim=True)
+    chosen = ns.arange(w.taps).reshape((1, 1, w.taps, 1)) == first
+    return (positions * chosen.long()).sum(2)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """Each window's maximum over [N, C, L] (or [C, L]); with return_indices also its flat index in the input."""
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """Each window's maximum over [N, C, H, W] (or [C, H, W]); with return_indices also its flat index
+    (h * W + w) in the input. The gradient goes to each window's first maximum, as in PyTorch."""
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """Each window's mean over [N, C, L] (or [C, L]), with PyTorch's divisors."""
+    return _ns(input).avg_pool1d(
+        input,
+        kernel_size=kernel_size,
+        stride=stride,
+        padding=padding,
+        ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad,
+    )
+
+
+def avg_pool2d(
+    input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+):
+    """Each window's mean over [N, C, H, W] (or [C, H, W]), with PyTorch's divisors."""
+    return _ns(input).avg_pool2d(
+        input,
+        kernel_size=kernel_size,
+        stride=stride,
+        padding=padding,
+        ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad,
+        divisor_override=divisor_override,
+    )
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """Average pooling of [N, C, H, W] (or [C, H, W]) to `output_size` (None keeps that input size)."""
+    sizes = (output_size, output_size) if output_size is None or isinstance(output_size, int) else tuple(output_size)
+    if len(sizes) != 2:
+        raise ValueError(f"adaptive_avg_pool2d: output_size must be 2, got {len(sizes)}")
+    sizes = tuple(input.shape[input.ndim - 2 + i] if s is None else s for i, s in enumerate(sizes))
+    return _ns(input).adaptive_avg_pool2d(input, output_size=sizes)
+
+
+def adaptive_avg_pool1d(input, output_size):
+    """Average pooling of [N, C, L] (or [C, L]) to `output_size` windows."""
+    (size,) = per_dim(output_size, 1, "output_size", "adaptive_avg_pool1d")
+    return adaptive_avg_pool2d(input.unsqueeze(-2), (1, size)).squeeze(-2)
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """The sliding windows of [N, C, *spatial] as columns [N, C * prod(kernel_size), windows] (registry: im2col)."""
+    return _ns(input).im2col(input, kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride)
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """Columns [N, C * prod(kernel_size), windows] summed back into [N, C, *output_size] (registry: col2im)."""
+    return _ns(input).col2im(
+        input, output_size=output_size, kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride
+    )

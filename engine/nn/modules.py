@@ -755,6 +755,278 @@ class Dropout(Module):
         return f"p={self.p}, inplace={self.inplace}"
 
 
+# --- convolution and pooling --------------------------------------------------------------------
+
+
+def _ntuple(value, n: int) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
+
+
+class _ConvNd(Module):
+    """Conv1d/Conv2d and their transposes: weight [out_channels, in_channels / groups, *kernel_size] (transposed:
+    [in_channels, out_channels / groups, *kernel_size]) from kaiming_uniform_(a=sqrt(5)), and bias from
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)), as PyTorch initialises them."""
+
+    _dims = 2
+    _transposed = False
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+        output_padding=0,
+    ):
+        super().__init__()
+        n = self._dims
+        if groups <= 0:
+            raise ValueError("groups must be a positive integer")
+        if in_channels % groups != 0:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups != 0:
+            raise ValueError("out_channels must be divisible by groups")
+        if padding_mode != "zeros":
+            raise NotImplementedError(
+                f"{type(self).__name__}: padding_mode {padding_mode!r} is not supported (only 'zeros')"
+            )
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+            if padding == "same" and any(s != 1 for s in _ntuple(stride, n)):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size, self.stride, self.dilation = _ntuple(kernel_size, n), _ntuple(stride, n), _ntuple(dilation, n)
+        self.padding = padding if isinstance(padding, str) else _ntuple(padding, n)
+        self.output_padding, self.transposed, self.padding_mode = (
+            _ntuple(output_padding, n),
+            self._transposed,
+            padding_mode,
+        )
+        shape = (in_channels, out_channels // groups) if self._transposed else (out_channels, in_channels // groups)
+        self.weight = self._parameter(self._ns.empty((*shape, *self.kernel_size), device=device, dtype=dtype))
+        if bias:
+            self.bias = self._parameter(self._ns.empty(out_channels, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
+            if fan_in != 0:
+                bound = 1 / math.sqrt(fan_in)
+                init.uniform_(self.bias, -bound, bound)
+
+    def extra_repr(self) -> str:
+        n = self._dims
+        text = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0,) * n:
+            text += f", padding={self.padding}"
+        if self.dilation != (1,) * n:
+            text += f", dilation={self.dilation}"
+        if self.output_padding != (0,) * n:
+            text += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            text += f", groups={self.groups}"
+        if self.bias is None:
+            text += ", bias=False"
+        if self.padding_mode != "zeros":
+            text += f", padding_mode={self.padding_mode}"
+        return text
+
+
+class Conv1d(_ConvNd):
+    """1-d convolution of [N, C_in, L] (`F.conv1d`)."""
+
+    _dims = 1
+
+    def forward(self, input):
+        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class Conv2d(_ConvNd):
+    """2-d convolution of [N, C_in, H, W] (`F.conv2d`)."""
+
+    def forward(self, input):
+        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class _ConvTransposeNd(_ConvNd):
+    _transposed = True
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        output_padding=0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation=1,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ):
+        if isinstance(padding, str):
+            raise ValueError(f"{type(self).__name__}: padding must be integers, got {padding!r}")
+        super().__init__(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            padding_mode,
+            device,
+            dtype,
+            output_padding,
+        )
+
+    def forward(self, input, output_size=None):
+        if output_size is not None:
+            raise NotImplementedError(f"{type(self).__name__}: output_size= is not supported (give output_padding)")
+        function = F.conv_transpose1d if self._dims == 1 else F.conv_transpose2d
+        return function(
+            input, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups, self.dilation
+        )
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """The transposed 1-d convolution (`F.conv_transpose1d`): weight [C_in, C_out / groups, k]."""
+
+    _dims = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """The transposed 2-d convolution (`F.conv_transpose2d`): weight [C_in, C_out / groups, kh, kw]."""
+
+
+class _MaxPoolNd(Module):
+    _dims = 2
+
+    def __init__(
+        self, kernel_size, stride=None, padding=0, dilation=1, return_indices: bool = False, ceil_mode: bool = False
+    ):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding, self.dilation = padding, dilation
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+
+    def forward(self, input):
+        function = F.max_pool1d if self._dims == 1 else F.max_pool2d
+        return function(
+            input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+            f"dilation={self.dilation}, ceil_mode={self.ceil_mode}"
+        )
+
+
+class MaxPool1d(_MaxPoolNd):
+    """Each window's maximum over [N, C, L] (`F.max_pool1d`)."""
+
+    _dims = 1
+
+
+class MaxPool2d(_MaxPoolNd):
+    """Each window's maximum over [N, C, H, W] (`F.max_pool2d`)."""
+
+
+class AvgPool1d(Module):
+    """Each window's mean over [N, C, L] (`F.avg_pool1d`)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True):
+        super().__init__()
+        self.kernel_size = _ntuple(kernel_size, 1)
+        self.stride = _ntuple(stride if stride is not None else kernel_size, 1)
+        self.padding = _ntuple(padding, 1)
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+
+    def forward(self, input):
+        return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool2d(Module):
+    """Each window's mean over [N, C, H, W] (`F.avg_pool2d`)."""
+
+    def __init__(
+        self,
+        kernel_size,
+        stride=None,
+        padding=0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override=None,
+    ):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding, self.ceil_mode = padding, ceil_mode
+        self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
+
+    def forward(self, input):
+        return F.avg_pool2d(
+            input,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.divisor_override,
+        )
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool2d(Module):
+    """Average pooling of [N, C, H, W] to `output_size` (`F.adaptive_avg_pool2d`; 1: a global average)."""
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input):
+        return F.adaptive_avg_pool2d(input, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class Flatten(Module):
+    """Merges dimensions start_dim..end_dim into one (by default all but the batch dimension)."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, input):
+        return input.flatten(self.start_dim, self.end_dim)
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
 # --- activations --------------------------------------------------------------------------------
 
 
@@ -867,6 +1139,16 @@ GENERIC = (
     LayerNorm,
     BatchNorm1d,
     Dropout,
+    Conv1d,
+    Conv2d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    MaxPool1d,
+    MaxPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    AdaptiveAvgPool2d,
+    Flatten,
     ReLU,
     GELU,
     Tanh,

@@ -559,7 +559,7 @@ def test_an_embedded_optimizer_step_sends_nothing_and_records_no_graph():
 
 @pytest.mark.parametrize(
     "path",
-    ["nn.Conv2d", "nn.TransformerEncoder", "optim.LBFGS", "optim.Adagrad", "optim.lr_scheduler.CosineAnnealingLR"],
+    ["nn.Conv3d", "nn.TransformerEncoder", "optim.LBFGS", "optim.Adagrad", "optim.lr_scheduler.CosineAnnealingLR"],
 )
 def test_missing_names_raise_not_implemented_naming_them(path):
     for package in (engine, client):

@@ -174,6 +174,23 @@ def _clamp(inputs, attrs):
     return _torch().clamp(inputs[0], min=attrs["min"], max=attrs["max"])
 
 
+def _functional(name):
+    return lambda inputs, attrs: getattr(_torch().nn.functional, name)(*inputs, **attrs)
+
+
+def _as_2d(value, fill):
+    return (fill, value) if isinstance(value, int) else (fill, *value) if len(value) == 1 else tuple(value)
+
+
+def _im2col(inputs, attrs):
+    # torch's unfold takes 4-d inputs only: a 1-d window is a 2-d one of height 1
+    (x,) = inputs
+    if x.ndim == 4:
+        return _torch().nn.functional.unfold(x, **attrs)
+    fills = {"kernel_size": 1, "dilation": 1, "padding": 0, "stride": 1}
+    return _torch().nn.functional.unfold(x.unsqueeze(2), **{k: _as_2d(v, fills[k]) for k, v in attrs.items()})
+
+
 TORCH_OVERRIDES = {
     "getitem": _getitem,
     "index_add": _index_add,
@@ -189,6 +206,20 @@ TORCH_OVERRIDES = {
     "squeeze": lambda inputs, attrs: inputs[0].squeeze() if attrs["dim"] is None else inputs[0].squeeze(attrs["dim"]),
     "where": lambda inputs, attrs: _torch().where(*inputs),
     **{name: _comparison(name) for name in ("lt", "le", "gt", "ge", "eq", "ne")},
+    "im2col": _im2col,
+    "col2im": _functional("fold"),
+    **{
+        name: _functional(name)
+        for name in (
+            "conv1d",
+            "conv2d",
+            "max_pool1d",
+            "max_pool2d",
+            "avg_pool1d",
+            "avg_pool2d",
+            "adaptive_avg_pool2d",
+        )
+    },
 }
 
 
