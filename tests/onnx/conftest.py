@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("onnx")
-
 
 @pytest.fixture(scope="session")
 def exported():

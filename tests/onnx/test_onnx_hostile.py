@@ -10,10 +10,12 @@ import time
 import httpx
 import pytest
 
-from tests.onnx import hostile_models as hostile
 from tests.service.service_testkit import running_server
 from wire.errors import GraphError
 from wire.onnx import OnnxLimits, import_model
+
+pytest.importorskip("onnx")
+from tests.onnx import hostile_models as hostile  # noqa: E402
 
 # (model, status, words of the error, its node, its field)
 CASES = {

@@ -10,6 +10,7 @@ import pytest
 from tests.onnx.onnx_testkit import onnxruntime_output, run_in_process, sample, torch_grads
 from wire.onnx import import_model
 
+pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("torch")
 

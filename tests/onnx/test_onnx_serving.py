@@ -13,6 +13,7 @@ import pytest
 from tests.onnx.onnx_testkit import onnxruntime_output, sample, torch_grads
 from tests.service.service_testkit import running_server
 
+pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("torch")
 tritonclient_http = pytest.importorskip("tritonclient.http")
