@@ -110,6 +110,8 @@ def parse_pbtxt(text: str, field: str = "config.pbtxt") -> dict:
                     pos += 1
                     continue
                 items.append(entry(depth + 1))
+            if pos >= len(tokens):
+                raise GraphError(f"{field}: a list is not closed", field=field)
             pos += 1
             return items
         if kind == "str":

@@ -23,7 +23,7 @@ TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
 def _write_repository(root, exported):
-    for name in ("mlp", "encoder"):
+    for name in ("mlp", "lenet", "encoder"):
         folder = root / name / "1"
         folder.mkdir(parents=True)
         (folder / "model.onnx").write_bytes(exported[name][2])
@@ -72,6 +72,18 @@ def test_repository_model_serves_outputs_and_saliency(triton, exported, binary):
     np.testing.assert_allclose(result.as_numpy("y"), onnxruntime_output(data, x), **TOL)
     np.testing.assert_allclose(result.as_numpy("y"), expected, **TOL)
     np.testing.assert_allclose(result.as_numpy("grad:x"), grad_x, **TOL)
+
+
+def test_cnn_saliency_in_binary(triton, exported):
+    module, example, data = exported["lenet"]
+    x = sample(example, batch=4)
+    seed = np.eye(5, dtype=np.float32)[[0, 3, 1, 4]]
+    result = _infer(triton, "lenet", x, ["y", "grad:x"], True, seed)
+    expected, grad_x, _ = torch_grads(module, x, seed)
+    np.testing.assert_allclose(result.as_numpy("y"), onnxruntime_output(data, x), **TOL)
+    np.testing.assert_allclose(result.as_numpy("y"), expected, **TOL)
+    np.testing.assert_allclose(result.as_numpy("grad:x"), grad_x, **TOL)
+    assert triton.get_model_metadata("lenet")["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 1, 12, 12]}]
 
 
 def test_metadata_says_which_gradients_a_model_gives(triton):

@@ -458,7 +458,7 @@ def _pool(kind):
         if cx.wanted(1):
             cx.fail("MaxPool's Indices output is not supported", "output")
         kernel = list(attrs["kernel_shape"])
-        strides = list(attrs.get("strides", kernel))
+        strides = list(attrs.get("strides", [1] * n))
         dilations = list(attrs.get("dilations", [1] * n))
         padding, extra = _pads(cx, attrs, x, kernel, strides, dilations)
         if extra:
