@@ -26,7 +26,7 @@ from service.oip.model_config import parse_json
 from service.oip.repository import check_name, model_of
 from service.routes import ComputeEndpoint, json_response, require_body_type
 from service.version import __version__
-from wire.errors import RequestError
+from wire.errors import GraphError, RequestError
 from wire.handler import read_body as read_message
 
 EXTENSIONS = ["binary_tensor_data", "model_repository"]
@@ -158,7 +158,15 @@ async def load(name: str, request: Request) -> Response:
         version, data = onnx_models.files_of(params, state.settings.max_onnx_model_bytes)
         config = parse_json(params.get("config", ""), "parameters.config")
         state.models.check_room(name, len(data), "ONNX model file")
-        model = await state.pool.run(onnx_models.load_onnx, state.executor, state.settings, name, version, data, config)
+        try:
+            model = await state.pool.run(
+                onnx_models.load_onnx, state.executor, state.settings, name, version, data, config
+            )
+        except GraphError as err:
+            if err.field != "model":
+                raise
+            file = next(key for key in params if key.startswith("file:"))
+            raise GraphError(str(err), node=err.node, field=f"parameters.{file}", kind=err.kind) from None
         state.models.add(model)
         return json_response({})
     graph, nbytes = _graph_of(body)
@@ -168,12 +176,13 @@ async def load(name: str, request: Request) -> Response:
 
 
 def _load_limits(state):
-    """A load request's body bounds: room for an ONNX model file in base64 (max_onnx_model_bytes)."""
+    """A load request's body bounds: room for an ONNX model file in base64 (max_onnx_model_bytes),
+    within max_body_bytes."""
     limits = state.executor.limits
-    room = state.settings.max_onnx_model_bytes * 4 // 3 + 2**16
+    room = min(state.settings.max_onnx_model_bytes * 4 // 3 + 2**16, limits.max_body_bytes)
     if room <= limits.max_json_body_bytes:
         return limits
-    return dataclasses.replace(limits, max_json_body_bytes=room, max_body_bytes=max(room, limits.max_body_bytes))
+    return dataclasses.replace(limits, max_json_body_bytes=room)
 
 
 def _parsed_model(executor, name: str, graph: dict):
