@@ -118,8 +118,14 @@ def decode_infer(model: Model, header, tail, limits, admits=None) -> Infer:
         seeds[output] = request.inputs.pop(name)
     if model.checks_shapes:
         _check_shapes(model, request.inputs)
-    for name, array in model.bound.items():  # parameters the model holds, unless the request sends its own
-        request.inputs.setdefault(name, array)
+    for name, array in model.bound.items():  # the parameters the model holds
+        if name in request.inputs:
+            raise RequestError(
+                f"input {shown(name)} is a parameter that model {shown(model.name)} holds: it cannot be sent",
+                node=name,
+                field="inputs",
+            )
+        request.inputs[name] = array
     wrt = [name[len(GRAD) :] for name in names if name.startswith(GRAD)]
     if seeds and not wrt:
         raise RequestError(f"grad_output tensors are given but no {GRAD}<input> output is requested", field="inputs")

@@ -10,7 +10,8 @@ any registered graph, and its planned cost for the declared shapes (a dynamic di
 1) is checked against the request budgets before the model is registered. The Model publishes
 the ONNX inputs' and outputs' datatypes and shapes (-1 where dynamic) and one `grad:<name>`
 output per floating input, and per parameter when the configuration asks for them
-(`parameter_gradients`); parameters are held by the model and sent with every infer.
+(`parameter_gradients`). The floating initializers are held by the model (`Model.bound`, not
+in the graph's JSON) and filled into every infer; a request cannot send them.
 """
 
 from __future__ import annotations

@@ -70,3 +70,14 @@ def test_published_inputs_and_outputs_keep_the_dynamic_batch(exported):
     imported = import_model(exported["encoder"][2])
     assert [(t.name, t.datatype, t.shape) for t in imported.inputs] == [("x", "FP32", (-1, 5, 8))]
     assert [(t.name, t.datatype, t.shape) for t in imported.outputs] == [("y", "FP32", (-1, 5, 8))]
+
+
+def test_weights_are_held_by_the_model_not_written_into_the_graph(exported):
+    module, _, data = exported["encoder"]
+    imported = import_model(data)
+    constants = [n for n in imported.graph["nodes"] if n["op"] == "constant"]
+    assert all(np.size(n["attrs"]["value"]) <= 16 for n in constants)
+    held = {n["id"] for n in imported.graph["nodes"] if n["op"] == "input"} - {"x"}
+    assert held == set(imported.parameters) and "layer.linear1.bias" in held
+    assert not any(n.get("requires_grad") for n in imported.graph["nodes"] if n["id"] in held)
+    np.testing.assert_array_equal(imported.parameters["layer.linear1.bias"], module.layer.linear1.bias.detach().numpy())

@@ -351,14 +351,15 @@ def test_op_matches_onnxruntime(case):
     expected = _onnxruntime(data, inputs)
     imported = import_model(data)
     executor = Executor(Limits())
-    result = executor.forward(Request(graph=imported.graph, inputs=dict(inputs)))
+    held = {**inputs, **imported.parameters}  # the floating initializers, held by the model
+    result = executor.forward(Request(graph=imported.graph, inputs=held))
     for name in names:
         assert result.outputs[name].dtype == expected[name].dtype, name
         np.testing.assert_allclose(result.outputs[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
     if case in NO_GRADIENT:
         return
     seeds = {n: RNG.standard_normal(expected[n].shape).astype(np.float32) for n in names}
-    grads = executor.backward(Request(graph=imported.graph, inputs=dict(inputs), grad_outputs=seeds)).grads
+    grads = executor.backward(Request(graph=imported.graph, inputs=held, grad_outputs=seeds, wrt=list(inputs))).grads
     for name in inputs:
         np.testing.assert_allclose(
             grads[name], _central_differences(data, inputs, name, seeds), rtol=2e-2, atol=2e-2, err_msg=name

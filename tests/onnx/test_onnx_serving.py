@@ -127,6 +127,15 @@ def test_load_api_carries_the_model_file(triton, exported):
         triton.unload_model("enc2")
 
 
+def test_a_request_cannot_send_a_parameter_the_model_holds(triton):
+    x = tritonclient_http.InferInput("x", [1, 4], "FP32")
+    x.set_data_from_numpy(np.zeros((1, 4), np.float32))
+    bias = tritonclient_http.InferInput("l1.bias", [16], "FP32")
+    bias.set_data_from_numpy(np.zeros(16, np.float32))
+    with pytest.raises(InferenceServerException, match="input 'l1.bias' is a parameter that model 'mlp' holds"):
+        triton.infer("mlp", [x, bias])
+
+
 def test_a_wrong_input_shape_names_the_input(triton):
     with pytest.raises(InferenceServerException, match=r"input 'x' has shape \[2, 5\]; model 'mlp' takes \[-1, 4\]"):
         _infer(triton, "mlp", np.zeros((2, 5), np.float32), ["y"], False)

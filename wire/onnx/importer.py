@@ -3,9 +3,12 @@
 `import_model(data, limits)` reads the model within bounds (`wire.onnx.reader`), infers every
 value's shape with ONNX's shape inference (a dimension without a number, a dynamic batch, stays
 None), then converts node by node (`wire.onnx.ops`), computing at import what is known then
-(`wire.onnx.fold`). Graph inputs become input nodes (floating ones require grad); initializers
-become constants, or, with `parameter_gradients`, input nodes that require grad whose values the
-model holds (`Imported.parameters`), so their gradients can be asked for like an input's.
+(`wire.onnx.fold`). Graph inputs become input nodes (floating ones require grad). Integer
+initializers become constants; floating ones are held by the model, not written into the graph's
+JSON (a weight as JSON text is 6x its bytes and 9x slower to load): each is an input node that
+the model fills into every request (`Imported.parameters`), one that requires grad with
+`parameter_gradients`, so its gradient can be asked for like an input's. Small ones are also
+folded at import where an op needs them known (Clip's bounds, inference BatchNormalization).
 Everything downstream (validation, budgets, plans, execution, gradients) is the graph format's.
 """
 
@@ -37,7 +40,7 @@ class TensorInfo:
 @dataclass
 class Imported:
     graph: dict
-    parameters: dict  # name -> array: the initializers served as parameters
+    parameters: dict  # input node -> array: the floating initializers the model holds (and fills in)
     inputs: tuple  # TensorInfo of each graph input
     outputs: tuple  # TensorInfo of each graph output
     opset: int
@@ -74,6 +77,8 @@ class Context:
     def id(self, value) -> str:
         if isinstance(value, str):
             return value
+        if value.node is None and value.held is not None:
+            value.node = self.builder.held_input(value)
         if value.node is None:
             if not value.known:
                 self.fail(
@@ -144,13 +149,13 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
     used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     builder = Builder(reserved=[*(i.name for i in graph.input), *initializers])
     builder.reserve_outputs(o.name for o in graph.output)
-    env, parameters = {}, {}
+    env = {}
     for tensor in graph.initializer:
         array = tensor_array(tensor, f"initializer {shown(tensor.name)}", tensor.name)
-        if parameter_gradients and array.dtype.kind == "f":
-            builder.input(tensor.name, True, array.shape, array.dtype)
-            env[tensor.name] = Value(array.shape, array.dtype, node=tensor.name, static=array, param=True)
-            parameters[tensor.name] = array
+        if array.dtype.kind == "f":
+            env[tensor.name] = Value(
+                array.shape, array.dtype, static=array, param=parameter_gradients, held=tensor.name
+            )
         else:
             env[tensor.name] = static_value(array)
     inputs = []
@@ -168,7 +173,9 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
     outputs = []
     for out in graph.output:
         value = env[out.name]
-        if value.node is None:
+        if value.node is None and value.held is not None:
+            builder.op("clone", [builder.held_input(value)], node_id=out.name)
+        elif value.node is None:
             builder.constant(value.static if value.known else _unresolved(out.name), node_id=out.name)
         elif value.node != out.name:
             builder.op("clone", [value.node], node_id=out.name)
@@ -178,7 +185,7 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
     nodes = builder.nodes
     return Imported(
         {"version": 1, "nodes": nodes, "outputs": [o.name for o in graph.output]},
-        parameters,
+        builder.held,
         tuple(inputs),
         tuple(outputs),
         opset,
@@ -203,7 +210,7 @@ def _convert(builder, env, node, index, info, used, opset):
     dtypes = [_dtype(info.get(name, (None, 0))[1]) for name in node.output]
     try:
         results = None
-        if node.op_type in FOLDABLE and all(v is None or v.foldable for v in inputs) and any(inputs):
+        if node.op_type in FOLDABLE and all(v is None or _foldable(v) for v in inputs) and any(inputs):
             arrays = fold(node.op_type, [None if v is None else v.static for v in inputs], attrs, dtypes)
             if arrays is not None:
                 results = [static_value(_typed(a, d), d) for a, d in zip(arrays, dtypes)]
@@ -236,6 +243,15 @@ def _convert(builder, env, node, index, info, used, opset):
                 raise node_error(node, index, f"output {shown(name)} is not supported", "output")
             continue
         env[name] = result
+
+
+HELD_FOLD_MAX = 16  # a held initializer is folded into a constant only when this small (a scalar, an eps)
+
+
+def _foldable(value) -> bool:
+    """Whether an op on `value` is computed at import: a known value, not a parameter, small, and
+    for a held initializer (a weight) tiny, so that weights stay held and out of the graph's JSON."""
+    return value.foldable and value.static.size <= (HELD_FOLD_MAX if value.held else FOLD_MAX)
 
 
 def _node_types(onnx, node, inputs, opset) -> dict:

@@ -24,7 +24,8 @@ class Value:
     dtype: numpy.dtype | None
     node: str | None = None  # the graph node computing it, once written
     static: numpy.ndarray | None = None  # known at import (dtype object: partly, None where unknown)
-    param: bool = False  # an initializer served as a parameter (an input that can require grad)
+    param: bool = False  # an initializer served as a parameter (an input that requires grad)
+    held: str | None = None  # a floating initializer: the input node (of this name) the model fills
 
     @property
     def rank(self) -> int | None:
@@ -63,6 +64,7 @@ class Builder:
         self._count = 0
         self._used = set(reserved)
         self._scalars: dict = {}
+        self.held: dict = {}  # input node -> the array the model holds for it (its initializer)
 
     def fresh(self) -> str:
         while True:
@@ -108,6 +110,13 @@ class Builder:
             node["dtype"] = datatype_of(dtype)
         self.nodes.append(node)
         return name
+
+    def held_input(self, value: Value) -> str:
+        """The input node of a floating initializer, written when first used: the model holds its
+        array (no weight travels through the graph's JSON) and fills it into every request."""
+        self.input(value.held, value.param, value.static.shape, value.static.dtype)
+        self.held[value.held] = value.static
+        return value.held
 
     def constant(self, array: numpy.ndarray, node_id=None) -> str:
         array = numpy.asarray(array)
