@@ -81,3 +81,28 @@ def test_weights_are_held_by_the_model_not_written_into_the_graph(exported):
     assert held == set(imported.parameters) and "layer.linear1.bias" in held
     assert not any(n.get("requires_grad") for n in imported.graph["nodes"] if n["id"] in held)
     np.testing.assert_array_equal(imported.parameters["layer.linear1.bias"], module.layer.linear1.bias.detach().numpy())
+
+
+def test_the_dynamo_exporter_model_too(exported):
+    """torch.onnx's default exporter (torch.export + onnxscript; about 4 s for this model) writes
+    other op patterns than the TorchScript one (Shape arithmetic, opset 18 forms): same answers."""
+    pytest.importorskip("onnxscript")
+    import torch
+
+    module, example, _ = exported["encoder"]
+    program = torch.onnx.export(
+        module,
+        (example,),
+        None,
+        dynamo=True,
+        dynamic_shapes=({0: torch.export.Dim("batch")},),
+        input_names=["x"],
+        output_names=["y"],
+    )
+    data = program.model_proto.SerializeToString()
+    x = sample(example, batch=3)
+    seed = np.random.default_rng(3).standard_normal((3, 5, 8)).astype(np.float32)
+    outputs, grads = run_in_process(import_model(data), x, seed)
+    expected, grad_x, _ = torch_grads(module, x, seed)
+    np.testing.assert_allclose(outputs["y"], expected, **TOL)
+    np.testing.assert_allclose(grads["x"], grad_x, **TOL)
