@@ -285,6 +285,20 @@ case("pad-value", f("pad", (2, 1), value=1.5), normal(3, 2))
 case("dropout-eval", f("dropout", 0.5, training=False), normal(3, 4))
 case("dropout-p0", f("dropout", 0.0), normal(3, 4))
 
+# --- convolution and pooling (issue 25; tests/engine/test_conv.py checks a larger grid) ------------
+case("conv1d", f("conv1d", stride=2, padding=1), normal(2, 2, 7), normal(3, 2, 3), normal(3))
+case("conv2d", f("conv2d", padding="same", groups=2), normal(1, 4, 5, 4), normal(2, 2, 2, 3))
+case("conv_transpose1d", f("conv_transpose1d", stride=2), normal(1, 2, 4), normal(2, 3, 2), normal(3))
+case("conv_transpose2d", f("conv_transpose2d", stride=(2, 1), padding=1), normal(1, 2, 3, 4), normal(2, 2, 3, 3))
+case("max_pool1d", f("max_pool1d", 3, 2, 1, ceil_mode=True), normal(2, 2, 8))
+case("max_pool2d-indices", f("max_pool2d", (2, 3), 2, return_indices=True), normal(1, 2, 5, 7))
+case("avg_pool1d", f("avg_pool1d", 3, 2, 1, count_include_pad=False), normal(2, 2, 8))
+case("avg_pool2d", f("avg_pool2d", 3, 2, 1, ceil_mode=True, divisor_override=4), normal(1, 2, 6, 5))
+case("adaptive_avg_pool1d", f("adaptive_avg_pool1d", 3), normal(2, 2, 7))
+case("adaptive_avg_pool2d", f("adaptive_avg_pool2d", (None, 2)), normal(1, 2, 4, 5))
+case("unfold", f("unfold", 2, padding=1, stride=2), normal(1, 2, 4, 5))
+case("fold", f("fold", (4, 5), 2, stride=(2, 3)), normal(1, 8, 4))
+
 
 def differentiable(c: Case) -> bool:
     return any(a.dtype.kind == "f" and i not in c.data for i, a in enumerate(c.arrays))

@@ -711,8 +711,12 @@ def _max_indices(nd, input, kernel_size, stride, padding, dilation, ceil_mode):
     positions = ns.arange(math.prod(sizes)).reshape((1, 1, *sizes))
     positions = ns.im2col(pad(positions, pads, value=-1), **geometry).reshape((1, 1, w.taps, w.count))
     batch, channels = batched.shape[:2]
-    first = values.reshape((batch, channels, w.taps, w.count)).argmax(2, keepdim=True)
-    chosen = ns.arange(w.taps).reshape((1, 1, w.taps, 1)) == first
+    values = values.reshape((batch, channels, w.taps, w.count))
+    taps = ns.arange(w.taps).reshape((1, 1, w.taps, 1))
+    nan = values != values
+    last_nan = ns.where(nan, taps, -1).amax(2, keepdim=True)  # PyTorch's pick: the first maximum, or the last nan
+    first = ns.where(last_nan >= 0, last_nan, values.argmax(2, keepdim=True))
+    chosen = taps == first
     return (positions * chosen.long()).sum(2)
 
 

@@ -1,18 +1,14 @@
-"""Convolution and pooling, from two primitives that are each other's vjp.
+"""Convolution, from two primitives that are each other's vjp.
 
 `im2col` (PyTorch's `unfold`): the sliding windows of an input [N, C, *spatial] as the columns of
 [N, C * prod(kernel_size), L], one column per window position; `col2im` (PyTorch's `fold`): the
 adjoint, adding each column's taps back into an image [N, C, *output_size]. Both are linear, so each
 one's vjp is the other and every composition of them is differentiable any number of times.
 
-The composites take PyTorch's functional names and argument names, on the wire too:
-- `conv1d`, `conv2d` (inputs: input, weight and an optional bias) = im2col, then a (grouped) matrix
-  product with the weight, a reshape, and the bias; padding may be 'same' or 'valid';
-- `max_pool1d`, `max_pool2d` = im2col of the input padded with -inf, then each window's first maximum
-  (PyTorch's: a tie sends the whole gradient to the first maximal tap of the window);
-- `avg_pool1d`, `avg_pool2d` = im2col of the zero-padded input, each window's sum divided by PyTorch's
-  divisor (`count_include_pad`, `divisor_override`, ceil_mode's shortened last windows);
-- `adaptive_avg_pool2d` = two matrix products with averaging matrices (its windows are separable).
+The composites `conv1d` and `conv2d` take PyTorch's functional names and argument names, on the wire
+too (inputs: input, weight and an optional bias): im2col, then a (grouped) matrix product with the
+weight, a reshape, and the bias; padding may be 'same' or 'valid'. Pooling is composed of the same
+primitives in `engine.ops.pooling`.
 """
 
 from __future__ import annotations
@@ -189,10 +185,10 @@ col2im = defop(
 )
 
 
-# --- padding with a value, for the composites -------------------------------------------------
+# --- shared by the composites (here and engine.ops.pooling) -----------------------------------
 
 
-def _pad(x, w: Windows, value):
+def pad_windows(x, w: Windows, value):
     """x [N, C, *sizes] within a constant `value` of w's padded sizes (differentiable in x)."""
     xp = array_module(x._data)
     base = trusted.expand(const(xp.full((), value, x.dtype)), shape=(*x.shape[:2], *w.padded))
@@ -204,14 +200,14 @@ def _pad(x, w: Windows, value):
     return trusted.setitem(base, x, index=index)
 
 
-def _batched(x, nd):
+def batched(x, nd):
     """(x with a batch dimension, whether it had one)."""
     if x.ndim == nd + 2:
         return x, True
     return trusted.reshape(x, shape=(1, *x.shape)), False
 
 
-def _floating(op, dtypes):
+def same_floating(op, dtypes):
     dtypes = [numpy.dtype(d) for d in dtypes]
     if dtypes[0].kind != "f":
         raise ShapeError(f"{op}: expected a floating input, got {dtypes[0]}")
@@ -221,7 +217,7 @@ def _floating(op, dtypes):
     return dtypes[0]
 
 
-def _input_rank(op, shape, nd):
+def input_rank(op, shape, nd):
     if len(shape) not in (nd + 1, nd + 2):
         raise ShapeError(
             f"{op}: expected a {nd + 1}-d (unbatched) or {nd + 2}-d (batched) input, got input of shape {list(shape)}"
@@ -236,8 +232,8 @@ def _conv_plan(op, nd, shapes, dtypes, stride, padding, dilation, groups):
     if len(shapes) not in (2, 3):
         raise ShapeError(f"{op}: takes 2 or 3 inputs (input, weight[, bias]), got {len(shapes)}")
     x, weight = tuple(shapes[0]), tuple(shapes[1])
-    dtype = _floating(op, dtypes)
-    _input_rank(op, x, nd)
+    dtype = same_floating(op, dtypes)
+    input_rank(op, x, nd)
     if len(weight) != nd + 2:
         raise ShapeError(
             f"{op}: expected a {nd + 2}-d weight (out_channels, in_channels / groups, *kernel), got {list(weight)}"
@@ -277,11 +273,13 @@ def _conv_forward(op, nd):
     def forward(*inputs, stride, padding, dilation, groups):
         shapes = [v.shape for v in inputs]
         w, out_shape, _ = _conv_plan(op, nd, shapes, [v.dtype for v in inputs], stride, padding, dilation, groups)
-        x, weight = _batched(inputs[0], nd)[0], inputs[1]
+        x, weight = batched(inputs[0], nd)[0], inputs[1]
         if w.symmetric:
             cols = trusted.im2col(x, kernel_size=w.kernel, dilation=w.dilation, padding=w.before, stride=w.stride)
         else:
-            cols = trusted.im2col(_pad(x, w, 0), kernel_size=w.kernel, dilation=w.dilation, padding=0, stride=w.stride)
+            cols = trusted.im2col(
+                pad_windows(x, w, 0), kernel_size=w.kernel, dilation=w.dilation, padding=0, stride=w.stride
+            )
         n, out_channels, rows = x.shape[0], weight.shape[0], weight.shape[1] * w.taps
         if groups == 1:
             out = trusted.matmul(trusted.reshape(weight, shape=(out_channels, rows)), cols)
@@ -388,260 +386,4 @@ conv2d = defop(
     kernel="blas",
     scratch=_conv_scratch("conv2d", 2),
     doc="2-d convolution (cross-correlation) of [N, C_in, H, W] with weight [C_out, C_in / groups, kh, kw], plus bias",
-)
-
-
-# --- pooling ----------------------------------------------------------------------------------
-
-
-def _pool_plan(op, nd, shape, dtype, kernel_size, stride, padding, dilation, ceil_mode):
-    _floating(op, [dtype])
-    _input_rank(op, shape, nd)
-    stride = kernel_size if stride is None else stride
-    w = windows(op, tuple(shape[-nd:]), kernel_size, dilation, padding, stride, ceil_mode)
-    for k, p in zip(w.kernel, w.before):
-        if p > k // 2:
-            raise ShapeError(
-                f"{op}: pad should be at most half of effective kernel size, but got pad={p}, kernel_size={k} "
-                f"and dilation={list(w.dilation)}"
-            )
-    return w, (*shape[:-nd], *w.out)
-
-
-def _windows_of(x, w: Windows, value):
-    """[N, C, taps, windows] of x [N, C, *sizes] padded by `value` (im2col's own zeros where they do)."""
-    n, c = x.shape[:2]
-    if value == 0 and w.symmetric:
-        cols = trusted.im2col(x, kernel_size=w.kernel, dilation=w.dilation, padding=w.before, stride=w.stride)
-    else:
-        padded = _pad(x, w, value) if any(w.before) or any(w.after) else x
-        cols = trusted.im2col(padded, kernel_size=w.kernel, dilation=w.dilation, padding=0, stride=w.stride)
-    return trusted.reshape(cols, shape=(n, c, w.taps, w.count))
-
-
-def _max_pool_forward(op, nd):
-    def forward(x, kernel_size, stride, padding, dilation, ceil_mode):
-        w, out_shape = _pool_plan(op, nd, x.shape, x.dtype, kernel_size, stride, padding, dilation, ceil_mode)
-        x = _batched(x, nd)[0]
-        cols = _windows_of(x, w, -numpy.inf)
-        xp = array_module(cols._data)
-        first = xp.argmax(cols._data, axis=2)[:, :, None, :]  # numpy's argmax: the first maximum (or nan)
-        picked = xp.arange(w.taps).reshape((1, 1, -1, 1)) == first
-        del first
-        chosen = trusted.where(const(picked), cols, const(xp.zeros((), cols.dtype)))
-        return trusted.reshape(trusted.sum(chosen, dim=2), shape=out_shape)
-
-    return forward
-
-
-def _avg_pool_forward(op, nd):
-    def forward(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override=None):
-        w, out_shape = _pool_plan(op, nd, x.shape, x.dtype, kernel_size, stride, padding, 1, ceil_mode)
-        x = _batched(x, nd)[0]
-        sums = trusted.sum(_windows_of(x, w, 0), dim=2)
-        xp = array_module(sums._data)
-        divisor = xp.asarray(_divisors(w, count_include_pad, divisor_override), dtype=sums.dtype)
-        return trusted.reshape(trusted.div(sums, const(divisor)), shape=out_shape)
-
-    return forward
-
-
-def _divisors(w: Windows, count_include_pad, divisor_override):
-    """PyTorch's divisor of each window (flattened): its taps within the input padded by `padding`
-    (count_include_pad) or within the input alone, or `divisor_override`."""
-    if divisor_override is not None:
-        return numpy.full(w.count, float(divisor_override))
-    per_dim_counts = []
-    for i, k, p, s, n in zip(w.sizes, w.kernel, w.before, w.stride, w.out):
-        start = numpy.arange(n) * s - p
-        end = numpy.minimum(start + k, i + p)
-        if not count_include_pad:
-            start, end = numpy.maximum(start, 0), numpy.minimum(end, i)
-        per_dim_counts.append(end - start)
-    counts = per_dim_counts[0]
-    for more in per_dim_counts[1:]:
-        counts = numpy.multiply.outer(counts, more)
-    return counts.reshape(-1).astype(numpy.float64)
-
-
-def _pool_infer(op, nd, max_pool):
-    def infer(shapes, dtypes, attrs):
-        if max_pool:
-            window = (attrs["kernel_size"], attrs["stride"], attrs["padding"], attrs["dilation"])
-        else:
-            window = (attrs["kernel_size"], attrs["stride"], attrs["padding"], 1)
-            if attrs.get("divisor_override") is not None and attrs["divisor_override"] < 1:
-                raise ShapeError(f"{op}: divisor must be not zero (divisor_override={attrs['divisor_override']})")
-        _, shape = _pool_plan(op, nd, shapes[0], dtypes[0], *window, attrs["ceil_mode"])
-        return shape, numpy.dtype(dtypes[0])
-
-    return infer
-
-
-def _pool_columns(op, nd, max_pool, in_metas, attrs):
-    (shape, dtype) = in_metas[0]
-    dilation = attrs["dilation"] if max_pool else 1
-    w, _ = _pool_plan(
-        op, nd, shape, dtype, attrs["kernel_size"], attrs["stride"], attrs["padding"], dilation, attrs["ceil_mode"]
-    )
-    batch = tuple(shape[:-nd]) if len(shape) == nd + 2 else (1, *shape[:-nd])
-    return w, math.prod(batch) * w.taps * w.count, math.prod(batch) * math.prod(w.padded)
-
-
-def _pool_work(op, nd, max_pool):
-    def work(in_shapes, out_shape, attrs):
-        _, cols, padded = _pool_columns(op, nd, max_pool, [(in_shapes[0], numpy.float64)], attrs)
-        return costs.ELEMENT_OP * ((4 if max_pool else 2) * cols + padded)
-
-    return work
-
-
-def _pool_scratch(op, nd, max_pool):
-    """The padded input and its columns; a max pool's choice of tap (a mask the columns' size, kept
-    by its where) and the where's result; in the backward, the columns' gradient and col2im's padded image."""
-
-    def scratch(in_metas, out_meta, attrs) -> costs.Scratch:
-        _, cols, padded = _pool_columns(op, nd, max_pool, in_metas, attrs)
-        size = costs.float_itemsize(in_metas, out_meta)
-        if max_pool:
-            return costs.Scratch(
-                forward=(2 * cols + padded) * size + 2 * cols + 8 * costs.numel(out_meta[0]),
-                kept=cols,
-                backward=(2 * cols + padded) * size,
-            )
-        return costs.Scratch(forward=(cols + padded) * size, backward=(cols + padded) * size)
-
-    return scratch
-
-
-def _pool_samples(nd, max_pool):
-    shape = (1, 2, 5, 6)[: nd + 2]
-    samples = [
-        Sample((shape,), {"kernel_size": 2}),
-        Sample((shape,), {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}),
-        Sample(((2,) + shape[2:],), {"kernel_size": (2,) * nd, "stride": 1}),
-    ]
-    if max_pool:
-        samples.append(Sample((shape,), {"kernel_size": 2, "stride": 1, "dilation": 2, "padding": 1}))
-    else:
-        samples.append(Sample((shape,), {"kernel_size": 3, "padding": 1, "count_include_pad": False}))
-        if nd == 2:  # PyTorch's avg_pool1d has no divisor_override
-            samples.append(Sample((shape,), {"kernel_size": 2, "ceil_mode": True, "divisor_override": 3}))
-    return tuple(samples)
-
-
-POOL_ATTRS = {
-    "kernel_size": KERNEL,
-    "stride": Attr("window?", None, "the step between windows (null: kernel_size)"),
-    "padding": Attr("padding", 0, "implicit padding on each side (at most half the kernel)"),
-}
-CEIL_MODE = Attr("bool", False, "round the number of windows up (a last window may overhang the input)")
-
-
-def _declare_pools(nd):
-    max_name, avg_name = f"max_pool{nd}d", f"avg_pool{nd}d"
-    defop(
-        max_name,
-        _max_pool_forward(max_name, nd),
-        attrs={**POOL_ATTRS, "dilation": DILATION, "ceil_mode": CEIL_MODE},
-        composite=True,
-        methods=(),
-        samples=_pool_samples(nd, True),
-        infer=_pool_infer(max_name, nd, True),
-        work=_pool_work(max_name, nd, True),
-        scratch=_pool_scratch(max_name, nd, True),
-        doc=f"{nd}-d max pooling: each window's maximum (the gradient goes to the window's first maximum)",
-    )
-    defop(
-        avg_name,
-        _avg_pool_forward(avg_name, nd),
-        attrs={
-            **POOL_ATTRS,
-            "ceil_mode": CEIL_MODE,
-            "count_include_pad": Attr("bool", True, "count the padding's zeros in the divisor"),
-            **(
-                {"divisor_override": Attr("int?", None, "divide every window's sum by this instead")} if nd == 2 else {}
-            ),
-        },
-        composite=True,
-        methods=(),
-        samples=_pool_samples(nd, False),
-        infer=_pool_infer(avg_name, nd, False),
-        work=_pool_work(avg_name, nd, False),
-        scratch=_pool_scratch(avg_name, nd, False),
-        doc=f"{nd}-d average pooling: each window's mean",
-    )
-
-
-_declare_pools(1)
-_declare_pools(2)
-
-
-# --- adaptive average pooling -------------------------------------------------------------------
-
-
-def _averaging(size, out, dtype):
-    """[out, size]: row i averages PyTorch's adaptive window i, [floor(i * size / out), ceil((i + 1) * size / out))."""
-    matrix = numpy.zeros((out, size))
-    for i in range(out):
-        start, end = (i * size) // out, -((-(i + 1) * size) // out)
-        matrix[i, start:end] = 1.0 / (end - start)
-    return matrix.astype(dtype)
-
-
-def _adaptive_plan(shape, dtype, output_size):
-    _floating("adaptive_avg_pool2d", [dtype])
-    _input_rank("adaptive_avg_pool2d", shape, 2)
-    out = per_dim(output_size, 2, "output_size", "adaptive_avg_pool2d")
-    if any(s == 0 for s in shape[-2:]):
-        raise ShapeError(
-            f"adaptive_avg_pool2d: expected non-empty spatial dimensions, got input of shape {list(shape)}"
-        )
-    return out, (*shape[:-2], *out)
-
-
-def _adaptive_forward(x, output_size):
-    (rows, cols), _ = _adaptive_plan(x.shape, x.dtype, output_size)
-    xp = array_module(x._data)
-    height, width = x.shape[-2:]
-    left = const(xp.asarray(_averaging(height, rows, x.dtype)))
-    right = const(xp.asarray(_averaging(width, cols, x.dtype).T))
-    return trusted.matmul(trusted.matmul(left, x), right)
-
-
-def _adaptive_infer(shapes, dtypes, attrs):
-    return _adaptive_plan(shapes[0], dtypes[0], attrs["output_size"])[1], numpy.dtype(dtypes[0])
-
-
-def _adaptive_work(in_shapes, out_shape, attrs):
-    shape = in_shapes[0]
-    rows, cols = out_shape[-2:]
-    lead = math.prod(shape[:-2])
-    middle = lead * rows * shape[-1]
-    return 2 * (middle * shape[-2] + lead * rows * cols * shape[-1]) + costs.ELEMENT_OP * (middle + costs.numel(shape))
-
-
-def _adaptive_scratch(in_metas, out_meta, attrs) -> costs.Scratch:
-    """The rows' averages [.., out_h, W] (kept by the second product), and their gradient."""
-    shape, _ = in_metas[0]
-    size = costs.float_itemsize(in_metas, out_meta)
-    middle = math.prod(shape[:-2]) * out_meta[0][-2] * shape[-1] * size
-    return costs.Scratch(forward=middle, kept=middle, backward=middle + costs.nbytes(in_metas[0]))
-
-
-adaptive_avg_pool2d = defop(
-    "adaptive_avg_pool2d",
-    _adaptive_forward,
-    attrs={"output_size": Attr("window", doc="the output's spatial sizes (1: a global average)")},
-    composite=True,
-    methods=(),
-    samples=(
-        Sample(((1, 2, 5, 6),), {"output_size": 1}),
-        Sample(((1, 2, 5, 7),), {"output_size": (2, 3)}),
-        Sample(((3, 4, 4),), {"output_size": (2, 2)}),
-    ),
-    infer=_adaptive_infer,
-    work=_adaptive_work,
-    scratch=_adaptive_scratch,
-    doc="2-d average pooling to a given output size (PyTorch's adaptive windows)",
 )
