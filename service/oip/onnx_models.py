@@ -24,12 +24,12 @@ import re
 
 import numpy
 
-from engine.attrs import shown
 from service.oip.model_config import flag, parse_json, parse_pbtxt
 from service.oip.repository import GRAD, Model, TensorSpec, check_name, model_of
 from wire.budget import check_budgets
 from wire.errors import GraphError, RequestError
 from wire.infer import check_request_inputs
+from wire.onnx.reader import shown
 
 PLATFORM = "gradserve_onnx"
 FILE_KEY = re.compile(r"file:([0-9]{1,9})/([A-Za-z0-9_.\-]{1,128}\.onnx)")

@@ -18,13 +18,22 @@ from dataclasses import dataclass
 
 import numpy
 
-from engine.attrs import shown
 from wire.codec import datatype_of
 from wire.errors import GraphError
 from wire.onnx.fold import BINARY as FOLD_BINARY
 from wire.onnx.fold import FOLD_MAX, FOLDS, UNARY, fold
 from wire.onnx.ops import CONVERTERS
-from wire.onnx.reader import DTYPES, OnnxLimits, dtype_of, label, node_error, onnx_module, read_model, tensor_array
+from wire.onnx.reader import (
+    DTYPES,
+    OnnxLimits,
+    dtype_of,
+    label,
+    node_error,
+    onnx_module,
+    read_model,
+    shown,
+    tensor_array,
+)
 from wire.onnx.values import Builder, Value, static_value
 
 FOLDABLE = set(FOLDS) | set(UNARY) | set(FOLD_BINARY)
