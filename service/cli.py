@@ -24,7 +24,7 @@ from service.version import __version__
 from wire import calibrate
 
 log = logging.getLogger("gradserve")
-FLAGS = ("host", "port", "device", "workers", "log_level", "log_format", "strict_env")
+FLAGS = ("host", "port", "device", "workers", "log_level", "log_format", "strict_env", "model_repository")
 FD_RESERVE = 64  # descriptors kept for files, pipes and the listening socket
 BACKLOG = 1024  # connections the kernel queues before accept
 EXIT_GRACE_S = 3.0  # after the drain, how long cancelled computations get to stop
@@ -52,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="refuse to start when a GRADSERVE_* environment variable names no setting (default: warn)",
+    )
+    serve.add_argument(
+        "--model-repository",
+        metavar="DIR",
+        help="load the ONNX models of DIR (Triton's layout: DIR/<name>/<version>/model.onnx) at start",
     )
     serve.add_argument(
         "--config",
@@ -144,6 +149,10 @@ def serve(settings, unknown_env: list[str] = ()) -> int:
     for line in unknown_env:
         log.warning("unknown environment variable %s: ignored (refused with --strict-env)", line)
     backend.use(settings.device)  # fail here, with one line, when the device is not there
+    if settings.model_repository is not None:
+        from service.oip.onnx_models import check_repository
+
+        check_repository(settings.model_repository)  # fail here, with one line, before uvicorn starts
     warn_if_exposed(settings)
     _check_connection_cap(settings, raise_fd_limit())
 

@@ -110,6 +110,11 @@ class Settings(BaseSettings):
     # --- model repository (Open Inference Protocol: graphs registered by name, service/oip)
     max_models: int = Field(64, ge=0, description="graphs registered at once; a load past it is refused with 409")
     max_model_bytes: int = Field(64 * 2**20, ge=0, description="bytes of graph JSON registered in all; past it 413")
+    model_repository: str | None = Field(
+        None, description="a directory of ONNX models in Triton's layout (<name>/<version>/model.onnx), loaded at start"
+    )
+    max_onnx_model_bytes: int = Field(16 * 2**20, gt=0, description="bytes of one ONNX model file; past it 413")
+    max_onnx_nodes: int = Field(10_000, gt=0, description="nodes, and initializers, of one ONNX model; past it 413")
 
     # --- cost model (engine.costs reads GRADSERVE_COST_FACTORS itself, when first imported)
     cost_factors: str | None = Field(

@@ -116,6 +116,16 @@ def decode_infer(model: Model, header, tail, limits, admits=None) -> Infer:
                 field="inputs",
             )
         seeds[output] = request.inputs.pop(name)
+    if model.checks_shapes:
+        _check_shapes(model, request.inputs)
+    for name, array in model.bound.items():  # the parameters the model holds
+        if name in request.inputs:
+            raise RequestError(
+                f"input {shown(name)} is a parameter that model {shown(model.name)} holds: it cannot be sent",
+                node=name,
+                field="inputs",
+            )
+        request.inputs[name] = array
     wrt = [name[len(GRAD) :] for name in names if name.startswith(GRAD)]
     if seeds and not wrt:
         raise RequestError(f"grad_output tensors are given but no {GRAD}<input> output is requested", field="inputs")
@@ -123,6 +133,22 @@ def decode_infer(model: Model, header, tail, limits, admits=None) -> Infer:
     request.grad_outputs = seeds
     request.wrt = wrt or None
     return Infer(request, "backward" if wrt else "forward", names, binary)
+
+
+def _check_shapes(model: Model, arrays: dict) -> None:
+    """The tensors against the shapes the model publishes (-1: any size there)."""
+    for spec in model.inputs:
+        array = arrays.get(spec.name)
+        if array is None or spec.shape == (-1,):
+            continue
+        shape = tuple(array.shape)
+        if len(shape) != len(spec.shape) or any(d not in (-1, s) for d, s in zip(spec.shape, shape)):
+            raise RequestError(
+                f"input {shown(spec.name)} has shape {list(shape)}; model {shown(model.name)} takes {list(spec.shape)} "
+                "(-1: any size)",
+                node=spec.name,
+                field="inputs",
+            )
 
 
 def execute(executor, infer: Infer):

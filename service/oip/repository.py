@@ -14,7 +14,7 @@ signature (kept only while they fit, and charged to the plan cache too, see
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -57,6 +57,9 @@ class Model:
     outputs: tuple  # TensorSpec of each graph output, then of each grad:<input>
     graph_outputs: frozenset
     version: str = VERSION
+    platform: str = PLATFORM
+    bound: dict = field(default_factory=dict)  # input name -> array the model holds (an ONNX model's parameters)
+    checks_shapes: bool = False  # inputs' published shapes (-1: any size) are checked at infer
 
     @property
     def nbytes(self) -> int:
@@ -76,7 +79,7 @@ class Model:
         return {
             "name": self.name,
             "versions": [self.version],
-            "platform": PLATFORM,
+            "platform": self.platform,
             "inputs": [spec.metadata() for spec in self.inputs],
             "outputs": [spec.metadata() for spec in self.outputs],
         }
@@ -87,13 +90,14 @@ class Model:
             for spec in self.outputs
             if spec.name in self.graph_outputs
         ]
+        held = [TensorSpec(name, datatype_of(a.dtype), tuple(a.shape)) for name, a in self.bound.items()]
         return {
             "name": self.name,
-            "platform": PLATFORM,
+            "platform": self.platform,
             "backend": "gradserve",
             "max_batch_size": 0,
             "version_policy": {"latest": {"num_versions": 1}},
-            "input": [spec.config() for spec in self.inputs] + [spec.config(optional=True) for spec in seeds],
+            "input": [spec.config() for spec in self.inputs] + [spec.config(optional=True) for spec in seeds + held],
             "output": [spec.config() for spec in self.outputs],
             "graph": self.graph,
         }

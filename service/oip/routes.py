@@ -8,6 +8,7 @@ timeout and executor as /forward and /backward, with this protocol's decoding an
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import orjson
@@ -19,12 +20,13 @@ from service import request_id
 from service.auth import require_api_key
 from service.body import BodyHold, read_body
 from service.errors import ApiError, from_exception
-from service.oip import schema
+from service.oip import onnx_models, schema
 from service.oip.infer import decode_infer, encode_infer, execute
+from service.oip.model_config import parse_json
 from service.oip.repository import check_name, model_of
 from service.routes import ComputeEndpoint, json_response, require_body_type
 from service.version import __version__
-from wire.errors import RequestError
+from wire.errors import GraphError, RequestError
 from wire.handler import read_body as read_message
 
 EXTENSIONS = ["binary_tensor_data", "model_repository"]
@@ -81,14 +83,19 @@ async def repository_index(request: Request) -> Response:
     )
 
 
-async def _json_body(request: Request) -> dict:
+async def _json_body(request: Request, limits=None) -> dict:
     _json_only(request)
     state = request.app.state
     hold = BodyHold(state.body_budget, request.client.host if request.client else None)
     try:
         body = bytes(
             await read_body(
-                request.receive, request.headers, state.executor.limits, None, hold, state.settings.body_timeout_s
+                request.receive,
+                request.headers,
+                limits or state.executor.limits,
+                None,
+                hold,
+                state.settings.body_timeout_s,
             )
         )
     finally:
@@ -115,7 +122,8 @@ def _graph_of(body: dict) -> tuple[dict, int]:
     extra = sorted(set(params) - {"config"})
     if extra:
         raise RequestError(
-            f"parameters.{extra[0]} is not supported (model files): send the graph as parameters.config",
+            f"parameters.{extra[0]} is not supported: send a graph as parameters.config, or an ONNX model as "
+            "parameters['file:1/model.onnx'] (base64)",
             field=f"parameters.{extra[0]}",
         )
     config = params["config"]
@@ -144,10 +152,37 @@ def _graph_of(body: dict) -> tuple[dict, int]:
 async def load(name: str, request: Request) -> Response:
     state = request.app.state
     check_name(name)
-    graph, nbytes = _graph_of(await _json_body(request))
+    body = await _json_body(request, _load_limits(state))
+    params = body.get("parameters")
+    if isinstance(params, dict) and onnx_models.is_file_load(params):
+        version, data = onnx_models.files_of(params, state.settings.max_onnx_model_bytes)
+        config = parse_json(params.get("config", ""), "parameters.config")
+        state.models.check_room(name, len(data), "ONNX model file")
+        try:
+            model = await state.pool.run(
+                onnx_models.load_onnx, state.executor, state.settings, name, version, data, config
+            )
+        except GraphError as err:
+            if err.field != "model":
+                raise
+            file = next(key for key in params if key.startswith("file:"))
+            raise GraphError(str(err), node=err.node, field=f"parameters.{file}", kind=err.kind) from None
+        state.models.add(model)
+        return json_response({})
+    graph, nbytes = _graph_of(body)
     state.models.check_room(name, nbytes)
     state.models.add(await state.pool.run(_parsed_model, state.executor, name, graph))
     return json_response({})
+
+
+def _load_limits(state):
+    """A load request's body bounds: room for an ONNX model file in base64 (max_onnx_model_bytes),
+    within max_body_bytes."""
+    limits = state.executor.limits
+    room = min(state.settings.max_onnx_model_bytes * 4 // 3 + 2**16, limits.max_body_bytes)
+    if room <= limits.max_json_body_bytes:
+        return limits
+    return dataclasses.replace(limits, max_json_body_bytes=room)
 
 
 def _parsed_model(executor, name: str, graph: dict):

@@ -153,12 +153,22 @@ LOAD_BODY = {
                     "properties": {
                         "parameters": {
                             "type": "object",
-                            "required": ["config"],
+                            "description": "a graph as `config`; or an ONNX model as one `file:<version>/<name>.onnx` "
+                            "(its bytes in base64, as tritonclient's load_model(files=...) sends them), `config` "
+                            "then being its Triton model configuration (JSON; optional)",
                             "properties": {
                                 "config": {
                                     "description": "the graph (graph format v1, as POST /forward takes it), as "
-                                    "a JSON string (tritonclient's load_model(config=...)) or an object",
+                                    "a JSON string (tritonclient's load_model(config=...)) or an object; with a "
+                                    "model file, its Triton model configuration (parameters.parameter_gradients)",
                                     "type": ["string", "object"],
+                                }
+                            },
+                            "patternProperties": {
+                                "^file:[0-9]+/[A-Za-z0-9_.-]+[.]onnx$": {
+                                    "description": "an ONNX model file, in base64 (at most max_onnx_model_bytes)",
+                                    "type": "string",
+                                    "contentEncoding": "base64",
                                 }
                             },
                             "additionalProperties": False,

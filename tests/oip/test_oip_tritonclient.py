@@ -165,7 +165,7 @@ def test_a_bad_graph_is_refused_at_load_naming_the_node(triton, server):
         ({}, 422, "parameters.config"),
         ({"parameters": {"config": 3}}, 422, "parameters.config"),
         ({"parameters": {"config": "{not json"}}, 400, "parameters.config"),
-        ({"parameters": {"config": config(MLP), "file:1/model.onnx": "AAAA"}}, 422, "parameters.file:1/model.onnx"),
+        ({"parameters": {"config": config(MLP), "file:1/model.onnx": "AAAA"}}, 400, "parameters.file:1/model.onnx"),
     ],
 )
 def test_bad_loads_name_the_field(server, body, status, field):

@@ -1,0 +1,298 @@
+"""An ONNX model as a graph of the graph format (`wire.graph`), and what it publishes.
+
+`import_model(data, limits)` reads the model within bounds (`wire.onnx.reader`), infers every
+value's shape with ONNX's shape inference (a dimension without a number, a dynamic batch, stays
+None), then converts node by node (`wire.onnx.ops`), computing at import what is known then
+(`wire.onnx.fold`). Graph inputs become input nodes (floating ones require grad). Integer
+initializers become constants; floating ones are held by the model, not written into the graph's
+JSON (a weight as JSON text is 6x its bytes and 9x slower to load): each is an input node that
+the model fills into every request (`Imported.parameters`), one that requires grad with
+`parameter_gradients`, so its gradient can be asked for like an input's. Small ones are also
+folded at import where an op needs them known (Clip's bounds, inference BatchNormalization).
+Everything downstream (validation, budgets, plans, execution, gradients) is the graph format's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy
+
+from wire.codec import datatype_of
+from wire.errors import GraphError
+from wire.onnx.fold import BINARY as FOLD_BINARY
+from wire.onnx.fold import FOLD_MAX, FOLDS, UNARY, fold
+from wire.onnx.ops import CONVERTERS
+from wire.onnx.reader import (
+    DTYPES,
+    OnnxLimits,
+    dtype_of,
+    label,
+    node_error,
+    onnx_module,
+    read_model,
+    shown,
+    tensor_array,
+)
+from wire.onnx.values import Builder, Value, static_value
+
+FOLDABLE = set(FOLDS) | set(UNARY) | set(FOLD_BINARY)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    datatype: str
+    shape: tuple  # -1 where known only when running
+
+
+@dataclass
+class Imported:
+    graph: dict
+    parameters: dict  # input node -> array: the floating initializers the model holds (and fills in)
+    inputs: tuple  # TensorInfo of each graph input
+    outputs: tuple  # TensorInfo of each graph output
+    opset: int
+
+
+def _dims(type_proto):
+    """(shape with None for unknown dims, or None for an unknown rank; element type)."""
+    tensor = type_proto.tensor_type
+    if not tensor.HasField("shape"):
+        return None, tensor.elem_type
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim), tensor.elem_type
+
+
+def _infer_shapes(model, onnx):
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - shape inference is a help: the converters say what they miss
+        return model
+
+
+class Context:
+    """What a converter sees of the node it converts: its Values' ids, its known inputs, its errors."""
+
+    def __init__(self, builder, node, index, info, used, opset):
+        self.builder, self.node, self.index = builder, node, index
+        self.label = label(node, index)
+        self.info, self.used, self.opset = info, used, opset
+        self.fold_max = FOLD_MAX
+        self.out_shapes: dict = {}  # output index -> shape, where the converter knows better than ONNX
+
+    def fail(self, message: str, field: str = "op"):
+        raise node_error(self.node, self.index, message, field)
+
+    def id(self, value) -> str:
+        if isinstance(value, str):
+            return value
+        if value.node is None and value.held is not None:
+            value.node = self.builder.held_input(value)
+        if value.node is None:
+            if not value.known:
+                self.fail(
+                    "a dynamic shape that cannot be resolved: a value known only when running is used as a tensor",
+                    "input",
+                )
+            value.node = self.builder.constant(value.static)
+        return value.node
+
+    def op(self, op: str, inputs, **attrs) -> str:
+        return self.builder.op(op, [self.id(v) for v in inputs], attrs)
+
+    def scalar(self, value) -> str:
+        return self.builder.scalar(value)
+
+    def constant(self, array) -> str:
+        return self.builder.constant(array)
+
+    def ints(self, value, what: str, partial: bool = False) -> list:
+        if value is None or value.static is None or (value.param and not partial):
+            self.fail(f"input {what} must be known at import (a constant, or computed from static shapes)", what)
+        values = [None if v is None else int(v) for v in value.static.reshape(-1).tolist()]
+        if None in values and not partial:
+            self.fail(f"a dynamic shape that cannot be resolved: {what} {values} is known only when running", what)
+        return values
+
+    def rank(self, value) -> int:
+        if value.rank is None:
+            self.fail("the rank of an input is not known at import (export with shapes)", "input")
+        return value.rank
+
+    def shape_of(self, value) -> tuple:
+        self.rank(value)
+        return value.shape
+
+    def resolve(self, dims: list, field: str) -> list:
+        """A target shape with at most one dimension known only when running (written -1)."""
+        out_shape = self.info.get(self.node.output[0], (None, None))[0]
+        if dims.count(None) > 1 and out_shape is not None and len(out_shape) == len(dims):
+            dims = [o if d is None else d for d, o in zip(dims, out_shape)]
+        if dims.count(None) > 1:
+            self.fail(
+                f"a dynamic shape that cannot be resolved: {['?' if d is None else d for d in dims]} has more than "
+                "one dimension known only when running",
+                field,
+            )
+        return [-1 if d is None else d for d in dims]
+
+    def reshaped(self, value, shape):
+        if value.foldable and value.known:
+            return static_value(value.static.reshape(shape))
+        return self.op("reshape", [value], shape=shape)
+
+    def wanted(self, index: int) -> bool:
+        outputs = self.node.output
+        return index < len(outputs) and outputs[index] != "" and outputs[index] in self.used
+
+
+def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradients: bool = False) -> Imported:
+    """The graph of an ONNX model's bytes; GraphError (422, or 413/400 for bounds and bytes) names
+    the ONNX node (its name, or #index) and op type at fault."""
+    limits = limits or OnnxLimits()
+    onnx = onnx_module()
+    model, opset = read_model(data, limits)
+    graph = _infer_shapes(model, onnx).graph
+    info = {v.name: _dims(v.type) for v in (*graph.input, *graph.value_info, *graph.output)}
+    initializers = {t.name for t in graph.initializer}
+    used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    builder = Builder(reserved=[*(i.name for i in graph.input), *initializers])
+    builder.reserve_outputs(o.name for o in graph.output)
+    env = {}
+    for tensor in graph.initializer:
+        array = tensor_array(tensor, f"initializer {shown(tensor.name)}", tensor.name)
+        if array.dtype.kind == "f":
+            env[tensor.name] = Value(
+                array.shape, array.dtype, static=array, param=parameter_gradients, held=tensor.name
+            )
+        else:
+            env[tensor.name] = static_value(array)
+    inputs = []
+    for value in graph.input:
+        if value.name in initializers:
+            continue
+        shape, elem = _dims(value.type)
+        dtype = dtype_of(elem, f"graph input {shown(value.name)}", value.name)
+        static_shape = shape if shape is not None and None not in shape else None
+        builder.input(value.name, dtype.kind == "f", static_shape, dtype)
+        env[value.name] = Value(shape, dtype, node=value.name)
+        inputs.append(TensorInfo(value.name, datatype_of(dtype), _published(shape)))
+    for index, node in enumerate(graph.node):
+        _convert(builder, env, node, index, info, used, opset)
+    outputs = []
+    for out in graph.output:
+        value = env[out.name]
+        if value.node is None and value.held is not None:
+            builder.op("clone", [builder.held_input(value)], node_id=out.name)
+        elif value.node is None:
+            builder.constant(value.static if value.known else _unresolved(out.name), node_id=out.name)
+        elif value.node != out.name:
+            builder.op("clone", [value.node], node_id=out.name)
+        shape, elem = _dims(out.type)
+        dtype = value.dtype if value.dtype is not None else dtype_of(elem, f"graph output {shown(out.name)}")
+        outputs.append(TensorInfo(out.name, datatype_of(dtype), _published(shape or value.shape)))
+    nodes = builder.nodes
+    return Imported(
+        {"version": 1, "nodes": nodes, "outputs": [o.name for o in graph.output]},
+        builder.held,
+        tuple(inputs),
+        tuple(outputs),
+        opset,
+    )
+
+
+def _published(shape) -> tuple:
+    return (-1,) if shape is None else tuple(-1 if d is None else d for d in shape)
+
+
+def _unresolved(name):
+    raise GraphError(f"graph output {shown(name)} is a shape known only when running", node=name, field="output")
+
+
+def _convert(builder, env, node, index, info, used, opset):
+    onnx = onnx_module()
+    builder.where = label(node, index)
+    cx = Context(builder, node, index, info, used, opset)
+    inputs = [env[name] if name else None for name in node.input]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    mark = len(builder.nodes)
+    dtypes = [_dtype(info.get(name, (None, 0))[1]) for name in node.output]
+    try:
+        results = None
+        if node.op_type in FOLDABLE and all(v is None or _foldable(v) for v in inputs) and any(inputs):
+            arrays = fold(node.op_type, [None if v is None else v.static for v in inputs], attrs, dtypes)
+            if arrays is not None:
+                results = [static_value(_typed(a, d), d) for a, d in zip(arrays, dtypes)]
+        if results is None:
+            converter = CONVERTERS.get(node.op_type)
+            if converter is None:
+                cx.fail("this op is not supported (docs/onnx.md lists the supported ones)")
+            results = converter(cx, inputs, attrs)
+    except GraphError:
+        raise
+    except (KeyError, IndexError, ValueError, TypeError, AttributeError) as err:
+        raise node_error(node, index, f"cannot convert it: {type(err).__name__}: {err}", "attrs") from None
+    inferred = None
+    for i, name in enumerate(node.output):
+        if not name:
+            continue
+        result = results[i] if i < len(results) else None
+        if isinstance(result, str):
+            shape, elem = info.get(name, (None, 0))
+            if i in cx.out_shapes:
+                shape = tuple(cx.out_shapes[i])
+            elif shape is None or elem == 0:
+                inferred = inferred or _node_types(onnx, node, inputs, opset)
+                shape, elem = inferred.get(name, (shape, elem))
+            if builder.rename(result, name, mark):  # a graph output is the node that computes it: no clone
+                result = name
+            result = Value(shape, _dtype(elem), node=result)
+        if result is None:
+            if name in used:
+                raise node_error(node, index, f"output {shown(name)} is not supported", "output")
+            continue
+        env[name] = result
+
+
+HELD_FOLD_MAX = 16  # a held initializer is folded into a constant only when this small (a scalar, an eps)
+
+
+def _foldable(value) -> bool:
+    """Whether an op on `value` is computed at import: a known value, not a parameter, small, and
+    for a held initializer (a weight) tiny, so that weights stay held and out of the graph's JSON."""
+    return value.foldable and value.static.size <= (HELD_FOLD_MAX if value.held else FOLD_MAX)
+
+
+def _node_types(onnx, node, inputs, opset) -> dict:
+    """{output: (shape, element type)} by ONNX's inference of this one node, from the Values of
+    its inputs (the whole model's inference cannot see past a shape it computed as data)."""
+    helper = onnx.helper
+    types, data = {}, {}
+    for name, value in zip(node.input, inputs):
+        if value is None or value.dtype is None or value.shape is None:
+            continue
+        elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+        types[name] = helper.make_tensor_type_proto(elem, ["?" if d is None else d for d in value.shape])
+        if value.known and value.static.size <= FOLD_MAX:
+            data[name] = onnx.numpy_helper.from_array(numpy.asarray(value.static, dtype=value.dtype), name)
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset)
+        out = onnx.shape_inference.infer_node_outputs(schema, node, types, input_data=data)
+    except Exception:  # noqa: BLE001 - a help only, as the model's inference
+        return {}
+    return {name: _dims(type_proto) for name, type_proto in out.items()}
+
+
+def _dtype(elem):
+    return DTYPES.get(elem)
+
+
+def _typed(array, dtype):
+    """A folded array in the dtype ONNX gives its output (NumPy may have promoted it)."""
+    array = numpy.asarray(array)
+    if dtype is None or array.dtype == object or array.dtype == dtype:
+        return array
+    return array.astype(dtype)
+
+
+__all__ = ["Imported", "OnnxLimits", "TensorInfo", "import_model", "tensor_array"]

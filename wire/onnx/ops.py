@@ -1,0 +1,555 @@
+"""The ONNX ops gradserve serves, each as the graph-format nodes that compute it.
+
+One small function per op family: `convert(cx, inputs, attrs)` gets the node's input Values
+(None for an absent optional input) and its attributes, writes nodes through `cx` (see
+`wire.onnx.importer.Context`) and returns one entry per ONNX output: a node id, a Value, or
+None for an output nothing may read. Attributes and inputs follow every opset from 13 on (axes
+as an attribute or an input, Split's num_outputs, Clip's bounds as inputs...). Compositions are
+those of `engine.nn.functional` (GELU, LayerNorm, BatchNorm), so values and gradients match it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy
+
+from wire.onnx.reader import dtype_of, tensor_array
+from wire.onnx.values import static_value
+
+ENGINE_DTYPES = {"float16", "float32", "float64", "int32", "int64", "bool"}
+
+
+# --------------------------------------------------------------------------- elementwise
+
+UNARY = {
+    "Neg": "neg",
+    "Sqrt": "sqrt",
+    "Exp": "exp",
+    "Log": "log",
+    "Abs": "abs",
+    "Relu": "relu",
+    "Sigmoid": "sigmoid",
+    "Tanh": "tanh",
+    "Erf": "erf",
+    "Sin": "sin",
+    "Cos": "cos",
+    "Sign": "sign",
+}
+BINARY = {
+    "Add": "add",
+    "Sub": "sub",
+    "Mul": "mul",
+    "Div": "div",
+    "Pow": "pow",
+    "Equal": "eq",
+    "Less": "lt",
+    "Greater": "gt",
+    "LessOrEqual": "le",
+    "GreaterOrEqual": "ge",
+}
+
+
+def _unary(op):
+    return lambda cx, inputs, attrs: [cx.op(op, inputs[:1])]
+
+
+def _binary(op):
+    return lambda cx, inputs, attrs: [cx.op(op, inputs[:2])]
+
+
+def _variadic(op):
+    def convert(cx, inputs, attrs):
+        out = inputs[0]
+        for other in inputs[1:]:
+            out = cx.op(op, [out, other])
+        return [out]
+
+    return convert
+
+
+def reciprocal(cx, inputs, attrs):
+    return [cx.op("div", [cx.scalar(1.0), inputs[0]])]
+
+
+def identity(cx, inputs, attrs):
+    return [inputs[0]]
+
+
+def where(cx, inputs, attrs):
+    return [cx.op("where", inputs)]
+
+
+def leaky_relu(cx, inputs, attrs):
+    x = inputs[0]
+    alpha = attrs.get("alpha", 0.01)
+    return [cx.op("where", [cx.op("gt", [x, cx.scalar(0)]), x, cx.op("mul", [x, cx.scalar(alpha)])])]
+
+
+def elu(cx, inputs, attrs):
+    x = inputs[0]
+    negative = cx.op("mul", [cx.op("expm1", [cx.op("clamp", [x], max=0.0)]), cx.scalar(attrs.get("alpha", 1.0))])
+    return [cx.op("where", [cx.op("gt", [x, cx.scalar(0)]), x, negative])]
+
+
+def gelu(cx, inputs, attrs):
+    x = inputs[0]
+    approximate = attrs.get("approximate", b"none")
+    half = cx.op("mul", [x, cx.scalar(0.5)])
+    if approximate in (b"none", "none"):
+        inner = cx.op("erf", [cx.op("mul", [x, cx.scalar(math.sqrt(0.5))])])
+    elif approximate in (b"tanh", "tanh"):
+        cube = cx.op("mul", [cx.op("mul", [cx.op("mul", [x, x]), x]), cx.scalar(0.044715)])
+        inner = cx.op("tanh", [cx.op("mul", [cx.op("add", [x, cube]), cx.scalar(math.sqrt(2.0 / math.pi))])])
+    else:
+        cx.fail(f"approximate {approximate!r} is not supported (none or tanh)", "approximate")
+    return [cx.op("mul", [half, cx.op("add", [inner, cx.scalar(1)])])]
+
+
+def clip(cx, inputs, attrs):
+    x, low, high = (inputs + [None, None])[:3]
+    bounds = {}
+    out = x
+    for name, bound, op in (("min", low, "maximum"), ("max", high, "minimum")):
+        if bound is None:
+            continue
+        if bound.known:
+            bounds[name] = float(bound.static.reshape(()))
+        else:
+            out = cx.op(op, [out, bound])
+    return [cx.op("clamp", [out], **bounds) if bounds else out]
+
+
+def cast(cx, inputs, attrs):
+    dtype = dtype_of(attrs["to"], "Cast's 'to'")
+    if dtype.name not in ENGINE_DTYPES:
+        cx.fail(f"Cast to {dtype.name} is not supported (only {', '.join(sorted(ENGINE_DTYPES))})", "to")
+    return [cx.op("cast", inputs[:1], dtype=dtype.name)]
+
+
+def dropout(cx, inputs, attrs):
+    training = inputs[2] if len(inputs) > 2 else None
+    if training is not None and (not training.known or bool(training.static.reshape(()))):
+        cx.fail("Dropout in training mode is not supported (inference only)", "training_mode")
+    x = inputs[0]
+    mask = None
+    if cx.wanted(1):
+        if x.shape is None or None in x.shape:
+            cx.fail("Dropout's mask output needs a static shape", "output")
+        mask = static_value(numpy.ones(x.shape, dtype=bool))
+    return [x, mask]
+
+
+# --------------------------------------------------------------------------- linear algebra
+
+
+def matmul(cx, inputs, attrs):
+    return [cx.op("matmul", inputs[:2])]
+
+
+def gemm(cx, inputs, attrs):
+    a, b = inputs[:2]
+    c = inputs[2] if len(inputs) > 2 else None
+    if attrs.get("transA", 0):
+        a = cx.op("t", [a])
+    if attrs.get("transB", 0):
+        b = cx.op("t", [b])
+    out = cx.op("mm", [a, b])
+    if attrs.get("alpha", 1.0) != 1.0:
+        out = cx.op("mul", [out, cx.scalar(attrs["alpha"])])
+    if c is not None:
+        if attrs.get("beta", 1.0) != 1.0:
+            c = cx.op("mul", [c, cx.scalar(attrs["beta"])])
+        out = cx.op("add", [out, c])
+    return [out]
+
+
+# --------------------------------------------------------------------------- reductions, softmax
+
+REDUCTIONS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "amax", "ReduceMin": "amin"}
+
+
+def _reduction(op):
+    def convert(cx, inputs, attrs):
+        if len(inputs) > 1 and inputs[1] is not None:
+            axes = cx.ints(inputs[1], "axes")
+        else:
+            axes = attrs.get("axes")
+        keepdim = bool(attrs.get("keepdims", 1))
+        if not axes:
+            if attrs.get("noop_with_empty_axes", 0):
+                return [inputs[0]]
+            axes = None
+        return [cx.op(op, inputs[:1], dim=None if axes is None else list(axes), keepdim=keepdim)]
+
+    return convert
+
+
+def _softmax(op):
+    return lambda cx, inputs, attrs: [cx.op(op, inputs[:1], dim=attrs.get("axis", -1))]
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+def shape(cx, inputs, attrs):
+    dims = cx.shape_of(inputs[0])
+    start, end = attrs.get("start", 0), attrs.get("end")
+    return [static_value(numpy.array(list(dims[start:end]), dtype=object), numpy.dtype(numpy.int64))]
+
+
+def constant(cx, inputs, attrs):
+    if "value" in attrs:
+        return [static_value(tensor_array(attrs["value"], "Constant's value", cx.label))]
+    for name, dtype in (("value_float", numpy.float32), ("value_int", numpy.int64)):
+        if name in attrs:
+            return [static_value(numpy.array(attrs[name], dtype=dtype))]
+    for name, dtype in (("value_floats", numpy.float32), ("value_ints", numpy.int64)):
+        if name in attrs:
+            return [static_value(numpy.array(list(attrs[name]), dtype=dtype))]
+    cx.fail("only tensor, float(s) and int(s) values are supported", "value")
+
+
+def constant_of_shape(cx, inputs, attrs):
+    dims = cx.ints(inputs[0], "shape")
+    fill = tensor_array(attrs["value"], "value", cx.label) if "value" in attrs else numpy.zeros(1, numpy.float32)
+    if math.prod(dims) <= cx.fold_max:
+        return [static_value(numpy.full(dims, fill.reshape(-1)[0], dtype=fill.dtype))]
+    return [cx.op("expand", [cx.constant(fill.reshape(()))], shape=list(dims))]
+
+
+def reshape(cx, inputs, attrs):
+    x, target = inputs[:2]
+    if target.static is None:
+        cx.fail("a dynamic shape that cannot be resolved: the target shape is computed from values", "shape")
+    dims = list(target.static.reshape(-1))
+    shape = x.shape or ()
+    for i, d in enumerate(dims):
+        if d == 0 and not attrs.get("allowzero", 0):
+            dims[i] = shape[i] if i < len(shape) else None
+        elif d == -1:
+            dims[i] = None
+    resolved = cx.resolve(dims, "shape")
+    cx.out_shapes[0] = [None if d == -1 else d for d in resolved]
+    return [cx.op("reshape", [x], shape=resolved)]
+
+
+def flatten(cx, inputs, attrs):
+    x = inputs[0]
+    rank = cx.rank(x)
+    axis = attrs.get("axis", 1)
+    axis = axis + rank if axis < 0 else axis
+    if axis == 0:
+        return [cx.op("unsqueeze", [cx.op("flatten", [x])], dim=0)]
+    out = cx.op("flatten", [x], start_dim=0, end_dim=axis - 1) if axis > 1 else x
+    if axis == rank:
+        return [cx.op("unsqueeze", [out], dim=-1)]
+    return [cx.op("flatten", [out], start_dim=1) if rank - axis > 1 else out]
+
+
+def transpose(cx, inputs, attrs):
+    perm = attrs.get("perm") or list(reversed(range(cx.rank(inputs[0]))))
+    return [cx.op("permute", inputs[:1], dims=list(perm))]
+
+
+def squeeze(cx, inputs, attrs):
+    x = inputs[0]
+    axes = cx.ints(inputs[1], "axes") if len(inputs) > 1 and inputs[1] is not None else attrs.get("axes")
+    if axes is None:
+        dims = cx.shape_of(x)
+        if None in dims:
+            cx.fail("Squeeze without axes needs a static shape", "axes")
+        axes = [i for i, d in enumerate(dims) if d == 1]
+    return [cx.op("squeeze", [x], dim=list(axes))]
+
+
+def unsqueeze(cx, inputs, attrs):
+    x = inputs[0]
+    axes = cx.ints(inputs[1], "axes") if len(inputs) > 1 and inputs[1] is not None else attrs["axes"]
+    rank = cx.rank(x) + len(axes)
+    out = x
+    for axis in sorted(a + rank if a < 0 else a for a in axes):
+        out = cx.op("unsqueeze", [out], dim=axis)
+    return [out]
+
+
+def concat(cx, inputs, attrs):
+    return [cx.op("cat", [v for v in inputs if v is not None], dim=attrs["axis"])]
+
+
+def _spec(axis: int, item) -> list:
+    return [{"slice": [None, None, None]}] * axis + [item]
+
+
+def split(cx, inputs, attrs):
+    x = inputs[0]
+    rank = cx.rank(x)
+    axis = attrs.get("axis", 0)
+    axis = axis + rank if axis < 0 else axis
+    count = len(cx.node.output)
+    if len(inputs) > 1 and inputs[1] is not None:
+        sizes = cx.ints(inputs[1], "split")
+    else:
+        size = cx.shape_of(x)[axis]
+        if size is None:
+            cx.fail("an equal Split of a dimension known only when running is not supported", "axis")
+        chunk = -(-size // count)
+        sizes = [min(chunk, size - chunk * i) for i in range(count)]
+    outs, start = [], 0
+    for n in sizes:
+        outs.append(cx.op("getitem", [x], index=_spec(axis, {"slice": [start, start + n, None]})))
+        start += n
+    return outs
+
+
+def slice_(cx, inputs, attrs):
+    x = inputs[0]
+    rank = cx.rank(x)
+    starts, ends = cx.ints(inputs[1], "starts"), cx.ints(inputs[2], "ends")
+    axes = cx.ints(inputs[3], "axes") if len(inputs) > 3 and inputs[3] is not None else range(len(starts))
+    steps = cx.ints(inputs[4], "steps") if len(inputs) > 4 and inputs[4] is not None else [1] * len(starts)
+    index = [{"slice": [None, None, None]}] * rank
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        index[axis + rank if axis < 0 else axis] = {"slice": [start, end, step]}
+    return [cx.op("getitem", [x], index=index)]
+
+
+def gather(cx, inputs, attrs):
+    x, indices = inputs[:2]
+    axis = attrs.get("axis", 0)
+    axis = axis + cx.rank(x) if axis < 0 else axis
+    if indices.known and indices.static.ndim == 0:
+        return [cx.op("getitem", [x], index=_spec(axis, int(indices.static)))]
+    return [cx.op("getitem", [x, indices], index=_spec(axis, {"tensor": 0}))]
+
+
+def expand(cx, inputs, attrs):
+    x, target = inputs[:2]
+    dims = cx.ints(target, "shape", partial=True)
+    rank = cx.rank(x)
+    dims = [None] * (rank - len(dims)) + list(dims)  # ONNX broadcasts both ways
+    lead = len(dims) - rank
+    out = []
+    for i, d in enumerate(dims):
+        if i >= lead and (d is None or d == 1):
+            out.append(-1)
+        elif d is None:
+            cx.fail("a new leading dimension of Expand is known only when running (not supported)", "shape")
+        else:
+            out.append(d)
+    return [cx.op("expand", [x], shape=out)]
+
+
+# --------------------------------------------------------------------------- normalisation
+
+
+def _channel_shaped(cx, value, rank):
+    """A per-channel vector shaped [C, 1, ...] to broadcast against an NC... input."""
+    return cx.reshaped(value, [-1] + [1] * (rank - 2))
+
+
+def batch_norm(cx, inputs, attrs):
+    if attrs.get("training_mode", 0) or any(cx.wanted(i) for i in range(1, len(cx.node.output))):
+        cx.fail("BatchNormalization in training mode is not supported (inference only)", "training_mode")
+    x, scale, bias, mean, var = inputs[:5]
+    rank = cx.rank(x)
+    eps = attrs.get("epsilon", 1e-5)
+    if not any(v.param for v in (scale, bias, mean, var)) and all(v.known for v in (scale, bias, mean, var)):
+        factor = scale.static / numpy.sqrt(var.static + numpy.asarray(eps, var.static.dtype))
+        shift = bias.static - mean.static * factor
+        shaped = [static_value(a.reshape([-1] + [1] * (rank - 2))) for a in (factor, shift)]
+        return [cx.op("add", [cx.op("mul", [x, shaped[0]]), shaped[1]])]
+    centred = cx.op("sub", [x, _channel_shaped(cx, mean, rank)])
+    std = cx.op("sqrt", [cx.op("add", [_channel_shaped(cx, var, rank), cx.scalar(eps)])])
+    scaled = cx.op("mul", [cx.op("div", [centred, std]), _channel_shaped(cx, scale, rank)])
+    return [cx.op("add", [scaled, _channel_shaped(cx, bias, rank)])]
+
+
+def layer_norm(cx, inputs, attrs):
+    if any(cx.wanted(i) for i in range(1, len(cx.node.output))):
+        cx.fail("LayerNormalization's Mean and InvStdDev outputs are not supported", "output")
+    x, scale = inputs[:2]
+    bias = inputs[2] if len(inputs) > 2 else None
+    rank = cx.rank(x)
+    axis = attrs.get("axis", -1)
+    dims = list(range(axis + rank if axis < 0 else axis, rank))
+    centred = cx.op("sub", [x, cx.op("mean", [x], dim=dims, keepdim=True)])
+    var = cx.op("mean", [cx.op("mul", [centred, centred])], dim=dims, keepdim=True)
+    out = cx.op(
+        "mul",
+        [cx.op("div", [centred, cx.op("sqrt", [cx.op("add", [var, cx.scalar(attrs.get("epsilon", 1e-5))])])]), scale],
+    )
+    return [cx.op("add", [out, bias]) if bias is not None else out]
+
+
+# --------------------------------------------------------------------------- convolution and pooling
+
+
+def _spatial(cx, x, count_from: str):
+    rank = cx.rank(x)
+    if rank not in (3, 4):
+        cx.fail(f"only 1-D and 2-D {count_from} are supported (input rank {rank})", "input")
+    return rank - 2
+
+
+def _pads(cx, attrs, x, kernel, strides, dilations):
+    """(symmetric padding per spatial dim, extra (before, after) per dim or None) from pads/auto_pad."""
+    n = len(kernel)
+    auto = attrs.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        sizes = cx.shape_of(x)[2:]
+        if None in sizes:
+            cx.fail(f"auto_pad {auto} needs the spatial dims known at import", "auto_pad")
+        pairs = []
+        for size, k, s, d in zip(sizes, kernel, strides, dilations):
+            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+            small, large = total // 2, total - total // 2
+            pairs.append((small, large) if auto == "SAME_UPPER" else (large, small))
+    elif auto == "VALID":
+        pairs = [(0, 0)] * n
+    elif auto == "NOTSET":
+        pads = list(attrs.get("pads", [0] * 2 * n))
+        pairs = list(zip(pads[:n], pads[n:]))
+    else:
+        cx.fail(f"auto_pad {auto} is not supported", "auto_pad")
+    symmetric = [min(before, after) for before, after in pairs]
+    extra = [(before - m, after - m) for (before, after), m in zip(pairs, symmetric)]
+    return symmetric, (extra if any(a or b for a, b in extra) else None)
+
+
+def _zero_pad(cx, x, extra):
+    """x with zeros added before and after its spatial dims (an asymmetric padding's excess)."""
+    rank = cx.rank(x)
+    out = x
+    for i, (before, after) in enumerate(extra):
+        axis = 2 + i
+        parts = []
+        for amount in (before, after):
+            if amount:
+                edge = cx.op("getitem", [out], index=_spec(axis, {"slice": [0, 1, None]}))
+                zero = cx.op("mul", [edge, cx.scalar(0)])
+                parts.append(cx.op("expand", [zero], shape=[-1] * axis + [amount] + [-1] * (rank - axis - 1)))
+            else:
+                parts.append(None)
+        pieces = [p for p in (parts[0], out, parts[1]) if p is not None]
+        out = cx.op("cat", pieces, dim=axis)
+    return out
+
+
+def conv(cx, inputs, attrs):
+    x, w = inputs[:2]
+    bias = inputs[2] if len(inputs) > 2 else None
+    n = _spatial(cx, x, "convolutions")
+    kernel = list(attrs.get("kernel_shape") or cx.shape_of(w)[2:])
+    strides = list(attrs.get("strides", [1] * n))
+    dilations = list(attrs.get("dilations", [1] * n))
+    padding, extra = _pads(cx, attrs, x, kernel, strides, dilations)
+    if extra:
+        x = _zero_pad(cx, x, extra)
+    args = [x, w] + ([bias] if bias is not None else [])
+    return [cx.op(f"conv{n}d", args, stride=strides, padding=padding, dilation=dilations, groups=attrs.get("group", 1))]
+
+
+def _pool(kind):
+    def convert(cx, inputs, attrs):
+        x = inputs[0]
+        n = _spatial(cx, x, "pools")
+        if cx.wanted(1):
+            cx.fail("MaxPool's Indices output is not supported", "output")
+        kernel = list(attrs["kernel_shape"])
+        strides = list(attrs.get("strides", [1] * n))
+        dilations = list(attrs.get("dilations", [1] * n))
+        padding, extra = _pads(cx, attrs, x, kernel, strides, dilations)
+        if extra:
+            cx.fail("asymmetric pads of a pool are not supported", "pads")
+        options = {
+            "kernel_size": kernel,
+            "stride": strides,
+            "padding": padding,
+            "ceil_mode": bool(attrs.get("ceil_mode", 0)),
+        }
+        if kind == "max":
+            if dilations != [1] * n:
+                options["dilation"] = dilations
+        else:
+            if dilations != [1] * n:
+                cx.fail("AveragePool with dilations is not supported", "dilations")
+            options["count_include_pad"] = bool(attrs.get("count_include_pad", 0))
+        return [cx.op(f"{kind}_pool{n}d", [x], **options)]
+
+    return convert
+
+
+def _global_pool(op):
+    def convert(cx, inputs, attrs):
+        rank = cx.rank(inputs[0])
+        return [cx.op(op, inputs[:1], dim=list(range(2, rank)), keepdim=True)]
+
+    return convert
+
+
+def pad(cx, inputs, attrs):
+    x = inputs[0]
+    mode = attrs.get("mode", b"constant")
+    if mode not in (b"constant", "constant"):
+        cx.fail(f"Pad mode {mode!r} is not supported (constant only)", "mode")
+    rank = cx.rank(x)
+    pads = cx.ints(inputs[1], "pads")
+    value = inputs[2] if len(inputs) > 2 else None
+    if value is not None and (not value.known or float(value.static.reshape(-1)[0]) != 0.0):
+        cx.fail("Pad with a constant other than 0 is not supported", "constant_value")
+    axes = cx.ints(inputs[3], "axes") if len(inputs) > 3 and inputs[3] is not None else list(range(rank))
+    half = len(axes)
+    extra = [(0, 0)] * rank
+    for i, axis in enumerate(axes):
+        extra[axis + rank if axis < 0 else axis] = (pads[i], pads[half + i])
+    if any(a < 0 or b < 0 for a, b in extra):
+        cx.fail("negative pads are not supported", "pads")
+    if extra[:2] != [(0, 0), (0, 0)]:
+        cx.fail("Pad of the first two dims is not supported (only the spatial ones of an NC... tensor)", "pads")
+    return [_zero_pad(cx, x, extra[2:])]
+
+
+CONVERTERS = {
+    **{name: _unary(op) for name, op in UNARY.items()},
+    **{name: _binary(op) for name, op in BINARY.items()},
+    "Max": _variadic("maximum"),
+    "Min": _variadic("minimum"),
+    "Sum": _variadic("add"),
+    "Reciprocal": reciprocal,
+    "Identity": identity,
+    "Where": where,
+    "LeakyRelu": leaky_relu,
+    "Elu": elu,
+    "Gelu": gelu,
+    "Clip": clip,
+    "Cast": cast,
+    "Dropout": dropout,
+    "MatMul": matmul,
+    "Gemm": gemm,
+    **{name: _reduction(op) for name, op in REDUCTIONS.items()},
+    "Softmax": _softmax("softmax"),
+    "LogSoftmax": _softmax("log_softmax"),
+    "Shape": shape,
+    "Constant": constant,
+    "ConstantOfShape": constant_of_shape,
+    "Reshape": reshape,
+    "Flatten": flatten,
+    "Transpose": transpose,
+    "Squeeze": squeeze,
+    "Unsqueeze": unsqueeze,
+    "Concat": concat,
+    "Split": split,
+    "Slice": slice_,
+    "Gather": gather,
+    "Expand": expand,
+    "BatchNormalization": batch_norm,
+    "LayerNormalization": layer_norm,
+    "Conv": conv,
+    "MaxPool": _pool("max"),
+    "AveragePool": _pool("avg"),
+    "GlobalAveragePool": _global_pool("mean"),
+    "GlobalMaxPool": _global_pool("amax"),
+    "Pad": pad,
+}
