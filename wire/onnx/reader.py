@@ -11,23 +11,12 @@ are decoded here (`tensor_array`), never by `onnx.numpy_helper`, which follows e
 from __future__ import annotations
 
 import math
-import reprlib
 from dataclasses import dataclass
 
 import numpy
 
+from engine.api import shown
 from wire.errors import GraphError, RequestError
-
-_SHOWN = reprlib.Repr()
-_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist = 80, 80, 8
-
-
-def shown(value) -> str:
-    """A bounded repr of a name from a model, for an error message (a model may name a node with
-    a megabyte): engine.attrs.shown's bounds, kept here so the importer needs nothing of the
-    engine's internals."""
-    return _SHOWN.repr(value)
-
 
 MIN_OPSET = 13
 DEFAULT_DOMAINS = ("", "ai.onnx")
