@@ -9,6 +9,8 @@ Raised, as decisions:
   multinomial, bernoulli, normal's overloads; issue 22 item 3) took it to 7765.
 - engine 8150 -> 9300 (2026-11-25): convolution and pooling (`engine/ops/conv.py`, `engine/ops/pooling.py`, their
   `nn.functional` faces and modules; issue 25 item 2) took it to 8812; issue 22's everyday surface follows.
+- wire 3800 -> 5000 and service 3300 -> 3700 (2026-11-25): the ONNX importer (`wire/onnx/`, 1,170 counted lines)
+  and its serving (`service/oip/onnx_models.py`, `model_config.py`; issue 25) took them to 4800 and 3538.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 9300, "wire": 3800, "service": 3300, "client": 2200}
+BUDGETS = {"engine": 9300, "wire": 5000, "service": 3700, "client": 2200}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
