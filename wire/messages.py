@@ -61,8 +61,11 @@ class Request:
     tape: str | None = None
     retain_graph: bool = False
     binary_output: bool = False
-    planned: tuple | None = field(default=None, repr=False)  # (plan, known shapes), once planned
+    planned: tuple | None = field(default=None, repr=False)  # (plan, Shapes or None, cache key), once planned
     held: tuple | None = field(default=None, repr=False)  # (Plan, key) the server holds (a model's), instead of graph
+    # which tensors its answer encodes as JSON (wire.admission.JsonAnswer: bounded by max_json_output_elements);
+    # None: none (a binary answer, or arrays handed over in-process)
+    json_answer: object = field(default=None, repr=False)
 
 
 @dataclass
