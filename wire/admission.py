@@ -27,7 +27,8 @@ import math
 from dataclasses import dataclass
 
 from engine.attrs import shown
-from wire.budget import Cost, check_budgets
+from wire import jvp_node
+from wire.budget import Cost
 from wire.errors import RequestError
 from wire.infer import Shapes
 from wire.limits import Limits
@@ -121,7 +122,7 @@ def admit(request: Request, kind: str, limits: Limits, planner) -> Ticket:
     if answer > limits.max_json_output_elements:
         raise request.json_answer.refusal(answer, limits.max_json_output_elements)
     cost = shapes.backward_cost if kind == "backward" or request.retain_graph else shapes.forward_cost
-    check_budgets(cost, plan, limits)
+    _check_budgets(cost, plan, limits)
     return Ticket(request, kind, _where(plan, shapes, answer), plan, shapes, cost, answer)
 
 
@@ -205,3 +206,38 @@ def _where(plan, shapes: Shapes, answer: int) -> str:
     ):
         return SHORT
     return POOL
+
+
+def _figure(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def _node(plan, node_id):
+    """(how a budget error names the node, its id): a jvp node's for the steps it expands into."""
+    head = jvp_node.owner(node_id, plan.jvps) if node_id is not None else None
+    if head is not None:
+        return f"node {shown(head)} (jvp)", head
+    op = next((s.op for s in plan.steps if s.id == node_id), None)
+    return (f"node {shown(node_id)} ({op})" if op else "the request"), node_id
+
+
+def _check_budgets(cost: Cost, plan, limits: Limits) -> None:
+    """Refuse a request whose planned cost is over a budget of `limits`, naming the node and figure."""
+    if cost.peak_bytes > limits.max_request_bytes:
+        name, node = _node(plan, cost.peak_node)
+        raise Refusal(
+            f"{name}: the request would need {_figure(cost.peak_bytes)} at its peak, "
+            f"over the budget of {_figure(limits.max_request_bytes)} (max_request_bytes)",
+            node=node,
+        )
+    if cost.work > limits.max_request_work:
+        name, node = _node(plan, cost.work_node)
+        raise Refusal(
+            f"{name}: the request's work would be {cost.work:.3g} flop-equivalents "
+            f"(this node {cost.node_work:.3g}), over the budget of {limits.max_request_work:.3g} "
+            f"(max_request_work)",
+            node=node,
+        )
