@@ -1,22 +1,21 @@
 """The HTTP endpoints. The metadata endpoints are FastAPI routes; the compute endpoints are plain
 ASGI routes that read their body by hand. A large body goes unparsed to a compute thread, so
 parsing, decoding, running and encoding never block the event loop; a small body is decoded on
-the loop and, when its graph is light (a few small nodes of known shapes), run there too."""
+the loop and admitted there (`wire.admission`) and, when its ticket says so (a few small nodes of
+known shapes, or milliseconds while the loop is free), run there too."""
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from dataclasses import dataclass
 
-import numpy
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from engine import backend
-from engine.registry import OPS
+from engine.api import OPS
 from service import request_id
 from service.auth import require_api_key
 from service.body import BodyHold, drain, header_length, peer_of, read_body, request_headers
@@ -25,10 +24,9 @@ from service.errors import ApiError, from_exception
 from service.logs import ACCESS, INFO, RequestLogMiddleware, request_line
 from service.schema import ERROR
 from service.version import __version__
-from wire import codec
+from wire import codec, handler
+from wire.admission import INLINE, LIGHT_STEPS, SHORT, SHORT_STEPS
 from wire.graph import SPECIAL_OPS, SUBGRAPH_OPS, VERSION
-from wire.handler import read_body as read_message
-from wire.messages import decode_request, encode_result_parts
 
 router = APIRouter()
 JSON = "application/json"
@@ -134,69 +132,6 @@ async def metrics(request: Request) -> Response:
 
 INLINE_BODY_BYTES = 8192  # a JSON body (or a binary body's JSON header) this small is decoded on the event loop
 SHORT_BODY_BYTES = 4 * 2**20  # ... and a binary body this small too (its tensors are views; a misaligned one is copied)
-INLINE_JSON_ELEMENTS = 4096  # the largest JSON answer a short computation run on the loop may give
-
-
-def _decode(executor, body: bytes, head_length: int | None):
-    """split, parse and decode a body into a protocol Request."""
-    return decode_request(*read_message(body, head_length), executor.limits)
-
-
-def _execute(executor, kind: str, request):
-    """Run a decoded request and encode its result: (body parts, header length, tape, (plan id,
-    what ran it)). IEEE
-    results (inf, nan) are answers here, not warnings, on the loop and on compute threads alike.
-    A JSON answer over max_json_output_elements is refused before running when its shapes are
-    known from inference, else before encoding."""
-    if not request.binary_output:
-        _check_json_answer(executor.limits, _planned_answer_elements(executor, kind, request))
-    with numpy.errstate(all="ignore"):
-        result = executor.forward(request) if kind == "forward" else executor.backward(request)
-    if not request.binary_output:
-        arrays = [*result.outputs.values(), *(result.grads or {}).values()]
-        try:
-            _check_json_answer(executor.limits, sum(int(a.size) for a in arrays))
-        except ApiError:
-            _drop_tape(executor, result.tape)
-            raise
-    parts, length = encode_result_parts(result, request.binary_output)
-    return parts, length, result.tape, (result.plan, result.ran)
-
-
-def _planned_answer_elements(executor, kind: str, request, planned_only: bool = False) -> int:
-    """Elements of the answer's outputs (and gradients) by shape inference; 0 when not all known
-    (or, `planned_only`, when the request is not planned yet: nothing is inferred then)."""
-    if (
-        (request.graph is None and request.plan is None and request.held is None)
-        or request.tape is not None
-        or (kind == "forward" and (request.grad_outputs or request.wrt))
-    ):
-        return 0  # not a valid request: the executor says why
-    planned = executor.planned(request)
-    if planned is None and planned_only:
-        return 0
-    plan, shapes = planned or executor._plan(request)
-    total = 0
-    for name in plan.outputs:
-        meta = shapes.known.get(name)
-        if meta is None:
-            return 0
-        total += math.prod(meta[0])
-    if kind == "backward":
-        wrt = request.wrt if request.wrt is not None else [n for n in plan.inputs if n in plan.requires_grad]
-        total += sum(int(request.inputs[n].size) for n in wrt if n in request.inputs)
-    return total
-
-
-def _check_json_answer(limits, elements: int) -> None:
-    if elements > limits.max_json_output_elements:
-        raise ApiError(
-            413,
-            f"the answer would hold {elements} elements, over the limit of "
-            f"{limits.max_json_output_elements} for JSON answers (max_json_output_elements): JSON encoding is "
-            "slow and blocks the server; ask for a binary answer with parameters.binary_data_output=true",
-            field="parameters.binary_data_output",
-        )
 
 
 def _drop_tape(executor, tape) -> None:
@@ -359,25 +294,27 @@ class ComputeEndpoint:
         return outcome
 
     async def _run(self, runtime, body, length: int | None, receive):
-        """A body whose JSON is small is decoded here on the event loop; then a light request
-        (`Executor.is_light`) runs here too, where it costs less than the hop to a compute thread,
-        and so does a short one (`is_short`) when the pool lets it (`ComputePool.may_run_inline`).
-        Anything else runs on the pool, cancelled if the client disconnects meanwhile."""
+        """A body whose JSON is small is decoded and admitted here on the event loop (planned only
+        where that is cheap, `Executor.admit`); then an INLINE ticket runs here too, where it costs
+        less than the hop to a compute thread, and so does a SHORT one when the pool lets it
+        (`ComputePool.may_run_inline`). Anything else runs on the pool, cancelled if the client
+        disconnects meanwhile; a refusal its admission could tell comes before waiting for it."""
         pool, executor = runtime.pool, runtime.executor
         if len(body) <= INLINE_BODY_BYTES or (
             length is not None and length <= INLINE_BODY_BYTES and len(body) <= SHORT_BODY_BYTES
         ):
-            request = self.decode(executor, body, length)
-            if self.is_light(executor, request):
-                return self.execute(executor, request)
-            if pool.may_run_inline() and self.is_short(executor, request):
+            call = self.decode(executor, body, length)
+            idle = pool.may_run_inline()
+            ticket = self.admit(executor, call, SHORT_STEPS if idle else LIGHT_STEPS)
+            if ticket.where == INLINE:
+                return self.execute(executor, call, ticket)
+            if ticket.where == SHORT and idle:
                 start = time.perf_counter()
                 try:
-                    return self.execute(executor, request)
+                    return self.execute(executor, call, ticket)
                 finally:
                     pool.ran_inline(time.perf_counter() - start)
-            self.before_waiting(executor, request)
-            fn, args = self.execute, (executor, request)
+            fn, args = self.execute, (executor, call, ticket)
         else:
             fn, args = self.compute, (executor, body, length)
         gone = asyncio.ensure_future(_disconnected(receive))
@@ -386,33 +323,25 @@ class ComputeEndpoint:
         finally:
             gone.cancel()
 
-    # What a protocol on this endpoint says: how a body decodes, whether it is light, how it runs.
+    # What a protocol on this endpoint says: how a body decodes, how it is admitted, how it runs and
+    # answers. This one is `wire.handler`'s pipeline, the embedded client's too.
 
     def decode(self, executor, body, length):
-        return _decode(executor, body, length)
+        return handler.decode(executor, body, length)
 
-    def is_light(self, executor, request) -> bool:
-        return executor.is_light(request)
+    def admit(self, executor, request, cheap_steps: int | None = None):
+        return executor.admit(request, self.kind, cheap_steps)
 
-    def is_short(self, executor, request) -> bool:
-        """Whether `request` takes at most milliseconds, answer included: `Executor.is_short`, and
-        a binary answer or a JSON one of at most INLINE_JSON_ELEMENTS."""
-        return executor.is_short(request) and (
-            request.binary_output or _planned_answer_elements(executor, self.kind, request) <= INLINE_JSON_ELEMENTS
-        )
-
-    def before_waiting(self, executor, request) -> None:
-        """Refuse what would be refused after waiting for a slot (a JSON answer over its bound),
-        where the request is planned already: planning it is the compute pool's work."""
-        if not request.binary_output:
-            _check_json_answer(executor.limits, _planned_answer_elements(executor, self.kind, request, True))
-
-    def execute(self, executor, request):
-        return _execute(executor, self.kind, request)
+    def execute(self, executor, request, ticket):
+        """(body parts, header length, tape, (plan id, what ran it)) of an admitted request."""
+        result = handler.execute(executor, ticket)
+        parts, length = handler.encode(request, result)
+        return parts, length, result.tape, (result.plan, result.ran)
 
     def compute(self, executor, body, length):
-        """On a compute thread: decode, execute, encode."""
-        return self.execute(executor, self.decode(executor, body, length))
+        """On a compute thread: decode, admit, execute, encode."""
+        call = self.decode(executor, body, length)
+        return self.execute(executor, call, self.admit(executor, call))
 
 
 async def _disconnected(receive) -> None:

@@ -1,10 +1,12 @@
 """OpenAPI descriptions of the compute bodies (documentation only: bodies are parsed by hand
-with orjson and validated by the engine, never by pydantic)."""
+with orjson and validated by the engine, never by pydantic). The request keys and parameters are
+those `wire.messages` declares (`REQUEST`, `PARAMETER_KEYS`), described here as JSON Schema."""
 
 from __future__ import annotations
 
 from wire.codec import DATATYPES, HEADER_LENGTH
 from wire.graph import VERSIONS
+from wire.messages import PARAMETER_KEYS, REQUEST
 
 TENSOR = {
     "type": "object",
@@ -51,34 +53,38 @@ GRAPH = {
     },
 }
 
-PARAMETERS = {
-    "type": "object",
-    "properties": {
-        "retain_graph": {"type": "boolean", "description": "keep the tape for a later /backward"},
-        "binary_data_output": {"type": "boolean", "description": "answer with the binary tensor extension"},
-    },
-    "additionalProperties": False,
-}
+
+def _parameters() -> dict:
+    return {
+        "type": "object",
+        "properties": {key.name: _typed(key) for key in PARAMETER_KEYS},
+        "additionalProperties": False,
+    }
+
+
+def _shape(type_name: str) -> dict:
+    """The JSON Schema of a request key's declared type (`wire.messages.Key.type`)."""
+    if type_name == "graph":
+        return GRAPH
+    if type_name == "parameters":
+        return _parameters()
+    return {
+        "id": {"type": ["string", "integer"]},
+        "string": {"type": "string"},
+        "strings": {"type": "array", "items": {"type": "string"}},
+        "tensors": {"type": "array", "items": TENSOR},
+        "boolean": {"type": "boolean"},
+    }[type_name]
+
+
+def _typed(key) -> dict:
+    shape = _shape(key.type)
+    return shape if key.doc is None else {**shape, "description": key.doc}
 
 
 def request_schema(kind: str) -> dict:
-    props = {
-        "id": {"type": ["string", "integer"]},
-        "graph": GRAPH,
-        "plan": {
-            "type": "string",
-            "description": "instead of graph: the plan id of an earlier answer (404 when the "
-            "server no longer holds it: send the graph)",
-        },
-        "inputs": {"type": "array", "items": TENSOR},
-        "parameters": PARAMETERS,
-    }
-    if kind == "backward":
-        props |= {
-            "grad_outputs": {"type": "array", "items": TENSOR},
-            "wrt": {"type": "array", "items": {"type": "string"}},
-            "tape": {"type": "string", "description": "a tape id from a retained /forward or /backward"},
-        }
+    """The body of POST /forward or /backward, from the request keys `wire.messages` declares."""
+    props = {key.name: _typed(key) for key in REQUEST if kind in key.paths}
     return {"type": "object", "properties": props, "additionalProperties": False}
 
 

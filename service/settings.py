@@ -11,12 +11,11 @@ import os
 import tomllib
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, create_model, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from wire.limits import Limits
+from wire.limits import LIMIT_FIELDS, Limits
 
-_DEFAULT = Limits()
 MAX_DEFAULT_CONCURRENCY = 4  # the per-request memory budgets assume at most this many at once
 
 
@@ -32,8 +31,16 @@ def default_concurrency() -> int:
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
-class Settings(BaseSettings):
-    """Every knob of the service. Env: `GRADSERVE_<NAME>` (e.g. GRADSERVE_MAX_BODY_BYTES)."""
+def _limit_settings() -> type[BaseSettings]:
+    """The protocol limits as settings, from their one declaration (`wire.limits.LIMIT_FIELDS`):
+    same names, types, defaults, docs and lower bounds."""
+    declared = {f.name: (f.type, Field(f.default, gt=f.gt, ge=f.ge, description=f.doc)) for f in LIMIT_FIELDS}
+    return create_model("LimitSettings", __base__=BaseSettings, **declared)
+
+
+class Settings(_limit_settings()):
+    """Every knob of the service. Env: `GRADSERVE_<NAME>` (e.g. GRADSERVE_MAX_BODY_BYTES). The
+    protocol limits (`wire.limits.Limits`) are declared there and derived here."""
 
     model_config = SettingsConfigDict(env_prefix="GRADSERVE_", env_ignore_empty=True, extra="ignore")
 
@@ -53,24 +60,6 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(None, description="when set, required as 'Authorization: Bearer <key>'")
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="allowed CORS origins (comma-separated or a JSON list); empty = CORS off"
-    )
-
-    # --- protocol limits (wire.limits.Limits)
-    max_body_bytes: int = Field(_DEFAULT.max_body_bytes, gt=0)
-    max_json_body_bytes: int = Field(_DEFAULT.max_json_body_bytes, gt=0)
-    max_json_output_elements: int = Field(_DEFAULT.max_json_output_elements, ge=0)
-    max_tensor_elements: int = Field(_DEFAULT.max_tensor_elements, gt=0)
-    max_total_elements: int = Field(_DEFAULT.max_total_elements, gt=0)
-    max_nodes: int = Field(_DEFAULT.max_nodes, gt=0)
-    max_depth: int = Field(_DEFAULT.max_depth, gt=0)
-    max_tapes: int = Field(_DEFAULT.max_tapes, ge=0)
-    max_tape_bytes: int = Field(_DEFAULT.max_tape_bytes, ge=0)
-    tape_ttl_s: float = Field(_DEFAULT.tape_ttl_s, gt=0)
-    plan_cache_size: int = Field(_DEFAULT.plan_cache_size, ge=0)
-    plan_cache_bytes: int = Field(_DEFAULT.plan_cache_bytes, ge=0)
-    max_request_bytes: int = Field(_DEFAULT.max_request_bytes, gt=0, description="a request's planned peak memory")
-    max_request_work: int = Field(
-        _DEFAULT.max_request_work, gt=0, description="a request's planned work (flop-equivalents)"
     )
 
     # --- connections (service/connections.py, service/body.py)
@@ -151,7 +140,7 @@ class Settings(BaseSettings):
         return max(self.max_body_bytes, self.max_inflight_body_bytes // 2)
 
     def limits(self) -> Limits:
-        return Limits(**{name: getattr(self, name) for name in Limits().as_dict()})
+        return Limits(**{f.name: getattr(self, f.name) for f in LIMIT_FIELDS})
 
     def to_env(self) -> dict[str, str]:
         """These settings as GRADSERVE_* variables (how worker processes receive them)."""

@@ -18,7 +18,8 @@ The model follows how `wire.run` and the engine's backward walk hold memory:
   released after the vjp of the last node that saved them.
 It is an estimate that errs on the high side: `tests/reliability/test_memory_model.py` holds every
 op's measured peak (forward and backward, float16/32/64) within 1.5x of it.
-A jvp node is priced as the grad nodes it is expanded into (`wire.jvp_node`), and budget errors name it.
+A jvp node is priced as the grad nodes it is expanded into (`wire.jvp_node`), and budget refusals
+(`wire.admission`) name it.
 """
 
 from __future__ import annotations
@@ -29,9 +30,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from engine.api import OPS, current_interrupt, shown
-from wire import jvp_node
-from wire.errors import RequestError
+from engine.api import OPS, current_interrupt
 
 LEAVES = ("input", "arg", "grad_output", "forward_value")
 
@@ -223,40 +222,3 @@ def _backward_peak(steps, size, grad, saved_count, held, last, recorded, live, p
                 if saved_count[i] == 0 and i not in held:
                     live -= size[i]
     return peak, peak_node
-
-
-def _figure(nbytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} bytes"
-
-
-def _node(plan, node_id):
-    """(how a budget error names the node, its id): a jvp node's for the steps it expands into."""
-    head = jvp_node.owner(node_id, plan.jvps) if node_id is not None else None
-    if head is not None:
-        return f"node {shown(head)} (jvp)", head
-    op = next((s.op for s in plan.steps if s.id == node_id), None)
-    return (f"node {shown(node_id)} ({op})" if op else "the request"), node_id
-
-
-def check_budgets(cost: Cost, plan, limits):
-    """Raise the 413 (kind too_large) for a request whose planned cost is over a budget of `limits`."""
-    if cost.peak_bytes > limits.max_request_bytes:
-        name, node = _node(plan, cost.peak_node)
-        raise RequestError(
-            f"{name}: the request would need {_figure(cost.peak_bytes)} at its peak, "
-            f"over the budget of {_figure(limits.max_request_bytes)} (max_request_bytes)",
-            node=node,
-            kind="too_large",
-        )
-    if cost.work > limits.max_request_work:
-        name, node = _node(plan, cost.work_node)
-        raise RequestError(
-            f"{name}: the request's work would be {cost.work:.3g} flop-equivalents "
-            f"(this node {cost.node_work:.3g}), over the budget of {limits.max_request_work:.3g} "
-            f"(max_request_work)",
-            node=node,
-            kind="too_large",
-        )

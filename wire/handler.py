@@ -1,9 +1,13 @@
-"""`/forward` and `/backward` on bytes, minus HTTP: a body in, the answer's body pieces out.
+"""`/forward` and `/backward` minus HTTP: the one body pipeline, decode -> admit -> execute -> encode.
 
-`handle` is the whole request handling after the transport (split the body, parse its JSON
-header, decode and check the request, run it on the `Executor`, encode the result);
-`run_arrays` the same for an in-process caller whose tensors are arrays. What goes wrong raises a `wire.errors.GraphError` whose `kind` the caller turns into its own answer (the
-service: an HTTP status; the client's embedded mode: the same status and exception as remote).
+The service (`service.routes`, on its event loop or a compute thread) and the client's embedded
+transport (`client.transports`) run these same functions: `decode` a body into a Request,
+`Executor.admit` it into a `wire.admission.Ticket`, `execute` the ticket (grad mode on, IEEE
+results as answers, the answer's bound once its shapes are known) and `encode` its Result.
+`handle` is the four in one call; `run_arrays` the same for an in-process caller whose tensors are
+arrays (nothing decoded or encoded). What goes wrong raises a `wire.errors.GraphError` whose
+`kind` the caller turns into its own answer (the service: an HTTP status; the client's embedded
+mode: the same status and exception as remote).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import orjson
 
 from engine.api import enable_grad, shown
 from wire import codec
+from wire.admission import ALL_JSON, Refusal, Ticket, bound_answer
 from wire.codec import datatype_of
 from wire.errors import RequestError
 from wire.executor import Executor
@@ -30,11 +35,45 @@ def read_body(body: bytes, header_length: int | None):
         raise RequestError(f"malformed JSON: {err}", field="body", kind="malformed") from None
 
 
-def run(executor: Executor, path: str, request: Request) -> Result:
-    """A decoded request's Result. Grad mode is on whatever the calling thread set, and IEEE
-    results (inf, nan) are answers, not warnings."""
+def decode(executor: Executor, body: bytes, header_length: int | None) -> Request:
+    """The Request of a `body` (binary when `header_length` is given); its answer is JSON unless
+    it asks for a binary one, and bounded so (`wire.admission`)."""
+    request = decode_request(*read_body(body, header_length), executor.limits)
+    request.json_answer = None if request.binary_output else ALL_JSON
+    return request
+
+
+def execute(executor: Executor, ticket: Ticket) -> Result:
+    """The Result of an admitted request (one admitted without a plan is admitted fully first). Grad
+    mode is on whatever the calling thread set, and IEEE results (inf, nan) are answers, not
+    warnings. A JSON answer over its bound that inference could not foresee is refused now (its
+    retained tape dropped)."""
+    if not ticket.planned:
+        ticket = executor.admit(ticket.request, ticket.kind)
     with enable_grad(), numpy.errstate(all="ignore"):
-        return executor.forward(request) if path == "/forward" else executor.backward(request)
+        result = executor.run(ticket)
+    try:
+        bound_answer(ticket, result, executor.limits)
+    except Refusal:
+        if result.tape is not None:
+            executor.tapes.drop(result.tape)
+        raise
+    return result
+
+
+def encode(request: Request, result: Result) -> tuple[list, int | None]:
+    """([body pieces], header length or None) of the answer: binary when the request asked so."""
+    return encode_result_parts(result, request.binary_output)
+
+
+def kind_of(path: str) -> str:
+    """ "forward" or "backward", the kind of a request posted to `path` (one of PATHS)."""
+    return path.removeprefix("/")
+
+
+def run(executor: Executor, path: str, request: Request) -> Result:
+    """A decoded request's Result: admitted, then executed."""
+    return execute(executor, executor.admit(request, kind_of(path)))
 
 
 def run_arrays(executor: Executor, path: str, header: dict, inputs=(), grad_outputs=()) -> Result:
@@ -61,8 +100,7 @@ def run_arrays(executor: Executor, path: str, header: dict, inputs=(), grad_outp
 def handle(executor: Executor, path: str, body: bytes, header_length: int | None):
     """(body pieces, header length or None, retained tape or None) of the answer to a request
     `body` (binary when `header_length` is given) posted to `path`, one of PATHS."""
-    header, tail = read_body(body, header_length)
-    request = decode_request(header, tail, executor.limits)
+    request = decode(executor, body, header_length)
     result = run(executor, path, request)
-    parts, length = encode_result_parts(result, request.binary_output)
+    parts, length = encode(request, result)
     return parts, length, result.tape

@@ -12,8 +12,42 @@ from wire import codec
 from wire.errors import RequestError
 from wire.limits import Limits
 
-REQUEST_KEYS = {"id", "graph", "plan", "inputs", "grad_outputs", "wrt", "parameters", "tape", "outputs"}
-PARAMETERS = {"retain_graph", "binary_data_output"}
+
+@dataclass(frozen=True)
+class Key:
+    """One key of a request body, declared once: `decode_request` accepts the declared keys, and
+    the OpenAPI schema of the compute bodies (`service.schema`) documents them from here. `type`
+    names the key's JSON shape ("id", "graph", "string", "strings", "tensors", "parameters",
+    "boolean"; `service.schema` says each as JSON Schema); `paths` are the endpoints whose schema
+    documents it (none: accepted, and ignored, but not documented)."""
+
+    name: str
+    type: str
+    doc: str | None = None
+    paths: tuple[str, ...] = ("forward", "backward")
+
+
+REQUEST = (
+    Key("id", "id"),
+    Key("graph", "graph"),
+    Key(
+        "plan",
+        "string",
+        "instead of graph: the plan id of an earlier answer (404 when the server no longer holds it: send the graph)",
+    ),
+    Key("inputs", "tensors"),
+    Key("parameters", "parameters"),
+    Key("grad_outputs", "tensors", paths=("backward",)),
+    Key("wrt", "strings", paths=("backward",)),
+    Key("tape", "string", "a tape id from a retained /forward or /backward", paths=("backward",)),
+    Key("outputs", "tensors", paths=()),  # an Open Inference Protocol habit, accepted and ignored
+)
+PARAMETER_KEYS = (
+    Key("retain_graph", "boolean", "keep the tape for a later /backward"),
+    Key("binary_data_output", "boolean", "answer with the binary tensor extension"),
+)
+REQUEST_KEYS = frozenset(key.name for key in REQUEST)
+PARAMETERS = frozenset(key.name for key in PARAMETER_KEYS)
 
 
 @dataclass
@@ -27,8 +61,11 @@ class Request:
     tape: str | None = None
     retain_graph: bool = False
     binary_output: bool = False
-    planned: tuple | None = field(default=None, repr=False)  # (plan, known shapes), once planned
+    planned: tuple | None = field(default=None, repr=False)  # (plan, Shapes or None, cache key), once planned
     held: tuple | None = field(default=None, repr=False)  # (Plan, key) the server holds (a model's), instead of graph
+    # which tensors its answer encodes as JSON (wire.admission.JsonAnswer: bounded by max_json_output_elements);
+    # None: none (a binary answer, or arrays handed over in-process)
+    json_answer: object = field(default=None, repr=False)
 
 
 @dataclass

@@ -1,4 +1,9 @@
-"""What the executor keeps between requests: planned graphs and retained tapes."""
+"""What the executor keeps between requests: planned graphs and retained tapes.
+
+`PlanCache` maps a `GraphKey` (the graph's text) to a `PlanEntry`, and a `PlanId` (told to clients)
+to its key. What is kept per plan nests inside it and is charged to this cache's bytes: each
+input signature's Shapes (`Plan.checked`, `keep_signature`) and the programs compiled for a
+signature (`Shapes.programs`, `charge`, see `wire.compile`)."""
 
 from __future__ import annotations
 
@@ -7,13 +12,14 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from typing import NamedTuple, NewType
 
 import orjson
 
 from engine.api import shown
 from wire.compile import TERM_BYTES
 from wire.errors import RequestError, TapeFreedError
-from wire.graph import parse
+from wire.graph import Plan, parse
 from wire.infer import SIGNATURES_PER_PLAN
 from wire.limits import Limits
 from wire.program import Program
@@ -150,12 +156,23 @@ class TapeStore:
             self._bytes = 0
 
 
+GraphKey = NewType("GraphKey", bytes)  # a graph's JSON text, re-serialised with sorted keys: equal graphs, equal keys
+PlanId = NewType("PlanId", str)  # a digest of a GraphKey (`plan_id`), told to clients to send instead of the graph
+
+
+class PlanEntry(NamedTuple):
+    """A cached plan and the bytes it is counted for (`plan_size`, plus what was charged to it since)."""
+
+    plan: Plan
+    nbytes: int
+
+
 PLAN_STEP_BYTES = 600  # a parsed node (Step, its attrs and ids) measured with tracemalloc: ~400-600 bytes
 
 
-def plan_id(key: bytes) -> str:
+def plan_id(key: GraphKey) -> PlanId:
     """A cached plan's id: a digest of its graph's text, so equal graphs share it."""
-    return hashlib.blake2b(key, digest_size=16).hexdigest()
+    return PlanId(hashlib.blake2b(key, digest_size=16).hexdigest())
 
 
 def _steps_and_constants(steps) -> tuple[int, int]:
@@ -193,13 +210,18 @@ def plan_bytes(plan) -> int:
     return plan_base_bytes(plan) + plan_signatures_bytes(plan)
 
 
-def plan_size(plan, key: bytes) -> int:
+def graph_key(graph) -> GraphKey:
+    """The key a graph's plan is cached under (TypeError or orjson.JSONEncodeError for what is no JSON)."""
+    return GraphKey(orjson.dumps(graph, option=orjson.OPT_SORT_KEYS))
+
+
+def plan_size(plan, key: GraphKey) -> int:
     """What a cached plan holds: its key (the graph's JSON) and `plan_bytes`."""
     return len(key) + plan_bytes(plan)
 
 
 class PlanCache:
-    """Validated, planned graphs keyed by their JSON text (LRU), bounded by count and by bytes (an
+    """Validated, planned graphs by `GraphKey`, their JSON text (LRU), bounded by count and by bytes (an
     estimate, `plan_size`, plus what each input signature keeps: its inferred shapes and costs,
     see `keep_signature`, and its compiled programs, see `charge`). A graph is parsed by
     `lookup` and kept only when the executor `store`s it, after its request was admitted: a
@@ -213,10 +235,10 @@ class PlanCache:
     def __init__(self, size: int, max_bytes: int = 64 * 2**20):
         self.size = size
         self.max_bytes = max_bytes
-        self._plans: OrderedDict[bytes, tuple] = OrderedDict()
-        self._keys: dict[int, bytes] = {}  # id(plan) -> its key, for `charge`
-        self._ids: dict[str, bytes] = {}  # plan id (a digest of the key, told to clients) -> key
-        self._plan_ids: dict[int, str] = {}  # id(plan) -> its plan id
+        self._plans: OrderedDict[GraphKey, PlanEntry] = OrderedDict()
+        self._keys: dict[int, GraphKey] = {}  # id(plan) -> its key, for `charge`
+        self._ids: dict[PlanId, GraphKey] = {}
+        self._plan_ids: dict[int, PlanId] = {}  # id(plan) -> its plan id
         self._lock = threading.Lock()
         self.nbytes = 0
         self.hits = 0
@@ -228,7 +250,7 @@ class PlanCache:
     def lookup(self, graph, limits: Limits):
         """(plan, key): the cached plan (key None), or a freshly parsed one and the key to `store` it under."""
         try:
-            key = orjson.dumps(graph, option=orjson.OPT_SORT_KEYS)
+            key = graph_key(graph)
         except (TypeError, orjson.JSONEncodeError):
             key = None
         if key is not None:
@@ -237,13 +259,13 @@ class PlanCache:
                 if entry is not None:
                     self._plans.move_to_end(key)
                     self.hits += 1
-                    return entry[0], None
+                    return entry.plan, None
         plan = parse(graph, limits.max_nodes, limits.max_depth)
         with self._lock:
             self.misses += 1
         return plan, key
 
-    def by_id(self, pid: str):
+    def by_id(self, pid: PlanId):
         """The cached plan whose id is `pid`, or None."""
         with self._lock:
             key = self._ids.get(pid)
@@ -252,9 +274,9 @@ class PlanCache:
                 return None
             self._plans.move_to_end(key)
             self.hits += 1
-            return entry[0]
+            return entry.plan
 
-    def id_of(self, plan) -> str | None:
+    def id_of(self, plan) -> PlanId | None:
         """The id under which a cached plan can be asked for again (`by_id`); None when not cached."""
         return self._plan_ids.get(id(plan))
 
@@ -263,14 +285,14 @@ class PlanCache:
         up, parsed when new, and cached; the key stores it again (`store`) if it is dropped."""
         plan, key = self.lookup(graph, limits)
         if key is None:
-            key = orjson.dumps(graph, option=orjson.OPT_SORT_KEYS)
+            key = graph_key(graph)
         self.store(key, plan)
         return plan, key
 
     def get(self, graph, limits: Limits):
         return self.hold(graph, limits)[0]
 
-    def store(self, key, plan):
+    def store(self, key: GraphKey | None, plan):
         if key is None or self.size <= 0:
             return
         with self._lock:
@@ -282,7 +304,7 @@ class PlanCache:
         with self._lock:
             if key in self._plans:
                 return
-            self._plans[key] = (plan, nbytes)
+            self._plans[key] = PlanEntry(plan, nbytes)
             self._keys[id(plan)] = key
             self._plan_ids[id(plan)] = pid = plan_id(key)
             self._ids[pid] = key
@@ -293,7 +315,7 @@ class PlanCache:
         with self._lock:
             key = self._keys.get(id(plan))
             entry = None if key is None else self._plans.get(key)
-            return entry is not None and entry[0] is plan
+            return entry is not None and entry.plan is plan
 
     def keep_signature(self, plan, signature, shapes) -> None:
         """Keep a cached plan's `shapes` for an input signature (`wire.infer.check_request_inputs`),
@@ -315,9 +337,9 @@ class PlanCache:
     def _charge(self, plan, nbytes: int) -> bool:
         key = self._keys.get(id(plan))
         entry = None if key is None else self._plans.get(key)
-        if entry is None or entry[0] is not plan or entry[1] + nbytes > self.max_bytes:
+        if entry is None or entry.plan is not plan or entry.nbytes + nbytes > self.max_bytes:
             return False
-        self._plans[key] = (plan, entry[1] + nbytes)
+        self._plans[key] = PlanEntry(plan, entry.nbytes + nbytes)
         self._plans.move_to_end(key)
         self.nbytes += nbytes
         self._evict()

@@ -9,14 +9,14 @@ backward (needed for outputs that are not scalars). Each output is binary when i
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-import numpy
-
 from engine import backend
-from engine.attrs import shown
+from engine.api import shown
 from service.oip.repository import GRAD, GRAD_OUTPUT, Model
-from wire import codec
+from wire import codec, handler
+from wire.admission import JsonAnswer
 from wire.errors import GraphError, RequestError
 from wire.messages import Request, decode_request
 
@@ -132,6 +132,7 @@ def decode_infer(model: Model, header, tail, limits, admits=None) -> Infer:
     request.held = (model.plan, model.key, admits)  # the registered plan itself: never re-serialised or re-parsed
     request.grad_outputs = seeds
     request.wrt = wrt or None
+    request.json_answer = json_answer(names, binary)
     return Infer(request, "backward" if wrt else "forward", names, binary)
 
 
@@ -151,36 +152,52 @@ def _check_shapes(model: Model, arrays: dict) -> None:
             )
 
 
-def execute(executor, infer: Infer):
-    """The wire Result of an Infer, on the executor that runs /forward and /backward. A missing
-    or misshapen seed is reported under the name this protocol gives it."""
-    with numpy.errstate(all="ignore"):
-        if infer.kind == "forward":
-            return executor.forward(infer.request)
-        try:
-            return executor.backward(infer.request)
-        except GraphError as err:
-            if err.field != "grad_outputs":
-                raise
-            hint = f" (here: an input tensor named '{GRAD_OUTPUT}{err.node}')" if err.node else ""
-            raise RequestError(f"{err}{hint}", node=err.node, field="inputs", kind=err.kind) from None
+def json_answer(names: tuple, binary: tuple) -> JsonAnswer | None:
+    """The outputs an infer response encodes as JSON (graph outputs, and gradients by their input's
+    name), as admission bounds them (`wire.admission`); None when every output is binary."""
+    in_json = [name for name, is_binary in zip(names, binary) if not is_binary]
+    if not in_json:
+        return None
+    return JsonAnswer(
+        tuple(n for n in in_json if not n.startswith(GRAD)),
+        tuple(n[len(GRAD) :] for n in in_json if n.startswith(GRAD)),
+        "the JSON outputs would hold {elements} elements, over the limit of {limit} (max_json_output_elements): "
+        "ask for them in binary (parameters.binary_data)",
+        "outputs",
+    )
 
 
-def encode_infer(model: Model, infer: Infer, result, max_json_elements: int) -> tuple[list, int | None]:
+def admit(executor, infer: Infer, cheap_steps: int | None = None):
+    """The `wire.admission.Ticket` of an Infer, admitted as /forward and /backward requests are."""
+    with _seeds_named():
+        return executor.admit(infer.request, infer.kind, cheap_steps)
+
+
+def execute(executor, ticket):
+    """The wire Result of an admitted Infer, by the pipeline that runs /forward and /backward
+    (`wire.handler.execute`)."""
+    with _seeds_named():
+        return handler.execute(executor, ticket)
+
+
+@contextmanager
+def _seeds_named():
+    """A missing or misshapen seed is reported under the name this protocol gives it."""
+    try:
+        yield
+    except GraphError as err:
+        if err.field != "grad_outputs":
+            raise
+        hint = f" (here: an input tensor named '{GRAD_OUTPUT}{err.node}')" if err.node else ""
+        raise RequestError(f"{err}{hint}", node=err.node, field="inputs", kind=err.kind) from None
+
+
+def encode_infer(model: Model, infer: Infer, result) -> tuple[list, int | None]:
     """([body pieces], header length or None) of an infer response: JSON, or the binary
-    extension when any output is binary. JSON outputs over `max_json_elements` in all are refused
-    (413): encoding them would hold the server for long."""
+    extension when any output is binary. (Its JSON outputs were bounded by admission, `json_answer`.)"""
     arrays = dict(result.outputs)
     if result.grads:
         arrays.update((GRAD + name, grad) for name, grad in result.grads.items())
-    in_json = sum(int(arrays[name].size) for name, binary in zip(infer.outputs, infer.binary) if not binary)
-    if in_json > max_json_elements:
-        raise RequestError(
-            f"the JSON outputs would hold {in_json} elements, over the limit of {max_json_elements} "
-            "(max_json_output_elements): ask for them in binary (parameters.binary_data)",
-            field="outputs",
-            kind="too_large",
-        )
     buffers, outputs = [], []
     for name, binary in zip(infer.outputs, infer.binary):
         array = backend.to_numpy(arrays[name])

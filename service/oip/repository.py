@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from engine.attrs import shown
+from engine.api import shown
 from service.errors import ApiError
 from wire.codec import datatype_of
 from wire.errors import GraphError

@@ -21,7 +21,7 @@ from service.auth import require_api_key
 from service.body import BodyHold, read_body
 from service.errors import ApiError, from_exception
 from service.oip import onnx_models, schema
-from service.oip.infer import decode_infer, encode_infer, execute
+from service.oip.infer import admit, decode_infer, encode_infer, execute
 from service.oip.model_config import parse_json
 from service.oip.repository import check_name, model_of
 from service.routes import ComputeEndpoint, json_response, require_body_type
@@ -237,15 +237,16 @@ def _decode(executor, model, body: bytes, head_length: int | None, admits=None):
     return decode_infer(model, *read_message(body, head_length), executor.limits, admits)
 
 
-def _execute(executor, model, infer):
-    result = execute(executor, infer)
-    parts, length = encode_infer(model, infer, result, executor.limits.max_json_output_elements)
+def _execute(executor, model, infer, ticket):
+    result = execute(executor, ticket)
+    parts, length = encode_infer(model, infer, result)
     return parts, length, None, (result.plan, result.ran)
 
 
 class ModelInference(ComputeEndpoint):
-    """One infer request on one model: `ComputeEndpoint`'s checks, body reading, light-or-pooled
-    choice and disconnect handling, with this protocol's decoding and encoding."""
+    """One infer request on one model: `ComputeEndpoint`'s checks, body reading, admission
+    (`wire.admission`, inline or pooled) and disconnect handling, with this protocol's decoding and
+    encoding."""
 
     def __init__(self, model, admits=None):
         super().__init__("infer")
@@ -255,17 +256,11 @@ class ModelInference(ComputeEndpoint):
     def decode(self, executor, body, length):
         return _decode(executor, self.model, body, length, self.admits)
 
-    def is_light(self, executor, infer) -> bool:
-        return executor.is_light(infer.request)
+    def admit(self, executor, infer, cheap_steps: int | None = None):
+        return admit(executor, infer, cheap_steps)
 
-    def is_short(self, executor, infer) -> bool:
-        return all(infer.binary) and executor.is_short(infer.request)
-
-    def before_waiting(self, executor, infer) -> None:
-        pass
-
-    def execute(self, executor, infer):
-        return _execute(executor, self.model, infer)
+    def execute(self, executor, infer, ticket):
+        return _execute(executor, self.model, infer, ticket)
 
 
 class InferRoute:

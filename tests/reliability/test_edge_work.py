@@ -214,7 +214,7 @@ def test_inline_requests_are_never_refused_and_pooled_ones_wait_briefly(server_f
 
 
 def _short_body():
-    """A binary /backward of ~1-3 ms: two 128x128 matmuls and a tanh (Executor.is_short)."""
+    """A binary /backward of ~1-3 ms: two 128x128 matmuls and a tanh (a SHORT ticket, wire.admission)."""
     rng = np.random.default_rng(2)
     x, w = (rng.standard_normal((128, 128)).astype(np.float32) for _ in range(2))
     graph = {

@@ -334,11 +334,14 @@ def test_no_stack_trace_and_500_for_unexpected_errors(monkeypatch):
     from service_testkit import asgi_client
 
     with asgi_client() as client:
+        run = client.app.state.executor.run
 
-        def boom(request):
-            raise RuntimeError("secret internal detail")
+        def boom(ticket):  # every /forward fails; /backward (assert_still_serves) runs
+            if ticket.kind == "forward":
+                raise RuntimeError("secret internal detail")
+            return run(ticket)
 
-        monkeypatch.setattr(client.app.state.executor, "forward", boom)
+        monkeypatch.setattr(client.app.state.executor, "run", boom)
         response = client.post("/forward", json=EXAMPLE)
         body = assert_error(response, 500, "internal server error")
         assert "secret" not in response.text
@@ -351,11 +354,14 @@ def test_out_of_memory_is_507(monkeypatch):
     from service_testkit import asgi_client
 
     with asgi_client() as client:
+        run = client.app.state.executor.run
 
-        def oom(request):
-            raise MemoryError()
+        def oom(ticket):  # every /forward runs out of memory; /backward (assert_still_serves) runs
+            if ticket.kind == "forward":
+                raise MemoryError()
+            return run(ticket)
 
-        monkeypatch.setattr(client.app.state.executor, "forward", oom)
+        monkeypatch.setattr(client.app.state.executor, "run", oom)
         assert_error(client.post("/forward", json=EXAMPLE), 507, "out of memory")
         assert_still_serves(client)
 

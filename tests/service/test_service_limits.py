@@ -197,10 +197,10 @@ def _pooled(**changes) -> dict:
 def test_light_and_short_requests_run_on_the_event_loop_and_heavy_ones_on_the_pool(monkeypatch):
     with asgi_client() as client:
         pool_threads = []
-        original = client.app.state.executor.forward
+        original = client.app.state.executor.run
         monkeypatch.setattr(
             client.app.state.executor,
-            "forward",
+            "run",
             lambda request: pool_threads.append(threading.current_thread().name) or original(request),
         )
         # light; a big JSON body; short (a 200x200 intermediate), with the pool idle; heavy (11 of them: 4.4e5 values)
@@ -242,24 +242,26 @@ def test_short_requests_run_on_the_loop_for_at_most_its_share_of_the_time(monkey
 
 
 class _Gate:
-    """Replaces Executor.forward with one that blocks until opened (bounded wait)."""
+    """Replaces Executor.run (where every admitted request runs) with one that blocks the computations
+    of the compute pool until opened (bounded wait)."""
 
     def __init__(self, executor):
         self.executor = executor
-        self.original = executor.forward
+        self.original = executor.run
         self.entered = threading.Semaphore(0)
         self.opened = threading.Event()
 
-    def __call__(self, request):
-        self.entered.release()
-        self.opened.wait(timeout=20)
-        return self.original(request)
+    def __call__(self, ticket):
+        if threading.current_thread().name.startswith("gradserve-compute"):
+            self.entered.release()
+            self.opened.wait(timeout=20)
+        return self.original(ticket)
 
 
 def test_busy_is_503_with_retry_after_but_never_for_inline_requests(monkeypatch):
     with asgi_client(max_concurrency=2, queue_timeout_s=0.2) as client:
         gate = _Gate(client.app.state.executor)
-        monkeypatch.setattr(client.app.state.executor, "forward", gate)
+        monkeypatch.setattr(client.app.state.executor, "run", gate)
         results = []
         threads = [
             threading.Thread(target=lambda: results.append(client.post("/forward", json=_pooled()))) for _ in range(2)
@@ -292,7 +294,7 @@ def test_compute_timeout_is_503_and_counts_in_flight_until_the_thread_ends(monke
     with asgi_client(compute_timeout_s=0.2, max_concurrency=1, queue_timeout_s=0.1) as client:
         pool = client.app.state.pool
         gate = _Gate(client.app.state.executor)
-        monkeypatch.setattr(client.app.state.executor, "forward", gate)
+        monkeypatch.setattr(client.app.state.executor, "run", gate)
         response = client.post("/forward", json=_pooled(parameters={"retain_graph": True}))
         assert_error(response, 503, "compute_timeout_s")
         assert response.headers["retry-after"] == "1"
@@ -304,7 +306,7 @@ def test_compute_timeout_is_503_and_counts_in_flight_until_the_thread_ends(monke
             time.sleep(0.01)
         assert pool.in_flight == 0
         assert len(client.app.state.executor.tapes) == 0  # the abandoned forward's tape was dropped
-        monkeypatch.setattr(client.app.state.executor, "forward", gate.original)
+        monkeypatch.setattr(client.app.state.executor, "run", gate.original)
         assert "gradserve_computations_timed_out_total 1.0" in client.get("/metrics").text
         assert_still_serves(client)
 

@@ -1,0 +1,103 @@
+"""wire.admission: one admission per request (a Ticket: where it runs, what it costs, or a refusal),
+the one body pipeline (wire.handler) that the service and the embedded client both run, and the
+limits and request keys declared once."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+
+from wire.admission import INLINE, POOL, SHORT, Refusal
+from wire.errors import GraphError
+from wire.executor import Executor
+from wire.handler import decode, handle, read_body
+from wire.limits import LIMIT_FIELDS, Limits
+from wire.messages import PARAMETER_KEYS, REQUEST, REQUEST_KEYS, decode_result, encode_request
+
+
+def _graph(shape, steps: int = 1, outputs=("s", "h0")) -> dict:
+    """x expanded to `shape`, `steps` tanh nodes, summed; the sum and the expanded value are the outputs."""
+    nodes = [{"id": "x", "op": "input", "requires_grad": True}, {"id": "h0", "op": "expand", "inputs": ["x"]}]
+    nodes[1]["attrs"] = {"shape": list(shape)}
+    for i in range(steps):
+        nodes.append({"id": f"h{i + 1}", "op": "tanh", "inputs": [f"h{i}"]})
+    nodes.append({"id": "s", "op": "sum", "inputs": [f"h{steps}"]})
+    return {"version": 1, "nodes": nodes, "outputs": list(outputs)}
+
+
+def _request(executor, shape, binary=False, steps=1):
+    body, length = encode_request({"graph": _graph(shape, steps)}, [("x", np.ones((1, 1)))], binary=binary)
+    return decode(executor, body, length)
+
+
+def test_a_ticket_says_where_a_request_runs_and_what_was_planned():
+    executor = Executor()
+    light = executor.admit(_request(executor, (4, 4)), "backward")
+    assert light.where == INLINE and light.planned and light.cost.work > 0
+    assert light.answer_elements == 1 + 16 + 1  # s, h0 and the gradient of x, all JSON
+    short = executor.admit(_request(executor, (200, 200), binary=True), "backward")
+    assert short.where == SHORT and short.answer_elements == 0  # a binary answer has no JSON part
+    heavy = executor.admit(_request(executor, (600, 600), binary=True), "backward")
+    assert heavy.where == POOL and heavy.planned
+    assert heavy.cost.peak_bytes > short.cost.peak_bytes > light.cost.peak_bytes
+
+
+def test_a_held_plan_too_long_to_plan_cheaply_gets_an_unplanned_ticket_admitted_where_it_runs():
+    executor = Executor()
+    first = executor.run(executor.admit(_request(executor, (4, 4), steps=40, binary=True), "forward"))
+    again = decode(executor, orjson.dumps({"plan": first.plan, "inputs": [], "parameters": {}}), None)
+    again.inputs = {"x": np.full((1, 1), 2.0, np.float32)}  # a new signature: its shapes are not kept yet
+    ticket = executor.admit(again, "forward", cheap_steps=32)
+    assert ticket.where == POOL and not ticket.planned
+    result = executor.run(ticket)  # admitted fully, then run
+    value = 2.0
+    for _ in range(40):
+        value = np.tanh(value)
+    assert result.outputs["s"] == pytest.approx(16 * value, rel=1e-5)
+    assert result.outputs["h0"].shape == (4, 4) and result.plan == first.plan
+
+
+def test_a_json_answer_over_its_bound_is_refused_before_running_in_the_embedded_pipeline_too():
+    executor = Executor(Limits(max_json_output_elements=100))
+    ran = []
+    run = executor.run
+    executor.run = lambda ticket: ran.append(ticket) or run(ticket)
+    body, length = encode_request({"graph": _graph((20, 20))}, [("x", np.ones((1, 1)))], binary=False)
+    with pytest.raises(Refusal) as refused:
+        handle(executor, "/forward", body, length)
+    assert refused.value.kind == "too_large" and refused.value.field == "parameters.binary_data_output"
+    assert "401 elements, over the limit of 100" in str(refused.value) and ran == []
+    body, length = encode_request({"graph": _graph((20, 20))}, [("x", np.ones((1, 1)))], binary=True)
+    parts, answer_length, _ = handle(executor, "/forward", body, length)  # binary: no JSON bound
+    assert decode_result(*read_body(b"".join(bytes(p) for p in parts), answer_length), 2**20).outputs["h0"].size == 400
+
+
+def test_the_refusals_name_the_node_and_the_figure():
+    executor = Executor(Limits(max_tensor_elements=1000, max_request_work=10**6))
+    with pytest.raises(Refusal, match=r"node 'h0' would hold 1600 elements \(shape \[40, 40\]\)") as big:
+        executor.admit(_request(executor, (40, 40), binary=True), "forward")
+    assert big.value.node == "h0"
+    with pytest.raises(Refusal, match=r"max_request_work"):
+        executor.admit(_request(executor, (30, 30), steps=400, binary=True), "backward")
+    with pytest.raises(GraphError, match="/forward takes no tape") as wrong:  # invalid before planned
+        executor.admit(decode(executor, orjson.dumps({"graph": {}, "wrt": ["x"]}), None), "forward")
+    assert wrong.value.kind == "invalid"
+
+
+def test_limits_and_request_keys_are_declared_once():
+    from service.schema import request_schema
+    from service.settings import Settings
+
+    fields = Settings.model_fields
+    for declared in LIMIT_FIELDS:
+        setting = fields[declared.name]
+        assert setting.default == declared.default == getattr(Limits(), declared.name)
+        assert setting.description == declared.doc
+    assert Settings(max_nodes=7).limits().max_nodes == 7
+    with pytest.raises(ValueError, match="greater than 0"):
+        Settings(max_nodes=0)
+    for kind in ("forward", "backward"):
+        documented = request_schema(kind)["properties"]
+        assert set(documented) == {key.name for key in REQUEST if kind in key.paths} < REQUEST_KEYS
+        assert set(documented["parameters"]["properties"]) == {key.name for key in PARAMETER_KEYS}
