@@ -122,7 +122,7 @@ def admit(request: Request, kind: str, limits: Limits, planner) -> Ticket:
     if answer > limits.max_json_output_elements:
         raise request.json_answer.refusal(answer, limits.max_json_output_elements)
     cost = shapes.backward_cost if kind == "backward" or request.retain_graph else shapes.forward_cost
-    _check_budgets(cost, plan, limits)
+    check_budgets(cost, plan, limits)
     return Ticket(request, kind, _where(plan, shapes, answer), plan, shapes, cost, answer)
 
 
@@ -224,7 +224,7 @@ def _node(plan, node_id):
     return (f"node {shown(node_id)} ({op})" if op else "the request"), node_id
 
 
-def _check_budgets(cost: Cost, plan, limits: Limits) -> None:
+def check_budgets(cost: Cost, plan, limits: Limits) -> None:
     """Refuse a request whose planned cost is over a budget of `limits`, naming the node and figure."""
     if cost.peak_bytes > limits.max_request_bytes:
         name, node = _node(plan, cost.peak_node)

@@ -26,7 +26,7 @@ import numpy
 
 from service.oip.model_config import flag, parse_json, parse_pbtxt
 from service.oip.repository import GRAD, Model, TensorSpec, check_name, model_of
-from wire.budget import check_budgets
+from wire.admission import check_budgets
 from wire.errors import GraphError, RequestError
 from wire.infer import check_request_inputs
 from wire.onnx.reader import shown
