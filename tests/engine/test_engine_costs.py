@@ -99,8 +99,9 @@ def test_every_op_declares_a_cost_from_shapes():
         sample = op.samples[0] if op.samples else None
         if sample is None or sample.make is not None:
             continue
-        out_shape, _ = op.infer(list(sample.shapes), [np.float64] * len(sample.shapes), op.check_attrs(sample.attrs))
-        elements, work = op.cost(list(sample.shapes), out_shape, sample.attrs)
+        attrs = op.check_attrs(sample.attrs)  # as every caller passes them: checked, with their defaults
+        out_shape, _ = op.infer(list(sample.shapes), [np.float64] * len(sample.shapes), attrs)
+        elements, work = op.cost(list(sample.shapes), out_shape, attrs)
         assert elements == costs.numel(out_shape), name
         assert work >= costs.ELEMENT_OP * max([elements, *map(costs.numel, sample.shapes)]), name
 
