@@ -18,7 +18,7 @@ from client.variable import Variable
 from wire.dot import render
 from wire.graph import parse
 from wire.infer import check_request_inputs
-from wire.stores import plan_id
+from wire.stores import graph_key, plan_id
 
 SVG_TIMEOUT_S = 30.0
 
@@ -40,7 +40,7 @@ def to_dot(variable) -> str:
     graph, tensors = request_graph(variable)
     graph = orjson.loads(orjson.dumps(graph))  # as the service reads it
     plan = parse(graph)
-    title = f"plan {plan_id(orjson.dumps(graph, option=orjson.OPT_SORT_KEYS))}"
+    title = f"plan {plan_id(graph_key(graph))}"
     return render(plan, check_request_inputs(plan, tensors), title=title)
 
 
