@@ -20,7 +20,7 @@ CHECK_EVERY = 256  # steps inferred between two checks of the cancel event
 @dataclass(frozen=True)
 class Shapes:
     """Every node's (shape, dtype), or None where it is known only by running, for one input
-    signature; with the element counts that the limits and `Executor.is_light` compare, and the
+    signature; with the element counts that admission compares (`wire.admission`), and the
     request's planned costs (`wire.budget`). `bounds` holds every node's shape or, where only
     running tells (a boolean mask's result), an upper bound of it: what costs and limits use.
     `functions` holds each function node's `Subgraphs`."""
