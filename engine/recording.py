@@ -42,6 +42,7 @@ class Step:
     out: int
     xp: bool  # whether fn takes the array module first (an op's forward)
     where: str  # the graph node (forward) or grad_fn (backward) being computed, for the reader
+    scalar: bool  # a 0-d result (which NumPy gives as a scalar: replays make it an array, as the engine does)
 
 
 def _strong(array):
@@ -104,7 +105,7 @@ class Recording:
                 self.spoil(f"{name}{where} read an array that no recorded step made (a value computed outside the ops)")
                 return
             ins.append(reg)
-        self.steps.append(Step(name, fn, tuple(ins), attrs, self._new(out, name), xp, self.where))
+        self.steps.append(Step(name, fn, tuple(ins), attrs, self._new(out, name), xp, self.where, out.ndim == 0))
 
 
 def current() -> Recording | None:

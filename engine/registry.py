@@ -185,7 +185,10 @@ def coerce(inputs):
                 note_constant(array)  # a Python number's array: the same whatever the inputs' values
             out.append(Variable._result(array, None))
         else:
-            out.append(Variable._result(as_array(v), None))
+            array = as_array(v)
+            if RECORDING and isinstance(v, (bool, int, float)):
+                note_constant(array)
+            out.append(Variable._result(array, None))
     return out
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from engine import backend
 from engine.attrs import shown
 from engine.autograd import grad as engine_grad
-from engine.node import GraphFreedError
+from engine.node import RECORDING, GraphFreedError
+from engine.recording import derived, note_constant, note_input
 from engine.variable import Variable
 from wire.errors import GraphError, TapeFreedError
 from wire.run import Execution
@@ -51,6 +52,8 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
                     field="grad_outputs",
                 )
             seed = backend.array_module(out._data).ones_like(out._data)
+            if RECORDING:
+                note_constant(seed)
         else:
             if tuple(seed.shape) != tuple(out.shape):
                 raise GraphError(
@@ -59,6 +62,8 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
                     field="grad_outputs",
                 )
             seed = backend.to_active(seed).astype(out.dtype, copy=False)
+            if RECORDING:
+                note_input(("grad_outputs", name), seed)
         outs.append(out)
         seeds.append(Variable._result(seed, None))
     if execution.freed:
@@ -76,6 +81,9 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
             ) from None
     execution.freed = not retain_graph
     return {
-        name: (g._data if g is not None else backend.array_module(t._data).zeros_like(t._data))
-        for name, t, g in zip(wrt, targets, grads)
+        name: (g._data if g is not None else derived(_zeros_like, t)._data) for name, t, g in zip(wrt, targets, grads)
     }
+
+
+def _zeros_like(a):
+    return backend.array_module(a).zeros_like(a)

@@ -182,7 +182,7 @@ class Executor:
             )
         plan, shapes = self._admit(request, differentiate=request.retain_graph)
         if not request.retain_graph and self.compiled:
-            done = run_compiled(plan, shapes, request, False, self.plans.charge)
+            done = run_compiled(plan, shapes, request, False, self.plans.charge, self.plans.id_of(plan))
             if done is not None:
                 return Result(request.id, done[0], plan=self.plans.id_of(plan), ran=done[2])
         with element_guard(self.limits.max_tensor_elements):
@@ -214,7 +214,7 @@ class Executor:
             )
         plan, shapes = self._admit(request, differentiate=True)
         if not request.retain_graph and self.compiled:
-            done = run_compiled(plan, shapes, request, True, self.plans.charge)
+            done = run_compiled(plan, shapes, request, True, self.plans.charge, self.plans.id_of(plan))
             if done is not None:
                 return Result(request.id, done[0], done[1], plan=self.plans.id_of(plan), ran=done[2])
         with element_guard(self.limits.max_tensor_elements):

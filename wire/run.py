@@ -14,6 +14,8 @@ from engine import backend, interrupt
 from engine.attrs import shown
 from engine.function import Function
 from engine.grad_mode import no_grad
+from engine.node import RECORDING
+from engine.recording import note_constant, note_input, note_where
 from engine.registry import OPS, coerce
 from engine.shapes import ShapeError
 from engine.variable import Variable
@@ -105,11 +107,17 @@ def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_out
         if cancel is not None and cancel.is_set():
             raise cancelled(step.id)
         op = step.op
+        if RECORDING:
+            note_where(f"node {step.id!r}")
         if op == "input":
             values[step.id] = inputs[step.id]
         elif op == "constant":
             value = step.attrs["value"]
-            values[step.id] = value if not hasattr(value, "shape") else Variable._result(backend.to_active(value), None)
+            if hasattr(value, "shape"):
+                value = Variable._result(backend.to_active(value), None)
+                if RECORDING:
+                    note_constant(value._data)
+            values[step.id] = value
         elif op == "arg":
             values[step.id] = args[step.attrs["index"]]
         elif op == "grad_output":
@@ -191,6 +199,8 @@ class Execution:
         for name in plan.inputs:
             array = backend.to_active(tensors[name])
             v = Variable._result(array, None)
+            if RECORDING:
+                note_input(name, array)
             if record and name in needs:
                 if array.dtype.kind != "f":
                     raise GraphError(
