@@ -18,6 +18,7 @@ requests that reached `run_compiled` by what answered them.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import threading
@@ -95,20 +96,15 @@ def record(plan, request, differentiate: bool):
     return outputs, grads, program
 
 
-def _same_bits(got: dict | None, expected: dict | None) -> str | None:
-    """The name of the first array that differs (shape, dtype or any bit), or None."""
-    if (got is None) != (expected is None):
-        return "gradients"
-    for name, want in (expected or {}).items():
-        have = got.get(name)
-        if have is None or have.shape != want.shape or have.dtype != want.dtype:
-            return name
-        xp = backend.array_module(want)
-        if not xp.array_equal(
-            xp.ascontiguousarray(have).view(numpy.uint8), xp.ascontiguousarray(want).view(numpy.uint8)
-        ):
-            return name
-    return None
+def _digests(outputs: dict, grads: dict | None) -> dict:
+    """{(kind, name): (shape, dtype, digest of the bytes)} of an answer: what the verification compares,
+    so that it holds one answer's arrays at a time, not two."""
+    out = {}
+    for kind, arrays in (("output", outputs), ("gradient", grads or {})):
+        for name, array in arrays.items():
+            host = numpy.ascontiguousarray(backend.to_numpy(array))
+            out[kind, name] = (host.shape, host.dtype, hashlib.blake2b(memoryview(host).cast("B")).digest())
+    return out
 
 
 def _failed(program, filename, executor: str, why: BaseException) -> Fallback:
@@ -173,10 +169,11 @@ def run_compiled(plan, shapes, request, differentiate: bool, charge, plan_id: st
 
 
 def _verify(program, shapes, key, plan, request, differentiate):
-    """The second request of a request shape: the program and the engine both run it; the program
-    is trusted (and queued for code generation) only if every answer matched bit for bit."""
+    """The second request of a request shape: the program and then the engine run it, and the
+    program is trusted (and queued for code generation) only if every answer matched bit for bit.
+    The engine's answer is returned."""
     try:
-        got = program.interpret(request.inputs, request.grad_outputs)
+        got = _digests(*program.interpret(request.inputs, request.grad_outputs))
     except GraphError:
         raise
     except ForTheEngine:
@@ -186,15 +183,16 @@ def _verify(program, shapes, key, plan, request, differentiate):
         shapes.programs[key] = _failed(program, program.filename, "interpreted", err)
         _count("engine")
         return None
-    expected = _engine(plan, request, differentiate)
-    differs = _same_bits(got[0], expected[0]) or _same_bits(got[1], expected[1])
+    outputs, grads = _engine(plan, request, differentiate)
+    expected = _digests(outputs, grads)
+    differs = next((k for k in expected if got.get(k) != expected[k]), None) or (set(got) != set(expected) or None)
     if differs is not None:
-        log.warning("the program %s differs from the engine at %r: dropped", program.filename, differs)
-        shapes.programs[key] = Fallback(f"differed from the engine at {differs!r}")
-        return (*expected, _count("engine"))
-    program.verified = True
-    GENERATOR.submit(program, program.filename)
-    return (*got, _count("interpreted"))
+        log.warning("the program %s differs from the engine at %s: dropped", program.filename, differs)
+        shapes.programs[key] = Fallback(f"differed from the engine at {differs}")
+    else:
+        program.verified = True
+        GENERATOR.submit(program, program.filename)
+    return outputs, grads, _count("engine")
 
 
 def program_source(plan, shapes, request, differentiate: bool, plan_id: str = "?") -> str:

@@ -46,5 +46,5 @@ def test_healthz_answers_while_a_big_program_is_generated(server_factory):
             assert backward() == first  # interpreted until the generated code is ready
             time.sleep(0.05)
     assert runs(server, "compiled") >= 1, "the generated program never ran"
-    assert runs(server, "interpreted") >= 1 and answered < 10
+    assert answered < 10
     assert not probe.failures and max(probe.latencies) < 1.0, max(probe.latencies)

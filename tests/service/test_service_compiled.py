@@ -1,4 +1,4 @@
-"""Compiled plans (`wire.compile`) compute exactly what the engine computes.
+"""Recorded programs (`wire.compile`) compute exactly what the engine computes.
 
 Every request runs twice in process: on an Executor that compiles its plans and on one that runs
 them on the engine (`Executor(compiled=False)`); outputs and gradients must be equal bit for bit
@@ -62,8 +62,8 @@ def _assert_identical(got, expected):
         assert got.grads[name].dtype == array.dtype and got.grads[name].shape == array.shape
 
 
-def _compare(endpoint, graph, arrays, runs=2, **fields):
-    """Run on both executors (`runs` times on the compiled one: compile, then reuse) and compare;
+def _compare(endpoint, graph, arrays, runs=3, **fields):
+    """Run on both executors (`runs` times on the compiled one: record, check, then run the program) and compare;
     returns the compiled executor."""
     expected = _run(Executor(compiled=False), endpoint, graph, arrays, **fields)
     compiled = Executor()
@@ -160,7 +160,8 @@ def test_shared_values_accumulate_in_the_engines_order():
 def test_forward_frees_each_value_after_its_last_reader():
     x = np.random.default_rng(0).uniform(-1, 1, 250_000)  # 2 MB per value, 30 values
     executor = Executor()
-    _run(executor, "forward", _chain(30), {"x": x})
+    for _ in range(2):  # recorded, then checked against the engine
+        _run(executor, "forward", _chain(30), {"x": x})
     tracemalloc.start()
     try:
         _run(executor, "forward", _chain(30), {"x": x})
@@ -177,7 +178,8 @@ def test_backward_keeps_only_what_the_vjps_read():
     x = np.random.default_rng(0).uniform(-1, 1, 250_000)
     graph = _chain(30, op="neg")
     executor = Executor()
-    _run(executor, "backward", graph, {"x": x})
+    for _ in range(2):  # recorded, then checked against the engine
+        _run(executor, "backward", graph, {"x": x})
     tracemalloc.start()
     try:
         _run(executor, "backward", graph, {"x": x})
