@@ -12,6 +12,7 @@ import traceback
 
 import numpy as np
 import pytest
+from service_testkit import EXAMPLE, asgi_client, assert_error
 
 from service import cli
 from wire import codegen
@@ -208,3 +209,14 @@ def test_plan_show_forward_and_declared_shapes(tmp_path, capsys, forward):
     out = capsys.readouterr().out
     assert "tanh_1 = tanh(xp, x_0)" in out
     assert ("# TanhBackward" in out) is (not forward) and ("seed = G.get('y')" in out) is (not forward)
+
+
+def test_a_plans_programs_are_served_as_source():
+    with asgi_client() as app:
+        answers = [app.post("/backward", json=EXAMPLE) for _ in range(2)]
+        assert all(a.status_code == 200 for a in answers)
+        assert GENERATOR.idle()
+        pid = answers[0].json()["plan"]
+        text = app.get(f"/plans/{pid}/programs").text
+        assert text.startswith(f"# <gradserve plan {pid} program ") and "def run(T, G, cancel, xp):" in text
+        assert_error(app.get("/plans/0123abc/programs"), 404, "not (or no longer) held", field="plan_id")
