@@ -14,6 +14,7 @@ import tracemalloc
 import numpy as np
 
 from engine.registry import OPS
+from wire.codegen import GENERATOR
 from wire.executor import Executor
 from wire.handler import run
 from wire.messages import Request
@@ -104,6 +105,7 @@ def measure(executor: Executor, graph, arrays, backward: bool):
     if backward:
         for _ in range(2):  # the backward's program, recorded and checked
             run(executor, path, _request(graph, arrays, output))
+    GENERATOR.idle()  # its code generated (tracemalloc would count the generator thread's allocations)
     request = _request(graph, arrays, output if backward else None)
     _, shapes = executor._plan(request)
     planned = (shapes.backward_cost if backward else shapes.forward_cost).peak_bytes

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 
 from engine.registry import OPS
 from tests.reliability.test_fuzz import _jsonable, valid_requests
+from wire.codegen import GENERATOR
 from wire.compile import Fallback
 from wire.errors import GraphError
 from wire.executor import Executor
@@ -162,6 +163,7 @@ def test_forward_frees_each_value_after_its_last_reader():
     executor = Executor()
     for _ in range(2):  # recorded, then checked against the engine
         _run(executor, "forward", _chain(30), {"x": x})
+    GENERATOR.idle()  # generated: tracemalloc would count the generator thread's allocations
     tracemalloc.start()
     try:
         _run(executor, "forward", _chain(30), {"x": x})
@@ -180,6 +182,7 @@ def test_backward_keeps_only_what_the_vjps_read():
     executor = Executor()
     for _ in range(2):  # recorded, then checked against the engine
         _run(executor, "backward", graph, {"x": x})
+    GENERATOR.idle()
     tracemalloc.start()
     try:
         _run(executor, "backward", graph, {"x": x})
