@@ -209,33 +209,30 @@ class Generator:
         self._queue: queue.Queue = queue.Queue(QUEUE)
         self._thread = None
         self._lock = threading.Lock()
-        self._stopped = False
+        self._epoch = 0  # bumped by cancel(): what was queued before is dropped, a generation under way stops
 
     def submit(self, program, filename: str) -> bool:
         """Queue `program` (held weakly: an evicted one is not generated); False when the queue is
-        full or the generator stopped (the program stays interpreted)."""
-        if self._stopped or program.terms > MAX_TERMS:
+        full or the program too long (it stays interpreted)."""
+        if program.terms > MAX_TERMS:
             return False
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="gradserve-codegen", daemon=True)
                 self._thread.start()
         try:
-            self._queue.put_nowait((weakref.ref(program), filename))
+            self._queue.put_nowait((weakref.ref(program), filename, self._epoch))
         except queue.Full:
             return False
         return True
 
     def _work(self):
-        while not self._stopped:
-            try:
-                ref, filename = self._queue.get(timeout=1.0)
-            except queue.Empty:
-                continue
+        while True:
+            ref, filename, epoch = self._queue.get()
             program = ref()
             try:
-                if program is not None:
-                    generate(program, filename, lambda: self._stopped)
+                if program is not None and epoch == self._epoch:
+                    generate(program, filename, lambda epoch=epoch: epoch != self._epoch)
             except Exception:  # noqa: BLE001 - a program that does not generate stays interpreted, visibly
                 log.exception("generating %s failed: it stays interpreted", filename)
             finally:
@@ -251,14 +248,16 @@ class Generator:
             time.sleep(0.005)
         return False
 
-    def shutdown(self):
-        """Drop what is queued and stop after the part being compiled (at shutdown)."""
-        self._stopped = True
+    def cancel(self):
+        """Drop what is queued and stop the generation under way after its current part (at a
+        server's shutdown); later programs are generated again."""
+        self._epoch += 1
         while True:
             try:
                 self._queue.get_nowait()
             except queue.Empty:
                 return
+            self._queue.task_done()
 
 
 GENERATOR = Generator()

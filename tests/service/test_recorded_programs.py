@@ -220,3 +220,27 @@ def test_a_plans_programs_are_served_as_source():
         text = app.get(f"/plans/{pid}/programs").text
         assert text.startswith(f"# <gradserve plan {pid} program ") and "def run(T, G, cancel, xp):" in text
         assert_error(app.get("/plans/0123abc/programs"), 404, "not (or no longer) held", field="plan_id")
+
+
+def test_cancel_drops_queued_generations_and_stops_the_one_under_way(monkeypatch):
+    started, release = threading.Event(), threading.Event()
+    original = codegen.generate
+
+    def held(program, filename, stop=None):
+        started.set()
+        release.wait(30)
+        return original(program, filename, stop)
+
+    monkeypatch.setattr(codegen, "generate", held)
+    executors = [Executor() for _ in range(2)]
+    for executor in executors:
+        for _ in range(2):
+            _backward(executor, _chain(3), {"x": np.ones(2)})
+    assert started.wait(30)
+    GENERATOR.cancel()  # the second program's generation is dropped; the first stops before its first part
+    release.set()
+    assert GENERATOR.idle()
+    assert [p.generated for e in executors for p in _programs(e)] == [None, None]
+    for _ in range(2):  # a later program is generated as before
+        _backward(executors[0], _chain(4), {"x": np.ones(2)})
+    assert GENERATOR.idle() and _programs(executors[0])[-1].generated is not None
