@@ -28,10 +28,10 @@ import numpy
 
 from engine import backend
 from engine.recording import recording
-from wire.codegen import GENERATOR
+from wire.codegen import GENERATOR, source_of
 from wire.differentiate import gradients
 from wire.errors import GraphError
-from wire.program import ForTheEngine, NotRecorded, Program, program_of
+from wire.program import ForTheEngine, NotRecorded, program_of
 from wire.run import Execution
 
 log = logging.getLogger("gradserve.compile")
@@ -142,7 +142,9 @@ def run_compiled(plan, shapes, request, differentiate: bool, charge, plan_id: st
             _count("engine")
             return None
         outputs, grads, program = record(plan, request, differentiate)
-        if isinstance(program, Program):
+        if isinstance(program, Fallback):  # something escaped the recording: an op to fix, so say so
+            log.warning("plan %s: %s; its requests run on the engine", plan_id, program)
+        else:
             program.filename = f"<gradserve plan {plan_id} program {next(_numbers)}>"
             if not charge(plan, TERM_BYTES * program.terms):
                 program = Fallback("the program would not fit in the plan cache's bytes")
@@ -195,7 +197,7 @@ def _verify(program, shapes, key, plan, request, differentiate):
     return outputs, grads, _count("engine")
 
 
-def program_source(plan, shapes, request, differentiate: bool, plan_id: str = "?") -> str:
+def program_source(plan, shapes, request, differentiate: bool) -> str:
     """The generated source of `request`'s program (for `gradserve plan show`); Fallback when it is
     not recorded."""
     why = _unrecorded(plan, shapes)
@@ -204,6 +206,4 @@ def program_source(plan, shapes, request, differentiate: bool, plan_id: str = "?
     _, _, program = record(plan, request, differentiate)
     if isinstance(program, Fallback):
         raise program
-    from wire.codegen import source_of
-
     return source_of(program)[0]
