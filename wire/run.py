@@ -114,9 +114,10 @@ def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_out
         elif op == "constant":
             value = step.attrs["value"]
             if hasattr(value, "shape"):
-                value = Variable._result(backend.to_active(value), None)
+                array = backend.to_active(value)
                 if RECORDING:
-                    note_constant(value._data)
+                    note_constant(array)
+                value = Variable._result(array, None)
             values[step.id] = value
         elif op == "arg":
             values[step.id] = args[step.attrs["index"]]
