@@ -51,7 +51,10 @@ from engine.function import node_class as function_node_class
 from engine.grad_mode import GradMode, enable_grad, is_grad_enabled, no_grad
 from engine.gradcheck import _GRADCHECK_KEYWORDS, _GRADGRADCHECK_KEYWORDS, GradcheckError, _accept, _compare
 from engine.indexing import from_key, tensor_count, to_key
+from engine.node import RECORDING as _RECORDING
 from engine.node import GraphFreedError, Meta, Node, check_output, check_saved, reads_output
+from engine.recording import as_array as array_like
+from engine.recording import derived, note_constant, note_input, note_where, recording
 from engine.registry import OPS, OpDef, coerce, grad_fn_name, reference, scalar_dtype, trusted
 from engine.shapes import Bounded, ShapeError
 from engine.surface import NoValue, Side, exported
@@ -141,6 +144,11 @@ def held_arrays(variables: Iterable[Any], nodes: list | None = None) -> Iterator
         stack.extend(edge for edge in node.edges if edge is not None and not isinstance(edge, Variable))
 
 
+def recording_active() -> bool:
+    """Whether this thread's engine steps are being recorded (`recording()`, see engine.recording)."""
+    return bool(_RECORDING)
+
+
 def current_interrupt() -> Any:
     """The cancel check set for this thread (`interrupt.set_hook`), or None: long loops call it."""
     return _interrupt.current()
@@ -200,6 +208,13 @@ __all__ = [
     "GraphFreedError",
     "walk",
     "current_interrupt",
+    "array_like",
+    "derived",
+    "note_constant",
+    "note_input",
+    "note_where",
+    "recording",
+    "recording_active",
     "set_interrupt",
     # autograd and grad mode
     "grad",

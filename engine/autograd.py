@@ -18,7 +18,8 @@ from engine import interrupt
 from engine.backend import array_module
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from engine.grad_mode import enable_grad, no_grad
-from engine.node import Node
+from engine.node import RECORDING, Node
+from engine.recording import note_constant, note_where
 from engine.registry import trusted
 from engine.variable import Variable, as_array
 
@@ -106,7 +107,10 @@ def _root_gradients(outputs, roots):
     grads = []
     for out, g in zip(outputs, roots):
         if g is None:
-            grads.append(Variable._result(array_module(out._data).ones_like(out._data), None))
+            ones = array_module(out._data).ones_like(out._data)
+            if RECORDING:
+                note_constant(ones)  # the implied gradient of a one-element output (engine.recording)
+            grads.append(Variable._result(ones, None))
         elif not isinstance(g, Variable):
             grads.append(Variable._result(as_array(g, out.dtype), None))
         else:
@@ -299,6 +303,8 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
             if check is not None:
                 check()
             node = ready.pop()
+            if RECORDING:
+                note_where(node.name)
             g = grads.pop(node)
             edges = node.edges
             if node.retained is not None:

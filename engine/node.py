@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import weakref
+from threading import get_ident
 
 import numpy
 
@@ -13,6 +14,7 @@ from engine.variable import Variable
 _result = Variable._result
 _new = object.__new__
 FORWARD: list = []  # the active forward-AD level while there is one (`engine.forward_ad`): told of every op
+RECORDING: dict = {}  # thread id -> its `engine.recording.Recording`: told of every op's forward on that thread
 
 FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after "
@@ -266,4 +268,12 @@ def apply_op(op, inputs, attrs):
         node.out_ref = weakref.ref(result)
     if FORWARD:
         FORWARD[0].op(op, inputs, attrs, result)
+    if RECORDING:
+        _recorded(op, datas, attrs, out)
     return result
+
+
+def _recorded(op, datas, attrs, out):
+    recording = RECORDING.get(get_ident())
+    if recording is not None:
+        recording.step(op.name, op.forward, datas, attrs, out, True)

@@ -24,7 +24,8 @@ import numpy
 from engine import backend, costs
 from engine.attrs import REQUIRED, Attr, check, shown
 from engine.grad_mode import state as grad_state
-from engine.node import OpNode, apply_op
+from engine.node import RECORDING, OpNode, apply_op
+from engine.recording import note_constant, tell
 from engine.variable import Variable, as_array, host_array
 
 OPS: dict[str, OpDef] = {}
@@ -183,9 +184,15 @@ def coerce(inputs):
         if isinstance(v, Variable):
             out.append(v)
         elif ref is not None and isinstance(v, (bool, int, float)):
-            out.append(Variable._result(backend.to_active(numpy.asarray(v, scalar_dtype(ref_dtype, v))), None))
+            array = backend.to_active(numpy.asarray(v, scalar_dtype(ref_dtype, v)))
+            if RECORDING:
+                note_constant(array)  # a Python number's array: the same whatever the inputs' values
+            out.append(Variable._result(array, None))
         else:
-            out.append(Variable._result(as_array(v), None))
+            array = as_array(v)
+            if RECORDING and isinstance(v, (bool, int, float)):
+                note_constant(array)
+            out.append(Variable._result(array, None))
     return out
 
 
@@ -283,8 +290,12 @@ def local(fn, *variables):
     if grad_state.enabled:
         return fn(*variables)
     first = variables[0]._data
-    out = fn(*[v._data for v in variables])
-    return Variable._result(out if type(out) is type(first) else backend.array_module(first).asarray(out), None)
+    arrays = [v._data for v in variables]
+    out = fn(*arrays)
+    out = out if type(out) is type(first) else backend.array_module(first).asarray(out)
+    if RECORDING:
+        tell("local", fn, arrays, None, out)  # recorded as a step of its own (engine.recording)
+    return Variable._result(out, None)
 
 
 def _make_trusted(op: OpDef):

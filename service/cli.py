@@ -21,7 +21,7 @@ import threading
 import time
 
 from service.version import __version__
-from wire import calibrate
+from wire import calibrate, show
 
 log = logging.getLogger("gradserve")
 FLAGS = ("host", "port", "device", "workers", "log_level", "log_format", "strict_env", "model_repository")
@@ -64,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a TOML file of settings (keys: the settings' names); env vars and flags override it",
     )
     calibrate.add_parser(verbs)
+    show.add_parser(verbs)
     return parser
 
 
@@ -197,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.verb == "calibrate":
         return calibrate.main(args)
+    if args.verb == "plan":
+        return show.main(args)
     _no_numpy_huge_pages()
     overrides = {name: getattr(args, name) for name in FLAGS if getattr(args, name, None) is not None}
     if args.device:  # the engine picks its backend from GRADSERVE_DEVICE when first imported

@@ -20,6 +20,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from engine import backend
+from wire import compile as compiled
 
 ENDPOINTS = frozenset(
     {"/healthz", "/readyz", "/info", "/ops", "/metrics", "/forward", "/backward", "/docs", "/openapi.json"}
@@ -75,6 +76,25 @@ class EngineCollector:
         yield CounterMetricFamily(
             "gradserve_computations_timed_out", "Computations cancelled by compute_timeout_s", value=self.pool.timed_out
         )
+        yield _by_executor(
+            "gradserve_plan_runs",
+            "Requests of cached plans (not retained) by what ran them: the engine, the recorded program "
+            "interpreted, or its generated code (this process)",
+            compiled.RUNS,
+        )
+        yield _by_executor(
+            "gradserve_program_failures",
+            "Recorded programs that failed as they ran (logged with their traceback, dropped; the engine "
+            "answered the request)",
+            compiled.FAILURES,
+        )
+
+
+def _by_executor(name, documentation, counts):
+    family = CounterMetricFamily(name, documentation, labels=["executor"])
+    for executor in ("engine", "interpreted", "compiled"):
+        family.add_metric([executor], counts.get(executor, 0))
+    return family
 
 
 class Metrics:

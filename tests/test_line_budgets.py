@@ -11,6 +11,8 @@ Raised, as decisions:
   `nn.functional` faces and modules; issue 25 item 2) took it to 8812; issue 22's everyday surface follows.
 - wire 3800 -> 5000 and service 3300 -> 3700 (2026-11-25): the ONNX importer (`wire/onnx/`, 1,170 counted lines)
   and its serving (`service/oip/onnx_models.py`, `model_config.py`; issue 25) took them to 4800 and 3538.
+- engine 9300 -> 9600 (2026-11-25): `engine/recording.py`, the observer a cached plan's program is recorded by
+  (issue 23: it replaced wire's second backward walk), took it to 9393.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 9300, "wire": 5000, "service": 3700, "client": 2200}
+BUDGETS = {"engine": 9600, "wire": 5000, "service": 3700, "client": 2200}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

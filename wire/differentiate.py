@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from engine import backend
-from engine.attrs import shown
-from engine.autograd import grad as engine_grad
-from engine.node import GraphFreedError
-from engine.variable import Variable
+from engine.api import (
+    GraphFreedError,
+    Variable,
+    array_of,
+    derived,
+    note_constant,
+    note_input,
+    recording_active,
+    shown,
+    variable_of,
+)
+from engine.api import grad as engine_grad
 from wire.errors import GraphError, TapeFreedError
 from wire.run import Execution
 
@@ -43,14 +51,16 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
             continue
         seed = grad_outputs.get(name)
         if seed is None:
-            if out._data.size != 1:
+            if array_of(out).size != 1:
                 raise GraphError(
                     f"output {shown(name)} has shape {list(out.shape)}: a gradient can be implied only for scalar outputs; "
                     f"pass grad_outputs with a tensor named {shown(name)}",
                     node=name,
                     field="grad_outputs",
                 )
-            seed = backend.array_module(out._data).ones_like(out._data)
+            seed = backend.array_module(array_of(out)).ones_like(array_of(out))
+            if recording_active():
+                note_constant(seed)
         else:
             if tuple(seed.shape) != tuple(out.shape):
                 raise GraphError(
@@ -59,8 +69,10 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
                     field="grad_outputs",
                 )
             seed = backend.to_active(seed).astype(out.dtype, copy=False)
+            if recording_active():
+                note_input(("grad_outputs", name), seed)
         outs.append(out)
-        seeds.append(Variable._result(seed, None))
+        seeds.append(variable_of(seed))
     if execution.freed:
         raise TapeFreedError()
     if not outs:
@@ -75,7 +87,8 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
                 f"backward failed: {err}", kind="conflict" if isinstance(err, GraphFreedError) else "invalid"
             ) from None
     execution.freed = not retain_graph
-    return {
-        name: (g._data if g is not None else backend.array_module(t._data).zeros_like(t._data))
-        for name, t, g in zip(wrt, targets, grads)
-    }
+    return {name: array_of(g if g is not None else derived(_zeros_like, t)) for name, t, g in zip(wrt, targets, grads)}
+
+
+def _zeros_like(a):
+    return backend.array_module(a).zeros_like(a)

@@ -127,7 +127,9 @@ class Executor:
             request.planned = (plan, shapes, None)
         record = ticket.kind == "backward" or request.retain_graph
         if not request.retain_graph and self.compiled:
-            done = run_compiled(plan, shapes, request, ticket.kind == "backward", self.plans.charge)
+            done = run_compiled(
+                plan, shapes, request, ticket.kind == "backward", self.plans.charge, self.plans.id_of(plan)
+            )
             if done is not None:
                 grads = done[1] if ticket.kind == "backward" else None
                 return Result(request.id, done[0], grads, plan=self.plans.id_of(plan), ran=done[2])

@@ -1,214 +1,144 @@
-"""A compiled plan's runtime: straight-line array code over a register file (see `wire.compile`).
-
-A `Program` holds, for one (plan, input signature, request shape), the forward instructions and
-the backward instructions that the engine's walk would run for the requested `wrt`, in the order
-it would run them, with every register freed after its last reader. Running it touches no Node and
-parses nothing; vjps are the registry's own, called under no_grad on Variables that wrap the
-arrays (as the engine's backward calls them), so results are the engine's, bit for bit.
+"""A recorded run of the engine (`engine.recording`) as a program: the array-level steps the
+engine took for one (plan, input signature, request shape), with the steps nothing read removed
+and every register freed after its last reader. Running it on other inputs of the signature
+recomputes what the engine would, bit for bit (`wire.compile` checks that on the second request
+before trusting it), touching no Variable or Node and parsing nothing. It runs interpreted
+(`Program.interpret`) until its generated function (`wire.codegen`) is ready.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy
 
 from engine import backend
-from engine.grad_mode import state as grad_state
-from engine.node import Meta
-from engine.variable import Variable
+from engine.api import array_like
 from wire.run import cancelled, current_cancel
 
-_result = Variable._result
-_ndarray = numpy.ndarray
 
-
-class Mismatch(Exception):
-    """A compiled program met something it was not compiled for: it is dropped, the engine runs."""
+class NotRecorded(Exception):
+    """Why a recording cannot be replayed (the engine keeps running the request shape)."""
 
 
 class ForTheEngine(Exception):
     """This request (not the program) is one the engine must run: it reports the request's error."""
 
 
-@dataclass(eq=False, slots=True)
-class Forward:
-    """`regs[out] = forward(xp, *regs[ins], **attrs)`, then `regs[d] = None` for d in drops."""
-
-    step_id: str
-    forward: object
-    ins: tuple
-    attrs: dict
-    out: int
-    drops: tuple
-    shape: tuple
-    dtype: object
-    composite: object = None  # an OpDef whose forward takes Variables (run without recording)
-
-
-@dataclass(eq=False, slots=True)
-class Vjp:
-    """One node of the backward walk: optional capture of its gradient, then its vjps."""
-
-    op: object
-    attrs: dict
-    grad: int  # register of the node's accumulated output gradient
-    ans: int | None  # register of its output (ops whose vjps read it)
-    saved: tuple  # per input: a register, or a Meta (shape and dtype only)
-    needs: tuple  # per input: whether its gradient is wanted
-    dests: tuple  # per input: (register to accumulate into, shape, dtype) or None
-    capture: int | None  # register of a wrt target's gradient to add this node's gradient to
-    drops: tuple
-    on_arrays: tuple | None = None  # its vjps are array operators only, called on the arrays themselves:
-    # per input, the (shape, dtype) of the gradient they give (wire.probe)
-
-
 @dataclass(eq=False)
 class Program:
-    registers: int
-    inputs: tuple  # (name, register)
+    steps: tuple  # engine.recording.Step, in the order the engine took them
+    drops: tuple  # per step: the registers it was the last reader of
+    inputs: tuple  # (input name, register)
+    seeds: tuple  # (output name, register, shape, dtype): the given grad_outputs
     constants: tuple  # (register, array)
-    forward: list
-    outputs: tuple  # (name, register)
-    seeds: tuple = ()  # (output name, register, shape, dtype): gradient seeds of the outputs
-    backward: list = field(default_factory=list)
-    grads: tuple = ()  # (wrt name, gradient register, target value register)
-    roots: tuple = ()  # (register of a seed, register to accumulate it into)
-    verified: bool = False  # the first run checks every value's shape and dtype against the compile
-    generated: object = None  # once verified: the same program as one function (wire.codegen), if generated
+    outputs: tuple  # (output name, register)
+    grads: tuple | None  # (wrt name, register); None for a forward
+    labels: tuple  # per register: what made it (an op's name, "input", "constant", "grad")
+    registers: int
+    verified: bool = False  # checked against the engine on a request of its own
+    generated: object = None  # the generated function (wire.codegen), once ready
+    source: str | None = None  # its source, once generated (also in `linecache` under `filename`)
+    filename: str = "<gradserve program>"
+
+    def __repr__(self):
+        state = "generated" if self.generated is not None else "verified" if self.verified else "recorded"
+        return f"<Program {self.filename} of {len(self.steps)} steps, {state}>"
 
     @property
     def terms(self) -> int:
-        """The program's size in what generating and keeping it costs: one per instruction and one per
-        register it reads or writes, so fan-in counts (a `cat` of 100,000 inputs is 100,000 terms: as
-        many arguments in its generated call and as many gradients in its vjp), not one per step."""
-        forward = sum(1 + len(ins.ins) + len(ins.drops) for ins in self.forward)
-        backward = sum(1 + len(ins.saved) + len(ins.dests) + len(ins.drops) for ins in self.backward)
-        return forward + backward + len(self.inputs) + len(self.outputs) + len(self.grads)
+        """The program's size in what generating and keeping it costs: one per step and one per
+        register it reads or frees, so fan-in counts (a `cat` of 100,000 inputs is 100,000 terms)."""
+        return sum(1 + len(s.ins) for s in self.steps) + sum(map(len, self.drops)) + len(self.outputs) + 1
 
     def run(self, tensors: dict, grad_outputs: dict | None = None):
-        """(outputs, grads or None) as arrays; Mismatch when the run leaves what was compiled."""
-        if self.generated:
-            return self.generated(tensors, grad_outputs or {}, current_cancel(), backend.xp)
+        """(outputs, grads or None) as arrays, by the generated function once there is one."""
+        generated = self.generated
+        if generated is not None:
+            return generated(tensors, grad_outputs or {}, current_cancel(), backend.xp)
+        return self.interpret(tensors, grad_outputs)
+
+    def load(self, tensors: dict, grad_outputs: dict) -> list:
+        """The register file with the inputs, the given output gradients and the constants in place."""
         regs = [None] * self.registers
         to_active = backend.to_active
         for name, reg in self.inputs:
             regs[reg] = to_active(tensors[name])
-        for reg, array in self.constants:
-            regs[reg] = array
-        self._forward(regs)
-        outputs = {name: regs[reg] for name, reg in self.outputs}
-        if not self.seeds and not self.grads:
-            self.verified = True
-            return outputs, None
-        self._seed(regs, grad_outputs or {})
-        previous = grad_state.enabled
-        grad_state.enabled = False
-        try:
-            self._backward(regs)
-        finally:
-            grad_state.enabled = previous
-        grads = {}
-        for name, reg, target in self.grads:
-            g = regs[reg]
-            grads[name] = g if g is not None else backend.array_module(regs[target]).zeros_like(regs[target])
-        self.verified = True
-        return outputs, grads
-
-    def _forward(self, regs):
-        cancel = current_cancel()
-        check = not self.verified
-        xp = numpy if backend.xp is numpy else backend.xp
-        for ins in self.forward:
-            if cancel is not None and cancel.is_set():
-                raise cancelled(ins.step_id)
-            args = [regs[i] for i in ins.ins]
-            if ins.composite is None:
-                out = ins.forward(xp, *args, **ins.attrs)
-                if type(out) is not _ndarray:
-                    out = _as_array(out, xp)
-            else:
-                out = ins.composite.call([_result(a, None) for a in args], ins.attrs)._data
-            if check and (tuple(out.shape) != ins.shape or out.dtype != ins.dtype):
-                raise Mismatch(f"node {ins.step_id!r}: {out.shape} {out.dtype}, compiled for {ins.shape} {ins.dtype}")
-            regs[ins.out] = out
-            for d in ins.drops:
-                regs[d] = None
-
-    def _seed(self, regs, grad_outputs):
         for name, reg, shape, dtype in self.seeds:
             seed = grad_outputs.get(name)
-            if seed is None:
-                regs[reg] = backend.xp.ones(shape, dtype)
-                continue
-            if tuple(seed.shape) != shape:
-                raise ForTheEngine(f"grad_outputs {name!r} has another shape")
-            regs[reg] = backend.to_active(seed).astype(dtype, copy=False)
-        for src, dst in self.roots:
-            regs[dst] = regs[src] if regs[dst] is None else _add(regs[dst], regs[src])
+            if seed is None or tuple(seed.shape) != shape:
+                raise ForTheEngine(f"grad_outputs {name!r} is missing or has another shape")
+            regs[reg] = to_active(seed).astype(dtype, copy=False)
+        for reg, array in self.constants:
+            regs[reg] = array
+        return regs
 
-    def _backward(self, regs):
+    def interpret(self, tensors: dict, grad_outputs: dict | None = None):
+        regs = self.load(tensors, grad_outputs or {})
         cancel = current_cancel()
-        for ins in self.backward:
+        xp = backend.xp
+        nd = numpy.ndarray
+        for step, drops in zip(self.steps, self.drops):
             if cancel is not None and cancel.is_set():
                 raise cancelled()
-            g = regs[ins.grad]
-            regs[ins.grad] = None
-            if ins.capture is not None:
-                held = regs[ins.capture]
-                regs[ins.capture] = g if held is None else _add(held, g)
-            if ins.dests:
-                _vjp(ins, regs, g)
-            for d in ins.drops:
+            args = [regs[i] for i in step.ins]
+            out = step.fn(xp, *args, **step.attrs) if step.xp else step.fn(*args)
+            regs[step.out] = out if type(out) is nd else array_like(out, args[0])
+            for d in drops:
                 regs[d] = None
+        outputs = {name: regs[reg] for name, reg in self.outputs}
+        if self.grads is None:
+            return outputs, None
+        return outputs, {name: regs[reg] for name, reg in self.grads}
 
 
-def _vjp(ins, regs, g):
-    ans = None if ins.ans is None else regs[ins.ans]
-    saved = [regs[s] if type(s) is int else s for s in ins.saved]
-    if ins.on_arrays:
-        attrs = ins.attrs
-        results = [fn(g, ans, *saved, **attrs) if need else None for fn, need in zip(ins.op.vjps, ins.needs)]
-    else:
-        results = _vjp_results(ins, g, ans, saved)
-    for dest, data in zip(ins.dests, results):
-        if dest is None:
-            continue
-        reg, shape, dtype, fit = dest
-        if type(data) is not _ndarray:
-            data = _as_array(data, backend.xp)
-        if data.shape != shape or data.dtype != dtype:
-            data = fit(data, shape, dtype)
-        if reg is not None:
-            held = regs[reg]
-            regs[reg] = data if held is None else _add(held, data)
+def program_of(recording, outputs: dict, grads: dict | None) -> Program:
+    """The Program of a recorded run whose answer was `outputs` (and `grads`, None for a forward):
+    NotRecorded when the recording is spoiled or an answer is an array no step made."""
+    if recording.spoiled is not None:
+        raise NotRecorded(recording.spoiled)
 
+    def register_of(kind, name, array):
+        reg = recording.register(array)
+        if reg is None:
+            raise NotRecorded(f"{kind} {name!r} is an array that no recorded step made")
+        return reg
 
-def _vjp_results(ins, g, ans, saved):
-    """The node's wanted input gradients (arrays, not yet fitted), its vjps called on Variables as
-    the engine's backward calls them (grad mode off)."""
-    op = ins.op
-    gv = _result(g, None)
-    ans = None if ans is None else _result(ans, None)
-    saved = [s if s is None or type(s) is Meta else _result(s, None) for s in saved]
-    if op.vjp is not None:
-        results = op.vjp(gv, ans, saved, list(ins.needs), **ins.attrs)
-    else:
-        attrs = ins.attrs
-        results = [fn(gv, ans, *saved, **attrs) if need else None for fn, need in zip(op.vjps, ins.needs)]
-    out = []
-    for dest, gi in zip(ins.dests, results):
-        if dest is not None and gi is None:
-            raise Mismatch(f"the {op.name} vjp gave no gradient where one was needed")
-        out.append(None if dest is None else gi._data)
-    return out
-
-
-def _as_array(out, xp):
-    return out if isinstance(out, xp.ndarray) else xp.asarray(out)
-
-
-def _add(a, b):
-    """`a + b` as the engine's Variable addition computes it (an array, also for 0-d results)."""
-    out = a + b
-    return out if type(out) is _ndarray else _as_array(out, backend.array_module(a))
+    out_regs = tuple((name, register_of("output", name, a)) for name, a in outputs.items())
+    grad_regs = None if grads is None else tuple((name, register_of("gradient", name, a)) for name, a in grads.items())
+    keep = {reg for _, reg in out_regs} | {reg for _, reg in grad_regs or ()}
+    steps, live = [], set(keep)
+    for step in reversed(recording.steps):  # registers are written once: a step nothing reads is dropped
+        if step.out in live:
+            steps.append(step)
+            live.update(step.ins)
+    steps.reverse()
+    last = {}
+    for index, step in enumerate(steps):
+        for reg in step.ins:
+            last[reg] = index
+    drops = [[] for _ in steps]
+    for reg, index in last.items():
+        if reg not in keep:
+            drops[index].append(reg)
+    labels = list(recording.labels)
+    for _, reg in grad_regs or ():
+        if labels[reg] not in ("input", "constant"):
+            labels[reg] = "grad"
+    inputs, seeds = [], []
+    for name, reg in recording.inputs.items():
+        if isinstance(name, tuple):  # ("grad_outputs", output name): a given gradient of an output
+            seeds.append((name[1], reg, tuple(outputs[name[1]].shape), outputs[name[1]].dtype))
+        elif reg in live:
+            inputs.append((name, reg))
+    return Program(
+        steps=tuple(steps),
+        drops=tuple(map(tuple, drops)),
+        inputs=tuple(inputs),
+        seeds=tuple(seeds),
+        constants=tuple((reg, array) for reg, array in recording.constants if reg in live),
+        outputs=out_regs,
+        grads=grad_regs,
+        labels=tuple(labels),
+        registers=len(labels),
+    )

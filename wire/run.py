@@ -10,13 +10,24 @@ from functools import cached_property
 
 import numpy
 
-from engine import backend, interrupt
-from engine.attrs import shown
-from engine.function import Function
-from engine.grad_mode import no_grad
-from engine.registry import OPS, coerce
-from engine.shapes import ShapeError
-from engine.variable import Variable
+from engine import backend
+from engine.api import (
+    OPS,
+    Function,
+    ShapeError,
+    Variable,
+    array_of,
+    coerce,
+    held_arrays,
+    no_grad,
+    note_constant,
+    note_input,
+    note_where,
+    recording_active,
+    set_interrupt,
+    shown,
+    variable_of,
+)
 from wire import grad_node
 from wire.errors import GraphError
 
@@ -53,12 +64,12 @@ def cancel_scope(event: threading.Event):
         if event.is_set():
             raise cancelled()
 
-    previous_hook = interrupt.set_hook(check)
+    previous_hook = set_interrupt(check)
     try:
         yield
     finally:
         _cancel.event = previous
-        interrupt.set_hook(previous_hook)
+        set_interrupt(previous_hook)
 
 
 def current_cancel():
@@ -105,11 +116,18 @@ def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_out
         if cancel is not None and cancel.is_set():
             raise cancelled(step.id)
         op = step.op
+        if recording_active():
+            note_where(f"node {step.id!r}")
         if op == "input":
             values[step.id] = inputs[step.id]
         elif op == "constant":
             value = step.attrs["value"]
-            values[step.id] = value if not hasattr(value, "shape") else Variable._result(backend.to_active(value), None)
+            if hasattr(value, "shape"):
+                array = backend.to_active(value)
+                if recording_active():
+                    note_constant(array)
+                value = variable_of(array)
+            values[step.id] = value
         elif op == "arg":
             values[step.id] = args[step.attrs["index"]]
         elif op == "grad_output":
@@ -190,16 +208,16 @@ class Execution:
         self.inputs = {}
         for name in plan.inputs:
             array = backend.to_active(tensors[name])
-            v = Variable._result(array, None)
-            if record and name in needs:
-                if array.dtype.kind != "f":
-                    raise GraphError(
-                        f"input {shown(name)} is {array.dtype.name}; only floating point inputs can require grad",
-                        node=name,
-                        field="requires_grad",
-                    )
-                v._requires_grad = True
-            self.inputs[name] = v
+            if recording_active():
+                note_input(name, array)
+            requires = record and name in needs
+            if requires and array.dtype.kind != "f":
+                raise GraphError(
+                    f"input {shown(name)} is {array.dtype.name}; only floating point inputs can require grad",
+                    node=name,
+                    field="requires_grad",
+                )
+            self.inputs[name] = variable_of(array, requires_grad=requires)
         keep = frozenset(wrt)
         if record:
             values = run_steps(plan.steps, plan.drops, {}, inputs=self.inputs, keep=keep)
@@ -226,32 +244,10 @@ class Execution:
         return total + TAPE_NODE_BYTES * len(nodes)
 
     def output_arrays(self) -> dict:
-        return {name: v._data for name, v in self.outputs.items()}
+        return {name: array_of(v) for name, v in self.outputs.items()}
 
 
 # Measured with tracemalloc on a recorded 9,000-step chain of small values: ~560 bytes per step in
 # all (its node, the Variables and array headers it keeps, the values dict's entry).
 TAPE_NODE_BYTES = 450
 TAPE_ARRAY_BYTES = 112  # a NumPy array's header
-
-
-def held_arrays(variables, nodes=None):
-    """Every array that `variables` and the graphs recorded behind them keep alive; the nodes
-    walked are appended to `nodes` when given."""
-    seen_nodes = set()
-    stack = []
-    for v in variables:
-        if isinstance(v, Variable):
-            yield v._data
-            if v._node is not None:
-                stack.append(v._node)
-    while stack:
-        node = stack.pop()
-        if id(node) in seen_nodes:
-            continue
-        seen_nodes.add(id(node))
-        if nodes is not None:
-            nodes.append(node)
-        for held in node.holds():
-            yield held._data if isinstance(held, Variable) else held
-        stack.extend(edge for edge in node.edges if edge is not None and not isinstance(edge, Variable))

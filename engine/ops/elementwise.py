@@ -5,13 +5,8 @@ from __future__ import annotations
 from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
+from engine.recording import derived
 from engine.registry import F, Sample, defop, local, trusted
-from engine.variable import Variable
-
-
-def const(array):
-    return Variable._result(array, None)
-
 
 BINARY = (
     Sample(((3, 4), (3, 4))),
@@ -65,16 +60,35 @@ div = defop(
 neg = defop("neg", lambda xp, x: -x, lambda g, ans, x: -g, saves=False, samples=UNARY, infer=shapes.same, doc="-x")
 
 
+def _zero_base(x, y):
+    return (x == 0) & (y >= 0)
+
+
+def _is_zero(a):
+    return a == 0
+
+
 def _pow_exponent_vjp(g, ans, x, y):
-    xp_zero = (x._data == 0) & (y._data >= 0)
-    return F.where(const(xp_zero), 0.0, g * ans * F.log(x))
+    return F.where(derived(_zero_base, x, y), 0.0, g * ans * F.log(x))
 
 
 def _pow_base_vjp(g, ans, x, y):
     grad = g * local(lambda x, y: y * x ** (y - 1), x, y)
-    zero = y._data == 0
-    # d/dx x ** 0 is 0 everywhere, also at x == 0 where y * x ** (y - 1) would be 0 * inf
-    return F.where(const(zero), 0.0, grad) if zero.any() else grad
+    # d/dx x ** 0 is 0 everywhere, also at x == 0 where y * x ** (y - 1) would be 0 * inf (selected
+    # whatever the values, so that the steps do not depend on them: see engine.recording)
+    return F.where(derived(_is_zero, y), 0.0, grad)
+
+
+def _zeros_like(a):
+    return _xp(a).zeros_like(a)
+
+
+def _positive(x):
+    return ~(x <= 0)
+
+
+def _sign_as(x, g):
+    return _xp(x).sign(x).astype(g.dtype)
 
 
 pow = defop(
@@ -118,7 +132,7 @@ sqrt = defop(
 sign = defop(
     "sign",
     lambda xp, x: xp.sign(x),
-    lambda g, ans, x: const(_xp(g._data).zeros_like(g._data)),
+    lambda g, ans, x: derived(_zeros_like, g),
     saves=False,
     samples=UNARY,
     infer=shapes.same,
@@ -127,7 +141,7 @@ sign = defop(
 abs = defop(
     "abs",
     lambda xp, x: xp.abs(x),
-    lambda g, ans, x: g * const(_xp(x._data).sign(x._data).astype(g.dtype)),
+    lambda g, ans, x: g * derived(_sign_as, x, g),
     samples=UNARY,
     infer=shapes.same,
     doc="|x| (gradient sign(x), 0 at 0)",
@@ -165,7 +179,7 @@ sigmoid = defop(
 relu = defop(
     "relu",
     lambda xp, x: xp.maximum(x, 0),
-    lambda g, ans, x: g * const(~(x._data <= 0)),
+    lambda g, ans, x: g * derived(_positive, x),
     samples=UNARY,
     infer=shapes.same,
     doc="max(x, 0)",
@@ -181,12 +195,15 @@ def _clamp_forward(xp, x, min=None, max=None):
 
 
 def _clamp_vjp(g, ans, x, min=None, max=None):
-    inside = True
-    if min is not None:
-        inside = x._data >= min
-    if max is not None:
-        inside = inside & (x._data <= max)
-    return g * const(inside)
+    def inside(x):
+        within = True
+        if min is not None:
+            within = x >= min
+        if max is not None:
+            within = within & (x <= max)
+        return within
+
+    return g * derived(inside, x)
 
 
 clamp = defop(
@@ -205,11 +222,14 @@ clamp = defop(
 )
 
 
-def _tie_weights(x, y, dtype):
+def _tie_weights(x, y, g):
     # PyTorch's rule: 0 where x loses, 1/2 on ties, 1 otherwise (so a NaN passes the gradient on);
     # built in the gradient's dtype, with one boolean mask at a time (no int64/float64 temporaries)
-    xd, yd = x._data, y._data
-    xp = _xp(xd)
+    return derived(_ties, x, y, g)
+
+
+def _ties(xd, yd, g):
+    xp, dtype = _xp(xd), g.dtype
     weights = xp.asarray(xd < yd, dtype=dtype)  # an array also when both are 0-d
     xp.subtract(1, weights, out=weights)
     weights[xd == yd] = 0.5
@@ -220,8 +240,8 @@ TIE_SCRATCH = costs.temporaries(per_broadcast=1, backward_masks=1)  # the weight
 maximum = defop(
     "maximum",
     lambda xp, x, y: xp.maximum(x, y),
-    lambda g, ans, x, y: g * const(_tie_weights(x, y, g.dtype)),
-    lambda g, ans, x, y: g * const(_tie_weights(y, x, g.dtype)),
+    lambda g, ans, x, y: g * _tie_weights(x, y, g),
+    lambda g, ans, x, y: g * _tie_weights(y, x, g),
     samples=BINARY,
     infer=shapes.broadcast,
     scratch=TIE_SCRATCH,
@@ -230,8 +250,8 @@ maximum = defop(
 minimum = defop(
     "minimum",
     lambda xp, x, y: xp.minimum(x, y),
-    lambda g, ans, x, y: g * const(_tie_weights(y, x, g.dtype)),
-    lambda g, ans, x, y: g * const(_tie_weights(x, y, g.dtype)),
+    lambda g, ans, x, y: g * _tie_weights(y, x, g),
+    lambda g, ans, x, y: g * _tie_weights(x, y, g),
     samples=BINARY,
     infer=shapes.broadcast,
     scratch=TIE_SCRATCH,

@@ -10,8 +10,8 @@ import numpy
 from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module
+from engine.recording import derived
 from engine.registry import F, Sample, defop, trusted
-from engine.variable import Variable
 
 DIM = Attr("dims", None, "dimension(s) to reduce; null reduces all")
 KEEPDIM = Attr("bool", False, "keep reduced dimensions with size 1")
@@ -21,10 +21,6 @@ REDUCE_SAMPLES = (
     Sample(((2, 3, 4),), {"dim": (0, 2), "keepdim": True}),
     Sample(((3, 4),), {"dim": -1}),
 )
-
-
-def const(array):
-    return Variable._result(array, None)
 
 
 def _axes(dim, ndim):
@@ -109,13 +105,16 @@ prod = defop(
 
 
 def _extreme_vjp(g, ans, x, dim, keepdim):
-    peak = ans._data if keepdim else ans._data.reshape(shapes.reduced_shape(x.shape, dim, True))
-    hit = x._data == peak
-    count = hit.sum(axis=_axes(dim, x.ndim), keepdims=True)  # int64: a float16 count would overflow
-    weights = hit.astype(g.dtype)  # in the gradient's dtype, not float64
-    del hit
-    weights /= count
-    return unreduce(g, x.shape, dim, keepdim) * const(weights)
+    def weights(ans, x, g):
+        peak = ans if keepdim else ans.reshape(shapes.reduced_shape(x.shape, dim, True))
+        hit = x == peak
+        count = hit.sum(axis=_axes(dim, x.ndim), keepdims=True)  # int64: a float16 count would overflow
+        shares = hit.astype(g.dtype)  # in the gradient's dtype, not float64
+        del hit
+        shares /= count
+        return shares
+
+    return unreduce(g, x.shape, dim, keepdim) * derived(weights, ans, x, g)
 
 
 EXTREME_SCRATCH = costs.temporaries(backward=1, backward_masks=1)  # the weights (input-sized) and the hits
@@ -183,19 +182,24 @@ def _norm_forward(xp, x, p, dim, keepdim):
     return (xp.abs(x) ** p).sum(axis=axes, keepdims=keepdim) ** (1.0 / p)
 
 
+def _is_zero(a):
+    return a == 0
+
+
+def _sign_as(x, g):
+    return array_module(x).sign(x).astype(g.dtype)
+
+
 def _norm_vjp(g, ans, x, p, dim, keepdim):
-    xp = array_module(x._data)
-    zero = const(ans._data == 0)
+    zero = derived(_is_zero, ans)
     safe = F.where(zero, 1.0, ans)
     if math.isinf(p):
-        return _extreme_vjp(g, Variable._result(ans._data, None), F.abs(x), dim, keepdim) * const(
-            xp.sign(x._data).astype(g.dtype)
-        )
+        return _extreme_vjp(g, ans.detach(), F.abs(x), dim, keepdim) * derived(_sign_as, x, g)
     if p == 2:
         return x * unreduce(F.where(zero, 0.0, g / safe), x.shape, dim, keepdim)
     scale = F.where(zero, 0.0, g / safe ** (p - 1))
-    grad = const(xp.sign(x._data).astype(g.dtype)) * F.abs(x) ** (p - 1) * unreduce(scale, x.shape, dim, keepdim)
-    return F.where(const(x._data == 0), 0.0, grad) if p < 1 else grad  # 0 * inf at zeros when p < 1
+    grad = derived(_sign_as, x, g) * F.abs(x) ** (p - 1) * unreduce(scale, x.shape, dim, keepdim)
+    return F.where(derived(_is_zero, x), 0.0, grad) if p < 1 else grad  # 0 * inf at zeros when p < 1
 
 
 def _norm_scratch(in_metas, out_meta, attrs):
@@ -244,12 +248,21 @@ var = defop(
 )
 
 
+def _finite_peak(axes):
+    """The max over `axes` (kept), 0 where it is not finite, in x's dtype: the shift of a stable softmax."""
+
+    def finite_peak(x):
+        xp = array_module(x)
+        peak = xp.amax(x, axis=axes, keepdims=True)
+        return xp.where(xp.isfinite(peak), peak, 0).astype(x.dtype)
+
+    return finite_peak
+
+
 def _logsumexp(x, dim, keepdim=False):
-    xp = array_module(x._data)
     axes = tuple(range(x.ndim)) if dim == () else shapes.normalize_dims(dim, x.ndim)
-    peak = xp.amax(x._data, axis=axes, keepdims=True)
-    peak = xp.where(xp.isfinite(peak), peak, 0).astype(x.dtype)
-    out = (x - const(peak)).exp().sum(axes, keepdim=True).log() + const(peak)
+    peak = derived(_finite_peak(axes), x)
+    out = (x - peak).exp().sum(axes, keepdim=True).log() + peak
     return out if keepdim else out.reshape(shapes.reduced_shape(x.shape, axes, False))
 
 
@@ -271,10 +284,8 @@ logsumexp = defop(
 def _log_softmax(x, dim):
     # (x - max) - log(sum(exp(x - max))): subtracting the max first keeps float32 exact on inputs
     # like [1000, 1001, 1002], where x - logsumexp(x) would lose digits to x's magnitude
-    xp = array_module(x._data)
     axes = shapes.normalize_dims(dim, x.ndim)
-    peak = xp.amax(x._data, axis=axes, keepdims=True)
-    shifted = x - const(xp.where(xp.isfinite(peak), peak, 0).astype(x.dtype))
+    shifted = x - derived(_finite_peak(axes), x)
     return shifted - shifted.exp().sum(axes, keepdim=True).log()
 
 

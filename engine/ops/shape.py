@@ -8,8 +8,8 @@ from engine import shapes
 from engine.attrs import Attr
 from engine.grad_mode import state as grad_state
 from engine.ops.indexing import take
+from engine.recording import derived
 from engine.registry import Sample, defop, trusted
-from engine.variable import Variable
 
 
 def _sum_to(xp, x, shape):
@@ -129,10 +129,14 @@ def _t(x):
 t = defop("t", _t, composite=True, samples=(Sample(((3, 4),)),), infer=_t_infer, doc="transpose of a matrix")
 
 
+def _transposed(a):
+    return a.transpose()
+
+
 def reversed_dims(v):
     """`v.T` on the engine: all dimensions reversed (the view itself when nothing records)."""
     if not (v._requires_grad and grad_state.enabled):  # nothing to record: the view, without an op's dispatch
-        return Variable._result(v._data.transpose(), None)
+        return derived(_transposed, v)
     return trusted.permute(v, dims=tuple(range(v._data.ndim - 1, -1, -1)))
 
 

@@ -14,6 +14,7 @@ import tracemalloc
 import numpy as np
 
 from engine.registry import OPS
+from wire.codegen import GENERATOR
 from wire.executor import Executor
 from wire.handler import run
 from wire.messages import Request
@@ -99,9 +100,12 @@ def measure(executor: Executor, graph, arrays, backward: bool):
     """(planned peak bytes, measured peak bytes) of one request: the measured peak is what
     tracemalloc saw allocated at once on top of the inputs (and grad_outputs), plus those."""
     path = "/backward" if backward else "/forward"
-    output = run(executor, "/forward", _request(graph, arrays)).outputs[graph["outputs"][0]]  # warms a forward
+    for _ in range(2):  # warm: the plan and its forward program are cached, the program checked
+        output = run(executor, "/forward", _request(graph, arrays)).outputs[graph["outputs"][0]]
     if backward:
-        run(executor, path, _request(graph, arrays, output))  # warm: the plan and its program are cached
+        for _ in range(2):  # the backward's program, recorded and checked
+            run(executor, path, _request(graph, arrays, output))
+    GENERATOR.idle()  # its code generated (tracemalloc would count the generator thread's allocations)
     request = _request(graph, arrays, output if backward else None)
     _, shapes = executor._plan(request)
     planned = (shapes.backward_cost if backward else shapes.forward_cost).peak_bytes

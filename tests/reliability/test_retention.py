@@ -335,19 +335,3 @@ def test_what_a_custom_function_node_holds():
     held = out._node.holds()
     assert len(held) == 2 and all(isinstance(v, Variable) for v in held)
     assert sorted(float(v._data[0]) for v in held) == [3.0, 6.0]
-
-
-def test_vjp_decisions_are_an_lru(monkeypatch):
-    """The compiler's vjp decisions are kept per op, shapes and attributes: bounded, oldest dropped."""
-    from types import SimpleNamespace
-
-    from engine.registry import OPS
-    from wire import probe
-
-    monkeypatch.setattr(probe, "DECISIONS", 8)
-    monkeypatch.setattr(probe, "_decided", type(probe._decided)())
-    value = SimpleNamespace(shape=(2,), dtype=np.dtype("float32"))
-    for i in range(50):
-        probe.vjps_on_arrays(OPS["mul"], (True, True), [value, value], value, {"k": i}, (0, 1))
-    assert len(probe._decided) == 8
-    assert list(probe._decided)[-1][-1] == (("k", 49),)

@@ -1,0 +1,76 @@
+"""engine.recording: the engine's array-level steps, observed (issue 23 item 1)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import engine
+from engine.node import RECORDING
+from engine.recording import derived, note_input, recording
+from engine.variable import Variable
+
+
+def _replay(made, inputs):
+    regs = {}
+    for name, reg in made.inputs.items():
+        regs[reg] = inputs[name]
+    for reg, array in made.constants:
+        regs[reg] = array
+    for step in made.steps:
+        args = [regs[i] for i in step.ins]
+        out = step.fn(np, *args, **step.attrs) if step.xp else step.fn(*args)
+        regs[step.out] = np.asarray(out)
+    return regs
+
+
+def test_a_backward_is_recorded_with_its_masks_and_replays_on_other_values():
+    x0 = np.array([-1.0, 2.0, -3.0, 4.0])
+    with recording() as made:
+        note_input("x", x0)
+        x = Variable._result(x0, None)
+        x._requires_grad = True
+        y = (engine.relu(x) * x.abs()).sum()
+        (g,) = engine.grad(y, [x])
+    assert made.spoiled is None
+    names = [s.name for s in made.steps]
+    assert names[:4] == ["relu", "abs", "mul", "sum"] and "positive" in names and "sign_as" in names
+    assert {s.where for s in made.steps[4:]} >= {"ReluBackward", "AbsBackward", "MulBackward"}
+    grad_reg = made.register(g._data)
+    x1 = np.array([3.0, -2.0, 1.0, -4.0])  # other signs: a baked mask would give other gradients
+    replayed = _replay(made, {"x": x1})[grad_reg]
+    x = Variable(x1, requires_grad=True)
+    (expected,) = engine.grad((engine.relu(x) * x.abs()).sum(), [x])
+    np.testing.assert_array_equal(replayed, expected._data)
+
+
+def test_an_array_made_outside_the_steps_spoils_the_recording():
+    with recording() as made:
+        note_input("x", np.ones(3))
+        outside = Variable._result(np.arange(3.0), None)  # not an input, not a constant, no step made it
+        engine.exp(outside)
+    assert made.spoiled is not None and "exp" in made.spoiled
+
+
+def test_derived_values_are_steps_and_gradient_free():
+    x = Variable(np.array([1.0, -1.0]), requires_grad=True)
+    with recording() as made:
+        note_input("x", x._data)
+        mask = derived(lambda a: a > 0, x)
+    assert not mask.requires_grad and mask._data.tolist() == [True, False]
+    assert [s.name for s in made.steps] == ["lambda"] and made.steps[0].ins == (0,)
+
+
+def test_recordings_are_per_thread_and_leave_nothing_behind():
+    seen = []
+    with recording() as made:
+        note_input("x", np.ones(2))
+        thread = threading.Thread(target=lambda: seen.append(engine.exp(Variable(np.ones(2)))))
+        thread.start()
+        thread.join()
+        with pytest.raises(RuntimeError, match="already under way"), recording():
+            pass
+    assert seen and made.steps == [] and made.spoiled is None  # the other thread's op was not recorded
+    assert RECORDING == {}
