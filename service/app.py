@@ -23,6 +23,7 @@ from service.routes import CountedEndpoint, Runtime, add_compute_routes, router
 from service.schema import ERROR, compute_paths
 from service.settings import Settings
 from service.version import __version__
+from wire import codegen
 from wire.codec import HEADER_LENGTH
 from wire.executor import Executor
 
@@ -84,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await sweeper
             pool.shutdown()
             executor.tapes.clear()
+            codegen.GENERATOR.cancel()  # drop queued code generation, stop the one under way
 
     # redirect_slashes=False: Starlette's `/forward/` -> `/forward` redirect builds its Location from the Host header
     # docs_url=None, redoc_url=None: FastAPI's own pages load their scripts from a CDN; service.docs serves local ones
