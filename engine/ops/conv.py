@@ -22,6 +22,7 @@ from engine import costs
 from engine.attrs import Attr
 from engine.backend import array_module
 from engine.ops.windows import Windows, per_dim, spatial_rank, windows
+from engine.recording import note_constant
 from engine.registry import Sample, defop, trusted
 from engine.shapes import ShapeError
 from engine.variable import Variable
@@ -34,6 +35,9 @@ STRIDE = Attr("window", 1, "the step between windows")
 
 
 def const(array):
+    """A gradient-free Variable of an array that depends on shapes and attributes only, never on values
+    (a recording keeps it as a constant; a mask computed from values is `engine.recording.derived`'s)."""
+    note_constant(array)
     return Variable._result(array, None)
 
 

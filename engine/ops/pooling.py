@@ -17,6 +17,7 @@ from engine.attrs import Attr
 from engine.backend import array_module
 from engine.ops.conv import DILATION, KERNEL, batched, const, input_rank, pad_windows, same_floating
 from engine.ops.windows import Windows, per_dim, windows
+from engine.recording import derived
 from engine.registry import Sample, defop, trusted
 from engine.shapes import ShapeError
 
@@ -54,8 +55,11 @@ def _max_pool_forward(op, nd):
         x = batched(x, nd)[0]
         cols = _windows_of(x, w, -numpy.inf)
         xp = array_module(cols._data)
-        picked = xp.arange(w.taps).reshape((1, 1, -1, 1)) == _first_maximum(xp, cols._data)[:, :, None, :]
-        chosen = trusted.where(const(picked), cols, const(xp.zeros((), cols.dtype)))
+
+        def first_maximum(values):
+            return xp.arange(w.taps).reshape((1, 1, -1, 1)) == _first_maximum(xp, values)[:, :, None, :]
+
+        chosen = trusted.where(derived(first_maximum, cols), cols, const(xp.zeros((), cols.dtype)))
         return trusted.reshape(trusted.sum(chosen, dim=2), shape=out_shape)
 
     return forward

@@ -73,18 +73,31 @@ def _prod_vjp(g, ans, x, dim, keepdim):
     the sum of its zero entries (0 in value, but recorded, so second derivatives are exact): one
     zero at z gives P / x_i * S off z and P at z; two give P * (S - x_i) at each zero and 0 off them;
     more give 0."""
-    xd = x._data
-    zero = xd == 0
-    if not zero.any():
-        return unreduce(g, x.shape, dim, keepdim) * trusted.prod(x, dim=dim, keepdim=True) / x
-    zeros = zero.sum(axis=_axes(dim, x.ndim), keepdims=True)
-    at_zero = const(zero)
+    axes = _axes(dim, x.ndim)
+
+    def zeros_in_slice(a):
+        return (a == 0).sum(axis=axes, keepdims=True)
+
+    def is_zero(a):
+        return a == 0
+
+    def one_zero_in_slice(a):
+        return zeros_in_slice(a) == 1
+
+    def off_zero_of_at_most_one(a):
+        return (a != 0) & (zeros_in_slice(a) <= 1)
+
+    def zero_of_at_most_two(a):
+        return (a == 0) & (zeros_in_slice(a) <= 2)
+
+    at_zero, one_zero = derived(is_zero, x), derived(one_zero_in_slice, x)
     safe = F.where(at_zero, 1.0, x)
     nonzero_product = trusted.prod(safe, dim=dim, keepdim=True)
     zero_sum = trusted.sum(F.where(at_zero, x, 0.0), dim=dim, keepdim=True)
-    off_zeros = nonzero_product / safe * F.where(const(zeros == 1), zero_sum, 1.0)
-    on_zeros = nonzero_product * F.where(const(zeros == 1), 1.0, zero_sum - x)
-    grad = F.where(const(~zero & (zeros <= 1)), off_zeros, 0.0) + F.where(const(zero & (zeros <= 2)), on_zeros, 0.0)
+    off_zeros = nonzero_product / safe * F.where(one_zero, zero_sum, 1.0)
+    on_zeros = nonzero_product * F.where(one_zero, 1.0, zero_sum - x)
+    grad = F.where(derived(off_zero_of_at_most_one, x), off_zeros, 0.0)
+    grad = grad + F.where(derived(zero_of_at_most_two, x), on_zeros, 0.0)
     return unreduce(g, x.shape, dim, keepdim) * grad
 
 

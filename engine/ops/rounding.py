@@ -14,13 +14,10 @@ import math
 from engine import shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
+from engine.ops.conv import const
 from engine.ops.elementwise import BINARY, POSITIVE, UNARY
+from engine.recording import derived
 from engine.registry import Sample, defop
-from engine.variable import Variable
-
-
-def const(array):
-    return Variable._result(array, None)
 
 
 def _zero(g, ans, x, **attrs):
@@ -73,9 +70,13 @@ round = _rounding(
 
 def _quotient_vjp(rounding):
     def vjp(g, ans, x, y):
-        xd, yd = x._data, y._data
-        xp = _xp(xd)
-        return g * const(-rounding(xp, xp.true_divide(xd, yd)).astype(g.dtype, copy=False))
+        dtype = g.dtype
+
+        def minus_rounded_quotient(xd, yd):
+            xp = _xp(xd)
+            return -rounding(xp, xp.true_divide(xd, yd)).astype(dtype, copy=False)
+
+        return g * derived(minus_rounded_quotient, x, y)
 
     return vjp
 
