@@ -322,6 +322,7 @@ def _load_table(directory: Path, quick: bool, targets: list) -> list:
         gs = runs["gradserve"]
         if not gs["times"]:
             rows.append([f"~{mib} MiB", f"skipped: {gs['error']}", "", "", "", "", ""])
+            targets.append(Target("6", f"ONNX import ms/MiB of a ~{mib} MiB MLP", None, note=f"failed: {gs['error']}"))
             continue
         extra = gs["extra"][0]
         weights = extra["weights_mib"]
