@@ -37,7 +37,9 @@ def _interrupt(signum, frame):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="a smoke run (~2-3 minutes): fewer repetitions and steps")
-    ap.add_argument("--parts", default="1,2,3,4,5", help="comma-separated parts to run (1..5; a..e also accepted)")
+    ap.add_argument(
+        "--parts", default="1,2,3,4,5,6", help="comma-separated parts to run (1..6; a..f also accepted; 6: ONNX models)"
+    )
     ap.add_argument("--out", default=str(common.ROOT / "BENCHMARKS.md"), help="where to write the report")
     ap.add_argument("--json", default=None, help="where to write the raw results (default: --out with .json)")
     ap.add_argument(
@@ -69,7 +71,7 @@ def main(argv=None) -> int:
             os.environ[var] = str(args.threads)
     # a SIGTERM unwinds like Ctrl-C, so every server and worker this run started is stopped
     signal.signal(signal.SIGTERM, _interrupt)
-    alias = dict(zip("abcde", "12345"))
+    alias = dict(zip("abcdef", "123456"))
     wanted = [alias.get(p.strip(), p.strip()) for p in args.parts.split(",") if p.strip()]
     unknown = [p for p in wanted if p not in parts.PARTS]
     if unknown:

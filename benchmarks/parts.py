@@ -1,11 +1,11 @@
-"""The five parts (1-4 in their own `part_*` modules) and the reasons of missed targets. Each part returns
+"""The six parts (1-4 and 6 in their own `part_*` modules) and the reasons of missed targets. Each part returns
 (markdown section, [`benchmarks.rounds.Target`])."""
 
 from __future__ import annotations
 
 import subprocess
 
-from benchmarks import part_client, part_engine, part_service, part_transfer, rounds
+from benchmarks import part_client, part_engine, part_onnx, part_service, part_transfer, rounds
 from benchmarks.common import PY, ROOT, interleave, timing_table
 from benchmarks.rounds import Target, ratio_target
 
@@ -60,7 +60,14 @@ def part5(quick: bool):
     ]
 
 
-PARTS = {"1": part_engine.part1, "2": part_service.part2, "3": part_transfer.part3, "4": part_client.part4, "5": part5}
+PARTS = {
+    "1": part_engine.part1,
+    "2": part_service.part2,
+    "3": part_transfer.part3,
+    "4": part_client.part4,
+    "5": part5,
+    "6": part_onnx.part6,
+}
 
 # Why a target is missed when it is, from the profiles recorded in benchmarks/CHANGES.md
 # (keyed by the start of the target's label).

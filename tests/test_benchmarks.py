@@ -434,3 +434,78 @@ def test_report_is_written_with_machine_facts_and_targets(tmp_path):
     text = out.read_text()
     assert "## Second run agrees" in text and "| part | target | previous run | this run | agrees |" in text
     assert "| 5 | GPU MLP ≤1.2x PyTorch CUDA |" in text.split("## Second run agrees")[1]
+
+
+ONNX_PEERS = all(importlib.util.find_spec(m) for m in ("onnx", "onnxruntime", "torch"))
+needs_onnx_peers = pytest.mark.skipif(not ONNX_PEERS, reason="part 6 needs onnx, onnxruntime and torch")
+
+
+@needs_onnx_peers
+def test_onnx_part_sides_compute_the_same_outputs_and_input_gradients(tmp_path):
+    """Part 6's sides run the same models: gradserve's forward equals ONNX Runtime's, its forward and
+    input gradient PyTorch's; the load case times an import of each size."""
+    from benchmarks import part_onnx
+
+    part_onnx.export(tmp_path)
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    for name in part_onnx.MODELS:
+        ours, _ = part_onnx.step_of("forward", "gradserve", name, tmp_path)()
+        theirs, _ = part_onnx.step_of("forward", "onnxruntime", name, tmp_path)()
+        assert ours.shape == (part_onnx.BATCH, *part_onnx.OUTPUT_SHAPES[name])
+        np.testing.assert_allclose(ours, theirs, err_msg=name, **tol)
+        ours_y, ours_grad = part_onnx.step_of("gradient", "gradserve", name, tmp_path)()
+        torch_y, torch_grad = part_onnx.step_of("gradient", "torch", name, tmp_path)()
+        np.testing.assert_allclose(ours_y, torch_y, err_msg=name, **tol)
+        assert ours_grad.shape == part_onnx.sample(name).shape and np.abs(ours_grad).max() > 0
+        np.testing.assert_allclose(ours_grad, torch_grad, err_msg=name, **tol)
+    sizes = []
+    for mib in part_onnx.SIZES_MIB:
+        path = str(tmp_path / f"mlp_{mib}mib.onnx")
+        got = part_onnx.case_load("gradserve", {"path": path, "reps": 2})
+        assert len(got["times"]) == 2 and all(a <= b for a, b in zip(got["times"], got["extra"]["with_plan"]))
+        assert part_onnx.case_load("onnxruntime", {"path": path, "reps": 1})["times"][0] > 0
+        sizes.append(got["extra"]["weights_mib"])
+    np.testing.assert_allclose(sizes, part_onnx.SIZES_MIB, rtol=0.05)
+
+
+def test_onnx_part_without_a_dependency_says_not_run(monkeypatch):
+    from benchmarks import part_onnx
+
+    monkeypatch.setattr(part_onnx, "have", lambda module: module != "torch")
+    md, targets = part_onnx.part6(True)
+    assert "## Part 6" in md and "not run: torch not installed" in md
+    assert [t.label for t in targets] == part_onnx.planned_labels()
+    assert {t.verdict for t in targets} == {"not run: torch not installed"}
+
+
+@needs_onnx_peers
+def test_quick_part_6_writes_the_onnx_tables(tmp_path):
+    out = tmp_path / "report.md"
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--parts", "6", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    text = out.read_text()
+    part = text.split("## Part 6")[1]
+    assert "failed" not in part and "skipped" not in part
+    for heading in ("### (a) forward", "### (b) forward + input gradient", "### (c) load time vs model size"):
+        assert heading in part
+    from benchmarks import part_onnx
+
+    for title in part_onnx.TITLES.values():
+        assert part.count(f"#### {title}") == 2
+    assert part.count("| gradserve (wire.Executor on the imported plan) | ") == 6
+    load = part.split("### (c)")[1]
+    assert "| weights (float32) | import (median) | import ms/MiB |" in load
+    assert len([line for line in load.splitlines() if line.startswith("| ") and " MiB file) |" in line]) == 4
+    for label in part_onnx.planned_labels():
+        assert f"| 6 | {label} | " in text
+    results = json.loads(out.with_suffix(".json").read_text())
+    measured = [t for t in results["targets"] if t["part"] == "6"]
+    assert {t["label"] for t in measured} >= set(part_onnx.planned_labels())
+    assert all(t["verdict"] == part_onnx.MEASURED and len(t["values"]) == 2 for t in measured)
+    assert all(v is not None and v > 0 for t in measured for v in t["values"])
