@@ -173,11 +173,17 @@ def _chunks(parts: list):
         yield b"".join(pending)
 
 
-async def _send_parts(send, parts: list, head_length: int | None, rid: str) -> int:
+EXECUTOR_HEADER = b"x-gradserve-executor"  # what computed an answer: engine, interpreted or compiled
+
+
+async def _send_parts(send, parts: list, head_length: int | None, rid: str, executor: str | None = None) -> int:
     """A 200 whose body is `parts` sent one `bytes` chunk after the other (see `_chunks`), the
-    last one closing the body (a small answer is one message); its length."""
+    last one closing the body (a small answer is one message); its length. `executor` (what ran the
+    computation: `wire.messages.Result.ran`) goes in the X-Gradserve-Executor header."""
     length = sum(len(p) for p in parts)
     headers = [(b"content-length", str(length).encode()), (request_id.HEADER_KEY, rid.encode())]
+    if executor:
+        headers.append((EXECUTOR_HEADER, executor.encode()))
     if head_length is None:
         headers.append((b"content-type", JSON.encode()))
     else:
@@ -285,7 +291,7 @@ class ComputeEndpoint:
         finally:
             hold.release()
         if outcome is None:
-            outcome = 200, hold.received, await _send_parts(send, parts, head_length, rid)
+            outcome = 200, hold.received, await _send_parts(send, parts, head_length, rid, ran[1] if ran else None)
         if ACCESS.isEnabledFor(INFO):
             route = getattr(scope.get("endpoint"), "route_path", None) or scope["path"]
             status, received, sent = outcome

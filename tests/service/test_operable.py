@@ -81,6 +81,11 @@ def test_json_lines_carry_each_request(json_server):
     assert [records[i]["executor"] for i in ids[1:3]] == ["engine", "engine"]
     assert records[ids[3]]["executor"] in ("interpreted", "compiled")
     assert records[ids[0]]["executor"] == "engine"  # a retained graph is the engine's
+    # and the answer says it too, as the log does
+    assert [r.headers["x-gradserve-executor"] for r in (retained, *answers)] == [
+        records[i]["executor"] for i in ids[:4]
+    ]
+    assert "x-gradserve-executor" not in bad.headers
 
     error = records[ids[4]]
     assert (error["route"], error["status"]) == ("/forward", 422) and "executor" not in error
