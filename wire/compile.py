@@ -31,6 +31,7 @@ from engine.api import recording
 from wire.codegen import GENERATOR, source_of
 from wire.differentiate import gradients
 from wire.errors import GraphError
+from wire.graph import ProgramKey
 from wire.program import ForTheEngine, NotRecorded, program_of
 from wire.run import Execution
 
@@ -130,7 +131,9 @@ def run_compiled(plan, shapes, request, differentiate: bool, charge, plan_id: st
     if len(plan.steps) > MAX_STEPS:
         _count("engine")
         return None
-    key = (differentiate, None if request.wrt is None else tuple(request.wrt), frozenset(request.grad_outputs))
+    key = ProgramKey(
+        differentiate, None if request.wrt is None else tuple(request.wrt), frozenset(request.grad_outputs)
+    )
     program = shapes.programs.get(key)
     if program is None:
         if len(shapes.programs) >= PROGRAMS_PER_SIGNATURE or not _kept(plan, shapes) or not charge(plan, 0):

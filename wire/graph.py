@@ -19,6 +19,7 @@ complete before anything is computed; every error names the node and the field a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy
 
@@ -27,6 +28,27 @@ from wire import grad_node, jvp_node
 from wire.codec import DATATYPES, NONFINITE
 from wire.errors import GraphError
 from wire.run import subgraph_function
+
+Signature = (
+    tuple  # an input signature: each input's (shape, dtype), in the plan's input order (`wire.infer.signature_of`)
+)
+
+
+class ProgramKey(NamedTuple):
+    """What one compiled program of a signature is for (`wire.compile.run_compiled`)."""
+
+    differentiate: bool  # a backward (else a forward)
+    wrt: tuple | None  # the inputs differentiated, as the request named them (None: every one that requires grad)
+    seeded: frozenset  # the outputs the request seeds with grad_outputs
+
+
+class Signatures(dict[Signature, Any]):
+    """A plan's checked input signatures: Signature -> `wire.infer.Shapes` (at most SIGNATURES_PER_PLAN)."""
+
+
+class Programs(dict[ProgramKey, Any]):
+    """A signature's compiled programs: ProgramKey -> `wire.program.Program`, or the `Fallback` saying why not."""
+
 
 VERSION = "1.1"  # "major.minor"; a graph's "version" is the oldest format it needs (VERSIONS)
 VERSIONS = {"1.0": 0, "1.1": 1}  # accepted spellings -> minor version; the number 1 means "1.0"
@@ -100,7 +122,7 @@ class Plan:
     grad_inputs: frozenset = frozenset()  # inputs that grad nodes differentiate with respect to
     has_grad_nodes: bool = False  # then every run records (the grad nodes differentiate it)
     jvps: frozenset = frozenset()  # the jvp nodes (each expanded into steps: see wire.jvp_node)
-    checked: dict = field(default_factory=dict)  # input signature -> Shapes (see check_request_inputs)
+    checked: Signatures = field(default_factory=Signatures)  # input signature -> Shapes (see check_request_inputs)
     input_names: frozenset = field(init=False)
     drops: list = field(init=False)  # liveness: per step, the values to drop after it (see liveness)
 

@@ -11,7 +11,7 @@ from engine.api import OPS, Bounded, ShapeError, as_array, current_interrupt, sh
 from wire import grad_node
 from wire.budget import with_costs
 from wire.errors import GraphError
-from wire.graph import Plan
+from wire.graph import Plan, Programs, Signature
 
 LEAVES = ("input", "arg", "grad_output", "forward_value")
 CHECK_EVERY = 256  # steps inferred between two checks of the cancel event
@@ -34,7 +34,7 @@ class Shapes:
     all_known: bool
     forward_cost: object = None  # wire.budget.Cost of a forward
     backward_cost: object = None  # ... of a forward recorded and differentiated
-    programs: dict = field(default_factory=dict, compare=False, repr=False)  # compiled programs (wire.compile)
+    programs: Programs = field(default_factory=Programs, compare=False, repr=False)  # compiled programs (wire.compile)
     nbytes: int = 0  # an estimate of what it holds (SIGNATURE_NODE_BYTES per node), programs aside
 
     @classmethod
@@ -195,7 +195,7 @@ def _leaves(plan, args, grad_output=None, forward=None):
 SIGNATURES_PER_PLAN = 64
 
 
-def signature_of(plan: Plan, arrays: dict):
+def signature_of(plan: Plan, arrays: dict) -> Signature:
     """The key under which a plan keeps the Shapes of inputs like `arrays` (their shapes and dtypes)."""
     return tuple((arrays[name].shape, arrays[name].dtype) for name in plan.inputs)
 
