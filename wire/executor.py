@@ -106,8 +106,6 @@ class Executor:
                 "resident arrays",
                 field="graph",
             )
-        for handle in request.fetch or ():
-            self.residents.get(key, handle, "fetch")
         return Ticket(request, kind, POOL if request.upload else INLINE, RESIDENT_ONLY)
 
     def _bind_residents(self, request: Request, plan) -> None:

@@ -6,7 +6,7 @@ client picks) and, through the service, its scope (the API key's digest when one
 kept under (scope, session, handle), so no other session can read or update it. A request can
 `upload` arrays under handles, read them as graph inputs (`{"op": "input", "resident": handle}`),
 `update` them in place by an optimizer step after its backward (`wire.resident_update`), `fetch` them
-and `free` them.
+and `free` them; "handle:name" names a handle's optimizer state (uploaded so, fetched by "handle:*").
 
 Charged like tapes (`wire.stores.TapeStore`): each array's bytes, its optimizer state's included,
 count against the session's bound (`max_session_resident_bytes`) and the server's
@@ -29,6 +29,7 @@ from wire.limits import Limits
 
 MIN_SESSION_CHARS = 16  # a session id must be at least this long (the client's is 32 random hex digits)
 MAX_SESSION_CHARS = 128
+STATE_SEPARATOR = ":"  # "handle:name" names a resident's optimizer state array (upload, fetch "handle:*")
 FORGOTTEN_SESSIONS = 1024  # expired sessions remembered, to say "expired" rather than "unknown"
 
 
@@ -154,6 +155,21 @@ class ResidentStore:
                 )
 
     def put(self, key: tuple, uploads: dict) -> None:
+        """Store `uploads` for session `key`: {handle: array} (`_put`), and {"handle:name": array}, the
+        optimizer state `name` of a handle (held, or uploaded with it), as `load_state_dict` sets it."""
+        arrays = {h: a for h, a in uploads.items() if STATE_SEPARATOR not in h}
+        if arrays:
+            self._put(key, arrays)
+        states = [(*name.split(STATE_SEPARATOR, 1), array) for name, array in uploads.items() if name not in arrays]
+        for handle, name, array in states:
+            resident = self.get(key, handle, "upload")
+            before = resident.nbytes
+            grown = int(array.nbytes) - (int(resident.state[name].nbytes) if name in resident.state else 0)
+            self.check_room(key, grown)
+            resident.state[name] = numpy.array(array, copy=True)
+            self.recharge(key, resident, before)
+
+    def _put(self, key: tuple, uploads: dict) -> None:
         """Store {handle: array} for session `key` (copies, writable; a handle stored again is replaced,
         its optimizer state dropped), all or none: 413 when they would pass a bound, 422 when one would
         change a held array's shape or dtype (free it first)."""
@@ -192,8 +208,17 @@ class ResidentStore:
                 self._bytes += delta
 
     def fetch(self, key: tuple, handles) -> dict:
-        """{handle: a copy of its array} of session `key`; 404 naming the first unknown handle."""
-        return {h: self.get(key, h, "fetch").array.copy() for h in handles}
+        """{handle: a copy of its array} of session `key`; 404 naming the first unknown handle. A handle
+        written "handle:*" asks for its optimizer state instead: {"handle:name": a copy of each array}."""
+        fetched = {}
+        for handle in handles:
+            if handle.endswith(STATE_SEPARATOR + "*"):
+                base = handle[:-2]
+                state = self.get(key, base, "fetch").state
+                fetched.update({f"{base}{STATE_SEPARATOR}{name}": a.copy() for name, a in state.items()})
+            else:
+                fetched[handle] = self.get(key, handle, "fetch").array.copy()
+        return fetched
 
     def free(self, key: tuple, handles) -> None:
         """Drop handles of session `key` (unknown ones are ignored: freeing twice is harmless)."""
