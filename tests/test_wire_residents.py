@@ -13,7 +13,7 @@ from wire.errors import GraphError
 from wire.executor import Executor
 from wire.handler import handle, read_body, run_arrays
 from wire.limits import Limits
-from wire.messages import decode_result, encode_request
+from wire.messages import decode_request, decode_result, encode_request
 
 SESSION = "a" * 32
 OTHER = "b" * 32
@@ -106,10 +106,10 @@ def test_sessions_cannot_read_update_or_fetch_each_others_arrays():
     ):
         err = refused(call)
         assert err.kind == "not_found" and "'w1'" in str(err) and "upload it again" in str(err)
-    scoped = executor.admit  # the same session id under another scope (API key) is another session too
-    request = run_arrays.__globals__["decode_request"]({"session": SESSION, "fetch": ["w1"]}, None, executor.limits)
+    # the same session id under another scope (the service sets it from the API key) is another session too
+    request = decode_request({"session": SESSION, "fetch": ["w1"]}, None, executor.limits)
     request.scope = "another key"
-    assert refused(scoped, request, "forward").kind == "not_found"
+    assert refused(lambda: executor.run(executor.admit(request, "forward"))).kind == "not_found"
     fetched = run_arrays(executor, "/forward", {"session": SESSION, "fetch": ["w1"]}).fetched
     numpy.testing.assert_array_equal(fetched["w1"], W0)
 
