@@ -187,6 +187,21 @@ def test_expired_or_lost_parameters_are_a_clear_error(make_server):
         assert not numpy.array_equal(w1.numpy(), W1)
 
 
+def test_a_server_restart_is_a_clear_error_and_setting_the_parameters_again_recovers(make_server):
+    srv = make_server()
+    port = int(srv.url.rsplit(":", 1)[1])
+    with client.connect(srv.url):
+        losses, (w1, w2) = train(client, *OPTIMIZERS[0], client.tensor)
+        srv.proc.send_signal(signal.SIGTERM)
+        srv.proc.wait(timeout=20)
+        make_server(port=port)  # the same address, a fresh server: it holds nothing of the session
+        with pytest.raises(ResidentLost, match="restarted.*set them again"):
+            w2.numpy()
+        w1.data, w2.data = W1.copy(), W2.copy()
+        again, _ = train(client, *OPTIMIZERS[0], client.tensor, params=(w1, w2))
+        assert again == pytest.approx(losses, rel=1e-12)  # the same run from the same start
+
+
 # --- servers of their own (settings differ from the shared one) ------------------------------------------
 
 
@@ -194,8 +209,8 @@ def test_expired_or_lost_parameters_are_a_clear_error(make_server):
 def make_server(tmp_path):
     started = []
 
-    def start(**settings):
-        port = free_port()
+    def start(port=None, **settings):
+        port = port or free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("GRADSERVE_")}
         env.update(GRADSERVE_HOST="127.0.0.1", GRADSERVE_PORT=str(port), GRADSERVE_LOG_LEVEL="warning", **settings)
         env["PYTHONPATH"] = str(ROOT)
