@@ -136,7 +136,7 @@ def _answered(reply, output_values, names, wanted, skip=frozenset()) -> dict:
     for value, name in zip(output_values, names):
         if name in reply.outputs and value.array is None:
             value.array = reply.outputs[name]
-    sums = {}
+    sums: dict = {}
     for nid, holder in wanted:
         if holder in skip:
             continue

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from typing import Any
 
 from client.errors import NotFoundError
 from client.graph import CUT, LEAF, Value
@@ -41,7 +42,7 @@ def touched(param) -> None:
             residents.dirty(param)
 
 
-class ResidentLost(NotFoundError):
+class ResidentLost(NotFoundError):  # type: ignore[valid-type,misc]  # (a class made by client.errors._answer)
     """The server no longer holds a session's resident arrays: their values must be set again."""
 
 
@@ -91,18 +92,18 @@ class Residents:
         uploading those the server does not hold; the entries it uploads (to mark synced once sent).
         A value recorded before a step read a parameter's earlier value: that is sent as it is (the
         server holds the current one only)."""
-        uploaded = []
+        uploaded: list[Resident] = []
         if not self.params:
             return uploaded
-        by_node = {}
+        by_node: dict[str, Resident] = {}
         for key, node_ids in builder.leaf_ids.items():
-            entry = self.params.get(key)
-            param = None if entry is None else entry.param()
-            if param is None:
+            found = self.params.get(key)
+            param = None if found is None else found.param()
+            if found is None or param is None:
                 continue
             current = None if param._value is None else builder.ids.get(id(param._value))
-            if current in node_ids:
-                by_node[current] = entry
+            if current is not None and current in node_ids:
+                by_node[current] = found
         missing = [name for name, array in call.inputs if array is None and name not in by_node]
         if missing:
             raise RuntimeError(
@@ -148,7 +149,7 @@ class Residents:
     def stale(self, params) -> None:
         """`params` were stepped on the server: their values are fetched when read."""
         for param in params:
-            self.of(param).synced = True
+            self.register(param).synced = True
             dtype = (param._data if param._data is not None else param._value).dtype
             value = Value(LEAF, param.shape, dtype, requires_grad=True, leaf=param)
             param._data, param._value, param._shared = None, value, False
@@ -195,7 +196,7 @@ def residents_of(session) -> Residents:
     return found
 
 
-def lost(err: NotFoundError) -> ResidentLost:
+def lost(err: Any) -> ResidentLost:
     """The error of a request the server answered 404 about a resident array."""
     return ResidentLost(
         f"{err.message}. The server no longer holds this session's resident parameters (unused past its "

@@ -18,14 +18,14 @@ from client.residents import residents_of
 from client.session import Session
 from client.state import current_session
 from client.variable import Variable
-from engine.optim import SGD, Adam, AdamW, RMSprop
+from engine.optim import SGD, Adam, AdamW, Optimizer, RMSprop
 from engine.optim.optimizer import _take_pending
 
 WIRE_NAMES = ((AdamW, "adamw"), (Adam, "adam"), (SGD, "sgd"), (RMSprop, "rmsprop"))  # subclasses first
 NOT_OPTIONS = {"self", "params", "foreach", "differentiable", "fused", "capturable"}
 
 
-class Resident:
+class Resident(Optimizer):
     """Mixed into an engine optimizer: parameters resident on a remote session's server."""
 
     _session = None  # the remote Session holding the parameters (None: the engine's step, on the client)
