@@ -10,16 +10,19 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import numpy
 import pytest
 from client_testkit import free_port
-from conftest import ROOT, LiveServer
 
 import client
 import engine
 from client.residents import ResidentLost
+
+ROOT = Path(__file__).resolve().parents[2]
 
 DIMS = (16, 40, 20, 3)  # batch, in, hidden, out
 RNG = numpy.random.default_rng(7)
@@ -218,7 +221,7 @@ def make_server(tmp_path):
         with log.open("w") as sink:
             proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=sink, stderr=sink)
         started.append(proc)
-        srv = LiveServer(proc, f"http://127.0.0.1:{port}", log)
+        srv = SimpleNamespace(proc=proc, url=f"http://127.0.0.1:{port}", text=lambda log=log: log.read_text()[-4000:])
         deadline = time.monotonic() + 30
         while True:
             try:
