@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from client.errors import ProtocolError, TracingError
+from client.errors import NotFoundError, ProtocolError, TracingError
 from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from client.graph import GRAD, JVP, GradNode, JvpNode, Value, edge_of
+from client.residents import Pending, cut_source, lost, placeholder
 from client.serialize import Builder, NeedsGraph
 from client.state import current_phase, current_session, mode
 from client.transports import Call
@@ -28,9 +29,15 @@ if TYPE_CHECKING:
 def fetching(session, values):
     """Compute `values` in one /forward, with every value a live Variable holds that the same graph
     computes (so that history whose value is known is never sent again)."""
+    yield from flush(session)
+    for v in values:  # a detached value whose source is known (fetched together with it earlier) is at hand
+        source = cut_source(v)
+        if v.array is None and source.array is not None:
+            v.array = source.array
     asked = {id(v): v for v in values if v.array is None}
     if not asked:
         return
+    check_not_consumed(session, asked.values())
     phase = current_phase()
     if phase is not None:
         raise TracingError(
@@ -45,9 +52,12 @@ def fetching(session, values):
         builder = Builder("backward")
         names = [builder.add(v) for v in asked.values()]
     held = [v for v in builder.computed() if id(v) not in asked and _held(v)]
-    names += [builder.ids[id(v)] for v in held]
+    residents = getattr(session, "_residents", None)
+    if residents is not None:  # a parameter stepped on the server is read: the others come along
+        held += [v for v in residents.on_server_only(asked) if id(v) not in asked]
+    names += [builder.add(v) if id(v) not in builder.ids else builder.ids[id(v)] for v in held]
     graph = builder.graph(list(dict.fromkeys(names)))
-    reply = yield from session._exchanging(Call("/forward", {"graph": graph}, builder.tensors))
+    reply = yield from _sending(session, Call("/forward", {"graph": graph}, builder.tensors), builder)
     for v, name in zip([*asked.values(), *held], names):
         v.array = _take(reply.outputs, name, "outputs")
         v.shape, v.dtype = tuple(v.array.shape), v.array.dtype
@@ -68,6 +78,7 @@ def _take(tensors, name, where):
 def backwarding(session, outputs, seeds, retain_graph, targets=None, create_graph=False):
     """Gradients of `outputs` into the leaves' .grad (targets None), or returned for `targets`."""
     retain = bool(create_graph if retain_graph is None else retain_graph)
+    yield from flush(session)
     processed, getting = walk(outputs, targets)
     # (a Variable that gets a gradient, the Value it is the gradient of; None: the leaf's own)
     holders = [
@@ -109,15 +120,100 @@ def _requesting(session, outputs, output_values, seeds, holders, retain):
     if retain and session.tapes:
         header["parameters"] = {"retain_graph": True}
     call = Call("/backward", header, builder.tensors, _seed_arrays(outputs, names, seeds))
-    reply = yield from session._exchanging(call, output_values if session.tapes else ())
+    residents = getattr(session, "_residents", None)
+    if residents is not None and not retain and not session.tapes and residents.deferrable(wanted):
+        grads = {holder: placeholder(holder.shape, _dtype(holder)) for _, holder in wanted}  # (client.residents)
+        residents.pending = Pending(call, builder, output_values, names, wanted, grads)
+        return {holder: Variable._lazy(value) for holder, value in grads.items()}
+    reply = yield from _sending(session, call, builder, output_values if session.tapes else ())
+    sums = _answered(reply, output_values, names, wanted)
+    return {holder: Variable._leaf(array) for holder, array in sums.items()}
+
+
+def _answered(reply, output_values, names, wanted, skip=frozenset()) -> dict:
+    """{holder: its gradient array} of a backward's reply (its outputs' values cached); holders in `skip`
+    (parameters a step updated on the server) get none."""
     for value, name in zip(output_values, names):
         if name in reply.outputs and value.array is None:
             value.array = reply.outputs[name]
-    sums = {}
+    sums: dict = {}
     for nid, holder in wanted:
+        if holder in skip:
+            continue
         array = _take(reply.grads, nid, "grads")
         sums[holder] = sums[holder] + array if holder in sums else array
-    return {holder: Variable._leaf(array) for holder, array in sums.items()}
+    return sums
+
+
+def _dtype(variable):
+    return (variable._data if variable._data is not None else variable._value).dtype
+
+
+def _sending(session, call, builder, outputs=(), uploaded=None):
+    """The reply to `call` built by `builder`, its registered parameters read by handle (client.residents)."""
+    residents = getattr(session, "_residents", None)
+    if residents is None:
+        return (yield from session._exchanging(call, outputs))
+    if uploaded is None:
+        uploaded = residents.prepare(session, call, builder)
+    if "update" in call.header:
+        call.idempotent = False  # sent twice, it would step twice
+    try:
+        if "graph" in call.header:
+            reply = yield from session._exchanging(call, outputs)
+        else:  # only moves resident arrays
+            reply = yield from session._calling(call)
+    except NotFoundError as err:
+        if "session" in call.header and err.field in ("resident", "update", "fetch"):
+            for entry in residents.params.values():
+                entry.synced = False
+            raise lost(err) from None
+        raise
+    residents.sent(uploaded)
+    return reply
+
+
+def flush(session, update=None, riders=()):
+    """Send the session's deferred backward (client.residents), with the optimizer step `update` if
+    given and the values of Variables `riders` (computed before the update): its placeholder gradients
+    get their values, or are consumed by the update; its reply."""
+    residents = getattr(session, "_residents", None)
+    pending = None if residents is None else residents.pending
+    if pending is None:
+        return None
+    residents.pending = None
+    call, builder = pending.call, pending.builder
+    if update is not None:
+        call.header["update"] = update
+    riding = [(v, builder.add(v._value)) for v in riders if not v._has_value]
+    if riding:
+        outputs = list(dict.fromkeys([*pending.names, *(name for _, name in riding)]))
+        call.header["graph"], call.inputs = builder.graph(outputs), builder.tensors
+        seeded = {name for name, _ in call.grad_outputs}  # riders pass no gradient: a zero seed says so
+        call.grad_outputs = call.grad_outputs + [
+            (name, numpy.zeros(v.shape, v._value.dtype)) for v, name in riding if name not in seeded
+        ]
+    reply = yield from _sending(session, call, builder)
+    for variable, name in riding:
+        variable._value.array = _take(reply.outputs, name, "outputs")
+    updated = {h for group in (update or {}).get("groups", ()) for h in group["handles"]}
+    skip = {holder for holder in pending.grads if residents.of(holder).handle in updated}
+    sums = _answered(reply, pending.output_values, pending.names, pending.wanted, skip)
+    for holder, value in pending.grads.items():
+        if holder in skip:
+            residents.consumed.add(value)
+        else:
+            value.array = sums[holder]
+    return reply
+
+
+def check_not_consumed(session, values) -> None:
+    residents = getattr(session, "_residents", None)
+    if residents is not None and any(v in residents.consumed for v in values):
+        raise RuntimeError(
+            "this gradient of a parameter kept resident on the server was used there by optimizer.step() and "
+            "not sent back: read .grad before step(), or make the optimizer with resident=False"
+        )
 
 
 def _seed_arrays(outputs, names, seeds) -> list:

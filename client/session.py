@@ -126,10 +126,11 @@ class _Core:
         sent = call
         if tape is not None and tape[1] == graph_text and all(ref() is v for ref, v in zip(tape[2], outputs)):
             rest = {k: v for k, v in call.header.items() if k != "graph"}
-            sent = Call(call.path, {"tape": tape[0], **rest}, [], call.grad_outputs, idempotent=False)
+            sent = Call(call.path, {"tape": tape[0], **rest}, [], call.grad_outputs, False, call.upload)
         elif graph_text in self._plans:
             rest = {k: v for k, v in call.header.items() if k != "graph"}
-            sent = Call(call.path, {**rest, "plan": self._plans[graph_text]}, call.inputs, call.grad_outputs)
+            plan = {**rest, "plan": self._plans[graph_text]}
+            sent = Call(call.path, plan, call.inputs, call.grad_outputs, call.idempotent, call.upload)
         try:
             reply = yield from self._calling(sent)
         except (NotFoundError, ConflictError):

@@ -54,6 +54,7 @@ class Call:
     inputs: list = field(default_factory=list)  # [(name, ndarray)]
     grad_outputs: list = field(default_factory=list)  # [(name, ndarray)]
     idempotent: bool = True  # safe to resend after a dropped connection
+    upload: list = field(default_factory=list)  # [(handle, ndarray)] to keep resident (wire.residents)
 
 
 @dataclass
@@ -64,6 +65,7 @@ class Reply:
     outputs: dict
     grads: dict
     tape: str | None = None
+    fetched: dict = field(default_factory=dict)  # resident arrays the call fetched (wire.residents)
 
 
 @dataclass
@@ -78,7 +80,7 @@ class Response:
 
 def encode(call: Call, binary: bool) -> tuple[bytes, dict]:
     """(body, headers) of a call."""
-    body, length = encode_request(call.header, call.inputs, call.grad_outputs, binary)
+    body, length = encode_request(call.header, call.inputs, call.grad_outputs, binary, call.upload)
     return body, content_headers(length)
 
 
@@ -91,7 +93,8 @@ def decode(response: Response, url: str | None) -> Reply:
         result = decode_result(body, tail, MAX_ELEMENTS)
     except (ValueError, TypeError, AttributeError) as err:  # wire.errors.GraphError is a ValueError
         raise ProtocolError(f"unreadable answer from {url}: {err}", url) from None
-    return Reply(body, owned(result.outputs.items()), owned(result.grads.items()), result.tape)
+    outputs, grads = owned(result.outputs.items()), owned(result.grads.items())
+    return Reply(body, outputs, grads, result.tape, owned((result.fetched or {}).items()))
 
 
 def raise_for_error(response: Response, url: str | None) -> Response:
@@ -163,11 +166,12 @@ class EmbeddedTransport:
         """The Reply to a plan's call (a /forward or /backward), its arrays handed over as they are
         both ways (`wire.handler.run_arrays`; the result's copied when a retained tape may share them)."""
         try:
-            result = run_arrays(self.executor, call.path, call.header, call.inputs, call.grad_outputs)
+            result = run_arrays(self.executor, call.path, call.header, call.inputs, call.grad_outputs, call.upload)
         except Exception as err:  # noqa: BLE001 - raised as the service's answer would be
             raise error_for_exception(err, where) from None
         copy = result.tape is not None
-        return Reply({}, owned(result.outputs.items(), copy), owned((result.grads or {}).items(), copy), result.tape)
+        outputs, grads = owned(result.outputs.items(), copy), owned((result.grads or {}).items(), copy)
+        return Reply({}, outputs, grads, result.tape, owned((result.fetched or {}).items()))
 
     def close(self):
         pass

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy
 
 from client.graph import CUT, LEAF, Value
+from client.residents import WATCHED, touched
 from client.state import current_phase, current_session, enable_grad, no_grad
 from engine import backend
 from engine.api import Device, DType, VariableSurface, dtype_of, from_key, host_array, same_array, tensor_data, to_key
@@ -96,7 +97,10 @@ class Variable(VariableSurface):
             if sys.getrefcount(self._value) > 2:  # this Variable's slot and the call's argument
                 self._data, self._value = self._data.copy(), None
             self._shared = False
-        return tensor_data(self._array())
+        data = tensor_data(self._array())
+        if WATCHED:  # a resident parameter (client.residents): its array may be written through this
+            touched(self)
+        return data
 
     @data.setter
     def data(self, new: Any) -> None:
@@ -108,6 +112,8 @@ class Variable(VariableSurface):
             )
         if self._data is None or not same_array(array, self._data):
             self._data, self._value, self._shared = array, None, False
+        if WATCHED:
+            touched(self)
 
     @property
     def requires_grad(self) -> bool:

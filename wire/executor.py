@@ -8,16 +8,29 @@ and admits it (`admit`: `wire.admission` decides), then runs the ticket (`run`).
 
 from __future__ import annotations
 
+import numpy
+
 from engine.api import shown
-from wire.admission import Ticket, admit
+from wire.admission import INLINE, POOL, Ticket, admit
 from wire.compile import run_compiled
 from wire.differentiate import gradients
 from wire.errors import RequestError
 from wire.infer import check_request_inputs, known_shapes
 from wire.limits import Limits
 from wire.messages import Request, Result
+from wire.resident_update import apply_update
+from wire.residents import ResidentStore
 from wire.run import Execution, element_guard
 from wire.stores import PlanCache, TapeStore
+
+RESIDENT_ONLY = "resident only"  # the `plan` of a ticket that only moves resident arrays (no graph runs)
+
+
+def key_of(request: Request) -> tuple:
+    """The key its session's resident arrays are kept under: (scope, session)."""
+    if request.session is None:
+        raise RequestError("a graph that reads resident arrays needs the request's 'session'", field="session")
+    return (request.scope, request.session)
 
 
 class Executor:
@@ -29,11 +42,16 @@ class Executor:
         self.compiled = compiled  # run admitted plans by their compiled programs (wire.compile) where they compile
         self.plans = PlanCache(self.limits.plan_cache_size, self.limits.plan_cache_bytes)
         self.tapes = TapeStore(self.limits)
+        self.residents = ResidentStore(self.limits)
 
     def admit(self, request: Request, kind: str, cheap_steps: int | None = None) -> Ticket:
         """The `wire.admission.Ticket` of `request` to `kind` ("forward" or "backward"), or the
         error that refuses it. With `cheap_steps`, it is planned only where that is cheap
         (`_cheaply_planned`): else its ticket is an unplanned POOL one, admitted again there."""
+        if request.session is not None or request.upload:
+            ticket = self._admit_residents(request, kind)
+            if ticket is not None:
+                return ticket
         if cheap_steps is None:
             return admit(request, kind, self.limits, self._plan)
         return admit(request, kind, self.limits, lambda r: self._cheaply_planned(r, cheap_steps))
@@ -65,8 +83,91 @@ class Executor:
         """request.planned, with at least its plan resolved: (plan, Shapes or None, key)."""
         if request.planned is None:
             plan, key = self._resolve(request)
+            if plan.residents or request.update:
+                self._bind_residents(request, plan)
             request.planned = (plan, None, key)
         return request.planned
+
+    # --- resident arrays (wire.residents) ------------------------------------------------------
+
+    def _admit_residents(self, request: Request, kind: str) -> Ticket | None:
+        """Refuse early what the resident store cannot take; the ticket of a request that only moves
+        resident arrays (None for one with a graph to run: admitted as usual)."""
+        if request.update and (kind != "backward" or request.tape is not None):
+            raise RequestError("an update applies after a backward that sends its graph (no tape)", field="update")
+        key = key_of(request)
+        if request.upload:
+            self.residents.check_room(key, sum(int(a.nbytes) for a in request.upload.values()))
+        if not request.resident_only:
+            return None
+        if request.inputs or request.grad_outputs or request.wrt is not None:
+            raise RequestError(
+                "'graph' is required (or 'plan', or 'tape'): a request without one only uploads, fetches or frees "
+                "resident arrays",
+                field="graph",
+            )
+        return Ticket(request, kind, POOL if request.upload else INLINE, RESIDENT_ONLY)
+
+    def _bind_residents(self, request: Request, plan) -> None:
+        """Its resident inputs' arrays as the request's inputs (read-only views: updated only after the
+        run), from its upload or the store; every handle it updates must be one of them."""
+        key = key_of(request)
+        bound = {}
+        for node, handle in plan.residents.items():
+            if node in request.inputs:
+                raise RequestError(
+                    f"input node {shown(node)} reads resident {shown(handle)}: it is not also sent in 'inputs'",
+                    node=node,
+                    field="inputs",
+                )
+            if handle in bound:
+                raise RequestError(
+                    f"resident {shown(handle)} is read by two input nodes ({shown(bound[handle])} and {shown(node)})",
+                    node=node,
+                    field="resident",
+                )
+            bound[handle] = node
+            array = request.upload.get(handle)
+            if array is None:
+                array = self.residents.get(key, handle, "resident").array
+            view = array.view()
+            view.flags.writeable = False
+            request.inputs[node] = view
+        for _, _, handles in request.update or ():
+            for handle in handles:
+                if handle not in bound:
+                    raise RequestError(
+                        f"update names resident {shown(handle)}, which no input node of the graph reads",
+                        node=handle,
+                        field="update",
+                    )
+
+    def _settle_residents(self, request: Request, plan, result: Result) -> Result:
+        """After a run: the update applied (the updated inputs' gradients not sent back), then the
+        fetch and the free."""
+        key = key_of(request)
+        if request.update and result.grads is not None:
+            by_handle = {h: result.grads[n] for n, h in plan.residents.items() if n in result.grads}
+            apply_update(self.residents, key, request.update, by_handle)
+            updated = {h for _, _, handles in request.update for h in handles}
+            arrays = [self.residents.get(key, h, "update").array for h in updated]
+            result.grads = {n: g for n, g in result.grads.items() if plan.residents.get(n) not in updated}
+            result.outputs = {
+                name: out.copy() if any(numpy.may_share_memory(out, a) for a in arrays) else out
+                for name, out in result.outputs.items()
+            }
+        return self._fetch_and_free(request, key, result)
+
+    def _fetch_and_free(self, request: Request, key: tuple, result: Result) -> Result:
+        if request.fetch:
+            result.fetched = self.residents.fetch(key, request.fetch)
+            if request.json_answer is not None:
+                elements = sum(int(a.size) for a in result.fetched.values())
+                if elements > self.limits.max_json_output_elements:
+                    raise request.json_answer.refusal(elements, self.limits.max_json_output_elements)
+        if request.free:
+            self.residents.free(key, request.free)
+        return result
 
     def _resolve(self, request: Request):
         """(plan, key): the request's plan, and the key to cache it under when it is new (None
@@ -118,9 +219,18 @@ class Executor:
         if not ticket.planned:
             ticket = self.admit(ticket.request, ticket.kind)
         request = ticket.request
+        if request.upload:
+            self.residents.put(key_of(request), request.upload)
+        if ticket.plan is RESIDENT_ONLY:
+            return self._fetch_and_free(request, key_of(request), Result(request.id, {}))
         if request.tape is not None:
-            return self._through_tape(request)
+            result = self._through_tape(request)
+            return result if request.session is None else self._fetch_and_free(request, key_of(request), result)
         plan, shapes = ticket.plan, ticket.shapes
+        result = self._run_plan(ticket, request, plan, shapes)
+        return result if request.session is None else self._settle_residents(request, plan, result)
+
+    def _run_plan(self, ticket: Ticket, request: Request, plan, shapes) -> Result:
         key = request.planned[2]
         if key is not None:
             self.plans.store(key, plan)

@@ -64,7 +64,7 @@ SUBGRAPH_OPS = {
     "grad_output": "inside a backward subgraph: the gradient of the function's output",
     "forward_value": "inside a backward subgraph: the value of forward-subgraph node attrs.node",
 }
-NODE_KEYS = {"id", "op", "inputs", "attrs", "requires_grad", "shape", "dtype"}
+NODE_KEYS = {"id", "op", "inputs", "attrs", "requires_grad", "shape", "dtype", "resident"}
 
 
 @dataclass
@@ -79,6 +79,7 @@ class Step:
     function: type | None = None
     subgraphs: tuple | None = None  # a function node's (forward Plan, backward Plan)
     dynamic: bool = False  # its shape may be known only by running (see mark_dynamic)
+    resident: str | None = None  # an input's: the handle of the resident array it reads (wire.residents)
 
 
 INDEXING_OPS = ("getitem", "setitem", "index_add")
@@ -125,9 +126,11 @@ class Plan:
     checked: Signatures = field(default_factory=Signatures)  # input signature -> Shapes (see check_request_inputs)
     input_names: frozenset = field(init=False)
     drops: list = field(init=False)  # liveness: per step, the values to drop after it (see liveness)
+    residents: dict = field(init=False)  # input id -> the handle of the resident array it reads
 
     def __post_init__(self):
         self.input_names = frozenset(self.inputs)
+        self.residents = {s.id: s.resident for s in self.steps if s.op == "input" and s.resident is not None}
         self.drops = liveness(self.steps, set(self.outputs))
 
     def count_steps(self) -> int:
@@ -259,8 +262,8 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget) -> Step 
     requires_grad = node.get("requires_grad", False)
     if not isinstance(requires_grad, bool):
         _fail(f"node {shown(node_id)}: 'requires_grad' must be true or false", node_id, "requires_grad")
-    if op != "input" and ({"requires_grad", "shape", "dtype"} & set(node)):
-        _fail(f"node {shown(node_id)}: only input nodes take requires_grad, shape and dtype", node_id, "op")
+    if op != "input" and ({"requires_grad", "shape", "dtype", "resident"} & set(node)):
+        _fail(f"node {shown(node_id)}: only input nodes take requires_grad, shape, dtype and resident", node_id, "op")
     if op == "input":
         if scope != "graph":
             _fail(
@@ -329,7 +332,10 @@ def _input_step(node, node_id, raw_inputs, attrs, requires_grad):
             node_id,
             "requires_grad",
         )
-    return Step(
+    resident = node.get("resident")
+    if resident is not None and (not isinstance(resident, str) or not resident):
+        _fail(f"input node {shown(node_id)}: 'resident' must be a non-empty string (a handle)", node_id, "resident")
+    step = Step(
         node_id,
         "input",
         (),
@@ -338,6 +344,8 @@ def _input_step(node, node_id, raw_inputs, attrs, requires_grad):
         None if shape is None else tuple(shape),
         None if dtype is None else DATATYPES[dtype],
     )
+    step.resident = resident
+    return step
 
 
 def _constant_step(node_id, raw_inputs, attrs):

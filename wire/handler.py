@@ -76,7 +76,7 @@ def run(executor: Executor, path: str, request: Request) -> Result:
     return execute(executor, executor.admit(request, kind_of(path)))
 
 
-def run_arrays(executor: Executor, path: str, header: dict, inputs=(), grad_outputs=()) -> Result:
+def run_arrays(executor: Executor, path: str, header: dict, inputs=(), grad_outputs=(), upload=()) -> Result:
     """The Result of a request whose tensors are arrays already ([(name, array)] besides a JSON
     `header` without tensors), for an in-process caller: nothing is encoded or copied. The header
     is checked by `decode_request`, the arrays by the limits a body's tensors meet, and they reach
@@ -84,7 +84,7 @@ def run_arrays(executor: Executor, path: str, header: dict, inputs=(), grad_outp
     caller knows to copy it)."""
     request = decode_request(header, None, executor.limits)
     max_elements, total = executor.limits.max_tensor_elements, 0
-    for key, tensors in (("inputs", inputs), ("grad_outputs", grad_outputs)):
+    for key, tensors in (("inputs", inputs), ("grad_outputs", grad_outputs), ("upload", upload)):
         views = []
         for i, (name, array) in enumerate(tensors):
             view = numpy.asarray(array).view(numpy.ndarray)

@@ -48,6 +48,12 @@ class Limits:
     plan_cache_bytes: int = limit(64 * 2**20, "estimated bytes of the planned graphs kept", ge=0)
     max_request_bytes: int = limit(256 * 2**20, "a request's planned peak memory", gt=0)
     max_request_work: int = limit(10**11, "a request's planned work (flop-equivalents)", gt=0)
+    # resident arrays (wire.residents): parameters and optimizer state kept across requests, per session
+    max_resident_bytes: int = limit(256 * 2**20, "bytes of resident arrays held at once, all sessions", ge=0)
+    max_session_resident_bytes: int = limit(
+        128 * 2**20, "bytes of resident arrays one session holds (its parameters and optimizer state)", ge=0
+    )
+    resident_ttl_s: float = limit(1800.0, "seconds a session's resident arrays are kept unused", gt=0)
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -11,6 +11,8 @@ from engine.api import shown
 from wire import codec
 from wire.errors import RequestError
 from wire.limits import Limits
+from wire.resident_update import check_update
+from wire.residents import check_session
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,14 @@ REQUEST = (
     Key("wrt", "strings", paths=("backward",)),
     Key("tape", "string", "a tape id from a retained /forward or /backward", paths=("backward",)),
     Key("outputs", "tensors", paths=()),  # an Open Inference Protocol habit, accepted and ignored
+    # resident arrays (wire.residents): kept across requests under (session, handle)
+    Key("session", "string", "the session resident arrays are kept under: a random id of 16 to 128 characters"),
+    Key("upload", "tensors", "arrays to keep resident, each under its name (its handle), before the graph runs"),
+    Key("update", "update", "an optimizer step applied in place to resident inputs after the backward", paths=()),
+    Key("fetch", "strings", "resident handles whose arrays the answer carries (as 'fetched')"),
+    Key("free", "strings", "resident handles to drop once the request has run"),
 )
+RESIDENT_KEYS = ("upload", "update", "fetch", "free")
 PARAMETER_KEYS = (
     Key("retain_graph", "boolean", "keep the tape for a later /backward"),
     Key("binary_data_output", "boolean", "answer with the binary tensor extension"),
@@ -66,6 +75,17 @@ class Request:
     # which tensors its answer encodes as JSON (wire.admission.JsonAnswer: bounded by max_json_output_elements);
     # None: none (a binary answer, or arrays handed over in-process)
     json_answer: object = field(default=None, repr=False)
+    session: str | None = None  # wire.residents: the session its resident arrays are kept under
+    scope: str | None = field(default=None, repr=False)  # set by the service: who sent it (its API key's digest)
+    upload: dict = field(default_factory=dict)  # {handle: array} to keep resident
+    update: list | None = None  # wire.resident_update.check_update's groups
+    fetch: list | None = None  # resident handles to answer with
+    free: list | None = None  # resident handles to drop after running
+
+    @property
+    def resident_only(self) -> bool:
+        """Whether it only moves resident arrays (no graph, plan or tape to run)."""
+        return self.graph is None and self.plan is None and self.tape is None and self.held is None
 
 
 @dataclass
@@ -76,6 +96,7 @@ class Result:
     tape: str | None = None
     plan: str | None = None  # the id under which the server keeps the request's plan
     ran: str | None = None  # what ran it: "engine", "interpreted" or "compiled" (wire.compile.run_compiled)
+    fetched: dict | None = None  # {handle: array} of the resident arrays the request fetched
 
 
 def tensor_map(pairs, where):
@@ -117,24 +138,25 @@ def decode_request(header, tail, limits: Limits) -> Request:
         raise RequestError(
             "'plan' must be a string (a plan id an earlier answer gave), sent instead of 'graph'", field="plan"
         )
-    input_objs, grad_objs = get("inputs"), get("grad_outputs")
+    input_objs, grad_objs, upload_objs = get("inputs"), get("grad_outputs"), get("upload")
     checked = []
-    for where, objs in (("inputs", input_objs), ("grad_outputs", grad_objs)):
+    for where, objs in (("inputs", input_objs), ("grad_outputs", grad_objs), ("upload", upload_objs)):
         if objs is not None and not isinstance(objs, list):
             raise RequestError(f"'{where}' must be a list of tensor objects", field=where)
         checked.append(codec.check_headers(objs, where, limits.max_tensor_elements))
-    check_total(sum(h[3] for h in checked[0]) + sum(h[3] for h in checked[1]), limits)
+    check_total(sum(h[3] for c in checked for h in c), limits)
     inputs, offset = codec.decode_tensors(input_objs, "inputs", tail, 0, limits.max_tensor_elements, checked[0])
     grads, offset = codec.decode_tensors(
         grad_objs, "grad_outputs", tail, offset, limits.max_tensor_elements, checked[1]
     )
+    uploads, offset = codec.decode_tensors(upload_objs, "upload", tail, offset, limits.max_tensor_elements, checked[2])
     if tail is not None and offset != len(tail):
         raise RequestError(
             f"the body has {len(tail) - offset} bytes of binary data that no tensor claims",
             field=codec.HEADER_LENGTH,
             kind="malformed",
         )
-    return Request(
+    request = Request(
         graph=get("graph"),
         plan=plan,
         inputs=tensor_map(inputs, "inputs"),
@@ -145,6 +167,30 @@ def decode_request(header, tail, limits: Limits) -> Request:
         retain_graph=retain_graph,
         binary_output=binary_output,
     )
+    if any(get(key) is not None for key in ("session", *RESIDENT_KEYS)):
+        _decode_resident_keys(request, get, tensor_map(uploads, "upload"))
+    return request
+
+
+def _decode_resident_keys(request: Request, get, uploads: dict) -> None:
+    """The resident-array keys of a request (`wire.residents`): they need its session."""
+    session = get("session")
+    check_session(session)
+    request.session = session
+    request.upload = uploads
+    for key in ("fetch", "free"):
+        handles = get(key)
+        if handles is not None and (not isinstance(handles, list) or not all(isinstance(h, str) for h in handles)):
+            raise RequestError(f"'{key}' must be a list of resident handles", field=key)
+        setattr(request, key, handles)
+    if get("update") is not None:
+        request.update = check_update(get("update"))
+        if request.retain_graph:
+            raise RequestError(
+                "an update changes its resident inputs in place, which a retained tape still reads: "
+                "send it without retain_graph",
+                field="update",
+            )
 
 
 def check_total(total: int, limits: Limits):
@@ -171,17 +217,21 @@ def encode_message(body: dict, keys, binary: bool) -> tuple[list, int | None]:
     return [codec.dumps(body)], None
 
 
-def encode_request(header: dict, inputs=(), grad_outputs=(), binary: bool = True) -> tuple[bytes, int | None]:
+def encode_request(
+    header: dict, inputs=(), grad_outputs=(), binary: bool = True, upload=()
+) -> tuple[bytes, int | None]:
     """(body, header length or None) of a request: its JSON `header` without tensors, and its
-    [(name, array)] tensors; a binary request asks for a binary answer."""
+    [(name, array)] tensors (`upload`: those to keep resident); a binary request asks for a binary answer."""
     header = dict(header)
     if inputs:
         header["inputs"] = inputs
     if grad_outputs:
         header["grad_outputs"] = grad_outputs
+    if upload:
+        header["upload"] = upload
     if binary:
         header["parameters"] = {**header.get("parameters", {}), "binary_data_output": True}
-    parts, length = encode_message(header, ("inputs", "grad_outputs"), binary)
+    parts, length = encode_message(header, ("inputs", "grad_outputs", "upload"), binary)
     return parts[0] if len(parts) == 1 else b"".join(parts), length
 
 
@@ -195,7 +245,9 @@ def encode_result_parts(result: Result, binary: bool) -> tuple[list, int | None]
         body["tape"] = result.tape
     if result.plan is not None:
         body["plan"] = result.plan
-    return encode_message(body, ("outputs", "grads"), binary)
+    if result.fetched:
+        body["fetched"] = result.fetched.items()
+    return encode_message(body, ("outputs", "grads", "fetched"), binary)
 
 
 def encode_result(result: Result, binary: bool) -> tuple[bytes, int | None]:
@@ -207,5 +259,8 @@ def encode_result(result: Result, binary: bool) -> tuple[bytes, int | None]:
 def decode_result(header: dict, tail, max_elements: int) -> Result:
     """A Result from an answer's parsed JSON header and binary tail (None for plain JSON)."""
     outputs, offset = codec.decode_tensors(header.get("outputs"), "outputs", tail, 0, max_elements)
-    grads, _ = codec.decode_tensors(header.get("grads"), "grads", tail, offset, max_elements)
-    return Result(header.get("id"), dict(outputs), dict(grads), header.get("tape"), header.get("plan"))
+    grads, offset = codec.decode_tensors(header.get("grads"), "grads", tail, offset, max_elements)
+    fetched, _ = codec.decode_tensors(header.get("fetched"), "fetched", tail, offset, max_elements)
+    result = Result(header.get("id"), dict(outputs), dict(grads), header.get("tape"), header.get("plan"))
+    result.fetched = dict(fetched)
+    return result

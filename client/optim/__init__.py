@@ -1,13 +1,17 @@
 """`torch.optim` for the client: the engine's optimizers and schedulers (`engine.optim`, written once),
 with the client's Variable registered so that a step's new parameter and state values, recorded as
-expressions, are fetched together: one `/forward` per `optimizer.step()` against a server, none embedded."""
+expressions, are fetched together: one `/forward` per `optimizer.step()` against a server, none embedded.
+On a remote session the optimizers keep their parameters resident on the server instead
+(`client.optim.resident`, `resident=False` to opt out): a step sends its batch and the update only."""
 
 from client.optim import lr_scheduler
+from client.optim.resident import Resident
 from client.session import current_session
 from client.state import mode
 from client.variable import Variable
+from engine import optim as engine_optim
 from engine.nn.missing import missing
-from engine.optim import SGD, Adam, AdamW, Optimizer, RMSprop, optimizer
+from engine.optim import Optimizer, optimizer
 
 
 def _realise(variables) -> None:
@@ -16,6 +20,23 @@ def _realise(variables) -> None:
 
 
 optimizer.register(Variable, mode, _realise)
+
+
+class SGD(Resident, engine_optim.SGD):
+    """`torch.optim.SGD`; on a remote session its parameters stay on the server (`client.optim.resident`)."""
+
+
+class Adam(Resident, engine_optim.Adam):
+    """`torch.optim.Adam`; on a remote session its parameters stay on the server (`client.optim.resident`)."""
+
+
+class AdamW(Resident, engine_optim.AdamW):
+    """`torch.optim.AdamW`; on a remote session its parameters stay on the server (`client.optim.resident`)."""
+
+
+class RMSprop(Resident, engine_optim.RMSprop):
+    """`torch.optim.RMSprop`; on a remote session its parameters stay on the server (`client.optim.resident`)."""
+
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "lr_scheduler"]
 __getattr__ = missing("torch.optim")

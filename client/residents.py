@@ -1,0 +1,209 @@
+"""Parameters kept resident on the server (`wire.residents`): a remote training step sends only its batch.
+
+A client optimizer (`client.optim`) on a remote session registers its parameters here. From then on:
+
+* a request whose graph reads a registered parameter names it by handle (`"resident"` on its input
+  node) instead of sending its array; the first such request uploads it (again after `p.data = ...` or
+  reading `p.data`, which may be written in place);
+* `loss.backward()` whose every gradient goes to registered parameters is *deferred*: their `.grad` is
+  a placeholder, and `optimizer.step()` sends that backward with the update, so the server computes
+  the gradients and steps the parameters in place, and neither parameters nor gradients travel. Any
+  other request (reading a value, reading a `.grad`, another backward) sends the deferred backward
+  first, as it would have been sent;
+* after a step a parameter's value is on the server only: `p.data`, `p.item()`, `print(p)` fetch it
+  (one /forward). A gradient the step consumed on the server is not sent back: reading it after
+  `step()` raises (read it before, or use `resident=False`).
+
+If the server lost the session's arrays (their TTL passed, or it restarted), the next request fails
+with `ResidentLost`: the values the server held are gone, so the parameters must be set again
+(e.g. `model.load_state_dict(saved)`, or `p.data = ...`), which uploads them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any
+
+from client.errors import NotFoundError
+from client.graph import CUT, LEAF, Value
+from client.transports import Call
+
+_HANDLES = itertools.count()
+WATCHED: dict = {}  # id of a registered parameter -> the Residents (sessions) holding it, weakly
+
+
+def touched(param) -> None:
+    """`param`'s value may change on the client (`p.data` read or set): every session holding it resident
+    uploads it again with the next request that reads it."""
+    holders = WATCHED.get(id(param))
+    if holders:
+        for residents in list(holders):
+            residents.dirty(param)
+
+
+class ResidentLost(NotFoundError):  # type: ignore[valid-type,misc]  # (a class made by client.errors._answer)
+    """The server no longer holds a session's resident arrays: their values must be set again."""
+
+
+class Resident:
+    """A registered parameter: its handle, and whether the server holds its current value."""
+
+    __slots__ = ("handle", "param", "synced")
+
+    def __init__(self, param):
+        self.handle = f"p{next(_HANDLES)}"
+        self.param = weakref.ref(param)
+        self.synced = False
+
+
+class Pending:
+    """A deferred backward: its call, the values it answers and the placeholder gradients it fills."""
+
+    __slots__ = ("call", "builder", "output_values", "names", "wanted", "grads")
+
+    def __init__(self, call, builder, output_values, names, wanted, grads):
+        self.call, self.builder, self.output_values, self.names = call, builder, output_values, names
+        self.wanted, self.grads = wanted, grads
+
+
+class Residents:
+    """One session's registered parameters (by id of the Variable), and its deferred backward."""
+
+    def __init__(self):
+        self.params: dict[int, Resident] = {}
+        self.pending: Pending | None = None
+        self.consumed: weakref.WeakSet = weakref.WeakSet()  # placeholder gradients a step used on the server
+
+    def register(self, param) -> Resident:
+        entry = self.params.get(id(param))
+        if entry is None or entry.param() is not param:
+            entry = self.params[id(param)] = Resident(param)
+            WATCHED.setdefault(id(param), weakref.WeakSet()).add(self)
+            weakref.finalize(param, _forget, id(param), weakref.ref(self))
+        return entry
+
+    def of(self, param) -> Resident | None:
+        entry = self.params.get(id(param))
+        return entry if entry is not None and entry.param() is param else None
+
+    def prepare(self, session, call: Call, builder) -> list:
+        """Rewrite `call` (built by `builder`) so that registered parameters are read by handle,
+        uploading those the server does not hold; the entries it uploads (to mark synced once sent).
+        A value recorded before a step read a parameter's earlier value: that is sent as it is (the
+        server holds the current one only)."""
+        uploaded: list[Resident] = []
+        if not self.params:
+            return uploaded
+        by_node: dict[str, Resident] = {}
+        for key, node_ids in builder.leaf_ids.items():
+            found = self.params.get(key)
+            param = None if found is None else found.param()
+            if found is None or param is None:
+                continue
+            current = None if param._value is None else builder.ids.get(id(param._value))
+            if current is not None and current in node_ids:
+                by_node[current] = found
+        missing = [name for name, array in call.inputs if array is None and name not in by_node]
+        if missing:
+            raise RuntimeError(
+                "a value recorded before optimizer.step() reads a parameter's earlier value, which the server "
+                "no longer holds (it keeps the current one): read such values before step()"
+            )
+        if not by_node:
+            return uploaded
+        for node in call.header["graph"]["nodes"]:
+            entry = by_node.get(node["id"])
+            if entry is not None:
+                node["resident"] = entry.handle
+        call.inputs = [(name, array) for name, array in call.inputs if name not in by_node]
+        call.header["session"] = session.session_id
+        for entry in dict.fromkeys(by_node.values()):
+            param = entry.param()
+            array = None if entry.synced or param is None else _current(param)
+            if array is not None:
+                call.upload.append((entry.handle, array))
+                uploaded.append(entry)
+        return uploaded
+
+    def on_server_only(self, asked: dict) -> list:
+        """The current Values of the parameters whose value is on the server only, when `asked` (values by
+        id) reads one of them (or a detached copy): reading a model's parameters after a step fetches them
+        together."""
+        values = []
+        for entry in self.params.values():
+            param = entry.param()
+            if param is not None and param._data is None and param._value.kind == LEAF and param._value.array is None:
+                values.append(param._value)
+        ids = {id(v) for v in values}
+        reads = any(id(cut_source(v)) in ids for v in asked.values())
+        return values if reads else []
+
+    def deferrable(self, wanted) -> bool:
+        return bool(wanted) and all(self.of(holder) is not None for _, holder in wanted)
+
+    def sent(self, uploaded) -> None:
+        for entry in uploaded:
+            entry.synced = True
+
+    def stale(self, params) -> None:
+        """`params` were stepped on the server: their values are fetched when read."""
+        for param in params:
+            self.register(param).synced = True
+            dtype = (param._data if param._data is not None else param._value).dtype
+            value = Value(LEAF, param.shape, dtype, requires_grad=True, leaf=param)
+            param._data, param._value, param._shared = None, value, False
+
+    def dirty(self, param) -> None:
+        """`param`'s value may have changed on the client: upload it with the next request that reads it."""
+        entry = self.of(param)
+        if entry is not None:
+            entry.synced = False
+
+
+def _forget(key: int, residents_ref) -> None:
+    residents = residents_ref()
+    if residents is not None:
+        residents.params.pop(key, None)
+    holders = WATCHED.get(key)
+    if holders is not None and residents is not None:
+        holders.discard(residents)
+    if not holders:
+        WATCHED.pop(key, None)
+
+
+def cut_source(value):
+    """The value a detached value (a chain of cuts) stands for: itself when it is not a cut."""
+    while value.kind == CUT and value.inputs and value.array is None:
+        value = value.inputs[0]
+    return value
+
+
+def placeholder(shape, dtype) -> Value:
+    """The Value of a deferred gradient: computed when the deferred backward is sent."""
+    return Value(CUT, shape, dtype)
+
+
+def _current(param):
+    """The array of a registered parameter's current value on the client (None: on the server only)."""
+    return param._data if param._data is not None else param._value.array  # None: only the server has it
+
+
+def residents_of(session) -> Residents:
+    found = getattr(session, "_residents", None)
+    if found is None:
+        found = session._residents = Residents()
+    return found
+
+
+def lost(err: Any) -> ResidentLost:
+    """The error of a request the server answered 404 about a resident array."""
+    return ResidentLost(
+        f"{err.message}. The server no longer holds this session's resident parameters (unused past its "
+        "resident_ttl_s, or it restarted): their last values are lost with it; set them again "
+        "(model.load_state_dict(...) or p.data = ...), which uploads them, and step again",
+        err.status,
+        err.node,
+        err.field,
+        err.url,
+    )

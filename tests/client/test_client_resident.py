@@ -1,0 +1,243 @@
+"""Remote training with resident parameters (issue 24 item 3): a client optimizer on a live server keeps
+its parameters there, so a step sends its batch and the update only; losses and parameters equal the
+engine's and PyTorch's step by step; sessions are isolated; expiry, budgets and a lost server are
+clear errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import numpy
+import pytest
+from client_testkit import free_port
+
+import client
+import engine
+from client.residents import ResidentLost
+
+ROOT = Path(__file__).resolve().parents[2]
+
+DIMS = (16, 40, 20, 3)  # batch, in, hidden, out
+RNG = numpy.random.default_rng(7)
+W1 = RNG.standard_normal((DIMS[1], DIMS[2]))
+W2 = RNG.standard_normal((DIMS[2], DIMS[3]))
+BATCHES = [(RNG.standard_normal((DIMS[0], DIMS[1])), RNG.standard_normal((DIMS[0], DIMS[3]))) for _ in range(5)]
+OPTIMIZERS = [
+    ("SGD", {"lr": 1e-3, "momentum": 0.9, "weight_decay": 1e-2}),
+    ("Adam", {"lr": 1e-2, "betas": (0.8, 0.99)}),
+]
+
+
+def train(lib, name, options, tensor, params=None):
+    """Losses of the seed net (relu MLP) trained on BATCHES by `lib.optim.<name>`; and its parameters."""
+    w1, w2 = params or (tensor(W1.copy(), requires_grad=True), tensor(W2.copy(), requires_grad=True))
+    optimizer = getattr(lib.optim, name)([w1, w2], **options)
+    losses = []
+    for x, y in BATCHES:
+        optimizer.zero_grad()
+        loss = (tensor(x).mm(w1).clamp(min=0).mm(w2) - tensor(y)).pow(2).sum()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, (w1, w2)
+
+
+class Bytes:
+    """Request and answer body bytes of a session, counted at its transport."""
+
+    def __init__(self, session):
+        self.up = self.down = self.requests = 0
+        transport = session._transport
+        original = transport.request
+
+        def request(method, path, content=None, headers=None):
+            response = original(method, path, content, headers)
+            self.up += len(content or b"")
+            self.down += len(response.content)
+            self.requests += 1
+            return response
+
+        transport.request = request
+
+
+@pytest.mark.parametrize(("name", "options"), OPTIMIZERS)
+def test_a_remote_loop_equals_the_engine_and_pytorch_step_by_step(server, name, options):
+    torch = pytest.importorskip("torch")
+    with client.connect(server.url) as session:
+        losses, (w1, w2) = train(client, name, options, client.tensor)
+        assert session._residents.params  # the parameters were kept resident
+        remote = numpy.array(losses), w1.numpy(), w2.numpy()
+    expected = train(engine, name, options, engine.tensor)
+    oracle = train(torch, name, options, lambda a, requires_grad=False: torch.tensor(a, requires_grad=requires_grad))
+    for reference in (expected, oracle):
+        ref_losses, ref_params = reference
+        numpy.testing.assert_allclose(remote[0], ref_losses, rtol=1e-10)
+        for got, want in zip(remote[1:], ref_params):
+            numpy.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_embedded_training_is_unchanged(server):
+    with client.connect() as session:
+        losses, _ = train(client, *OPTIMIZERS[0], client.tensor)
+        assert not getattr(session, "_residents", None)
+    numpy.testing.assert_allclose(losses, train(engine, *OPTIMIZERS[0], engine.tensor)[0], rtol=1e-12)
+
+
+def test_a_step_sends_only_its_batch(server):
+    x, y = BATCHES[0]
+    batch_bytes = x.nbytes + y.nbytes
+    param_bytes = W1.nbytes + W2.nbytes
+
+    def step_bytes(resident):
+        with client.connect(server.url) as session:
+            w1, w2 = client.tensor(W1.copy(), requires_grad=True), client.tensor(W2.copy(), requires_grad=True)
+            optimizer = client.optim.SGD([w1, w2], lr=1e-3, momentum=0.9, resident=resident)
+            tx, ty = client.tensor(x), client.tensor(y)
+
+            def step():
+                optimizer.zero_grad()
+                (tx.mm(w1).clamp(min=0).mm(w2) - ty).pow(2).sum().backward()
+                optimizer.step()
+
+            step()
+            count = Bytes(session)
+            for _ in range(3):
+                step()
+            return count.up / 3, count.down / 3, count.requests / 3
+
+    up, down, requests = step_bytes(True)
+    old_up, old_down, _ = step_bytes(False)
+    assert requests == 1  # the deferred backward goes with the update: one request per step
+    assert batch_bytes <= up < batch_bytes + 3000  # the batch and a small header
+    assert down < 1000  # the loss, nothing else
+    assert old_up > up + param_bytes and old_down > down + param_bytes  # parameters went both ways before
+
+
+def test_reading_a_parameter_fetches_it_and_a_consumed_gradient_says_why(remote):
+    losses, (w1, w2) = train(client, *OPTIMIZERS[0], client.tensor)
+    expected = train(engine, *OPTIMIZERS[0], engine.tensor)[1]
+    assert w1._data is None  # on the server only, until read
+    numpy.testing.assert_allclose(w2.numpy(), expected[1].numpy(), rtol=1e-10)
+    shown = str(w1)  # printing fetches too
+    assert w1._value.array is not None and shown.startswith("Variable([[") and "requires_grad=True" in shown
+    with pytest.raises(RuntimeError, match="read .grad before step"):
+        w1.grad.numpy()
+
+
+def test_gradients_read_before_the_step_are_sent_and_the_step_still_matches(remote):
+    w1, w2 = client.tensor(W1.copy(), requires_grad=True), client.tensor(W2.copy(), requires_grad=True)
+    e1, e2 = engine.tensor(W1.copy(), requires_grad=True), engine.tensor(W2.copy(), requires_grad=True)
+    optimizers = client.optim.Adam([w1, w2], lr=0.01), engine.optim.Adam([e1, e2], lr=0.01)
+    for x, y in BATCHES[:3]:
+        for lib, (a, b), opt in ((client, (w1, w2), optimizers[0]), (engine, (e1, e2), optimizers[1])):
+            opt.zero_grad()
+            for _ in range(2):  # two backwards accumulate: the client holds the gradients, then steps with them
+                (lib.tensor(x).mm(a).clamp(min=0).mm(b) - lib.tensor(y)).pow(2).sum().backward()
+        numpy.testing.assert_allclose(w1.grad.numpy(), e1.grad.numpy(), rtol=1e-10)
+        for opt in optimizers:
+            opt.step()
+    numpy.testing.assert_allclose(w1.numpy(), e1.numpy(), rtol=1e-10)
+    numpy.testing.assert_allclose(w2.numpy(), e2.numpy(), rtol=1e-10)
+
+
+def test_two_sessions_cannot_read_or_update_each_others_handles(server):
+    with client.connect(server.url) as first:
+        train(client, *OPTIMIZERS[0], client.tensor)
+        handle = next(iter(first._residents.params.values())).handle
+        with client.connect(server.url) as second:
+            for header in (
+                {"session": second.session_id, "fetch": [handle]},
+                {"session": second.session_id, "free": [handle], "fetch": [handle]},
+            ):
+                with pytest.raises(client.errors.NotFoundError, match=f"'{handle}'"):
+                    second.send("/forward", header)
+        fetched = first.send("/forward", {"session": first.session_id, "fetch": [handle]})
+        assert fetched.body["fetched"][0]["name"] == handle
+
+
+def test_a_session_over_its_byte_budget_is_413_naming_it(make_server):
+    srv = make_server(GRADSERVE_MAX_SESSION_RESIDENT_BYTES=str(W1.nbytes))
+    with client.connect(srv.url):
+        with pytest.raises(client.errors.ServerError, match="max_session_resident_bytes") as caught:
+            train(client, *OPTIMIZERS[0], client.tensor)
+        assert caught.value.status == 413
+
+
+def test_expired_or_lost_parameters_are_a_clear_error(make_server):
+    srv = make_server(GRADSERVE_RESIDENT_TTL_S="0.3")
+    with client.connect(srv.url):
+        w1, w2 = client.tensor(W1.copy(), requires_grad=True), client.tensor(W2.copy(), requires_grad=True)
+        optimizer = client.optim.SGD([w1, w2], lr=1e-3)
+        x, y = (client.tensor(a) for a in BATCHES[0])
+        (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum().backward()
+        optimizer.step()
+        time.sleep(0.6)
+        with pytest.raises(ResidentLost, match="expired.*set them again") as caught:
+            w1.numpy()
+        assert caught.value.status == 404
+        w1.data, w2.data = W1.copy(), W2.copy()  # set again: uploaded with the next request
+        numpy.testing.assert_array_equal(w1.numpy(), W1)
+        optimizer.zero_grad()
+        (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum().backward()
+        optimizer.step()
+        assert not numpy.array_equal(w1.numpy(), W1)
+
+
+def test_a_server_restart_is_a_clear_error_and_setting_the_parameters_again_recovers(make_server):
+    srv = make_server()
+    port = int(srv.url.rsplit(":", 1)[1])
+    with client.connect(srv.url):
+        losses, (w1, w2) = train(client, *OPTIMIZERS[0], client.tensor)
+        srv.proc.send_signal(signal.SIGTERM)
+        srv.proc.wait(timeout=20)
+        make_server(port=port)  # the same address, a fresh server: it holds nothing of the session
+        with pytest.raises(ResidentLost, match="restarted.*set them again"):
+            w2.numpy()
+        w1.data, w2.data = W1.copy(), W2.copy()
+        again, _ = train(client, *OPTIMIZERS[0], client.tensor, params=(w1, w2))
+        assert again == pytest.approx(losses, rel=1e-12)  # the same run from the same start
+
+
+# --- servers of their own (settings differ from the shared one) ------------------------------------------
+
+
+@pytest.fixture
+def make_server(tmp_path):
+    started = []
+
+    def start(port=None, **settings):
+        port = port or free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GRADSERVE_")}
+        env.update(GRADSERVE_HOST="127.0.0.1", GRADSERVE_PORT=str(port), GRADSERVE_LOG_LEVEL="warning", **settings)
+        env["PYTHONPATH"] = str(ROOT)
+        log = tmp_path / f"server{len(started)}.log"
+        with log.open("w") as sink:
+            proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=sink, stderr=sink)
+        started.append(proc)
+        srv = SimpleNamespace(proc=proc, url=f"http://127.0.0.1:{port}", text=lambda log=log: log.read_text()[-4000:])
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{srv.url}/healthz", timeout=1).status_code == 200:
+                    return srv
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"the server did not come up:\n{srv.text()}")
+            time.sleep(0.05)
+
+    yield start
+    for proc in started:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -1,0 +1,193 @@
+"""Resident arrays in the protocol (`wire.residents`, `wire.resident_update`): uploaded once, read by
+handle, updated in place by an optimizer step after the backward, fetched; scoped to a session,
+bounded by bytes and age, with errors that name the handle or the bound."""
+
+from __future__ import annotations
+
+import time
+
+import numpy
+import pytest
+
+from wire.errors import GraphError
+from wire.executor import Executor
+from wire.handler import handle, read_body, run_arrays
+from wire.limits import Limits
+from wire.messages import decode_request, decode_result, encode_request
+
+SESSION = "a" * 32
+OTHER = "b" * 32
+GRAPH = {
+    "version": "1.1",
+    "nodes": [
+        {"id": "x", "op": "input"},
+        {"id": "y", "op": "input"},
+        {"id": "w", "op": "input", "requires_grad": True, "resident": "w1"},
+        {"id": "b", "op": "input", "requires_grad": True, "resident": "b1"},
+        {"id": "h", "op": "matmul", "inputs": ["x", "w"]},
+        {"id": "z", "op": "add", "inputs": ["h", "b"]},
+        {"id": "t", "op": "tanh", "inputs": ["z"]},
+        {"id": "d", "op": "sub", "inputs": ["t", "y"]},
+        {"id": "s", "op": "mul", "inputs": ["d", "d"]},
+        {"id": "l", "op": "mean", "inputs": ["s"]},
+    ],
+    "outputs": ["l"],
+}
+RNG = numpy.random.default_rng(0)
+W0, B0 = RNG.normal(size=(4, 3)), RNG.normal(size=(3,))
+BATCHES = [(RNG.normal(size=(5, 4)), RNG.normal(size=(5, 3))) for _ in range(4)]
+
+
+def step(executor, update, session=SESSION, upload=(), fetch=None, batch=BATCHES[0]):
+    header = {"graph": GRAPH, "wrt": ["w", "b"], "session": session, "update": update}
+    if fetch:
+        header["fetch"] = fetch
+    return run_arrays(executor, "/backward", header, [("x", batch[0]), ("y", batch[1])], upload=upload)
+
+
+def refused(call, *args, **kwargs) -> GraphError:
+    with pytest.raises(GraphError) as caught:
+        call(*args, **kwargs)
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "torch_options"),
+    [
+        ("sgd", {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01}, {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01}),
+        ("adam", {"lr": 0.01, "betas": [0.8, 0.99]}, {"lr": 0.01, "betas": (0.8, 0.99)}),
+        ("adamw", {"lr": 0.01}, {"lr": 0.01}),
+    ],
+)
+def test_a_resident_training_loop_matches_pytorch_step_by_step(name, options, torch_options):
+    torch = pytest.importorskip("torch")
+    executor = Executor()
+    update = {"optimizer": name, "groups": [{"handles": ["w1", "b1"], **options}]}
+    w, b = (torch.tensor(a, requires_grad=True) for a in (W0, B0))
+    reference = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[name]
+    optimizer = reference([w, b], **torch_options)
+    for i, batch in enumerate(BATCHES):
+        upload = [("w1", W0), ("b1", B0)] if i == 0 else ()
+        result = step(executor, update, upload=upload, batch=batch, fetch=["w1", "b1"])
+        optimizer.zero_grad()
+        loss = (torch.tanh(torch.tensor(batch[0]) @ w + b) - torch.tensor(batch[1])).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        assert result.outputs["l"] == pytest.approx(loss.item(), rel=1e-12)
+        assert result.grads == {}  # the updated parameters' gradients stay on the server
+        numpy.testing.assert_allclose(result.fetched["w1"], w.detach().numpy(), rtol=1e-12)
+        numpy.testing.assert_allclose(result.fetched["b1"], b.detach().numpy(), rtol=1e-12)
+    state_bytes = {"sgd": 1, "adam": 2, "adamw": 2}[name] * (W0.nbytes + B0.nbytes)
+    assert executor.residents.nbytes >= W0.nbytes + B0.nbytes + state_bytes
+
+
+def test_the_binary_body_carries_uploads_and_fetched_arrays():
+    executor = Executor()
+    header = {"graph": GRAPH, "wrt": ["w", "b"], "session": SESSION, "fetch": ["b1"]}
+    inputs = [("x", BATCHES[0][0]), ("y", BATCHES[0][1])]
+    body, length = encode_request(header, inputs, upload=[("w1", W0), ("b1", B0)])
+    parts, out_length, _ = handle(executor, "/backward", body, length)
+    result = decode_result(*read_body(b"".join(parts), out_length), 2**30)
+    assert set(result.grads) == {"w", "b"}  # no update: the gradients come back
+    numpy.testing.assert_array_equal(result.fetched["b1"], B0)
+    again, length = encode_request({**header, "fetch": ["w1"]}, inputs)  # the arrays stay: only the batch goes up
+    assert len(again) < len(body) - W0.nbytes - B0.nbytes + 200
+    parts, out_length, _ = handle(executor, "/backward", again, length)
+    assert decode_result(*read_body(b"".join(parts), out_length), 2**30).outputs["l"].shape == ()
+
+
+def test_sessions_cannot_read_update_or_fetch_each_others_arrays():
+    executor = Executor()
+    run_arrays(executor, "/forward", {"session": SESSION}, upload=[("w1", W0), ("b1", B0)])
+    update = {"optimizer": "sgd", "groups": [{"handles": ["w1", "b1"], "lr": 0.1}]}
+    for call in (
+        lambda: step(executor, update, session=OTHER),
+        lambda: run_arrays(executor, "/forward", {"session": OTHER, "fetch": ["w1"]}),
+    ):
+        err = refused(call)
+        assert err.kind == "not_found" and "'w1'" in str(err) and "upload it again" in str(err)
+    # the same session id under another scope (the service sets it from the API key) is another session too
+    request = decode_request({"session": SESSION, "fetch": ["w1"]}, None, executor.limits)
+    request.scope = "another key"
+    assert refused(lambda: executor.run(executor.admit(request, "forward"))).kind == "not_found"
+    fetched = run_arrays(executor, "/forward", {"session": SESSION, "fetch": ["w1"]}).fetched
+    numpy.testing.assert_array_equal(fetched["w1"], W0)
+
+
+def test_unused_arrays_expire_and_the_error_says_so():
+    executor = Executor(Limits(resident_ttl_s=0.05))
+    run_arrays(executor, "/forward", {"session": SESSION}, upload=[("w1", W0)])
+    time.sleep(0.1)
+    err = refused(run_arrays, executor, "/forward", {"session": SESSION, "fetch": ["w1"]})
+    assert err.kind == "not_found" and "expired" in str(err) and "resident_ttl_s" in str(err)
+    assert executor.residents.nbytes == 0
+
+
+def test_byte_bounds_refuse_with_413_naming_the_bound():
+    executor = Executor(Limits(max_session_resident_bytes=W0.nbytes + B0.nbytes, max_resident_bytes=10**6))
+    run_arrays(executor, "/forward", {"session": SESSION}, upload=[("w1", W0), ("b1", B0)])
+    err = refused(run_arrays, executor, "/forward", {"session": SESSION}, upload=[("more", W0)])
+    assert err.kind == "too_large" and "max_session_resident_bytes" in str(err)
+    # momentum buffers are charged too: the first step's state does not fit this session's bound
+    update = {"optimizer": "sgd", "groups": [{"handles": ["w1", "b1"], "lr": 0.1, "momentum": 0.9}]}
+    err = refused(step, executor, update)
+    assert err.kind == "too_large" and "max_session_resident_bytes" in str(err)
+    tight = Executor(Limits(max_resident_bytes=W0.nbytes))
+    err = refused(run_arrays, tight, "/forward", {"session": SESSION}, upload=[("w1", W0), ("b1", B0)])
+    assert err.kind == "too_large" and "max_resident_bytes" in str(err)
+
+
+def test_bad_resident_requests_name_the_handle_or_field():
+    executor = Executor()
+    update = {"optimizer": "sgd", "groups": [{"handles": ["w1", "b1"], "lr": 0.1}]}
+    err = refused(step, executor, update)  # nothing uploaded
+    assert err.kind == "not_found" and err.node in ("w1", "b1")
+    run_arrays(executor, "/forward", {"session": SESSION}, upload=[("w1", W0), ("b1", B0)])
+    err = refused(run_arrays, executor, "/forward", {"session": SESSION}, upload=[("w1", W0.astype("float32"))])
+    assert err.kind == "invalid" and err.node == "w1" and "free it first" in str(err)
+    err = refused(run_arrays, executor, "/forward", {"session": SESSION}, upload=[("w1", W0[:2])])
+    assert err.kind == "invalid" and err.field == "upload"
+    err = refused(step, executor, {"optimizer": "sgd", "groups": [{"handles": ["w1", "zz"], "lr": 0.1}]})
+    assert err.node == "zz" and err.field == "update"
+    err = refused(step, executor, {"optimizer": "lbfgs", "groups": [{"handles": ["w1"]}]})
+    assert err.field == "update.optimizer"
+    err = refused(step, executor, {"optimizer": "sgd", "groups": [{"handles": ["w1"], "lr": -1}]})
+    assert err.field == "update.groups[0]" and "learning rate" in str(err)
+    err = refused(step, executor, update, session="short")
+    assert err.field == "session"
+    err = refused(run_arrays, executor, "/forward", {"graph": GRAPH}, [("x", BATCHES[0][0]), ("y", BATCHES[0][1])])
+    assert err.field == "session"
+    forward = {"graph": GRAPH, "session": SESSION, "update": update}
+    err = refused(run_arrays, executor, "/forward", forward, [("x", BATCHES[0][0]), ("y", BATCHES[0][1])])
+    assert err.field == "update"
+
+
+def test_free_drops_arrays_and_their_bytes():
+    executor = Executor()
+    run_arrays(executor, "/forward", {"session": SESSION}, upload=[("w1", W0), ("b1", B0)])
+    assert executor.residents.nbytes == W0.nbytes + B0.nbytes
+    run_arrays(executor, "/forward", {"session": SESSION, "free": ["w1", "b1", "never"]})
+    assert executor.residents.nbytes == 0 and len(executor.residents) == 0
+    assert refused(run_arrays, executor, "/forward", {"session": SESSION, "fetch": ["w1"]}).kind == "not_found"
+
+
+def test_an_output_that_is_a_resident_is_answered_before_its_update():
+    executor = Executor()
+    graph = {
+        "version": "1.1",
+        "nodes": [
+            {"id": "w", "op": "input", "requires_grad": True, "resident": "w1"},
+            {"id": "l", "op": "sum", "inputs": ["w"]},
+        ],
+        "outputs": ["w", "l"],
+    }
+    header = {
+        "graph": graph,
+        "wrt": ["w"],
+        "session": SESSION,
+        "update": {"optimizer": "sgd", "groups": [{"handles": ["w1"], "lr": 1.0}]},
+    }
+    result = run_arrays(executor, "/backward", header, grad_outputs=[("w", 0 * W0)], upload=[("w1", W0)])
+    numpy.testing.assert_array_equal(result.outputs["w"], W0)
+    fetched = run_arrays(executor, "/forward", {"session": SESSION, "fetch": ["w1"]}).fetched["w1"]
+    numpy.testing.assert_array_equal(fetched, W0 - 1.0)
