@@ -13,6 +13,8 @@ Raised, as decisions:
   and its serving (`service/oip/onnx_models.py`, `model_config.py`; issue 25) took them to 4800 and 3538.
 - engine 9300 -> 9600 (2026-11-25): `engine/recording.py`, the observer a cached plan's program is recorded by
   (issue 23: it replaced wire's second backward walk), took it to 9393.
+- wire 5000 -> 5700 and client 2200 -> 2700 (2026-11-25): resident parameters (issue 24 item 3: `wire/residents.py`,
+  `wire/resident_update.py`, `client/residents.py`, `client/optim/resident.py`) took them to 5323 and 2551.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 9600, "wire": 5000, "service": 3700, "client": 2200}
+BUDGETS = {"engine": 9600, "wire": 5700, "service": 3700, "client": 2700}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

@@ -1,8 +1,8 @@
 """`torch.optim` for the client: the engine's optimizers and schedulers (`engine.optim`, written once),
 with the client's Variable registered so that a step's new parameter and state values, recorded as
 expressions, are fetched together: one `/forward` per `optimizer.step()` against a server, none embedded.
-On a remote session the optimizers keep their parameters resident on the server instead
-(`client.optim.resident`, `resident=False` to opt out): a step sends its batch and the update only."""
+With `resident=True` on a remote session the optimizers keep their parameters on the server instead
+(`client.optim.resident`): a step sends its batch and the update only."""
 
 from client.optim import lr_scheduler
 from client.optim.resident import Resident

@@ -1,11 +1,12 @@
 """The client's optimizers on a remote session: parameters kept resident on the server (`client.residents`).
 
 `Resident` is mixed into each engine optimizer (`client.optim.SGD`, ...). Made on a remote `Session`
-(and `resident=True`, the default), it registers its parameters with the session; `step()` then sends
+with `resident=True` (opt-in: without it the step keeps PyTorch's semantics exactly, gradients
+readable after `step()`), it registers its parameters with the session; `step()` then sends
 the update to the server, which applies the engine's own optimizer there (`wire.resident_update`):
 with the deferred backward when the gradients are still on the server (one request, only the batch
 goes up), else with the gradients the client holds (accumulated over several backwards, or set by
-hand). Embedded, or with `resident=False`, the engine's step runs as it is."""
+hand). Embedded, or without `resident=True`, the engine's step runs as it is."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class Resident(Optimizer):
     _session = None  # the remote Session holding the parameters (None: the engine's step, on the client)
     _state_on_server = False  # optimizer.state is the server's, fetched when read
 
-    def __init__(self, params, *args, resident: bool = True, **kwargs):
+    def __init__(self, params, *args, resident: bool = False, **kwargs):
         super().__init__(params, *args, **kwargs)
         session = current_session()
         self._session = session if resident and isinstance(session, Session) and not session.embedded else None

@@ -519,7 +519,7 @@ def test_mlp_with_adamw_and_steplr_prints_torch_losses(torch_like, oracle):
     assert got.count("loss") == 8 and "lr 0.01250" in got
 
 
-def test_a_remote_training_step_is_one_backward(server):
+def test_a_remote_training_step_is_one_backward_and_one_forward(server):
     with client.connect(server.url) as session:
         torch = client
         torch.manual_seed(0)
@@ -536,8 +536,7 @@ def test_a_remote_training_step_is_one_backward(server):
             optimizer.step()
             scheduler.step()
             losses.append(loss.item())  # the /backward's answer carried it
-            # the parameters stay on the server: the backward goes with the update (client.residents)
-            assert dict(session.stats) == {"/backward": step}
+            assert dict(session.stats) == {"/backward": step, "/forward": step}
         assert losses[2] < losses[0]
 
 

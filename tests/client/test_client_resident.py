@@ -38,7 +38,8 @@ OPTIMIZERS = [
 def train(lib, name, options, tensor, params=None):
     """Losses of the seed net (relu MLP) trained on BATCHES by `lib.optim.<name>`; and its parameters."""
     w1, w2 = params or (tensor(W1.copy(), requires_grad=True), tensor(W2.copy(), requires_grad=True))
-    optimizer = getattr(lib.optim, name)([w1, w2], **options)
+    resident = {"resident": True} if lib is client else {}  # opt-in: the client's optimizers keep PyTorch's semantics
+    optimizer = getattr(lib.optim, name)([w1, w2], **options, **resident)
     losses = []
     for x, y in BATCHES:
         optimizer.zero_grad()
@@ -134,7 +135,7 @@ def test_reading_a_parameter_fetches_it_and_a_consumed_gradient_says_why(remote)
 def test_gradients_read_before_the_step_are_sent_and_the_step_still_matches(remote):
     w1, w2 = client.tensor(W1.copy(), requires_grad=True), client.tensor(W2.copy(), requires_grad=True)
     e1, e2 = engine.tensor(W1.copy(), requires_grad=True), engine.tensor(W2.copy(), requires_grad=True)
-    optimizers = client.optim.Adam([w1, w2], lr=0.01), engine.optim.Adam([e1, e2], lr=0.01)
+    optimizers = client.optim.Adam([w1, w2], lr=0.01, resident=True), engine.optim.Adam([e1, e2], lr=0.01)
     for x, y in BATCHES[:3]:
         for lib, (a, b), opt in ((client, (w1, w2), optimizers[0]), (engine, (e1, e2), optimizers[1])):
             opt.zero_grad()
@@ -174,7 +175,7 @@ def test_expired_or_lost_parameters_are_a_clear_error(make_server):
     srv = make_server(GRADSERVE_RESIDENT_TTL_S="0.3")
     with client.connect(srv.url):
         w1, w2 = client.tensor(W1.copy(), requires_grad=True), client.tensor(W2.copy(), requires_grad=True)
-        optimizer = client.optim.SGD([w1, w2], lr=1e-3)
+        optimizer = client.optim.SGD([w1, w2], lr=1e-3, resident=True)
         x, y = (client.tensor(a) for a in BATCHES[0])
         (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum().backward()
         optimizer.step()
