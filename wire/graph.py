@@ -306,7 +306,7 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget, attrs_me
     problem = spec.arity_error(len(raw_inputs), checked)
     if problem:
         _fail(f"node {shown(node_id)} ({op}) {problem}", node_id, "inputs")
-    return Step(node_id, op, tuple([seen[ref] for ref in raw_inputs]), checked)
+    return Step(node_id, spec.name, tuple([seen[ref] for ref in raw_inputs]), checked)
 
 
 FLOAT_KINDS = ("float", "float?", "p")
