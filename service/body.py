@@ -193,7 +193,7 @@ async def read_body(
                         break
                     # one buffer filled in place, never zero-filled nor joined (each would hold the
                     # GIL for a pass over the whole body); a chunked body grows a bytearray
-                    body = memoryview(numpy.empty(declared, numpy.uint8)) if declared else bytearray()
+                    body = _buffer(declared, head_length) if declared else bytearray()
                 if isinstance(body, bytearray):
                     body += chunk
                 else:
@@ -212,6 +212,20 @@ async def read_body(
         body = body[:total]
     _check_json_header(limits, head_length, total)
     return body
+
+
+ALIGN = 64  # where a binary body's tensor bytes start in the buffer it is read into
+
+
+def _buffer(declared: int, head_length: int | None) -> memoryview:
+    """An uninitialised buffer of `declared` bytes in which a binary body's tail (its tensors' bytes,
+    after the `head_length` bytes of its JSON header) starts ALIGN-aligned: its tensors are then used
+    in place (`wire.codec` copies one that is not aligned for its dtype, a pass over its bytes)."""
+    if head_length is None or not 0 <= head_length <= declared:
+        return memoryview(numpy.empty(declared, numpy.uint8))
+    raw = numpy.empty(declared + ALIGN, numpy.uint8)
+    start = -(raw.ctypes.data + head_length) % ALIGN
+    return memoryview(raw[start : start + declared])
 
 
 DRAIN_BYTES = 64 * 2**20  # the longest rest of a refused body read (and dropped) after its early answer...

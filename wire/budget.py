@@ -56,11 +56,71 @@ def nbytes(meta) -> int:
 
 
 def with_costs(plan, shapes):
-    """`shapes` with its forward and backward Costs for `plan`."""
+    """`shapes` with its forward and backward Costs for `plan` (the two walks share one `_OpCosts`)."""
     grads = getattr(plan, "grad_inputs", frozenset())
-    forward = plan_cost(plan, shapes.bounds, shapes.functions, record=plan.has_grad_nodes, requires=grads)
-    backward = plan_cost(plan, shapes.bounds, shapes.functions, record=True, requires=plan.requires_grad | grads)
+    ops = _OpCosts()
+    forward = plan_cost(plan, shapes.bounds, shapes.functions, record=plan.has_grad_nodes, requires=grads, ops=ops)
+    backward = plan_cost(
+        plan, shapes.bounds, shapes.functions, record=True, requires=plan.requires_grad | grads, ops=ops
+    )
     return dataclasses.replace(shapes, forward_cost=forward, backward_cost=backward)
+
+
+class _OpCosts:
+    """What a walk needs of an op step that its op, inputs' and output's metas and attributes decide
+    (`_op_costs`), computed once per distinct such key: a graph repeats a few kinds of step (a chain
+    of 100,000 muls of one shape is one), and the rules (`engine.costs`) cost ~10 µs a step. Steps with
+    attributes that are not hashable (lists, arrays) are computed each time. The forward and backward
+    walks of a signature (`with_costs`) share one."""
+
+    def __init__(self):
+        self._memo: dict = {}
+        self._sizes: dict = {}
+
+    def __call__(self, step, bounds) -> tuple:
+        key = (step.op, *[_key(bounds[i]) for i in step.inputs], _key(bounds[step.id]))
+        if step.attrs:
+            key = (*key, *[(k, v.__class__, v) for k, v in step.attrs.items()])
+        try:
+            found = self._memo.get(key)
+        except TypeError:  # an unhashable attribute
+            return _op_costs(step, bounds)
+        if found is None:
+            found = self._memo[key] = _op_costs(step, bounds)
+        return found
+
+    def nbytes(self, meta) -> int:
+        key = _key(meta)
+        found = self._sizes.get(key)
+        if found is None:
+            found = self._sizes[key] = nbytes(meta)
+        return found
+
+
+def _key(meta):
+    """A meta as a key: a dtype that is a lone constant's number keeps its type (2, 2.0 and True are
+    equal numbers, not equal dtypes)."""
+    return meta if isinstance(meta[1], numpy.dtype) else (*meta, type(meta[1]))
+
+
+def _op_costs(step, bounds) -> tuple:
+    """(work, forward, kept and backward scratch bytes, the inputs the backward saves, whether it
+    saves its output, whether it is differentiable) of an op step."""
+    op = OPS[step.op]
+    in_metas, out_meta = [_meta(bounds[i]) for i in step.inputs], _meta(bounds[step.id])
+    dtypes = [dtype for _, dtype in (*in_metas, out_meta)]
+    work = op.cost([shape for shape, _ in in_metas], out_meta[0], step.attrs, dtypes)[1]
+    scratch = op.temporaries(in_metas, out_meta, step.attrs)
+    saved = tuple(_saved_inputs(step))
+    return (
+        work,
+        scratch.forward,
+        scratch.kept,
+        scratch.backward,
+        saved,
+        _uses_output(step),
+        _differentiable(step, bounds),
+    )
 
 
 def _saved_inputs(step):
@@ -115,10 +175,11 @@ def _differentiable(step, bounds):
     return spec is not None and spec.differentiable and isinstance(dtype, numpy.dtype) and dtype.kind == "f"
 
 
-def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
+def plan_cost(plan, bounds, functions, record: bool, requires, ops: _OpCosts | None = None) -> Cost:
     """The Cost of running `plan`'s steps (recorded and differentiated when `record`)."""
+    ops = ops or _OpCosts()
     steps = plan.steps
-    size = {s.id: nbytes(bounds[s.id]) for s in steps}
+    size = {s.id: ops.nbytes(bounds[s.id]) for s in steps}
     last = {}
     for index, step in enumerate(steps):
         for ref in step.inputs:
@@ -129,7 +190,8 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
     work, work_node, node_work = 0, None, -1
     grad = set(requires)
     saved_count: dict = {}
-    recorded = []  # (index, extra bytes the node keeps for its backward, what its vjps hold besides the grads)
+    recorded = []  # (index, extra bytes the node keeps for its backward, what its vjps hold besides the grads,
+    # the inputs it saves, whether it saves its output)
     work_of = {}
     graph_of = {}  # a grad node's recorded backward graph (bytes), which a later grad node walks again
     ancestry, work_before, size_before = _Ancestry(steps), 0, live  # the leaves count as ancestors
@@ -137,62 +199,61 @@ def plan_cost(plan, bounds, functions, record: bool, requires) -> Cost:
     for index, step in enumerate(steps):
         if check is not None and not index % 256:
             check()
-        if step.op in LEAVES:
+        op, sid, inputs = step.op, step.id, step.inputs
+        if op in LEAVES:
             continue
         transient, kept, back_work, back_peak = 0, 0, 0, 0
-        if step.op == "constant":
+        # the inputs the backward saves, whether it saves the output, whether it is differentiable
+        saved, uses_output, differentiable = range(len(inputs)), False, op != "constant"
+        if op == "constant":
             step_work = 0
-        elif step.op == "function":
-            sub = functions[step.id]
-            inner = plan_cost(sub.forward, sub.forward_bounds, sub.forward_functions, False, ())
+        elif op == "function":
+            sub = functions[sid]
+            inner = plan_cost(sub.forward, sub.forward_bounds, sub.forward_functions, False, (), ops)
             args = sum(nbytes(sub.forward_bounds[s.id]) for s in sub.forward.steps if s.op == "arg")
             transient, step_work = max(0, inner.peak_bytes - args), inner.work
             if record:
                 reads = {s.attrs["node"] for s in sub.backward.steps if s.op == "forward_value"}
                 kept = sum(nbytes(sub.forward_bounds[n]) for n in reads if n in sub.forward_bounds)
-                back = plan_cost(sub.backward, sub.backward_bounds, sub.backward_functions, False, ())
+                back = plan_cost(sub.backward, sub.backward_bounds, sub.backward_functions, False, (), ops)
                 leaves = sum(nbytes(sub.backward_bounds[s.id]) for s in sub.backward.steps if s.op in LEAVES)
                 back_work, back_peak = back.work, max(0, back.peak_bytes - leaves)
-            back_peak += size[step.id]  # a temporary of the output's size, as an op's default scratch
-        elif step.op == "grad":
+            back_peak += size[sid]  # a temporary of the output's size, as an op's default scratch
+        elif op == "grad":
             # a backward with create_graph over the subgraph the output is computed from: about
             # twice its forward work, and a recorded graph about as big as its values, those of
             # the graphs that grad nodes among them recorded included (so nested grad nodes'
             # graphs double with each order, as a transcendental function's derivatives do)
-            sub = ancestry.of(step.inputs[0])
+            sub = ancestry.of(inputs[0])
             if sub is None:
                 step_work, transient = 2 * work_before, size_before
             else:
                 step_work = 2 * sum(work_of.get(ref, 0) for ref in sub)
                 transient = sum(size[ref] + graph_of.get(ref, 0) for ref in sub)
-            kept, back_work, back_peak = transient, 2 * step_work, size[step.id]
-            graph_of[step.id] = transient
+            kept, back_work, back_peak = transient, 2 * step_work, size[sid]
+            graph_of[sid] = transient
         else:
-            op, in_metas, out_meta = OPS[step.op], [_meta(bounds[i]) for i in step.inputs], _meta(bounds[step.id])
-            dtypes = [dtype for _, dtype in (*in_metas, out_meta)]
-            step_work = op.cost([shape for shape, _ in in_metas], out_meta[0], step.attrs, dtypes)[1]
+            step_work, transient, kept, back_peak, saved, uses_output, differentiable = ops(step, bounds)
             back_work = 2 * step_work
-            scratch = op.temporaries(in_metas, out_meta, step.attrs)
-            transient, kept, back_peak = scratch.forward, scratch.kept, scratch.backward
-        work_of[step.id] = step_work
-        work_before, size_before = work_before + step_work, size_before + size[step.id] + graph_of.get(step.id, 0)
+        work_of[sid] = step_work
+        work_before, size_before = work_before + step_work, size_before + size[sid] + graph_of.get(sid, 0)
         work += step_work
         if step_work > node_work:
-            work_node, node_work = step.id, step_work
-        live += size[step.id]
+            work_node, node_work = sid, step_work
+        live += size[sid]
         if live + transient > peak:
-            peak, peak_node = live + transient, step.id
-        if record and any(i in grad for i in step.inputs) and _differentiable(step, bounds):
-            grad.add(step.id)
-            for i in _saved_inputs(step):
-                ref = step.inputs[i]
+            peak, peak_node = live + transient, sid
+        if record and differentiable and any(i in grad for i in inputs):
+            grad.add(sid)
+            for i in saved:
+                ref = inputs[i]
                 saved_count[ref] = saved_count.get(ref, 0) + 1
-            if _uses_output(step):
-                saved_count[step.id] = saved_count.get(step.id, 0) + 1
+            if uses_output:
+                saved_count[sid] = saved_count.get(sid, 0) + 1
             live += kept
             work += back_work
-            recorded.append((index, kept, back_peak))
-        for ref in {*step.inputs, step.id}:
+            recorded.append((index, kept, back_peak, saved, uses_output))
+        for ref in {*inputs, sid}:
             if last.get(ref, index) == index and ref not in held and not saved_count.get(ref):
                 live -= size[ref]
     if record:
@@ -204,7 +265,7 @@ def _backward_peak(steps, size, grad, saved_count, held, last, recorded, live, p
     """The peak of the reverse walk over the recorded steps, starting from the forward's end."""
     live_grads = {s.id for s in steps if s.id in grad and s.id in held and s.op not in LEAVES}
     grads = sum(size[g] for g in live_grads)
-    for index, kept, back_peak in reversed(recorded):
+    for index, kept, back_peak, saved, uses_output in reversed(recorded):
         step = steps[index]
         new = {i for i in step.inputs if i in grad and i not in live_grads}
         temporary = sum(size[i] for i in new) + back_peak
@@ -215,8 +276,8 @@ def _backward_peak(steps, size, grad, saved_count, held, last, recorded, live, p
         live_grads.update(new)
         grads += sum(size[i] for i in new)
         live -= kept
-        own = {step.id} if _uses_output(step) else set()
-        for i in {step.inputs[k] for k in _saved_inputs(step)} | own:
+        own = {step.id} if uses_output else set()
+        for i in {step.inputs[k] for k in saved} | own:
             if saved_count.get(i):
                 saved_count[i] -= 1
                 if saved_count[i] == 0 and i not in held:

@@ -28,7 +28,7 @@ import numpy
 
 from engine import backend
 from engine.api import recording
-from wire.codegen import GENERATOR, source_of
+from wire.codegen import GENERATOR, MAX_TERMS, source_of
 from wire.differentiate import gradients
 from wire.errors import GraphError
 from wire.graph import ProgramKey
@@ -50,9 +50,13 @@ UNCOMPILED = {
     "forward_value": "subgraph",
 }
 PROGRAMS_PER_SIGNATURE = 16  # request shapes (forward, backward per wrt and seeded outputs) recorded per signature
-MAX_STEPS = 2000  # plans recorded at most: beyond, a program gains little on the engine and costs its bytes
+# Plans recorded at most (the default max_nodes): the engine runs a node at ~6 µs with its backward and
+# leaves ~5 tracked objects per node to the cyclic GC, a program ~1-2 µs a step and none (issue 24)
+MAX_STEPS = 100_000
 TERM_BYTES = 600  # a program with its generated code, per Program.terms (tracemalloc: ~1.5 kB a two-input
 # step with its vjp, ~0.5 kB per further input of a wide one)
+INTERPRETED_TERM_BYTES = 90  # a program over codegen.MAX_TERMS, which stays interpreted and keeps no
+# comments (`Step.where`), per term (tracemalloc: ~75 bytes on a 100,000-node chain of two-input ops)
 RUNS: Counter = Counter()  # requests that reached run_compiled, by what answered them
 FAILURES: Counter = Counter()  # programs that failed as they ran, by executor ("interpreted", "compiled")
 _counts = threading.Lock()
@@ -63,6 +67,21 @@ def _count(ran: str) -> str:
     with _counts:
         RUNS[ran] += 1
     return ran
+
+
+def program_bytes(program) -> int:
+    """What a program is charged to the plan cache: with its generated code, or interpreted only."""
+    terms = program.terms
+    return (TERM_BYTES if terms <= MAX_TERMS else INTERPRETED_TERM_BYTES) * terms
+
+
+def _slimmed(program):
+    """A program that stays interpreted (over codegen.MAX_TERMS) without what only its generated
+    source shows: the node each step computes (a string per node)."""
+    if program.terms > MAX_TERMS:
+        for step in program.steps:
+            step.where = ""
+    return program
 
 
 def _kept(plan, shapes) -> bool:
@@ -149,7 +168,7 @@ def run_compiled(plan, shapes, request, differentiate: bool, charge, plan_id: st
             log.warning("plan %s: %s; its requests run on the engine", plan_id, program)
         else:
             program.filename = f"<gradserve plan {plan_id} program {next(_numbers)}>"
-            if not charge(plan, TERM_BYTES * program.terms):
+            if not charge(plan, program_bytes(_slimmed(program))):
                 program = Fallback("the program would not fit in the plan cache's bytes")
         shapes.programs[key] = program
         return outputs, grads, _count("engine")

@@ -108,6 +108,7 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
     shape rules; None where only running can tell. Fills `bounds` (see Shapes) and `functions`."""
     bounds = {} if bounds is None else bounds
     functions = {} if functions is None else functions
+    memo: dict = {}  # a rule's key -> (meta, bounded): inferred once per distinct (op, input metas, attrs)
     check = current_interrupt()  # a compute thread's cancel check (wire.run.cancel_scope)
     for index, step in enumerate(steps):
         if check is not None and not index % CHECK_EVERY:
@@ -131,22 +132,41 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
                 step, [known.get(i) for i in step.inputs], [bounds[i] for i in step.inputs], functions
             )
             continue
-        shapes = [bounds[i][0] for i in step.inputs]
-        dtypes = [bounds[i][1] for i in step.inputs]
+        metas = [bounds[i] for i in step.inputs]
+        attrs = step.attrs
+        # the key of this op's rule on these metas: a dtype that is a lone constant's number keeps its
+        # type (2, 2.0 and True are equal keys, not equal dtypes)
+        key = (op, *[m if isinstance(m[1], numpy.dtype) else (*m, type(m[1])) for m in metas])
+        if attrs:
+            key = (*key, *[(k, v.__class__, v) for k, v in attrs.items()])
         try:
-            shape, dtype = OPS[op].infer(shapes, dtypes, step.attrs)
-        except (ShapeError, ValueError, TypeError, IndexError) as err:
-            if not exact:
-                known[step.id], bounds[step.id] = None, _fallback_bound(step, bounds)
-                continue
-            described = ", ".join(f"{i} {list(s)}" for i, s in zip(step.inputs, shapes))
-            raise GraphError(
-                f"node {shown(step.id)} ({op}): {err} (inputs: {described})", node=step.id, field="inputs"
-            ) from None
-        meta = (tuple(shape), _dtype(dtype))
+            found = memo.get(key)
+        except TypeError:  # an unhashable attribute (a list, an array): inferred each time
+            key, found = None, None
+        if found is None:
+            try:
+                found = _rule(op, metas, attrs)
+            except (ShapeError, ValueError, TypeError, IndexError) as err:
+                if not exact:
+                    known[step.id], bounds[step.id] = None, _fallback_bound(step, bounds)
+                    continue
+                described = ", ".join(f"{i} {list(m[0])}" for i, m in zip(step.inputs, metas))
+                raise GraphError(
+                    f"node {shown(step.id)} ({op}): {err} (inputs: {described})", node=step.id, field="inputs"
+                ) from None
+            if key is not None:
+                memo[key] = found
+        meta, bounded = found
         bounds[step.id] = meta
-        known[step.id] = meta if exact and not isinstance(shape, Bounded) else None
+        known[step.id] = meta if exact and not bounded else None
     return known
+
+
+def _rule(op, metas, attrs) -> tuple:
+    """(meta, whether its shape is only a bound) by the op's shape rule; a meta shared by the steps
+    with the same rule's key (`infer`), so a signature's Shapes holds one per distinct value kind."""
+    shape, dtype = OPS[op].infer([m[0] for m in metas], [m[1] for m in metas], attrs)
+    return (tuple(shape), _dtype(dtype)), isinstance(shape, Bounded)
 
 
 def _dtype(dtype):

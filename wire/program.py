@@ -9,6 +9,7 @@ before trusting it), touching no Variable or Node and parsing nothing. It runs i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy
 
@@ -45,7 +46,7 @@ class Program:
         state = "generated" if self.generated is not None else "verified" if self.verified else "recorded"
         return f"<Program {self.filename} of {len(self.steps)} steps, {state}>"
 
-    @property
+    @cached_property
     def terms(self) -> int:
         """The program's size in what generating and keeping it costs: one per step and one per
         register it reads or frees, so fan-in counts (a `cat` of 100,000 inputs is 100,000 terms)."""
@@ -121,6 +122,13 @@ def program_of(recording, outputs: dict, grads: dict | None) -> Program:
     for reg, index in last.items():
         if reg not in keep:
             drops[index].append(reg)
+    attrs: dict = {}  # equal attributes shared: a backward's vjps get a dict of their own per call
+    for step in steps:
+        if step.attrs is not None:
+            try:
+                step.attrs = attrs.setdefault(tuple([(k, v.__class__, v) for k, v in step.attrs.items()]), step.attrs)
+            except TypeError:  # an unhashable value: kept as it is
+                pass
     labels = list(recording.labels)
     for _, reg in grad_regs or ():
         if labels[reg] not in ("input", "constant"):
@@ -133,7 +141,7 @@ def program_of(recording, outputs: dict, grads: dict | None) -> Program:
             inputs.append((name, reg))
     return Program(
         steps=tuple(steps),
-        drops=tuple(map(tuple, drops)),
+        drops=tuple([tuple(d) if d else () for d in drops]),
         inputs=tuple(inputs),
         seeds=tuple(seeds),
         constants=tuple((reg, array) for reg, array in recording.constants if reg in live),

@@ -17,7 +17,7 @@ from typing import NamedTuple, NewType
 import orjson
 
 from engine.api import shown
-from wire.compile import TERM_BYTES
+from wire.compile import program_bytes
 from wire.errors import RequestError, TapeFreedError
 from wire.graph import Plan, parse
 from wire.infer import SIGNATURES_PER_PLAN
@@ -167,7 +167,13 @@ class PlanEntry(NamedTuple):
     nbytes: int
 
 
-PLAN_STEP_BYTES = 600  # a parsed node (Step, its attrs and ids) measured with tracemalloc: ~400-600 bytes
+# What a parsed node holds, measured with tracemalloc on a 100,000-node chain of two-input ops
+# (issue 24): its Step (~120 bytes with slots), inputs tuple (~56), liveness tuple (~57), id (~53) and
+# entry in the steps list; its op and inputs are shared strings, equal attrs one shared dict.
+PLAN_STEP_BYTES = 300
+INPUT_BYTES = 8  # per input reference beyond the two the figure above holds
+ATTR_BYTES = 160  # per attribute of an attrs dict of its own (not shared with an equal one)
+FUNCTION_BYTES = 4096  # a function node's Function class (a type object and its namespace)
 
 
 def plan_id(key: GraphKey) -> PlanId:
@@ -175,29 +181,32 @@ def plan_id(key: GraphKey) -> PlanId:
     return PlanId(hashlib.blake2b(key, digest_size=16).hexdigest())
 
 
-def _steps_and_constants(steps) -> tuple[int, int]:
-    count, constants = len(steps), 0
+def _steps_bytes(steps, shared: set) -> int:
+    """PLAN_STEP_BYTES per step with what its inputs, attrs and function add, and its constants' arrays."""
+    total = 0
     for step in steps:
+        total += PLAN_STEP_BYTES + INPUT_BYTES * max(0, len(step.inputs) - 2)
+        if step.attrs and id(step.attrs) not in shared:
+            shared.add(id(step.attrs))
+            total += ATTR_BYTES * len(step.attrs)
         if step.op == "constant":
-            constants += int(getattr(step.attrs["value"], "nbytes", 0))
-        for sub in step.subgraphs or ():
-            c, b = _steps_and_constants(sub.steps)
-            count, constants = count + c, constants + b
-    return count, constants
+            total += int(getattr(step.attrs["value"], "nbytes", 0))
+        if step.subgraphs:
+            total += FUNCTION_BYTES + sum(_steps_bytes(sub.steps, shared) for sub in step.subgraphs)
+    return total
 
 
 def signature_bytes(shapes) -> int:
     """What one input signature of a plan holds: its inferred shapes and costs, and the programs
     compiled for it (`wire.compile`)."""
     programs = list(shapes.programs.values())
-    return shapes.nbytes + sum(TERM_BYTES * p.terms for p in programs if isinstance(p, Program))
+    return shapes.nbytes + sum(program_bytes(p) for p in programs if isinstance(p, Program))
 
 
 def plan_base_bytes(plan) -> int:
     """An estimate of what a parsed plan holds: its steps (subgraphs included) and its constants'
     arrays (not their JSON: zeros are 2 bytes of JSON and 8 of FP64)."""
-    count, constants = _steps_and_constants(plan.steps)
-    return PLAN_STEP_BYTES * count + constants
+    return _steps_bytes(plan.steps, set())
 
 
 def plan_signatures_bytes(plan) -> int:
@@ -298,6 +307,7 @@ class PlanCache:
         with self._lock:
             if key in self._plans:
                 return
+        key = GraphKey(bytes(memoryview(key)))  # orjson's bytes hold ~4x their length (tracemalloc): kept, a copy
         nbytes = plan_size(plan, key)
         if nbytes > self.max_bytes:
             return

@@ -1,0 +1,163 @@
+"""Cost growth of the request path (issue 24): behaviour, not timings (the figures are the benchmark
+suite's, part 1 (f)). Requests leave no cyclic garbage; planning a graph of N nodes holds memory in
+proportion to N, with shared structure held once; large plans run as recorded programs; what the
+plan cache is charged covers what a plan holds."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import numpy as np
+import orjson
+
+from wire.executor import Executor
+from wire.graph import parse
+from wire.infer import SIGNATURE_NODE_BYTES, check_request_inputs
+from wire.messages import Request
+from wire.stores import PLAN_STEP_BYTES, graph_key, plan_size
+
+X = np.arange(4, dtype=np.float32).reshape(2, 2)
+A, B = np.full((2, 2), 1.0001, np.float32), np.full((2, 2), 0.5, np.float32)
+
+
+def _chain(length, salt=""):
+    """The benchmark's chain: alternating `* a`, `+ b` on x, summed; `length` + 4 nodes."""
+    nodes = [
+        {"id": "x", "op": "input", "requires_grad": True},
+        {"id": "a", "op": "input"},
+        {"id": "b", "op": "input"},
+    ]
+    prev = "x"
+    for i in range(length):
+        node_id = f"c{salt}{i}"
+        nodes.append(
+            {"id": node_id, "op": "mul" if i % 2 == 0 else "add", "inputs": [prev, "a" if i % 2 == 0 else "b"]}
+        )
+        prev = node_id
+    nodes.append({"id": "loss", "op": "sum", "inputs": [prev]})
+    return {"version": 1, "nodes": nodes, "outputs": ["loss"]}
+
+
+def _request(graph):
+    # a graph as the service gets it: parsed from JSON, so its strings are the request's own copies
+    return Request(graph=orjson.loads(orjson.dumps(graph)), inputs={"x": X, "a": A, "b": B}, wrt=["x"])
+
+
+def test_requests_leave_no_cyclic_garbage():
+    executor = Executor()
+    graphs = [_chain(300, f"g{i}_") for i in range(3)]
+    for graph in graphs:  # first requests (planned, run on the engine and recorded), then repeats
+        for _ in range(4):
+            executor.backward(_request(graph))
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for graph in [*graphs, _chain(200, "new_")]:  # repeats (programs) and a new graph (the engine)
+            for _ in range(3):
+                executor.backward(_request(graph))
+        assert gc.collect() == 0
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_large_plans_run_as_programs():
+    executor = Executor()
+    graph = _chain(6000)  # over the old 2,000-step bound; its program stays interpreted (over MAX_TERMS)
+    ran = [executor.backward(_request(graph)).ran for _ in range(4)]
+    assert ran == ["engine", "engine", "interpreted", "interpreted"]
+    expected = Executor(compiled=False).backward(_request(graph))
+    got = executor.backward(_request(graph))
+    np.testing.assert_array_equal(got.grads["x"], expected.grads["x"])
+    np.testing.assert_array_equal(got.outputs["loss"], expected.outputs["loss"])
+
+
+def _held(make):
+    """(what `make()` returns, the bytes it still holds once made)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        made = make()
+        gc.collect()
+        return made, tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_plan_holds_its_nodes_once_and_is_charged_what_it_holds():
+    sizes = {}
+    for n in (5000, 20000):
+        text = orjson.dumps(_chain(n))
+        (plan, key), held = _held(lambda text=text: _plan_and_key(text))
+        assert held <= plan_size(plan, key)  # the cache's charge covers it (ids, key and steps)
+        assert held <= (PLAN_STEP_BYTES + 60) * n + len(key)  # ~300 bytes a node: no per-node copies of op names
+        sizes[n] = held
+        # equal attrs and the ops' names are shared, not one per node
+        for op in ("mul", "add"):
+            assert len({id(s.attrs) for s in plan.steps if s.op == op}) == 1
+            assert len({id(s.op) for s in plan.steps if s.op == op}) == 1
+    assert sizes[20000] < 4.5 * sizes[5000]  # linear
+
+
+def _plan_and_key(text):
+    graph = orjson.loads(text)
+    plan = parse(graph)
+    return plan, bytes(memoryview(graph_key(graph)))
+
+
+def test_a_signature_shares_the_metas_of_equal_values():
+    plan = parse(_chain(10000))
+    shapes, held = _held(lambda: check_request_inputs(plan, {"x": X, "a": A, "b": B}))
+    assert held <= SIGNATURE_NODE_BYTES * len(plan.steps)
+    assert len({id(shapes.bounds[s.id]) for s in plan.steps if s.op in ("mul", "add")}) <= 2
+
+
+def test_the_cost_walk_and_inference_figure_as_without_their_memos(monkeypatch):
+    from wire import budget, infer
+
+    plan = parse(_chain(2000))
+    inputs = {"x": X, "a": A, "b": B}
+    memoized = check_request_inputs(plan, inputs)
+    plan.checked.clear()
+    monkeypatch.setattr(budget._OpCosts, "__call__", lambda self, step, bounds: budget._op_costs(step, bounds))
+    rules = []
+    original = infer._rule
+    monkeypatch.setattr(infer, "_rule", lambda *a: rules.append(a) or original(*a))
+    fresh = infer.check_request_inputs(plan, inputs)
+    assert (memoized.forward_cost, memoized.backward_cost) == (fresh.forward_cost, fresh.backward_cost)
+    assert memoized.bounds == fresh.bounds and memoized.known == fresh.known
+    assert len(rules) <= 3  # mul, add and sum: one rule call each
+
+
+def test_a_binary_body_read_in_parts_holds_its_tensors_aligned():
+    # a body that comes in several messages is read into one buffer where its tensors' bytes start
+    # aligned, so that decoding uses them in place rather than copying a misaligned tensor
+    import asyncio
+
+    from service.body import BodyBudget, BodyHold, read_body
+    from wire import codec
+    from wire.limits import Limits
+
+    x = np.arange(4096, dtype=np.float64)
+    for pad in range(0, 16, 3):
+        buffers = []
+        head = {"inputs": [codec.encode_binary("x", x, buffers)], "id": "p" * pad}
+        body, length = codec.join_body(head, buffers)
+        messages = [
+            {"type": "http.request", "body": body[i : i + 5000], "more_body": True} for i in range(0, len(body), 5000)
+        ]
+        messages[-1]["more_body"] = False
+
+        async def receive(messages=messages):
+            return messages.pop(0)
+
+        headers = {"content-length": str(len(body))}
+        read = asyncio.run(read_body(receive, headers, Limits(), length, BodyHold(BodyBudget(2**30)), 10.0))
+        assert bytes(read) == body
+        head_bytes, tail = codec.split_body(read, length)
+        (name, array), *_ = codec.decode_tensors(orjson.loads(bytes(head_bytes))["inputs"], "inputs", tail, 0, 2**30)[0]
+        assert array.flags.aligned and np.shares_memory(array, np.frombuffer(read, np.uint8))
+        np.testing.assert_array_equal(array, x)
