@@ -66,7 +66,9 @@ class Gradserve(FastAPI):
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     executor = Executor(settings.limits())
-    pool = ComputePool(settings.max_concurrency, settings.compute_timeout_s, settings.queue_timeout_s)
+    pool = ComputePool(
+        settings.max_concurrency, settings.compute_timeout_s, settings.queue_timeout_s, settings.max_queued_bytes
+    )
     metrics = Metrics(executor, pool)
 
     @asynccontextmanager
