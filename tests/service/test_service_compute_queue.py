@@ -125,3 +125,27 @@ def test_queue_timeout_zero_lets_nothing_wait():
     results = _run_all(pool, 3, 0.05)
     assert results[0] is None
     assert all(isinstance(r, ApiError) and "queue_timeout_s=0" in r.message for r in results[1:])
+
+
+def test_max_queued_bytes_is_a_setting_from_env_toml_and_flags_reaching_the_pool(tmp_path, monkeypatch):
+    from pydantic import ValidationError
+
+    from service.app import create_app
+    from service.settings import Settings, load_settings
+    from wire.limits import Limits
+
+    for name in ("MAX_QUEUED_BYTES", "QUEUE_TIMEOUT_S"):
+        monkeypatch.delenv(f"GRADSERVE_{name}", raising=False)
+    assert Settings().max_queued_bytes == Limits().max_queued_bytes == 128 * 2**20  # declared once, in wire.limits
+    config = tmp_path / "gradserve.toml"
+    config.write_text("max_queued_bytes = 1000\nqueue_timeout_s = 2.5\n")
+    assert load_settings({}, str(config)).max_queued_bytes == 1000
+    monkeypatch.setenv("GRADSERVE_MAX_QUEUED_BYTES", "2000")
+    settings = load_settings({}, str(config))
+    assert (settings.max_queued_bytes, settings.queue_timeout_s) == (2000, 2.5)
+    assert settings.limits().max_queued_bytes == 2000
+    pool = create_app(settings).state.pool
+    assert (pool.max_queued_bytes, pool.queue_timeout_s) == (2000, 2.5)
+    monkeypatch.setenv("GRADSERVE_MAX_QUEUED_BYTES", "-1")
+    with pytest.raises(ValidationError):
+        Settings()
