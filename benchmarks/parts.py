@@ -92,11 +92,18 @@ MISSED_BECAUSE = {
     "the pool is idle, against the torch endpoint's ~0.7 ms) (Changes, request path)",
     "service tiny graph": "in process the app takes ~65 µs a request against ~180 µs for the hand-written torch "
     "endpoint; uvicorn and the loopback, ~150 µs, are the same for both (Changes, request path)",
-    "serve who waits, seed net": "the wait queue holds 4 x `max_concurrency` requests and cannot be configured: past it a "
-    "request gets an immediate 503 (at 16 connections 40-51% of seed-net `/backward` requests, while the "
-    "hand-written endpoint answers all of them); the queue bounded by bytes and time is item 1's work (issue 24, Why)",
-    "access log": "one structured line per request, written on the event loop: ~25% of tiny-graph throughput "
-    "(issue 24, Why)",
+    "serve who waits": "no more refusals: 0 non-2xx at 1-32 connections with 1 and 2 workers (the wait queue is bounded by "
+    "bytes and time, FIFO; it was 4 x `max_concurrency` requests); paired against the build before it at 16 connections "
+    "(4 alternating rounds) successful req/s was 0.97-1.74x (binary) and 1.3-2.5x (JSON) its, p99 0.4-0.56x its. What is "
+    "left is CPU per request and "
+    "this VM: a seed-net JSON `/backward` (1.9 MB body) costs the server about what the hand-written endpoint spends "
+    "(28.1 against 28.6 ms of CPU at 1 connection), both mostly JSON parsing and encoding, so 1.2x its throughput "
+    "would need a cheaper decode; in the quick run the machine's load average was 9.7-10.7 on 2 cores and per-round "
+    "ratios spread 0.2x-1.8x (issue 24 item 1, quick run)",
+    "access log": "not resolvable on a machine this loaded: the quick run's two rounds read -39% and +9% (log on faster in "
+    "one), paired runs of 6 rounds spread -37% to +40%; in isolation a request line costs ~5 µs of CPU (text; ~7 µs "
+    "JSON), from ~8.5 µs before it was made in one f-string, about 2% of a tiny request's ~230 µs of server CPU "
+    "(issue 24 item 5)",
     "first request of a new": "~90 µs/node of validation, inference and compile for a graph the server has not "
     "planned (issue 24, Why)",
     "10k-node chain plan": "past 2,000 steps plans are interpreted, at 14-23 µs/node, 40-55% of it in Python's "

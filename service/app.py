@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from contextlib import asynccontextmanager
 
@@ -66,7 +67,9 @@ class Gradserve(FastAPI):
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     executor = Executor(settings.limits())
-    pool = ComputePool(settings.max_concurrency, settings.compute_timeout_s, settings.queue_timeout_s)
+    pool = ComputePool(
+        settings.max_concurrency, settings.compute_timeout_s, settings.queue_timeout_s, settings.max_queued_bytes
+    )
     metrics = Metrics(executor, pool)
 
     @asynccontextmanager
@@ -76,9 +79,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.info("gradserve %s ready on %s (%d compute threads)", __version__, device, settings.max_concurrency)
         app.state.ready = True
         sweeper = asyncio.create_task(_sweep_tapes(executor, max(0.05, min(settings.tape_ttl_s / 2, 10.0))))
+        gc.freeze()  # what start-up made lives as long as the process: the cyclic collector never scans it again
         try:
             yield
         finally:
+            gc.unfreeze()  # collectable again (a test process starts many apps)
             app.state.ready = False
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

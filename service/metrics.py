@@ -65,13 +65,21 @@ class EngineCollector:
         yield GaugeMetricFamily(
             "gradserve_max_concurrency", "Computations allowed at once", value=self.pool.max_concurrency
         )
+        yield GaugeMetricFamily(
+            "gradserve_computations_queued", "Computations waiting for a compute slot", value=self.pool.queued
+        )
+        yield GaugeMetricFamily(
+            "gradserve_queued_bytes", "Bytes of request bodies waiting for a compute slot", value=self.pool.queued_bytes
+        )
         yield CounterMetricFamily(
             "gradserve_computations_on_loop",
             "Short computations run on the event loop instead of a compute thread",
             value=self.pool.on_loop,
         )
         yield CounterMetricFamily(
-            "gradserve_computations_rejected", "Computations refused with 503 (busy)", value=self.pool.rejected
+            "gradserve_computations_rejected",
+            "Computations refused with 503 (busy: the wait queue full, or no slot within queue_timeout_s)",
+            value=self.pool.rejected,
         )
         yield CounterMetricFamily(
             "gradserve_computations_timed_out", "Computations cancelled by compute_timeout_s", value=self.pool.timed_out

@@ -329,7 +329,7 @@ class ComputeEndpoint:
             fn, args = self.compute, (executor, body, length)
         gone = asyncio.ensure_future(_disconnected(receive))
         try:
-            return await pool.run(fn, *args, on_abandon=_discard_tape(executor), gone=gone)
+            return await pool.run(fn, *args, on_abandon=_discard_tape(executor), gone=gone, nbytes=len(body))
         finally:
             gone.cancel()
 

@@ -54,6 +54,13 @@ class Limits:
         128 * 2**20, "bytes of resident arrays one session holds (its parameters and optimizer state)", ge=0
     )
     resident_ttl_s: float = limit(1800.0, "seconds a session's resident arrays are kept unused", gt=0)
+    # the compute queue (service.compute): bodies waiting for a compute slot, bounded in bytes (and by queue_timeout_s)
+    max_queued_bytes: int = limit(
+        128 * 2**20,
+        "bytes of request bodies waiting for a compute slot, all together; past it 503 (default: one body at "
+        "max_body_bytes, half of the service's max_inflight_body_bytes)",
+        ge=0,
+    )
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
