@@ -104,23 +104,30 @@ MISSED_BECAUSE = {
     "one), paired runs of 6 rounds spread -37% to +40%; in isolation a request line costs ~5 µs of CPU (text; ~7 µs "
     "JSON), from ~8.5 µs before it was made in one f-string, about 2% of a tiny request's ~230 µs of server CPU "
     "(issue 24 item 5)",
-    "first request of a new": "~90 µs/node of validation, inference and compile for a graph the server has not "
-    "planned (issue 24, Why)",
-    "10k-node chain plan": "past 2,000 steps plans are interpreted, at 14-23 µs/node, 40-55% of it in Python's "
-    "cyclic garbage collector (issue 24, Why)",
-    "100k-node chain plan": "past 2,000 steps plans are interpreted, at 14-23 µs/node, 40-55% of it in Python's "
-    "cyclic garbage collector (issue 24, Why)",
+    "first request of a new": "the first request runs the engine with recording (~44% of it), parse (~22%), the cost walk "
+    "(~28%) and shape inference (~8%) (cProfile shares, issue 24 growth branch); each distinct step is now "
+    "priced and inferred once, but the recorded engine run and per-step parsing remain, against a repeat "
+    "that runs the program (issue 24 item 4)",
+    "10k-node chain plan": "plans up to 100,000 steps now run as recorded programs, interpreted past code generation's "
+    "16,000 terms: ~3-4 µs/node of CPU with no GC pass; a round over 5 µs is wall time on a loaded "
+    "2-core machine (issue 24 item 4)",
+    "100k-node chain plan": "a 100k-node plan with its signature and program holds ~95 MB (plan ~30, key 5, signature 12, "
+    "program ~38 MB measured), over the default 64 MiB `plan_cache_bytes`, so the program is not kept "
+    "and the engine runs the plan at each request (issue 24 item 4)",
     "binary transfer 4 MiB": "like 64 MiB's, on a smaller scale: each request first-touches two fresh arrays (the body "
     "buffer, clone's result) that the echo does not; page faults on this VM vary with its load (Changes, request path)",
     "binary transfer 64 MiB": "each request first-touches two fresh 64 MiB arrays (the body buffer, clone's result): 32k page "
     "faults at ~6 µs each on this VM, and the body read and answer copies need the event loop "
     "scheduled ~1000 times; on a busy machine 64 MiB round trips swing 240-800 ms (the echo's "
     "260-540 ms); reusing a spare body buffer halves the server's CPU (experiment) (Changes, request path)",
-    "binary transfer": "a fixed ~0.2 ms per request (decode, plan lookup, encode) against the raw echo's ~0.11 ms, "
-    "which weighs on tensors of 1 MiB or less: 52-69% of the echo's MB/s (issue 24, Why)",
-    "remote training loop": "each step is a 650 KB request and a 400 KB answer over this VM's loopback (~1.4 ms), "
-    "which the embedded loop doesn't pay; the compute thread's hand-off is gone while the pool "
-    "is idle (quick run: 2.31x, from 3.07-3.2x) (Changes, request path)",
+    "binary transfer": "small binary requests pay ~130 µs (loaded VM) of Python per request that a raw echo does not: "
+    "decode ~25%, run and encode ~20%, admission and plan lookup ~11%, body read ~11%, sending ~8%, "
+    "metrics ~4% (cProfile, 4 KiB); the 1 MiB gap was page faults from glibc trimming the event loop's "
+    "heap, now kept with a 16 MiB pad (issue 24 item 4)",
+    "remote training loop": "the suite's remote loop is the seed program as written (`w.data -= lr * w.grad.data`): each step "
+    "moves the parameters, a 650 KB request and a 400 KB answer over this VM's loopback, which the embedded "
+    "loop does not pay; it does not measure resident parameters (`client.optim.SGD(..., resident=True)`, "
+    "issue 24 target 3), which the suite does not run yet",
     "embedded client seed loop": "per step: the compiled plan 362 µs (the engine's arithmetic, 1.13x the NumPy floor), "
     "recording 6 ops 64 µs, writing the request's graph 41 µs, walking the backward's course "
     "17 µs, admission 16 µs, applying the answer 17 µs: ~175 µs of lazy-graph bookkeeping "
