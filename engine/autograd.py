@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
 import numpy
@@ -267,98 +268,109 @@ def accumulate_grad(var, g, owned, may_update, create_graph=False):
             var.grad = type(g)._leaf(grad._array() + data)
 
 
+def _needs(roots, inputs, capture):
+    """A grad()'s pruning: ({node reachable from `roots`: its vjp's `needs` (its edges, None where that
+    input leads to no target), or () where none does}, {target node: id(target)}). One pass, post-order."""
+    target_nodes = {v._node: id(v) for v in inputs if v._node is not None}
+    needs = {}
+    stack = list(roots)
+    while stack:
+        node = stack[-1]
+        if node in needs:
+            stack.pop()
+            continue
+        todo = [e for e in node.edges if isinstance(e, Node) and e not in needs]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        mine = tuple(
+            [
+                (e if needs[e] or e in target_nodes else None)
+                if isinstance(e, Node)
+                else (e if e is not None and id(e) in capture else None)
+                for e in node.edges
+            ]
+        )
+        needs[node] = mine if any(e is not None for e in mine) else ()
+    return needs, target_nodes
+
+
 def _start(outputs, grad_outputs, sink, inputs):
-    """The walk's starting state: (gradients by node, nodes ready to run, dependency counts,
-    the nodes a `grad` needs and its target nodes, both None for a `backward`)."""
+    """The walk's starting state: (gradients by node, the heap of nodes to run (see `run_backward`),
+    for a `grad` the needs by `_needs` and its target nodes, both None for a `backward`)."""
     for g in grad_outputs:
         sink.handed[id(g._data)] = g._data
     grads = {}
-    root_nodes = []
+    heap = []
     for out, g in zip(outputs, grad_outputs):
         node = out._node
         if node is None:
             sink.accumulate(out, g)
-            continue
-        grads[node] = grads[node] + g if node in grads else g
-        root_nodes.append(node)
-    nodes, deps = reachable(root_nodes)
-    needed, capture_nodes = (None, None) if inputs is None else _targets(nodes, inputs)
-    ready = [n for n in dict.fromkeys(root_nodes) if deps.get(n, 0) == 0]
-    return grads, ready, deps, needed, capture_nodes
+        elif node in grads:
+            grads[node] = grads[node] + g
+        else:
+            grads[node] = g
+            heap.append((-node.seq, node))
+    heapify(heap)
+    if inputs is None:
+        return grads, heap, None, None
+    return grads, heap, *_needs([node for _, node in heap], inputs, sink.capture)
 
 
 def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None):
     """Propagate gradients from `outputs`. With `inputs`, returns their gradients instead of
     accumulating into `.grad` (None where an input was not reached).
 
-    The loop over nodes stays in this one function (about 45 lines): it is the hot path of
-    every backward, and a call per node or per edge would cost more than its body."""
+    Nodes run latest first (by `seq`, as PyTorch's ready queue does): a node's consumers were made
+    after it, so by its turn every consumer that sends it a gradient has run, with no count of
+    dependencies made beforehand. A node enters the heap with its first gradient; one that gets
+    none never runs. The loop stays in this one function: it is the hot path of every backward,
+    and a call per node or per edge would cost more than its body."""
     capture = None if inputs is None else {id(v): None for v in inputs}
     sink = _Sink(create_graph, capture)
-    grads, ready, deps, needed, capture_nodes = _start(outputs, grad_outputs, sink, inputs)
+    grads, heap, needed, capture_nodes = _start(outputs, grad_outputs, sink, inputs)
     accumulate = sink.accumulate
     check = interrupt.current()
     with enable_grad() if create_graph else no_grad():
-        while ready:
+        while heap:
             if check is not None:
                 check()
-            node = ready.pop()
+            node = heappop(heap)[1]
             if RECORDING:
                 note_where(node.name)
             g = grads.pop(node)
-            edges = node.edges
             if node.retained is not None:
                 retained = node.retained()
                 if retained is not None and retained._node is node and capture is None:
                     sink.into_grad(retained, g)
             if needed is None:
-                needs = edges
-                in_grads = node.vjp(g, needs)
+                needs = node.edges
             else:
                 if node in capture_nodes:
                     key = capture_nodes[node]
                     capture[key] = g if capture[key] is None else capture[key] + g
-                needs = [e if e is not None and (id(e) in capture or e in needed) else None for e in edges]
-                in_grads = node.vjp(g, needs) if any(n is not None for n in needs) else [None] * len(edges)
-            saved = node.saved if node.saved is not None else (None,) * len(edges)  # freed: read only with a gradient
-            for edge, need, gi, given in zip(edges, needs, in_grads, saved):
-                if edge is None:
+                needs = needed[node]
+            in_grads = node.vjp(g, needs) if needs else ()
+            saved = node.saved if node.saved is not None else (None,) * len(needs)  # freed: read only with a gradient
+            for edge, gi, given in zip(needs, in_grads, saved):
+                if gi is None or edge is None:
                     continue
-                if gi is not None and need is not None:
-                    data, meta = gi._data, given._data
-                    if data.shape != meta.shape or data.dtype != meta.dtype:
-                        gi = _fit(gi, meta)
-                else:
-                    gi = None
+                data, meta = gi._data, given._data
+                if data.shape != meta.shape or (data.dtype is not meta.dtype and data.dtype != meta.dtype):
+                    gi = _fit(gi, meta)
                 if isinstance(edge, Variable):
-                    if gi is not None:
-                        accumulate(edge, gi)
+                    accumulate(edge, gi)
                     continue
-                if gi is not None:
-                    previous = grads.get(edge)
-                    grads[edge] = gi if previous is None else previous + gi
-                count = deps[edge] - 1
-                deps[edge] = count
-                if count == 0:
-                    if edge in grads:
-                        ready.append(edge)
-                    else:
-                        _release(edge, deps, grads, ready)
+                previous = grads.get(edge)
+                if previous is None:
+                    grads[edge] = gi
+                    heappush(heap, (-edge.seq, edge))
+                else:
+                    grads[edge] = previous + gi
             if not retain_graph:
                 node.free()
     return capture
-
-
-def _release(node, deps, grads, ready):
-    """A node whose every consumer sent no gradient: release its inputs' counts in turn."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        for edge in n.edges:
-            if isinstance(edge, Node):
-                deps[edge] -= 1
-                if deps[edge] == 0:
-                    (ready.append if edge in grads else stack.append)(edge)
 
 
 def backward(

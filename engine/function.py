@@ -12,7 +12,7 @@ import inspect
 from typing import Any
 
 from engine.grad_mode import is_grad_enabled, no_grad
-from engine.node import FORWARD, Meta, Node, check_saved, edge_of
+from engine.node import FORWARD, Meta, Node, check_saved, edge_of, next_seq
 from engine.variable import Variable, as_array
 
 FUNCTION_NAME = "a custom Function"  # how a version error names a Function's node
@@ -61,6 +61,7 @@ class FunctionNode(Node):
     def __init__(self, function, ctx, args):
         self.function = function
         self.ctx = ctx
+        self.seq = next_seq()
         self.edges = tuple(edge_of(a) if isinstance(a, Variable) else None for a in args)
         self.metas = tuple(Meta(a.shape, a.dtype) if isinstance(a, Variable) else None for a in args)
         self.saved = self.metas

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import weakref
+from itertools import count
+from operator import attrgetter
 from threading import get_ident
 
 import numpy
@@ -13,6 +15,9 @@ from engine.variable import Variable
 
 _result = Variable._result
 _new = object.__new__
+_version_of = attrgetter("_version")
+# PyTorch's sequence numbers: a node's is above its inputs' nodes' (`autograd.run_backward` runs the latest first)
+next_seq = count(1).__next__
 FORWARD: list = []  # the active forward-AD level while there is one (`engine.forward_ad`): told of every op
 RECORDING: dict = {}  # thread id -> its `engine.recording.Recording`: told of every op's forward on that thread
 
@@ -106,8 +111,9 @@ class Node:
     gradient is not wanted (the edges themselves are a valid `needs`).
     """
 
-    __slots__ = ("edges", "saved", "retained", "__weakref__")
+    __slots__ = ("edges", "saved", "retained", "seq", "__weakref__")
     saved: tuple | None  # what the vjp reads (None once freed)
+    seq: int  # when it was made (`next_seq`): the backward walk runs nodes from the latest down
 
     def vjp(self, grad, needs):
         raise NotImplementedError
@@ -164,27 +170,13 @@ def edge_of(v):
 
 
 class OpNode(Node):
-    """A node of a registry op; the op's vjps turn the output gradient into input gradients."""
+    """A node of a registry op; the op's vjps turn the output gradient into input gradients.
+
+    Made by `apply_op` (no `__init__`: a call per node costs more than its body)."""
 
     __slots__ = ("attrs", "out_data", "versions", "out_ref")
     op = None  # set on each generated subclass
-
-    def __init__(self, inputs, attrs, out_data):
-        self.edges = tuple([v._node if v._node is not None else (v if v._requires_grad else None) for v in inputs])
-        saves = self.op.saves
-        if saves is True:
-            self.saved = inputs
-        elif saves is False:  # the vjps read no input's values: keep shapes only (as free() does), not memory
-            self.saved = _metas(inputs, self.edges if self.op.vjp is None else None)
-        else:
-            kept = range(len(inputs))[saves]
-            self.saved = tuple([v if i in kept else Meta.of(v) for i, v in enumerate(inputs)])
-        self.attrs = attrs
-        self.out_data = out_data
-        # the versions of the inputs whose values the vjps read (None once freed)
-        self.versions = tuple([v._version for v in inputs]) if self.op.saves else ()
-        self.retained = None
-        self.out_ref = None  # uses_output ops: a weakref to the output, whose version is checked too
+    freeing = "all"  # what `free` drops (set per subclass by `engine.registry.defop`): see `free`
 
     @property
     def freed(self) -> bool:
@@ -196,29 +188,46 @@ class OpNode(Node):
 
     def vjp(self, grad, needs):
         op = self.op
+        saved = self.saved
         if op.saves:  # True: every input's values are read; a slice: those inputs'; False: none
-            check_saved(self, op.saves, self.saved, self.versions)
+            versions = self.versions
+            if versions is None or op.saves is not True:
+                check_saved(self, op.saves, saved, versions)
+            else:
+                for v, then in zip(saved, versions):
+                    if v._version != then:
+                        check_saved(self, True, saved, versions)
         ans = None
         if op.uses_output:
             check_output(self, self.out_ref)
             ans = _result(self.out_data, self)
+        attrs = self.attrs
         if op.vjp is not None:
-            return op.vjp(grad, ans, self.saved, [n is not None for n in needs], **self.attrs)
-        saved, attrs = self.saved, self.attrs
+            return op.vjp(grad, ans, saved, [n is not None for n in needs], **attrs)
+        if len(needs) == 2:  # unrolled: most ops take one or two inputs
+            fx, fy = op.vjps
+            return (
+                None if needs[0] is None or fx is None else fx(grad, ans, *saved, **attrs),
+                None if needs[1] is None or fy is None else fy(grad, ans, *saved, **attrs),
+            )
+        if len(needs) == 1:
+            fx = op.vjps[0]
+            return (None if needs[0] is None or fx is None else fx(grad, ans, *saved, **attrs),)
         return [
-            fn(grad, ans, *saved, **attrs) if need is not None and fn is not None else None
-            for fn, need in zip(op.vjps, needs)
+            fn(grad, ans, *saved, **attrs) if n is not None and fn is not None else None
+            for fn, n in zip(op.vjps, needs)
         ]
 
     def free(self):
         if self.versions is not None:
-            op = self.op
-            if op.saves is True:  # every vjp reads its inputs: a second backward is refused, keep nothing
+            freeing = self.freeing
+            if freeing == "all":  # every vjp reads its inputs: a second backward is refused, keep nothing
                 self.saved = None
-            elif op.vjp is None:  # per-input vjps: autograd reads the metas of inputs that get a gradient
+            elif freeing == "inputs":  # autograd reads the metas of inputs that get a gradient
                 self.saved = tuple([None if e is None else Meta.of(v) for v, e in zip(self.saved, self.edges)])
-            else:
+            elif freeing == "values":
                 self.saved = tuple([Meta.of(v) for v in self.saved])
+            # else "none": saved holds metas only (saves=False)
             self.out_data = None
             self.versions = None
 
@@ -245,27 +254,64 @@ def _wrap(out, xp):
 
 
 def apply_op(op, inputs, attrs):
-    """Run `op` forward on Variables `inputs`, recording a node when a gradient may be needed."""
-    datas = [v._data for v in inputs]
-    first = datas[0]
+    """Run `op` forward on Variables `inputs`, recording a node when a gradient may be needed.
+
+    Every op of every program comes here: one and two inputs are unrolled, and a node is made
+    inline (`Node`s have no `__init__`), since each call or comprehension costs about as much
+    as the NumPy call itself on small arrays."""
+    if len(inputs) == 2:
+        a, b = inputs
+        datas = (first, _) = (a._data, b._data)
+        edges = (a._node or (a if a._requires_grad else None), b._node or (b if b._requires_grad else None))
+        grad = edges[0] is not None or edges[1] is not None
+    elif len(inputs) == 1:
+        (a,) = inputs
+        datas = (first,) = (a._data,)
+        edges = (a._node or (a if a._requires_grad else None),)
+        grad = edges[0] is not None
+    else:
+        datas = tuple([v._data for v in inputs])
+        first = datas[0]
+        edges = tuple([v._node or (v if v._requires_grad else None) for v in inputs])
+        grad = any(e is not None for e in edges)
     xp = numpy if type(first) is numpy.ndarray else backend.array_module(first)
     out = op.forward(xp, *datas, **attrs)
     if type(out) is not numpy.ndarray:
         out = _wrap(out, xp)
-    node = None
-    if _grad.enabled and op.differentiable and out.dtype.kind == "f":  # an int or bool result never requires grad
-        for v in inputs:
-            if v._requires_grad:
-                node = op.node_class(inputs, attrs, out if op.uses_output else None)
-                break
     result = _new(Variable)
     result._data = out
     result.grad = None
-    result._node = node
-    result._requires_grad = node is not None
     result._version = 0
-    if node is not None and op.uses_output and reads_output(op, node.edges):
-        node.out_ref = weakref.ref(result)
+    # an int or bool result never requires grad
+    if grad and _grad.enabled and op.differentiable and out.dtype.kind == "f":
+        node = _new(op.node_class)
+        node.seq = next_seq()
+        node.edges = edges
+        saves = op.saves
+        if saves is True:
+            node.saved = inputs
+            node.versions = tuple([v._version for v in inputs])  # of the inputs whose values the vjps read
+        elif saves is False:  # the vjps read no input's values: keep shapes only (as free() does), not memory
+            node.saved = _metas(inputs, edges if op.vjp is None else None)
+            node.versions = ()
+        else:
+            kept = range(len(inputs))[saves]
+            node.saved = tuple([v if i in kept else Meta.of(v) for i, v in enumerate(inputs)])
+            node.versions = tuple([v._version for v in inputs])
+        node.attrs = attrs
+        node.retained = None
+        node.out_ref = None  # uses_output ops: a weakref to the output, whose version is checked too
+        if op.uses_output:
+            node.out_data = out
+            if reads_output(op, edges):
+                node.out_ref = weakref.ref(result)
+        else:
+            node.out_data = None
+        result._node = node
+        result._requires_grad = True
+    else:
+        result._node = None
+        result._requires_grad = False
     if FORWARD:
         FORWARD[0].op(op, inputs, attrs, result)
     if RECORDING:

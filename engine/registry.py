@@ -327,7 +327,8 @@ def defop(name, forward, *vjps, vjp=None, arity=None, attrs=None, methods=None, 
         **options,
     )
     if not op.composite:
-        op.node_class = type(grad_fn_name(name), (OpNode,), {"__slots__": (), "op": op})
+        freeing = "all" if op.saves is True else "none" if op.saves is False else "inputs" if vjp is None else "values"
+        op.node_class = type(grad_fn_name(name), (OpNode,), {"__slots__": (), "op": op, "freeing": freeing})
     OPS[name] = op
     setattr(F, name, op.function or make_function(op, coerce, op.call))
     setattr(trusted, name, _make_trusted(op))
