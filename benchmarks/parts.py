@@ -76,8 +76,10 @@ MISSED_BECAUSE = {
     "matmuls are the floor's, the vjps of mm, clamp, pow and sum call engine ops on Variables (6 op "
     "dispatches, ~25 µs right after the cache-evicting matmuls), and admission (plan key, input "
     "signature, budgets) adds ~3.5 µs warm, ~9 µs after the matmuls (Changes, request path)",
-    "100-op chain": "CPython bookkeeping per op (~2 µs forward, ~3.5 µs per backward node incl. version "
-    "counters, edges, gradient fitting, freeing); PyTorch does it in C++ (Changes, round 2)",
+    "100-op chain": "CPython bytecode around each 2x2 NumPy call: ~20k instructions per forward op and ~23k per "
+    "backward node against ~4k for the NumPy op itself (callgrind, after d2ba7b1 removed the walk's "
+    "reachability pass: 5,973k -> 4,328k a step); what remains is per-op Variable/Node construction and "
+    "the generic vjp wrapper; PyTorch does it in C++ (Changes, round 3)",
     "seed net": "the 5 matmuls equal the floor's; the rest is the engine's dispatch of 12 ops and 6 "
     "backward nodes, run right after a cache-evicting matmul (Changes, round 2)",
     "large MLP": "~99% of the step is the floor's own 5 BLAS calls: run-to-run noise of few ~0.5 s "
@@ -132,9 +134,8 @@ MISSED_BECAUSE = {
     "recording 6 ops 64 µs, writing the request's graph 41 µs, walking the backward's course "
     "17 µs, admission 16 µs, applying the answer 17 µs: ~175 µs of lazy-graph bookkeeping "
     "against the engine's ~100 µs of eager dispatch (Changes, the client, session 4)",
-    "HVP": "CPython dispatch: two backward walks (13 nodes, then 26) and 52 op applications per HVP; cProfile: "
-    "apply_op 38%, run_backward's loop 18%, nodes_reaching + reachable 13%; PyTorch does them in C++ "
-    "(Changes, the client, session 4: not a regression)",
+    "HVP": "the same per-op Python as the chain over ~55 op applications and two walks (6 and ~25 nodes): "
+    "3,016k -> 2,732k instructions a step after d2ba7b1 (callgrind); PyTorch does them in C++ (Changes, round 3)",
     "tensor program": "the client records every op lazily and never materializes the updated weights: each "
     "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
     "step's cost grows with the step count), parsed and re-run by the Executor (cProfile of steps "
