@@ -85,23 +85,26 @@ class JsonFormatter(logging.Formatter):
 
     def request(self, created, message, rid, method, route, status, duration, received, sent, peer, ran) -> str:
         """What `line` makes of a request line's fields (`request_line`), the object built at once."""
-        obj = {
-            "time": timestamp(created),
-            "level": "info",
-            "logger": ACCESS_NAME,
-            "message": message,
-            "request_id": rid,
-            "method": method,
-            "route": route,
-            "status": status,
-            "duration_ms": duration,
-            "bytes_in": received,
-            "bytes_out": sent,
-            "peer": peer,
-        }
-        if ran is not None:
-            obj["plan"], obj["executor"] = ran
+        obj = {"time": timestamp(created), "level": "info", "logger": ACCESS_NAME, "message": message}
+        obj.update(request_fields(rid, method, route, status, duration, received, sent, peer, ran))
         return orjson.dumps(obj, default=str).decode()
+
+
+def request_fields(rid, method, route, status, duration, received, sent, peer, ran) -> dict:
+    """A request line's fields, in the order a JSON line writes them (`ran`: (plan, executor) or None)."""
+    fields = {
+        "request_id": rid,
+        "method": method,
+        "route": route,
+        "status": status,
+        "duration_ms": duration,
+        "bytes_in": received,
+        "bytes_out": sent,
+        "peer": peer,
+    }
+    if ran is not None:
+        fields["plan"], fields["executor"] = ran
+    return fields
 
 
 class StderrHandler(logging.StreamHandler):
@@ -196,18 +199,7 @@ def request_line(scope, rid: str, route: str, status: int, seconds: float, recei
         )
         handler.write_line(line)
         return
-    fields = {
-        "request_id": rid,
-        "method": method,
-        "route": route,
-        "status": status,
-        "duration_ms": duration,
-        "bytes_in": received,
-        "bytes_out": sent,
-        "peer": peer,
-    }
-    if ran is not None:
-        fields["plan"], fields["executor"] = ran
+    fields = request_fields(rid, method, route, status, duration, received, sent, peer, ran)
     record = ACCESS.makeRecord(ACCESS.name, INFO, "", 0, message, None, None)
     record.fields = fields
     ACCESS.handle(record)
