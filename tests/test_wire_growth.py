@@ -161,3 +161,20 @@ def test_a_binary_body_read_in_parts_holds_its_tensors_aligned():
         (name, array), *_ = codec.decode_tensors(orjson.loads(bytes(head_bytes))["inputs"], "inputs", tail, 0, 2**30)[0]
         assert array.flags.aligned and np.shares_memory(array, np.frombuffer(read, np.uint8))
         np.testing.assert_array_equal(array, x)
+
+
+def test_an_interpreted_program_is_charged_what_it_holds():
+    from wire import compile as wire_compile
+
+    graph = _chain(8000)  # over codegen.MAX_TERMS: interpreted, kept in compact form
+    request = _request(graph)
+    plan = parse(request.graph)
+    check_request_inputs(plan, request.inputs)
+    program, held = _held(lambda: wire_compile._slimmed(wire_compile.record(plan, request, True)[2]))
+    charged = wire_compile.program_bytes(program)
+    assert held <= charged <= held + 4096  # measured from its arrays, not a per-step guess
+    assert charged < 100 * len(program.kind)  # a few int32s a step, not an object per step
+    expected = Executor(compiled=False).backward(_request(graph))
+    outputs, grads = program.interpret(request.inputs, {})
+    np.testing.assert_array_equal(grads["x"], expected.grads["x"])
+    np.testing.assert_array_equal(outputs["loss"], expected.outputs["loss"])

@@ -114,7 +114,7 @@ def source_of(program) -> tuple[str, dict, list]:
     `run(T, G, cancel, xp) -> (outputs, grads or None)`, parts after it."""
     src = _Source(program)
     names = src.names
-    steps = program.steps
+    steps, drops = zip(*program.steps()) if len(program.kind) else ((), ())
     bounds = list(range(0, len(steps), PART_STEPS)) or [0]
     parts = [(start, min(start + PART_STEPS, len(steps))) for start in bounds]
     # per register: the last part that reads it, and the part that writes it
@@ -167,7 +167,7 @@ def source_of(program) -> tuple[str, dict, list]:
                 body.append(f"    if type({out}) is not nd: {out} = asarray({out}, xp)")
             if step.out in kept or last_part.get(step.out, p) > p:
                 body.append(f"    R[{step.out}] = {out}")
-            dead = [names[d] for d in program.drops[index]]
+            dead = [names[d] for d in drops[index]]
             if dead:
                 body.append(f"    {' = '.join(dead)} = None")
         body.append("    return None")

@@ -55,8 +55,6 @@ PROGRAMS_PER_SIGNATURE = 16  # request shapes (forward, backward per wrt and see
 MAX_STEPS = 100_000
 TERM_BYTES = 600  # a program with its generated code, per Program.terms (tracemalloc: ~1.5 kB a two-input
 # step with its vjp, ~0.5 kB per further input of a wide one)
-INTERPRETED_TERM_BYTES = 90  # a program over codegen.MAX_TERMS, which stays interpreted and keeps no
-# comments (`Step.where`), per term (tracemalloc: ~75 bytes on a 100,000-node chain of two-input ops)
 RUNS: Counter = Counter()  # requests that reached run_compiled, by what answered them
 FAILURES: Counter = Counter()  # programs that failed as they ran, by executor ("interpreted", "compiled")
 _counts = threading.Lock()
@@ -70,18 +68,16 @@ def _count(ran: str) -> str:
 
 
 def program_bytes(program) -> int:
-    """What a program is charged to the plan cache: with its generated code, or interpreted only."""
+    """What a program is charged to the plan cache: with its generated code, or interpreted only
+    (over codegen.MAX_TERMS: what its compact steps hold, `Program.nbytes`)."""
     terms = program.terms
-    return (TERM_BYTES if terms <= MAX_TERMS else INTERPRETED_TERM_BYTES) * terms
+    return TERM_BYTES * terms if terms <= MAX_TERMS else program.nbytes
 
 
 def _slimmed(program):
     """A program that stays interpreted (over codegen.MAX_TERMS) without what only its generated
-    source shows: the node each step computes (a string per node)."""
-    if program.terms > MAX_TERMS:
-        for step in program.steps:
-            step.where = ""
-    return program
+    source shows: the node each step computes."""
+    return program.slim() if program.terms > MAX_TERMS else program
 
 
 def _kept(plan, shapes) -> bool:

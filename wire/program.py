@@ -8,8 +8,11 @@ before trusting it), touching no Variable or Node and parsing nothing. It runs i
 
 from __future__ import annotations
 
+import sys
+from array import array
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
+from typing import NamedTuple
 
 import numpy
 
@@ -26,10 +29,31 @@ class ForTheEngine(Exception):
     """This request (not the program) is one the engine must run: it reports the request's error."""
 
 
+class Step(NamedTuple):
+    """One step as code generation reads it: `registers[out] = fn(xp, *registers[ins], **attrs)`."""
+
+    name: str
+    fn: object
+    ins: tuple
+    attrs: dict | None
+    out: int
+    xp: bool
+    where: str
+    scalar: bool
+
+
 @dataclass(eq=False)
 class Program:
-    steps: tuple  # engine.recording.Step, in the order the engine took them
-    drops: tuple  # per step: the registers it was the last reader of
+    """The steps in compact form, so that a 100,000-node plan's program fits the plan cache: each
+    distinct (what made it, fn, attrs, xp, scalar) once in `kinds`, and per step a few int32s."""
+
+    kinds: tuple  # distinct (name, fn, attrs, xp, scalar) of the steps (see `Step`)
+    kind: array  # per step: its index in kinds
+    out: array  # per step: the register it writes
+    arity: array  # per step: how many registers it reads, from `ins` in turn
+    ins: array  # the registers the steps read, one after the other
+    nfree: array  # per step: how many registers it was the last reader of, from `frees` in turn
+    frees: array
     inputs: tuple  # (input name, register)
     seeds: tuple  # (output name, register, shape, dtype): the given grad_outputs
     constants: tuple  # (register, array)
@@ -37,6 +61,7 @@ class Program:
     grads: tuple | None  # (wrt name, register); None for a forward
     labels: tuple  # per register: what made it (an op's name, "input", "constant", "grad")
     registers: int
+    wheres: tuple = ()  # (first step, the node it computes) where that changes: generated comments only
     verified: bool = False  # checked against the engine on a request of its own
     generated: object = None  # the generated function (wire.codegen), once ready
     source: str | None = None  # its source, once generated (also in `linecache` under `filename`)
@@ -44,13 +69,33 @@ class Program:
 
     def __repr__(self):
         state = "generated" if self.generated is not None else "verified" if self.verified else "recorded"
-        return f"<Program {self.filename} of {len(self.steps)} steps, {state}>"
+        return f"<Program {self.filename} of {len(self.kind)} steps, {state}>"
 
     @cached_property
     def terms(self) -> int:
         """The program's size in what generating and keeping it costs: one per step and one per
         register it reads or frees, so fan-in counts (a `cat` of 100,000 inputs is 100,000 terms)."""
-        return sum(1 + len(s.ins) for s in self.steps) + sum(map(len, self.drops)) + len(self.outputs) + 1
+        return len(self.kind) + len(self.ins) + len(self.frees) + len(self.outputs) + 1
+
+    @property
+    def nbytes(self) -> int:
+        """What it holds, measured: its arrays and tuples (the kinds' functions and attrs counted
+        at KIND_BYTES each; constants are the plan's)."""
+        held = sum(a.__sizeof__() for a in (self.kind, self.out, self.arity, self.ins, self.nfree, self.frees))
+        held += sys.getsizeof(self.labels)
+        held += sum(sys.getsizeof(t) for t in (self.inputs, self.outputs, self.grads or (), self.wheres))
+        return PROGRAM_BYTES + held + KIND_BYTES * len(self.kinds) + WHERE_BYTES * len(self.wheres)
+
+    def steps(self) -> list:
+        """The steps as `Step`s, with per step the registers it frees (for code generation)."""
+        ins, frees, wheres, where = iter(self.ins), iter(self.frees), dict(self.wheres), ""
+        out = []
+        for index, (kind, reg, n, f) in enumerate(zip(self.kind, self.out, self.arity, self.nfree)):
+            name, fn, attrs, xp, scalar = self.kinds[kind]
+            where = wheres.get(index, where)
+            reads = tuple([next(ins) for _ in range(n)])
+            out.append((Step(name, fn, reads, attrs, reg, xp, where, scalar), tuple([next(frees) for _ in range(f)])))
+        return out
 
     def run(self, tensors: dict, grad_outputs: dict | None = None):
         """(outputs, grads or None) as arrays, by the generated function once there is one."""
@@ -70,8 +115,8 @@ class Program:
             if seed is None or tuple(seed.shape) != shape:
                 raise ForTheEngine(f"grad_outputs {name!r} is missing or has another shape")
             regs[reg] = to_active(seed).astype(dtype, copy=False)
-        for reg, array in self.constants:
-            regs[reg] = array
+        for reg, value in self.constants:
+            regs[reg] = value
         return regs
 
     def interpret(self, tensors: dict, grad_outputs: dict | None = None):
@@ -79,18 +124,41 @@ class Program:
         cancel = current_cancel()
         xp = backend.xp
         nd = numpy.ndarray
-        for step, drops in zip(self.steps, self.drops):
-            if cancel is not None and cancel.is_set():
+        calls = [partial(fn, xp, **attrs) if takes_xp else fn for _, fn, attrs, takes_xp, _ in self.kinds]
+        read, free = iter(self.ins).__next__, iter(self.frees).__next__
+        for index, (kind, reg, n, f) in enumerate(zip(self.kind, self.out, self.arity, self.nfree)):
+            if not index & CHECK_MASK and cancel is not None and cancel.is_set():
                 raise cancelled()
-            args = [regs[i] for i in step.ins]
-            out = step.fn(xp, *args, **step.attrs) if step.xp else step.fn(*args)
-            regs[step.out] = out if type(out) is nd else array_like(out, args[0])
-            for d in drops:
-                regs[d] = None
+            if n == 2:
+                first = regs[read()]
+                out = calls[kind](first, regs[read()])
+            elif n == 1:
+                first = regs[read()]
+                out = calls[kind](first)
+            else:
+                args = [regs[read()] for _ in range(n)]
+                first = args[0] if args else None
+                out = calls[kind](*args)
+            regs[reg] = out if type(out) is nd else array_like(out, first)
+            while f:
+                regs[free()] = None
+                f -= 1
         outputs = {name: regs[reg] for name, reg in self.outputs}
         if self.grads is None:
             return outputs, None
         return outputs, {name: regs[reg] for name, reg in self.grads}
+
+    def slim(self):
+        """Without what only generated source shows (the node each step computes): for a program
+        that stays interpreted."""
+        self.wheres = ()
+        return self
+
+
+CHECK_MASK = 63  # the cancel event is checked every 64 steps
+PROGRAM_BYTES = 2048  # the Program object, its attribute dict and its small tuples (tracemalloc: ~1 kB)
+KIND_BYTES = 400  # a kind's tuple with its share of an attrs dict (a vjp's own closure is the engine's)
+WHERE_BYTES = 120  # a (step, node text) pair of `wheres`
 
 
 def program_of(recording, outputs: dict, grads: dict | None) -> Program:
@@ -122,13 +190,32 @@ def program_of(recording, outputs: dict, grads: dict | None) -> Program:
     for reg, index in last.items():
         if reg not in keep:
             drops[index].append(reg)
-    attrs: dict = {}  # equal attributes shared: a backward's vjps get a dict of their own per call
-    for step in steps:
-        if step.attrs is not None:
-            try:
-                step.attrs = attrs.setdefault(tuple([(k, v.__class__, v) for k, v in step.attrs.items()]), step.attrs)
-            except TypeError:  # an unhashable value: kept as it is
-                pass
+    kinds: dict = {}  # equal (name, fn, attrs, xp, scalar) shared: a backward's vjps get a dict of their own per call
+    kind_of, outs, arity, ins, nfree, frees = (array("i") for _ in range(6))
+    wheres, where = [], None
+    for index, step in enumerate(steps):
+        attrs = step.attrs
+        try:
+            key = (
+                step.name,
+                step.fn,
+                None if attrs is None else tuple([(k, v.__class__, v) for k, v in attrs.items()]),
+            )
+            hash(key)
+        except TypeError:  # an unhashable value: a kind of its own
+            key = (step.name, step.fn, id(attrs))
+        kind = kinds.setdefault(
+            (*key, step.xp, step.scalar), (len(kinds), (step.name, step.fn, attrs, step.xp, step.scalar))
+        )
+        kind_of.append(kind[0])
+        outs.append(step.out)
+        arity.append(len(step.ins))
+        ins.extend(step.ins)
+        nfree.append(len(drops[index]))
+        frees.extend(drops[index])
+        if step.where != where:
+            where = step.where
+            wheres.append((index, where))
     labels = list(recording.labels)
     for _, reg in grad_regs or ():
         if labels[reg] not in ("input", "constant"):
@@ -140,8 +227,14 @@ def program_of(recording, outputs: dict, grads: dict | None) -> Program:
         elif reg in live:
             inputs.append((name, reg))
     return Program(
-        steps=tuple(steps),
-        drops=tuple([tuple(d) if d else () for d in drops]),
+        kinds=tuple([made for _, made in kinds.values()]),
+        kind=kind_of,
+        out=outs,
+        arity=arity,
+        ins=ins,
+        nfree=nfree,
+        frees=frees,
+        wheres=tuple(wheres),
         inputs=tuple(inputs),
         seeds=tuple(seeds),
         constants=tuple((reg, array) for reg, array in recording.constants if reg in live),
