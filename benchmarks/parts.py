@@ -110,12 +110,14 @@ MISSED_BECAUSE = {
     "(~28%) and shape inference (~8%) (cProfile shares, issue 24 growth branch); each distinct step is now "
     "priced and inferred once, but the recorded engine run and per-step parsing remain, against a repeat "
     "that runs the program (issue 24 item 4)",
-    "10k-node chain plan": "plans up to 100,000 steps now run as recorded programs, interpreted past code generation's "
-    "16,000 terms: ~3-4 µs/node of CPU with no GC pass; a round over 5 µs is wall time on a loaded "
-    "2-core machine (issue 24 item 4)",
-    "100k-node chain plan": "a 100k-node plan with its signature and program holds ~95 MB (plan ~30, key 5, signature 12, "
-    "program ~38 MB measured), over the default 64 MiB `plan_cache_bytes`, so the program is not kept "
-    "and the engine runs the plan at each request (issue 24 item 4)",
+    "10k-node chain plan": "plans up to 100,000 steps run as recorded programs, interpreted past code generation's "
+    "16,000 terms from int32 arrays over a few shared kinds of step: ~2-4 µs/node of CPU with no GC pass "
+    "(in process, load average ~9 on 2 cores: 12-14 µs/node wall against 23-26 for the build before); "
+    "a round over 5 µs is wall time on a loaded 2-core machine (issue 24 item 4, growth2 branch)",
+    "100k-node chain plan": "a 100k-node plan is now kept with its program: charged 52.6 of the default 64 MiB "
+    "`plan_cache_bytes` (key 5.1, plan 30.0, signature 12.0, program 5.5 MB: ~37 bytes a step in int32 arrays, "
+    "was ~290 as objects and did not fit); its repeats run interpreted at 2.1-3.6 µs/node of CPU, "
+    "4.0-7.3 µs wall at load average ~9 on 2 cores (issue 24 item 4, growth2 branch)",
     "binary transfer 4 MiB": "like 64 MiB's, on a smaller scale: each request first-touches two fresh arrays (the body "
     "buffer, clone's result) that the echo does not; page faults on this VM vary with its load (Changes, request path)",
     "binary transfer 64 MiB": "each request first-touches two fresh 64 MiB arrays (the body buffer, clone's result): 32k page "

@@ -193,20 +193,24 @@ def program_of(recording, outputs: dict, grads: dict | None) -> Program:
     kinds: dict = {}  # equal (name, fn, attrs, xp, scalar) shared: a backward's vjps get a dict of their own per call
     kind_of, outs, arity, ins, nfree, frees = (array("i") for _ in range(6))
     wheres, where = [], None
+    by_identity: dict = {}  # (name, fn, id(attrs), xp, scalar) -> its kind: the content key built once per attrs dict
     for index, step in enumerate(steps):
         attrs = step.attrs
-        try:
-            key = (
-                step.name,
-                step.fn,
-                None if attrs is None else tuple([(k, v.__class__, v) for k, v in attrs.items()]),
+        kind = by_identity.get((step.name, step.fn, id(attrs), step.xp, step.scalar))
+        if kind is None:
+            try:
+                key = (
+                    step.name,
+                    step.fn,
+                    None if attrs is None else tuple([(k, v.__class__, v) for k, v in attrs.items()]),
+                )
+                hash(key)
+            except TypeError:  # an unhashable value: a kind of its own
+                key = (step.name, step.fn, id(attrs))
+            kind = kinds.setdefault(
+                (*key, step.xp, step.scalar), (len(kinds), (step.name, step.fn, attrs, step.xp, step.scalar))
             )
-            hash(key)
-        except TypeError:  # an unhashable value: a kind of its own
-            key = (step.name, step.fn, id(attrs))
-        kind = kinds.setdefault(
-            (*key, step.xp, step.scalar), (len(kinds), (step.name, step.fn, attrs, step.xp, step.scalar))
-        )
+            by_identity[step.name, step.fn, id(attrs), step.xp, step.scalar] = kind
         kind_of.append(kind[0])
         outs.append(step.out)
         arity.append(len(step.ins))
