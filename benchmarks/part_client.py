@@ -31,12 +31,16 @@ def _traffic(url: str | None) -> dict | None:
         return None
     try:
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
-            text = answer.read().decode()
+            return traffic_of(answer.read().decode())
     except OSError:
         return None
+
+
+def traffic_of(metrics: str) -> dict:
+    """{"requests", "up", "down"}: the compute requests and their body bytes each way in a /metrics text."""
     names = {"requests_total": "requests", "request_bytes_total": "up", "response_bytes_total": "down"}
     totals = dict.fromkeys(names.values(), 0.0)
-    for name, value in TRAFFIC.findall(text):
+    for name, value in TRAFFIC.findall(metrics):
         totals[names[name]] += float(value)
     return totals
 
