@@ -10,7 +10,6 @@ hand). Embedded, or without `resident=True`, the engine's step runs as it is."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 
 import numpy
@@ -92,11 +91,18 @@ def wire_name(optimizer) -> str:
     return next(name for cls, name in WIRE_NAMES if isinstance(optimizer, cls))
 
 
-@functools.cache
+_ACCEPTED: dict = {}  # optimizer class -> the option names its server-side optimizer takes
+
+
 def _accepted(optimizer_class) -> frozenset:
     """The options the server's optimizer of `optimizer_class` takes: its engine class's constructor arguments."""
-    engine_class = next(c for c in optimizer_class.__mro__ if c in (SGD, Adam, AdamW, RMSprop))
-    return frozenset(inspect.signature(engine_class.__init__).parameters) - NOT_OPTIONS
+    found = _ACCEPTED.get(optimizer_class)
+    if found is None:
+        engine_class = next(c for c in optimizer_class.__mro__ if c in (SGD, Adam, AdamW, RMSprop))
+        found = _ACCEPTED[optimizer_class] = (
+            frozenset(inspect.signature(engine_class.__init__).parameters) - NOT_OPTIONS
+        )
+    return found
 
 
 def _options(optimizer, group) -> dict:
