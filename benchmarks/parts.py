@@ -131,8 +131,10 @@ MISSED_BECAUSE = {
     "embedded loop does in one: the client records and writes the step, then waits while the server reads the "
     "253 KiB body, runs the same compiled forward and backward, steps the resident arrays with the engine's SGD "
     "(a copy and three passes over w1, ~0.25-0.35 ms in process, against the embedded loop's two in-place NumPy "
-    "passes) and answers. In the full run (load 5.1-6.5 on 2 cores) the server spent 4.0 ms of CPU a step and the "
-    "client 2.35 ms against the embedded loop's 2.2 ms, and each round trip waits for both processes to be "
+    "passes) and answers. In the full run (load 5.1-6.5 on 2 cores) the server spent 4.0 ms of CPU a step (3.5 "
+    "for the non-resident loop, whose parameters cost one decode-in-place and one encode pass: the update's four "
+    "passes and optimizer set-up cost more) and the client 2.35 ms against the embedded loop's 2.2 ms, and each "
+    "round trip waits for both processes to be "
     "scheduled; 1.3x needs the client not to wait for an answer nothing reads yet (record step n+1 while the "
     "server runs step n), which it does not do yet (issue 24 item 3)",
     "remote training loop": "the suite's remote loop is the seed program as written (`w.data -= lr * w.grad.data`): each step "
