@@ -25,6 +25,7 @@ LABELS = {
     "numpy": "NumPy manual (floor)",
     "embedded": "client embedded",
     "remote": "client remote (1 worker)",
+    "resident": "client remote, resident parameters (1 worker)",
     "executor": "gradserve Executor (server compute, in-process)",
     "autograd": "HIPS autograd",
     "jax": "JAX eager (no jit)",

@@ -5,29 +5,67 @@ program (its own backprop with plain tensor ops, nothing requires grad)."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import subprocess
+import urllib.request
 
 from benchmarks import common, rounds, serving
 from benchmarks.common import LABELS, PY, ROOT, fmt_time, table, timing_table
 from benchmarks.loadgen import group_cpu_seconds
 from benchmarks.rounds import ratio_target, record, run_rounds, side_rounds
 
+REMOTE = ("remote", "resident")  # the sides that talk to the server (`resident`: parameters kept there)
+WARMUP_STEPS = 5  # the train case's untimed steps (`benchmarks.worker.case_train`)
+TRAFFIC = re.compile(
+    r'^gradserve_(requests_total|request_bytes_total|response_bytes_total)\{endpoint="/(?:forward|backward)"[^}]*\}'
+    r"\s+(\S+)$",
+    re.M,
+)
+
+
+def _traffic(url: str | None) -> dict | None:
+    """The server's compute requests and body bytes each way so far ({"requests", "up", "down"}, from its
+    /metrics), or None where it cannot be read."""
+    if url is None:
+        return None
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+            return traffic_of(answer.read().decode())
+    except OSError:
+        return None
+
+
+def traffic_of(metrics: str) -> dict:
+    """{"requests", "up", "down"}: the compute requests and their body bytes each way in a /metrics text."""
+    names = {"requests_total": "requests", "request_bytes_total": "up", "response_bytes_total": "down"}
+    totals = dict.fromkeys(names.values(), 0.0)
+    for name, value in TRAFFIC.findall(metrics):
+        totals[names[name]] += float(value)
+    return totals
+
 
 def _loops(case, sides, rounds_, max_s, env_remote, server_pgid=None, **params):
     """Run `case` on each side in `rounds_` interleaved rounds, a fresh process per side per round, each
     timing steps for at most `max_s` seconds; the client sides embedded (no GRADSERVE_URL) or remote
     (`env_remote`, whose server's CPU time over each run is counted when its process group `server_pgid`
-    is given)."""
+    is given, and its requests and bytes each way per step from its /metrics)."""
+    url = (env_remote or {}).get("GRADSERVE_URL")
 
     def measure(side, r):
-        env = env_remote if side == "remote" else {"GRADSERVE_URL": None}
-        server_cpu = group_cpu_seconds(server_pgid) if side == "remote" and server_pgid else None
+        remote = side in REMOTE
+        env = env_remote if remote else {"GRADSERVE_URL": None}
+        server_cpu = group_cpu_seconds(server_pgid) if remote and server_pgid else None
+        traffic = _traffic(url) if remote else None
         res = common.worker(case, side, timeout=3 * max_s + 120, env=env, max_s=max_s, **params)
         if "error" not in res:
             extra = res.get("extra") or {}
             if server_cpu is not None:  # the worker's warm-up steps included: an upper bound per step
                 extra["server_cpu"] = (group_cpu_seconds(server_pgid) - server_cpu) / max(1, extra.get("steps", 1))
+            after = _traffic(url) if traffic is not None else None
+            if after is not None:  # over every step, the warm-up's included (the first uploads what it sends once)
+                done = extra.get("steps", 1) + WARMUP_STEPS
+                extra.update({k: (after[k] - traffic[k]) / done for k in after})
             res["extra"] = extra
         return res
 
@@ -37,9 +75,12 @@ def _loops(case, sides, rounds_, max_s, env_remote, server_pgid=None, **params):
 
 
 def _totals(res, steps):
-    def median_of(extras, key):
+    def median_of(extras, key, show=fmt_time):
         values = [e[key] for e in extras if e.get(key) is not None]
-        return fmt_time(statistics.median(values)) if values else "-"
+        return show(statistics.median(values)) if values else "-"
+
+    def kib(value):
+        return f"{value / 1024:.1f} KiB"
 
     rows = [
         [
@@ -49,6 +90,9 @@ def _totals(res, steps):
             len(v["extra"]),
             median_of(v["extra"], "cpu"),
             median_of(v["extra"], "server_cpu"),
+            median_of(v["extra"], "requests", lambda n: f"{n:.2f}"),
+            median_of(v["extra"], "up", kib),
+            median_of(v["extra"], "down", kib),
         ]
         for side, v in res.items()
         if v["extra"]
@@ -61,6 +105,9 @@ def _totals(res, steps):
             "rounds",
             "CPU / step (its process)",
             "server CPU / step",
+            "requests / step",
+            "up / step",
+            "down / step",
         ],
         rows,
     )
@@ -72,19 +119,24 @@ def _target(targets, label, runs, side, base, limit):
     return target.summary()
 
 
+RESIDENT_TARGET = "seed loop remote with resident parameters ≤1.3x embedded (#24)"
+
+
 def _train(quick, client_error, service, env_remote, targets):
     steps = 50 if quick else 500
-    sides = ["engine", "torch", "numpy"] if client_error else ["embedded", "remote", "engine", "torch", "numpy"]
-    if env_remote is None and "remote" in sides:
-        sides.remove("remote")
+    sides = ["engine", "torch", "numpy"] if client_error else ["embedded", *REMOTE, "engine", "torch", "numpy"]
+    if env_remote is None:
+        sides = [side for side in sides if side not in REMOTE]
     count = rounds.ROUNDS
     res = _loops("train", sides, count, 20 if quick else 60, env_remote, service.pgid, steps=steps)
     if client_error:
         res["embedded"] = {"times": [], "rounds": [], "extra": [], "error": client_error}
-    if "remote" not in res:
-        res["remote"] = {"times": [], "rounds": [], "extra": [], "error": client_error or service.msg}
+    for side in REMOTE:
+        if side not in res:
+            res[side] = {"times": [], "rounds": [], "extra": [], "error": client_error or service.msg}
     md, _ = timing_table(res, LABELS, ["embedded", "engine", "torch"])
     notes = [
+        _target(targets, RESIDENT_TARGET, res, "resident", "embedded", 1.3),
         _target(targets, "remote training loop ≤1.3x embedded (#24)", res, "remote", "embedded", 1.3),
         _target(targets, "remote training loop ≤3x embedded", res, "remote", "embedded", 3.0),
         _target(targets, "remote training loop ≤2.5x embedded (#14)", res, "remote", "embedded", 2.5),
@@ -96,9 +148,14 @@ def _train(quick, client_error, service, env_remote, targets):
         "the table is per step (median, robust to a busy machine's spikes) and *loop total* is the whole "
         "loop's wall time (median over rounds). Engine, embedded and remote run one program, the seed's "
         "(`w.data -= lr * w.grad.data`), with `engine` or `client` as the module; remote talks to a local "
-        "1-worker server via `GRADSERVE_URL`. *CPU / step* is the side's own process (user + system, "
-        "`time.process_time`) over its timed steps; *server CPU / step* is the server process group's over the "
-        "remote run (its 5 warm-up steps included) ÷ the timed steps.\n",
+        "1-worker server via `GRADSERVE_URL`. The resident side runs the seed loop as a user writes it with "
+        "resident parameters (`client/README.md`): `optimizer = client.optim.SGD([w1, w2], lr, resident=True)`, "
+        "then `loss.backward(); optimizer.step(); optimizer.zero_grad()` each step, so the parameters stay on "
+        "the server and a step is one request carrying the batch. *CPU / step* is the side's own process "
+        "(user + system, `time.process_time`) over its timed steps; *server CPU / step* is the server process "
+        "group's over the remote run (its 5 warm-up steps included) ÷ the timed steps; *requests*, *up* and "
+        "*down* (request and answer bodies) are the server's `/metrics` counts over all the run's steps, the "
+        "warm-up's included (the resident side's first step uploads the parameters).\n",
         md,
         "",
         _totals(res, steps),

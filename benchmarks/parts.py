@@ -128,10 +128,21 @@ MISSED_BECAUSE = {
     "decode ~25%, run and encode ~20%, admission and plan lookup ~11%, body read ~11%, sending ~8%, "
     "metrics ~4% (cProfile, 4 KiB); the 1 MiB gap was page faults from glibc trimming the event loop's "
     "heap, now kept with a 16 MiB pad (issue 24 item 4)",
+    "seed loop remote with resident parameters": "a step is one request that carries only the batch (measured: 1.00 "
+    "request, ~254 KiB up, 0.2 KiB down per step), so what is left is doing in series, in two processes, what the "
+    "embedded loop does in one: the client records and writes the step, then waits while the server reads the "
+    "253 KiB body, runs the same compiled forward and backward, steps the resident arrays with the engine's SGD "
+    "(a copy and three passes over w1, ~0.25-0.35 ms in process, against the embedded loop's two in-place NumPy "
+    "passes) and answers. In the full run (load 5.1-6.5 on 2 cores) the server spent 4.0 ms of CPU a step (3.5 "
+    "for the non-resident loop, whose parameters cost one decode-in-place and one encode pass: the update's four "
+    "passes and optimizer set-up cost more) and the client 2.35 ms against the embedded loop's 2.2 ms, and each "
+    "round trip waits for both processes to be "
+    "scheduled; 1.3x needs the client not to wait for an answer nothing reads yet (record step n+1 while the "
+    "server runs step n), which it does not do yet (issue 24 item 3)",
     "remote training loop": "the suite's remote loop is the seed program as written (`w.data -= lr * w.grad.data`): each step "
     "moves the parameters, a 650 KB request and a 400 KB answer over this VM's loopback, which the embedded "
-    "loop does not pay; it does not measure resident parameters (`client.optim.SGD(..., resident=True)`, "
-    "issue 24 target 3), which the suite does not run yet",
+    "loop does not pay; resident parameters (`client.optim.SGD(..., resident=True)`, issue 24 target 3) are "
+    "the resident side's row",
     "embedded client seed loop": "per step: the compiled plan 362 µs (the engine's arithmetic, 1.13x the NumPy floor), "
     "recording 6 ops 64 µs, writing the request's graph 41 µs, walking the backward's course "
     "17 µs, admission 16 µs, applying the answer 17 µs: ~175 µs of lazy-graph bookkeeping "

@@ -4,7 +4,7 @@ Every side's step returns (loss, gradients...) so the tests can check that the s
 same thing (the NumPy floor's hand-written gradients included).
 
 Prints one JSON line: {"times": [seconds per sample, ...], "extra": {...}}.
-Sides: engine, torch, numpy (the hand-written floor), and for the client cases embedded/remote;
+Sides: engine, torch, numpy (the hand-written floor), and for the client cases embedded/remote/resident;
 the engine cases also run the peers of `benchmarks.peers` (autograd, jax, jaxjit) and `executor`
 (the service's compute: `wire.executor.Executor.backward` on a decoded request, in-process).
 """
@@ -348,7 +348,9 @@ def case_plan(side, p):
 def case_train(side, p):
     """`steps` SGD steps of the seed net after 5 untimed warm-up steps. Samples are per-step
     times (robust to a busy machine's spikes); extra.total is the whole loop's time.
-    Sides: numpy, torch, engine, embedded and remote (the client; remote = GRADSERVE_URL set)."""
+    Sides: numpy, torch, engine, embedded and remote (the client; remote = GRADSERVE_URL set), and resident:
+    remote with the parameters kept on the server (`client.optim.SGD(..., resident=True)`: the step is one
+    request carrying the batch, the optimizer's update applied there)."""
     steps = p.get("steps", 500)
     lr = 1e-6
     x, y, w1, w2 = _data(SEED, numpy.float32)
@@ -378,6 +380,18 @@ def case_train(side, p):
                 a.sub_(lr * a.grad)
                 b.sub_(lr * b.grad)
             a.grad = b.grad = None
+    elif side == "resident":  # through the client with its parameters resident on the server (GRADSERVE_URL set)
+        import client
+
+        ex, ey = client.tensor(x), client.tensor(y)
+        a, b = client.tensor(w1.copy(), requires_grad=True), client.tensor(w2.copy(), requires_grad=True)
+        optimizer = client.optim.SGD([a, b], lr=lr, resident=True)
+
+        def step():
+            loss = (ex.mm(a).clamp(min=0).mm(b) - ey).pow(2).sum()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
     else:  # the same program on the engine, or through the client (embedded; remote: GRADSERVE_URL is set)
         import importlib
 

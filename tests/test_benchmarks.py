@@ -22,6 +22,7 @@ from benchmarks import (
     common,
     endpoints,
     loadgen,
+    part_client,
     part_service,
     parts,
     payloads,
@@ -198,6 +199,25 @@ def test_server_cpu_is_read_from_the_process_group():
     finally:
         burn.kill()
         burn.wait()
+
+
+def test_the_client_part_reads_requests_and_bytes_each_way_from_the_servers_metrics():
+    metrics = "\n".join(
+        [
+            'gradserve_requests_total{endpoint="/backward",method="POST",status="200"} 7.0',
+            'gradserve_requests_total{endpoint="/backward",method="POST",status="413"} 1.0',
+            'gradserve_requests_total{endpoint="/forward",method="POST",status="200"} 2.0',
+            'gradserve_requests_total{endpoint="/metrics",method="GET",status="200"} 5.0',
+            'gradserve_request_bytes_total{endpoint="/backward"} 1000.0',
+            'gradserve_request_bytes_total{endpoint="/forward"} 24.0',
+            'gradserve_response_bytes_total{endpoint="/backward"} 1.5e+03',
+            'gradserve_request_bytes_created{endpoint="/backward"} 1.7e+09',
+        ]
+    )
+    assert part_client.traffic_of(metrics) == {"requests": 10.0, "up": 1024.0, "down": 1500.0}
+    assert "resident" in part_client.REMOTE and "resident" in common.LABELS
+    assert part_client.RESIDENT_TARGET.startswith("seed loop remote with resident parameters ≤1.3x embedded")
+    assert parts.why(part_client.RESIDENT_TARGET, "missed in 1 of 5 rounds").startswith("a step is one request")
 
 
 def test_verdicts_and_reasons():

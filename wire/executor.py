@@ -8,8 +8,6 @@ and admits it (`admit`: `wire.admission` decides), then runs the ticket (`run`).
 
 from __future__ import annotations
 
-import numpy
-
 from engine.api import shown
 from wire.admission import INLINE, POOL, Ticket, admit
 from wire.compile import run_compiled
@@ -148,14 +146,9 @@ class Executor:
         key = key_of(request)
         if request.update and result.grads is not None:
             by_handle = {h: result.grads[n] for n, h in plan.residents.items() if n in result.grads}
-            apply_update(self.residents, key, request.update, by_handle)
+            apply_update(self.residents, key, request.update, by_handle)  # (new arrays: the outputs keep what ran)
             updated = {h for _, _, handles in request.update for h in handles}
-            arrays = [self.residents.get(key, h, "update").array for h in updated]
             result.grads = {n: g for n, g in result.grads.items() if plan.residents.get(n) not in updated}
-            result.outputs = {
-                name: out.copy() if any(numpy.may_share_memory(out, a) for a in arrays) else out
-                for name, out in result.outputs.items()
-            }
         return self._fetch_and_free(request, key, result)
 
     def _fetch_and_free(self, request: Request, key: tuple, result: Result) -> Result:

@@ -11,7 +11,11 @@ in this request is left as it is, as PyTorch skips a parameter whose `.grad` is 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 import numpy
+import orjson
 
 from engine.api import array_of, shown, variable_of
 from engine.optim import SGD, Adam, AdamW, RMSprop
@@ -19,6 +23,11 @@ from wire.errors import RequestError
 
 OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop}
 FIELD = "update"
+
+
+CHECKED_OPTIONS = 256  # distinct (optimizer, options) pairs remembered as valid (`_check_options`)
+_valid: OrderedDict = OrderedDict()  # (optimizer name, options as sorted JSON) -> None, least recently used first
+_valid_lock = threading.Lock()
 
 
 def check_update(update) -> list:
@@ -51,17 +60,36 @@ def check_update(update) -> list:
         options = {k: v for k, v in group.items() if k != "handles"}
         if "betas" in options and isinstance(options["betas"], list):
             options["betas"] = tuple(options["betas"])
-        try:  # the optimizer's own checks (a probe parameter: the options are what is checked)
-            cls([variable_of(numpy.zeros(1), requires_grad=True)], **options)
-        except (TypeError, ValueError, NotImplementedError) as err:
-            raise RequestError(f"{where}: {err}", field=where) from None
+        _check_options(name, cls, options, where)
         checked.append((cls, options, handles))
     return checked
 
 
+def _check_options(name: str, cls, options: dict, where: str) -> None:
+    """The optimizer's own checks of a group's options (a probe parameter: the options are what is
+    checked), once per distinct options: a training loop sends the same ones every step."""
+    try:
+        key = (name, orjson.dumps(options, option=orjson.OPT_SORT_KEYS))
+    except TypeError:  # not JSON's (an in-process caller's): checked every time
+        key = None
+    if key is not None and key in _valid:
+        return
+    try:
+        cls([variable_of(numpy.zeros(1), requires_grad=True)], **options)
+    except (TypeError, ValueError, NotImplementedError) as err:
+        raise RequestError(f"{where}: {err}", field=where) from None
+    if key is not None:
+        with _valid_lock:
+            _valid[key] = None
+            while len(_valid) > CHECKED_OPTIONS:
+                _valid.popitem(last=False)
+
+
 def apply_update(store, key, groups, grads: dict) -> None:
-    """Step the resident arrays of session `key` in place: `groups` from `check_update`, `grads`
-    {handle: gradient array}. Their state is charged to the session (413 when it does not fit)."""
+    """Step the resident arrays of session `key`: `groups` from `check_update`, `grads` {handle: gradient
+    array}. All or none: the engine's optimizer steps a copy of each array, whose state is charged to the
+    session first (413 when it does not fit), and then the copies replace the arrays (a request still
+    reading an array keeps the value it read)."""
     for cls, options, handles in groups:
         stepped = [(h, store.get(key, h, FIELD)) for h in handles if grads.get(h) is not None]
         if not stepped:
@@ -76,7 +104,7 @@ def apply_update(store, key, groups, grads: dict) -> None:
                     node=handle,
                     field=FIELD,
                 )
-            param = variable_of(resident.array.copy(), requires_grad=True)
+            param = variable_of(resident.array.copy(), requires_grad=True)  # the step writes it in place
             param.grad = variable_of(grad)
             params.append(param)
         optimizer = cls(params, **options)
@@ -84,7 +112,7 @@ def apply_update(store, key, groups, grads: dict) -> None:
             if resident.state:
                 optimizer.state[param] = {k: variable_of(v) for k, v in resident.state.items()}
         optimizer.step()
-        states = [{k: numpy.array(array_of(v), copy=True) for k, v in optimizer.state[p].items()} for p in params]
+        states = [{k: _kept(array_of(v), grads.values()) for k, v in optimizer.state[p].items()} for p in params]
         growth = sum(
             sum(int(a.nbytes) for a in s.values()) - sum(int(a.nbytes) for a in r.state.values())
             for s, (_, r) in zip(states, stepped)
@@ -92,6 +120,13 @@ def apply_update(store, key, groups, grads: dict) -> None:
         store.check_room(key, growth, FIELD)
         for param, state, (_, resident) in zip(params, states, stepped):
             before = resident.nbytes
-            resident.array[...] = array_of(param)
-            resident.state = state
+            resident.array, resident.state = _kept(array_of(param), grads.values()), state
             store.recharge(key, resident, before)
+
+
+def _kept(array, grads) -> numpy.ndarray:
+    """A stepped array or state as a resident keeps it: itself, or a copy where it may share memory with a
+    request's gradient (which lives in the request's buffers)."""
+    if any(numpy.may_share_memory(array, g) for g in grads):
+        return numpy.array(array, copy=True)
+    return array

@@ -69,8 +69,9 @@ class _Session:
 class ResidentStore:
     """Sessions' resident arrays, by (scope, session) then handle, bounded by bytes and age.
 
-    Reads (`get`) hand out the stored array itself: the executor runs a request's graph on it and only
-    then updates it in place, so a caller must not keep it past its request (`fetch` copies)."""
+    Reads (`get`) hand out the stored array itself: the executor runs a request's graph on it (read-only
+    views); an update replaces it with a new array (`wire.resident_update`), so what a request read stays
+    as it read it. Nothing writes a stored array in place; `fetch` copies."""
 
     def __init__(self, limits: Limits):
         self.limits = limits

@@ -91,10 +91,23 @@ def wire_name(optimizer) -> str:
     return next(name for cls, name in WIRE_NAMES if isinstance(optimizer, cls))
 
 
+_ACCEPTED: dict = {}  # optimizer class -> the option names its server-side optimizer takes
+
+
+def _accepted(optimizer_class) -> frozenset:
+    """The options the server's optimizer of `optimizer_class` takes: its engine class's constructor arguments."""
+    found = _ACCEPTED.get(optimizer_class)
+    if found is None:
+        engine_class = next(c for c in optimizer_class.__mro__ if c in (SGD, Adam, AdamW, RMSprop))
+        found = _ACCEPTED[optimizer_class] = (
+            frozenset(inspect.signature(engine_class.__init__).parameters) - NOT_OPTIONS
+        )
+    return found
+
+
 def _options(optimizer, group) -> dict:
     """A param group's options as the server's optimizer takes them (its constructor's arguments)."""
-    engine_class = next(c for c in type(optimizer).__mro__ if c in (SGD, Adam, AdamW, RMSprop))
-    accepted = set(inspect.signature(engine_class.__init__).parameters) - NOT_OPTIONS
+    accepted = _accepted(type(optimizer))
     options = {k: v for k, v in group.items() if k in accepted}
     if "betas" in options:
         options["betas"] = [float(b) for b in options["betas"]]
