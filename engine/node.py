@@ -277,7 +277,24 @@ def apply2(op, a, b, attrs):
     x, y = a._data, b._data
     xp = numpy if type(x) is ndarray else backend.array_module(x)
     out = op.forward(xp, x, y, **attrs) if attrs else op.forward(xp, x, y)
-    return _result_of(op, (a, b), (x, y), attrs, out, xp, a._requires_grad or b._requires_grad)
+    if type(out) is not ndarray:
+        out = _wrap(out, xp)
+    # `_result_of`, inline: a call costs a twentieth of the whole
+    result = _new(Variable)
+    result._data = out
+    result.grad = None
+    result._version = 0
+    if (a._requires_grad or b._requires_grad) and _grad.enabled and op.differentiable and out.dtype.kind == "f":
+        result._node = _record(op, (a, b), attrs, out, result)
+        result._requires_grad = True
+    else:
+        result._node = None
+        result._requires_grad = False
+    if FORWARD:
+        FORWARD[0].op(op, (a, b), attrs, result)
+    if RECORDING:
+        _recorded(op, (x, y), attrs, out)
+    return result
 
 
 def _result_of(op, inputs, datas, attrs, out, xp, grad):
