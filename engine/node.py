@@ -220,7 +220,9 @@ class OpNode(Node):
             )
         if len(needs) == 1:
             fx = op.vjps[0]
-            return (None if needs[0] is None or fx is None else fx(grad, ans, *saved, **attrs),)
+            if needs[0] is None or fx is None:
+                return (None,)
+            return (fx(grad, ans, saved[0], **attrs) if attrs else fx(grad, ans, saved[0]),)
         return [
             fn(grad, ans, *saved, **attrs) if n is not None and fn is not None else None
             for fn, n in zip(op.vjps, needs)
