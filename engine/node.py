@@ -328,7 +328,10 @@ def _record(op, inputs, attrs, out, result):
     node.seq = next_seq()
     if len(inputs) == 2:
         a, b = inputs
-        edges = node.edges = (a._node or (a if a._requires_grad else None), b._node or (b if b._requires_grad else None))
+        edges = node.edges = (
+            a._node or (a if a._requires_grad else None),
+            b._node or (b if b._requires_grad else None),
+        )
     else:
         edges = node.edges = tuple([v._node or (v if v._requires_grad else None) for v in inputs])
     saves = op.saves
