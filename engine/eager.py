@@ -6,7 +6,7 @@ when both operands are Variables (no coercion, no attribute parsing)."""
 from __future__ import annotations
 
 from engine import autograd, grad_mode, surface
-from engine.node import apply2, apply_op
+from engine.node import apply_op
 from engine.ops.shape import reversed_dims
 from engine.registry import F, coerce, trusted
 from engine.variable import Variable, as_array
@@ -26,7 +26,7 @@ class EagerSide(surface.Side):
 
         def forward_op(self, other):
             if type(other) is Variable:
-                return apply2(op, self, other, empty)
+                return apply_op(op, (self, other), empty)
             return op.call(coerce((self, other)), empty)
 
         return forward_op

@@ -256,59 +256,34 @@ def _wrap(out, xp):
 def apply_op(op, inputs, attrs):
     """Run `op` forward on Variables `inputs`, recording a node when a gradient may be needed.
 
-    Every op of every program comes here (the eager operators go to `apply2` directly). One and
-    two inputs are unrolled, and a node is made inline (`Node`s have no `__init__`), since each
+    Every op of every program comes here: one and two inputs are unrolled (and the forward called
+    without a star-call when there are no attributes), and the result is made inline, since each
     call or comprehension costs about as much as the NumPy call itself on small arrays."""
     if len(inputs) == 2:
-        return apply2(op, inputs[0], inputs[1], attrs)
-    if len(inputs) == 1:
+        a, b = inputs
+        datas = (x, y) = (a._data, b._data)
+        xp = numpy if type(x) is ndarray else backend.array_module(x)
+        out = op.forward(xp, x, y, **attrs) if attrs else op.forward(xp, x, y)
+        grad = a._requires_grad or b._requires_grad  # an input with a node requires grad
+    elif len(inputs) == 1:
         a = inputs[0]
-        data = a._data
-        xp = numpy if type(data) is ndarray else backend.array_module(data)
-        out = op.forward(xp, data, **attrs) if attrs else op.forward(xp, data)
-        return _result_of(op, inputs, (data,), attrs, out, xp, a._requires_grad)
-    datas = tuple([v._data for v in inputs])
-    first = datas[0]
-    xp = numpy if type(first) is ndarray else backend.array_module(first)
-    out = op.forward(xp, *datas, **attrs)
-    return _result_of(op, inputs, datas, attrs, out, xp, any([v._requires_grad for v in inputs]))
-
-
-def apply2(op, a, b, attrs):
-    """`apply_op` of a two-input op (most of them, and every binary operator)."""
-    x, y = a._data, b._data
-    xp = numpy if type(x) is ndarray else backend.array_module(x)
-    out = op.forward(xp, x, y, **attrs) if attrs else op.forward(xp, x, y)
-    if type(out) is not ndarray:
-        out = _wrap(out, xp)
-    # `_result_of`, inline: a call costs a twentieth of the whole
-    result = _new(Variable)
-    result._data = out
-    result.grad = None
-    result._version = 0
-    if (a._requires_grad or b._requires_grad) and _grad.enabled and op.differentiable and out.dtype.kind == "f":
-        result._node = _record(op, (a, b), attrs, out, result)
-        result._requires_grad = True
+        datas = (x,) = (a._data,)
+        xp = numpy if type(x) is ndarray else backend.array_module(x)
+        out = op.forward(xp, x, **attrs) if attrs else op.forward(xp, x)
+        grad = a._requires_grad
     else:
-        result._node = None
-        result._requires_grad = False
-    if FORWARD:
-        FORWARD[0].op(op, (a, b), attrs, result)
-    if RECORDING:
-        _recorded(op, (x, y), attrs, out)
-    return result
-
-
-def _result_of(op, inputs, datas, attrs, out, xp, grad):
-    """The result Variable of an op's forward `out`, with its node when `grad` (an input requires
-    grad) and grad mode is on and the op can have a gradient there."""
+        datas = tuple([v._data for v in inputs])
+        x = datas[0]
+        xp = numpy if type(x) is ndarray else backend.array_module(x)
+        out = op.forward(xp, *datas, **attrs)
+        grad = any([v._requires_grad for v in inputs])
     if type(out) is not ndarray:
         out = _wrap(out, xp)
     result = _new(Variable)
     result._data = out
     result.grad = None
     result._version = 0
-    # an int or bool result never requires grad; an input with a node requires grad
+    # an int or bool result never requires grad
     if grad and _grad.enabled and op.differentiable and out.dtype.kind == "f":
         result._node = _record(op, inputs, attrs, out, result)
         result._requires_grad = True
