@@ -78,7 +78,7 @@ MISSED_BECAUSE = {
     "signature, budgets) adds ~3.5 µs warm, ~9 µs after the matmuls (Changes, request path)",
     "100-op chain": "CPython bytecode around each 2x2 NumPy call: ~15.6k instructions per forward op with grad "
     "(9.5k without) against ~3.8k for NumPy's multiply itself (callgrind: 5,973k -> 4,328k a step after d2ba7b1, "
-    "-> ~3.7k after the eager2 cuts); each Python call layer (operator, apply_op, the forward lambda, "
+    "-> 3,805k after the eager2 cuts); each Python call layer (operator, apply_op, the forward lambda, "
     "_record, vjp, free) costs ~0.85k; PyTorch does it in C++ (Changes, round 3)",
     "seed net": "the 5 matmuls equal the floor's; the rest is the engine's dispatch of 12 ops and 6 "
     "backward nodes, run right after a cache-evicting matmul: f32 4,866k instructions a step against the "
