@@ -76,12 +76,13 @@ MISSED_BECAUSE = {
     "matmuls are the floor's, the vjps of mm, clamp, pow and sum call engine ops on Variables (6 op "
     "dispatches, ~25 µs right after the cache-evicting matmuls), and admission (plan key, input "
     "signature, budgets) adds ~3.5 µs warm, ~9 µs after the matmuls (Changes, request path)",
-    "100-op chain": "CPython bytecode around each 2x2 NumPy call: ~20k instructions per forward op and ~23k per "
-    "backward node against ~4k for the NumPy op itself (callgrind, after d2ba7b1 removed the walk's "
-    "reachability pass: 5,973k -> 4,328k a step); what remains is per-op Variable/Node construction and "
-    "the generic vjp wrapper; PyTorch does it in C++ (Changes, round 3)",
+    "100-op chain": "CPython bytecode around each 2x2 NumPy call: ~15.6k instructions per forward op with grad "
+    "(9.5k without) against ~3.8k for NumPy's multiply itself (callgrind: 5,973k -> 4,328k a step after d2ba7b1, "
+    "-> 3,805k after the eager2 cuts); each Python call layer (operator, apply_op, the forward lambda, "
+    "_record, vjp, free) costs ~0.85k; PyTorch does it in C++ (Changes, round 3)",
     "seed net": "the 5 matmuls equal the floor's; the rest is the engine's dispatch of 12 ops and 6 "
-    "backward nodes, run right after a cache-evicting matmul (Changes, round 2)",
+    "backward nodes, run right after a cache-evicting matmul: f32 4,866k instructions a step against the "
+    "floor's ~4,430k (1.1x), but 1.6x its CPU time, as Python's instructions run slower than BLAS's (Changes, round 3)",
     "large MLP": "~99% of the step is the floor's own 5 BLAS calls: run-to-run noise of few ~0.5 s "
     "samples on a shared 2-core machine (Changes, round 1)",
     "tiny graph": "under 4-connection load the server spends ~215-230 µs of CPU a request against the FastAPI echo's "
@@ -148,7 +149,8 @@ MISSED_BECAUSE = {
     "17 µs, admission 16 µs, applying the answer 17 µs: ~175 µs of lazy-graph bookkeeping "
     "against the engine's ~100 µs of eager dispatch (Changes, the client, session 4)",
     "HVP": "the same per-op Python as the chain over ~55 op applications and two walks (6 and ~25 nodes): "
-    "3,016k -> 2,732k instructions a step after d2ba7b1 (callgrind); PyTorch does them in C++ (Changes, round 3)",
+    "3,016k -> 2,725k instructions a step after d2ba7b1, 2,282k once grad() skips its pruning pass when every "
+    "leaf reached is an input (callgrind); PyTorch's is ~1,240k, in C++ (Changes, round 3)",
     "tensor program": "the client records every op lazily and never materializes the updated weights: each "
     "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
     "step's cost grows with the step count), parsed and re-run by the Executor (cProfile of steps "

@@ -19,7 +19,7 @@ from engine import interrupt
 from engine.backend import array_module
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from engine.grad_mode import enable_grad, no_grad
-from engine.node import RECORDING, Node
+from engine.node import RECORDING, Meta, Node
 from engine.recording import note_constant, note_where
 from engine.registry import trusted
 from engine.variable import Variable, as_array
@@ -270,8 +270,11 @@ def accumulate_grad(var, g, owned, may_update, create_graph=False):
 
 def _needs(roots, inputs, capture):
     """A grad()'s pruning: ({node reachable from `roots`: its vjp's `needs` (its edges, None where that
-    input leads to no target), or () where none does}, {target node: id(target)}). One pass, post-order."""
+    input leads to no target), or () where none does}, {target node: id(target)}). One pass, post-order;
+    None instead of the needs where nothing is pruned (the common case: gradients for every leaf reached)."""
     target_nodes = {v._node: id(v) for v in inputs if v._node is not None}
+    if not target_nodes and _leaves_all_in(roots, capture):
+        return None, target_nodes  # every input a leaf and every leaf reached an input: no pruning
     needs = {}
     stack = list(roots)
     while stack:
@@ -294,6 +297,21 @@ def _needs(roots, inputs, capture):
         )
         needs[node] = mine if any(e is not None for e in mine) else ()
     return needs, target_nodes
+
+
+def _leaves_all_in(roots, capture):
+    """Whether every leaf that the graph from `roots` sends a gradient to is in `capture` (by id)."""
+    seen = set(roots)
+    stack = list(seen)
+    while stack:
+        for edge in stack.pop().edges:
+            if isinstance(edge, Node):
+                if edge not in seen:
+                    seen.add(edge)
+                    stack.append(edge)
+            elif edge is not None and id(edge) not in capture:
+                return False
+    return True
 
 
 def _start(outputs, grad_outputs, sink, inputs):
@@ -356,7 +374,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
             for edge, gi, given in zip(needs, in_grads, saved):
                 if gi is None or edge is None:
                     continue
-                data, meta = gi._data, given._data
+                data, meta = gi._data, given if type(given) is Meta else given._data  # (Meta's _data: a property)
                 if data.shape != meta.shape or (data.dtype is not meta.dtype and data.dtype != meta.dtype):
                     gi = _fit(gi, meta)
                 if isinstance(edge, Variable):

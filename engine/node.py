@@ -15,6 +15,7 @@ from engine.variable import Variable
 
 _result = Variable._result
 _new = object.__new__
+ndarray = numpy.ndarray
 _version_of = attrgetter("_version")
 # PyTorch's sequence numbers: a node's is above its inputs' nodes' (`autograd.run_backward` runs the latest first)
 next_seq = count(1).__next__
@@ -204,7 +205,14 @@ class OpNode(Node):
         attrs = self.attrs
         if op.vjp is not None:
             return op.vjp(grad, ans, saved, [n is not None for n in needs], **attrs)
-        if len(needs) == 2:  # unrolled: most ops take one or two inputs
+        if not attrs and len(needs) == 2:  # unrolled: most ops take one or two inputs, and no attributes
+            fx, fy = op.vjps
+            x, y = saved
+            return (
+                None if needs[0] is None or fx is None else fx(grad, ans, x, y),
+                None if needs[1] is None or fy is None else fy(grad, ans, x, y),
+            )
+        if len(needs) == 2:
             fx, fy = op.vjps
             return (
                 None if needs[0] is None or fx is None else fx(grad, ans, *saved, **attrs),
@@ -212,7 +220,9 @@ class OpNode(Node):
             )
         if len(needs) == 1:
             fx = op.vjps[0]
-            return (None if needs[0] is None or fx is None else fx(grad, ans, *saved, **attrs),)
+            if needs[0] is None or fx is None:
+                return (None,)
+            return (fx(grad, ans, saved[0], **attrs) if attrs else fx(grad, ans, saved[0]),)
         return [
             fn(grad, ans, *saved, **attrs) if n is not None and fn is not None else None
             for fn, n in zip(op.vjps, needs)
@@ -234,21 +244,11 @@ class OpNode(Node):
 
 def _metas(inputs, edges):
     """The inputs' Metas (None for an input without an edge, when `edges` is given)."""
-    out = []
-    for i, v in enumerate(inputs):
-        if edges is not None and edges[i] is None:
-            out.append(None)
-            continue
-        meta = _new(Meta)
-        data = v._data
-        meta.shape = data.shape
-        meta.dtype = data.dtype
-        out.append(meta)
-    return tuple(out)
+    return tuple([None if edges is not None and e is None else Meta.of(v) for v, e in zip(inputs, edges or inputs)])
 
 
 def _wrap(out, xp):
-    if type(out) is numpy.ndarray or isinstance(out, xp.ndarray):
+    if type(out) is ndarray or isinstance(out, xp.ndarray):
         return out
     return xp.asarray(out)
 
@@ -256,27 +256,28 @@ def _wrap(out, xp):
 def apply_op(op, inputs, attrs):
     """Run `op` forward on Variables `inputs`, recording a node when a gradient may be needed.
 
-    Every op of every program comes here: one and two inputs are unrolled, and a node is made
-    inline (`Node`s have no `__init__`), since each call or comprehension costs about as much
-    as the NumPy call itself on small arrays."""
+    Every op of every program comes here: one and two inputs are unrolled (and the forward called
+    without a star-call when there are no attributes), and the result is made inline, since each
+    call or comprehension costs about as much as the NumPy call itself on small arrays."""
     if len(inputs) == 2:
         a, b = inputs
-        datas = (first, _) = (a._data, b._data)
-        edges = (a._node or (a if a._requires_grad else None), b._node or (b if b._requires_grad else None))
-        grad = edges[0] is not None or edges[1] is not None
+        datas = (x, y) = (a._data, b._data)
+        xp = numpy if type(x) is ndarray else backend.array_module(x)
+        out = op.forward(xp, x, y, **attrs) if attrs else op.forward(xp, x, y)
+        grad = a._requires_grad or b._requires_grad  # an input with a node requires grad
     elif len(inputs) == 1:
-        (a,) = inputs
-        datas = (first,) = (a._data,)
-        edges = (a._node or (a if a._requires_grad else None),)
-        grad = edges[0] is not None
+        a = inputs[0]
+        datas = (x,) = (a._data,)
+        xp = numpy if type(x) is ndarray else backend.array_module(x)
+        out = op.forward(xp, x, **attrs) if attrs else op.forward(xp, x)
+        grad = a._requires_grad
     else:
         datas = tuple([v._data for v in inputs])
-        first = datas[0]
-        edges = tuple([v._node or (v if v._requires_grad else None) for v in inputs])
-        grad = any(e is not None for e in edges)
-    xp = numpy if type(first) is numpy.ndarray else backend.array_module(first)
-    out = op.forward(xp, *datas, **attrs)
-    if type(out) is not numpy.ndarray:
+        x = datas[0]
+        xp = numpy if type(x) is ndarray else backend.array_module(x)
+        out = op.forward(xp, *datas, **attrs)
+        grad = any([v._requires_grad for v in inputs])
+    if type(out) is not ndarray:
         out = _wrap(out, xp)
     result = _new(Variable)
     result._data = out
@@ -284,30 +285,7 @@ def apply_op(op, inputs, attrs):
     result._version = 0
     # an int or bool result never requires grad
     if grad and _grad.enabled and op.differentiable and out.dtype.kind == "f":
-        node = _new(op.node_class)
-        node.seq = next_seq()
-        node.edges = edges
-        saves = op.saves
-        if saves is True:
-            node.saved = inputs
-            node.versions = tuple([v._version for v in inputs])  # of the inputs whose values the vjps read
-        elif saves is False:  # the vjps read no input's values: keep shapes only (as free() does), not memory
-            node.saved = _metas(inputs, edges if op.vjp is None else None)
-            node.versions = ()
-        else:
-            kept = range(len(inputs))[saves]
-            node.saved = tuple([v if i in kept else Meta.of(v) for i, v in enumerate(inputs)])
-            node.versions = tuple([v._version for v in inputs])
-        node.attrs = attrs
-        node.retained = None
-        node.out_ref = None  # uses_output ops: a weakref to the output, whose version is checked too
-        if op.uses_output:
-            node.out_data = out
-            if reads_output(op, edges):
-                node.out_ref = weakref.ref(result)
-        else:
-            node.out_data = None
-        result._node = node
+        result._node = _record(op, inputs, attrs, out, result)
         result._requires_grad = True
     else:
         result._node = None
@@ -317,6 +295,47 @@ def apply_op(op, inputs, attrs):
     if RECORDING:
         _recorded(op, datas, attrs, out)
     return result
+
+
+def _record(op, inputs, attrs, out, result):
+    """The node of `result = op(*inputs)`: its edges, what its vjps read and the versions to check then."""
+    node = _new(op.node_class)
+    node.seq = next_seq()
+    if len(inputs) == 2:
+        a, b = inputs
+        edges = node.edges = (
+            a._node or (a if a._requires_grad else None),
+            b._node or (b if b._requires_grad else None),
+        )
+    else:
+        edges = node.edges = tuple([v._node or (v if v._requires_grad else None) for v in inputs])
+    saves = op.saves
+    if saves is True:
+        node.saved = inputs
+        if len(inputs) == 2:
+            node.versions = (a._version, b._version)  # of the inputs whose values the vjps read
+        else:
+            node.versions = tuple([v._version for v in inputs])
+    elif saves is False:  # the vjps read no input's values: keep shapes only (as free() does), not memory
+        if len(inputs) == 2 and op.vjp is None:
+            node.saved = (None if edges[0] is None else Meta.of(a), None if edges[1] is None else Meta.of(b))
+        else:
+            node.saved = _metas(inputs, edges if op.vjp is None else None)
+        node.versions = ()
+    else:
+        kept = range(len(inputs))[saves]
+        node.saved = tuple([v if i in kept else Meta.of(v) for i, v in enumerate(inputs)])
+        node.versions = tuple([v._version for v in inputs])
+    node.attrs = attrs
+    node.retained = None
+    node.out_ref = None  # uses_output ops: a weakref to the output, whose version is checked too
+    if op.uses_output:
+        node.out_data = out
+        if reads_output(op, edges):
+            node.out_ref = weakref.ref(result)
+    else:
+        node.out_data = None
+    return node
 
 
 def _recorded(op, datas, attrs, out):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from types import SimpleNamespace
 
 import numpy
@@ -105,14 +106,11 @@ class OpDef:
         required = any(spec.required for spec in self.attrs.values())
         # the attributes of a call that gives none; shared, so never mutated
         self.default_attrs = None if required else {name: spec.default for name, spec in self.attrs.items()}
-        self.call = self._call_composite if self.composite else self._call_primitive
+        # `call(inputs, attrs)`: apply to Variables with checked attributes (the trusted entry: no parsing)
+        self.call = self._call_composite if self.composite else partial(apply_op, self)
 
     def _call_composite(self, inputs, attrs):
         return self.forward(*inputs, **attrs)
-
-    def _call_primitive(self, inputs, attrs):
-        """Apply to Variables with checked attributes (the trusted entry: no parsing)."""
-        return apply_op(self, inputs, attrs)
 
     def check_attrs(self, given: dict) -> dict:
         """Normalise a complete attribute dict (defaults filled in); raises AttrError/TypeError."""
