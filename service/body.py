@@ -216,21 +216,27 @@ async def read_body(
     return body
 
 
-HEAP_TOP_PAD = 16 * 2**20  # bytes glibc keeps at the main heap's top (M_TOP_PAD), see `keep_heap_pad`
-M_TOP_PAD = -2  # glibc's mallopt parameter
+HEAP_TOP_PAD = 32 * 2**20  # bytes glibc keeps at a heap's top (M_TOP_PAD), see `keep_heap_pad`...
+MMAP_THRESHOLD = 32 * 2**20  # ... and the smallest block it maps by itself (M_MMAP_THRESHOLD; glibc's largest)
+M_TOP_PAD, M_MMAP_THRESHOLD = -2, -3  # glibc's mallopt parameters
 
 
-def keep_heap_pad(pad: int = HEAP_TOP_PAD) -> bool:
-    """Have glibc keep `pad` bytes of the main heap mapped when it grows or trims it (M_TOP_PAD);
-    whether it could. The event loop runs on the main thread, where a body, an answer's chunk or
-    a short computation's result of 1 MiB is allocated and freed per request: by default the heap's
-    top is given back after each (above the 128 KiB trim threshold) and faulted in again by the next,
-    ~0.6 ms of page faults per MiB on a VM (a compute thread's arena does not do this). The pad
-    bounds what is kept."""
+def keep_heap_pad(pad: int = HEAP_TOP_PAD, threshold: int = MMAP_THRESHOLD) -> bool:
+    """Have glibc keep `pad` bytes of a heap mapped when it grows or trims it (M_TOP_PAD), and take
+    blocks under `threshold` bytes from its heaps (M_MMAP_THRESHOLD); whether it could. A request
+    allocates and frees blocks of 128 KiB to tens of MiB (a body, its parsed lists and arrays, an
+    answer's text; orjson's parse of a JSON body takes ~12x its size at once): by default the heap's top is given back after each (above the 128 KiB trim
+    threshold) and faulted in again by the next, ~0.6 ms of page faults per MiB on a VM. Setting
+    the pad turns off glibc's sliding mmap threshold, which otherwise rises to the largest block
+    freed so far: without a threshold set too, every block over 128 KiB is then a fresh mapping,
+    zero-filled page by page and unmapped when freed (a seed-net JSON request: ~1,100 page faults,
+    ~20% of its CPU). The pad bounds what a heap keeps; blocks of 32 MiB or more (a 64 MiB tensor)
+    are mapped and given back whole."""
     if not sys.platform.startswith("linux"):
         return False
     try:
-        return bool(ctypes.CDLL(None).mallopt(M_TOP_PAD, pad))
+        mallopt = ctypes.CDLL(None).mallopt
+        return bool(mallopt(M_TOP_PAD, pad)) and bool(mallopt(M_MMAP_THRESHOLD, threshold))
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
 
