@@ -164,73 +164,79 @@ async def read_body(
         hold.check(declared)  # reserved as it arrives, not up front: a declared body sent by no one holds nothing
     body, total = None, 0
     idle_s = hold.budget.idle_s
-    try:
-        with Deadline(timeout_s):
-            while True:
-                try:
-                    with Deadline(idle_s):
-                        message = await receive()
-                except TimeoutError:
-                    raise ApiError(
-                        408,
-                        f"the request body stalled: no byte for body_idle_timeout_s={idle_s:g} s ({total} bytes came)",
-                        field="body",
-                        headers=CLOSE,
-                    ) from None
-                if message["type"] == "http.disconnect":
-                    raise ApiError(400, "the client disconnected before sending the whole body", field="body")
-                chunk = message.get("body", b"")
-                end = total + len(chunk)
-                hold.received = end
-                if end > limit:
-                    raise _too_large(limit, name, "is over")
-                if end > hold.bytes:
-                    hold.grow(end - hold.bytes)
-                if declared is not None and end > declared:
-                    raise ApiError(400, f"the body is longer than its Content-Length {declared}", field="body")
-                more = message.get("more_body", False)
-                if body is None:
-                    if not more:  # the whole body in one message: kept as it came, no copy
-                        body, total = chunk, end
-                        break
-                    # one buffer filled in place, never zero-filled nor joined (each would hold the
-                    # GIL for a pass over the whole body); a chunked body grows a bytearray
-                    body = _buffer(declared, head_length) if declared else bytearray()
-                if isinstance(body, bytearray):
-                    body += chunk
-                else:
-                    body[total:end] = chunk
-                total = end
-                if not more:
-                    break
-    except TimeoutError:
-        raise ApiError(
-            408,
-            f"the request body did not arrive within body_timeout_s={timeout_s:g} s ({total} bytes came)",
-            field="body",
-            headers=CLOSE,
-        ) from None
+    end = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        wait = Deadline(idle_s, end)  # one timer a message: the idle bound, or the whole body's when it comes first
+        try:
+            with wait:
+                message = await receive()
+        except TimeoutError:
+            if wait.when >= end:
+                raise ApiError(
+                    408,
+                    f"the request body did not arrive within body_timeout_s={timeout_s:g} s ({total} bytes came)",
+                    field="body",
+                    headers=CLOSE,
+                ) from None
+            raise ApiError(
+                408,
+                f"the request body stalled: no byte for body_idle_timeout_s={idle_s:g} s ({total} bytes came)",
+                field="body",
+                headers=CLOSE,
+            ) from None
+        if message["type"] == "http.disconnect":
+            raise ApiError(400, "the client disconnected before sending the whole body", field="body")
+        chunk = message.get("body", b"")
+        end_byte = total + len(chunk)
+        hold.received = end_byte
+        if end_byte > limit:
+            raise _too_large(limit, name, "is over")
+        if end_byte > hold.bytes:
+            hold.grow(end_byte - hold.bytes)
+        if declared is not None and end_byte > declared:
+            raise ApiError(400, f"the body is longer than its Content-Length {declared}", field="body")
+        more = message.get("more_body", False)
+        if body is None:
+            if not more:  # the whole body in one message: kept as it came, no copy
+                body, total = chunk, end_byte
+                break
+            # one buffer filled in place, never zero-filled nor joined (each would hold the
+            # GIL for a pass over the whole body); a chunked body grows a bytearray
+            body = _buffer(declared, head_length) if declared else bytearray()
+        if isinstance(body, bytearray):
+            body += chunk
+        else:
+            body[total:end_byte] = chunk
+        total = end_byte
+        if not more:
+            break
     if total < len(body):
         body = body[:total]
     _check_json_header(limits, head_length, total)
     return body
 
 
-HEAP_TOP_PAD = 16 * 2**20  # bytes glibc keeps at the main heap's top (M_TOP_PAD), see `keep_heap_pad`
-M_TOP_PAD = -2  # glibc's mallopt parameter
+HEAP_TOP_PAD = 32 * 2**20  # bytes glibc keeps at a heap's top (M_TOP_PAD), see `keep_heap_pad`...
+MMAP_THRESHOLD = 32 * 2**20  # ... and the smallest block it maps by itself (M_MMAP_THRESHOLD; glibc's largest)
+M_TOP_PAD, M_MMAP_THRESHOLD = -2, -3  # glibc's mallopt parameters
 
 
-def keep_heap_pad(pad: int = HEAP_TOP_PAD) -> bool:
-    """Have glibc keep `pad` bytes of the main heap mapped when it grows or trims it (M_TOP_PAD);
-    whether it could. The event loop runs on the main thread, where a body, an answer's chunk or
-    a short computation's result of 1 MiB is allocated and freed per request: by default the heap's
-    top is given back after each (above the 128 KiB trim threshold) and faulted in again by the next,
-    ~0.6 ms of page faults per MiB on a VM (a compute thread's arena does not do this). The pad
-    bounds what is kept."""
+def keep_heap_pad(pad: int = HEAP_TOP_PAD, threshold: int = MMAP_THRESHOLD) -> bool:
+    """Have glibc keep `pad` bytes of a heap mapped when it grows or trims it (M_TOP_PAD), and take
+    blocks under `threshold` bytes from its heaps (M_MMAP_THRESHOLD); whether it could. A request
+    allocates and frees blocks of 128 KiB to tens of MiB (a body, its parsed lists and arrays, an
+    answer's text; orjson's parse of a JSON body takes ~12x its size at once): by default the heap's top is given back after each (above the 128 KiB trim
+    threshold) and faulted in again by the next, ~0.6 ms of page faults per MiB on a VM. Setting
+    the pad turns off glibc's sliding mmap threshold, which otherwise rises to the largest block
+    freed so far: without a threshold set too, every block over 128 KiB is then a fresh mapping,
+    zero-filled page by page and unmapped when freed (a seed-net JSON request: ~1,100 page faults,
+    ~20% of its CPU). The pad bounds what a heap keeps; blocks of 32 MiB or more (a 64 MiB tensor)
+    are mapped and given back whole."""
     if not sys.platform.startswith("linux"):
         return False
     try:
-        return bool(ctypes.CDLL(None).mallopt(M_TOP_PAD, pad))
+        mallopt = ctypes.CDLL(None).mallopt
+        return bool(mallopt(M_TOP_PAD, pad)) and bool(mallopt(M_MMAP_THRESHOLD, threshold))
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
 
@@ -286,16 +292,19 @@ class Deadline:
     one timer handle: the same protocol (the timer cancels the task; leaving with that
     cancellation raises TimeoutError, unless the task was also cancelled from elsewhere), at
     ~1.9 µs instead of ~5.1 µs on uvloop (asyncio.timeout builds a Timeout and looks the loop up
-    three times): ~4% of a tiny request's instructions."""
+    three times): ~4% of a tiny request's instructions. `until`: a loop time it expires at, at
+    the latest; `when`: the loop time it expires at."""
 
-    __slots__ = ("cancelling", "expired", "handle", "task")
+    __slots__ = ("cancelling", "expired", "handle", "task", "when")
 
-    def __init__(self, delay: float):
+    def __init__(self, delay: float, until: float | None = None):
         self.task = task = asyncio.current_task()
         self.cancelling = task.cancelling()
         self.expired = False
         loop = task.get_loop()
-        self.handle = loop.call_at(loop.time() + delay, self._expire)
+        when = loop.time() + delay
+        self.when = when if until is None or when < until else until
+        self.handle = loop.call_at(self.when, self._expire)
 
     def _expire(self) -> None:
         self.expired = True

@@ -160,3 +160,38 @@ def test_json_answers_written_in_chunks_round_trip(datatype, size, monkeypatch):
     decoded = orjson.loads(codec.dumps(codec.encode_json("y", array)))
     ((_, back),) = codec.decode_tensors([decoded], "outputs", None, 0, MAX_ELEMENTS)[0]
     np.testing.assert_array_equal(back, array)
+
+
+FLAT_LEAVES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(2**63), 2**63 - 1),
+    st.booleans(),
+    st.none(),
+    st.sampled_from(["NaN", "Infinity", "-Infinity", "1"]),
+)
+
+
+def _outcome(obj):
+    try:
+        return codec.decode_json(obj, "inputs[0]", MAX_ELEMENTS)[1]
+    except TensorError as err:
+        return err.field
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    values=st.lists(FLAT_LEAVES, max_size=12),
+    datatype=st.sampled_from(["FP16", "FP32", "FP64", "INT8", "INT32", "INT64", "UINT8", "BOOL"]),
+)
+def test_a_flat_data_list_reads_as_the_same_list_nested_does(values, datatype):
+    """A flat list of numbers is packed by array.array (`codec._flat`); a nested one takes the general
+    path: both give the same array, or both refuse the tensor's data."""
+    n = len(values)
+    with np.errstate(over="ignore"):  # floats past FP16's range become infinities on both paths
+        flat = _outcome({"name": "x", "shape": [n], "datatype": datatype, "data": values})
+        nested = _outcome({"name": "x", "shape": [1, n], "datatype": datatype, "data": [values]})
+    if isinstance(flat, str) or isinstance(nested, str):
+        assert flat == nested == "inputs[0].data"
+        return
+    assert flat.dtype == nested.dtype and flat.shape == (n,)
+    np.testing.assert_array_equal(flat, nested.reshape(n))
