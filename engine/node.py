@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import weakref
 from itertools import count
-from operator import attrgetter
 from threading import get_ident
 
 import numpy
@@ -16,7 +15,6 @@ from engine.variable import Variable
 _result = Variable._result
 _new = object.__new__
 ndarray = numpy.ndarray
-_version_of = attrgetter("_version")
 # PyTorch's sequence numbers: a node's is above its inputs' nodes' (`autograd.run_backward` runs the latest first)
 next_seq = count(1).__next__
 FORWARD: list = []  # the active forward-AD level while there is one (`engine.forward_ad`): told of every op

@@ -225,8 +225,9 @@ def keep_heap_pad(pad: int = HEAP_TOP_PAD, threshold: int = MMAP_THRESHOLD) -> b
     """Have glibc keep `pad` bytes of a heap mapped when it grows or trims it (M_TOP_PAD), and take
     blocks under `threshold` bytes from its heaps (M_MMAP_THRESHOLD); whether it could. A request
     allocates and frees blocks of 128 KiB to tens of MiB (a body, its parsed lists and arrays, an
-    answer's text; orjson's parse of a JSON body takes ~12x its size at once): by default the heap's top is given back after each (above the 128 KiB trim
-    threshold) and faulted in again by the next, ~0.6 ms of page faults per MiB on a VM. Setting
+    answer's text; orjson's parse of a JSON body takes ~12x its size at once): by default the heap's
+    top is given back after each (above the 128 KiB trim threshold) and faulted in again by the
+    next, ~0.6 ms of page faults per MiB on a VM. Setting
     the pad turns off glibc's sliding mmap threshold, which otherwise rises to the largest block
     freed so far: without a threshold set too, every block over 128 KiB is then a fresh mapping,
     zero-filled page by page and unmapped when freed (a seed-net JSON request: ~1,100 page faults,

@@ -196,7 +196,8 @@ def program_of(recording, outputs: dict, grads: dict | None) -> Program:
     by_identity: dict = {}  # (name, fn, id(attrs), xp, scalar) -> its kind: the content key built once per attrs dict
     for index, step in enumerate(steps):
         attrs = step.attrs
-        kind = by_identity.get((step.name, step.fn, id(attrs), step.xp, step.scalar))
+        ident = (step.name, step.fn, id(attrs), step.xp, step.scalar)
+        kind = by_identity.get(ident)
         if kind is None:
             try:
                 key = (
@@ -210,7 +211,7 @@ def program_of(recording, outputs: dict, grads: dict | None) -> Program:
             kind = kinds.setdefault(
                 (*key, step.xp, step.scalar), (len(kinds), (step.name, step.fn, attrs, step.xp, step.scalar))
             )
-            by_identity[step.name, step.fn, id(attrs), step.xp, step.scalar] = kind
+            by_identity[ident] = kind
         kind_of.append(kind[0])
         outs.append(step.out)
         arity.append(len(step.ins))
