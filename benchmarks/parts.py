@@ -114,10 +114,12 @@ MISSED_BECAUSE = {
     "-39% to +40%; a quick check on a loaded machine read -1% and -6% (single pairs still swing ±40%). In process a "
     "text request line costs ~5 µs of CPU, written in batches, within the noise of a tiny request's ~260 µs "
     "(in-process A/B of 3 x 3,000 requests: +1%, +5%, -2%) (issue 24 item 5)",
-    "first request of a new": "the first request runs the engine with recording (~44% of it), parse (~22%), the cost walk "
-    "(~28%) and shape inference (~8%) (cProfile shares, issue 24 growth branch); each distinct step is now "
-    "priced and inferred once, but the recorded engine run and per-step parsing remain, against a repeat "
-    "that runs the program (issue 24 item 4)",
+    "first request of a new": "the first request parses, infers, walks the costs twice, runs the engine with "
+    "recording and builds the program; a repeat runs the program. CPU in process (load ~2): parse 17, inference 4, "
+    "cost walks 24, recorded engine run 31, program_of 7 of 85 ms, ~11 ms of it the cyclic GC. The two cost walks "
+    "now share one table per plan (op costs found by the metas' identity) and parsing checks a node in one pass: "
+    "callgrind 264M -> 210M instructions a first request (cost walks 80M -> 41M, parse 43M -> 28M); "
+    "what remains is the recorded engine run and the GC (issue 24 item 4, growth3 branch)",
     "10k-node chain plan": "plans up to 100,000 steps run as recorded programs, interpreted past code generation's "
     "16,000 terms from int32 arrays over a few shared kinds of step: ~2-4 µs/node of CPU with no GC pass "
     "(in process, load average ~9 on 2 cores: 12-14 µs/node wall against 23-26 for the build before); "

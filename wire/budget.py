@@ -56,7 +56,8 @@ def nbytes(meta) -> int:
 
 
 def with_costs(plan, shapes):
-    """`shapes` with its forward and backward Costs for `plan` (the two walks share one `_OpCosts`)."""
+    """`shapes` with its forward and backward Costs for `plan` (the two walks share one `_OpCosts`,
+    so each step's op costs, each value's size and what dies where are found once)."""
     grads = getattr(plan, "grad_inputs", frozenset())
     ops = _OpCosts()
     forward = plan_cost(plan, shapes.bounds, shapes.functions, record=plan.has_grad_nodes, requires=grads, ops=ops)
@@ -69,15 +70,30 @@ def with_costs(plan, shapes):
 class _OpCosts:
     """What a walk needs of an op step that its op, inputs' and output's metas and attributes decide
     (`_op_costs`), computed once per distinct such key: a graph repeats a few kinds of step (a chain
-    of 100,000 muls of one shape is one), and the rules (`engine.costs`) cost ~10 µs a step. Steps with
-    attributes that are not hashable (lists, arrays) are computed each time. The forward and backward
-    walks of a signature (`with_costs`) share one."""
+    of 100,000 muls of one shape is one), and the rules (`engine.costs`) cost ~10 µs a step. A step
+    is looked up first by the identity of its attrs and metas (inference shares one meta per distinct
+    value kind, `wire.infer._rule`, and parsing one attrs dict per distinct attrs), then by their
+    content; steps with attributes that are not hashable (lists, arrays) are computed once per attrs
+    dict. The forward and backward walks of a signature (`with_costs`) share one, and with it the
+    `_Tables` of each (plan, bounds) they walk."""
 
     def __init__(self):
         self._memo: dict = {}
+        self._seen: dict = {}  # (op, id(attrs), id(output meta), *ids of input metas) -> found
+        self._alive: list = []  # what those ids name, held while this lives (an id is unique only then)
         self._sizes: dict = {}
+        self._tables: dict = {}  # (id(plan), id(bounds)) -> (plan, bounds, _Tables)
 
     def __call__(self, step, bounds) -> tuple:
+        out = bounds[step.id]
+        ident = (step.op, id(step.attrs), id(out), *[id(bounds[i]) for i in step.inputs])
+        found = self._seen.get(ident)
+        if found is None:
+            found = self._seen[ident] = self._by_content(step, bounds)
+            self._alive.append((step.attrs, out, [bounds[i] for i in step.inputs]))
+        return found
+
+    def _by_content(self, step, bounds) -> tuple:
         key = (step.op, *[_key(bounds[i]) for i in step.inputs], _key(bounds[step.id]))
         if step.attrs:
             key = (*key, *[(k, v.__class__, v) for k, v in step.attrs.items()])
@@ -90,11 +106,51 @@ class _OpCosts:
         return found
 
     def nbytes(self, meta) -> int:
-        key = _key(meta)
-        found = self._sizes.get(key)
+        found = self._sizes.get(id(meta))
         if found is None:
-            found = self._sizes[key] = nbytes(meta)
+            found = self._sizes[id(meta)] = nbytes(meta)
+            self._alive.append(meta)
         return found
+
+    def tables(self, plan, bounds) -> _Tables:
+        found = self._tables.get((id(plan), id(bounds)))
+        if found is None:
+            found = self._tables[id(plan), id(bounds)] = (plan, bounds, _Tables(plan, bounds, self))
+        return found[2]
+
+
+class _Tables:
+    """What both walks of a plan read and neither changes: each value's size, each op step's costs
+    (None for other steps), and per step the values whose last reader it is (`ends`: its inputs and
+    itself, outputs and leaves excepted) with their bytes (`ends_bytes`)."""
+
+    def __init__(self, plan, bounds, ops: _OpCosts):
+        steps = plan.steps
+        self.size = size = {s.id: ops.nbytes(bounds[s.id]) for s in steps}
+        last = {}
+        for index, step in enumerate(steps):
+            for ref in step.inputs:
+                last[ref] = index
+        self.held = held = set(plan.outputs) | {s.id for s in steps if s.op in LEAVES}
+        self.leaves = sum(size[s.id] for s in steps if s.op in LEAVES)
+        self.ends: list = [[] for _ in steps]
+        self.ends_bytes = [0] * len(steps)
+        for index, step in enumerate(steps):
+            if step.id not in last:
+                last[step.id] = index
+        for ref, index in last.items():
+            if ref not in held:
+                self.ends[index].append(ref)
+                self.ends_bytes[index] += size[ref]
+        self.costs: list = []
+        check = current_interrupt()  # a compute thread's cancel check (wire.run.cancel_scope)
+        for index, step in enumerate(steps):
+            if check is not None and not index % 256:
+                check()
+            self.costs.append(None if step.op in LEAVES or step.op in SPECIAL else ops(step, bounds))
+
+
+SPECIAL = ("constant", "function", "grad")  # steps that the walk prices itself
 
 
 def _key(meta):
@@ -179,62 +235,51 @@ def plan_cost(plan, bounds, functions, record: bool, requires, ops: _OpCosts | N
     """The Cost of running `plan`'s steps (recorded and differentiated when `record`)."""
     ops = ops or _OpCosts()
     steps = plan.steps
-    size = {s.id: ops.nbytes(bounds[s.id]) for s in steps}
-    last = {}
-    for index, step in enumerate(steps):
-        for ref in step.inputs:
-            last[ref] = index
-    held = set(plan.outputs) | {s.id for s in steps if s.op in LEAVES}
-    live = sum(size[s.id] for s in steps if s.op in LEAVES)
+    tables = ops.tables(plan, bounds)
+    size, held, costs, ends, ends_bytes = tables.size, tables.held, tables.costs, tables.ends, tables.ends_bytes
+    live = tables.leaves
     peak, peak_node = live, None
     work, work_node, node_work = 0, None, -1
     grad = set(requires)
     saved_count: dict = {}
-    recorded = []  # (index, extra bytes the node keeps for its backward, what its vjps hold besides the grads,
-    # the inputs it saves, whether it saves its output)
+    recorded = []  # (id, inputs, extra bytes the node keeps for its backward, what its vjps hold besides the
+    # grads, the values it saves: inputs and maybe its output)
     work_of = {}
     graph_of = {}  # a grad node's recorded backward graph (bytes), which a later grad node walks again
-    ancestry, work_before, size_before = _Ancestry(steps), 0, live  # the leaves count as ancestors
+    ancestry, work_before, size_before = None, 0, live  # the leaves count as ancestors
     check = current_interrupt()  # a compute thread's cancel check (wire.run.cancel_scope)
     for index, step in enumerate(steps):
         if check is not None and not index % 256:
             check()
-        op, sid, inputs = step.op, step.id, step.inputs
-        if op in LEAVES:
-            continue
-        transient, kept, back_work, back_peak = 0, 0, 0, 0
-        # the inputs the backward saves, whether it saves the output, whether it is differentiable
-        saved, uses_output, differentiable = range(len(inputs)), False, op != "constant"
-        if op == "constant":
-            step_work = 0
-        elif op == "function":
-            sub = functions[sid]
-            inner = plan_cost(sub.forward, sub.forward_bounds, sub.forward_functions, False, (), ops)
-            args = sum(nbytes(sub.forward_bounds[s.id]) for s in sub.forward.steps if s.op == "arg")
-            transient, step_work = max(0, inner.peak_bytes - args), inner.work
-            if record:
-                reads = {s.attrs["node"] for s in sub.backward.steps if s.op == "forward_value"}
-                kept = sum(nbytes(sub.forward_bounds[n]) for n in reads if n in sub.forward_bounds)
-                back = plan_cost(sub.backward, sub.backward_bounds, sub.backward_functions, False, (), ops)
-                leaves = sum(nbytes(sub.backward_bounds[s.id]) for s in sub.backward.steps if s.op in LEAVES)
-                back_work, back_peak = back.work, max(0, back.peak_bytes - leaves)
-            back_peak += size[sid]  # a temporary of the output's size, as an op's default scratch
-        elif op == "grad":
-            # a backward with create_graph over the subgraph the output is computed from: about
-            # twice its forward work, and a recorded graph about as big as its values, those of
-            # the graphs that grad nodes among them recorded included (so nested grad nodes'
-            # graphs double with each order, as a transcendental function's derivatives do)
-            sub = ancestry.of(inputs[0])
-            if sub is None:
-                step_work, transient = 2 * work_before, size_before
-            else:
-                step_work = 2 * sum(work_of.get(ref, 0) for ref in sub)
-                transient = sum(size[ref] + graph_of.get(ref, 0) for ref in sub)
-            kept, back_work, back_peak = transient, 2 * step_work, size[sid]
-            graph_of[sid] = transient
-        else:
-            step_work, transient, kept, back_peak, saved, uses_output, differentiable = ops(step, bounds)
+        found = costs[index]
+        sid, inputs = step.id, step.inputs
+        if found is not None:
+            step_work, transient, kept, back_peak, saved, uses_output, differentiable = found
             back_work = 2 * step_work
+        elif step.op in LEAVES:
+            continue
+        else:
+            step_work, transient, kept, back_work, back_peak = 0, 0, 0, 0, 0
+            # the inputs the backward saves, whether it saves the output, whether it is differentiable
+            saved, uses_output, differentiable = range(len(inputs)), False, step.op != "constant"
+            if step.op == "function":
+                step_work, transient, kept, back_work, back_peak = _function_costs(
+                    functions[sid], record, size[sid], ops
+                )
+            elif step.op == "grad":
+                # a backward with create_graph over the subgraph the output is computed from: about
+                # twice its forward work, and a recorded graph about as big as its values, those of
+                # the graphs that grad nodes among them recorded included (so nested grad nodes'
+                # graphs double with each order, as a transcendental function's derivatives do)
+                ancestry = ancestry or _Ancestry(steps)
+                sub = ancestry.of(inputs[0])
+                if sub is None:
+                    step_work, transient = 2 * work_before, size_before
+                else:
+                    step_work = 2 * sum(work_of.get(ref, 0) for ref in sub)
+                    transient = sum(size[ref] + graph_of.get(ref, 0) for ref in sub)
+                kept, back_work, back_peak = transient, 2 * step_work, size[sid]
+                graph_of[sid] = transient
         work_of[sid] = step_work
         work_before, size_before = work_before + step_work, size_before + size[sid] + graph_of.get(sid, 0)
         work += step_work
@@ -243,43 +288,62 @@ def plan_cost(plan, bounds, functions, record: bool, requires, ops: _OpCosts | N
         live += size[sid]
         if live + transient > peak:
             peak, peak_node = live + transient, sid
-        if record and differentiable and any(i in grad for i in inputs):
+        if record and differentiable and not grad.isdisjoint(inputs):
             grad.add(sid)
-            for i in saved:
-                ref = inputs[i]
-                saved_count[ref] = saved_count.get(ref, 0) + 1
+            saves = [inputs[i] for i in saved]
             if uses_output:
-                saved_count[sid] = saved_count.get(sid, 0) + 1
+                saves.append(sid)
+            for ref in saves:
+                saved_count[ref] = saved_count.get(ref, 0) + 1
             live += kept
             work += back_work
-            recorded.append((index, kept, back_peak, saved, uses_output))
-        for ref in {*inputs, sid}:
-            if last.get(ref, index) == index and ref not in held and not saved_count.get(ref):
-                live -= size[ref]
+            recorded.append((sid, inputs, kept, back_peak, saves))
+        if not saved_count:
+            live -= ends_bytes[index]
+        else:
+            for ref in ends[index]:
+                if not saved_count.get(ref):
+                    live -= size[ref]
     if record:
-        peak, peak_node = _backward_peak(steps, size, grad, saved_count, held, last, recorded, live, peak, peak_node)
+        peak, peak_node = _backward_peak(steps, size, grad, saved_count, held, recorded, live, peak, peak_node)
     return Cost(peak, peak_node, work, work_node, max(node_work, 0))
 
 
-def _backward_peak(steps, size, grad, saved_count, held, last, recorded, live, peak, peak_node):
+def _function_costs(sub, record, out_size, ops) -> tuple:
+    """(work, transient, kept, backward work, backward peak) of a function node: its forward subgraph
+    runs inside it, and its backward subgraph in its vjp, reading the forward values it keeps."""
+    inner = plan_cost(sub.forward, sub.forward_bounds, sub.forward_functions, False, (), ops)
+    args = sum(nbytes(sub.forward_bounds[s.id]) for s in sub.forward.steps if s.op == "arg")
+    transient, step_work, kept, back_work, back_peak = max(0, inner.peak_bytes - args), inner.work, 0, 0, 0
+    if record:
+        reads = {s.attrs["node"] for s in sub.backward.steps if s.op == "forward_value"}
+        kept = sum(nbytes(sub.forward_bounds[n]) for n in reads if n in sub.forward_bounds)
+        back = plan_cost(sub.backward, sub.backward_bounds, sub.backward_functions, False, (), ops)
+        leaves = sum(nbytes(sub.backward_bounds[s.id]) for s in sub.backward.steps if s.op in LEAVES)
+        back_work, back_peak = back.work, max(0, back.peak_bytes - leaves)
+    return step_work, transient, kept, back_work, back_peak + out_size  # + a temporary of the output's size
+
+
+def _backward_peak(steps, size, grad, saved_count, held, recorded, live, peak, peak_node):
     """The peak of the reverse walk over the recorded steps, starting from the forward's end."""
     live_grads = {s.id for s in steps if s.id in grad and s.id in held and s.op not in LEAVES}
     grads = sum(size[g] for g in live_grads)
-    for index, kept, back_peak, saved, uses_output in reversed(recorded):
-        step = steps[index]
-        new = {i for i in step.inputs if i in grad and i not in live_grads}
-        temporary = sum(size[i] for i in new) + back_peak
-        if live + grads + temporary > peak:
-            peak, peak_node = live + grads + temporary, step.id
-        if step.id in live_grads:
-            grads -= size[step.id]
+    for sid, inputs, kept, back_peak, saves in reversed(recorded):
+        new = {i for i in inputs if i in grad and i not in live_grads}
+        added = 0
+        for i in new:
+            added += size[i]
+        if live + grads + added + back_peak > peak:
+            peak, peak_node = live + grads + added + back_peak, sid
+        if sid in live_grads:
+            grads -= size[sid]
         live_grads.update(new)
-        grads += sum(size[i] for i in new)
+        grads += added
         live -= kept
-        own = {step.id} if uses_output else set()
-        for i in {step.inputs[k] for k in saved} | own:
-            if saved_count.get(i):
-                saved_count[i] -= 1
-                if saved_count[i] == 0 and i not in held:
+        for i in set(saves):
+            count = saved_count.get(i)
+            if count:
+                saved_count[i] = count - 1
+                if count == 1 and i not in held:
                     live -= size[i]
     return peak, peak_node

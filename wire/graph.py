@@ -91,11 +91,11 @@ INDEXING_OPS = ("getitem", "setitem", "index_add")
 def mark_dynamic(steps, scope):
     """Flag the steps whose shapes may depend on values (downstream of an index array, which may
     be a boolean mask; in a subgraph, of any leaf), so a run checks their size before computing."""
-    dynamic = set()
+    dynamic: set = set()
     for step in steps:
         if (
             (step.op in SUBGRAPH_OPS and scope != "graph")
-            or any(i in dynamic for i in step.inputs)
+            or (dynamic and not dynamic.isdisjoint(step.inputs))
             or (step.op in INDEXING_OPS and tensor_count(step.attrs["index"]))
         ):
             step.dynamic = True
@@ -178,7 +178,11 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
         for step in parsed if isinstance(parsed, list) else (parsed,):
             if step.id in seen:
                 _fail(f"node {shown(step.id)} is defined twice (ids are single-assignment)", step.id, "id")
-            d = 1 + max((depth[i] for i in step.inputs if isinstance(i, str)), default=0)
+            d = 0
+            for i in step.inputs:
+                if isinstance(i, str) and depth[i] > d:
+                    d = depth[i]
+            d += 1
             if d > max_depth:
                 raise GraphError(
                     f"node {shown(step.id)}: the graph is deeper than the limit of {max_depth}",
@@ -220,6 +224,23 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
     )
 
 
+def _unknown_input(node_id, raw_inputs, seen):
+    """Fail for the first of a node's inputs that is not the id of a node before it (a str subclass's
+    that is one passes)."""
+    if not all(isinstance(i, str) for i in raw_inputs):
+        _fail(f"node {shown(node_id)}: 'inputs' must be a list of node ids", node_id, "inputs")
+    for ref in raw_inputs:
+        if ref not in seen:
+            break
+    else:
+        return
+    _fail(
+        f"node {shown(node_id)}: input {shown(ref)} is not defined before this node (nodes must be in topological order)",
+        node_id,
+        "inputs",
+    )
+
+
 def _minor_version(version) -> int:
     """The minor version a graph declares: "1.0" or "1.1" (the JSON number 1 is "1.0")."""
     if isinstance(version, str):
@@ -253,15 +274,12 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget, attrs_me
     if not isinstance(op, str):
         _fail(f"node {shown(node_id)}: 'op' must be a string", node_id, "op")
     raw_inputs = node.get("inputs", NO_INPUTS)
-    if not isinstance(raw_inputs, list) or not all(isinstance(i, str) for i in raw_inputs):
+    if not isinstance(raw_inputs, list):
         _fail(f"node {shown(node_id)}: 'inputs' must be a list of node ids", node_id, "inputs")
     for ref in raw_inputs:
-        if ref not in seen:
-            _fail(
-                f"node {shown(node_id)}: input {shown(ref)} is not defined before this node (nodes must be in topological order)",
-                node_id,
-                "inputs",
-            )
+        if ref.__class__ is not str or ref not in seen:
+            _unknown_input(node_id, raw_inputs, seen)
+            break
     attrs = node.get("attrs", EMPTY)
     if not isinstance(attrs, dict):
         _fail(f"node {shown(node_id)}: 'attrs' must be an object", node_id, "attrs")
@@ -291,8 +309,11 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget, attrs_me
     spec = OPS.get(op)
     if spec is None:
         _fail(f"node {shown(node_id)}: unknown op {shown(op)} (GET /ops lists the known ones)", node_id, "op")
+    # the checked attrs of equal (hashable) attrs, and whether an arity fits them, are found once
     try:
-        key = (op, *[(k, v.__class__, v) for k, v in attrs.items()])
+        key = (
+            (op, len(raw_inputs), *[(k, v.__class__, v) for k, v in attrs.items()]) if attrs else (op, len(raw_inputs))
+        )
         checked = attrs_memo.get(key)
     except TypeError:  # an unhashable value (a list): checked on its own
         key, checked = None, None
@@ -301,11 +322,11 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget, attrs_me
             checked = spec.check_attrs(_unspell_floats(spec, attrs))
         except (AttrError, TypeError) as err:
             _fail(f"node {shown(node_id)} ({op}): {err}", node_id, "attrs")
+        problem = spec.arity_error(len(raw_inputs), checked)
+        if problem:
+            _fail(f"node {shown(node_id)} ({op}) {problem}", node_id, "inputs")
         if key is not None:
-            attrs_memo[key] = checked
-    problem = spec.arity_error(len(raw_inputs), checked)
-    if problem:
-        _fail(f"node {shown(node_id)} ({op}) {problem}", node_id, "inputs")
+            checked = attrs_memo.setdefault(key, checked)
     return Step(node_id, spec.name, tuple([seen[ref] for ref in raw_inputs]), checked)
 
 
