@@ -304,19 +304,20 @@ class ComputeEndpoint:
         return outcome
 
     async def _run(self, runtime, body, length: int | None, receive):
-        """A body whose JSON is small is decoded and admitted here on the event loop (planned only
-        where that is cheap, `Executor.admit`); then an INLINE ticket runs here too, where it costs
-        less than the hop to a compute thread, and so does a SHORT one when the pool lets it
-        (`ComputePool.may_run_inline`). Anything else runs on the pool, cancelled if the client
-        disconnects meanwhile; a refusal its admission could tell comes before waiting for it."""
+        """A body whose JSON is small (a binary body's header too, whatever its tensors' size) is
+        decoded and admitted here on the event loop (planned only where that is cheap,
+        `Executor.admit`), so a request over a limit gets its 413 before it waits for a compute
+        slot; then an INLINE ticket runs here too, where it costs less than the hop to a compute
+        thread, and so does a SHORT one when the pool lets it (`ComputePool.may_run_inline`).
+        Anything else runs on the pool, cancelled if the client disconnects meanwhile. (A large
+        JSON body goes to the pool undecoded: parsing it would block the loop.)"""
         pool, executor = runtime.pool, runtime.executor
-        if len(body) <= INLINE_BODY_BYTES or (
-            length is not None and length <= INLINE_BODY_BYTES and len(body) <= SHORT_BODY_BYTES
-        ):
-            call = self.decode(executor, body, length)
-            idle = pool.may_run_inline()
+        if len(body) <= INLINE_BODY_BYTES or (length is not None and length <= INLINE_BODY_BYTES):
+            short = len(body) <= SHORT_BODY_BYTES  # else its misaligned tensors are copied on the pool
+            call = self.decode(executor, body, length, short)
+            idle = short and pool.may_run_inline()
             ticket = self.admit(executor, call, SHORT_STEPS if idle else LIGHT_STEPS)
-            if ticket.where == INLINE:
+            if ticket.where == INLINE and short:
                 return self.execute(executor, call, ticket)
             if ticket.where == SHORT and idle:
                 start = time.perf_counter()
@@ -324,7 +325,7 @@ class ComputeEndpoint:
                     return self.execute(executor, call, ticket)
                 finally:
                     pool.ran_inline(time.perf_counter() - start)
-            fn, args = self.execute, (executor, call, ticket)
+            fn, args = self.execute, (executor, call, ticket, not short)
         else:
             fn, args = self.compute, (executor, body, length)
         gone = asyncio.ensure_future(_disconnected(receive))
@@ -336,14 +337,17 @@ class ComputeEndpoint:
     # What a protocol on this endpoint says: how a body decodes, how it is admitted, how it runs and
     # answers. This one is `wire.handler`'s pipeline, the embedded client's too.
 
-    def decode(self, executor, body, length):
-        return handler.decode(executor, body, length)
+    def decode(self, executor, body, length, aligned: bool = True):
+        return handler.decode(executor, body, length, aligned)
 
     def admit(self, executor, request, cheap_steps: int | None = None):
         return executor.admit(request, self.kind, cheap_steps)
 
-    def execute(self, executor, request, ticket):
-        """(body parts, header length, tape, (plan id, what ran it)) of an admitted request."""
+    def execute(self, executor, request, ticket, align: bool = False):
+        """(body parts, header length, tape, (plan id, what ran it)) of an admitted request (its
+        tensors `align`ed first when it was decoded without: `handler.decode`)."""
+        if align:
+            handler.align_tensors(request)
         result = handler.execute(executor, ticket)
         parts, length = handler.encode(request, result)
         return parts, length, result.tape, (result.plan, result.ran)
