@@ -178,6 +178,7 @@ def _chunks(parts: list):
 
 
 EXECUTOR_HEADER = b"x-gradserve-executor"  # what computed an answer: engine, interpreted or compiled
+JSON_TYPE, OCTET_STREAM_TYPE = ((b"content-type", media.encode()) for media in (JSON, OCTET_STREAM))
 
 
 async def _send_parts(send, parts: list, head_length: int | None, rid: str, executor: str | None = None) -> int:
@@ -185,13 +186,13 @@ async def _send_parts(send, parts: list, head_length: int | None, rid: str, exec
     last one closing the body (a small answer is one message); its length. `executor` (what ran the
     computation: `wire.messages.Result.ran`) goes in the X-Gradserve-Executor header."""
     length = sum(len(p) for p in parts)
-    headers = [(b"content-length", str(length).encode()), (request_id.HEADER_KEY, rid.encode())]
+    headers = [(b"content-length", b"%d" % length), (request_id.HEADER_KEY, rid.encode())]
     if executor:
         headers.append((EXECUTOR_HEADER, executor.encode()))
     if head_length is None:
-        headers.append((b"content-type", JSON.encode()))
+        headers.append(JSON_TYPE)
     else:
-        headers += [(b"content-type", OCTET_STREAM.encode()), (HEADER_LENGTH_KEY, str(head_length).encode())]
+        headers += [OCTET_STREAM_TYPE, (HEADER_LENGTH_KEY, b"%d" % head_length)]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     chunks = _chunks(parts)
     chunk = next(chunks)
@@ -273,14 +274,14 @@ class ComputeEndpoint:
         nothing was sent (the client left), as MetricsMiddleware counts it. Every answer carries
         the request's id (X-Request-ID); its log line is written here (`service.logs`)."""
         start = time.perf_counter()
-        rid = request_id.of_scope(scope)
+        headers = request_headers(scope)
+        rid = scope.get(request_id.SCOPE_KEY) or request_id.of_headers(scope, headers)
         runtime = scope["app"].runtime
         settings = runtime.settings
         hold = BodyHold(runtime.body_budget, peer_of(scope))
         body = None
         outcome = ran = None
         try:
-            headers = request_headers(scope)
             require_api_key(settings.api_key, headers)
             require_body_type(headers)
             length = header_length(headers)
