@@ -136,8 +136,11 @@ MISSED_BECAUSE = {
     "260-540 ms); reusing a spare body buffer halves the server's CPU (experiment) (Changes, request path)",
     "binary transfer": "small binary requests pay ~130 µs (loaded VM) of Python per request that a raw echo does not: "
     "decode ~25%, run and encode ~20%, admission and plan lookup ~11%, body read ~11%, sending ~8%, "
-    "metrics ~4% (cProfile, 4 KiB); the 1 MiB gap was page faults from glibc trimming the event loop's "
-    "heap, now kept with a 16 MiB pad (issue 24 item 4)",
+    "metrics ~4% (cProfile, 4 KiB); metrics are now plain numbers rendered at scrape time and a body already "
+    "received is read without a timer (callgrind 338k -> 301k instructions a 4 KiB request; in process: main 183-249, branch "
+    "172-211 µs of CPU, 4 alternating runs on a loaded VM): what is left is the wire pipeline's Python "
+    "(decode, admit, execute, encode, ~60%); the 1 MiB gap was page faults from glibc trimming the event "
+    "loop's heap, now kept with a pad (issue 24 items 1, 4; serve3 branch)",
     "seed loop remote with resident parameters": "a step is one request that carries only the batch (measured: 1.00 "
     "request, ~254 KiB up, 0.2 KiB down per step), so what is left is doing in series, in two processes, what the "
     "embedded loop does in one: the client records and writes the step, then waits while the server reads the "

@@ -43,6 +43,12 @@ def of_scope(scope) -> str:
     return rid
 
 
+def of_headers(scope, headers: dict) -> str:
+    """`of_scope` for a request without an id yet whose headers are read already ({lower-case name: value})."""
+    rid = scope[SCOPE_KEY] = accept(headers.get(HEADER))
+    return rid
+
+
 def with_header(headers: list, rid: str) -> list:
     """ASGI response `headers` with X-Request-ID: `rid` added unless one is there."""
     for name, _ in headers:

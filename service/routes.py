@@ -178,6 +178,7 @@ def _chunks(parts: list):
 
 
 EXECUTOR_HEADER = b"x-gradserve-executor"  # what computed an answer: engine, interpreted or compiled
+JSON_TYPE, OCTET_STREAM_TYPE = ((b"content-type", media.encode()) for media in (JSON, OCTET_STREAM))
 
 
 async def _send_parts(send, parts: list, head_length: int | None, rid: str, executor: str | None = None) -> int:
@@ -185,13 +186,13 @@ async def _send_parts(send, parts: list, head_length: int | None, rid: str, exec
     last one closing the body (a small answer is one message); its length. `executor` (what ran the
     computation: `wire.messages.Result.ran`) goes in the X-Gradserve-Executor header."""
     length = sum(len(p) for p in parts)
-    headers = [(b"content-length", str(length).encode()), (request_id.HEADER_KEY, rid.encode())]
+    headers = [(b"content-length", b"%d" % length), (request_id.HEADER_KEY, rid.encode())]
     if executor:
         headers.append((EXECUTOR_HEADER, executor.encode()))
     if head_length is None:
-        headers.append((b"content-type", JSON.encode()))
+        headers.append(JSON_TYPE)
     else:
-        headers += [(b"content-type", OCTET_STREAM.encode()), (HEADER_LENGTH_KEY, str(head_length).encode())]
+        headers += [OCTET_STREAM_TYPE, (HEADER_LENGTH_KEY, b"%d" % head_length)]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     chunks = _chunks(parts)
     chunk = next(chunks)
@@ -273,14 +274,14 @@ class ComputeEndpoint:
         nothing was sent (the client left), as MetricsMiddleware counts it. Every answer carries
         the request's id (X-Request-ID); its log line is written here (`service.logs`)."""
         start = time.perf_counter()
-        rid = request_id.of_scope(scope)
+        headers = request_headers(scope)
+        rid = scope.get(request_id.SCOPE_KEY) or request_id.of_headers(scope, headers)
         runtime = scope["app"].runtime
         settings = runtime.settings
         hold = BodyHold(runtime.body_budget, peer_of(scope))
         body = None
         outcome = ran = None
         try:
-            headers = request_headers(scope)
             require_api_key(settings.api_key, headers)
             require_body_type(headers)
             length = header_length(headers)
@@ -304,19 +305,20 @@ class ComputeEndpoint:
         return outcome
 
     async def _run(self, runtime, body, length: int | None, receive):
-        """A body whose JSON is small is decoded and admitted here on the event loop (planned only
-        where that is cheap, `Executor.admit`); then an INLINE ticket runs here too, where it costs
-        less than the hop to a compute thread, and so does a SHORT one when the pool lets it
-        (`ComputePool.may_run_inline`). Anything else runs on the pool, cancelled if the client
-        disconnects meanwhile; a refusal its admission could tell comes before waiting for it."""
+        """A body whose JSON is small (a binary body's header too, whatever its tensors' size) is
+        decoded and admitted here on the event loop (planned only where that is cheap,
+        `Executor.admit`), so a request over a limit gets its 413 before it waits for a compute
+        slot; then an INLINE ticket runs here too, where it costs less than the hop to a compute
+        thread, and so does a SHORT one when the pool lets it (`ComputePool.may_run_inline`).
+        Anything else runs on the pool, cancelled if the client disconnects meanwhile. (A large
+        JSON body goes to the pool undecoded: parsing it would block the loop.)"""
         pool, executor = runtime.pool, runtime.executor
-        if len(body) <= INLINE_BODY_BYTES or (
-            length is not None and length <= INLINE_BODY_BYTES and len(body) <= SHORT_BODY_BYTES
-        ):
-            call = self.decode(executor, body, length)
-            idle = pool.may_run_inline()
+        if len(body) <= INLINE_BODY_BYTES or (length is not None and length <= INLINE_BODY_BYTES):
+            short = len(body) <= SHORT_BODY_BYTES  # else its misaligned tensors are copied on the pool
+            call = self.decode(executor, body, length, short)
+            idle = short and pool.may_run_inline()
             ticket = self.admit(executor, call, SHORT_STEPS if idle else LIGHT_STEPS)
-            if ticket.where == INLINE:
+            if ticket.where == INLINE and short:
                 return self.execute(executor, call, ticket)
             if ticket.where == SHORT and idle:
                 start = time.perf_counter()
@@ -324,7 +326,7 @@ class ComputeEndpoint:
                     return self.execute(executor, call, ticket)
                 finally:
                     pool.ran_inline(time.perf_counter() - start)
-            fn, args = self.execute, (executor, call, ticket)
+            fn, args = self.execute, (executor, call, ticket, not short)
         else:
             fn, args = self.compute, (executor, body, length)
         gone = asyncio.ensure_future(_disconnected(receive))
@@ -336,14 +338,17 @@ class ComputeEndpoint:
     # What a protocol on this endpoint says: how a body decodes, how it is admitted, how it runs and
     # answers. This one is `wire.handler`'s pipeline, the embedded client's too.
 
-    def decode(self, executor, body, length):
-        return handler.decode(executor, body, length)
+    def decode(self, executor, body, length, aligned: bool = True):
+        return handler.decode(executor, body, length, aligned)
 
     def admit(self, executor, request, cheap_steps: int | None = None):
         return executor.admit(request, self.kind, cheap_steps)
 
-    def execute(self, executor, request, ticket):
-        """(body parts, header length, tape, (plan id, what ran it)) of an admitted request."""
+    def execute(self, executor, request, ticket, align: bool = False):
+        """(body parts, header length, tape, (plan id, what ran it)) of an admitted request (its
+        tensors `align`ed first when it was decoded without: `handler.decode`)."""
+        if align:
+            handler.align_tensors(request)
         result = handler.execute(executor, ticket)
         parts, length = handler.encode(request, result)
         return parts, length, result.tape, (result.plan, result.ran)

@@ -15,6 +15,8 @@ Raised, as decisions:
   (issue 23: it replaced wire's second backward walk), took it to 9393.
 - wire 5000 -> 5700 and client 2200 -> 2700 (2026-11-25): resident parameters (issue 24 item 3: `wire/residents.py`,
   `wire/resident_update.py`, `client/residents.py`, `client/optim/resident.py`) took them to 5323 and 2551.
+- service 3700 -> 3800 (2026-11-27): request metrics kept as plain numbers and rendered at scrape time
+  (`RequestCollector`) and a body read that arms a timer only when it waits (issue 24 items 1, 4) took it to 3726.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 9600, "wire": 5700, "service": 3700, "client": 2700}
+BUDGETS = {"engine": 9600, "wire": 5700, "service": 3800, "client": 2700}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

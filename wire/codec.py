@@ -259,12 +259,15 @@ def check_headers(objs, where: str, max_elements: int) -> list:
     return [check_header(obj, f"{where}[{i}]", max_elements) for i, obj in enumerate(objs)]
 
 
-def decode_tensors(objs, where: str, tail: memoryview | bytes | None, offset: int, max_elements: int, checked=None):
+def decode_tensors(
+    objs, where: str, tail: memoryview | bytes | None, offset: int, max_elements: int, checked=None, aligned=True
+):
     """[(name, array)] from a list of tensor objects whose binary ones read from `tail` at `offset`.
 
     Returns (tensors, new offset). `checked` is `check_headers`' answer when the caller already
     has it. Binary arrays are zero-copy, read-only views of `tail`, except that one whose bytes
-    are not aligned for its dtype is copied (NumPy's fast paths, BLAS included, need alignment).
+    are not aligned for its dtype is copied (NumPy's fast paths, BLAS included, need alignment)
+    unless `aligned` is False (`wire.handler.align` copies it later, e.g. off an event loop).
     """
     if objs is None:  # the key is absent
         return [], offset
@@ -276,12 +279,12 @@ def decode_tensors(objs, where: str, tail: memoryview | bytes | None, offset: in
         if size is None:
             out.append(_decode_json(obj, header, f"{where}[{i}]"))
             continue
-        out.append(_binary_view(header, size, f"{where}[{i}]", tail, offset))
+        out.append(_binary_view(header, size, f"{where}[{i}]", tail, offset, aligned))
         offset += size
     return out, offset
 
 
-def _binary_view(checked, size: int, where: str, tail, offset: int):
+def _binary_view(checked, size: int, where: str, tail, offset: int, aligned: bool = True):
     """(name, array) of a binary tensor whose `size` bytes start at `offset` in `tail`."""
     name, shape, dtype, count = checked
     if size != count * dtype.itemsize:
@@ -297,7 +300,7 @@ def _binary_view(checked, size: int, where: str, tail, offset: int):
             kind="malformed",
         )
     array = numpy.frombuffer(tail, dtype=dtype, count=count, offset=offset).reshape(shape)
-    return name, (array if array.flags.aligned else array.copy())
+    return name, (array if not aligned or array.flags.aligned else array.copy())
 
 
 SPELLINGS = (b'"NaN"', b'"Infinity"', b'"-Infinity"')

@@ -35,11 +35,22 @@ def read_body(body: bytes, header_length: int | None):
         raise RequestError(f"malformed JSON: {err}", field="body", kind="malformed") from None
 
 
-def decode(executor: Executor, body: bytes, header_length: int | None) -> Request:
+def decode(executor: Executor, body: bytes, header_length: int | None, aligned: bool = True) -> Request:
     """The Request of a `body` (binary when `header_length` is given); its answer is JSON unless
-    it asks for a binary one, and bounded so (`wire.admission`)."""
-    request = decode_request(*read_body(body, header_length), executor.limits)
+    it asks for a binary one, and bounded so (`wire.admission`). `aligned=False`: a binary tensor
+    not aligned for its dtype stays a view, not copied (it admits the same): `align_tensors` before
+    running it."""
+    request = decode_request(*read_body(body, header_length), executor.limits, aligned)
     request.json_answer = None if request.binary_output else ALL_JSON
+    return request
+
+
+def align_tensors(request: Request) -> Request:
+    """`request` with a copy of each of its tensors that is not aligned for its dtype (see `decode`)."""
+    for tensors in (request.inputs, request.grad_outputs, request.upload):
+        for name, array in list(tensors.items()):
+            if not array.flags.aligned:
+                tensors[name] = array.copy()
     return request
 
 

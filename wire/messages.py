@@ -109,8 +109,9 @@ def tensor_map(pairs, where):
     return out
 
 
-def decode_request(header, tail, limits: Limits) -> Request:
-    """A Request from a parsed JSON header and the body's binary tail (None for plain JSON)."""
+def decode_request(header, tail, limits: Limits, aligned: bool = True) -> Request:
+    """A Request from a parsed JSON header and the body's binary tail (None for plain JSON);
+    `aligned=False`: see `codec.decode_tensors`."""
     if not isinstance(header, dict):
         raise RequestError("the body must be a JSON object", kind="malformed")
     if not REQUEST_KEYS.issuperset(header):
@@ -146,11 +147,10 @@ def decode_request(header, tail, limits: Limits) -> Request:
             raise RequestError(f"'{where}' must be a list of tensor objects", field=where)
         checked.append(codec.check_headers(objs, where, limits.max_tensor_elements))
     check_total(sum(h[3] for c in checked for h in c), limits)
-    inputs, offset = codec.decode_tensors(input_objs, "inputs", tail, 0, limits.max_tensor_elements, checked[0])
-    grads, offset = codec.decode_tensors(
-        grad_objs, "grad_outputs", tail, offset, limits.max_tensor_elements, checked[1]
-    )
-    uploads, offset = codec.decode_tensors(upload_objs, "upload", tail, offset, limits.max_tensor_elements, checked[2])
+    most = limits.max_tensor_elements
+    inputs, offset = codec.decode_tensors(input_objs, "inputs", tail, 0, most, checked[0], aligned)
+    grads, offset = codec.decode_tensors(grad_objs, "grad_outputs", tail, offset, most, checked[1], aligned)
+    uploads, offset = codec.decode_tensors(upload_objs, "upload", tail, offset, most, checked[2], aligned)
     if tail is not None and offset != len(tail):
         raise RequestError(
             f"the body has {len(tail) - offset} bytes of binary data that no tensor claims",

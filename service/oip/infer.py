@@ -87,9 +87,10 @@ def _selection(model: Model, header: dict, binary_default: bool) -> tuple[tuple,
     return tuple(names), tuple(binary)
 
 
-def decode_infer(model: Model, header, tail, limits, admits=None) -> Infer:
+def decode_infer(model: Model, header, tail, limits, admits=None, aligned: bool = True) -> Infer:
     """An `Infer` from a parsed JSON header and the body's binary tail (None for plain JSON);
-    `admits(nbytes)` says whether the model's plan may keep a new input signature's Shapes."""
+    `admits(nbytes)` says whether the model's plan may keep a new input signature's Shapes;
+    `aligned`: see `wire.handler.decode`."""
     if not isinstance(header, dict):
         raise RequestError("the body must be a JSON object", kind="malformed")
     unknown = set(header) - INFER_KEYS
@@ -105,7 +106,7 @@ def decode_infer(model: Model, header, tail, limits, admits=None) -> Infer:
         for i, obj in enumerate(tensors):
             if isinstance(obj, dict):
                 _parameters(obj, f"inputs[{i}].parameters")
-    request = decode_request({"id": header.get("id"), "inputs": tensors}, tail, limits)
+    request = decode_request({"id": header.get("id"), "inputs": tensors}, tail, limits, aligned)
     seeds = {}
     for name in [n for n in request.inputs if n.startswith(GRAD_OUTPUT)]:
         output = name[len(GRAD_OUTPUT) :]

@@ -27,6 +27,7 @@ from service.oip.repository import check_name, model_of
 from service.routes import ComputeEndpoint, json_response, require_body_type
 from service.version import __version__
 from wire.errors import GraphError, RequestError
+from wire.handler import align_tensors
 from wire.handler import read_body as read_message
 
 EXTENSIONS = ["binary_tensor_data", "model_repository"]
@@ -233,11 +234,13 @@ async def model_config(name: str, request: Request, version: str | None = None) 
 # --------------------------------------------------------------------------- infer
 
 
-def _decode(executor, model, body: bytes, head_length: int | None, admits=None):
-    return decode_infer(model, *read_message(body, head_length), executor.limits, admits)
+def _decode(executor, model, body: bytes, head_length: int | None, admits=None, aligned: bool = True):
+    return decode_infer(model, *read_message(body, head_length), executor.limits, admits, aligned)
 
 
-def _execute(executor, model, infer, ticket):
+def _execute(executor, model, infer, ticket, align: bool = False):
+    if align:
+        align_tensors(infer.request)
     result = execute(executor, ticket)
     parts, length = encode_infer(model, infer, result)
     return parts, length, None, (result.plan, result.ran)
@@ -253,14 +256,14 @@ class ModelInference(ComputeEndpoint):
         self.model = model
         self.admits = admits  # the repository's room for the Shapes the model's plan keeps
 
-    def decode(self, executor, body, length):
-        return _decode(executor, self.model, body, length, self.admits)
+    def decode(self, executor, body, length, aligned: bool = True):
+        return _decode(executor, self.model, body, length, self.admits, aligned)
 
     def admit(self, executor, infer, cheap_steps: int | None = None):
         return admit(executor, infer, cheap_steps)
 
-    def execute(self, executor, infer, ticket):
-        return _execute(executor, self.model, infer, ticket)
+    def execute(self, executor, infer, ticket, align: bool = False):
+        return _execute(executor, self.model, infer, ticket, align)
 
 
 class InferRoute:

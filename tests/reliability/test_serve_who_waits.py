@@ -14,7 +14,7 @@ import numpy as np
 
 from benchmarks import payloads
 
-from .conftest import assert_error, binary_body, decode_response, matmul_chain
+from .conftest import HEADER_LENGTH, assert_error, binary_body, decode_response, matmul_chain
 
 BLOCKER_WORK = 10**13
 CLIENTS = 24  # more connections than the old queue's 4 x max_concurrency + max_concurrency (10 on 2 CPUs)
@@ -115,7 +115,9 @@ def _padded(n: int) -> tuple[bytes, dict]:
     return json.dumps(request).encode(), {"Content-Type": "application/json"}
 
 
-def test_a_queue_full_by_bytes_refuses_saying_so_with_retry_after(server_factory):
+def _queue_holding_600_kb(server_factory):
+    """A server with one compute slot, taken, and a 1 MiB wait queue holding a 600 KB request: (server, that
+    request's body and headers)."""
     server = server_factory(
         max_concurrency=1,
         max_queued_bytes=2**20,
@@ -126,7 +128,12 @@ def test_a_queue_full_by_bytes_refuses_saying_so_with_retry_after(server_factory
     _occupy(server)
     body, headers = _padded(600_000)
     _post_in_background(server.url + "/forward", body, headers)
-    _wait_for(server, "gradserve_computations_queued", 1.0)  # 600 KB of the 1 MiB wait
+    _wait_for(server, "gradserve_computations_queued", 1.0)
+    return server, body, headers
+
+
+def test_a_queue_full_by_bytes_refuses_saying_so_with_retry_after(server_factory):
+    server, body, headers = _queue_holding_600_kb(server_factory)
     response = httpx.post(server.url + "/forward", content=body, headers=headers, timeout=60)
     error = assert_error(response, (503,))
     assert "max_queued_bytes" in error["error"] and "wait queue holds" in error["error"], error
@@ -135,6 +142,23 @@ def test_a_queue_full_by_bytes_refuses_saying_so_with_retry_after(server_factory
     _post_in_background(server.url + "/forward", smaller, headers)
     _wait_for(server, "gradserve_computations_queued", 2.0)
     assert _metric(server, "gradserve_computations_rejected_total") == 1.0
+
+
+def test_a_large_binary_request_over_a_limit_gets_its_413_at_once_behind_a_full_queue(server_factory):
+    """A binary body over SHORT_BODY_BYTES (4 MiB) with a small JSON header is admitted on the event loop
+    before it would queue: a request admission refuses gets its 413, not the full queue's 503 (it was priced
+    on a compute thread, after the wait)."""
+    server, _, _ = _queue_holding_600_kb(server_factory)  # a 5 MB body does not fit the wait
+    x = np.ones((1100, 1100), np.float32)  # 4.8 MB; its answer in JSON: 1.21M elements, over the 2**18 allowed
+    graph = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "y", "op": "exp", "inputs": ["x"]}]}
+    graph["outputs"] = ["y"]
+    big, big_headers = binary_body({"graph": graph}, {"x": x})
+    assert len(big) > 4 * 2**20 and int(big_headers[HEADER_LENGTH]) < 8192
+    response = httpx.post(server.url + "/forward", content=big, headers=big_headers, timeout=60)
+    error = assert_error(response, (413,))
+    assert "max_json_output_elements" in error["error"], error
+    assert _metric(server, "gradserve_computations_rejected_total") == 0.0
+    assert _metric(server, "gradserve_computations_queued") == 1.0
 
 
 def test_a_wait_past_queue_timeout_is_refused_saying_so_with_retry_after(server_factory):
