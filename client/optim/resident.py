@@ -138,9 +138,13 @@ def _stepping(optimizer, session):
     deferred = pending is not None and all(
         p in pending.grads and p.grad._value is pending.grads[p] and p.grad._data is None for p in stepped
     )
-    if deferred and not riders:  # its request left in flight (client.session): the values are the server's now
+    if deferred and not riders:
         uploaded = residents.prepare(session, pending.call, pending.builder)
-        residents.stale(stepped)
+        if uploaded:  # (the first step's upload is answered first: a failed one leaves the values here)
+            yield from flush(session, update, (), uploaded)
+            residents.stale(stepped)
+            return
+        residents.stale(stepped)  # the values are the server's from now on: its request is left in flight
         yield ("in_flight",)
         yield from flush(session, update, (), uploaded)
         return
