@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 def fetching(session, values):
     """Compute `values` in one /forward, with every value a live Variable holds that the same graph
     computes (so that history whose value is known is never sent again)."""
+    if session._in_flight is not None and any(v.array is None for v in values):  # (its answer may hold them)
+        yield ("settle",)
     yield from flush(session)
     for v in values:  # a detached value whose source is known (fetched together with it earlier) is at hand
         source = cut_source(v)
@@ -84,6 +86,8 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
     holders = [
         (v, None if v._node is None else v._node.value) for v in getting if v._node is None or v._node.value is not None
     ]
+    if session._in_flight is not None and any(v.grad is not None for v, _ in holders):
+        yield ("settle",)  # a gradient accumulated onto may be one the step in flight uses (`check_not_consumed`)
     if create_graph:
         output_values = ()
         grads = {var: gradient_node(outputs, seeds, value or var._graph_value()) for var, value in holders}
@@ -173,10 +177,11 @@ def _sending(session, call, builder, outputs=(), uploaded=None):
     return reply
 
 
-def flush(session, update=None, riders=()):
+def flush(session, update=None, riders=(), uploaded=None):
     """Send the session's deferred backward (client.residents), with the optimizer step `update` if
     given and the values of Variables `riders` (computed before the update): its placeholder gradients
-    get their values, or are consumed by the update; its reply."""
+    get their values, or are consumed by the update; its reply. `uploaded`: its call is prepared already
+    (`Residents.prepare`, which it returned)."""
     residents = getattr(session, "_residents", None)
     pending = None if residents is None else residents.pending
     if pending is None:
@@ -193,7 +198,7 @@ def flush(session, update=None, riders=()):
         call.grad_outputs = call.grad_outputs + [
             (name, numpy.zeros(v.shape, v._value.dtype)) for v, name in riding if name not in seeded
         ]
-    reply = yield from _sending(session, call, builder)
+    reply = yield from _sending(session, call, builder, (), uploaded)
     for variable, name in riding:
         variable._value.array = _take(reply.outputs, name, "outputs")
     updated = {h for group in (update or {}).get("groups", ()) for h in group["handles"]}

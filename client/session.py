@@ -2,13 +2,17 @@
 
 `connect("http://host:8000")` (or `$GRADSERVE_URL`) makes a remote session the default until it is closed; with
 neither, the default is *embedded*: the same requests run in-process, with the same answers and errors.
-Each operation is a generator without I/O: it yields what it needs done (`request`, `execute`, `sleep`) and is
-sent the answer. `_Core._run` drives it, doing the I/O by `_perform`: `Session` at once, `AsyncSession` awaited.
+Each operation is a generator without I/O: it yields what it needs done (`request`, `execute`, `sleep`, `settle`...) and
+is sent the answer. `_Core._run` drives it, doing the I/O by `_perform`: `Session` at once, `AsyncSession` awaited.
+A `Session` may leave one operation in flight (one that yields `in_flight`: a resident optimizer's step): its
+next request is sent by a background thread and the operation finishes when something needs its answer (`_settle`:
+the next request, a value read, closing), raising there what it would have raised.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import itertools
 import os
@@ -90,8 +94,13 @@ class _Core:
         if self.closed:
             raise RuntimeError(f"{self!r} is closed")
 
+    _in_flight = None  # (an operation's coroutine, the Future of its request): sent, its answer not yet read
+
     def _sending(self, method, path, content=None, headers=None, idempotent=True):
-        """The Response to one request, tried again as long as `self.retry` says."""
+        """The Response to one request, tried again as long as `self.retry` says; requests go in order (an
+        operation in flight is finished first)."""
+        if self._in_flight is not None:
+            yield ("settle",)
         self._check_open()
         for attempt in itertools.count():
             self.stats[path] += 1
@@ -216,13 +225,55 @@ class Session(_Core):
 
     _remote_transport = staticmethod(transports.http_transport)
 
+    _leave = False  # the next request is left in flight (the operation yielded `in_flight`)
+    _sender = None  # the thread that sends a request left in flight
+
     def _run(self, steps):
-        try:  # `_perform` does the work at once: the coroutine never waits, one send finishes it
-            super()._run(steps).send(None)
+        """Run the operation `steps`: `_perform` does the work at once, so one send finishes the coroutine,
+        unless the operation left a request in flight: then it waits for its answer (`_settle`) and `_run`
+        returns None."""
+        coroutine = super()._run(steps)
+        try:
+            waiting = coroutine.send(None)
         except StopIteration as done:
             return done.value
+        finally:
+            self._leave = False
+        self._in_flight = (coroutine, waiting.future)
+        return None
+
+    def _settle(self) -> None:
+        """Finish the operation left in flight, if any: wait for its answer, then run the rest of it (its
+        error, the server's or the connection's, is raised here)."""
+        flight, self._in_flight = self._in_flight, None
+        if flight is None:
+            return
+        coroutine, future = flight
+        try:
+            answer = future.result()
+        except Exception as err:  # noqa: BLE001 - thrown into the operation, as `_perform` would
+            resume = functools.partial(coroutine.throw, err)
+        else:
+            resume = functools.partial(coroutine.send, answer)
+        leave, self._leave = self._leave, False  # (its own requests, a retry's, are not left in flight)
+        try:
+            resume()
+        except StopIteration:
+            pass
+        finally:
+            self._leave = leave
 
     async def _perform(self, action, *args):
+        if action == "settle":
+            return self._settle()
+        if action == "in_flight":  # its next request is sent without waiting for the answer
+            self._leave = True
+            return None
+        if action == "request" and self._leave:
+            self._leave = False
+            if self._sender is None:
+                self._sender = concurrent.futures.ThreadPoolExecutor(1, "gradserve-sender")
+            return await _Answer(self._sender.submit(self._transport.request, *args))
         return (time.sleep if action == "sleep" else getattr(self._transport, action))(*args)
 
     def healthz(self) -> dict:
@@ -239,8 +290,13 @@ class Session(_Core):
 
     def close(self):
         if not self.closed:
-            self.closed = True
-            self._transport.close()
+            try:
+                self._settle()
+            finally:
+                self.closed = True
+                if self._sender is not None:
+                    self._sender.shutdown()
+                self._transport.close()
         state.remove(self)
 
     def __enter__(self):
@@ -249,6 +305,17 @@ class Session(_Core):
 
     def __exit__(self, *exc):
         self.close()
+
+
+class _Answer:
+    """Awaited for a request left in flight: `Session._run` gets it (and its Future) from the suspended
+    coroutine, `Session._settle` sends the answer in (or throws the failure)."""
+
+    def __init__(self, future):
+        self.future = future
+
+    def __await__(self):
+        return (yield self)
 
 
 class AsyncSession(_Core):

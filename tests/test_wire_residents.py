@@ -191,3 +191,78 @@ def test_an_output_that_is_a_resident_is_answered_before_its_update():
     numpy.testing.assert_array_equal(result.outputs["w"], W0)
     fetched = run_arrays(executor, "/forward", {"session": SESSION, "fetch": ["w1"]}).fetched["w1"]
     numpy.testing.assert_array_equal(fetched, W0 - 1.0)
+
+
+def _sum_step(executor, lr=1.0, outputs=("l",), upload=()):
+    """A step of loss sum(w): every element of resident w1 goes down by `lr` (an SGD update)."""
+    graph = {
+        "version": "1.1",
+        "nodes": [
+            {"id": "w", "op": "input", "requires_grad": True, "resident": "w1"},
+            {"id": "l", "op": "sum", "inputs": ["w"]},
+        ],
+        "outputs": list(outputs),
+    }
+    header = {
+        "graph": graph,
+        "wrt": ["w"],
+        "session": SESSION,
+        "update": {"optimizer": "sgd", "groups": [{"handles": ["w1"], "lr": lr}]},
+    }
+    seeds = [(name, numpy.zeros(()) if name == "l" else numpy.zeros((64, 64))) for name in outputs if name != "l"]
+    return run_arrays(executor, "/backward", header, grad_outputs=seeds, upload=upload)
+
+
+def test_sgd_steps_a_resident_in_place_unless_something_reads_it():
+    import weakref
+
+    executor = Executor()
+    _sum_step(executor, upload=[("w1", numpy.zeros((64, 64)))])
+    key = next(iter(executor.residents._sessions))
+    stored = weakref.ref(executor.residents.get(key, "w1").array)  # (a weak reference: it holds nothing)
+    _sum_step(executor)
+    assert executor.residents.get(key, "w1").array is stored()  # nothing read it: stepped in place (no copy)
+    numpy.testing.assert_array_equal(stored(), -2.0)
+    held = executor.residents.view(key, "w1")  # as a request running on another thread holds it
+    answer = _sum_step(executor, outputs=("l", "w"))  # and an output that is the resident
+    numpy.testing.assert_array_equal(held, -2.0)  # what they read is kept: the step went to a copy
+    numpy.testing.assert_array_equal(answer.outputs["w"], -2.0)
+    assert executor.residents.get(key, "w1").array is not stored()
+    numpy.testing.assert_array_equal(executor.residents.get(key, "w1").array, -3.0)
+    del held, answer
+    stored = weakref.ref(executor.residents.get(key, "w1").array)
+    _sum_step(executor)
+    assert executor.residents.get(key, "w1").array is stored()  # once let go, in place again
+    numpy.testing.assert_array_equal(stored(), -4.0)
+
+
+def test_concurrent_readers_never_see_a_step_half_written():
+    """Readers on other threads take views while updates step the array: each view is one whole step's
+    value (all elements equal) and stays it while held."""
+    import threading
+
+    executor = Executor()
+    _sum_step(executor, upload=[("w1", numpy.zeros((64, 64)))])
+    key = next(iter(executor.residents._sessions))
+    stop, torn = threading.Event(), []
+
+    def read():
+        while not stop.is_set():
+            view = executor.residents.view(key, "w1")
+            first = float(view.flat[0])
+            time.sleep(0)
+            if not (view == first).all():
+                torn.append(first)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    try:
+        for _ in range(200):
+            _sum_step(executor)
+    finally:
+        stop.set()
+        for reader in readers:
+            reader.join()
+    assert torn == []
+    numpy.testing.assert_array_equal(executor.residents.fetch(key, ["w1"])["w1"], -201.0)

@@ -127,10 +127,10 @@ class Executor:
             bound[handle] = node
             array = request.upload.get(handle)
             if array is None:
-                array = self.residents.get(key, handle, "resident").array
-            view = array.view()
-            view.flags.writeable = False
-            request.inputs[node] = view
+                request.inputs[node] = self.residents.view(key, handle)
+            else:
+                view = request.inputs[node] = array.view()
+                view.flags.writeable = False
         for _, _, handles in request.update or ():
             for handle in handles:
                 if handle not in bound:
@@ -146,7 +146,9 @@ class Executor:
         key = key_of(request)
         if request.update and result.grads is not None:
             by_handle = {h: result.grads[n] for n, h in plan.residents.items() if n in result.grads}
-            apply_update(self.residents, key, request.update, by_handle)  # (new arrays: the outputs keep what ran)
+            for node in plan.residents:  # its views let go: an array nothing else reads is stepped in place
+                request.inputs.pop(node, None)  # (an output, a retained tape or another request holds its own)
+            apply_update(self.residents, key, request.update, by_handle)
             updated = {h for _, _, handles in request.update for h in handles}
             result.grads = {n: g for n, g in result.grads.items() if plan.residents.get(n) not in updated}
         return self._fetch_and_free(request, key, result)

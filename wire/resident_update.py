@@ -7,10 +7,13 @@ The step is the engine's own optimizer (`engine.optim`: SGD, Adam, AdamW, RMSpro
 resident arrays with the request's gradients, its state (momentum buffers, Adam's moments and step
 count) kept resident with each array: the formulas are written once, there. A group's options are
 the optimizer's constructor arguments (its defaults where left out); a resident without a gradient
-in this request is left as it is, as PyTorch skips a parameter whose `.grad` is None."""
+in this request is left as it is, as PyTorch skips a parameter whose `.grad` is None. SGD steps the arrays
+in place (`engine.optim.sgd_in_place`, the same formulas on arrays) where no request still reads them;
+the others step copies that replace the arrays."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 
@@ -18,7 +21,7 @@ import numpy
 import orjson
 
 from engine.api import array_of, shown, variable_of
-from engine.optim import SGD, Adam, AdamW, RMSprop
+from engine.optim import SGD, Adam, AdamW, RMSprop, sgd_in_place
 from wire.errors import RequestError
 
 OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop}
@@ -26,7 +29,7 @@ FIELD = "update"
 
 
 CHECKED_OPTIONS = 256  # distinct (optimizer, options) pairs remembered as valid (`_check_options`)
-_valid: OrderedDict = OrderedDict()  # (optimizer name, options as sorted JSON) -> None, least recently used first
+_valid: OrderedDict = OrderedDict()  # (optimizer name, options as sorted JSON) -> its group, least recently used first
 _valid_lock = threading.Lock()
 
 
@@ -60,68 +63,111 @@ def check_update(update) -> list:
         options = {k: v for k, v in group.items() if k != "handles"}
         if "betas" in options and isinstance(options["betas"], list):
             options["betas"] = tuple(options["betas"])
-        _check_options(name, cls, options, where)
-        checked.append((cls, options, handles))
+        group = _check_options(name, cls, options, where)
+        checked.append((cls, group if cls is SGD else options, handles))  # (SGD's: its defaults filled in)
     return checked
 
 
-def _check_options(name: str, cls, options: dict, where: str) -> None:
+def _check_options(name: str, cls, options: dict, where: str) -> dict:
     """The optimizer's own checks of a group's options (a probe parameter: the options are what is
-    checked), once per distinct options: a training loop sends the same ones every step."""
+    checked), once per distinct options (a training loop sends the same ones every step); the group
+    the probe made of them (its defaults filled in, no "params")."""
     try:
         key = (name, orjson.dumps(options, option=orjson.OPT_SORT_KEYS))
     except TypeError:  # not JSON's (an in-process caller's): checked every time
         key = None
-    if key is not None and key in _valid:
-        return
+    group = None if key is None else _valid.get(key)
+    if group is not None:
+        return group
     try:
-        cls([variable_of(numpy.zeros(1), requires_grad=True)], **options)
+        probe = cls([variable_of(numpy.zeros(1), requires_grad=True)], **options)
     except (TypeError, ValueError, NotImplementedError) as err:
         raise RequestError(f"{where}: {err}", field=where) from None
+    group = {k: v for k, v in probe.param_groups[0].items() if k != "params"}
     if key is not None:
         with _valid_lock:
-            _valid[key] = None
+            _valid[key] = group
             while len(_valid) > CHECKED_OPTIONS:
                 _valid.popitem(last=False)
+    return group
 
 
 def apply_update(store, key, groups, grads: dict) -> None:
     """Step the resident arrays of session `key`: `groups` from `check_update`, `grads` {handle: gradient
-    array}. All or none: the engine's optimizer steps a copy of each array, whose state is charged to the
-    session first (413 when it does not fit), and then the copies replace the arrays (a request still
+    array}. All or none: every gradient is checked, and the state the step adds is charged to the session
+    (413 when it does not fit), before any array changes (SGD's momentum buffers first; the other
+    optimizers' on their stepped copies). One update of a session
+    at a time (`store.updating`): SGD steps an array in place where nothing else reads it (no request's
+    view: `_alone`), else a copy that then replaces it, as the other optimizers do (a request still
     reading an array keeps the value it read)."""
-    for cls, options, handles in groups:
-        stepped = [(h, store.get(key, h, FIELD)) for h in handles if grads.get(h) is not None]
-        if not stepped:
-            continue
-        params = []
-        for handle, resident in stepped:
-            grad = grads[handle]
-            if grad.shape != resident.array.shape or grad.dtype != resident.array.dtype:
-                raise RequestError(
-                    f"resident {shown(handle)}: its gradient is {grad.dtype}{list(grad.shape)} but it holds "
-                    f"{resident.array.dtype}{list(resident.array.shape)}; an update keeps shape and dtype",
-                    node=handle,
-                    field=FIELD,
-                )
-            param = variable_of(resident.array.copy(), requires_grad=True)  # the step writes it in place
-            param.grad = variable_of(grad)
-            params.append(param)
-        optimizer = cls(params, **options)
-        for param, (_, resident) in zip(params, stepped):
-            if resident.state:
-                optimizer.state[param] = {k: variable_of(v) for k, v in resident.state.items()}
-        optimizer.step()
-        states = [{k: _kept(array_of(v), grads.values()) for k, v in optimizer.state[p].items()} for p in params]
-        growth = sum(
-            sum(int(a.nbytes) for a in s.values()) - sum(int(a.nbytes) for a in r.state.values())
-            for s, (_, r) in zip(states, stepped)
-        )
+    with store.updating(key):
+        steps = [(cls, options, _stepped(store, key, handles, grads)) for cls, options, handles in groups]
+        growth = sum(_growth(cls, options, stepped) for cls, options, stepped in steps)
         store.check_room(key, growth, FIELD)
-        for param, state, (_, resident) in zip(params, states, stepped):
-            before = resident.nbytes
-            resident.array, resident.state = _kept(array_of(param), grads.values()), state
-            store.recharge(key, resident, before)
+        for cls, options, stepped in steps:
+            befores = [resident.nbytes for _, resident in stepped]
+            if cls is SGD:
+                for handle, resident in stepped:
+                    array = resident.array if _alone(resident.array) else resident.array.copy()
+                    sgd_in_place(array, grads[handle], resident.state, options)
+                    resident.array = array
+            else:
+                _step_copies(store, key, cls, options, stepped, grads)
+            for (_, resident), before in zip(stepped, befores):
+                store.recharge(key, resident, before)
+
+
+def _stepped(store, key, handles, grads) -> list:
+    """[(handle, Resident)] of a group's handles that have a gradient, each checked against its array."""
+    stepped = [(h, store.get(key, h, FIELD)) for h in handles if grads.get(h) is not None]
+    for handle, resident in stepped:
+        grad = grads[handle]
+        if grad.shape != resident.array.shape or grad.dtype != resident.array.dtype:
+            raise RequestError(
+                f"resident {shown(handle)}: its gradient is {grad.dtype}{list(grad.shape)} but it holds "
+                f"{resident.array.dtype}{list(resident.array.shape)}; an update keeps shape and dtype",
+                node=handle,
+                field=FIELD,
+            )
+    return stepped
+
+
+def _growth(cls, options, stepped) -> int:
+    """The bytes SGD's step adds to its residents' state: a momentum buffer where there is none yet (the
+    other optimizers' growth is checked on their stepped copies, `_step_copies`)."""
+    if cls is not SGD or not options["momentum"]:
+        return 0
+    return sum(int(r.array.nbytes) for _, r in stepped if "momentum_buffer" not in r.state)
+
+
+def _alone(array) -> bool:
+    """Whether nothing but its Resident holds `array` (no view of it, no request reading it: a view holds its
+    base), so it may be written in place. (Three references: the Resident's slot, this call's argument and
+    getrefcount's.)"""
+    return array.base is None and sys.getrefcount(array) <= 3
+
+
+def _step_copies(store, key, cls, options, stepped, grads) -> None:
+    """The engine's optimizer `cls` steps copies of the arrays, which then replace them once the state they
+    hold is charged (413 when it does not fit: nothing changes)."""
+    params = []
+    for handle, resident in stepped:
+        param = variable_of(resident.array.copy(), requires_grad=True)  # the step writes it in place
+        param.grad = variable_of(grads[handle])
+        params.append(param)
+    optimizer = cls(params, **options)
+    for param, (_, resident) in zip(params, stepped):
+        if resident.state:
+            optimizer.state[param] = {k: variable_of(v) for k, v in resident.state.items()}
+    optimizer.step()
+    states = [{k: _kept(array_of(v), grads.values()) for k, v in optimizer.state[p].items()} for p in params]
+    growth = sum(
+        sum(int(a.nbytes) for a in s.values()) - sum(int(a.nbytes) for a in r.state.values())
+        for s, (_, r) in zip(states, stepped)
+    )
+    store.check_room(key, growth, FIELD)
+    for param, state, (_, resident) in zip(params, states, stepped):
+        resident.array, resident.state = _kept(array_of(param), grads.values()), state
 
 
 def _kept(array, grads) -> numpy.ndarray:

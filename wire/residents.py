@@ -31,6 +31,7 @@ MIN_SESSION_CHARS = 16  # a session id must be at least this long (the client's 
 MAX_SESSION_CHARS = 128
 STATE_SEPARATOR = ":"  # "handle:name" names a resident's optimizer state array (upload, fetch "handle:*")
 FORGOTTEN_SESSIONS = 1024  # expired sessions remembered, to say "expired" rather than "unknown"
+_NO_SESSION = threading.Lock()  # the lock of a session the store does not hold (`get` then says why: 404)
 
 
 def check_session(session) -> None:
@@ -58,20 +59,22 @@ class Resident:
 
 
 class _Session:
-    __slots__ = ("arrays", "nbytes", "expires")
+    __slots__ = ("arrays", "nbytes", "expires", "lock")
 
     def __init__(self):
         self.arrays: dict[str, Resident] = {}
         self.nbytes = 0
         self.expires = 0.0
+        self.lock = threading.Lock()  # held by an update, and while a view or a fetch's copy is taken
 
 
 class ResidentStore:
     """Sessions' resident arrays, by (scope, session) then handle, bounded by bytes and age.
 
-    Reads (`get`) hand out the stored array itself: the executor runs a request's graph on it (read-only
-    views); an update replaces it with a new array (`wire.resident_update`), so what a request read stays
-    as it read it. Nothing writes a stored array in place; `fetch` copies."""
+    A request's graph reads a stored array through a read-only view (`view`), which holds the array: an
+    update (`wire.resident_update`, one at a time per session: `updating`) writes an array in place only
+    when nothing holds it, else it replaces it with a new array, so what a request read stays as it read
+    it. Views are taken, and `fetch` copies, under the session's lock, which an update holds."""
 
     def __init__(self, limits: Limits):
         self.limits = limits
@@ -129,6 +132,22 @@ class ResidentStore:
             if resident is None:
                 raise self._missing(key, handle, field)
             return resident
+
+    def view(self, key: tuple, handle: str, field: str = "resident"):
+        """A read-only view of the resident `handle`'s array (it holds the array: an update then steps a copy)."""
+        with self._session_lock(key):
+            view = self.get(key, handle, field).array.view()
+        view.flags.writeable = False
+        return view
+
+    def updating(self, key: tuple):
+        """The lock of session `key` (its updates one at a time; no view or fetch taken meanwhile)."""
+        return self._session_lock(key)
+
+    def _session_lock(self, key: tuple):
+        with self._lock:
+            session = self._sessions.get(key)
+        return session.lock if session is not None else _NO_SESSION
 
     def has(self, key: tuple, handle: str) -> bool:
         with self._lock:
@@ -212,6 +231,11 @@ class ResidentStore:
         """{handle: a copy of its array} of session `key`; 404 naming the first unknown handle. A handle
         written "handle:*" asks for its optimizer state instead: {"handle:name": a copy of each array}."""
         fetched = {}
+        with self._session_lock(key):
+            self._fetch(key, handles, fetched)
+        return fetched
+
+    def _fetch(self, key: tuple, handles, fetched: dict) -> None:
         for handle in handles:
             if handle.endswith(STATE_SEPARATOR + "*"):
                 base = handle[:-2]
@@ -219,7 +243,6 @@ class ResidentStore:
                 fetched.update({f"{base}{STATE_SEPARATOR}{name}": a.copy() for name, a in state.items()})
             else:
                 fetched[handle] = self.get(key, handle, "fetch").array.copy()
-        return fetched
 
     def free(self, key: tuple, handles) -> None:
         """Drop handles of session `key` (unknown ones are ignored: freeing twice is harmless)."""

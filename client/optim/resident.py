@@ -63,6 +63,8 @@ class Resident(Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """The engine's zero_grad; a gradient a step consumed on the server becomes None or zeros."""
+        if self._session is not None and not set_to_none:
+            self._session._settle()  # (which gradients the step in flight consumed)
         if self._session is not None:
             residents = residents_of(self._session)
             for group in self.param_groups:
@@ -117,6 +119,8 @@ def _options(optimizer, group) -> dict:
 def _stepping(optimizer, session):
     """The step as session steps: the deferred backward with the update, or the update with the client's
     gradients (`_explicit`); the stepped parameters' values are then on the server only."""
+    if session._in_flight is not None:  # the last step's error is raised before this one changes anything
+        yield ("settle",)
     residents = residents_of(session)
     stepped, groups = [], []
     for group in optimizer.param_groups:
@@ -134,6 +138,16 @@ def _stepping(optimizer, session):
     deferred = pending is not None and all(
         p in pending.grads and p.grad._value is pending.grads[p] and p.grad._data is None for p in stepped
     )
+    if deferred and not riders:
+        uploaded = residents.prepare(session, pending.call, pending.builder)
+        if uploaded:  # (the first step's upload is answered first: a failed one leaves the values here)
+            yield from flush(session, update, (), uploaded)
+            residents.stale(stepped)
+            return
+        residents.stale(stepped)  # the values are the server's from now on: its request is left in flight
+        yield ("in_flight",)
+        yield from flush(session, update, (), uploaded)
+        return
     if deferred:
         yield from flush(session, update, riders)
         yield from _realising(session, riders)

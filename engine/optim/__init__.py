@@ -10,10 +10,10 @@ from engine.optim import lr_scheduler, optimizer
 from engine.optim.adam import Adam, AdamW
 from engine.optim.optimizer import Optimizer
 from engine.optim.rmsprop import RMSprop
-from engine.optim.sgd import SGD
+from engine.optim.sgd import SGD, sgd_in_place
 from engine.variable import Variable
 
 optimizer.register(Variable, mode)
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "lr_scheduler", "sgd_in_place"]
 __getattr__ = missing("torch.optim")

@@ -1,5 +1,6 @@
 """`torch.optim.SGD`: stochastic gradient descent with momentum (dampening, Nesterov), weight decay and
-`maximize`, by PyTorch's single-tensor update."""
+`maximize`, by PyTorch's single-tensor update; `sgd_in_place`, the same update on bare arrays, written in place
+(the server's step of resident parameters, `wire.resident_update`)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,24 @@ class SGD(Optimizer):
                     update.state(state, "momentum_buffer", buf)
                     grad = grad + buf * momentum if group["nesterov"] else buf
                 update.param(param, param + grad * scalar(param, -group["lr"]))
+
+
+def sgd_in_place(param, grad, state: dict, group: dict) -> None:
+    """`SGD`'s step of one parameter on arrays: `param` (and `state`'s "momentum_buffer", made on the first
+    step with momentum) written in place, `grad` only read; `group` holds SGD's options (a param group).
+    The operations and their order are `SGD._step`'s, so the values are the same bit for bit."""
+    lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
+    if group["maximize"]:
+        grad = -grad
+    if group["weight_decay"] != 0:
+        grad = grad + param * group["weight_decay"]
+    if momentum != 0:
+        buf = state.get("momentum_buffer")
+        if buf is None:
+            buf = state["momentum_buffer"] = grad.copy()
+        else:
+            buf *= momentum
+            buf += grad * (1 - dampening)
+        grad = grad + buf * momentum if group["nesterov"] else buf
+    step = grad * param.dtype.type(-lr)  # (scalar(): -lr in param's dtype)
+    param += step

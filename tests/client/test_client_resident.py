@@ -111,7 +111,7 @@ def test_a_step_sends_only_its_batch(server):
             count = Bytes(session)
             for _ in range(3):
                 step()
-            return count.up / 3, count.down / 3, count.requests / 3
+        return count.up / 3, count.down / 3, count.requests / 3  # (closing waits for the last step's answer)
 
     up, down, requests = step_bytes(True)
     old_up, old_down, _ = step_bytes(False)
@@ -146,6 +146,96 @@ def test_gradients_read_before_the_step_are_sent_and_the_step_still_matches(remo
             opt.step()
     numpy.testing.assert_allclose(w1.numpy(), e1.numpy(), rtol=1e-10)
     numpy.testing.assert_allclose(w2.numpy(), e2.numpy(), rtol=1e-10)
+
+
+def _seed_loss(lib, tensor, w1, w2, batch):
+    x, y = batch
+    return (tensor(x).mm(w1).clamp(min=0).mm(w2) - tensor(y)).pow(2).sum()
+
+
+def test_a_step_does_not_wait_for_its_answer_and_what_reads_it_does(server):
+    """step() returns once its request is sent; the next step's recording goes on meanwhile; reading the
+    loss (or anything else the answer carries) waits for it and is right."""
+    import threading
+
+    with client.connect(server.url) as session:
+        w1, w2 = client.tensor(W1.copy(), requires_grad=True), client.tensor(W2.copy(), requires_grad=True)
+        optimizer = client.optim.SGD([w1, w2], lr=1e-3, resident=True)
+        optimizer.zero_grad()
+        first = _seed_loss(client, client.tensor, w1, w2, BATCHES[0])
+        first.backward()
+        optimizer.step()  # the first step uploads the parameters: it waits for its answer
+        losses = [first.item()]
+        release, answered = threading.Event(), []
+        original = session._transport.request
+
+        def held_back(method, path, content=None, headers=None):  # the server's answer comes when released
+            response = original(method, path, content, headers)
+            assert release.wait(60)
+            answered.append(path)
+            return response
+
+        session._transport.request = held_back
+        for batch in BATCHES[1:4]:
+            optimizer.zero_grad()
+            loss = _seed_loss(client, client.tensor, w1, w2, batch)
+            loss.backward()
+            optimizer.step()
+            if len(losses) == 1:
+                assert answered == []  # the step returned before its answer came
+            release.set()
+            losses.append(loss.item())  # waits for the answer: the loss is the server's
+    e1, e2 = engine.tensor(W1.copy(), requires_grad=True), engine.tensor(W2.copy(), requires_grad=True)
+    reference = engine.optim.SGD([e1, e2], lr=1e-3)
+    for batch, got in zip(BATCHES[:4], losses, strict=True):
+        reference.zero_grad()
+        loss = _seed_loss(engine, engine.tensor, e1, e2, batch)
+        loss.backward()
+        reference.step()
+        numpy.testing.assert_allclose(got, loss.item(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("noticed_by", ["loss.item()", "next step", "reading a parameter"])
+def test_a_step_that_fails_on_the_server_raises_at_the_next_call_and_nothing_is_lost(server, noticed_by):
+    """An update the server refuses (422, naming its field) is raised by whatever needs the answer next;
+    the refused step changes nothing, the steps before and after it apply once each, the server serves on."""
+    with client.connect(server.url) as session:
+        w1, w2 = client.tensor(W1.copy(), requires_grad=True), client.tensor(W2.copy(), requires_grad=True)
+        optimizer = client.optim.SGD([w1, w2], lr=1e-3, momentum=0.9, resident=True)
+
+        def backward(batch):
+            optimizer.zero_grad()
+            loss = _seed_loss(client, client.tensor, w1, w2, batch)
+            loss.backward()
+            return loss
+
+        backward(BATCHES[0])
+        optimizer.step()
+        optimizer.param_groups[0]["lr"] = -1.0  # the server refuses this step's update
+        refused_loss = backward(BATCHES[1])
+        optimizer.step()  # sent: the refusal comes back with the next call that needs the answer
+        optimizer.param_groups[0]["lr"] = 1e-3
+        backward(BATCHES[2])  # recorded meanwhile (a deferred backward needs no answer)
+        with pytest.raises(client.errors.ServerError) as refused:
+            if noticed_by == "loss.item()":
+                refused_loss.item()
+            elif noticed_by == "next step":
+                optimizer.step()
+            else:
+                w2.numpy()
+        assert refused.value.status == 422 and refused.value.field == "update.groups[0]"
+        assert "Invalid learning rate" in str(refused.value)
+        optimizer.step()  # the last backward was kept: it applies now, once
+        got = w1.numpy(), w2.numpy()
+        assert session.healthz()["status"] == "ok"
+    e1, e2 = engine.tensor(W1.copy(), requires_grad=True), engine.tensor(W2.copy(), requires_grad=True)
+    reference = engine.optim.SGD([e1, e2], lr=1e-3, momentum=0.9)
+    for batch in (BATCHES[0], BATCHES[2]):  # the refused step applied nothing
+        reference.zero_grad()
+        _seed_loss(engine, engine.tensor, e1, e2, batch).backward()
+        reference.step()
+    numpy.testing.assert_allclose(got[0], e1.detach().numpy(), rtol=1e-10)
+    numpy.testing.assert_allclose(got[1], e2.detach().numpy(), rtol=1e-10)
 
 
 def test_two_sessions_cannot_read_or_update_each_others_handles(server):
