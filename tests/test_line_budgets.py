@@ -17,6 +17,8 @@ Raised, as decisions:
   `wire/resident_update.py`, `client/residents.py`, `client/optim/resident.py`) took them to 5323 and 2551.
 - service 3700 -> 3800 (2026-11-27): request metrics kept as plain numbers and rendered at scrape time
   (`RequestCollector`) and a body read that arms a timer only when it waits (issue 24 items 1, 4) took it to 3726.
+- wire 5700 -> 5800 (2026-11-27): the cost walks' shared per-plan table (issue 24 item 4), a binary header admitted
+  before its tensors are aligned (item 1) and the in-place resident SGD update (item 3) took it to 5721.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 9600, "wire": 5700, "service": 3800, "client": 2700}
+BUDGETS = {"engine": 9600, "wire": 5800, "service": 3800, "client": 2700}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
