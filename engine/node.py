@@ -261,19 +261,25 @@ def apply_op(op, inputs, attrs):
         a, b = inputs
         datas = (x, y) = (a._data, b._data)
         xp = numpy if type(x) is ndarray else backend.array_module(x)
-        out = op.forward(xp, x, y, **attrs) if attrs else op.forward(xp, x, y)
+        if not op.takes_xp:
+            out = op.forward(x, y)
+        else:
+            out = op.forward(xp, x, y, **attrs) if attrs else op.forward(xp, x, y)
         grad = a._requires_grad or b._requires_grad  # an input with a node requires grad
     elif len(inputs) == 1:
         a = inputs[0]
         datas = (x,) = (a._data,)
         xp = numpy if type(x) is ndarray else backend.array_module(x)
-        out = op.forward(xp, x, **attrs) if attrs else op.forward(xp, x)
+        if not op.takes_xp:
+            out = op.forward(x)
+        else:
+            out = op.forward(xp, x, **attrs) if attrs else op.forward(xp, x)
         grad = a._requires_grad
     else:
         datas = tuple([v._data for v in inputs])
         x = datas[0]
         xp = numpy if type(x) is ndarray else backend.array_module(x)
-        out = op.forward(xp, *datas, **attrs)
+        out = op.forward(xp, *datas, **attrs) if op.takes_xp else op.forward(*datas)
         grad = any([v._requires_grad for v in inputs])
     if type(out) is not ndarray:
         out = _wrap(out, xp)
@@ -339,4 +345,4 @@ def _record(op, inputs, attrs, out, result):
 def _recorded(op, datas, attrs, out):
     recording = RECORDING.get(get_ident())
     if recording is not None:
-        recording.step(op.name, op.forward, datas, attrs, out, True)
+        recording.step(op.name, op.forward, datas, attrs, out, op.takes_xp)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
@@ -19,29 +21,32 @@ POSITIVE = (Sample(((3, 4),), low=0.5, high=2.0), Sample(((),), low=0.5, high=2.
 
 add = defop(
     "add",
-    lambda xp, x, y: x + y,
+    operator.add,
     lambda g, ans, x, y: g,
     lambda g, ans, x, y: g,
     saves=False,
+    takes_xp=False,
     samples=BINARY,
     infer=shapes.broadcast,
     doc="x + y (broadcasting)",
 )
 sub = defop(
     "sub",
-    lambda xp, x, y: x - y,
+    operator.sub,
     lambda g, ans, x, y: g,
     lambda g, ans, x, y: -g,
     saves=False,
+    takes_xp=False,
     samples=BINARY,
     infer=shapes.broadcast,
     doc="x - y (broadcasting)",
 )
 mul = defop(
     "mul",
-    lambda xp, x, y: x * y,
+    operator.mul,
     lambda g, ans, x, y: g * y,
     lambda g, ans, x, y: g * x,
+    takes_xp=False,
     samples=BINARY,
     infer=shapes.broadcast,
     scratch=costs.temporaries(per_broadcast=0.5),
@@ -49,15 +54,18 @@ mul = defop(
 )
 div = defop(
     "div",
-    lambda xp, x, y: x / y,
+    operator.truediv,
     lambda g, ans, x, y: g / y,
     lambda g, ans, x, y: g * local(lambda x, y: -(x / (y * y)), x, y),
+    takes_xp=False,
     samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
     infer=shapes.broadcast,
     scratch=costs.temporaries(per_broadcast=1),  # -(x / (y * y)) and its product with g at once
     doc="x / y (true division, broadcasting; IEEE results for division by zero)",
 )
-neg = defop("neg", lambda xp, x: -x, lambda g, ans, x: -g, saves=False, samples=UNARY, infer=shapes.same, doc="-x")
+neg = defop(
+    "neg", operator.neg, lambda g, ans, x: -g, saves=False, takes_xp=False, samples=UNARY, infer=shapes.same, doc="-x"
+)
 
 
 def _zero_base(x, y):
