@@ -257,7 +257,8 @@ def apply_op(op, inputs, attrs):
     Every op of every program comes here: one and two inputs are unrolled (and the forward called
     without a star-call when there are no attributes), and the result is made inline, since each
     call or comprehension costs about as much as the NumPy call itself on small arrays."""
-    if len(inputs) == 2:
+    two = len(inputs) == 2
+    if two:
         a, b = inputs
         datas = (x, y) = (a._data, b._data)
         xp = numpy if type(x) is ndarray else backend.array_module(x)
@@ -294,7 +295,7 @@ def apply_op(op, inputs, attrs):
         node = result._node = _new(op.node_class)
         result._requires_grad = True
         node.seq = next_seq()
-        if len(inputs) == 2:
+        if two:
             edges = node.edges = (
                 a._node or (a if a._requires_grad else None),
                 b._node or (b if b._requires_grad else None),
@@ -304,12 +305,12 @@ def apply_op(op, inputs, attrs):
         saves = op.saves
         if saves is True:
             node.saved = inputs
-            if len(inputs) == 2:
+            if two:
                 node.versions = (a._version, b._version)  # of the inputs whose values the vjps read
             else:
                 node.versions = tuple([v._version for v in inputs])
         elif saves is False:  # the vjps read no input's values: keep shapes only (as free() does), not memory
-            if len(inputs) == 2 and op.vjp is None:
+            if two and op.vjp is None:
                 node.saved = (None if edges[0] is None else Meta.of(a), None if edges[1] is None else Meta.of(b))
             else:
                 node.saved = _metas(inputs, edges if op.vjp is None else None)
