@@ -82,8 +82,9 @@ MISSED_BECAUSE = {
     "inline); each Python call layer left (operator, apply_op, vjp, the vjp lambda, free) costs ~0.5-0.85k; "
     "PyTorch does it in C++ (Changes, round 3)",
     "seed net": "the 5 matmuls equal the floor's; the rest is the engine's dispatch of 12 ops and 6 "
-    "backward nodes, run right after a cache-evicting matmul: f32 4,866k instructions a step against the "
-    "floor's ~4,430k (1.1x), but 1.6x its CPU time, as Python's instructions run slower than BLAS's (Changes, round 3)",
+    "backward nodes, run right after a cache-evicting matmul: f32 4,834k instructions a step (4,918k before "
+    "pow(2)'s gradient lost its where mask) against the floor's ~4,430k (1.1x), but 1.6x its CPU time, as "
+    "Python's instructions run slower than BLAS's (Changes, round 3)",
     "large MLP": "~99% of the step is the floor's own 5 BLAS calls: run-to-run noise of few ~0.5 s "
     "samples on a shared 2-core machine (Changes, round 1)",
     "tiny graph": "under 4-connection load the server spends ~215-230 µs of CPU a request against the FastAPI echo's "
