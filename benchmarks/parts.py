@@ -78,11 +78,13 @@ MISSED_BECAUSE = {
     "signature, budgets) adds ~3.5 µs warm, ~9 µs after the matmuls (Changes, request path)",
     "100-op chain": "CPython bytecode around each 2x2 NumPy call: ~15.6k instructions per forward op with grad "
     "(9.5k without) against ~3.8k for NumPy's multiply itself (callgrind: 5,973k -> 4,328k a step after d2ba7b1, "
-    "-> 3,805k after the eager2 cuts); each Python call layer (operator, apply_op, the forward lambda, "
-    "_record, vjp, free) costs ~0.85k; PyTorch does it in C++ (Changes, round 3)",
+    "-> 3,805k after the eager2 cuts, 3,698k once arithmetic forwards are operator.* and apply_op makes the node "
+    "inline); each Python call layer left (operator, apply_op, vjp, the vjp lambda, free) costs ~0.5-0.85k; "
+    "PyTorch does it in C++ (Changes, round 3)",
     "seed net": "the 5 matmuls equal the floor's; the rest is the engine's dispatch of 12 ops and 6 "
-    "backward nodes, run right after a cache-evicting matmul: f32 4,866k instructions a step against the "
-    "floor's ~4,430k (1.1x), but 1.6x its CPU time, as Python's instructions run slower than BLAS's (Changes, round 3)",
+    "backward nodes, run right after a cache-evicting matmul: f32 4,834k instructions a step (4,918k before "
+    "pow(2)'s gradient lost its where mask) against the floor's ~4,430k (1.1x), but 1.6x its CPU time, as "
+    "Python's instructions run slower than BLAS's (Changes, round 3)",
     "large MLP": "~99% of the step is the floor's own 5 BLAS calls: run-to-run noise of few ~0.5 s "
     "samples on a shared 2-core machine (Changes, round 1)",
     "tiny graph": "under 4-connection load the server spends ~215-230 µs of CPU a request against the FastAPI echo's "
@@ -161,7 +163,8 @@ MISSED_BECAUSE = {
     "against the engine's ~100 µs of eager dispatch (Changes, the client, session 4)",
     "HVP": "the same per-op Python as the chain over ~55 op applications and two walks (6 and ~25 nodes): "
     "3,016k -> 2,725k instructions a step after d2ba7b1, 2,282k once grad() skips its pruning pass when every "
-    "leaf reached is an input (callgrind); PyTorch's is ~1,240k, in C++ (Changes, round 3)",
+    "leaf reached is an input, 1,937k once pow(2)'s gradient is g * 2x without the where mask (callgrind); "
+    "PyTorch's is ~1,240k, in C++ (Changes, round 3)",
     "tensor program": "the client records every op lazily and never materializes the updated weights: each "
     "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
     "step's cost grows with the step count), parsed and re-run by the Executor (cProfile of steps "

@@ -257,23 +257,30 @@ def apply_op(op, inputs, attrs):
     Every op of every program comes here: one and two inputs are unrolled (and the forward called
     without a star-call when there are no attributes), and the result is made inline, since each
     call or comprehension costs about as much as the NumPy call itself on small arrays."""
-    if len(inputs) == 2:
+    two = len(inputs) == 2
+    if two:
         a, b = inputs
         datas = (x, y) = (a._data, b._data)
         xp = numpy if type(x) is ndarray else backend.array_module(x)
-        out = op.forward(xp, x, y, **attrs) if attrs else op.forward(xp, x, y)
+        if not op.takes_xp:
+            out = op.forward(x, y)
+        else:
+            out = op.forward(xp, x, y, **attrs) if attrs else op.forward(xp, x, y)
         grad = a._requires_grad or b._requires_grad  # an input with a node requires grad
     elif len(inputs) == 1:
         a = inputs[0]
         datas = (x,) = (a._data,)
         xp = numpy if type(x) is ndarray else backend.array_module(x)
-        out = op.forward(xp, x, **attrs) if attrs else op.forward(xp, x)
+        if not op.takes_xp:
+            out = op.forward(x)
+        else:
+            out = op.forward(xp, x, **attrs) if attrs else op.forward(xp, x)
         grad = a._requires_grad
     else:
         datas = tuple([v._data for v in inputs])
         x = datas[0]
         xp = numpy if type(x) is ndarray else backend.array_module(x)
-        out = op.forward(xp, *datas, **attrs)
+        out = op.forward(xp, *datas, **attrs) if op.takes_xp else op.forward(*datas)
         grad = any([v._requires_grad for v in inputs])
     if type(out) is not ndarray:
         out = _wrap(out, xp)
@@ -283,8 +290,44 @@ def apply_op(op, inputs, attrs):
     result._version = 0
     # an int or bool result never requires grad
     if grad and _grad.enabled and op.differentiable and out.dtype.kind == "f":
-        result._node = _record(op, inputs, attrs, out, result)
+        # the node: its edges, what its vjps read and the versions to check then (made here, not in a
+        # helper: a call per recorded op costs ~0.5k instructions, a tenth of a small op's whole cost)
+        node = result._node = _new(op.node_class)
         result._requires_grad = True
+        node.seq = next_seq()
+        if two:
+            edges = node.edges = (
+                a._node or (a if a._requires_grad else None),
+                b._node or (b if b._requires_grad else None),
+            )
+        else:
+            edges = node.edges = tuple([v._node or (v if v._requires_grad else None) for v in inputs])
+        saves = op.saves
+        if saves is True:
+            node.saved = inputs
+            if two:
+                node.versions = (a._version, b._version)  # of the inputs whose values the vjps read
+            else:
+                node.versions = tuple([v._version for v in inputs])
+        elif saves is False:  # the vjps read no input's values: keep shapes only (as free() does), not memory
+            if two and op.vjp is None:
+                node.saved = (None if edges[0] is None else Meta.of(a), None if edges[1] is None else Meta.of(b))
+            else:
+                node.saved = _metas(inputs, edges if op.vjp is None else None)
+            node.versions = ()
+        else:
+            kept = range(len(inputs))[saves]
+            node.saved = tuple([v if i in kept else Meta.of(v) for i, v in enumerate(inputs)])
+            node.versions = tuple([v._version for v in inputs])
+        node.attrs = attrs
+        node.retained = None
+        node.out_ref = None  # uses_output ops: a weakref to the output, whose version is checked too
+        if op.uses_output:
+            node.out_data = out
+            if reads_output(op, edges):
+                node.out_ref = weakref.ref(result)
+        else:
+            node.out_data = None
     else:
         result._node = None
         result._requires_grad = False
@@ -295,48 +338,7 @@ def apply_op(op, inputs, attrs):
     return result
 
 
-def _record(op, inputs, attrs, out, result):
-    """The node of `result = op(*inputs)`: its edges, what its vjps read and the versions to check then."""
-    node = _new(op.node_class)
-    node.seq = next_seq()
-    if len(inputs) == 2:
-        a, b = inputs
-        edges = node.edges = (
-            a._node or (a if a._requires_grad else None),
-            b._node or (b if b._requires_grad else None),
-        )
-    else:
-        edges = node.edges = tuple([v._node or (v if v._requires_grad else None) for v in inputs])
-    saves = op.saves
-    if saves is True:
-        node.saved = inputs
-        if len(inputs) == 2:
-            node.versions = (a._version, b._version)  # of the inputs whose values the vjps read
-        else:
-            node.versions = tuple([v._version for v in inputs])
-    elif saves is False:  # the vjps read no input's values: keep shapes only (as free() does), not memory
-        if len(inputs) == 2 and op.vjp is None:
-            node.saved = (None if edges[0] is None else Meta.of(a), None if edges[1] is None else Meta.of(b))
-        else:
-            node.saved = _metas(inputs, edges if op.vjp is None else None)
-        node.versions = ()
-    else:
-        kept = range(len(inputs))[saves]
-        node.saved = tuple([v if i in kept else Meta.of(v) for i, v in enumerate(inputs)])
-        node.versions = tuple([v._version for v in inputs])
-    node.attrs = attrs
-    node.retained = None
-    node.out_ref = None  # uses_output ops: a weakref to the output, whose version is checked too
-    if op.uses_output:
-        node.out_data = out
-        if reads_output(op, edges):
-            node.out_ref = weakref.ref(result)
-    else:
-        node.out_data = None
-    return node
-
-
 def _recorded(op, datas, attrs, out):
     recording = RECORDING.get(get_ident())
     if recording is not None:
-        recording.step(op.name, op.forward, datas, attrs, out, True)
+        recording.step(op.name, op.forward, datas, attrs, out, op.takes_xp)

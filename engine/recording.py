@@ -148,6 +148,16 @@ def note_where(text: str) -> None:
         made.where = text
 
 
+def fixed(array) -> bool:
+    """Whether a vjp may branch on `array`'s value: always when this thread does not record, else only
+    when `array` is a constant of the run (a Python number's array), which a replay does not change."""
+    made = RECORDING.get(_ident()) if RECORDING else None
+    if made is None:
+        return True
+    reg = made.register(array)
+    return reg is not None and made.labels[reg] == "constant"
+
+
 def tell(name, fn, arrays, attrs, out, xp=False) -> None:
     """A step computed outside `apply_op` (`engine.registry.local`, `derived`): `out = fn(*arrays)`."""
     made = RECORDING.get(_ident())

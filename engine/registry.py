@@ -4,7 +4,9 @@ functions, the graph validator, `GET /ops`, the gradient-check tests, and (throu
 `engine.surface`, which installs them on the engine's and the client's Variable) the methods
 and operators.
 
-A primitive's `forward(xp, *arrays, **attrs)` computes on raw arrays of module `xp`; each of its
+A primitive's `forward(xp, *arrays, **attrs)` computes on raw arrays of module `xp` (an op declared
+`takes_xp=False` has no attributes and its forward is `forward(*arrays)`: an operator such as
+`operator.mul`, which the engine calls with no Python frame between it and the arrays); each of its
 vjps, `vjp(g, ans, *inputs, **attrs)`, maps the output gradient `g` to one input's gradient using
 differentiable ops only, so running backward with grad mode on (`create_graph=True`) records the
 backward pass as a graph of its own. Gradients are summed back to their input's shape by the
@@ -63,6 +65,7 @@ class OpDef:
     saves: bool | slice = True  # whether the vjps read saved input values (a slice: only those inputs')
     uses_output: bool | tuple = False  # whether the vjps read the output (a tuple: the vjps of those inputs)
     differentiable: bool = True
+    takes_xp: bool = True  # False: `forward(*arrays)`, no array module and no attributes (see the module docstring)
     composite: bool = False
     twice_differentiable: bool = True
     methods: tuple = ()
@@ -103,6 +106,8 @@ class OpDef:
         return None if count == self.arity else f"takes {self.arity} input(s), got {count}"
 
     def __post_init__(self):
+        if not self.takes_xp and self.attrs:
+            raise ValueError(f"op {shown(self.name)}: a forward without the array module takes no attributes")
         required = any(spec.required for spec in self.attrs.values())
         # the attributes of a call that gives none; shared, so never mutated
         self.default_attrs = None if required else {name: spec.default for name, spec in self.attrs.items()}

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import operator
+
 from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
-from engine.recording import derived
+from engine.recording import derived, fixed
 from engine.registry import F, Sample, defop, local, trusted
 
 BINARY = (
@@ -19,29 +21,32 @@ POSITIVE = (Sample(((3, 4),), low=0.5, high=2.0), Sample(((),), low=0.5, high=2.
 
 add = defop(
     "add",
-    lambda xp, x, y: x + y,
+    operator.add,
     lambda g, ans, x, y: g,
     lambda g, ans, x, y: g,
     saves=False,
+    takes_xp=False,
     samples=BINARY,
     infer=shapes.broadcast,
     doc="x + y (broadcasting)",
 )
 sub = defop(
     "sub",
-    lambda xp, x, y: x - y,
+    operator.sub,
     lambda g, ans, x, y: g,
     lambda g, ans, x, y: -g,
     saves=False,
+    takes_xp=False,
     samples=BINARY,
     infer=shapes.broadcast,
     doc="x - y (broadcasting)",
 )
 mul = defop(
     "mul",
-    lambda xp, x, y: x * y,
+    operator.mul,
     lambda g, ans, x, y: g * y,
     lambda g, ans, x, y: g * x,
+    takes_xp=False,
     samples=BINARY,
     infer=shapes.broadcast,
     scratch=costs.temporaries(per_broadcast=0.5),
@@ -49,15 +54,18 @@ mul = defop(
 )
 div = defop(
     "div",
-    lambda xp, x, y: x / y,
+    operator.truediv,
     lambda g, ans, x, y: g / y,
     lambda g, ans, x, y: g * local(lambda x, y: -(x / (y * y)), x, y),
+    takes_xp=False,
     samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
     infer=shapes.broadcast,
     scratch=costs.temporaries(per_broadcast=1),  # -(x / (y * y)) and its product with g at once
     doc="x / y (true division, broadcasting; IEEE results for division by zero)",
 )
-neg = defop("neg", lambda xp, x: -x, lambda g, ans, x: -g, saves=False, samples=UNARY, infer=shapes.same, doc="-x")
+neg = defop(
+    "neg", operator.neg, lambda g, ans, x: -g, saves=False, takes_xp=False, samples=UNARY, infer=shapes.same, doc="-x"
+)
 
 
 def _zero_base(x, y):
@@ -72,8 +80,25 @@ def _pow_exponent_vjp(g, ans, x, y):
     return F.where(derived(_zero_base, x, y), 0.0, g * ans * F.log(x))
 
 
+def _power_rule(x, y):
+    return y * x ** (y - 1)
+
+
+def _square_rule(x, y):  # the power rule at y == 2 (x ** 1 is x: the same values, one pass less)
+    return y * x
+
+
 def _pow_base_vjp(g, ans, x, y):
-    grad = g * local(lambda x, y: y * x ** (y - 1), x, y)
+    exponent = y._data
+    if exponent.ndim == 0 and not y._requires_grad and fixed(exponent):
+        # a constant exponent c (`x ** 2`, `x.pow(3.0)`): g * c * x ** (c - 1), as PyTorch's pow_backward; no
+        # mask unless c == 0 (where the rule's 0 * x ** -1 is nan at x == 0)
+        c = exponent.item()
+        if c == 2:
+            return g * local(_square_rule, x, y)
+        if c != 0:
+            return g * local(_power_rule, x, y)
+    grad = g * local(_power_rule, x, y)
     # d/dx x ** 0 is 0 everywhere, also at x == 0 where y * x ** (y - 1) would be 0 * inf (selected
     # whatever the values, so that the steps do not depend on them: see engine.recording)
     return F.where(derived(_is_zero, y), 0.0, grad)

@@ -74,3 +74,24 @@ def test_recordings_are_per_thread_and_leave_nothing_behind():
             pass
     assert seen and made.steps == [] and made.spoiled is None  # the other thread's op was not recorded
     assert RECORDING == {}
+
+
+def test_pow_with_a_constant_exponent_takes_the_power_rule_and_a_replay_keeps_a_varying_exponent_masked():
+    x = engine.tensor(np.array([0.5, 1.5, -2.0]), requires_grad=True)
+    for c in (2, 3.0, 0.5, -1.5):
+        (g,) = engine.grad((x.abs() ** c).sum(), [x], create_graph=True)
+        (h,) = engine.grad(g.sum(), [x])
+        a = np.abs(x.numpy())
+        np.testing.assert_allclose(g.numpy(), np.sign(x.numpy()) * c * a ** (c - 1))
+        np.testing.assert_allclose(h.numpy(), c * (c - 1) * a ** (c - 2))
+    # an exponent that is an input of the recording may be 0 on a replay: its mask stays, so the
+    # replayed gradient is 0 there (no 0 * x ** -1 = nan at x == 0)
+    x = engine.tensor(np.array([0.0, 1.5, -2.0]), requires_grad=True)
+    y = engine.tensor(np.array(3.0))
+    with recording() as made:
+        note_input("x", x._data)
+        note_input("y", y._data)
+        (g,) = engine.grad((x**y).sum(), [x])
+    out = made.register(g._data)
+    regs = _replay(made, {"x": np.array([0.0, 1.5, -2.0]), "y": np.array(0.0)})
+    np.testing.assert_array_equal(regs[out], [0.0, 0.0, 0.0])
