@@ -40,18 +40,21 @@ class Runs(dict):
     loads: list
 
 
-def run_rounds(sides: list, count: int, measure: Callable) -> Runs:
-    """`count` rounds of `measure(side, r)` over `sides` (order alternating between rounds). `measure`
-    returns a dict ({"times": [...], "extra": ...} for a timed case) or {"error": why}; a side that
-    fails is not run again and its later rounds are None. Every round runs (none is cut for time:
-    a side bounds its own sampling)."""
+def run_rounds(sides: list, count: int, measure: Callable, together: bool = False) -> Runs:
+    """`count` rounds of `measure` over `sides` (order alternating between rounds). `measure(side, r)`
+    returns a dict ({"times": [...], "extra": ...} for a timed case) or {"error": why}; with
+    `together`, `measure(sides, r)` runs the round's sides at once and returns {side: such a dict}
+    (`benchmarks.alternate`). A side that fails is not run again and its later rounds are None.
+    Every round runs (none is cut for time: a side bounds its own sampling)."""
     out = Runs({s: {"rounds": [], "times": [], "extra": [], "error": None} for s in sides})
     out.loads = []
     for r in range(count):
         out.loads.append(load_now())
+        live = [side for side in order(sides, r) if not out[side]["error"]]
+        got = measure(live, r) if together else {side: measure(side, r) for side in live}
         for side in order(sides, r):
             slot = out[side]
-            res = None if slot["error"] else measure(side, r)
+            res = got.get(side)
             if res is not None and "error" in res:
                 slot["error"], res = res["error"], None
             slot["rounds"].append(res)
