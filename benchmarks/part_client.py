@@ -164,18 +164,20 @@ def _train(quick, client_error, service, env_remote, targets):
     ]
     return [
         f"### (a) the seed training loop: {steps} steps (float32, SGD)\n",
-        "Each side runs the loop in a fresh process each round (5 untimed warm-up steps); one sample = one step, so "
-        "the table is per step (median, robust to a busy machine's spikes) and *loop total* is the whole "
-        "loop's wall time (median over rounds). Engine, embedded and remote run one program, the seed's "
+        "Each side runs the loop in a fresh process each round (5 untimed warm-up steps), the sides stepping in "
+        "alternating batches; one sample = one step, so the table is per step (median, robust to a busy "
+        "machine's spikes) and *loop total* is the wall time of the side's batches, their dropped first steps "
+        "included (median over rounds). Engine, embedded and remote run one program, the seed's "
         "(`w.data -= lr * w.grad.data`), with `engine` or `client` as the module; remote talks to a local "
         "1-worker server via `GRADSERVE_URL`. The resident side runs the seed loop as a user writes it with "
         "resident parameters (`client/README.md`): `optimizer = client.optim.SGD([w1, w2], lr, resident=True)`, "
         "then `loss.backward(); optimizer.step(); optimizer.zero_grad()` each step, so the parameters stay on "
         "the server and a step is one request carrying the batch. *CPU / step* is the side's own process "
-        "(user + system, `time.process_time`) over its timed steps; *server CPU / step* is the server process "
-        "group's over the remote run (its 5 warm-up steps included) ÷ the timed steps; *requests*, *up* and "
-        "*down* (request and answer bodies) are the server's `/metrics` counts over all the run's steps, the "
-        "warm-up's included (the resident side's first step uploads the parameters).\n",
+        "(user + system, `time.process_time`) over the steps of its batches; *server CPU / step* is the server "
+        "process group's over the remote side's own set-up and batches (its 5 warm-up steps included) ÷ the "
+        "steps its batches ran; *requests*, *up* and *down* (request and answer bodies) are the server's "
+        "`/metrics` counts over those windows per step, the warm-up's included (the resident side's first step "
+        "uploads the parameters).\n",
         md,
         "",
         _totals(res, steps),
