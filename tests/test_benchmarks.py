@@ -333,7 +333,9 @@ def test_a_rounds_sides_sample_in_alternating_batches_one_at_a_time():
         assert len(got[side]["times"]) == 12, side
         batches = log.count(side)
         assert batches >= 3  # a 4 ms batch holds a few 1 ms samples: more batches than one
-        assert extra["ran"] == 12 + batches  # each batch's first call ran as its warm-up and was dropped
+        # each batch's first call ran as its warm-up and was dropped, unless it alone outlasted the batch
+        slow = sum(end - start > 0.004 for start, end in extra["calls"])
+        assert 12 + batches - slow <= extra["ran"] <= 12 + batches
         assert len(extra["calls"]) == extra["ran"]
     assert got["c"]["times"] and "calls" in got["c"]["extra"]  # an unpaced worker ran to its end alone
     assert "c" not in log and {log[0], log[1]} == {"a", "b"}
@@ -349,8 +351,8 @@ def test_a_failing_side_reports_its_error_and_the_others_finish():
     assert got["bad"] == {"error": "exit 1: RuntimeError: broke at call 7"}
     assert len(got["ok"]["times"]) == 12 and len(got["alone"]["times"]) == 1
     stuck = [sys.executable, "-c", "from benchmarks import alternate; alternate.samples(lambda: input(), 3, 0, 9)"]
-    got = alternate.run({"stuck": (stuck, dict(os.environ)), "ok": _fake("ok")}, ROOT, 2, batch_s=0.004)
-    assert got["stuck"] == {"error": "timed out after 2s"} and len(got["ok"]["times"]) == 12
+    got = alternate.run({"stuck": (stuck, dict(os.environ)), "ok": _fake("ok")}, ROOT, 10, batch_s=0.004)
+    assert got["stuck"] == {"error": "timed out after 10s"} and len(got["ok"]["times"]) == 12
 
 
 def test_rounds_run_together_keep_the_results_shape():
