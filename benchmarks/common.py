@@ -11,10 +11,12 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+from benchmarks import alternate
 from benchmarks.rounds import Runs, ratios, record, run_rounds, side_rounds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,39 +42,53 @@ def have(module: str) -> bool:
     return subprocess.run([PY, "-c", code], cwd=ROOT, capture_output=True, timeout=60).returncode == 0
 
 
-def worker(case: str, side: str, timeout: float = 600, env: dict | None = None, **params) -> dict:
-    """Run one case on one side in a fresh process; returns the worker's JSON ({"times": [...], ...})
-    or {"error": "..."}."""
-    cmd = [PY, "-m", "benchmarks.worker", case, side, json.dumps(params)]
+def environment(env: dict | None) -> dict:
+    """This process's environment with `env`'s changes (a None value removes a variable)."""
     full_env = dict(os.environ)
-    for key, value in (env or {}).items():  # None removes a variable
+    for key, value in (env or {}).items():
         if value is None:
             full_env.pop(key, None)
         else:
             full_env[key] = value
+    return full_env
+
+
+def command(case: str, side: str, params: dict) -> list[str]:
+    return [PY, "-m", "benchmarks.worker", case, side, json.dumps(params)]
+
+
+def worker(case: str, side: str, timeout: float = 600, env: dict | None = None, **params) -> dict:
+    """Run one case on one side alone in a fresh process; returns the worker's JSON ({"times": [...],
+    ...}) or {"error": "..."}."""
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env)
+        proc = subprocess.run(
+            command(case, side, params), cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=environment(env)
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f}s"}
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        return {"error": f"exit {proc.returncode}: {tail[0][:200]}"}
-    for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return {"error": "worker printed no result"}
+    return alternate.result_of(proc.returncode, proc.stdout, proc.stderr)
+
+
+def together(commands: dict, round_s: float, meters: dict | None = None) -> Callable:
+    """A `run_rounds(..., together=True)` measure: the round's sides, `commands` {side: (argv, env
+    changes)}, alive at once and sampled in alternating batches (`benchmarks.alternate.run`), each
+    for at most `round_s` seconds of its own sampling."""
+
+    def measure(sides, r):
+        live = {side: (commands[side][0], environment(commands[side][1])) for side in sides}
+        return alternate.run(live, ROOT, timeout=3 * round_s + 120, meters=meters)
+
+    return measure
 
 
 def interleave(case: str, sides: list[str], rounds: int, round_s: float, **params) -> Runs:
-    """Run `case` on every side in `rounds` interleaved rounds (`benchmarks.rounds.run_rounds`: one
-    fresh worker process per side per round, the order alternating). Every round runs: a side's
-    sampling stops after `round_s` seconds (the worker's `max_s`), so a slow side takes fewer
+    """Run `case` on every side in `rounds` rounds (`benchmarks.rounds.run_rounds`): in a round, one
+    fresh worker process per side, all alive at once and sampled in alternating short batches
+    (`benchmarks.alternate`), the sides' order alternating between rounds. Every round runs: a side's
+    sampling stops after `round_s` seconds of it (the worker's `max_s`), so a slow side takes fewer
     samples instead of cutting rounds short. The per-round figures are kept for the results JSON."""
-
-    def measure(side, r):
-        return worker(case, side, timeout=3 * round_s + 120, max_s=round_s, **params)
-
-    runs = run_rounds(sides, rounds, measure)
+    commands = {side: (command(case, side, {**params, "max_s": round_s}), None) for side in sides}
+    runs = run_rounds(sides, rounds, together(commands, round_s), together=True)
     record(f"{case} {json.dumps(params, sort_keys=True)}", side_rounds(runs))
     return runs
 

@@ -46,32 +46,52 @@ def traffic_of(metrics: str) -> dict:
 
 
 def _loops(case, sides, rounds_, max_s, env_remote, server_pgid=None, **params):
-    """Run `case` on each side in `rounds_` interleaved rounds, a fresh process per side per round, each
-    timing steps for at most `max_s` seconds; the client sides embedded (no GRADSERVE_URL) or remote
-    (`env_remote`, whose server's CPU time over each run is counted when its process group `server_pgid`
-    is given, and its requests and bytes each way per step from its /metrics)."""
+    """Run `case` on each side in `rounds_` rounds, a fresh process per side per round, the round's
+    processes alive at once and stepping in alternating batches (`benchmarks.alternate`), each timing
+    steps for at most `max_s` seconds; the client sides embedded (no GRADSERVE_URL) or remote
+    (`env_remote`, whose server's CPU time over each side's own set-up and batches is counted when its
+    process group `server_pgid` is given, and its requests and bytes each way per step from its /metrics)."""
     url = (env_remote or {}).get("GRADSERVE_URL")
-
-    def measure(side, r):
+    meters, commands = {}, {}
+    for side in sides:
         remote = side in REMOTE
-        env = env_remote if remote else {"GRADSERVE_URL": None}
-        server_cpu = group_cpu_seconds(server_pgid) if remote and server_pgid else None
-        traffic = _traffic(url) if remote else None
-        res = common.worker(case, side, timeout=3 * max_s + 120, env=env, max_s=max_s, **params)
-        if "error" not in res:
-            extra = res.get("extra") or {}
-            if server_cpu is not None:  # the worker's warm-up steps included: an upper bound per step
-                extra["server_cpu"] = (group_cpu_seconds(server_pgid) - server_cpu) / max(1, extra.get("steps", 1))
-            after = _traffic(url) if traffic is not None else None
-            if after is not None:  # over every step, the warm-up's included (the first uploads what it sends once)
-                done = extra.get("steps", 1) + WARMUP_STEPS
-                extra.update({k: (after[k] - traffic[k]) / done for k in after})
-            res["extra"] = extra
-        return res
+        commands[side] = (
+            common.command(case, side, {**params, "max_s": max_s}),
+            env_remote if remote else {"GRADSERVE_URL": None},
+        )
+        if remote and (server_pgid or url):
+            meters[side] = lambda end: _meter(url, server_pgid, end)
+    measure = common.together(commands, max_s, meters)
 
-    runs = run_rounds(sides, rounds_, measure)
+    def measure_round(live, r):
+        results = measure(live, r)
+        for res in results.values():
+            metered = res.pop("metered", None)
+            if "error" in res or not metered:
+                continue
+            extra = res.get("extra") or {}
+            ran = extra.get("ran", extra.get("steps", 1))
+            if "server_cpu" in metered:  # the worker's warm-up steps included: an upper bound per step
+                extra["server_cpu"] = metered["server_cpu"] / max(1, ran)
+            # over every step, the warm-up's included (the first uploads what it sends once)
+            extra.update({k: metered[k] / (ran + WARMUP_STEPS) for k in ("requests", "up", "down") if k in metered})
+            res["extra"] = extra
+        return results
+
+    runs = run_rounds(sides, rounds_, measure_round, together=True)
     record(f"{case} {json.dumps(params, sort_keys=True)}", side_rounds(runs))
     return runs
+
+
+def _meter(url: str | None, server_pgid: int | None, end: bool) -> dict | None:
+    """The server's CPU seconds and its traffic counts so far (None where its /metrics cannot be read),
+    its CPU read inside the /metrics requests (after the first at a window's start, before the last at
+    its end), so that they are not counted."""
+    cpu = {"server_cpu": group_cpu_seconds(server_pgid)} if server_pgid and end else {}
+    traffic = _traffic(url) if url else {}
+    if server_pgid and not end:
+        cpu = {"server_cpu": group_cpu_seconds(server_pgid)}
+    return None if traffic is None else {**traffic, **cpu}
 
 
 def _totals(res, steps):
@@ -144,18 +164,20 @@ def _train(quick, client_error, service, env_remote, targets):
     ]
     return [
         f"### (a) the seed training loop: {steps} steps (float32, SGD)\n",
-        "Each side runs the loop in a fresh process each round (5 untimed warm-up steps); one sample = one step, so "
-        "the table is per step (median, robust to a busy machine's spikes) and *loop total* is the whole "
-        "loop's wall time (median over rounds). Engine, embedded and remote run one program, the seed's "
+        "Each side runs the loop in a fresh process each round (5 untimed warm-up steps), the sides stepping in "
+        "alternating batches; one sample = one step, so the table is per step (median, robust to a busy "
+        "machine's spikes) and *loop total* is the wall time of the side's batches, their dropped first steps "
+        "included (median over rounds). Engine, embedded and remote run one program, the seed's "
         "(`w.data -= lr * w.grad.data`), with `engine` or `client` as the module; remote talks to a local "
         "1-worker server via `GRADSERVE_URL`. The resident side runs the seed loop as a user writes it with "
         "resident parameters (`client/README.md`): `optimizer = client.optim.SGD([w1, w2], lr, resident=True)`, "
         "then `loss.backward(); optimizer.step(); optimizer.zero_grad()` each step, so the parameters stay on "
         "the server and a step is one request carrying the batch. *CPU / step* is the side's own process "
-        "(user + system, `time.process_time`) over its timed steps; *server CPU / step* is the server process "
-        "group's over the remote run (its 5 warm-up steps included) ÷ the timed steps; *requests*, *up* and "
-        "*down* (request and answer bodies) are the server's `/metrics` counts over all the run's steps, the "
-        "warm-up's included (the resident side's first step uploads the parameters).\n",
+        "(user + system, `time.process_time`) over the steps of its batches; *server CPU / step* is the server "
+        "process group's over the remote side's own set-up and batches (its 5 warm-up steps included) ÷ the "
+        "steps its batches ran; *requests*, *up* and *down* (request and answer bodies) are the server's "
+        "`/metrics` counts over those windows per step, the warm-up's included (the resident side's first step "
+        "uploads the parameters).\n",
         md,
         "",
         _totals(res, steps),

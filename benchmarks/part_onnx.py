@@ -22,7 +22,6 @@ side of every round is a fresh worker process: `python -m benchmarks.part_onnx <
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import numpy
 
+from benchmarks import alternate, common
 from benchmarks import rounds as rounds_module
 from benchmarks.common import PY, ROOT, fmt_time, have, table, timing_table
 from benchmarks.rounds import Runs, Target, ratio_target, record, run_rounds, side_rounds
@@ -189,22 +189,9 @@ def step_of(case: str, side: str, name: str, directory: Path):
 # --- the worker: one side of one case in a fresh process --------------------------------------------
 
 
-def _timeit(step, reps: int, warmup: int, max_s: float) -> list:
-    for _ in range(warmup):
-        step()
-    times, end = [], time.perf_counter() + max_s
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-        if time.perf_counter() > end:
-            break
-    return times
-
-
 def case_timed(case: str, side: str, p: dict) -> dict:
     step = step_of(case, side, p["model"], Path(p["dir"]))
-    times = _timeit(step, p.get("reps", 2000), p.get("warmup", 20), p.get("max_s", 10))
+    times, _ = alternate.samples(step, p.get("reps", 2000), p.get("warmup", 20), p.get("max_s", 10))
     return {"times": times, "extra": {"ran": getattr(step, "ran", None)}}
 
 
@@ -266,27 +253,12 @@ def main(argv: list[str]) -> int:
 # --- the part ------------------------------------------------------------------------------------
 
 
-def _worker(case: str, side: str, timeout: float, **params) -> dict:
-    """One side of one case in a fresh process of one thread: its JSON, or {"error": ...}."""
-    cmd = [PY, "-m", "benchmarks.part_onnx", case, side, json.dumps(params)]
-    try:
-        proc = subprocess.run(
-            cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **ONE_THREAD}
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f}s"}
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        return {"error": f"exit {proc.returncode}: {tail[0][:200]}"}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]) if lines else {"error": "worker printed no result"}
-
-
 def _interleave(case: str, sides: list, round_s: float, **params) -> Runs:
-    """`rounds.ROUNDS` interleaved rounds of `case`, a fresh worker per side per round."""
-    runs = run_rounds(
-        sides, rounds_module.ROUNDS, lambda side, r: _worker(case, side, 3 * round_s + 120, max_s=round_s, **params)
-    )
+    """`rounds.ROUNDS` rounds of `case`, a fresh worker of one thread per side per round, the sides'
+    workers alive at once and sampled in alternating batches (`benchmarks.alternate`)."""
+    argv = [PY, "-m", "benchmarks.part_onnx", case]
+    commands = {side: ([*argv, side, json.dumps({**params, "max_s": round_s})], ONE_THREAD) for side in sides}
+    runs = run_rounds(sides, rounds_module.ROUNDS, common.together(commands, round_s), together=True)
     record(
         f"onnx {case} {json.dumps({k: v for k, v in params.items() if k != 'dir'}, sort_keys=True)}", side_rounds(runs)
     )

@@ -1,12 +1,24 @@
 """Rounds, targets and verdicts that reproduce (issue 24, item 6).
 
-Every comparison runs `ROUNDS` interleaved rounds. A round starts one fresh process per side (a
-worker, or a server), the sides in one order in even rounds and the reverse in odd ones, and
-records the machine's 1-minute load average at its start. A figure is a per-round value: this
-side's median in the round ÷ the baseline's median in the same round (or a share, or a count).
-A `Target` keeps every round's value; its verdict is "met" only if every round meets the limit,
-else "missed in k of R rounds". The Targets table shows the rounds' min / median / max, the ratio
-of the sides' minimums over the whole run, and the load range.
+Every comparison runs `ROUNDS` rounds. A round starts one fresh process per side (a worker, or a
+server), the sides in one order in even rounds and the reverse in odd ones, and records the
+machine's 1-minute load average at its start. Within a round the sides are measured under the same
+machine state (`benchmarks.alternate`): every side's worker is started and does its set-up and
+warm-up, one after another, then the coordinator hands out short batches (~20 ms of samples) to
+one side at a time over stdin/stdout pipes, the order rotating each turn, until every side has its
+`reps` samples or has spent its time budget; the others block reading their pipe meanwhile. The
+first sample of a batch is that side's warm-up after the others' batches and is dropped (kept
+only where it alone is longer than a batch), for every side alike. So a change in the machine's
+speed during a round (another tenant, the CPU's clock) falls on every side's samples, not on one
+side's window. Thread pools that spin while they wait (OpenBLAS, OpenMP) would take the CPU from
+the side that runs: the reported runs use `--threads 1`. The service's sweeps and the transfer
+part still load one round's servers one after the other (the access-log target loads two servers
+in paired bursts).
+
+A figure is a per-round value: this side's median in the round ÷ the baseline's median in the
+same round (or a share, or a count). A `Target` keeps every round's value; its verdict is "met"
+only if every round meets the limit, else "missed in k of R rounds". The Targets table shows the
+rounds' min / median / max, the ratio of the sides' minimums over the whole run, and the load range.
 
 `results_json` is the run's raw record (targets with their rounds, each case's per-round
 statistics per side); `agreement` compares two of them verdict by verdict (`--verify`).
@@ -40,18 +52,21 @@ class Runs(dict):
     loads: list
 
 
-def run_rounds(sides: list, count: int, measure: Callable) -> Runs:
-    """`count` rounds of `measure(side, r)` over `sides` (order alternating between rounds). `measure`
-    returns a dict ({"times": [...], "extra": ...} for a timed case) or {"error": why}; a side that
-    fails is not run again and its later rounds are None. Every round runs (none is cut for time:
-    a side bounds its own sampling)."""
+def run_rounds(sides: list, count: int, measure: Callable, together: bool = False) -> Runs:
+    """`count` rounds of `measure` over `sides` (order alternating between rounds). `measure(side, r)`
+    returns a dict ({"times": [...], "extra": ...} for a timed case) or {"error": why}; with
+    `together`, `measure(sides, r)` runs the round's sides at once and returns {side: such a dict}
+    (`benchmarks.alternate`). A side that fails is not run again and its later rounds are None.
+    Every round runs (none is cut for time: a side bounds its own sampling)."""
     out = Runs({s: {"rounds": [], "times": [], "extra": [], "error": None} for s in sides})
     out.loads = []
     for r in range(count):
         out.loads.append(load_now())
+        live = [side for side in order(sides, r) if not out[side]["error"]]
+        got = measure(live, r) if together else {side: measure(side, r) for side in live}
         for side in order(sides, r):
             slot = out[side]
-            res = None if slot["error"] else measure(side, r)
+            res = got.get(side)
             if res is not None and "error" in res:
                 slot["error"], res = res["error"], None
             slot["rounds"].append(res)

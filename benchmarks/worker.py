@@ -18,7 +18,7 @@ import time
 
 import numpy
 
-from benchmarks import peers
+from benchmarks import alternate, peers
 
 SEED = (64, 1000, 100, 10)
 LARGE = (512, 4096, 4096, 1024)
@@ -26,17 +26,7 @@ HVP = (32, 16, 32, 4)  # the HVP case's small MLP: N, D_in, H, D_out (float64)
 
 
 def _timeit(fn, reps, warmup, max_s=120.0):
-    for _ in range(warmup):
-        fn()
-    times = []
-    end = time.perf_counter() + max_s
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if time.perf_counter() > end:
-            break
-    return times
+    return alternate.samples(fn, reps, warmup, max_s)[0]
 
 
 def _data(shape_dims, dtype, seed=0):
@@ -304,14 +294,10 @@ def case_growth(side, p):
     nodes, graphs = p.get("nodes", 1000), p.get("graphs", 10)
     x0, a, b = chain_data()
     executor = Executor()
-    if side == "first":
-        decoders = [_decoder(executor, *payloads_chain(nodes - 4, x0, a, b, f"g{i}_")) for i in range(graphs + 1)]
+    if side == "first":  # a graph not seen before per call (twice `graphs`: a batch's first call may be dropped)
+        decoders = [_decoder(executor, *payloads_chain(nodes - 4, x0, a, b, f"g{i}_")) for i in range(2 * graphs + 1)]
         executor.backward(decoders.pop()())  # the executor's own first-call costs are not a new graph's
-        times = []
-        for decode in decoders:
-            t0 = time.perf_counter()
-            executor.backward(decode())
-            times.append(time.perf_counter() - t0)
+        times = _timeit(lambda: executor.backward(decoders.pop()()), graphs, 0, p.get("max_s", 120))
         return {"times": times}
     decode = _decoder(executor, *payloads_chain(nodes - 4, x0, a, b, "g_"))
     return {"times": _timeit(lambda: executor.backward(decode()), p.get("reps", 3 * graphs), 2, p.get("max_s", 120))}
@@ -334,7 +320,7 @@ def case_plan(side, p):
     x0, a, b = chain_data()
     executor = Executor()
     decode = _decoder(executor, *payloads_chain(nodes - 4, x0, a, b, ""))
-    pending = [decode() for _ in range(reps + 2)]
+    pending = [decode() for _ in range(2 * reps + 2)]  # a batch's first call may be dropped
     t0 = time.perf_counter()
     executor.backward(pending.pop())
     first = time.perf_counter() - t0
@@ -412,19 +398,12 @@ def case_train(side, p):
 
 
 def _timed_steps(step, steps: int, max_s: float) -> dict:
-    """Per-step times of up to `steps` calls of `step` (stopping after `max_s`), the loop's wall
-    time and the process's CPU time per step."""
-    times = []
-    t_start, cpu_start = time.perf_counter(), time.process_time()
-    deadline = t_start + max_s
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-        if t0 > deadline:
-            break
-    cpu = (time.process_time() - cpu_start) / len(times)
-    return {"times": times, "extra": {"total": time.perf_counter() - t_start, "steps": len(times), "cpu": cpu}}
+    """Per-step times of up to `steps` calls of `step` (stopping after `max_s` seconds of them), the
+    timed loop's wall time, the steps run (dropped warm-ups included) and this process's CPU time
+    per step run."""
+    times, spent = alternate.samples(step, steps, 0, max_s)
+    cpu = spent["cpu"] / max(1, spent["ran"])
+    return {"times": times, "extra": {"total": spent["wall"], "steps": len(times), "ran": spent["ran"], "cpu": cpu}}
 
 
 def case_tensorprog(side, p):

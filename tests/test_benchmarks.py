@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from benchmarks import (
+    alternate,
     common,
     endpoints,
     loadgen,
@@ -298,6 +299,73 @@ def test_an_interleaved_comparison_keeps_one_fresh_process_per_side_and_round():
     values = rounds.ratios(runs, "engine", "numpy")
     assert len(values) == 2 and all(v > 1 for v in values)  # the engine does more than the hand-written floor
     assert any(key.startswith("chain100 ") for key in rounds.RECORD)
+
+
+FAKE_WORKER = """
+import json, sys, time
+from benchmarks import alternate
+mode, calls = sys.argv[1], []
+def step():
+    t0 = time.monotonic()
+    time.sleep(0.001)
+    calls.append((t0, time.monotonic()))
+    if mode == "fail" and len(calls) == 7:
+        raise RuntimeError("broke at call 7")
+if mode == "alone":  # a case that times its own loop: it never asks for batches
+    step()
+    print(json.dumps({"times": [calls[0][1] - calls[0][0]], "extra": {"calls": calls}}))
+    sys.exit(0)
+times, spent = alternate.samples(step, 12, 2, 30.0)
+print("a library's chatter on stdout")
+print(json.dumps({"times": times, "extra": {"calls": calls[2:], **spent}}))
+"""
+
+
+def _fake(mode):
+    return [sys.executable, "-c", FAKE_WORKER, mode], dict(os.environ)
+
+
+def test_a_rounds_sides_sample_in_alternating_batches_one_at_a_time():
+    log = []
+    got = alternate.run({"a": _fake("ok"), "b": _fake("ok"), "c": _fake("alone")}, ROOT, 60, batch_s=0.004, log=log)
+    for side in ("a", "b"):
+        extra = got[side]["extra"]
+        assert len(got[side]["times"]) == 12, side
+        batches = log.count(side)
+        assert batches >= 3  # a 4 ms batch holds a few 1 ms samples: more batches than one
+        # each batch's first call ran as its warm-up and was dropped, unless it alone outlasted the batch
+        slow = sum(end - start > 0.004 for start, end in extra["calls"])
+        assert 12 + batches - slow <= extra["ran"] <= 12 + batches
+        assert len(extra["calls"]) == extra["ran"]
+    assert got["c"]["times"] and "calls" in got["c"]["extra"]  # an unpaced worker ran to its end alone
+    assert "c" not in log and {log[0], log[1]} == {"a", "b"}
+    full = 2 * min(log.count("a"), log.count("b"))  # the turns before a side is done
+    assert all(log[i] != log[i + 1] for i in range(0, full, 2))  # every turn gives both sides a batch
+    assert log[:2] != log[2:4] or log[2:4] != log[4:6]  # the order within a turn rotates
+    spans = sorted(span for side in "abc" for span in got[side]["extra"]["calls"])
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))  # never two sides at once
+
+
+def test_a_failing_side_reports_its_error_and_the_others_finish():
+    got = alternate.run({"ok": _fake("ok"), "bad": _fake("fail"), "alone": _fake("alone")}, ROOT, 60, batch_s=0.004)
+    assert got["bad"] == {"error": "exit 1: RuntimeError: broke at call 7"}
+    assert len(got["ok"]["times"]) == 12 and len(got["alone"]["times"]) == 1
+    stuck = [sys.executable, "-c", "from benchmarks import alternate; alternate.samples(lambda: input(), 3, 0, 9)"]
+    got = alternate.run({"stuck": (stuck, dict(os.environ)), "ok": _fake("ok")}, ROOT, 10, batch_s=0.004)
+    assert got["stuck"] == {"error": "timed out after 10s"} and len(got["ok"]["times"]) == 12
+
+
+def test_rounds_run_together_keep_the_results_shape():
+    commands = {"a": _fake("ok"), "b": _fake("ok"), "bad": _fake("fail")}
+    runs = rounds.run_rounds(["a", "b", "bad"], 2, common.together(commands, 30), together=True)
+    assert len(runs.loads) == 2
+    for side in ("a", "b"):
+        assert runs[side]["error"] is None and [len(r["times"]) for r in runs[side]["rounds"]] == [12, 12]
+        assert len(runs[side]["times"]) == 24 and len(runs[side]["extra"]) == 2
+    assert runs["bad"]["error"].startswith("exit 1") and runs["bad"]["rounds"] == [None, None]
+    assert all(value is not None for value in rounds.ratios(runs, "a", "b"))
+    shape = rounds.side_rounds(runs)
+    assert [set(r) for r in shape["a"]] == [{"median", "min", "max", "n"}] * 2 and shape["bad"] == [None, None]
 
 
 def test_a_second_run_lists_both_verdicts_and_flags_the_flipped():
