@@ -12,10 +12,12 @@ the next request, a value read, closing), raising there what it would have raise
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import functools
 import itertools
 import os
+import sys
 import time
 import uuid
 import weakref
@@ -263,6 +265,14 @@ class Session(_Core):
         finally:
             self._leave = leave
 
+    def _settle_at_exit(self) -> None:
+        """A program that ends with a step in flight and its session open (the default session, say) still
+        waits for that step's answer, and says on stderr if the server refused it."""
+        try:
+            self._settle()
+        except Exception as err:  # noqa: BLE001 - nothing is left to raise it to
+            sys.stderr.write(f"gradserve: the optimizer step left in flight at exit failed: {err}\n")
+
     async def _perform(self, action, *args):
         if action == "settle":
             return self._settle()
@@ -273,6 +283,7 @@ class Session(_Core):
             self._leave = False
             if self._sender is None:
                 self._sender = concurrent.futures.ThreadPoolExecutor(1, "gradserve-sender")
+                atexit.register(self._settle_at_exit)
             return await _Answer(self._sender.submit(self._transport.request, *args))
         return (time.sleep if action == "sleep" else getattr(self._transport, action))(*args)
 
@@ -295,6 +306,7 @@ class Session(_Core):
             finally:
                 self.closed = True
                 if self._sender is not None:
+                    atexit.unregister(self._settle_at_exit)
                     self._sender.shutdown()
                 self._transport.close()
         state.remove(self)

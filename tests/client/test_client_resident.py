@@ -238,6 +238,33 @@ def test_a_step_that_fails_on_the_server_raises_at_the_next_call_and_nothing_is_
     numpy.testing.assert_allclose(got[1], e2.detach().numpy(), rtol=1e-10)
 
 
+EXITS_WITH_A_STEP_IN_FLIGHT = """
+import numpy, client
+rng = numpy.random.default_rng(0)
+w = client.tensor(rng.standard_normal((4, 3)), requires_grad=True)
+optimizer = client.optim.SGD([w], lr=1e-3, resident=True)
+for lr in (1e-3, -1.0):  # the second step's update is refused by the server
+    optimizer.param_groups[0]["lr"] = lr
+    optimizer.zero_grad()
+    (client.tensor(rng.standard_normal((2, 4))).mm(w) ** 2).sum().backward()
+    optimizer.step()
+print("steps sent")
+"""
+
+
+def test_a_program_that_exits_with_a_refused_step_in_flight_is_told_on_stderr(server):
+    """The default session (`$GRADSERVE_URL`) is never closed: a step still in flight at exit is waited
+    for, and the server's refusal is written to stderr with its message and field, not dropped."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADSERVE_")}
+    env.update(GRADSERVE_URL=server.url, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", EXITS_WITH_A_STEP_IN_FLIGHT], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "steps sent" in done.stdout, done.stderr
+    assert "the optimizer step left in flight at exit failed" in done.stderr
+    assert "Invalid learning rate" in done.stderr and "update.groups[0]" in done.stderr
+
+
 def test_two_sessions_cannot_read_or_update_each_others_handles(server):
     with client.connect(server.url) as first:
         train(client, *OPTIMIZERS[0], client.tensor)
