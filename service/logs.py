@@ -34,7 +34,7 @@ FLUSH_S = 0.1  # request lines are written at most this late...
 FLUSH_LINES = 500  # ... or once this many are waiting (~70 KiB of text)
 _second = [-1, ""]  # the last whole second formatted, and its text
 MILLIS = [f"{n:03d}" for n in range(1000)]  # a fraction's three digits, found instead of formatted (~1.5k instructions)
-DECIMALS = [f"{n:03d}".rstrip("0") or "0" for n in range(1000)]  # the same as `repr` of a float ends them
+DECIMALS = [f"{n:03d}".rstrip("0") or "0" for n in range(1000)]  # the same, as a float's `repr` ends them
 
 
 def timestamp(created: float) -> str:
@@ -45,15 +45,6 @@ def timestamp(created: float) -> str:
         second[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
         second[0] = whole
     return f"{second[1]}.{MILLIS[int((created - whole) * 1000)]}Z"
-
-
-def milliseconds(seconds: float) -> str:
-    """`seconds` in milliseconds to the microsecond, as `repr(round(seconds * 1e6) / 1000)` writes it
-    (what a JSON line's `duration_ms` is; `round(seconds * 1000, 3)` but where a value falls within a
-    float's error of a half microsecond), from whole microseconds and a table instead of `round` to
-    digits and `repr` (two float-to-decimal conversions and a parse, ~4k instructions)."""
-    micros = round(seconds * 1e6)
-    return f"{micros // 1000}.{DECIMALS[micros % 1000]}"
 
 
 class TextFormatter(logging.Formatter):
@@ -72,13 +63,23 @@ class TextFormatter(logging.Formatter):
         return line
 
     def requests(self, waiting) -> str:
-        """What `line` makes of request lines' fields (`request_line`'s tuples), each in one f-string:
-        no dict, no record, no loop over fields."""
+        """What `line` makes of request lines' fields (`request_line`'s tuples), each in one f-string
+        (`timestamp` inline): no dict, no record, no loop over fields. The duration is whole
+        microseconds written with a table, as `repr(round(seconds * 1e6) / 1000)` (a JSON line's
+        `duration_ms`) writes it, not `round(ms, 3)` and its `repr` (two float-to-decimal
+        conversions and a parse, ~4k instructions; the same text but within a float's error of
+        a half microsecond)."""
         lines = []
+        second = _second
         for created, rid, method, route, status, seconds, received, sent, client, ran in waiting:
+            whole = int(created)
+            if second[0] != whole:
+                timestamp(created)  # the new second's text
+            micros = round(seconds * 1e6)
             line = (
-                f"{timestamp(created)} INFO {ACCESS_NAME}: {method} {route} {status} {milliseconds(seconds)}ms "
-                f"request_id={rid} bytes_in={received} bytes_out={sent} peer={peer_of(client)}"
+                f"{second[1]}.{MILLIS[int((created - whole) * 1000)]}Z INFO {ACCESS_NAME}: {method} {route} {status} "
+                f"{micros // 1000}.{DECIMALS[micros % 1000]}ms request_id={rid} bytes_in={received} bytes_out={sent} "
+                f"peer={peer_of(client)}"
             )
             lines.append(line if ran is None else f"{line} plan={ran[0]} executor={ran[1]}")
         lines.append("")
@@ -140,6 +141,9 @@ def request_fields(rid, method, route, status, duration, received, sent, peer, r
     if ran is not None:
         fields["plan"], fields["executor"] = ran
     return fields
+
+
+BATCHED = (TextFormatter, JsonFormatter)  # the formatters whose `requests` a StderrHandler's batch calls
 
 
 class StderrHandler(logging.StreamHandler):
@@ -221,7 +225,7 @@ def request_line(scope, rid: str, route: str, status: int, seconds: float, recei
     chain or a dict (~9k instructions a line here, ~21k in the batch: the text line's were ~30k
     made at once, ~34k through `line`); through `logging` where the configuration is another."""
     handlers = ACCESS.handlers
-    if len(handlers) == 1 and type(handlers[0]) is StderrHandler and hasattr(handlers[0].formatter, "requests"):
+    if len(handlers) == 1 and type(handlers[0]) is StderrHandler and type(handlers[0].formatter) in BATCHED:
         fields = (
             time.time(),
             rid,
