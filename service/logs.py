@@ -7,8 +7,9 @@ logger's lines appear at their level (without it they fell to logging's last-res
 which prints warnings and above only). uvicorn's own access log stays off: `request_line` (from the
 compute endpoints, which call it themselves) and `RequestLogMiddleware` (every other route)
 replace it, with the request id, route template, body sizes and, for a computation, its plan and
-what ran it. A request line costs one dict, formatted and written without a LogRecord (see
-`request_line`); nothing at all when `gradserve.access` is not enabled at INFO."""
+what ran it. A request line costs a tuple of its fields, queued; the handler formats and writes
+them in batches, without a LogRecord (see `request_line`); nothing at all when `gradserve.access`
+is not enabled at INFO."""
 
 from __future__ import annotations
 
@@ -167,7 +168,7 @@ class StderrHandler(logging.StreamHandler):
         queued on the event loop within FLUSH_S, in one write (a write a request cost ~5% of a tiny
         request's CPU, to a file), or at once where no loop runs. A request pays for a tuple and
         an append (a deque's, safe against another thread's `write_lines` without the lock); its
-        formatting (~70% of a line's instructions) is the batch's."""
+        formatting is the batch's, one loop over the lines (a call a line: the peer's)."""
         waiting = self._waiting
         waiting.append(fields)
         if len(waiting) == 1:
@@ -222,8 +223,9 @@ def request_line(scope, rid: str, route: str, status: int, seconds: float, recei
     """Log one answered request (the caller checks `ACCESS.isEnabledFor(INFO)` first). `ran`:
     (plan id, what ran it) of a computation. Its fields go to the configured handler as they are,
     formatted in its next batch by its formatter's `requests`, without a LogRecord, the handler
-    chain or a dict (~9k instructions a line here, ~21k in the batch: the text line's were ~30k
-    made at once, ~34k through `line`); through `logging` where the configuration is another."""
+    chain or a dict: ~16k instructions a text line in all, where made at once in an f-string it was
+    ~27k (callgrind; benchmarks/CHANGES.md, round 3); through `logging` where the
+    configuration is another."""
     handlers = ACCESS.handlers
     if len(handlers) == 1 and type(handlers[0]) is StderrHandler and type(handlers[0].formatter) in BATCHED:
         fields = (
