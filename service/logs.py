@@ -115,15 +115,14 @@ class JsonFormatter(logging.Formatter):
         return b"\n".join(lines).decode()
 
 
-_peer = [None, None]  # the last client address seen, and its text
+_peer = [(None, None)]  # (the last client address seen, its text), replaced as one (threads may call)
 
 
 def peer_of(client) -> str | None:
     """`host:port` of an ASGI scope's client (None without one); a connection's requests share its tuple."""
-    last = _peer
+    last = _peer[0]
     if client is not last[0]:
-        last[1] = f"{client[0]}:{client[1]}" if client else None
-        last[0] = client
+        last = _peer[0] = (client, f"{client[0]}:{client[1]}" if client else None)
     return last[1]
 
 
