@@ -7,8 +7,9 @@ logger's lines appear at their level (without it they fell to logging's last-res
 which prints warnings and above only). uvicorn's own access log stays off: `request_line` (from the
 compute endpoints, which call it themselves) and `RequestLogMiddleware` (every other route)
 replace it, with the request id, route template, body sizes and, for a computation, its plan and
-what ran it. A request line costs one dict, formatted and written without a LogRecord (see
-`request_line`); nothing at all when `gradserve.access` is not enabled at INFO."""
+what ran it. A request line costs a tuple of its fields, queued; the handler formats and writes
+them in batches, without a LogRecord (see `request_line`); nothing at all when `gradserve.access`
+is not enabled at INFO."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import asyncio
 import logging
 import sys
 import time
+from collections import deque
 
 import orjson
 
@@ -30,8 +32,10 @@ INFO = logging.INFO
 TEXT_IN_MESSAGE = frozenset({"method", "route", "status", "duration_ms"})  # the text line's message says these
 
 FLUSH_S = 0.1  # request lines are written at most this late...
-FLUSH_BYTES = 64 * 1024  # ... or once this much text is waiting
+FLUSH_LINES = 500  # ... or once this many are waiting (~70 KiB of text)
 _second = [-1, ""]  # the last whole second formatted, and its text
+MILLIS = [f"{n:03d}" for n in range(1000)]  # a fraction's three digits, found instead of formatted (~1.5k instructions)
+DECIMALS = [f"{n:03d}".rstrip("0") or "0" for n in range(1000)]  # the same, as a float's `repr` ends them
 
 
 def timestamp(created: float) -> str:
@@ -41,7 +45,7 @@ def timestamp(created: float) -> str:
     if second[0] != whole:
         second[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
         second[0] = whole
-    return f"{second[1]}.{int((created - whole) * 1000):03d}Z"
+    return f"{second[1]}.{MILLIS[int((created - whole) * 1000)]}Z"
 
 
 class TextFormatter(logging.Formatter):
@@ -59,13 +63,28 @@ class TextFormatter(logging.Formatter):
             line += "\n" + self.formatException(exc_info)
         return line
 
-    def request(self, created, message, rid, method, route, status, duration, received, sent, peer, ran) -> str:
-        """What `line` makes of a request line's fields (`request_line`), in one f-string: no dict, no loop."""
-        line = (
-            f"{timestamp(created)} INFO {ACCESS_NAME}: {message} request_id={rid} bytes_in={received} "
-            f"bytes_out={sent} peer={peer}"
-        )
-        return line if ran is None else f"{line} plan={ran[0]} executor={ran[1]}"
+    def requests(self, waiting) -> str:
+        """What `line` makes of request lines' fields (`request_line`'s tuples), each in one f-string
+        (`timestamp` inline): no dict, no record, no loop over fields. The duration is whole
+        microseconds written with a table, as `repr(round(seconds * 1e6) / 1000)` (a JSON line's
+        `duration_ms`) writes it, not `round(ms, 3)` and its `repr` (two float-to-decimal
+        conversions and a parse, ~4k instructions; the same text but within a float's error of
+        a half microsecond)."""
+        lines = []
+        second = _second
+        for created, rid, method, route, status, seconds, received, sent, client, ran in waiting:
+            whole = int(created)
+            if second[0] != whole:
+                timestamp(created)  # the new second's text
+            micros = round(seconds * 1e6)
+            line = (
+                f"{second[1]}.{MILLIS[int((created - whole) * 1000)]}Z INFO {ACCESS_NAME}: {method} {route} {status} "
+                f"{micros // 1000}.{DECIMALS[micros % 1000]}ms request_id={rid} bytes_in={received} bytes_out={sent} "
+                f"peer={peer_of(client)}"
+            )
+            lines.append(line if ran is None else f"{line} plan={ran[0]} executor={ran[1]}")
+        lines.append("")
+        return "\n".join(lines)
 
 
 class JsonFormatter(logging.Formatter):
@@ -83,11 +102,28 @@ class JsonFormatter(logging.Formatter):
             obj["exception"] = self.formatException(exc_info)
         return orjson.dumps(obj, default=str).decode()
 
-    def request(self, created, message, rid, method, route, status, duration, received, sent, peer, ran) -> str:
-        """What `line` makes of a request line's fields (`request_line`), the object built at once."""
-        obj = {"time": timestamp(created), "level": "info", "logger": ACCESS_NAME, "message": message}
-        obj.update(request_fields(rid, method, route, status, duration, received, sent, peer, ran))
-        return orjson.dumps(obj, default=str).decode()
+    def requests(self, waiting) -> str:
+        """What `line` makes of request lines' fields (`request_line`'s tuples), each object built at once."""
+        lines = []
+        for created, rid, method, route, status, seconds, received, sent, client, ran in waiting:
+            duration = round(seconds * 1e6) / 1000
+            message = f"{method} {route} {status} {duration}ms"
+            obj = {"time": timestamp(created), "level": "info", "logger": ACCESS_NAME, "message": message}
+            obj.update(request_fields(rid, method, route, status, duration, received, sent, peer_of(client), ran))
+            lines.append(orjson.dumps(obj, default=str))
+        lines.append(b"")
+        return b"\n".join(lines).decode()
+
+
+_peer = [(None, None)]  # (the last client address seen, its text), replaced as one (threads may call)
+
+
+def peer_of(client) -> str | None:
+    """`host:port` of an ASGI scope's client (None without one); a connection's requests share its tuple."""
+    last = _peer[0]
+    if client is not last[0]:
+        last = _peer[0] = (client, f"{client[0]}:{client[1]}" if client else None)
+    return last[1]
 
 
 def request_fields(rid, method, route, status, duration, received, sent, peer, ran) -> dict:
@@ -107,14 +143,16 @@ def request_fields(rid, method, route, status, duration, received, sent, peer, r
     return fields
 
 
+BATCHED = (TextFormatter, JsonFormatter)  # the formatters whose `requests` a StderrHandler's batch calls
+
+
 class StderrHandler(logging.StreamHandler):
     """A StreamHandler on whatever `sys.stderr` is when a line is written (not when configured),
-    which also writes request lines in batches (`write_line`)."""
+    which also writes request lines in batches (`request`)."""
 
     def __init__(self):
         super().__init__(sys.stderr)
-        self._lines: list[str] = []  # request lines not written yet
-        self._size = 0
+        self._waiting: deque[tuple] = deque()  # request lines' fields, not formatted or written yet
 
     @property
     def stream(self):
@@ -124,29 +162,29 @@ class StderrHandler(logging.StreamHandler):
     def stream(self, value):
         pass
 
-    def write_line(self, line: str) -> None:
-        """Write a line its formatter made outside a record (a request line): with the others
-        queued on the event loop, within FLUSH_S (one write for many requests: a write a request
-        cost ~5% of a tiny request's CPU, to a file), or at once where no loop runs."""
-        with self.lock:
-            self._lines.append(line)
-            self._size += len(line)
-            first = len(self._lines) == 1
-        if self._size >= FLUSH_BYTES:
-            self.write_lines()
-        elif first:
+    def request(self, fields: tuple) -> None:
+        """Queue a request line's fields (`request_line`): formatted and written with the others
+        queued on the event loop within FLUSH_S, in one write (a write a request cost ~5% of a tiny
+        request's CPU, to a file), or at once where no loop runs. A request pays for a tuple and
+        an append (a deque's, safe against another thread's `write_lines` without the lock); its
+        formatting is the batch's, one loop over the lines (a call a line: the peer's)."""
+        waiting = self._waiting
+        waiting.append(fields)
+        if len(waiting) == 1:
             try:
                 asyncio.get_running_loop().call_later(FLUSH_S, self.write_lines)
             except RuntimeError:
                 self.write_lines()
+        elif len(waiting) >= FLUSH_LINES:
+            self.write_lines()
 
     def write_lines(self) -> None:
         with self.lock:
-            if self._lines:
-                text = "\n".join(self._lines) + "\n"
-                self._lines, self._size = [], 0
+            waiting = self._waiting
+            if waiting:
+                fields = [waiting.popleft() for _ in range(len(waiting))]
                 stream = sys.stderr
-                stream.write(text)
+                stream.write(self.formatter.requests(fields))
                 stream.flush()
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -182,25 +220,31 @@ def log_config(level: str = "info", fmt: str = "text") -> dict:
 
 def request_line(scope, rid: str, route: str, status: int, seconds: float, received: int, sent: int, ran=None):
     """Log one answered request (the caller checks `ACCESS.isEnabledFor(INFO)` first). `ran`:
-    (plan id, what ran it) of a computation. Written straight to the configured handler, made by its
-    formatter's `request` in one go, without a LogRecord, the handler chain or a dict of fields (~3 µs
-    a line, against ~12 µs through `line`: ~5% of a tiny request's CPU); through `logging` where the
+    (plan id, what ran it) of a computation. Its fields go to the configured handler as they are,
+    formatted in its next batch by its formatter's `requests`, without a LogRecord, the handler
+    chain or a dict: ~16k instructions a text line in all, where made at once in an f-string it was
+    ~27k (callgrind; benchmarks/CHANGES.md, round 3); through `logging` where the
     configuration is another."""
-    client = scope.get("client")
-    method = scope.get("method", "")
-    duration = round(seconds * 1000, 3)
-    peer = f"{client[0]}:{client[1]}" if client else None
-    message = f"{method} {route} {status} {duration}ms"
     handlers = ACCESS.handlers
-    if len(handlers) == 1 and type(handlers[0]) is StderrHandler and hasattr(handlers[0].formatter, "request"):
-        handler = handlers[0]
-        line = handler.formatter.request(
-            time.time(), message, rid, method, route, status, duration, received, sent, peer, ran
+    if len(handlers) == 1 and type(handlers[0]) is StderrHandler and type(handlers[0].formatter) in BATCHED:
+        fields = (
+            time.time(),
+            rid,
+            scope.get("method", ""),
+            route,
+            status,
+            seconds,
+            received,
+            sent,
+            scope.get("client"),
+            ran,
         )
-        handler.write_line(line)
+        handlers[0].request(fields)
         return
-    fields = request_fields(rid, method, route, status, duration, received, sent, peer, ran)
-    record = ACCESS.makeRecord(ACCESS.name, INFO, "", 0, message, None, None)
+    method = scope.get("method", "")
+    duration = round(seconds * 1e6) / 1000
+    fields = request_fields(rid, method, route, status, duration, received, sent, peer_of(scope.get("client")), ran)
+    record = ACCESS.makeRecord(ACCESS.name, INFO, "", 0, f"{method} {route} {status} {duration}ms", None, None)
     record.fields = fields
     ACCESS.handle(record)
 

@@ -4,6 +4,9 @@ ids, unknown GRADSERVE_* variables, `--version` and `--config`, each against a r
 from __future__ import annotations
 
 import asyncio
+import io
+import logging
+import logging.config
 import re
 import socket
 import subprocess
@@ -16,6 +19,7 @@ import orjson
 import pytest
 from service_testkit import EXAMPLE, ROOT, example, free_port, running_server, server_env
 
+from service import logs
 from service.settings import ConfigError, load_settings, read_config
 from service.version import __version__
 
@@ -349,3 +353,36 @@ def serving(args: list[str], env: dict, log):
     finally:
         proc.terminate()
         assert proc.wait(timeout=15) == 0
+
+
+# ------------------------------------------------------------------------------ batched lines
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_batched_request_lines_read_as_the_record_path_writes_them(fmt, monkeypatch):
+    """A request line queued as its fields and formatted in the handler's batch says what the same
+    line through a LogRecord says (`line`): same fields, same text, the duration included."""
+    monkeypatch.setattr(logs.time, "time", lambda: 1700000000.1234)
+    calls = [
+        ({"method": "POST", "client": ("127.0.0.1", 5000)}, "/forward", 200, 0.0015, 10, 20, ("p1", "python")),
+        ({"method": "GET"}, "/healthz", 503, 2.0, 0, 2, None),
+        ({"method": "POST", "client": ("::1", 80)}, "/backward", 413, 0.000412345, 9, 0, ("p2", None)),
+    ]
+    written = []
+    for batched in (True, False):
+        logging.config.dictConfig(logs.log_config("info", fmt))
+        handler = logs.ACCESS.handlers[0]
+        if not batched:  # the same formatter on a plain handler: `request_line` makes a LogRecord
+            plain = logging.StreamHandler(io.StringIO())
+            plain.setFormatter(handler.formatter)
+            logs.ACCESS.handlers = [plain]
+        buffer = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", buffer)
+        for i, (scope, route, status, seconds, received, sent, ran) in enumerate(calls):
+            logs.request_line(scope, f"id{i}", route, status, seconds, received, sent, ran)
+        handler.flush()
+        written.append(buffer.getvalue() if batched else plain.stream.getvalue())
+    logging.config.dictConfig(logs.log_config("warning", "text"))
+    assert written[0] == written[1]
+    assert len(written[0].splitlines()) == len(calls)
+    assert "1.5ms" in written[0] and "2000.0ms" in written[0] and "0.412ms" in written[0]
