@@ -20,7 +20,8 @@ CHANGES = Path(__file__).with_name("CHANGES.md")
 HOW_TO_READ = (
     "How to read it: every comparison runs {rounds} interleaved rounds; a round starts one fresh process per "
     "side (a worker or a server), the sides in one order in even rounds and reversed in odd ones. Within a round "
-    "the workers of all sides are alive at once and, after each one's set-up and warm-up, sample in turns of "
+    "the workers of all sides are alive at once, pinned to one CPU (the usable CPUs in turn, one a round), and, "
+    "after each one's set-up and warm-up, sample in turns of "
     "short batches (~20 ms, the first sample of each dropped as a warm-up, the order rotating), one side at a "
     "time, so both sides of a ratio see the same machine state; the service's sweeps and the transfer part "
     "still run a round's servers one after the other. A figure is a "

@@ -11,7 +11,9 @@ and it prints its result and exits as it always did. A worker whose case does no
 `samples` (one timed build, a custom loop) runs to its end at its turn in the set-up, the others
 waiting. The first sample of a batch is run as that side's warm-up after the others' batches
 (caches, branch predictors) and dropped, unless it alone takes longer than a batch (a sample that
-long is its own warm-up); every side is treated alike.
+long is its own warm-up); every side is treated alike. Where the coordinator is given a `cpu`, every
+side of the round is pinned to that one CPU (`os.sched_setaffinity`), so the sides of a ratio also
+share a core: on a VM, one process can land on a faster or slower vCPU than its peer.
 """
 
 from __future__ import annotations
@@ -91,10 +93,16 @@ def result_of(returncode: int, stdout: str, stderr: str) -> dict:
 class _Side:
     """One side's worker process and the lines it has written so far."""
 
-    def __init__(self, cmd: list, env: dict, cwd, timeout: float, meter: Callable | None):
+    def __init__(self, cmd: list, env: dict, cwd, timeout: float, meter: Callable | None, cpu: int | None = None):
         self.errors = tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen(
-            cmd, cwd=cwd, env={**env, PACED: "1"}, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors
+            cmd,
+            cwd=cwd,
+            env={**env, PACED: "1"},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.errors,
+            preexec_fn=None if cpu is None else lambda: os.sched_setaffinity(0, {cpu}),
         )
         self.timeout, self.meter, self.metered = timeout, meter, {}
         self.buffer, self.lines, self.result = b"", [], None
@@ -176,17 +184,32 @@ class _Side:
             self.result["metered"] = self.metered
 
 
+def round_cpu(r: int) -> int | None:
+    """The CPU round `r`'s sides are pinned to: the usable CPUs in turn, one a round (None where the
+    platform cannot pin)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpus[r % len(cpus)]
+
+
 def run(
-    commands: dict, cwd, timeout: float, batch_s: float = BATCH_S, meters: dict | None = None, log: list | None = None
+    commands: dict,
+    cwd,
+    timeout: float,
+    batch_s: float = BATCH_S,
+    meters: dict | None = None,
+    log: list | None = None,
+    cpu: int | None = None,
 ) -> dict:
     """{side: result} of one round: `commands` {side: (argv, env)} in the round's order, set up one
     after another, then sampled in alternating batches of `batch_s` seconds (see the module's text).
     `meters` {side: (end) -> {name: number} or None}, read before (end False) and after (True) each
-    of that side's windows: its result gets "metered", the growth over its own set-up and batches. `log` gets the sides in the order batches ran."""
+    of that side's windows: its result gets "metered", the growth over its own set-up and batches. `log` gets the sides in the order batches ran. With `cpu`, every side runs pinned to that CPU."""
     live, started = [], []
     try:
         for side, (cmd, env) in commands.items():
-            started.append((side, _Side(cmd, env, cwd, timeout, (meters or {}).get(side))))
+            started.append((side, _Side(cmd, env, cwd, timeout, (meters or {}).get(side), cpu)))
             if started[-1][1].ready():
                 live.append(started[-1])
         turn = 0

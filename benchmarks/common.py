@@ -72,11 +72,11 @@ def worker(case: str, side: str, timeout: float = 600, env: dict | None = None, 
 def together(commands: dict, round_s: float, meters: dict | None = None) -> Callable:
     """A `run_rounds(..., together=True)` measure: the round's sides, `commands` {side: (argv, env
     changes)}, alive at once and sampled in alternating batches (`benchmarks.alternate.run`), each
-    for at most `round_s` seconds of its own sampling."""
+    for at most `round_s` seconds of its own sampling, all pinned to one CPU (`alternate.round_cpu`)."""
 
     def measure(sides, r):
         live = {side: (commands[side][0], environment(commands[side][1])) for side in sides}
-        return alternate.run(live, ROOT, timeout=3 * round_s + 120, meters=meters)
+        return alternate.run(live, ROOT, timeout=3 * round_s + 120, meters=meters, cpu=alternate.round_cpu(r))
 
     return measure
 

@@ -355,6 +355,28 @@ def test_a_failing_side_reports_its_error_and_the_others_finish():
     assert got["stuck"] == {"error": "timed out after 10s"} and len(got["ok"]["times"]) == 12
 
 
+AFFINITY_WORKER = """
+import json, os
+from benchmarks import alternate
+times, spent = alternate.samples(lambda: None, 3, 0, 9.0)
+print(json.dumps({"times": times, "extra": {"cpus": sorted(os.sched_getaffinity(0))}}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="the platform cannot pin a process to a CPU")
+def test_a_rounds_sides_are_pinned_to_one_cpu_that_changes_with_the_round():
+    worker = [sys.executable, "-c", AFFINITY_WORKER], dict(os.environ)
+    usable = sorted(os.sched_getaffinity(0))
+    seen = set()
+    for r in range(len(usable)):
+        got = alternate.run({"a": worker, "b": worker}, ROOT, 60, batch_s=0.004, cpu=alternate.round_cpu(r))
+        assert got["a"]["extra"]["cpus"] == got["b"]["extra"]["cpus"] == [alternate.round_cpu(r)]
+        seen.add(alternate.round_cpu(r))
+    assert seen == set(usable)  # every usable CPU takes its turn
+    unpinned = alternate.run({"a": worker}, ROOT, 60, batch_s=0.004)
+    assert unpinned["a"]["extra"]["cpus"] == usable
+
+
 def test_rounds_run_together_keep_the_results_shape():
     commands = {"a": _fake("ok"), "b": _fake("ok"), "bad": _fake("fail")}
     runs = rounds.run_rounds(["a", "b", "bad"], 2, common.together(commands, 30), together=True)
