@@ -294,15 +294,29 @@ class Started(NamedTuple):
 
 
 @contextmanager
-def server(cmd: list[str], port: int, env: dict | None = None, ready_path: str | None = None, timeout: float = 60.0):
-    """Start a server process (its own process group), wait until it answers, stop it after.
+def server(
+    cmd: list[str],
+    port: int,
+    env: dict | None = None,
+    ready_path: str | None = None,
+    timeout: float = 60.0,
+    cpu: int | None = None,
+):
+    """Start a server process (its own process group; with `cpu`, pinned to that CPU), wait until it
+    answers, stop it after.
 
     Yields a `Started` (ok, message, process group)."""
     log = open(os.devnull, "w")
     errlog_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"gradserve-bench-{port}.log"
     errlog = open(errlog_path, "w")
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=log, stderr=errlog, env=dict(os.environ, **(env or {})), start_new_session=True
+        cmd,
+        cwd=ROOT,
+        stdout=log,
+        stderr=errlog,
+        env=dict(os.environ, **(env or {})),
+        start_new_session=True,
+        preexec_fn=None if cpu is None else lambda: os.sched_setaffinity(0, {cpu}),
     )
     try:
         ok = wait_port(port, proc, timeout, ready_path)

@@ -12,7 +12,7 @@ import os
 import statistics
 import tempfile
 
-from benchmarks import common, rounds, serving
+from benchmarks import alternate, common, rounds, serving
 from benchmarks.common import PY, fmt_time, table
 from benchmarks.rounds import Target, run_rounds
 
@@ -331,22 +331,26 @@ def _earlier_targets(runs):
     ]
 
 
-def _log_pair(bodies, seconds, missing_service):
+def _log_pair(bodies, seconds, missing_service, r):
     """One round of the access log's cost: the service with the log off (`--log-level warning`) and on
-    (`info`), started side by side and loaded in LOG_BURSTS interleaved bursts each (1 connection, the order
-    alternating), so both see the same machine; {"m": {"off"|"on": [server CPU seconds per request, a burst each]}}."""
+    (`info`), started side by side, both pinned to one CPU (the usable CPUs in turn by round) and the load
+    generator to the others, and loaded in LOG_BURSTS interleaved bursts each (1 connection, the order
+    alternating), so both see the same machine and the same core; {"m": {"off"|"on": [server CPU seconds per
+    request, a burst each]}}."""
     route, body_file, headers, _ = bodies[(TINY, "service")]
+    cpu = alternate.round_cpu(r)
+    others = None if cpu is None else (set(os.sched_getaffinity(0)) - {cpu} or None)
     port_off = common.free_port()
-    with serving.maybe_service(missing_service, port_off, 1, "warning") as off:
+    with serving.maybe_service(missing_service, port_off, 1, "warning", cpu) as off:
         port_on = common.free_port()
-        with serving.maybe_service(missing_service, port_on, 1, "info") as on:
+        with serving.maybe_service(missing_service, port_on, 1, "info", cpu) as on:
             if not (off.ok and on.ok):
                 return {"error": off.msg or on.msg or "not started"}
             bursts: dict = {"off": [], "on": []}
             for i in range(LOG_BURSTS):
                 for side in rounds.order(["off", "on"], i):
                     port, started = (port_off, off) if side == "off" else (port_on, on)
-                    d = serving.load(port, route, body_file, headers, seconds, 10_000_000, 1, started.pgid, 1)
+                    d = serving.load(port, route, body_file, headers, seconds, 10_000_000, 1, started.pgid, 1, others)
                     if "error" in d:
                         return {"error": d["error"]}
                     bursts[side].append(d["cpu_s"] / d["count"])
@@ -414,7 +418,7 @@ def part2(quick: bool):
         bodies = _bodies(tmp)
         runs = _sweep(list(SERVERS), 1, bodies, ALL, CONNECTIONS, seconds, count, missing)
         two = _sweep(["fast", "service"], 2, bodies, (TINY, SEED_BIN), (LOADED, 16), seconds, min(count, 2), missing)
-        pairs = run_rounds(["log"], count, lambda side, r: _log_pair(bodies, seconds, missing))
+        pairs = run_rounds(["log"], count, lambda side, r: _log_pair(bodies, seconds, missing, r))
     rounds.record("access log", {"loads": pairs.loads, "rounds": pairs["log"]["rounds"]})
     log_target, log_text = _log_target(pairs)
     targets = _serve_who_waits(runs, CONNECTIONS) + _earlier_targets(runs) + [log_target]
@@ -429,6 +433,7 @@ def part2(quick: bool):
         "Its cost is the server's CPU per request, not req/s (which swings more than 5% between runs on a "
         "loaded machine): each round starts the service twice side by side, with the log off "
         "(`--log-level warning`) and on (`--log-level info`, the default; text lines to stderr, here a file), "
+        "both pinned to one CPU (the usable CPUs in turn by round) and the load generator to the other(s), "
         f"and loads each in {LOG_BURSTS} interleaved bursts of tiny-graph `/backward` at 1 connection; a round's "
         "figure is the median over its pairs of bursts of the CPU per request on ÷ off, less 1 (CPU from "
         f"`/proc/<pid>/stat`). CPU per request, off → on, burst by burst: {log_text}.\n",

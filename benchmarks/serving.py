@@ -80,11 +80,12 @@ def spread(connections: int) -> tuple[int, int]:
     return procs, connections // procs
 
 
-def load(port, path, body_file, headers, seconds, max_requests, procs=1, cpu_pgid=None, connections=1):
+def load(port, path, body_file, headers, seconds, max_requests, procs=1, cpu_pgid=None, connections=1, cpus=None):
     """Run `procs` load-generator processes at once, `connections` connections each; returns aggregated
     stats: "rps" (answers/s), "ok_rps" (2xx answers/s), "p50"/"p99" (of the 2xx answers), "count",
     "ok", "non2xx", "failed", "errors", "statuses", "latencies". With `cpu_pgid` (a server's process
-    group) also "cpu_s": the server's CPU time over the measured requests."""
+    group) also "cpu_s": the server's CPU time over the measured requests. With `cpus`, the load
+    generators run pinned to those CPUs."""
     spec = json.dumps(
         {
             "port": port,
@@ -99,7 +100,12 @@ def load(port, path, body_file, headers, seconds, max_requests, procs=1, cpu_pgi
     )
     ps = [
         subprocess.Popen(
-            [PY, "-m", "benchmarks.loadgen", spec], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [PY, "-m", "benchmarks.loadgen", spec],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
         for _ in range(procs)
     ]
@@ -156,8 +162,10 @@ class Skip:
         return False
 
 
-def maybe_service(missing, port, workers, log_level="warning"):
+def maybe_service(missing, port, workers, log_level="warning", cpu=None):
     if missing:
         return Skip(f"service not available ({missing})")
     env = dict(service_env(port, workers), GRADSERVE_LOG_LEVEL=log_level)
-    return common.server(service_cmd(port, workers, log_level), port, env=env, ready_path="/healthz", timeout=90)
+    return common.server(
+        service_cmd(port, workers, log_level), port, env=env, ready_path="/healthz", timeout=90, cpu=cpu
+    )
