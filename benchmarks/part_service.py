@@ -2,12 +2,14 @@
 instead: the hand-written FastAPI + torch and FastAPI + `jax.jit` endpoints (`benchmarks.endpoints`) and
 LitServe + torch (`benchmarks.litserve_app`), with a concurrency sweep at 1, 4, 16 and 32 connections.
 
-Each round starts every server afresh, one at a time (the order alternating between rounds), and runs
-the whole sweep on it before stopping it; a figure in a round is the service's ÷ the hand-written
-FastAPI + torch endpoint's in that round."""
+Each round starts every server afresh (the order alternating between rounds), all alive at once, and
+loads them in turns, cell by cell of the sweep (a request at a connection count), the order rotating from
+one cell to the next; a figure in a round is the service's ÷ the hand-written FastAPI + torch endpoint's
+in that round."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import tempfile
@@ -67,34 +69,51 @@ def _server(srv, port, workers, missing_service):
     return common.server(serving.uvicorn_cmd(start, port, workers), port, ready_path="/healthz", timeout=120)
 
 
-def _sweep_one(srv, workers, bodies, requests, connections, seconds, missing_service):
-    """One round of one server: a fresh process, every request it serves at every connection count.
-    {"m": {"request @c": {"ok_rps", "non2xx", "failed", "p50", "p99", "cpu_per_request"}}} or {"error"}."""
-    port = common.free_port()
-    with _server(srv, port, workers, missing_service) as started:
-        if not started.ok:
-            return {"error": started.msg or "not started"}
-        found = {}
+def _sweep_round(servers, r, workers, bodies, requests, connections, seconds, missing_service):
+    """One round: every server in `servers` started afresh (in the round's order) and alive at once; then
+    for each request and connection count, each server that serves it loaded in turn (the order rotating
+    from one cell to the next), so the servers compared in a cell see the same machine state seconds
+    apart. {srv: {"m": {"request @c": {"ok_rps", "non2xx", "failed", "p50", "p99", "cpu_per_request"}}}
+    or {"error"}}."""
+    with contextlib.ExitStack() as stack:
+        live, out = {}, {}
+        for srv in servers:
+            port = common.free_port()
+            started = stack.enter_context(_server(srv, port, workers, missing_service))
+            if started.ok:
+                live[srv], out[srv] = (port, started), {"m": {}}
+            else:
+                out[srv] = {"error": started.msg or "not started"}
+        turn = 0
         for label in requests:
-            if label not in SERVERS[srv][4]:
-                continue
-            route, body_file, headers, _ = bodies[(label, srv)]
             for c in connections:
                 procs, each = serving.spread(c)
-                pgid = started.pgid if c == 1 else None
-                d = serving.load(port, route, body_file, headers, seconds, 10_000_000, procs, pgid, each)
-                if "error" in d:
-                    return {"error": d["error"]}
-                found[f"{label} @{c}"] = {
-                    "ok_rps": d["ok_rps"],
-                    "non2xx": d["non2xx"],
-                    "failed": d["failed"],
-                    "statuses": d["statuses"],
-                    "p50": d["p50"],
-                    "p99": d["p99"],
-                    "cpu_per_request": d["cpu_s"] / d["count"] if d.get("cpu_s") is not None and d["count"] else None,
-                }
-        return {"m": found}
+                cell = [srv for srv in live if label in SERVERS[srv][4]]
+                k = turn % len(cell) if cell else 0
+                turn += 1
+                for srv in cell[k:] + cell[:k]:
+                    if srv not in live:
+                        continue  # failed in an earlier cell
+                    port, started = live[srv]
+                    route, body_file, headers, _ = bodies[(label, srv)]
+                    pgid = started.pgid if c == 1 else None
+                    d = serving.load(port, route, body_file, headers, seconds, 10_000_000, procs, pgid, each)
+                    if "error" in d:
+                        out[srv] = {"error": d["error"]}
+                        del live[srv]
+                        continue
+                    out[srv]["m"][f"{label} @{c}"] = {
+                        "ok_rps": d["ok_rps"],
+                        "non2xx": d["non2xx"],
+                        "failed": d["failed"],
+                        "statuses": d["statuses"],
+                        "p50": d["p50"],
+                        "p99": d["p99"],
+                        "cpu_per_request": d["cpu_s"] / d["count"]
+                        if d.get("cpu_s") is not None and d["count"]
+                        else None,
+                    }
+        return out
 
 
 def _sweep(servers, workers, bodies, requests, connections, seconds, count, missing_service):
@@ -108,7 +127,8 @@ def _sweep(servers, workers, bodies, requests, connections, seconds, count, miss
     runs = run_rounds(
         runnable,
         count,
-        lambda srv, r: _sweep_one(srv, workers, bodies, requests, connections, seconds, missing_service),
+        lambda srvs, r: _sweep_round(srvs, r, workers, bodies, requests, connections, seconds, missing_service),
+        together=True,
     )
     for srv, why in present.items():
         if why:
@@ -395,8 +415,9 @@ def part2(quick: bool):
         f"{serving.PROCS} generator processes with c ÷ processes connections each (a thread per connection), "
         f"every connection sending its next request when the last is answered; {seconds:g}s per measurement "
         f"after a 0.5s warm-up. The generators share the machine's {os.cpu_count()} cores with the server. "
-        f"{count} rounds; each round starts every server afresh, one at a time (the order reversed every other "
-        "round), runs the sweep, and stops it. *successful req/s* counts 2xx answers only; *non-2xx + failed* "
+        f"{count} rounds; each round starts every server afresh (the order reversed every other round), all "
+        "alive at once, and loads them in turns cell by cell of the sweep (a request at a connection count; "
+        "the order rotating from cell to cell), then stops them. *successful req/s* counts 2xx answers only; *non-2xx + failed* "
         "counts refusals (503 and other statuses) and broken connections; p50/p99 are of the 2xx answers. "
         "Columns *÷ hand-written torch* are the per-round ratios (min / median / max) to the hand-written "
         "FastAPI + torch endpoint measured in the same round; the other columns are medians over the rounds. "

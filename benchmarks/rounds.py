@@ -11,9 +11,9 @@ first sample of a batch is that side's warm-up after the others' batches and is 
 only where it alone is longer than a batch), for every side alike. So a change in the machine's
 speed during a round (another tenant, the CPU's clock) falls on every side's samples, not on one
 side's window. Thread pools that spin while they wait (OpenBLAS, OpenMP) would take the CPU from
-the side that runs: the reported runs use `--threads 1`. The transfer part starts a round's
-servers together and loads them in bursts taken in turns (and the access-log target two servers in
-paired bursts); the service's sweeps still load one round's servers one after the other.
+the side that runs: the reported runs use `--threads 1`. The service and transfer parts
+start a round's servers together and load them in turns (the service's sweep cell by cell, the
+transfer part in bursts, the access-log target two servers in paired bursts).
 
 A figure is a per-round value: this side's median in the round ÷ the baseline's median in the
 same round (or a share, or a count). A `Target` keeps every round's value; its verdict is "met"
