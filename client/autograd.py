@@ -169,7 +169,7 @@ def _sending(session, call, builder, outputs=(), uploaded=None):
             reply = yield from session._calling(call)
     except NotFoundError as err:
         if "session" in call.header and err.field in ("resident", "update", "fetch"):
-            for entry in residents.params.values():
+            for entry in (*residents.params.values(), *residents.held.values()):
                 entry.synced = False
             raise lost(err) from None
         raise
