@@ -10,6 +10,8 @@ A client optimizer (`client.optim`) on a remote session registers its parameters
   the gradients and steps the parameters in place, and neither parameters nor gradients travel. Any
   other request (reading a value, reading a `.grad`, another backward) sends the deferred backward
   first, as it would have been sent;
+* a large input that is not a parameter (the batch), read again from the same Variable at the same
+  graph node, is held there too (`Held`): read by handle while its bytes equal the server's copy;
 * after a step a parameter's value is on the server only: `p.data`, `p.item()`, `print(p)` fetch it
   (one /forward). A gradient the step consumed on the server is not sent back: reading it after
   `step()` raises (read it before, or use `resident=False`).
