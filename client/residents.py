@@ -152,7 +152,9 @@ class Residents:
         for value in builder._keep:
             node = builder.ids[id(value)]
             array = arrays.get(node)
-            if value.leaf is None or node in taken or builder.rg[node] or getattr(array, "nbytes", 0) < MIN_HELD_BYTES:
+            if array is None or value.leaf is None or node in taken or builder.rg[node]:
+                continue
+            if array.nbytes < MIN_HELD_BYTES:
                 continue
             held = self.held.get(node)
             if held is None or held.copy is None and held.leaf() is not value.leaf:
