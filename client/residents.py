@@ -11,7 +11,8 @@ A client optimizer (`client.optim`) on a remote session registers its parameters
   other request (reading a value, reading a `.grad`, another backward) sends the deferred backward
   first, as it would have been sent;
 * a large input that is not a parameter (the batch), read again from the same Variable at the same
-  graph node, is held there too (`Held`): read by handle while its bytes equal the server's copy;
+  graph node, is held there too (`Held`): read by handle while its bytes equal the server's copy
+  (inline again, from then on, if the session's byte bound has no room for it: `Residents.inline`);
 * after a step a parameter's value is on the server only: `p.data`, `p.item()`, `print(p)` fetch it
   (one /forward). A gradient the step consumed on the server is not sent back: reading it after
   `step()` raises (read it before, or use `resident=False`).
@@ -91,6 +92,7 @@ class Residents:
         self.params: dict[int, Resident] = {}
         self.pending: Pending | None = None
         self.held: dict[str, Held] = {}  # graph input node id -> the input held for it
+        self.holding = True  # False once the server's byte bound refused a held input (`inline`)
         self.consumed: weakref.WeakSet = weakref.WeakSet()  # placeholder gradients a step used on the server
 
     def register(self, param) -> Resident:
@@ -149,7 +151,7 @@ class Residents:
         """{node id: Held} of the call's large inputs (not parameters: not in `taken`) read by handle (`Held`),
         those that changed or are held from now on uploaded with the call (and in `uploaded`)."""
         arrays, found = dict(call.inputs), {}
-        for value in builder._keep:
+        for value in builder._keep if self.holding else ():
             node = builder.ids[id(value)]
             array = arrays.get(node)
             if array is None or value.leaf is None or node in taken or builder.rg[node]:
@@ -173,6 +175,22 @@ class Residents:
             else:
                 held.leaf = weakref.ref(value.leaf)
         return found
+
+    def inline(self, call, uploaded: list) -> bool:
+        """After the server refused `call` for a resident byte bound (413: it has room for the parameters, not
+        the batch too; nothing was applied), its held inputs go inline again (those it holds are freed) and
+        the session holds no input from now on; False when the call uploads no held input (nothing changes)."""
+        if not any(isinstance(entry, Held) for entry in uploaded):
+            return False
+        handles = {held.handle: held for held in self.held.values() if held.handle is not None}
+        for node in call.header["graph"]["nodes"]:
+            if node.get("resident") in handles:
+                call.inputs.append((node["id"], handles[node.pop("resident")].copy))
+        call.upload = [(handle, array) for handle, array in call.upload if handle not in handles]
+        call.header["free"] = list(dict.fromkeys([*call.header.get("free", ()), *handles]))
+        uploaded[:] = [entry for entry in uploaded if not isinstance(entry, Held)]
+        self.held, self.holding = {}, False
+        return True
 
     def on_server_only(self, asked: dict) -> list:
         """The current Values of the parameters whose value is on the server only, when `asked` (values by

@@ -349,6 +349,41 @@ def test_a_session_over_its_byte_budget_is_413_naming_it(make_server):
         assert caught.value.status == 413
 
 
+def test_a_batch_over_the_session_byte_budget_is_sent_inline_again(make_server):
+    """A session whose byte bound fits its parameters (and momentum) but not its batch too trains as it did
+    before batches were held: the refused upload (413) is sent again with the batch inline, applied once, and
+    the session holds no batch from then on (each later step sends it, in one request)."""
+    x_bytes = BIG[0].nbytes
+    assert 2 * (W1.nbytes + W2.nbytes) < x_bytes  # the parameters and their momentum fit; with the batch, not
+    srv = make_server(GRADSERVE_MAX_SESSION_RESIDENT_BYTES=str(x_bytes))
+
+    def run(lib, count=None):
+        w1, w2 = lib.tensor(W1.copy(), requires_grad=True), lib.tensor(W2.copy(), requires_grad=True)
+        optimizer = lib.optim.SGD([w1, w2], lr=1e-4, momentum=0.9, **({"resident": True} if count else {}))
+        x, y = lib.tensor(BIG[0]), lib.tensor(BIG[1])
+        losses, ups = [], []
+        for _ in range(5):
+            before = (count.up, count.requests) if count else (0, 0)
+            optimizer.zero_grad()
+            loss = (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            ups.append((count.up - before[0], count.requests - before[1]) if count else None)
+        return losses, [w.detach().numpy() for w in (w1, w2)], ups
+
+    with client.connect(srv.url) as session:
+        losses, params, ups = run(client, Bytes(session))
+        assert session._residents.params and not session._residents.held
+    want_losses, want_params, _ = run(engine)
+    numpy.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+    for got, want in zip(params, want_params):
+        numpy.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert ups[1][1] == 2  # the second step's upload to hold the batch was refused, then sent inline
+    for up, requests in ups[2:]:
+        assert x_bytes < up < 2 * x_bytes and requests == 1  # the batch inline, in the step's one request
+
+
 def test_expired_or_lost_parameters_are_a_clear_error(make_server):
     srv = make_server(GRADSERVE_RESIDENT_TTL_S="0.3")
     with client.connect(srv.url):
