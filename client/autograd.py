@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from client.errors import NotFoundError, ProtocolError, TracingError
+from client.errors import NotFoundError, PayloadTooLargeError, ProtocolError, TracingError
 from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from client.graph import GRAD, JVP, GradNode, JvpNode, Value, edge_of
 from client.residents import Pending, cut_source, lost, placeholder
@@ -169,10 +169,14 @@ def _sending(session, call, builder, outputs=(), uploaded=None):
             reply = yield from session._calling(call)
     except NotFoundError as err:
         if "session" in call.header and err.field in ("resident", "update", "fetch"):
-            for entry in residents.params.values():
+            for entry in (*residents.params.values(), *residents.held.values()):
                 entry.synced = False
             raise lost(err) from None
         raise
+    except PayloadTooLargeError as err:  # a held input over the bound: sent inline (a parameter's 413 is raised)
+        if err.field != "upload" or not residents.inline(call, uploaded):
+            raise
+        return (yield from _sending(session, call, builder, outputs, uploaded))
     residents.sent(uploaded)
     return reply
 

@@ -10,6 +10,9 @@ A client optimizer (`client.optim`) on a remote session registers its parameters
   the gradients and steps the parameters in place, and neither parameters nor gradients travel. Any
   other request (reading a value, reading a `.grad`, another backward) sends the deferred backward
   first, as it would have been sent;
+* a large input that is not a parameter (the batch), read again from the same Variable at the same
+  graph node, is held there too (`Held`): read by handle while its bytes equal the server's copy
+  (inline again, from then on, if the session's byte bound has no room for it: `Residents.inline`);
 * after a step a parameter's value is on the server only: `p.data`, `p.item()`, `print(p)` fetch it
   (one /forward). A gradient the step consumed on the server is not sent back: reading it after
   `step()` raises (read it before, or use `resident=False`).
@@ -25,11 +28,14 @@ import itertools
 import weakref
 from typing import Any
 
+import numpy
+
 from client.errors import NotFoundError
 from client.graph import CUT, LEAF, Value
 from client.transports import Call
 
 _HANDLES = itertools.count()
+MIN_HELD_BYTES = 16384  # a smaller input is sent with each request (holding it would save little)
 WATCHED: dict = {}  # id of a registered parameter -> the Residents (sessions) holding it, weakly
 
 
@@ -57,6 +63,18 @@ class Resident:
         self.synced = False
 
 
+class Held:
+    """An input that is not a parameter (a batch) held on the server: read by handle while its array equals
+    `copy` (what the server holds) bit for bit, whatever changed it (an op, `.data`, the NumPy array behind
+    it). A graph input node holds one once a request reads the same Variable there twice in a row (a loop
+    that makes a new batch Variable each step sends it inline, as before)."""
+
+    __slots__ = ("handle", "leaf", "copy", "synced")
+
+    def __init__(self, leaf):
+        self.handle, self.leaf, self.copy, self.synced = None, weakref.ref(leaf), None, False
+
+
 class Pending:
     """A deferred backward: its call, the values it answers and the placeholder gradients it fills."""
 
@@ -73,6 +91,8 @@ class Residents:
     def __init__(self):
         self.params: dict[int, Resident] = {}
         self.pending: Pending | None = None
+        self.held: dict[str, Held] = {}  # graph input node id -> the input held for it
+        self.holding = True  # False once the server's byte bound refused a held input (`inline`)
         self.consumed: weakref.WeakSet = weakref.WeakSet()  # placeholder gradients a step used on the server
 
     def register(self, param) -> Resident:
@@ -110,6 +130,7 @@ class Residents:
                 "a value recorded before optimizer.step() reads a parameter's earlier value, which the server "
                 "no longer holds (it keeps the current one): read such values before step()"
             )
+        by_node.update(self._holding(call, builder, by_node, uploaded))
         if not by_node:
             return uploaded
         for node in call.header["graph"]["nodes"]:
@@ -118,13 +139,58 @@ class Residents:
                 node["resident"] = entry.handle
         call.inputs = [(name, array) for name, array in call.inputs if name not in by_node]
         call.header["session"] = session.session_id
-        for entry in dict.fromkeys(by_node.values()):
+        for entry in dict.fromkeys(e for e in by_node.values() if isinstance(e, Resident)):
             param = entry.param()
             array = None if entry.synced or param is None else _current(param)
             if array is not None:
                 call.upload.append((entry.handle, array))
                 uploaded.append(entry)
         return uploaded
+
+    def _holding(self, call, builder, taken, uploaded) -> dict:
+        """{node id: Held} of the call's large inputs (not parameters: not in `taken`) read by handle (`Held`),
+        those that changed or are held from now on uploaded with the call (and in `uploaded`)."""
+        arrays, found = dict(call.inputs), {}
+        for value in builder._keep if self.holding else ():
+            node = builder.ids[id(value)]
+            array = arrays.get(node)
+            if array is None or value.leaf is None or node in taken or builder.rg[node]:
+                continue
+            if array.nbytes < MIN_HELD_BYTES:
+                continue
+            held = self.held.get(node)
+            if held is None or held.copy is None and held.leaf() is not value.leaf:
+                self.held[node] = Held(value.leaf)
+            elif held.synced and _same(held.copy, array):
+                found[node] = held
+            elif held.leaf() is value.leaf and array.flags.c_contiguous:  # read here again, changed: uploaded
+                if held.copy is None or held.copy.shape != array.shape or held.copy.dtype != array.dtype:
+                    if held.handle is not None:  # (the server keeps a handle's shape and dtype)
+                        call.header.setdefault("free", []).append(held.handle)
+                    held.handle = f"x{next(_HANDLES)}"
+                held.copy, held.synced = array.copy(), False
+                call.upload.append((held.handle, held.copy))
+                found[node] = held
+                uploaded.append(held)
+            else:
+                held.leaf = weakref.ref(value.leaf)
+        return found
+
+    def inline(self, call, uploaded: list) -> bool:
+        """After the server refused `call` for a resident byte bound (413: it has room for the parameters, not
+        the batch too; nothing was applied), its held inputs go inline again (those it holds are freed) and
+        the session holds no input from now on; False when the call uploads no held input (nothing changes)."""
+        if not any(isinstance(entry, Held) for entry in uploaded):
+            return False
+        handles = {held.handle: held for held in self.held.values() if held.handle is not None}
+        for node in call.header["graph"]["nodes"]:
+            if node.get("resident") in handles:
+                call.inputs.append((node["id"], handles[node.pop("resident")].copy))
+        call.upload = [(handle, array) for handle, array in call.upload if handle not in handles]
+        call.header["free"] = list(dict.fromkeys([*call.header.get("free", ()), *handles]))
+        uploaded[:] = [entry for entry in uploaded if not isinstance(entry, Held)]
+        self.held, self.holding = {}, False
+        return True
 
     def on_server_only(self, asked: dict) -> list:
         """The current Values of the parameters whose value is on the server only, when `asked` (values by
@@ -182,6 +248,13 @@ def cut_source(value):
 def placeholder(shape, dtype) -> Value:
     """The Value of a deferred gradient: computed when the deferred backward is sent."""
     return Value(CUT, shape, dtype)
+
+
+def _same(copy, array) -> bool:
+    """Whether `array` holds the bytes of `copy` (bit for bit: -0.0 is not 0.0, and a NaN is itself)."""
+    if copy.shape != array.shape or copy.dtype != array.dtype or not array.flags.c_contiguous:
+        return False
+    return numpy.array_equal(copy.reshape(-1).view(numpy.uint8), array.reshape(-1).view(numpy.uint8))
 
 
 def _current(param):

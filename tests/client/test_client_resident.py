@@ -116,9 +116,70 @@ def test_a_step_sends_only_its_batch(server):
     up, down, requests = step_bytes(True)
     old_up, old_down, _ = step_bytes(False)
     assert requests == 1  # the deferred backward goes with the update: one request per step
-    assert batch_bytes <= up < batch_bytes + 3000  # the batch and a small header
+    assert batch_bytes <= up < batch_bytes + 3000  # the batch (under MIN_HELD_BYTES: sent) and a small header
     assert down < 1000  # the loss, nothing else
     assert old_up > up + param_bytes and old_down > down + param_bytes  # parameters went both ways before
+
+
+BIG = RNG.standard_normal((128, DIMS[1])), RNG.standard_normal((128, DIMS[3]))  # x over MIN_HELD_BYTES
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["nothing", "a new tensor", "an in-place op", "the NumPy array behind it", "its .data", "-0.0 for 0.0"],
+)
+def test_an_unchanged_batch_is_held_on_the_server_and_a_changed_one_is_sent_again(server, change):
+    """The same batch Variable read again is sent once more, then held (read by handle) while its bytes are
+    unchanged; any change (however made, with or without a version bump) is sent again, and the losses and
+    parameters equal the engine's step by step."""
+    from client.residents import MIN_HELD_BYTES
+
+    assert BIG[0].nbytes >= MIN_HELD_BYTES > BIG[1].nbytes
+
+    def run(lib, count=None):
+        w1, w2 = lib.tensor(W1.copy(), requires_grad=True), lib.tensor(W2.copy(), requires_grad=True)
+        resident = {"resident": True} if lib is client else {}
+        optimizer = lib.optim.SGD([w1, w2], lr=1e-4, momentum=0.9, **resident)
+        x_array = BIG[0].copy()
+        x, y = lib.from_numpy(x_array), lib.tensor(BIG[1])
+        losses, ups = [], []
+        for i in range(6):
+            if i == 4 and change == "a new tensor":
+                x = lib.tensor(BIG[0] * 0.5)
+            elif i == 4 and change == "an in-place op":
+                x.mul_(0.5)
+            elif i == 4 and change == "the NumPy array behind it":
+                x_array[3:5] *= 0.5  # no version bump
+            elif i == 4 and change == "its .data":
+                x.data[0, 1] = 2.0
+            elif change == "-0.0 for 0.0":
+                x_array[0, 0] = 0.0 if i < 4 else -0.0  # -0.0 == 0.0, but 1 / x tells them apart
+            before = count.up if count else 0
+            optimizer.zero_grad()
+            loss = ((x.mm(w1).clamp(min=0) + 1e-3 * x[:, :1].reciprocal().clamp(-1, 1)).mm(w2) - y).pow(2).sum()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            ups.append((count.up if count else 0) - before)
+        return losses, [w.detach().numpy() for w in (w1, w2)], ups
+
+    with client.connect(server.url) as session:
+        count = Bytes(session)
+        losses, params, ups = run(client, count)
+    with numpy.errstate(divide="ignore"):  # (1 / 0.0 and 1 / -0.0, clamped)
+        want_losses, want_params, _ = run(engine)
+    numpy.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+    for got, want in zip(params, want_params):
+        numpy.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    x_bytes = BIG[0].nbytes
+    assert ups[0] > x_bytes and ups[1] > x_bytes  # sent, then sent to be held
+    assert ups[2] < x_bytes / 4 and ups[3] < x_bytes / 4  # held: not sent
+    if change == "nothing":
+        assert ups[4] < x_bytes / 4 and ups[5] < x_bytes / 4
+    elif change in ("a new tensor", "an in-place op"):  # (the op's result reads a snapshot: a new Variable)
+        assert ups[4] > x_bytes and ups[5] > x_bytes  # a new Variable: sent, then sent to be held
+    else:
+        assert ups[4] > x_bytes and ups[5] < x_bytes / 4  # changed: sent (and held) again
 
 
 def test_reading_a_parameter_fetches_it_and_a_consumed_gradient_says_why(remote):
@@ -286,6 +347,41 @@ def test_a_session_over_its_byte_budget_is_413_naming_it(make_server):
         with pytest.raises(client.errors.ServerError, match="max_session_resident_bytes") as caught:
             train(client, *OPTIMIZERS[0], client.tensor)
         assert caught.value.status == 413
+
+
+def test_a_batch_over_the_session_byte_budget_is_sent_inline_again(make_server):
+    """A session whose byte bound fits its parameters (and momentum) but not its batch too trains as it did
+    before batches were held: the refused upload (413) is sent again with the batch inline, applied once, and
+    the session holds no batch from then on (each later step sends it, in one request)."""
+    x_bytes = BIG[0].nbytes
+    assert 2 * (W1.nbytes + W2.nbytes) < x_bytes  # the parameters and their momentum fit; with the batch, not
+    srv = make_server(GRADSERVE_MAX_SESSION_RESIDENT_BYTES=str(x_bytes))
+
+    def run(lib, count=None):
+        w1, w2 = lib.tensor(W1.copy(), requires_grad=True), lib.tensor(W2.copy(), requires_grad=True)
+        optimizer = lib.optim.SGD([w1, w2], lr=1e-4, momentum=0.9, **({"resident": True} if count else {}))
+        x, y = lib.tensor(BIG[0]), lib.tensor(BIG[1])
+        losses, ups = [], []
+        for _ in range(5):
+            before = (count.up, count.requests) if count else (0, 0)
+            optimizer.zero_grad()
+            loss = (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            ups.append((count.up - before[0], count.requests - before[1]) if count else None)
+        return losses, [w.detach().numpy() for w in (w1, w2)], ups
+
+    with client.connect(srv.url) as session:
+        losses, params, ups = run(client, Bytes(session))
+        assert session._residents.params and not session._residents.held
+    want_losses, want_params, _ = run(engine)
+    numpy.testing.assert_allclose(losses, want_losses, rtol=1e-12)
+    for got, want in zip(params, want_params):
+        numpy.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert ups[1][1] == 2  # the second step's upload to hold the batch was refused, then sent inline
+    for up, requests in ups[2:]:
+        assert x_bytes < up < 2 * x_bytes and requests == 1  # the batch inline, in the step's one request
 
 
 def test_expired_or_lost_parameters_are_a_clear_error(make_server):
