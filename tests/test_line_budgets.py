@@ -19,6 +19,8 @@ Raised, as decisions:
   (`RequestCollector`) and a body read that arms a timer only when it waits (issue 24 items 1, 4) took it to 3726.
 - wire 5700 -> 5800 (2026-11-27): the cost walks' shared per-plan table (issue 24 item 4), a binary header admitted
   before its tensors are aligned (item 1) and the in-place resident SGD update (item 3) took it to 5721.
+- client 2700 -> 2750 (2026-11-28): a batch held on the server while its bytes are unchanged, and its inline
+  fallback when a session's byte bound has no room for it (issue 24 item 3) took it to 2718.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 9600, "wire": 5800, "service": 3800, "client": 2700}
+BUDGETS = {"engine": 9600, "wire": 5800, "service": 3800, "client": 2750}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
