@@ -113,6 +113,7 @@ class Node:
     __slots__ = ("edges", "saved", "retained", "seq", "__weakref__")
     saved: tuple | None  # what the vjp reads (None once freed)
     seq: int  # when it was made (`next_seq`): the backward walk runs nodes from the latest down
+    freeing: str | None = None  # `OpNode`'s: what `free` drops (run_backward frees "all" and "none" inline)
 
     def vjp(self, grad, needs):
         raise NotImplementedError
