@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from heapq import heapify, heappop, heappush
+from heapq import heapify, heappop, heappush, heappushpop
 from typing import TYPE_CHECKING
 
 import numpy
@@ -18,7 +18,7 @@ import numpy
 from engine import interrupt
 from engine.backend import array_module
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
-from engine.grad_mode import enable_grad, no_grad
+from engine.grad_mode import state as grad_state
 from engine.node import RECORDING, Meta, Node
 from engine.recording import note_constant, note_where
 from engine.registry import trusted
@@ -108,7 +108,12 @@ def _root_gradients(outputs, roots):
     grads = []
     for out, g in zip(outputs, roots):
         if g is None:
-            ones = array_module(out._data).ones_like(out._data)
+            data = out._data
+            if type(data) is numpy.ndarray:  # numpy.ones_like's Python wrapper costs ~3x these two C calls
+                ones = numpy.empty_like(data)
+                ones.fill(1)
+            else:
+                ones = array_module(data).ones_like(data)
             if RECORDING:
                 note_constant(ones)  # the implied gradient of a one-element output (engine.recording)
             grads.append(Variable._result(ones, None))
@@ -343,18 +348,23 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
     Nodes run latest first (by `seq`, as PyTorch's ready queue does): a node's consumers were made
     after it, so by its turn every consumer that sends it a gradient has run, with no count of
     dependencies made beforehand. A node enters the heap with its first gradient; one that gets
-    none never runs. The loop stays in this one function: it is the hot path of every backward,
-    and a call per node or per edge would cost more than its body."""
+    none never runs. The first node a node's vjp reaches waits beside the heap (`ready`) and runs
+    next unless the heap holds a later one: a chain, where each node reaches one, never uses the
+    heap. The loop stays in this one function: it is the hot path of every backward, and a call
+    per node or per edge would cost more than its body."""
     capture = None if inputs is None else {id(v): None for v in inputs}
     sink = _Sink(create_graph, capture)
     grads, heap, needed, capture_nodes = _start(outputs, grad_outputs, sink, inputs)
     accumulate = sink.accumulate
     check = interrupt.current()
-    with enable_grad() if create_graph else no_grad():
-        while heap:
+    mode = grad_state.enabled  # grad mode is create_graph inside (`enable_grad`/`no_grad`'s work, without their calls)
+    grad_state.enabled = create_graph
+    try:
+        ready = heappop(heap)[1] if heap else None
+        while ready is not None:
             if check is not None:
                 check()
-            node = heappop(heap)[1]
+            node, ready = ready, None
             if RECORDING:
                 note_where(node.name)
             g = grads.pop(node)
@@ -383,11 +393,24 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
                 previous = grads.get(edge)
                 if previous is None:
                     grads[edge] = gi
-                    heappush(heap, (-edge.seq, edge))
+                    if ready is None:
+                        ready = edge
+                    else:
+                        heappush(heap, (-edge.seq, edge))
                 else:
                     grads[edge] = previous + gi
-            if not retain_graph:
-                node.free()
+            if not retain_graph:  # `OpNode.free`'s two common cases inline (a call per node costs more)
+                freeing = node.freeing
+                if freeing == "all":
+                    node.saved = node.out_data = node.versions = None
+                elif freeing == "none":
+                    node.out_data = node.versions = None
+                else:
+                    node.free()
+            if heap:
+                ready = heappop(heap)[1] if ready is None else heappushpop(heap, (-ready.seq, ready))[1]
+    finally:
+        grad_state.enabled = mode
     return capture
 
 

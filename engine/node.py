@@ -113,6 +113,7 @@ class Node:
     __slots__ = ("edges", "saved", "retained", "seq", "__weakref__")
     saved: tuple | None  # what the vjp reads (None once freed)
     seq: int  # when it was made (`next_seq`): the backward walk runs nodes from the latest down
+    freeing: str | None = None  # `OpNode`'s: what `free` drops (run_backward frees "all" and "none" inline)
 
     def vjp(self, grad, needs):
         raise NotImplementedError
@@ -245,7 +246,9 @@ def _metas(inputs, edges):
     return tuple([None if edges is not None and e is None else Meta.of(v) for v, e in zip(inputs, edges or inputs)])
 
 
-def _wrap(out, xp):
+def _wrap(out, like):
+    """`out` as an array of the array module of `like` (an op's first input's array)."""
+    xp = numpy if type(like) is ndarray else backend.array_module(like)
     if type(out) is ndarray or isinstance(out, xp.ndarray):
         return out
     return xp.asarray(out)
@@ -260,30 +263,32 @@ def apply_op(op, inputs, attrs):
     two = len(inputs) == 2
     if two:
         a, b = inputs
-        datas = (x, y) = (a._data, b._data)
-        xp = numpy if type(x) is ndarray else backend.array_module(x)
+        x = a._data
         if not op.takes_xp:
-            out = op.forward(x, y)
+            out = op.forward(x, b._data)
         else:
-            out = op.forward(xp, x, y, **attrs) if attrs else op.forward(xp, x, y)
+            xp = numpy if type(x) is ndarray else backend.array_module(x)
+            out = op.forward(xp, x, b._data, **attrs) if attrs else op.forward(xp, x, b._data)
         grad = a._requires_grad or b._requires_grad  # an input with a node requires grad
     elif len(inputs) == 1:
         a = inputs[0]
-        datas = (x,) = (a._data,)
-        xp = numpy if type(x) is ndarray else backend.array_module(x)
+        x = a._data
         if not op.takes_xp:
             out = op.forward(x)
         else:
+            xp = numpy if type(x) is ndarray else backend.array_module(x)
             out = op.forward(xp, x, **attrs) if attrs else op.forward(xp, x)
         grad = a._requires_grad
     else:
         datas = tuple([v._data for v in inputs])
         x = datas[0]
-        xp = numpy if type(x) is ndarray else backend.array_module(x)
-        out = op.forward(xp, *datas, **attrs) if op.takes_xp else op.forward(*datas)
+        if op.takes_xp:
+            out = op.forward(numpy if type(x) is ndarray else backend.array_module(x), *datas, **attrs)
+        else:
+            out = op.forward(*datas)
         grad = any([v._requires_grad for v in inputs])
     if type(out) is not ndarray:
-        out = _wrap(out, xp)
+        out = _wrap(out, x)
     result = _new(Variable)
     result._data = out
     result.grad = None
@@ -334,11 +339,11 @@ def apply_op(op, inputs, attrs):
     if FORWARD:
         FORWARD[0].op(op, inputs, attrs, result)
     if RECORDING:
-        _recorded(op, datas, attrs, out)
+        _recorded(op, inputs, attrs, out)
     return result
 
 
-def _recorded(op, datas, attrs, out):
+def _recorded(op, inputs, attrs, out):
     recording = RECORDING.get(get_ident())
     if recording is not None:
-        recording.step(op.name, op.forward, datas, attrs, out, op.takes_xp)
+        recording.step(op.name, op.forward, tuple([v._data for v in inputs]), attrs, out, op.takes_xp)

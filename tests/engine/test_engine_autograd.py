@@ -341,6 +341,38 @@ def test_grad_only_runs_the_needed_part_of_the_graph():
 
 
 @needs_torch
+def test_nodes_run_latest_first_as_in_torch_when_a_later_node_waits():
+    """The node a vjp reaches first waits beside the heap; it must still yield to a later one."""
+
+    def order(lib, function, x):
+        calls = []
+
+        def tag(name, v):
+            class Tag(function):
+                @staticmethod
+                def forward(ctx, a):
+                    return a * 1
+
+                @staticmethod
+                def backward(ctx, g):
+                    calls.append(name)
+                    return g
+
+            return Tag.apply(v)
+
+        a = tag("a", x * 2)
+        p = tag("p", a * 3)
+        r = tag("r", tag("q", a * 5) * 7)
+        (p + r).sum().backward()
+        return calls, x.grad
+
+    calls, gx = order(engine, engine.Function, leaf([1.0, 2.0]))
+    torch_calls, tgx = order(torch, torch.autograd.Function, torch.tensor([1.0, 2.0], requires_grad=True))
+    assert calls == torch_calls == ["r", "q", "p", "a"]
+    np.testing.assert_allclose(gx.numpy(), tgx.numpy())
+
+
+@needs_torch
 def test_backward_multiple_roots_matches_torch():
     rng = np.random.default_rng(8)
     xa = rng.standard_normal((3, 2))
