@@ -205,7 +205,7 @@ def _growth(quick, rounds, targets):
         "### (f) cost growth: a new graph's first request, and large plans\n",
         f"In process, as the service runs a request: decode (the JSON head parsed and validated) + "
         f"`Executor.backward`. *first* = the first request of each of {graphs} chain graphs of 1,000 nodes the "
-        "executor has not seen (plan, infer, compile, run); *repeat* = repeats of one such graph. Each side is a "
+        "executor has not seen (plan, infer, run on the engine: recorded only when seen again); *repeat* = repeats of one such graph. Each side is a "
         "fresh process per round; the ratio is first ÷ repeat per round.\n",
         md,
         "",

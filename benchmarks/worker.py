@@ -287,7 +287,7 @@ def _decoder(executor, header, arrays):
 
 def case_growth(side, p):
     """The request of a `nodes`-node chain graph: side `first` times the first request of each of
-    `graphs` graphs the executor has not seen (decode, validate, plan, infer, compile, run); side
+    `graphs` graphs the executor has not seen (decode, validate, plan, infer, run on the engine); side
     `repeat` times repeats of one graph after its first request. One sample = decode + backward."""
     from wire.executor import Executor
 
@@ -300,7 +300,8 @@ def case_growth(side, p):
         times = _timeit(lambda: executor.backward(decoders.pop()()), graphs, 0, p.get("max_s", 120))
         return {"times": times}
     decode = _decoder(executor, *payloads_chain(nodes - 4, x0, a, b, "g_"))
-    return {"times": _timeit(lambda: executor.backward(decode()), p.get("reps", 3 * graphs), 2, p.get("max_s", 120))}
+    # after the first request: recorded, checked against the engine, run interpreted (its code generated meanwhile)
+    return {"times": _timeit(lambda: executor.backward(decode()), p.get("reps", 3 * graphs), 3, p.get("max_s", 120))}
 
 
 def payloads_chain(length, x0, a, b, salt):
@@ -311,20 +312,20 @@ def payloads_chain(length, x0, a, b, salt):
 
 def case_plan(side, p):
     """Repeats of a cached `nodes`-node chain plan (`Executor.backward` of requests decoded
-    beforehand, as `executor_step`) after its second request, which checks its program against the
-    engine (`wire.compile`); samples are seconds per node. extra: the first request's seconds per
-    node (planning and recording included)."""
+    beforehand, as `executor_step`) after its third request, which checks its program (recorded by
+    the second) against the engine (`wire.compile`); samples are seconds per node. extra: the first
+    request's seconds per node (planning included)."""
     from wire.executor import Executor
 
     nodes, reps = p.get("nodes", 10_000), p.get("reps", 5)
     x0, a, b = chain_data()
     executor = Executor()
     decode = _decoder(executor, *payloads_chain(nodes - 4, x0, a, b, ""))
-    pending = [decode() for _ in range(2 * reps + 2)]  # a batch's first call may be dropped
+    pending = [decode() for _ in range(2 * reps + 3)]  # a batch's first call may be dropped
     t0 = time.perf_counter()
     executor.backward(pending.pop())
     first = time.perf_counter() - t0
-    times = _timeit(lambda: executor.backward(pending.pop()), reps, 1, max_s=p.get("max_s", 60))
+    times = _timeit(lambda: executor.backward(pending.pop()), reps, 2, max_s=p.get("max_s", 60))
     return {"times": [t / nodes for t in times], "extra": {"first_per_node": first / nodes}}
 
 

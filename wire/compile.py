@@ -1,13 +1,15 @@
 """Cached plans run as recordings of the engine's own runs, once per (plan, input signature,
 request shape: forward or backward, wrt, which outputs come with a gradient).
 
-The first request of a request shape runs on the engine under `engine.recording.recording()`:
-the engine computes its answer, and what it did at the array level (the forward's ops, the
-backward walk's vjps, gradient sums and unbroadcast reductions) becomes the `Program`
-(`wire.program`). The second request runs the program and the engine both and compares their
-answers bit for bit; only a program that matched is trusted. From then on the program answers:
-interpreted, then by its generated function once `wire.codegen`'s background generator has
-compiled it. There is no second backward walk: the engine's is the only one.
+The first request of a request shape runs on the engine, unrecorded: recording would add ~30% to
+a new 1,000-node graph's first request, which a graph sent once never repays. The second runs on
+the engine under `engine.recording.recording()`: the engine computes its answer, and what it did
+at the array level (the forward's ops, the backward walk's vjps, gradient sums and unbroadcast
+reductions) becomes the `Program` (`wire.program`). The third request runs the program and the
+engine both and compares their answers bit for bit; only a program that matched is trusted. From
+then on the program answers: interpreted, then by its generated function once `wire.codegen`'s
+background generator has compiled it. There is no second backward walk: the engine's is the only
+one.
 
 What is not recorded runs on the engine: grad and function nodes, plans whose shapes depend on
 values (boolean masks), recordings that something escaped (`Recording.spoiled`), programs that
@@ -40,6 +42,9 @@ log = logging.getLogger("gradserve.compile")
 
 class Fallback(Exception):
     """Why a plan's request shape runs on the engine rather than as a program."""
+
+
+SEEN = "seen once"  # a request shape's programs entry after its first request (run unrecorded)
 
 
 UNCOMPILED = {
@@ -155,10 +160,10 @@ def run_compiled(plan, shapes, request, differentiate: bool, charge, plan_id: st
             _count("engine")
             return None  # recorded only for a signature the cached plan keeps: else it would be per request
         why = _unrecorded(plan, shapes)
-        if why is not None:
-            shapes.programs[key] = Fallback(why)
-            _count("engine")
-            return None
+        shapes.programs[key] = SEEN if why is None else Fallback(why)
+        _count("engine")
+        return None  # the first request: the engine answers, unrecorded (a graph sent once is never recorded)
+    if program is SEEN:
         outputs, grads, program = record(plan, request, differentiate)
         if isinstance(program, Fallback):  # something escaped the recording: an op to fix, so say so
             log.warning("plan %s: %s; its requests run on the engine", plan_id, program)
@@ -189,7 +194,7 @@ def run_compiled(plan, shapes, request, differentiate: bool, charge, plan_id: st
 
 
 def _verify(program, shapes, key, plan, request, differentiate):
-    """The second request of a request shape: the program and then the engine run it, and the
+    """The third request of a request shape: the program and then the engine run it, and the
     program is trusted (and queued for code generation) only if every answer matched bit for bit.
     The engine's answer is returned."""
     try:

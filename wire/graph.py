@@ -47,7 +47,8 @@ class Signatures(dict[Signature, Any]):
 
 
 class Programs(dict[ProgramKey, Any]):
-    """A signature's compiled programs: ProgramKey -> `wire.program.Program`, or the `Fallback` saying why not."""
+    """A signature's compiled programs: ProgramKey -> `wire.program.Program`, the `Fallback` saying why not, or
+    `wire.compile.SEEN` after its first request (recorded at its second)."""
 
 
 VERSION = "1.1"  # "major.minor"; a graph's "version" is the oldest format it needs (VERSIONS)

@@ -109,6 +109,7 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
     bounds = {} if bounds is None else bounds
     functions = {} if functions is None else functions
     memo: dict = {}  # a rule's key -> (meta, bounded): inferred once per distinct (op, input metas, attrs)
+    seen: dict = {}  # (op, id(attrs), *ids of input metas) -> the same (bounds and steps hold what the ids name)
     check = current_interrupt()  # a compute thread's cancel check (wire.run.cancel_scope)
     for index, step in enumerate(steps):
         if check is not None and not index % CHECK_EVERY:
@@ -134,15 +135,20 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
             continue
         metas = [bounds[i] for i in step.inputs]
         attrs = step.attrs
-        # the key of this op's rule on these metas: a dtype that is a lone constant's number keeps its
-        # type (2, 2.0 and True are equal keys, not equal dtypes)
-        key = (op, *[m if isinstance(m[1], numpy.dtype) else (*m, type(m[1])) for m in metas])
-        if attrs:
-            key = (*key, *[(k, v.__class__, v) for k, v in attrs.items()])
-        try:
-            found = memo.get(key)
-        except TypeError:  # an unhashable attribute (a list, an array): inferred each time
-            key, found = None, None
+        # found first by the identity of the attrs and metas (parsing shares equal attrs, and this one
+        # meta per distinct value kind: `_rule`), then by the key of this op's rule on these metas: a
+        # dtype that is a lone constant's number keeps its type (2, 2.0 and True are equal keys, not
+        # equal dtypes)
+        ident = (op, id(attrs), *map(id, metas))
+        found = seen.get(ident)
+        if found is None:
+            key = (op, *[m if isinstance(m[1], numpy.dtype) else (*m, type(m[1])) for m in metas])
+            if attrs:
+                key = (*key, *[(k, v.__class__, v) for k, v in attrs.items()])
+            try:
+                found = memo.get(key)
+            except TypeError:  # an unhashable attribute (a list, an array): inferred each time
+                key, found = None, None
         if found is None:
             try:
                 found = _rule(op, metas, attrs)
@@ -156,6 +162,7 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
                 ) from None
             if key is not None:
                 memo[key] = found
+        seen[ident] = found
         meta, bounded = found
         bounds[step.id] = meta
         known[step.id] = meta if exact and not bounded else None

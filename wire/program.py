@@ -1,8 +1,8 @@
 """A recorded run of the engine (`engine.recording`) as a program: the array-level steps the
 engine took for one (plan, input signature, request shape), with the steps nothing read removed
 and every register freed after its last reader. Running it on other inputs of the signature
-recomputes what the engine would, bit for bit (`wire.compile` checks that on the second request
-before trusting it), touching no Variable or Node and parsing nothing. It runs interpreted
+recomputes what the engine would, bit for bit (`wire.compile` checks that on the request after
+the recorded one before trusting it), touching no Variable or Node and parsing nothing. It runs interpreted
 (`Program.interpret`) until its generated function (`wire.codegen`) is ready.
 """
 

@@ -100,10 +100,10 @@ def measure(executor: Executor, graph, arrays, backward: bool):
     """(planned peak bytes, measured peak bytes) of one request: the measured peak is what
     tracemalloc saw allocated at once on top of the inputs (and grad_outputs), plus those."""
     path = "/backward" if backward else "/forward"
-    for _ in range(2):  # warm: the plan and its forward program are cached, the program checked
+    for _ in range(3):  # warm: the plan and its forward program are cached (at the second), the program checked
         output = run(executor, "/forward", _request(graph, arrays)).outputs[graph["outputs"][0]]
     if backward:
-        for _ in range(2):  # the backward's program, recorded and checked
+        for _ in range(3):  # the backward's program, recorded (at the second) and checked
             run(executor, path, _request(graph, arrays, output))
     GENERATOR.idle()  # its code generated (tracemalloc would count the generator thread's allocations)
     request = _request(graph, arrays, output if backward else None)

@@ -74,7 +74,7 @@ def test_code_generation_is_bounded_by_fan_in_not_by_steps():
     executor, body = Executor(Limits()), orjson.dumps(request)
     tracemalloc.start()
     try:
-        for _ in range(3):  # planned, compiled and run interpreted, then (formerly) generated
+        for _ in range(4):  # planned, recorded, checked and run interpreted, then (formerly) generated
             parts, _, _ = handle(executor, "/backward", body, None)
             answer = orjson.loads(b"".join(bytes(p) for p in parts))
             assert answer["grads"][0]["data"] == [float(k)]

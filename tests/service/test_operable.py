@@ -62,12 +62,12 @@ def test_json_lines_carry_each_request(json_server):
             content=body,
             headers={"Content-Type": "application/json", "X-Request-ID": f"job-7/step-{i}"},
         )
-        for i in range(3)
+        for i in range(4)
     ]
     bad = httpx.post(f"{json_server.base_url}/forward", json={"graph": 1, "bogus": 2})
     health = httpx.get(f"{json_server.base_url}/healthz")
     ids = [r.headers["x-request-id"] for r in (retained, *answers, bad, health)]
-    assert ids[1:4] == ["job-7/step-0", "job-7/step-1", "job-7/step-2"]
+    assert ids[1:5] == [f"job-7/step-{i}" for i in range(4)]
     lines = lines_of(json_server, lambda lines: all(any(i in line for line in lines) for i in ids))
     records = {r["request_id"]: r for r in request_records(lines)}  # every line parses as JSON
     assert set(ids) <= set(records), lines[-10:]
@@ -80,21 +80,22 @@ def test_json_lines_carry_each_request(json_server):
         assert 0 < record["duration_ms"] < 30_000
         assert re.fullmatch(r"127\.0\.0\.1:\d+", record["peer"])
         assert record["plan"] == answer.json()["plan"]
-    # the first request of a plan's request shape is the engine's, recorded; the second runs the recorded
-    # program, then the engine, and compares them; later ones run it (its generated function once ready)
-    assert [records[i]["executor"] for i in ids[1:3]] == ["engine", "engine"]
-    assert records[ids[3]]["executor"] in ("interpreted", "compiled")
+    # the first request of a plan's request shape is the engine's, the second the engine's recorded; the
+    # third runs the recorded program, then the engine, and compares them; later ones run it (its generated
+    # function once ready)
+    assert [records[i]["executor"] for i in ids[1:4]] == ["engine"] * 3
+    assert records[ids[4]]["executor"] in ("interpreted", "compiled")
     assert records[ids[0]]["executor"] == "engine"  # a retained graph is the engine's
     # and the answer says it too, as the log does
     assert [r.headers["x-gradserve-executor"] for r in (retained, *answers)] == [
-        records[i]["executor"] for i in ids[:4]
+        records[i]["executor"] for i in ids[:5]
     ]
     assert "x-gradserve-executor" not in bad.headers
 
-    error = records[ids[4]]
+    error = records[ids[5]]
     assert (error["route"], error["status"]) == ("/forward", 422) and "executor" not in error
-    assert bad.json()["request_id"] == ids[4] and GENERATED.fullmatch(ids[4])
-    assert (records[ids[5]]["method"], records[ids[5]]["route"], records[ids[5]]["status"]) == ("GET", "/healthz", 200)
+    assert bad.json()["request_id"] == ids[5] and GENERATED.fullmatch(ids[5])
+    assert (records[ids[6]]["method"], records[ids[6]]["route"], records[ids[6]]["status"]) == ("GET", "/healthz", 200)
 
 
 def test_json_lines_include_the_apps_own(json_server):

@@ -76,8 +76,8 @@ def test_masks_follow_each_requests_values():
         np.testing.assert_array_equal(got.outputs["s"], want.outputs["s"])
         ran.append(got.ran)
         GENERATOR.idle()
-    # recorded, verified against the engine, then the program answers (it never fell back)
-    assert ran[:2] == ["engine", "engine"] and set(ran[2:]) <= {"interpreted", "compiled"}, ran
+    # unrecorded, recorded, verified against the engine, then the program answers (it never fell back)
+    assert ran[:3] == ["engine"] * 3 and set(ran[3:]) <= {"interpreted", "compiled"}, ran
     assert ran[-1] == "compiled"
     (program,) = _programs(compiled)
     assert isinstance(program, Program) and program.verified and program.generated is not None
@@ -93,7 +93,7 @@ def _chain(length, op="exp"):
 
 
 def _generated(executor, graph, arrays):
-    for _ in range(2):
+    for _ in range(3):
         _backward(executor, graph, arrays)
     assert GENERATOR.idle()
     (program,) = _programs(executor)
@@ -136,7 +136,7 @@ def _replace_first_kind(program, fn):
 def test_a_failing_interpreted_program_is_logged_counted_and_rerun(caplog):
     executor = Executor()
     arrays = {"x": np.linspace(0, 1, 3)}
-    for _ in range(2):
+    for _ in range(3):
         _backward(executor, _chain(2), arrays)
     assert GENERATOR.idle()
     (program,) = _programs(executor)
@@ -153,7 +153,8 @@ def test_a_failing_interpreted_program_is_logged_counted_and_rerun(caplog):
 def test_a_program_that_differs_from_the_engine_is_dropped(caplog):
     executor = Executor()
     arrays = {"x": np.linspace(0, 1, 3)}
-    _backward(executor, _chain(2), arrays)
+    for _ in range(2):  # unrecorded, then recorded
+        _backward(executor, _chain(2), arrays)
     (program,) = _programs(executor)
     _replace_first_kind(program, lambda xp, x: np.sin(x))  # a program that is not what the engine did
     with caplog.at_level(logging.WARNING, logger="gradserve.compile"):
@@ -175,10 +176,10 @@ def test_code_generation_runs_off_the_request_thread(monkeypatch):
     executor = Executor()
     graph, arrays = _chain(1500, op="sin"), {"x": np.linspace(0, 1, 4)}
     try:
-        ran = [_backward(executor, graph, arrays).ran for _ in range(3)]  # generation is held meanwhile
+        ran = [_backward(executor, graph, arrays).ran for _ in range(4)]  # generation is held meanwhile
         (program,) = _programs(executor)
         assert 10_000 < program.terms <= codegen.MAX_TERMS
-        assert ran == ["engine", "engine", "interpreted"] and program.generated is None
+        assert ran == ["engine", "engine", "engine", "interpreted"] and program.generated is None
     finally:
         release.set()
     assert GENERATOR.idle(60)
@@ -218,7 +219,7 @@ def test_plan_show_forward_and_declared_shapes(tmp_path, capsys, forward):
 
 def test_a_plans_programs_are_served_as_source():
     with asgi_client() as app:
-        answers = [app.post("/backward", json=EXAMPLE) for _ in range(2)]
+        answers = [app.post("/backward", json=EXAMPLE) for _ in range(3)]
         assert all(a.status_code == 200 for a in answers)
         assert GENERATOR.idle()
         pid = answers[0].json()["plan"]
@@ -239,13 +240,32 @@ def test_cancel_drops_queued_generations_and_stops_the_one_under_way(monkeypatch
     monkeypatch.setattr(codegen, "generate", held)
     executors = [Executor() for _ in range(2)]
     for executor in executors:
-        for _ in range(2):
+        for _ in range(3):
             _backward(executor, _chain(3), {"x": np.ones(2)})
     assert started.wait(30)
     GENERATOR.cancel()  # the second program's generation is dropped; the first stops before its first part
     release.set()
     assert GENERATOR.idle()
     assert [p.generated for e in executors for p in _programs(e)] == [None, None]
-    for _ in range(2):  # a later program is generated as before
+    for _ in range(3):  # a later program is generated as before
         _backward(executors[0], _chain(4), {"x": np.ones(2)})
     assert GENERATOR.idle() and _programs(executors[0])[-1].generated is not None
+
+
+def test_a_request_shape_is_recorded_only_when_seen_again():
+    executor, graph = Executor(), _chain(3)
+    answers = [_backward(executor, graph, _arrays_of(seed)) for seed in range(5)]
+    assert [a.ran for a in answers[:3]] == ["engine"] * 3
+    (program,) = _programs(executor)
+    assert isinstance(program, Program) and program.verified and answers[3].ran in ("interpreted", "compiled")
+    for seed, answer in enumerate(answers):  # unrecorded, recorded, checked and the program's: all the engine's
+        expected = _backward(Executor(compiled=False), graph, _arrays_of(seed))
+        np.testing.assert_array_equal(answer.grads["x"], expected.grads["x"])
+        np.testing.assert_array_equal(answer.outputs["s"], expected.outputs["s"])
+    once = Executor()
+    _backward(once, graph, _arrays_of(0))
+    assert _programs(once) == [wire_compile.SEEN]  # a graph sent once is never recorded
+
+
+def _arrays_of(seed):
+    return {"x": np.random.default_rng(seed).uniform(-1, 1, (2, 3))}

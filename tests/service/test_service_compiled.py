@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from engine.registry import OPS
 from tests.reliability.test_fuzz import _jsonable, valid_requests
 from wire.codegen import GENERATOR
-from wire.compile import Fallback
+from wire.compile import SEEN, Fallback
 from wire.errors import GraphError
 from wire.executor import Executor
 from wire.limits import Limits
@@ -33,13 +33,13 @@ CASES = [(name, i) for name, op in sorted(OPS.items()) for i in range(len(op.sam
 
 def _programs(executor, differentiate=None):
     """The compiled programs (or Fallbacks) of every plan the executor has cached (forward ones,
-    backward ones or both)."""
+    backward ones or both); not the request shapes seen once (recorded when seen again)."""
     return [
         p
         for plan, _ in executor.plans._plans.values()
         for s in plan.checked.values()
         for key, p in s.programs.items()
-        if differentiate is None or key[0] == differentiate
+        if (differentiate is None or key[0] == differentiate) and p is not SEEN
     ]
 
 
@@ -63,8 +63,8 @@ def _assert_identical(got, expected):
         assert got.grads[name].dtype == array.dtype and got.grads[name].shape == array.shape
 
 
-def _compare(endpoint, graph, arrays, runs=3, **fields):
-    """Run on both executors (`runs` times on the compiled one: record, check, then run the program) and compare;
+def _compare(endpoint, graph, arrays, runs=4, **fields):
+    """Run on both executors (`runs` times on the compiled one: unrecorded, recorded, checked, then the program) and compare;
     returns the compiled executor."""
     expected = _run(Executor(compiled=False), endpoint, graph, arrays, **fields)
     compiled = Executor()
@@ -101,16 +101,18 @@ def _compiles(name, index):
 def test_registry_samples_forward_and_backward_match_the_engine(name, index, dtype):
     graph, arrays, op = _sample_graph(name, index, dtype, np.random.default_rng(index))
     differentiable = op.differentiable and any(a.dtype.kind == "f" for a in arrays.values())
-    executor = _compare("forward", graph, arrays)
+    executors = {False: _compare("forward", graph, arrays)}
     if differentiable:
         graph["outputs"] = ["s"]
         wrt = [n for n, a in arrays.items() if a.dtype.kind == "f"]
-        executor = _compare("backward", graph, arrays, wrt=wrt)
+        executors[True] = _compare("backward", graph, arrays, wrt=wrt)
         # with a gradient for a non-scalar output, and an intermediate in wrt
         graph["outputs"] = ["s", "z"]
-        seed = np.random.default_rng(1).uniform(-1, 1, _run(executor, "forward", graph, arrays).outputs["z"].shape)
+        seed = np.random.default_rng(1).uniform(
+            -1, 1, _run(executors[True], "forward", graph, arrays).outputs["z"].shape
+        )
         _compare("backward", graph, arrays, wrt=[*wrt, "y"], grad_outputs={"z": seed.astype(arrays[wrt[0]].dtype)})
-    for differentiate in (False, True) if differentiable else (False,):
+    for differentiate, executor in executors.items():
         programs = _programs(executor, differentiate)
         expected = Program if _compiles(name, index) else Fallback  # composites too: their primitives are recorded
         assert programs and all(isinstance(p, expected) for p in programs), programs
@@ -161,7 +163,7 @@ def test_shared_values_accumulate_in_the_engines_order():
 def test_forward_frees_each_value_after_its_last_reader():
     x = np.random.default_rng(0).uniform(-1, 1, 250_000)  # 2 MB per value, 30 values
     executor = Executor()
-    for _ in range(2):  # recorded, then checked against the engine
+    for _ in range(3):  # unrecorded, recorded, then checked against the engine
         _run(executor, "forward", _chain(30), {"x": x})
     GENERATOR.idle()  # generated: tracemalloc would count the generator thread's allocations
     tracemalloc.start()
@@ -180,7 +182,7 @@ def test_backward_keeps_only_what_the_vjps_read():
     x = np.random.default_rng(0).uniform(-1, 1, 250_000)
     graph = _chain(30, op="neg")
     executor = Executor()
-    for _ in range(2):  # recorded, then checked against the engine
+    for _ in range(3):  # unrecorded, recorded, then checked against the engine
         _run(executor, "backward", graph, {"x": x})
     GENERATOR.idle()
     tracemalloc.start()
@@ -197,7 +199,8 @@ def test_backward_keeps_only_what_the_vjps_read():
 def test_a_cancelled_compiled_run_stops(endpoint):
     executor = Executor()
     graph, arrays = _chain(5, op="neg"), {"x": np.ones(3)}
-    _run(executor, endpoint, graph, arrays)
+    for _ in range(2):  # unrecorded, then recorded
+        _run(executor, endpoint, graph, arrays)
     assert isinstance(_programs(executor)[0], Program)
     event = threading.Event()
     event.set()
@@ -295,9 +298,11 @@ def test_ops_of_lone_scalar_constants_take_the_engines_dtype():
 def test_programs_count_against_the_plan_cache_bytes():
     graph, arrays = _chain(50, op="neg"), {"x": np.ones(3)}
     executor = Executor()
-    _run(executor, "forward", graph, arrays)
+    for _ in range(2):  # unrecorded, then recorded
+        _run(executor, "forward", graph, arrays)
     before = executor.plans.nbytes
-    _run(executor, "backward", graph, arrays)
+    for _ in range(2):
+        _run(executor, "backward", graph, arrays)
     assert executor.plans.nbytes > before + 100 * 1000  # 51 forward and 51 backward instructions
     # a plan that is not cached is not compiled; one whose program would not fit runs on the engine
     uncached = Executor(Limits(plan_cache_size=0))
@@ -305,7 +310,7 @@ def test_programs_count_against_the_plan_cache_bytes():
     assert [plan for plan, _ in uncached.plans._plans.values()] == []
     small = Executor(Limits(plan_cache_bytes=100_000))
     expected = _run(Executor(compiled=False), "backward", graph, arrays)
-    for _ in range(2):
+    for _ in range(3):
         _assert_identical(_run(small, "backward", graph, arrays), expected)
     assert [type(p) for p in _programs(small)] == [Fallback] and small.plans.nbytes < 100_000
 
@@ -328,6 +333,7 @@ def test_plans_over_the_step_limit_run_on_the_engine(monkeypatch):
 
     monkeypatch.setattr(wire_compile, "MAX_STEPS", 10)
     small, large = Executor(), Executor()
-    _run(small, "backward", _chain(8, op="neg"), {"x": np.ones(3)})
-    _run(large, "backward", _chain(12, op="neg"), {"x": np.ones(3)})
+    for _ in range(2):
+        _run(small, "backward", _chain(8, op="neg"), {"x": np.ones(3)})
+        _run(large, "backward", _chain(12, op="neg"), {"x": np.ones(3)})
     assert [type(p) for p in _programs(small)] == [Program] and _programs(large) == []

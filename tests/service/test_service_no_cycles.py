@@ -90,7 +90,7 @@ def test_requests_through_the_app_leave_no_cyclic_garbage(case):
         app = create_app(Settings(log_level="warning"))
         async with app.router.lifespan_context(app):
             assert gc.get_freeze_count() > 0  # start-up's objects are out of the collector's way
-            for _ in range(3):  # warm: plans, compiled programs, thread pool
+            for _ in range(4):  # warm: plans, recorded and checked programs, thread pool
                 assert await _post(app, "/backward", body, headers) == status
             with collector_off() as found:
                 for _ in range(20):
