@@ -76,11 +76,12 @@ MISSED_BECAUSE = {
     "matmuls are the floor's, the vjps of mm, clamp, pow and sum call engine ops on Variables (6 op "
     "dispatches, ~25 µs right after the cache-evicting matmuls), and admission (plan key, input "
     "signature, budgets) adds ~3.5 µs warm, ~9 µs after the matmuls (Changes, request path)",
-    "100-op chain": "CPython bytecode around each 2x2 NumPy call: ~15.6k instructions per forward op with grad "
-    "(9.5k without) against ~3.8k for NumPy's multiply itself (callgrind: 5,973k -> 4,328k a step after d2ba7b1, "
-    "-> 3,805k after the eager2 cuts, 3,698k once arithmetic forwards are operator.* and apply_op makes the node "
-    "inline); each Python call layer left (operator, apply_op, vjp, the vjp lambda, free) costs ~0.5-0.85k; "
-    "PyTorch does it in C++ (Changes, round 3)",
+    "100-op chain": "CPython bytecode around each 2x2 NumPy call: ~11k instructions to record a node per forward op "
+    "(5.5k with grad off) against ~3.8k for NumPy's multiply itself, and per backward node a vjp frame plus the "
+    "`g * y` op's three frames. callgrind a step: 5,973k after d2ba7b1 -> 3,698k (round 3, sessions 9-10) -> "
+    "3,388k in session 11 (the walk runs a chain without the heap, free() and grad mode inline, operator "
+    "forwards without an array-module lookup), PyTorch's 3,484k: the same instructions, but PyTorch's run in "
+    "C++ at a higher rate (Changes, round 3)",
     "seed net": "the 5 matmuls equal the floor's; the rest is the engine's dispatch of 12 ops and 6 "
     "backward nodes, run right after a cache-evicting matmul: f32 4,834k instructions a step (4,918k before "
     "pow(2)'s gradient lost its where mask) against the floor's ~4,430k (1.1x), but 1.6x its CPU time, as "
@@ -118,12 +119,13 @@ MISSED_BECAUSE = {
     "fields as a tuple and the batch formats them (the duration's digits from whole microseconds and a table, not "
     "round-to-3 and repr), a text line 27.3k -> 15.7k instructions; a 4 KiB binary /forward with the log on ÷ off "
     "+9.9% -> +5.6% of its instructions (298k off; log4 branch) (issue 24 item 5)",
-    "first request of a new": "the first request parses, infers, walks the costs twice, runs the engine with "
-    "recording and builds the program; a repeat runs the program. CPU in process (load ~2): parse 17, inference 4, "
-    "cost walks 24, recorded engine run 31, program_of 7 of 85 ms, ~11 ms of it the cyclic GC. The two cost walks "
-    "now share one table per plan (op costs found by the metas' identity) and parsing checks a node in one pass: "
-    "callgrind 264M -> 210M instructions a first request (cost walks 80M -> 41M, parse 43M -> 28M); "
-    "what remains is the recorded engine run and the GC (issue 24 item 4, growth3 branch)",
+    "first request of a new": "the first request parses, infers every shape, walks the forward and backward costs "
+    "for admission and runs the graph on the engine with its backward walk; a repeat runs the generated program. "
+    "Since session 11 a request shape's first request runs unrecorded (recorded at its second, checked at its "
+    "third), and inference finds a step by its attrs' and metas' identity: callgrind 197M -> 150M instructions a "
+    "first request against a repeat's ~12M (~12x), 9.8-9.9x in this case's own timing on a quiet machine (was "
+    "13.1x). What is left is Python per node: parse ~30k instructions, inference ~14k, cost walks ~41k, the "
+    "engine's forward and backward ~52k; the GC is ~6M of it (issue 24 item 4, first4 branch)",
     "10k-node chain plan": "plans up to 100,000 steps run as recorded programs, interpreted past code generation's "
     "16,000 terms from int32 arrays over a few shared kinds of step: ~2-4 µs/node of CPU with no GC pass "
     "(in process, load average ~9 on 2 cores: 12-14 µs/node wall against 23-26 for the build before); "
@@ -145,16 +147,14 @@ MISSED_BECAUSE = {
     "172-211 µs of CPU, 4 alternating runs on a loaded VM): what is left is the wire pipeline's Python "
     "(decode, admit, execute, encode, ~60%); the 1 MiB gap was page faults from glibc trimming the event "
     "loop's heap, now kept with a pad (issue 24 items 1, 4; serve3 branch)",
-    "seed loop remote with resident parameters": "a step is one request that carries only the batch (measured: 1.00 "
-    "request, ~254 KiB up, 0.2 KiB down per step). Since round 3's second pass `optimizer.step()` leaves its "
-    "request in flight (a sender thread sends it; the answer is read when something needs it), so the client "
-    "records step n+1 while the server runs step n, and the server steps SGD's arrays in place (no copy of w1): "
-    "server CPU 3.41-4.13 -> 2.92-3.08 ms a step and client CPU 1.76-2.20 -> 1.99-2.13 ms (3 interleaved rounds "
-    "of 300 steps, each tree's own client and 1-worker server, load 11-17 on 2 cores: wall times there said "
-    "nothing), 6.10M -> 5.00M instructions a step for the server's run in process (callgrind). What is left: "
-    "two processes on 2 cores, each step's server run (~3 ms of CPU) longer than the client's (~2 ms), so the "
-    "loop waits for the server; the server's run is the compiled forward and backward plus reading the "
-    "253 KiB body (issue 24 item 3)",
+    "seed loop remote with resident parameters": "a step is one request of ~3 KiB: since session 11 the unchanged "
+    "batch is held on the server and read by handle while its bytes equal the client's copy (was ~254 KiB up a "
+    "step); the server steps SGD in place, and `optimizer.step()` leaves its request in flight, so the client "
+    "records step n+1 while the server runs step n. Own harness, 3 alternating pairs of 1,500 steps: server CPU "
+    "0.64-0.65 -> 0.55-0.57 ms a step, client CPU ~0.47 ms, round trip 1.39-1.90 ms (was 1.70-2.66), the embedded "
+    "step 0.43-0.54 ms of CPU. What is left: one step in flight at a time, so a step's wall is its round trip "
+    "(the server's run, HTTP on both ends and two thread hand-offs), not max(client, server) CPU; two steps in "
+    "flight need the server to refuse a step whose predecessor failed (issue 24 item 3)",
     "remote training loop": "the suite's remote loop is the seed program as written (`w.data -= lr * w.grad.data`): each step "
     "moves the parameters, a 650 KB request and a 400 KB answer over this VM's loopback, which the embedded "
     "loop does not pay; resident parameters (`client.optim.SGD(..., resident=True)`, issue 24 target 3) are "
@@ -163,10 +163,10 @@ MISSED_BECAUSE = {
     "recording 6 ops 64 µs, writing the request's graph 41 µs, walking the backward's course "
     "17 µs, admission 16 µs, applying the answer 17 µs: ~175 µs of lazy-graph bookkeeping "
     "against the engine's ~100 µs of eager dispatch (Changes, the client, session 4)",
-    "HVP": "the same per-op Python as the chain over ~55 op applications and two walks (6 and ~25 nodes): "
-    "3,016k -> 2,725k instructions a step after d2ba7b1, 2,282k once grad() skips its pruning pass when every "
-    "leaf reached is an input, 1,937k once pow(2)'s gradient is g * 2x without the where mask (callgrind); "
-    "PyTorch's is ~1,240k, in C++ (Changes, round 3)",
+    "HVP": "two grad() calls over small graphs (6 and ~25 nodes, ~55 op applications), where per-call costs "
+    "(argument checks, the root gradient, the pruning walk over the create_graph graph) and per-node Python "
+    "dominate: 3,016k instructions a step after d2ba7b1 -> 1,937k (sessions 9-10) -> ~1,860k in session 11 "
+    "(callgrind); PyTorch's ~1,370k, in C++ (Changes, round 3)",
     "tensor program": "the client records every op lazily and never materializes the updated weights: each "
     "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
     "step's cost grows with the step count), parsed and re-run by the Executor (cProfile of steps "
