@@ -210,8 +210,10 @@ def test_healthz_answers_while_a_new_signature_of_a_big_plan_is_planned(server_f
         time.sleep(0.05)
     thread.join()
     assert answer[0].status_code == 200, answer[0].text[:300]
-    assert answer[1] > 1.0  # the planning took long enough to have frozen /healthz
-    assert max(latencies) < 1.0, max(latencies)
+    # the planning took long enough to have frozen /healthz (a first request is not recorded since issue 24: ~1 s),
+    # and no /healthz waited for a large part of it
+    assert answer[1] > 0.3, answer[1]
+    assert max(latencies) < min(1.0, answer[1] / 3), (max(latencies), answer[1])
 
 
 # ------------------------------------------------------------------------------------ /v2 models
