@@ -14,6 +14,7 @@ from wire.compile import run_compiled
 from wire.differentiate import gradients
 from wire.errors import RequestError
 from wire.infer import check_request_inputs, known_shapes
+from wire.layouts import Layouts
 from wire.limits import Limits
 from wire.messages import Request, Result
 from wire.resident_update import apply_update
@@ -41,6 +42,7 @@ class Executor:
         self.plans = PlanCache(self.limits.plan_cache_size, self.limits.plan_cache_bytes)
         self.tapes = TapeStore(self.limits)
         self.residents = ResidentStore(self.limits)
+        self.layouts = Layouts()  # binary requests' headers seen before (wire.layouts)
 
     def admit(self, request: Request, kind: str, cheap_steps: int | None = None) -> Ticket:
         """The `wire.admission.Ticket` of `request` to `kind` ("forward" or "backward"), or the
@@ -79,7 +81,10 @@ class Executor:
 
     def _resolved(self, request: Request) -> tuple:
         """request.planned, with at least its plan resolved: (plan, Shapes or None, key)."""
-        if request.planned is None:
+        layout = request.layout
+        if request.planned is None and layout is not None and layout.planned and self.plans.hit(layout.planned[0]):
+            request.planned = (*layout.planned, None)  # a header seen before, on a plan still cached
+        elif request.planned is None:
             plan, key = self._resolve(request)
             if plan.residents or request.update:
                 self._bind_residents(request, plan)
@@ -226,10 +231,13 @@ class Executor:
         return result if request.session is None else self._settle_residents(request, plan, result)
 
     def _run_plan(self, ticket: Ticket, request: Request, plan, shapes) -> Result:
-        key = request.planned[2]
+        key, layout = request.planned[2], request.layout
         if key is not None:
             self.plans.store(key, plan)
             request.planned = (plan, shapes, None)
+        elif layout is not None and not layout.planned and not plan.residents:
+            # the next request of this header skips planning (`_resolved`) while the plan keeps these Shapes
+            layout.planned = (plan, shapes) if known_shapes(plan, request.inputs) is shapes else None
         record = ticket.kind == "backward" or request.retain_graph
         if not request.retain_graph and self.compiled:
             done = run_compiled(
