@@ -1,7 +1,7 @@
 """wire.layouts: a binary request whose header was seen before is decoded from that header's layout
 (no JSON parse, no header checks, no graph lookup) into the same request the full decode makes; and
 anything else (another tail length, a JSON tensor, a refused header, an evicted plan) gets the full
-decode's answer or error."""
+decode's answer or error; and, once a request of it ran on a cached plan, admitted as that one was."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from wire import codec, handler
+from wire import executor as executor_module
 from wire.errors import GraphError
 from wire.executor import Executor
 from wire.limits import Limits
@@ -52,6 +53,7 @@ def test_a_repeat_header_is_decoded_from_its_layout_into_the_same_request_and_an
     hits = executor.plans.hits
     _no_full_decode(monkeypatch)
     monkeypatch.setattr(executor.plans, "lookup", lambda *a: pytest.fail("the graph was looked up"))
+    monkeypatch.setattr(executor_module, "admit", lambda *a: pytest.fail("admitted in full"))
     other = bytearray(body)
     other[length:] = np.stack([X + 1, G]).tobytes()  # same header, other tensor bytes
     request = handler.decode(executor, other, length)

@@ -52,6 +52,10 @@ class Executor:
             ticket = self._admit_residents(request, kind)
             if ticket is not None:
                 return ticket
+        admitted = None if request.layout is None else request.layout.admitted.get(kind)
+        if admitted is not None and request.planned is None and self.plans.hit(admitted[1]):
+            request.planned = (admitted[1], admitted[2], None)  # a header seen before, on a plan still cached:
+            return Ticket(request, kind, *admitted)  # admitted as the last request of it was (`_run_plan`)
         if cheap_steps is None:
             return admit(request, kind, self.limits, self._plan)
         return admit(request, kind, self.limits, lambda r: self._cheaply_planned(r, cheap_steps))
@@ -81,10 +85,7 @@ class Executor:
 
     def _resolved(self, request: Request) -> tuple:
         """request.planned, with at least its plan resolved: (plan, Shapes or None, key)."""
-        layout = request.layout
-        if request.planned is None and layout is not None and layout.planned and self.plans.hit(layout.planned[0]):
-            request.planned = (*layout.planned, None)  # a header seen before, on a plan still cached
-        elif request.planned is None:
+        if request.planned is None:
             plan, key = self._resolve(request)
             if plan.residents or request.update:
                 self._bind_residents(request, plan)
@@ -235,9 +236,10 @@ class Executor:
         if key is not None:
             self.plans.store(key, plan)
             request.planned = (plan, shapes, None)
-        elif layout is not None and not layout.planned and not plan.residents:
-            # the next request of this header skips planning (`_resolved`) while the plan keeps these Shapes
-            layout.planned = (plan, shapes) if known_shapes(plan, request.inputs) is shapes else None
+        elif layout is not None and not plan.residents and layout.admitted.get(ticket.kind, (0, None))[1] is not plan:
+            # while the plan keeps these Shapes, the next request of this header is admitted as this one (`admit`)
+            if known_shapes(plan, request.inputs) is shapes:
+                layout.admitted[ticket.kind] = (ticket.where, plan, shapes, ticket.cost, ticket.answer_elements)
         record = ticket.kind == "backward" or request.retain_graph
         if not request.retain_graph and self.compiled:
             done = run_compiled(

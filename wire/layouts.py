@@ -1,9 +1,9 @@
 """Repeat binary requests, decoded by their header's bytes (issue 24 item 4). A client that repeats a
 request (a training loop, a benchmark) sends the same JSON header each time: a `Layout` is what
 `wire.messages.decode_request` made of one (the request's fields, each tensor's place in the tail)
-and, once a request of it ran on a cached plan, that plan and its Shapes. A body with a header seen
-before is decoded by slicing its tail: it passed the header's checks under the same limits. Only
-what decoded without error is kept, so a refusal is always the full decode's own."""
+and, once a request of it ran on a cached plan, how it was admitted. A body with a header seen before
+is decoded by slicing its tail and admitted as that request was: it passed the same checks under the
+same limits. Only what passed them is kept, so a refusal is always the full decode's or admission's own."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ LAYOUTS = 64  # layouts kept, the oldest dropped first: at most 512 KiB of keys
 
 class Layout:
     """A header's `fields`, `tensors` [(inputs or grad_outputs, name, dtype, count, offset, shape)],
-    tail `size` and `planned` (plan, Shapes) once a request of it ran on a cached plan."""
+    tail `size` and `admitted`: {kind: its Ticket's fields} once a request of it ran on a cached plan."""
 
-    __slots__ = ("fields", "planned", "size", "tensors")
+    __slots__ = ("admitted", "fields", "size", "tensors")
 
     def __init__(self, fields: dict, tensors: list, size: int):
-        self.fields, self.tensors, self.size, self.planned = fields, tensors, size, None
+        self.fields, self.tensors, self.size, self.admitted = fields, tensors, size, {}
 
 
 class Layouts:
