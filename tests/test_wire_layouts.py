@@ -5,6 +5,9 @@ decode's answer or error; and, once a request of it ran on a cached plan, admitt
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -125,3 +128,14 @@ def test_a_misaligned_tensor_is_copied_only_when_asked_to_be_aligned():
     aligned = handler.decode(executor, shifted, length).inputs["x"]
     assert aligned.flags.aligned
     np.testing.assert_array_equal(aligned, X)
+
+
+def test_a_layout_keeps_no_plan_alive_once_the_cache_dropped_it():
+    executor = Executor(Limits(plan_cache_size=1))
+    body, length = _body()
+    header = [_answer(executor, body, length) for _ in range(3)][-1][0]
+    plan = weakref.ref(executor.plans.by_id(header["plan"]))
+    other = dict(GRAPH, nodes=[GRAPH["nodes"][0], {"id": "y", "op": "add", "inputs": ["x", "x"]}])
+    handler.handle(executor, "/backward", *_body(graph=other))  # evicts the first graph's plan
+    gc.collect()
+    assert plan() is None and executor.layouts.decode(body, length).layout.admitted

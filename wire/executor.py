@@ -53,9 +53,10 @@ class Executor:
             if ticket is not None:
                 return ticket
         admitted = None if request.layout is None else request.layout.admitted.get(kind)
-        if admitted is not None and request.planned is None and self.plans.hit(admitted[1]):
-            request.planned = (admitted[1], admitted[2], None)  # a header seen before, on a plan still cached:
-            return Ticket(request, kind, *admitted)  # admitted as the last request of it was (`_run_plan`)
+        plan = None if admitted is None else admitted[1]()  # held weakly: a layout keeps no plan alive
+        if plan is not None and request.planned is None and self.plans.hit(plan):
+            request.planned = (plan, admitted[2](), None)  # a header seen before, on a plan still cached:
+            return Ticket(request, kind, admitted[0], plan, request.planned[1], *admitted[3:])  # as `_run_plan` kept
         if cheap_steps is None:
             return admit(request, kind, self.limits, self._plan)
         return admit(request, kind, self.limits, lambda r: self._cheaply_planned(r, cheap_steps))
@@ -236,10 +237,8 @@ class Executor:
         if key is not None:
             self.plans.store(key, plan)
             request.planned = (plan, shapes, None)
-        elif layout is not None and not plan.residents and layout.admitted.get(ticket.kind, (0, None))[1] is not plan:
-            # while the plan keeps these Shapes, the next request of this header is admitted as this one (`admit`)
-            if known_shapes(plan, request.inputs) is shapes:
-                layout.admitted[ticket.kind] = (ticket.where, plan, shapes, ticket.cost, ticket.answer_elements)
+        elif layout is not None and not plan.residents and known_shapes(plan, request.inputs) is shapes:
+            layout.keep(ticket)  # the plan keeps these Shapes: the next request of this header is admitted so
         record = ticket.kind == "backward" or request.retain_graph
         if not request.retain_graph and self.compiled:
             done = run_compiled(
@@ -270,7 +269,7 @@ class Executor:
         if request.retain_graph:
             self.tapes.restore(request.tape, execution)
         else:
-            self.tapes.mark_freed(request.tape)
+            self.tapes.release(request.tape)
         return Result(
             request.id,
             execution.output_arrays(),

@@ -8,6 +8,7 @@ same limits. Only what passed them is kept, so a refusal is always the full deco
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy
 
@@ -18,26 +19,29 @@ LAYOUTS = 64  # layouts kept, the oldest dropped first: at most 512 KiB of keys
 
 
 class Layout:
-    """A header's `fields`, `tensors` [(inputs or grad_outputs, name, dtype, count, offset, shape)],
-    tail `size` and `admitted`: {kind: its Ticket's fields} once a request of it ran on a cached plan."""
+    """A header's `fields`, `tensors` [(whose, name, dtype, count, offset, shape)], `size` and `admitted`."""
 
     __slots__ = ("admitted", "fields", "size", "tensors")
 
     def __init__(self, fields: dict, tensors: list, size: int):
         self.fields, self.tensors, self.size, self.admitted = fields, tensors, size, {}
 
+    def keep(self, ticket) -> None:
+        """Keep how `ticket` was admitted (`wire.executor.Executor.admit`), its plan and Shapes weakly."""
+        kept = self.admitted.get(ticket.kind)
+        if kept is None or kept[1]() is not ticket.plan:
+            refs = weakref.ref(ticket.plan), weakref.ref(ticket.shapes)
+            self.admitted[ticket.kind] = (ticket.where, *refs, ticket.cost, ticket.answer_elements)
+
 
 class Layouts:
     """The layouts of the last LAYOUTS distinct headers (`learn`), by the header's bytes."""
 
     def __init__(self, size: int = LAYOUTS):
-        self.size = size
-        self._layouts: dict[bytes, Layout] = {}
-        self._lock = threading.Lock()
+        self.size, self._layouts, self._lock = size, {}, threading.Lock()  # {header bytes: Layout}
 
     def decode(self, body, header_length: int, aligned: bool = True) -> Request | None:
-        """The Request of a binary `body` whose header was learned (`aligned`: see
-        `wire.codec.decode_tensors`); None when it was not, or its tail's length differs."""
+        """The Request of a binary `body` of a learned header and tail length (else None)."""
         if header_length > MAX_HEADER or header_length > len(body):
             return None
         view = memoryview(body)
@@ -53,8 +57,7 @@ class Layouts:
         return request
 
     def learn(self, body, header_length: int, header: dict, request: Request) -> None:
-        """Keep the layout of a binary request `decode_request` made of `body` (its parsed `header`):
-        only one whose tensors are all binary and that keeps no resident arrays."""
+        """Keep the layout of a request made of `body`, unless it has JSON tensors or resident arrays."""
         if header_length > MAX_HEADER or request.session is not None or request.upload or request.update:
             return
         objs = (header.get("inputs") or []) + (header.get("grad_outputs") or [])

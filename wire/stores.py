@@ -132,9 +132,6 @@ class TapeStore:
                 while len(self._freed) > 4 * self.limits.max_tapes:
                     self._freed.popitem(last=False)
 
-    def mark_freed(self, tape_id: str):
-        self.release(tape_id)
-
     def drop(self, tape_id: str):
         """Drop a retained tape (whose answer will not be sent), wherever it is."""
         with self._lock:
