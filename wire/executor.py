@@ -237,8 +237,8 @@ class Executor:
         if key is not None:
             self.plans.store(key, plan)
             request.planned = (plan, shapes, None)
-        elif layout is not None and not plan.residents and known_shapes(plan, request.inputs) is shapes:
-            layout.keep(ticket)  # the plan keeps these Shapes: the next request of this header is admitted so
+        elif layout is not None and not plan.residents:
+            layout.keep(ticket, request.inputs)  # the next request of this header is admitted so
         record = ticket.kind == "backward" or request.retain_graph
         if not request.retain_graph and self.compiled:
             done = run_compiled(

@@ -12,6 +12,7 @@ import weakref
 
 import numpy
 
+from wire.infer import known_shapes
 from wire.messages import Request
 
 MAX_HEADER = 8192  # bytes of a header kept as a layout's key (larger ones are decoded in full)
@@ -26,12 +27,12 @@ class Layout:
     def __init__(self, fields: dict, tensors: list, size: int):
         self.fields, self.tensors, self.size, self.admitted = fields, tensors, size, {}
 
-    def keep(self, ticket) -> None:
-        """Keep how `ticket` was admitted (`wire.executor.Executor.admit`), its plan and Shapes weakly."""
+    def keep(self, ticket, inputs: dict) -> None:
+        """Keep how `ticket` was admitted, its plan and Shapes weakly, if the plan keeps them for `inputs`."""
         kept = self.admitted.get(ticket.kind)
-        if kept is None or kept[1]() is not ticket.plan:
-            refs = weakref.ref(ticket.plan), weakref.ref(ticket.shapes)
-            self.admitted[ticket.kind] = (ticket.where, *refs, ticket.cost, ticket.answer_elements)
+        if (kept is None or kept[1]() is not ticket.plan) and known_shapes(ticket.plan, inputs) is ticket.shapes:
+            refs = (weakref.ref(ticket.plan), weakref.ref(ticket.shapes), ticket.cost, ticket.answer_elements)
+            self.admitted[ticket.kind] = (ticket.where, *refs)
 
 
 class Layouts:
@@ -42,10 +43,8 @@ class Layouts:
 
     def decode(self, body, header_length: int, aligned: bool = True) -> Request | None:
         """The Request of a binary `body` of a learned header and tail length (else None)."""
-        if header_length > MAX_HEADER or header_length > len(body):
-            return None
-        view = memoryview(body)
-        layout = self._layouts.get(bytes(view[:header_length]))
+        view = memoryview(body)  # (a header past the body's end: its tail's size is negative, no layout)
+        layout = self._layouts.get(bytes(view[:header_length])) if 0 <= header_length <= MAX_HEADER else None
         if layout is None or len(view) - header_length != layout.size:
             return None
         tail, request = view[header_length:], Request.__new__(Request)
