@@ -150,18 +150,11 @@ ONE_CHUNK_BYTES = SEND_CHUNK_BYTES + (SEND_CHUNK_BYTES >> 2)  # a body up to thi
 
 
 def _chunks(parts: list):
-    """The body `parts` as `bytes` chunks of SEND_CHUNK_BYTES (the last one shorter): the ASGI
-    spec allows only `bytes` body parts. A body of at most ONE_CHUNK_BYTES (small parts, or a 1 MiB
-    tensor and its header) is joined into one chunk (one send, one write); a larger tensor's memoryview is copied a slice at a time as it is sent, so neither the event
-    loop (a copy holds the GIL) nor memory ever carries a second whole copy of it. Always yields
-    at least one chunk."""
-    if len(parts) == 1 and type(parts[0]) is bytes and len(parts[0]) <= ONE_CHUNK_BYTES:
-        yield parts[0]
-        return
-    if sum(len(p) for p in parts) <= ONE_CHUNK_BYTES:  # a 1 MiB tensor and its header: one send
-        yield b"".join(parts)
-        return
-    pending, size, sent = [], 0, False
+    """The body `parts` of a large answer (over ONE_CHUNK_BYTES) as `bytes` chunks of SEND_CHUNK_BYTES
+    (the last one shorter): the ASGI spec allows only `bytes` body parts. A tensor's memoryview is
+    copied a slice at a time as it is sent, so neither the event loop (a copy holds the GIL) nor
+    memory ever carries a second whole copy of it."""
+    pending, size = [], 0
     for part in parts:
         view = memoryview(part)
         start, end = 0, len(view)
@@ -172,8 +165,8 @@ def _chunks(parts: list):
             start += take
             if size == SEND_CHUNK_BYTES:
                 yield b"".join(pending)
-                pending, size, sent = [], 0, True
-    if pending or not sent:
+                pending, size = [], 0
+    if pending:
         yield b"".join(pending)
 
 
@@ -182,10 +175,11 @@ JSON_TYPE, OCTET_STREAM_TYPE = ((b"content-type", media.encode()) for media in (
 
 
 async def _send_parts(send, parts: list, head_length: int | None, rid: str, executor: str | None = None) -> int:
-    """A 200 whose body is `parts` sent one `bytes` chunk after the other (see `_chunks`), the
-    last one closing the body (a small answer is one message); its length. `executor` (what ran the
-    computation: `wire.messages.Result.ran`) goes in the X-Gradserve-Executor header."""
-    length = sum(len(p) for p in parts)
+    """A 200 whose body is `parts`: one message (one write) when it is at most ONE_CHUNK_BYTES (small
+    parts, or a 1 MiB tensor and its header), else one `bytes` chunk after the other (`_chunks`), the
+    last one closing the body; its length. `executor` (what ran the computation:
+    `wire.messages.Result.ran`) goes in the X-Gradserve-Executor header."""
+    length = sum(map(len, parts))
     headers = [(b"content-length", b"%d" % length), (request_id.HEADER_KEY, rid.encode())]
     if executor:
         headers.append((EXECUTOR_HEADER, executor.encode()))
@@ -194,6 +188,10 @@ async def _send_parts(send, parts: list, head_length: int | None, rid: str, exec
     else:
         headers += [OCTET_STREAM_TYPE, (HEADER_LENGTH_KEY, b"%d" % head_length)]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
+    if length <= ONE_CHUNK_BYTES:
+        body = parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
+        await send({"type": "http.response.body", "body": body})
+        return length
     chunks = _chunks(parts)
     chunk = next(chunks)
     for following in chunks:

@@ -14,6 +14,7 @@ from wire.compile import run_compiled
 from wire.differentiate import gradients
 from wire.errors import RequestError
 from wire.infer import check_request_inputs, known_shapes
+from wire.layouts import Layouts
 from wire.limits import Limits
 from wire.messages import Request, Result
 from wire.resident_update import apply_update
@@ -41,6 +42,7 @@ class Executor:
         self.plans = PlanCache(self.limits.plan_cache_size, self.limits.plan_cache_bytes)
         self.tapes = TapeStore(self.limits)
         self.residents = ResidentStore(self.limits)
+        self.layouts = Layouts()  # binary requests' headers seen before (wire.layouts)
 
     def admit(self, request: Request, kind: str, cheap_steps: int | None = None) -> Ticket:
         """The `wire.admission.Ticket` of `request` to `kind` ("forward" or "backward"), or the
@@ -50,6 +52,11 @@ class Executor:
             ticket = self._admit_residents(request, kind)
             if ticket is not None:
                 return ticket
+        admitted = None if request.layout is None else request.layout.admitted.get(kind)
+        plan = None if admitted is None else admitted[1]()  # held weakly: a layout keeps no plan alive
+        if plan is not None and request.planned is None and self.plans.hit(plan):
+            request.planned = (plan, admitted[2](), None)  # a header seen before, on a plan still cached:
+            return Ticket(request, kind, admitted[0], plan, request.planned[1], *admitted[3:])  # as `_run_plan` kept
         if cheap_steps is None:
             return admit(request, kind, self.limits, self._plan)
         return admit(request, kind, self.limits, lambda r: self._cheaply_planned(r, cheap_steps))
@@ -226,10 +233,12 @@ class Executor:
         return result if request.session is None else self._settle_residents(request, plan, result)
 
     def _run_plan(self, ticket: Ticket, request: Request, plan, shapes) -> Result:
-        key = request.planned[2]
+        key, layout = request.planned[2], request.layout
         if key is not None:
             self.plans.store(key, plan)
             request.planned = (plan, shapes, None)
+        elif layout is not None and not plan.residents:
+            layout.keep(ticket, request.inputs)  # the next request of this header is admitted so
         record = ticket.kind == "backward" or request.retain_graph
         if not request.retain_graph and self.compiled:
             done = run_compiled(
@@ -260,7 +269,7 @@ class Executor:
         if request.retain_graph:
             self.tapes.restore(request.tape, execution)
         else:
-            self.tapes.mark_freed(request.tape)
+            self.tapes.release(request.tape)
         return Result(
             request.id,
             execution.output_arrays(),

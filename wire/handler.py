@@ -40,8 +40,15 @@ def decode(executor: Executor, body: bytes, header_length: int | None, aligned: 
     it asks for a binary one, and bounded so (`wire.admission`). `aligned=False`: a binary tensor
     not aligned for its dtype stays a view, not copied (it admits the same): `align_tensors` before
     running it."""
-    request = decode_request(*read_body(body, header_length), executor.limits, aligned)
+    if header_length is not None:
+        request = executor.layouts.decode(body, header_length, aligned)
+        if request is not None:  # a header seen before (`wire.layouts`)
+            return request
+    header, tail = read_body(body, header_length)
+    request = decode_request(header, tail, executor.limits, aligned)
     request.json_answer = None if request.binary_output else ALL_JSON
+    if header_length is not None:
+        executor.layouts.learn(body, header_length, header, request)
     return request
 
 

@@ -82,6 +82,7 @@ class Request:
     update: list | None = None  # wire.resident_update.check_update's groups
     fetch: list | None = None  # resident handles to answer with
     free: list | None = None  # resident handles to drop after running
+    layout: object = field(default=None, repr=False)  # wire.layouts.Layout of a binary request's header
 
     @property
     def resident_only(self) -> bool:

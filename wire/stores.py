@@ -132,9 +132,6 @@ class TapeStore:
                 while len(self._freed) > 4 * self.limits.max_tapes:
                     self._freed.popitem(last=False)
 
-    def mark_freed(self, tape_id: str):
-        self.release(tape_id)
-
     def drop(self, tape_id: str):
         """Drop a retained tape (whose answer will not be sent), wherever it is."""
         with self._lock:
@@ -298,9 +295,6 @@ class PlanCache:
         self.store(key, plan)
         return plan, key
 
-    def get(self, graph, limits: Limits):
-        return self.hold(graph, limits)[0]
-
     def store(self, key: GraphKey | None, plan):
         if key is None or self.size <= 0:
             return
@@ -321,11 +315,16 @@ class PlanCache:
             self.nbytes += nbytes
             self._evict()
 
-    def cached(self, plan) -> bool:
+    def hit(self, plan) -> bool:
+        """Whether `plan` is still cached; when it is, counted and kept as a `lookup` that found it."""
         with self._lock:
             key = self._keys.get(id(plan))
             entry = None if key is None else self._plans.get(key)
-            return entry is not None and entry.plan is plan
+            if entry is None or entry.plan is not plan:
+                return False
+            self._plans.move_to_end(key)
+            self.hits += 1
+            return True
 
     def keep_signature(self, plan, signature, shapes) -> None:
         """Keep a cached plan's `shapes` for an input signature (`wire.infer.check_request_inputs`),

@@ -1,0 +1,75 @@
+"""Repeat binary requests, decoded by their header's bytes (issue 24 item 4). A client that repeats a
+request (a training loop, a benchmark) sends the same JSON header each time: a `Layout` is what
+`wire.messages.decode_request` made of one (the request's fields, each tensor's place in the tail)
+and, once a request of it ran on a cached plan, how it was admitted. A body with a header seen before
+is decoded by slicing its tail and admitted as that request was: it passed the same checks under the
+same limits. Only what passed them is kept, so a refusal is always the full decode's or admission's own."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy
+
+from wire.infer import known_shapes
+from wire.messages import Request
+
+MAX_HEADER = 8192  # bytes of a header kept as a layout's key (larger ones are decoded in full)
+LAYOUTS = 64  # layouts kept, the oldest dropped first: at most 512 KiB of keys
+
+
+class Layout:
+    """A header's `fields`, `tensors` [(whose, name, dtype, count, offset, shape)], `size` and `admitted`."""
+
+    __slots__ = ("admitted", "fields", "size", "tensors")
+
+    def __init__(self, fields: dict, tensors: list, size: int):
+        self.fields, self.tensors, self.size, self.admitted = fields, tensors, size, {}
+
+    def keep(self, ticket, inputs: dict) -> None:
+        """Keep how `ticket` was admitted, its plan and Shapes weakly, if the plan keeps them for `inputs`."""
+        kept = self.admitted.get(ticket.kind)
+        if (kept is None or kept[1]() is not ticket.plan) and known_shapes(ticket.plan, inputs) is ticket.shapes:
+            refs = (weakref.ref(ticket.plan), weakref.ref(ticket.shapes), ticket.cost, ticket.answer_elements)
+            self.admitted[ticket.kind] = (ticket.where, *refs)
+
+
+class Layouts:
+    """The layouts of the last LAYOUTS distinct headers (`learn`), by the header's bytes."""
+
+    def __init__(self, size: int = LAYOUTS):
+        self.size, self._layouts, self._lock = size, {}, threading.Lock()  # {header bytes: Layout}
+
+    def decode(self, body, header_length: int, aligned: bool = True) -> Request | None:
+        """The Request of a binary `body` of a learned header and tail length (else None)."""
+        view = memoryview(body)  # (a header past the body's end: its tail's size is negative, no layout)
+        layout = self._layouts.get(bytes(view[:header_length])) if 0 <= header_length <= MAX_HEADER else None
+        if layout is None or len(view) - header_length != layout.size:
+            return None
+        tail, request = view[header_length:], Request.__new__(Request)
+        request.__dict__.update(layout.fields)
+        request.inputs, request.grad_outputs, request.upload, request.layout = {}, {}, {}, layout
+        for whose, name, dtype, count, offset, shape in layout.tensors:
+            array = numpy.frombuffer(tail, dtype, count, offset).reshape(shape)
+            getattr(request, whose)[name] = array if not aligned or array.flags.aligned else array.copy()
+        return request
+
+    def learn(self, body, header_length: int, header: dict, request: Request) -> None:
+        """Keep the layout of a request made of `body`, unless it has JSON tensors or resident arrays."""
+        if header_length > MAX_HEADER or request.session is not None or request.upload or request.update:
+            return
+        objs = (header.get("inputs") or []) + (header.get("grad_outputs") or [])
+        if any("data" in obj for obj in objs):
+            return
+        tensors, offset = [], 0
+        for whose in ("inputs", "grad_outputs"):
+            for name, array in getattr(request, whose).items():
+                tensors.append((whose, name, array.dtype, array.size, offset, array.shape))
+                offset += array.nbytes
+        fields = {k: v for k, v in vars(request).items() if k not in ("inputs", "grad_outputs", "upload")}
+        request.layout = Layout(fields, tensors, offset)
+        with self._lock:
+            while len(self._layouts) >= self.size:
+                del self._layouts[next(iter(self._layouts))]
+            self._layouts[bytes(memoryview(body)[:header_length])] = request.layout
