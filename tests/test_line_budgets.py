@@ -21,6 +21,8 @@ Raised, as decisions:
   before its tensors are aligned (item 1) and the in-place resident SGD update (item 3) took it to 5721.
 - client 2700 -> 2750 (2026-11-28): a batch held on the server while its bytes are unchanged, and its inline
   fallback when a session's byte bound has no room for it (issue 24 item 3) took it to 2718.
+- wire 5800 -> 5900 (2026-11-28): repeat binary headers decoded and admitted from a kept layout (`wire/layouts.py`,
+  65 lines, paid for in part by deletions) and a first request run unrecorded (issue 24 items 1, 4) took it to 5808.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 9600, "wire": 5800, "service": 3800, "client": 2750}
+BUDGETS = {"engine": 9600, "wire": 5900, "service": 3800, "client": 2750}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
