@@ -140,13 +140,14 @@ MISSED_BECAUSE = {
     "faults at ~6 µs each on this VM, and the body read and answer copies need the event loop "
     "scheduled ~1000 times; on a busy machine 64 MiB round trips swing 240-800 ms (the echo's "
     "260-540 ms); reusing a spare body buffer halves the server's CPU (experiment) (Changes, request path)",
-    "binary transfer": "small binary requests pay ~130 µs (loaded VM) of Python per request that a raw echo does not: "
-    "decode ~25%, run and encode ~20%, admission and plan lookup ~11%, body read ~11%, sending ~8%, "
-    "metrics ~4% (cProfile, 4 KiB); metrics are now plain numbers rendered at scrape time and a body already "
-    "received is read without a timer (callgrind 338k -> 301k instructions a 4 KiB request; in process: main 183-249, branch "
-    "172-211 µs of CPU, 4 alternating runs on a loaded VM): what is left is the wire pipeline's Python "
-    "(decode, admit, execute, encode, ~60%); the 1 MiB gap was page faults from glibc trimming the event "
-    "loop's heap, now kept with a pad (issue 24 items 1, 4; serve3 branch)",
+    "binary transfer": "a small binary request pays Python on top of the same uvicorn HTTP work as the raw echo, whose "
+    "app does almost nothing. Since session 11 a repeat header (the same JSON header bytes) is decoded by slicing "
+    "the body's tail and admitted as its last request was, and a small answer goes out as one message: callgrind "
+    "through the ASGI app in process, 4 KiB 301k -> 202k instructions a request, 64 KiB 485k -> 391k. What is "
+    "left at 4 KiB: running the plan's program ~51k (errstate and grad mode ~2 µs, the program key and lock "
+    "~2 µs), encoding the answer ~25k, the service's body read, request id, budgets and metrics ~90k; 80% of "
+    "the echo would need all of it at about a quarter of the echo's round trip (issue 24 items 1, 4; wire4 "
+    "branch)",
     "seed loop remote with resident parameters": "a step is one request of ~3 KiB: since session 11 the unchanged "
     "batch is held on the server and read by handle while its bytes equal the client's copy (was ~254 KiB up a "
     "step); the server steps SGD in place, and `optimizer.step()` leaves its request in flight, so the client "
