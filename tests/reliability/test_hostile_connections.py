@@ -221,7 +221,11 @@ def test_one_client_cannot_take_the_whole_body_budget(server_factory):
     """A client's bodies in flight are bounded by max_peer_inflight_body_bytes; another address still posts."""
     mib = 2**20
     server = server_factory(
-        max_inflight_body_bytes=64 * mib, max_peer_inflight_body_bytes=24 * mib, body_timeout_s=20, log_level="warning"
+        max_inflight_body_bytes=64 * mib,
+        max_peer_inflight_body_bytes=24 * mib,
+        body_timeout_s=60,
+        body_idle_timeout_s=60,  # the held body must not time out while a loaded machine sends the other
+        log_level="warning",
     )
     hog = [_declared(server.port, 20 * mib) for _ in range(2)]
     for sock in hog:
