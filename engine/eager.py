@@ -1,12 +1,12 @@
 """The engine's side of the surface (`engine.surface`): ops are computed when they are called.
 
-The operators here are the hot path of every engine program, so they call `apply_op` directly
-when both operands are Variables (no coercion, no attribute parsing)."""
+The operators here are the hot path of every engine program, so an operator is its op's `apply_op`
+itself (no coercion when both operands are Variables, no attribute parsing)."""
 
 from __future__ import annotations
 
 from engine import autograd, grad_mode, surface
-from engine.node import apply_op
+from engine.node import NO_ATTRS
 from engine.ops.shape import reversed_dims
 from engine.registry import F, coerce, trusted
 from engine.variable import Variable, as_array
@@ -14,22 +14,9 @@ from engine.variable import Variable, as_array
 
 class EagerSide(surface.Side):
     def operator(self, op, kind, function):
-        empty = {}
-        if kind == surface.UNARY:
-            return lambda self: apply_op(op, (self,), empty)
         if kind == surface.REFLECTED:
-
-            def reflected_op(self, other):
-                return op.call(coerce((other, self)), empty)
-
-            return reflected_op
-
-        def forward_op(self, other):
-            if type(other) is Variable:
-                return apply_op(op, (self, other), empty)
-            return op.call(coerce((self, other)), empty)
-
-        return forward_op
+            return lambda self, other: op.call(coerce((other, self)), NO_ATTRS)
+        return op.operator  # `x * y` calls it as (x, y), `-x` as (x,): see `engine.node.apply_op`
 
 
 SIDE = EagerSide(

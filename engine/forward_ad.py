@@ -75,7 +75,7 @@ class DualLevel:
         keep = keeps_graph(inputs, tangents)
         with _paused(), enable_grad():
             xs = [x if t is None else differentiable(x) for x, t in zip(inputs, tangents)]
-            out = _node.apply_op(op, xs, attrs)
+            out = op.call(xs, attrs)
             self.set(result, transpose_jvp([out], xs, tangents, keep)[0])
 
     def function(self, cls, ctx, args, result):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import weakref
 from itertools import count
 from threading import get_ident
+from types import FunctionType
 
 import numpy
 
@@ -19,6 +20,8 @@ ndarray = numpy.ndarray
 next_seq = count(1).__next__
 FORWARD: list = []  # the active forward-AD level while there is one (`engine.forward_ad`): told of every op
 RECORDING: dict = {}  # thread id -> its `engine.recording.Recording`: told of every op's forward on that thread
+ALONE = object()  # `apply_op`'s second operand when a unary operator calls it
+NO_ATTRS: dict = {}  # an operator's attributes (shared: never changed)
 
 FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after "
@@ -254,15 +257,33 @@ def _wrap(out, like):
     return xp.asarray(out)
 
 
-def apply_op(op, inputs, attrs):
-    """Run `op` forward on Variables `inputs`, recording a node when a gradient may be needed.
+def apply_op(a, b=ALONE, op=None, coerce=None):
+    """Run `op` forward on Variables, recording a node when a gradient may be needed.
 
+    Each op has two copies of this function (`bound`: the same code, `op` a default): `op.call(inputs,
+    attrs)`, and `op.operator`, its operators' method, called as (x, y) by `x * y` and (x,) by `-x`
+    (`coerce` makes a number or array operand a Variable), so an operator costs one Python frame.
     Every op of every program comes here: one and two inputs are unrolled (and the forward called
     without a star-call when there are no attributes), and the result is made inline, since each
     call or comprehension costs about as much as the NumPy call itself on small arrays."""
-    two = len(inputs) == 2
+    if coerce is None:  # `op.call(inputs, attrs)`
+        inputs, attrs = a, b
+        two = len(inputs) == 2
+        if two:
+            a, b = inputs
+    elif type(b) is Variable:  # `x * y`
+        inputs = (a, b)
+        attrs = NO_ATTRS
+        two = True
+    elif b is ALONE:  # `-x`
+        inputs = (a,)
+        attrs = NO_ATTRS
+        two = False
+    else:  # `x * 2`: the other operand as a Variable first
+        a, b = inputs = coerce((a, b))
+        attrs = NO_ATTRS
+        two = True
     if two:
-        a, b = inputs
         x = a._data
         if not op.takes_xp:
             out = op.forward(x, b._data)
@@ -341,6 +362,11 @@ def apply_op(op, inputs, attrs):
     if RECORDING:
         _recorded(op, inputs, attrs, out)
     return result
+
+
+def bound(op, coerce=None):
+    """`op`'s copy of `apply_op`: its `call`, or with `coerce` (`engine.registry.coerce`) its operators'."""
+    return FunctionType(apply_op.__code__, apply_op.__globals__, "apply_op", (ALONE, op, coerce))
 
 
 def _recorded(op, inputs, attrs, out):

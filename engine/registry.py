@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from types import SimpleNamespace
 
 import numpy
@@ -27,7 +26,7 @@ import numpy
 from engine import backend, costs
 from engine.attrs import REQUIRED, Attr, check, shown
 from engine.grad_mode import state as grad_state
-from engine.node import RECORDING, OpNode, apply_op
+from engine.node import RECORDING, OpNode, bound
 from engine.recording import note_constant, tell
 from engine.variable import Variable, as_array, host_array
 
@@ -112,7 +111,8 @@ class OpDef:
         # the attributes of a call that gives none; shared, so never mutated
         self.default_attrs = None if required else {name: spec.default for name, spec in self.attrs.items()}
         # `call(inputs, attrs)`: apply to Variables with checked attributes (the trusted entry: no parsing)
-        self.call = self._call_composite if self.composite else partial(apply_op, self)
+        self.call = self._call_composite if self.composite else bound(self)
+        self.operator = None if self.composite else bound(self, coerce)  # `x * y` (see `engine.node.apply_op`)
 
     def _call_composite(self, inputs, attrs):
         return self.forward(*inputs, **attrs)
