@@ -79,9 +79,11 @@ MISSED_BECAUSE = {
     "100-op chain": "CPython bytecode around each 2x2 NumPy call: ~11k instructions to record a node per forward op "
     "(5.5k with grad off) against ~3.8k for NumPy's multiply itself, and per backward node a vjp frame plus the "
     "`g * y` op's three frames. callgrind a step: 5,973k after d2ba7b1 -> 3,698k (round 3, sessions 9-10) -> "
-    "3,388k in session 11 (the walk runs a chain without the heap, free() and grad mode inline, operator "
-    "forwards without an array-module lookup), PyTorch's 3,484k: the same instructions, but PyTorch's run in "
-    "C++ at a higher rate (Changes, round 3)",
+    "3,304k in session 11 (the walk runs a chain without the heap, free() and grad mode inline, operator "
+    "forwards without an array-module lookup, an operator its op's own copy of apply_op), PyTorch's ~3,444k: "
+    "fewer instructions, but PyTorch's run in C++ at a higher rate; what is left is spread over small bytecode "
+    "costs (making the node, version checks, the vjp lambda, the backward's shape check), each 0.5-1% "
+    "(Changes, round 3)",
     "seed net": "the 5 matmuls equal the floor's; the rest is the engine's dispatch of 12 ops and 6 "
     "backward nodes, run right after a cache-evicting matmul: f32 4,834k instructions a step (4,918k before "
     "pow(2)'s gradient lost its where mask) against the floor's ~4,430k (1.1x), but 1.6x its CPU time, as "
