@@ -169,7 +169,9 @@ MISSED_BECAUSE = {
     "HVP": "two grad() calls over small graphs (6 and ~25 nodes, ~55 op applications), where per-call costs "
     "(argument checks, the root gradient, the pruning walk over the create_graph graph) and per-node Python "
     "dominate: 3,016k instructions a step after d2ba7b1 -> 1,937k (sessions 9-10) -> ~1,860k in session 11 "
-    "(callgrind); PyTorch's ~1,370k, in C++ (Changes, round 3)",
+    "(callgrind); PyTorch's ~1,370k, in C++. The rounds now agree with that ratio (1.33-1.35x, pinned): the "
+    "0.68-1.11x of session 10's runs did not reproduce in a two-side check, pinned or not (1.33-1.35x both) "
+    "(Changes, round 3)",
     "tensor program": "the client records every op lazily and never materializes the updated weights: each "
     "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
     "step's cost grows with the step count), parsed and re-run by the Executor (cProfile of steps "
