@@ -102,7 +102,7 @@ class _Side:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.errors,
-            preexec_fn=None if cpu is None else lambda: os.sched_setaffinity(0, {cpu}),
+            preexec_fn=pinned({cpu} if cpu is not None else None),
         )
         self.timeout, self.meter, self.metered = timeout, meter, {}
         self.buffer, self.lines, self.result = b"", [], None
@@ -182,6 +182,11 @@ class _Side:
         self.errors.close()
         if self.metered and "error" not in self.result:
             self.result["metered"] = self.metered
+
+
+def pinned(cpus: set | None) -> Callable | None:
+    """A `subprocess.Popen` `preexec_fn` that pins the child to `cpus` (None: no pinning)."""
+    return None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
 
 
 def round_cpu(r: int) -> int | None:

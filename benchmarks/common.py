@@ -316,7 +316,7 @@ def server(
         stderr=errlog,
         env=dict(os.environ, **(env or {})),
         start_new_session=True,
-        preexec_fn=None if cpu is None else lambda: os.sched_setaffinity(0, {cpu}),
+        preexec_fn=alternate.pinned(None if cpu is None else {cpu}),
     )
     try:
         ok = wait_port(port, proc, timeout, ready_path)

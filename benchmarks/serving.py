@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 
-from benchmarks import common
+from benchmarks import alternate, common
 from benchmarks.common import PY, ROOT
 
 
@@ -105,7 +105,7 @@ def load(port, path, body_file, headers, seconds, max_requests, procs=1, cpu_pgi
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
+            preexec_fn=alternate.pinned(cpus),
         )
         for _ in range(procs)
     ]

@@ -363,8 +363,10 @@ print(json.dumps({"times": times, "extra": {"cpus": sorted(os.sched_getaffinity(
 """
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="the platform cannot pin a process to a CPU")
 def test_a_rounds_sides_are_pinned_to_one_cpu_that_changes_with_the_round():
+    if not hasattr(os, "sched_getaffinity"):  # a platform that cannot pin: rounds run unpinned
+        assert alternate.round_cpu(0) is None
+        return
     worker = [sys.executable, "-c", AFFINITY_WORKER], dict(os.environ)
     usable = sorted(os.sched_getaffinity(0))
     seen = set()

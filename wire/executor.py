@@ -53,9 +53,9 @@ class Executor:
             if ticket is not None:
                 return ticket
         admitted = None if request.layout is None else request.layout.admitted.get(kind)
-        plan = None if admitted is None else admitted[1]()  # held weakly: a layout keeps no plan alive
-        if plan is not None and request.planned is None and self.plans.hit(plan):
-            request.planned = (plan, admitted[2](), None)  # a header seen before, on a plan still cached:
+        plan, shapes = (None, None) if admitted is None else (admitted[1](), admitted[2]())  # held weakly
+        if plan is not None and shapes is not None and request.planned is None and self.plans.hit(plan):
+            request.planned = (plan, shapes, None)  # a header seen before, on a plan still cached:
             return Ticket(request, kind, admitted[0], plan, request.planned[1], *admitted[3:])  # as `_run_plan` kept
         if cheap_steps is None:
             return admit(request, kind, self.limits, self._plan)
