@@ -92,10 +92,22 @@ def closed_by_server(sock: socket.socket, timeout: float) -> bytes | None:
 
 
 def slow_binary(links: int, n: int = 512):
-    """(body, headers) of a matmul chain that takes about `links` x 3-20 ms (a compiled plan on
-    a fast core to the engine on a slow one), sent binary."""
+    """(body, headers) of a matmul chain of `links` [n, n] matmul + tanh steps, sent binary."""
     x = (np.random.default_rng(0).standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
     return binary_body({"graph": matmul_chain(n, links)}, {"x": x})
+
+
+def slow_for(seconds: float, n: int = 768):
+    """`slow_binary` sized on this machine to run at least `seconds` on a server: one step's time
+    is taken from NumPy here (best of 5, so a loaded moment cannot shrink the chain), and a server
+    only adds to it. A fixed chain length was not enough: a fast core ran 1500 links in 2 s."""
+    x = (np.random.default_rng(0).standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
+    step = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        np.tanh(x @ x)
+        step = min(step, time.perf_counter() - t0)
+    return slow_binary(max(10, int(seconds / step) + 1), n)
 
 
 def metric(url: str, name: str) -> float:

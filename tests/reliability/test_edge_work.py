@@ -23,7 +23,7 @@ from .conftest import (
     record_figure,
     simple_request,
 )
-from .edge_kit import HealthProbe, metric, slow_binary, wait_for
+from .edge_kit import HealthProbe, metric, slow_binary, slow_for, wait_for
 
 SUM = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "s", "op": "sum", "inputs": ["x"]}], "outputs": ["s"]}
 
@@ -168,14 +168,16 @@ def test_large_json_answers_are_refused_before_computing(server_factory):
     assert "binary_data_output" in error["error"]
 
 
-# A request that runs for long on purpose is over the default work budget (max_request_work);
-# the tests of disconnects, slots and shutdown lift the budget to get one.
+# A request that runs for long on purpose is over the default work budget (max_request_work)
+# and, sized for a fast machine, over the default elements of a graph's values; the tests of
+# disconnects, slots and shutdown lift both to get one.
 LONG_WORK = 10**14
+LONG = {"max_request_work": LONG_WORK, "max_total_elements": 10**11}
 
 
 def test_a_client_that_disconnects_stops_its_computation(server_factory):
-    server = server_factory(max_request_work=LONG_WORK, log_level="warning")
-    body, headers = slow_binary(1000)  # some 15-20 s of matmuls when left to run
+    server = server_factory(**LONG, log_level="warning")
+    body, headers = slow_for(15)  # at least 15 s of matmuls when left to run
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
     sock.sendall(f"POST /forward HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
@@ -190,8 +192,8 @@ def test_a_client_that_disconnects_stops_its_computation(server_factory):
 
 
 def test_inline_requests_are_never_refused_and_pooled_ones_wait_briefly(server_factory):
-    server = server_factory(max_concurrency=1, queue_timeout_s=1.5, max_request_work=LONG_WORK, log_level="warning")
-    slow, slow_headers = slow_binary(800, n=768)  # ~8 s or more: the slot stays taken throughout
+    server = server_factory(max_concurrency=1, queue_timeout_s=1.5, **LONG, log_level="warning")
+    slow, slow_headers = slow_for(8)  # 8 s or more: the slot stays taken throughout
     results = {}
     thread = threading.Thread(
         target=lambda: results.setdefault(
@@ -262,9 +264,7 @@ def test_a_flood_of_short_requests_shares_the_loop_with_the_pool(server_factory)
 
 
 def test_a_pooled_request_waits_for_a_slot_instead_of_503(server_factory):
-    server = server_factory(
-        max_concurrency=1, max_request_work=LONG_WORK, log_level="warning"
-    )  # the default queue_timeout_s
+    server = server_factory(max_concurrency=1, **LONG, log_level="warning")  # the default queue_timeout_s
     assert httpx.get(server.url + "/info", timeout=10).json()["limits"]["queue_timeout_s"] >= 5
     short, short_headers = slow_binary(10)
     answers = []
@@ -285,8 +285,8 @@ def test_a_pooled_request_waits_for_a_slot_instead_of_503(server_factory):
 
 def test_sigterm_past_the_drain_answers_503_and_exits_soon(server_factory):
     drain = 2
-    server = server_factory(timeout_graceful_shutdown=drain, max_request_work=LONG_WORK, log_level="warning")
-    body, headers = slow_binary(1500)  # some 25-30 s of work
+    server = server_factory(timeout_graceful_shutdown=drain, **LONG, log_level="warning")
+    body, headers = slow_for(20)  # 20 s or more of work: far past the drain
     results = {}
     thread = threading.Thread(
         target=lambda: results.setdefault(

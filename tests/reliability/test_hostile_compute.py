@@ -265,15 +265,12 @@ def test_hostile_computation(server, name, path, body, status, node_id, words, b
 
 
 def test_a_timed_out_request_stops_computing(server_factory):
-    import numpy as np
+    from tests.reliability.edge_kit import slow_for
 
-    from tests.reliability.conftest import binary_body, matmul_chain
-
-    # 320 links of a 512x512 matmul: within the default work budget, and about a second of BLAS
-    # on a fast machine (9.1e10 flop-equivalents); values kept O(1) (no denormals, no underflow to zeros)
-    server = server_factory(compute_timeout_s=0.3)
-    x = (np.random.default_rng(0).standard_normal((512, 512)) / np.sqrt(512)).astype(np.float32)
-    body, headers = binary_body({"graph": matmul_chain(512, 320)}, {"x": x})
+    # matmuls for 5 s or more on this machine (a fixed 320 links ran in 0.4 s on a fast one, near
+    # the 0.3 s timeout), with the work and element budgets lifted to admit them
+    server = server_factory(compute_timeout_s=0.3, max_request_work=10**14, max_total_elements=10**11)
+    body, headers = slow_for(5, n=512)
     start = time.perf_counter()
     response = httpx.post(server.url + "/forward", content=body, headers=headers, timeout=60)
     assert_error(response, [503])

@@ -14,9 +14,10 @@ import numpy as np
 
 from benchmarks import payloads
 
-from .conftest import HEADER_LENGTH, assert_error, binary_body, decode_response, matmul_chain
+from .conftest import HEADER_LENGTH, assert_error, binary_body, decode_response
+from .edge_kit import slow_for
 
-BLOCKER_WORK = 10**13
+BLOCKER = {"max_request_work": 10**14, "max_total_elements": 10**11}  # a blocker sized by the machine
 CLIENTS = 24  # more connections than the old queue's 4 x max_concurrency + max_concurrency (10 on 2 CPUs)
 EACH = 6  # requests a client sends, one after the other
 
@@ -94,10 +95,9 @@ def _post_in_background(url: str, body: bytes, headers: dict) -> threading.Threa
 
 
 def _occupy(server) -> threading.Thread:
-    """A computation that holds the one compute slot for many seconds (60 matmuls of 1500x1500: the server
-    takes max_request_work=BLOCKER_WORK; it is killed at the test's end), once it has started."""
-    x = np.full((1500, 1500), 1e-3, np.float32)
-    body, headers = binary_body({"graph": matmul_chain(1500, 60)}, {"x": x})
+    """A computation that holds the one compute slot for 30 s or more on this machine (the server takes
+    BLOCKER's limits; it is killed at the test's end), once it has started."""
+    body, headers = slow_for(30)
     thread = _post_in_background(server.url + "/forward", body, headers)
     _wait_for(server, "gradserve_computations_in_flight", 1.0)
     return thread
@@ -122,7 +122,7 @@ def _queue_holding_600_kb(server_factory):
         max_concurrency=1,
         max_queued_bytes=2**20,
         queue_timeout_s=60,
-        max_request_work=BLOCKER_WORK,
+        **BLOCKER,
         log_level="warning",
     )
     _occupy(server)
@@ -162,7 +162,7 @@ def test_a_large_binary_request_over_a_limit_gets_its_413_at_once_behind_a_full_
 
 
 def test_a_wait_past_queue_timeout_is_refused_saying_so_with_retry_after(server_factory):
-    server = server_factory(max_concurrency=1, queue_timeout_s=0.5, max_request_work=BLOCKER_WORK, log_level="warning")
+    server = server_factory(max_concurrency=1, queue_timeout_s=0.5, **BLOCKER, log_level="warning")
     _occupy(server)
     body, headers = _padded(20_000)
     response = httpx.post(server.url + "/forward", content=body, headers=headers, timeout=60)
