@@ -97,8 +97,8 @@ def slow_binary(links: int, n: int = 512):
     return binary_body({"graph": matmul_chain(n, links)}, {"x": x})
 
 
-def slow_for(seconds: float, n: int = 768):
-    """`slow_binary` sized on this machine to run at least `seconds` on a server: one step's time
+def links_for(seconds: float, n: int) -> int:
+    """How many [n, n] matmul + tanh steps run at least `seconds` on this machine: one step's time
     is taken from NumPy here (best of 5, so a loaded moment cannot shrink the chain), and a server
     only adds to it. A fixed chain length was not enough: a fast core ran 1500 links in 2 s."""
     x = (np.random.default_rng(0).standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
@@ -107,7 +107,12 @@ def slow_for(seconds: float, n: int = 768):
         t0 = time.perf_counter()
         np.tanh(x @ x)
         step = min(step, time.perf_counter() - t0)
-    return slow_binary(max(10, int(seconds / step) + 1), n)
+    return max(4, int(seconds / step) + 1)
+
+
+def slow_for(seconds: float, n: int = 768):
+    """`slow_binary` sized on this machine (`links_for`) to run at least `seconds` on a server."""
+    return slow_binary(links_for(seconds, n), n)
 
 
 def metric(url: str, name: str) -> float:

@@ -27,6 +27,7 @@ from .conftest import (
     record_figure,
     simple_request,
 )
+from .edge_kit import slow_for
 
 FAULTS = []
 
@@ -34,6 +35,10 @@ FAULTS = []
 def _slow(links, n=512):
     x = (np.random.default_rng(0).standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
     return binary_body({"graph": matmul_chain(n, links)}, {"x": x})
+
+
+# A request sized on this machine to run for seconds is over the default work and element budgets.
+LIFTED = {"max_request_work": 10**14, "max_total_elements": 10**11}
 
 
 def _metric(url, name) -> float:
@@ -58,9 +63,8 @@ def _assert_serving(url):
 
 
 def test_busy_server_answers_503_with_retry_after(server_factory):
-    # 1000 links: seconds of BLAS on any machine (over the default work budget, lifted here)
-    server = server_factory(max_concurrency=1, queue_timeout_s=0.3, max_request_work=10**14, log_level="warning")
-    body, headers = _slow(1000)
+    server = server_factory(max_concurrency=1, queue_timeout_s=0.3, **LIFTED, log_level="warning")
+    body, headers = slow_for(5)  # 5 s or more of BLAS on this machine
     results = {}
 
     def slow():
@@ -83,8 +87,8 @@ def test_busy_server_answers_503_with_retry_after(server_factory):
 
 
 def test_compute_timeout_answers_503_and_keeps_serving(make_client):
-    client = make_client(compute_timeout_s=0.2)
-    body, headers = _slow(200)
+    client = make_client(compute_timeout_s=0.2, **LIFTED)
+    body, headers = slow_for(3)  # far past the timeout on this machine
     t0 = time.monotonic()
     response = client.post("/forward", content=body, headers=headers)
     elapsed = time.monotonic() - t0
@@ -170,8 +174,8 @@ def test_memory_error_is_507_and_the_server_keeps_serving(client, monkeypatch):
 
 
 def test_sigterm_lets_in_flight_requests_finish_and_exits_0(server_factory):
-    server = server_factory(max_concurrency=2, log_level="warning")
-    body, headers = _slow(60)
+    server = server_factory(max_concurrency=2, **LIFTED, log_level="warning")
+    body, headers = slow_for(0.3)  # long enough to be seen in flight on this machine, well inside the drain
     results = []
 
     def slow():

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.reliability.conftest import assert_error, binary_body, json_tensor, matmul_chain
+from tests.reliability.edge_kit import links_for
 
 MiB = 2**20
 
@@ -136,9 +137,10 @@ def test_custom_function_saved_values_are_charged(server_factory):
 def test_a_tape_in_use_is_409_not_expired(server_factory):
     """Two backwards through one retained tape at once: the second is told the tape is in use
     (409, retry), never that it expired; the tape serves again afterwards."""
-    server = server_factory(max_concurrency=4)
-    graph = matmul_chain(300, 40)
-    x = np.random.default_rng(0).standard_normal((300, 300)).astype(np.float32) / 30
+    server = server_factory(max_concurrency=4, max_request_work=10**14)
+    n = 1024  # a backward of 0.5 s or more on this machine (a fixed 40 links of 300 took 30 ms on a fast one)
+    graph = matmul_chain(n, links_for(0.25, n))
+    x = (np.random.default_rng(0).standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
     body, headers = binary_body({"graph": graph, "parameters": {"retain_graph": True}}, {"x": x})
     forward = httpx.post(server.url + "/forward", content=body, headers=headers, timeout=120)
     assert forward.status_code == 200, forward.text[:300]
@@ -159,7 +161,7 @@ def test_a_tape_in_use_is_409_not_expired(server_factory):
     for response in answers:
         if response.status_code == 409:
             assert "in use" in assert_error(response, [409])["error"]
-    assert 409 in statuses  # three backwards of ~0.5 s each: they overlap
+    assert 409 in statuses  # three backwards of 0.5 s or more each: they overlap
     assert httpx.post(server.url + "/backward", json=again, timeout=120).status_code == 200
 
 
@@ -258,9 +260,10 @@ def test_models_are_charged_for_what_they_hold_once_parsed(server_factory):
 
 
 def test_unloading_a_model_during_infer_drops_its_series(server_factory):
-    server = server_factory()
-    assert load(server, "slow", matmul_chain(300, 150)).status_code == 200
-    x = np.ones((300, 300), np.float32) / 300
+    server = server_factory(max_request_work=10**14)
+    n = 768  # an infer of 2 s or more on this machine, so the unload lands while it runs
+    assert load(server, "slow", matmul_chain(n, links_for(2, n))).status_code == 200
+    x = np.ones((n, n), np.float32) / n
     body, headers = binary_body({"parameters": {"binary_data_output": True}}, {"x": x})
     answer = []
     thread = threading.Thread(
