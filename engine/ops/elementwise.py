@@ -91,22 +91,6 @@ def _square_rule(x, y):  # the power rule at y == 2 (x ** 1 is x: the same value
     return y * x
 
 
-def _times_g(g, local_derivative):
-    """g * local_derivative (a fresh array): in place when that gives the same array (shape and dtype)."""
-    if local_derivative.shape != g.shape or local_derivative.dtype != g.dtype:
-        return g * local_derivative
-    local_derivative *= g
-    return local_derivative
-
-
-def _square_grad(g, x, y):
-    return _times_g(g, _square_rule(x, y))
-
-
-def _power_grad(g, x, y):
-    return _times_g(g, _power_rule(x, y))
-
-
 def _pow_base_vjp(g, ans, x, y):
     exponent = y._data
     if exponent.ndim == 0 and not y._requires_grad and fixed(exponent):
@@ -114,10 +98,11 @@ def _pow_base_vjp(g, ans, x, y):
         # mask unless c == 0 (where the rule's 0 * x ** -1 is nan at x == 0). Without create_graph, on the
         # arrays in one pass less (the product with g made in the rule's fresh array)
         c = exponent.item()
-        if c == 2:
-            return g * local(_square_rule, x, y) if grad_state.enabled else local(_square_grad, g, x, y)
-        if c != 0:
-            return g * local(_power_rule, x, y) if grad_state.enabled else local(_power_grad, g, x, y)
+        rule = _square_rule if c == 2 else _power_rule
+        if c != 0 and grad_state.enabled:
+            return g * local(rule, x, y)
+        if c != 0:  # on the arrays, g multiplied into the rule's fresh array (of g's shape: y is 0-d)
+            return local(lambda g, x, y: operator.imul(rule(x, y), g), g, x, y)
     grad = g * local(_power_rule, x, y)
     # d/dx x ** 0 is 0 everywhere, also at x == 0 where y * x ** (y - 1) would be 0 * inf (selected
     # whatever the values, so that the steps do not depend on them: see engine.recording)
@@ -132,10 +117,6 @@ def _positive(x):
     return ~(x <= 0)
 
 
-def _relu_grad(g, x):
-    return g * _positive(x)
-
-
 def _sign_as(x, g):
     return _xp(x).sign(x).astype(g.dtype)
 
@@ -143,9 +124,8 @@ def _sign_as(x, g):
 def _pow_forward(xp, x, y):
     # x ** 2 as x * x, as NumPy's own `x ** 2` and PyTorch do (the same values; the power loop costs ~2x);
     # not on a device array, whose exponent's value would have to be fetched
-    if y.ndim == 0 and type(y) is numpy.ndarray and y.dtype == x.dtype and x.dtype.kind == "f" and y.item() == 2:
-        return x * x
-    return x**y
+    square = y.ndim == 0 and type(y) is numpy.ndarray and y.dtype == x.dtype and x.dtype.kind == "f" and y.item() == 2
+    return x * x if square else x**y
 
 
 pow = defop(
@@ -236,7 +216,7 @@ sigmoid = defop(
 relu = defop(
     "relu",
     lambda xp, x: xp.maximum(x, 0),
-    lambda g, ans, x: g * derived(_positive, x) if grad_state.enabled else local(_relu_grad, g, x),
+    lambda g, ans, x: g * derived(_positive, x) if grad_state.enabled else local(lambda g, x: g * _positive(x), g, x),
     samples=UNARY,
     infer=shapes.same,
     doc="max(x, 0)",
@@ -260,9 +240,7 @@ def _clamp_vjp(g, ans, x, min=None, max=None):
             within = within & (x <= max)
         return within
 
-    if grad_state.enabled:
-        return g * derived(inside, x)
-    return local(lambda g, x: g * inside(x), g, x)  # on the arrays: no Variable for the mask, no op's dispatch
+    return g * derived(inside, x) if grad_state.enabled else local(lambda g, x: g * inside(x), g, x)
 
 
 clamp = defop(

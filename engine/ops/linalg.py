@@ -35,20 +35,12 @@ def _product_scratch(in_metas, out_meta, attrs):
     )
 
 
-def _times_t(g, y):
-    return g @ y.T
-
-
-def _t_times(x, g):
-    return x.T @ g
-
-
 # without create_graph the products run on the arrays (`local`: no op's dispatch, no Variable for the transpose)
 mm = defop(
     "mm",
     operator.matmul,
-    lambda g, ans, x, y: g.mm(y.T) if grad_state.enabled else local(_times_t, g, y),
-    lambda g, ans, x, y: x.T.mm(g) if grad_state.enabled else local(_t_times, x, g),
+    lambda g, ans, x, y: g.mm(y.T) if grad_state.enabled else local(lambda g, y: g @ y.T, g, y),
+    lambda g, ans, x, y: x.T.mm(g) if grad_state.enabled else local(lambda x, g: x.T @ g, x, g),
     takes_xp=False,
     samples=(Sample(((3, 4), (4, 2))),),
     infer=shapes.mm,

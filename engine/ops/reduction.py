@@ -10,10 +10,8 @@ import numpy
 from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module
-from engine.grad_mode import state as grad_state
-from engine.ops.shape import expand_array
 from engine.recording import derived
-from engine.registry import F, Sample, defop, local, trusted
+from engine.registry import F, Sample, defop, trusted
 
 DIM = Attr("dims", None, "dimension(s) to reduce; null reduces all")
 KEEPDIM = Attr("bool", False, "keep reduced dimensions with size 1")
@@ -39,10 +37,7 @@ def unreduce(g, shape, dim, keepdim):
     """Broadcast a reduction's gradient back to the input's shape."""
     if not keepdim and g._data.ndim:  # a 0-d gradient (every dim reduced) broadcasts as it is
         g = trusted.reshape(g, shape=shapes.reduced_shape(shape, dim, True))
-    shape = tuple(shape)
-    if not grad_state.enabled:  # without create_graph: the view on the array, without an op's dispatch
-        return local(lambda a: expand_array(a, shape), g)
-    return trusted.expand(g, shape=shape)
+    return trusted.expand(g, shape=tuple(shape))
 
 
 sum = defop(

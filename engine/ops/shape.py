@@ -6,7 +6,6 @@ import numpy
 
 from engine import shapes
 from engine.attrs import Attr
-from engine.backend import array_module
 from engine.grad_mode import state as grad_state
 from engine.ops.indexing import take
 from engine.recording import derived
@@ -32,11 +31,6 @@ def _expand(xp, x, shape):
         view.setflags(write=False)  # ~10x cheaper than `view.flags.writeable = False`
         return view
     return xp.broadcast_to(x, shape)
-
-
-def expand_array(x, shape):
-    """`x` broadcast to `shape` (a view; read-only), on its array module."""
-    return _expand(numpy if type(x) is numpy.ndarray else array_module(x), x, shape)
 
 
 sum_to = defop(
