@@ -5,7 +5,8 @@ from __future__ import annotations
 import operator
 
 from engine import costs, shapes
-from engine.registry import F, Sample, defop
+from engine.grad_mode import state as grad_state
+from engine.registry import F, Sample, defop, local
 
 
 def _matmul_vjp_x(g, ans, x, y):
@@ -34,11 +35,12 @@ def _product_scratch(in_metas, out_meta, attrs):
     )
 
 
+# without create_graph the products run on the arrays (`local`: no op's dispatch, no Variable for the transpose)
 mm = defop(
     "mm",
     operator.matmul,
-    lambda g, ans, x, y: g.mm(y.T),
-    lambda g, ans, x, y: x.T.mm(g),
+    lambda g, ans, x, y: g.mm(y.T) if grad_state.enabled else local(lambda g, y: g @ y.T, g, y),
+    lambda g, ans, x, y: x.T.mm(g) if grad_state.enabled else local(lambda x, g: x.T @ g, x, g),
     takes_xp=False,
     samples=(Sample(((3, 4), (4, 2))),),
     infer=shapes.mm,

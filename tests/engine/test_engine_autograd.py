@@ -655,3 +655,45 @@ def test_grad_through_a_freed_graph_skips_nodes_nobody_needs():
     assert grad(out, [z], grad_outputs=np.ones(3, np.float32), allow_unused=True) == (None,)
     with pytest.raises(RuntimeError, match="second time"):
         grad(loss, [x])
+
+
+# --- vjps on arrays (a backward without create_graph) ---------------------------------------
+
+
+def _seed_net(x, y, w1, w2, power):
+    return (x.mm(w1).clamp(min=0).mm(w2).relu() - y).pow(power).sum()
+
+
+@needs_torch
+@pytest.mark.parametrize("power", [2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_vjps_on_arrays_match_the_recorded_ones_and_pytorch(power, dtype):
+    """mm, clamp, relu, pow and sum compute their gradients on the arrays unless create_graph is set
+    (the recorded ops otherwise): both give PyTorch's gradients, and the gradients of the gradients."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(dtype) for s in ((5, 7), (5, 3), (7, 4), (4, 3))]
+    ex, ey, ew1, ew2 = [Variable(a, requires_grad=i >= 2) for i, a in enumerate(arrays)]
+    tx, ty, tw1, tw2 = [torch.tensor(a, requires_grad=i >= 2) for i, a in enumerate(arrays)]
+    plain = grad(_seed_net(ex, ey, ew1, ew2, power), [ew1, ew2])
+    recorded = grad(_seed_net(ex, ey, ew1, ew2, power), [ew1, ew2], create_graph=True)
+    expected = torch.autograd.grad(_seed_net(tx, ty, tw1, tw2, power), [tw1, tw2], create_graph=True)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-10, "atol": 1e-10}
+    for a, b, t in zip(plain, recorded, expected):
+        assert a.dtype == b.dtype == dtype and a.grad_fn is None and b.grad_fn is not None
+        np.testing.assert_array_equal(a._data, b._data)
+        np.testing.assert_allclose(a._data, t.detach().numpy(), **tol)
+    (second,) = grad((recorded[0] * recorded[0]).sum() + recorded[1].sum(), [ew2])
+    (t_second,) = torch.autograd.grad((expected[0] * expected[0]).sum() + expected[1].sum(), [tw2])
+    np.testing.assert_allclose(second._data, t_second.numpy(), **tol)
+
+
+def test_a_pow_gradient_made_in_place_leaves_the_incoming_gradient_alone():
+    """pow's vjp multiplies g into its fresh local derivative, never into g (the caller's array here)."""
+    x = leaf([1.0, -2.0, 3.0])
+    given = np.array([0.5, 1.0, 2.0])
+    for power in (2, 3):
+        x.grad = None
+        x.pow(power).backward(Variable(given))
+        np.testing.assert_array_equal(given, [0.5, 1.0, 2.0])
+        np.testing.assert_array_equal(x.grad._data, power * x._data ** (power - 1) * given)
+        assert not np.shares_memory(x.grad._data, given)
