@@ -80,7 +80,10 @@ def execute(executor: Executor, ticket: Ticket) -> Result:
 
 
 def encode(request: Request, result: Result) -> tuple[list, int | None]:
-    """([body pieces], header length or None) of the answer: binary when the request asked so."""
+    """([body pieces], header length or None) of the answer: binary when the request asked so (by
+    its layout, for a header seen before: `wire.layouts.Layout.encode`)."""
+    if request.binary_output and request.layout is not None:
+        return request.layout.encode(result)
     return encode_result_parts(result, request.binary_output)
 
 
