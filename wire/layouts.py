@@ -43,7 +43,7 @@ class Layout:
         said = (result.plan, _said(result.outputs), None if result.grads is None else _said(result.grads))
         answered = self.answered
         if answered is not None and answered[0] == said:
-            buffers = _buffers(result.outputs, result.grads)
+            buffers = _buffers(result.outputs, result.grads, dtypes_sent=True)  # as the last one's were
             if buffers is not None:
                 return [answered[1], *buffers], len(answered[1])
         parts, length = encode_result_parts(result, True)
@@ -64,14 +64,14 @@ def _said(tensors: dict) -> tuple:
     return tuple([(name, a.shape, a.dtype) for name, a in tensors.items()])
 
 
-def _buffers(outputs: dict, grads: dict | None) -> list | None:
+def _buffers(outputs: dict, grads: dict | None, dtypes_sent: bool = False) -> list | None:
     """The bytes of the answer's arrays, viewed, or None when one would be converted (not contiguous,
-    or not in its wire dtype)."""
+    or not in its wire dtype; `dtypes_sent`: their dtypes are known to be, not hashed again)."""
     buffers = []
     for tensors in (outputs, grads or {}):
         for array in tensors.values():
             array = backend.to_numpy(array)
-            if not array.flags.c_contiguous or array.dtype not in WIRE_DTYPES:
+            if not (dtypes_sent or array.dtype in WIRE_DTYPES) or not array.flags.c_contiguous:
                 return None
             buffers.append(memoryview(array).cast("B") if array.size else b"")
     return buffers
@@ -93,7 +93,9 @@ class Layouts:
         request.__dict__.update(layout.fields)
         request.inputs, request.grad_outputs, request.upload, request.layout = {}, {}, {}, layout
         for whose, name, dtype, count, offset, shape in layout.tensors:
-            array = numpy.frombuffer(tail, dtype, count, offset).reshape(shape)
+            array = numpy.frombuffer(tail, dtype, count, offset)
+            if len(shape) != 1:  # (frombuffer's is one-dimensional)
+                array = array.reshape(shape)
             getattr(request, whose)[name] = array if not aligned or array.flags.aligned else array.copy()
         return request
 
