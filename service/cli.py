@@ -4,7 +4,7 @@ Settings, highest precedence first: flags, GRADSERVE_* variables, the TOML file 
 the defaults (service/settings.py). A GRADSERVE_* variable that names no setting is warned about
 at start, and refused (exit 2) with `--strict-env` or GRADSERVE_STRICT_ENV=1. The settings reach
 the app (in this process or in each of `--workers` processes) as environment variables read by
-`service.app:create_app`, which uvicorn imports by name as a factory. Logging (text or JSON lines,
+`service.app:create_app`, which uvicorn calls (`worker_app`) as a factory. Logging (text or JSON lines,
 one per request; service/logs.py) is configured by uvicorn in each process from `log_config`.
 """
 
@@ -139,6 +139,16 @@ def _exit_after_drain(grace_s: float) -> None:
         os._exit(0)
 
 
+def worker_app():
+    """`create_app()` as uvicorn's factory: it runs in the context that the worker's request tasks
+    copy, so IEEE results stop being warnings there once (`wire.handler.quiet_ieee`), not per request."""
+    from service.app import create_app
+    from wire.handler import quiet_ieee
+
+    quiet_ieee()
+    return create_app()
+
+
 def serve(settings, unknown_env: list[str] = ()) -> int:
     import uvicorn
 
@@ -164,7 +174,7 @@ def serve(settings, unknown_env: list[str] = ()) -> int:
     CANCELLED_AT_SHUTDOWN.clear()  # only a shutdown of the server started here may end the process early
     try:
         uvicorn.run(
-            "service.app:create_app",
+            "service.cli:worker_app",
             factory=True,
             host=settings.host,
             port=settings.port,

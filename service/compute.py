@@ -33,9 +33,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy
-
 from service.errors import ApiError
+from wire import handler
 from wire.run import cancel_scope
 
 CANCELLED_AT_SHUTDOWN = threading.Event()  # a pool's shutdown cancelled running computations
@@ -45,7 +44,7 @@ MEAN_WEIGHT = 0.2  # of the latest computation's time in the running mean the wa
 
 def _init_thread():
     # numpy's error state is per thread (a context variable): set it in every compute thread.
-    numpy.seterr(all="ignore")
+    handler.quiet_ieee()
 
 
 class _Job:

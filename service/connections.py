@@ -37,6 +37,7 @@ class _LingeringTransport:
         self._transport = transport
         self._protocol = protocol
         self.lingering = False
+        self.write = transport.write  # twice per response: not through __getattr__
 
     def __getattr__(self, name):
         return getattr(self._transport, name)

@@ -7,6 +7,7 @@ handlers and the request log find it."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 
@@ -17,9 +18,21 @@ MAX_LENGTH = 128
 _SAFE = re.compile(f"[!-~]{{1,{MAX_LENGTH}}}")  # printable ASCII, no space: one token in a log line
 
 
+_process = [os.urandom(8).hex(), itertools.count()]  # this process's random half of every id, and a counter
+
+
+def _new_process() -> None:
+    _process[:] = [os.urandom(8).hex(), itertools.count()]  # a forked worker's ids are its own
+
+
+os.register_at_fork(after_in_child=_new_process)
+
+
 def new_id() -> str:
-    """32 random hex digits (uuid4's length; `uuid.uuid4().hex` costs ~3 µs, this ~0.8)."""
-    return os.urandom(16).hex()
+    """32 hex digits (uuid4's length): 16 random ones drawn once per process, then a count of 16;
+    unique, not secret. (`uuid.uuid4().hex` costs ~3 µs, `os.urandom(16).hex()` ~1.4, this ~0.3.)"""
+    prefix, count = _process
+    return f"{prefix}{next(count):016x}"
 
 
 def accept(given: str | None) -> str:

@@ -114,3 +114,38 @@ def test_requests_and_results_round_trip():
         assert (result.id, result.tape) == (7, "t1")
         np.testing.assert_array_equal(result.outputs["s"], X)
         assert result.grads["x"].dtype == np.float64
+
+
+LOG = {
+    "version": 1,
+    "nodes": [{"id": "x", "op": "input", "requires_grad": True}, {"id": "y", "op": "log", "inputs": ["x"]}],
+    "outputs": ["y"],
+}
+
+
+def _log_of_zero(executor):
+    """A backward of log(0): -inf and inf, answers and never warnings, and grads whatever grad mode says."""
+    from engine.api import no_grad
+
+    zero = np.zeros(2, np.float32)
+    with no_grad():
+        result = run_arrays(executor, "/backward", {"graph": LOG}, [("x", zero)], [("y", np.ones(2, np.float32))])
+    assert list(result.outputs["y"]) == [-np.inf] * 2 and list(result.grads["x"]) == [np.inf] * 2
+    return np.geterr()
+
+
+def test_a_quiet_context_runs_requests_without_errstate_and_another_still_gets_one():
+    import contextvars
+    import warnings
+
+    from wire import handler
+
+    executor = Executor()
+    quiet = contextvars.copy_context()
+    quiet.run(handler.quiet_ieee)  # what a server's worker and compute threads do before they serve
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="raise"):  # outside the quiet context: each request sets its own
+            assert _log_of_zero(executor)["divide"] == "raise"
+        assert quiet.run(handler.IEEE_QUIET.get) and not handler.IEEE_QUIET.get()
+        assert set(quiet.run(_log_of_zero, executor).values()) == {"ignore"}

@@ -139,3 +139,30 @@ def test_a_layout_keeps_no_plan_alive_once_the_cache_dropped_it():
     handler.handle(executor, "/backward", *_body(graph=other))  # evicts the first graph's plan
     gc.collect()
     assert plan() is None and executor.layouts.decode(body, length).layout.admitted
+
+
+def test_a_repeat_answer_sends_its_header_again_only_while_it_says_the_same(monkeypatch):
+    from wire import layouts
+    from wire.messages import Result, encode_result_parts
+
+    executor = Executor()
+    body, length = _body()
+    first = _answer(executor, body, length)
+    for _ in range(4):  # the engine, then the recorded program (interpreted, then generated): one header
+        monkeypatch.setattr(layouts, "encode_result_parts", lambda *a: pytest.fail("encoded in full"))
+        assert _answer(executor, body, length) == first
+        monkeypatch.undo()
+    layout = handler.decode(executor, body, length).layout
+    big = np.arange(6, dtype=">f4").reshape(2, 3)  # converted to little-endian when sent
+    for outputs, plan in (
+        ({"y": X.T}, first[0]["plan"]),  # another shape, and not contiguous
+        ({"y": X.astype(np.float64)}, first[0]["plan"]),
+        ({"y": X, "z": X}, first[0]["plan"]),
+        ({"y": big}, first[0]["plan"]),
+        ({"y": X}, "another plan"),
+    ):
+        result = Result(None, outputs, {"x": G}, plan=plan)
+        parts, answer_length = layout.encode(result)
+        want, want_length = encode_result_parts(result, True)
+        assert answer_length == want_length
+        assert b"".join(bytes(p) for p in parts) == b"".join(bytes(p) for p in want)

@@ -12,20 +12,44 @@ import weakref
 
 import numpy
 
+from engine import backend
+from wire.codec import DATATYPES
 from wire.infer import known_shapes
-from wire.messages import Request
+from wire.messages import Request, encode_result_parts
 
 MAX_HEADER = 8192  # bytes of a header kept as a layout's key (larger ones are decoded in full)
 LAYOUTS = 64  # layouts kept, the oldest dropped first: at most 512 KiB of keys
 
 
-class Layout:
-    """A header's `fields`, `tensors` [(whose, name, dtype, count, offset, shape)], `size` and `admitted`."""
+WIRE_DTYPES = frozenset(DATATYPES.values())  # an array of one of these is sent as its own bytes
 
-    __slots__ = ("admitted", "fields", "size", "tensors")
+
+class Layout:
+    """A header's `fields`, `tensors` [(whose, name, dtype, count, offset, shape)], `size`, `admitted`
+    and `answered`: (what its last binary answer's header says, that header's bytes)."""
+
+    __slots__ = ("admitted", "answered", "fields", "size", "tensors")
 
     def __init__(self, fields: dict, tensors: list, size: int):
-        self.fields, self.tensors, self.size, self.admitted = fields, tensors, size, {}
+        self.fields, self.tensors, self.size, self.admitted, self.answered = fields, tensors, size, {}, None
+
+    def encode(self, result) -> tuple[list, int]:
+        """([header, *buffers], header length) of the binary answer to a request of this layout: when
+        its header says what the last one's said (the same plan, and tensors of the same names,
+        shapes and dtypes, each contiguous), that header's bytes again and the arrays' own bytes,
+        no JSON written; else `encode_result_parts`, whose header is kept for the next one."""
+        if result.tape is not None or result.fetched:
+            return encode_result_parts(result, True)
+        said = (result.plan, _said(result.outputs), None if result.grads is None else _said(result.grads))
+        answered = self.answered
+        if answered is not None and answered[0] == said:
+            buffers = _buffers(result.outputs, result.grads, dtypes_sent=True)  # as the last one's were
+            if buffers is not None:
+                return [answered[1], *buffers], len(answered[1])
+        parts, length = encode_result_parts(result, True)
+        if _buffers(result.outputs, result.grads) is not None:  # its arrays are sent as they are
+            self.answered = (said, parts[0])
+        return parts, length
 
     def keep(self, ticket, inputs: dict) -> None:
         """Keep how `ticket` was admitted, its plan and Shapes weakly, if the plan keeps them for `inputs`."""
@@ -33,6 +57,24 @@ class Layout:
         if (kept is None or kept[1]() is not ticket.plan) and known_shapes(ticket.plan, inputs) is ticket.shapes:
             refs = (weakref.ref(ticket.plan), weakref.ref(ticket.shapes), ticket.cost, ticket.answer_elements)
             self.admitted[ticket.kind] = (ticket.where, *refs)
+
+
+def _said(tensors: dict) -> tuple:
+    """What an answer's header says of `tensors`: each one's name, shape and dtype."""
+    return tuple([(name, a.shape, a.dtype) for name, a in tensors.items()])
+
+
+def _buffers(outputs: dict, grads: dict | None, dtypes_sent: bool = False) -> list | None:
+    """The bytes of the answer's arrays, viewed, or None when one would be converted (not contiguous,
+    or not in its wire dtype; `dtypes_sent`: their dtypes are known to be, not hashed again)."""
+    buffers = []
+    for tensors in (outputs, grads or {}):
+        for array in tensors.values():
+            array = backend.to_numpy(array)
+            if not (dtypes_sent or array.dtype in WIRE_DTYPES) or not array.flags.c_contiguous:
+                return None
+            buffers.append(memoryview(array).cast("B") if array.size else b"")
+    return buffers
 
 
 class Layouts:
@@ -51,7 +93,9 @@ class Layouts:
         request.__dict__.update(layout.fields)
         request.inputs, request.grad_outputs, request.upload, request.layout = {}, {}, {}, layout
         for whose, name, dtype, count, offset, shape in layout.tensors:
-            array = numpy.frombuffer(tail, dtype, count, offset).reshape(shape)
+            array = numpy.frombuffer(tail, dtype, count, offset)
+            if len(shape) != 1:  # (frombuffer's is one-dimensional)
+                array = array.reshape(shape)
             getattr(request, whose)[name] = array if not aligned or array.flags.aligned else array.copy()
         return request
 

@@ -387,3 +387,23 @@ def test_batched_request_lines_read_as_the_record_path_writes_them(fmt, monkeypa
     assert written[0] == written[1]
     assert len(written[0].splitlines()) == len(calls)
     assert "1.5ms" in written[0] and "2000.0ms" in written[0] and "0.412ms" in written[0]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_generated_request_ids_are_unique_and_a_forked_worker_draws_its_own():
+    import os
+
+    from service import request_id
+
+    ids = {request_id.new_id() for _ in range(1000)}
+    assert len(ids) == 1000 and all(GENERATED.fullmatch(rid) for rid in ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first id, then out at once
+        os.write(write, request_id.new_id().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.close(write)
+    assert GENERATED.fullmatch(child) and child not in ids and child[:16] != request_id.new_id()[:16]

@@ -293,3 +293,23 @@ def test_binary_response_pieces_join_to_the_encoded_body():
     assert b"".join(parts) == body
     assert body[length:] == result.outputs["y"].tobytes() + result.grads["x"].tobytes()
     assert encode_result_parts(result, binary=False) == ([encode_result(result, binary=False)[0]], None)
+
+
+def test_the_served_app_and_the_compute_threads_run_in_a_quiet_context():
+    """uvicorn's factory (`worker_app`) and each compute thread turn IEEE warnings off in their
+    context once, so their requests skip `numpy.errstate`."""
+    import contextvars
+
+    from service.cli import worker_app
+    from service.compute import ComputePool
+    from wire.handler import IEEE_QUIET
+
+    context = contextvars.copy_context()
+    assert context.run(worker_app).direct  # the app, with its compute routes
+    assert context.run(IEEE_QUIET.get) and context.run(np.geterr)["divide"] == "ignore"
+    pool = ComputePool(1, 10.0, 10.0, 2**20)
+    try:
+        assert pool._threads().submit(lambda: (IEEE_QUIET.get(), np.geterr()["over"])).result() == (True, "ignore")
+    finally:
+        pool.shutdown()
+    assert not IEEE_QUIET.get()

@@ -54,7 +54,7 @@ def test_cli_flags_override_env_and_reach_uvicorn(monkeypatch):
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append((app, kw)))
     assert cli.main(["serve", "--port", "9002", "--workers", "3", "--device", "cpu", "--log-level", "debug"]) == 0
     ((app, kw),) = calls
-    assert app == "service.app:create_app" and kw["factory"] is True
+    assert app == "service.cli:worker_app" and kw["factory"] is True
     assert kw["port"] == 9002 and kw["workers"] == 3 and kw["host"] == "127.0.0.1" and kw["log_level"] == "debug"
     assert kw["timeout_graceful_shutdown"] > 0
     assert kw["access_log"] is False  # service.logs writes the request lines
