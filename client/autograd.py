@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 def fetching(session, values):
     """Compute `values` in one /forward, with every value a live Variable holds that the same graph
     computes (so that history whose value is known is never sent again)."""
-    if session._in_flight is not None and any(v.array is None for v in values):  # (its answer may hold them)
+    if session._in_flight and any(v.array is None for v in values):  # (its answer may hold them)
         yield ("settle",)
     yield from flush(session)
     for v in values:  # a detached value whose source is known (fetched together with it earlier) is at hand
@@ -86,7 +86,7 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
     holders = [
         (v, None if v._node is None else v._node.value) for v in getting if v._node is None or v._node.value is not None
     ]
-    if session._in_flight is not None and any(v.grad is not None for v, _ in holders):
+    if session._in_flight and any(v.grad is not None for v, _ in holders):
         yield ("settle",)  # a gradient accumulated onto may be one the step in flight uses (`check_not_consumed`)
     if create_graph:
         output_values = ()

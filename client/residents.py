@@ -94,6 +94,7 @@ class Residents:
         self.held: dict[str, Held] = {}  # graph input node id -> the input held for it
         self.holding = True  # False once the server's byte bound refused a held input (`inline`)
         self.consumed: weakref.WeakSet = weakref.WeakSet()  # placeholder gradients a step used on the server
+        self.steps, self.last_step = itertools.count(1), None  # numbers of the steps left in flight; the last's
 
     def register(self, param) -> Resident:
         entry = self.params.get(id(param))

@@ -4,9 +4,11 @@
 neither, the default is *embedded*: the same requests run in-process, with the same answers and errors.
 Each operation is a generator without I/O: it yields what it needs done (`request`, `execute`, `sleep`, `settle`...) and
 is sent the answer. `_Core._run` drives it, doing the I/O by `_perform`: `Session` at once, `AsyncSession` awaited.
-A `Session` may leave one operation in flight (one that yields `in_flight`: a resident optimizer's step): its
-next request is sent by a background thread and the operation finishes when something needs its answer (`_settle`:
-the next request, a value read, closing), raising there what it would have raised.
+A `Session` may leave up to PIPELINE_DEPTH operations in flight (those that yield `in_flight`: a resident
+optimizer's steps): the next request of each is sent without waiting for the answers before it (`client.pipeline`,
+or a background thread for an httpx transport) and the operation finishes when something needs its answer
+(`_settle`: the next request, a value read, closing, a step past the depth), raising there what it would have
+raised; the steps sent after one that failed are dropped (the server refused them: `wire.resident_update`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import orjson
 from client import state, transports
 from client.autograd import backwarding, fetching
 from client.errors import ConflictError, ConnectionFailed, NotFoundError, ServerError
+from client.pipeline import Pipeline
 from client.transports import Call
 from client.variable import Variable
 from engine.api import backward_arguments, check_unused, grad_arguments
@@ -38,6 +41,7 @@ DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s),
 USER_AGENT = "gradserve-client/0.1"
 MAX_PLAN_IDS = 256  # graphs whose plan ids a session remembers
 MAX_TAPE_IDS = 128  # tapes a session remembers
+PIPELINE_DEPTH = 2  # operations a Session leaves in flight at most
 
 
 def _operation(steps):
@@ -79,6 +83,7 @@ class _Core:
         self.session_id = uuid.uuid4().hex
         self.stats = Counter()  # requests sent (attempts), by path
         self.closed = False
+        self._in_flight: list = []  # [(an operation's coroutine, the Future of its request)]: sent, not yet answered
         self._tapes = OrderedDict()  # (ids of a backward's output Values) -> (tape id, graph text, weakrefs to them)
         self._plans = OrderedDict()  # graph text -> the plan id the server gave it
         api_key = os.environ.get("GRADSERVE_API_KEY") if api_key is None else api_key
@@ -96,12 +101,10 @@ class _Core:
         if self.closed:
             raise RuntimeError(f"{self!r} is closed")
 
-    _in_flight = None  # (an operation's coroutine, the Future of its request): sent, its answer not yet read
-
     def _sending(self, method, path, content=None, headers=None, idempotent=True):
         """The Response to one request, tried again as long as `self.retry` says; requests go in order (an
-        operation in flight is finished first)."""
-        if self._in_flight is not None:
+        operation in flight is finished first, unless this request is left in flight too)."""
+        if self._in_flight and not getattr(self, "_leave", False):
             yield ("settle",)
         self._check_open()
         for attempt in itertools.count():
@@ -228,7 +231,13 @@ class Session(_Core):
     _remote_transport = staticmethod(transports.http_transport)
 
     _leave = False  # the next request is left in flight (the operation yielded `in_flight`)
-    _sender = None  # the thread that sends a request left in flight
+    _sender = None  # the thread that sends a request left in flight (an httpx transport's)
+    _pipeline = None  # the connection requests left in flight go on (`client.pipeline`), for http.client's
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if isinstance(self._transport, transports.PlainHttpTransport):
+            self._pipeline = Pipeline(self._transport)
 
     def _run(self, steps):
         """Run the operation `steps`: `_perform` does the work at once, so one send finishes the coroutine,
@@ -241,29 +250,36 @@ class Session(_Core):
             return done.value
         finally:
             self._leave = False
-        self._in_flight = (coroutine, waiting.future)
+        self._in_flight.append((coroutine, waiting.future))
         return None
 
-    def _settle(self) -> None:
-        """Finish the operation left in flight, if any: wait for its answer, then run the rest of it (its
-        error, the server's or the connection's, is raised here)."""
-        flight, self._in_flight = self._in_flight, None
-        if flight is None:
-            return
-        coroutine, future = flight
-        try:
-            answer = future.result()
-        except Exception as err:  # noqa: BLE001 - thrown into the operation, as `_perform` would
-            resume = functools.partial(coroutine.throw, err)
-        else:
-            resume = functools.partial(coroutine.send, answer)
-        leave, self._leave = self._leave, False  # (its own requests, a retry's, are not left in flight)
-        try:
-            resume()
-        except StopIteration:
-            pass
-        finally:
-            self._leave = leave
+    def _settle(self, keep: int = 0) -> None:
+        """Finish the operations left in flight, oldest first, until `keep` are left and the oldest has no
+        answer yet: wait for each answer, then run the rest of it (its error, the server's or the
+        connection's, is raised here, and the operations sent after it are dropped: the server refuses a
+        step whose step before it failed)."""
+        while self._in_flight and (len(self._in_flight) > keep or self._in_flight[0][1].done()):
+            coroutine, future = self._in_flight.pop(0)
+            try:
+                answer = future.result()
+            except Exception as err:  # noqa: BLE001 - thrown into the operation, as `_perform` would
+                resume = functools.partial(coroutine.throw, err)
+            else:
+                resume = functools.partial(coroutine.send, answer)
+            leave, self._leave = self._leave, False  # (its own requests, a retry's, are not left in flight)
+            try:
+                resume()
+            except StopIteration:
+                pass
+            except BaseException as err:
+                dropped, self._in_flight = self._in_flight, []
+                for later, _ in dropped:
+                    later.close()
+                if dropped:
+                    err.add_note(f"gradserve: the {len(dropped)} optimizer step(s) sent after it were not applied")
+                raise
+            finally:
+                self._leave = leave
 
     def _settle_at_exit(self) -> None:
         """A program that ends with a step in flight and its session open (the default session, say) still
@@ -275,7 +291,7 @@ class Session(_Core):
 
     async def _perform(self, action, *args):
         if action == "settle":
-            return self._settle()
+            return self._settle(*args)
         if action == "in_flight":  # its next request is sent without waiting for the answer
             self._leave = True
             return None
@@ -284,6 +300,8 @@ class Session(_Core):
             if self._sender is None:
                 self._sender = concurrent.futures.ThreadPoolExecutor(1, "gradserve-sender")
                 atexit.register(self._settle_at_exit)
+            if self._pipeline is not None:
+                return await _Answer(self._pipeline.submit(*args))
             return await _Answer(self._sender.submit(self._transport.request, *args))
         return (time.sleep if action == "sleep" else getattr(self._transport, action))(*args)
 
@@ -308,6 +326,8 @@ class Session(_Core):
                 if self._sender is not None:
                     atexit.unregister(self._settle_at_exit)
                     self._sender.shutdown()
+                if self._pipeline is not None:
+                    self._pipeline.close()
                 self._transport.close()
         state.remove(self)
 

@@ -162,6 +162,39 @@ def test_bad_resident_requests_name_the_handle_or_field():
     assert err.field == "update"
 
 
+def test_a_step_after_one_the_session_has_not_applied_is_refused_with_409_naming_update_after():
+    """`"after": k` refuses a step unless step k is the last the session applied: a step k that failed or has
+    not arrived leaves the parameters as they were; checked when the step reads its inputs and again when it
+    is applied (another update between the two refuses it); other sessions keep their own last step."""
+    executor = Executor()
+    sgd = {"optimizer": "sgd", "groups": [{"handles": ["w1", "b1"], "lr": 0.1}]}
+    for session in (SESSION, OTHER):
+        step(executor, {**sgd, "step": 1}, session=session, upload=[("w1", W0), ("b1", B0)])
+    before = executor.residents.fetch((None, SESSION), ["w1", "b1"])
+    bad = {"optimizer": "sgd", "groups": [{"handles": ["w1", "b1"], "lr": -1}], "step": 2, "after": 1}
+    assert refused(step, executor, bad).field == "update.groups[0]"  # step 2 fails
+    err = refused(step, executor, {**sgd, "step": 3, "after": 2})
+    assert err.kind == "conflict" and err.field == "update.after"
+    assert "must follow step 2" in str(err) and "nothing was applied" in str(err)
+    after = executor.residents.fetch((None, SESSION), ["w1", "b1"])
+    assert all(numpy.array_equal(before[h], after[h]) for h in before)
+    step(executor, {**sgd, "step": 4, "after": 1})  # what step 1 left: applied
+    step(executor, {**sgd, "step": 2, "after": 1}, session=OTHER)  # the other session's own count
+    request = decode_request(
+        {"graph": GRAPH, "wrt": ["w", "b"], "session": SESSION, "update": {**sgd, "step": 5, "after": 4}},
+        None,
+        executor.limits,
+    )
+    request.inputs = {"x": BATCHES[1][0], "y": BATCHES[1][1]}
+    ticket = executor.admit(request, "backward")  # its inputs read after step 4
+    step(executor, {**sgd, "step": 6, "after": 4})  # applied meanwhile
+    err = refused(executor.run, ticket)
+    assert err.kind == "conflict" and err.field == "update.after" and "must follow step 4" in str(err)
+    for value in (-1, "2", 1.5, True):
+        assert refused(step, executor, {**sgd, "after": value}).field == "update.after"
+        assert refused(step, executor, {**sgd, "step": value}).field == "update.step"
+
+
 def test_free_drops_arrays_and_their_bytes():
     executor = Executor()
     run_arrays(executor, "/forward", {"session": SESSION}, upload=[("w1", W0), ("b1", B0)])

@@ -11,7 +11,7 @@ KINDS = {
     "invalid": "an invalid graph or tensor, or an op that failed while running (the node is named)",
     "too_large": "over one of the limits or budgets",
     "not_found": "an unknown or expired tape, or a plan id the server does not hold (send the graph)",
-    "conflict": "a backward through a tape that a previous backward already freed",
+    "conflict": "a backward through a tape a previous backward freed, or a step whose step before was not applied",
     "cancelled": "the computation was cancelled (its compute time ran out or its client left)",
     "out_of_memory": "the (device) memory ran out",
 }

@@ -117,6 +117,9 @@ class Executor:
         """Its resident inputs' arrays as the request's inputs (read-only views: updated only after the
         run), from its upload or the store; every handle it updates must be one of them."""
         key = key_of(request)
+        if request.order[1] is not None:
+            with self.residents.updating(key):  # (its inputs are read after step `after` or not at all)
+                self.residents.check_after(key, request.order[1])
         bound = {}
         for node, handle in plan.residents.items():
             if node in request.inputs:
@@ -155,7 +158,7 @@ class Executor:
             by_handle = {h: result.grads[n] for n, h in plan.residents.items() if n in result.grads}
             for node in plan.residents:  # its views let go: an array nothing else reads is stepped in place
                 request.inputs.pop(node, None)  # (an output, a retained tape or another request holds its own)
-            apply_update(self.residents, key, request.update, by_handle)
+            apply_update(self.residents, key, request.update, by_handle, request.order)
             updated = {h for _, _, handles in request.update for h in handles}
             result.grads = {n: g for n, g in result.grads.items() if plan.residents.get(n) not in updated}
         return self._fetch_and_free(request, key, result)

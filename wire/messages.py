@@ -11,7 +11,7 @@ from engine.api import shown
 from wire import codec
 from wire.errors import RequestError
 from wire.limits import Limits
-from wire.resident_update import check_update
+from wire.resident_update import check_order, check_update
 from wire.residents import check_session
 
 
@@ -80,6 +80,7 @@ class Request:
     scope: str | None = field(default=None, repr=False)  # set by the service: who sent it (its API key's digest)
     upload: dict = field(default_factory=dict)  # {handle: array} to keep resident
     update: list | None = None  # wire.resident_update.check_update's groups
+    order: tuple = (None, None)  # the update's (step, after): wire.resident_update.check_order
     fetch: list | None = None  # resident handles to answer with
     free: list | None = None  # resident handles to drop after running
     layout: object = field(default=None, repr=False)  # wire.layouts.Layout of a binary request's header
@@ -186,7 +187,7 @@ def _decode_resident_keys(request: Request, get, uploads: dict) -> None:
             raise RequestError(f"'{key}' must be a list of resident handles", field=key)
         setattr(request, key, handles)
     if get("update") is not None:
-        request.update = check_update(get("update"))
+        request.update, request.order = check_update(get("update")), check_order(get("update"))
         if request.retain_graph:
             raise RequestError(
                 "an update changes its resident inputs in place, which a retained tape still reads: "

@@ -1,7 +1,8 @@
 """A request's `"update"`: an optimizer step applied in place to resident arrays after its backward.
 
     "update": {"optimizer": "adam",
-               "groups": [{"handles": ["w1", "b1"], "lr": 0.001, "betas": [0.9, 0.999]}]}
+               "groups": [{"handles": ["w1", "b1"], "lr": 0.001, "betas": [0.9, 0.999]}],
+               "step": 8, "after": 7}
 
 The step is the engine's own optimizer (`engine.optim`: SGD, Adam, AdamW, RMSprop) run on the
 resident arrays with the request's gradients, its state (momentum buffers, Adam's moments and step
@@ -9,7 +10,13 @@ count) kept resident with each array: the formulas are written once, there. A gr
 the optimizer's constructor arguments (its defaults where left out); a resident without a gradient
 in this request is left as it is, as PyTorch skips a parameter whose `.grad` is None. SGD steps the arrays
 in place (`engine.optim.sgd_in_place`, the same formulas on arrays) where no request still reads them;
-the others step copies that replace the arrays."""
+the others step copies that replace the arrays.
+
+`"step"` numbers the update (the session remembers the last it applied) and `"after"` makes it follow
+another: it is refused (409, field update.after) unless step `after` is the last the session applied, both when
+the request reads its resident inputs and when it steps them. A client that sends a step before the answer
+to the one before it (`client.session`) so never has a step applied after one that failed, nor on values
+read before its predecessor was applied."""
 
 from __future__ import annotations
 
@@ -35,8 +42,10 @@ _valid_lock = threading.Lock()
 
 def check_update(update) -> list:
     """[(optimizer class, options, handles)] of an `update` object, or 422 naming the field at fault."""
-    if not isinstance(update, dict) or set(update) - {"optimizer", "groups"}:
-        raise RequestError("'update' must be an object with 'optimizer' and 'groups'", field=FIELD)
+    if not isinstance(update, dict) or set(update) - {"optimizer", "groups", "step", "after"}:
+        raise RequestError(
+            "'update' must be an object with 'optimizer' and 'groups' (and 'step', 'after')", field=FIELD
+        )
     name = update.get("optimizer")
     if name not in OPTIMIZERS:
         raise RequestError(
@@ -68,6 +77,17 @@ def check_update(update) -> list:
     return checked
 
 
+def check_order(update: dict) -> tuple:
+    """(step, after) of a checked update: each a non-negative integer or None (422 naming it otherwise)."""
+    order = update.get("step"), update.get("after")
+    for name, value in zip(("step", "after"), order):
+        if value is not None and (type(value) is not int or value < 0):
+            raise RequestError(
+                f"update.{name} must be a non-negative integer (got {shown(value)})", field=f"{FIELD}.{name}"
+            )
+    return order
+
+
 def _check_options(name: str, cls, options: dict, where: str) -> dict:
     """The optimizer's own checks of a group's options (a probe parameter: the options are what is
     checked), once per distinct options (a training loop sends the same ones every step); the group
@@ -92,9 +112,9 @@ def _check_options(name: str, cls, options: dict, where: str) -> dict:
     return group
 
 
-def apply_update(store, key, groups, grads: dict) -> None:
+def apply_update(store, key, groups, grads: dict, order=(None, None)) -> None:
     """Step the resident arrays of session `key`: `groups` from `check_update`, `grads` {handle: gradient
-    array}. All or none: every gradient is checked, and the state the step adds is charged to the session
+    array}, `order` (step, after) from `check_order`. All or none (a step not after `after`: 409): every gradient is checked, and the state the step adds is charged to the session
     (413 when it does not fit), before any array changes (SGD's momentum buffers first; the other
     optimizers' on their stepped copies). One update of a session
     at a time (`store.updating`): SGD steps an array in place where nothing else reads it (no request's
@@ -102,6 +122,7 @@ def apply_update(store, key, groups, grads: dict) -> None:
     reading an array keeps the value it read)."""
     with store.updating(key):
         steps = [(cls, options, _stepped(store, key, handles, grads)) for cls, options, handles in groups]
+        store.check_after(key, order[1])
         growth = sum(_growth(cls, options, stepped) for cls, options, stepped in steps)
         store.check_room(key, growth, FIELD)
         for cls, options, stepped in steps:
@@ -115,6 +136,7 @@ def apply_update(store, key, groups, grads: dict) -> None:
                 _step_copies(store, key, cls, options, stepped, grads)
             for (_, resident), before in zip(stepped, befores):
                 store.recharge(key, resident, before)
+        store.applied(key, order[0])
 
 
 def _stepped(store, key, handles, grads) -> list:

@@ -59,12 +59,13 @@ class Resident:
 
 
 class _Session:
-    __slots__ = ("arrays", "nbytes", "expires", "lock")
+    __slots__ = ("arrays", "nbytes", "expires", "lock", "last_step")
 
     def __init__(self):
         self.arrays: dict[str, Resident] = {}
         self.nbytes = 0
         self.expires = 0.0
+        self.last_step = None  # the "step" of the last update applied (`wire.resident_update`)
         self.lock = threading.Lock()  # held by an update, and while a view or a fetch's copy is taken
 
 
@@ -148,6 +149,28 @@ class ResidentStore:
         with self._lock:
             session = self._sessions.get(key)
         return session.lock if session is not None else _NO_SESSION
+
+    def check_after(self, key: tuple, after) -> None:
+        """Refuse (409, naming update.after) a step that must follow step `after` of session `key` when that
+        is not the last step the session applied (it failed, or has not arrived yet). Called with the
+        session's lock held: when the step's inputs are read, and again when it is applied."""
+        with self._lock:
+            session = self._sessions.get(key)
+            last = None if session is None else session.last_step
+        if after is not None and session is not None and last != after:  # (no session: its handles say why)
+            raise RequestError(
+                f"this step must follow step {after} of the session, which the server has not applied (the last it "
+                f"applied is {shown(last)}): step {after} failed or has not arrived; nothing was applied",
+                field="update.after",
+                kind="conflict",
+            )
+
+    def applied(self, key: tuple, step) -> None:
+        """Session `key`'s last applied step is now `step` (an update's, None when it has none)."""
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is not None:
+                session.last_step = step
 
     def has(self, key: tuple, handle: str) -> bool:
         with self._lock:

@@ -16,7 +16,7 @@ import numpy
 
 from client.autograd import flush
 from client.residents import residents_of
-from client.session import Session
+from client.session import PIPELINE_DEPTH, Session
 from client.state import current_session
 from client.variable import Variable
 from engine.optim import SGD, Adam, AdamW, Optimizer, RMSprop
@@ -118,9 +118,9 @@ def _options(optimizer, group) -> dict:
 
 def _stepping(optimizer, session):
     """The step as session steps: the deferred backward with the update, or the update with the client's
-    gradients (`_explicit`); the stepped parameters' values are then on the server only."""
-    if session._in_flight is not None:  # the last step's error is raised before this one changes anything
-        yield ("settle",)
+    gradients (`_explicit`); the stepped parameters' values are then on the server only. The deferred one is
+    left in flight, numbered to follow the step in flight before it (`"after"`), which the server checks."""
+    yield ("settle", PIPELINE_DEPTH - 1)  # (the errors of steps answered are raised before this one changes anything)
     residents = residents_of(session)
     stepped, groups = [], []
     for group in optimizer.param_groups:
@@ -145,6 +145,10 @@ def _stepping(optimizer, session):
             residents.stale(stepped)
             return
         residents.stale(stepped)  # the values are the server's from now on: its request is left in flight
+        update["step"] = step = next(residents.steps)
+        if session._in_flight:
+            update["after"] = residents.last_step
+        residents.last_step = step
         yield ("in_flight",)
         yield from flush(session, update, (), uploaded)
         return

@@ -5,11 +5,15 @@ clear errors."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,6 +23,7 @@ import pytest
 from client_testkit import free_port
 
 import client
+import client.optim.resident
 import engine
 from client.residents import ResidentLost
 
@@ -51,7 +56,8 @@ def train(lib, name, options, tensor, params=None):
 
 
 class Bytes:
-    """Request and answer body bytes of a session, counted at its transport."""
+    """Request and answer body bytes of a session, counted at its transport and at the connection its steps
+    left in flight go on (`client.pipeline`)."""
 
     def __init__(self, session):
         self.up = self.down = self.requests = 0
@@ -66,6 +72,17 @@ class Bytes:
             return response
 
         transport.request = request
+        if session._pipeline is not None:
+            submit = session._pipeline.submit
+
+            def submitted(method, path, content=None, headers=None):
+                self.up += len(content or b"")
+                self.requests += 1
+                future = submit(method, path, content, headers)
+                future.add_done_callback(lambda f: setattr(self, "down", self.down + len(f.result().content)))
+                return future
+
+            session._pipeline.submit = submitted
 
 
 @pytest.mark.parametrize(("name", "options"), OPTIMIZERS)
@@ -214,11 +231,31 @@ def _seed_loss(lib, tensor, w1, w2, batch):
     return (tensor(x).mm(w1).clamp(min=0).mm(w2) - tensor(y)).pow(2).sum()
 
 
+def hold_answers(session):
+    """The answers to the steps a session leaves in flight are handed to it only once the Event it returns is
+    set (the requests go at once); the list it returns gets the Futures of the server's answers, in order."""
+    release, answers = threading.Event(), []
+    submit = session._pipeline.submit
+
+    def held(*args):
+        sent, handed = submit(*args), Future()
+        answers.append(sent)
+
+        def hand_over():
+            error = sent.exception()
+            assert release.wait(60)
+            handed.set_exception(error) if error is not None else handed.set_result(sent.result())
+
+        threading.Thread(target=hand_over, daemon=True).start()
+        return handed
+
+    session._pipeline.submit = held
+    return release, answers
+
+
 def test_a_step_does_not_wait_for_its_answer_and_what_reads_it_does(server):
     """step() returns once its request is sent; the next step's recording goes on meanwhile; reading the
     loss (or anything else the answer carries) waits for it and is right."""
-    import threading
-
     with client.connect(server.url) as session:
         w1, w2 = client.tensor(W1.copy(), requires_grad=True), client.tensor(W2.copy(), requires_grad=True)
         optimizer = client.optim.SGD([w1, w2], lr=1e-3, resident=True)
@@ -227,23 +264,14 @@ def test_a_step_does_not_wait_for_its_answer_and_what_reads_it_does(server):
         first.backward()
         optimizer.step()  # the first step uploads the parameters: it waits for its answer
         losses = [first.item()]
-        release, answered = threading.Event(), []
-        original = session._transport.request
-
-        def held_back(method, path, content=None, headers=None):  # the server's answer comes when released
-            response = original(method, path, content, headers)
-            assert release.wait(60)
-            answered.append(path)
-            return response
-
-        session._transport.request = held_back
+        release, _ = hold_answers(session)
         for batch in BATCHES[1:4]:
             optimizer.zero_grad()
             loss = _seed_loss(client, client.tensor, w1, w2, batch)
             loss.backward()
             optimizer.step()
             if len(losses) == 1:
-                assert answered == []  # the step returned before its answer came
+                assert len(session._in_flight) == 1  # the step returned before its answer came
             release.set()
             losses.append(loss.item())  # waits for the answer: the loss is the server's
     e1, e2 = engine.tensor(W1.copy(), requires_grad=True), engine.tensor(W2.copy(), requires_grad=True)
@@ -281,6 +309,7 @@ def test_a_step_that_fails_on_the_server_raises_at_the_next_call_and_nothing_is_
             if noticed_by == "loss.item()":
                 refused_loss.item()
             elif noticed_by == "next step":
+                concurrent.futures.wait([future for _, future in session._in_flight])  # (its answer is in)
                 optimizer.step()
             else:
                 w2.numpy()
@@ -297,6 +326,108 @@ def test_a_step_that_fails_on_the_server_raises_at_the_next_call_and_nothing_is_
         reference.step()
     numpy.testing.assert_allclose(got[0], e1.detach().numpy(), rtol=1e-10)
     numpy.testing.assert_allclose(got[1], e2.detach().numpy(), rtol=1e-10)
+
+
+def test_a_step_sent_after_one_that_failed_is_refused_by_the_server_and_dropped(server):
+    """Step 2 is refused (422); step 3, sent before step 2's answer came, must follow it ("after"): the server
+    refuses it too (409, naming update.after), so it is never applied on the values step 2 left. The next call
+    that needs an answer raises step 2's error, saying the step after it was not applied; the backward recorded
+    meanwhile is kept and applies once; the parameters are those of steps 1 and 4 only."""
+    with client.connect(server.url) as session:
+        w1, w2 = client.tensor(W1.copy(), requires_grad=True), client.tensor(W2.copy(), requires_grad=True)
+        optimizer = client.optim.SGD([w1, w2], lr=1e-3, momentum=0.9, resident=True)
+        batches = iter(BATCHES)
+
+        def step(lr=1e-3):
+            optimizer.param_groups[0]["lr"] = lr
+            optimizer.zero_grad()
+            _seed_loss(client, client.tensor, w1, w2, next(batches)).backward()
+            optimizer.step()
+
+        step()  # uploads the parameters: answered before it returns
+        release, answers = hold_answers(session)
+        step(lr=-1.0)  # refused by the server
+        step()  # sent before that answer is handed over: two steps in flight
+        assert len(session._in_flight) == 2
+        optimizer.zero_grad()
+        _seed_loss(client, client.tensor, w1, w2, next(batches)).backward()
+        release.set()
+        with pytest.raises(client.errors.ServerError) as refused:
+            optimizer.step()
+        assert refused.value.status == 422 and "Invalid learning rate" in str(refused.value)
+        assert "the 1 optimizer step(s) sent after it were not applied" in refused.value.__notes__[0]
+        answer = answers[1].result()  # the server's to step 3
+        assert answer.status == 409 and answer.json()["field"] == "update.after"
+        assert "must follow step" in answer.json()["error"] and not session._in_flight
+        optimizer.step()  # the last backward was kept: it applies now, once
+        got = w1.numpy(), w2.numpy()
+    e1, e2 = engine.tensor(W1.copy(), requires_grad=True), engine.tensor(W2.copy(), requires_grad=True)
+    reference = engine.optim.SGD([e1, e2], lr=1e-3, momentum=0.9)
+    for batch in (BATCHES[0], BATCHES[3]):
+        reference.zero_grad()
+        _seed_loss(engine, engine.tensor, e1, e2, batch).backward()
+        reference.step()
+    numpy.testing.assert_allclose(got[0], e1.detach().numpy(), rtol=1e-12)
+    numpy.testing.assert_allclose(got[1], e2.detach().numpy(), rtol=1e-12)
+
+
+def _sgd_loop(lib, session, w1, w2, optimizer, steps):
+    """`steps` seed-net steps, nothing read meanwhile (the steps stay in flight); the losses, read after."""
+    losses = []
+    for i in range(steps):
+        optimizer.zero_grad()
+        loss = _seed_loss(lib, lib.tensor, w1, w2, BATCHES[i % len(BATCHES)])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss)
+        if session is not None:
+            assert len(session._in_flight) <= client.optim.resident.PIPELINE_DEPTH
+    return [loss.item() for loss in losses]
+
+
+def _engine_loop(steps, lr):
+    e1, e2 = engine.tensor(W1.copy(), requires_grad=True), engine.tensor(W2.copy(), requires_grad=True)
+    losses = _sgd_loop(engine, None, e1, e2, engine.optim.SGD([e1, e2], lr=lr, momentum=0.9), steps)
+    return losses, e1.detach().numpy(), e2.detach().numpy()
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_steps_left_in_flight_give_the_sequential_loops_values(server, monkeypatch, depth):
+    """With one step in flight or two, the losses and parameters are the engine's sequential loop's."""
+    monkeypatch.setattr(client.optim.resident, "PIPELINE_DEPTH", depth)
+    with client.connect(server.url) as session:
+        w1, w2 = client.tensor(W1.copy(), requires_grad=True), client.tensor(W2.copy(), requires_grad=True)
+        optimizer = client.optim.SGD([w1, w2], lr=1e-4, momentum=0.9, resident=True)
+        losses = _sgd_loop(client, session, w1, w2, optimizer, 12)
+        got = w1.numpy(), w2.numpy()
+    want = _engine_loop(12, 1e-4)
+    numpy.testing.assert_allclose(losses, want[0], rtol=1e-12)
+    for g, w in zip(got, want[1:]):
+        numpy.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+
+def test_two_sessions_leaving_steps_in_flight_do_not_interfere(server):
+    """Two sessions step in turn, each with steps in flight numbered 1, 2, ... (the server keeps each
+    session's last step apart): each trains as the engine does alone."""
+    with contextlib.ExitStack() as sessions:
+        runs = []
+        for lr in (1e-4, 3e-4):
+            session = sessions.enter_context(client.connect(server.url))  # (the current session from now on)
+            w1, w2 = client.tensor(W1.copy(), requires_grad=True), client.tensor(W2.copy(), requires_grad=True)
+            runs.append((session, w1, w2, client.optim.SGD([w1, w2], lr=lr, momentum=0.9, resident=True), []))
+        for i in range(8):
+            for session, w1, w2, optimizer, losses in runs:
+                optimizer.zero_grad()
+                loss = _seed_loss(client, client.tensor, w1, w2, BATCHES[i % len(BATCHES)])
+                session.backward(loss)
+                optimizer.step()
+                losses.append(loss)
+        got = [([float(s.fetch(loss)) for loss in losses], *s.fetch(w1, w2)) for s, w1, w2, _, losses in runs]
+    for (losses, g1, g2), lr in zip(got, (1e-4, 3e-4)):
+        want = _engine_loop(8, lr)
+        numpy.testing.assert_allclose(losses, want[0], rtol=1e-12)
+        numpy.testing.assert_allclose(g1, want[1], rtol=1e-12, atol=1e-14)
+        numpy.testing.assert_allclose(g2, want[2], rtol=1e-12, atol=1e-14)
 
 
 EXITS_WITH_A_STEP_IN_FLIGHT = """
