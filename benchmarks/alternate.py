@@ -198,6 +198,14 @@ def round_cpu(r: int) -> int | None:
     return cpus[r % len(cpus)]
 
 
+def other_cpus(r: int) -> set | None:
+    """The usable CPUs but round `r`'s (`round_cpu`): where a round's server runs, as on its own machine
+    (None where the platform cannot pin or has one CPU)."""
+    cpu = round_cpu(r)
+    rest = None if cpu is None else set(os.sched_getaffinity(0)) - {cpu}
+    return rest or None
+
+
 def run(
     commands: dict,
     cwd,

@@ -129,9 +129,9 @@ def run(port, request: bytes, seconds: float, max_requests: int, connections: in
     }
 
 
-def group_cpu_seconds(pgid: int) -> float:
-    """User + system CPU seconds of the live processes of process group `pgid` (Linux /proc)."""
-    ticks, total = os.sysconf("SC_CLK_TCK"), 0
+def _group_pids(pgid: int) -> list[tuple[str, list[str]]]:
+    """The live processes of process group `pgid` (Linux /proc), each with its stat fields after the name."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -141,8 +141,24 @@ def group_cpu_seconds(pgid: int) -> float:
         except OSError:
             continue
         if int(fields[2]) == pgid:  # fields after the name: state, ppid, pgrp, ..., utime (12th), stime (13th)
-            total += int(fields[11]) + int(fields[12])
-    return total / ticks
+            found.append((entry, fields))
+    return found
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU seconds of the live processes of process group `pgid` (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    return sum(int(fields[11]) + int(fields[12]) for _, fields in _group_pids(pgid)) / ticks
+
+
+def pin_group(pgid: int, cpus: set) -> None:
+    """Pin every thread of process group `pgid`'s live processes to `cpus` (threads made later inherit it)."""
+    for pid, _ in _group_pids(pgid):
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(tid), cpus)
+        except OSError:  # a thread or process that ended meanwhile
+            continue
 
 
 def main(argv):

@@ -10,9 +10,9 @@ import statistics
 import subprocess
 import urllib.request
 
-from benchmarks import common, rounds, serving
+from benchmarks import alternate, common, rounds, serving
 from benchmarks.common import LABELS, PY, ROOT, fmt_time, table, timing_table
-from benchmarks.loadgen import group_cpu_seconds
+from benchmarks.loadgen import group_cpu_seconds, pin_group
 from benchmarks.rounds import ratio_target, record, run_rounds, side_rounds
 
 REMOTE = ("remote", "resident")  # the sides that talk to the server (`resident`: parameters kept there)
@@ -50,7 +50,9 @@ def _loops(case, sides, rounds_, max_s, env_remote, server_pgid=None, **params):
     processes alive at once and stepping in alternating batches (`benchmarks.alternate`), each timing
     steps for at most `max_s` seconds; the client sides embedded (no GRADSERVE_URL) or remote
     (`env_remote`, whose server's CPU time over each side's own set-up and batches is counted when its
-    process group `server_pgid` is given, and its requests and bytes each way per step from its /metrics)."""
+    process group `server_pgid` is given, and its requests and bytes each way per step from its /metrics).
+    The round's sides share one CPU (`alternate.round_cpu`); the server is pinned to the others, where it
+    runs beside its client as a server on another machine would, instead of wherever Linux puts it."""
     url = (env_remote or {}).get("GRADSERVE_URL")
     meters, commands = {}, {}
     for side in sides:
@@ -64,6 +66,8 @@ def _loops(case, sides, rounds_, max_s, env_remote, server_pgid=None, **params):
     measure = common.together(commands, max_s, meters)
 
     def measure_round(live, r):
+        if server_pgid and (cpus := alternate.other_cpus(r)):
+            pin_group(server_pgid, cpus)  # the server on its own CPU, as on its own machine
         results = measure(live, r)
         for res in results.values():
             metered = res.pop("metered", None)

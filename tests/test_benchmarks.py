@@ -379,6 +379,36 @@ def test_a_rounds_sides_are_pinned_to_one_cpu_that_changes_with_the_round():
     assert unpinned["a"]["extra"]["cpus"] == usable
 
 
+THREADED_SERVER = """
+import os, sys, threading, time
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+print("up", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_rounds_server_is_pinned_off_the_cpu_its_clients_share():
+    """Part 4's server runs on the CPUs a round's sides do not use, every one of its threads."""
+    from benchmarks.loadgen import pin_group
+
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        assert alternate.other_cpus(0) is None  # nothing to pin it to: it runs where Linux puts it
+        return
+    usable = set(os.sched_getaffinity(0))
+    server = subprocess.Popen([sys.executable, "-c", THREADED_SERVER], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert server.stdout.readline() == b"up\n"
+        for r in range(2):
+            cpus = alternate.other_cpus(r)
+            assert cpus == usable - {alternate.round_cpu(r)}
+            pin_group(server.pid, cpus)
+            tasks = os.listdir(f"/proc/{server.pid}/task")
+            assert len(tasks) >= 2 and all(set(os.sched_getaffinity(int(t))) == cpus for t in tasks)
+    finally:
+        server.kill()
+        server.wait()
+
+
 def test_rounds_run_together_keep_the_results_shape():
     commands = {"a": _fake("ok"), "b": _fake("ok"), "bad": _fake("fail")}
     runs = rounds.run_rounds(["a", "b", "bad"], 2, common.together(commands, 30), together=True)
