@@ -7,6 +7,7 @@ import numpy
 from engine import shapes
 from engine.attrs import Attr
 from engine.grad_mode import state as grad_state
+from engine.node import FORWARD
 from engine.ops.indexing import take
 from engine.recording import derived
 from engine.registry import Sample, defop, trusted
@@ -134,8 +135,9 @@ def _transposed(a):
 
 
 def reversed_dims(v):
-    """`v.T` on the engine: all dimensions reversed (the view itself when nothing records)."""
-    if not (v._requires_grad and grad_state.enabled):  # nothing to record: the view, without an op's dispatch
+    """`v.T` on the engine: all dimensions reversed (the view itself when nothing records and no
+    forward-AD level could give it a tangent)."""
+    if not (v._requires_grad and grad_state.enabled or FORWARD):  # the view, without an op's dispatch
         return derived(_transposed, v)
     return trusted.permute(v, dims=tuple(range(v._data.ndim - 1, -1, -1)))
 

@@ -177,6 +177,29 @@ def test_forward_over_reverse_through_duals_gives_the_hessian_vector_product():
     np.testing.assert_allclose(hv, want.numpy(), **TOL)
 
 
+@pytest.mark.parametrize(
+    "f",
+    [lambda m, x, w: m.mm(x, w).sum(), lambda m, x, w: (m.mm(x, w).clamp(min=0) ** 2).sum()],
+    ids=["mm", "clamp-pow"],
+)
+def test_a_gradient_through_a_dual_that_needs_no_grad_keeps_its_tangent(f):
+    """A dual input that does not require grad (the data) reaches the weights' gradient through
+    mm's vjp, `x.T @ g`: the transpose of a dual carries its tangent, as in PyTorch."""
+    rng = np.random.default_rng(0)
+    xs, ws, ts = rng.standard_normal((3, 4)), rng.standard_normal((4, 2)), rng.standard_normal((3, 4))
+
+    def tangent_of_grad(m, fw):
+        w = m.tensor(ws, requires_grad=True)
+        with fw.dual_level():
+            x = fw.make_dual(m.tensor(xs), m.tensor(ts))
+            (g,) = m.autograd.grad(f(m, x, w), [w], create_graph=True)
+            return fw.unpack_dual(g).tangent
+
+    got, want = tangent_of_grad(engine, fwAD), tangent_of_grad(torch, torch.autograd.forward_ad)
+    assert got is not None
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), **TOL)
+
+
 def test_gradcheck_check_forward_ad_catches_a_wrong_jvp():
     class WrongJvp(Cube):
         @staticmethod
