@@ -328,7 +328,7 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget, attrs_me
             _fail(f"node {shown(node_id)} ({op}) {problem}", node_id, "inputs")
         if key is not None:
             checked = attrs_memo.setdefault(key, checked)
-    return Step(node_id, spec.name, tuple([seen[ref] for ref in raw_inputs]), checked)
+    return Step(node_id, spec.name, tuple(map(seen.__getitem__, raw_inputs)), checked)
 
 
 FLOAT_KINDS = ("float", "float?", "p")
