@@ -130,9 +130,10 @@ class _OpCosts:
 
 
 class _Tables:
-    """What both walks of a plan read and neither changes: each value's size, each op step's costs
-    (None for other steps), and per step the values whose last reader it is (`ends`: its inputs and
-    itself, outputs and leaves excepted) with their bytes (`ends_bytes`)."""
+    """What a walk of a plan (and its function nodes' walks) reads and none changes: each value's
+    size, each op step's costs (None for other steps), per step the values whose last reader it is
+    (`ends`: its inputs and itself, outputs and leaves excepted) with their bytes (`ends_bytes`),
+    and whether a step is a grad node (`grads`: else the walk keeps no running totals for one)."""
 
     def __init__(self, plan, bounds, ops: _OpCosts):
         steps = plan.steps
@@ -140,6 +141,7 @@ class _Tables:
         self.costs = costs = []
         last = {}  # value -> the index of its last reader (its own, when nothing reads it)
         self.held = held = set(plan.outputs)
+        self.grads = False  # whether a step is a grad node
         leaves = 0
         sizes, seen, meta_of = ops._sizes, ops._seen, bounds.__getitem__
         check = current_interrupt()  # a compute thread's cancel check (wire.run.cancel_scope)
@@ -158,6 +160,7 @@ class _Tables:
                 leaves += size[sid]
                 costs.append(None)
             elif op in SPECIAL:
+                self.grads = self.grads or op == "grad"
                 costs.append(None)
             else:
                 found = seen.get((op, id(step.attrs), id(meta), *map(id, map(meta_of, inputs))))
@@ -301,8 +304,9 @@ def plan_cost(plan, bounds, functions, record: bool, requires, ops: _OpCosts | N
                     transient = sum(size[ref] + graph_of.get(ref, 0) for ref in sub)
                 kept, back_work, back_peak = transient, 2 * step_work, size[sid]
                 graph_of[sid] = transient
-        work_of[sid] = step_work
-        work_before, size_before = work_before + step_work, size_before + size[sid] + graph_of.get(sid, 0)
+        if tables.grads:  # what a grad node's walk reads: the work and bytes before it
+            work_of[sid] = step_work
+            work_before, size_before = work_before + step_work, size_before + size[sid] + graph_of.get(sid, 0)
         work += step_work
         if step_work > node_work:
             work_node, node_work = sid, step_work
