@@ -58,6 +58,22 @@ def test_a_held_plan_too_long_to_plan_cheaply_gets_an_unplanned_ticket_admitted_
     assert result.outputs["h0"].shape == (4, 4) and result.plan == first.plan
 
 
+def test_a_signature_is_priced_per_kind_when_first_asked_and_not_on_the_loop_for_a_long_plan():
+    executor = Executor()
+    request = _request(executor, (4, 4), steps=40, binary=True)
+    request.grad_outputs = {"h0": np.ones((4, 4))}
+    first = executor.run(executor.admit(request, "backward"))
+    (shapes,) = executor.plans.by_id(first.plan).checked.values()
+    assert list(shapes.costs) == [True]  # a backward never walks a forward's costs
+    again = decode(executor, orjson.dumps({"plan": first.plan, "inputs": [], "parameters": {}}), None)
+    again.inputs = {"x": np.ones((1, 1))}  # the signature kept, but not yet priced for a forward:
+    ticket = executor.admit(again, "forward", cheap_steps=32)  # too long to walk here
+    assert ticket.where == POOL and not ticket.planned and list(shapes.costs) == [True]
+    ticket = executor.admit(ticket.request, "forward")
+    assert ticket.cost == shapes.forward_cost and sorted(shapes.costs) == [False, True]
+    assert shapes.backward_cost.work > shapes.forward_cost.work > 0
+
+
 def test_a_json_answer_over_its_bound_is_refused_before_running_in_the_embedded_pipeline_too():
     executor = Executor(Limits(max_json_output_elements=100))
     ran = []

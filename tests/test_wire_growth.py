@@ -121,13 +121,14 @@ def test_the_cost_walk_and_inference_figure_as_without_their_memos(monkeypatch):
     plan = parse(_chain(2000))
     inputs = {"x": X, "a": A, "b": B}
     memoized = check_request_inputs(plan, inputs)
+    costs = (memoized.forward_cost, memoized.backward_cost)  # priced when read: before the patches
     plan.checked.clear()
     monkeypatch.setattr(budget._OpCosts, "__call__", lambda self, step, bounds: budget._op_costs(step, bounds))
     rules = []
     original = infer._rule
     monkeypatch.setattr(infer, "_rule", lambda *a: rules.append(a) or original(*a))
     fresh = infer.check_request_inputs(plan, inputs)
-    assert (memoized.forward_cost, memoized.backward_cost) == (fresh.forward_cost, fresh.backward_cost)
+    assert costs == (fresh.forward_cost, fresh.backward_cost)
     assert memoized.bounds == fresh.bounds and memoized.known == fresh.known
     assert len(rules) <= 3  # mul, add and sum: one rule call each
 

@@ -195,16 +195,15 @@ def _where(plan, shapes: Shapes, answer: int, inputs: dict) -> str:
     steps, known = len(plan.steps), shapes.all_known
     if steps <= LIGHT_STEPS and known and shapes.total <= LIGHT_ELEMENTS:
         return INLINE
-    cost = shapes.backward_cost
     if (
         steps <= SHORT_STEPS
         and known
         and shapes.total - sum(a.size for a in inputs.values()) <= SHORT_ELEMENTS
-        and cost.work <= SHORT_WORK
-        and cost.peak_bytes <= SHORT_BYTES
         and answer <= SHORT_JSON_ELEMENTS
     ):
-        return SHORT
+        cost = shapes.backward_cost  # priced here for a short forward only
+        if cost.work <= SHORT_WORK and cost.peak_bytes <= SHORT_BYTES:
+            return SHORT
     return POOL
 
 

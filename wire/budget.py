@@ -24,9 +24,9 @@ A jvp node is priced as the grad nodes it is expanded into (`wire.jvp_node`), an
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy
 
@@ -55,16 +55,26 @@ def nbytes(meta) -> int:
     return math.prod(shape) * dtype.itemsize
 
 
-def with_costs(plan, shapes):
-    """`shapes` with its forward and backward Costs for `plan` (the two walks share one `_OpCosts`,
-    so each step's op costs, each value's size and what dies where are found once)."""
-    grads = getattr(plan, "grad_inputs", frozenset())
-    ops = _OpCosts()
-    forward = plan_cost(plan, shapes.bounds, shapes.functions, record=plan.has_grad_nodes, requires=grads, ops=ops)
-    backward = plan_cost(
-        plan, shapes.bounds, shapes.functions, record=True, requires=plan.requires_grad | grads, ops=ops
-    )
-    return dataclasses.replace(shapes, forward_cost=forward, backward_cost=backward)
+class Priced(NamedTuple):
+    """What pricing a plan's walk reads of it (`Shapes` keeps this, not the plan, which keeps its Shapes)."""
+
+    steps: list
+    outputs: tuple
+    record: bool  # it has grad nodes: a forward records too
+    grad_inputs: frozenset
+    requires_grad: frozenset
+
+
+def priced(plan) -> Priced:
+    return Priced(plan.steps, plan.outputs, plan.has_grad_nodes, plan.grad_inputs, plan.requires_grad)
+
+
+def price(plan: Priced, shapes, backward: bool) -> Cost:
+    """The Cost of a forward (or, `backward`, a forward recorded and differentiated) of `plan` with
+    `shapes`: each is walked only when a request of its kind first asks (`wire.infer.Shapes`)."""
+    if backward:
+        return plan_cost(plan, shapes.bounds, shapes.functions, True, plan.requires_grad | plan.grad_inputs)
+    return plan_cost(plan, shapes.bounds, shapes.functions, plan.record, plan.grad_inputs)
 
 
 class _OpCosts:
@@ -74,8 +84,8 @@ class _OpCosts:
     is looked up first by the identity of its attrs and metas (inference shares one meta per distinct
     value kind, `wire.infer._rule`, and parsing one attrs dict per distinct attrs), then by their
     content; steps with attributes that are not hashable (lists, arrays) are computed once per attrs
-    dict. The forward and backward walks of a signature (`with_costs`) share one, and with it the
-    `_Tables` of each (plan, bounds) they walk."""
+    dict. A walk's function nodes' subgraph walks share its one, and with it the `_Tables` of each
+    (plan, bounds) they walk."""
 
     def __init__(self):
         self._memo: dict = {}
@@ -120,34 +130,48 @@ class _OpCosts:
 
 
 class _Tables:
-    """What both walks of a plan read and neither changes: each value's size, each op step's costs
-    (None for other steps), and per step the values whose last reader it is (`ends`: its inputs and
-    itself, outputs and leaves excepted) with their bytes (`ends_bytes`)."""
+    """What a walk of a plan (and its function nodes' walks) reads and none changes: each value's
+    size, each op step's costs (None for other steps), per step the values whose last reader it is
+    (`ends`: its inputs and itself, outputs and leaves excepted) with their bytes (`ends_bytes`),
+    and whether a step is a grad node (`grads`: else the walk keeps no running totals for one)."""
 
     def __init__(self, plan, bounds, ops: _OpCosts):
         steps = plan.steps
-        self.size = size = {s.id: ops.nbytes(bounds[s.id]) for s in steps}
-        last = {}
-        for index, step in enumerate(steps):
-            for ref in step.inputs:
-                last[ref] = index
-        self.held = held = set(plan.outputs) | {s.id for s in steps if s.op in LEAVES}
-        self.leaves = sum(size[s.id] for s in steps if s.op in LEAVES)
-        self.ends: list = [[] for _ in steps]
-        self.ends_bytes = [0] * len(steps)
-        for index, step in enumerate(steps):
-            if step.id not in last:
-                last[step.id] = index
-        for ref, index in last.items():
-            if ref not in held:
-                self.ends[index].append(ref)
-                self.ends_bytes[index] += size[ref]
-        self.costs: list = []
+        self.size = size = {}
+        self.costs = costs = []
+        last = {}  # value -> the index of its last reader (its own, when nothing reads it)
+        self.held = held = set(plan.outputs)
+        self.grads = False  # whether a step is a grad node
+        leaves = 0
+        sizes, seen, meta_of = ops._sizes, ops._seen, bounds.__getitem__
         check = current_interrupt()  # a compute thread's cancel check (wire.run.cancel_scope)
-        for index, step in enumerate(steps):
+        for index, step in enumerate(steps):  # one pass: sizes, last readers, op costs (found as `ops` finds them)
             if check is not None and not index % 256:
                 check()
-            self.costs.append(None if step.op in LEAVES or step.op in SPECIAL else ops(step, bounds))
+            sid, op, inputs = step.id, step.op, step.inputs
+            meta = bounds[sid]
+            nb = sizes.get(id(meta))
+            size[sid] = nb if nb is not None else ops.nbytes(meta)
+            last[sid] = index
+            for ref in inputs:
+                last[ref] = index
+            if op in LEAVES:
+                held.add(sid)
+                leaves += size[sid]
+                costs.append(None)
+            elif op in SPECIAL:
+                self.grads = self.grads or op == "grad"
+                costs.append(None)
+            else:
+                found = seen.get((op, id(step.attrs), id(meta), *map(id, map(meta_of, inputs))))
+                costs.append(found if found is not None else ops(step, bounds))
+        self.leaves = leaves
+        self.ends: list = [()] * len(steps)
+        self.ends_bytes = [0] * len(steps)
+        for ref, index in last.items():
+            if ref not in held:
+                self.ends[index] += (ref,)
+                self.ends_bytes[index] += size[ref]
 
 
 SPECIAL = ("constant", "function", "grad")  # steps that the walk prices itself
@@ -280,8 +304,9 @@ def plan_cost(plan, bounds, functions, record: bool, requires, ops: _OpCosts | N
                     transient = sum(size[ref] + graph_of.get(ref, 0) for ref in sub)
                 kept, back_work, back_peak = transient, 2 * step_work, size[sid]
                 graph_of[sid] = transient
-        work_of[sid] = step_work
-        work_before, size_before = work_before + step_work, size_before + size[sid] + graph_of.get(sid, 0)
+        if tables.grads:  # what a grad node's walk reads: the work and bytes before it
+            work_of[sid] = step_work
+            work_before, size_before = work_before + step_work, size_before + size[sid] + graph_of.get(sid, 0)
         work += step_work
         if step_work > node_work:
             work_node, node_work = sid, step_work
@@ -290,7 +315,7 @@ def plan_cost(plan, bounds, functions, record: bool, requires, ops: _OpCosts | N
             peak, peak_node = live + transient, sid
         if record and differentiable and not grad.isdisjoint(inputs):
             grad.add(sid)
-            saves = [inputs[i] for i in saved]
+            saves = list(map(inputs.__getitem__, saved))
             if uses_output:
                 saves.append(sid)
             for ref in saves:
@@ -329,10 +354,12 @@ def _backward_peak(steps, size, grad, saved_count, held, recorded, live, peak, p
     live_grads = {s.id for s in steps if s.id in grad and s.id in held and s.op not in LEAVES}
     grads = sum(size[g] for g in live_grads)
     for sid, inputs, kept, back_peak, saves in reversed(recorded):
-        new = {i for i in inputs if i in grad and i not in live_grads}
+        new = set()
         added = 0
-        for i in new:
-            added += size[i]
+        for i in inputs:
+            if i in grad and i not in live_grads and i not in new:
+                new.add(i)
+                added += size[i]
         if live + grads + added + back_peak > peak:
             peak, peak_node = live + grads + added + back_peak, sid
         if sid in live_grads:

@@ -59,7 +59,8 @@ class Executor:
             return Ticket(request, kind, admitted[0], plan, request.planned[1], *admitted[3:])  # as `_run_plan` kept
         if cheap_steps is None:
             return admit(request, kind, self.limits, self._plan)
-        return admit(request, kind, self.limits, lambda r: self._cheaply_planned(r, cheap_steps))
+        backward = kind == "backward" or request.retain_graph
+        return admit(request, kind, self.limits, lambda r: self._cheaply_planned(r, cheap_steps, backward))
 
     def _plan(self, request: Request):
         """(plan, Shapes) of a request's graph and inputs; planned once per request (the plan is
@@ -70,15 +71,16 @@ class Executor:
             request.planned = (plan, shapes, key)
         return request.planned[:2]
 
-    def _cheaply_planned(self, request: Request, max_steps: int):
+    def _cheaply_planned(self, request: Request, max_steps: int, backward: bool):
         """(plan, Shapes) of a request with work bounded by its own bytes and `max_steps`: a plan
-        parsed from the request's graph, or its Shapes already kept for these inputs' signature,
-        or a plan of at most `max_steps` steps (no function node) to infer; else None (the
-        compute pool plans it). Invalid requests of those raise here as they would when run."""
+        parsed from the request's graph, or its Shapes already kept for these inputs' signature
+        and priced for its kind (`backward`), or a plan of at most `max_steps` steps (no function
+        node) to infer and price; else None (the compute pool plans it). Invalid requests of
+        those raise here as they would when run."""
         plan, shapes, key = self._resolved(request)
         if shapes is None:
             shapes = known_shapes(plan, request.inputs)
-            if shapes is None and key is None:  # a plan the server holds: is inferring it cheap?
+            if key is None and (shapes is None or backward not in shapes.costs):  # is planning it here cheap?
                 if len(plan.steps) > max_steps or any(step.subgraphs for step in plan.steps):
                     return None
             request.planned = (plan, shapes, key)

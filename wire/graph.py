@@ -174,9 +174,11 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
     attrs_memo: dict = {}
     for index, node in enumerate(nodes):
         parsed = _parse_node(node, index, seen, _scope, max_nodes, max_depth, budget, attrs_memo)
-        if isinstance(parsed, list):  # a jvp node, expanded into the steps it stands for
+        if parsed.__class__ is list:  # a jvp node, expanded into the steps it stands for
             jvps.add(parsed[-1].id)
-        for step in parsed if isinstance(parsed, list) else (parsed,):
+        else:
+            parsed = (parsed,)
+        for step in parsed:
             if step.id in seen:
                 _fail(f"node {shown(step.id)} is defined twice (ids are single-assignment)", step.id, "id")
             d = 0
@@ -289,27 +291,9 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget, attrs_me
         _fail(f"node {shown(node_id)}: 'requires_grad' must be true or false", node_id, "requires_grad")
     if op != "input" and not INPUT_KEYS.isdisjoint(node):
         _fail(f"node {shown(node_id)}: only input nodes take requires_grad, shape, dtype and resident", node_id, "op")
-    if op == "input":
-        if scope != "graph":
-            _fail(
-                f"node {shown(node_id)}: input nodes are not allowed inside a function subgraph (use 'arg')",
-                node_id,
-                "op",
-            )
-        return _input_step(node, node_id, raw_inputs, attrs, requires_grad)
-    if op == "constant":
-        return _constant_step(node_id, raw_inputs, attrs)
-    if op in SUBGRAPH_OPS:
-        return _subgraph_leaf(node_id, op, raw_inputs, attrs, scope)
-    if op == "grad":
-        return grad_node.parse_step(Step, node_id, raw_inputs, attrs, scope)
-    if op == "jvp":
-        return jvp_node.expand(Step, node_id, raw_inputs, attrs, scope)
-    if op == "function":
-        return _function_step(node_id, raw_inputs, attrs, max_nodes, max_depth, budget)
     spec = OPS.get(op)
-    if spec is None:
-        _fail(f"node {shown(node_id)}: unknown op {shown(op)} (GET /ops lists the known ones)", node_id, "op")
+    if spec is None:  # not a registry op (those, the common case, have no name below)
+        return _special_step(node, node_id, op, raw_inputs, attrs, requires_grad, scope, max_nodes, max_depth, budget)
     # the checked attrs of equal (hashable) attrs, and whether an arity fits them, are found once
     try:
         key = (
@@ -328,7 +312,30 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget, attrs_me
             _fail(f"node {shown(node_id)} ({op}) {problem}", node_id, "inputs")
         if key is not None:
             checked = attrs_memo.setdefault(key, checked)
-    return Step(node_id, spec.name, tuple([seen[ref] for ref in raw_inputs]), checked)
+    return Step(node_id, spec.name, tuple(map(seen.__getitem__, raw_inputs)), checked)
+
+
+def _special_step(node, node_id, op, raw_inputs, attrs, requires_grad, scope, max_nodes, max_depth, budget):
+    """The Step of an input, constant, subgraph leaf, grad, jvp (its list) or function node."""
+    if op == "input":
+        if scope != "graph":
+            _fail(
+                f"node {shown(node_id)}: input nodes are not allowed inside a function subgraph (use 'arg')",
+                node_id,
+                "op",
+            )
+        return _input_step(node, node_id, raw_inputs, attrs, requires_grad)
+    if op == "constant":
+        return _constant_step(node_id, raw_inputs, attrs)
+    if op in SUBGRAPH_OPS:
+        return _subgraph_leaf(node_id, op, raw_inputs, attrs, scope)
+    if op == "grad":
+        return grad_node.parse_step(Step, node_id, raw_inputs, attrs, scope)
+    if op == "jvp":
+        return jvp_node.expand(Step, node_id, raw_inputs, attrs, scope)
+    if op == "function":
+        return _function_step(node_id, raw_inputs, attrs, max_nodes, max_depth, budget)
+    _fail(f"node {shown(node_id)}: unknown op {shown(op)} (GET /ops lists the known ones)", node_id, "op")
 
 
 FLOAT_KINDS = ("float", "float?", "p")

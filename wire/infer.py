@@ -9,7 +9,7 @@ import numpy
 
 from engine.api import OPS, Bounded, ShapeError, as_array, current_interrupt, shown
 from wire import grad_node
-from wire.budget import with_costs
+from wire.budget import Priced, price, priced
 from wire.errors import GraphError
 from wire.graph import Plan, Programs, Signature
 
@@ -21,7 +21,8 @@ CHECK_EVERY = 256  # steps inferred between two checks of the cancel event
 class Shapes:
     """Every node's (shape, dtype), or None where it is known only by running, for one input
     signature; with the element counts that admission compares (`wire.admission`), and the
-    request's planned costs (`wire.budget`). `bounds` holds every node's shape or, where only
+    request's planned costs (`wire.budget`), each priced when first read (a backward request never
+    walks a forward's). `bounds` holds every node's shape or, where only
     running tells (a boolean mask's result), an upper bound of it: what costs and limits use.
     `functions` holds each function node's `Subgraphs`."""
 
@@ -32,13 +33,13 @@ class Shapes:
     largest: int  # elements of the biggest of them
     largest_node: str | None  # its node (a function node for a value inside one)
     all_known: bool
-    forward_cost: object = None  # wire.budget.Cost of a forward
-    backward_cost: object = None  # ... of a forward recorded and differentiated
+    plan: Priced | None = field(default=None, compare=False, repr=False)  # what pricing reads of the plan
     programs: Programs = field(default_factory=Programs, compare=False, repr=False)  # compiled programs (wire.compile)
     nbytes: int = 0  # an estimate of what it holds (SIGNATURE_NODE_BYTES per node), programs aside
+    costs: dict = field(default_factory=dict, compare=False, repr=False)  # True/False (backward or not) -> Cost
 
     @classmethod
-    def of(cls, known: dict, bounds: dict, functions: dict) -> Shapes:
+    def of(cls, known: dict, bounds: dict, functions: dict, plan: Plan | None = None) -> Shapes:
         total, largest, largest_node = _counts(bounds, functions)
         return cls(
             known,
@@ -48,8 +49,24 @@ class Shapes:
             largest,
             largest_node,
             all(meta is not None for meta in known.values()) and not functions,
+            plan=None if plan is None else priced(plan),
             nbytes=SIGNATURE_NODE_BYTES * _nodes(bounds, functions),
         )
+
+    def cost(self, backward: bool):
+        """`wire.budget.Cost` of a forward, or (`backward`) of a forward recorded and differentiated."""
+        found = self.costs.get(backward)
+        if found is None:
+            found = self.costs[backward] = price(self.plan, self, backward)
+        return found
+
+    @property
+    def forward_cost(self):
+        return self.cost(False)
+
+    @property
+    def backward_cost(self):
+        return self.cost(True)
 
 
 # What a signature's Shapes keeps per node (known, bounds, costs), measured with tracemalloc on a
@@ -124,7 +141,7 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
                 ((), value) if not hasattr(value, "shape") else (tuple(value.shape), value.dtype)
             )
             continue
-        exact = all(known.get(i) is not None for i in step.inputs)
+        exact = None not in map(known.get, step.inputs)  # (no generator's frame a step)
         if op == "grad":
             known[step.id] = bounds[step.id] = grad_node.infer(step, bounds)
             continue
@@ -133,7 +150,7 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
                 step, [known.get(i) for i in step.inputs], [bounds[i] for i in step.inputs], functions
             )
             continue
-        metas = [bounds[i] for i in step.inputs]
+        metas = list(map(bounds.__getitem__, step.inputs))
         attrs = step.attrs
         # found first by the identity of the attrs and metas (parsing shares equal attrs, and this one
         # meta per distinct value kind: `_rule`), then by the key of this op's rule on these metas: a
@@ -250,7 +267,7 @@ def check_request_inputs(plan: Plan, arrays: dict, keep=None) -> Shapes:
         known = {name: (tuple(a.shape), numpy.dtype(a.dtype)) for name, a in arrays.items()}
         bounds, functions = dict(known), {}
         infer(plan.steps, known, bounds, functions)
-        shapes = with_costs(plan, Shapes.of(known, bounds, functions))
+        shapes = Shapes.of(known, bounds, functions, plan)
         if keep is not None:
             keep(plan, key, shapes)
         elif len(plan.checked) < SIGNATURES_PER_PLAN:

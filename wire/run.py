@@ -106,6 +106,9 @@ def _check_dynamic(step, values, limit):
         )
 
 
+RUN_SPECIAL = frozenset({"input", "constant", "arg", "grad_output", "forward_value", "function", "grad"})
+
+
 def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_output=None, keep=()):
     """Run `steps`, dropping each value after its last reader (`drops`, see `wire.graph.liveness`)
     unless it is in `keep`."""
@@ -118,7 +121,27 @@ def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_out
         op = step.op
         if recording_active():
             note_where(f"node {step.id!r}")
-        if op == "input":
+        if op not in RUN_SPECIAL:  # an op (the common case first)
+            if step.dynamic and limit is not None:
+                _check_dynamic(step, values, limit)
+            try:
+                values[step.id] = OPS[op].call(coerce(list(map(values.__getitem__, step.inputs))), step.attrs)
+            except GraphError:
+                raise
+            except MemoryError:
+                raise GraphError(
+                    f"node {shown(step.id)} ({op}): out of memory", node=step.id, kind="out_of_memory"
+                ) from None
+            except Exception as err:  # noqa: BLE001 - any op failure is the graph's fault, reported with its node
+                if _is_out_of_memory(err):
+                    raise GraphError(
+                        f"node {shown(step.id)} ({op}): out of device memory", node=step.id, kind="out_of_memory"
+                    ) from None
+                shapes = ", ".join(f"{i} {list(getattr(values[i], 'shape', ()))}" for i in step.inputs)
+                raise GraphError(
+                    f"node {shown(step.id)} ({op}) failed: {err} (inputs: {shapes})", node=step.id
+                ) from None
+        elif op == "input":
             values[step.id] = inputs[step.id]
         elif op == "constant":
             value = step.attrs["value"]
@@ -140,26 +163,6 @@ def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_out
             if shared_backwards is None:
                 shared_backwards = {}
             values[step.id] = grad_node.value(step, values, shared_backwards)
-        else:
-            if step.dynamic and limit is not None:
-                _check_dynamic(step, values, limit)
-            try:
-                values[step.id] = OPS[op].call(coerce([values[i] for i in step.inputs]), step.attrs)
-            except GraphError:
-                raise
-            except MemoryError:
-                raise GraphError(
-                    f"node {shown(step.id)} ({op}): out of memory", node=step.id, kind="out_of_memory"
-                ) from None
-            except Exception as err:  # noqa: BLE001 - any op failure is the graph's fault, reported with its node
-                if _is_out_of_memory(err):
-                    raise GraphError(
-                        f"node {shown(step.id)} ({op}): out of device memory", node=step.id, kind="out_of_memory"
-                    ) from None
-                shapes = ", ".join(f"{i} {list(getattr(values[i], 'shape', ()))}" for i in step.inputs)
-                raise GraphError(
-                    f"node {shown(step.id)} ({op}) failed: {err} (inputs: {shapes})", node=step.id
-                ) from None
         for name in drop:
             if name not in keep:
                 del values[name]
