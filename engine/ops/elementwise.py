@@ -7,6 +7,7 @@ import operator
 from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
+from engine.node import passes, times
 from engine.recording import derived, fixed
 from engine.registry import F, Sample, defop, local, trusted
 
@@ -22,8 +23,8 @@ POSITIVE = (Sample(((3, 4),), low=0.5, high=2.0), Sample(((),), low=0.5, high=2.
 add = defop(
     "add",
     operator.add,
-    lambda g, ans, x, y: g,
-    lambda g, ans, x, y: g,
+    passes,
+    passes,
     saves=False,
     takes_xp=False,
     samples=BINARY,
@@ -33,7 +34,7 @@ add = defop(
 sub = defop(
     "sub",
     operator.sub,
-    lambda g, ans, x, y: g,
+    passes,
     lambda g, ans, x, y: -g,
     saves=False,
     takes_xp=False,
@@ -44,8 +45,8 @@ sub = defop(
 mul = defop(
     "mul",
     operator.mul,
-    lambda g, ans, x, y: g * y,
-    lambda g, ans, x, y: g * x,
+    lambda g, ans, x, y: times(g, y),
+    lambda g, ans, x, y: times(g, x),
     takes_xp=False,
     samples=BINARY,
     infer=shapes.broadcast,
@@ -314,7 +315,7 @@ cast = defop(
 clone = defop(
     "clone",
     lambda xp, x: x.copy(),
-    lambda g, ans, x: g,
+    passes,
     saves=False,
     samples=UNARY,
     infer=shapes.same,
