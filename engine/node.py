@@ -22,6 +22,7 @@ FORWARD: list = []  # the active forward-AD level while there is one (`engine.fo
 RECORDING: dict = {}  # thread id -> its `engine.recording.Recording`: told of every op's forward on that thread
 ALONE = object()  # `apply_op`'s second operand when a unary operator calls it
 NO_ATTRS: dict = {}  # an operator's attributes (shared: never changed)
+FLOATS = frozenset(type(numpy.dtype(c)) for c in "efdg")  # the dtypes that can require grad (kind "f"), by class
 
 FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after "
@@ -189,8 +190,7 @@ class OpNode(Node):
         held = super().holds()
         return held if self.out_data is None else [*held, self.out_data]
 
-    def vjp(self, grad, needs):
-        op = self.op
+    def vjp(self, grad, needs, op=None):  # `op`: the node class's own (`own`: each class has its copy)
         saved = self.saved
         if op.saves:  # True: every input's values are read; a slice: those inputs'; False: none
             versions = self.versions
@@ -230,6 +230,12 @@ class OpNode(Node):
             for fn, n in zip(op.vjps, needs)
         ]
 
+    def passes_on(self, grad, needs, op=None):
+        """The `vjp` of an op whose vjps all are `passes` (add's, clone's): the gradient, without their calls."""
+        if len(needs) == 2:
+            return (None if needs[0] is None else grad, None if needs[1] is None else grad)
+        return [None if n is None else grad for n in needs]
+
     def free(self):
         if self.versions is not None:
             freeing = self.freeing
@@ -242,6 +248,11 @@ class OpNode(Node):
             # else "none": saved holds metas only (saves=False)
             self.out_data = None
             self.versions = None
+
+
+def passes(g, ans, *inputs, **attrs):
+    """The vjp of an input whose gradient is the output's (add's): see `OpNode.passes_on`."""
+    return g
 
 
 def _metas(inputs, edges):
@@ -257,12 +268,20 @@ def _wrap(out, like):
     return xp.asarray(out)
 
 
-def apply_op(a, b=ALONE, op=None, coerce=None):
+def times(g, v):
+    """`g * v` in a vjp (mul's): the arrays' product as `apply_op`'s result with no node, without its operator's
+    dispatch, where nothing would record it (neither requires grad or grad mode is off, and nothing observes)."""
+    if RECORDING or FORWARD or (g._requires_grad or v._requires_grad) and _grad.enabled:
+        return g * v
+    out = g._data * v._data
+    return _result(out if type(out) is ndarray else _wrap(out, g._data), None)
+
+
+def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
     """Run `op` forward on Variables, recording a node when a gradient may be needed.
 
-    Each op has two copies of this function (`bound`: the same code, `op` a default): `op.call(inputs,
-    attrs)`, and `op.operator`, its operators' method, called as (x, y) by `x * y` and (x,) by `-x`
-    (`coerce` makes a number or array operand a Variable), so an operator costs one Python frame.
+    Each op has two copies of this function (`own`: its code copied; `op` and its node class as defaults): `op.call(inputs, attrs)`, and `op.operator`, its operators' method, called as (x, y) by
+    `x * y` and (x,) by `-x` (`coerce` makes a number or array operand a Variable): an operator is one frame.
     Every op of every program comes here: one and two inputs are unrolled (and the forward called
     without a star-call when there are no attributes), and the result is made inline, since each
     call or comprehension costs about as much as the NumPy call itself on small arrays."""
@@ -283,30 +302,31 @@ def apply_op(a, b=ALONE, op=None, coerce=None):
         a, b = inputs = coerce((a, b))
         attrs = NO_ATTRS
         two = True
+    forward = op.forward  # (a local: `op.forward(...)` is a method lookup CPython does not specialize)
     if two:
         x = a._data
         if not op.takes_xp:
-            out = op.forward(x, b._data)
+            out = forward(x, b._data)
         else:
             xp = numpy if type(x) is ndarray else backend.array_module(x)
-            out = op.forward(xp, x, b._data, **attrs) if attrs else op.forward(xp, x, b._data)
+            out = forward(xp, x, b._data, **attrs) if attrs else forward(xp, x, b._data)
         grad = a._requires_grad or b._requires_grad  # an input with a node requires grad
     elif len(inputs) == 1:
         a = inputs[0]
         x = a._data
         if not op.takes_xp:
-            out = op.forward(x)
+            out = forward(x)
         else:
             xp = numpy if type(x) is ndarray else backend.array_module(x)
-            out = op.forward(xp, x, **attrs) if attrs else op.forward(xp, x)
+            out = forward(xp, x, **attrs) if attrs else forward(xp, x)
         grad = a._requires_grad
     else:
         datas = tuple([v._data for v in inputs])
         x = datas[0]
         if op.takes_xp:
-            out = op.forward(numpy if type(x) is ndarray else backend.array_module(x), *datas, **attrs)
+            out = forward(numpy if type(x) is ndarray else backend.array_module(x), *datas, **attrs)
         else:
-            out = op.forward(*datas)
+            out = forward(*datas)
         grad = any([v._requires_grad for v in inputs])
     if type(out) is not ndarray:
         out = _wrap(out, x)
@@ -315,10 +335,10 @@ def apply_op(a, b=ALONE, op=None, coerce=None):
     result.grad = None
     result._version = 0
     # an int or bool result never requires grad
-    if grad and _grad.enabled and op.differentiable and out.dtype.kind == "f":
+    if grad and _grad.enabled and op.differentiable and type(out.dtype) in FLOATS:
         # the node: its edges, what its vjps read and the versions to check then (made here, not in a
         # helper: a call per recorded op costs ~0.5k instructions, a tenth of a small op's whole cost)
-        node = result._node = _new(op.node_class)
+        node = result._node = node_class()
         result._requires_grad = True
         node.seq = next_seq()
         if two:
@@ -364,9 +384,11 @@ def apply_op(a, b=ALONE, op=None, coerce=None):
     return result
 
 
-def bound(op, coerce=None):
-    """`op`'s copy of `apply_op`: its `call`, or with `coerce` (`engine.registry.coerce`) its operators'."""
-    return FunctionType(apply_op.__code__, apply_op.__globals__, "apply_op", (ALONE, op, coerce))
+def own(function, *defaults):
+    """A copy of `function` with its own code object, `defaults` as its last parameters' defaults: `op`'s copies
+    of `apply_op` (`call` and, with `coerce`, its operators') and of `OpNode.vjp`. Each copy's attribute caches
+    see one op and one node class, so CPython specializes their loads and stores (shared, they miss)."""
+    return FunctionType(function.__code__.replace(), function.__globals__, function.__name__, defaults)
 
 
 def _recorded(op, inputs, attrs, out):

@@ -26,7 +26,7 @@ import numpy
 from engine import backend, costs
 from engine.attrs import REQUIRED, Attr, check, shown
 from engine.grad_mode import state as grad_state
-from engine.node import RECORDING, OpNode, bound
+from engine.node import ALONE, RECORDING, OpNode, apply_op, own, passes
 from engine.recording import note_constant, tell
 from engine.variable import Variable, as_array, host_array
 
@@ -110,9 +110,16 @@ class OpDef:
         required = any(spec.required for spec in self.attrs.values())
         # the attributes of a call that gives none; shared, so never mutated
         self.default_attrs = None if required else {name: spec.default for name, spec in self.attrs.items()}
-        # `call(inputs, attrs)`: apply to Variables with checked attributes (the trusted entry: no parsing)
-        self.call = self._call_composite if self.composite else bound(self)
-        self.operator = None if self.composite else bound(self, coerce)  # `x * y` (see `engine.node.apply_op`)
+        # `call(inputs, attrs)`: apply to Variables with checked attributes (the trusted entry: no parsing), and
+        # `operator`, `x * y`: copies of `engine.node.apply_op` with this op and its node class as defaults
+        self.call, self.operator = self._call_composite, None
+        if not self.composite:
+            saves = self.saves
+            freeing = "all" if saves is True else "none" if saves is False else "values" if self.vjp else "inputs"
+            vjp = own(OpNode.passes_on if self.vjps and set(self.vjps) == {passes} else OpNode.vjp, self)
+            body = {"__slots__": (), "op": self, "freeing": freeing, "vjp": vjp}
+            cls = self.node_class = type(grad_fn_name(self.name), (OpNode,), body)
+            self.call, self.operator = [own(apply_op, ALONE, self, c, cls) for c in (None, coerce)]
 
     def _call_composite(self, inputs, attrs):
         return self.forward(*inputs, **attrs)
@@ -329,9 +336,6 @@ def defop(name, forward, *vjps, vjp=None, arity=None, attrs=None, methods=None, 
         methods=tuple((name,) if methods is None else methods),
         **options,
     )
-    if not op.composite:
-        freeing = "all" if op.saves is True else "none" if op.saves is False else "inputs" if vjp is None else "values"
-        op.node_class = type(grad_fn_name(name), (OpNode,), {"__slots__": (), "op": op, "freeing": freeing})
     OPS[name] = op
     setattr(F, name, op.function or make_function(op, coerce, op.call))
     setattr(trusted, name, _make_trusted(op))

@@ -10,6 +10,7 @@ from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.grad_mode import state as grad_state
+from engine.node import passes, times
 from engine.recording import derived, fixed
 from engine.registry import F, Sample, defop, local, trusted
 
@@ -25,8 +26,8 @@ POSITIVE = (Sample(((3, 4),), low=0.5, high=2.0), Sample(((),), low=0.5, high=2.
 add = defop(
     "add",
     operator.add,
-    lambda g, ans, x, y: g,
-    lambda g, ans, x, y: g,
+    passes,
+    passes,
     saves=False,
     takes_xp=False,
     samples=BINARY,
@@ -36,7 +37,7 @@ add = defop(
 sub = defop(
     "sub",
     operator.sub,
-    lambda g, ans, x, y: g,
+    passes,
     lambda g, ans, x, y: -g,
     saves=False,
     takes_xp=False,
@@ -47,8 +48,8 @@ sub = defop(
 mul = defop(
     "mul",
     operator.mul,
-    lambda g, ans, x, y: g * y,
-    lambda g, ans, x, y: g * x,
+    lambda g, ans, x, y: times(g, y),
+    lambda g, ans, x, y: times(g, x),
     takes_xp=False,
     samples=BINARY,
     infer=shapes.broadcast,
@@ -326,7 +327,7 @@ cast = defop(
 clone = defop(
     "clone",
     lambda xp, x: x.copy(),
-    lambda g, ans, x: g,
+    passes,
     saves=False,
     samples=UNARY,
     infer=shapes.same,

@@ -697,3 +697,21 @@ def test_a_pow_gradient_made_in_place_leaves_the_incoming_gradient_alone():
         np.testing.assert_array_equal(given, [0.5, 1.0, 2.0])
         np.testing.assert_array_equal(x.grad._data, power * x._data ** (power - 1) * given)
         assert not np.shares_memory(x.grad._data, given)
+
+
+def test_add_passes_its_gradient_on_and_mul_multiplies_arrays_with_broadcasts_and_second_derivatives():
+    # add's node hands its gradient on without calling its vjps and mul's vjp multiplies the arrays directly
+    # where nothing records: a broadcast input's gradient is still summed to its shape, and with create_graph
+    # (b requires grad) the first gradient is recorded, so its own gradient is PyTorch's
+    torch = pytest.importorskip("torch")
+    x0, b0 = np.arange(6.0).reshape(2, 3), np.array([0.5, -1.0, 2.0])
+    x, b = Variable(x0, requires_grad=True), Variable(b0, requires_grad=True)
+    tx, tb = torch.tensor(x0, requires_grad=True), torch.tensor(b0, requires_grad=True)
+    gx, gb = grad(((x + b) * b + x).sum(), [x, b], create_graph=True)
+    tgx, tgb = torch.autograd.grad(((tx + tb) * tb + tx).sum(), [tx, tb], create_graph=True)
+    assert gb.shape == (3,) and gx.grad_fn is not None
+    np.testing.assert_allclose(gx.numpy(), tgx.detach().numpy())
+    np.testing.assert_allclose(gb.numpy(), tgb.detach().numpy())
+    (hb,) = grad(gb.sum(), [b])
+    (thb,) = torch.autograd.grad(tgb.sum(), [tb])
+    np.testing.assert_allclose(hb.numpy(), thb.numpy())
