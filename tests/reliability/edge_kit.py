@@ -110,6 +110,19 @@ def links_for(seconds: float, n: int) -> int:
     return max(4, int(seconds / step) + 1)
 
 
+def side_for(seconds: float, low: int = 1000, high: int = 12000) -> int:
+    """n such that one float32 [n, n] @ [n, n] runs at least `seconds` on this machine (within
+    [low, high]), from the FLOP rate of a 1024 matmul here (best of 3)."""
+    x = np.ones((1024, 1024), np.float32)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        x @ x
+        best = min(best, time.perf_counter() - t0)
+    rate = 2 * 1024**3 / best
+    return int(min(high, max(low, (rate * seconds / 2) ** (1 / 3))))
+
+
 def slow_for(seconds: float, n: int = 768):
     """`slow_binary` sized on this machine (`links_for`) to run at least `seconds` on a server."""
     return slow_binary(links_for(seconds, n), n)

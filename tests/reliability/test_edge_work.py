@@ -23,7 +23,7 @@ from .conftest import (
     record_figure,
     simple_request,
 )
-from .edge_kit import HealthProbe, metric, slow_binary, slow_for, wait_for
+from .edge_kit import HealthProbe, metric, side_for, slow_binary, slow_for, wait_for
 
 SUM = {"version": 1, "nodes": [{"id": "x", "op": "input"}, {"id": "s", "op": "sum", "inputs": ["x"]}], "outputs": ["s"]}
 
@@ -312,13 +312,13 @@ def test_sigterm_past_the_drain_answers_503_and_exits_soon(server_factory):
 def test_sigterm_with_one_long_op_running_exits_soon_after_the_drain(server_factory):
     """A single op cannot be interrupted: the process answers 503 at the drain's end and exits
     a few seconds later without waiting for the op."""
-    drain, n = 1, 6000
+    drain, n = 1, side_for(8, low=6000)  # one matmul of 8 s or more on this machine (6000 took ~2 s on a fast one)
     server = server_factory(
         timeout_graceful_shutdown=drain,
         max_request_work=LONG_WORK,
-        max_body_bytes=2**28,
-        max_inflight_body_bytes=2**28,
-        max_request_bytes=2**30,
+        max_body_bytes=2**30,
+        max_inflight_body_bytes=2**30,
+        max_request_bytes=2**32,
         log_level="warning",
     )
     graph = {
@@ -330,7 +330,7 @@ def test_sigterm_with_one_long_op_running_exits_soon_after_the_drain(server_fact
         ],
         "outputs": ["s"],
     }
-    body, headers = binary_body({"graph": graph}, {"x": np.ones((n, n), np.float32)})  # ~4e11 flop: many seconds
+    body, headers = binary_body({"graph": graph}, {"x": np.ones((n, n), np.float32)})
     results = {}
     thread = threading.Thread(
         target=lambda: results.setdefault(

@@ -137,9 +137,9 @@ def test_custom_function_saved_values_are_charged(server_factory):
 def test_a_tape_in_use_is_409_not_expired(server_factory):
     """Two backwards through one retained tape at once: the second is told the tape is in use
     (409, retry), never that it expired; the tape serves again afterwards."""
-    server = server_factory(max_concurrency=4, max_request_work=10**14)
-    n = 1024  # a backward of 0.5 s or more on this machine (a fixed 40 links of 300 took 30 ms on a fast one)
-    graph = matmul_chain(n, links_for(0.25, n))
+    server = server_factory(max_concurrency=4, max_request_work=10**14, max_request_bytes=2**31)
+    n = 2048  # a backward of 0.5 s or more on this machine (a fixed 40 links of 300 took 30 ms on a fast one),
+    graph = matmul_chain(n, links_for(0.25, n))  # in few links, as the tape holds each link's values
     x = (np.random.default_rng(0).standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
     body, headers = binary_body({"graph": graph, "parameters": {"retain_graph": True}}, {"x": x})
     forward = httpx.post(server.url + "/forward", content=body, headers=headers, timeout=120)
@@ -260,9 +260,9 @@ def test_models_are_charged_for_what_they_hold_once_parsed(server_factory):
 
 
 def test_unloading_a_model_during_infer_drops_its_series(server_factory):
-    server = server_factory(max_request_work=10**14)
-    n = 768  # an infer of 2 s or more on this machine, so the unload lands while it runs
-    assert load(server, "slow", matmul_chain(n, links_for(2, n))).status_code == 200
+    server = server_factory(max_request_work=10**14, max_request_bytes=2**31)
+    n = 2048  # an infer of 1 s or more on this machine, so the unload lands while it runs (in few links: the
+    assert load(server, "slow", matmul_chain(n, links_for(1, n))).status_code == 200  # infer holds each one's values
     x = np.ones((n, n), np.float32) / n
     body, headers = binary_body({"parameters": {"binary_data_output": True}}, {"x": x})
     answer = []
