@@ -27,6 +27,8 @@ from engine.variable import Variable, as_array
 if TYPE_CHECKING:
     from engine.surface_types import Operand
 
+_result = Variable._result
+
 
 def as_list(x, variable=Variable):
     """One Variable or a sequence of them, as a list."""
@@ -109,16 +111,16 @@ def _root_gradients(outputs, roots):
     for out, g in zip(outputs, roots):
         if g is None:
             data = out._data
-            if type(data) is numpy.ndarray:  # numpy.ones_like's Python wrapper costs ~3x these two C calls
-                ones = numpy.empty_like(data)
+            if type(data) is numpy.ndarray:  # numpy.ones_like's and empty_like's Python wrappers cost more
+                ones = data.copy()
                 ones.fill(1)
             else:
                 ones = array_module(data).ones_like(data)
             if RECORDING:
                 note_constant(ones)  # the implied gradient of a one-element output (engine.recording)
-            grads.append(Variable._result(ones, None))
+            grads.append(_result(ones, None))
         elif not isinstance(g, Variable):
-            grads.append(Variable._result(as_array(g, out.dtype), None))
+            grads.append(_result(as_array(g, out.dtype), None))
         else:
             grads.append(g)
     return grads
@@ -221,12 +223,12 @@ def walk(outputs, targets=None):
 
 
 class _Sink:
-    """Where gradients land: leaves' `.grad` (backward) or a capture dict (grad)."""
+    """Where a backward's gradients land: leaves' `.grad`. The arrays in `handed` (the roots' gradients, and
+    those kept in a `.grad`) are copied before being kept again, so a later in-place add changes one `.grad`."""
 
-    def __init__(self, create_graph, capture):
+    def __init__(self, create_graph, grad_outputs):
         self.create_graph = create_graph
-        self.capture = capture  # None, or {id(target): Variable-or-None}
-        self.handed = {}
+        self.handed = {id(g._data): g._data for g in grad_outputs}
 
     def _owned(self, g):
         data = g._data
@@ -235,15 +237,6 @@ class _Sink:
             data = data.copy()
         self.handed[id(data)] = data
         return Variable._result(data, None)
-
-    def accumulate(self, var, g):
-        if self.capture is not None:
-            key = id(var)
-            if key in self.capture:
-                old = self.capture[key]
-                self.capture[key] = g if old is None else old + g
-            return
-        self.into_grad(var, g)
 
     def into_grad(self, var, g):
         accumulate_grad(var, g, self._owned, self._may_update, self.create_graph)
@@ -319,26 +312,13 @@ def _leaves_all_in(roots, capture):
     return True
 
 
-def _start(outputs, grad_outputs, sink, inputs):
-    """The walk's starting state: (gradients by node, the heap of nodes to run (see `run_backward`),
-    for a `grad` the needs by `_needs` and its target nodes, both None for a `backward`)."""
-    for g in grad_outputs:
-        sink.handed[id(g._data)] = g._data
-    grads = {}
-    heap = []
-    for out, g in zip(outputs, grad_outputs):
-        node = out._node
-        if node is None:
-            sink.accumulate(out, g)
-        elif node in grads:
-            grads[node] = grads[node] + g
-        else:
-            grads[node] = g
-            heap.append((-node.seq, node))
-    heapify(heap)
-    if inputs is None:
-        return grads, heap, None, None
-    return grads, heap, *_needs([node for _, node in heap], inputs, sink.capture)
+def _to_leaf(var, g, capture, into_grad):
+    """A leaf's gradient: into its `.grad` (a backward), or summed in `capture` where it is a grad()'s input."""
+    if capture is None:
+        into_grad(var, g)
+    elif id(var) in capture:
+        old = capture[id(var)]
+        capture[id(var)] = g if old is None else old + g
 
 
 def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None):
@@ -352,10 +332,24 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
     next unless the heap holds a later one: a chain, where each node reaches one, never uses the
     heap. The loop stays in this one function: it is the hot path of every backward, and a call
     per node or per edge would cost more than its body."""
-    capture = None if inputs is None else {id(v): None for v in inputs}
-    sink = _Sink(create_graph, capture)
-    grads, heap, needed, capture_nodes = _start(outputs, grad_outputs, sink, inputs)
-    accumulate = sink.accumulate
+    capture = into_grad = needed = None
+    if inputs is None:
+        into_grad = _Sink(create_graph, grad_outputs).into_grad
+    else:
+        capture = {id(v): None for v in inputs}
+    grads, heap = {}, []
+    for out, g in zip(outputs, grad_outputs):
+        node = out._node
+        if node is None:
+            _to_leaf(out, g, capture, into_grad)
+        elif node in grads:
+            grads[node] = grads[node] + g
+        else:
+            grads[node] = g
+            heap.append((-node.seq, node))
+    if inputs is not None:
+        needed, capture_nodes = _needs(list(grads), inputs, capture)
+    heapify(heap)
     check = interrupt.current()
     mode = grad_state.enabled  # grad mode is create_graph inside (`enable_grad`/`no_grad`'s work, without their calls)
     grad_state.enabled = create_graph
@@ -371,7 +365,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
             if node.retained is not None:
                 retained = node.retained()
                 if retained is not None and retained._node is node and capture is None:
-                    sink.into_grad(retained, g)
+                    into_grad(retained, g)
             if needed is None:
                 needs = node.edges
             else:
@@ -388,7 +382,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
                 if data.shape != meta.shape or (data.dtype is not meta.dtype and data.dtype != meta.dtype):
                     gi = _fit(gi, meta)
                 if isinstance(edge, Variable):
-                    accumulate(edge, gi)
+                    _to_leaf(edge, gi, capture, into_grad)
                     continue
                 previous = grads.get(edge)
                 if previous is None:
@@ -446,5 +440,5 @@ def grad(
     )
     result = [captured[id(v)] for v in inputs]
     if not create_graph:
-        result = [None if g is None else g.detach() for g in result]
+        result = [None if g is None else _result(g._data, None) for g in result]  # detached
     return check_unused(tuple(result), allow_unused)
