@@ -172,11 +172,12 @@ MISSED_BECAUSE = {
     "recording 6 ops 64 µs, writing the request's graph 41 µs, walking the backward's course "
     "17 µs, admission 16 µs, applying the answer 17 µs: ~175 µs of lazy-graph bookkeeping "
     "against the engine's ~100 µs of eager dispatch (Changes, the client, session 4)",
-    "HVP": "two grad() calls over small graphs (6 and ~25 nodes, ~55 op applications), where per-call costs "
-    "(argument checks, the root gradient, the pruning walk over the create_graph graph) and per-node Python "
-    "dominate: 3,016k instructions a step after d2ba7b1 -> 1,937k (sessions 9-10) -> ~1,860k in session 11 "
-    "(callgrind); PyTorch's ~1,370k, in C++. The rounds now agree with that ratio (1.33-1.35x, pinned): the "
-    "0.68-1.11x of session 10's runs did not reproduce in a two-side check, pinned or not (1.33-1.35x both) "
+    "HVP": "two grad() calls walking 6 and then 19 nodes, ~49 op applications: the time is mostly the vjps, each "
+    "node's one to four Python-level ops at ~15k instructions each, then the walk's loop (~5k a node), the pruning "
+    "check (~2k a node) and each call's argument checks and root gradient (~30k a call). Phase by phase against "
+    "PyTorch (instructions): forward 240k / 190k, first grad 468k / 314k, the <g, v> sum 134k / 72k, second grad "
+    "997k / 754k. callgrind a step: 3,016k after d2ba7b1 -> 1,937k (sessions 9-10) -> ~1,840k (session 11) -> "
+    "~1,770k with session 12's per-op code and grad() call path, against PyTorch's ~1,330k in C++ "
     "(Changes, round 3)",
     "tensor program": "the client records every op lazily and never materializes the updated weights: each "
     "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
