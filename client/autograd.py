@@ -324,10 +324,11 @@ def grad(
     grad_outputs: Operand | Sequence[Operand | None] | None = None,
     retain_graph: bool | None = None,
     create_graph: bool = False,
-    allow_unused: bool = False,
+    allow_unused: bool | None = None,
+    materialize_grads: bool = False,
     session: Any = None,
 ) -> tuple[Variable, ...]:
     """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
     return (session or current_session()).grad(  # type: ignore[no-any-return]
-        outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused
+        outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused, materialize_grads
     )

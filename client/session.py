@@ -35,7 +35,7 @@ from client.errors import ConflictError, ConnectionFailed, NotFoundError, Server
 from client.pipeline import Pipeline
 from client.transports import Call
 from client.variable import Variable
-from engine.api import backward_arguments, check_unused, grad_arguments
+from engine.api import backward_arguments, check_unused, grad_arguments, unused_rule
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
 USER_AGENT = "gradserve-client/0.1"
@@ -196,11 +196,26 @@ class _Core:
         yield from backwarding(self, outputs, seeds, retain_graph, None, create_graph)
 
     @_operation
-    def grad(self, outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
+    def grad(
+        self,
+        outputs,
+        inputs,
+        grad_outputs=None,
+        retain_graph=None,
+        create_graph=False,
+        allow_unused=None,
+        materialize_grads=False,
+    ):
         """The gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
+        allow_unused = unused_rule(allow_unused, materialize_grads)
         outputs, inputs, seeds = grad_arguments(outputs, inputs, grad_outputs, Variable)
         grads = yield from backwarding(self, outputs, seeds, retain_graph, inputs, create_graph)
-        return check_unused(grads, allow_unused)
+        zeros = (
+            (lambda i: Variable(numpy.zeros(inputs[i].shape, inputs[i].dtype), create_graph))
+            if (materialize_grads)
+            else None
+        )
+        return check_unused(grads, allow_unused, zeros)
 
     @_operation
     def send(self, path, header: dict, inputs=(), grad_outputs=()):

@@ -36,6 +36,7 @@ from engine.autograd import (
     check_unused,
     grad,
     grad_arguments,
+    unused_rule,
     walk,
 )
 from engine.autograd_functional import Functional
@@ -222,6 +223,7 @@ __all__ = [
     "backward_arguments",
     "grad_arguments",
     "check_unused",
+    "unused_rule",
     "GradMode",
     "no_grad",
     "enable_grad",

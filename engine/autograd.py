@@ -95,15 +95,25 @@ def grad_arguments(outputs, inputs, grad_outputs, variable=Variable):
     return outputs, inputs, check_roots(outputs, grad_outputs, variable)
 
 
-def check_unused(result, allow_unused):
-    """`result`, unless an input got no gradient and `allow_unused` is false."""
+def check_unused(result, allow_unused, materialize=None):
+    """`result`, unless an input got no gradient and `allow_unused` is false; with `materialize` (a function
+    of an input's index: `materialize_grads`), a missing gradient is what it makes."""
     for i, g in enumerate(result):
         if g is None and not allow_unused:
             raise RuntimeError(
                 f"One of the differentiated Variables (input {i}) appears to not have been used in the graph. "
                 "Set allow_unused=True if this is the desired behavior."
             )
-    return result
+    return result if materialize is None else tuple(materialize(i) if g is None else g for i, g in enumerate(result))
+
+
+def unused_rule(allow_unused, materialize_grads):
+    """`allow_unused` as PyTorch reads it: it defaults to `materialize_grads` and may not be False beside it."""
+    if materialize_grads and allow_unused is False:
+        raise ValueError(
+            "Expected allow_unused to be True or not passed when materialize_grads=True, but got: allow_unused=False."
+        )
+    return bool(materialize_grads if allow_unused is None else allow_unused)
 
 
 def _root_gradients(outputs, roots):
@@ -427,9 +437,12 @@ def grad(
     grad_outputs: Operand | Sequence[Operand | None] | None = None,
     retain_graph: bool | None = None,
     create_graph: bool = False,
-    allow_unused: bool = False,
+    allow_unused: bool | None = None,
+    materialize_grads: bool = False,
 ) -> tuple[Variable, ...]:
-    """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
+    """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched. An input the
+    outputs don't reach gets None (with `allow_unused`), or zeros with `materialize_grads`."""
+    allow_unused = unused_rule(allow_unused, materialize_grads)
     outputs, inputs, roots = grad_arguments(outputs, inputs, grad_outputs)
     captured = run_backward(
         outputs,
@@ -441,4 +454,9 @@ def grad(
     result = [captured[id(v)] for v in inputs]
     if not create_graph:
         result = [None if g is None else _result(g._data, None) for g in result]  # detached
-    return check_unused(tuple(result), allow_unused)
+    zeros = (
+        (lambda i: Variable(array_module(inputs[i]._data).zeros_like(inputs[i]._data), create_graph))
+        if (materialize_grads)
+        else None
+    )
+    return check_unused(tuple(result), allow_unused, zeros)

@@ -246,3 +246,23 @@ def test_forward_over_reverse_hvp_with_func_is_one_request(session, recorder):
     assert [path for _, path, _ in sent] == ["/forward"]
     ops = [n["op"] for n in sent[0][2]["graph"]["nodes"]]
     assert "jvp" in ops and "grad" in ops
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_materialize_grads_gives_zeros_for_an_unused_input_as_torch_does(session, create_graph):
+    """`materialize_grads=True`: an input the outputs don't reach gets zeros of its shape (needing grad
+    exactly when create_graph is set), `allow_unused` defaults to it, and False beside it is refused."""
+
+    def program(m, x, u):
+        gx, gu = m.autograd.grad((x * x).sum(), [x, u], materialize_grads=True, create_graph=create_graph)
+        assert gu.requires_grad is create_graph and gu.grad_fn is None
+        return gx, gu
+
+    _, zeros = three_ways(program, X, W, requires_grad=True)
+    assert zeros.shape == W.shape and not zeros.any()
+    for _, m, make in MODULES:
+        x, u = make(X, requires_grad=True), make(W, requires_grad=True)
+        with pytest.raises(ValueError, match="allow_unused to be True or not passed when materialize_grads=True"):
+            m.autograd.grad((x * x).sum(), [x, u], materialize_grads=True, allow_unused=False)
+        with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
+            m.autograd.grad((x * x).sum(), [x, u])
