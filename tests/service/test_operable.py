@@ -389,7 +389,6 @@ def test_batched_request_lines_read_as_the_record_path_writes_them(fmt, monkeypa
     assert "1.5ms" in written[0] and "2000.0ms" in written[0] and "0.412ms" in written[0]
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
 def test_generated_request_ids_are_unique_and_a_forked_worker_draws_its_own():
     import os
 
