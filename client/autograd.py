@@ -326,9 +326,10 @@ def grad(
     create_graph: bool = False,
     allow_unused: bool | None = None,
     materialize_grads: bool = False,
+    is_grads_batched: bool = False,
     session: Any = None,
 ) -> tuple[Variable, ...]:
     """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
     return (session or current_session()).grad(  # type: ignore[no-any-return]
-        outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused, materialize_grads
+        outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused, materialize_grads, is_grads_batched
     )

@@ -29,19 +29,23 @@ from typing import Any
 import numpy
 import orjson
 
-from client import state, transports
+from client import ops, state, transports
 from client.autograd import backwarding, fetching
 from client.errors import ConflictError, ConnectionFailed, NotFoundError, ServerError
 from client.pipeline import Pipeline
 from client.transports import Call
 from client.variable import Variable
-from engine.api import backward_arguments, check_unused, grad_arguments, unused_rule
+from engine.api import backward_arguments, batched_rows, check_unused, grad_arguments, stacked_rows, unused_rule
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
 USER_AGENT = "gradserve-client/0.1"
 MAX_PLAN_IDS = 256  # graphs whose plan ids a session remembers
 MAX_TAPE_IDS = 128  # tapes a session remembers
 PIPELINE_DEPTH = 2  # operations a Session leaves in flight at most
+
+
+def _stack(rows):
+    return ops.record(ops.OPS["stack"], list(rows), {"dim": 0})
 
 
 def _operation(steps):
@@ -195,8 +199,7 @@ class _Core:
         outputs, seeds = backward_arguments(list(outputs), gradient, Variable)
         yield from backwarding(self, outputs, seeds, retain_graph, None, create_graph)
 
-    @_operation
-    def grad(
+    def _grad(
         self,
         outputs,
         inputs,
@@ -205,17 +208,23 @@ class _Core:
         create_graph=False,
         allow_unused=None,
         materialize_grads=False,
+        is_grads_batched=False,
     ):
         """The gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
+        zeros = lambda v: Variable(numpy.zeros(v.shape, v.dtype), create_graph)  # noqa: E731
         allow_unused = unused_rule(allow_unused, materialize_grads)
+        if is_grads_batched:
+            outputs, inputs, rows = batched_rows(outputs, inputs, grad_outputs)
+            results = []
+            for r, row in enumerate(rows):
+                retain = retain_graph if r == len(rows) - 1 else True
+                results.append((yield from self._grad(outputs, inputs, row, retain, create_graph, True)))
+            return stacked_rows(results, _stack, zeros, inputs, allow_unused, materialize_grads)
         outputs, inputs, seeds = grad_arguments(outputs, inputs, grad_outputs, Variable)
         grads = yield from backwarding(self, outputs, seeds, retain_graph, inputs, create_graph)
-        zeros = (
-            (lambda i: Variable(numpy.zeros(inputs[i].shape, inputs[i].dtype), create_graph))
-            if (materialize_grads)
-            else None
-        )
-        return check_unused(grads, allow_unused, zeros)
+        return check_unused(grads, allow_unused, (lambda i: zeros(inputs[i])) if materialize_grads else None)
+
+    grad = _operation(_grad)
 
     @_operation
     def send(self, path, header: dict, inputs=(), grad_outputs=()):

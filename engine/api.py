@@ -33,9 +33,11 @@ from engine.attrs import INT64, AttrError, shown
 from engine.autograd import (
     accumulate_grad,
     backward_arguments,
+    batched_rows,
     check_unused,
     grad,
     grad_arguments,
+    stacked_rows,
     unused_rule,
     walk,
 )
@@ -222,7 +224,9 @@ __all__ = [
     "accumulate_grad",
     "backward_arguments",
     "grad_arguments",
+    "batched_rows",
     "check_unused",
+    "stacked_rows",
     "unused_rule",
     "GradMode",
     "no_grad",

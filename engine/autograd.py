@@ -21,7 +21,7 @@ from engine.function import Function  # noqa: F401  (torch.autograd.Function's s
 from engine.grad_mode import state as grad_state
 from engine.node import RECORDING, Meta, Node
 from engine.recording import note_constant, note_where
-from engine.registry import trusted
+from engine.registry import F, trusted
 from engine.variable import Variable, as_array
 
 if TYPE_CHECKING:
@@ -114,6 +114,32 @@ def unused_rule(allow_unused, materialize_grads):
             "Expected allow_unused to be True or not passed when materialize_grads=True, but got: allow_unused=False."
         )
     return bool(materialize_grads if allow_unused is None else allow_unused)
+
+
+def batched_rows(outputs, inputs, grad_outputs):
+    """PyTorch's `is_grads_batched`: the first dimension of every grad_output is a batch, and PyTorch vmaps one
+    vjp a row; here the rows run in turn (the same values). The outputs and inputs as lists, and each row's
+    grad_outputs, after PyTorch's checks."""
+    outputs, inputs = [list(x) if isinstance(x, (list, tuple)) else [x] for x in (outputs, inputs)]
+    batched = grad_outputs if isinstance(grad_outputs, (list, tuple)) else [grad_outputs] * len(outputs)
+    for i, (out, g) in enumerate(zip(outputs, batched, strict=True)):
+        if g is None:
+            raise ValueError(f"is_grads_batched=True needs every grad_output; grad_outputs[{i}] is None")
+        if tuple(g.shape[1:]) != tuple(out.shape) or not len(g) or len(g) != len(batched[0]):
+            raise RuntimeError(
+                "If `is_grads_batched=True`, we interpret the first dimension of each grad_output as the batch "
+                "dimension. The sizes of the remaining dimensions are expected to match the shape of corresponding "
+                f"output, but a mismatch was detected: grad_output[{i}] has a shape of {tuple(g.shape)} and "
+                f"output[{i}] has a shape of {tuple(out.shape)} (batches of {len(batched[0])} rows)."
+            )
+    return outputs, inputs, [[g[r] for g in batched] for r in range(len(batched[0]))]
+
+
+def stacked_rows(results, stack, zeros, inputs, allow_unused, materialize):
+    """Each input's gradients from the rows' `results`, stacked along the batch dimension; `zeros(input)` is a
+    materialized gradient (unbatched, as PyTorch's)."""
+    columns = tuple(None if col[0] is None else stack(col) for col in zip(*results))
+    return check_unused(columns, allow_unused, (lambda j: zeros(inputs[j])) if materialize else None)
 
 
 def _root_gradients(outputs, roots):
@@ -439,10 +465,20 @@ def grad(
     create_graph: bool = False,
     allow_unused: bool | None = None,
     materialize_grads: bool = False,
+    is_grads_batched: bool = False,
 ) -> tuple[Variable, ...]:
     """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched. An input the
     outputs don't reach gets None (with `allow_unused`), or zeros with `materialize_grads`."""
+    zeros = lambda v: Variable(array_module(v._data).zeros_like(v._data), create_graph)  # noqa: E731
     allow_unused = unused_rule(allow_unused, materialize_grads)
+    if is_grads_batched:
+        outputs, inputs, rows = batched_rows(outputs, inputs, grad_outputs)
+        last = len(rows) - 1
+        results = [
+            grad(outputs, inputs, row, retain_graph if r == last else True, create_graph, True)
+            for r, row in enumerate(rows)
+        ]
+        return stacked_rows(results, F.stack, zeros, inputs, allow_unused, materialize_grads)  # type: ignore[no-any-return]
     outputs, inputs, roots = grad_arguments(outputs, inputs, grad_outputs)
     captured = run_backward(
         outputs,
@@ -454,9 +490,4 @@ def grad(
     result = [captured[id(v)] for v in inputs]
     if not create_graph:
         result = [None if g is None else _result(g._data, None) for g in result]  # detached
-    zeros = (
-        (lambda i: Variable(array_module(inputs[i]._data).zeros_like(inputs[i]._data), create_graph))
-        if (materialize_grads)
-        else None
-    )
-    return check_unused(tuple(result), allow_unused, zeros)
+    return check_unused(tuple(result), allow_unused, (lambda i: zeros(inputs[i])) if materialize_grads else None)

@@ -32,6 +32,8 @@ Raised, as decisions:
 - engine 9600 -> 9700 (2026-11-28): each op's own apply_op and vjp code (`own`, CPython's attribute caches are per
   code object), add's pass-through and mul's array product (issue 24 item 2; chain 3,304k -> 2,964k instructions a
   step), the vjps on arrays without create_graph and forward AD through `x.T` took it to 9621.
+- client 2875 -> 2900 (2026-11-28): `autograd.grad(..., is_grads_batched=True)` as torch 2.x has it (one vjp a row,
+  stacked; the rows and their checks shared with the engine in `engine.autograd.batched_rows`) took it to 2877.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 9700, "wire": 6000, "service": 3800, "client": 2875}
+BUDGETS = {"engine": 9700, "wire": 6000, "service": 3800, "client": 2900}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

@@ -266,3 +266,51 @@ def test_materialize_grads_gives_zeros_for_an_unused_input_as_torch_does(session
             m.autograd.grad((x * x).sum(), [x, u], materialize_grads=True, allow_unused=False)
         with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
             m.autograd.grad((x * x).sum(), [x, u])
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_is_grads_batched_gives_one_vjp_a_row_as_torch_does(session, create_graph):
+    """`is_grads_batched=True`: each grad_output's first dimension is a batch, one vjp a row, stacked per input
+    (torch's vmap); with two outputs the rows pair up, an unused input stays None, a materialized one gets
+    zeros of its own shape (torch's), and with create_graph the rows differentiate again."""
+
+    def program(m, x, u):
+        out = (x * x).sin()
+        rows = m.tensor(np.eye(4) + 0.5)
+        (jac,) = m.autograd.grad(out, x, rows, is_grads_batched=True, create_graph=create_graph, retain_graph=True)
+        assert jac.requires_grad is create_graph
+        two = m.autograd.grad(
+            [out, x.sum()],
+            [x, u],
+            [rows, m.tensor(np.arange(4.0))],
+            is_grads_batched=True,
+            allow_unused=True,
+            retain_graph=True,
+        )
+        assert two[1] is None
+        _, zeros = m.autograd.grad(
+            out, [x, u], rows[:2], is_grads_batched=True, materialize_grads=True, retain_graph=True
+        )
+        again = m.autograd.grad(jac.sum(), x)[0] if create_graph else jac
+        return jac, two[0], zeros, again
+
+    jac, pair, zeros, _ = three_ways(program, X, W, requires_grad=True)
+    assert jac.shape == (4, 4) and pair.shape == (4, 4) and zeros.shape == W.shape and not zeros.any()
+
+
+def test_is_grads_batched_refuses_rows_that_do_not_fit_the_outputs(session):
+    """A grad_output whose trailing shape is not its output's, or batches of different lengths, or a missing
+    grad_output: the error torch gives, on both Variables."""
+    for _, m, make in MODULES[:2]:
+        x = make(X, requires_grad=True)
+        out = x * 2
+        with pytest.raises(
+            RuntimeError, match=r"grad_output\[0\] has a shape of \(2, 3\) and output\[0\] has a shape of \(4,\)"
+        ):
+            m.autograd.grad(out, x, m.tensor(np.ones((2, 3))), is_grads_batched=True, retain_graph=True)
+        with pytest.raises(RuntimeError, match="batch dimension"):
+            m.autograd.grad(
+                [out, out], x, [m.tensor(np.ones((2, 4))), m.tensor(np.ones((3, 4)))], is_grads_batched=True
+            )
+        with pytest.raises(ValueError, match=r"grad_outputs\[0\] is None"):
+            m.autograd.grad(out.sum(), x, None, is_grads_batched=True)
