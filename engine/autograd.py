@@ -9,6 +9,7 @@ runs the backward's course without computing, `reachable`, `nodes_reaching`).
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from heapq import heapify, heappop, heappush, heappushpop
 from typing import TYPE_CHECKING
@@ -93,6 +94,59 @@ def grad_arguments(outputs, inputs, grad_outputs, variable=Variable):
             else list(grad_outputs)
         )
     return outputs, inputs, check_roots(outputs, grad_outputs, variable)
+
+
+class Watch(weakref.ref):
+    """What a Variable's gradient meets in a walk: `hooks(grad)` in order (`register_hook`; one returning a value
+    replaces the gradient), then, on a non-leaf, `retains` (`retain_grad`), and on a leaf, after its `.grad`
+    accumulated, `post` hooks of the Variable. A non-leaf's is its node's `retained`; a leaf's is in `LEAF_WATCH`."""
+
+    __slots__ = ("hooks", "post", "retains")
+
+    def __init__(self, var, callback=None):
+        super().__init__(var, callback)
+        self.hooks, self.post, self.retains = {}, {}, False
+
+
+LEAF_WATCH: dict[int, Watch] = {}  # id(leaf) -> its Watch, while the leaf lives
+
+
+def watch_of(var, make=True):
+    """`var`'s Watch (made with `make`), or None."""
+    node = var._node
+    watch = LEAF_WATCH.get(id(var)) if node is None else node.retained
+    if watch is not None and watch() is var:
+        return watch
+    if not make:
+        return None
+    if node is not None:
+        node.retained = watch = Watch(var)
+    else:
+        key = id(var)
+        LEAF_WATCH[key] = watch = Watch(var, lambda _: LEAF_WATCH.pop(key, None))
+    return watch
+
+
+def _hooked(watch, g):
+    for hook in list(watch.hooks.values()):
+        out = hook(g)
+        if out is not None:
+            if tuple(out.shape) != tuple(g.shape):
+                raise RuntimeError(f"hook '{getattr(hook, '__name__', hook)}' has changed the size of value")
+            g = out if isinstance(out, Variable) else _result(as_array(out), None)
+    return g
+
+
+def _watched(node, g, capture, into_grad):
+    """A non-leaf's gradient after its hooks, kept in its `.grad` when it retains it (a backward)."""
+    watch = node.retained
+    var = watch()
+    if var is None or var._node is not node:
+        return g
+    g = _hooked(watch, g) if watch.hooks else g
+    if watch.retains and capture is None:
+        into_grad(var, g)
+    return g
 
 
 def check_unused(result, allow_unused, materialize=None):
@@ -254,7 +308,7 @@ def walk(outputs, targets=None):
         return processed, [
             t for t in dict.fromkeys(targets) if (id(t) in leaves if t._node is None else t._node in seen)
         ]
-    retained = ((node, node.retained()) for node in processed if node.retained is not None)
+    retained = ((node, node.retained()) for node in processed if node.retained is not None and node.retained.retains)
     return processed, [*leaves.values(), *(v for node, v in retained if v is not None and v._node is node)]
 
 
@@ -348,13 +402,35 @@ def _leaves_all_in(roots, capture):
     return True
 
 
-def _to_leaf(var, g, capture, into_grad):
-    """A leaf's gradient: into its `.grad` (a backward), or summed in `capture` where it is a grad()'s input."""
+def _to_leaf(var, g, capture, into_grad, hooked=None):
+    """A leaf's gradient: into its `.grad` (a backward), or summed in `capture` where it is a grad()'s input. A
+    leaf with hooks (`hooked`: made where any leaf has them) sums its gradients until the walk ends, as
+    PyTorch's AccumulateGrad does, and `_hooked_leaves` delivers them."""
     if capture is None:
-        into_grad(var, g)
+        if hooked is not None and id(var) in LEAF_WATCH:
+            hooked[id(var)] = (var, g) if id(var) not in hooked else (var, hooked[id(var)][1] + g)
+        else:
+            into_grad(var, g)
     elif id(var) in capture:
         old = capture[id(var)]
         capture[id(var)] = g if old is None else old + g
+
+
+def _hooked_leaves(hooked, capture, into_grad):
+    """The gradients of leaves with hooks: through their hooks, into `.grad` (then their post hooks) or
+    `capture`; a grad() runs the hooks of its inputs only."""
+    for key, (var, g) in hooked.items():
+        watch = LEAF_WATCH[key]
+        g = _hooked(watch, g) if watch() is var else g
+        if capture is None:
+            into_grad(var, g)
+            for hook in list(watch.post.values()):
+                hook(var)
+    if capture is not None:
+        for key, g in capture.items():
+            watch = LEAF_WATCH.get(key)
+            if g is not None and watch is not None:
+                capture[key] = _hooked(watch, g)
 
 
 def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None):
@@ -373,11 +449,11 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
         into_grad = _Sink(create_graph, grad_outputs).into_grad
     else:
         capture = {id(v): None for v in inputs}
-    grads, heap = {}, []
+    grads, heap, hooked = {}, [], {} if LEAF_WATCH else None
     for out, g in zip(outputs, grad_outputs):
         node = out._node
         if node is None:
-            _to_leaf(out, g, capture, into_grad)
+            _to_leaf(out, g, capture, into_grad, hooked)
         elif node in grads:
             grads[node] = grads[node] + g
         else:
@@ -399,9 +475,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
                 note_where(node.name)
             g = grads.pop(node)
             if node.retained is not None:
-                retained = node.retained()
-                if retained is not None and retained._node is node and capture is None:
-                    into_grad(retained, g)
+                g = _watched(node, g, capture, into_grad)
             if needed is None:
                 needs = node.edges
             else:
@@ -418,7 +492,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
                 if data.shape != meta.shape or (data.dtype is not meta.dtype and data.dtype != meta.dtype):
                     gi = _fit(gi, meta)
                 if isinstance(edge, Variable):
-                    _to_leaf(edge, gi, capture, into_grad)
+                    _to_leaf(edge, gi, capture, into_grad, hooked)
                     continue
                 previous = grads.get(edge)
                 if previous is None:
@@ -439,6 +513,8 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
                     node.free()
             if heap:
                 ready = heappop(heap)[1] if ready is None else heappushpop(heap, (-ready.seq, ready))[1]
+        if hooked is not None:
+            _hooked_leaves(hooked, capture, into_grad)
     finally:
         grad_state.enabled = mode
     return capture

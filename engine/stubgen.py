@@ -112,6 +112,7 @@ from engine.compat import TensorType
 from engine.devices import Device
 from engine.dtypes import DType as DType
 from engine.random import Generator
+from engine.surface import RemovableHandle
 
 _V = TypeVar("_V")
 V = TypeVar("V", bound=VariableSurface)  # in the surface's annotations: the Variable's own class

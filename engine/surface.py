@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import builtins
 import math
-import weakref
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from engine import backend, compat, dtypes, inplace, modern
+from engine.autograd import watch_of
 from engine.devices import Placement
 from engine.factory import Constructors
 from engine.modern import numpy_keywords
@@ -44,7 +44,7 @@ from engine.sampling import Sampling
 from engine.surface_methods import METHOD_OPS, SurfaceMethods
 from engine.surface_types import MaxMin
 from engine.tensor_data import plain
-from engine.variable import format_variable
+from engine.variable import Variable, format_variable
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -176,7 +176,53 @@ def retain_grad(self) -> None:
         if not self.requires_grad:
             raise RuntimeError("can't retain_grad on Variable that has requires_grad=False")
         return
-    node.retained = weakref.ref(self)
+    watch_of(self).retains = True
+
+
+class RemovableHandle:
+    """What `register_hook` returns: `remove()` (or leaving its `with`) takes the hook off."""
+
+    next_id = 0
+
+    def __init__(self, hooks: dict):
+        self.hooks, self.id = hooks, RemovableHandle.next_id
+        RemovableHandle.next_id += 1
+
+    def remove(self) -> None:
+        self.hooks.pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def _hook(self, hook, post) -> RemovableHandle:
+    if not isinstance(self, Variable):
+        raise NotImplementedError(
+            "a client Variable takes no gradient hooks: its backward is one request, computed by the server; "
+            "take autograd.grad(outputs, [v]), change the gradient and continue with backward(v, changed)"
+        )
+    if not self.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    if post and self._node is not None:
+        raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+    hooks = watch_of(self).post if post else watch_of(self).hooks
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    return handle
+
+
+def register_hook(self, hook: Any) -> RemovableHandle:
+    """PyTorch's tensor hook: `hook(grad)` runs when this Variable's gradient is computed; what it returns (if
+    not None) replaces the gradient: in `.grad`, in grad()'s result and in what the walk sends on."""
+    return _hook(self, hook, False)
+
+
+def register_post_accumulate_grad_hook(self, hook: Any) -> RemovableHandle:
+    """`hook(leaf)` runs after a backward accumulated this leaf's `.grad`."""
+    return _hook(self, hook, True)
 
 
 def grad_fn(self) -> Any:
@@ -189,8 +235,8 @@ def is_leaf(self) -> bool:
 
 
 def retains_grad(self) -> bool:
-    node = self._node
-    return node is not None and node.retained is not None and node.retained() is self
+    watch = None if self._node is None else watch_of(self, make=False)
+    return watch is not None and watch.retains
 
 
 def size(self, dim=None):
@@ -289,6 +335,8 @@ SHARED = {
         __init__,
         requires_grad_,
         retain_grad,
+        register_hook,
+        register_post_accumulate_grad_hook,
         size,
         dim,
         numel,

@@ -13,6 +13,7 @@ from engine.compat import TensorType
 from engine.devices import Device
 from engine.dtypes import DType as DType
 from engine.random import Generator
+from engine.surface import RemovableHandle
 
 _V = TypeVar("_V")
 V = TypeVar("V", bound=VariableSurface)  # in the surface's annotations: the Variable's own class
@@ -423,6 +424,11 @@ class VariableSurface:
         """Fill in place with integers: `random_(high)` in [0, high), `random_(low, high)` in [low, high),
         `random_()` in [0, 2**mantissa] for a float dtype and [0, max] for an integer one."""
     def reciprocal(self) -> Self: ...
+    def register_hook(self, hook: Any) -> RemovableHandle:
+        """PyTorch's tensor hook: `hook(grad)` runs when this Variable's gradient is computed; what it returns (if
+        not None) replaces the gradient: in `.grad`, in grad()'s result and in what the walk sends on."""
+    def register_post_accumulate_grad_hook(self, hook: Any) -> RemovableHandle:
+        """`hook(leaf)` runs after a backward accumulated this leaf's `.grad`."""
     def relu(self) -> Self:
         """max(x, 0)"""
     def relu_(self) -> Self:

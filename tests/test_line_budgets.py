@@ -34,6 +34,9 @@ Raised, as decisions:
   step), the vjps on arrays without create_graph and forward AD through `x.T` took it to 9621.
 - client 2875 -> 2900 (2026-11-28): `autograd.grad(..., is_grads_batched=True)` as torch 2.x has it (one vjp a row,
   stacked; the rows and their checks shared with the engine in `engine.autograd.batched_rows`) took it to 2877.
+- engine 9700 -> 9800 (2026-11-28): tensor hooks (`register_hook`, `register_post_accumulate_grad_hook`,
+  `RemovableHandle`; a leaf's hooked gradients summed as PyTorch's AccumulateGrad does) and `is_grads_batched`
+  took it to 9764.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 9700, "wire": 6000, "service": 3800, "client": 2900}
+BUDGETS = {"engine": 9800, "wire": 6000, "service": 3800, "client": 2900}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
