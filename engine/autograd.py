@@ -119,11 +119,13 @@ def watch_of(var, make=True):
         return watch
     if not make:
         return None
-    if node is not None:
-        node.retained = watch = Watch(var)
-    else:
-        key = id(var)
-        LEAF_WATCH[key] = watch = Watch(var, lambda _: LEAF_WATCH.pop(key, None))
+    if node is not None:  # a node's hooks stay with it when the Variable goes (PyTorch's grad_fn hooks)
+        kept, node.retained = watch, Watch(var)
+        if kept is not None:
+            node.retained.hooks = kept.hooks
+        return node.retained
+    key = id(var)
+    LEAF_WATCH[key] = watch = Watch(var, lambda _: LEAF_WATCH.pop(key, None))
     return watch
 
 
@@ -140,11 +142,9 @@ def _hooked(watch, g):
 def _watched(node, g, capture, into_grad):
     """A non-leaf's gradient after its hooks, kept in its `.grad` when it retains it (a backward)."""
     watch = node.retained
-    var = watch()
-    if var is None or var._node is not node:
-        return g
     g = _hooked(watch, g) if watch.hooks else g
-    if watch.retains and capture is None:
+    var = watch()
+    if watch.retains and capture is None and var is not None and var._node is node:
         into_grad(var, g)
     return g
 

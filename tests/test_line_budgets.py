@@ -37,6 +37,8 @@ Raised, as decisions:
 - engine 9700 -> 9800 (2026-11-28): tensor hooks (`register_hook`, `register_post_accumulate_grad_hook`,
   `RemovableHandle`; a leaf's hooked gradients summed as PyTorch's AccumulateGrad does) and `is_grads_batched`
   took it to 9764.
+- engine 9800 -> 9900 (2026-11-28): `nn.Module` hooks (`engine/nn/hooks.py`: forward pre-hooks, forward hooks, full
+  backward hooks and pre-hooks, as Grad-CAM-style saliency uses them) took it to 9886.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 9800, "wire": 6000, "service": 3800, "client": 2900}
+BUDGETS = {"engine": 9900, "wire": 6000, "service": 3800, "client": 2900}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

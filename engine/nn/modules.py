@@ -24,7 +24,7 @@ import numpy
 
 from engine.devices import Device
 from engine.nn import functional as F
-from engine.nn import init
+from engine.nn import hooks, init
 from engine.optim.optimizer import realise_with_next_step
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])  # type: ignore[name-match]  # PyTorch's repr
@@ -74,12 +74,30 @@ class Module:
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "_modules", OrderedDict())
+        for kind in ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks"):
+            object.__setattr__(self, kind, OrderedDict())
+        object.__setattr__(self, "_hooked", False)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
 
     def __call__(self, *args, **kwargs):
+        if self._hooked:
+            return hooks.call(self, args, kwargs)
         return self.forward(*args, **kwargs)
+
+    # --- hooks (engine.nn.hooks) ---------------------------------------------------------------
+    def register_forward_pre_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False):
+        return hooks.add(self, "_forward_pre_hooks", hook, prepend, with_kwargs=with_kwargs)
+
+    def register_forward_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False, always_call=False):
+        return hooks.add(self, "_forward_hooks", hook, prepend, with_kwargs=with_kwargs)
+
+    def register_full_backward_hook(self, hook, prepend: bool = False):
+        return hooks.add(self, "_backward_hooks", hook, prepend)
+
+    def register_full_backward_pre_hook(self, hook, prepend: bool = False):
+        return hooks.add(self, "_backward_pre_hooks", hook, prepend)
 
     # --- registration --------------------------------------------------------------------------
     def _registry(self, name):

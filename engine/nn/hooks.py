@@ -1,0 +1,126 @@
+"""`torch.nn.Module`'s hooks: forward pre-hooks, forward hooks, full backward (pre-)hooks, and the call
+that runs them in PyTorch's order: pre-hooks (which may replace the arguments), the backward hooks'
+inputs, `forward`, forward hooks (which may replace the output), the backward hooks' outputs.
+
+A full backward hook gets (module, grad_input, grad_output) once the gradients of the module's tensor
+arguments are computed, and what it returns replaces grad_input. It rides on tensor hooks of identity
+views of the arguments and outputs, so it needs an engine Variable (a client's backward is one request)."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections import OrderedDict
+
+from engine.grad_mode import is_grad_enabled
+from engine.surface import RemovableHandle
+from engine.variable import Variable
+
+
+def add(module, kind: str, hook, prepend: bool = False, **flags) -> RemovableHandle:
+    """Register `hook` in `module`'s hooks of `kind` (an OrderedDict by handle id)."""
+    if kind.startswith("_backward") and not issubclass(module._ns.Variable, Variable):
+        raise NotImplementedError(
+            "a client module takes no backward hooks: its backward is one request, computed by the server; "
+            "use forward hooks, or autograd.grad on the module's output and inputs"
+        )
+    hooks: OrderedDict = module.__dict__[kind]
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = (hook, flags)
+    if prepend:
+        hooks.move_to_end(handle.id, last=False)
+    object.__setattr__(module, "_hooked", True)
+    return handle
+
+
+def call(module, args: tuple, kwargs: dict):
+    """`module(*args, **kwargs)` with its hooks."""
+    for hook, flags in list(module._forward_pre_hooks.values()):
+        if flags["with_kwargs"]:
+            result = hook(module, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError(
+                        f"forward pre-hook must return None or a tuple of (new_args, new_kwargs), but got {result}."
+                    )
+                args, kwargs = result
+        else:
+            result = hook(module, args)
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+    backward = None
+    if (module._backward_hooks or module._backward_pre_hooks) and is_grad_enabled():
+        backward = _BackwardCall(module)
+        args = backward.inputs(args)
+    out = module.forward(*args, **kwargs)
+    for hook, flags in list(module._forward_hooks.values()):
+        result = hook(module, args, kwargs, out) if flags["with_kwargs"] else hook(module, args, out)
+        if result is not None:
+            out = result
+    return out if backward is None else backward.outputs(out)
+
+
+class _BackwardCall:
+    """One call's backward hooks: the gradients of its tensor arguments and outputs as they arrive."""
+
+    def __init__(self, module):
+        self.module, self.waiting, self.outputs_waiting = module, set(), set()
+        self.grad_input: list = []
+        self.grad_output: list = []
+
+    def _watched(self, values, arrive, waiting):
+        values, grads = list(values), []
+        for i, value in enumerate(values):
+            if isinstance(value, Variable):
+                grads.append(None)
+                if value.requires_grad:
+                    values[i] = value.view_as(value)
+                    values[i].register_hook(functools.partial(arrive, len(grads) - 1))
+                    waiting.add(len(grads) - 1)
+        return values, grads
+
+    def inputs(self, args):
+        values, self.grad_input = self._watched(args, self._arrive, self.waiting)
+        return tuple(values)
+
+    def outputs(self, out):
+        values, self.grad_output = self._watched(
+            out if isinstance(out, tuple) else (out,), self._leave, self.outputs_waiting
+        )
+        return tuple(values) if isinstance(out, tuple) else values[0]
+
+    def _leave(self, k, g):
+        for hook, _ in list(self.module._backward_pre_hooks.values()):
+            result = hook(self.module, tuple(self.grad_output[:k]) + (g,) + tuple(self.grad_output[k + 1 :]))
+            if result is not None:
+                g = result[k]
+        self.grad_output[k] = g
+        self.outputs_waiting.discard(k)
+        if not self.outputs_waiting and not self.waiting:  # no argument needs a gradient: run now
+            if self.module._backward_hooks:
+                warnings.warn(
+                    "Full backward hook is firing when gradients are computed with respect to module outputs since "
+                    "no inputs require gradients.",
+                    stacklevel=2,
+                )
+            self._run()
+        return g
+
+    def _arrive(self, k, g):
+        self.grad_input[k] = g
+        self.waiting.discard(k)
+        if not self.waiting:
+            self._run()
+        return self.grad_input[k]
+
+    def _run(self):
+        for hook, _ in list(self.module._backward_hooks.values()):
+            result = hook(self.module, tuple(self.grad_input), tuple(self.grad_output))
+            if result is not None:
+                result = result if isinstance(result, tuple) else (result,)
+                if len(result) != len(self.grad_input):
+                    raise RuntimeError(
+                        f"Backward hook returned an invalid number of grad_input, got {len(result)}, "
+                        f"but expected {len(self.grad_input)}"
+                    )
+                self.grad_input = list(result)
