@@ -15,7 +15,7 @@ here by `client.ops`; client/README.md tells the rest.
 """
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from client import autograd, errors, ops
 from client.autograd import grad
@@ -65,3 +65,12 @@ __all__ = [
     *sorted(_SURFACE),
 ]
 __all__ = exported(__all__)  # `import *` shadows no builtin (float, int, bool, all, max...)
+
+
+def __getattr__(name: str) -> Any:
+    """`client.utils` (torch.utils.data) on first use: imported lazily, as it sits above `nn` in the layers."""
+    if name == "utils":
+        import importlib
+
+        return importlib.import_module("client.utils")
+    raise AttributeError(f"module 'client' has no attribute '{name}'")

@@ -5,7 +5,7 @@ Importing it fills the op registry (`engine.ops`) and installs the Variable surf
 """
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine import backend, ops  # noqa: F401  (importing ops fills the registry)
 from engine import eager as _eager
@@ -48,3 +48,12 @@ __all__ = [
     *sorted(_SURFACE),
 ]
 __all__ = _surface.exported(__all__)  # `import *` shadows no builtin (float, int, bool, all, max...)
+
+
+def __getattr__(name: str) -> Any:
+    """`engine.utils` (torch.utils.data) on first use: imported lazily, as it sits above `nn` in the layers."""
+    if name == "utils":
+        import importlib
+
+        return importlib.import_module("engine.utils")
+    raise AttributeError(f"module 'engine' has no attribute '{name}'")

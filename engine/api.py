@@ -6,8 +6,8 @@ holds them to it with an import-linter `forbidden` contract built from `PUBLIC_M
 * `engine` itself (the PyTorch-style namespace: `engine.Variable`, `engine.exp`, `engine.no_grad`...),
 * `engine.api` (this module: everything else the layers above need, by name),
 * `engine.backend` (NumPy or CuPy: choosing the device, moving arrays),
-* `engine.nn` and `engine.optim` with their submodules (torch.nn, torch.optim; written once for
-  both Variables, so the client re-exports them).
+* `engine.nn`, `engine.optim` and `engine.utils` with their submodules (torch.nn, torch.optim,
+  torch.utils.data; written once for both Variables, so the client re-exports them).
 
 Every other engine module (`variable`, `node`, `function`, `autograd`, `registry`, `surface`,
 `shapes`, `attrs`, `indexing`, `grad_mode`, `ops`...) is internal: it may change shape without
@@ -69,8 +69,9 @@ from engine.variable import Variable, as_array, host_array
 if TYPE_CHECKING:
     from engine.surface_types import Operand as Operand  # re-exported for annotations
 
-PUBLIC_MODULES = ("engine", "engine.api", "engine.backend", "engine.nn", "engine.optim")
-"""The engine modules that the layers above may import (with the submodules of `engine.nn` and `engine.optim`)."""
+PUBLIC_MODULES = ("engine", "engine.api", "engine.backend", "engine.nn", "engine.optim", "engine.utils")
+"""The engine modules that the layers above may import (with the submodules of `engine.nn`, `engine.optim` and
+`engine.utils`)."""
 
 
 # --- values: wrapping and unwrapping arrays ------------------------------------------------------

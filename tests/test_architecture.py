@@ -116,7 +116,7 @@ def _uses_in(source: str, where: str, engine: set[str], own: set[str]) -> list[s
             if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
                 found.append(f"{line}: .{node.attr}")
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "engine":
-            if not node.module.startswith(("engine.nn", "engine.optim")):
+            if not node.module.startswith(("engine.nn", "engine.optim", "engine.utils")):
                 found.extend(f"{line}: import {a.name}" for a in node.names if _private(a.name))
     return found
 

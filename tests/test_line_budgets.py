@@ -39,6 +39,9 @@ Raised, as decisions:
   took it to 9764.
 - engine 9800 -> 9900 (2026-11-28): `nn.Module` hooks (`engine/nn/hooks.py`: forward pre-hooks, forward hooks, full
   backward hooks and pre-hooks, as Grad-CAM-style saliency uses them) took it to 9886.
+- engine 9900 -> 10200 (2026-11-28): `torch.utils.data` (`engine/utils/`: datasets, samplers, random_split,
+  default_collate, DataLoader, written once for both sides as `nn` is; tutorials' training loops iterate a
+  DataLoader) took it to 10154.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 9900, "wire": 6000, "service": 3800, "client": 2900}
+BUDGETS = {"engine": 10200, "wire": 6000, "service": 3800, "client": 2900}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
