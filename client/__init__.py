@@ -26,7 +26,7 @@ from client.ops import ShapeError
 from client.session import AsyncSession, Session, connect, current_session
 from client.state import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from client.variable import Variable
-from engine.api import OPS, exported
+from engine.api import OPS, exported, load, save
 
 if TYPE_CHECKING:  # what engine.surface installs below (`client.exp`, `client.zeros`...), declared for type checkers
     from client._surface import *  # noqa: F403
@@ -45,6 +45,8 @@ autograd.gradcheck, autograd.gradgradcheck = gradcheck.gradcheck, gradcheck.grad
 
 __all__ = [
     "Variable",
+    "save",
+    "load",
     "Function",
     "FunctionCtx",
     "grad",

@@ -15,6 +15,7 @@ from engine.function import Function
 from engine.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from engine.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from engine.registry import OPS
+from engine.saving import load, save
 from engine.variable import Variable
 
 if TYPE_CHECKING:  # what engine.surface installs below (`engine.exp`, `engine.zeros`...), declared for type checkers
@@ -35,6 +36,8 @@ autograd.gradcheck, autograd.gradgradcheck = gradcheck, gradgradcheck  # type: i
 __all__ = [
     "Variable",
     "Function",
+    "save",
+    "load",
     "grad",
     "no_grad",
     "enable_grad",

@@ -42,6 +42,8 @@ Raised, as decisions:
 - engine 9900 -> 10200 (2026-11-28): `torch.utils.data` (`engine/utils/`: datasets, samplers, random_split,
   default_collate, DataLoader, written once for both sides as `nn` is; tutorials' training loops iterate a
   DataLoader) took it to 10154.
+- engine 10200 -> 10300 (2026-11-28): `torch.save`/`torch.load` (`engine/saving.py`, weights-only by default as
+  PyTorch 2.6+, refusing any global that is not data) took it to 10225.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 10200, "wire": 6000, "service": 3800, "client": 2900}
+BUDGETS = {"engine": 10300, "wire": 6000, "service": 3800, "client": 2900}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
