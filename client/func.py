@@ -13,9 +13,10 @@ import numpy
 
 from client import autograd
 from client.autograd import jvp_node
+from client.ops import stacked
 from client.state import enable_grad, is_grad_enabled
 from client.variable import Variable
-from engine.api import as_tuple, flatten_outputs, split_aux, unflatten_outputs
+from engine.api import as_tuple, flatten_outputs, split_aux, tree_leaves, tree_rebuild, unflatten_outputs, vmap_with
 
 
 def _any_rg(vs) -> bool:
@@ -120,7 +121,11 @@ def grad_and_value(func, argnums=0, has_aux=False):
 
     def wrapper(*args, **kwargs):
         nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-        xs, keep = _prepared(args, nums)
+        flat = [leaf for i in nums for leaf in tree_leaves(args[i])]  # an argument may be a pytree (a dict...)
+        ready, keep = _prepared(flat + [a for j, a in enumerate(args) if j not in nums], range(len(flat)))
+        xs, leaves = list(args), iter(ready)
+        for i in nums:
+            xs[i] = tree_rebuild(args[i], leaves)
         with enable_grad():
             out, aux = split_aux(func(*xs, **kwargs), has_aux, "grad_and_value")
         if not isinstance(out, Variable) or out.numel() != 1:
@@ -128,7 +133,8 @@ def grad_and_value(func, argnums=0, has_aux=False):
                 "grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor. Maybe you wanted to use the "
                 "vjp or jacrev APIs instead?"
             )
-        grads = _gradients([out], [xs[i] for i in nums], None, keep)
+        found = iter(_gradients([out], ready[: len(flat)], None, keep))
+        grads = [tree_rebuild(args[i], found) for i in nums]
         g = grads[0] if isinstance(argnums, int) else tuple(grads)
         value = out if keep else out.detach()
         return (g, (value, aux)) if has_aux else (g, value)
@@ -172,3 +178,6 @@ jacfwd = jacrev  # the same values, computed row by row in reverse mode
 def hessian(func, argnums=0):
     """The Hessian of func's one-element output for args[argnums]."""
     return jacrev(jacrev(func, argnums), argnums)
+
+
+vmap = vmap_with(stacked)

@@ -207,6 +207,11 @@ def setitem(x, value, key):
     return record(op, [x, value, *arrays], op.check_attrs({"index": spec}))
 
 
+def stacked(rows, dim=0) -> Variable:
+    """`stack(rows, dim)`, recorded (for the client's own batched results: is_grads_batched, vmap)."""
+    return record(OPS["stack"], list(rows), {"dim": dim})
+
+
 def install(backward) -> dict:
     """Install the surface on client.Variable (backward: `client.autograd.backward`); the module-level names."""
     side = Side(

@@ -44,10 +44,6 @@ MAX_TAPE_IDS = 128  # tapes a session remembers
 PIPELINE_DEPTH = 2  # operations a Session leaves in flight at most
 
 
-def _stack(rows):
-    return ops.record(ops.OPS["stack"], list(rows), {"dim": 0})
-
-
 def _operation(steps):
     """A session method running the generator `steps` by the session's `_run` (an AsyncSession's: awaited)."""
 
@@ -219,7 +215,7 @@ class _Core:
             for r, row in enumerate(rows):
                 retain = retain_graph if r == len(rows) - 1 else True
                 results.append((yield from self._grad(outputs, inputs, row, retain, create_graph, True)))
-            return stacked_rows(results, _stack, zeros, inputs, allow_unused, materialize_grads)
+            return stacked_rows(results, ops.stacked, zeros, inputs, allow_unused, materialize_grads)
         outputs, inputs, seeds = grad_arguments(outputs, inputs, grad_outputs, Variable)
         grads = yield from backwarding(self, outputs, seeds, retain_graph, inputs, create_graph)
         return check_unused(grads, allow_unused, (lambda i: zeros(inputs[i])) if materialize_grads else None)

@@ -27,10 +27,12 @@ globals().update(_SURFACE)
 # torch.nn and torch.optim (they need the names above), torch.autograd's other names and torch.func
 from engine import autograd, forward_ad, func, nn, optim  # noqa: E402,F401
 from engine.autograd_functional import Functional  # noqa: E402
+from engine.nn import stateless  # noqa: E402,F401
 
 # torch.autograd.functional on the names above, and torch.autograd's other names
 autograd.functional = Functional(sys.modules[__name__])  # type: ignore[attr-defined,no-untyped-call]
 autograd.forward_ad = forward_ad  # type: ignore[attr-defined]
+func.functional_call = nn.stateless.functional_call  # type: ignore[attr-defined]
 autograd.gradcheck, autograd.gradgradcheck = gradcheck, gradgradcheck  # type: ignore[attr-defined]
 
 __all__ = [

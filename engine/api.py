@@ -48,7 +48,7 @@ from engine.devices import Device
 from engine.dtypes import DType
 from engine.dtypes import of as dtype_of
 from engine.forward_ad import UnpackedDualTensor
-from engine.func import _flat, _split, _tuple, _unflat
+from engine.func import _flat, _split, _tuple, _unflat, tree_leaves, tree_rebuild, vmap_with
 from engine.function import FUNCTION_NAME, Function, FunctionBase, FunctionCtx
 from engine.function import node_class as function_node_class
 from engine.grad_mode import GradMode, enable_grad, is_grad_enabled, no_grad
@@ -261,6 +261,9 @@ __all__ = [
     "NoValue",
     # torch-named helpers written once for both Variables
     "Functional",
+    "vmap_with",
+    "tree_leaves",
+    "tree_rebuild",
     "save",
     "load",
     "UnpackedDualTensor",

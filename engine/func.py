@@ -1,4 +1,5 @@
-"""`torch.func` for functions of Variables: `jvp`, `vjp`, `grad`, `grad_and_value`, `jacrev`, `jacfwd`, `hessian`.
+"""`torch.func` for functions of Variables: `jvp`, `vjp`, `grad`, `grad_and_value`, `jacrev`, `jacfwd`, `hessian`,
+`vmap`.
 
 They compose (`jvp(grad(f), ...)` is a forward-over-reverse Hessian-vector product): each keeps
 the graph of its result when an argument requires grad, so an outer transform differentiates it.
@@ -10,6 +11,7 @@ from __future__ import annotations
 from engine.autograd import grad as _grad
 from engine.grad_mode import enable_grad, is_grad_enabled
 from engine.linearize import differentiable, keeps_graph, transpose_jvp, zeros_like
+from engine.registry import F
 from engine.variable import Variable
 
 
@@ -58,6 +60,24 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     if has_aux:
         return _unflat(outs, is_tuple), _unflat(result, is_tuple), aux
     return _unflat(outs, is_tuple), _unflat(result, is_tuple)
+
+
+def tree_leaves(tree) -> list:
+    """The Variables of a pytree (nested dicts, lists and tuples), in order."""
+    if isinstance(tree, dict):
+        return [leaf for v in tree.values() for leaf in tree_leaves(v)]
+    if isinstance(tree, (list, tuple)):
+        return [leaf for v in tree for leaf in tree_leaves(v)]
+    return [tree]
+
+
+def tree_rebuild(tree, leaves):
+    """`tree`'s structure holding the next items of the iterator `leaves`."""
+    if isinstance(tree, dict):
+        return {k: tree_rebuild(v, leaves) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(tree_rebuild(v, leaves) for v in tree)
+    return next(leaves)
 
 
 def _prepared(args, argnums):
@@ -110,7 +130,11 @@ def grad_and_value(func, argnums=0, has_aux=False):
 
     def wrapper(*args, **kwargs):
         nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-        xs, keep = _prepared(args, nums)
+        flat = [leaf for i in nums for leaf in tree_leaves(args[i])]  # an argument may be a pytree (a dict...)
+        ready, keep = _prepared(flat + [a for j, a in enumerate(args) if j not in nums], range(len(flat)))
+        xs, leaves = list(args), iter(ready)
+        for i in nums:
+            xs[i] = tree_rebuild(args[i], leaves)
         with enable_grad():
             out, aux = _split(func(*xs, **kwargs), has_aux, "grad_and_value")
         if not isinstance(out, Variable) or out.numel() != 1:
@@ -118,7 +142,8 @@ def grad_and_value(func, argnums=0, has_aux=False):
                 "grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got tensor with "
                 f"{len(getattr(out, 'shape', ()))} dims. Maybe you wanted to use the vjp or jacrev APIs instead?"
             )
-        grads = _gradients([out], [xs[i] for i in nums], None, keep)
+        found = iter(_gradients([out], ready[: len(flat)], None, keep))
+        grads = [tree_rebuild(args[i], found) for i in nums]
         g = grads[0] if isinstance(argnums, int) else tuple(grads)
         value = out if keep else out.detach()
         return (g, (value, aux)) if has_aux else (g, value)
@@ -165,3 +190,75 @@ jacfwd = jacrev  # the same values; computed row by row in reverse mode
 def hessian(func, argnums=0):
     """The Hessian of func's one-element output for args[argnums]."""
     return jacrev(jacrev(func, argnums), argnums)
+
+
+def vmap_with(stack):
+    """`torch.func.vmap` for the Variables that `stack` stacks: func mapped over a dimension of its inputs
+    (`in_dims`: an int or None for all, or one per argument, nested as the argument is), its outputs stacked
+    at `out_dims`. PyTorch batches the ops; here func runs once a row, with the same values."""
+
+    def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
+        def mapped(*args, **kwargs):
+            if not isinstance(in_dims, (int, tuple)):
+                raise ValueError(
+                    f"vmap(f, in_dims={in_dims}, ...)(<inputs>): expected `in_dims` to be int or a (potentially "
+                    f"nested) tuple matching the structure of inputs, got: {type(in_dims)}."
+                )
+            dims = in_dims if isinstance(in_dims, tuple) else (in_dims,) * len(args)
+            if len(dims) != len(args):
+                raise ValueError(
+                    f"vmap(f, in_dims={in_dims}, ...)(<inputs>): in_dims is not compatible with the structure of "
+                    f"`inputs`: in_dims has {len(dims)} elements but inputs has {len(args)}."
+                )
+            sizes: set = set()
+            _sizes(args, dims, sizes)
+            if not sizes:
+                raise ValueError("vmap: Expected at least one Tensor to vmap over")
+            if len(sizes) > 1:
+                raise ValueError(
+                    f"vmap(f, in_dims={in_dims}, ...)(<inputs>): Expected all tensors to have the same size in the "
+                    f"mapped dimension, got sizes {sorted(sizes)} for the mapped dimension"
+                )
+            rows = [func(*_row(args, dims, i), **kwargs) for i in range(sizes.pop())]
+            return _stacked(rows, out_dims)
+
+        return mapped
+
+    def _stacked(rows, dims):
+        first = rows[0]
+        if isinstance(first, (tuple, list)):
+            dims = dims if isinstance(dims, (tuple, list)) else (dims,) * len(first)
+            return type(first)(_stacked([r[k] for r in rows], d) for k, d in enumerate(dims))
+        if isinstance(first, dict):
+            return {k: _stacked([r[k] for r in rows], dims) for k in first}
+        if not hasattr(first, "shape"):
+            raise ValueError(f"vmap: `func` must only return Tensors, got type {type(first)}")
+        return stack(rows, dims % (first.ndim + 1))
+
+    return vmap
+
+
+def _sizes(value, dim, sizes):
+    if isinstance(value, (tuple, list, dict)):
+        keys = value.keys() if isinstance(value, dict) else range(len(value))
+        for k in keys:
+            _sizes(value[k], dim[k] if isinstance(dim, (tuple, list, dict)) else dim, sizes)
+    elif dim is not None:
+        if not hasattr(value, "shape"):
+            raise ValueError(f"vmap: Got in_dim={dim} for an input but the input is of type {type(value)}")
+        if not -value.ndim <= dim < value.ndim:
+            raise ValueError(
+                f"vmap: Got in_dim={dim} for some input, but that input is a Tensor of dimensionality {value.ndim}"
+            )
+        sizes.add(value.shape[dim])
+
+
+def _row(value, dim, i):
+    if isinstance(value, (tuple, list, dict)):
+        keys = value.keys() if isinstance(value, dict) else range(len(value))
+        parts = {k: _row(value[k], dim[k] if isinstance(dim, (tuple, list, dict)) else dim, i) for k in keys}
+        return parts if isinstance(value, dict) else type(value)(parts.values())
+    return value if dim is None else value[(slice(None),) * (dim % value.ndim) + (i,)]
+
+
+vmap = vmap_with(F.stack)

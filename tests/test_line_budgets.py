@@ -44,6 +44,9 @@ Raised, as decisions:
   DataLoader) took it to 10154.
 - engine 10200 -> 10300 (2026-11-28): `torch.save`/`torch.load` (`engine/saving.py`, weights-only by default as
   PyTorch 2.6+, refusing any global that is not data) took it to 10225.
+- engine 10300 -> 10400, client 2900 -> 2925 (2026-11-28): `torch.func.vmap` (one call a row, stacked; in_dims
+  and out_dims as PyTorch's), `functional_call`, and `func.grad` over pytree arguments, as the per-sample-gradients
+  tutorial uses them, took them to 10351 and 2905.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 10300, "wire": 6000, "service": 3800, "client": 2900}
+BUDGETS = {"engine": 10400, "wire": 6000, "service": 3800, "client": 2925}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
