@@ -150,6 +150,22 @@ for reduction in REDUCTIONS:
             normal(4, 3),
             data=(1,),
         )
+    for delta in (1.0, 0.5):
+        case(
+            f"huber_loss-{reduction}-delta{delta}",
+            f("huber_loss", reduction=reduction, delta=delta),
+            normal(4, 3),
+            normal(4, 3),
+            data=(1,),
+        )
+    case(
+        f"huber_loss-weighted-{reduction}",
+        lambda m, x, t, w, r=reduction: m.nn.functional.huber_loss(x, t, reduction=r, delta=0.7, weight=w),
+        normal(4, 3),
+        normal(4, 3),
+        uniform(0.5, 2.0, 4, 3),
+        data=(1, 2),
+    )
     case(
         f"binary_cross_entropy-{reduction}",
         f("binary_cross_entropy", reduction=reduction),

@@ -38,5 +38,7 @@ class RMSprop(Resident, engine_optim.RMSprop):
     """`torch.optim.RMSprop`; on a remote session its parameters stay on the server (`client.optim.resident`)."""
 
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "lr_scheduler"]
+Adagrad = engine_optim.Adagrad  # the engine's step on the client only (the server has no resident Adagrad)
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
 __getattr__ = missing("torch.optim")

@@ -1,15 +1,15 @@
-"""`torch.nn` for the engine: `functional` (`engine.nn.functional`), `init`, `Parameter` and the modules of
+"""`torch.nn` for the engine: `functional` (`engine.nn.functional`), `init`, `utils`, `Parameter` and the modules of
 `engine.nn.modules` (`Module`, `Linear`, `Sequential`...), all written once for every Variable class and
 bound here to the engine's; importing this registers the engine's Variable with `functional`."""
 
 import engine
-from engine.nn import functional, init, modules
+from engine.nn import functional, init, modules, utils
 from engine.variable import Variable
 
 functional.register(Variable, engine)
 globals().update(modules.bind(engine, __name__))
 
-__all__ = ["functional", "init", "Parameter", "Module", *(cls.__name__ for cls in modules.GENERIC)]
+__all__ = ["functional", "init", "utils", "Parameter", "Module", *(cls.__name__ for cls in modules.GENERIC)]
 
 from engine.nn.missing import missing  # noqa: E402
 

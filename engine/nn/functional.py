@@ -38,6 +38,7 @@ __all__ = [
     "mse_loss",
     "l1_loss",
     "smooth_l1_loss",
+    "huber_loss",
     "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
     "softmax",
@@ -318,6 +319,19 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     difference = input - target
     quadratic = difference * difference * (0.5 / beta)
     return _reduce(_ns(input).where(distance < beta, quadratic, distance - 0.5 * beta), reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    """0.5 * d ** 2 where |d| < delta, else delta * (|d| - 0.5 * delta) (d = input - target)."""
+    _warn_size(input, target)
+    difference = input - target
+    distance = difference.abs()
+    errors = _ns(input).where(distance < delta, difference * difference * 0.5, (distance - 0.5 * delta) * delta)
+    if weight is not None:
+        if tuple(weight.shape) != tuple(input.shape):
+            raise ValueError("Weights and input must have the same size.")
+        errors = errors * weight  # (a weighted mean stays the mean over elements)
+    return _reduce(errors, _reduction(None, None, reduction))
 
 
 def _log_clamped(x):

@@ -436,6 +436,13 @@ class Module:
 # --- containers ---------------------------------------------------------------------------------
 
 
+def _position(size: int, idx: int) -> int:
+    """`idx` (negative from the end) as a position among `size` entries; PyTorch's IndexError outside."""
+    if not -size <= idx < size:
+        raise IndexError(f"index {idx} is out of range")
+    return idx % size
+
+
 class Sequential(Module):
     """Modules applied in order (given as arguments or an OrderedDict); indexing, slicing, len, iteration."""
 
@@ -448,24 +455,18 @@ class Sequential(Module):
             for i, module in enumerate(args):
                 self.add_module(str(i), module)
 
-    def _index(self, idx: int) -> int:
-        size = len(self)
-        if not -size <= idx < size:
-            raise IndexError(f"index {idx} is out of range")
-        return idx % size
-
     def __getitem__(self, idx):
         if isinstance(idx, slice):
             return type(self)(OrderedDict(list(self._modules.items())[idx]))
-        return list(self._modules.values())[self._index(idx)]
+        return list(self._modules.values())[_position(len(self), idx)]
 
     def __setitem__(self, idx, module):
-        key = list(self._modules)[self._index(idx)]
+        key = list(self._modules)[_position(len(self), idx)]
         setattr(self, key, module)
 
     def __delitem__(self, idx):
         keys = list(self._modules)
-        for key in keys[idx] if isinstance(idx, slice) else [keys[self._index(idx)]]:
+        for key in keys[idx] if isinstance(idx, slice) else [keys[_position(len(self), idx)]]:
             del self._modules[key]
         values = list(self._modules.values())
         self._modules.clear()
@@ -518,6 +519,140 @@ class ModuleList(Module):
         for module in modules:
             self.append(module)
         return self
+
+
+class _Mapping:
+    """The dict methods of ModuleDict and ParameterDict, over their registry `_store`; `__setitem__` is theirs."""
+
+    _store = "_modules"
+
+    def _entries(self) -> OrderedDict:
+        return getattr(self, self._store)
+
+    def __getitem__(self, key):
+        return self._entries()[key]
+
+    def __delitem__(self, key):
+        del self._entries()[key]
+
+    def __len__(self):
+        return len(self._entries())
+
+    def __iter__(self):
+        return iter(self._entries())
+
+    def __contains__(self, key):
+        return key in self._entries()
+
+    def keys(self):
+        return self._entries().keys()
+
+    def items(self):
+        return self._entries().items()
+
+    def values(self):
+        return self._entries().values()
+
+    def pop(self, key):
+        value = self[key]
+        del self[key]
+        return value
+
+    def clear(self) -> None:
+        self._entries().clear()
+
+    def update(self, entries) -> None:
+        for key, value in entries.items() if hasattr(entries, "items") else entries:
+            self[key] = value  # type: ignore[index]  # (the container's own __setitem__)
+
+
+class ModuleDict(_Mapping, Module):
+    """Modules by name, registered as children."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __setitem__(self, key: str, module) -> None:
+        self.add_module(key, module)
+
+
+def _as_parameter(module, value):
+    """PyTorch's parameter containers: a tensor that is not a Parameter is made one."""
+    if module._ns.is_tensor(value) and not isinstance(value, ParameterKind):
+        return module._parameter(value)
+    return value
+
+
+def _describe(key, value, type_name: str) -> str:
+    """An entry of a parameter container's repr, as PyTorch writes it."""
+    shape = getattr(value, "shape", None)
+    if not isinstance(value, ParameterKind) or shape is None:
+        return f"  ({key}): Object of type: {type(value).__name__}"
+    return f"  ({key}): Parameter containing: [{type_name} of size {'x'.join(map(str, shape))}]"
+
+
+class ParameterList(Module):
+    """A list of parameters registered by position (tensors are made Parameters)."""
+
+    def __init__(self, values=None):
+        super().__init__()
+        self._size = 0
+        self.extend(values or ())
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return type(self)([self[i] for i in range(len(self))[idx]])
+        return getattr(self, str(_position(len(self), idx)))
+
+    def __setitem__(self, idx: int, value) -> None:
+        setattr(self, str(_position(len(self), idx)), _as_parameter(self, value))
+
+    def __len__(self):
+        return self._size
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __iadd__(self, values):
+        return self.extend(values)
+
+    def append(self, value):
+        self._size += 1
+        self[-1] = value
+        return self
+
+    def extend(self, values):
+        for value in values:
+            self.append(value)
+        return self
+
+    def extra_repr(self) -> str:
+        return "\n".join(_describe(i, p, str(getattr(p, "dtype", ""))) for i, p in enumerate(self))
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError("ParameterList should not be called.")
+
+
+class ParameterDict(_Mapping, Module):
+    """Parameters by name (tensors are made Parameters)."""
+
+    _store = "_parameters"
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        if parameters is not None:
+            self.update(parameters)
+
+    def __setitem__(self, key: str, value) -> None:
+        self.register_parameter(key, _as_parameter(self, value))
+
+    def extra_repr(self) -> str:
+        return "\n".join(_describe(k, p, p.type()) for k, p in self.items())
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError("ParameterDict should not be called.")
 
 
 # --- layers -------------------------------------------------------------------------------------
@@ -671,9 +806,9 @@ class LayerNorm(Module):
         )
 
 
-class BatchNorm1d(Module):
-    """Batch normalisation of [N, C] or [N, C, L] input per channel, with running statistics as buffers
-    (`running_mean`, `running_var`, `num_batches_tracked`) updated in training (momentum None: the
+class _BatchNorm(Module):
+    """Batch normalisation per channel (dimension 1) of `_ndims`-dimensional input, with running statistics as
+    buffers (`running_mean`, `running_var`, `num_batches_tracked`) updated in training (momentum None: the
     cumulative average) and used in eval. On a remote client their updates are computed with the next
     optimizer step's request (`engine.optim.optimizer.realise_with_next_step`)."""
 
@@ -726,9 +861,11 @@ class BatchNorm1d(Module):
             if self.bias is not None:
                 init.zeros_(self.bias)
 
+    _ndims: tuple[int, ...] = (2, 3)
+
     def forward(self, input):
-        if input.ndim not in (2, 3):
-            raise ValueError(f"expected 2D or 3D input (got {input.ndim}D input)")
+        if input.ndim not in self._ndims:
+            raise ValueError(f"expected {' or '.join(f'{n}D' for n in self._ndims)} input (got {input.ndim}D input)")
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             with self._ns.no_grad():
@@ -757,6 +894,22 @@ class BatchNorm1d(Module):
             f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
             f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}"
         )
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalisation of [N, C] or [N, C, L] input (`_BatchNorm`)."""
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalisation of [N, C, H, W] input (`_BatchNorm`)."""
+
+    _ndims = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch normalisation of [N, C, D, H, W] input (`_BatchNorm`)."""
+
+    _ndims = (5,)
 
 
 class Dropout(Module):
@@ -1017,18 +1170,29 @@ class AvgPool2d(Module):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
-class AdaptiveAvgPool2d(Module):
-    """Average pooling of [N, C, H, W] to `output_size` (`F.adaptive_avg_pool2d`; 1: a global average)."""
+class _AdaptiveAvgPoolNd(Module):
+    _dims = 2
 
     def __init__(self, output_size):
         super().__init__()
         self.output_size = output_size
 
     def forward(self, input):
-        return F.adaptive_avg_pool2d(input, self.output_size)
+        function = F.adaptive_avg_pool1d if self._dims == 1 else F.adaptive_avg_pool2d
+        return function(input, self.output_size)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
+    """Average pooling of [N, C, L] to `output_size` (`F.adaptive_avg_pool1d`)."""
+
+    _dims = 1
+
+
+class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
+    """Average pooling of [N, C, H, W] to `output_size` (`F.adaptive_avg_pool2d`; 1: a global average)."""
 
 
 class Flatten(Module):
@@ -1043,6 +1207,30 @@ class Flatten(Module):
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Unflatten(Module):
+    """Splits dimension `dim` into `unflattened_size` (the inverse of Flatten)."""
+
+    def __init__(self, dim: int, unflattened_size):
+        super().__init__()
+        if not isinstance(unflattened_size, (tuple, list)):
+            raise TypeError(
+                f"unflattened_size must be a tuple of ints, but found type {type(unflattened_size).__name__}"
+            )
+        for i, size in enumerate(unflattened_size):
+            if not isinstance(size, int):
+                raise TypeError(
+                    f"unflattened_size must be tuple of ints, but found element of type {type(size).__name__} at pos {i}"
+                )
+        self.dim, self.unflattened_size = dim, unflattened_size
+
+    def forward(self, input):
+        dim = self.dim % input.ndim
+        return input.reshape(*input.shape[:dim], *self.unflattened_size, *input.shape[dim + 1 :])
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
 # --- activations --------------------------------------------------------------------------------
@@ -1082,6 +1270,64 @@ class Sigmoid(Module):
         return F.sigmoid(input)
 
 
+class LeakyReLU(Module):
+    def __init__(self, negative_slope: float = 1e-2, inplace: bool = False):
+        super().__init__()
+        self.negative_slope, self.inplace = negative_slope, inplace
+
+    def forward(self, input):
+        return F.leaky_relu(input, self.negative_slope, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
+
+
+class ELU(Module):
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__()
+        self.alpha, self.inplace = alpha, inplace
+
+    def forward(self, input):
+        return F.elu(input, self.alpha, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
+
+
+class SiLU(ReLU):
+    def forward(self, input):
+        return F.silu(input, inplace=self.inplace)
+
+
+class Softplus(Module):
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0):
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, input):
+        return F.softplus(input, self.beta, self.threshold)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class Softmax(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return F.softmax(input, self.dim, _stacklevel=5)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    def forward(self, input):
+        return F.log_softmax(input, self.dim, _stacklevel=5)
+
+
 # --- losses -------------------------------------------------------------------------------------
 
 
@@ -1113,6 +1359,45 @@ class _WeightedLoss(_Loss):
 class MSELoss(_Loss):
     def forward(self, input, target):
         return F.mse_loss(input, target, reduction=self.reduction)
+
+
+class L1Loss(_Loss):
+    def forward(self, input, target):
+        return F.l1_loss(input, target, reduction=self.reduction)
+
+
+class SmoothL1Loss(_Loss):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0):
+        super().__init__(size_average, reduce, reduction)
+        self.beta = beta
+
+    def forward(self, input, target):
+        return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class HuberLoss(_Loss):
+    def __init__(self, reduction: str = "mean", delta: float = 1.0):
+        super().__init__(reduction=reduction)
+        self.delta = delta
+
+    def forward(self, input, target):
+        return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+
+
+class BCELoss(_WeightedLoss):
+    def forward(self, input, target):
+        return F.binary_cross_entropy(input, target, weight=self.weight, reduction=self.reduction)
+
+
+class BCEWithLogitsLoss(_WeightedLoss):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean", pos_weight=None):
+        super().__init__(weight, size_average, reduce, reduction)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input, target):
+        return F.binary_cross_entropy_with_logits(
+            input, target, self.weight, pos_weight=self.pos_weight, reduction=self.reduction
+        )
 
 
 class NLLLoss(_WeightedLoss):
@@ -1149,31 +1434,12 @@ class CrossEntropyLoss(_WeightedLoss):
 
 
 GENERIC = (
-    Sequential,
-    ModuleList,
-    Identity,
-    Linear,
-    Embedding,
-    LayerNorm,
-    BatchNorm1d,
-    Dropout,
-    Conv1d,
-    Conv2d,
-    ConvTranspose1d,
-    ConvTranspose2d,
-    MaxPool1d,
-    MaxPool2d,
-    AvgPool1d,
-    AvgPool2d,
-    AdaptiveAvgPool2d,
-    Flatten,
-    ReLU,
-    GELU,
-    Tanh,
-    Sigmoid,
-    MSELoss,
-    NLLLoss,
-    CrossEntropyLoss,
+    *(Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict),
+    *(Identity, Linear, Embedding, LayerNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout),
+    *(Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d),
+    *(AdaptiveAvgPool1d, AdaptiveAvgPool2d, Flatten, Unflatten),
+    *(ReLU, GELU, Tanh, Sigmoid, LeakyReLU, ELU, SiLU, Softplus, Softmax, LogSoftmax),
+    *(MSELoss, L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, NLLLoss, CrossEntropyLoss),
 )
 
 

@@ -1,12 +1,13 @@
-"""`torch.optim` for the engine: `Optimizer`, `SGD`, `Adam`, `AdamW`, `RMSprop` and `lr_scheduler`
-(`StepLR`, `LambdaLR`), written once for every Variable class: they update parameters through the
-Variable's public methods, each step's out-of-place update committed at once (`engine.optim.optimizer`).
-Importing this registers the engine's Variable; `client.optim` registers the client's, with its
-one-request realise."""
+"""`torch.optim` for the engine: `Optimizer`, `SGD`, `Adam`, `AdamW`, `RMSprop`, `Adagrad` and
+`lr_scheduler` (`StepLR`, `CosineAnnealingLR`, `ReduceLROnPlateau`...), written once for every Variable
+class: they update parameters through the Variable's public methods, each step's out-of-place update
+committed at once (`engine.optim.optimizer`). Importing this registers the engine's Variable;
+`client.optim` registers the client's, with its one-request realise."""
 
 from engine.grad_mode import mode
 from engine.nn.missing import missing
 from engine.optim import lr_scheduler, optimizer
+from engine.optim.adagrad import Adagrad
 from engine.optim.adam import Adam, AdamW
 from engine.optim.optimizer import Optimizer
 from engine.optim.rmsprop import RMSprop
@@ -15,5 +16,5 @@ from engine.variable import Variable
 
 optimizer.register(Variable, mode)
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "lr_scheduler", "sgd_in_place"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler", "sgd_in_place"]
 __getattr__ = missing("torch.optim")

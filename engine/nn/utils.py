@@ -1,0 +1,80 @@
+"""`torch.nn.utils`: gradient clipping and parameters as one vector, written once for every Variable class
+(PyTorch's formulas, in its order of operations, on the Variables' public methods)."""
+
+from __future__ import annotations
+
+import math
+import types
+import warnings
+
+import engine
+from engine.nn.functional import _ns
+from engine.nn.missing import missing
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
+__getattr__ = missing("torch.nn.utils")
+
+
+def _as_list(parameters) -> list:
+    try:
+        _ns(parameters)
+    except TypeError:
+        return list(parameters)
+    return [parameters]
+
+
+def clip_grad_norm_(
+    parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False, foreach=None
+):
+    """Scale the gradients in place by min(1, max_norm / (total norm + 1e-6)), the total norm being the
+    `norm_type` norm of every gradient's norm ('inf': the largest |element|); returns the total norm."""
+    generator = isinstance(parameters, types.GeneratorType)
+    parameters = _as_list(parameters)
+    if generator and not parameters:
+        warnings.warn("`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=2)
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm_type = float(norm_type)
+    if not grads:  # (PyTorch's tensor(0.); of the parameters' package when there are any)
+        return (_ns(parameters[0]) if parameters else engine).tensor(0.0)
+    ns = _ns(grads[0])
+    with ns.no_grad():
+        total = ns.stack([g.norm(norm_type) for g in grads]).norm(norm_type)
+        if error_if_nonfinite and not math.isfinite(float(total)):
+            raise RuntimeError(
+                f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it cannot be "
+                "clipped. To disable this error and scale the gradients by the non-finite norm anyway, set "
+                "`error_if_nonfinite=False`"
+            )
+        coefficient = (float(max_norm) / (total + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coefficient)
+    return total
+
+
+def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
+    """Clamp every gradient in place to [-clip_value, clip_value]."""
+    clip_value = float(clip_value)
+    for p in _as_list(parameters):
+        if p.grad is not None:
+            with _ns(p).no_grad():
+                p.grad.clamp_(min=-clip_value, max=clip_value)
+
+
+def parameters_to_vector(parameters):
+    """The parameters flattened and concatenated into one vector."""
+    parameters = list(parameters)
+    return _ns(parameters[0]).cat([p.view(-1) for p in parameters])
+
+
+def vector_to_parameters(vec, parameters) -> None:
+    """Give the parameters, in order, the consecutive slices of `vec` (copied in under no_grad)."""
+    try:
+        ns = _ns(vec)
+    except TypeError:
+        raise TypeError(f"expected torch.Tensor, but got: {type(vec).__name__}") from None
+    pointer = 0
+    with ns.no_grad():
+        for param in parameters:
+            size = param.numel()
+            param.copy_(vec[pointer : pointer + size].view_as(param))
+            pointer += size
