@@ -47,6 +47,9 @@ Raised, as decisions:
 - engine 10300 -> 10400, client 2900 -> 2925 (2026-11-28): `torch.func.vmap` (one call a row, stacked; in_dims
   and out_dims as PyTorch's), `functional_call`, and `func.grad` over pytree arguments, as the per-sample-gradients
   tutorial uses them, took them to 10351 and 2905.
+- engine 10400 -> 11000 (2026-11-28): the nnwide branch's torch.nn breadth (BatchNorm2d/3d, activation and loss
+  modules, ModuleDict/ParameterList/ParameterDict, `nn.utils`, Adagrad, seven lr schedulers with torch's closed
+  forms and state) that CIFAR/MNIST tutorials use took it to 10963.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 10400, "wire": 6000, "service": 3800, "client": 2925}
+BUDGETS = {"engine": 11000, "wire": 6000, "service": 3800, "client": 2925}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
