@@ -360,7 +360,10 @@ def _needs(roots, inputs, capture):
     """A grad()'s pruning: ({node reachable from `roots`: its vjp's `needs` (its edges, None where that
     input leads to no target), or () where none does}, {target node: id(target)}). One pass, post-order;
     None instead of the needs where nothing is pruned (the common case: gradients for every leaf reached)."""
-    target_nodes = {v._node: id(v) for v in inputs if v._node is not None}
+    target_nodes = {}
+    for v in inputs:  # (a loop: a comprehension is a call of its own)
+        if v._node is not None:
+            target_nodes[v._node] = id(v)
     if not target_nodes and _leaves_all_in(roots, capture):
         return None, target_nodes  # every input a leaf and every leaf reached an input: no pruning
     needs = {}
@@ -448,7 +451,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
     if inputs is None:
         into_grad = _Sink(create_graph, grad_outputs).into_grad
     else:
-        capture = {id(v): None for v in inputs}
+        capture = dict.fromkeys(map(id, inputs))
     grads, heap, hooked = {}, [], {} if LEAF_WATCH else None
     for out, g in zip(outputs, grad_outputs):
         node = out._node
@@ -563,7 +566,8 @@ def grad(
         create_graph,
         inputs,
     )
-    result = [captured[id(v)] for v in inputs]
-    if not create_graph:
-        result = [None if g is None else _result(g._data, None) for g in result]  # detached
+    if create_graph:
+        result = [captured[id(v)] for v in inputs]
+    else:  # detached
+        result = [None if (g := captured[id(v)]) is None else _result(g._data, None) for v in inputs]
     return check_unused(tuple(result), allow_unused, (lambda i: zeros(inputs[i])) if materialize_grads else None)

@@ -192,10 +192,14 @@ class OpNode(Node):
 
     def vjp(self, grad, needs, op=None):  # `op`: the node class's own (`own`: each class has its copy)
         saved = self.saved
-        if op.saves:  # True: every input's values are read; a slice: those inputs'; False: none
+        saves = op.saves
+        if saves:  # True: every input's values are read; a slice: those inputs'; False: none
             versions = self.versions
-            if versions is None or op.saves is not True:
-                check_saved(self, op.saves, saved, versions)
+            if versions is None or saves is not True:
+                check_saved(self, saves, saved, versions)
+            elif len(versions) == 2:  # unrolled (no zip and loop): most saving ops take two inputs
+                if saved[0]._version != versions[0] or saved[1]._version != versions[1]:
+                    check_saved(self, True, saved, versions)
             else:
                 for v, then in zip(saved, versions):
                     if v._version != then:
@@ -346,6 +350,8 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
                 a._node or (a if a._requires_grad else None),
                 b._node or (b if b._requires_grad else None),
             )
+        elif len(inputs) == 1:  # `a`, the one input: it requires grad, or there would be no node (no comprehensions)
+            edges = node.edges = (a._node or a,)
         else:
             edges = node.edges = tuple([v._node or (v if v._requires_grad else None) for v in inputs])
         saves = op.saves
@@ -353,11 +359,15 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
             node.saved = inputs
             if two:
                 node.versions = (a._version, b._version)  # of the inputs whose values the vjps read
+            elif len(edges) == 1:
+                node.versions = (a._version,)
             else:
                 node.versions = tuple([v._version for v in inputs])
         elif saves is False:  # the vjps read no input's values: keep shapes only (as free() does), not memory
             if two and op.vjp is None:
                 node.saved = (None if edges[0] is None else Meta.of(a), None if edges[1] is None else Meta.of(b))
+            elif len(edges) == 1:
+                node.saved = (Meta.of(a),)
             else:
                 node.saved = _metas(inputs, edges if op.vjp is None else None)
             node.versions = ()

@@ -535,6 +535,18 @@ def test_inplace_modification_of_saved_input_raises():
         c.sum().backward()
 
 
+def test_one_input_nodes_point_at_their_input_and_check_its_version():
+    a = leaf([1.0, 2.0])
+    b = a * 1
+    c = b.sin()  # one input, saved (its values are read) and reached through b's node
+    s = c.sum()  # one input, not saved (its shape only)
+    assert c.grad_fn.next_functions == ((b.grad_fn, 0),) and s.grad_fn.next_functions == ((c.grad_fn, 0),)
+    assert a.sin().grad_fn.next_functions[0][0].variable is a
+    b[0] = 0.0
+    with pytest.raises(RuntimeError, match="an input of SinBackward is at version 1; expected version 0 instead"):
+        s.backward()
+
+
 def test_inplace_modification_under_no_grad_of_saved_input_raises():
     a = leaf([1.0, 2.0, 3.0])
     b = a.exp()
