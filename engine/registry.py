@@ -17,6 +17,7 @@ terms of other ops and has no vjp of its own.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -36,6 +37,7 @@ F = SimpleNamespace()  # the engine.<op> functions, for vjps that need ops with 
 # `trusted.expand(g, shape=s)` takes inputs positionally and attributes by keyword, and parses or
 # checks nothing, so a backward pass doesn't pay for validating the shapes it computed itself.
 trusted = SimpleNamespace()
+_DATA = operator.attrgetter("_data")
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ class OpDef:
         if not self.takes_xp and self.attrs:
             raise ValueError(f"op {shown(self.name)}: a forward without the array module takes no attributes")
         required = any(spec.required for spec in self.attrs.values())
+        self.parsed = {}  # `parse_call`'s checked attributes of keyword calls (shared, so never mutated)
         # the attributes of a call that gives none; shared, so never mutated
         self.default_attrs = None if required else {name: spec.default for name, spec in self.attrs.items()}
         # `call(inputs, attrs)`: apply to Variables with checked attributes (the trusted entry: no parsing), and
@@ -187,6 +190,13 @@ def coerce(inputs):
             break
     else:
         return inputs  # the common case: nothing to convert
+    if len(inputs) == 2:  # `x * 2`, `x ** 2`: a Python number after a floating Variable takes its dtype
+        a, b = inputs
+        if (type(b) is float or type(b) is int) and isinstance(a, Variable) and a._data.dtype.kind == "f":
+            array = backend.to_active(numpy.asarray(b, a._data.dtype))
+            if RECORDING:
+                note_constant(array)
+            return (a, Variable._result(array, None))
     ref = reference(inputs)
     ref_dtype = None if ref is None else ref._data.dtype
     out = []
@@ -214,6 +224,23 @@ def parse_call(op: OpDef, rest: tuple, kwargs: dict) -> dict:
     """The checked attributes of a call `fn(*inputs, *rest, **kwargs)` (positional ones in declared order)."""
     if not op.attrs and not rest and not kwargs:
         return {}  # the common case: an op without attributes, called without any
+    if not rest and PLAIN.issuperset(map(type, kwargs.values())):  # `x.clamp(min=0)`: checked once
+        key = (*kwargs.items(), *map(type, kwargs.values()))  # by type too: `min=0` and `min=False` differ
+        checked = op.parsed.get(key)
+        if checked is None:
+            checked = _parse(op, rest, kwargs)
+            if len(op.parsed) < PARSED:
+                op.parsed[key] = checked
+        return checked
+    return _parse(op, rest, kwargs)
+
+
+# the keyword values whose checked attributes `parse_call` keeps per op (at most PARSED calls): immutable ones
+PLAIN = frozenset((int, float, bool, str, type(None)))
+PARSED = 64
+
+
+def _parse(op: OpDef, rest: tuple, kwargs: dict) -> dict:
     names = list(op.attrs)
     if (
         rest
@@ -299,10 +326,15 @@ def local(fn, *variables):
     recorded ops otherwise, so one formula serves both and costs one dispatch, not several."""
     if grad_state.enabled:
         return fn(*variables)
-    first = variables[0]._data
-    arrays = [v._data for v in variables]
-    out = fn(*arrays)
-    out = out if type(out) is type(first) else backend.array_module(first).asarray(out)
+    if len(variables) == 2:  # unrolled: a comprehension is a frame of its own
+        a, b = arrays = (variables[0]._data, variables[1]._data)
+        out = fn(a, b)
+    else:
+        arrays = tuple(map(_DATA, variables))
+        a = arrays[0]
+        out = fn(*arrays)
+    if type(out) is not type(a):
+        out = backend.array_module(a).asarray(out)
     if RECORDING:
         tell("local", fn, arrays, None, out)  # recorded as a step of its own (engine.recording)
     return Variable._result(out, None)

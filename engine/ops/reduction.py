@@ -10,8 +10,10 @@ import numpy
 from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module
+from engine.grad_mode import state as grad_state
+from engine.ops.shape import _expand
 from engine.recording import derived
-from engine.registry import F, Sample, defop, trusted
+from engine.registry import F, Sample, defop, local, trusted
 
 DIM = Attr("dims", None, "dimension(s) to reduce; null reduces all")
 KEEPDIM = Attr("bool", False, "keep reduced dimensions with size 1")
@@ -34,10 +36,15 @@ def _count(shape, dim):
 
 
 def unreduce(g, shape, dim, keepdim):
-    """Broadcast a reduction's gradient back to the input's shape."""
+    """Broadcast a reduction's gradient back to the input's shape (without create_graph, on the
+    array: `local`, no op's dispatch)."""
+    kept = None
     if not keepdim and g._data.ndim:  # a 0-d gradient (every dim reduced) broadcasts as it is
-        g = trusted.reshape(g, shape=shapes.reduced_shape(shape, dim, True))
-    return trusted.expand(g, shape=tuple(shape))
+        kept = shapes.reduced_shape(shape, dim, True)
+    shape = tuple(shape)
+    if not grad_state.enabled:
+        return local(lambda a: _expand(array_module(a), a if kept is None else a.reshape(kept), shape), g)
+    return trusted.expand(g if kept is None else trusted.reshape(g, shape=kept), shape=shape)
 
 
 sum = defop(
