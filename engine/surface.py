@@ -35,7 +35,7 @@ import weakref
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from engine import backend, compat, dtypes, inplace, modern
+from engine import backend, compat, dtypes, inplace, modern, tensor_ops
 from engine.devices import Placement
 from engine.factory import Constructors
 from engine.modern import numpy_keywords
@@ -363,7 +363,8 @@ def install(side: Side) -> dict:
         setattr(cls, dunder, side.operator(OPS[name], kind, functions[name]))
     composed = modern.functions(functions)
     for name, function in composed.items():
-        setattr(cls, name, function)
+        if name not in tensor_ops.FUNCTIONS_ONLY:
+            setattr(cls, name, function)
     functions_with_alpha = {**functions, "add": composed["add"], "sub": composed["sub"]}
     for name, method in inplace.methods(functions_with_alpha, side.grad_mode.is_enabled).items():
         setattr(cls, name, method)
