@@ -10,6 +10,8 @@ import numpy
 
 from engine import costs, shapes
 from engine.attrs import Attr
+from engine.backend import array_module
+from engine.recording import derived
 from engine.registry import Sample, defop, trusted
 
 
@@ -70,17 +72,35 @@ def _vjp(g, ans, xs, needs, equation):
         if not need:
             grads.append(None)
             continue
-        if len(set(term)) != len(term):
-            raise NotImplementedError(f"einsum(): no gradient yet for an operand with a repeated subscript ({term!r})")
         others = [t for j, t in enumerate(ins) if j != i]
-        kept = "".join(c for c in term if c in out or any(c in t for t in others))
+        unique = "".join(dict.fromkeys(term))  # a repeated letter (a diagonal) once, where it first stands
+        kept = "".join(c for c in unique if c in out or any(c in t for t in others))
         spec = ",".join([out, *others]) + "->" + kept
         grad = trusted.einsum(g, *[v for j, v in enumerate(xs) if j != i], equation=spec)
-        if kept != term:  # letters only this input had were summed: spread the gradient back over them
-            grad = trusted.reshape(grad, shape=tuple(n if c in kept else 1 for c, n in zip(term, x.shape)))
-            grad = trusted.expand(grad, shape=tuple(x.shape))
+        if kept != term:  # letters only this input had were summed, a diagonal read: spread the gradient back
+            first = [term.index(c) == k for k, c in enumerate(term)]
+            shape = tuple(n if c in kept and is_first else 1 for c, n, is_first in zip(term, x.shape, first))
+            grad = trusted.expand(trusted.reshape(grad, shape=shape), shape=tuple(x.shape))
+        if unique != term:
+            grad = grad * derived(_diagonal(term), x)
         grads.append(grad)
     return grads
+
+
+def _diagonal(term):
+    """`derived`'s function: ones where the coordinates of each repeated letter agree, in x's dtype."""
+
+    def diagonal(x):
+        xp = array_module(x)
+        mask = xp.ones(x.shape, dtype=bool)
+        for k, c in enumerate(term):
+            j = term.index(c)
+            if j != k:
+                a, b = (xp.arange(x.shape[d]).reshape([-1 if e == d else 1 for e in range(x.ndim)]) for d in (j, k))
+                mask &= a == b
+        return mask.astype(x.dtype)
+
+    return diagonal
 
 
 def _infer(in_shapes, dtypes, attrs):
@@ -108,6 +128,7 @@ defop(
         Sample(((3, 4),), {"equation": "ij->j"}),
         Sample(((2, 3, 4), (4,)), {"equation": "...j,j"}),
         Sample(((3,), (4,), (3, 4)), {"equation": "i,j,ij->"}),
+        Sample(((3, 3), (3, 2, 3)), {"equation": "ii,iji->ij"}),
     ),
     infer=_infer,
     work=_work,

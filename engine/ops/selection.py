@@ -80,7 +80,8 @@ def _argsort(xp, x, dim, descending, stable):
     if x.ndim == 0:
         return xp.zeros((), numpy.int64)
     key = x if x.dtype.kind == "f" else x.astype(numpy.int64)
-    return xp.argsort(-key if descending else key, axis=dim, kind="stable").astype(numpy.int64, copy=False)
+    kind = "stable" if xp is numpy else None  # CuPy sorts stably and takes no kind
+    return xp.argsort(-key if descending else key, axis=dim, kind=kind).astype(numpy.int64, copy=False)
 
 
 def _argsort_scratch(in_metas, out_meta, attrs):

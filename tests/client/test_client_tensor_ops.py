@@ -49,6 +49,7 @@ PROGRAMS = {
     "einsum batched": "out = torch.einsum('bij,bjk->bik', x.reshape(3, 2, 2), y.reshape(3, 2, 2))",
     "einsum sum": "out = torch.einsum('ij->j', x) + torch.einsum('ij', y).sum(0) + torch.einsum('ji', y)[:, 1]",
     "einsum ellipsis": "out = torch.einsum('...j,j', [x, y[0]])",
+    "einsum trace/diagonal": "out = torch.einsum('ii', x[:, :3]) * torch.einsum('ii->i', y[:, 1:])",
     "einsum outer": "out = torch.einsum('i,j->ij', x[0], y[:, 1])",
     "attention": CAUSAL + "w = att.masked_fill(mask, -1e9).softmax(-1)\nout = torch.einsum('ij,jk->ik', w, x)",
 }
