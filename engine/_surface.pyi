@@ -45,14 +45,17 @@ __all__ = [
     "arange",
     "argmax",
     "argmin",
+    "argsort",
     "as_tensor",
     "avg_pool1d",
     "avg_pool2d",
     "bernoulli",
+    "bmm",
     "bool",
     "cast",
     "cat",
     "ceil",
+    "chunk",
     "clamp",
     "clamp_max",
     "clamp_min",
@@ -66,12 +69,14 @@ __all__ = [
     "cos",
     "count_nonzero",
     "cuda",
+    "cumsum",
     "default_generator",
     "device",
     "div",
     "divide",
     "dot",
     "double",
+    "einsum",
     "empty",
     "empty_like",
     "eq",
@@ -94,6 +99,7 @@ __all__ = [
     "from_numpy",
     "full",
     "full_like",
+    "gather",
     "ge",
     "ger",
     "get_default_device",
@@ -110,6 +116,7 @@ __all__ = [
     "index_add_",
     "index_put",
     "index_put_",
+    "index_select",
     "inference_mode",
     "initial_seed",
     "inner",
@@ -134,6 +141,7 @@ __all__ = [
     "long",
     "lt",
     "manual_seed",
+    "masked_fill",
     "matmul",
     "max",
     "max_pool1d",
@@ -170,9 +178,12 @@ __all__ = [
     "reciprocal",
     "relu",
     "remainder",
+    "repeat",
     "reshape",
     "round",
     "rsqrt",
+    "scatter_add",
+    "scatter_add_",
     "seed",
     "set_default_device",
     "set_default_dtype",
@@ -183,6 +194,8 @@ __all__ = [
     "sign",
     "sin",
     "softmax",
+    "sort",
+    "split",
     "sqrt",
     "square",
     "squeeze",
@@ -197,7 +210,10 @@ __all__ = [
     "t",
     "tanh",
     "tensor",
+    "topk",
     "transpose",
+    "tril",
+    "triu",
     "true_divide",
     "trunc",
     "uint8",
@@ -275,6 +291,11 @@ def argmax(input: Operand, dim: builtins.int | None = None, keepdim: builtins.bo
 def argmin(input: Operand, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Variable:
     """index of the minimum (no gradient)"""
 
+def argsort(
+    input: Operand, dim: builtins.int = -1, descending: builtins.bool = False, stable: builtins.bool = False
+) -> Variable:
+    """the indices that sort x along dim (ties keep their order; no gradient)"""
+
 def as_tensor(
     data: ArrayLike,
     dtype: DTypeLike | None = None,
@@ -308,6 +329,9 @@ def bernoulli(input: Any, p: builtins.float | None = None, *, generator: Generat
     """0s and 1s of `input`'s shape and dtype, each 1 with probability `input`'s value there (`p`, when
     given, for all). Only with `p=None` are the input's values read (a lazy client input is fetched)."""
 
+def bmm(input: VariableSurface, mat2: VariableSurface) -> Variable:
+    """Batched matrix product of two 3-d Variables of equal batch size."""
+
 bool: DType
 
 def cast(input: Operand, dtype: DTypeLike) -> Variable:
@@ -318,6 +342,9 @@ def cat(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
 
 def ceil(input: Operand) -> Variable:
     """the smallest integer >= x (gradient zero, as in PyTorch)"""
+
+def chunk(input: VariableSurface, chunks: builtins.int, dim: builtins.int = 0) -> tuple[Variable, ...]:
+    """At most `chunks` pieces of equal size along `dim` (the last one smaller)."""
 
 def clamp(input: Operand, min: builtins.float | None = None, max: builtins.float | None = None) -> Variable:
     """x limited to [min, max] (gradient 1 inside, 0 outside)"""
@@ -377,6 +404,10 @@ def count_nonzero(
     """How many elements (along `dim`) are nonzero, as an int64 Variable."""
 
 cuda: SimpleNamespace
+
+def cumsum(input: Operand, dim: builtins.int) -> Variable:
+    """running sums along dim (integers and booleans sum as int64)"""
+
 default_generator: Generator
 device = Device
 
@@ -390,6 +421,9 @@ def dot(input: Operand, tensor: Operand) -> Variable:
     """The inner product of two 1-D Variables."""
 
 double: DType
+
+def einsum(equation: str, *operands: Any) -> Variable:
+    """Einstein summation: `einsum("ij,jk->ik", a, b)` (operands also as one list)."""
 
 def empty(
     *size: builtins.int | Sequence[builtins.int],
@@ -470,6 +504,11 @@ def full_like(
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
 ) -> Variable: ...
+def gather(
+    input: VariableSurface, dim: builtins.int, index: Operand, *, sparse_grad: builtins.bool = False
+) -> Variable:
+    """out[i][j] = input[i][index[i][j]] along `dim` (shown for 2-d, dim=1)."""
+
 def ge(input: Operand, other: Operand) -> Variable:
     """x >= y as a bool Variable (no gradient)"""
 
@@ -528,6 +567,9 @@ def index_put(
 
 def index_put_(self: Variable, indices: Sequence[Any], values: Operand, accumulate: builtins.bool = False) -> Variable:
     """In place: `index_put` (a leaf that requires grad refuses in grad mode, as in PyTorch)."""
+
+def index_select(input: VariableSurface, dim: builtins.int, index: Operand) -> Variable:
+    """The entries of `input` at the positions of the vector `index` along `dim`."""
 
 def inference_mode(mode: builtins.bool | Callable[..., Any] = True) -> Any:
     """PyTorch's inference mode, here the same as no_grad (`inference_mode(False)` changes nothing)."""
@@ -591,6 +633,9 @@ def lt(input: Operand, other: Operand) -> Variable:
 
 def manual_seed(seed: builtins.int) -> Generator:
     """Reseed the package's default generator (returned, as PyTorch's `torch.manual_seed`)."""
+
+def masked_fill(input: Operand, other: Operand) -> Variable:
+    """x with value where mask is true (mask broadcasts; the result keeps x's dtype)"""
 
 def matmul(input: Operand, other: Operand) -> Variable:
     """matrix product with NumPy's broadcasting and 1-d rules"""
@@ -795,6 +840,9 @@ def relu(input: Operand) -> Variable:
 def remainder(input: Operand, other: Operand) -> Variable:
     """x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)"""
 
+def repeat(self: VariableSurface, *sizes: Any) -> Variable:
+    """This Variable tiled `sizes[i]` times along each dimension (new leading ones for extra sizes)."""
+
 @overload
 def reshape(input: Operand, shape: Sequence[builtins.int]) -> Variable: ...
 @overload
@@ -803,6 +851,12 @@ def round(input: Operand, decimals: builtins.int = 0) -> Variable:
     """x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
 
 def rsqrt(input: Operand) -> Variable: ...
+def scatter_add(input: VariableSurface, dim: builtins.int, index: Operand, src: Operand) -> Variable:
+    """A copy of `input` with `src`'s entries added at `index` along `dim` (repeated positions add up)."""
+
+def scatter_add_(self: Variable, dim: builtins.int, index: Operand, src: Operand) -> Variable:
+    """In place: `scatter_add`."""
+
 def seed() -> builtins.int:
     """Reseed the default generator non-deterministically; returns the seed."""
 
@@ -829,6 +883,16 @@ def sin(input: Operand) -> Variable:
 
 def softmax(input: Operand, dim: builtins.int) -> Variable:
     """exp(x) / sum(exp(x)) along dim, computed stably"""
+
+def sort(
+    input: VariableSurface, dim: builtins.int = -1, descending: builtins.bool = False, stable: builtins.bool = False
+) -> MaxMin[Variable]:
+    """(values, indices) sorted along `dim`; the values' gradient goes to the positions they came from."""
+
+def split(
+    tensor: VariableSurface, split_size_or_sections: builtins.int | Sequence[builtins.int], dim: builtins.int = 0
+) -> tuple[Variable, ...]:
+    """Pieces of `split_size_or_sections` along `dim` (the last one smaller), or of the listed sizes."""
 
 def sqrt(input: Operand) -> Variable:
     """square root"""
@@ -884,8 +948,23 @@ def tensor(
 ) -> Variable:
     """A copy of `data` (as PyTorch's: in-place updates of it leave `data` alone)."""
 
+def topk(
+    input: VariableSurface,
+    k: builtins.int,
+    dim: builtins.int = -1,
+    largest: builtins.bool = True,
+    sorted: builtins.bool = True,
+) -> MaxMin[Variable]:
+    """(values, indices) of the `k` largest (or smallest) entries along `dim`, in order."""
+
 def transpose(input: Operand, dim0: builtins.int, dim1: builtins.int) -> Variable:
     """swap two dimensions"""
+
+def tril(input: Operand, diagonal: builtins.int = 0) -> Variable:
+    """the lower triangle of the last two dimensions, zeros elsewhere"""
+
+def triu(input: Operand, diagonal: builtins.int = 0) -> Variable:
+    """the upper triangle of the last two dimensions, zeros elsewhere"""
 
 def true_divide(input: Operand, other: Operand) -> Variable:
     """x / y (true division, broadcasting; IEEE results for division by zero)"""

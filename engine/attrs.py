@@ -205,6 +205,15 @@ def _index(spec, name="index"):
     return tuple(out)
 
 
+def _equation(value, name):
+    if not isinstance(value, str) or len(value) > 256 or not set(value) <= EQUATION_CHARACTERS:
+        raise AttrError(
+            f"attribute {shown(name)} must be an einsum equation (letters , . - > space), got {shown(value)}"
+        )
+    return value
+
+
+EQUATION_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ,.-> ")
 CHECKERS = {
     "int": _int,
     "int?": _optional_int,
@@ -221,6 +230,7 @@ CHECKERS = {
     "window?": _optional_window,
     "padding": _padding,
     "conv_padding": _conv_padding,
+    "equation": _equation,
 }
 
 

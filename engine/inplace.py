@@ -51,6 +51,10 @@ OPS = (
     "log10",
     "log2",
     "exp2",
+    "tril",
+    "triu",
+    "masked_fill",
+    "cumsum",
 )
 OPERATORS = {
     "__iadd__": "add",

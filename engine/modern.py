@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
+from engine import tensor_ops
 from engine.devices import Device
 from engine.factory import as_dtype
 
@@ -218,6 +219,7 @@ def functions(ops) -> dict:
     out["add"] = _with_alpha("add", ops["add"], mul)
     out["sub"] = _with_alpha("sub", ops["sub"], mul)
     out.update({alias: ops[name] for alias, name in ALIASES.items()})
+    out.update(tensor_ops.functions(ops))
     return out
 
 

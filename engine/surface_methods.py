@@ -17,10 +17,12 @@ METHOD_OPS: dict[str, str] = {
     "amin": "amin",
     "argmax": "argmax",
     "argmin": "argmin",
+    "argsort": "argsort",
     "ceil": "ceil",
     "clamp": "clamp",
     "clone": "clone",
     "cos": "cos",
+    "cumsum": "cumsum",
     "div": "div",
     "eq": "eq",
     "erf": "erf",
@@ -42,6 +44,7 @@ METHOD_OPS: dict[str, str] = {
     "log_softmax": "log_softmax",
     "logsumexp": "logsumexp",
     "lt": "lt",
+    "masked_fill": "masked_fill",
     "matmul": "matmul",
     "maximum": "maximum",
     "mean": "mean",
@@ -68,6 +71,8 @@ METHOD_OPS: dict[str, str] = {
     "t": "t",
     "tanh": "tanh",
     "transpose": "transpose",
+    "tril": "tril",
+    "triu": "triu",
     "trunc": "trunc",
     "unsqueeze": "unsqueeze",
     "var": "var",
@@ -111,6 +116,12 @@ class SurfaceMethods:
         index of the minimum (no gradient)"""
         return self._ops.argmin(self, *args, **kwargs)
 
+    def argsort(self, *args: Any, **kwargs: Any) -> Any:
+        """argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Self
+
+        the indices that sort x along dim (ties keep their order; no gradient)"""
+        return self._ops.argsort(self, *args, **kwargs)
+
     def ceil(self, *args: Any, **kwargs: Any) -> Any:
         """ceil(self) -> Self
 
@@ -134,6 +145,12 @@ class SurfaceMethods:
 
         cosine"""
         return self._ops.cos(self, *args, **kwargs)
+
+    def cumsum(self, *args: Any, **kwargs: Any) -> Any:
+        """cumsum(self, dim: int) -> Self
+
+        running sums along dim (integers and booleans sum as int64)"""
+        return self._ops.cumsum(self, *args, **kwargs)
 
     def div(self, *args: Any, **kwargs: Any) -> Any:
         """div(self, other: Operand) -> Self
@@ -261,6 +278,12 @@ class SurfaceMethods:
 
         x < y as a bool Variable (no gradient)"""
         return self._ops.lt(self, *args, **kwargs)
+
+    def masked_fill(self, *args: Any, **kwargs: Any) -> Any:
+        """masked_fill(self, other: Operand) -> Self
+
+        x with value where mask is true (mask broadcasts; the result keeps x's dtype)"""
+        return self._ops.masked_fill(self, *args, **kwargs)
 
     def matmul(self, *args: Any, **kwargs: Any) -> Any:
         """matmul(self, other: Operand) -> Self
@@ -419,6 +442,18 @@ class SurfaceMethods:
 
         swap two dimensions"""
         return self._ops.transpose(self, *args, **kwargs)
+
+    def tril(self, *args: Any, **kwargs: Any) -> Any:
+        """tril(self, diagonal: int = 0) -> Self
+
+        the lower triangle of the last two dimensions, zeros elsewhere"""
+        return self._ops.tril(self, *args, **kwargs)
+
+    def triu(self, *args: Any, **kwargs: Any) -> Any:
+        """triu(self, diagonal: int = 0) -> Self
+
+        the upper triangle of the last two dimensions, zeros elsewhere"""
+        return self._ops.triu(self, *args, **kwargs)
 
     def trunc(self, *args: Any, **kwargs: Any) -> Any:
         """trunc(self) -> Self

@@ -144,6 +144,8 @@ class VariableSurface:
         """index of the maximum (no gradient)"""
     def argmin(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Self:
         """index of the minimum (no gradient)"""
+    def argsort(self, dim: builtins.int = -1, descending: builtins.bool = False, stable: builtins.bool = False) -> Self:
+        """the indices that sort x along dim (ties keep their order; no gradient)"""
     def backward(
         self,
         gradient: Operand | None = None,
@@ -155,12 +157,16 @@ class VariableSurface:
         """`bernoulli(self, p, generator=)`."""
     def bernoulli_(self, p: Any = 0.5, *, generator: Generator | None = None) -> Self:
         """Fill in place with 1s (probability `p`, a float or a tensor broadcast to this one) and 0s."""
+    def bmm(self, mat2: VariableSurface) -> Self:
+        """Batched matrix product of two 3-d Variables of equal batch size."""
     def bool(self) -> Self:
         """This Variable as bool (differentiable)."""
     def ceil(self) -> Self:
         """the smallest integer >= x (gradient zero, as in PyTorch)"""
     def ceil_(self) -> Self:
         """the smallest integer >= x (gradient zero, as in PyTorch)"""
+    def chunk(self, chunks: builtins.int, dim: builtins.int = 0) -> tuple[Self, ...]:
+        """At most `chunks` pieces of equal size along `dim` (the last one smaller)."""
     def clamp(self, min: builtins.float | None = None, max: builtins.float | None = None) -> Self:
         """x limited to [min, max] (gradient 1 inside, 0 outside)"""
     def clamp_(self, min: builtins.float | None = None, max: builtins.float | None = None) -> Self:
@@ -182,6 +188,10 @@ class VariableSurface:
         """How many elements (along `dim`) are nonzero, as an int64 Variable."""
     def cpu(self) -> Self: ...
     def cuda(self, device: DeviceLike | None = None, non_blocking: builtins.bool = False) -> Self: ...
+    def cumsum(self, dim: builtins.int) -> Self:
+        """running sums along dim (integers and booleans sum as int64)"""
+    def cumsum_(self, dim: builtins.int) -> Self:
+        """running sums along dim (integers and booleans sum as int64)"""
     def dim(self) -> builtins.int: ...
     def div(self, other: Operand) -> Self:
         """x / y (true division, broadcasting; IEEE results for division by zero)"""
@@ -232,6 +242,8 @@ class VariableSurface:
         """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
     def fmod_(self, other: Operand) -> Self:
         """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
+    def gather(self, dim: builtins.int, index: Operand, *, sparse_grad: builtins.bool = False) -> Self:
+        """out[i][j] = input[i][index[i][j]] along `dim` (shown for 2-d, dim=1)."""
     def ge(self, other: Operand) -> Self:
         """x >= y as a bool Variable (no gradient)"""
     def ger(self, vec2: Operand) -> Self:
@@ -257,6 +269,8 @@ class VariableSurface:
         there instead, repeated indices adding up (PyTorch's `index_put`)."""
     def index_put_(self, indices: Sequence[Any], values: Operand, accumulate: builtins.bool = False) -> Self:
         """In place: `index_put` (a leaf that requires grad refuses in grad mode, as in PyTorch)."""
+    def index_select(self, dim: builtins.int, index: Operand) -> Self:
+        """The entries of `input` at the positions of the vector `index` along `dim`."""
     def inner(self, tensor: Operand) -> Self:
         """The inner product of two 1-D Variables."""
     def int(self) -> Self:
@@ -301,6 +315,10 @@ class VariableSurface:
     @property
     def mT(self) -> Self:
         """the last two dimensions swapped"""
+    def masked_fill(self, other: Operand) -> Self:
+        """x with value where mask is true (mask broadcasts; the result keeps x's dtype)"""
+    def masked_fill_(self, other: Operand) -> Self:
+        """x with value where mask is true (mask broadcasts; the result keeps x's dtype)"""
     def matmul(self, other: Operand) -> Self:
         """matrix product with NumPy's broadcasting and 1-d rules"""
     @overload
@@ -437,6 +455,8 @@ class VariableSurface:
         """x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)"""
     def remainder_(self, other: Operand) -> Self:
         """x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)"""
+    def repeat(self, *sizes: Any) -> Self:
+        """This Variable tiled `sizes[i]` times along each dimension (new leading ones for extra sizes)."""
     def requires_grad_(self, requires_grad: builtins.bool = True) -> Self: ...
     @overload
     def reshape(self, shape: Sequence[builtins.int]) -> Self: ...
@@ -452,6 +472,10 @@ class VariableSurface:
     def round_(self, decimals: builtins.int = 0) -> Self:
         """x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
     def rsqrt(self) -> Self: ...
+    def scatter_add(self, dim: builtins.int, index: Operand, src: Operand) -> Self:
+        """A copy of `input` with `src`'s entries added at `index` along `dim` (repeated positions add up)."""
+    def scatter_add_(self, dim: builtins.int, index: Operand, src: Operand) -> Self:
+        """In place: `scatter_add`."""
     def sigmoid(self) -> Self:
         """1 / (1 + e ** -x), computed stably"""
     def sigmoid_(self) -> Self:
@@ -470,6 +494,14 @@ class VariableSurface:
     def size(self, dim: builtins.int) -> builtins.int: ...
     def softmax(self, dim: builtins.int) -> Self:
         """exp(x) / sum(exp(x)) along dim, computed stably"""
+    def sort(
+        self, dim: builtins.int = -1, descending: builtins.bool = False, stable: builtins.bool = False
+    ) -> MaxMin[Self]:
+        """(values, indices) sorted along `dim`; the values' gradient goes to the positions they came from."""
+    def split(
+        self, split_size_or_sections: builtins.int | Sequence[builtins.int], dim: builtins.int = 0
+    ) -> tuple[Self, ...]:
+        """Pieces of `split_size_or_sections` along `dim` (the last one smaller), or of the listed sizes."""
     def sqrt(self) -> Self:
         """square root"""
     def sqrt_(self) -> Self:
@@ -514,8 +546,20 @@ class VariableSurface:
         """`x.to(dtype)`, `x.to(device)`, `x.to(device, dtype)`, `x.to(other)`, `x.to(dtype=, device=)`:
         this Variable when nothing changes (as in PyTorch), else a differentiable cast."""
     def tolist(self) -> Any: ...
+    def topk(
+        self, k: builtins.int, dim: builtins.int = -1, largest: builtins.bool = True, sorted: builtins.bool = True
+    ) -> MaxMin[Self]:
+        """(values, indices) of the `k` largest (or smallest) entries along `dim`, in order."""
     def transpose(self, dim0: builtins.int, dim1: builtins.int) -> Self:
         """swap two dimensions"""
+    def tril(self, diagonal: builtins.int = 0) -> Self:
+        """the lower triangle of the last two dimensions, zeros elsewhere"""
+    def tril_(self, diagonal: builtins.int = 0) -> Self:
+        """the lower triangle of the last two dimensions, zeros elsewhere"""
+    def triu(self, diagonal: builtins.int = 0) -> Self:
+        """the upper triangle of the last two dimensions, zeros elsewhere"""
+    def triu_(self, diagonal: builtins.int = 0) -> Self:
+        """the upper triangle of the last two dimensions, zeros elsewhere"""
     def true_divide(self, other: Operand) -> Self:
         """x / y (true division, broadcasting; IEEE results for division by zero)"""
     def trunc(self) -> Self:

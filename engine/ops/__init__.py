@@ -1,3 +1,15 @@
 """Op declarations. Importing this package fills the registry."""
 
-from engine.ops import conv, elementwise, indexing, linalg, pooling, reduction, rounding, shape, special  # noqa: F401
+from engine.ops import (  # noqa: F401
+    conv,
+    einsum,
+    elementwise,
+    indexing,
+    linalg,
+    pooling,
+    reduction,
+    rounding,
+    selection,
+    shape,
+    special,
+)

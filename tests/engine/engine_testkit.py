@@ -117,6 +117,11 @@ BY_NAME = frozenset(
         "log10",
         "log2",
         "exp2",
+        "tril",
+        "triu",
+        "cumsum",
+        "argsort",
+        "masked_fill",
     }
 )
 
@@ -216,6 +221,10 @@ def _im2col(inputs, attrs):
 
 
 TORCH_OVERRIDES = {
+    "gather": lambda inputs, attrs: _torch().gather(inputs[0], attrs["dim"], inputs[1]),
+    "scatter_add": lambda inputs, attrs: _torch().scatter_add(inputs[0], attrs["dim"], *inputs[1:]),
+    "index_select": lambda inputs, attrs: _torch().index_select(inputs[0], attrs["dim"], inputs[1]),
+    "einsum": lambda inputs, attrs: _torch().einsum(attrs["equation"], *inputs),
     "getitem": _getitem,
     "index_add": _index_add,
     "setitem": _setitem,

@@ -55,7 +55,7 @@ def big_case(op, index, dtype, seed=0):
         small = [np.asarray(a) for a in sample.make(rng)]
     else:
         small = [np.empty(shape) for shape in sample.shapes]
-    s = scale_factor(op, sample, small, BLAS_TARGET if op.name in ("mm", "matmul") else TARGET)
+    s = scale_factor(op, sample, small, BLAS_TARGET if op.name in ("mm", "matmul", "einsum") else TARGET)
     if s == 1:
         return None
     arrays = []
