@@ -216,10 +216,10 @@ def program_key(roots, backward: bool):
         while stack:
             v, expanded = stack.pop()
             if expanded:
-                node = v.node
+                node, attrs = v.node, v.attrs
                 kept = node is not None and node._value() is not v
                 inputs = tuple([places[id(i)] for i in v.inputs])
-                key.append((v.op.name, attrs_key(v.attrs), inputs, v.dtype.kind, v.requires_grad, kept))
+                key.append((v.op.name, attrs_key(attrs) if attrs else (), inputs, v.dtype, v.requires_grad, kept))
             elif id(v) in places:
                 continue
             elif v.kind == LEAF:
