@@ -16,7 +16,7 @@ from client.errors import NotFoundError, PayloadTooLargeError, ProtocolError, Tr
 from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from client.graph import GRAD, JVP, GradNode, JvpNode, Value, edge_of
 from client.residents import Pending, cut_source, lost, placeholder
-from client.serialize import Builder, NeedsGraph
+from client.serialize import Builder, NeedsGraph, builder_for
 from client.state import current_phase, current_session, mode
 from client.transports import Call
 from client.variable import Variable, as_host_array
@@ -109,7 +109,8 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
 
 def _requesting(session, outputs, output_values, seeds, holders, retain):
     """The /backward: {holder: its gradient}, nothing sent when no holder is in the graph."""
-    builder = Builder("backward")
+    residents = getattr(session, "_residents", None)
+    builder = Builder("backward") if residents is not None else builder_for(session._written, output_values, "backward")
     names = [builder.add(value) for value in output_values]
     wanted = []  # (node id, the Variable that gets its gradient)
     for var, value in holders:
@@ -124,7 +125,8 @@ def _requesting(session, outputs, output_values, seeds, holders, retain):
     if retain and session.tapes:
         header["parameters"] = {"retain_graph": True}
     call = Call("/backward", header, builder.tensors, _seed_arrays(outputs, names, seeds))
-    residents = getattr(session, "_residents", None)
+    if builder.written is not None:
+        call.written = builder.written
     if residents is not None and not retain and not session.tapes and residents.deferrable(wanted):
         grads = {holder: placeholder(holder.shape, _dtype(holder)) for _, holder in wanted}  # (client.residents)
         residents.pending = Pending(call, builder, output_values, names, wanted, grads)

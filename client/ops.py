@@ -16,6 +16,7 @@ import numpy
 from client import state
 from client.errors import TracingError
 from client.graph import CONST, LEAF, OP, Node, Value, edge_of
+from client.serialize import attrs_key
 from client.variable import Variable, as_host_array
 from engine import backend
 from engine.api import (
@@ -56,16 +57,26 @@ def coerce(inputs):
 
 
 def _constant(v, ref) -> Value:
-    """An array's Value, or a Python scalar's, typed as the engine's coerce types it."""
+    """An array's Value, or a Python scalar's, typed as the engine's coerce types it (the same scalar next to
+    the same dtype: the same Value, as values are immutable)."""
     if not isinstance(v, (bool, int, float)):
         array = as_host_array(v)
         return Value(LEAF, array.shape, array.dtype, array=array)
-    dtype = scalar_dtype(None if ref is None else ref.dtype, v)
-    weak = isinstance(v, float) or type(v) is int  # a numpy.float64 counts as a Python float (the engine's rule)
-    value = float(v) if isinstance(v, float) else v
-    return Value(CONST, (), dtype, attrs={"value": value, "dtype": None if weak else dtype})
+    ref_dtype = None if ref is None else ref.dtype
+    key = (type(v), float(v).hex() if isinstance(v, float) else v, ref_dtype)  # (-0.0 is not 0.0)
+    constant = _CONSTANTS.get(key)
+    if constant is None:
+        dtype = scalar_dtype(ref_dtype, v)
+        weak = isinstance(v, float) or type(v) is int  # a numpy.float64 counts as a Python float (the engine's rule)
+        value = float(v) if isinstance(v, float) else v
+        constant = Value(CONST, (), dtype, attrs={"value": value, "dtype": None if weak else dtype})
+        _remember(_CONSTANTS, key, constant)
+    return constant
 
 
+MEMO = 4096  # shape rules' results and scalars' Values remembered (all forgotten past it)
+_INFERRED: dict = {}  # (op name, input shapes, dtypes, attributes' key) -> (shape, dtype) or None
+_CONSTANTS: dict = {}  # (a Python scalar's type, its value, the reference dtype) -> its Value
 _NODE_CLASSES: dict = {}  # op name, or (op name, grad_fn name, saves) for a composite op -> grad_fn class
 
 
@@ -85,15 +96,28 @@ def node_class(op: OpDef, values, attrs) -> type:
 
 
 def infer(op: OpDef, values, attrs):
-    """(shape, dtype) by the op's registry rule (every op has one); None when it depends on values."""
+    """(shape, dtype) by the op's registry rule (every op has one, a function of the shapes, dtypes and
+    attributes: remembered); None when it depends on values."""
+    shapes, dtypes = tuple([v.shape for v in values]), tuple([v.dtype for v in values])
+    key = (op.name, shapes, dtypes, attrs_key(attrs))
+    inferred = _INFERRED.get(key, _INFERRED)
+    if inferred is not _INFERRED:
+        return inferred
     try:
-        inferred = op.infer([v.shape for v in values], [v.dtype for v in values], attrs)  # type: ignore[misc]
+        inferred = op.infer(list(shapes), list(dtypes), attrs)  # type: ignore[misc]
     except (ValueError, TypeError, IndexError) as err:  # a ShapeError is a ValueError
         described = ", ".join(str(list(v.shape)) for v in values)
         raise ShapeError(f"{op.name}(): {err} (input shapes: {described})") from None
-    if inferred is None or isinstance(inferred[0], Bounded):  # a bound (a mask's result) is not a shape
-        return None
+    if inferred is not None and isinstance(inferred[0], Bounded):  # a bound (a mask's result) is not a shape
+        inferred = None
+    _remember(_INFERRED, key, inferred)
     return inferred
+
+
+def _remember(memo: dict, key, value) -> None:
+    if len(memo) >= MEMO:
+        memo.clear()
+    memo[key] = value
 
 
 def eager(op: OpDef, args, attrs: dict):

@@ -2,14 +2,23 @@
 reachable from some outputs as a request's nodes and input tensors, `SubgraphBuilder` as a custom
 Function's subgraph. Both extend `wire.writer.GraphWriter`, which numbers nodes in order: the same
 program sends the same graph text every time (the service caches planned graphs by their text).
+A program recorded again (a training loop's step) is not written again: `builder_for` keys it by
+`program_key` and gives a `Replay` of what its Builder wrote, with this step's values.
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
+
+import orjson
 
 from client.errors import TracingError
 from client.graph import ARG, CONST, CUT, FUNCTION, GRAD, GRAD_OUTPUT, JVP, LEAF, OP, Value
 from wire.codec import to_json
 from wire.writer import GraphWriter
+
+PROGRAMS = 64  # programs a session keeps what their Builder wrote for (`builder_for`)
+_PLAIN = (int, bool, str, type(None))  # attribute values keyed as they are (with their type)
 
 
 class NeedsGraph(Exception):
@@ -24,11 +33,12 @@ class Builder(GraphWriter):
     `ids`: node id by id(value); `rg`: whether a node requires grad, by node id; `leaf_ids`: the
     input node ids of each leaf Variable, by its id."""
 
-    def __init__(self, mode="forward"):
+    def __init__(self, mode="forward", keyed=None):
         super().__init__()
         self.backward = mode == "backward"
         self._keep = []
         self.ids, self.rg, self.leaf_ids = {}, {}, {}
+        self.keyed, self.written = keyed, None  # (program key, its values, the cache): kept in `graph`
 
     def add(self, root: Value) -> str:
         """The node id of `root`, writing whatever it needs first (iteratively: graphs can be deep).
@@ -45,6 +55,15 @@ class Builder(GraphWriter):
                     if id(inp) not in ids:
                         stack.append((inp, False))
         return ids[id(root)]
+
+    def graph(self, outputs) -> dict:
+        graph = super().graph(outputs)
+        if self.keyed is not None:
+            key, values, cache = self.keyed
+            self.written = cache[key] = Written(self, values, graph)
+            while len(cache) > PROGRAMS:
+                cache.popitem(last=False)
+        return graph
 
     def computed(self) -> list:
         """The values this graph computes (op, function, grad and jvp nodes; not inputs or constants)."""
@@ -140,3 +159,103 @@ class SubgraphBuilder(Builder):
                 f"pass it to {phase.name}.apply()"
             )
         return True
+
+
+class Written:
+    """What a Builder wrote for a program (`program_key`): its graph, each of the key's values' node id (by
+    position), which nodes require grad, the inputs' and leaves' positions; `layout`: how the embedded executor
+    last admitted it (`wire.handler.run_arrays`)."""
+
+    __slots__ = ("graph", "inputs", "layout", "leaves", "node_ids", "rg")
+
+    def __init__(self, builder: Builder, values: list, graph: dict):
+        self.graph, self.rg, self.layout = graph, builder.rg, None
+        self.node_ids = [builder.ids[id(v)] for v in values]
+        self.leaves = [p for p, v in enumerate(values) if v.kind == LEAF and v.leaf is not None]
+        places = dict(zip(self.node_ids, range(len(values))))
+        self.inputs = [(name, places[name]) for name, _ in builder.tensors]
+
+
+class Replay:
+    """A `Builder` that has written its program before (`Written`): the same nodes, this step's values."""
+
+    def __init__(self, written: Written, values: list):
+        self.written, node_ids = written, written.node_ids
+        self.ids, self.rg = dict(zip(map(id, values), node_ids)), written.rg
+        self.leaf_ids: dict = {}
+        for p in written.leaves:
+            self.leaf_ids.setdefault(id(values[p].leaf), []).append(node_ids[p])
+        self.tensors = [(name, values[p].array) for name, p in written.inputs]
+
+    def add(self, root: Value) -> str:
+        return self.ids[id(root)]
+
+    def graph(self, outputs) -> dict:
+        return self.written.graph
+
+
+def builder_for(cache: OrderedDict, roots, mode: str = "forward"):
+    """A Builder for a request computing `roots`, or the `Replay` of the one that wrote the same program
+    before (`cache`: program key -> Written)."""
+    keyed = program_key(roots, mode == "backward")
+    if keyed is None:
+        return Builder(mode)
+    written = cache.get(keyed[0])
+    return Builder(mode, (*keyed, cache)) if written is None else Replay(written, keyed[1])
+
+
+def program_key(roots, backward: bool):
+    """(key, values): the values a Builder writes for `roots`, in its order, and a key that is equal for two
+    programs exactly when it writes the same graph for both, with the same inputs; None where one is of a kind
+    it does not key (a custom Function's, a detached or a grad value, or one being traced)."""
+    places: dict = {}
+    values: list = []
+    key: list = []
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            v, expanded = stack.pop()
+            if expanded:
+                node, attrs = v.node, v.attrs
+                kept = node is not None and node._value() is not v
+                inputs = tuple([places[id(i)] for i in v.inputs])
+                key.append((v.op.name, attrs_key(attrs) if attrs else (), inputs, v.dtype, v.requires_grad, kept))
+            elif id(v) in places:
+                continue
+            elif v.kind == LEAF:
+                key.append((LEAF, backward and v.requires_grad))
+            elif v.kind == CONST:
+                value = v.attrs["value"]
+                if type(value) not in (int, float, bool):
+                    return None
+                key.append(
+                    (CONST, type(value), value.hex() if type(value) is float else value, v.attrs["dtype"], v.dtype)
+                )
+            elif v.phase is not None:
+                return None
+            elif v.array is not None and not (backward and v.requires_grad and v.inputs):
+                key.append(None)  # a value at hand, sent as an input
+            elif v.kind == OP:
+                stack.append((v, True))
+                stack.extend([(i, False) for i in reversed(v.inputs) if id(i) not in places])
+                continue
+            else:
+                return None
+            places[id(v)] = len(values)
+            values.append(v)
+        key.append(places[id(root)])
+    return tuple(key), values
+
+
+def attrs_key(attrs: dict):
+    """A key of an op's attributes, equal exactly when their JSON is (a float by its hex: -0.0 is not 0.0), and
+    their types are (1 is not 1.0 nor True)."""
+    key = []
+    for name, value in attrs.items():
+        kind = type(value)
+        if kind is float:
+            value = value.hex()
+        elif kind not in _PLAIN:
+            return orjson.dumps(to_json(attrs))
+        key.append((name, kind, value))
+    return tuple(key)

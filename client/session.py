@@ -86,6 +86,7 @@ class _Core:
         self._in_flight: list = []  # [(an operation's coroutine, the Future of its request)]: sent, not yet answered
         self._tapes = OrderedDict()  # (ids of a backward's output Values) -> (tape id, graph text, weakrefs to them)
         self._plans = OrderedDict()  # graph text -> the plan id the server gave it
+        self._written = OrderedDict()  # a program's key -> what its request's Builder wrote (client.serialize)
         api_key = os.environ.get("GRADSERVE_API_KEY") if api_key is None else api_key
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         headers = {"User-Agent": USER_AGENT, "X-GradServe-Session": self.session_id, **(headers or {}), **auth}

@@ -20,6 +20,7 @@ import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import numpy
@@ -55,6 +56,7 @@ class Call:
     grad_outputs: list = field(default_factory=list)  # [(name, ndarray)]
     idempotent: bool = True  # safe to resend after a dropped connection
     upload: list = field(default_factory=list)  # [(handle, ndarray)] to keep resident (wire.residents)
+    written: Any = None  # client.serialize.Written: what its graph was written for (embedded: its layout is kept)
 
 
 @dataclass
@@ -165,10 +167,16 @@ class EmbeddedTransport:
     def execute(self, call: Call, where: str) -> Reply:
         """The Reply to a plan's call (a /forward or /backward), its arrays handed over as they are
         both ways (`wire.handler.run_arrays`; the result's copied when a retained tape may share them)."""
+        written = call.written
+        layout = None if written is None else written.layout
         try:
-            result = run_arrays(self.executor, call.path, call.header, call.inputs, call.grad_outputs, call.upload)
+            result = run_arrays(
+                self.executor, call.path, call.header, call.inputs, call.grad_outputs, call.upload, layout
+            )
         except Exception as err:  # noqa: BLE001 - raised as the service's answer would be
             raise error_for_exception(err, where) from None
+        if written is not None:
+            written.layout = result.layout
         copy = result.tape is not None
         outputs, grads = owned(result.outputs.items(), copy), owned((result.grads or {}).items(), copy)
         return Reply({}, outputs, grads, result.tape, owned((result.fetched or {}).items()))

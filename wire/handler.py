@@ -23,6 +23,7 @@ from wire.admission import ALL_JSON, Refusal, Ticket, bound_answer
 from wire.codec import datatype_of
 from wire.errors import RequestError
 from wire.executor import Executor
+from wire.layouts import Layout
 from wire.messages import Request, Result, check_total, decode_request, encode_result_parts, tensor_map
 
 PATHS = ("/forward", "/backward")
@@ -111,25 +112,34 @@ def run(executor: Executor, path: str, request: Request) -> Result:
     return execute(executor, executor.admit(request, kind_of(path)))
 
 
-def run_arrays(executor: Executor, path: str, header: dict, inputs=(), grad_outputs=(), upload=()) -> Result:
+def run_arrays(
+    executor: Executor, path: str, header: dict, inputs=(), grad_outputs=(), upload=(), layout=None
+) -> Result:
     """The Result of a request whose tensors are arrays already ([(name, array)] besides a JSON
     `header` without tensors), for an in-process caller: nothing is encoded or copied. The header
     is checked by `decode_request`, the arrays by the limits a body's tensors meet, and they reach
     the executor as read-only views (a result that is a view of one is read-only too, so the
-    caller knows to copy it)."""
-    request = decode_request(header, None, executor.limits)
-    max_elements, total = executor.limits.max_tensor_elements, 0
-    for key, tensors in (("inputs", inputs), ("grad_outputs", grad_outputs), ("upload", upload)):
-        views = []
-        for i, (name, array) in enumerate(tensors):
-            view = numpy.asarray(array).view(numpy.ndarray)
-            datatype_of(view.dtype)
-            total += codec.element_count(view.shape, max_elements, f"tensor {shown(name)}", f"{key}[{i}].shape")
-            view.flags.writeable = False
-            views.append((name, view))
-        setattr(request, key, tensor_map(views, key))
-    check_total(total, executor.limits)
-    return run(executor, path, request)
+    caller knows to copy it). `layout`: the Result's `layout` of an earlier request of this same
+    header: when these arrays have the names, dtypes and shapes that one's had, the request is made
+    and admitted as it was (`wire.layouts`), its header not checked again."""
+    request = None if layout is None or upload else layout.repeat(header, inputs, grad_outputs)
+    if request is None:
+        request = decode_request(header, None, executor.limits)
+        max_elements, total = executor.limits.max_tensor_elements, 0
+        for key, tensors in (("inputs", inputs), ("grad_outputs", grad_outputs), ("upload", upload)):
+            views = []
+            for i, (name, array) in enumerate(tensors):
+                view = numpy.asarray(array).view(numpy.ndarray)
+                datatype_of(view.dtype)
+                total += codec.element_count(view.shape, max_elements, f"tensor {shown(name)}", f"{key}[{i}].shape")
+                view.flags.writeable = False
+                views.append((name, view))
+            setattr(request, key, tensor_map(views, key))
+        check_total(total, executor.limits)
+        request.layout = Layout.of(request, header)
+    result = run(executor, path, request)
+    result.layout = request.layout
+    return result
 
 
 def handle(executor: Executor, path: str, body: bytes, header_length: int | None):

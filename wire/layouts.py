@@ -28,10 +28,11 @@ class Layout:
     """A header's `fields`, `tensors` [(whose, name, dtype, count, offset, shape)], `size`, `admitted`
     and `answered`: (what its last binary answer's header says, that header's bytes)."""
 
-    __slots__ = ("admitted", "answered", "fields", "size", "tensors")
+    __slots__ = ("admitted", "answered", "fields", "header", "size", "tensors")
 
-    def __init__(self, fields: dict, tensors: list, size: int):
+    def __init__(self, fields: dict, tensors: list, size: int, header: dict | None = None):
         self.fields, self.tensors, self.size, self.admitted, self.answered = fields, tensors, size, {}, None
+        self.header = header  # an in-process request's (`repeat`)
 
     def encode(self, result) -> tuple[list, int]:
         """([header, *buffers], header length) of the binary answer to a request of this layout: when
@@ -50,6 +51,37 @@ class Layout:
         if _buffers(result.outputs, result.grads) is not None:  # its arrays are sent as they are
             self.answered = (said, parts[0])
         return parts, length
+
+    @classmethod
+    def of(cls, request: Request, header: dict | None = None) -> Layout | None:
+        """The layout of a decoded `request` (of `header`, an in-process one's); None for one with resident arrays."""
+        if request.session is not None or request.upload or request.update:
+            return None
+        tensors, offset = [], 0
+        for whose in ("inputs", "grad_outputs"):
+            for name, array in getattr(request, whose).items():
+                tensors.append((whose, name, array.dtype, array.size, offset, array.shape))
+                offset += array.nbytes
+        fields = {k: v for k, v in vars(request).items() if k not in ("inputs", "grad_outputs", "upload")}
+        return cls(fields, tensors, offset, header)
+
+    def repeat(self, header: dict, inputs, grad_outputs) -> Request | None:
+        """The Request of an in-process request of this layout's `header` whose arrays [(name, array)] have its
+        names, dtypes and shapes (else None), made as the one it was learned from: they reach the executor
+        as read-only views."""
+        tensors = self.tensors
+        if len(inputs) + len(grad_outputs) != len(tensors) or header != self.header:
+            return None
+        request = Request.__new__(Request)
+        request.__dict__.update(self.fields)
+        request.inputs, request.grad_outputs, request.upload, request.layout = {}, {}, {}, self
+        for (whose, name, dtype, _, _, shape), (given, array) in zip(tensors, [*inputs, *grad_outputs]):
+            view = numpy.asarray(array).view(numpy.ndarray)
+            if given != name or view.dtype != dtype or view.shape != shape:
+                return None
+            view.flags.writeable = False
+            getattr(request, whose)[name] = view
+        return request
 
     def keep(self, ticket, inputs: dict) -> None:
         """Keep how `ticket` was admitted, its plan and Shapes weakly, if the plan keeps them for `inputs`."""
@@ -101,18 +133,12 @@ class Layouts:
 
     def learn(self, body, header_length: int, header: dict, request: Request) -> None:
         """Keep the layout of a request made of `body`, unless it has JSON tensors or resident arrays."""
-        if header_length > MAX_HEADER or request.session is not None or request.upload or request.update:
-            return
         objs = (header.get("inputs") or []) + (header.get("grad_outputs") or [])
-        if any("data" in obj for obj in objs):
+        if header_length > MAX_HEADER or any("data" in obj for obj in objs):
             return
-        tensors, offset = [], 0
-        for whose in ("inputs", "grad_outputs"):
-            for name, array in getattr(request, whose).items():
-                tensors.append((whose, name, array.dtype, array.size, offset, array.shape))
-                offset += array.nbytes
-        fields = {k: v for k, v in vars(request).items() if k not in ("inputs", "grad_outputs", "upload")}
-        request.layout = Layout(fields, tensors, offset)
+        request.layout = Layout.of(request)
+        if request.layout is None:
+            return
         with self._lock:
             while len(self._layouts) >= self.size:
                 del self._layouts[next(iter(self._layouts))]

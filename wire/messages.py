@@ -100,6 +100,7 @@ class Result:
     plan: str | None = None  # the id under which the server keeps the request's plan
     ran: str | None = None  # what ran it: "engine", "interpreted" or "compiled" (wire.compile.run_compiled)
     fetched: dict | None = None  # {handle: array} of the resident arrays the request fetched
+    layout: object = field(default=None, repr=False)  # an in-process request's wire.layouts.Layout (run_arrays)
 
 
 def tensor_map(pairs, where):
