@@ -54,6 +54,8 @@ Raised, as decisions:
   registry primitives with their vjps, shape rules and costs; gather, scatter_add, index_select, masked_fill,
   sort/topk, bmm, chunk, split and repeat composed; nanoGPT's causal mask and the DQN's gather use them) and
   seed7's and hvp4's fast paths took it to 11498.
+- client 2925 -> 3075 (2026-11-28): the client7 branch's program key and replay (a training step recorded again is
+  not written again: embedded seed loop 1.34-1.36x -> 1.21-1.24x the engine, issue 24) took it to 3040.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 11550, "wire": 6000, "service": 3800, "client": 2925}
+BUDGETS = {"engine": 11550, "wire": 6000, "service": 3800, "client": 3075}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
