@@ -72,10 +72,10 @@ PARTS = {
 # Why a target is missed when it is, from the profiles recorded in benchmarks/CHANGES.md
 # (keyed by the start of the target's label).
 MISSED_BECAUSE = {
-    "server compute: seed net": "compiled: the generated program takes ~333 µs against the floor's ~308 µs in process; its 5 "
-    "matmuls are the floor's, the vjps of mm, clamp, pow and sum call engine ops on Variables (6 op "
-    "dispatches, ~25 µs right after the cache-evicting matmuls), and admission (plan key, input "
-    "signature, budgets) adds ~3.5 µs warm, ~9 µs after the matmuls (Changes, request path)",
+    "server compute: seed net": "the generated program already runs its vjps on the arrays (local steps since session 12): in process "
+    "it takes ~249 µs against the floor's ~242 µs (1.03x); the other ~21 µs of a step is the request around it "
+    "(admission, plan lookup, the Ticket and the result: ~900 of the ~1,424 Python opcodes a request), after "
+    "the cache-evicting matmuls (Changes, round 3)",
     "100-op chain": "CPython bytecode around each 2x2 NumPy call: making a Variable (~1.1k instructions) and a node "
     "(~0.9k), a thread-local grad-mode read (~0.6k) a recorded op, and the walk's per-node attribute reads, which do "
     "not specialize across the per-op node classes. callgrind a step: 5,973k after d2ba7b1 -> 3,698k (sessions 9-10) "
@@ -83,11 +83,14 @@ MISSED_BECAUSE = {
     "objects (CPython's attribute caches are per code object; one shared code missed them at every mul/add "
     "alternation), against PyTorch's ~3,432k; alternating pinned processes read 0.75-0.76x in session 12 "
     "(Changes, round 3)",
-    "seed net": "the 5 matmuls equal the floor's and, since session 12, so does the rest of the NumPy work but one "
-    "64x100 temporary in clamp's gradient (mm's, clamp's, relu's and pow's vjps run on the arrays without "
-    "create_graph); what is left is the Python of ~12 op calls and 6 backward nodes (coercing pow's 2, parsing "
-    "clamp's `min=0`, making nodes), run cold right after cache-evicting matmuls: 43 µs over the floor with tiny "
-    "matmuls, 57 µs at the seed sizes; f32 4,766k instructions a step against the floor's 4,402k (Changes, round 3)",
+    "seed net": "the engine does the floor's NumPy work but one 64x100 temporary in clamp's gradient; what is left is "
+    "~4,600 Python opcodes a step, mostly the per-op dispatch (apply_op ~1,040), the backward walk (~930) and the "
+    "node vjps (~510). Session 13 took sum's gradient off the dispatch and pow's and clamp's argument checks "
+    "(f32 4,758k -> 4,720k instructions a step, floor 4,401k; paired 1.215x -> 1.201x, f64 1.108x -> 1.100x). "
+    "The time ratio exceeds the instruction ratio because this Python runs right after the cache-evicting "
+    "matmuls: callgrind's cache model gives ~18.2k instruction-cache misses a step against the floor's 7.4k (the "
+    "interpreter loop 3.1k against 0.2k), so only fewer opcodes and fewer distinct code paths close it "
+    "(Changes, round 3)",
     "large MLP": "~99% of the step is the floor's own 5 BLAS calls: run-to-run noise of few ~0.5 s "
     "samples on a shared 2-core machine (Changes, round 1)",
     "tiny graph": "under 4-connection load the server spends ~215-230 µs of CPU a request against the FastAPI echo's "
@@ -168,16 +171,18 @@ MISSED_BECAUSE = {
     "moves the parameters, a 650 KB request and a 400 KB answer over this VM's loopback, which the embedded "
     "loop does not pay; resident parameters (`client.optim.SGD(..., resident=True)`, issue 24 target 3) are "
     "the resident side's row",
-    "embedded client seed loop": "per step: the compiled plan 362 µs (the engine's arithmetic, 1.13x the NumPy floor), "
-    "recording 6 ops 64 µs, writing the request's graph 41 µs, walking the backward's course "
-    "17 µs, admission 16 µs, applying the answer 17 µs: ~175 µs of lazy-graph bookkeeping "
-    "against the engine's ~100 µs of eager dispatch (Changes, the client, session 4)",
-    "HVP": "two grad() calls walking 6 and then 19 nodes, ~49 op applications: the time is mostly the vjps, each "
-    "node's one to four Python-level ops at ~15k instructions each, then the walk's loop (~5k a node), the pruning "
-    "check (~2k a node) and each call's argument checks and root gradient (~30k a call). Phase by phase against "
-    "PyTorch (instructions): forward 240k / 190k, first grad 468k / 314k, the <g, v> sum 134k / 72k, second grad "
-    "997k / 754k. callgrind a step: 3,016k after d2ba7b1 -> 1,937k (sessions 9-10) -> ~1,840k (session 11) -> "
-    "~1,770k with session 12's per-op code and grad() call path, against PyTorch's ~1,330k in C++ "
+    "embedded client seed loop": "since session 13 a step recorded again is not written again: the client keys the recorded "
+    "program with one lean walk and replays last step's graph, and the embedded executor admits it as the last "
+    "request of its header and shapes (callgrind 5,765k -> 5,468k instructions a step, the engine's 4,943k; "
+    "1.34-1.36x -> 1.21-1.24x in quick runs). What is left is recording (~57k instructions an op against the "
+    "engine's ~15k an eager op: Value and Node objects, weakrefs, coercion), the program key (~103k a step) and "
+    "the walk over the grad_fn nodes (~91k) (Changes, round 3)",
+    "HVP": "two grad() calls walk 6 and then 19 nodes, ~49 op applications, all in Python at ~50-80 "
+    "instructions a bytecode: callgrind a step 3,016k after d2ba7b1 -> 1,937k (sessions 9-10) -> ~1,770k "
+    "(session 12) -> 1,624k in session 13 (one-input nodes made without comprehension frames, unrolled version "
+    "checks, grad()'s capture without comprehensions), against PyTorch's 1,306k in C++. What is left is spread "
+    "out: apply_op and the registry layers of the ops the vjps call ~40%, the walk's loop ~25%, the pruning pass "
+    "over every reachable node ~4%, the per-edge shape/dtype check ~3%; no single piece is worth more than ~4% "
     "(Changes, round 3)",
     "tensor program": "the client records every op lazily and never materializes the updated weights: each "
     "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
