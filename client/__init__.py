@@ -15,7 +15,7 @@ here by `client.ops`; client/README.md tells the rest.
 """
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from client import autograd, errors, ops
 from client.autograd import grad
@@ -26,7 +26,7 @@ from client.ops import ShapeError
 from client.session import AsyncSession, Session, connect, current_session
 from client.state import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from client.variable import Variable
-from engine.api import OPS, exported, load, save
+from engine.api import OPS, exported, loader, save
 
 if TYPE_CHECKING:  # what engine.surface installs below (`client.exp`, `client.zeros`...), declared for type checkers
     from client._surface import *  # noqa: F403
@@ -71,10 +71,10 @@ __all__ = [
 __all__ = exported(__all__)  # `import *` shadows no builtin (float, int, bool, all, max...)
 
 
-def __getattr__(name: str) -> Any:
-    """`client.utils` (torch.utils.data) on first use: imported lazily, as it sits above `nn` in the layers."""
-    if name == "utils":
-        import importlib
+# torch.utils.data, bound to this namespace now that it is complete
+from client import utils  # noqa: E402
+from engine.utils import loading  # noqa: E402
 
-        return importlib.import_module("client.utils")
-    raise AttributeError(f"module 'client' has no attribute '{name}'")
+_DATA = loading.bind(sys.modules[__name__], "client.utils.data")
+vars(utils.data).update(_DATA, __all__=sorted(_DATA))
+load = loader(sys.modules[__name__])

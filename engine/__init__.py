@@ -5,7 +5,7 @@ Importing it fills the op registry (`engine.ops`) and installs the Variable surf
 """
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from engine import backend, ops  # noqa: F401  (importing ops fills the registry)
 from engine import eager as _eager
@@ -15,7 +15,7 @@ from engine.function import Function
 from engine.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from engine.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from engine.registry import OPS
-from engine.saving import load, save
+from engine.saving import loader, save
 from engine.variable import Variable
 
 if TYPE_CHECKING:  # what engine.surface installs below (`engine.exp`, `engine.zeros`...), declared for type checkers
@@ -55,10 +55,10 @@ __all__ = [
 __all__ = _surface.exported(__all__)  # `import *` shadows no builtin (float, int, bool, all, max...)
 
 
-def __getattr__(name: str) -> Any:
-    """`engine.utils` (torch.utils.data) on first use: imported lazily, as it sits above `nn` in the layers."""
-    if name == "utils":
-        import importlib
+# torch.utils.data, bound to this namespace now that it is complete
+from engine import utils  # noqa: E402
+from engine.utils import loading  # noqa: E402
 
-        return importlib.import_module("engine.utils")
-    raise AttributeError(f"module 'engine' has no attribute '{name}'")
+_DATA = loading.bind(sys.modules[__name__], "engine.utils.data")
+vars(utils.data).update(_DATA, __all__=sorted(_DATA))
+load = loader(sys.modules[__name__])

@@ -59,7 +59,7 @@ from engine.node import GraphFreedError, Meta, Node, check_output, check_saved, 
 from engine.recording import as_array as array_like
 from engine.recording import derived, note_constant, note_input, note_where, recording
 from engine.registry import OPS, OpDef, coerce, grad_fn_name, reference, scalar_dtype, trusted
-from engine.saving import load, save
+from engine.saving import loader, save
 from engine.shapes import Bounded, ShapeError
 from engine.surface import NoValue, Side, exported
 from engine.surface import install as install_surface
@@ -265,7 +265,7 @@ __all__ = [
     "tree_leaves",
     "tree_rebuild",
     "save",
-    "load",
+    "loader",
     "UnpackedDualTensor",
     "GradcheckError",
     "as_tuple",

@@ -224,9 +224,10 @@ def parse_call(op: OpDef, rest: tuple, kwargs: dict) -> dict:
     """The checked attributes of a call `fn(*inputs, *rest, **kwargs)` (positional ones in declared order)."""
     if not op.attrs and not rest and not kwargs:
         return {}  # the common case: an op without attributes, called without any
-    if not rest and PLAIN.issuperset(map(type, kwargs.values())):  # `x.clamp(min=0)`: checked once
-        key = (*kwargs.items(), *map(type, kwargs.values()))  # by type too: `min=0` and `min=False` differ
-        checked = op.parsed.get(key)
+    types = tuple(map(type, kwargs.values()))
+    if not rest and PLAIN.issuperset(types) and (float not in types or 0.0 not in kwargs.values()):
+        key = (*kwargs.items(), *types)  # `x.clamp(min=0)`: checked once; by type too (`min=0`, `min=False`)
+        checked = op.parsed.get(key)  # (a float zero is not kept: 0.0 and -0.0 are equal keys)
         if checked is None:
             checked = _parse(op, rest, kwargs)
             if len(op.parsed) < PARSED:

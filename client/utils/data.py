@@ -1,10 +1,4 @@
-"""`torch.utils.data` for the client: `engine.utils.loading` bound to the client's Variable (a DataLoader's
-batches are client Variables; the indices are drawn by the engine's generators, which the client shares)."""
+"""`torch.utils.data` for the client: `engine.utils.loading` bound to the client's Variable (by `client/__init__`;
+a DataLoader's batches are client Variables, its indices drawn by the client's generators)."""
 
-import client
-from engine.utils import loading
-
-_NAMES = loading.bind(client, __name__)
-globals().update(_NAMES)
-
-__all__ = sorted(_NAMES)
+__all__: list[str] = []

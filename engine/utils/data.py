@@ -1,9 +1,4 @@
-"""`torch.utils.data` for the engine: `engine.utils.loading` bound to the engine's Variable."""
+"""`torch.utils.data` for the engine: `engine.utils.loading` bound to the engine's Variable (by `engine/__init__`,
+once the namespace it binds to is complete)."""
 
-import engine
-from engine.utils import loading
-
-_NAMES = loading.bind(engine, __name__)
-globals().update(_NAMES)
-
-__all__ = sorted(_NAMES)
+__all__: list[str] = []
