@@ -20,7 +20,7 @@ from engine import interrupt
 from engine.backend import array_module
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from engine.grad_mode import state as grad_state
-from engine.node import RECORDING, Meta, Node
+from engine.node import FORWARD, RECORDING, Meta, Node
 from engine.recording import note_constant, note_where
 from engine.registry import F, trusted
 from engine.variable import Variable, as_array
@@ -570,4 +570,8 @@ def grad(
         result = [captured[id(v)] for v in inputs]
     else:  # detached
         result = [None if (g := captured[id(v)]) is None else _result(g._data, None) for v in inputs]
+        if FORWARD:  # a detached gradient keeps its tangent, as PyTorch's does
+            for r, v in zip(result, inputs):
+                if r is not None and (t := FORWARD[0].tangent(captured[id(v)])) is not None:
+                    FORWARD[0].set(r, t)
     return check_unused(tuple(result), allow_unused, (lambda i: zeros(inputs[i])) if materialize_grads else None)

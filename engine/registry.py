@@ -27,7 +27,7 @@ import numpy
 from engine import backend, costs
 from engine.attrs import REQUIRED, Attr, check, shown
 from engine.grad_mode import state as grad_state
-from engine.node import ALONE, RECORDING, OpNode, apply_op, own, passes
+from engine.node import ALONE, FORWARD, RECORDING, OpNode, apply_op, own, passes
 from engine.recording import note_constant, tell
 from engine.variable import Variable, as_array, host_array
 
@@ -325,7 +325,7 @@ def local(fn, *variables):
     """`fn(*variables)` for a vjp's local derivative, written with operators only: computed
     directly on the arrays when nothing records a graph (a backward without create_graph), as
     recorded ops otherwise, so one formula serves both and costs one dispatch, not several."""
-    if grad_state.enabled:
+    if grad_state.enabled or FORWARD:  # (a forward-AD level: the recorded ops carry the tangents)
         return fn(*variables)
     if len(variables) == 2:  # unrolled: a comprehension is a frame of its own
         a, b = arrays = (variables[0]._data, variables[1]._data)

@@ -10,7 +10,7 @@ from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.grad_mode import state as grad_state
-from engine.node import passes, times
+from engine.node import FORWARD, passes, times
 from engine.recording import derived, fixed
 from engine.registry import F, Sample, defop, local, trusted
 
@@ -100,7 +100,7 @@ def _pow_base_vjp(g, ans, x, y):
         # arrays in one pass less (the product with g made in the rule's fresh array)
         c = exponent.item()
         rule = _square_rule if c == 2 else _power_rule
-        if c != 0 and grad_state.enabled:
+        if c != 0 and (grad_state.enabled or FORWARD):
             return g * local(rule, x, y)
         if c != 0:  # on the arrays, g multiplied into the rule's fresh array (of g's shape: y is 0-d)
             return local(lambda g, x, y: operator.imul(rule(x, y), g), g, x, y)
@@ -217,7 +217,9 @@ sigmoid = defop(
 relu = defop(
     "relu",
     lambda xp, x: xp.maximum(x, 0),
-    lambda g, ans, x: g * derived(_positive, x) if grad_state.enabled else local(lambda g, x: g * _positive(x), g, x),
+    lambda g, ans, x: (
+        g * derived(_positive, x) if grad_state.enabled or FORWARD else local(lambda g, x: g * _positive(x), g, x)
+    ),
     samples=UNARY,
     infer=shapes.same,
     doc="max(x, 0)",
@@ -241,7 +243,7 @@ def _clamp_vjp(g, ans, x, min=None, max=None):
             within = within & (x <= max)
         return within
 
-    return g * derived(inside, x) if grad_state.enabled else local(lambda g, x: g * inside(x), g, x)
+    return g * derived(inside, x) if grad_state.enabled or FORWARD else local(lambda g, x: g * inside(x), g, x)
 
 
 clamp = defop(

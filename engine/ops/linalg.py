@@ -6,6 +6,7 @@ import operator
 
 from engine import costs, shapes
 from engine.grad_mode import state as grad_state
+from engine.node import FORWARD
 from engine.registry import F, Sample, defop, local
 
 
@@ -39,8 +40,8 @@ def _product_scratch(in_metas, out_meta, attrs):
 mm = defop(
     "mm",
     operator.matmul,
-    lambda g, ans, x, y: g.mm(y.T) if grad_state.enabled else local(lambda g, y: g @ y.T, g, y),
-    lambda g, ans, x, y: x.T.mm(g) if grad_state.enabled else local(lambda x, g: x.T @ g, x, g),
+    lambda g, ans, x, y: g.mm(y.T) if grad_state.enabled or FORWARD else local(lambda g, y: g @ y.T, g, y),
+    lambda g, ans, x, y: x.T.mm(g) if grad_state.enabled or FORWARD else local(lambda x, g: x.T @ g, x, g),
     takes_xp=False,
     samples=(Sample(((3, 4), (4, 2))),),
     infer=shapes.mm,

@@ -11,6 +11,7 @@ from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module
 from engine.grad_mode import state as grad_state
+from engine.node import FORWARD
 from engine.ops.shape import _expand
 from engine.recording import derived
 from engine.registry import F, Sample, defop, local, trusted
@@ -42,7 +43,7 @@ def unreduce(g, shape, dim, keepdim):
     if not keepdim and g._data.ndim:  # a 0-d gradient (every dim reduced) broadcasts as it is
         kept = shapes.reduced_shape(shape, dim, True)
     shape = tuple(shape)
-    if not grad_state.enabled:
+    if not (grad_state.enabled or FORWARD):
         return local(lambda a: _expand(array_module(a), a if kept is None else a.reshape(kept), shape), g)
     return trusted.expand(g if kept is None else trusted.reshape(g, shape=kept), shape=shape)
 

@@ -220,3 +220,24 @@ def test_gradcheck_check_forward_ad_catches_a_wrong_jvp():
     with pytest.raises(TypeError, match="unexpected keyword"):
         engine.autograd.gradcheck(Cube.apply, (x,), not_a_keyword=True)
     assert engine.autograd.gradgradcheck(lambda a: (a.sin() * a).sum(), (x,), check_fwd_over_rev=True)
+
+
+def test_grad_without_create_graph_inside_a_dual_level_keeps_the_tangents_torch_gives():
+    """autograd.grad's detached gradients of a dual keep their tangents (forward-over-reverse without
+    create_graph), through the vjps that otherwise run on the arrays (mm, clamp, pow, sum, mul, tanh, relu)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    w_, x_ = rng.standard_normal((3, 3)), rng.standard_normal((2, 3))
+    got = {}
+    for m in (torch, engine):
+        fw = m.autograd.forward_ad
+        x, w = m.tensor(x_, dtype=m.float64, requires_grad=True), m.tensor(w_, dtype=m.float64)
+        with fw.dual_level():
+            d = fw.make_dual(x, m.ones(2, 3, dtype=m.float64))
+            y = (d.mm(w).clamp(min=0) ** 2 * 3 + d.tanh() + d.sigmoid().relu() / (d * d + 1)).sum()
+            (g,) = m.autograd.grad(y, d)
+            (h,) = m.autograd.grad((d**3 * d).mean(), x)
+            got[m.__name__] = [fw.unpack_dual(v).tangent.numpy() for v in (g, h)]
+            assert not g.requires_grad
+    for a, b in zip(got["engine"], got["torch"]):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
