@@ -69,9 +69,50 @@ def test_a_signature_is_priced_per_kind_when_first_asked_and_not_on_the_loop_for
     again.inputs = {"x": np.ones((1, 1))}  # the signature kept, but not yet priced for a forward:
     ticket = executor.admit(again, "forward", cheap_steps=32)  # too long to walk here
     assert ticket.where == POOL and not ticket.planned and list(shapes.costs) == [True]
-    ticket = executor.admit(ticket.request, "forward")
-    assert ticket.cost == shapes.forward_cost and sorted(shapes.costs) == [False, True]
+    ticket = executor.admit(ticket.request, "forward")  # within the budgets by its upper bound: not walked
+    assert ticket.cost == shapes.upper[False] and list(shapes.costs) == [True]
     assert shapes.backward_cost.work > shapes.forward_cost.work > 0
+
+
+def _chain(length: int) -> dict:
+    """x * a + b ... summed: `length` mul/add nodes, a and b broadcast from (2,) against x (2, 2)."""
+    nodes = [{"id": n, "op": "input", "requires_grad": n == "x"} for n in ("x", "a", "b")]
+    for i in range(length):
+        nodes.append(
+            {"id": f"c{i}", "op": "add" if i % 2 else "mul", "inputs": [f"c{i - 1}" if i else "x", "ab"[i % 2]]}
+        )
+    nodes.append({"id": "s", "op": "sum", "inputs": [f"c{length - 1}"]})
+    return {"version": 1, "nodes": nodes, "outputs": ["s"]}
+
+
+@pytest.mark.parametrize("graph", [_graph((30, 30), 5), _graph((8, 8), 3, outputs=("s",)), _chain(300)])
+def test_a_cost_within_the_budgets_by_its_upper_bound_is_not_walked_and_one_over_them_is(graph):
+    chain = graph["nodes"][1]["id"] == "a"
+    arrays = {"x": np.ones((2, 2)), "a": np.ones(2), "b": np.ones(2)} if chain else {"x": np.ones((1, 1))}
+
+    def admitted(limits, kind):
+        executor = Executor(limits)
+        body, length = encode_request({"graph": graph}, list(arrays.items()), binary=True)
+        return executor.admit(decode(executor, body, length), kind)
+
+    for kind in ("forward", "backward"):
+        ticket = admitted(Limits(), kind)
+        backward, shapes = kind == "backward", ticket.shapes
+        upper, exact = shapes.upper[backward], shapes.cost(backward)
+        assert exact.peak_bytes <= upper.peak_bytes and exact.work <= upper.work and exact.node_work <= upper.node_work
+        assert exact.peak_bytes < upper.peak_bytes  # (so the budgets below fall between them)
+        # within the budgets by its bound: admitted without walking the plan, as its bound
+        ticket = admitted(Limits(max_request_bytes=upper.peak_bytes, max_request_work=upper.work), kind)
+        assert ticket.cost == upper
+        if len(graph["nodes"]) > 256:  # (a short plan's backward is walked to decide where it runs: SHORT)
+            assert backward not in ticket.shapes.costs
+        # the bound over a budget, the cost within: walked, and admitted as it costs
+        ticket = admitted(Limits(max_request_bytes=exact.peak_bytes, max_request_work=upper.work), kind)
+        assert ticket.cost == exact and ticket.shapes.costs[backward] == exact
+        # the cost over it: refused naming its node, as the walk finds it
+        with pytest.raises(Refusal, match="max_request_bytes") as refused:
+            admitted(Limits(max_request_bytes=exact.peak_bytes - 1, max_request_work=upper.work), kind)
+        assert refused.value.node == exact.peak_node is not None
 
 
 def test_a_json_answer_over_its_bound_is_refused_before_running_in_the_embedded_pipeline_too():

@@ -93,7 +93,7 @@ class Ticket:
     where: str  # INLINE, SHORT or POOL
     plan: object = None  # wire.graph.Plan
     shapes: Shapes | None = None
-    cost: Cost | None = None
+    cost: Cost | None = None  # or an upper bound of it, where that was within the budgets (`Shapes.upper`)
     answer_elements: int = 0
 
     @property
@@ -121,8 +121,11 @@ def admit(request: Request, kind: str, limits: Limits, planner) -> Ticket:
     answer = _json_elements(request, kind, plan, shapes)
     if answer > limits.max_json_output_elements:
         raise request.json_answer.refusal(answer, limits.max_json_output_elements)
-    cost = shapes.backward_cost if kind == "backward" or request.retain_graph else shapes.forward_cost
-    check_budgets(cost, plan, limits)
+    backward = kind == "backward" or request.retain_graph
+    cost = shapes.upper.get(backward)  # within the budgets, the cost is: priced only where not
+    if cost is None or cost.peak_bytes > limits.max_request_bytes or cost.work > limits.max_request_work:
+        cost = shapes.cost(backward)
+        check_budgets(cost, plan, limits)
     return Ticket(request, kind, _where(plan, shapes, answer, request.inputs), plan, shapes, cost, answer)
 
 

@@ -25,7 +25,8 @@ A jvp node is priced as the grad nodes it is expanded into (`wire.jvp_node`), an
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy
@@ -42,6 +43,42 @@ class Cost:
     work: int  # flop-equivalents (see engine.costs)
     work_node: str | None  # the node with the most work
     node_work: int  # that node's work
+
+
+@dataclass
+class Kinds:
+    """A plan's op steps by kind, as inference found them (`wire.infer.infer`): per step its kind's
+    key, in `steps`, and each kind's first step, in `first`. `whole` is False when some step is not
+    of a kind (a rule refused bounds): then no `upper` bound, nor with grad or function nodes."""
+
+    steps: list = field(default_factory=list)
+    first: dict = field(default_factory=dict)
+    whole: bool = True
+
+
+def upper_costs(plan: Priced, bounds: dict, kinds: Kinds) -> dict:
+    """Upper bounds of `price(plan, shapes, backward)` for a forward (False) and a backward (True), from
+    the steps' kinds: in time linear in the distinct kinds and values, not the steps; none for a plan
+    with grad or function nodes. Within a budget, they say the cost is too; admission prices the cost
+    itself only where they are not (to decide, and to name the node). Every value counts as held to
+    the end, with what its node keeps for the backward, and as a gradient too; each op's work three
+    times (its forward and a backward of twice it); the largest transient on top. Their nodes are None."""
+    if not kinds.whole or plan.record:
+        return {}
+    ops, work, node_work, kept, transient, back_peak = _OpCosts(), 0, 0, 0, 0, 0
+    for ident, count in Counter(kinds.steps).items():
+        step_work, forward, step_kept, back, *_ = ops(kinds.first[ident], bounds)
+        work += count * max(step_work, 0)
+        node_work = max(node_work, step_work)
+        kept += count * max(step_kept, 0)
+        transient, back_peak = max(transient, forward), max(back_peak, back)
+    metas = list(bounds.values())
+    by_id = dict(zip(map(id, metas), metas))
+    total = sum(count * ops.nbytes(by_id[i]) for i, count in Counter(map(id, metas)).items())
+    return {
+        False: Cost(total + transient, None, work, None, node_work),
+        True: Cost(total + kept + max(transient, total + back_peak), None, 3 * work, None, node_work),
+    }
 
 
 def _meta(meta):

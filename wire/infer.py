@@ -9,7 +9,7 @@ import numpy
 
 from engine.api import OPS, Bounded, ShapeError, as_array, current_interrupt, shown
 from wire import grad_node
-from wire.budget import Priced, price, priced
+from wire.budget import Kinds, Priced, price, priced, upper_costs
 from wire.errors import GraphError
 from wire.graph import Plan, Programs, Signature
 
@@ -37,10 +37,13 @@ class Shapes:
     programs: Programs = field(default_factory=Programs, compare=False, repr=False)  # compiled programs (wire.compile)
     nbytes: int = 0  # an estimate of what it holds (SIGNATURE_NODE_BYTES per node), programs aside
     costs: dict = field(default_factory=dict, compare=False, repr=False)  # True/False (backward or not) -> Cost
+    upper: dict = field(default_factory=dict, compare=False, repr=False)  # the same -> an upper bound of it
 
     @classmethod
-    def of(cls, known: dict, bounds: dict, functions: dict, plan: Plan | None = None) -> Shapes:
+    def of(cls, known: dict, bounds: dict, functions: dict, plan: Plan | None = None, kinds=None) -> Shapes:
+        """`kinds` (`wire.budget.Kinds`, from inference) gives the costs' upper bounds (`upper`)."""
         total, largest, largest_node = _counts(bounds, functions)
+        plan = None if plan is None else priced(plan)
         return cls(
             known,
             bounds,
@@ -49,8 +52,9 @@ class Shapes:
             largest,
             largest_node,
             all(meta is not None for meta in known.values()) and not functions,
-            plan=None if plan is None else priced(plan),
+            plan=plan,
             nbytes=SIGNATURE_NODE_BYTES * _nodes(bounds, functions),
+            upper={} if kinds is None or plan is None or functions else upper_costs(plan, bounds, kinds),
         )
 
     def cost(self, backward: bool):
@@ -120,9 +124,10 @@ def _fallback_bound(step, bounds):
     return (math.prod(biggest[0]),), numpy.result_type(*[m[1] for m in metas])
 
 
-def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None = None) -> dict:
+def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None = None, kinds=None) -> dict:
     """(shape, dtype) of every node given the inputs' (and, in a subgraph, the leaves'), by the ops'
-    shape rules; None where only running can tell. Fills `bounds` (see Shapes) and `functions`."""
+    shape rules; None where only running can tell. Fills `bounds` (see Shapes) and `functions`, and
+    `kinds` (`wire.budget.Kinds`, when given) with the op steps by kind, for an upper bound of the cost."""
     bounds = {} if bounds is None else bounds
     functions = {} if functions is None else functions
     memo: dict = {}  # a rule's key -> (meta, bounded): inferred once per distinct (op, input metas, attrs)
@@ -172,6 +177,8 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
             except (ShapeError, ValueError, TypeError, IndexError) as err:
                 if not exact:
                     known[step.id], bounds[step.id] = None, _fallback_bound(step, bounds)
+                    if kinds is not None:  # (a step of no kind: no upper bound)
+                        kinds.whole = False
                     continue
                 described = ", ".join(f"{i} {list(m[0])}" for i, m in zip(step.inputs, metas))
                 raise GraphError(
@@ -180,6 +187,9 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
             if key is not None:
                 memo[key] = found
         seen[ident] = found
+        if kinds is not None:
+            kinds.steps.append(ident)
+            kinds.first.setdefault(ident, step)
         meta, bounded = found
         bounds[step.id] = meta
         known[step.id] = meta if exact and not bounded else None
@@ -265,9 +275,9 @@ def check_request_inputs(plan: Plan, arrays: dict, keep=None) -> Shapes:
     if shapes is None:
         _check_declared(plan, arrays)
         known = {name: (tuple(a.shape), numpy.dtype(a.dtype)) for name, a in arrays.items()}
-        bounds, functions = dict(known), {}
-        infer(plan.steps, known, bounds, functions)
-        shapes = Shapes.of(known, bounds, functions, plan)
+        bounds, functions, kinds = dict(known), {}, Kinds()
+        infer(plan.steps, known, bounds, functions, kinds)
+        shapes = Shapes.of(known, bounds, functions, plan, kinds)
         if keep is not None:
             keep(plan, key, shapes)
         elif len(plan.checked) < SIGNATURES_PER_PLAN:
