@@ -1,0 +1,371 @@
+"""`torch.nn`'s recurrent modules (`RNN`, `LSTM`, `GRU` and their cells), written once for every side.
+
+Each class here is a mixin that `engine.nn.modules.bind` joins to a side's `Module` (this file does not
+import `modules`, which lists these classes in its `GENERIC`), so `self._ns` and `self._parameter` are
+the side's. The forward is a Python loop over the time steps composing registry ops: the input's
+projection for every step at once (`F.linear`), then per step the hidden projection and PyTorch's gate
+equations in its gate order (LSTM i, f, g, o; GRU r, z, n with n = tanh(W_in x + b_in + r * (W_hn h + b_hn))).
+Parameter names, shapes, initialisation (U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))), reprs and input
+checks are PyTorch's; `proj_size` and packed sequences are not provided.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from typing import Any
+
+from engine.nn import functional as F
+from engine.nn import init
+
+
+class _Sided:
+    """What these mixins use of the side's `Module` they are bound to (declared for type checkers)."""
+
+    _ns: Any
+    _parameter: Any
+    training: bool
+    register_parameter: Any
+    parameters: Any
+
+
+def _tanh_step(projected, state, w_hh, b_hh):
+    return ((projected + F.linear(state[0], w_hh, b_hh)).tanh(),)
+
+
+def _relu_step(projected, state, w_hh, b_hh):
+    return ((projected + F.linear(state[0], w_hh, b_hh)).relu(),)
+
+
+def _lstm_step(projected, state, w_hh, b_hh):
+    hidden, cell = state
+    gates = projected + F.linear(hidden, w_hh, b_hh)
+    size = hidden.shape[-1]
+    i, f, g, o = (gates[..., k * size : (k + 1) * size] for k in range(4))
+    cell = f.sigmoid() * cell + i.sigmoid() * g.tanh()
+    return o.sigmoid() * cell.tanh(), cell
+
+
+def _gru_step(projected, state, w_hh, b_hh):
+    hidden = state[0]
+    recurrent = F.linear(hidden, w_hh, b_hh)
+    size = hidden.shape[-1]
+    r = (projected[..., :size] + recurrent[..., :size]).sigmoid()
+    z = (projected[..., size : 2 * size] + recurrent[..., size : 2 * size]).sigmoid()
+    n = (projected[..., 2 * size :] + r * recurrent[..., 2 * size :]).tanh()
+    return (n + z * (hidden - n),)
+
+
+_STEPS = {"RNN_TANH": _tanh_step, "RNN_RELU": _relu_step, "LSTM": _lstm_step, "GRU": _gru_step}
+_GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+
+
+def _uniform_init(module) -> None:
+    bound = 1.0 / math.sqrt(module.hidden_size) if module.hidden_size > 0 else 0
+    for weight in module.parameters():
+        init.uniform_(weight, -bound, bound)
+
+
+class _RNNBase(_Sided):
+    """The stacked (and bidirectional) recurrent layers of `mode` over [T, B, input_size] input (or
+    [B, T, ...] with batch_first; [T, input_size] unbatched), returning the last layer's outputs and each
+    layer's final state."""
+
+    def __init__(
+        self,
+        mode: str,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        self.mode, self.input_size, self.hidden_size, self.num_layers = mode, input_size, hidden_size, num_layers
+        self.bias, self.batch_first, self.bidirectional, self.proj_size = bias, batch_first, bidirectional, proj_size
+        if not isinstance(dropout, numbers.Number) or isinstance(dropout, bool) or not 0 <= dropout <= 1:
+            raise ValueError(
+                "dropout should be a number in range [0, 1] representing the probability of an element being zeroed"
+            )
+        self.dropout = float(dropout)
+        if dropout > 0 and num_layers == 1:
+            warnings.warn(
+                "dropout option adds dropout after all but last recurrent layer, so non-zero dropout expects "
+                f"num_layers greater than 1, but got dropout={dropout} and num_layers={num_layers}",
+                stacklevel=3,
+            )
+        for name, value, kind in (("bias", bias, bool), ("batch_first", batch_first, bool)):
+            if not isinstance(value, kind):
+                raise TypeError(f"{name} should be of type bool, got: {type(value).__name__}")
+        for name, value in (("input_size", input_size), ("hidden_size", hidden_size)):
+            if not isinstance(value, int):
+                raise TypeError(f"{name} should be of type int, got: {type(value).__name__}")
+            if value <= 0:
+                raise ValueError(f"{name} must be greater than zero")
+        if num_layers <= 0:
+            raise ValueError("num_layers must be greater than zero")
+        if proj_size < 0:
+            raise ValueError("proj_size should be a positive integer or zero to disable projections")
+        if proj_size >= hidden_size:
+            raise ValueError("proj_size has to be smaller than hidden_size")
+        if proj_size:
+            raise NotImplementedError("LSTM's proj_size is not provided by gradserve")
+        directions = 2 if bidirectional else 1
+        gates = _GATES[mode] * hidden_size
+        self._flat_weights_names: list[str] = []
+        self._all_weights: list[list[str]] = []
+        for layer in range(num_layers):
+            for direction in range(directions):
+                columns = input_size if layer == 0 else hidden_size * directions
+                suffix = f"_l{layer}" + ("_reverse" if direction else "")
+                shapes = {"weight_ih": (gates, columns), "weight_hh": (gates, hidden_size)}
+                if bias:
+                    shapes.update({"bias_ih": (gates,), "bias_hh": (gates,)})
+                for name, shape in shapes.items():
+                    setattr(self, name + suffix, self._parameter(self._ns.empty(shape, device=device, dtype=dtype)))
+                self._all_weights.append([name + suffix for name in shapes])
+                self._flat_weights_names.extend(self._all_weights[-1])
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _uniform_init(self)
+
+    def flatten_parameters(self) -> None:
+        """A no-op, as PyTorch's is off cuDNN."""
+
+    @property
+    def all_weights(self):
+        return [[getattr(self, name) for name in names] for names in self._all_weights]
+
+    def _check(self, input, hidden) -> None:
+        weight = getattr(self, self._flat_weights_names[0])
+        if input.dtype != weight.dtype:
+            raise ValueError(
+                f"RNN input dtype ({input.dtype}) does not match weight dtype ({weight.dtype}). "
+                f"Convert input: input.to({weight.dtype}), or convert model: model.to({input.dtype})"
+            )
+        if input.shape[-1] != self.input_size:
+            raise RuntimeError(
+                f"input.size(-1) must be equal to input_size. Expected {self.input_size}, got {input.shape[-1]}"
+            )
+        batch = input.shape[0 if self.batch_first else 1]
+        expected = (self.num_layers * (2 if self.bidirectional else 1), batch, self.hidden_size)
+        for k, state in enumerate(hidden):
+            if tuple(state.shape) != expected:
+                which = "hidden" if len(hidden) == 1 else f"hidden[{k}]"
+                raise RuntimeError(f"Expected {which} size {expected}, got {list(state.shape)}")
+
+    def _forward(self, input, hx, name: str, states: int):
+        """(output, final states) for input and the initial states `hx` (a tuple of `states` tensors or None)."""
+        if input.ndim not in (2, 3):
+            tensor = " tensor" if name == "RNN" else ""
+            raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.ndim}D{tensor} instead")
+        batched = input.ndim == 3
+        batch_dim = 0 if self.batch_first else 1
+        if not batched:
+            input = input.unsqueeze(batch_dim)
+        if hx is not None:
+            want = 3 if batched else 2
+            if any(state.ndim != want for state in hx):
+                got = ", ".join(f"{state.ndim}-D" for state in hx)
+                what, tensors = ("hx and cx", f"({got}) tensors") if states == 2 else ("hx", f"{got} tensor")
+                raise RuntimeError(
+                    f"For {'batched 3-D' if batched else 'unbatched 2-D'} input, {what} should also be {want}-D "
+                    f"but got {tensors}"
+                )
+            if not batched:
+                hx = tuple(state.unsqueeze(1) for state in hx)
+        else:
+            directions = 2 if self.bidirectional else 1
+            shape = (self.num_layers * directions, input.shape[batch_dim], self.hidden_size)
+            hx = (self._ns.zeros(shape, dtype=input.dtype),) * states
+        self._check(input, hx)
+        output, final = self._layers(input.transpose(0, 1) if self.batch_first else input, hx)
+        if self.batch_first:
+            output = output.transpose(0, 1)
+        if not batched:
+            output, final = output.squeeze(batch_dim), tuple(state.squeeze(1) for state in final)
+        return output, final
+
+    def _layers(self, sequence, hx):
+        """The layers over [T, B, features]: (last layer's outputs [T, B, H * directions], final states)."""
+        step, ns = _STEPS[self.mode], self._ns
+        directions = 2 if self.bidirectional else 1
+        steps = sequence.shape[0]
+        finals = []
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(directions):
+                index = layer * directions + direction
+                w_ih, w_hh, b_ih, b_hh = (*self.all_weights[index], None, None)[:4]
+                projected = F.linear(sequence, w_ih, b_ih)
+                state = tuple(initial[index] for initial in hx)
+                per_step = [None] * steps
+                for t in reversed(range(steps)) if direction else range(steps):
+                    state = step(projected[t], state, w_hh, b_hh)
+                    per_step[t] = state[0]
+                outputs.append(ns.stack(per_step))
+                finals.append(state)
+            sequence = outputs[0] if directions == 1 else ns.cat(outputs, -1)
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                sequence = F.dropout(sequence, self.dropout, True)
+        return sequence, tuple(ns.stack([final[k] for final in finals]) for k in range(len(hx)))
+
+    def extra_repr(self) -> str:
+        text = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            text += f", num_layers={self.num_layers}"
+        if self.bias is not True:
+            text += f", bias={self.bias}"
+        if self.batch_first is not False:
+            text += f", batch_first={self.batch_first}"
+        if self.dropout != 0:
+            text += f", dropout={self.dropout}"
+        if self.bidirectional is not False:
+            text += f", bidirectional={self.bidirectional}"
+        return text
+
+
+def _nonlinearity(nonlinearity) -> str:
+    if nonlinearity not in ("tanh", "relu"):
+        raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
+    return "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU"
+
+
+class RNN(_RNNBase):
+    """Elman RNN layers: h_t = tanh (or relu)(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh). Returns (output, h_n)."""
+
+    def __init__(self, *args, **kwargs):
+        if "proj_size" in kwargs:
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+        if len(args) > 3:
+            nonlinearity, args = args[3], args[:3] + args[4:]
+        else:
+            nonlinearity = kwargs.pop("nonlinearity", "tanh")
+        super().__init__(_nonlinearity(nonlinearity), *args, **kwargs)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input, hx=None):
+        output, (hidden,) = self._forward(input, None if hx is None else (hx,), "RNN", 1)
+        return output, hidden
+
+
+class LSTM(_RNNBase):
+    """LSTM layers (gates i, f, g, o). Returns (output, (h_n, c_n))."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__("LSTM", *args, **kwargs)
+
+    def forward(self, input, hx=None):
+        output, hidden = self._forward(input, None if hx is None else tuple(hx), "LSTM", 2)
+        return output, hidden
+
+
+class GRU(_RNNBase):
+    """GRU layers (gates r, z, n). Returns (output, h_n)."""
+
+    def __init__(self, *args, **kwargs):
+        if "proj_size" in kwargs:
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+        super().__init__("GRU", *args, **kwargs)
+
+    def forward(self, input, hx=None):
+        output, (hidden,) = self._forward(input, None if hx is None else (hx,), "GRU", 1)
+        return output, hidden
+
+
+class _RNNCellBase(_Sided):
+    """One step of a recurrent layer on [B, input_size] (or [input_size]) input: weight_ih, weight_hh,
+    bias_ih, bias_hh as PyTorch's cells name them."""
+
+    _mode = "LSTM"
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
+        rows = _GATES[self._mode] * hidden_size
+        self.weight_ih = self._parameter(self._ns.empty((rows, input_size), device=device, dtype=dtype))
+        self.weight_hh = self._parameter(self._ns.empty((rows, hidden_size), device=device, dtype=dtype))
+        for name in ("bias_ih", "bias_hh"):
+            if bias:
+                setattr(self, name, self._parameter(self._ns.empty(rows, device=device, dtype=dtype)))
+            else:
+                self.register_parameter(name, None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _uniform_init(self)
+
+    def _step(self, input, hx, states: int, mode: str):
+        name = type(self).__name__
+        if input.ndim not in (1, 2):
+            raise ValueError(f"{name}: Expected input to be 1D or 2D, got {input.ndim}D instead")
+        for k, state in enumerate(hx or ()):
+            if state.ndim not in (1, 2):
+                which = f"hx[{k}]" if states == 2 else "hidden"
+                raise ValueError(f"{name}: Expected {which} to be 1D or 2D, got {state.ndim}D instead")
+        batched = input.ndim == 2
+        if not batched:
+            input = input.unsqueeze(0)
+            hx = None if hx is None else tuple(state.unsqueeze(0) for state in hx)
+        if hx is None:
+            hx = (self._ns.zeros((input.shape[0], self.hidden_size), dtype=input.dtype),) * states
+        if input.shape[1] != self.input_size:
+            raise RuntimeError(f"input has inconsistent input_size: got {input.shape[1]} expected {self.input_size}")
+        for k, state in enumerate(hx):
+            if state.shape[0] != input.shape[0]:
+                raise RuntimeError(
+                    f"Input batch size {input.shape[0]} doesn't match hidden{k} batch size {state.shape[0]}"
+                )
+            if state.shape[1] != self.hidden_size:
+                raise RuntimeError(
+                    f"hidden{k} has inconsistent hidden_size: got {state.shape[1]}, expected {self.hidden_size}"
+                )
+        projected = F.linear(input, self.weight_ih, self.bias_ih)
+        out = _STEPS[mode](projected, tuple(hx), self.weight_hh, self.bias_hh)
+        return out if batched else tuple(state.squeeze(0) for state in out)
+
+    def extra_repr(self) -> str:
+        text = f"{self.input_size}, {self.hidden_size}"
+        if self.bias is not True:
+            text += f", bias={self.bias}"
+        if getattr(self, "nonlinearity", "tanh") != "tanh":
+            text += f", nonlinearity={self.nonlinearity}"
+        return text
+
+
+class RNNCell(_RNNCellBase):
+    """h' = tanh (or relu)(x W_ih^T + b_ih + h W_hh^T + b_hh)."""
+
+    _mode = "RNN_TANH"
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh", **kwargs):
+        super().__init__(input_size, hidden_size, bias, **kwargs)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input, hx=None):
+        if self.nonlinearity not in ("tanh", "relu"):
+            raise RuntimeError(f"Unknown nonlinearity: {self.nonlinearity}")
+        return self._step(input, None if hx is None else (hx,), 1, _nonlinearity(self.nonlinearity))[0]
+
+
+class LSTMCell(_RNNCellBase):
+    """(h', c') of one LSTM step (gates i, f, g, o)."""
+
+    def forward(self, input, hx=None):
+        return self._step(input, None if hx is None else tuple(hx), 2, "LSTM")
+
+
+class GRUCell(_RNNCellBase):
+    """h' of one GRU step (gates r, z, n)."""
+
+    _mode = "GRU"
+
+    def forward(self, input, hx=None):
+        return self._step(input, None if hx is None else (hx,), 1, "GRU")[0]
