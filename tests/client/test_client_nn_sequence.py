@@ -146,7 +146,11 @@ def test_recurrent_errors_as_torch(torch_like, oracle):
             lambda: nn.LSTM(3.0, 4),
             lambda: rnn(z(2, 3, 4, 3)),
             lambda: lstm(z(1, 2, 3, 3)),
-            lambda: gru(z(3,)),
+            lambda: gru(
+                z(
+                    3,
+                )
+            ),
             lambda: lstm(z(5, 2, 3)),
             lambda: lstm(z(5, 2, 4, dtype=m.float64)),
             lambda: lstm(z(5, 2, 3, dtype=m.float64), (z(1, 3, 4, dtype=m.float64), z(1, 2, 4, dtype=m.float64))),
