@@ -369,3 +369,167 @@ class GRUCell(_RNNCellBase):
 
     def forward(self, input, hx=None):
         return self._step(input, None if hx is None else (hx,), 1, "GRU")[0]
+
+
+def _float_mask(mask, name: str, dtype):
+    """PyTorch's `_canonical_mask`: a bool mask as -inf where True (0 elsewhere); a float mask as it is."""
+    if mask is None or mask.dtype.kind == "f":
+        return mask
+    if mask.dtype.kind != "b":
+        raise AssertionError(f"only bool and floating types of {name} are supported")
+    return F._ns(mask).where(mask, -math.inf, 0.0).to(dtype)
+
+
+_QUANTIZABLE: dict = {}
+
+
+class MultiheadAttention(_Sided):
+    """Attention over num_heads heads: query, key and value projected by the rows of in_proj_weight
+    [3 * embed_dim, embed_dim] (xavier_uniform_; in_proj_bias zeros), attended per head (scaled by
+    1/sqrt(head_dim), masks added as PyTorch's `multi_head_attention_forward` does: a bool mask's True entries
+    are left out), then `out_proj`. kdim/vdim other than embed_dim, add_bias_kv and add_zero_attn are not
+    provided."""
+
+    def __init__(
+        self,
+        embed_dim,
+        num_heads,
+        dropout=0.0,
+        bias=True,
+        add_bias_kv=False,
+        add_zero_attn=False,
+        kdim=None,
+        vdim=None,
+        batch_first=False,
+        device=None,
+        dtype=None,
+    ):
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(
+                f"embed_dim and num_heads must be greater than 0, got embed_dim={embed_dim} and "
+                f"num_heads={num_heads} instead"
+            )
+        super().__init__()
+        if add_bias_kv or add_zero_attn or kdim not in (None, embed_dim) or vdim not in (None, embed_dim):
+            raise NotImplementedError("MultiheadAttention's kdim, vdim, add_bias_kv, add_zero_attn are not provided")
+        self.embed_dim, self.kdim, self.vdim, self._qkv_same_embed_dim = embed_dim, embed_dim, embed_dim, True
+        self.num_heads, self.dropout, self.batch_first = num_heads, dropout, batch_first
+        self.head_dim = embed_dim // num_heads
+        if self.head_dim * num_heads != embed_dim:
+            raise AssertionError("embed_dim must be divisible by num_heads")
+        ns = self._ns
+        self.in_proj_weight = self._parameter(ns.empty((3 * embed_dim, embed_dim), device=device, dtype=dtype))
+        for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
+            self.register_parameter(name, None)
+        if bias:
+            self.in_proj_bias = self._parameter(ns.empty(3 * embed_dim, device=device, dtype=dtype))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        linear = ns.nn.Linear
+        if linear not in _QUANTIZABLE:  # the class name PyTorch's repr shows
+            _QUANTIZABLE[linear] = type("NonDynamicallyQuantizableLinear", (linear,), {"__module__": linear.__module__})
+        self.out_proj = _QUANTIZABLE[linear](embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
+        self.bias_k = self.bias_v = None
+        self.add_zero_attn = False
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        init.xavier_uniform_(self.in_proj_weight)
+        if self.in_proj_bias is not None:
+            init.constant_(self.in_proj_bias, 0.0)
+            init.constant_(self.out_proj.bias, 0.0)
+
+    def forward(
+        self,
+        query,
+        key,
+        value,
+        key_padding_mask=None,
+        need_weights=True,
+        attn_mask=None,
+        average_attn_weights=True,
+        is_causal=False,
+    ):
+        batched = _check_shapes(query, key, value, key_padding_mask, attn_mask, self.num_heads)
+        if self.batch_first and batched:
+            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+        if not batched:
+            query, key, value = (t.unsqueeze(1) for t in (query, key, value))
+            key_padding_mask = None if key_padding_mask is None else key_padding_mask.unsqueeze(0)
+        if is_causal and attn_mask is None:
+            raise RuntimeError(
+                "Need attn_mask if specifying the is_causal hint. You may use the Transformer module method "
+                "`generate_square_subsequent_mask` to create this mask."
+            )
+        (length, batch, embed), source = query.shape, key.shape[0]
+        heads, size = self.num_heads, self.head_dim
+        if embed != self.embed_dim:
+            raise AssertionError(f"was expecting embedding dimension of {self.embed_dim}, but got {embed}")
+        if tuple(key.shape) != tuple(value.shape):
+            raise AssertionError(f"key shape {_shape(key)} does not match value shape {_shape(value)}")
+        w, b = self.in_proj_weight, self.in_proj_bias
+        q, k, v = (
+            F.linear(t, w[i * embed : (i + 1) * embed], None if b is None else b[i * embed : (i + 1) * embed])
+            .reshape((t.shape[0], batch, heads, size))
+            .permute((1, 2, 0, 3))
+            for i, t in enumerate((query, key, value))
+        )
+        bias = _float_mask(attn_mask, "attn_mask", query.dtype)
+        if bias is not None:
+            want = (length, source) if bias.ndim == 2 else (batch * heads, length, source)
+            if tuple(bias.shape) != want:
+                raise RuntimeError(f"The shape of the {bias.ndim}D attn_mask is {_shape(bias)}, but should be {want}.")
+            bias = bias if bias.ndim == 2 else bias.reshape((batch, heads, length, source))
+        padding = _float_mask(key_padding_mask, "key_padding_mask", query.dtype)
+        if padding is not None:
+            padding = padding.reshape((batch, 1, 1, source))
+            bias = padding if bias is None else bias + padding
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            scores = q.matmul(k.transpose(-2, -1)) * (1.0 / math.sqrt(size))
+            weights = F.dropout((scores if bias is None else scores + bias).softmax(-1), p)
+            out = weights.matmul(v)
+        else:
+            out, weights = F.scaled_dot_product_attention(q, k, v, bias, p), None
+        out = self.out_proj(out.permute((2, 0, 1, 3)).reshape((length, batch, embed)))
+        if weights is not None and average_attn_weights:
+            weights = weights.mean(1)
+        if self.batch_first and batched:
+            out = out.transpose(0, 1)
+        if not batched:
+            out, weights = out.squeeze(1), None if weights is None else weights.squeeze(0)
+        return out, weights
+
+
+def _shape(t) -> str:
+    return f"torch.Size({list(t.shape)})"
+
+
+def _check_shapes(query, key, value, key_padding_mask, attn_mask, num_heads) -> bool:
+    """PyTorch's `_mha_shape_check`: whether the input is batched, or its AssertionError."""
+    if query.ndim not in (2, 3):
+        raise AssertionError(
+            f"query should be unbatched 2D or batched 3D tensor but received {query.ndim}-D query tensor"
+        )
+    batched = query.ndim == 3
+    kind = "batched (3-D)" if batched else "unbatched (2-D)"
+    if key.ndim != query.ndim or value.ndim != query.ndim:
+        raise AssertionError(
+            f"For {kind} `query`, expected `key` and `value` to be {query.ndim}-D but found {key.ndim}-D and "
+            f"{value.ndim}-D tensors respectively"
+        )
+    if key_padding_mask is not None and key_padding_mask.ndim != query.ndim - 1:
+        raise AssertionError(
+            f"For {kind} `query`, expected `key_padding_mask` to be `None` or {query.ndim - 1}-D but found "
+            f"{key_padding_mask.ndim}-D tensor instead"
+        )
+    if attn_mask is not None and attn_mask.ndim not in (2, 3):
+        raise AssertionError(
+            f"For {kind} `query`, expected `attn_mask` to be `None`, 2-D or 3-D but found {attn_mask.ndim}-D "
+            "tensor instead"
+        )
+    if not batched and attn_mask is not None and attn_mask.ndim == 3:
+        want = (num_heads, query.shape[0], key.shape[0])
+        if tuple(attn_mask.shape) != want:
+            raise AssertionError(f"Expected `attn_mask` shape to be {want} but got {_shape(attn_mask)}")
+    return batched
