@@ -100,13 +100,13 @@ class _RNNBase(_Sided):
                 f"num_layers greater than 1, but got dropout={dropout} and num_layers={num_layers}",
                 stacklevel=3,
             )
-        for name, value, kind in (("bias", bias, bool), ("batch_first", batch_first, bool)):
-            if not isinstance(value, kind):
-                raise TypeError(f"{name} should be of type bool, got: {type(value).__name__}")
-        for name, value in (("input_size", input_size), ("hidden_size", hidden_size)):
-            if not isinstance(value, int):
-                raise TypeError(f"{name} should be of type int, got: {type(value).__name__}")
-            if value <= 0:
+        for name, flag in (("bias", bias), ("batch_first", batch_first)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} should be of type bool, got: {type(flag).__name__}")
+        for name, size in (("input_size", input_size), ("hidden_size", hidden_size)):
+            if not isinstance(size, int):
+                raise TypeError(f"{name} should be of type int, got: {type(size).__name__}")
+            if size <= 0:
                 raise ValueError(f"{name} must be greater than zero")
         if num_layers <= 0:
             raise ValueError("num_layers must be greater than zero")
@@ -124,7 +124,7 @@ class _RNNBase(_Sided):
             for direction in range(directions):
                 columns = input_size if layer == 0 else hidden_size * directions
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
-                shapes = {"weight_ih": (gates, columns), "weight_hh": (gates, hidden_size)}
+                shapes: dict[str, tuple[int, ...]] = {"weight_ih": (gates, columns), "weight_hh": (gates, hidden_size)}
                 if bias:
                     shapes.update({"bias_ih": (gates,), "bias_hh": (gates,)})
                 for name, shape in shapes.items():
@@ -218,18 +218,9 @@ class _RNNBase(_Sided):
         return sequence, tuple(ns.stack([final[k] for final in finals]) for k in range(len(hx)))
 
     def extra_repr(self) -> str:
-        text = f"{self.input_size}, {self.hidden_size}"
-        if self.num_layers != 1:
-            text += f", num_layers={self.num_layers}"
-        if self.bias is not True:
-            text += f", bias={self.bias}"
-        if self.batch_first is not False:
-            text += f", batch_first={self.batch_first}"
-        if self.dropout != 0:
-            text += f", dropout={self.dropout}"
-        if self.bidirectional is not False:
-            text += f", bidirectional={self.bidirectional}"
-        return text
+        defaults = {"num_layers": 1, "bias": True, "batch_first": False, "dropout": 0.0, "bidirectional": False}
+        changed = "".join(f", {k}={getattr(self, k)}" for k, v in defaults.items() if getattr(self, k) != v)
+        return f"{self.input_size}, {self.hidden_size}{changed}"
 
 
 def _nonlinearity(nonlinearity) -> str:
@@ -285,6 +276,8 @@ class _RNNCellBase(_Sided):
     bias_ih, bias_hh as PyTorch's cells name them."""
 
     _mode = "LSTM"
+    bias_ih: Any
+    bias_hh: Any
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None):
         super().__init__()
@@ -335,8 +328,9 @@ class _RNNCellBase(_Sided):
         text = f"{self.input_size}, {self.hidden_size}"
         if self.bias is not True:
             text += f", bias={self.bias}"
-        if getattr(self, "nonlinearity", "tanh") != "tanh":
-            text += f", nonlinearity={self.nonlinearity}"
+        nonlinearity = getattr(self, "nonlinearity", "tanh")
+        if nonlinearity != "tanh":
+            text += f", nonlinearity={nonlinearity}"
         return text
 
 
