@@ -18,7 +18,7 @@ call the registry's composite ops of the same names (`engine.ops.conv`), so each
 are composed here of those.
 
 Not provided (a `NotImplementedError` naming it, `engine.nn.missing`): the rest of torch.nn.functional
-(attention, 3-d convolution and pooling, the other losses and activations).
+(multi_head_attention_forward, 3-d convolution and pooling, the other losses and activations).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ __all__ = [
     "embedding",
     "linear",
     "dropout",
+    "scaled_dot_product_attention",
     "layer_norm",
     "batch_norm",
     "normalize",
@@ -519,6 +520,46 @@ def dropout(input, p=0.5, training=True, inplace=False, generator=None):
         return _inplace(input, input * 0.0, inplace)
     keep = ns.rand(tuple(input.shape), dtype=numpy.float64, generator=generator) < 1.0 - p
     return _inplace(input, input * (keep.to(input.dtype) / (1.0 - p)), inplace)
+
+
+def _safe_softmax(scores):
+    """softmax over the last dimension, with zeros (not nan) in the rows whose every score is -inf."""
+    ns = _ns(scores)
+    attended = (scores != -math.inf).any(-1, keepdim=True)
+    return ns.where(attended, ns.where(attended, scores, 0.0).softmax(-1), 0.0)
+
+
+def scaled_dot_product_attention(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+):
+    """softmax(query @ key^T * scale + bias) @ value over [..., L, E] queries and [..., S, E] keys, as
+    PyTorch's math kernel: a bool `attn_mask` lets the True pairs take part, a float one is added,
+    `is_causal` keeps the lower triangle (top-left aligned), a row with nothing to attend gives zeros;
+    `dropout_p` drops weights whenever given (the function has no training flag); `enable_gqa` repeats each
+    key and value head for its group of query heads (dimension -3)."""
+    ns = _ns(query)
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        if query.shape[-3] % key.shape[-3]:
+            raise RuntimeError("Number of heads in key and value must divide the number of heads in query")
+        group = query.shape[-3] // key.shape[-3]
+
+        def repeated(t):
+            wide = t.unsqueeze(-3).expand((*t.shape[:-2], group, *t.shape[-2:]))
+            return wide.reshape((*t.shape[:-3], t.shape[-3] * group, *t.shape[-2:]))
+
+        key, value = repeated(key), repeated(value)
+    factor = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = query.matmul(key.transpose(-2, -1)) * factor
+    if is_causal:
+        attn_mask = ns.tensor(numpy.tril(numpy.ones((query.shape[-2], key.shape[-2]), dtype=bool)))
+    if attn_mask is None:
+        weights = scores.softmax(-1)
+    else:
+        scores = ns.where(attn_mask, scores, -math.inf) if attn_mask.dtype.kind == "b" else scores + attn_mask
+        weights = _safe_softmax(scores)
+    return dropout(weights, dropout_p).matmul(value)
 
 
 def _standardised(centred, var, eps, weight, bias, shape=None):

@@ -25,6 +25,7 @@ import numpy
 from engine.devices import Device
 from engine.nn import functional as F
 from engine.nn import hooks, init
+from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNCell
 from engine.optim.optimizer import realise_with_next_step
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])  # type: ignore[name-match]  # PyTorch's repr
@@ -1440,6 +1441,7 @@ GENERIC = (
     *(AdaptiveAvgPool1d, AdaptiveAvgPool2d, Flatten, Unflatten),
     *(ReLU, GELU, Tanh, Sigmoid, LeakyReLU, ELU, SiLU, Softplus, Softmax, LogSoftmax),
     *(MSELoss, L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, NLLLoss, CrossEntropyLoss),
+    *(RNN, LSTM, GRU, RNNCell, LSTMCell, GRUCell, MultiheadAttention),
 )
 
 
