@@ -127,16 +127,13 @@ MISSED_BECAUSE = {
     "fields as a tuple and the batch formats them (the duration's digits from whole microseconds and a table, not "
     "round-to-3 and repr), a text line 27.3k -> 15.7k instructions; a 4 KiB binary /forward with the log on ÷ off "
     "+9.9% -> +5.6% of its instructions (298k off; log4 branch) (issue 24 item 5)",
-    "first request of a new": "the first request parses, infers every shape, prices its backward for admission and "
-    "runs the graph on the engine with its backward walk, in Python per node; a repeat runs the generated "
-    "program. Since session 11 a request shape's first request runs unrecorded, and since session 12 only the "
-    "requested kind's cost is priced, its tables in one pass: callgrind 197M -> 150M -> 140M instructions a "
-    "first request (parse ~33M, pricing ~30M, the engine ~49M, inference ~13M, decode ~11M) against a "
-    "repeat's ~11.5M interpreted. The case now times the steady repeat, its generated code (~0.6-0.7 ms, so "
-    "<=10x needs a first request under ~6.5 ms; it is ~9.1-9.4 ms); before, a round's repeats were interpreted "
-    "or generated as the generator happened to be done, and the ratio swung 8.5-14x between rounds. Under "
-    "10x needs structure, not cuts: steps as arrays from parse on, or pricing whole chain segments at once "
-    "(issue 24 item 4, first4 and first5 branches)",
+    "first request of a new": "a first request parses, infers every shape and runs its graph on the engine with its "
+    "backward walk, in Python per node; a repeat runs the generated program (~0.6-0.7 ms, so <=10x needs a first "
+    "request under ~6.5 ms). callgrind 197M -> 150M -> 140M (sessions 11-12: unrecorded first runs, pricing only "
+    "the requested kind) -> 111.9M instructions in session 13, where admission checks an upper bound of the cost "
+    "from the steps' kinds and walks the plan only when that bound is over a budget; ~95M are needed. What is left "
+    "is parse's per-node Python (~27M), the engine's eager forward and backward (~50M), inference (~15M) and "
+    "decode (~11M) (issue 24 item 4; Changes, round 3)",
     "10k-node chain plan": "plans up to 100,000 steps run as recorded programs, interpreted past code generation's "
     "16,000 terms from int32 arrays over a few shared kinds of step: ~2-4 µs/node of CPU with no GC pass "
     "(in process, load average ~9 on 2 cores: 12-14 µs/node wall against 23-26 for the build before); "
