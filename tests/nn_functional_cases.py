@@ -318,3 +318,15 @@ case("fold", f("fold", (4, 5), 2, stride=(2, 3)), normal(1, 8, 4))
 
 def differentiable(c: Case) -> bool:
     return any(a.dtype.kind == "f" and i not in c.data for i, a in enumerate(c.arrays))
+
+
+# --- attention ----------------------------------------------------------------------------------------
+
+for causal in (False, True):
+    case(
+        f"scaled_dot_product_attention-causal{int(causal)}",
+        f("scaled_dot_product_attention", is_causal=causal),
+        normal(1, 2, 3, 4),
+        normal(1, 2, 3, 4),
+        normal(1, 2, 3, 4),
+    )
