@@ -172,11 +172,6 @@ class ResidentStore:
             if session is not None:
                 session.last_step = step
 
-    def has(self, key: tuple, handle: str) -> bool:
-        with self._lock:
-            session = self._sessions.get(key)
-            return session is not None and handle in session.arrays
-
     def check_room(self, key: tuple, added: int, field: str = "upload") -> None:
         """Refuse (413, naming the bound) `added` more bytes for session `key`."""
         with self._lock:
@@ -280,11 +275,6 @@ class ResidentStore:
                     self._bytes -= resident.nbytes
             if not session.arrays:
                 del self._sessions[key]
-
-    def sweep(self) -> None:
-        """Drop expired sessions now (else at the next use of the store)."""
-        with self._lock:
-            self._expire(time.monotonic())
 
     def clear(self) -> None:
         with self._lock:
