@@ -174,6 +174,8 @@ class ResidentStore:
 
     def check_room(self, key: tuple, added: int, field: str = "upload") -> None:
         """Refuse (413, naming the bound) `added` more bytes for session `key`."""
+        if added <= 0:
+            return
         with self._lock:
             self._expire(time.monotonic())
             session = self._sessions.get(key)
@@ -238,9 +240,9 @@ class ResidentStore:
     def recharge(self, key: tuple, resident: Resident, before: int) -> None:
         """Count a resident whose optimizer state changed from `before` bytes to its current size
         (`wire.resident_update` checks the room first with `check_room`)."""
+        delta = resident.nbytes - before
         with self._lock:
-            delta = resident.nbytes - before
-            session = self._sessions.get(key)
+            session = self._sessions.get(key) if delta else None
             if session is not None and any(r is resident for r in session.arrays.values()):
                 session.nbytes += delta
                 self._bytes += delta
