@@ -299,3 +299,40 @@ def test_concurrent_readers_never_see_a_step_half_written():
             reader.join()
     assert torn == []
     numpy.testing.assert_array_equal(executor.residents.fetch(key, ["w1"])["w1"], -201.0)
+
+
+def test_numbered_binary_steps_are_decoded_by_their_layout_with_their_own_step_and_after(monkeypatch):
+    """A resident step's header differs from the last one's only in its update's step and after: from the
+    third such step on it is decoded from the layout its header minus those numbers keeps (no JSON parse),
+    with its own numbers, which the server still checks (409); a resident re-uploaded with another shape is
+    admitted for its new shape."""
+    from wire import handler
+
+    sgd = {"optimizer": "sgd", "groups": [{"handles": ["w1", "b1"], "lr": 0.1}]}
+
+    def body(number, after, x=BATCHES[0][0], upload=()):
+        header = {"graph": GRAPH, "wrt": ["w", "b"], "session": SESSION, "update": {**sgd, "step": number}}
+        header["update"] |= {"after": after} if after is not None else {}
+        return encode_request(header, [("x", x), ("y", BATCHES[0][1])], upload=upload)
+
+    def loss(executor, number, after, **kwargs):
+        parts, length, _ = handle(executor, "/backward", *body(number, after, **kwargs))
+        header, tail = read_body(b"".join(bytes(p) for p in parts), length)
+        return float(decode_result(header, tail, 10**6).outputs["l"])
+
+    executor, full = Executor(), Executor()
+    for e in (executor, full):
+        loss(e, 1, None, upload=[("w1", W0), ("b1", B0)])
+        loss(e, 2, 1)
+    expected = [loss(full, n, n - 1) for n in range(3, 12)]
+    decode = handler.decode_request
+    monkeypatch.setattr(handler, "decode_request", lambda *a: pytest.fail("decoded in full"))
+    assert [loss(executor, n, n - 1) for n in range(3, 12)] == expected  # (one digit, then two)
+    err = refused(loss, executor, 13, 12)
+    assert err.kind == "conflict" and err.field == "update.after" and "must follow step 12" in str(err)
+    assert loss(executor, 12, 11) == loss(full, 12, 11)
+    monkeypatch.setattr(handler, "decode_request", decode)
+    executor.residents.free((None, SESSION), ["w1"])
+    loss(executor, 13, 12, x=numpy.ones((5, 2)), upload=[("w1", numpy.ones((2, 3)))])  # w1 now 2x3
+    assert refused(loss, executor, 14, 13).field == "inputs"  # (x 5x4: the kept admission was w1 4x3's)
+    assert loss(executor, 14, 13, x=numpy.ones((5, 2))) > 0

@@ -55,8 +55,12 @@ class Executor:
         admitted = None if request.layout is None else request.layout.admitted.get(kind)
         plan, shapes = (None, None) if admitted is None else (admitted[1](), admitted[2]())  # held weakly
         if plan is not None and shapes is not None and request.planned is None and self.plans.hit(plan):
-            request.planned = (plan, shapes, None)  # a header seen before, on a plan still cached:
-            return Ticket(request, kind, admitted[0], plan, request.planned[1], *admitted[3:])  # as `_run_plan` kept
+            if plan.residents or request.update:  # (its resident arrays as they are now: the same signature?)
+                self._bind_residents(request, plan)
+                request.planned = (plan, None, None)
+            if request.planned is None or known_shapes(plan, request.inputs) is shapes:
+                request.planned = (plan, shapes, None)  # a header seen before, on a plan still cached:
+                return Ticket(request, kind, admitted[0], plan, shapes, *admitted[3:])  # as `_run_plan` kept
         if cheap_steps is None:
             return admit(request, kind, self.limits, self._plan)
         backward = kind == "backward" or request.retain_graph
@@ -242,7 +246,7 @@ class Executor:
         if key is not None:
             self.plans.store(key, plan)
             request.planned = (plan, shapes, None)
-        elif layout is not None and not plan.residents:
+        elif layout is not None:
             layout.keep(ticket, request.inputs)  # the next request of this header is admitted so
         record = ticket.kind == "backward" or request.retain_graph
         if not request.retain_graph and self.compiled:

@@ -3,14 +3,17 @@ request (a training loop, a benchmark) sends the same JSON header each time: a `
 `wire.messages.decode_request` made of one (the request's fields, each tensor's place in the tail)
 and, once a request of it ran on a cached plan, how it was admitted. A body with a header seen before
 is decoded by slicing its tail and admitted as that request was: it passed the same checks under the
-same limits. Only what passed them is kept, so a refusal is always the full decode's or admission's own."""
+same limits. Only what passed them is kept, so a refusal is always the full decode's or admission's own.
+A resident step's header, whose update's "step" and "after" change each time, is kept without them (`_unnumbered`)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 
 import numpy
+import orjson
 
 from engine import backend
 from wire.codec import DATATYPES
@@ -19,6 +22,7 @@ from wire.messages import Request, encode_result_parts
 
 MAX_HEADER = 8192  # bytes of a header kept as a layout's key (larger ones are decoded in full)
 LAYOUTS = 64  # layouts kept, the oldest dropped first: at most 512 KiB of keys
+ORDER = re.compile(rb'"step":(0|[1-9][0-9]{0,17}),"after":(0|[1-9][0-9]{0,17})}')  # an update's numbers, last
 
 
 WIRE_DTYPES = frozenset(DATATYPES.values())  # an array of one of these is sent as its own bytes
@@ -54,8 +58,8 @@ class Layout:
 
     @classmethod
     def of(cls, request: Request, header: dict | None = None) -> Layout | None:
-        """The layout of a decoded `request` (of `header`, an in-process one's); None for one with resident arrays."""
-        if request.session is not None or request.upload or request.update:
+        """The layout of a decoded `request` (of `header`, an in-process one's); None for one that uploads."""
+        if request.upload:
             return None
         tensors, offset = [], 0
         for whose in ("inputs", "grad_outputs"):
@@ -118,11 +122,16 @@ class Layouts:
     def decode(self, body, header_length: int, aligned: bool = True) -> Request | None:
         """The Request of a binary `body` of a learned header and tail length (else None)."""
         view = memoryview(body)  # (a header past the body's end: its tail's size is negative, no layout)
-        layout = self._layouts.get(bytes(view[:header_length])) if 0 <= header_length <= MAX_HEADER else None
+        head = bytes(view[:header_length]) if 0 <= header_length <= MAX_HEADER else b""
+        layout, numbers = self._layouts.get(head), None
+        if layout is None and (numbers := ORDER.search(head)) is not None:  # a resident step's, numbered
+            layout = self._layouts.get(_unnumbered(head, numbers))
         if layout is None or len(view) - header_length != layout.size:
             return None
         tail, request = view[header_length:], Request.__new__(Request)
         request.__dict__.update(layout.fields)
+        if numbers is not None:
+            request.order = (int(numbers[1]), int(numbers[2]))
         request.inputs, request.grad_outputs, request.upload, request.layout = {}, {}, {}, layout
         for whose, name, dtype, count, offset, shape in layout.tensors:
             array = numpy.frombuffer(tail, dtype, count, offset)
@@ -132,14 +141,28 @@ class Layouts:
         return request
 
     def learn(self, body, header_length: int, header: dict, request: Request) -> None:
-        """Keep the layout of a request made of `body`, unless it has JSON tensors or resident arrays."""
+        """Keep the layout of a request made of `body`, unless it has JSON tensors or uploads."""
         objs = (header.get("inputs") or []) + (header.get("grad_outputs") or [])
         if header_length > MAX_HEADER or any("data" in obj for obj in objs):
             return
         request.layout = Layout.of(request)
         if request.layout is None:
             return
+        key, order = bytes(memoryview(body)[:header_length]), request.order
+        if None not in order and (numbers := ORDER.search(key)) is not None:  # a resident step's, numbered:
+            step, after = order[0] + 1, order[1] + 2  # do other numbers there change its update's and nothing else?
+            probe = {**header, "update": {**header["update"], "step": step, "after": after}}
+            if orjson.loads(_unnumbered(key, numbers, b"%d" % step, b"%d" % after)) != probe:
+                return
+            key = _unnumbered(key, numbers)
         with self._lock:
             while len(self._layouts) >= self.size:
                 del self._layouts[next(iter(self._layouts))]
-            self._layouts[bytes(memoryview(body)[:header_length])] = request.layout
+            self._layouts[key] = request.layout
+
+
+def _unnumbered(head: bytes, numbers, step: bytes = b"#", after: bytes = b"#") -> bytes:
+    """A header's bytes with `step` and `after` (no JSON's: no header has those bytes) in place of its update's
+    numbers (`ORDER`'s match), without the spaces that pad it (as many as the numbers' digits leave)."""
+    rest = head[numbers.end(2) :].rstrip(b" ")
+    return head[: numbers.start(1)] + step + head[numbers.end(1) : numbers.start(2)] + after + rest

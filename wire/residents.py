@@ -172,13 +172,10 @@ class ResidentStore:
             if session is not None:
                 session.last_step = step
 
-    def has(self, key: tuple, handle: str) -> bool:
-        with self._lock:
-            session = self._sessions.get(key)
-            return session is not None and handle in session.arrays
-
     def check_room(self, key: tuple, added: int, field: str = "upload") -> None:
         """Refuse (413, naming the bound) `added` more bytes for session `key`."""
+        if added <= 0:
+            return
         with self._lock:
             self._expire(time.monotonic())
             session = self._sessions.get(key)
@@ -243,9 +240,9 @@ class ResidentStore:
     def recharge(self, key: tuple, resident: Resident, before: int) -> None:
         """Count a resident whose optimizer state changed from `before` bytes to its current size
         (`wire.resident_update` checks the room first with `check_room`)."""
+        delta = resident.nbytes - before
         with self._lock:
-            delta = resident.nbytes - before
-            session = self._sessions.get(key)
+            session = self._sessions.get(key) if delta else None
             if session is not None and any(r is resident for r in session.arrays.values()):
                 session.nbytes += delta
                 self._bytes += delta
@@ -280,11 +277,6 @@ class ResidentStore:
                     self._bytes -= resident.nbytes
             if not session.arrays:
                 del self._sessions[key]
-
-    def sweep(self) -> None:
-        """Drop expired sessions now (else at the next use of the store)."""
-        with self._lock:
-            self._expire(time.monotonic())
 
     def clear(self) -> None:
         with self._lock:
