@@ -158,12 +158,13 @@ MISSED_BECAUSE = {
     "~13k, the body read with its budget hold ~24k, the two answer sends ~13k, headers, request id, checks and "
     "metrics ~20k; 80% of the echo would need all of it at about a quarter of the echo's round trip (issue 24 "
     "items 1, 4; wire4 and wire5 branches)",
-    "seed loop remote with resident parameters": "a step is one request of ~3 KiB (the unchanged batch held on the "
-    "server by handle, SGD stepped there in place), and since session 12 two steps are in flight, pipelined on "
-    "one HTTP/1.1 connection, numbered so that the server refuses a step whose predecessor it has not applied. "
-    "A step's wall is then the server's CPU a step (~0.50 ms) against the embedded 0.43 ms: own harness, server "
-    "and client on their own CPUs, 1.15-1.18x (was 2.02-2.20x). The suite's server now runs on the CPUs the "
-    "round's sides don't use; a round over 1.3x is the server's CPU per step on a loaded machine (issue 24 item 3)",
+    "seed loop remote with resident parameters": "a step is one ~3 KiB request (the batch and parameters held on the "
+    "server, SGD stepped there in place, two steps in flight on one pipelined HTTP/1.1 connection), so its wall is "
+    "the server's CPU a step. Since session 13 a step's header is decoded and admitted by its layout despite its "
+    "changing step and after numbers: ~0.52 ms a step, of which ~0.28 ms is the compiled forward, backward and "
+    "update at the NumPy floor and ~0.2 ms the HTTP/ASGI layer every small request pays, against the embedded "
+    "loop's ~0.40 ms (which itself got ~10% faster in session 13); a round over 1.3x is that fixed per-request "
+    "cost on a loaded machine (issue 24 item 3)",
     "remote training loop": "the suite's remote loop is the seed program as written (`w.data -= lr * w.grad.data`): each step "
     "moves the parameters, a 650 KB request and a 400 KB answer over this VM's loopback, which the embedded "
     "loop does not pay; resident parameters (`client.optim.SGD(..., resident=True)`, issue 24 target 3) are "
