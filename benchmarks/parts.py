@@ -158,7 +158,7 @@ MISSED_BECAUSE = {
     "~13k, the body read with its budget hold ~24k, the two answer sends ~13k, headers, request id, checks and "
     "metrics ~20k; 80% of the echo would need all of it at about a quarter of the echo's round trip (issue 24 "
     "items 1, 4; wire4 and wire5 branches)",
-    "seed loop remote with resident parameters": "a step is one ~3 KiB request (the batch and parameters held on the "
+    "seed loop remote with resident parameters": "a step is one request of ~3 KiB (the batch and parameters held on the "
     "server, SGD stepped there in place, two steps in flight on one pipelined HTTP/1.1 connection), so its wall is "
     "the server's CPU a step. Since session 13 a step's header is decoded and admitted by its layout despite its "
     "changing step and after numbers: ~0.52 ms a step, of which ~0.28 ms is the compiled forward, backward and "
