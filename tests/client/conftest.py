@@ -123,3 +123,17 @@ def remote(server):
 @pytest.fixture
 def recorder(session):
     return Recorder(session)
+
+
+@pytest.fixture(params=["engine", "embedded", "remote"])
+def torch_like(request):
+    """The module a program imports as `torch`: engine, or client embedded or against the server."""
+    import client
+    import engine
+
+    if request.param == "engine":
+        yield engine
+        return
+    url = request.getfixturevalue("server").url if request.param == "remote" else None
+    with client.connect(url):
+        yield client

@@ -21,17 +21,6 @@ from tests.nn_functional_cases import CASES
 TOLERANCE = {np.float64: dict(rtol=1e-10, atol=1e-12), np.float32: dict(rtol=2e-5, atol=2e-5)}
 
 
-@pytest.fixture(params=["engine", "embedded", "remote"])
-def torch_like(request):
-    """The module a program imports as `torch`: engine, or client embedded or against the server."""
-    if request.param == "engine":
-        yield engine
-        return
-    url = request.getfixturevalue("server").url if request.param == "remote" else None
-    with client.connect(url):
-        yield client
-
-
 @pytest.fixture
 def oracle():
     return pytest.importorskip("torch")

@@ -19,17 +19,6 @@ import engine
 EXACT = dict(rtol=1e-12, atol=1e-12)
 
 
-@pytest.fixture(params=["engine", "embedded", "remote"])
-def torch_like(request):
-    """The module a program imports as `torch`: engine, or client embedded or against the server."""
-    if request.param == "engine":
-        yield engine
-        return
-    url = request.getfixturevalue("server").url if request.param == "remote" else None
-    with client.connect(url):
-        yield client
-
-
 @pytest.fixture
 def oracle():
     return pytest.importorskip("torch")

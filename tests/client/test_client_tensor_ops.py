@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import client
-import engine
 from client.errors import RequestError
 from tests import everyday_programs as programs
 
@@ -53,16 +52,6 @@ PROGRAMS = {
     "einsum outer": "out = torch.einsum('i,j->ij', x[0], y[:, 1])",
     "attention": CAUSAL + "w = att.masked_fill(mask, -1e9).softmax(-1)\nout = torch.einsum('ij,jk->ik', w, x)",
 }
-
-
-@pytest.fixture(params=["engine", "embedded", "remote"])
-def torch_like(request):
-    if request.param == "engine":
-        yield engine
-        return
-    url = request.getfixturevalue("server").url if request.param == "remote" else None
-    with client.connect(url):
-        yield client
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))

@@ -20,17 +20,6 @@ from engine.modern import ALIASES, FUNCTION_ALIASES
 from tests import modern_programs as programs
 
 
-@pytest.fixture(params=["engine", "embedded", "remote"])
-def torch_like(request):
-    """The module a program imports as `torch`: engine, or client embedded or against the server."""
-    if request.param == "engine":
-        yield engine
-        return
-    url = request.getfixturevalue("server").url if request.param == "remote" else None
-    with client.connect(url):
-        yield client
-
-
 @pytest.fixture
 def oracle():
     return pytest.importorskip("torch")
