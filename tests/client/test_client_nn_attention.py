@@ -13,7 +13,6 @@ import pytest
 from tests.client import test_client_nn_optim as base
 from tests.client.test_client_nn_optim import values
 
-torch_like = base.torch_like
 oracle = base.oracle
 CLOSE = dict(rtol=1e-9, atol=1e-12)
 CAUSAL_WIDE = np.tril(np.ones((4, 6), dtype=bool), 1)

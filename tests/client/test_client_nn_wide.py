@@ -18,7 +18,6 @@ import pytest
 from tests.client import test_client_nn_optim as base
 from tests.client.test_client_nn_optim import EXACT, copy_into, values
 
-torch_like = base.torch_like
 oracle = base.oracle
 
 
