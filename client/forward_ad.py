@@ -14,7 +14,6 @@ from __future__ import annotations
 import weakref
 
 from client.autograd import jvp_node
-from client.func import differentiable
 from client.variable import Variable
 from engine.api import UnpackedDualTensor
 
@@ -63,7 +62,7 @@ def make_dual(tensor, tangent, *, level=None):
             f"not supported. Tensor is of size {list(tensor.shape)} while the given forward gradient is of size "
             f"{list(tangent.shape)}."
         )
-    dual = tensor.view_as(tensor) if tensor.requires_grad else differentiable(tensor)
+    dual = tensor.view_as(tensor) if tensor.requires_grad else tensor.detach().requires_grad_(True)
     duals = _LEVELS[-1]
     key = id(dual)
     duals[key] = (weakref.ref(dual, lambda ref: duals.pop(key, None)), dual._graph_value(), tangent)

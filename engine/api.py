@@ -48,7 +48,7 @@ from engine.devices import Device
 from engine.dtypes import DType
 from engine.dtypes import of as dtype_of
 from engine.forward_ad import UnpackedDualTensor
-from engine.func import _flat, _split, _tuple, _unflat, tree_leaves, tree_rebuild, vmap_with
+from engine.func import Transforms, vmap_with
 from engine.function import FUNCTION_NAME, Function, FunctionBase, FunctionCtx
 from engine.function import node_class as function_node_class
 from engine.grad_mode import GradMode, enable_grad, is_grad_enabled, no_grad
@@ -164,11 +164,7 @@ set_interrupt = _interrupt.set_hook
 # --- shapes ------------------------------------------------------------------------------------
 shape_proxy = _shapes.proxy  # (shape, dtype) -> a zero-strided array of that shape, for indexing rules
 
-# --- torch.func and gradcheck helpers, written once for both Variables ------------------------
-as_tuple = _tuple  # (x, what) -> tuple(x), or torch.func's error naming `what`
-split_aux = _split  # (out, has_aux, what) -> (output, aux)
-flatten_outputs = _flat  # out -> (list of outputs, whether it was a tuple)
-unflatten_outputs = _unflat  # (items, was_tuple) -> a tuple or the single item
+# --- gradcheck helpers, written once for both Variables ------------------------
 GRADCHECK_KEYWORDS = _GRADCHECK_KEYWORDS
 GRADGRADCHECK_KEYWORDS = _GRADGRADCHECK_KEYWORDS
 accept_keywords = _accept  # (name, given, known): TypeError for an unknown keyword argument
@@ -262,16 +258,11 @@ __all__ = [
     # torch-named helpers written once for both Variables
     "Functional",
     "vmap_with",
-    "tree_leaves",
-    "tree_rebuild",
+    "Transforms",
     "save",
     "loader",
     "UnpackedDualTensor",
     "GradcheckError",
-    "as_tuple",
-    "split_aux",
-    "flatten_outputs",
-    "unflatten_outputs",
     "GRADCHECK_KEYWORDS",
     "GRADGRADCHECK_KEYWORDS",
     "accept_keywords",

@@ -1,5 +1,6 @@
 """`torch.func` for functions of Variables: `jvp`, `vjp`, `grad`, `grad_and_value`, `jacrev`, `jacfwd`, `hessian`,
-`vmap`.
+`vmap`, written once for both Variables (`Transforms`, bound to `engine`'s names here and to `client`'s in
+`client.func`).
 
 They compose (`jvp(grad(f), ...)` is a forward-over-reverse Hessian-vector product): each keeps
 the graph of its result when an argument requires grad, so an outer transform differentiates it.
@@ -8,11 +9,10 @@ the graph of its result when an argument requires grad, so an outer transform di
 
 from __future__ import annotations
 
-from engine.autograd import grad as _grad
-from engine.grad_mode import enable_grad, is_grad_enabled
-from engine.linearize import differentiable, keeps_graph, transpose_jvp, zeros_like
+import sys
+
+from engine.linearize import transpose_jvp, zeros_like
 from engine.registry import F
-from engine.variable import Variable
 
 
 def _tuple(x, what):
@@ -37,31 +37,6 @@ def _unflat(items, is_tuple):
     return tuple(items) if is_tuple else items[0]
 
 
-def jvp(func, primals, tangents, *, strict=False, has_aux=False):
-    """(func(*primals), J·tangents), or with `has_aux` (output, jvp, aux)."""
-    primals, tangents = _tuple(primals, "jvp"), _tuple(tangents, "jvp")
-    if len(primals) != len(tangents):
-        raise RuntimeError(
-            f"jvp: Expected primals and tangents to have the same length, got {len(primals)} and {len(tangents)}"
-        )
-    for i, (p, t) in enumerate(zip(primals, tangents)):
-        if tuple(p.shape) != tuple(t.shape):
-            raise RuntimeError(
-                f"jvp: Expected primals and tangents to have the same shape: primal {i} has shape {list(p.shape)} "
-                f"and its tangent {list(t.shape)}"
-            )
-    keep = keeps_graph(primals, tangents)
-    xs = [differentiable(p) for p in primals]
-    with enable_grad():
-        out, aux = _split(func(*xs), has_aux, "jvp")
-    outs, is_tuple = _flat(out)
-    result = transpose_jvp(outs, xs, list(tangents), keep)
-    outs = [o if keep else o.detach() for o in outs]
-    if has_aux:
-        return _unflat(outs, is_tuple), _unflat(result, is_tuple), aux
-    return _unflat(outs, is_tuple), _unflat(result, is_tuple)
-
-
 def tree_leaves(tree) -> list:
     """The Variables of a pytree (nested dicts, lists and tuples), in order."""
     if isinstance(tree, dict):
@@ -80,116 +55,145 @@ def tree_rebuild(tree, leaves):
     return next(leaves)
 
 
-def _prepared(args, argnums):
-    keep = is_grad_enabled() and any(isinstance(a, Variable) and a.requires_grad for a in args)
-    xs = list(args)
-    for i in argnums:
-        x = xs[i]
-        xs[i] = x.view_as(x) if keep and x.requires_grad else x.detach().requires_grad_(True)
-    return xs, keep
+class Transforms:
+    """torch.func's transforms over one package's Variables: `ns` gives its `Variable`, `grad`,
+    `enable_grad`, `is_grad_enabled` and `autograd.functional`; `linearized(outputs, inputs, tangents,
+    keep)` is its J·v, `zeros_like(v)` zeros in no graph. On a lazy package (the client) gradients are
+    recorded as lazy `grad` nodes whatever is kept, so a transform's result is one request when read."""
 
+    def __init__(self, ns, linearized, zeros_like, lazy=False):
+        self.ns, self.linearized, self.zeros_like, self.lazy = ns, linearized, zeros_like, lazy
 
-def _gradients(outputs, targets, seeds, keep):
-    live = [i for i, o in enumerate(outputs) if o.requires_grad]
-    found = [None] * len(targets)
-    if live:
-        found = _grad(
-            [outputs[i] for i in live],
-            targets,
-            None if seeds is None else [seeds[i] for i in live],
-            retain_graph=True,
-            create_graph=keep,
-            allow_unused=True,
-        )
-    return [zeros_like(t) if g is None else g if keep else g.detach() for g, t in zip(found, targets)]
+    def _any_rg(self, vs) -> bool:
+        return any(isinstance(v, self.ns.Variable) and v.requires_grad for v in vs)
 
+    def _differentiable(self, p, keep):
+        """A view of `p` when it requires grad and the result keeps its graph (its gradient flows on and
+        is this use's alone), else a leaf alias of it that requires grad."""
+        return p.view_as(p) if keep and p.requires_grad else p.detach().requires_grad_(True)
 
-def vjp(func, *primals, has_aux=False):
-    """(func(*primals), vjp_fn): vjp_fn(cotangents) is the tuple of vᵀ·J, one per primal."""
-    xs, keep = _prepared(primals, range(len(primals)))
-    with enable_grad():
-        out, aux = _split(func(*xs), has_aux, "vjp")
-    outs, is_tuple = _flat(out)
-
-    def vjp_fn(*cotangents):
-        seeds = list(cotangents[0]) if is_tuple and len(cotangents) == 1 else list(cotangents)
-        if len(seeds) != len(outs):
-            raise RuntimeError(f"Expected {len(outs)} cotangents, got {len(seeds)}")
-        return tuple(_gradients(outs, xs, seeds, keep or is_grad_enabled() and _any_rg(seeds)))
-
-    shown = _unflat([o if keep else o.detach() for o in outs], is_tuple)
-    return (shown, vjp_fn, aux) if has_aux else (shown, vjp_fn)
-
-
-def _any_rg(vs):
-    return any(isinstance(v, Variable) and v.requires_grad for v in vs)
-
-
-def grad_and_value(func, argnums=0, has_aux=False):
-    """A function returning (the gradient of func's one-element output for args[argnums], the output)."""
-
-    def wrapper(*args, **kwargs):
-        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-        flat = [leaf for i in nums for leaf in tree_leaves(args[i])]  # an argument may be a pytree (a dict...)
-        ready, keep = _prepared(flat + [a for j, a in enumerate(args) if j not in nums], range(len(flat)))
-        xs, leaves = list(args), iter(ready)
-        for i in nums:
-            xs[i] = tree_rebuild(args[i], leaves)
-        with enable_grad():
-            out, aux = _split(func(*xs, **kwargs), has_aux, "grad_and_value")
-        if not isinstance(out, Variable) or out.numel() != 1:
+    def jvp(self, func, primals, tangents, *, strict=False, has_aux=False):
+        """(func(*primals), J·tangents), or with `has_aux` (output, jvp, aux)."""
+        primals, tangents = _tuple(primals, "jvp"), _tuple(tangents, "jvp")
+        if len(primals) != len(tangents):
             raise RuntimeError(
-                "grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got tensor with "
-                f"{len(getattr(out, 'shape', ()))} dims. Maybe you wanted to use the vjp or jacrev APIs instead?"
+                f"jvp: Expected primals and tangents to have the same length, got {len(primals)} and {len(tangents)}"
             )
-        found = iter(_gradients([out], ready[: len(flat)], None, keep))
-        grads = [tree_rebuild(args[i], found) for i in nums]
-        g = grads[0] if isinstance(argnums, int) else tuple(grads)
-        value = out if keep else out.detach()
-        return (g, (value, aux)) if has_aux else (g, value)
+        for i, (p, t) in enumerate(zip(primals, tangents)):
+            if tuple(p.shape) != tuple(t.shape):
+                raise RuntimeError(
+                    f"jvp: Expected primals and tangents to have the same shape: primal {i} has shape "
+                    f"{list(p.shape)} and its tangent {list(t.shape)}"
+                )
+        keep = self.ns.is_grad_enabled() and (self._any_rg(primals) or self._any_rg(tangents))
+        xs = [self._differentiable(p, self.ns.is_grad_enabled()) for p in primals]
+        with self.ns.enable_grad():
+            out, aux = _split(func(*xs), has_aux, "jvp")
+        outs, is_tuple = _flat(out)
+        result = self.linearized(outs, xs, list(tangents), keep)
+        outs = [o if keep else o.detach() for o in outs]
+        if has_aux:
+            return _unflat(outs, is_tuple), _unflat(result, is_tuple), aux
+        return _unflat(outs, is_tuple), _unflat(result, is_tuple)
 
-    return wrapper
+    def _prepared(self, args, argnums):
+        keep = self.ns.is_grad_enabled() and self._any_rg(args)
+        xs = list(args)
+        for i in argnums:
+            xs[i] = self._differentiable(xs[i], keep)
+        return xs, keep
 
+    def _gradients(self, outputs, targets, seeds, keep):
+        live = [i for i, o in enumerate(outputs) if o.requires_grad]
+        found = [None] * len(targets)
+        if live:
+            found = self.ns.grad(
+                [outputs[i] for i in live],
+                targets,
+                None if seeds is None else [seeds[i] for i in live],
+                retain_graph=True,
+                create_graph=keep or self.lazy,
+                allow_unused=True,
+            )
+        return [self.zeros_like(t) if g is None else g if keep else g.detach() for g, t in zip(found, targets)]
 
-def grad(func, argnums=0, has_aux=False):
-    """A function returning the gradient of func's one-element output for args[argnums] (and aux)."""
-    inner = grad_and_value(func, argnums, has_aux)
+    def vjp(self, func, *primals, has_aux=False):
+        """(func(*primals), vjp_fn): vjp_fn(cotangents) is the tuple of vᵀ·J, one per primal."""
+        xs, keep = self._prepared(primals, range(len(primals)))
+        with self.ns.enable_grad():
+            out, aux = _split(func(*xs), has_aux, "vjp")
+        outs, is_tuple = _flat(out)
 
-    def wrapper(*args, **kwargs):
-        g, value = inner(*args, **kwargs)
-        return (g, value[1]) if has_aux else g
+        def vjp_fn(*cotangents):
+            seeds = list(cotangents[0]) if is_tuple and len(cotangents) == 1 else list(cotangents)
+            if len(seeds) != len(outs):
+                raise RuntimeError(f"Expected {len(outs)} cotangents, got {len(seeds)}")
+            kept = keep or self.ns.is_grad_enabled() and self._any_rg(seeds)
+            return tuple(self._gradients(outs, xs, seeds, kept))
 
-    return wrapper
+        shown = _unflat([o if keep else o.detach() for o in outs], is_tuple)
+        return (shown, vjp_fn, aux) if has_aux else (shown, vjp_fn)
 
+    def grad_and_value(self, func, argnums=0, has_aux=False):
+        """A function returning (the gradient of func's one-element output for args[argnums], the output)."""
 
-def jacrev(func, argnums=0):
-    """A function returning the Jacobian of func for args[argnums] (shape out.shape + in.shape), row by row."""
-    from engine import autograd
+        def wrapper(*args, **kwargs):
+            nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+            flat = [leaf for i in nums for leaf in tree_leaves(args[i])]  # an argument may be a pytree (a dict...)
+            ready, keep = self._prepared(flat + [a for j, a in enumerate(args) if j not in nums], range(len(flat)))
+            xs, leaves = list(args), iter(ready)
+            for i in nums:
+                xs[i] = tree_rebuild(args[i], leaves)
+            with self.ns.enable_grad():
+                out, aux = _split(func(*xs, **kwargs), has_aux, "grad_and_value")
+            if not isinstance(out, self.ns.Variable) or out.numel() != 1:
+                raise RuntimeError(
+                    "grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got tensor with "
+                    f"{len(getattr(out, 'shape', ()))} dims. Maybe you wanted to use the vjp or jacrev APIs instead?"
+                )
+            found = iter(self._gradients([out], ready[: len(flat)], None, keep))
+            grads = [tree_rebuild(args[i], found) for i in nums]
+            g = grads[0] if isinstance(argnums, int) else tuple(grads)
+            value = out if keep else out.detach()
+            return (g, (value, aux)) if has_aux else (g, value)
 
-    def wrapper(*args):
-        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        return wrapper
 
-        def partial(*chosen):
-            xs = list(args)
-            for i, c in zip(nums, chosen):
-                xs[i] = c
-            return func(*xs)
+    def grad(self, func, argnums=0, has_aux=False):
+        """A function returning the gradient of func's one-element output for args[argnums] (and aux)."""
+        inner = self.grad_and_value(func, argnums, has_aux)
 
-        chosen = tuple(args[i] for i in nums)
-        keep = is_grad_enabled() and _any_rg(args)
-        return autograd.functional.jacobian(
-            partial, chosen if not isinstance(argnums, int) else chosen[0], create_graph=keep
-        )
+        def wrapper(*args, **kwargs):
+            g, value = inner(*args, **kwargs)
+            return (g, value[1]) if has_aux else g
 
-    return wrapper
+        return wrapper
 
+    def jacrev(self, func, argnums=0):
+        """A function returning the Jacobian of func for args[argnums] (shape out.shape + in.shape), row by row."""
 
-jacfwd = jacrev  # the same values; computed row by row in reverse mode
+        def wrapper(*args):
+            nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
+            def partial(*chosen):
+                xs = list(args)
+                for i, c in zip(nums, chosen):
+                    xs[i] = c
+                return func(*xs)
 
-def hessian(func, argnums=0):
-    """The Hessian of func's one-element output for args[argnums]."""
-    return jacrev(jacrev(func, argnums), argnums)
+            chosen = tuple(args[i] for i in nums)
+            keep = self.ns.is_grad_enabled() and self._any_rg(args)
+            return self.ns.autograd.functional.jacobian(
+                partial, chosen if not isinstance(argnums, int) else chosen[0], create_graph=keep
+            )
+
+        return wrapper
+
+    jacfwd = jacrev  # the same values; computed row by row in reverse mode
+
+    def hessian(self, func, argnums=0):
+        """The Hessian of func's one-element output for args[argnums]."""
+        return self.jacrev(self.jacrev(func, argnums), argnums)
 
 
 def vmap_with(stack):
@@ -261,4 +265,7 @@ def _row(value, dim, i):
     return value if dim is None else value[(slice(None),) * (dim % value.ndim) + (i,)]
 
 
+_ENGINE = Transforms(sys.modules["engine"], transpose_jvp, zeros_like)
+jvp, vjp, grad_and_value, grad = _ENGINE.jvp, _ENGINE.vjp, _ENGINE.grad_and_value, _ENGINE.grad
+jacrev, jacfwd, hessian = _ENGINE.jacrev, _ENGINE.jacfwd, _ENGINE.hessian
 vmap = vmap_with(F.stack)
