@@ -3,7 +3,7 @@ PyTorch's single-tensor update (dense gradients); the state made for every param
 
 from __future__ import annotations
 
-from engine.optim.optimizer import Optimizer, Step, scalar, step_tensor
+from engine.optim.optimizer import Optimizer, scalar, step_tensor
 
 
 class Adagrad(Optimizer):
@@ -47,17 +47,6 @@ class Adagrad(Optimizer):
                 state = self.state[param]
                 state["step"] = step_tensor(param, 0.0)
                 state["sum"] = param.new_full(param.shape, initial_accumulator_value)
-
-    def step(self, closure=None):
-        loss = self._closure_loss(closure)
-        update = Step()
-        with self._updating():
-            for group in self.param_groups:
-                for param in group["params"]:
-                    if param.grad is not None:
-                        self._update(update, group, param)
-        update.commit()
-        return loss
 
     def _update(self, update, group, param):
         state = self.state[param]

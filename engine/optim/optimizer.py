@@ -190,7 +190,23 @@ class Optimizer:
                     p.grad.zero_()
 
     def step(self, closure=None):
-        raise NotImplementedError
+        """One update of every parameter that has a gradient (`_step`, by default `_update` for each),
+        committed together (`Step`); returns the closure's loss, which is computed with grad mode on."""
+        loss = self._closure_loss(closure)
+        update = Step()
+        with self._updating():
+            self._step(update)
+        update.commit()
+        return loss
+
+    def _step(self, update):
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is not None:
+                    self._update(update, group, param)
+
+    def _update(self, update, group, param):
+        raise NotImplementedError(f"{type(self).__name__} does not define step()")
 
     def _closure_loss(self, closure):
         if closure is None:

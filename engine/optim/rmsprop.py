@@ -3,7 +3,7 @@ single-tensor update."""
 
 from __future__ import annotations
 
-from engine.optim.optimizer import Optimizer, Step, lerp, scalar, step_tensor
+from engine.optim.optimizer import Optimizer, lerp, scalar, step_tensor
 
 
 class RMSprop(Optimizer):
@@ -46,20 +46,6 @@ class RMSprop(Optimizer):
             "differentiable": differentiable,
         }
         super().__init__(params, defaults)
-
-    def step(self, closure=None):
-        loss = self._closure_loss(closure)
-        update = Step()
-        with self._updating():
-            self._step(update)
-        update.commit()
-        return loss
-
-    def _step(self, update):
-        for group in self.param_groups:
-            for param in group["params"]:
-                if param.grad is not None:
-                    self._update(update, group, param)
 
     def _update(self, update, group, param):
         alpha, eps, momentum, lr = group["alpha"], group["eps"], group["momentum"], group["lr"]

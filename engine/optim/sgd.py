@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from engine.optim.optimizer import Optimizer, Step, scalar
+from engine.optim.optimizer import Optimizer, scalar
 
 
 class SGD(Optimizer):
@@ -44,14 +44,6 @@ class SGD(Optimizer):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, defaults)
-
-    def step(self, closure=None):
-        loss = self._closure_loss(closure)
-        update = Step()
-        with self._updating():
-            self._step(update)
-        update.commit()
-        return loss
 
     def _step(self, update):
         for group in self.param_groups:
