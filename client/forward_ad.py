@@ -15,7 +15,7 @@ import weakref
 
 from client.autograd import jvp_node
 from client.variable import Variable
-from engine.api import UnpackedDualTensor
+from engine.api import UnpackedDualTensor, check_dual
 
 _LEVELS: list = []  # the active level (one at most): {id(dual Variable): (weak ref, its Value, tangent)}
 
@@ -45,23 +45,7 @@ class dual_level:  # noqa: N801  (PyTorch's spelling)
 
 def make_dual(tensor, tangent, *, level=None):
     """A Variable with `tensor`'s values (gradients flow to `tensor`) and `tangent` as its tangent."""
-    if not _LEVELS:
-        raise RuntimeError(
-            "Trying to create a dual Tensor for forward AD but no level exists, make sure to enter_dual_level() first."
-        )
-    if not isinstance(tensor, Variable) or not isinstance(tangent, Variable):
-        raise TypeError("make_dual expects Variables for the primal and the tangent")
-    if tensor.dtype.kind != "f" or tangent.dtype.kind != "f":
-        raise ValueError(
-            f"Expected both tensor and its forward grad to be floating point or complex (got {tensor.dtype} and "
-            f"{tangent.dtype})"
-        )
-    if tuple(tensor.shape) != tuple(tangent.shape):
-        raise RuntimeError(
-            "Trying to set a forward gradient that has a different size than that of the original Tensor, this is "
-            f"not supported. Tensor is of size {list(tensor.shape)} while the given forward gradient is of size "
-            f"{list(tangent.shape)}."
-        )
+    check_dual(tensor, tangent, Variable, bool(_LEVELS))
     dual = tensor.view_as(tensor) if tensor.requires_grad else tensor.detach().requires_grad_(True)
     duals = _LEVELS[-1]
     key = id(dual)

@@ -47,7 +47,7 @@ from engine.costs import ELEMENT_OP, ENV, Factors
 from engine.devices import Device
 from engine.dtypes import DType
 from engine.dtypes import of as dtype_of
-from engine.forward_ad import UnpackedDualTensor
+from engine.forward_ad import UnpackedDualTensor, check_dual
 from engine.func import Transforms, vmap_with
 from engine.function import FUNCTION_NAME, Function, FunctionBase, FunctionCtx
 from engine.function import node_class as function_node_class
@@ -262,6 +262,7 @@ __all__ = [
     "save",
     "loader",
     "UnpackedDualTensor",
+    "check_dual",
     "GradcheckError",
     "GRADCHECK_KEYWORDS",
     "GRADGRADCHECK_KEYWORDS",

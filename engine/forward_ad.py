@@ -154,14 +154,14 @@ def _level(level):
     return _LEVELS[-1]
 
 
-def make_dual(tensor, tangent, *, level=None):
-    """A Variable with `tensor`'s values (a view: gradients flow to `tensor`) and `tangent` as its tangent."""
-    current = _level(level)
-    if current is None:
+def check_dual(tensor, tangent, variable, level_open: bool) -> None:
+    """make_dual's checks, PyTorch's errors: a level is open, both are `variable`s of floating dtypes
+    and of the same shape."""
+    if not level_open:
         raise RuntimeError(
             "Trying to create a dual Tensor for forward AD but no level exists, make sure to enter_dual_level() first."
         )
-    if not isinstance(tensor, Variable) or not isinstance(tangent, Variable):
+    if not isinstance(tensor, variable) or not isinstance(tangent, variable):
         raise TypeError("make_dual expects Variables for the primal and the tangent")
     if tensor.dtype.kind != "f" or tangent.dtype.kind != "f":
         raise ValueError(
@@ -174,6 +174,12 @@ def make_dual(tensor, tangent, *, level=None):
             f"not supported. Tensor is of size {list(tensor.shape)} while the given forward gradient is of size "
             f"{list(tangent.shape)}."
         )
+
+
+def make_dual(tensor, tangent, *, level=None):
+    """A Variable with `tensor`'s values (a view: gradients flow to `tensor`) and `tangent` as its tangent."""
+    current = _level(level)
+    check_dual(tensor, tangent, Variable, current is not None)
     with _paused():
         dual = tensor.view_as(tensor)
     current.set(dual, tangent)
