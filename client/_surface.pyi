@@ -50,6 +50,10 @@ __all__ = [
     "avg_pool1d",
     "avg_pool2d",
     "bernoulli",
+    "bitwise_and",
+    "bitwise_not",
+    "bitwise_or",
+    "bitwise_xor",
     "bmm",
     "bool",
     "cast",
@@ -128,6 +132,11 @@ __all__ = [
     "is_floating_point",
     "is_tensor",
     "isclose",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "isneginf",
+    "isposinf",
     "le",
     "less",
     "less_equal",
@@ -137,6 +146,10 @@ __all__ = [
     "log1p",
     "log2",
     "log_softmax",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
     "logsumexp",
     "long",
     "lt",
@@ -155,6 +168,7 @@ __all__ = [
     "multinomial",
     "multiply",
     "mv",
+    "nan_to_num",
     "ne",
     "neg",
     "negative",
@@ -328,6 +342,18 @@ def avg_pool2d(
 def bernoulli(input: Any, p: builtins.float | None = None, *, generator: Generator | None = None) -> Variable:
     """0s and 1s of `input`'s shape and dtype, each 1 with probability `input`'s value there (`p`, when
     given, for all). Only with `p=None` are the input's values read (a lazy client input is fetched)."""
+
+def bitwise_and(input: Operand, other: Operand) -> Variable:
+    """x & y of bool or integer Variables (no gradient)"""
+
+def bitwise_not(input: Operand) -> Variable:
+    """~x of a bool or integer Variable (no gradient)"""
+
+def bitwise_or(input: Operand, other: Operand) -> Variable:
+    """x | y of bool or integer Variables (no gradient)"""
+
+def bitwise_xor(input: Operand, other: Operand) -> Variable:
+    """x ^ y of bool or integer Variables (no gradient)"""
 
 def bmm(input: VariableSurface, mat2: VariableSurface) -> Variable:
     """Batched matrix product of two 3-d Variables of equal batch size."""
@@ -589,6 +615,17 @@ int8: DType
 def is_floating_point(v: Any) -> builtins.bool: ...
 def is_tensor(obj: object) -> builtins.bool: ...
 def isclose(input: Operand, other: Operand, rtol: builtins.float = 1e-05, atol: builtins.float = 1e-08) -> Variable: ...
+def isfinite(input: Operand) -> Variable:
+    """Whether each element is neither NaN nor infinite, as a bool Variable."""
+
+def isinf(input: Operand) -> Variable:
+    """Whether each element is +inf or -inf, as a bool Variable."""
+
+def isnan(input: Operand) -> Variable:
+    """Whether each element is NaN, as a bool Variable."""
+
+def isneginf(input: Operand) -> Variable: ...
+def isposinf(input: Operand) -> Variable: ...
 def le(input: Operand, other: Operand) -> Variable:
     """x <= y as a bool Variable (no gradient)"""
 
@@ -621,6 +658,10 @@ def log2(input: Operand) -> Variable:
 def log_softmax(input: Operand, dim: builtins.int) -> Variable:
     """x - logsumexp(x, dim)"""
 
+def logical_and(input: Operand, other: Operand) -> Variable: ...
+def logical_not(input: Operand) -> Variable: ...
+def logical_or(input: Operand, other: Operand) -> Variable: ...
+def logical_xor(input: Operand, other: Operand) -> Variable: ...
 def logsumexp(
     input: Operand, dim: builtins.int | Sequence[builtins.int] | None, keepdim: builtins.bool = False
 ) -> Variable:
@@ -701,6 +742,15 @@ def multiply(input: Operand, other: Operand) -> Variable:
 
 def mv(input: Operand, vec: Operand) -> Variable:
     """Matrix times vector."""
+
+def nan_to_num(
+    input: VariableSurface,
+    nan: builtins.float = 0.0,
+    posinf: builtins.float | None = None,
+    neginf: builtins.float | None = None,
+) -> Variable:
+    """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default the dtype's largest and
+    smallest finite values); the gradient flows where the input was finite."""
 
 def ne(input: Operand, other: Operand) -> Variable:
     """x != y as a bool Variable (no gradient)"""

@@ -55,6 +55,10 @@ OPS = (
     "triu",
     "masked_fill",
     "cumsum",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_not",
 )
 OPERATORS = {
     "__iadd__": "add",
@@ -64,6 +68,9 @@ OPERATORS = {
     "__ipow__": "pow",
     "__ifloordiv__": "floor_divide",
     "__imod__": "remainder",
+    "__iand__": "bitwise_and",
+    "__ior__": "bitwise_or",
+    "__ixor__": "bitwise_xor",
 }
 
 _TYPE_NAMES = {"f": "Float", "i": "Long", "u": "Byte", "b": "Bool"}

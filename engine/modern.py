@@ -11,6 +11,7 @@ both Variable classes and the functions in both packages.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy
@@ -191,6 +192,50 @@ def functions(ops) -> dict:
     def equal(input: VariableSurface, other: VariableSurface) -> bool:
         return tuple(input.shape) == tuple(other.shape) and bool(all(ops["eq"](input, other)))
 
+    def isnan(input: Operand) -> VariableSurface:
+        """Whether each element is NaN, as a bool Variable."""
+        return ops["ne"](input, input)
+
+    def isinf(input: Operand) -> VariableSurface:
+        """Whether each element is +inf or -inf, as a bool Variable."""
+        return ops["eq"](ops["abs"](input), math.inf)
+
+    def isposinf(input: Operand) -> VariableSurface:
+        return ops["eq"](input, math.inf)
+
+    def isneginf(input: Operand) -> VariableSurface:
+        return ops["eq"](input, -math.inf)
+
+    def isfinite(input: Operand) -> VariableSurface:
+        """Whether each element is neither NaN nor infinite, as a bool Variable."""
+        return ops["lt"](ops["abs"](input), math.inf)
+
+    def nan_to_num(
+        input: VariableSurface, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None
+    ) -> VariableSurface:
+        """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default the dtype's largest and
+        smallest finite values); the gradient flows where the input was finite."""
+        if input.dtype.kind != "f":
+            return ops["clone"](input)
+        info = numpy.finfo(input.dtype)
+        high = float(info.max) if posinf is None else posinf
+        low = float(info.min) if neginf is None else neginf
+        where = ops["where"]
+        finite = where(isposinf(input), high, where(isneginf(input), low, input))
+        return where(isnan(input), nan, finite)
+
+    def logical_not(input: Operand) -> VariableSurface:
+        return ops["eq"](input, 0)
+
+    def logical_and(input: Operand, other: Operand) -> VariableSurface:
+        return ops["bitwise_and"](ops["ne"](input, 0), ops["ne"](other, 0))
+
+    def logical_or(input: Operand, other: Operand) -> VariableSurface:
+        return ops["bitwise_or"](ops["ne"](input, 0), ops["ne"](other, 0))
+
+    def logical_xor(input: Operand, other: Operand) -> VariableSurface:
+        return ops["ne"](ops["ne"](input, 0), ops["ne"](other, 0))
+
     out = {
         f.__name__: f
         for f in (
@@ -213,6 +258,16 @@ def functions(ops) -> dict:
             isclose,
             allclose,
             equal,
+            isnan,
+            isinf,
+            isposinf,
+            isneginf,
+            isfinite,
+            nan_to_num,
+            logical_not,
+            logical_and,
+            logical_or,
+            logical_xor,
         )
     }
     out.update(inner=dot, ger=outer)

@@ -38,6 +38,16 @@ def compare(shapes, dtypes, attrs):
     return broadcast(shapes, dtypes, attrs)[0], numpy.dtype(bool)
 
 
+def bitwise(shapes, dtypes, attrs):
+    """Bool or integer inputs only (PyTorch's bitwise ops are not implemented for floats)."""
+    for dtype in map(numpy.result_type, dtypes):  # (a Python number stands for its own dtype)
+        if dtype.kind not in "biu":
+            raise ShapeError(f"bitwise ops take bool or integer inputs, not {dtype.name}")
+    if len(shapes) == 1:
+        return tuple(shapes[0]), numpy.result_type(dtypes[0])
+    return broadcast(shapes, dtypes, attrs)
+
+
 def same(shapes, dtypes, attrs):
     return tuple(shapes[0]), numpy.result_type(dtypes[0])
 

@@ -79,6 +79,13 @@ OPERATORS = {
     "__ge__": ("ge", FORWARD),
     "__eq__": ("eq", FORWARD),
     "__ne__": ("ne", FORWARD),
+    "__and__": ("bitwise_and", FORWARD),
+    "__rand__": ("bitwise_and", FORWARD),
+    "__or__": ("bitwise_or", FORWARD),
+    "__ror__": ("bitwise_or", FORWARD),
+    "__xor__": ("bitwise_xor", FORWARD),
+    "__rxor__": ("bitwise_xor", FORWARD),
+    "__invert__": ("bitwise_not", UNARY),
 }
 
 LEAF_INPLACE = inplace.LEAF_INPLACE

@@ -18,6 +18,10 @@ METHOD_OPS: dict[str, str] = {
     "argmax": "argmax",
     "argmin": "argmin",
     "argsort": "argsort",
+    "bitwise_and": "bitwise_and",
+    "bitwise_not": "bitwise_not",
+    "bitwise_or": "bitwise_or",
+    "bitwise_xor": "bitwise_xor",
     "ceil": "ceil",
     "clamp": "clamp",
     "clone": "clone",
@@ -121,6 +125,30 @@ class SurfaceMethods:
 
         the indices that sort x along dim (ties keep their order; no gradient)"""
         return self._ops.argsort(self, *args, **kwargs)
+
+    def bitwise_and(self, *args: Any, **kwargs: Any) -> Any:
+        """bitwise_and(self, other: Operand) -> Self
+
+        x & y of bool or integer Variables (no gradient)"""
+        return self._ops.bitwise_and(self, *args, **kwargs)
+
+    def bitwise_not(self, *args: Any, **kwargs: Any) -> Any:
+        """bitwise_not(self) -> Self
+
+        ~x of a bool or integer Variable (no gradient)"""
+        return self._ops.bitwise_not(self, *args, **kwargs)
+
+    def bitwise_or(self, *args: Any, **kwargs: Any) -> Any:
+        """bitwise_or(self, other: Operand) -> Self
+
+        x | y of bool or integer Variables (no gradient)"""
+        return self._ops.bitwise_or(self, *args, **kwargs)
+
+    def bitwise_xor(self, *args: Any, **kwargs: Any) -> Any:
+        """bitwise_xor(self, other: Operand) -> Self
+
+        x ^ y of bool or integer Variables (no gradient)"""
+        return self._ops.bitwise_xor(self, *args, **kwargs)
 
     def ceil(self, *args: Any, **kwargs: Any) -> Any:
         """ceil(self) -> Self

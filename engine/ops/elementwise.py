@@ -356,3 +356,35 @@ for _name, _symbol in COMPARISONS.items():
         scratch=costs.temporaries(backward=0, buffered=True),  # a bool output: NumPy's buffers count
         doc=f"x {_symbol} y as a bool Variable (no gradient)",
     )
+
+
+def _bits_sample(rng):
+    return [rng.random((3, 4)) > 0.5, rng.random((4,)) > 0.5]
+
+
+BITWISE = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+_bitwise_forward = {
+    "bitwise_and": lambda xp, x, y: x & y,
+    "bitwise_or": lambda xp, x, y: x | y,
+    "bitwise_xor": lambda xp, x, y: x ^ y,
+}
+for _name, _symbol in BITWISE.items():
+    defop(
+        _name,
+        _bitwise_forward[_name],
+        arity=2,
+        differentiable=False,
+        samples=(Sample(make=_bits_sample),),
+        infer=shapes.bitwise,
+        scratch=costs.temporaries(backward=0, buffered=True),
+        doc=f"x {_symbol} y of bool or integer Variables (no gradient)",
+    )
+bitwise_not = defop(
+    "bitwise_not",
+    lambda xp, x: ~x,
+    differentiable=False,
+    samples=(Sample(make=lambda rng: [rng.random((3, 4)) > 0.5]),),
+    infer=shapes.bitwise,
+    scratch=costs.temporaries(backward=0, buffered=True),
+    doc="~x of a bool or integer Variable (no gradient)",
+)

@@ -69,6 +69,10 @@ def call_op(op, attrs):
 BY_NAME = frozenset(
     {
         "add",
+        "bitwise_and",
+        "bitwise_or",
+        "bitwise_xor",
+        "bitwise_not",
         "sub",
         "mul",
         "div",
