@@ -78,3 +78,8 @@ from engine.utils import loading  # noqa: E402
 _DATA = loading.bind(sys.modules[__name__], "client.utils.data")
 vars(utils.data).update(_DATA, __all__=sorted(_DATA))
 load = loader(sys.modules[__name__])
+
+# torch.autocast, torch.amp and their older spellings (torch.cpu.amp, torch.cuda.amp): the casts are recorded ops
+from engine.api import bind_mixed_precision  # noqa: E402
+
+globals().update(bind_mixed_precision(sys.modules[__name__]))

@@ -62,3 +62,8 @@ from engine.utils import loading  # noqa: E402
 _DATA = loading.bind(sys.modules[__name__], "engine.utils.data")
 vars(utils.data).update(_DATA, __all__=sorted(_DATA))
 load = loader(sys.modules[__name__])
+
+# torch.autocast, torch.amp and their older spellings (torch.cpu.amp, torch.cuda.amp)
+from engine import mixed_precision  # noqa: E402
+
+globals().update(mixed_precision.bind(sys.modules[__name__]))

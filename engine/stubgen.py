@@ -180,6 +180,11 @@ def _probe() -> tuple[type, dict, dict]:
         op_of[fn] = op
     side = surface.Side(_Probe, lambda inputs: inputs, lambda op: op.call, GradMode(), None, None, functions)
     names = surface.install(side)
+    installed = vars(_Probe._ops).values()  # type: ignore[attr-defined]  # (set by install)
+    for fn in [*names.values(), *installed]:  # an op function that autocast wraps is still its op's
+        wrapped = getattr(fn, "__wrapped__", None)
+        if wrapped in op_of:
+            op_of[fn] = op_of[wrapped]
     return _Probe, names, op_of
 
 

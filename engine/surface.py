@@ -38,6 +38,7 @@ from engine import backend, compat, dtypes, inplace, modern, tensor_ops
 from engine.autograd import watch_of
 from engine.devices import Placement
 from engine.factory import Constructors
+from engine.mixed_precision import CAST, casting
 from engine.modern import numpy_keywords
 from engine.registry import OPS, make_function
 from engine.sampling import Sampling
@@ -409,13 +410,14 @@ def install(side: Side) -> dict:
     functions = {}
     generated = METHOD_OPS if issubclass(cls, SurfaceMethods) else {}
     for name, op in OPS.items():
-        functions[name] = side.functions.get(name) or make_function(op, side.coerce, side.run(op))
+        functions[name] = casting(side.functions.get(name) or make_function(op, side.coerce, side.run(op)), name)
         for method in op.methods:
             if generated.get(method) != name:  # a method engine.surface_methods does not define (yet): set here
                 setattr(cls, method, functions[name])  # a plain function: `v.op(*args)` calls `fn(v, *args)`
     cls._ops = SimpleNamespace(**functions)  # what the methods of engine.surface_methods call
     for dunder, (name, kind) in OPERATORS.items():
-        setattr(cls, dunder, side.operator(OPS[name], kind, functions[name]))
+        operator = Side.operator if name in CAST else type(side).operator  # `x @ w` casts under autocast too
+        setattr(cls, dunder, operator(side, OPS[name], kind, functions[name]))
     composed = modern.functions(functions)
     for name, function in composed.items():
         if name not in tensor_ops.FUNCTIONS_ONLY:

@@ -28,6 +28,7 @@ import warnings
 
 import numpy
 
+from engine.mixed_precision import cast_functions
 from engine.nn.missing import missing
 from engine.ops.windows import per_dim, windows
 
@@ -837,3 +838,6 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     return _ns(input).col2im(
         input, output_size=output_size, kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride
     )
+
+
+cast_functions(globals())  # the functions torch.autocast runs in float16 or float32 (engine.amp)

@@ -30,9 +30,11 @@ def test_operators_are_declared_once_for_both():
         OPERATORS
     )
     x = client.Variable(np.array([1.0, 2.0]), requires_grad=True)  # recorded (without grad: computed now, embedded)
+    bits = x > 1  # a bool Variable recorded after x
     for name, (op, kind) in OPERATORS.items():
         fn = getattr(client.Variable, name)
-        result = fn(x) if kind == "unary" else fn(x, x)
+        v = bits if op.startswith("bitwise") else x
+        result = fn(v) if kind == "unary" else fn(v, v)
         assert result._value.op is engine.OPS[op], name
 
 
