@@ -108,6 +108,16 @@ def casting(fn, name: str):
     return cast_then_call
 
 
+def cast_operator(fast, casting_call):
+    """An operator method: `fast` (a side's own, e.g. the engine's apply_op) while no autocast is on,
+    `casting_call` (through the casting op function) under one."""
+
+    def operator(self, other):
+        return fast(self, other) if STATE.dtype is None else casting_call(self, other)
+
+    return operator
+
+
 def cast_functions(names: dict) -> None:
     """Wrap the functions of a module's `names` (nn.functional's globals) that the lists name."""
     for name in CAST:

@@ -38,7 +38,7 @@ from engine import backend, compat, dtypes, inplace, modern, tensor_ops
 from engine.autograd import watch_of
 from engine.devices import Placement
 from engine.factory import Constructors
-from engine.mixed_precision import CAST, casting
+from engine.mixed_precision import CAST, cast_operator, casting
 from engine.modern import numpy_keywords
 from engine.registry import OPS, make_function
 from engine.sampling import Sampling
@@ -416,8 +416,10 @@ def install(side: Side) -> dict:
                 setattr(cls, method, functions[name])  # a plain function: `v.op(*args)` calls `fn(v, *args)`
     cls._ops = SimpleNamespace(**functions)  # what the methods of engine.surface_methods call
     for dunder, (name, kind) in OPERATORS.items():
-        operator = Side.operator if name in CAST else type(side).operator  # `x @ w` casts under autocast too
-        setattr(cls, dunder, operator(side, OPS[name], kind, functions[name]))
+        method = side.operator(OPS[name], kind, functions[name])
+        if name in CAST:  # `x @ w` casts under autocast, as torch.matmul does
+            method = cast_operator(method, Side.operator(side, OPS[name], kind, functions[name]))
+        setattr(cls, dunder, method)
     composed = modern.functions(functions)
     for name, function in composed.items():
         if name not in tensor_ops.FUNCTIONS_ONLY:
