@@ -83,3 +83,8 @@ load = loader(sys.modules[__name__])
 from engine.api import bind_mixed_precision  # noqa: E402
 
 globals().update(bind_mixed_precision(sys.modules[__name__]))
+
+# torch.compile, torch.backends, thread counts, print options, type promotion, torch.testing.assert_close
+from engine.api import bind_runtime  # noqa: E402
+
+globals().update(bind_runtime(sys.modules[__name__]))

@@ -67,3 +67,8 @@ load = loader(sys.modules[__name__])
 from engine import mixed_precision  # noqa: E402
 
 globals().update(mixed_precision.bind(sys.modules[__name__]))
+
+# torch.compile, torch.backends, thread counts, print options, type promotion, torch.testing.assert_close
+from engine import runtime  # noqa: E402
+
+globals().update(runtime.bind(sys.modules[__name__]))

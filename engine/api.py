@@ -60,6 +60,7 @@ from engine.node import GraphFreedError, Meta, Node, check_output, check_saved, 
 from engine.recording import as_array as array_like
 from engine.recording import derived, note_constant, note_input, note_where, recording
 from engine.registry import OPS, OpDef, coerce, grad_fn_name, reference, scalar_dtype, trusted
+from engine.runtime import bind as bind_runtime
 from engine.saving import loader, save
 from engine.shapes import Bounded, ShapeError
 from engine.surface import NoValue, Side, exported
@@ -261,6 +262,7 @@ __all__ = [
     "vmap_with",
     "Transforms",
     "bind_mixed_precision",
+    "bind_runtime",
     "save",
     "loader",
     "UnpackedDualTensor",

@@ -66,6 +66,9 @@ Raised, as decisions:
   torch.func's transforms moved from a client copy into `engine.func.Transforms` (client -150), took it to 12075.
 - engine 12100 -> 12400 (2026-11-28): mixed precision (`engine/mixed_precision.py`: torch.autocast with PyTorch's
   CPU cast lists, GradScaler's dynamic loss scaling, written once for both sides) took it to 12377.
+- engine 12400 -> 12550 (2026-11-28): the process-level helpers programs call around their math (`engine/runtime.py`:
+  torch.compile, torch.backends, thread counts, print options, type promotion, torch.testing.assert_close) took it
+  to 12545.
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 12400, "wire": 6050, "service": 3800, "client": 3075}
+BUDGETS = {"engine": 12550, "wire": 6050, "service": 3800, "client": 3075}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

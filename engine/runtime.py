@@ -1,0 +1,181 @@
+"""PyTorch's process-level helpers that training programs call around their math, written once for both
+Variables and bound to each package by `bind`: `compile` (returns what it is given: there is no compiler
+here, and the results are the same), `backends` (cudnn/cuda/mps flags and availability), thread counts,
+`set_float32_matmul_precision`, `use_deterministic_algorithms` (everything here is deterministic),
+`set_printoptions`, type promotion (`result_type`, `promote_types`, `can_cast`), `dtype` and `Size` as
+types, `asarray`, and `testing.assert_close` with PyTorch's default tolerances and messages.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import numpy
+
+from engine.dtypes import DType
+from engine.factory import as_dtype
+
+# PyTorch's default (rtol, atol) of assert_close by dtype
+TOLERANCES = {"float16": (1e-3, 1e-5), "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7)}
+
+
+class Size(tuple):
+    """`torch.Size`: a tuple of dimensions."""
+
+    def numel(self) -> int:
+        return int(numpy.prod(self, dtype=numpy.int64))
+
+    def __repr__(self) -> str:
+        return f"torch.Size({list(self)})"
+
+
+def compile(model=None, **options):  # noqa: A001  (PyTorch's name)
+    """`torch.compile(model)`: `model` itself (also as `@torch.compile` and `@torch.compile(mode=...)`)."""
+    if model is None:
+        return lambda fn: fn
+    return model
+
+
+class _Settings:
+    def __init__(self):
+        self.threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self.interop_threads = self.threads
+        self.matmul_precision = "highest"
+        self.deterministic = False
+
+
+def _close_message(actual, expected, rtol, atol) -> str | None:
+    a, e = numpy.asarray(actual, dtype=numpy.float64), numpy.asarray(expected, dtype=numpy.float64)
+    close = numpy.isclose(a, e, rtol=rtol, atol=atol, equal_nan=False)
+    if close.all():
+        return None
+    difference = numpy.abs(a - e)
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        relative = numpy.where(e != 0, difference / numpy.abs(e), numpy.inf)
+    at = numpy.unravel_index(numpy.nanargmax(numpy.where(close, -1, difference)), a.shape) if a.ndim else ()
+    rel_at = numpy.unravel_index(numpy.nanargmax(numpy.where(close, -1, relative)), a.shape) if a.ndim else ()
+    return (
+        f"Tensor-likes are not close!\n\nMismatched elements: {int((~close).sum())} / {close.size} "
+        f"({100 * (~close).sum() / close.size:.1f}%)\n"
+        f"Greatest absolute difference: {difference[at]} at index {tuple(int(i) for i in at)} (up to {atol} allowed)\n"
+        f"Greatest relative difference: {relative[rel_at]} at index {tuple(int(i) for i in rel_at)} "
+        f"(up to {rtol} allowed)"
+    )
+
+
+def bind(ns) -> dict:
+    """The names package `ns` gets (see the module docstring)."""
+    settings = _Settings()
+
+    def set_num_threads(n: int) -> None:
+        """Recorded for `get_num_threads`; NumPy's BLAS takes its threads from OMP_NUM_THREADS at start."""
+        if int(n) < 1:
+            raise RuntimeError("set_num_threads expects a positive integer")
+        settings.threads = int(n)
+
+    def set_num_interop_threads(n: int) -> None:
+        settings.interop_threads = int(n)
+
+    def set_float32_matmul_precision(precision: str) -> None:
+        if precision not in ("highest", "high", "medium"):
+            raise RuntimeError(f"Invalid precision {precision!r}: expected 'highest', 'high' or 'medium'")
+        settings.matmul_precision = precision
+
+    def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
+        settings.deterministic = bool(mode)
+
+    def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None):
+        """Printing Variables through NumPy's print options (PyTorch's profiles map to NumPy's defaults)."""
+        if profile is not None:
+            precision, threshold, edgeitems, linewidth = {
+                "default": (4, 1000, 3, 80),
+                "short": (2, 1000, 2, 80),
+                "full": (4, 2**63 - 1, 3, 80),
+            }[profile]
+        options = {"precision": precision, "threshold": threshold, "edgeitems": edgeitems, "linewidth": linewidth}
+        if sci_mode is not None:
+            options["suppress"] = not sci_mode
+        numpy.set_printoptions(**{k: v for k, v in options.items() if v is not None})
+
+    def _dtype_of(value):
+        return value.dtype if hasattr(value, "dtype") else value
+
+    def result_type(tensor1, tensor2) -> DType:
+        """The dtype an op of the two gives, by the promotion rules the ops here follow (NumPy's)."""
+        return DType(numpy.result_type(_dtype_of(tensor1), _dtype_of(tensor2)))
+
+    def promote_types(type1, type2) -> DType:
+        return DType(numpy.promote_types(as_dtype(type1), as_dtype(type2)))
+
+    def can_cast(from_, to) -> bool:
+        return bool(numpy.can_cast(as_dtype(from_), as_dtype(to), casting="same_kind"))
+
+    def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
+        if copy:
+            return ns.tensor(obj, dtype=dtype, device=device, requires_grad=requires_grad)
+        return ns.as_tensor(obj, dtype=dtype, device=device).requires_grad_(requires_grad)
+
+    def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, check_dtype=True, msg=None, **_):
+        """`torch.testing.assert_close`: equal shapes (and dtypes), values within rtol/atol (PyTorch's defaults
+        for the dtype when not given); an AssertionError in PyTorch's words otherwise."""
+        if (rtol is None) != (atol is None):
+            missing = "rtol" if rtol is None else "atol"
+            raise ValueError(f"Both 'rtol' and 'atol' must be either specified or omitted, but got no {missing}.")
+        pairs = list(zip(actual, expected)) if isinstance(actual, (list, tuple)) else [(actual, expected)]
+        for a, e in pairs:
+            a_is, e_is = ns.is_tensor(a), ns.is_tensor(e)
+            a_array = a.detach().numpy() if a_is else numpy.asarray(a)
+            e_array = e.detach().numpy() if e_is else numpy.asarray(e)
+            if a_is and e_is:
+                if tuple(a.shape) != tuple(e.shape):
+                    raise AssertionError(
+                        msg or f"The values for attribute 'shape' do not match: {Size(a.shape)} != {Size(e.shape)}."
+                    )
+                if check_dtype and a.dtype != e.dtype:
+                    raise AssertionError(
+                        msg or f"The values for attribute 'dtype' do not match: {a.dtype} != {e.dtype}."
+                    )
+            if equal_nan:
+                both = numpy.isnan(a_array.astype(numpy.float64)) & numpy.isnan(e_array.astype(numpy.float64))
+                a_array, e_array = numpy.where(both, 0, a_array), numpy.where(both, 0, e_array)
+            name = numpy.result_type(a_array, e_array).name
+            tol = (rtol, atol) if rtol is not None else TOLERANCES.get(name, (0.0, 0.0))
+            failure = _close_message(a_array, e_array, *tol)
+            if failure is not None:
+                raise AssertionError(msg or failure)
+
+    cudnn = SimpleNamespace(
+        benchmark=False, deterministic=False, enabled=True, allow_tf32=True, is_available=lambda: False
+    )
+    backends = SimpleNamespace(
+        cudnn=cudnn,
+        cuda=SimpleNamespace(
+            matmul=SimpleNamespace(allow_tf32=False, allow_fp16_reduced_precision_reduction=True),
+            is_built=ns.cuda.is_available,
+        ),
+        mps=SimpleNamespace(is_available=lambda: False, is_built=lambda: False),
+        mkldnn=SimpleNamespace(is_available=lambda: False, enabled=False),
+        openmp=SimpleNamespace(is_available=lambda: False),
+    )
+    return {
+        "compile": compile,
+        "backends": backends,
+        "mps": SimpleNamespace(is_available=lambda: False, device_count=lambda: 0),
+        "set_num_threads": set_num_threads,
+        "get_num_threads": lambda: settings.threads,
+        "set_num_interop_threads": set_num_interop_threads,
+        "get_num_interop_threads": lambda: settings.interop_threads,
+        "set_float32_matmul_precision": set_float32_matmul_precision,
+        "get_float32_matmul_precision": lambda: settings.matmul_precision,
+        "use_deterministic_algorithms": use_deterministic_algorithms,
+        "are_deterministic_algorithms_enabled": lambda: settings.deterministic,
+        "set_printoptions": set_printoptions,
+        "result_type": result_type,
+        "promote_types": promote_types,
+        "can_cast": can_cast,
+        "asarray": asarray,
+        "dtype": DType,
+        "Size": Size,
+        "testing": SimpleNamespace(assert_close=assert_close),
+    }
