@@ -88,3 +88,8 @@ globals().update(bind_mixed_precision(sys.modules[__name__]))
 from engine.api import bind_runtime  # noqa: E402
 
 globals().update(bind_runtime(sys.modules[__name__]))
+
+# torch.distributions: a sample is drawn at once, log_prob and rsample are recorded ops
+from engine.api import bind_distributions  # noqa: E402
+
+distributions = bind_distributions(sys.modules[__name__])

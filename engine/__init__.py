@@ -72,3 +72,8 @@ globals().update(mixed_precision.bind(sys.modules[__name__]))
 from engine import runtime  # noqa: E402
 
 globals().update(runtime.bind(sys.modules[__name__]))
+
+# torch.distributions
+from engine import distribution_families  # noqa: E402
+
+distributions = distribution_families.bind(sys.modules[__name__])

@@ -45,6 +45,7 @@ from engine.autograd_functional import Functional
 from engine.composite import composite_grad_fn
 from engine.costs import ELEMENT_OP, ENV, Factors
 from engine.devices import Device
+from engine.distribution_families import bind as bind_distributions
 from engine.dtypes import DType
 from engine.dtypes import of as dtype_of
 from engine.forward_ad import UnpackedDualTensor, check_dual
@@ -263,6 +264,7 @@ __all__ = [
     "Transforms",
     "bind_mixed_precision",
     "bind_runtime",
+    "bind_distributions",
     "save",
     "loader",
     "UnpackedDualTensor",

@@ -69,6 +69,9 @@ Raised, as decisions:
 - engine 12400 -> 12550 (2026-11-28): the process-level helpers programs call around their math (`engine/runtime.py`:
   torch.compile, torch.backends, thread counts, print options, type promotion, torch.testing.assert_close) took it
   to 12545.
+- engine 12550 -> 12800 (2026-11-28): torch.distributions (`engine/distribution_families.py`: Normal, Uniform,
+  Categorical, Bernoulli, Independent and kl_divergence, written once; policy-gradient and VAE programs) took it
+  to 12769.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 12550, "wire": 6050, "service": 3800, "client": 3075}
+BUDGETS = {"engine": 12800, "wire": 6050, "service": 3800, "client": 3075}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
