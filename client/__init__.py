@@ -93,3 +93,8 @@ globals().update(bind_runtime(sys.modules[__name__]))
 from engine.api import bind_distributions  # noqa: E402
 
 distributions = bind_distributions(sys.modules[__name__])
+
+# torch.special (what composes from the registry's ops)
+from engine.api import bind_special  # noqa: E402
+
+special = bind_special(sys.modules[__name__])

@@ -77,3 +77,8 @@ globals().update(runtime.bind(sys.modules[__name__]))
 from engine import distribution_families  # noqa: E402
 
 distributions = distribution_families.bind(sys.modules[__name__])
+
+# torch.special (what composes from the registry's ops)
+from engine import special_functions  # noqa: E402
+
+special = special_functions.bind(sys.modules[__name__])

@@ -64,6 +64,7 @@ from engine.registry import OPS, OpDef, coerce, grad_fn_name, reference, scalar_
 from engine.runtime import bind as bind_runtime
 from engine.saving import loader, save
 from engine.shapes import Bounded, ShapeError
+from engine.special_functions import bind as bind_special
 from engine.surface import NoValue, Side, exported
 from engine.surface import install as install_surface
 from engine.surface_types import VariableSurface
@@ -265,6 +266,7 @@ __all__ = [
     "bind_mixed_precision",
     "bind_runtime",
     "bind_distributions",
+    "bind_special",
     "save",
     "loader",
     "UnpackedDualTensor",

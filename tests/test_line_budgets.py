@@ -72,6 +72,8 @@ Raised, as decisions:
 - engine 12550 -> 12800 (2026-11-28): torch.distributions (`engine/distribution_families.py`: Normal, Uniform,
   Categorical, Bernoulli, Independent and kl_divergence, written once; policy-gradient and VAE programs) took it
   to 12769.
+- engine 12800 -> 12850 (2026-11-28): torch.special's composable functions (`engine/special_functions.py`) took it
+  to 12830.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 12800, "wire": 6050, "service": 3800, "client": 3075}
+BUDGETS = {"engine": 12850, "wire": 6050, "service": 3800, "client": 3075}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
