@@ -35,8 +35,11 @@ __all__ = [
     "abs",
     "absolute",
     "accelerator",
+    "acosh",
     "adaptive_avg_pool2d",
     "add",
+    "addmm",
+    "addmv",
     "all",
     "allclose",
     "amax",
@@ -47,8 +50,14 @@ __all__ = [
     "argmin",
     "argsort",
     "as_tensor",
+    "asinh",
+    "atanh",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
     "avg_pool1d",
     "avg_pool2d",
+    "baddbmm",
     "bernoulli",
     "bitwise_and",
     "bitwise_not",
@@ -56,8 +65,13 @@ __all__ = [
     "bitwise_xor",
     "bmm",
     "bool",
+    "broadcast_tensors",
+    "broadcast_to",
+    "bucketize",
+    "cartesian_prod",
     "cast",
     "cat",
+    "cdist",
     "ceil",
     "chunk",
     "clamp",
@@ -66,20 +80,29 @@ __all__ = [
     "clip",
     "clone",
     "col2im",
+    "column_stack",
     "concat",
     "concatenate",
     "conv1d",
     "conv2d",
     "cos",
+    "cosh",
     "count_nonzero",
     "cuda",
     "cumsum",
     "default_generator",
+    "deg2rad",
     "device",
+    "diag",
+    "diag_embed",
+    "diagonal",
+    "diff",
+    "dist",
     "div",
     "divide",
     "dot",
     "double",
+    "dstack",
     "einsum",
     "empty",
     "empty_like",
@@ -93,6 +116,9 @@ __all__ = [
     "eye",
     "finfo",
     "flatten",
+    "flip",
+    "fliplr",
+    "flipud",
     "float",
     "float16",
     "float32",
@@ -100,6 +126,7 @@ __all__ = [
     "floor",
     "floor_divide",
     "fmod",
+    "frac",
     "from_numpy",
     "full",
     "full_like",
@@ -114,6 +141,8 @@ __all__ = [
     "greater_equal",
     "gt",
     "half",
+    "hstack",
+    "hypot",
     "iinfo",
     "im2col",
     "index_add",
@@ -133,11 +162,15 @@ __all__ = [
     "is_tensor",
     "isclose",
     "isfinite",
+    "isin",
     "isinf",
     "isnan",
     "isneginf",
     "isposinf",
+    "kron",
+    "kthvalue",
     "le",
+    "lerp",
     "less",
     "less_equal",
     "linspace",
@@ -146,6 +179,8 @@ __all__ = [
     "log1p",
     "log2",
     "log_softmax",
+    "logaddexp",
+    "logcumsumexp",
     "logical_and",
     "logical_not",
     "logical_or",
@@ -155,23 +190,32 @@ __all__ = [
     "lt",
     "manual_seed",
     "masked_fill",
+    "masked_select",
     "matmul",
     "max",
     "max_pool1d",
     "max_pool2d",
     "maximum",
     "mean",
+    "median",
+    "meshgrid",
     "min",
     "minimum",
     "mm",
+    "moveaxis",
+    "movedim",
     "mul",
     "multinomial",
     "multiply",
     "mv",
     "nan_to_num",
+    "nanmean",
+    "nansum",
+    "narrow",
     "ne",
     "neg",
     "negative",
+    "nonzero",
     "norm",
     "normal",
     "not_equal",
@@ -182,6 +226,8 @@ __all__ = [
     "permute",
     "pow",
     "prod",
+    "quantile",
+    "rad2deg",
     "rand",
     "rand_like",
     "randint",
@@ -189,16 +235,22 @@ __all__ = [
     "randn",
     "randn_like",
     "randperm",
+    "ravel",
     "reciprocal",
     "relu",
     "remainder",
     "repeat",
+    "repeat_interleave",
     "reshape",
+    "roll",
+    "rot90",
     "round",
     "rsqrt",
     "scatter_add",
     "scatter_add_",
+    "searchsorted",
     "seed",
+    "select",
     "set_default_device",
     "set_default_dtype",
     "set_rng_state",
@@ -207,6 +259,7 @@ __all__ = [
     "sigmoid",
     "sign",
     "sin",
+    "sinh",
     "softmax",
     "sort",
     "split",
@@ -215,6 +268,7 @@ __all__ = [
     "squeeze",
     "stack",
     "std",
+    "std_mean",
     "sub",
     "subtract",
     "sum",
@@ -222,17 +276,29 @@ __all__ = [
     "swapaxes",
     "swapdims",
     "t",
+    "take",
+    "take_along_dim",
+    "tan",
     "tanh",
     "tensor",
+    "tensor_split",
+    "tensordot",
+    "tile",
     "topk",
+    "trace",
     "transpose",
     "tril",
     "triu",
     "true_divide",
     "trunc",
     "uint8",
+    "unbind",
+    "unflatten",
+    "unique",
     "unsqueeze",
     "var",
+    "var_mean",
+    "vstack",
     "where",
     "zeros",
     "zeros_like",
@@ -254,12 +320,15 @@ def absolute(input: Operand) -> Variable:
 
 accelerator: SimpleNamespace
 
+def acosh(input: VariableSurface) -> Variable: ...
 def adaptive_avg_pool2d(input: Operand, output_size: builtins.int | Sequence[builtins.int]) -> Variable:
     """2-d average pooling to a given output size (PyTorch's adaptive windows)"""
 
 def add(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variable:
     """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
 
+def addmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Variable: ...
+def addmv(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Variable: ...
 def all(
     input: Operand,
     dim: builtins.int | Sequence[builtins.int] | None = None,
@@ -318,6 +387,11 @@ def as_tensor(
 ) -> Variable:
     """`data` itself when it is an array of the right dtype (sharing its memory), else a copy."""
 
+def asinh(input: VariableSurface) -> Variable: ...
+def atanh(input: VariableSurface) -> Variable: ...
+def atleast_1d(input: Any) -> Variable: ...
+def atleast_2d(input: Any) -> Variable: ...
+def atleast_3d(input: Any) -> Variable: ...
 def avg_pool1d(
     input: Operand,
     kernel_size: builtins.int | Sequence[builtins.int],
@@ -339,6 +413,7 @@ def avg_pool2d(
 ) -> Variable:
     """2-d average pooling: each window's mean"""
 
+def baddbmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Variable: ...
 def bernoulli(input: Any, p: builtins.float | None = None, *, generator: Generator | None = None) -> Variable:
     """0s and 1s of `input`'s shape and dtype, each 1 with probability `input`'s value there (`p`, when
     given, for all). Only with `p=None` are the input's values read (a lazy client input is fetched)."""
@@ -360,12 +435,17 @@ def bmm(input: VariableSurface, mat2: VariableSurface) -> Variable:
 
 bool: DType
 
+def broadcast_tensors(*tensors: Any) -> tuple[Variable, ...]: ...
+def broadcast_to(input: Any, size: Any) -> Variable: ...
+def bucketize(input: Any, boundaries: Any, *, out_int32: Any = False, right: Any = False) -> Variable: ...
+def cartesian_prod(*tensors: Any) -> Variable: ...
 def cast(input: Operand, dtype: DTypeLike) -> Variable:
     """x converted to dtype (gradient converted back)"""
 
 def cat(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along an existing dimension"""
 
+def cdist(x1: Any, x2: Any, p: Any = 2.0, compute_mode: Any = None) -> Variable: ...
 def ceil(input: Operand) -> Variable:
     """the smallest integer >= x (gradient zero, as in PyTorch)"""
 
@@ -393,6 +473,7 @@ def col2im(
 ) -> Variable:
     """columns [N, C * prod(kernel_size), windows] added back into [N, C, *output_size] (PyTorch's fold; the adjoint of im2col)"""
 
+def column_stack(tensors: Any) -> Variable: ...
 def concat(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along an existing dimension"""
 
@@ -424,6 +505,7 @@ def conv2d(
 def cos(input: Operand) -> Variable:
     """cosine"""
 
+def cosh(input: VariableSurface) -> Variable: ...
 def count_nonzero(
     input: Operand, dim: builtins.int | Sequence[builtins.int] | None = None, **numpy_spelling: Any
 ) -> Variable:
@@ -435,8 +517,16 @@ def cumsum(input: Operand, dim: builtins.int) -> Variable:
     """running sums along dim (integers and booleans sum as int64)"""
 
 default_generator: Generator
+
+def deg2rad(input: VariableSurface) -> Variable: ...
+
 device = Device
 
+def diag(input: Any, diagonal: Any = 0) -> Variable: ...
+def diag_embed(input: Any, offset: Any = 0, dim1: Any = -2, dim2: Any = -1) -> Variable: ...
+def diagonal(input: Any, offset: Any = 0, dim1: Any = 0, dim2: Any = 1) -> Variable: ...
+def diff(input: Any, n: Any = 1, dim: Any = -1, prepend: Any = None, append: Any = None) -> Variable: ...
+def dist(input: Any, other: Any, p: Any = 2) -> Variable: ...
 def div(input: Operand, other: Operand) -> Variable:
     """x / y (true division, broadcasting; IEEE results for division by zero)"""
 
@@ -448,6 +538,7 @@ def dot(input: Operand, tensor: Operand) -> Variable:
 
 double: DType
 
+def dstack(tensors: Any) -> Variable: ...
 def einsum(equation: str, *operands: Any) -> Variable:
     """Einstein summation: `einsum("ij,jk->ik", a, b)` (operands also as one list)."""
 
@@ -499,6 +590,10 @@ def finfo(type: Any = None) -> numpy.finfo:
 def flatten(input: Operand, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Variable:
     """merge dimensions start_dim..end_dim into one"""
 
+def flip(input: Any, *dims: Any) -> Variable: ...
+def fliplr(input: Any) -> Variable: ...
+def flipud(input: Any) -> Variable: ...
+
 float: DType
 float16: DType
 float32: DType
@@ -513,6 +608,7 @@ def floor_divide(input: Operand, other: Operand) -> Variable:
 def fmod(input: Operand, other: Operand) -> Variable:
     """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
 
+def frac(input: VariableSurface) -> Variable: ...
 def from_numpy(array: ArrayLike) -> Variable:
     """A Variable sharing `array`'s memory (where the backend is NumPy), as PyTorch's."""
 
@@ -562,6 +658,8 @@ def gt(input: Operand, other: Operand) -> Variable:
 
 half: DType
 
+def hstack(tensors: Any) -> Variable: ...
+def hypot(input: Any, other: Any) -> Variable: ...
 def iinfo(type: Any) -> numpy.iinfo:
     """Machine limits of an integer dtype: `max`, `min`, `bits`."""
 
@@ -618,6 +716,7 @@ def isclose(input: Operand, other: Operand, rtol: builtins.float = 1e-05, atol: 
 def isfinite(input: Operand) -> Variable:
     """Whether each element is neither NaN nor infinite, as a bool Variable."""
 
+def isin(elements: Any, test_elements: Any, *, assume_unique: Any = False, invert: Any = False) -> Variable: ...
 def isinf(input: Operand) -> Variable:
     """Whether each element is +inf or -inf, as a bool Variable."""
 
@@ -626,9 +725,12 @@ def isnan(input: Operand) -> Variable:
 
 def isneginf(input: Operand) -> Variable: ...
 def isposinf(input: Operand) -> Variable: ...
+def kron(input: Any, other: Any) -> Variable: ...
+def kthvalue(input: Any, k: Any, dim: Any = -1, keepdim: Any = False) -> MaxMin[Variable]: ...
 def le(input: Operand, other: Operand) -> Variable:
     """x <= y as a bool Variable (no gradient)"""
 
+def lerp(input: Any, end: Any, weight: Any) -> Variable: ...
 def less(input: Operand, other: Operand) -> Variable:
     """x < y as a bool Variable (no gradient)"""
 
@@ -658,6 +760,8 @@ def log2(input: Operand) -> Variable:
 def log_softmax(input: Operand, dim: builtins.int) -> Variable:
     """x - logsumexp(x, dim)"""
 
+def logaddexp(input: Any, other: Any) -> Variable: ...
+def logcumsumexp(input: Any, dim: Any) -> Variable: ...
 def logical_and(input: Operand, other: Operand) -> Variable: ...
 def logical_not(input: Operand) -> Variable: ...
 def logical_or(input: Operand, other: Operand) -> Variable: ...
@@ -678,6 +782,7 @@ def manual_seed(seed: builtins.int) -> Generator:
 def masked_fill(input: Operand, other: Operand) -> Variable:
     """x with value where mask is true (mask broadcasts; the result keeps x's dtype)"""
 
+def masked_select(input: Any, mask: Any) -> Variable: ...
 def matmul(input: Operand, other: Operand) -> Variable:
     """matrix product with NumPy's broadcasting and 1-d rules"""
 
@@ -715,6 +820,8 @@ def mean(
 ) -> Variable:
     """mean over dim (all when null)"""
 
+def median(input: Any, dim: Any = None, keepdim: Any = False) -> Any: ...
+def meshgrid(*tensors: Any, indexing: Any = "ij") -> tuple[Variable, ...]: ...
 @overload
 def min(input: Operand) -> Variable: ...
 @overload
@@ -727,6 +834,8 @@ def minimum(input: Operand, other: Operand) -> Variable:
 def mm(input: Operand, mat2: Operand) -> Variable:
     """matrix product of two 2-d inputs"""
 
+def moveaxis(input: Any, source: Any, destination: Any) -> Variable: ...
+def movedim(input: Any, source: Any, destination: Any) -> Variable: ...
 def mul(input: Operand, other: Operand) -> Variable:
     """x * y (broadcasting)"""
 
@@ -752,6 +861,9 @@ def nan_to_num(
     """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default the dtype's largest and
     smallest finite values); the gradient flows where the input was finite."""
 
+def nanmean(input: Any, dim: Any = None, keepdim: Any = False, *, dtype: Any = None) -> Variable: ...
+def nansum(input: Any, dim: Any = None, keepdim: Any = False, *, dtype: Any = None) -> Variable: ...
+def narrow(input: Any, dim: Any, start: Any, length: Any) -> Variable: ...
 def ne(input: Operand, other: Operand) -> Variable:
     """x != y as a bool Variable (no gradient)"""
 
@@ -761,6 +873,7 @@ def neg(input: Operand) -> Variable:
 def negative(input: Operand) -> Variable:
     """-x"""
 
+def nonzero(input: Any, *, as_tuple: Any = False) -> Any: ...
 def norm(
     input: Operand,
     p: builtins.float = 2.0,
@@ -817,6 +930,10 @@ def prod(
 ) -> Variable:
     """product over dim (all when null); gradients exact at zeros"""
 
+def quantile(
+    input: Any, q: Any, dim: Any = None, keepdim: Any = False, *, interpolation: Any = "linear"
+) -> Variable: ...
+def rad2deg(input: VariableSurface) -> Variable: ...
 def rand(
     *size: builtins.int | Sequence[builtins.int],
     generator: Generator | None = None,
@@ -883,6 +1000,7 @@ def randperm(
 ) -> Variable:
     """A random permutation of 0..n-1 (int64 unless `dtype=` says otherwise)."""
 
+def ravel(input: Any) -> Variable: ...
 def reciprocal(input: Operand) -> Variable: ...
 def relu(input: Operand) -> Variable:
     """max(x, 0)"""
@@ -893,10 +1011,13 @@ def remainder(input: Operand, other: Operand) -> Variable:
 def repeat(self: VariableSurface, *sizes: Any) -> Variable:
     """This Variable tiled `sizes[i]` times along each dimension (new leading ones for extra sizes)."""
 
+def repeat_interleave(input: Any, repeats: Any, dim: Any = None, *, output_size: Any = None) -> Variable: ...
 @overload
 def reshape(input: Operand, shape: Sequence[builtins.int]) -> Variable: ...
 @overload
 def reshape(input: Operand, *shape: builtins.int) -> Variable: ...
+def roll(input: Any, shifts: Any, dims: Any = None) -> Variable: ...
+def rot90(input: Any, k: Any = 1, dims: Any = (0, 1)) -> Variable: ...
 def round(input: Operand, decimals: builtins.int = 0) -> Variable:
     """x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
 
@@ -907,9 +1028,19 @@ def scatter_add(input: VariableSurface, dim: builtins.int, index: Operand, src: 
 def scatter_add_(self: Variable, dim: builtins.int, index: Operand, src: Operand) -> Variable:
     """In place: `scatter_add`."""
 
+def searchsorted(
+    sorted_sequence: Any,
+    input: Any,
+    *,
+    out_int32: Any = False,
+    right: Any = False,
+    side: Any = None,
+    sorter: Any = None,
+) -> Variable: ...
 def seed() -> builtins.int:
     """Reseed the default generator non-deterministically; returns the seed."""
 
+def select(input: Any, dim: Any, index: Any) -> Variable: ...
 def set_default_device(spec: Any) -> None: ...
 def set_default_dtype(d: Any) -> None:
     """Set the default floating dtype (float16, float32 or float64), as PyTorch's does."""
@@ -931,6 +1062,7 @@ def sign(input: Operand) -> Variable:
 def sin(input: Operand) -> Variable:
     """sine"""
 
+def sinh(input: VariableSurface) -> Variable: ...
 def softmax(input: Operand, dim: builtins.int) -> Variable:
     """exp(x) / sum(exp(x)) along dim, computed stably"""
 
@@ -963,6 +1095,9 @@ def std(
 ) -> Variable:
     """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
 
+def std_mean(
+    input: Any, dim: Any = None, unbiased: Any = None, keepdim: Any = False, *, correction: Any = None
+) -> tuple[Variable, Variable]: ...
 def sub(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variable:
     """x - y (broadcasting); `alpha=` scales `other` first (PyTorch's `sub(input, other, alpha=a)`)"""
 
@@ -987,6 +1122,9 @@ def swapdims(input: Operand, dim0: builtins.int, dim1: builtins.int) -> Variable
 def t(input: Operand) -> Variable:
     """transpose of a matrix"""
 
+def take(input: Any, index: Any) -> Variable: ...
+def take_along_dim(input: Any, indices: Any, dim: Any = None) -> Variable: ...
+def tan(input: VariableSurface) -> Variable: ...
 def tanh(input: Operand) -> Variable:
     """hyperbolic tangent"""
 
@@ -998,6 +1136,9 @@ def tensor(
 ) -> Variable:
     """A copy of `data` (as PyTorch's: in-place updates of it leave `data` alone)."""
 
+def tensor_split(input: Any, indices_or_sections: Any, dim: Any = 0) -> tuple[Variable, ...]: ...
+def tensordot(a: Any, b: Any, dims: Any = 2) -> Variable: ...
+def tile(input: Any, *dims: Any) -> Variable: ...
 def topk(
     input: VariableSurface,
     k: builtins.int,
@@ -1007,6 +1148,7 @@ def topk(
 ) -> MaxMin[Variable]:
     """(values, indices) of the `k` largest (or smallest) entries along `dim`, in order."""
 
+def trace(input: Any) -> Variable: ...
 def transpose(input: Operand, dim0: builtins.int, dim1: builtins.int) -> Variable:
     """swap two dimensions"""
 
@@ -1024,6 +1166,11 @@ def trunc(input: Operand) -> Variable:
 
 uint8: DType
 
+def unbind(input: Any, dim: Any = 0) -> tuple[Variable, ...]: ...
+def unflatten(input: Any, dim: Any, sizes: Any) -> Variable: ...
+def unique(
+    input: Any, sorted: Any = True, return_inverse: Any = False, return_counts: Any = False, dim: Any = None
+) -> Any: ...
 def unsqueeze(input: Operand, dim: builtins.int) -> Variable:
     """insert a dimension of size 1"""
 
@@ -1035,6 +1182,10 @@ def var(
 ) -> Variable:
     """variance over dim (all when null)"""
 
+def var_mean(
+    input: Any, dim: Any = None, unbiased: Any = None, keepdim: Any = False, *, correction: Any = None
+) -> tuple[Variable, Variable]: ...
+def vstack(tensors: Any) -> Variable: ...
 def where(condition: Operand, input: Operand, other: Operand) -> Variable:
     """x where cond else y (cond gets no gradient)"""
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from engine import tensor_ops
+from engine import everyday, tensor_ops
 from engine.devices import Device
 from engine.factory import as_dtype
 
@@ -275,6 +275,7 @@ def functions(ops) -> dict:
     out["sub"] = _with_alpha("sub", ops["sub"], mul)
     out.update({alias: ops[name] for alias, name in ALIASES.items()})
     out.update(tensor_ops.functions(ops))
+    out.update(everyday.functions(ops))
     return out
 
 

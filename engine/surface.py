@@ -34,7 +34,7 @@ import math
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from engine import backend, compat, dtypes, inplace, modern, tensor_ops
+from engine import backend, compat, dtypes, everyday, inplace, modern, tensor_ops
 from engine.autograd import watch_of
 from engine.devices import Placement
 from engine.factory import Constructors
@@ -422,7 +422,7 @@ def install(side: Side) -> dict:
         setattr(cls, dunder, method)
     composed = modern.functions(functions)
     for name, function in composed.items():
-        if name not in tensor_ops.FUNCTIONS_ONLY:
+        if name not in tensor_ops.FUNCTIONS_ONLY + everyday.FUNCTIONS_ONLY:
             setattr(cls, name, function)
     functions_with_alpha = {**functions, "add": composed["add"], "sub": composed["sub"]}
     for name, method in inplace.methods(functions_with_alpha, side.grad_mode.is_enabled).items():

@@ -127,10 +127,13 @@ class VariableSurface:
         """|x| (gradient sign(x), 0 at 0)"""
     def absolute(self) -> Self:
         """|x| (gradient sign(x), 0 at 0)"""
+    def acosh(self) -> Self: ...
     def add(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
     def add_(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """In place: this Variable becomes `add(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def addmm(self, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Self: ...
+    def addmv(self, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Self: ...
     def all(
         self,
         dim: builtins.int | Sequence[builtins.int] | None = None,
@@ -156,6 +159,8 @@ class VariableSurface:
         """index of the minimum (no gradient)"""
     def argsort(self, dim: builtins.int = -1, descending: builtins.bool = False, stable: builtins.bool = False) -> Self:
         """the indices that sort x along dim (ties keep their order; no gradient)"""
+    def asinh(self) -> Self: ...
+    def atanh(self) -> Self: ...
     def backward(
         self,
         gradient: Operand | None = None,
@@ -163,6 +168,7 @@ class VariableSurface:
         create_graph: builtins.bool = False,
     ) -> None:
         """Gradients of this Variable into every leaf's `.grad`."""
+    def baddbmm(self, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Self: ...
     def bernoulli(self, p: builtins.float | None = None, *, generator: Generator | None = None) -> Self:
         """`bernoulli(self, p, generator=)`."""
     def bernoulli_(self, p: Any = 0.5, *, generator: Generator | None = None) -> Self:
@@ -187,6 +193,8 @@ class VariableSurface:
         """Batched matrix product of two 3-d Variables of equal batch size."""
     def bool(self) -> Self:
         """This Variable as bool (differentiable)."""
+    def broadcast_to(self, size: Any) -> Self: ...
+    def bucketize(self, boundaries: Any, *, out_int32: Any = False, right: Any = False) -> Self: ...
     def ceil(self) -> Self:
         """the smallest integer >= x (gradient zero, as in PyTorch)"""
     def ceil_(self) -> Self:
@@ -210,6 +218,7 @@ class VariableSurface:
         """cosine"""
     def cos_(self) -> Self:
         """cosine"""
+    def cosh(self) -> Self: ...
     def count_nonzero(self, dim: builtins.int | Sequence[builtins.int] | None = None, **numpy_spelling: Any) -> Self:
         """How many elements (along `dim`) are nonzero, as an int64 Variable."""
     def cpu(self) -> Self: ...
@@ -218,7 +227,13 @@ class VariableSurface:
         """running sums along dim (integers and booleans sum as int64)"""
     def cumsum_(self, dim: builtins.int) -> Self:
         """running sums along dim (integers and booleans sum as int64)"""
+    def deg2rad(self) -> Self: ...
+    def diag(self, diagonal: Any = 0) -> Self: ...
+    def diag_embed(self, offset: Any = 0, dim1: Any = -2, dim2: Any = -1) -> Self: ...
+    def diagonal(self, offset: Any = 0, dim1: Any = 0, dim2: Any = 1) -> Self: ...
+    def diff(self, n: Any = 1, dim: Any = -1, prepend: Any = None, append: Any = None) -> Self: ...
     def dim(self) -> builtins.int: ...
+    def dist(self, other: Any, p: Any = 2) -> Self: ...
     def div(self, other: Operand) -> Self:
         """x / y (true division, broadcasting; IEEE results for division by zero)"""
     def div_(self, other: Operand) -> Self:
@@ -254,6 +269,9 @@ class VariableSurface:
     def fill_(self, value: Operand) -> Self: ...
     def flatten(self, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Self:
         """merge dimensions start_dim..end_dim into one"""
+    def flip(self, *dims: Any) -> Self: ...
+    def fliplr(self) -> Self: ...
+    def flipud(self) -> Self: ...
     def float(self) -> Self:
         """This Variable as float32 (differentiable)."""
     def floor(self) -> Self:
@@ -268,6 +286,7 @@ class VariableSurface:
         """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
     def fmod_(self, other: Operand) -> Self:
         """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
+    def frac(self) -> Self: ...
     def gather(self, dim: builtins.int, index: Operand, *, sparse_grad: builtins.bool = False) -> Self:
         """out[i][j] = input[i][index[i][j]] along `dim` (shown for 2-d, dim=1)."""
     def ge(self, other: Operand) -> Self:
@@ -285,6 +304,7 @@ class VariableSurface:
         """x > y as a bool Variable (no gradient)"""
     def half(self) -> Self:
         """This Variable as float16 (differentiable)."""
+    def hypot(self, other: Any) -> Self: ...
     def index_add(self, dim: builtins.int, index: Operand, source: Operand, *, alpha: builtins.float = 1) -> Self:
         """A copy of `input` with `alpha * source` added along `dim` at the positions `index` names
         (repeated positions add up): PyTorch's `index_add`."""
@@ -310,6 +330,7 @@ class VariableSurface:
     def isclose(self, other: Operand, rtol: builtins.float = 1e-05, atol: builtins.float = 1e-08) -> Self: ...
     def isfinite(self) -> Self:
         """Whether each element is neither NaN nor infinite, as a bool Variable."""
+    def isin(self, test_elements: Any, *, assume_unique: Any = False, invert: Any = False) -> Self: ...
     def isinf(self) -> Self:
         """Whether each element is +inf or -inf, as a bool Variable."""
     def isnan(self) -> Self:
@@ -318,8 +339,11 @@ class VariableSurface:
     def isposinf(self) -> Self: ...
     def item(self) -> builtins.float:
         """The value of a one-element Variable as a Python number (a float, int or bool)."""
+    def kron(self, other: Any) -> Self: ...
+    def kthvalue(self, k: Any, dim: Any = -1, keepdim: Any = False) -> MaxMin[Self]: ...
     def le(self, other: Operand) -> Self:
         """x <= y as a bool Variable (no gradient)"""
+    def lerp(self, end: Any, weight: Any) -> Self: ...
     def less(self, other: Operand) -> Self:
         """x < y as a bool Variable (no gradient)"""
     def less_equal(self, other: Operand) -> Self:
@@ -340,6 +364,8 @@ class VariableSurface:
         """natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)"""
     def log_softmax(self, dim: builtins.int) -> Self:
         """x - logsumexp(x, dim)"""
+    def logaddexp(self, other: Any) -> Self: ...
+    def logcumsumexp(self, dim: Any) -> Self: ...
     def logical_and(self, other: Operand) -> Self: ...
     def logical_not(self) -> Self: ...
     def logical_or(self, other: Operand) -> Self: ...
@@ -357,6 +383,7 @@ class VariableSurface:
         """x with value where mask is true (mask broadcasts; the result keeps x's dtype)"""
     def masked_fill_(self, other: Operand) -> Self:
         """x with value where mask is true (mask broadcasts; the result keeps x's dtype)"""
+    def masked_select(self, mask: Any) -> Self: ...
     def matmul(self, other: Operand) -> Self:
         """matrix product with NumPy's broadcasting and 1-d rules"""
     @overload
@@ -369,6 +396,7 @@ class VariableSurface:
         """elementwise max (ties split the gradient)"""
     def mean(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
         """mean over dim (all when null)"""
+    def median(self, dim: Any = None, keepdim: Any = False) -> Any: ...
     @overload
     def min(self) -> Self: ...
     @overload
@@ -379,6 +407,8 @@ class VariableSurface:
         """elementwise min (ties split the gradient)"""
     def mm(self, mat2: Operand) -> Self:
         """matrix product of two 2-d inputs"""
+    def moveaxis(self, source: Any, destination: Any) -> Self: ...
+    def movedim(self, source: Any, destination: Any) -> Self: ...
     def mul(self, other: Operand) -> Self:
         """x * y (broadcasting)"""
     def mul_(self, other: Operand) -> Self:
@@ -396,6 +426,9 @@ class VariableSurface:
     ) -> Self:
         """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default the dtype's largest and
         smallest finite values); the gradient flows where the input was finite."""
+    def nanmean(self, dim: Any = None, keepdim: Any = False, *, dtype: Any = None) -> Self: ...
+    def nansum(self, dim: Any = None, keepdim: Any = False, *, dtype: Any = None) -> Self: ...
+    def narrow(self, dim: Any, start: Any, length: Any) -> Self: ...
     def ndimension(self) -> builtins.int: ...
     def ne(self, other: Operand) -> Self:
         """x != y as a bool Variable (no gradient)"""
@@ -451,6 +484,7 @@ class VariableSurface:
         **keywords: Any,
     ) -> Self:
         """`zeros(...)` with this Variable's dtype unless `dtype=` says otherwise."""
+    def nonzero(self, *, as_tuple: Any = False) -> Any: ...
     def norm(
         self,
         p: builtins.float = 2.0,
@@ -479,11 +513,14 @@ class VariableSurface:
         """x ** y (broadcasting)"""
     def prod(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
         """product over dim (all when null); gradients exact at zeros"""
+    def quantile(self, q: Any, dim: Any = None, keepdim: Any = False, *, interpolation: Any = "linear") -> Self: ...
+    def rad2deg(self) -> Self: ...
     def random_(
         self, low: builtins.int = 0, high: builtins.int | None = None, *, generator: Generator | None = None
     ) -> Self:
         """Fill in place with integers: `random_(high)` in [0, high), `random_(low, high)` in [low, high),
         `random_()` in [0, 2**mantissa] for a float dtype and [0, max] for an integer one."""
+    def ravel(self) -> Self: ...
     def reciprocal(self) -> Self: ...
     def register_hook(self, hook: Any) -> RemovableHandle:
         """PyTorch's tensor hook: `hook(grad)` runs when this Variable's gradient is computed; what it returns (if
@@ -500,6 +537,7 @@ class VariableSurface:
         """x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)"""
     def repeat(self, *sizes: Any) -> Self:
         """This Variable tiled `sizes[i]` times along each dimension (new leading ones for extra sizes)."""
+    def repeat_interleave(self, repeats: Any, dim: Any = None, *, output_size: Any = None) -> Self: ...
     def requires_grad_(self, requires_grad: builtins.bool = True) -> Self: ...
     @overload
     def reshape(self, shape: Sequence[builtins.int]) -> Self: ...
@@ -510,6 +548,8 @@ class VariableSurface:
         """Keep this non-leaf's gradient in `.grad` after backward (a no-op on leaves)."""
     @property
     def retains_grad(self) -> builtins.bool: ...
+    def roll(self, shifts: Any, dims: Any = None) -> Self: ...
+    def rot90(self, k: Any = 1, dims: Any = (0, 1)) -> Self: ...
     def round(self, decimals: builtins.int = 0) -> Self:
         """x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
     def round_(self, decimals: builtins.int = 0) -> Self:
@@ -519,6 +559,10 @@ class VariableSurface:
         """A copy of `input` with `src`'s entries added at `index` along `dim` (repeated positions add up)."""
     def scatter_add_(self, dim: builtins.int, index: Operand, src: Operand) -> Self:
         """In place: `scatter_add`."""
+    def searchsorted(
+        self, input: Any, *, out_int32: Any = False, right: Any = False, side: Any = None, sorter: Any = None
+    ) -> Self: ...
+    def select(self, dim: Any, index: Any) -> Self: ...
     def sigmoid(self) -> Self:
         """1 / (1 + e ** -x), computed stably"""
     def sigmoid_(self) -> Self:
@@ -531,6 +575,7 @@ class VariableSurface:
         """sine"""
     def sin_(self) -> Self:
         """sine"""
+    def sinh(self) -> Self: ...
     @overload
     def size(self) -> Size: ...
     @overload
@@ -560,6 +605,9 @@ class VariableSurface:
         **numpy_spelling: Any,
     ) -> Self:
         """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
+    def std_mean(
+        self, dim: Any = None, unbiased: Any = None, keepdim: Any = False, *, correction: Any = None
+    ) -> tuple[Self, Self]: ...
     def sub(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """x - y (broadcasting); `alpha=` scales `other` first (PyTorch's `sub(input, other, alpha=a)`)"""
     def sub_(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
@@ -574,10 +622,16 @@ class VariableSurface:
         """swap two dimensions"""
     def t(self) -> Self:
         """transpose of a matrix"""
+    def take(self, index: Any) -> Self: ...
+    def take_along_dim(self, indices: Any, dim: Any = None) -> Self: ...
+    def tan(self) -> Self: ...
     def tanh(self) -> Self:
         """hyperbolic tangent"""
     def tanh_(self) -> Self:
         """hyperbolic tangent"""
+    def tensor_split(self, indices_or_sections: Any, dim: Any = 0) -> tuple[Self, ...]: ...
+    def tensordot(self, b: Any, dims: Any = 2) -> Self: ...
+    def tile(self, *dims: Any) -> Self: ...
     def to(
         self,
         *args: Any,
@@ -593,6 +647,7 @@ class VariableSurface:
         self, k: builtins.int, dim: builtins.int = -1, largest: builtins.bool = True, sorted: builtins.bool = True
     ) -> MaxMin[Self]:
         """(values, indices) of the `k` largest (or smallest) entries along `dim`, in order."""
+    def trace(self) -> Self: ...
     def transpose(self, dim0: builtins.int, dim1: builtins.int) -> Self:
         """swap two dimensions"""
     def tril(self, diagonal: builtins.int = 0) -> Self:
@@ -612,10 +667,15 @@ class VariableSurface:
     def type(self, dtype: Any = None) -> Any:
         """`x.type()`: the tensor type's name ('torch.FloatTensor'); `x.type(T)`: x converted to T."""
     def type_as(self, other: VariableSurface) -> Self: ...
+    def unbind(self, dim: Any = 0) -> tuple[Self, ...]: ...
+    def unflatten(self, dim: Any, sizes: Any) -> Self: ...
     def uniform_(
         self, low: builtins.float = 0.0, high: builtins.float = 1.0, *, generator: Generator | None = None
     ) -> Self:
         """Fill in place with draws from U[low, high)."""
+    def unique(
+        self, sorted: Any = True, return_inverse: Any = False, return_counts: Any = False, dim: Any = None
+    ) -> Any: ...
     def unsqueeze(self, dim: builtins.int) -> Self:
         """insert a dimension of size 1"""
     def var(
@@ -625,6 +685,9 @@ class VariableSurface:
         keepdim: builtins.bool = False,
     ) -> Self:
         """variance over dim (all when null)"""
+    def var_mean(
+        self, dim: Any = None, unbiased: Any = None, keepdim: Any = False, *, correction: Any = None
+    ) -> tuple[Self, Self]: ...
     @overload
     def view(self, shape: Sequence[builtins.int]) -> Self: ...
     @overload

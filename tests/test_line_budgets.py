@@ -74,6 +74,10 @@ Raised, as decisions:
   to 12769.
 - engine 12800 -> 12850 (2026-11-28): torch.special's composable functions (`engine/special_functions.py`) took it
   to 12830.
+- engine 12850 -> 13350 (2026-11-28): everyday torch functions composed from the registry's ops (`engine/everyday.py`:
+  flip, roll, diag, trace, narrow, select, unbind, movedim, tile, meshgrid, the stacks, tensor_split,
+  repeat_interleave, addmm, tensordot, kron, cdist, lerp, hypot, logaddexp, tan/sinh/cosh, diff, nansum,
+  logcumsumexp, var_mean, median, kthvalue, quantile, searchsorted, nonzero, unique...) took it to 13305.
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 12850, "wire": 6050, "service": 3800, "client": 3075}
+BUDGETS = {"engine": 13350, "wire": 6050, "service": 3800, "client": 3075}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
