@@ -35,6 +35,7 @@ __all__ = [
     "abs",
     "absolute",
     "accelerator",
+    "acos",
     "acosh",
     "adaptive_avg_pool2d",
     "add",
@@ -46,11 +47,18 @@ __all__ = [
     "amin",
     "any",
     "arange",
+    "arccos",
+    "arcsin",
+    "arctan",
+    "arctan2",
     "argmax",
     "argmin",
     "argsort",
     "as_tensor",
+    "asin",
     "asinh",
+    "atan",
+    "atan2",
     "atanh",
     "atleast_1d",
     "atleast_2d",
@@ -320,6 +328,9 @@ def absolute(input: Operand) -> Variable:
 
 accelerator: SimpleNamespace
 
+def acos(input: Operand) -> Variable:
+    """arccosine (NaN outside [-1, 1])"""
+
 def acosh(input: VariableSurface) -> Variable: ...
 def adaptive_avg_pool2d(input: Operand, output_size: builtins.int | Sequence[builtins.int]) -> Variable:
     """2-d average pooling to a given output size (PyTorch's adaptive windows)"""
@@ -368,6 +379,18 @@ def arange(
 ) -> Variable:
     """int64 values from integer arguments, float32 when any is a float (as PyTorch infers)."""
 
+def arccos(input: Operand) -> Variable:
+    """arccosine (NaN outside [-1, 1])"""
+
+def arcsin(input: Operand) -> Variable:
+    """arcsine (NaN outside [-1, 1])"""
+
+def arctan(input: Operand) -> Variable:
+    """arctangent"""
+
+def arctan2(input: Operand, other: Operand) -> Variable:
+    """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
+
 def argmax(input: Operand, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Variable:
     """index of the maximum (no gradient)"""
 
@@ -387,7 +410,16 @@ def as_tensor(
 ) -> Variable:
     """`data` itself when it is an array of the right dtype (sharing its memory), else a copy."""
 
+def asin(input: Operand) -> Variable:
+    """arcsine (NaN outside [-1, 1])"""
+
 def asinh(input: VariableSurface) -> Variable: ...
+def atan(input: Operand) -> Variable:
+    """arctangent"""
+
+def atan2(input: Operand, other: Operand) -> Variable:
+    """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
+
 def atanh(input: VariableSurface) -> Variable: ...
 def atleast_1d(input: Any) -> Variable: ...
 def atleast_2d(input: Any) -> Variable: ...

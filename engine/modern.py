@@ -52,6 +52,10 @@ ALIASES = {
     "less_equal": "le",
     "not_equal": "ne",
     "clip": "clamp",
+    "arcsin": "asin",
+    "arccos": "acos",
+    "arctan": "atan",
+    "arctan2": "atan2",
     "swapaxes": "transpose",
     "swapdims": "transpose",
 }

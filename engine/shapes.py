@@ -58,6 +58,12 @@ def floating(shapes, dtypes, attrs):
     return tuple(shapes[0]), dtype
 
 
+def floating_broadcast(shapes, dtypes, attrs):
+    """Broadcast shapes; the inputs' dtype when floating, else float64 (atan2 of integers)."""
+    shape, dtype = broadcast(shapes, dtypes, attrs)
+    return shape, dtype if dtype.kind == "f" else numpy.dtype(numpy.float64)
+
+
 def normalize_dims(dim, ndim):
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     out = []

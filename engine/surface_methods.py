@@ -13,11 +13,15 @@ from typing import Any
 # method name -> the registry op it applies
 METHOD_OPS: dict[str, str] = {
     "abs": "abs",
+    "acos": "acos",
     "amax": "amax",
     "amin": "amin",
     "argmax": "argmax",
     "argmin": "argmin",
     "argsort": "argsort",
+    "asin": "asin",
+    "atan": "atan",
+    "atan2": "atan2",
     "bitwise_and": "bitwise_and",
     "bitwise_not": "bitwise_not",
     "bitwise_or": "bitwise_or",
@@ -96,6 +100,12 @@ class SurfaceMethods:
         |x| (gradient sign(x), 0 at 0)"""
         return self._ops.abs(self, *args, **kwargs)
 
+    def acos(self, *args: Any, **kwargs: Any) -> Any:
+        """acos(self) -> Self
+
+        arccosine (NaN outside [-1, 1])"""
+        return self._ops.acos(self, *args, **kwargs)
+
     def amax(self, *args: Any, **kwargs: Any) -> Any:
         """amax(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Self
 
@@ -125,6 +135,24 @@ class SurfaceMethods:
 
         the indices that sort x along dim (ties keep their order; no gradient)"""
         return self._ops.argsort(self, *args, **kwargs)
+
+    def asin(self, *args: Any, **kwargs: Any) -> Any:
+        """asin(self) -> Self
+
+        arcsine (NaN outside [-1, 1])"""
+        return self._ops.asin(self, *args, **kwargs)
+
+    def atan(self, *args: Any, **kwargs: Any) -> Any:
+        """atan(self) -> Self
+
+        arctangent"""
+        return self._ops.atan(self, *args, **kwargs)
+
+    def atan2(self, *args: Any, **kwargs: Any) -> Any:
+        """atan2(self, other: Operand) -> Self
+
+        the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
+        return self._ops.atan2(self, *args, **kwargs)
 
     def bitwise_and(self, *args: Any, **kwargs: Any) -> Any:
         """bitwise_and(self, other: Operand) -> Self

@@ -127,6 +127,8 @@ class VariableSurface:
         """|x| (gradient sign(x), 0 at 0)"""
     def absolute(self) -> Self:
         """|x| (gradient sign(x), 0 at 0)"""
+    def acos(self) -> Self:
+        """arccosine (NaN outside [-1, 1])"""
     def acosh(self) -> Self: ...
     def add(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
@@ -153,13 +155,27 @@ class VariableSurface:
         **numpy_spelling: Any,
     ) -> Self:
         """Whether some element (along `dim`) is nonzero, as a bool Variable."""
+    def arccos(self) -> Self:
+        """arccosine (NaN outside [-1, 1])"""
+    def arcsin(self) -> Self:
+        """arcsine (NaN outside [-1, 1])"""
+    def arctan(self) -> Self:
+        """arctangent"""
+    def arctan2(self, other: Operand) -> Self:
+        """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
     def argmax(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Self:
         """index of the maximum (no gradient)"""
     def argmin(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Self:
         """index of the minimum (no gradient)"""
     def argsort(self, dim: builtins.int = -1, descending: builtins.bool = False, stable: builtins.bool = False) -> Self:
         """the indices that sort x along dim (ties keep their order; no gradient)"""
+    def asin(self) -> Self:
+        """arcsine (NaN outside [-1, 1])"""
     def asinh(self) -> Self: ...
+    def atan(self) -> Self:
+        """arctangent"""
+    def atan2(self, other: Operand) -> Self:
+        """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
     def atanh(self) -> Self: ...
     def backward(
         self,

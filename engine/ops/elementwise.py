@@ -195,6 +195,41 @@ cos = defop(
     infer=shapes.floating,
     doc="cosine",
 )
+INSIDE_ONE = (Sample(((3, 4),), low=-0.9, high=0.9), Sample(((),), low=-0.9, high=0.9))
+asin = defop(
+    "asin",
+    lambda xp, x: xp.arcsin(x),
+    lambda g, ans, x: g / F.sqrt(1 - x * x),
+    samples=INSIDE_ONE,
+    infer=shapes.floating,
+    doc="arcsine (NaN outside [-1, 1])",
+)
+acos = defop(
+    "acos",
+    lambda xp, x: xp.arccos(x),
+    lambda g, ans, x: -(g / F.sqrt(1 - x * x)),
+    samples=INSIDE_ONE,
+    infer=shapes.floating,
+    doc="arccosine (NaN outside [-1, 1])",
+)
+atan = defop(
+    "atan",
+    lambda xp, x: xp.arctan(x),
+    lambda g, ans, x: g / (1 + x * x),
+    samples=UNARY,
+    infer=shapes.floating,
+    doc="arctangent",
+)
+atan2 = defop(
+    "atan2",
+    lambda xp, y, x: xp.arctan2(y, x),
+    lambda g, ans, y, x: g * (x / (x * x + y * y)),
+    lambda g, ans, y, x: g * (-y / (x * x + y * y)),
+    samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
+    infer=shapes.floating_broadcast,
+    scratch=costs.temporaries(per_broadcast=1),
+    doc="the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)",
+)
 tanh = defop(
     "tanh",
     lambda xp, x: xp.tanh(x),

@@ -162,3 +162,15 @@ def test_errors_match_torch_types(torch_like, oracle):
             x.narrow(1, 2, 2)
         with pytest.raises(RuntimeError):
             torch.quantile(x, 1.5)
+
+
+def test_inverse_trigonometric_primitives_match_torch(torch_like, oracle):
+    def run(torch):
+        x = torch.tensor([0.3, -0.5, 0.9], dtype=torch.float64, requires_grad=True)
+        y = torch.tensor([1.0, -2.0, -0.1], dtype=torch.float64, requires_grad=True)
+        out = [torch.asin(x), x.acos(), torch.arctan(y), torch.atan2(x, y), y.arctan2(x)]
+        sum(o.sum() * (i + 1) for i, o in enumerate(out)).backward()
+        return [values(o) for o in out] + [values(x.grad), values(y.grad)]
+
+    for ours, theirs in zip(run(torch_like), run(oracle), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)

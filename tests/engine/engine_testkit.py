@@ -70,6 +70,10 @@ BY_NAME = frozenset(
     {
         "add",
         "bitwise_and",
+        "asin",
+        "acos",
+        "atan",
+        "atan2",
         "bitwise_or",
         "bitwise_xor",
         "bitwise_not",
