@@ -98,3 +98,8 @@ distributions = bind_distributions(sys.modules[__name__])
 from engine.api import bind_special  # noqa: E402
 
 special = bind_special(sys.modules[__name__])
+
+# torch.linalg
+from engine.api import bind_linalg  # noqa: E402
+
+globals().update(bind_linalg(sys.modules[__name__]))

@@ -82,3 +82,8 @@ distributions = distribution_families.bind(sys.modules[__name__])
 from engine import special_functions  # noqa: E402
 
 special = special_functions.bind(sys.modules[__name__])
+
+# torch.linalg
+from engine import linalg_functions  # noqa: E402
+
+globals().update(linalg_functions.bind(sys.modules[__name__]))

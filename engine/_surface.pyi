@@ -81,6 +81,7 @@ __all__ = [
     "cat",
     "cdist",
     "ceil",
+    "cholesky",
     "chunk",
     "clamp",
     "clamp_max",
@@ -96,10 +97,13 @@ __all__ = [
     "cos",
     "cosh",
     "count_nonzero",
+    "cross",
     "cuda",
+    "cumprod",
     "cumsum",
     "default_generator",
     "deg2rad",
+    "det",
     "device",
     "diag",
     "diag_embed",
@@ -166,6 +170,8 @@ __all__ = [
     "int32",
     "int64",
     "int8",
+    "inv",
+    "inverse",
     "is_floating_point",
     "is_tensor",
     "isclose",
@@ -187,8 +193,10 @@ __all__ = [
     "log1p",
     "log2",
     "log_softmax",
+    "logabsdet",
     "logaddexp",
     "logcumsumexp",
+    "logdet",
     "logical_and",
     "logical_not",
     "logical_or",
@@ -200,6 +208,7 @@ __all__ = [
     "masked_fill",
     "masked_select",
     "matmul",
+    "matrix_power",
     "max",
     "max_pool1d",
     "max_pool2d",
@@ -268,6 +277,7 @@ __all__ = [
     "sign",
     "sin",
     "sinh",
+    "slogdet",
     "softmax",
     "sort",
     "split",
@@ -481,6 +491,9 @@ def cdist(x1: Any, x2: Any, p: Any = 2.0, compute_mode: Any = None) -> Variable:
 def ceil(input: Operand) -> Variable:
     """the smallest integer >= x (gradient zero, as in PyTorch)"""
 
+def cholesky(input: Operand) -> Variable:
+    """the lower Cholesky factor of each symmetric positive-definite matrix"""
+
 def chunk(input: VariableSurface, chunks: builtins.int, dim: builtins.int = 0) -> tuple[Variable, ...]:
     """At most `chunks` pieces of equal size along `dim` (the last one smaller)."""
 
@@ -543,7 +556,12 @@ def count_nonzero(
 ) -> Variable:
     """How many elements (along `dim`) are nonzero, as an int64 Variable."""
 
+def cross(input: VariableSurface, other: VariableSurface, dim: builtins.int = -1) -> Variable: ...
+
 cuda: SimpleNamespace
+
+def cumprod(input: Operand, dim: builtins.int) -> Variable:
+    """running products along dim (integers and booleans multiply as int64; no gradient where an input is 0)"""
 
 def cumsum(input: Operand, dim: builtins.int) -> Variable:
     """running sums along dim (integers and booleans sum as int64)"""
@@ -551,6 +569,8 @@ def cumsum(input: Operand, dim: builtins.int) -> Variable:
 default_generator: Generator
 
 def deg2rad(input: VariableSurface) -> Variable: ...
+def det(input: Operand) -> Variable:
+    """the determinant of each square matrix (its gradient needs the matrix invertible)"""
 
 device = Device
 
@@ -742,6 +762,12 @@ int32: DType
 int64: DType
 int8: DType
 
+def inv(input: Operand) -> Variable:
+    """the inverse of each square matrix (numpy.linalg.LinAlgError when one is singular)"""
+
+def inverse(input: Operand) -> Variable:
+    """the inverse of each square matrix (numpy.linalg.LinAlgError when one is singular)"""
+
 def is_floating_point(v: Any) -> builtins.bool: ...
 def is_tensor(obj: object) -> builtins.bool: ...
 def isclose(input: Operand, other: Operand, rtol: builtins.float = 1e-05, atol: builtins.float = 1e-08) -> Variable: ...
@@ -792,8 +818,14 @@ def log2(input: Operand) -> Variable:
 def log_softmax(input: Operand, dim: builtins.int) -> Variable:
     """x - logsumexp(x, dim)"""
 
+def logabsdet(input: Operand) -> Variable:
+    """log |det| of each square matrix (slogdet's second value)"""
+
 def logaddexp(input: Any, other: Any) -> Variable: ...
 def logcumsumexp(input: Any, dim: Any) -> Variable: ...
+def logdet(input: VariableSurface) -> Variable:
+    """log det: NaN where the determinant is negative."""
+
 def logical_and(input: Operand, other: Operand) -> Variable: ...
 def logical_not(input: Operand) -> Variable: ...
 def logical_or(input: Operand, other: Operand) -> Variable: ...
@@ -818,6 +850,7 @@ def masked_select(input: Any, mask: Any) -> Variable: ...
 def matmul(input: Operand, other: Operand) -> Variable:
     """matrix product with NumPy's broadcasting and 1-d rules"""
 
+def matrix_power(input: VariableSurface, n: builtins.int) -> Variable: ...
 @overload
 def max(input: Operand) -> Variable: ...
 @overload
@@ -1095,6 +1128,9 @@ def sin(input: Operand) -> Variable:
     """sine"""
 
 def sinh(input: VariableSurface) -> Variable: ...
+def slogdet(input: VariableSurface) -> tuple[Variable, Variable]:
+    """(sign, logabsdet): the sign has no gradient."""
+
 def softmax(input: Operand, dim: builtins.int) -> Variable:
     """exp(x) / sum(exp(x)) along dim, computed stably"""
 

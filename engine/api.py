@@ -55,6 +55,7 @@ from engine.function import node_class as function_node_class
 from engine.grad_mode import GradMode, enable_grad, is_grad_enabled, no_grad
 from engine.gradcheck import _GRADCHECK_KEYWORDS, _GRADGRADCHECK_KEYWORDS, GradcheckError, _accept, _compare
 from engine.indexing import from_key, tensor_count, to_key
+from engine.linalg_functions import bind as bind_linalg
 from engine.mixed_precision import bind as bind_mixed_precision
 from engine.node import RECORDING as _RECORDING
 from engine.node import GraphFreedError, Meta, Node, check_output, check_saved, reads_output
@@ -267,6 +268,7 @@ __all__ = [
     "bind_runtime",
     "bind_distributions",
     "bind_special",
+    "bind_linalg",
     "save",
     "loader",
     "UnpackedDualTensor",

@@ -106,6 +106,13 @@ def matrix_product(in_shapes, out_shape, attrs) -> int:
     return 2 * numel(out_shape) * k + one_pass(in_shapes, out_shape, attrs)
 
 
+def factorization(in_shapes, out_shape, attrs) -> int:
+    """A factorization of a batch of n x n matrices (inverse, determinant, Cholesky): ~2 n^3 flops each."""
+    a = in_shapes[0]
+    n = a[-1] if a else 1
+    return 2 * numel(a[:-2]) * n**3 + one_pass(in_shapes, out_shape, attrs)
+
+
 def dtype_factor(kernel: str, dtypes) -> float:
     """The factor of the slowest of `dtypes` (an op's inputs' and output's) for `kernel`."""
     return max((FACTORS.of(kernel, d) for d in dtypes), default=1.0)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from engine import everyday, tensor_ops
+from engine import everyday, linalg_functions, tensor_ops
 from engine.devices import Device
 from engine.factory import as_dtype
 
@@ -56,6 +56,7 @@ ALIASES = {
     "arccos": "acos",
     "arctan": "atan",
     "arctan2": "atan2",
+    "inverse": "inv",
     "swapaxes": "transpose",
     "swapdims": "transpose",
 }
@@ -280,6 +281,7 @@ def functions(ops) -> dict:
     out.update({alias: ops[name] for alias, name in ALIASES.items()})
     out.update(tensor_ops.functions(ops))
     out.update(everyday.functions(ops))
+    out.update(linalg_functions.functions(ops))
     return out
 
 

@@ -64,6 +64,22 @@ def floating_broadcast(shapes, dtypes, attrs):
     return shape, dtype if dtype.kind == "f" else numpy.dtype(numpy.float64)
 
 
+def square(shapes, dtypes, attrs):
+    """A batch of square matrices, kept (inv, cholesky); floating."""
+    shape, dtype = tuple(shapes[0]), numpy.result_type(dtypes[0])
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        raise ShapeError(f"expected a batch of square matrices, got shape {list(shape)}")
+    if dtype not in (numpy.float32, numpy.float64):
+        raise ShapeError(f"linalg ops take float32 or float64 matrices, not {dtype.name}")
+    return shape, dtype
+
+
+def square_to_batch(shapes, dtypes, attrs):
+    """A batch of square matrices to one number each (det, logabsdet)."""
+    shape, dtype = square(shapes, dtypes, attrs)
+    return shape[:-2], dtype
+
+
 def normalize_dims(dim, ndim):
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     out = []

@@ -27,10 +27,13 @@ METHOD_OPS: dict[str, str] = {
     "bitwise_or": "bitwise_or",
     "bitwise_xor": "bitwise_xor",
     "ceil": "ceil",
+    "cholesky": "cholesky",
     "clamp": "clamp",
     "clone": "clone",
     "cos": "cos",
+    "cumprod": "cumprod",
     "cumsum": "cumsum",
+    "det": "det",
     "div": "div",
     "eq": "eq",
     "erf": "erf",
@@ -44,6 +47,7 @@ METHOD_OPS: dict[str, str] = {
     "fmod": "fmod",
     "ge": "ge",
     "gt": "gt",
+    "inverse": "inv",
     "le": "le",
     "log": "log",
     "log10": "log10",
@@ -184,6 +188,12 @@ class SurfaceMethods:
         the smallest integer >= x (gradient zero, as in PyTorch)"""
         return self._ops.ceil(self, *args, **kwargs)
 
+    def cholesky(self, *args: Any, **kwargs: Any) -> Any:
+        """cholesky(self) -> Self
+
+        the lower Cholesky factor of each symmetric positive-definite matrix"""
+        return self._ops.cholesky(self, *args, **kwargs)
+
     def clamp(self, *args: Any, **kwargs: Any) -> Any:
         """clamp(self, min: float | None = None, max: float | None = None) -> Self
 
@@ -202,11 +212,23 @@ class SurfaceMethods:
         cosine"""
         return self._ops.cos(self, *args, **kwargs)
 
+    def cumprod(self, *args: Any, **kwargs: Any) -> Any:
+        """cumprod(self, dim: int) -> Self
+
+        running products along dim (integers and booleans multiply as int64; no gradient where an input is 0)"""
+        return self._ops.cumprod(self, *args, **kwargs)
+
     def cumsum(self, *args: Any, **kwargs: Any) -> Any:
         """cumsum(self, dim: int) -> Self
 
         running sums along dim (integers and booleans sum as int64)"""
         return self._ops.cumsum(self, *args, **kwargs)
+
+    def det(self, *args: Any, **kwargs: Any) -> Any:
+        """det(self) -> Self
+
+        the determinant of each square matrix (its gradient needs the matrix invertible)"""
+        return self._ops.det(self, *args, **kwargs)
 
     def div(self, *args: Any, **kwargs: Any) -> Any:
         """div(self, other: Operand) -> Self
@@ -286,6 +308,12 @@ class SurfaceMethods:
 
         x > y as a bool Variable (no gradient)"""
         return self._ops.gt(self, *args, **kwargs)
+
+    def inverse(self, *args: Any, **kwargs: Any) -> Any:
+        """inverse(self) -> Self
+
+        the inverse of each square matrix (numpy.linalg.LinAlgError when one is singular)"""
+        return self._ops.inv(self, *args, **kwargs)
 
     def le(self, *args: Any, **kwargs: Any) -> Any:
         """le(self, other: Operand) -> Self

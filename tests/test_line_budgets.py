@@ -78,6 +78,9 @@ Raised, as decisions:
   flip, roll, diag, trace, narrow, select, unbind, movedim, tile, meshgrid, the stacks, tensor_split,
   repeat_interleave, addmm, tensordot, kron, cdist, lerp, hypot, logaddexp, tan/sinh/cosh, diff, nansum,
   logcumsumexp, var_mean, median, kthvalue, quantile, searchsorted, nonzero, unique...) took it to 13305.
+- engine 13350 -> 13650 (2026-11-28): torch.linalg (`engine/linalg_functions.py`: the norms, inv, det, slogdet,
+  solve, cholesky, cross, matrix_power, multi_dot; `engine/ops/linalg.py`'s primitives inv, det, logabsdet and
+  cholesky with their vjps, costs and scratch), cumprod, and asin/acos/atan/atan2 took it to 13605.
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 13350, "wire": 6050, "service": 3800, "client": 3075}
+BUDGETS = {"engine": 13650, "wire": 6050, "service": 3800, "client": 3075}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

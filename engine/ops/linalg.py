@@ -1,8 +1,11 @@
-"""Matrix products."""
+"""Matrix products, and the factorizations torch.linalg composes from (inverse, determinant, log |det|,
+Cholesky), with vjps written as differentiable ops (PyTorch's formulas; the inverse's where they need one)."""
 
 from __future__ import annotations
 
 import operator
+
+import numpy
 
 from engine import costs, shapes
 from engine.grad_mode import state as grad_state
@@ -68,4 +71,90 @@ matmul = defop(
     kernel="blas",
     scratch=_product_scratch,
     doc="matrix product with NumPy's broadcasting and 1-d rules",
+)
+
+
+def _batched(g):
+    return g.unsqueeze(-1).unsqueeze(-1)
+
+
+def _phi(x):
+    """The lower triangle of x with its diagonal halved (the Cholesky vjp's projection)."""
+    return 0.5 * (F.tril(x) + F.tril(x, diagonal=-1))
+
+
+def _cholesky_vjp(g, ans, x):
+    inverse = F.inv(ans)
+    s = F.matmul(F.matmul(inverse.mT, _phi(F.matmul(ans.mT, g))), inverse)
+    return 0.5 * (s + s.mT)
+
+
+def _factorization_scratch(in_metas, out_meta, attrs):
+    """LAPACK through NumPy works on float64 copies of float32 matrices (the matrix and its result); the
+    vjps add the inverse (in float64) and a product of the same size."""
+    dtype, n = in_metas[0][1], costs.numel(in_metas[0][0])
+    copies = 2 if numpy.dtype(dtype).itemsize < 8 else 0
+    return costs.Scratch(forward=copies * 8 * n, backward=2 * 8 * n)
+
+
+def _cholesky_scratch(in_metas, out_meta, attrs):
+    """A factorization's, and the symmetric part it reads (a sum and its half)."""
+    scratch = _factorization_scratch(in_metas, out_meta, attrs)
+    symmetric = 2 * costs.numel(in_metas[0][0]) * numpy.dtype(in_metas[0][1]).itemsize
+    return costs.Scratch(forward=scratch.forward + symmetric, backward=scratch.backward + symmetric)
+
+
+def _spd_sample(rng):
+    a = rng.uniform(-1, 1, (3, 3))
+    return [a @ a.T + 3 * numpy.eye(3)]
+
+
+inv = defop(
+    "inv",
+    lambda xp, x: xp.linalg.inv(x),
+    lambda g, ans, x: -F.matmul(F.matmul(ans.mT, g), ans.mT),
+    uses_output=True,
+    methods=("inverse",),
+    samples=(Sample(make=lambda rng: [rng.uniform(-1, 1, (3, 3)) + 3 * numpy.eye(3)]),),
+    infer=shapes.square,
+    work=costs.factorization,
+    scratch=_factorization_scratch,
+    kernel="blas",
+    doc="the inverse of each square matrix (numpy.linalg.LinAlgError when one is singular)",
+)
+det = defop(
+    "det",
+    lambda xp, x: xp.linalg.det(x),
+    lambda g, ans, x: _batched(g * ans) * F.inv(x).mT,
+    uses_output=True,
+    samples=(Sample(make=lambda rng: [rng.uniform(-1, 1, (2, 3, 3)) + 3 * numpy.eye(3)]),),
+    infer=shapes.square_to_batch,
+    work=costs.factorization,
+    scratch=_factorization_scratch,
+    kernel="blas",
+    doc="the determinant of each square matrix (its gradient needs the matrix invertible)",
+)
+logabsdet = defop(
+    "logabsdet",
+    lambda xp, x: xp.linalg.slogdet(x)[1],
+    lambda g, ans, x: _batched(g) * F.inv(x).mT,
+    methods=(),
+    samples=(Sample(make=lambda rng: [rng.uniform(-1, 1, (3, 3)) - 3 * numpy.eye(3)]),),
+    infer=shapes.square_to_batch,
+    work=costs.factorization,
+    scratch=_factorization_scratch,
+    kernel="blas",
+    doc="log |det| of each square matrix (slogdet's second value)",
+)
+cholesky = defop(
+    "cholesky",
+    lambda xp, x: xp.linalg.cholesky((x + x.swapaxes(-1, -2)) / 2),  # reads the symmetric part, as its vjp does
+    _cholesky_vjp,
+    uses_output=True,
+    samples=(Sample(make=_spd_sample),),
+    infer=shapes.square,
+    work=costs.factorization,
+    scratch=_cholesky_scratch,
+    kernel="blas",
+    doc="the lower Cholesky factor of each symmetric positive-definite matrix",
 )

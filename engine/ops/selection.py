@@ -76,6 +76,31 @@ defop(
 )
 
 
+def _cumprod_forward(xp, x, dim):
+    shapes.normalize_dims(dim, x.ndim)
+    wide = "int64" if x.dtype.kind in "biu" else x.dtype
+    return xp.cumprod(x, axis=dim, dtype=wide) if x.ndim else x.astype(wide)
+
+
+def _cumprod_vjp(g, ans, x, dim):
+    """sum over j >= i of g_j * out_j / x_i: a reversed running sum (where an input is 0 this divides by it)."""
+    if not g.ndim:
+        return g
+    return _flip(trusted.cumsum(_flip(g * ans, dim), dim=dim), dim) / x
+
+
+defop(
+    "cumprod",
+    _cumprod_forward,
+    _cumprod_vjp,
+    attrs={"dim": Attr("int", doc="dimension to accumulate along")},
+    uses_output=True,
+    samples=(Sample(((3, 4),), {"dim": 1}, low=0.5, high=1.5), Sample(((2, 3, 4),), {"dim": 0}, low=0.5, high=1.5)),
+    infer=_along,
+    doc="running products along dim (integers and booleans multiply as int64; no gradient where an input is 0)",
+)
+
+
 def _argsort(xp, x, dim, descending, stable):
     if x.ndim == 0:
         return xp.zeros((), numpy.int64)

@@ -74,6 +74,8 @@ BY_NAME = frozenset(
         "acos",
         "atan",
         "atan2",
+        "det",
+        "cumprod",
         "bitwise_or",
         "bitwise_xor",
         "bitwise_not",
@@ -233,6 +235,9 @@ TORCH_OVERRIDES = {
     "scatter_add": lambda inputs, attrs: _torch().scatter_add(inputs[0], attrs["dim"], *inputs[1:]),
     "index_select": lambda inputs, attrs: _torch().index_select(inputs[0], attrs["dim"], inputs[1]),
     "einsum": lambda inputs, attrs: _torch().einsum(attrs["equation"], *inputs),
+    "inv": lambda inputs, attrs: _torch().linalg.inv(inputs[0]),
+    "logabsdet": lambda inputs, attrs: _torch().linalg.slogdet(inputs[0])[1],
+    "cholesky": lambda inputs, attrs: _torch().linalg.cholesky((inputs[0] + inputs[0].mT) / 2),  # its symmetric part
     "getitem": _getitem,
     "index_add": _index_add,
     "setitem": _setitem,

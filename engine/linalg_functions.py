@@ -1,0 +1,173 @@
+"""`torch.linalg` and the matrix functions of `torch` (`slogdet`, `logdet`, `cross`, `matrix_power`), composed
+from the registry's ops (`matmul`, `inv`, `det`, `logabsdet`, `cholesky`, `norm`...) once for both Variables:
+`functions(ops)` for the surface (each also a Tensor method), `bind(ns)` for the `linalg` namespace.
+
+`solve` is computed through the inverse (same values to rounding; gradients by the inverse's vjp).
+Not here yet: the decompositions `eigh`/`eig`, `svd`, `qr`, `lstsq`, and the norms that need singular values
+(`ord=2`, `-2`, `'nuc'` of a matrix): each raises NotImplementedError naming itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import numpy
+
+from engine.surface_types import MaxMin
+
+if TYPE_CHECKING:
+    from engine.surface_types import VariableSurface
+
+
+class Slogdet(namedtuple("Slogdet", "sign logabsdet")):
+    """torch.return_types.slogdet: (sign, logabsdet)."""
+
+
+class LinAlgError(RuntimeError):
+    """torch.linalg.LinAlgError: a matrix is singular or not positive-definite."""
+
+
+def _missing(name):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError(f"torch.linalg.{name} is not available in gradserve yet (see the README)")
+
+    refuse.__name__ = name
+    return refuse
+
+
+def _checked(fn, what):
+    """`fn`, with NumPy's LinAlgError (a singular or indefinite matrix) as PyTorch's LinAlgError."""
+
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as error:
+            if type(error).__name__ == "LinAlgError":
+                raise LinAlgError(f"linalg.{what}: {error}") from None
+            raise
+
+    call.__name__ = what
+    return call
+
+
+def functions(ops) -> dict:
+    def slogdet(input: VariableSurface) -> tuple[VariableSurface, VariableSurface]:
+        """(sign, logabsdet): the sign has no gradient."""
+        return Slogdet(ops["det"](input.detach()).sign(), ops["logabsdet"](input))
+
+    def logdet(input: VariableSurface) -> VariableSurface:
+        """log det: NaN where the determinant is negative."""
+        sign = ops["det"](input.detach()).sign()
+        return ops["where"](sign < 0, math.nan, ops["where"](sign == 0, -math.inf, ops["logabsdet"](input)))
+
+    def cross(input: VariableSurface, other: VariableSurface, dim: int = -1) -> VariableSurface:
+        input, other = (t.expand(*_shape(input, other)) for t in (input, other))
+        if input.shape[dim] != 3:
+            raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got {input.shape[dim]}")
+        a = [input.select(dim, i) for i in range(3)]
+        b = [other.select(dim, i) for i in range(3)]
+        parts = [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+        return ops["stack"](parts, dim=dim)
+
+    def matrix_power(input: VariableSurface, n: int) -> VariableSurface:
+        if input.ndim < 2 or input.shape[-1] != input.shape[-2]:
+            raise RuntimeError(f"linalg.matrix_power: A must be batches of square matrices, got {list(input.shape)}")
+        if n == 0:
+            return input.new_ones(input.shape[:-1]).diag_embed()
+        base = ops["inv"](input) if n < 0 else input
+        result: Any = None
+        for bit in bin(abs(n))[2:]:  # square and multiply, most significant bit first
+            result = None if result is None else result @ result
+            if bit == "1":
+                result = base if result is None else result @ base
+        return result
+
+    return {"slogdet": slogdet, "logdet": logdet, "cross": cross, "matrix_power": matrix_power}
+
+
+def _shape(a, b) -> tuple:
+    return tuple(numpy.broadcast_shapes(tuple(a.shape), tuple(b.shape)))
+
+
+def bind(ns) -> dict:
+    """`linalg` for package `ns` (its functions are the package's, bound by `functions` and the registry)."""
+
+    def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+        x = x if dtype is None else x.to(dtype)
+        if ord == math.inf:
+            return x.abs().amax(dim, keepdim) if dim is not None else x.abs().amax()
+        if ord == -math.inf:
+            return x.abs().amin(dim, keepdim) if dim is not None else x.abs().amin()
+        if ord == 0:
+            count = (x != 0).type_as(x)
+            return count.sum(dim, keepdim) if dim is not None else count.sum()
+        if dim is None:
+            x, dim = x.reshape(-1), 0
+        return ns.norm(x, float(ord), dim=dim, keepdim=keepdim)
+
+    def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
+        A = A if dtype is None else A.to(dtype)
+        rows, cols = (d % A.ndim for d in dim)
+        if ord == "fro":
+            return vector_norm(A, 2, (rows, cols), keepdim)
+        if ord in (1, -1, math.inf, -math.inf):
+            summed, other = (rows, cols) if ord in (1, -1) else (cols, rows)
+            sums = A.abs().sum(summed, keepdim=True)
+            reduced = sums.amax(other, keepdim=True) if ord > 0 else sums.amin(other, keepdim=True)
+            return reduced if keepdim else reduced.squeeze(max(rows, cols)).squeeze(min(rows, cols))
+        raise NotImplementedError(f"torch.linalg.matrix_norm(ord={ord!r}) needs singular values: not available yet")
+
+    def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
+        if isinstance(ord, str) or (dim is not None and not isinstance(dim, int) and len(dim) == 2):
+            return matrix_norm(A, "fro" if ord is None else ord, (-2, -1) if dim is None else dim, keepdim, dtype=dtype)
+        if ord is not None and dim is None and A.ndim == 2:
+            return matrix_norm(A, ord, (-2, -1), keepdim, dtype=dtype)
+        return vector_norm(A, 2 if ord is None else ord, dim, keepdim, dtype=dtype)
+
+    def solve(A, B, *, left=True):
+        if not left:
+            return solve(A.mT, B.mT).mT
+        if B.ndim == 1 or (B.ndim == A.ndim - 1 and tuple(B.shape) == tuple(A.shape[:-1])):  # a batch of vectors
+            return (ns.inv(A) @ B.unsqueeze(-1)).squeeze(-1)
+        return ns.inv(A) @ B
+
+    def cholesky(A, *, upper=False):
+        lower = ns.cholesky(A)
+        return lower.mT if upper else lower
+
+    def multi_dot(tensors):
+        result = tensors[0]
+        for t in tensors[1:]:
+            result = result @ t
+        return result
+
+    def vecdot(x, y, *, dim=-1):
+        return (x * y).sum(dim)
+
+    def inv_ex(A, *, check_errors=False):
+        return MaxMin(ns.inv(A), A.new_zeros(A.shape[:-2]).int())
+
+    names: dict[str, Any] = {
+        "norm": norm,
+        "vector_norm": vector_norm,
+        "matrix_norm": matrix_norm,
+        "inv": ns.inv,
+        "inv_ex": inv_ex,
+        "det": ns.det,
+        "slogdet": ns.slogdet,
+        "solve": solve,
+        "cholesky": cholesky,
+        "cross": ns.cross,
+        "matrix_power": ns.matrix_power,
+        "multi_dot": multi_dot,
+        "vecdot": vecdot,
+        "matmul": ns.matmul,
+        "diagonal": lambda A, *, offset=0, dim1=-2, dim2=-1: A.diagonal(offset, dim1, dim2),
+    }
+    checked = {name: _checked(fn, name) for name, fn in names.items()}
+    for name in ("eigh", "eigvalsh", "eig", "eigvals", "svd", "svdvals", "qr", "lstsq", "pinv", "lu", "lu_factor"):
+        checked[name] = _missing(name)
+    return {"linalg": SimpleNamespace(**checked, LinAlgError=LinAlgError)}
