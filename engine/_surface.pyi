@@ -69,6 +69,7 @@ __all__ = [
     "cos",
     "count_nonzero",
     "cuda",
+    "cumprod",
     "cumsum",
     "default_generator",
     "device",
@@ -404,6 +405,9 @@ def count_nonzero(
     """How many elements (along `dim`) are nonzero, as an int64 Variable."""
 
 cuda: SimpleNamespace
+
+def cumprod(input: Operand, dim: builtins.int) -> Variable:
+    """running products along dim (integers and booleans as int64); gradients exact at zeros"""
 
 def cumsum(input: Operand, dim: builtins.int) -> Variable:
     """running sums along dim (integers and booleans sum as int64)"""

@@ -22,6 +22,7 @@ METHOD_OPS: dict[str, str] = {
     "clamp": "clamp",
     "clone": "clone",
     "cos": "cos",
+    "cumprod": "cumprod",
     "cumsum": "cumsum",
     "div": "div",
     "eq": "eq",
@@ -145,6 +146,12 @@ class SurfaceMethods:
 
         cosine"""
         return self._ops.cos(self, *args, **kwargs)
+
+    def cumprod(self, *args: Any, **kwargs: Any) -> Any:
+        """cumprod(self, dim: int) -> Self
+
+        running products along dim (integers and booleans as int64); gradients exact at zeros"""
+        return self._ops.cumprod(self, *args, **kwargs)
 
     def cumsum(self, *args: Any, **kwargs: Any) -> Any:
         """cumsum(self, dim: int) -> Self

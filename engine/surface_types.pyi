@@ -188,6 +188,8 @@ class VariableSurface:
         """How many elements (along `dim`) are nonzero, as an int64 Variable."""
     def cpu(self) -> Self: ...
     def cuda(self, device: DeviceLike | None = None, non_blocking: builtins.bool = False) -> Self: ...
+    def cumprod(self, dim: builtins.int) -> Self:
+        """running products along dim (integers and booleans as int64); gradients exact at zeros"""
     def cumsum(self, dim: builtins.int) -> Self:
         """running sums along dim (integers and booleans sum as int64)"""
     def cumsum_(self, dim: builtins.int) -> Self:

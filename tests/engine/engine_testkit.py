@@ -120,6 +120,7 @@ BY_NAME = frozenset(
         "tril",
         "triu",
         "cumsum",
+        "cumprod",
         "argsort",
         "masked_fill",
     }
