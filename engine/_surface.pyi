@@ -561,7 +561,7 @@ def cross(input: VariableSurface, other: VariableSurface, dim: builtins.int = -1
 cuda: SimpleNamespace
 
 def cumprod(input: Operand, dim: builtins.int) -> Variable:
-    """running products along dim (integers and booleans multiply as int64; no gradient where an input is 0)"""
+    """running products along dim (integers and booleans as int64); gradients exact at zeros"""
 
 def cumsum(input: Operand, dim: builtins.int) -> Variable:
     """running sums along dim (integers and booleans sum as int64)"""

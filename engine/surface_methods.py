@@ -215,7 +215,7 @@ class SurfaceMethods:
     def cumprod(self, *args: Any, **kwargs: Any) -> Any:
         """cumprod(self, dim: int) -> Self
 
-        running products along dim (integers and booleans multiply as int64; no gradient where an input is 0)"""
+        running products along dim (integers and booleans as int64); gradients exact at zeros"""
         return self._ops.cumprod(self, *args, **kwargs)
 
     def cumsum(self, *args: Any, **kwargs: Any) -> Any:

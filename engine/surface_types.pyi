@@ -243,7 +243,7 @@ class VariableSurface:
     def cross(self, other: VariableSurface, dim: builtins.int = -1) -> Self: ...
     def cuda(self, device: DeviceLike | None = None, non_blocking: builtins.bool = False) -> Self: ...
     def cumprod(self, dim: builtins.int) -> Self:
-        """running products along dim (integers and booleans multiply as int64; no gradient where an input is 0)"""
+        """running products along dim (integers and booleans as int64); gradients exact at zeros"""
     def cumsum(self, dim: builtins.int) -> Self:
         """running sums along dim (integers and booleans sum as int64)"""
     def cumsum_(self, dim: builtins.int) -> Self:

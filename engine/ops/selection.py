@@ -52,10 +52,15 @@ def _flip(g, dim):
     return take(g, (EVERY,) * (dim % g.ndim) + ({"slice": [None, None, -1]},))
 
 
-def _cumsum_forward(xp, x, dim):
-    shapes.normalize_dims(dim, x.ndim)
-    wide = "int64" if x.dtype.kind in "biu" else x.dtype  # PyTorch's: integers and booleans sum as int64
-    return xp.cumsum(x, axis=dim, dtype=wide) if x.ndim else x.astype(wide)
+def _running(name):
+    """cumsum's or cumprod's forward: integers and booleans accumulate as int64, as in PyTorch."""
+
+    def forward(xp, x, dim):
+        shapes.normalize_dims(dim, x.ndim)
+        wide = "int64" if x.dtype.kind in "biu" else x.dtype
+        return getattr(xp, name)(x, axis=dim, dtype=wide) if x.ndim else x.astype(wide)
+
+    return forward
 
 
 def _along(s, d, a):
@@ -66,7 +71,7 @@ def _along(s, d, a):
 
 defop(
     "cumsum",
-    _cumsum_forward,
+    _running("cumsum"),
     lambda g, ans, x, dim: _flip(trusted.cumsum(_flip(g, dim), dim=dim), dim) if g.ndim else g,
     attrs={"dim": Attr("int", doc="dimension to accumulate along")},
     saves=False,
@@ -76,28 +81,56 @@ defop(
 )
 
 
-def _cumprod_forward(xp, x, dim):
-    shapes.normalize_dims(dim, x.ndim)
-    wide = "int64" if x.dtype.kind in "biu" else x.dtype
-    return xp.cumprod(x, axis=dim, dtype=wide) if x.ndim else x.astype(wide)
+def _zero_runs(dim, which):
+    """A mask of x's positions by how many zeros lie at or before them along dim: `before` (none),
+    `first`/`second` (that zero itself), `both` (either) or `between` (after the first zero, not a zero, before a second)."""
+
+    def mask(a):
+        zero = a == 0
+        count = array_module(a).cumsum(zero, axis=dim)
+        return {
+            "before": count == 0,
+            "first": zero & (count == 1),
+            "second": zero & (count == 2),
+            "both": zero & (count <= 2),
+        }.get(which, ~zero & (count == 1))
+
+    mask.__name__ = f"cumprod_{which}"
+    return mask
 
 
 def _cumprod_vjp(g, ans, x, dim):
-    """sum over j >= i of g_j * out_j / x_i: a reversed running sum (where an input is 0 this divides by it)."""
-    if not g.ndim:
+    """d out_j / d x_i = prod_{m <= j, m != i} x_m for j >= i, in O(n) per line without dividing by
+    a zero (PyTorch's case split, written with differentiable ops): before a line's first zero z it is
+    rsum(g * out) / x_i; at z, rsum(g * cumprod(x with x_z = 1)); after z the values are 0 but their
+    derivatives in x_z are not, so they are x_z times the same split one zero further on. Exact to
+    second order; a third derivative at a line's two or more zeros misses terms."""
+    if g.ndim == 0:
         return g
-    return _flip(trusted.cumsum(_flip(g * ans, dim), dim=dim), dim) / x
+    masks = {k: derived(_zero_runs(dim, k), x) for k in ("before", "first", "second", "both", "between")}
+
+    def rsum(ones):
+        values = x if ones is None else F.where(ones, 1.0, x)
+        return _flip(trusted.cumsum(_flip(g * trusted.cumprod(values, dim=dim), dim), dim=dim), dim)
+
+    def split(ahead, at, ones, first_ones):
+        nonzero = F.where(ahead, x, 1.0)
+        return F.where(ahead, rsum(ones) / nonzero, 0.0) + F.where(at, rsum(first_ones), 0.0)
+
+    x_z = trusted.sum(F.where(masks["first"], x, 0.0), dim=dim, keepdim=True)
+    after = split(masks["between"], masks["second"], masks["first"], masks["both"])
+    return split(masks["before"], masks["first"], None, masks["first"]) + x_z * after
 
 
 defop(
     "cumprod",
-    _cumprod_forward,
+    _running("cumprod"),
     _cumprod_vjp,
-    attrs={"dim": Attr("int", doc="dimension to accumulate along")},
-    uses_output=True,
-    samples=(Sample(((3, 4),), {"dim": 1}, low=0.5, high=1.5), Sample(((2, 3, 4),), {"dim": 0}, low=0.5, high=1.5)),
+    attrs={"dim": Attr("int", doc="dimension to multiply along")},
+    scratch=costs.temporaries(backward=12, backward_masks=16),
+    samples=(Sample(((3, 4),), {"dim": 1}), Sample(((2, 3, 4),), {"dim": 0}), Sample(((5,),), {"dim": -1})),
     infer=_along,
-    doc="running products along dim (integers and booleans multiply as int64; no gradient where an input is 0)",
+    doc="running products along dim (integers and booleans as int64); gradients exact at zeros",
 )
 
 
