@@ -1,13 +1,22 @@
 """`torch.optim.NAdam`, `RAdam`, `Adamax` and `Adadelta` through the engine, the embedded client and a live
 server (`torch_like`), against PyTorch in float64: parameters and state over 5 steps across their options
-(on the client as ordinary optimizers, with its lazy gradients), state_dict round trips, argument errors."""
+(on the client as ordinary optimizers, with its lazy gradients), state_dict round trips, argument errors;
+the schedulers ConstantLR, PolynomialLR, CosineAnnealingWarmRestarts, CyclicLR, SequentialLR and
+ChainedScheduler: their learning rates (and momenta) over 30 epochs, state_dict round trips, errors."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.client.test_client_nn_optim import EXACT, least_squares, least_squares_from, oracle, values  # noqa: F401
+from tests.client.test_client_nn_optim import (  # noqa: F401
+    EXACT,
+    least_squares,
+    least_squares_from,
+    lr_sequence,
+    oracle,
+    values,
+)
 
 OPTIMIZERS = [
     ("NAdam", dict()),
@@ -65,3 +74,82 @@ def test_argument_errors_like_torch(torch_like, oracle, name, options):  # noqa:
         getattr(torch_like.optim, name)([torch_like.zeros(2, requires_grad=True)], **options)
     with pytest.raises(NotImplementedError, match="differentiable"):
         getattr(torch_like.optim, name)([torch_like.zeros(2, requires_grad=True)], differentiable=True)
+
+
+SCHEDULERS = {
+    "ConstantLR": lambda s, o: s.ConstantLR(o, factor=0.5, total_iters=4),
+    "ConstantLR defaults": lambda s, o: s.ConstantLR(o),
+    "PolynomialLR": lambda s, o: s.PolynomialLR(o, total_iters=12, power=2.0),
+    "CosineAnnealingWarmRestarts": lambda s, o: s.CosineAnnealingWarmRestarts(o, T_0=5, eta_min=0.01),
+    "CosineAnnealingWarmRestarts T_mult": lambda s, o: s.CosineAnnealingWarmRestarts(o, 3, T_mult=2),
+    "CyclicLR": lambda s, o: s.CyclicLR(o, base_lr=0.01, max_lr=[0.1, 0.2], step_size_up=4, step_size_down=3),
+    "CyclicLR triangular2": lambda s, o: s.CyclicLR(o, 0.01, 0.1, 3, mode="triangular2", cycle_momentum=False),
+    "CyclicLR exp_range": lambda s, o: s.CyclicLR(o, 0.01, 0.1, 4, mode="exp_range", gamma=0.97),
+    "CyclicLR scale_fn": lambda s, o: s.CyclicLR(o, 0.01, 0.1, 2, scale_fn=lambda x: 0.9**x, scale_mode="iterations"),
+    "SequentialLR": lambda s, o: s.SequentialLR(
+        o, [s.LinearLR(o, 0.25, total_iters=4), s.CosineAnnealingLR(o, T_max=10), s.ConstantLR(o, 0.5)], [5, 20]
+    ),
+    "SequentialLR exponential": lambda s, o: s.SequentialLR(o, [s.ConstantLR(o, 0.1, 3), s.ExponentialLR(o, 0.9)], [3]),
+    "ChainedScheduler": lambda s, o: s.ChainedScheduler(
+        [s.ConstantLR(o, factor=0.5, total_iters=3), s.ExponentialLR(o, gamma=0.9), s.StepLR(o, 7, 0.5)]
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+def test_scheduler_learning_rates_match_torch(oracle, name):  # noqa: F811
+    import client
+    import engine
+
+    want, want_groups, theirs = lr_sequence(oracle, SCHEDULERS[name], epochs=30)
+    for m in (engine, client):
+        got, got_groups, scheduler = lr_sequence(m, SCHEDULERS[name], epochs=30)
+        np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
+        assert got_groups == want_groups and getattr(scheduler, "last_epoch", 0) == getattr(theirs, "last_epoch", 0)
+        momenta = [g["momentum"] for g in scheduler.optimizer.param_groups]
+        assert momenta == [g["momentum"] for g in theirs.optimizer.param_groups]  # (CyclicLR cycles them)
+        assert set(scheduler.state_dict()) == set(theirs.state_dict()) - {"_get_lr_called_within_step"}
+
+
+@pytest.mark.parametrize("name", ["CyclicLR", "SequentialLR", "ChainedScheduler", "CosineAnnealingWarmRestarts"])
+def test_scheduler_state_dict_round_trip_resumes(torch_like, name):
+    straight, _, _ = lr_sequence(torch_like, SCHEDULERS[name], epochs=20)
+    _, _, first = lr_sequence(torch_like, SCHEDULERS[name], epochs=8)
+    p = torch_like.nn.Parameter(torch_like.ones(1))
+    optimizer = torch_like.optim.SGD([{"params": [p]}, {"params": [torch_like.nn.Parameter(torch_like.ones(1))]}])
+    optimizer.load_state_dict(first.optimizer.state_dict())
+    resumed = SCHEDULERS[name](torch_like.optim.lr_scheduler, optimizer)
+    resumed.load_state_dict(first.state_dict())
+    optimizer.load_state_dict(first.optimizer.state_dict())
+    seen = []
+    for _ in range(12):
+        optimizer.step()
+        resumed.step()
+        seen.append(resumed.get_last_lr())
+    np.testing.assert_allclose(seen, straight[9:], rtol=1e-14)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s, o: s.ConstantLR(o, factor=1.5),
+        lambda s, o: s.CosineAnnealingWarmRestarts(o, T_0=0),
+        lambda s, o: s.CosineAnnealingWarmRestarts(o, T_0=2, T_mult=0),
+        lambda s, o: s.CyclicLR(o, 0.1, 1.0, mode="wave"),
+        lambda s, o: s.CyclicLR(o, 0.1, 1.0),  # Adagrad: no momentum to cycle
+        lambda s, o: s.SequentialLR(o, [], []),
+        lambda s, o: s.SequentialLR(o, [s.ConstantLR(o)], [3]),
+        lambda s, o: s.SequentialLR(o, [s.ReduceLROnPlateau(o)], []),
+        lambda s, o: s.ChainedScheduler([]),
+    ],
+)
+def test_scheduler_errors_like_torch(oracle, make):  # noqa: F811
+    import engine
+
+    errors = []
+    for m in (oracle, engine):
+        optimizer = m.optim.Adagrad([m.nn.Parameter(m.ones(1))])
+        with pytest.raises((ValueError, TypeError)) as caught:
+            make(m.optim.lr_scheduler, optimizer)
+        errors.append((type(caught.value), str(caught.value)))
+    assert errors[0] == errors[1]
