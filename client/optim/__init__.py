@@ -40,7 +40,7 @@ class RMSprop(Resident, engine_optim.RMSprop):
 
 # the engine's step on the client only (the server has no resident optimizer of these)
 Adagrad, NAdam, RAdam = engine_optim.Adagrad, engine_optim.NAdam, engine_optim.RAdam
-Adamax, Adadelta = engine_optim.Adamax, engine_optim.Adadelta
+Adamax, Adadelta, ASGD, Rprop = engine_optim.Adamax, engine_optim.Adadelta, engine_optim.ASGD, engine_optim.Rprop
 
 __all__ = [
     "Optimizer",
@@ -53,6 +53,8 @@ __all__ = [
     "RAdam",
     "Adamax",
     "Adadelta",
+    "ASGD",
+    "Rprop",
     "lr_scheduler",
 ]
 __getattr__ = missing("torch.optim")

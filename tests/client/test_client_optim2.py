@@ -1,4 +1,4 @@
-"""`torch.optim.NAdam`, `RAdam`, `Adamax` and `Adadelta` through the engine, the embedded client and a live
+"""`torch.optim.NAdam`, `RAdam`, `Adamax`, `Adadelta`, `Rprop` and `ASGD` through the engine, the embedded client and a live
 server (`torch_like`), against PyTorch in float64: parameters and state over 5 steps across their options
 (on the client as ordinary optimizers, with its lazy gradients), state_dict round trips, argument errors;
 the schedulers ConstantLR, PolynomialLR, CosineAnnealingWarmRestarts, CyclicLR, SequentialLR and
@@ -29,6 +29,10 @@ OPTIMIZERS = [
     ("Adamax", dict(lr=0.1, betas=(0.8, 0.9), eps=1e-3, weight_decay=0.1, maximize=True)),
     ("Adadelta", dict()),
     ("Adadelta", dict(lr=0.5, rho=0.7, eps=1e-4, weight_decay=0.1, maximize=True)),
+    ("Rprop", dict()),
+    ("Rprop", dict(lr=0.05, etas=(0.3, 1.5), step_sizes=(1e-3, 0.07), maximize=True)),
+    ("ASGD", dict()),
+    ("ASGD", dict(lr=0.1, lambd=0.01, alpha=0.5, t0=2, weight_decay=0.1, maximize=True)),
 ]
 
 
@@ -48,7 +52,7 @@ def test_optimizer_steps_and_state_match_torch(torch_like, oracle, name, options
             np.testing.assert_allclose(values(mine), value.numpy(), **EXACT, err_msg=key)
 
 
-@pytest.mark.parametrize("name, options", [OPTIMIZERS[1], OPTIMIZERS[4], OPTIMIZERS[7], OPTIMIZERS[9]])
+@pytest.mark.parametrize("name, options", [OPTIMIZERS[i] for i in (1, 4, 7, 9, 11, 13)])
 def test_state_dict_round_trip_resumes_exactly(torch_like, name, options):
     straight, _ = least_squares(torch_like, name, options, steps=5)
     first, optimizer = least_squares(torch_like, name, options, steps=3)
@@ -65,6 +69,8 @@ def test_state_dict_round_trip_resumes_exactly(torch_like, name, options):
         ("Adamax", dict(eps=-1)),
         ("Adadelta", dict(rho=1.5)),
         ("Adadelta", dict(weight_decay=-0.1)),
+        ("Rprop", dict(etas=(0.5, 0.9))),
+        ("ASGD", dict(lr=-0.1)),
     ],
 )
 def test_argument_errors_like_torch(torch_like, oracle, name, options):  # noqa: F811
