@@ -41,6 +41,7 @@ class RMSprop(Resident, engine_optim.RMSprop):
 # the engine's step on the client only (the server has no resident optimizer of these)
 Adagrad, NAdam, RAdam = engine_optim.Adagrad, engine_optim.NAdam, engine_optim.RAdam
 Adamax, Adadelta, ASGD, Rprop = engine_optim.Adamax, engine_optim.Adadelta, engine_optim.ASGD, engine_optim.Rprop
+LBFGS = engine_optim.LBFGS
 
 __all__ = [
     "Optimizer",
@@ -55,6 +56,7 @@ __all__ = [
     "Adadelta",
     "ASGD",
     "Rprop",
+    "LBFGS",
     "lr_scheduler",
 ]
 __getattr__ = missing("torch.optim")

@@ -1,4 +1,4 @@
-"""`torch.optim` for the engine: `Optimizer`, `SGD`, `Adam`, `AdamW`, `RMSprop`, `Adagrad`, `NAdam`, `RAdam`, `Adamax`, `Adadelta`, `ASGD`, `Rprop` and
+"""`torch.optim` for the engine: `Optimizer`, `SGD`, `Adam`, `AdamW`, `RMSprop`, `Adagrad`, `NAdam`, `RAdam`, `Adamax`, `Adadelta`, `ASGD`, `Rprop`, `LBFGS` and
 `lr_scheduler` (`StepLR`, `CosineAnnealingLR`, `ReduceLROnPlateau`...), written once for every Variable
 class: they update parameters through the Variable's public methods, each step's out-of-place update
 committed at once (`engine.optim.optimizer`). Importing this registers the engine's Variable;
@@ -11,6 +11,7 @@ from engine.optim.adagrad import Adagrad
 from engine.optim.adam import Adam, AdamW
 from engine.optim.adaptive import Adadelta, Adamax, NAdam, RAdam
 from engine.optim.classic import ASGD, Rprop
+from engine.optim.lbfgs import LBFGS
 from engine.optim.optimizer import Optimizer
 from engine.optim.rmsprop import RMSprop
 from engine.optim.sgd import SGD, sgd_in_place
@@ -31,6 +32,7 @@ __all__ = [
     "Adadelta",
     "ASGD",
     "Rprop",
+    "LBFGS",
     "lr_scheduler",
     "sgd_in_place",
 ]
