@@ -268,7 +268,19 @@ def _per_group(name: str, optimizer, value) -> list:
     return [value] * len(optimizer.param_groups)
 
 
-class OneCycleLR(LRScheduler):
+class _CyclingMomentum(LRScheduler):
+    """A scheduler that also cycles the momentum, or Adam's beta1 (`use_beta1`)."""
+
+    use_beta1: bool
+
+    def _set_momentum(self, group, value) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+
+class OneCycleLR(_CyclingMomentum):
     """The 1cycle policy: lr from max_lr / div_factor up to max_lr over pct_start of total_steps, then down
     to initial / final_div_factor (three_phase: back to the initial lr first), annealed by cosine or
     linearly; the momentum (or Adam's beta1) cycles the other way between max_momentum and base_momentum."""
@@ -338,12 +350,6 @@ class OneCycleLR(LRScheduler):
                     self._set_momentum(group, high)
                     group["max_momentum"], group["base_momentum"] = high, low
         super().__init__(optimizer, last_epoch)
-
-    def _set_momentum(self, group, value) -> None:
-        if self.use_beta1:
-            group["betas"] = (value, *group["betas"][1:])
-        else:
-            group["momentum"] = value
 
     def _anneal(self, start, end, pct):
         if self._anneal_func_type == "cos":
@@ -516,7 +522,8 @@ class CosineAnnealingWarmRestarts(LRScheduler):
             raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
         if not isinstance(eta_min, (float, int)):
             raise ValueError(f"Expected float or int eta_min, but got {eta_min} of type {type(eta_min)}")
-        self.T_0, self.T_i, self.T_mult, self.eta_min, self.T_cur = T_0, T_0, T_mult, eta_min, last_epoch
+        self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, eta_min
+        self.T_cur: float = last_epoch
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list:
@@ -548,7 +555,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         self._last_lr = self._current()
 
 
-class CyclicLR(LRScheduler):
+class CyclicLR(_CyclingMomentum):
     """lr cycling between base_lr and max_lr (up over step_size_up epochs, down over step_size_down), scaled
     per cycle or per iteration by mode's or scale_fn's factor; the momentum (or beta1) cycles the other way."""
 
@@ -576,10 +583,9 @@ class CyclicLR(LRScheduler):
             for lr, group in zip(base_lrs, optimizer.param_groups, strict=True):
                 group["lr"] = lr
         self.max_lrs = _per_group("max_lr", optimizer, max_lr)
-        step_size_up = float(step_size_up)
-        step_size_down = float(step_size_down) if step_size_down is not None else step_size_up
-        self.total_size = step_size_up + step_size_down
-        self.step_ratio = step_size_up / self.total_size
+        up = float(step_size_up)
+        self.total_size = up + (float(step_size_down) if step_size_down is not None else up)
+        self.step_ratio = up / self.total_size
         if mode not in ["triangular", "triangular2", "exp_range"] and scale_fn is None:
             raise ValueError("mode is invalid and scale_fn is None")
         self.mode, self.gamma, self._scale_fn_custom, self.scale_mode = mode, gamma, scale_fn, scale_mode
@@ -598,8 +604,6 @@ class CyclicLR(LRScheduler):
                     group["max_momentum"], group["base_momentum"] = high, low
         super().__init__(optimizer, last_epoch)
         self.base_lrs = base_lrs
-
-    _set_momentum = OneCycleLR._set_momentum
 
     def scale_fn(self, x) -> float:
         if self._scale_fn_custom is not None:
@@ -635,6 +639,8 @@ class CyclicLR(LRScheduler):
 
 class _Composite(LRScheduler):
     """The checks and the state_dict of schedulers made of other schedulers of one optimizer."""
+
+    _schedulers: list
 
     def _check(self, optimizer, schedulers, what: str) -> None:
         name = type(self).__name__
@@ -696,7 +702,7 @@ class SequentialLR(_Composite):
         elif hasattr(scheduler, "last_epoch"):
             scheduler.last_epoch -= 1
 
-    def step(self) -> None:
+    def step(self) -> None:  # type: ignore[override]
         self.last_epoch += 1
         index = bisect_right(self._milestones, self.last_epoch)
         scheduler = self._schedulers[index]
@@ -716,7 +722,7 @@ class ChainedScheduler(_Composite):
         self._schedulers, self.optimizer = schedulers, optimizer
         self._last_lr = [group["lr"] for group in schedulers[-1].optimizer.param_groups]
 
-    def step(self) -> None:
+    def step(self) -> None:  # type: ignore[override]
         for scheduler in self._schedulers:
             scheduler.step()
         self._last_lr = [group["lr"] for group in self._schedulers[-1].optimizer.param_groups]
