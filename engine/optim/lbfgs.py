@@ -155,7 +155,7 @@ class LBFGS(Optimizer):
         if numpy.abs(flat_grad).max() <= tolerance_grad:
             return orig_loss
         d, t, H_diag, prev_loss = _array(state.get("d")), state.get("t"), state.get("H_diag"), state.get("prev_loss")
-        old_dirs, old_stps, ro = state.get("old_dirs"), state.get("old_stps"), state.get("ro")
+        old_dirs, old_stps, ro = _arrays(state.get("old_dirs")), _arrays(state.get("old_stps")), state.get("ro")
         prev_flat_grad, n_iter = _array(state.get("prev_flat_grad")), 0
         while n_iter < max_iter:
             n_iter += 1
@@ -217,3 +217,7 @@ class LBFGS(Optimizer):
 def _array(value):
     """A saved vector as a float array (a state_dict loaded into this optimizer holds it as a tensor)."""
     return None if value is None else numpy.array(value.numpy() if hasattr(value, "numpy") else value)
+
+
+def _arrays(values):
+    return None if values is None else [_array(value) for value in values]

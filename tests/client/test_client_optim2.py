@@ -211,7 +211,10 @@ def test_lbfgs_state_dict_round_trip_and_errors(torch_like):
         with torch_like.no_grad():
             p.copy_(torch_like.tensor(value))
     resumed.load_state_dict(optimizer.state_dict())
+    history = optimizer.state[optimizer.param_groups[0]["params"][0]]["old_dirs"]
+    saved_length = len(history)
     resumed_trace, _ = lbfgs_run(torch_like, {}, steps=2, optimizer=resumed)
+    assert len(history) == saved_length  # the loaded history is a copy, as in torch
     np.testing.assert_allclose(resumed_trace, straight[2:], rtol=1e-12, atol=1e-12)
     p = torch_like.nn.Parameter(torch_like.ones(2))
     with pytest.raises(ValueError, match="LBFGS doesn't support per-parameter options"):
