@@ -38,7 +38,25 @@ class RMSprop(Resident, engine_optim.RMSprop):
     """`torch.optim.RMSprop`; on a remote session its parameters stay on the server (`client.optim.resident`)."""
 
 
-Adagrad = engine_optim.Adagrad  # the engine's step on the client only (the server has no resident Adagrad)
+# the engine's step on the client only (the server has no resident optimizer of these)
+Adagrad, NAdam, RAdam = engine_optim.Adagrad, engine_optim.NAdam, engine_optim.RAdam
+Adamax, Adadelta, ASGD, Rprop = engine_optim.Adamax, engine_optim.Adadelta, engine_optim.ASGD, engine_optim.Rprop
+LBFGS = engine_optim.LBFGS
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
+__all__ = [
+    "Optimizer",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "RMSprop",
+    "Adagrad",
+    "NAdam",
+    "RAdam",
+    "Adamax",
+    "Adadelta",
+    "ASGD",
+    "Rprop",
+    "LBFGS",
+    "lr_scheduler",
+]
 __getattr__ = missing("torch.optim")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from statistics import NormalDist
 
 import numpy
 
@@ -30,6 +31,11 @@ __all__ = [
     "xavier_normal_",
     "kaiming_uniform_",
     "kaiming_normal_",
+    "trunc_normal_",
+    "eye_",
+    "dirac_",
+    "orthogonal_",
+    "sparse_",
 ]
 
 _LINEAR = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
@@ -145,3 +151,86 @@ def kaiming_normal_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu", gener
     if _empty(tensor):
         return tensor
     return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity), generator)
+
+
+def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
+    """N(mean, std**2) truncated to [a, b], by PyTorch's method: uniform draws between the normal CDF's
+    values at a and b, mapped back by its inverse."""
+    if (mean < a - 2 * std) or (mean > b + 2 * std):
+        warnings.warn(
+            "mean is more than 2 std from [a, b] in nn.init.trunc_normal_. The distribution of values may be "
+            "incorrect.",
+            stacklevel=2,
+        )
+    normal = NormalDist(mean, std)
+    low, high = normal.cdf(a), normal.cdf(b)
+    tiny = numpy.nextafter(0.0, 1.0)
+    draws = numpy.clip(low + (high - low) * _draws(tensor, "rand", generator), tiny, 1 - tiny / 2)
+    return _write(tensor, numpy.clip(numpy.vectorize(normal.inv_cdf, otypes=[float])(draws), a, b))
+
+
+def eye_(tensor):
+    """The identity matrix (2-D tensors only)."""
+    if tensor.ndim != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    return _write(tensor, numpy.eye(*tuple(tensor.shape)))
+
+
+def dirac_(tensor, groups=1):
+    """The Dirac delta of a convolution's weight (3-5 dimensions): each group's output channel d passes input
+    channel d through at the kernel's centre, the others zero."""
+    if tensor.ndim not in [3, 4, 5]:
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    sizes = tuple(tensor.shape)
+    if sizes[0] % groups != 0:
+        raise ValueError("dim 0 must be divisible by groups")
+    per_group = sizes[0] // groups
+    values, centre = numpy.zeros(sizes), tuple(size // 2 for size in sizes[2:])
+    for g in range(groups):
+        for d in range(min(per_group, sizes[1])):
+            values[(g * per_group + d, d, *centre)] = 1
+    return _write(tensor, values)
+
+
+def orthogonal_(tensor, gain=1, generator=None):
+    """A (semi-)orthogonal matrix, the tensor seen as rows x the rest (Saxe et al., 2013): the Q of a
+    normal draw's QR decomposition, its signs fixed by R's diagonal, times gain."""
+    if tensor.ndim < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if 0 in tuple(tensor.shape):
+        return tensor
+    rows = tensor.shape[0]
+    flattened = _draws(tensor, "randn", generator).reshape(rows, -1)
+    cols = flattened.shape[1]
+    q, r = numpy.linalg.qr(flattened.T if rows < cols else flattened)
+    q = q * numpy.sign(numpy.diag(r))
+    return _write(tensor, gain * (q.T if rows < cols else q).reshape(tuple(tensor.shape)))
+
+
+def sparse_(tensor, sparsity, std=0.01, generator=None):
+    """N(0, std**2) values with ceil(sparsity * rows) of each column's set to zero (2-D tensors only)."""
+    if tensor.ndim != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    rows, cols = tuple(tensor.shape)
+    values = std * _draws(tensor, "randn", generator)
+    order = numpy.argsort(_draws(tensor, "rand", generator), axis=0)[: int(math.ceil(sparsity * rows))]
+    values[order, numpy.arange(cols)] = 0
+    return _write(tensor, values)
+
+
+def _deprecated(function):
+    new_name = function.__name__
+    old_name = new_name[:-1]
+
+    def deprecated_init(*args, **kwargs):
+        warnings.warn(f"`nn.init.{old_name}` is now deprecated in favor of `nn.init.{new_name}`.", FutureWarning, 2)
+        return function(*args, **kwargs)
+
+    deprecated_init.__name__ = old_name
+    return deprecated_init
+
+
+uniform, normal, constant, eye, dirac = map(_deprecated, (uniform_, normal_, constant_, eye_, dirac_))
+xavier_uniform, xavier_normal = _deprecated(xavier_uniform_), _deprecated(xavier_normal_)
+kaiming_uniform, kaiming_normal = _deprecated(kaiming_uniform_), _deprecated(kaiming_normal_)
+orthogonal, sparse = _deprecated(orthogonal_), _deprecated(sparse_)

@@ -1,4 +1,4 @@
-"""`torch.optim` for the engine: `Optimizer`, `SGD`, `Adam`, `AdamW`, `RMSprop`, `Adagrad` and
+"""`torch.optim` for the engine: `Optimizer`, `SGD`, `Adam`, `AdamW`, `RMSprop`, `Adagrad`, `NAdam`, `RAdam`, `Adamax`, `Adadelta`, `ASGD`, `Rprop`, `LBFGS` and
 `lr_scheduler` (`StepLR`, `CosineAnnealingLR`, `ReduceLROnPlateau`...), written once for every Variable
 class: they update parameters through the Variable's public methods, each step's out-of-place update
 committed at once (`engine.optim.optimizer`). Importing this registers the engine's Variable;
@@ -9,6 +9,9 @@ from engine.nn.missing import missing
 from engine.optim import lr_scheduler, optimizer
 from engine.optim.adagrad import Adagrad
 from engine.optim.adam import Adam, AdamW
+from engine.optim.adaptive import Adadelta, Adamax, NAdam, RAdam
+from engine.optim.classic import ASGD, Rprop
+from engine.optim.lbfgs import LBFGS
 from engine.optim.optimizer import Optimizer
 from engine.optim.rmsprop import RMSprop
 from engine.optim.sgd import SGD, sgd_in_place
@@ -16,5 +19,21 @@ from engine.variable import Variable
 
 optimizer.register(Variable, mode)
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler", "sgd_in_place"]
+__all__ = [
+    "Optimizer",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "RMSprop",
+    "Adagrad",
+    "NAdam",
+    "RAdam",
+    "Adamax",
+    "Adadelta",
+    "ASGD",
+    "Rprop",
+    "LBFGS",
+    "lr_scheduler",
+    "sgd_in_place",
+]
 __getattr__ = missing("torch.optim")

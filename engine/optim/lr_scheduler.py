@@ -1,7 +1,7 @@
 """`torch.optim.lr_scheduler`: the `LRScheduler` base (PyTorch's: `initial_lr` in each group, `base_lrs`,
 `last_epoch`, an initial step at construction, `get_last_lr`, `state_dict`), `StepLR`, `MultiStepLR`,
-`ExponentialLR`, `LinearLR`, `CosineAnnealingLR`, `LambdaLR`, `MultiplicativeLR`, `OneCycleLR` and
-`ReduceLROnPlateau`, each by PyTorch's recursive formula (its closed form for `step(epoch)`). A scheduler
+`ExponentialLR`, `LinearLR`, `CosineAnnealingLR`, `LambdaLR`, `MultiplicativeLR`, `OneCycleLR`, `ReduceLROnPlateau`,
+`ConstantLR`, `PolynomialLR`, `CosineAnnealingWarmRestarts`, `CyclicLR`, `SequentialLR` and `ChainedScheduler`, each by PyTorch's recursive formula (its closed form for `step(epoch)`). A scheduler
 only changes `group["lr"]`, a Python number: nothing is sent."""
 
 from __future__ import annotations
@@ -27,6 +27,12 @@ __all__ = [
     "MultiplicativeLR",
     "OneCycleLR",
     "ReduceLROnPlateau",
+    "ConstantLR",
+    "PolynomialLR",
+    "CosineAnnealingWarmRestarts",
+    "CyclicLR",
+    "SequentialLR",
+    "ChainedScheduler",
 ]
 __getattr__ = missing("torch.optim.lr_scheduler")
 EPOCH_DEPRECATION_WARNING = (
@@ -54,8 +60,12 @@ class LRScheduler:
                     )
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.last_epoch = last_epoch
-        self._step_count = 0
-        self._is_initial = True  # (the step at construction: most schedulers keep the lr as it is)
+        self._initial_step()
+
+    def _initial_step(self) -> None:
+        """The step at construction (most schedulers keep the lr as it is), and again when SequentialLR
+        hands over to a scheduler."""
+        self._step_count, self._is_initial = 0, True
         self.step()
         self._is_initial = False
 
@@ -70,11 +80,15 @@ class LRScheduler:
 
     def step(self, epoch=None) -> None:
         self._step_count += 1
+        if epoch is not None:
+            warnings.warn(EPOCH_DEPRECATION_WARNING, UserWarning, stacklevel=2)
+        self._update_lr(epoch)
+
+    def _update_lr(self, epoch=None) -> None:
         if epoch is None:
             self.last_epoch += 1
             values = self.get_lr()
         else:
-            warnings.warn(EPOCH_DEPRECATION_WARNING, UserWarning, stacklevel=2)
             self.last_epoch = epoch
             values = self._get_closed_form_lr() if hasattr(self, "_get_closed_form_lr") else self.get_lr()
         for group, lr in zip(self.optimizer.param_groups, values, strict=True):
@@ -254,7 +268,19 @@ def _per_group(name: str, optimizer, value) -> list:
     return [value] * len(optimizer.param_groups)
 
 
-class OneCycleLR(LRScheduler):
+class _CyclingMomentum(LRScheduler):
+    """A scheduler that also cycles the momentum, or Adam's beta1 (`use_beta1`)."""
+
+    use_beta1: bool
+
+    def _set_momentum(self, group, value) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+
+class OneCycleLR(_CyclingMomentum):
     """The 1cycle policy: lr from max_lr / div_factor up to max_lr over pct_start of total_steps, then down
     to initial / final_div_factor (three_phase: back to the initial lr first), annealed by cosine or
     linearly; the momentum (or Adam's beta1) cycles the other way between max_momentum and base_momentum."""
@@ -324,12 +350,6 @@ class OneCycleLR(LRScheduler):
                     self._set_momentum(group, high)
                     group["max_momentum"], group["base_momentum"] = high, low
         super().__init__(optimizer, last_epoch)
-
-    def _set_momentum(self, group, value) -> None:
-        if self.use_beta1:
-            group["betas"] = (value, *group["betas"][1:])
-        else:
-            group["momentum"] = value
 
     def _anneal(self, start, end, pct):
         if self._anneal_func_type == "cos":
@@ -449,3 +469,260 @@ class ReduceLROnPlateau(LRScheduler):
     def load_state_dict(self, state_dict: dict) -> None:
         self.__dict__.update(state_dict)
         self._init_is_better(self.mode, self.threshold, self.threshold_mode)
+
+
+class ConstantLR(LRScheduler):
+    """lr multiplied by factor until total_iters epochs have passed."""
+
+    def __init__(self, optimizer, factor: float = 1.0 / 3, total_iters: int = 5, last_epoch: int = -1):
+        if factor > 1.0 or factor < 0:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor, self.total_iters = factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        if self.last_epoch == 0:
+            return [group["lr"] * self.factor for group in self.optimizer.param_groups]
+        if self.last_epoch != self.total_iters:
+            return self._current()
+        return [group["lr"] * (1.0 / self.factor) for group in self.optimizer.param_groups]
+
+    def _get_closed_form_lr(self) -> list:
+        factor = self.factor + (self.last_epoch >= self.total_iters) * (1 - self.factor)
+        return [base_lr * factor for base_lr in self.base_lrs]
+
+
+class PolynomialLR(LRScheduler):
+    """lr decayed as (1 - epoch / total_iters) ** power, down to 0 at total_iters."""
+
+    def __init__(self, optimizer, total_iters: int = 5, power: float = 1.0, last_epoch: int = -1):
+        self.total_iters, self.power = total_iters, power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return self._current()
+        decay = ((1.0 - self.last_epoch / self.total_iters) / (1.0 - (self.last_epoch - 1) / self.total_iters)) ** (
+            self.power
+        )
+        return [group["lr"] * decay for group in self.optimizer.param_groups]
+
+    def _get_closed_form_lr(self) -> list:
+        decay = (1.0 - min(self.total_iters, self.last_epoch) / self.total_iters) ** self.power
+        return [base_lr * decay for base_lr in self.base_lrs]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing from the initial lr to eta_min over T_i epochs, restarting with T_i *= T_mult."""
+
+    def __init__(self, optimizer, T_0: int, T_mult: int = 1, eta_min: float = 0.0, last_epoch: int = -1):
+        if T_0 <= 0 or not isinstance(T_0, int):
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if T_mult < 1 or not isinstance(T_mult, int):
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        if not isinstance(eta_min, (float, int)):
+            raise ValueError(f"Expected float or int eta_min, but got {eta_min} of type {type(eta_min)}")
+        self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, eta_min
+        self.T_cur: float = last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        cosine = 1 + math.cos(math.pi * self.T_cur / self.T_i)
+        return [self.eta_min + (base_lr - self.eta_min) * cosine / 2 for base_lr in self.base_lrs]
+
+    def step(self, epoch=None) -> None:
+        """One epoch on (restarting past T_i), or to `epoch`, a number that may be fractional."""
+        self._step_count += 1
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch, self.T_cur = self.last_epoch + 1, self.T_cur + 1
+            if self.T_cur >= self.T_i:
+                self.T_cur, self.T_i = self.T_cur % self.T_i, self.T_i * self.T_mult
+        elif epoch < 0:
+            raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+        elif epoch >= self.T_0 and self.T_mult == 1:
+            self.T_cur = epoch % self.T_0
+        elif epoch >= self.T_0:
+            n = int(math.log((epoch / self.T_0 * (self.T_mult - 1) + 1), self.T_mult))
+            self.T_cur = epoch - self.T_0 * (self.T_mult**n - 1) / (self.T_mult - 1)
+            self.T_i = self.T_0 * self.T_mult ** (n)
+        else:
+            self.T_i, self.T_cur = self.T_0, epoch
+        self.last_epoch = math.floor(epoch)
+        for group, lr in zip(self.optimizer.param_groups, self.get_lr(), strict=True):
+            group["lr"] = lr
+        self._last_lr = self._current()
+
+
+class CyclicLR(_CyclingMomentum):
+    """lr cycling between base_lr and max_lr (up over step_size_up epochs, down over step_size_down), scaled
+    per cycle or per iteration by mode's or scale_fn's factor; the momentum (or beta1) cycles the other way."""
+
+    def __init__(
+        self,
+        optimizer,
+        base_lr,
+        max_lr,
+        step_size_up: int = 2000,
+        step_size_down=None,
+        mode: str = "triangular",
+        gamma: float = 1.0,
+        scale_fn=None,
+        scale_mode: str = "cycle",
+        cycle_momentum: bool = True,
+        base_momentum=0.8,
+        max_momentum=0.9,
+        last_epoch: int = -1,
+    ):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        self.optimizer = optimizer
+        base_lrs = _per_group("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups, strict=True):
+                group["lr"] = lr
+        self.max_lrs = _per_group("max_lr", optimizer, max_lr)
+        up = float(step_size_up)
+        self.total_size = up + (float(step_size_down) if step_size_down is not None else up)
+        self.step_ratio = up / self.total_size
+        if mode not in ["triangular", "triangular2", "exp_range"] and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode, self.gamma, self._scale_fn_custom, self.scale_mode = mode, gamma, scale_fn, scale_mode
+        if scale_fn is None:
+            self.scale_mode = "iterations" if mode == "exp_range" else "cycle"
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+            self.use_beta1 = "betas" in self.optimizer.defaults
+            self.base_momentums = _per_group("base_momentum", optimizer, base_momentum)
+            self.max_momentums = _per_group("max_momentum", optimizer, max_momentum)
+            if last_epoch == -1:
+                for high, low, group in zip(self.max_momentums, self.base_momentums, optimizer.param_groups):
+                    self._set_momentum(group, high)
+                    group["max_momentum"], group["base_momentum"] = high, low
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def scale_fn(self, x) -> float:
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular":
+            return 1.0
+        return 1 / (2.0 ** (x - 1)) if self.mode == "triangular2" else self.gamma**x
+
+    def get_lr(self) -> list:
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        scale_factor = x / self.step_ratio if x <= self.step_ratio else (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        lrs = [low + (high - low) * scale_factor * scale for low, high in zip(self.base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            for low, high, group in zip(self.base_momentums, self.max_momentums, self.optimizer.param_groups):
+                self._set_momentum(group, high - (high - low) * scale_factor * scale)
+        return lrs
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        fn = state.pop("_scale_fn_custom")
+        state["_scale_fn_custom"] = None if fn is None or isinstance(fn, types.FunctionType) else fn.__dict__.copy()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        fn = state_dict.pop("_scale_fn_custom")
+        super().load_state_dict(state_dict)
+        if fn is not None:
+            self._scale_fn_custom.__dict__.update(fn)
+
+
+class _Composite(LRScheduler):
+    """The checks and the state_dict of schedulers made of other schedulers of one optimizer."""
+
+    _schedulers: list
+
+    def _check(self, optimizer, schedulers, what: str) -> None:
+        name = type(self).__name__
+        if len(schedulers) < 1:
+            raise ValueError(f"{name} expects at least one scheduler{what}, but got no scheduler.")
+        for i, scheduler in enumerate(schedulers):
+            if not hasattr(scheduler, "optimizer"):
+                raise TypeError(f"{name} at index {i} should have `optimizer` as its attribute.")
+            if isinstance(scheduler, ReduceLROnPlateau):
+                raise ValueError(
+                    f"{name} does not support `ReduceLROnPlateau` scheduler as it requires additional kwargs to be "
+                    f"specified when calling `step`, but got one at index {i} in the given schedulers sequence."
+                )
+            if optimizer != scheduler.optimizer:
+                raise ValueError(
+                    f"{name} expects all schedulers to belong to the same optimizer, but got scheduler "
+                    f"{type(scheduler).__name__} at index {i} has {scheduler.optimizer}, which is different from "
+                    f"{type(optimizer).__name__}."
+                )
+
+    def state_dict(self) -> dict:
+        state = {key: value for key, value in self.__dict__.items() if key not in ("optimizer", "_schedulers")}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        schedulers = state_dict.pop("_schedulers")
+        self.__dict__.update(state_dict)
+        for scheduler, saved in zip(self._schedulers, schedulers):
+            scheduler.load_state_dict(saved)
+
+
+class SequentialLR(_Composite):
+    """schedulers[i] from milestones[i - 1] on, each restarted from epoch 0 at its milestone."""
+
+    def __init__(self, optimizer, schedulers, milestones, last_epoch: int = -1):
+        self._check(optimizer, schedulers, "")
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(
+                "Sequential Schedulers expects number of schedulers provided to be one more than the number of "
+                f"milestone points, but got number of schedulers {len(schedulers)} and the number of milestones to "
+                f"be equal to {len(milestones)}"
+            )
+        self._schedulers, self._milestones = schedulers, milestones
+        self.last_epoch, self.optimizer = last_epoch + 1, optimizer
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"]
+        self._undo(self)
+        index = bisect_right(milestones, 0)
+        schedulers[index]._initial_step()
+        self._last_lr = schedulers[index].get_last_lr()
+
+    def _undo(self, scheduler) -> None:
+        """One epoch back for every scheduler inside (their construction's step)."""
+        if hasattr(scheduler, "_schedulers"):
+            for inner in scheduler._schedulers:
+                self._undo(inner)
+        elif hasattr(scheduler, "last_epoch"):
+            scheduler.last_epoch -= 1
+
+    def step(self) -> None:  # type: ignore[override]
+        self.last_epoch += 1
+        index = bisect_right(self._milestones, self.last_epoch)
+        scheduler = self._schedulers[index]
+        if index > 0 and self._milestones[index - 1] == self.last_epoch:
+            scheduler._update_lr(0)
+        else:
+            scheduler.step()
+        self._last_lr = scheduler.get_last_lr()
+
+
+class ChainedScheduler(_Composite):
+    """Every scheduler stepped in turn at each step, their changes composed."""
+
+    def __init__(self, schedulers, optimizer=None):
+        optimizer = optimizer or (schedulers[0].optimizer if schedulers else None)
+        self._check(optimizer, schedulers, " to be chained")
+        self._schedulers, self.optimizer = schedulers, optimizer
+        self._last_lr = [group["lr"] for group in schedulers[-1].optimizer.param_groups]
+
+    def step(self) -> None:  # type: ignore[override]
+        for scheduler in self._schedulers:
+            scheduler.step()
+        self._last_lr = [group["lr"] for group in self._schedulers[-1].optimizer.param_groups]

@@ -280,6 +280,8 @@ def _cast(param, key, value):
     in param's dtype when floating (`step` keeps its own dtype), as a copy."""
     if isinstance(value, dict):
         return {k: _cast(param, k, v) for k, v in value.items()}
+    if isinstance(value, list):  # (LBFGS's history)
+        return [_cast(param, key, v) for v in value]
     if not (_is_variable(value) or hasattr(value, "__array__")) or isinstance(value, (int, float)):
         return value
     array = numpy.array(value)
