@@ -81,6 +81,9 @@ Raised, as decisions:
 - engine 13350 -> 13650 (2026-11-28): torch.linalg (`engine/linalg_functions.py`: the norms, inv, det, slogdet,
   solve, cholesky, cross, matrix_power, multi_dot; `engine/ops/linalg.py`'s primitives inv, det, logabsdet and
   cholesky with their vjps, costs and scratch), cumprod, and asin/acos/atan/atan2 took it to 13605.
+- engine 13650 -> 14450 (2026-11-28): the optim2 branch's optimizers (NAdam, RAdam, Adamax, Adadelta, ASGD, Rprop,
+  LBFGS with its strong-Wolfe line search), six lr schedulers and the rest of nn.init, ports of PyTorch's with its
+  signatures (+777), and the linalg branch's cumprod vjp exact at zeros, took it to 14404.
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 13650, "wire": 6050, "service": 3800, "client": 3075}
+BUDGETS = {"engine": 14450, "wire": 6050, "service": 3800, "client": 3075}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
