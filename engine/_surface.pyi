@@ -560,11 +560,11 @@ def cross(input: VariableSurface, other: VariableSurface, dim: builtins.int = -1
 
 cuda: SimpleNamespace
 
-def cumprod(input: Operand, dim: builtins.int) -> Variable:
-    """running products along dim (integers and booleans as int64); gradients exact at zeros"""
+def cumprod(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Variable:
+    """running products along dim (integers and booleans as int64); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `cumprod(input, ..., dtype=d)`)"""
 
-def cumsum(input: Operand, dim: builtins.int) -> Variable:
-    """running sums along dim (integers and booleans sum as int64)"""
+def cumsum(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Variable:
+    """running sums along dim (integers and booleans sum as int64); `dtype=` casts the input first (PyTorch's `cumsum(input, ..., dtype=d)`)"""
 
 default_generator: Generator
 
@@ -990,10 +990,8 @@ def permute(input: Operand, *dims: builtins.int) -> Variable: ...
 def pow(input: Operand, exponent: Operand) -> Variable:
     """x ** y (broadcasting)"""
 
-def prod(
-    input: Operand, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False
-) -> Variable:
-    """product over dim (all when null); gradients exact at zeros"""
+def prod(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Variable:
+    """product over dim (all when null); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `prod(input, ..., dtype=d)`)"""
 
 def quantile(
     input: Any, q: Any, dim: Any = None, keepdim: Any = False, *, interpolation: Any = "linear"

@@ -72,6 +72,17 @@ def _with_alpha(name, base, mul):
     return fn
 
 
+def _with_dtype(name, base, cast):
+    def fn(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> VariableSurface:
+        if dtype is not None:
+            input = cast(input, dtype=numpy.dtype(as_dtype(dtype)).name)
+        return base(input, *args, **kwargs)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"{base.__doc__}; `dtype=` casts the input first (PyTorch's `{name}(input, ..., dtype=d)`)"
+    return fn
+
+
 def _dims(name, *expected):
     def check(*variables):
         if tuple(v.ndim for v in variables) != expected:
@@ -278,6 +289,8 @@ def functions(ops) -> dict:
     out.update(inner=dot, ger=outer)
     out["add"] = _with_alpha("add", ops["add"], mul)
     out["sub"] = _with_alpha("sub", ops["sub"], mul)
+    for name in ("cumsum", "cumprod", "prod"):
+        out[name] = _with_dtype(name, ops[name], ops["cast"])
     out.update({alias: ops[name] for alias, name in ALIASES.items()})
     out.update(tensor_ops.functions(ops))
     out.update(everyday.functions(ops))

@@ -31,8 +31,6 @@ METHOD_OPS: dict[str, str] = {
     "clamp": "clamp",
     "clone": "clone",
     "cos": "cos",
-    "cumprod": "cumprod",
-    "cumsum": "cumsum",
     "det": "det",
     "div": "div",
     "eq": "eq",
@@ -68,7 +66,6 @@ METHOD_OPS: dict[str, str] = {
     "norm": "norm",
     "permute": "permute",
     "pow": "pow",
-    "prod": "prod",
     "relu": "relu",
     "remainder": "remainder",
     "reshape": "reshape",
@@ -211,18 +208,6 @@ class SurfaceMethods:
 
         cosine"""
         return self._ops.cos(self, *args, **kwargs)
-
-    def cumprod(self, *args: Any, **kwargs: Any) -> Any:
-        """cumprod(self, dim: int) -> Self
-
-        running products along dim (integers and booleans as int64); gradients exact at zeros"""
-        return self._ops.cumprod(self, *args, **kwargs)
-
-    def cumsum(self, *args: Any, **kwargs: Any) -> Any:
-        """cumsum(self, dim: int) -> Self
-
-        running sums along dim (integers and booleans sum as int64)"""
-        return self._ops.cumsum(self, *args, **kwargs)
 
     def det(self, *args: Any, **kwargs: Any) -> Any:
         """det(self) -> Self
@@ -435,12 +420,6 @@ class SurfaceMethods:
 
         x ** y (broadcasting)"""
         return self._ops.pow(self, *args, **kwargs)
-
-    def prod(self, *args: Any, **kwargs: Any) -> Any:
-        """prod(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Self
-
-        product over dim (all when null); gradients exact at zeros"""
-        return self._ops.prod(self, *args, **kwargs)
 
     def relu(self, *args: Any, **kwargs: Any) -> Any:
         """relu(self) -> Self

@@ -242,12 +242,12 @@ class VariableSurface:
     def cpu(self) -> Self: ...
     def cross(self, other: VariableSurface, dim: builtins.int = -1) -> Self: ...
     def cuda(self, device: DeviceLike | None = None, non_blocking: builtins.bool = False) -> Self: ...
-    def cumprod(self, dim: builtins.int) -> Self:
-        """running products along dim (integers and booleans as int64); gradients exact at zeros"""
-    def cumsum(self, dim: builtins.int) -> Self:
-        """running sums along dim (integers and booleans sum as int64)"""
-    def cumsum_(self, dim: builtins.int) -> Self:
-        """running sums along dim (integers and booleans sum as int64)"""
+    def cumprod(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
+        """running products along dim (integers and booleans as int64); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `cumprod(input, ..., dtype=d)`)"""
+    def cumsum(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
+        """running sums along dim (integers and booleans sum as int64); `dtype=` casts the input first (PyTorch's `cumsum(input, ..., dtype=d)`)"""
+    def cumsum_(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
+        """In place: this Variable becomes `cumsum(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def deg2rad(self) -> Self: ...
     def det(self) -> Self:
         """the determinant of each square matrix (its gradient needs the matrix invertible)"""
@@ -539,8 +539,8 @@ class VariableSurface:
         """x ** y (broadcasting)"""
     def pow_(self, exponent: Operand) -> Self:
         """x ** y (broadcasting)"""
-    def prod(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
-        """product over dim (all when null); gradients exact at zeros"""
+    def prod(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
+        """product over dim (all when null); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `prod(input, ..., dtype=d)`)"""
     def quantile(self, q: Any, dim: Any = None, keepdim: Any = False, *, interpolation: Any = "linear") -> Self: ...
     def rad2deg(self) -> Self: ...
     def random_(

@@ -174,3 +174,17 @@ def test_inverse_trigonometric_primitives_match_torch(torch_like, oracle):
 
     for ours, theirs in zip(run(torch_like), run(oracle), strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
+def test_accumulations_take_a_dtype_as_torch(torch_like, oracle):
+    def run(torch):
+        x = torch.tensor([[1, 2], [3, 4]])
+        f = torch.tensor([[0.5, 2.0], [3.0, 0.25]], requires_grad=True)
+        out = [x.cumsum(0, dtype=torch.float32), torch.cumprod(x, 1, dtype=torch.float64), x.prod(dtype=torch.float32)]
+        g = torch.cumsum(f, 1, dtype=torch.float64)
+        g.sum().backward()
+        return [*out, g, f.grad]
+
+    for ours, theirs in zip(run(torch_like), run(oracle), strict=True):
+        assert str(ours.dtype) == str(theirs.dtype)
+        np.testing.assert_allclose(values(ours), theirs.detach().numpy())
