@@ -56,17 +56,12 @@ def _tensor(ns, value, like=None):
     return ns.tensor(value, dtype=dtype)
 
 
-def _broadcast(*tensors):
-    shape = numpy.broadcast_shapes(*(tuple(t.shape) for t in tensors))
-    return [t if tuple(t.shape) == shape else t.expand(shape) for t in tensors]
-
-
 class Normal(Distribution):
     has_rsample = True
 
     def __init__(self, loc, scale, validate_args=None):
         loc = _tensor(self.ns, loc, scale)
-        self.loc, self.scale = _broadcast(loc, _tensor(self.ns, scale, loc))
+        self.loc, self.scale = self.ns.broadcast_tensors(loc, _tensor(self.ns, scale, loc))
         super().__init__(self.loc.shape)
 
     @property
@@ -104,7 +99,7 @@ class Uniform(Distribution):
 
     def __init__(self, low, high, validate_args=None):
         low = _tensor(self.ns, low, high)
-        self.low, self.high = _broadcast(low, _tensor(self.ns, high, low))
+        self.low, self.high = self.ns.broadcast_tensors(low, _tensor(self.ns, high, low))
         super().__init__(self.low.shape)
 
     @property
@@ -215,7 +210,7 @@ class Bernoulli(Distribution):
             return self.ns.bernoulli(self.probs.expand(self._shape(sample_shape)))
 
     def log_prob(self, value):
-        logits, value = _broadcast(self.logits, value)
+        logits, value = self.ns.broadcast_tensors(self.logits, value)
         return -self.ns.nn.functional.binary_cross_entropy_with_logits(logits, value, reduction="none")
 
     def entropy(self):
