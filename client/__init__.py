@@ -37,12 +37,13 @@ globals().update(_SURFACE)
 # torch.nn and torch.optim (they need the names above), torch.autograd's other names and torch.func
 from client import forward_ad, func, gradcheck, nn, optim  # noqa: E402,F401
 from engine.api import Functional  # noqa: E402
-from engine.nn.stateless import functional_call  # noqa: E402
+from engine.nn.stateless import functional_call, stack_module_state  # noqa: E402
 
 # torch.autograd.functional (one request per call) and torch.autograd's other names
 autograd.functional = Functional(sys.modules[__name__], lazy=True)  # type: ignore[attr-defined,no-untyped-call]
 autograd.forward_ad = forward_ad  # type: ignore[attr-defined]
 func.functional_call = functional_call  # type: ignore[attr-defined]
+func.stack_module_state = stack_module_state  # type: ignore[attr-defined]
 autograd.gradcheck, autograd.gradgradcheck = gradcheck.gradcheck, gradcheck.gradgradcheck  # type: ignore[attr-defined]
 
 __all__ = [
@@ -103,3 +104,8 @@ special = bind_special(sys.modules[__name__])
 from engine.api import bind_linalg  # noqa: E402
 
 globals().update(bind_linalg(sys.modules[__name__]))
+
+# torch's module paths (`import client.autograd.forward_ad`, `from client.distributions import Normal`)
+from engine.api import bind_module_paths  # noqa: E402
+
+bind_module_paths(sys.modules[__name__])

@@ -72,6 +72,9 @@ def unpack_dual(tensor, *, level=None):
     if not _LEVELS or not isinstance(tensor, Variable):
         return UnpackedDualTensor(tensor, None)
     duals = _LEVELS[-1]
+    made = duals.get(id(tensor))
+    if made is not None and made[0]() is tensor:  # a dual itself: its tangent, the object given (as PyTorch's)
+        return UnpackedDualTensor(tensor.detach() if not tensor.requires_grad else tensor, made[2])
     by_value = {id(value): (ref, value, tangent) for ref, value, tangent in duals.values() if ref() is not None}
     value = tensor._graph_value()
     sources = _sources(value, by_value)

@@ -38,5 +38,5 @@ def linearized(outputs, inputs, tangents, keep):
 
 _CLIENT = Transforms(sys.modules["client"], linearized, _zeros_like, lazy=True)
 jvp, vjp, grad_and_value, grad = _CLIENT.jvp, _CLIENT.vjp, _CLIENT.grad_and_value, _CLIENT.grad
-jacrev, jacfwd, hessian = _CLIENT.jacrev, _CLIENT.jacfwd, _CLIENT.hessian
+jacrev, jacfwd, hessian, linearize = _CLIENT.jacrev, _CLIENT.jacfwd, _CLIENT.hessian, _CLIENT.linearize
 vmap = vmap_with(stacked)

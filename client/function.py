@@ -23,7 +23,7 @@ from client.graph import ARG, FUNCTION, GRAD_OUTPUT, FunctionNode, Phase, Value,
 from client.serialize import SubgraphBuilder
 from client.state import current_phase, is_grad_enabled, tracing
 from client.variable import Variable, as_host_array
-from engine.api import FunctionBase, FunctionCtx, function_node_class
+from engine.api import FunctionBase, FunctionCtx, function_node_class, once_differentiable
 
 MAX_TRACES_PER_FUNCTION = 64
 
@@ -120,4 +120,4 @@ class Function(FunctionBase):
         return Variable._lazy(value)
 
 
-__all__ = ["Function", "FunctionCtx", "Trace"]
+__all__ = ["Function", "FunctionCtx", "Trace", "once_differentiable"]

@@ -33,6 +33,7 @@ from engine.nn import stateless  # noqa: E402,F401
 autograd.functional = Functional(sys.modules[__name__])  # type: ignore[attr-defined,no-untyped-call]
 autograd.forward_ad = forward_ad  # type: ignore[attr-defined]
 func.functional_call = nn.stateless.functional_call  # type: ignore[attr-defined]
+func.stack_module_state = nn.stateless.stack_module_state  # type: ignore[attr-defined]
 autograd.gradcheck, autograd.gradgradcheck = gradcheck, gradgradcheck  # type: ignore[attr-defined]
 
 __all__ = [
@@ -57,10 +58,12 @@ __all__ = _surface.exported(__all__)  # `import *` shadows no builtin (float, in
 
 # torch.utils.data, bound to this namespace now that it is complete
 from engine import utils  # noqa: E402
+from engine.nn import checkpoint as _checkpoint  # noqa: E402  (torch.utils.checkpoint, on nn's side lookup)
 from engine.utils import loading  # noqa: E402
 
 _DATA = loading.bind(sys.modules[__name__], "engine.utils.data")
 vars(utils.data).update(_DATA, __all__=sorted(_DATA))
+utils.checkpoint = _checkpoint  # type: ignore[attr-defined]
 load = loader(sys.modules[__name__])
 
 # torch.autocast, torch.amp and their older spellings (torch.cpu.amp, torch.cuda.amp)
@@ -87,3 +90,8 @@ special = special_functions.bind(sys.modules[__name__])
 from engine import linalg_functions  # noqa: E402
 
 globals().update(linalg_functions.bind(sys.modules[__name__]))
+
+# torch's module paths (`import engine.autograd.forward_ad`, `from engine.distributions import Normal`)
+from engine import module_paths  # noqa: E402
+
+module_paths.bind(sys.modules[__name__])

@@ -50,13 +50,14 @@ from engine.dtypes import DType
 from engine.dtypes import of as dtype_of
 from engine.forward_ad import UnpackedDualTensor, check_dual
 from engine.func import Transforms, vmap_with
-from engine.function import FUNCTION_NAME, Function, FunctionBase, FunctionCtx
+from engine.function import FUNCTION_NAME, Function, FunctionBase, FunctionCtx, once_differentiable
 from engine.function import node_class as function_node_class
 from engine.grad_mode import GradMode, enable_grad, is_grad_enabled, no_grad
 from engine.gradcheck import _GRADCHECK_KEYWORDS, _GRADGRADCHECK_KEYWORDS, GradcheckError, _accept, _compare
 from engine.indexing import from_key, tensor_count, to_key
 from engine.linalg_functions import bind as bind_linalg
 from engine.mixed_precision import bind as bind_mixed_precision
+from engine.module_paths import bind as bind_module_paths
 from engine.node import RECORDING as _RECORDING
 from engine.node import GraphFreedError, Meta, Node, check_output, check_saved, reads_output
 from engine.recording import as_array as array_like
@@ -239,6 +240,7 @@ __all__ = [
     "Function",
     "FunctionBase",
     "FunctionCtx",
+    "once_differentiable",
     "FUNCTION_NAME",
     "function_node_class",
     # attributes, shapes, index keys
@@ -269,6 +271,7 @@ __all__ = [
     "bind_distributions",
     "bind_special",
     "bind_linalg",
+    "bind_module_paths",
     "save",
     "loader",
     "UnpackedDualTensor",

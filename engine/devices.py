@@ -5,14 +5,16 @@ A side computes on one device: the engine on its active backend's, the client wh
 session's executor runs. So `device="cuda"` (on a constructor, `.to()`, `.cuda()`) is accepted
 only where that device is CUDA, and refused otherwise, as PyTorch refuses it without CUDA;
 `device="cpu"` is accepted everywhere and changes nothing: values stay where the backend
-computes (a program that names the CPU on a GPU backend still runs, on the GPU).
+computes (a program that names the CPU on a GPU backend still runs, on the GPU). `"meta"` (PyTorch's
+shape-only tensors, where tutorials move the template module of `functional_call`) is accepted the
+same way: nothing here computes shape-only, so values stay as they are.
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-TYPES = ("cpu", "cuda")
+TYPES = ("cpu", "cuda", "meta")
 
 
 class Device:

@@ -1,5 +1,5 @@
 """`torch.func` for functions of Variables: `jvp`, `vjp`, `grad`, `grad_and_value`, `jacrev`, `jacfwd`, `hessian`,
-`vmap`, written once for both Variables (`Transforms`, bound to `engine`'s names here and to `client`'s in
+`vmap`, `linearize`, written once for both Variables (`Transforms`, bound to `engine`'s names here and to `client`'s in
 `client.func`).
 
 They compose (`jvp(grad(f), ...)` is a forward-over-reverse Hessian-vector product): each keeps
@@ -95,6 +95,15 @@ class Transforms:
         if has_aux:
             return _unflat(outs, is_tuple), _unflat(result, is_tuple), aux
         return _unflat(outs, is_tuple), _unflat(result, is_tuple)
+
+    def linearize(self, func, *primals):
+        """(func(*primals), jvp_fn): `jvp_fn(*tangents)` is J·tangents at `primals` (each call runs `jvp`)."""
+        output = func(*primals)
+
+        def jvp_fn(*tangents):
+            return self.jvp(func, primals, tangents)[1]
+
+        return output, jvp_fn
 
     def _prepared(self, args, argnums):
         keep = self.ns.is_grad_enabled() and self._any_rg(args)
@@ -267,5 +276,5 @@ def _row(value, dim, i):
 
 _ENGINE = Transforms(sys.modules["engine"], transpose_jvp, zeros_like)
 jvp, vjp, grad_and_value, grad = _ENGINE.jvp, _ENGINE.vjp, _ENGINE.grad_and_value, _ENGINE.grad
-jacrev, jacfwd, hessian = _ENGINE.jacrev, _ENGINE.jacfwd, _ENGINE.hessian
+jacrev, jacfwd, hessian, linearize = _ENGINE.jacrev, _ENGINE.jacfwd, _ENGINE.hessian, _ENGINE.linearize
 vmap = vmap_with(F.stack)

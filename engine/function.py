@@ -8,6 +8,7 @@ methods `forward(self, *args)` and `backward(self, *grad_outputs)` that save thr
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -16,6 +17,18 @@ from engine.node import FORWARD, Meta, Node, check_saved, edge_of, next_seq
 from engine.variable import Variable, as_array
 
 FUNCTION_NAME = "a custom Function"  # how a version error names a Function's node
+
+
+def once_differentiable(backward):
+    """torch.autograd.function.once_differentiable: a Function's `backward` run with grad mode off, so
+    its gradients carry no graph (differentiating them again sees constants)."""
+
+    @functools.wraps(backward)
+    def without_graph(ctx, *grad_outputs):
+        with no_grad():
+            return backward(ctx, *grad_outputs)
+
+    return without_graph
 
 
 class FunctionCtx:

@@ -84,6 +84,10 @@ Raised, as decisions:
 - engine 13650 -> 14450 (2026-11-28): the optim2 branch's optimizers (NAdam, RAdam, Adamax, Adadelta, ASGD, Rprop,
   LBFGS with its strong-Wolfe line search), six lr schedulers and the rest of nn.init, ports of PyTorch's with its
   signatures (+777), and the linalg branch's cumprod vjp exact at zeros, took it to 14404.
+- engine 14450 -> 14650 (2026-11-29): torch's module paths on both sides (`engine/module_paths.py`: `import
+  engine.autograd.forward_ad`, `from client.distributions import Normal`... raised ModuleNotFoundError), and what
+  the tutorials on them call: torch.func's stack_module_state and linearize, once_differentiable,
+  torch.utils.checkpoint, nn.utils.rnn.pad_sequence, took it to 14582.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 14450, "wire": 6050, "service": 3800, "client": 3075}
+BUDGETS = {"engine": 14650, "wire": 6050, "service": 3800, "client": 3075}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

@@ -1,8 +1,10 @@
 """`torch.func.functional_call`: a module called with some of its parameters and buffers replaced by the
 given tensors (by their `state_dict` names), put back afterwards; what `vmap(grad(...))` per-sample
-gradients are written with."""
+gradients are written with; `torch.func.stack_module_state`, the ensembles it is called on."""
 
 from __future__ import annotations
+
+from engine.nn.functional import _ns
 
 
 def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *, tie_weights=True, strict=False):
@@ -41,3 +43,28 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
     finally:
         for registry, attr, value in reversed(swapped):
             registry[attr] = value
+
+
+def stack_module_state(models) -> tuple[dict, dict]:
+    """torch.func.stack_module_state: each parameter and buffer of `models` (modules of one class) stacked
+    along a new first dimension, for `vmap` over `functional_call`; stacked parameters are new leaves that
+    require grad when the models' do."""
+    models = list(models)
+    if not models:
+        raise RuntimeError("stack_module_state: Expected at least one model, got 0.")
+    if len({m.training for m in models}) > 1:
+        raise RuntimeError("stack_module_state: Expected all models to have the same training/eval mode.")
+    if len({type(m) for m in models}) > 1:
+        raise RuntimeError("stack_module_state: Expected all models to be of the same class.")
+
+    def stacked(named: list[dict], name: str):
+        tensors = [entries[name] for entries in named]
+        wanted = {t.requires_grad for t in tensors}
+        if len(wanted) > 1:
+            raise RuntimeError(f"Expected {name} from each model to have the same .requires_grad")
+        result = _ns(tensors[0]).stack(tensors)
+        return result.detach().requires_grad_() if wanted == {True} else result
+
+    params = [dict(m.named_parameters()) for m in models]
+    buffers = [dict(m.named_buffers()) for m in models]
+    return {k: stacked(params, k) for k in params[0]}, {k: stacked(buffers, k) for k in buffers[0]}

@@ -1,4 +1,4 @@
-"""`torch.nn.utils`: gradient clipping and parameters as one vector, written once for every Variable class
+"""`torch.nn.utils`: gradient clipping, parameters as one vector and `rnn.pad_sequence`, written once for every Variable class
 (PyTorch's formulas, in its order of operations, on the Variables' public methods)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import engine
 from engine.nn.functional import _ns
 from engine.nn.missing import missing
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters", "pad_sequence", "rnn"]
 __getattr__ = missing("torch.nn.utils")
 
 
@@ -78,3 +78,21 @@ def vector_to_parameters(vec, parameters) -> None:
             size = param.numel()
             param.copy_(vec[pointer : pointer + size].view_as(param))
             pointer += size
+
+
+def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.0, padding_side: str = "right"):
+    """torch.nn.utils.rnn.pad_sequence: tensors of shapes (L_i, *) padded with `padding_value` to the
+    longest L and stacked, (L, B, *) or with `batch_first` (B, L, *); `padding_side` 'right' or 'left'."""
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"Expected padding_side to be one of left or right, but got {padding_side}.")
+    sequences = list(sequences)
+    ns = _ns(sequences[0])
+    longest = max(s.shape[0] for s in sequences)
+    padded = []
+    for s in sequences:
+        pad = (0, longest - s.shape[0]) if padding_side == "right" else (longest - s.shape[0], 0)
+        padded.append(ns.nn.functional.pad(s, (0, 0) * (s.dim() - 1) + pad, value=padding_value))
+    return ns.stack(padded, dim=0 if batch_first else 1)
+
+
+rnn = types.SimpleNamespace(pad_sequence=pad_sequence)  # torch.nn.utils.rnn

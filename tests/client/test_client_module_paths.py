@@ -1,0 +1,169 @@
+"""A PyTorch program imports as it is written with its first word changed: torch's module paths
+(`import torch.autograd.forward_ad as fwAD`, `from torch.distributions import Normal`...) on the engine,
+the embedded client and a live server (`torch_like`), and what the tutorials built on them call
+(`torch.func`'s model ensembling and `linearize`, `once_differentiable`, `utils.checkpoint`,
+`nn.utils.rnn.pad_sequence`, the forward-mode AD tutorial), against PyTorch."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+import numpy as np
+import pytest
+
+from tests.client.test_client_nn_optim import values
+
+IMPORTS = [
+    ("autograd.forward_ad", ["dual_level", "make_dual", "unpack_dual"]),
+    ("autograd.functional", ["jacobian", "hessian", "vjp", "jvp", "hvp", "vhp"]),
+    ("autograd.gradcheck", ["gradcheck", "gradgradcheck"]),
+    ("autograd.function", ["Function", "FunctionCtx", "once_differentiable"]),
+    ("distributions", ["Normal", "Categorical", "kl_divergence"]),
+    ("distributions.normal", ["Normal"]),
+    ("testing", ["assert_close"]),
+    ("special", ["expit", "erf"]),
+    ("linalg", ["norm", "inv"]),
+    ("amp", ["autocast", "GradScaler"]),
+    ("cuda.amp", ["autocast"]),
+    ("func", ["vmap", "grad", "jacrev", "functional_call", "stack_module_state", "linearize"]),
+    ("optim.optimizer", ["Optimizer"]),
+    ("optim.lr_scheduler", ["StepLR"]),
+    ("nn.utils", ["clip_grad_norm_", "parameters_to_vector"]),
+    ("nn.utils.rnn", ["pad_sequence"]),
+    ("nn.parameter", ["Parameter"]),
+    ("nn.modules.module", ["Module"]),
+    ("nn.modules.linear", ["Linear"]),
+    ("utils.data.dataloader", ["DataLoader"]),
+    ("utils.data.dataset", ["Dataset", "TensorDataset"]),
+    ("utils.checkpoint", ["checkpoint", "checkpoint_sequential"]),
+]
+
+
+@pytest.fixture
+def oracle():
+    return pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("path, names", IMPORTS, ids=[p for p, _ in IMPORTS])
+def test_torch_module_paths_import_with_the_first_word_changed(torch_like, oracle, path, names):
+    root = torch_like.__name__
+    namespace = {}
+    exec(f"from {root}.{path} import {', '.join(names)}", namespace)
+    exec(f"import {root}.{path} as alias", namespace)
+    assert all(callable(namespace[n]) for n in names)
+    torch_module = importlib.import_module(f"torch.{path}")  # the names are torch's there too
+    assert all(hasattr(torch_module, n) for n in names)
+
+
+def test_a_path_that_does_not_exist_still_fails_as_a_missing_module(torch_like):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"{torch_like.__name__}.autograd.no_such_thing")
+
+
+def test_model_ensembling_tutorial_matches_a_loop_over_the_models(torch_like):
+    nn, F = torch_like.nn, torch_like.nn.functional
+    stack_module_state = importlib.import_module(f"{torch_like.__name__}.func").stack_module_state
+    functional_call, vmap = torch_like.func.functional_call, torch_like.func.vmap
+    torch_like.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3)) for _ in range(4)]
+    batches = torch_like.randn(4, 8, 6)
+    params, buffers = stack_module_state(models)
+    assert tuple(params["0.weight"].shape) == (4, 5, 6) and params["0.weight"].requires_grad
+    assert params["0.weight"].grad_fn is None  # new leaves
+    base = models[0].to("meta")
+
+    def fmodel(p, b, x):
+        return functional_call(base, (p, b), (x,))
+
+    stacked = vmap(fmodel)(params, buffers, batches)
+    looped = torch_like.stack([m(x) for m, x in zip(models, batches)])
+    np.testing.assert_allclose(values(stacked), values(looped), rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="Expected at least one model"):
+        stack_module_state([])
+    models[1].eval()
+    with pytest.raises(RuntimeError, match="same training/eval mode"):
+        stack_module_state(models)
+    del F
+
+
+def test_linearize_gives_jvps_as_torch_func(torch_like, oracle):
+    x = np.random.default_rng(0).standard_normal(5)
+    t = np.linspace(-1, 1, 5)
+    out, jvp_fn = torch_like.func.linearize(lambda v: (v.sin() * v).sum(), torch_like.tensor(x))
+    want_out, want_fn = oracle.func.linearize(lambda v: (v.sin() * v).sum(), oracle.tensor(x))
+    np.testing.assert_allclose(values(out), want_out.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(values(jvp_fn(torch_like.tensor(t))), want_fn(oracle.tensor(t)).numpy(), rtol=1e-12)
+
+
+def test_once_differentiable_backward_runs_without_a_graph(torch_like):
+    once_differentiable = importlib.import_module(f"{torch_like.__name__}.autograd.function").once_differentiable
+
+    class Cube(torch_like.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x**3
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * 3 * x**2
+
+    x = torch_like.tensor([1.0, 2.0], requires_grad=True)
+    (g,) = torch_like.autograd.grad(Cube.apply(x).sum(), x, create_graph=True)
+    assert values(g).tolist() == [3.0, 12.0]
+    if torch_like.__name__ == "engine":  # the engine runs backward in Python: no graph on what it returns
+        assert not g.requires_grad
+
+
+def test_pad_sequence_equals_torch(torch_like, oracle):
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal((n, 3)) for n in (4, 2, 3)]
+    pad_sequence = importlib.import_module(f"{torch_like.__name__}.nn.utils.rnn").pad_sequence
+    for kwargs in ({}, {"batch_first": True, "padding_value": -1.0}, {"batch_first": True, "padding_side": "left"}):
+        ours = pad_sequence([torch_like.tensor(a) for a in arrays], **kwargs)
+        theirs = oracle.nn.utils.rnn.pad_sequence([oracle.tensor(a) for a in arrays], **kwargs)
+        np.testing.assert_array_equal(values(ours), theirs.numpy())
+    with pytest.raises(ValueError, match="padding_side"):
+        pad_sequence([torch_like.tensor(a) for a in arrays], padding_side="middle")
+
+
+def test_checkpoint_gives_torchs_values_gradients_and_warnings(torch_like, oracle):
+    checkpoint = importlib.import_module(f"{torch_like.__name__}.utils.checkpoint").checkpoint
+    rng = np.random.default_rng(2)
+    w, b, x = rng.standard_normal((3, 3)), rng.standard_normal(3), rng.standard_normal((2, 3))
+    results = []
+    for lib, check in ((torch_like, checkpoint), (oracle, oracle.utils.checkpoint.checkpoint)):
+        lin = lib.nn.Linear(3, 3)
+        with lib.no_grad():
+            lin.weight.copy_(lib.tensor(w, dtype=lib.float32))
+            lin.bias.copy_(lib.tensor(b, dtype=lib.float32))
+        xs = lib.tensor(x, dtype=lib.float32, requires_grad=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = check(lambda v, lin=lin: lin(v).tanh(), xs, use_reentrant=False)
+            out.sum().backward()
+            plain = check(lin, lib.tensor(x, dtype=lib.float32))  # no input requires grad, reentrant by default
+        results.append((values(out), values(xs.grad), values(lin.weight.grad), plain.requires_grad,
+                        sorted(str(c.message)[:40] for c in caught)))  # fmt: skip
+    ours, theirs = results
+    for a, b in zip(ours[:3], theirs[:3]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert ours[3] is theirs[3] is False
+    assert ours[4] == theirs[4] and len(ours[4]) == 2  # the use_reentrant warning and "None of the inputs..."
+
+
+def test_forward_ad_tutorial_unpacks_the_tangent_given(torch_like):
+    fwAD = importlib.import_module(f"{torch_like.__name__}.autograd.forward_ad")
+    primal, tangent = torch_like.randn(4, 4), torch_like.randn(4, 4)
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(primal, tangent)
+        assert fwAD.unpack_dual(dual).tangent is tangent
+        assert fwAD.unpack_dual(fwAD.make_dual(primal, tangent.T)).tangent is not tangent
+        out = dual**2 + torch_like.ones(4, 4)
+        np.testing.assert_allclose(
+            values(fwAD.unpack_dual(out).tangent), 2 * values(primal) * values(tangent), rtol=1e-6
+        )
+    assert fwAD.unpack_dual(out).tangent is None
