@@ -11,6 +11,8 @@ as PyTorch's do.
 
 from __future__ import annotations
 
+import math
+
 import numpy
 
 STRATEGIES = ("reverse-mode", "forward-mode")
@@ -135,6 +137,28 @@ class Functional:
             firsts = self._grad(outputs, inputs, dummies, True, False)
             return self._grad(firsts, dummies, v, create_graph, strict)
 
+    def _one_hots(self, out):
+        """r -> the seed of the Jacobian's row r: one where `out`'s element r is. On the client each is made
+        from `out`'s graph (zeros that no value of `out` can make otherwise, NaN included, and one element
+        set), so N rows upload nothing, where N one-hot tensors would be N x N numbers."""
+        shape, dtype, n = tuple(out.shape), out.dtype, out.numel()
+        if self.lazy:
+            zeros = (out.detach() > math.inf).to(dtype)
+
+            def made(r):
+                seed = zeros.clone()
+                seed[numpy.unravel_index(r, shape)] = 1
+                return seed
+
+            return made
+
+        def seed(r):
+            row = numpy.zeros(n, dtype=dtype)
+            row[r] = 1
+            return self.ns.Variable(row.reshape(shape))
+
+        return seed
+
     def jacobian(self, func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"):
         """The Jacobian: one Variable of shape out.shape + in.shape per (output, input)."""
         if strategy not in STRATEGIES:
@@ -144,11 +168,9 @@ class Functional:
         blocks = []
         for out in outputs:
             rows = []
+            seeds = self._one_hots(out)
             for r in range(out.numel()):
-                seed = numpy.zeros(out.numel(), dtype=out.dtype)
-                seed[r] = 1
-                seed = self.ns.Variable(seed.reshape(out.shape))
-                rows.append(self._grad((out,), inputs, (seed,), create_graph, strict))
+                rows.append(self._grad((out,), inputs, (seeds(r),), create_graph, strict))
             row = []
             for k, x in enumerate(inputs):
                 if rows:

@@ -158,3 +158,49 @@ def test_limits_and_request_keys_are_declared_once():
         documented = request_schema(kind)["properties"]
         assert set(documented) == {key.name for key in REQUEST if kind in key.paths} < REQUEST_KEYS
         assert set(documented["parameters"]["properties"]) == {key.name for key in PARAMETER_KEYS}
+
+
+def _rows_graph(chain: int, rows: int) -> dict:
+    """A `chain` of tanh from x, then `rows` grad nodes each of its own element of the chain's end: the
+    shape of a Jacobian taken row by row, whose walks together exhaust the ancestry walk's budget."""
+    nodes = [{"id": "x", "op": "input", "requires_grad": True}]
+    nodes += [{"id": f"c{i}", "op": "tanh", "inputs": ["x" if i == 0 else f"c{i - 1}"]} for i in range(chain)]
+    end = f"c{chain - 1}"
+    for r in range(rows):
+        nodes.append({"id": f"e{r}", "op": "sum", "inputs": [end], "attrs": {"dim": [0]}})
+        nodes.append({"id": f"g{r}", "op": "grad", "inputs": [f"e{r}", "x"]})
+    nodes.append({"id": "out", "op": "stack", "inputs": [f"g{r}" for r in range(rows)]})
+    return {"version": "1.1", "nodes": nodes, "outputs": ["out"]}
+
+
+def test_a_bound_past_a_floats_range_is_refused_with_its_figure_not_an_internal_error():
+    executor = Executor()
+    body, length = encode_request({"graph": _rows_graph(1500, 1500)}, [("x", np.ones((4,)))])
+    with pytest.raises(Refusal, match=r"would need about 2\^\d+ bytes at its peak") as caught:
+        executor.admit(decode(executor, body, length), "forward")
+    assert caught.value.node is not None
+
+
+def test_a_grad_node_is_priced_for_what_its_walk_differentiates_not_the_constants_it_reads():
+    # y = x @ W with a large constant W and a small x: each of 64 rows (a grad node) records a graph of
+    # y's and x's size; charging W to every row (the old price) put 64 W's on the peak
+    rows = 64
+    nodes = [
+        {"id": "x", "op": "input", "requires_grad": True},
+        {"id": "w", "op": "input"},
+        {"id": "y", "op": "matmul", "inputs": ["x", "w"]},
+    ]
+    for r in range(rows):
+        nodes.append({"id": f"s{r}", "op": "sum", "inputs": ["y"]})
+        nodes.append({"id": f"g{r}", "op": "grad", "inputs": [f"s{r}", "x"]})
+    nodes.append({"id": "out", "op": "stack", "inputs": [f"g{r}" for r in range(rows)]})
+    graph = {"version": "1.1", "nodes": nodes, "outputs": ["out"]}
+    x, w = np.ones((1, 512), np.float32), np.ones((512, 64), np.float32)
+    executor = Executor()
+    body, length = encode_request({"graph": graph}, [("x", x), ("w", w)])
+    forward = executor.admit(decode(executor, body, length), "forward")
+    assert forward.cost.peak_bytes < 8 * w.nbytes  # was over 64 x W
+    result = executor.run(forward)
+    np.testing.assert_allclose(result.outputs["out"], np.full((rows, 1, 512), 64.0))
+    backward = executor.admit(decode(executor, body, length), "backward")
+    assert backward.cost.work > forward.cost.work  # a forward is not charged the backward it does not run

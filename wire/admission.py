@@ -211,10 +211,16 @@ def _where(plan, shapes: Shapes, answer: int, inputs: dict) -> str:
 
 
 def _figure(nbytes: int) -> str:
+    if nbytes >= 2**80:
+        return f"about 2^{int(nbytes).bit_length() - 1} bytes"
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit}"
     return f"{nbytes} bytes"
+
+
+def _count(work) -> str:  # a bound doubled by nested grad nodes can be past a float's range
+    return f"{work:.3g}" if work < 2**80 else f"about 2^{int(work).bit_length() - 1}"
 
 
 def _node(plan, node_id):
@@ -238,8 +244,8 @@ def check_budgets(cost: Cost, plan, limits: Limits) -> None:
     if cost.work > limits.max_request_work:
         name, node = _node(plan, cost.work_node)
         raise Refusal(
-            f"{name}: the request's work would be {cost.work:.3g} flop-equivalents "
-            f"(this node {cost.node_work:.3g}), over the budget of {limits.max_request_work:.3g} "
+            f"{name}: the request's work would be {_count(cost.work)} flop-equivalents "
+            f"(this node {_count(cost.node_work)}), over the budget of {_count(limits.max_request_work)} "
             f"(max_request_work)",
             node=node,
         )

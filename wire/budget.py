@@ -111,7 +111,7 @@ def price(plan: Priced, shapes, backward: bool) -> Cost:
     `shapes`: each is walked only when a request of its kind first asks (`wire.infer.Shapes`)."""
     if backward:
         return plan_cost(plan, shapes.bounds, shapes.functions, True, plan.requires_grad | plan.grad_inputs)
-    return plan_cost(plan, shapes.bounds, shapes.functions, plan.record, plan.grad_inputs)
+    return plan_cost(plan, shapes.bounds, shapes.functions, plan.record, plan.grad_inputs, differentiate=False)
 
 
 class _OpCosts:
@@ -292,8 +292,8 @@ def _differentiable(step, bounds):
     return spec is not None and spec.differentiable and isinstance(dtype, numpy.dtype) and dtype.kind == "f"
 
 
-def plan_cost(plan, bounds, functions, record: bool, requires, ops: _OpCosts | None = None) -> Cost:
-    """The Cost of running `plan`'s steps (recorded and differentiated when `record`)."""
+def plan_cost(plan, bounds, functions, record: bool, requires, ops: _OpCosts | None = None, differentiate=True) -> Cost:
+    """The Cost of running `plan`'s steps, recorded when `record` (and differentiated then, unless not `differentiate`)."""
     ops = ops or _OpCosts()
     steps = plan.steps
     tables = ops.tables(plan, bounds)
@@ -329,16 +329,18 @@ def plan_cost(plan, bounds, functions, record: bool, requires, ops: _OpCosts | N
                 )
             elif step.op == "grad":
                 # a backward with create_graph over the subgraph the output is computed from: about
-                # twice its forward work, and a recorded graph about as big as its values, those of
-                # the graphs that grad nodes among them recorded included (so nested grad nodes'
-                # graphs double with each order, as a transcendental function's derivatives do)
+                # twice its forward work, and a recorded graph about as big as the values it walks
+                # (those that require grad: a constant or an input that needs none gets no gradient),
+                # those of the graphs that grad nodes among them recorded included (so nested grad
+                # nodes' graphs double with each order, as a transcendental function's derivatives do)
                 ancestry = ancestry or _Ancestry(steps)
                 sub = ancestry.of(inputs[0])
                 if sub is None:
                     step_work, transient = 2 * work_before, size_before
                 else:
                     step_work = 2 * sum(work_of.get(ref, 0) for ref in sub)
-                    transient = sum(size[ref] + graph_of.get(ref, 0) for ref in sub)
+                    walked = sub if not record else sub & grad
+                    transient = sum(size[ref] + graph_of.get(ref, 0) for ref in walked)
                 kept, back_work, back_peak = transient, 2 * step_work, size[sid]
                 graph_of[sid] = transient
         if tables.grads:  # what a grad node's walk reads: the work and bytes before it
@@ -358,7 +360,7 @@ def plan_cost(plan, bounds, functions, record: bool, requires, ops: _OpCosts | N
             for ref in saves:
                 saved_count[ref] = saved_count.get(ref, 0) + 1
             live += kept
-            work += back_work
+            work += back_work if differentiate else 0
             recorded.append((sid, inputs, kept, back_peak, saves))
         if not saved_count:
             live -= ends_bytes[index]
@@ -366,7 +368,7 @@ def plan_cost(plan, bounds, functions, record: bool, requires, ops: _OpCosts | N
             for ref in ends[index]:
                 if not saved_count.get(ref):
                     live -= size[ref]
-    if record:
+    if record and differentiate:
         peak, peak_node = _backward_peak(steps, size, grad, saved_count, held, recorded, live, peak, peak_node)
     return Cost(peak, peak_node, work, work_node, max(node_work, 0))
 

@@ -96,6 +96,20 @@ def test_jacobian_hessian_vhp_hvp_with_torch_keywords(session):
     three_ways(program, X, Y, V)
 
 
+def test_a_jacobian_of_thousands_of_rows_over_a_large_constant_is_computed(session):
+    # torch.func's tutorial (jacfwd vs jacrev): 2048 rows through a 2048 x 32 weight. Each row was priced
+    # with the weight in its recorded graph (a 1.2 GiB "peak", refused), and sent a one-hot seed of 2048
+    # numbers (16 MiB a request); now a row's graph holds what it differentiates and seeds are made there
+    w, b, x = RNG.standard_normal((2048, 32)), RNG.standard_normal(2048), RNG.standard_normal(32)
+
+    def program(m, x):
+        weight, bias = (m.tensor(a) if m is not torch else torch.tensor(a) for a in (w, b))
+        return m.func.jacrev(lambda v: m.nn.functional.linear(v, weight, bias).tanh())(x)
+
+    jacobian = three_ways(program, x)
+    assert jacobian.shape == (2048, 32)
+
+
 def test_strict_refuses_an_independent_input_as_torch_does(session):
     for _, m, make in MODULES:
         x, y = make(X.copy()), make(Y.copy())
