@@ -44,6 +44,7 @@ autograd.functional = Functional(sys.modules[__name__], lazy=True)  # type: igno
 autograd.forward_ad = forward_ad  # type: ignore[attr-defined]
 func.functional_call = functional_call  # type: ignore[attr-defined]
 func.stack_module_state = stack_module_state  # type: ignore[attr-defined]
+vmap = func.vmap  # torch.vmap
 autograd.gradcheck, autograd.gradgradcheck = gradcheck.gradcheck, gradcheck.gradgradcheck  # type: ignore[attr-defined]
 
 __all__ = [

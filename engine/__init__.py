@@ -34,6 +34,7 @@ autograd.functional = Functional(sys.modules[__name__])  # type: ignore[attr-def
 autograd.forward_ad = forward_ad  # type: ignore[attr-defined]
 func.functional_call = nn.stateless.functional_call  # type: ignore[attr-defined]
 func.stack_module_state = nn.stateless.stack_module_state  # type: ignore[attr-defined]
+vmap = func.vmap  # torch.vmap
 autograd.gradcheck, autograd.gradgradcheck = gradcheck, gradgradcheck  # type: ignore[attr-defined]
 
 __all__ = [

@@ -277,4 +277,4 @@ def _row(value, dim, i):
 _ENGINE = Transforms(sys.modules["engine"], transpose_jvp, zeros_like)
 jvp, vjp, grad_and_value, grad = _ENGINE.jvp, _ENGINE.vjp, _ENGINE.grad_and_value, _ENGINE.grad
 jacrev, jacfwd, hessian, linearize = _ENGINE.jacrev, _ENGINE.jacfwd, _ENGINE.hessian, _ENGINE.linearize
-vmap = vmap_with(F.stack)
+vmap = vmap_with(F.stack)  # also torch.vmap (engine.vmap)

@@ -33,6 +33,7 @@ PATHS = {
     "func": "func",
     "optim.optimizer": "optim",
     "optim.lr_scheduler": "optim.lr_scheduler",
+    "nn.grad": "nn.grad",
     "nn.utils": "nn.utils",
     "nn.utils.rnn": "nn.utils.rnn",
     "nn.utils.clip_grad": "nn.utils",

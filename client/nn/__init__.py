@@ -6,13 +6,13 @@ registry's ops), and `Parameter` and the modules of `engine.nn.modules` bound to
 import client
 from client.nn import functional, init
 from engine.nn import functional as _shared
+from engine.nn import grad, utils
 from engine.nn import modules as _modules
-from engine.nn import utils
 
 _shared.register(client.Variable, client)
 globals().update(_modules.bind(client, __name__))
 
-__all__ = ["functional", "init", "utils", "Parameter", "Module", *(cls.__name__ for cls in _modules.GENERIC)]
+__all__ = ["functional", "grad", "init", "utils", "Parameter", "Module", *(cls.__name__ for cls in _modules.GENERIC)]
 
 from engine.nn.missing import missing  # noqa: E402
 

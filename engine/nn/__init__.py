@@ -3,13 +3,13 @@
 bound here to the engine's; importing this registers the engine's Variable with `functional`."""
 
 import engine
-from engine.nn import functional, init, modules, utils
+from engine.nn import functional, grad, init, modules, utils
 from engine.variable import Variable
 
 functional.register(Variable, engine)
 globals().update(modules.bind(engine, __name__))
 
-__all__ = ["functional", "init", "utils", "Parameter", "Module", *(cls.__name__ for cls in modules.GENERIC)]
+__all__ = ["functional", "grad", "init", "utils", "Parameter", "Module", *(cls.__name__ for cls in modules.GENERIC)]
 
 from engine.nn.missing import missing  # noqa: E402
 

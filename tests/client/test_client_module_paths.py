@@ -31,6 +31,7 @@ IMPORTS = [
     ("optim.lr_scheduler", ["StepLR"]),
     ("nn.utils", ["clip_grad_norm_", "parameters_to_vector"]),
     ("nn.utils.rnn", ["pad_sequence"]),
+    ("nn.grad", ["conv2d_input", "conv2d_weight"]),
     ("nn.parameter", ["Parameter"]),
     ("nn.modules.module", ["Module"]),
     ("nn.modules.linear", ["Linear"]),
@@ -167,3 +168,28 @@ def test_forward_ad_tutorial_unpacks_the_tangent_given(torch_like):
             values(fwAD.unpack_dual(out).tangent), 2 * values(primal) * values(tangent), rtol=1e-6
         )
     assert fwAD.unpack_dual(out).tangent is None
+
+
+@pytest.mark.parametrize("dims", [1, 2])
+def test_nn_grad_conv_gradients_equal_torchs(torch_like, oracle, dims):
+    nn_grad = importlib.import_module(f"{torch_like.__name__}.nn.grad")
+    rng = np.random.default_rng(3)
+    shape, w_shape = (2, 4) + (7,) * dims, (6, 2) + (3,) * dims  # groups=2
+    x, w = rng.standard_normal(shape), rng.standard_normal(w_shape)
+    kwargs = dict(stride=2, padding=1, dilation=1, groups=2)
+    out = getattr(oracle.nn.functional, f"conv{dims}d")(oracle.tensor(x), oracle.tensor(w), **kwargs)
+    g = rng.standard_normal(tuple(out.shape))
+    for kind, ours_args, theirs_args in (
+        ("input", (shape, torch_like.tensor(w)), (shape, oracle.tensor(w))),
+        ("weight", (torch_like.tensor(x), w_shape), (oracle.tensor(x), w_shape)),
+    ):
+        name = f"conv{dims}d_{kind}"
+        ours = getattr(nn_grad, name)(*ours_args, torch_like.tensor(g), **kwargs)
+        theirs = getattr(oracle.nn.grad, name)(*theirs_args, oracle.tensor(g), **kwargs)
+        np.testing.assert_allclose(values(ours), theirs.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_torch_vmap_is_func_vmap(torch_like):
+    assert torch_like.vmap is torch_like.func.vmap
+    rows = torch_like.vmap(lambda v: v.sum())(torch_like.ones(3, 4))
+    assert values(rows).tolist() == [4.0, 4.0, 4.0]
