@@ -251,6 +251,7 @@ __all__ = [
     "randint_like",
     "randn",
     "randn_like",
+    "random",
     "randperm",
     "ravel",
     "reciprocal",
@@ -1053,6 +1054,9 @@ def randn_like(
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
 ) -> Variable: ...
+
+random: SimpleNamespace
+
 def randperm(
     n: builtins.int,
     *,

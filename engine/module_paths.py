@@ -31,6 +31,7 @@ PATHS = {
     "cuda.amp": "cuda.amp",
     "backends": "backends",
     "func": "func",
+    "random": "random",
     "optim.optimizer": "optim",
     "optim.lr_scheduler": "optim.lr_scheduler",
     "nn.grad": "nn.grad",
@@ -73,7 +74,13 @@ def bind(root: types.ModuleType) -> None:
         paths.update({f"{package}.{file}": PATHS.get(package, package) for file in files})
     for path, dotted in paths.items():
         name, obj = f"{root.__name__}.{path}", _resolve(root, dotted)
-        if obj is None or name in sys.modules:
+        if obj is None:
+            continue
+        if name in sys.modules:  # a file of that name (`engine/random.py`) gains the namespace's names it lacks
+            module = sys.modules[name]
+            if obj is not module and dotted == path and isinstance(module, types.ModuleType):
+                names = {k: v for k, v in vars(obj).items() if not k.startswith("_") and not hasattr(module, k)}
+                vars(module).update(names)
             continue
         sys.modules[name] = obj
         parent, _, last = path.rpartition(".")

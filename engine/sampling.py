@@ -19,6 +19,8 @@ functions in each package and the methods on each Variable.
 
 from __future__ import annotations
 
+import contextlib
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy
@@ -217,8 +219,18 @@ class Sampling:
         """Restore the default generator's state from `get_rng_state()`."""
         self.constructors.default_generator.set_state(new_state)
 
+    @contextlib.contextmanager
+    def fork_rng(self, devices=None, enabled=True, _caller="fork_rng", _devices_kw="devices", device_type="cuda"):
+        """`torch.random.fork_rng`: the default generator's state restored on exit (draws inside leave no trace)."""
+        state = self.get_rng_state() if enabled else None
+        try:
+            yield
+        finally:
+            if enabled:
+                self.set_rng_state(state)
+
     def names(self) -> dict:
-        """The package-level names."""
+        """The package-level names, and `random` (torch.random's)."""
         functions = (
             self.normal,
             self.randperm,
@@ -230,11 +242,15 @@ class Sampling:
             self.get_rng_state,
             self.set_rng_state,
         )
-        return {
+        names = {
             **{f.__name__: f for f in functions},
             "Generator": Generator,
             "default_generator": self.constructors.default_generator,
         }
+        random = (self.seed, self.initial_seed, self.get_rng_state, self.set_rng_state, self.fork_rng)
+        names["random"] = SimpleNamespace(**{f.__name__: f for f in random}, manual_seed=self.constructors.manual_seed,
+                                          Generator=Generator, default_generator=names["default_generator"])  # fmt: skip
+        return names
 
     # --- methods -----------------------------------------------------------------------------------
     def methods(self) -> dict:

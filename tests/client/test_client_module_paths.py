@@ -27,6 +27,7 @@ IMPORTS = [
     ("amp", ["autocast", "GradScaler"]),
     ("cuda.amp", ["autocast"]),
     ("func", ["vmap", "grad", "jacrev", "functional_call", "stack_module_state", "linearize"]),
+    ("random", ["manual_seed", "seed", "get_rng_state", "set_rng_state", "fork_rng"]),
     ("optim.optimizer", ["Optimizer"]),
     ("optim.lr_scheduler", ["StepLR"]),
     ("nn.utils", ["clip_grad_norm_", "parameters_to_vector"]),
@@ -193,3 +194,15 @@ def test_torch_vmap_is_func_vmap(torch_like):
     assert torch_like.vmap is torch_like.func.vmap
     rows = torch_like.vmap(lambda v: v.sum())(torch_like.ones(3, 4))
     assert values(rows).tolist() == [4.0, 4.0, 4.0]
+
+
+def test_fork_rng_restores_the_default_generator_as_torch_random_does(torch_like):
+    random = importlib.import_module(f"{torch_like.__name__}.random")
+    random.manual_seed(5)
+    with random.fork_rng():
+        inside = values(torch_like.rand(3))
+    after = values(torch_like.rand(3))
+    np.testing.assert_array_equal(inside, after)  # the draws inside left no trace
+    with random.fork_rng(enabled=False):
+        torch_like.rand(3)
+    assert not np.array_equal(values(torch_like.rand(3)), after)
