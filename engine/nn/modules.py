@@ -26,6 +26,13 @@ from engine.devices import Device
 from engine.nn import functional as F
 from engine.nn import hooks, init
 from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNCell
+from engine.nn.transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 from engine.optim.optimizer import realise_with_next_step
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])  # type: ignore[name-match]  # PyTorch's repr
@@ -520,6 +527,19 @@ class ModuleList(Module):
         for module in modules:
             self.append(module)
         return self
+
+    def __repr__(self):
+        """PyTorch's: a run of entries that print alike printed once, as `(i-j): n x ...`."""
+        runs: list[list] = []
+        for i, module in enumerate(self):
+            if runs and runs[-1][2] == repr(module):
+                runs[-1][1] = i
+            else:
+                runs.append([i, i, repr(module)])
+        if not runs:
+            return self._get_name() + "()"
+        lines = [_addindent(f"({a}-{b}): {b - a + 1} x {r}" if b > a else f"({a}): {r}", 2) for a, b, r in runs]
+        return self._get_name() + "(\n  " + "\n  ".join(lines) + "\n)"
 
 
 class _Mapping:
@@ -1467,6 +1487,7 @@ GENERIC = (
     *(ReLU, GELU, Tanh, Sigmoid, LeakyReLU, ELU, SiLU, Softplus, Softmax, LogSoftmax),
     *(MSELoss, L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, NLLLoss, CrossEntropyLoss),
     *(RNN, LSTM, GRU, RNNCell, LSTMCell, GRUCell, MultiheadAttention),
+    *(Transformer, TransformerEncoder, TransformerDecoder, TransformerEncoderLayer, TransformerDecoderLayer),
 )
 
 
