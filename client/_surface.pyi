@@ -65,6 +65,7 @@ __all__ = [
     "atleast_3d",
     "avg_pool1d",
     "avg_pool2d",
+    "avg_pool3d",
     "baddbmm",
     "bernoulli",
     "bitwise_and",
@@ -94,6 +95,7 @@ __all__ = [
     "concatenate",
     "conv1d",
     "conv2d",
+    "conv3d",
     "cos",
     "cosh",
     "count_nonzero",
@@ -212,6 +214,7 @@ __all__ = [
     "max",
     "max_pool1d",
     "max_pool2d",
+    "max_pool3d",
     "maximum",
     "mean",
     "median",
@@ -456,6 +459,17 @@ def avg_pool2d(
 ) -> Variable:
     """2-d average pooling: each window's mean"""
 
+def avg_pool3d(
+    input: Operand,
+    kernel_size: builtins.int | Sequence[builtins.int],
+    stride: builtins.int | Sequence[builtins.int] | None = None,
+    padding: builtins.int | Sequence[builtins.int] = 0,
+    ceil_mode: builtins.bool = False,
+    count_include_pad: builtins.bool = True,
+    divisor_override: builtins.int | None = None,
+) -> Variable:
+    """3-d average pooling: each window's mean"""
+
 def baddbmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Variable: ...
 def bernoulli(input: Any, p: builtins.float | None = None, *, generator: Generator | None = None) -> Variable:
     """0s and 1s of `input`'s shape and dtype, each 1 with probability `input`'s value there (`p`, when
@@ -547,6 +561,17 @@ def conv2d(
     groups: builtins.int = 1,
 ) -> Variable:
     """2-d convolution (cross-correlation) of [N, C_in, H, W] with weight [C_out, C_in / groups, kh, kw], plus bias"""
+
+def conv3d(
+    input: Operand,
+    weight: Operand,
+    bias: Operand | None = None,
+    stride: builtins.int | Sequence[builtins.int] = 1,
+    padding: str | builtins.int | Sequence[builtins.int] = 0,
+    dilation: builtins.int | Sequence[builtins.int] = 1,
+    groups: builtins.int = 1,
+) -> Variable:
+    """3-d convolution (cross-correlation) of [N, C_in, D, H, W] with weight [C_out, C_in / groups, kd, kh, kw], plus bias"""
 
 def cos(input: Operand) -> Variable:
     """cosine"""
@@ -877,6 +902,16 @@ def max_pool2d(
     ceil_mode: builtins.bool = False,
 ) -> Variable:
     """2-d max pooling: each window's maximum (the gradient goes to the window's first maximum)"""
+
+def max_pool3d(
+    input: Operand,
+    kernel_size: builtins.int | Sequence[builtins.int],
+    stride: builtins.int | Sequence[builtins.int] | None = None,
+    padding: builtins.int | Sequence[builtins.int] = 0,
+    dilation: builtins.int | Sequence[builtins.int] = 1,
+    ceil_mode: builtins.bool = False,
+) -> Variable:
+    """3-d max pooling: each window's maximum (the gradient goes to the window's first maximum)"""
 
 def maximum(input: Operand, other: Operand) -> Variable:
     """elementwise max (ties split the gradient)"""

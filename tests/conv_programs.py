@@ -146,9 +146,9 @@ def lenet_data(batch=8, seed=0):
     return rng.standard_normal((batch, 1, 16, 16)), rng.integers(0, 3, batch)
 
 
-def train_lenet(m, state, images, labels, dtype=np.float64, steps=3, lr=0.1):
-    """The losses of `steps` SGD steps (momentum 0.9) of `lenet` from the weights `state` (name -> array)."""
-    model = lenet(m).double() if dtype == np.float64 else lenet(m).float()
+def train_lenet(m, state, images, labels, dtype=np.float64, steps=3, lr=0.1, network=lenet):
+    """The losses of `steps` SGD steps (momentum 0.9) of `network` (`lenet`) from the weights `state` (name -> array)."""
+    model = network(m).double() if dtype == np.float64 else network(m).float()
     model.load_state_dict({name: m.tensor(np.asarray(value, dtype)) for name, value in state.items()})
     optimizer = m.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     x, y = m.tensor(images.astype(dtype)), m.tensor(labels)

@@ -304,6 +304,12 @@ case("dropout-p0", f("dropout", 0.0), normal(3, 4))
 # --- convolution and pooling (issue 25; tests/engine/test_conv.py checks a larger grid) ------------
 case("conv1d", f("conv1d", stride=2, padding=1), normal(2, 2, 7), normal(3, 2, 3), normal(3))
 case("conv2d", f("conv2d", padding="same", groups=2), normal(1, 4, 5, 4), normal(2, 2, 2, 3))
+case("conv3d", f("conv3d", stride=(1, 2, 1), padding=1), normal(1, 2, 3, 4, 3), normal(2, 2, 2, 2, 2), normal(2))
+case(
+    "conv_transpose3d", f("conv_transpose3d", stride=(2, 1, 1)), normal(1, 2, 2, 2, 3), normal(2, 1, 2, 2, 2), normal(1)
+)
+case("max_pool3d", f("max_pool3d", 2, 1, ceil_mode=True), normal(1, 2, 3, 3, 4))
+case("avg_pool3d", f("avg_pool3d", 2, 1, 1, count_include_pad=False), normal(1, 2, 3, 3, 2))
 case("conv_transpose1d", f("conv_transpose1d", stride=2), normal(1, 2, 4), normal(2, 3, 2), normal(3))
 case("conv_transpose2d", f("conv_transpose2d", stride=(2, 1), padding=1), normal(1, 2, 3, 4), normal(2, 2, 3, 3))
 case("max_pool1d", f("max_pool1d", 3, 2, 1, ceil_mode=True), normal(2, 2, 8))

@@ -12,13 +12,13 @@ Numerically stable forms: cross-entropy through `log_softmax` (log-sum-exp), sof
 logistic loss through `log1p(exp(-|x|))` with the exponent clamped so that neither branch of a
 `where` overflows (an overflow in the branch not taken would still turn its zero gradient into nan).
 
-Convolution and pooling (`conv1d`, `conv2d`, `max_pool1d/2d`, `avg_pool1d/2d`, `adaptive_avg_pool2d`)
+Convolution and pooling (`conv1d/2d/3d`, `max_pool1d/2d/3d`, `avg_pool1d/2d/3d`, `adaptive_avg_pool2d`)
 call the registry's composite ops of the same names (`engine.ops.conv`), so each is one node on the wire;
-`unfold`/`fold` are its primitives `im2col`/`col2im`, and `conv_transpose1d/2d` and `adaptive_avg_pool1d`
+`unfold`/`fold` are its primitives `im2col`/`col2im`, and `conv_transpose1d/2d/3d` and `adaptive_avg_pool1d`
 are composed here of those.
 
 Not provided (a `NotImplementedError` naming it, `engine.nn.missing`): the rest of torch.nn.functional
-(multi_head_attention_forward, 3-d convolution and pooling, the other losses and activations).
+(multi_head_attention_forward, adaptive 3-d pooling, the other losses and activations).
 """
 
 from __future__ import annotations
@@ -63,12 +63,16 @@ __all__ = [
     "pad",
     "conv1d",
     "conv2d",
+    "conv3d",
     "conv_transpose1d",
     "conv_transpose2d",
+    "conv_transpose3d",
     "max_pool1d",
     "max_pool2d",
+    "max_pool3d",
     "avg_pool1d",
     "avg_pool2d",
+    "avg_pool3d",
     "adaptive_avg_pool1d",
     "adaptive_avg_pool2d",
     "unfold",
@@ -682,6 +686,13 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return ns.conv2d(_inputs(input, weight, bias), stride=stride, padding=padding, dilation=dilation, groups=groups)
 
 
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-d cross-correlation of [N, C_in, D, H, W] (or [C_in, D, H, W]) with weight [C_out, C_in / groups, kd, kh,
+    kw], plus bias; padding an int, a triple, 'valid' or 'same'."""
+    ns = _ns(input)
+    return ns.conv3d(_inputs(input, weight, bias), stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+
 def _conv_transpose(nd, input, weight, bias, stride, padding, output_padding, groups, dilation):
     """col2im of the weight's transpose times the input: the adjoint of a convolution with the same weight."""
     name = f"conv_transpose{nd}d"
@@ -740,6 +751,11 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     return _conv_transpose(2, input, weight, bias, stride, padding, output_padding, groups, dilation)
 
 
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transposed 3-d convolution of [N, C_in, D, H, W] with weight [C_in, C_out / groups, kd, kh, kw], plus bias."""
+    return _conv_transpose(3, input, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
 def _max_pool(nd, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
     ns = _ns(input)
     pooled = getattr(ns, f"max_pool{nd}d")(
@@ -786,6 +802,12 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """Each window's maximum over [N, C, D, H, W] (or [C, D, H, W]); with return_indices also its flat index
+    ((d * H + h) * W + w) in the input."""
+    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
     """Each window's mean over [N, C, L] (or [C, L]), with PyTorch's divisors."""
     return _ns(input).avg_pool1d(
@@ -802,7 +824,18 @@ def avg_pool2d(
     input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
 ):
     """Each window's mean over [N, C, H, W] (or [C, H, W]), with PyTorch's divisors."""
-    return _ns(input).avg_pool2d(
+    return _avg_pool(2, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def avg_pool3d(
+    input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+):
+    """Each window's mean over [N, C, D, H, W] (or [C, D, H, W]), with PyTorch's divisors."""
+    return _avg_pool(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def _avg_pool(nd, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    return getattr(_ns(input), f"avg_pool{nd}d")(
         input,
         kernel_size=kernel_size,
         stride=stride,

@@ -26,6 +26,13 @@ from engine.devices import Device
 from engine.nn import functional as F
 from engine.nn import hooks, init
 from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNCell
+from engine.nn.transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 from engine.optim.optimizer import realise_with_next_step
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])  # type: ignore[name-match]  # PyTorch's repr
@@ -521,6 +528,19 @@ class ModuleList(Module):
             self.append(module)
         return self
 
+    def __repr__(self):
+        """PyTorch's: a run of entries that print alike printed once, as `(i-j): n x ...`."""
+        runs: list[list] = []
+        for i, module in enumerate(self):
+            if runs and runs[-1][2] == repr(module):
+                runs[-1][1] = i
+            else:
+                runs.append([i, i, repr(module)])
+        if not runs:
+            return self._get_name() + "()"
+        lines = [_addindent(f"({a}-{b}): {b - a + 1} x {r}" if b > a else f"({a}): {r}", 2) for a, b, r in runs]
+        return self._get_name() + "(\n  " + "\n  ".join(lines) + "\n)"
+
 
 class _Mapping:
     """The dict methods of ModuleDict and ParameterDict, over their registry `_store`; `__setitem__` is theirs."""
@@ -935,7 +955,7 @@ def _ntuple(value, n: int) -> tuple:
 
 
 class _ConvNd(Module):
-    """Conv1d/Conv2d and their transposes: weight [out_channels, in_channels / groups, *kernel_size] (transposed:
+    """Conv1d/2d/3d and their transposes: weight [out_channels, in_channels / groups, *kernel_size] (transposed:
     [in_channels, out_channels / groups, *kernel_size]) from kaiming_uniform_(a=sqrt(5)), and bias from
     U(-1/sqrt(fan_in), 1/sqrt(fan_in)), as PyTorch initialises them."""
 
@@ -998,6 +1018,10 @@ class _ConvNd(Module):
                 bound = 1 / math.sqrt(fan_in)
                 init.uniform_(self.bias, -bound, bound)
 
+    def forward(self, input):
+        function = getattr(F, f"conv{self._dims}d")
+        return function(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
     def extra_repr(self) -> str:
         n = self._dims
         text = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
@@ -1021,15 +1045,15 @@ class Conv1d(_ConvNd):
 
     _dims = 1
 
-    def forward(self, input):
-        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
-
 
 class Conv2d(_ConvNd):
     """2-d convolution of [N, C_in, H, W] (`F.conv2d`)."""
 
-    def forward(self, input):
-        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+class Conv3d(_ConvNd):
+    """3-d convolution of [N, C_in, D, H, W] (`F.conv3d`)."""
+
+    _dims = 3
 
 
 class _ConvTransposeNd(_ConvNd):
@@ -1070,7 +1094,7 @@ class _ConvTransposeNd(_ConvNd):
     def forward(self, input, output_size=None):
         if output_size is not None:
             raise NotImplementedError(f"{type(self).__name__}: output_size= is not supported (give output_padding)")
-        function = F.conv_transpose1d if self._dims == 1 else F.conv_transpose2d
+        function = getattr(F, f"conv_transpose{self._dims}d")
         return function(
             input, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups, self.dilation
         )
@@ -1086,6 +1110,12 @@ class ConvTranspose2d(_ConvTransposeNd):
     """The transposed 2-d convolution (`F.conv_transpose2d`): weight [C_in, C_out / groups, kh, kw]."""
 
 
+class ConvTranspose3d(_ConvTransposeNd):
+    """The transposed 3-d convolution (`F.conv_transpose3d`): weight [C_in, C_out / groups, kd, kh, kw]."""
+
+    _dims = 3
+
+
 class _MaxPoolNd(Module):
     _dims = 2
 
@@ -1099,7 +1129,7 @@ class _MaxPoolNd(Module):
         self.return_indices, self.ceil_mode = return_indices, ceil_mode
 
     def forward(self, input):
-        function = F.max_pool1d if self._dims == 1 else F.max_pool2d
+        function = getattr(F, f"max_pool{self._dims}d")
         return function(
             input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices
         )
@@ -1119,6 +1149,12 @@ class MaxPool1d(_MaxPoolNd):
 
 class MaxPool2d(_MaxPoolNd):
     """Each window's maximum over [N, C, H, W] (`F.max_pool2d`)."""
+
+
+class MaxPool3d(_MaxPoolNd):
+    """Each window's maximum over [N, C, D, H, W] (`F.max_pool3d`)."""
+
+    _dims = 3
 
 
 class AvgPool1d(Module):
@@ -1141,6 +1177,8 @@ class AvgPool1d(Module):
 class AvgPool2d(Module):
     """Each window's mean over [N, C, H, W] (`F.avg_pool2d`)."""
 
+    _dims = 2
+
     def __init__(
         self,
         kernel_size,
@@ -1157,7 +1195,7 @@ class AvgPool2d(Module):
         self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
 
     def forward(self, input):
-        return F.avg_pool2d(
+        return getattr(F, f"avg_pool{self._dims}d")(
             input,
             self.kernel_size,
             self.stride,
@@ -1169,6 +1207,12 @@ class AvgPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool3d(AvgPool2d):
+    """Each window's mean over [N, C, D, H, W] (`F.avg_pool3d`)."""
+
+    _dims = 3
 
 
 class _AdaptiveAvgPoolNd(Module):
@@ -1437,11 +1481,13 @@ class CrossEntropyLoss(_WeightedLoss):
 GENERIC = (
     *(Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict),
     *(Identity, Linear, Embedding, LayerNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout),
-    *(Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d),
+    *(Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d),
+    *(MaxPool1d, MaxPool2d, MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d),
     *(AdaptiveAvgPool1d, AdaptiveAvgPool2d, Flatten, Unflatten),
     *(ReLU, GELU, Tanh, Sigmoid, LeakyReLU, ELU, SiLU, Softplus, Softmax, LogSoftmax),
     *(MSELoss, L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, NLLLoss, CrossEntropyLoss),
     *(RNN, LSTM, GRU, RNNCell, LSTMCell, GRUCell, MultiheadAttention),
+    *(Transformer, TransformerEncoder, TransformerDecoder, TransformerEncoderLayer, TransformerDecoderLayer),
 )
 
 

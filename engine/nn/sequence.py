@@ -365,8 +365,14 @@ class GRUCell(_RNNCellBase):
         return self._step(input, None if hx is None else (hx,), 1, "GRU")[0]
 
 
-def _float_mask(mask, name: str, dtype):
-    """PyTorch's `_canonical_mask`: a bool mask as -inf where True (0 elsewhere); a float mask as it is."""
+def _float_mask(mask, name: str, dtype, other=None, other_name: str = ""):
+    """PyTorch's `_canonical_mask`: a bool mask as -inf where True (0 elsewhere); a float mask as it is; a mask
+    of another type than the `other` mask given with it warned about."""
+    if mask is not None and other is not None and mask.dtype != other.dtype:
+        warnings.warn(
+            f"Support for mismatched {name} and {other_name} is deprecated. Use same type for both instead.",
+            stacklevel=4,
+        )
     if mask is None or mask.dtype.kind == "f":
         return mask
     if mask.dtype.kind != "b":
@@ -474,7 +480,7 @@ class MultiheadAttention(_Sided):
             if tuple(bias.shape) != want:
                 raise RuntimeError(f"The shape of the {bias.ndim}D attn_mask is {_shape(bias)}, but should be {want}.")
             bias = bias if bias.ndim == 2 else bias.reshape((batch, heads, length, source))
-        padding = _float_mask(key_padding_mask, "key_padding_mask", query.dtype)
+        padding = _float_mask(key_padding_mask, "key_padding_mask", query.dtype, attn_mask, "attn_mask")
         if padding is not None:
             padding = padding.reshape((batch, 1, 1, source))
             bias = padding if bias is None else bias + padding

@@ -5,7 +5,7 @@
 adjoint, adding each column's taps back into an image [N, C, *output_size]. Both are linear, so each
 one's vjp is the other and every composition of them is differentiable any number of times.
 
-The composites `conv1d` and `conv2d` take PyTorch's functional names and argument names, on the wire
+The composites `conv1d`, `conv2d` and `conv3d` take PyTorch's functional names and argument names, on the wire
 too (inputs: input, weight and an optional bias): im2col, then a (grouped) matrix product with the
 weight, a reshape, and the bias; padding may be 'same' or 'valid'. Pooling is composed of the same
 primitives in `engine.ops.pooling`.
@@ -347,51 +347,62 @@ CONV_ATTRS = {
     "dilation": DILATION,
     "groups": Attr("int", 1, "channel groups: input and output channels split alike, each group convolved apart"),
 }
-conv1d = defop(
-    "conv1d",
-    _conv_forward("conv1d", 1),
-    variadic=True,
-    attrs=CONV_ATTRS,
-    composite=True,
-    methods=(),
-    check_arity=_conv_arity,
-    named_inputs=("input", "weight", "bias"),
-    optional_inputs=1,
-    samples=(
+
+
+def _declare_conv(nd, samples, doc):
+    """conv{nd}d, declared once for every number of spatial dimensions."""
+    name = f"conv{nd}d"
+    return defop(
+        name,
+        _conv_forward(name, nd),
+        variadic=True,
+        attrs=CONV_ATTRS,
+        composite=True,
+        methods=(),
+        check_arity=_conv_arity,
+        named_inputs=("input", "weight", "bias"),
+        optional_inputs=1,
+        samples=samples,
+        infer=_conv_infer(name, nd),
+        work=_conv_work(name, nd),
+        kernel="blas",
+        scratch=_conv_scratch(name, nd),
+        doc=doc,
+    )
+
+
+conv1d = _declare_conv(
+    1,
+    (
         Sample(((1, 2, 3), (3, 2, 3), (3,)), {"padding": 1}),
         Sample(((1, 4, 3), (2, 2, 1)), {"groups": 2, "stride": 2, "padding": 1}),
         Sample(((1, 2, 1), (2, 2, 2)), {"padding": "same"}),
         Sample(((2, 3), (3, 2, 3), (3,)), {"padding": "valid"}),
     ),
-    infer=_conv_infer("conv1d", 1),
-    work=_conv_work("conv1d", 1),
-    kernel="blas",
-    scratch=_conv_scratch("conv1d", 1),
-    doc="1-d convolution (cross-correlation) of [N, C_in, L] with weight [C_out, C_in / groups, k], plus bias",
+    "1-d convolution (cross-correlation) of [N, C_in, L] with weight [C_out, C_in / groups, k], plus bias",
 )
-conv2d = defop(
-    "conv2d",
-    _conv_forward("conv2d", 2),
-    variadic=True,
-    attrs=CONV_ATTRS,
-    composite=True,
-    methods=(),
-    check_arity=_conv_arity,
-    named_inputs=("input", "weight", "bias"),
-    optional_inputs=1,
-    # windows about as wide as the input, or of one tap: the memory sweep grows every dimension above 1,
-    # and the columns (channels x taps x windows) and the work must not grow much faster than the values
-    # (tests/engine/test_conv.py checks the rest against PyTorch)
-    samples=(
+# windows about as wide as the input, or of one tap: the memory sweep grows every dimension above 1,
+# and the columns (channels x taps x windows) and the work must not grow much faster than the values
+# (tests/engine/test_conv.py checks the rest against PyTorch)
+conv2d = _declare_conv(
+    2,
+    (
         Sample(((1, 2, 1, 3), (3, 2, 1, 3), (3,)), {"padding": (0, 1)}),
         Sample(((1, 1, 3, 3), (2, 1, 3, 3)), {"padding": 1}),
         Sample(((1, 4, 3, 5), (2, 2, 1, 1)), {"groups": 2, "stride": (2, 1), "padding": 1}),
         Sample(((1, 2, 2, 1), (2, 2, 1, 2)), {"padding": "same"}),
         Sample(((2, 1, 3), (3, 2, 1, 3), (3,)), {"padding": (0, 1), "stride": (1, 2)}),
     ),
-    infer=_conv_infer("conv2d", 2),
-    work=_conv_work("conv2d", 2),
-    kernel="blas",
-    scratch=_conv_scratch("conv2d", 2),
-    doc="2-d convolution (cross-correlation) of [N, C_in, H, W] with weight [C_out, C_in / groups, kh, kw], plus bias",
+    "2-d convolution (cross-correlation) of [N, C_in, H, W] with weight [C_out, C_in / groups, kh, kw], plus bias",
+)
+conv3d = _declare_conv(
+    3,
+    (
+        Sample(((1, 2, 1, 1, 3), (3, 2, 1, 1, 3), (3,)), {"padding": (0, 0, 1)}),
+        Sample(((1, 1, 2, 3, 2), (2, 1, 2, 3, 2)), {"padding": (0, 1, 0)}),
+        Sample(((1, 4, 3, 1, 2), (2, 2, 1, 1, 1)), {"groups": 2, "stride": (2, 1, 1), "padding": 1}),
+        Sample(((2, 1, 2, 1), (3, 2, 1, 2, 1), (3,)), {"padding": "same"}),
+    ),
+    "3-d convolution (cross-correlation) of [N, C_in, D, H, W] with weight [C_out, C_in / groups, kd, kh, kw], "
+    "plus bias",
 )

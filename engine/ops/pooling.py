@@ -1,7 +1,7 @@
 """Pooling, composed of `engine.ops.conv`'s im2col under PyTorch's functional names and argument names:
-- `max_pool1d`, `max_pool2d` = im2col of the input padded with -inf, then each window's first maximum
+- `max_pool1d`, `max_pool2d`, `max_pool3d` = im2col of the input padded with -inf, then each window's first maximum
   (PyTorch's pick: a tie sends the whole gradient to the first maximal tap of the window);
-- `avg_pool1d`, `avg_pool2d` = im2col of the zero-padded input, each window's sum divided by PyTorch's
+- `avg_pool1d`, `avg_pool2d`, `avg_pool3d` = im2col of the zero-padded input, each window's sum divided by PyTorch's
   divisor (`count_include_pad`, `divisor_override`, ceil_mode's shortened last windows);
 - `adaptive_avg_pool2d` = two matrix products with averaging matrices (its windows are separable).
 """
@@ -159,7 +159,7 @@ def _pool_scratch(op, nd, max_pool):
 
 
 def _pool_samples(nd, max_pool):
-    shape = (1, 2, 5, 6)[: nd + 2]
+    shape = (1, 2, 5, 6, 4)[: nd + 2]
     samples = [
         Sample((shape,), {"kernel_size": 2}),
         Sample((shape,), {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}),
@@ -169,7 +169,7 @@ def _pool_samples(nd, max_pool):
         samples.append(Sample((shape,), {"kernel_size": 2, "stride": 1, "dilation": 2, "padding": 1}))
     else:
         samples.append(Sample((shape,), {"kernel_size": 3, "padding": 1, "count_include_pad": False}))
-        if nd == 2:  # PyTorch's avg_pool1d has no divisor_override
+        if nd > 1:  # PyTorch's avg_pool1d has no divisor_override
             samples.append(Sample((shape,), {"kernel_size": 2, "ceil_mode": True, "divisor_override": 3}))
     return tuple(samples)
 
@@ -203,9 +203,7 @@ def _declare_pools(nd):
             **POOL_ATTRS,
             "ceil_mode": CEIL_MODE,
             "count_include_pad": Attr("bool", True, "count the padding's zeros in the divisor"),
-            **(
-                {"divisor_override": Attr("int?", None, "divide every window's sum by this instead")} if nd == 2 else {}
-            ),
+            **({"divisor_override": Attr("int?", None, "divide every window's sum by this instead")} if nd > 1 else {}),
         },
         composite=True,
         methods=(),
@@ -217,8 +215,8 @@ def _declare_pools(nd):
     )
 
 
-_declare_pools(1)
-_declare_pools(2)
+for _nd in (1, 2, 3):
+    _declare_pools(_nd)
 
 
 # --- adaptive average pooling -------------------------------------------------------------------

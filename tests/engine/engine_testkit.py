@@ -260,10 +260,13 @@ TORCH_OVERRIDES = {
         for name in (
             "conv1d",
             "conv2d",
+            "conv3d",
             "max_pool1d",
             "max_pool2d",
+            "max_pool3d",
             "avg_pool1d",
             "avg_pool2d",
+            "avg_pool3d",
             "adaptive_avg_pool2d",
         )
     },

@@ -220,3 +220,30 @@ def running_server(log: Path, command: list[str] | None = None, **overrides):
     finally:
         if proc.poll() is None:
             server.stop()
+
+
+def conv_request(op, attrs, inputs=("x", "w"), x_shape=(1, 4, 6, 6), w_shape=(2, 4, 3, 3)):
+    """A request for node 'c' = `op` of `inputs` (x, w, b: linspace values of the given shapes), and its sum."""
+    shapes = {"x": x_shape, "w": w_shape, "b": (w_shape[0],)}
+    nodes = [{"id": name, "op": "input", "requires_grad": True} for name in inputs]
+    nodes.append({"id": "c", "op": op, "inputs": list(inputs), "attrs": attrs})
+    nodes.append({"id": "loss", "op": "sum", "inputs": ["c"]})
+    tensors = [
+        {
+            "name": name,
+            "shape": list(shapes[name]),
+            "datatype": "FP64",
+            "data": np.linspace(-1, 1, int(np.prod(shapes[name]))).tolist(),
+        }
+        for name in inputs
+    ]
+    return {"graph": {"version": 1, "nodes": nodes, "outputs": ["c", "loss"]}, "inputs": tensors}
+
+
+def assert_answer_is_torchs(answer, loss, tensors):
+    """A /backward answer whose first output is torch's `loss` and whose gradients are `tensors`' (by name)."""
+    assert answer["outputs"][0]["data"][0] == pytest.approx(loss.item(), rel=1e-12)
+    assert {g["name"] for g in answer["grads"]} == set(tensors)
+    for grad in answer["grads"]:
+        expected = tensors[grad["name"]].grad.numpy()
+        np.testing.assert_allclose(np.asarray(grad["data"]).reshape(expected.shape), expected, rtol=1e-12, atol=1e-12)

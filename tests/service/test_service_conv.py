@@ -7,29 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from service_testkit import assert_error, assert_still_serves
-
-
-def body(op, attrs, inputs=("x", "w"), x_shape=(1, 4, 6, 6), w_shape=(2, 4, 3, 3)):
-    shapes = {"x": x_shape, "w": w_shape, "b": (w_shape[0],)}
-    nodes = [{"id": name, "op": "input", "requires_grad": True} for name in inputs]
-    nodes.append({"id": "c", "op": op, "inputs": list(inputs), "attrs": attrs})
-    nodes.append({"id": "loss", "op": "sum", "inputs": ["c"]})
-    tensors = [
-        {
-            "name": name,
-            "shape": list(shapes[name]),
-            "datatype": "FP64",
-            "data": np.linspace(-1, 1, int(np.prod(shapes[name]))).tolist(),
-        }
-        for name in inputs
-    ]
-    return {"graph": {"version": 1, "nodes": nodes, "outputs": ["c", "loss"]}, "inputs": tensors}
+from service_testkit import assert_answer_is_torchs, assert_error, assert_still_serves, conv_request
 
 
 def test_a_conv_and_pool_graph_computes_with_pytorchs_names(api):
     torch = pytest.importorskip("torch")
-    request = body("conv2d", {"stride": [2, 1], "padding": [1, 0], "groups": 2}, ("x", "w", "b"), w_shape=(4, 2, 3, 3))
+    request = conv_request(
+        "conv2d", {"stride": [2, 1], "padding": [1, 0], "groups": 2}, ("x", "w", "b"), w_shape=(4, 2, 3, 3)
+    )
     nodes = request["graph"]["nodes"]
     nodes[-1:] = [
         {"id": "p", "op": "max_pool2d", "inputs": ["c"], "attrs": {"kernel_size": 2, "ceil_mode": True}},
@@ -46,11 +31,7 @@ def test_a_conv_and_pool_graph_computes_with_pytorchs_names(api):
     out = F.conv2d(tensors["x"], tensors["w"], tensors["b"], stride=(2, 1), padding=(1, 0), groups=2)
     loss = F.avg_pool2d(F.max_pool2d(out, 2, ceil_mode=True), (1, 2), count_include_pad=False).sum()
     loss.backward()
-    assert answer["outputs"][0]["data"][0] == pytest.approx(loss.item(), rel=1e-12)
-    assert {g["name"] for g in answer["grads"]} == {"x", "w", "b"}
-    for grad in answer["grads"]:
-        expected = tensors[grad["name"]].grad.numpy()
-        np.testing.assert_allclose(np.asarray(grad["data"]).reshape(expected.shape), expected, rtol=1e-12, atol=1e-12)
+    assert_answer_is_torchs(answer, loss, tensors)
 
 
 HOSTILE = [
@@ -76,7 +57,7 @@ HOSTILE = [
 
 @pytest.mark.parametrize(("op", "attrs", "inputs", "fragment"), [h[1:] for h in HOSTILE], ids=[h[0] for h in HOSTILE])
 def test_hostile_attributes_are_a_4xx_naming_the_node(api, op, attrs, inputs, fragment):
-    response = api.post("/forward", json=body(op, attrs, inputs))
+    response = api.post("/forward", json=conv_request(op, attrs, inputs))
     assert 400 <= response.status_code < 500, response.text
     assert_error(response, response.status_code, "'c'", fragment, node="c")
     assert_still_serves(api)
@@ -85,6 +66,6 @@ def test_hostile_attributes_are_a_4xx_naming_the_node(api, op, attrs, inputs, fr
 @pytest.mark.parametrize("attrs", [{"padding": 2**20}, {"padding": 2**20, "stride": 2**21}], ids=["output", "scratch"])
 def test_a_huge_padding_is_refused_by_the_budget_naming_the_node(api, attrs):
     # a huge output, or a small one whose padded input and columns would be huge (the op's declared scratch)
-    response = api.post("/forward", json=body("conv2d", attrs))
+    response = api.post("/forward", json=conv_request("conv2d", attrs))
     assert_error(response, 413, "'c'", node="c")
     assert_still_serves(api)
