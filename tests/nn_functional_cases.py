@@ -59,6 +59,8 @@ LOGITS_3D = normal(2, 4, 3)
 INDICES_3D = np.array([[0, 3, -100], [2, 2, 1]])
 WIDE = np.array([-60.0, -30.0, -3.0, -0.5, 0.0, 0.7, 4.0, 30.0, 60.0])
 REDUCTIONS = ("mean", "sum", "none")
+BOUNDS = np.array([-6.0, -3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0, 6.0])  # the piecewise activations' joints
+PIECEWISE = ("relu", "relu6", "hardtanh", "hardsigmoid", "hardswish", "hardshrink", "softshrink", "selu", "celu", "elu")
 
 CASES: list[Case] = []
 
@@ -242,10 +244,41 @@ for name, options in (
     ("softplus", {"beta": 2.0, "threshold": 1.0}),
     ("tanh", {}),
     ("sigmoid", {}),
+    ("relu6", {}),
+    ("hardtanh", {"min_val": -0.5, "max_val": 2.0}),
+    ("hardsigmoid", {}),
+    ("hardswish", {}),
+    ("hardshrink", {}),
+    ("softshrink", {"lambd": 0.3}),
+    ("tanhshrink", {}),
+    ("softsign", {}),
+    ("logsigmoid", {}),
+    ("mish", {}),
+    ("selu", {}),
+    ("celu", {"alpha": 0.5}),  # (a float32 alpha: PyTorch's derivative takes 1 / float32(alpha))
+    ("threshold", {"threshold": 0.2, "value": -1.0}),
+    ("rrelu", {"lower": 0.1, "upper": 0.5}),
 ):
     tag = "-".join([name, *(f"{k}{v}" for k, v in options.items())])
     case(tag, f(name, **options), normal(4, 5, scale=2.0))
     case(tag + "-wide", f(name, **options), WIDE, gradcheck=False)
+
+case(
+    "activations-at-their-joints",  # values and gradients only: finite differences straddle the kinks
+    lambda m, x: m.stack([getattr(m.nn.functional, n)(x) for n in PIECEWISE]),
+    BOUNDS,
+    gradcheck=False,
+)
+for name, args in (("relu_", ()), ("elu_", (0.5,)), ("leaky_relu_", (0.2,)), ("hardtanh_", (-0.5, 0.5))):
+    case(f"{name}-of-a-result", lambda m, x, n=name, a=args: getattr(m.nn.functional, n)(x * 1.0, *a), normal(3, 4))
+for name, args in (("threshold_", (0.1, 2.0)), ("rrelu_", ()), ("celu_", (2.0,)), ("selu_", ())):
+    case(f"{name}-of-a-result", lambda m, x, n=name, a=args: getattr(m.nn.functional, n)(x * 1.0, *a), normal(3, 4))
+case("glu", f("glu"), normal(3, 6))
+case("glu-dim0", f("glu", 0), normal(4, 3))
+case("softmin-dim1", f("softmin", dim=1), normal(3, 4))
+case("softmin-implicit-dim", lambda m, x: m.nn.functional.softmin(x, dtype=m.float64), normal(2, 3, 4))
+case("prelu-per-channel", f("prelu"), normal(2, 3, 4), uniform(0.1, 0.5, 3))
+case("prelu-one-slope", f("prelu"), normal(3, 4), uniform(0.1, 0.5, 1))
 
 # --- encodings and layers -----------------------------------------------------------------------
 

@@ -29,7 +29,12 @@ import warnings
 import numpy
 
 from engine.mixed_precision import cast_functions
+from engine.nn.activations import *  # noqa: F403  (relu6, prelu, mish...: the other activations)
+from engine.nn.activations import __all__ as _activations
+from engine.nn.activations import elu, leaky_relu
 from engine.nn.missing import missing
+from engine.nn.sides import _inplace, _ns, _reduce, _reduction, _softplus_of_negative, _type_name
+from engine.nn.sides import register as register  # the sides register here (engine.nn, client.nn)
 from engine.ops.windows import per_dim, windows
 
 __getattr__ = missing("torch.nn.functional")
@@ -74,70 +79,10 @@ __all__ = [
     "unfold",
     "fold",
 ]
-
-_NAMESPACES: dict = {}  # Variable class -> the package whose functions compute on it
-_TYPE_NAMES = {
-    "float32": "Float",
-    "float64": "Double",
-    "float16": "Half",
-    "int64": "Long",
-    "int32": "Int",
-    "int16": "Short",
-    "int8": "Char",
-    "uint8": "Byte",
-    "bool": "Bool",
-}
+__all__ += _activations
 _INDEX_DTYPES = (numpy.dtype(numpy.int64), numpy.dtype(numpy.uint8))
 
-
-def register(variable_class, namespace) -> None:
-    """Make the functions compute on `variable_class` with `namespace`'s functions (its package)."""
-    _NAMESPACES[variable_class] = namespace
-
-
-def _ns(v):
-    for cls in type(v).__mro__:
-        namespace = _NAMESPACES.get(cls)
-        if namespace is not None:
-            return namespace
-    raise TypeError(f"expected a Variable, got {type(v).__name__}")
-
-
-def _type_name(dtype) -> str:
-    return _TYPE_NAMES.get(numpy.dtype(dtype).name, str(dtype))
-
-
-def _inplace(input, result, inplace):
-    """PyTorch's `inplace=True`: `input` becomes the result (its in-place rules apply)."""
-    if not inplace:
-        return result
-    input.copy_(result)
-    return input
-
-
 # --- reductions ---------------------------------------------------------------------------------
-
-
-def _reduction(size_average, reduce, reduction) -> str:
-    if size_average is not None or reduce is not None:  # PyTorch's legacy arguments
-        size_average = True if size_average is None else size_average
-        reduce = True if reduce is None else reduce
-        reduction = "mean" if size_average and reduce else "sum" if reduce else "none"
-        warnings.warn(
-            "size_average and reduce args will be deprecated, please use reduction='" + reduction + "' instead.",
-            stacklevel=3,
-        )
-    if reduction not in ("none", "mean", "sum"):
-        raise ValueError(f"{reduction} is not a valid value for reduction")
-    return reduction
-
-
-def _reduce(loss, reduction):
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    return loss
 
 
 def _warn_size(input, target):
@@ -359,14 +304,6 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return _reduce(loss, reduction)
 
 
-def _softplus_of_negative(x):
-    """log(1 + exp(-x)) without overflow, its gradient -sigmoid(x) everywhere (also at 0)."""
-    ns = _ns(x)
-    positive = ns.log1p((-x.clamp(min=0)).exp())
-    negative = ns.log1p(x.clamp(max=0).exp()) - x
-    return ns.where(x > 0, positive, negative)
-
-
 def binary_cross_entropy_with_logits(
     input, target, weight=None, size_average=None, reduce=None, reduction="mean", pos_weight=None
 ):
@@ -413,17 +350,6 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
 
 def relu(input, inplace=False):
     return _inplace(input, input.relu(), inplace)
-
-
-def leaky_relu(input, negative_slope=0.01, inplace=False):
-    """x where x > 0, else negative_slope * x."""
-    return _inplace(input, _ns(input).where(input > 0, input, input * negative_slope), inplace)
-
-
-def elu(input, alpha=1.0, inplace=False):
-    """x where x > 0, else alpha * (exp(x) - 1)."""
-    ns = _ns(input)
-    return _inplace(input, ns.where(input > 0, input, ns.expm1(input.clamp(max=0)) * alpha), inplace)
 
 
 _SQRT_HALF = math.sqrt(0.5)

@@ -25,6 +25,7 @@ import numpy
 from engine.devices import Device
 from engine.nn import functional as F
 from engine.nn import hooks, init
+from engine.nn.activation_modules import ACTIVATIONS
 from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNCell
 from engine.optim.optimizer import realise_with_next_step
 
@@ -1442,6 +1443,7 @@ GENERIC = (
     *(ReLU, GELU, Tanh, Sigmoid, LeakyReLU, ELU, SiLU, Softplus, Softmax, LogSoftmax),
     *(MSELoss, L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, NLLLoss, CrossEntropyLoss),
     *(RNN, LSTM, GRU, RNNCell, LSTMCell, GRUCell, MultiheadAttention),
+    *ACTIVATIONS,
 )
 
 
