@@ -224,6 +224,133 @@ case(
     data=(1,),
 )
 
+# --- distances and the other losses ---------------------------------------------------------------
+
+SIGNS = np.array([1.0, -1.0, -1.0, 1.0, 1.0])
+for reduction in REDUCTIONS:
+    case(
+        f"margin_ranking_loss-{reduction}",
+        f("margin_ranking_loss", margin=0.3, reduction=reduction),
+        normal(5),
+        normal(5),
+        SIGNS,
+        data=(2,),
+    )
+    case(
+        f"hinge_embedding_loss-{reduction}",
+        f("hinge_embedding_loss", margin=1.5, reduction=reduction),
+        normal(5, 3),
+        np.sign(normal(5, 3)),
+        data=(1,),
+    )
+    case(
+        f"soft_margin_loss-{reduction}",
+        f("soft_margin_loss", reduction=reduction),
+        normal(4, 3, scale=3.0),
+        np.sign(normal(4, 3)),
+        data=(1,),
+    )
+    case(
+        f"cosine_embedding_loss-{reduction}",
+        f("cosine_embedding_loss", margin=-0.2, reduction=reduction),
+        normal(5, 3),
+        normal(5, 3),
+        SIGNS,
+        data=(2,),
+    )
+    case(
+        f"triplet_margin_loss-{reduction}",
+        f("triplet_margin_loss", margin=2.0, reduction=reduction),
+        normal(5, 3),
+        normal(5, 3),
+        normal(5, 3),
+    )
+    case(
+        f"multilabel_soft_margin_loss-{reduction}",
+        f("multilabel_soft_margin_loss", reduction=reduction),
+        normal(4, 3, scale=3.0),
+        uniform(0, 1, 4, 3).round(),
+        data=(1,),
+    )
+    case(f"multi_margin_loss-{reduction}", f("multi_margin_loss", reduction=reduction), normal(5, 4), INDICES)
+    case(
+        f"poisson_nll_loss-{reduction}",
+        f("poisson_nll_loss", reduction=reduction),
+        normal(4, 3),
+        uniform(0, 4, 4, 3).round(),
+        data=(1,),
+    )
+    case(
+        f"gaussian_nll_loss-{reduction}",
+        f("gaussian_nll_loss", reduction=reduction),
+        normal(4, 3),
+        normal(4, 3),
+        uniform(0.5, 2.0, 4, 3),
+        data=(1,),
+    )
+for reduction in ("batchmean", "sum", "none", "mean"):
+    case(
+        f"kl_div-{reduction}",
+        f("kl_div", reduction=reduction),
+        log_probs(3, 4),
+        np.concatenate([probabilities(3, 3), np.zeros((3, 1))], axis=1),
+        data=(1,),
+    )
+    case(
+        f"kl_div-log_target-{reduction}",
+        f("kl_div", reduction=reduction, log_target=True),
+        log_probs(3, 4),
+        log_probs(3, 4),
+    )
+case("cosine_similarity", f("cosine_similarity"), normal(4, 3), normal(4, 3))
+case("cosine_similarity-broadcast-dim0", f("cosine_similarity", dim=0, eps=1e-3), normal(3, 4), normal(3, 1))
+case("cosine_similarity-zero-vector", f("cosine_similarity", dim=-1), np.zeros((2, 3)), normal(2, 3), data=(0,))
+case("pairwise_distance", f("pairwise_distance"), normal(4, 3), normal(4, 3))
+case("pairwise_distance-p1-keepdim", f("pairwise_distance", p=1.0, keepdim=True), normal(4, 3), normal(3))
+case("pdist", f("pdist"), normal(5, 3))
+case("pdist-p1", f("pdist", p=1), normal(4, 3))
+case("triplet_margin_loss-swap-p1", f("triplet_margin_loss", p=1, swap=True), normal(5, 3), normal(5, 3), normal(5, 3))
+case(
+    "multi_margin_loss-p2-weighted",
+    lambda m, x, t, w: m.nn.functional.multi_margin_loss(x, t, p=2, margin=0.5, weight=w),
+    normal(5, 4),
+    INDICES,
+    CLASS_WEIGHT,
+    data=(2,),
+)
+case("multi_margin_loss-unbatched", f("multi_margin_loss", reduction="none"), normal(4), np.array(2))
+case(
+    "multilabel_soft_margin_loss-weighted",
+    lambda m, x, t, w: m.nn.functional.multilabel_soft_margin_loss(x, t, w),
+    normal(4, 3),
+    uniform(0, 1, 4, 3).round(),
+    uniform(0.5, 2, 3),
+    data=(1, 2),
+)
+case(
+    "poisson_nll_loss-full-not-log",
+    f("poisson_nll_loss", log_input=False, full=True),
+    uniform(0.5, 3, 4, 3),
+    uniform(0, 4, 4, 3).round(),
+    data=(1,),
+)
+case(
+    "gaussian_nll_loss-shared-var-full",
+    f("gaussian_nll_loss", full=True),
+    normal(4, 3),
+    normal(4, 3),
+    uniform(0.5, 2.0, 4, 1),
+)
+case(
+    "gaussian_nll_loss-short-var-clamped",
+    f("gaussian_nll_loss", eps=0.1),
+    normal(4, 3),
+    normal(4, 3),
+    np.array([0.05, 0.5, 1.0, 0.01]),
+    data=(1,),
+    gradcheck=False,  # the clamp to eps is not differentiated (PyTorch's no_grad clamp_)
+)
+
 # --- activations --------------------------------------------------------------------------------
 
 for dim in (0, 1, -1):

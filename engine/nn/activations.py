@@ -161,7 +161,7 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
     if dim is None:
         warnings.warn(
             "Implicit dimension choice for softmin has been deprecated. Change the call to include dim=X as an argument.",
-            stacklevel=_stacklevel,
+            stacklevel=2,
         )
         dim = 0 if input.ndim in (0, 1, 3) else 1
     return (-input).softmax(dim)

@@ -32,6 +32,8 @@ from engine.mixed_precision import cast_functions
 from engine.nn.activations import *  # noqa: F403  (relu6, prelu, mish...: the other activations)
 from engine.nn.activations import __all__ as _activations
 from engine.nn.activations import elu, leaky_relu
+from engine.nn.losses import *  # noqa: F403  (kl_div, cosine_similarity...: the distances and other losses)
+from engine.nn.losses import __all__ as _losses
 from engine.nn.missing import missing
 from engine.nn.sides import _inplace, _ns, _reduce, _reduction, _softplus_of_negative, _type_name
 from engine.nn.sides import register as register  # the sides register here (engine.nn, client.nn)
@@ -79,7 +81,7 @@ __all__ = [
     "unfold",
     "fold",
 ]
-__all__ += _activations
+__all__ += _activations + _losses
 _INDEX_DTYPES = (numpy.dtype(numpy.int64), numpy.dtype(numpy.uint8))
 
 # --- reductions ---------------------------------------------------------------------------------

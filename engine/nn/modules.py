@@ -16,7 +16,6 @@ or loading sends nothing.
 from __future__ import annotations
 
 import math
-import warnings
 from collections import OrderedDict, namedtuple
 from typing import Any
 
@@ -26,6 +25,7 @@ from engine.devices import Device
 from engine.nn import functional as F
 from engine.nn import hooks, init
 from engine.nn.activation_modules import ACTIVATIONS
+from engine.nn.loss_modules import LOSSES, _Loss, _WeightedLoss
 from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNCell
 from engine.optim.optimizer import realise_with_next_step
 
@@ -1333,31 +1333,6 @@ class LogSoftmax(Softmax):
 # --- losses -------------------------------------------------------------------------------------
 
 
-def _legacy_reduction(size_average, reduce, reduction) -> str:
-    """PyTorch's `_Reduction.legacy_get_string`: the reduction that size_average/reduce spell."""
-    if size_average is None and reduce is None:
-        return reduction
-    size_average = True if size_average is None else size_average
-    reduce = True if reduce is None else reduce
-    reduction = "mean" if size_average and reduce else "sum" if reduce else "none"
-    warnings.warn(
-        f"size_average and reduce args will be deprecated, please use reduction='{reduction}' instead.", stacklevel=3
-    )
-    return reduction
-
-
-class _Loss(Module):
-    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
-        super().__init__()
-        self.reduction = _legacy_reduction(size_average, reduce, reduction)
-
-
-class _WeightedLoss(_Loss):
-    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
-        super().__init__(size_average, reduce, reduction)
-        self.register_buffer("weight", weight)
-
-
 class MSELoss(_Loss):
     def forward(self, input, target):
         return F.mse_loss(input, target, reduction=self.reduction)
@@ -1444,6 +1419,7 @@ GENERIC = (
     *(MSELoss, L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, NLLLoss, CrossEntropyLoss),
     *(RNN, LSTM, GRU, RNNCell, LSTMCell, GRUCell, MultiheadAttention),
     *ACTIVATIONS,
+    *LOSSES,
 )
 
 

@@ -21,6 +21,10 @@ def _floats(*shape, scale=1.0):
     return lambda rng: rng.standard_normal(shape) * scale
 
 
+def _uniform(*shape):
+    return lambda rng: rng.uniform(0.05, 0.95, shape)
+
+
 def _signs(*shape):
     return lambda rng: rng.choice([-1.0, 1.0], shape)
 
@@ -51,6 +55,35 @@ MODULES = {
     "rrelu eval": (_then(lambda m: m.nn.RReLU(0.1, 0.4)), [_floats(5, 4)], False),
     "prelu": (lambda m: m.nn.PReLU(), [_floats(5, 4)], True),
     "prelu per channel": (lambda m: m.nn.PReLU(3, init=0.1), [_floats(2, 3, 4)], True),
+    "cosine similarity": (lambda m: m.nn.CosineSimilarity(dim=1), [_floats(5, 3), _floats(5, 3)], True),
+    "pairwise distance": (lambda m: m.nn.PairwiseDistance(1.0, keepdim=True), [_floats(5, 3), _floats(5, 3)], True),
+    "kl div batchmean": (lambda m: m.nn.KLDivLoss(reduction="batchmean"), [_floats(4, 3), _uniform(4, 3)], True),
+    "kl div log target": (lambda m: m.nn.KLDivLoss(reduction="sum", log_target=True), [_floats(4, 3)] * 2, True),
+    "margin ranking": (lambda m: m.nn.MarginRankingLoss(0.2), [_floats(5), _floats(5), _signs(5)], True),
+    "cosine embedding": (
+        lambda m: m.nn.CosineEmbeddingLoss(0.1, reduction="none"),
+        [_floats(5, 3), _floats(5, 3), _signs(5)],
+        True,
+    ),
+    "hinge embedding": (lambda m: m.nn.HingeEmbeddingLoss(2.0), [_floats(5, 3), _signs(5, 3)], True),
+    "soft margin": (lambda m: m.nn.SoftMarginLoss(reduction="sum"), [_floats(4, 3), _signs(4, 3)], True),
+    "poisson nll full": (
+        lambda m: m.nn.PoissonNLLLoss(log_input=False, full=True),
+        [_uniform(4, 3), lambda rng: rng.integers(0, 5, (4, 3)).astype(float)],
+        True,
+    ),
+    "gaussian nll": (lambda m: m.nn.GaussianNLLLoss(full=True), [_floats(4, 3), _floats(4, 3), _uniform(4, 1)], True),
+    "triplet margin swap": (lambda m: m.nn.TripletMarginLoss(0.5, swap=True), [_floats(5, 3)] * 3, True),
+    "multilabel soft margin": (
+        lambda m: m.nn.MultiLabelSoftMarginLoss(weight=m.tensor(np.linspace(0.5, 2.0, 3))),
+        [_floats(4, 3), lambda rng: rng.integers(0, 2, (4, 3)).astype(float)],
+        True,
+    ),
+    "multi margin": (
+        lambda m: m.nn.MultiMarginLoss(p=2, margin=0.7, weight=m.tensor(np.linspace(0.5, 2.0, 4))),
+        [_floats(5, 4), lambda rng: rng.integers(0, 4, 5)],
+        True,
+    ),
 }
 
 
@@ -98,6 +131,15 @@ def test_module_reprs_match_torch(torch_like, oracle):
             *(nn.Softmin(1), nn.CELU(2, True), nn.SELU(), nn.Mish(True), nn.Hardshrink(), nn.Softshrink(0.2)),
             *(nn.Softsign(), nn.Hardswish(True), nn.Hardsigmoid(), nn.LogSigmoid(), nn.Tanhshrink(), nn.Softmax2d()),
             *(nn.PReLU(3, init=0.1), nn.Hardtanh(-2, 3, True), nn.SELU(True), nn.RReLU(0.1, 0.3, True)),
+            *(
+                nn.CosineSimilarity(),
+                nn.PairwiseDistance(),
+                nn.KLDivLoss(),
+                nn.MarginRankingLoss(),
+                nn.SoftMarginLoss(),
+            ),
+            *(nn.CosineEmbeddingLoss(), nn.HingeEmbeddingLoss(), nn.PoissonNLLLoss(), nn.GaussianNLLLoss()),
+            *(nn.TripletMarginLoss(), nn.MultiLabelSoftMarginLoss(), nn.MultiMarginLoss(weight=m.ones(2))),
         )
 
     assert repr(every_module(torch_like)) == repr(every_module(oracle))
@@ -114,6 +156,19 @@ ERRORS = [
     lambda m: m.nn.functional.celu(m.zeros(3), 0.0),
     lambda m: m.nn.Softmax2d()(m.zeros(3, 3)),
     lambda m: m.nn.functional.relu6(m.zeros(3, requires_grad=True), inplace=True),
+    lambda m: m.nn.functional.margin_ranking_loss(m.zeros(3), m.zeros(3), m.ones(1, 3)),
+    lambda m: m.nn.functional.cosine_embedding_loss(m.zeros(2, 3), m.zeros(3), m.ones(2)),
+    lambda m: m.nn.functional.cosine_embedding_loss(m.zeros(2, 3), m.zeros(2, 3), m.ones(2, 1)),
+    lambda m: m.nn.functional.triplet_margin_loss(m.zeros(2, 3), m.zeros(2, 3), m.zeros(3)),
+    lambda m: m.nn.functional.multi_margin_loss(m.zeros(3, 4), m.tensor([0, 1])),
+    lambda m: m.nn.functional.multi_margin_loss(m.zeros(3, 4), m.tensor([0, 1, 1]), p=3),
+    lambda m: m.nn.functional.gaussian_nll_loss(m.zeros(2, 3), m.zeros(2, 3), m.ones(3, 2)),
+    lambda m: m.nn.functional.gaussian_nll_loss(m.zeros(2, 3), m.zeros(2, 3), -m.ones(2, 3)),
+    lambda m: m.nn.functional.gaussian_nll_loss(m.zeros(2, 3), m.zeros(2, 3), 1.0, reduction="max"),
+    lambda m: m.nn.functional.kl_div(m.zeros(2, 3), m.zeros(2, 3), reduction="max"),
+    lambda m: m.nn.functional.pdist(m.zeros(2, 3, 4)),
+    lambda m: m.nn.TripletMarginLoss(margin=0.0),
+    lambda m: m.nn.MultiMarginLoss(weight=m.ones(2, 2)),
 ]
 
 
@@ -123,6 +178,19 @@ def test_errors_match_torch(torch_like, oracle, call):
         call(oracle)
     with pytest.raises(type(want.value), match=f"^{re.escape(str(want.value))}$"):
         call(torch_like)
+
+
+def test_kl_div_warns_of_mean_and_takes_the_legacy_arguments_as_torch(torch_like, oracle):
+    def program(m):
+        x = m.tensor(np.log(np.full((2, 3), 0.2)))
+        t = m.tensor(np.array([[0.2, 0.3, 0.5], [0.0, 0.5, 0.5]]))
+        with pytest.warns(UserWarning, match="^reduction: 'mean' divides the total loss by both"):
+            mean = m.nn.functional.kl_div(x, t)
+        with pytest.warns(UserWarning, match="size_average and reduce args will be deprecated"):
+            summed = m.nn.KLDivLoss(size_average=False)(x, t)
+        return [float(mean), float(summed), float(m.nn.functional.kl_div(x, t, reduction="batchmean"))]
+
+    np.testing.assert_allclose(program(torch_like), program(oracle), **EXACT)
 
 
 def test_rrelu_in_training_draws_a_slope_per_negative_element(torch_like):
