@@ -458,6 +458,44 @@ case("normalize-eps", f("normalize", dim=-1, eps=10.0), normal(3, 4))
 for pads in ((1, 2), (1, -1, 2, 0), (-1, -1, -1, -1), (0, 0, 1, 1, 2, 0)):
     case(f"pad-{pads}", f("pad", pads), normal(2, 3, 4))
 case("pad-value", f("pad", (2, 1), value=1.5), normal(3, 2))
+case("group_norm", f("group_norm", 2), normal(2, 4, 3))
+case(
+    "group_norm-affine-4d",
+    lambda m, x, w, b: m.nn.functional.group_norm(x, 3, w, b, eps=1e-3),
+    normal(2, 6, 2, 3),
+    normal(6),
+    normal(6),
+)
+for stats in (True, False):
+
+    def instance_norm(m, x, mean, var, w, b, stats=stats):
+        out = m.nn.functional.instance_norm(x, mean, var, w, b, use_input_stats=stats, momentum=0.2)
+        return out, mean, var
+
+    case(
+        f"instance_norm-input-stats{int(stats)}",
+        instance_norm,
+        normal(2, 3, 4),
+        normal(3),
+        uniform(0.5, 2.0, 3),
+        normal(3),
+        normal(3),
+        data=(1, 2),
+    )
+case("instance_norm-no-running-stats-4d", f("instance_norm"), normal(2, 3, 2, 3))
+case("rms_norm", f("rms_norm", (4,)), normal(3, 4))
+case(
+    "rms_norm-weight-eps",
+    lambda m, x, w: m.nn.functional.rms_norm(x, (2, 3), w, eps=0.1),
+    normal(4, 2, 3),
+    normal(2, 3),
+)
+case("local_response_norm-3d", f("local_response_norm", 3, alpha=0.1), normal(2, 5, 4))
+case("local_response_norm-4d", f("local_response_norm", 2, alpha=0.2, beta=0.5, k=2.0), normal(2, 4, 3, 2))
+for name, ndim in (("dropout1d", 3), ("dropout2d", 4), ("dropout3d", 5), ("alpha_dropout", 2)):
+    case(f"{name}-eval", f(name, 0.5, training=False), normal(*(2, 3, 2, 2, 2)[:ndim]))
+    case(f"{name}-p0", f(name, 0.0, training=True), normal(*(2, 3, 2, 2, 2)[:ndim]))
+case("feature_alpha_dropout-eval", f("feature_alpha_dropout", 0.3), normal(2, 3, 2))
 case("dropout-eval", f("dropout", 0.5, training=False), normal(3, 4))
 case("dropout-p0", f("dropout", 0.0), normal(3, 4))
 

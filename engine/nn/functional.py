@@ -35,7 +35,9 @@ from engine.nn.activations import elu, leaky_relu
 from engine.nn.losses import *  # noqa: F403  (kl_div, cosine_similarity...: the distances and other losses)
 from engine.nn.losses import __all__ as _losses
 from engine.nn.missing import missing
-from engine.nn.sides import _inplace, _ns, _reduce, _reduction, _softplus_of_negative, _type_name
+from engine.nn.normalization import *  # noqa: F403  (group_norm, dropout2d...: the other normalisations and dropouts)
+from engine.nn.normalization import __all__ as _normalization
+from engine.nn.sides import _inplace, _ns, _reduce, _reduction, _softplus_of_negative, _standardised, _type_name
 from engine.nn.sides import register as register  # the sides register here (engine.nn, client.nn)
 from engine.ops.windows import per_dim, windows
 
@@ -81,7 +83,7 @@ __all__ = [
     "unfold",
     "fold",
 ]
-__all__ += _activations + _losses
+__all__ += _activations + _losses + _normalization
 _INDEX_DTYPES = (numpy.dtype(numpy.int64), numpy.dtype(numpy.uint8))
 
 # --- reductions ---------------------------------------------------------------------------------
@@ -489,15 +491,6 @@ def scaled_dot_product_attention(
         scores = ns.where(attn_mask, scores, -math.inf) if attn_mask.dtype.kind == "b" else scores + attn_mask
         weights = _safe_softmax(scores)
     return dropout(weights, dropout_p).matmul(value)
-
-
-def _standardised(centred, var, eps, weight, bias, shape=None):
-    out = centred / (var + eps).sqrt()
-    if weight is not None:
-        out = out * (weight if shape is None else weight.reshape(shape))
-    if bias is not None:
-        out = out + (bias if shape is None else bias.reshape(shape))
-    return out
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):

@@ -16,6 +16,7 @@ or loading sends nothing.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import OrderedDict, namedtuple
 from typing import Any
 
@@ -26,6 +27,7 @@ from engine.nn import functional as F
 from engine.nn import hooks, init
 from engine.nn.activation_modules import ACTIVATIONS
 from engine.nn.loss_modules import LOSSES, _Loss, _WeightedLoss
+from engine.nn.norm_modules import NORMS
 from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNCell
 from engine.optim.optimizer import realise_with_next_step
 
@@ -914,7 +916,67 @@ class BatchNorm3d(_BatchNorm):
     _ndims = (5,)
 
 
+class _InstanceNorm(_BatchNorm):
+    """Instance normalisation (`F.instance_norm`) of [N, C, *] or one sample [C, *]: `_BatchNorm`'s parameters
+    and buffers (none by default), the running statistics used in eval only when tracked."""
+
+    def __init__(
+        self,
+        num_features: int,
+        eps=1e-5,
+        momentum=0.1,
+        affine=False,
+        track_running_stats=False,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+
+    def forward(self, input):
+        if input.ndim not in self._ndims:
+            raise ValueError(f"expected {' or '.join(f'{n}D' for n in self._ndims)} input (got {input.ndim}D input)")
+        feature_dim = input.ndim - self._ndims[0]
+        if input.shape[feature_dim] != self.num_features:
+            if self.affine:
+                raise ValueError(
+                    f"expected input's size at dim={feature_dim} to match num_features ({self.num_features}), "
+                    f"but got: {input.shape[feature_dim]}."
+                )
+            warnings.warn(
+                f"input's size at dim={feature_dim} does not match num_features. You can silence this warning by "
+                "not passing in num_features, which is not used because affine=False",
+                stacklevel=2,
+            )
+        batched = input if feature_dim else input.unsqueeze(0)
+        use_input_stats = self.training or not self.track_running_stats
+        momentum = 0.0 if self.momentum is None else self.momentum
+        stats = (self.running_mean, self.running_var)
+        out = F.instance_norm(batched, *stats, self.weight, self.bias, use_input_stats, momentum, self.eps)
+        if self.training and self.track_running_stats:
+            for buffer in stats:
+                realise_with_next_step(buffer)
+        return out if feature_dim else out.squeeze(0)
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalisation of [N, C, L] or [C, L] input."""
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalisation of [N, C, H, W] or [C, H, W] input."""
+
+    _ndims = (3, 4)
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Instance normalisation of [N, C, D, H, W] or [C, D, H, W] input."""
+
+    _ndims = (4, 5)
+
+
 class Dropout(Module):
+    _function = staticmethod(F.dropout)
+
     def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
         if p < 0 or p > 1:
@@ -922,10 +984,32 @@ class Dropout(Module):
         self.p, self.inplace = p, inplace
 
     def forward(self, input):
-        return F.dropout(input, self.p, self.training, self.inplace)
+        return self._function(input, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout1d(Dropout):
+    """Zeroes whole channels of [N, C, L] or [C, L] input (training only)."""
+
+    _function = staticmethod(F.dropout1d)
+
+
+class Dropout2d(Dropout):
+    _function = staticmethod(F.dropout2d)
+
+
+class Dropout3d(Dropout):
+    _function = staticmethod(F.dropout3d)
+
+
+class AlphaDropout(Dropout):
+    _function = staticmethod(F.alpha_dropout)
+
+
+class FeatureAlphaDropout(Dropout):
+    _function = staticmethod(F.feature_alpha_dropout)
 
 
 # --- convolution and pooling --------------------------------------------------------------------
@@ -1420,6 +1504,8 @@ GENERIC = (
     *(RNN, LSTM, GRU, RNNCell, LSTMCell, GRUCell, MultiheadAttention),
     *ACTIVATIONS,
     *LOSSES,
+    *(InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, Dropout1d, Dropout2d, Dropout3d, AlphaDropout),
+    *(FeatureAlphaDropout, *NORMS),
 )
 
 

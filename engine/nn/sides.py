@@ -83,3 +83,12 @@ def _softplus_of_negative(x):
     positive = ns.log1p((-x.clamp(min=0)).exp())
     negative = ns.log1p(x.clamp(max=0).exp()) - x
     return ns.where(x > 0, positive, negative)
+
+
+def _standardised(centred, var, eps, weight, bias, shape=None):
+    out = centred / (var + eps).sqrt()
+    if weight is not None:
+        out = out * (weight if shape is None else weight.reshape(shape))
+    if bias is not None:
+        out = out + (bias if shape is None else bias.reshape(shape))
+    return out

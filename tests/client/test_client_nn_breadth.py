@@ -84,6 +84,35 @@ MODULES = {
         [_floats(5, 4), lambda rng: rng.integers(0, 4, 5)],
         True,
     ),
+    "group norm": (lambda m: m.nn.GroupNorm(2, 4), [_floats(3, 4, 5)], True),
+    "group norm without affine": (lambda m: m.nn.GroupNorm(3, 6, eps=1e-3, affine=False), [_floats(2, 6, 2, 2)], True),
+    "instance norm 1d": (lambda m: m.nn.InstanceNorm1d(3), [_floats(2, 3, 5)], True),
+    "instance norm 2d tracked": (
+        lambda m: m.nn.InstanceNorm2d(3, momentum=0.3, affine=True, track_running_stats=True),
+        [_floats(2, 3, 4, 4)],
+        True,
+    ),
+    "instance norm 2d tracked eval": (
+        lambda m: m.nn.InstanceNorm2d(3, track_running_stats=True),
+        [_floats(2, 3, 4, 4)],
+        False,
+    ),
+    "instance norm of one sample": (lambda m: m.nn.InstanceNorm1d(3, affine=True), [_floats(3, 5)], True),
+    "instance norm 3d cumulative": (
+        lambda m: m.nn.InstanceNorm3d(2, momentum=None, track_running_stats=True),
+        [_floats(2, 2, 2, 3, 2)],
+        True,
+    ),
+    "rms norm": (lambda m: m.nn.RMSNorm(4), [_floats(3, 4)], True),
+    "rms norm of 2 dims": (lambda m: m.nn.RMSNorm((2, 4), eps=1e-2), [_floats(3, 2, 4)], True),
+    "local response norm": (lambda m: m.nn.LocalResponseNorm(3, alpha=0.1), [_floats(2, 5, 3, 3)], True),
+    "channel dropouts in eval": (
+        lambda m: m.nn.Sequential(m.nn.Dropout1d(), m.nn.AlphaDropout(), m.nn.FeatureAlphaDropout()),
+        [_floats(2, 3, 4)],
+        False,
+    ),
+    "dropout 2d in eval": (lambda m: m.nn.Dropout2d(), [_floats(2, 3, 4, 4)], False),
+    "dropout 3d in eval": (lambda m: m.nn.Dropout3d(), [_floats(2, 3, 4, 4, 2)], False),
 }
 
 
@@ -169,6 +198,17 @@ ERRORS = [
     lambda m: m.nn.functional.pdist(m.zeros(2, 3, 4)),
     lambda m: m.nn.TripletMarginLoss(margin=0.0),
     lambda m: m.nn.MultiMarginLoss(weight=m.ones(2, 2)),
+    lambda m: m.nn.functional.group_norm(m.zeros(2, 5, 3), 2),
+    lambda m: m.nn.functional.group_norm(m.zeros(2), 1),
+    lambda m: m.nn.GroupNorm(2, 5),
+    lambda m: m.nn.functional.instance_norm(m.zeros(2, 3, 1)),
+    lambda m: m.nn.InstanceNorm2d(3)(m.zeros(2, 3)),
+    lambda m: m.nn.InstanceNorm1d(4, affine=True)(m.zeros(2, 3, 4)),
+    lambda m: m.nn.functional.rms_norm(m.zeros(2, 3), (2,)),
+    lambda m: m.nn.functional.local_response_norm(m.zeros(2, 3), 2),
+    lambda m: m.nn.functional.dropout1d(m.zeros(2, 3, 4, 5)),
+    lambda m: m.nn.Dropout1d(1.5),
+    lambda m: m.nn.functional.alpha_dropout(m.zeros(3), -0.1),
 ]
 
 
@@ -191,6 +231,51 @@ def test_kl_div_warns_of_mean_and_takes_the_legacy_arguments_as_torch(torch_like
         return [float(mean), float(summed), float(m.nn.functional.kl_div(x, t, reduction="batchmean"))]
 
     np.testing.assert_allclose(program(torch_like), program(oracle), **EXACT)
+
+
+@pytest.mark.parametrize("name", ["dropout1d", "dropout2d", "dropout3d", "feature_alpha_dropout"])
+def test_channel_dropouts_drop_whole_channels_at_rate_p(torch_like, name):
+    torch_like.manual_seed(0)
+    shape = {"dropout1d": (50, 40, 3), "dropout2d": (50, 40, 2, 2), "dropout3d": (50, 40, 2, 1, 2)}.get(
+        name, (50, 40, 3)
+    )
+    x = torch_like.tensor(np.ones(shape), requires_grad=True)
+    y = getattr(torch_like.nn.functional, name)(x, 0.25, training=True)
+    y.sum().backward()
+    out = values(y).reshape(50, 40, -1)
+    assert (out == out[..., :1]).all()  # one draw per channel
+    kept = out[..., 0] != out.min() if name == "feature_alpha_dropout" else out[..., 0] != 0
+    assert abs(kept.mean() - 0.75) < 0.03
+    if name != "feature_alpha_dropout":
+        np.testing.assert_allclose(out[kept], 1 / 0.75)
+        np.testing.assert_allclose(values(x.grad), values(y))  # the gradient is the mask, scaled
+
+
+def test_alpha_dropout_keeps_a_selu_unit_normal_and_backpropagates_its_scale(torch_like, oracle):
+    def moments(m):
+        m.manual_seed(0)
+        x = m.tensor(np.random.default_rng(0).standard_normal(200_000), requires_grad=True)
+        y = m.nn.functional.alpha_dropout(x, 0.2, training=True)
+        y.sum().backward()
+        kept = values(x.grad) != 0
+        return values(y).mean(), values(y).std(), kept.mean(), np.unique(values(x.grad)[kept])
+
+    mean, std, kept, scale = moments(torch_like)
+    want_mean, want_std, want_kept, want_scale = moments(oracle)
+    assert abs(mean - want_mean) < 0.01 and abs(std - want_std) < 0.01 and abs(kept - want_kept) < 0.005
+    np.testing.assert_allclose(scale, want_scale, rtol=1e-12)
+
+
+def test_a_one_sample_dropout1d_and_in_place_dropouts_as_torch(torch_like):
+    torch_like.manual_seed(0)
+    x = torch_like.tensor(np.ones((30, 4)), requires_grad=True)
+    y = torch_like.nn.functional.dropout1d(x, 0.5)
+    out = values(y)
+    assert (out == out[:, :1]).all() and set(np.unique(out)) <= {0.0, 2.0}
+    h = torch_like.tensor(np.ones((4, 3, 2, 2)), requires_grad=True) * 1.0
+    same = torch_like.nn.Dropout2d(0.5, inplace=True)(h)
+    assert same is h and h._version == 1
+    h.sum().backward()
 
 
 def test_rrelu_in_training_draws_a_slope_per_negative_element(torch_like):
