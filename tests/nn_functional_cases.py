@@ -458,6 +458,53 @@ case("normalize-eps", f("normalize", dim=-1, eps=10.0), normal(3, 4))
 for pads in ((1, 2), (1, -1, 2, 0), (-1, -1, -1, -1), (0, 0, 1, 1, 2, 0)):
     case(f"pad-{pads}", f("pad", pads), normal(2, 3, 4))
 case("pad-value", f("pad", (2, 1), value=1.5), normal(3, 2))
+for mode in ("reflect", "replicate", "circular"):
+    for pads in ((1, 2), (3, 0), (-1, 2), (2, -1)):
+        case(f"pad-{mode}-{pads}", f("pad", pads, mode=mode), normal(2, 3, 4))
+    case(f"pad-{mode}-2d", f("pad", (1, 2, 2, 0), mode=mode), normal(1, 2, 3, 4))
+    case(f"pad-{mode}-3d-of-4d", f("pad", (1, 0, 0, 1, 1, 1), mode=mode), normal(2, 3, 2, 3))
+
+# --- resampling and rearranging --------------------------------------------------------------------
+for mode, shape in (("nearest", (1, 2, 3, 4)), ("nearest-exact", (1, 2, 3, 4)), ("area", (1, 2, 5, 4))):
+    case(f"interpolate-{mode}-scale", f("interpolate", scale_factor=(2, 1.5), mode=mode), normal(*shape))
+    case(f"interpolate-{mode}-size", f("interpolate", size=(4, 3), mode=mode), normal(*shape))
+    case(f"interpolate-{mode}-1d", f("interpolate", size=7, mode=mode), normal(2, 2, 5))
+for corners in (False, True):
+    case(
+        f"interpolate-linear-size-corners{corners}",
+        f("interpolate", size=7, mode="linear", align_corners=corners),
+        normal(2, 2, 4),
+    )
+    case(
+        f"interpolate-linear-down-corners{corners}",
+        f("interpolate", scale_factor=0.6, mode="linear", align_corners=corners),
+        normal(2, 2, 6),
+    )
+    case(
+        f"interpolate-bilinear-scale-corners{corners}",
+        f("interpolate", scale_factor=2.5, mode="bilinear", align_corners=corners),
+        normal(1, 2, 3, 4),
+    )
+    case(
+        f"interpolate-bilinear-size-corners{corners}",
+        f("interpolate", size=(5, 2), mode="bilinear", align_corners=corners),
+        normal(2, 1, 3, 4),
+    )
+case(
+    "interpolate-bilinear-recompute",
+    f("interpolate", scale_factor=1.7, mode="bilinear", recompute_scale_factor=True),
+    normal(1, 1, 3, 4),
+)
+case("interpolate-nearest-5d", f("interpolate", scale_factor=2), normal(1, 1, 2, 2, 3))
+case("pixel_shuffle", f("pixel_shuffle", 2), normal(2, 8, 2, 3))
+case("pixel_shuffle-3d", f("pixel_shuffle", 3), normal(9, 2, 2))
+case("pixel_unshuffle", f("pixel_unshuffle", 2), normal(2, 2, 4, 6))
+case("bilinear", f("bilinear"), normal(5, 3), normal(5, 2), normal(4, 3, 2), normal(4))
+case("bilinear-no-bias-3d", f("bilinear"), normal(2, 5, 3), normal(2, 5, 2), normal(4, 3, 2))
+case("adaptive_max_pool2d", f("adaptive_max_pool2d", (2, 3)), normal(2, 2, 5, 7))
+case("adaptive_max_pool2d-indices", f("adaptive_max_pool2d", (3, None), return_indices=True), normal(2, 7, 4))
+case("adaptive_max_pool1d", f("adaptive_max_pool1d", 3), normal(2, 2, 8))
+case("adaptive_max_pool1d-indices", f("adaptive_max_pool1d", 4, return_indices=True), normal(3, 7))
 case("group_norm", f("group_norm", 2), normal(2, 4, 3))
 case(
     "group_norm-affine-4d",

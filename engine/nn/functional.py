@@ -17,8 +17,13 @@ call the registry's composite ops of the same names (`engine.ops.conv`), so each
 `unfold`/`fold` are its primitives `im2col`/`col2im`, and `conv_transpose1d/2d` and `adaptive_avg_pool1d`
 are composed here of those.
 
+The other activations, the distances and other losses, the other normalisations and dropouts, and resampling
+(interpolate, pad's non-constant modes, pixel_shuffle, bilinear, adaptive max pooling) are written in
+`engine.nn.activations`, `losses`, `normalization` and `resampling`, and re-exported here.
+
 Not provided (a `NotImplementedError` naming it, `engine.nn.missing`): the rest of torch.nn.functional
-(multi_head_attention_forward, 3-d convolution and pooling, the other losses and activations).
+(multi_head_attention_forward, 3-d convolution and pooling, ctc_loss, multilabel_margin_loss, interpolate's
+cubic modes and antialias...).
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ from engine.nn.losses import __all__ as _losses
 from engine.nn.missing import missing
 from engine.nn.normalization import *  # noqa: F403  (group_norm, dropout2d...: the other normalisations and dropouts)
 from engine.nn.normalization import __all__ as _normalization
+from engine.nn.resampling import *  # noqa: F403  (interpolate, pixel_shuffle...: resampling and rearranging)
+from engine.nn.resampling import __all__ as _resampling
+from engine.nn.resampling import padded_by_index
 from engine.nn.sides import _inplace, _ns, _reduce, _reduction, _softplus_of_negative, _standardised, _type_name
 from engine.nn.sides import register as register  # the sides register here (engine.nn, client.nn)
 from engine.ops.windows import per_dim, windows
@@ -83,7 +91,7 @@ __all__ = [
     "unfold",
     "fold",
 ]
-__all__ += _activations + _losses + _normalization
+__all__ += _activations + _losses + _normalization + _resampling
 _INDEX_DTYPES = (numpy.dtype(numpy.int64), numpy.dtype(numpy.uint8))
 
 # --- reductions ---------------------------------------------------------------------------------
@@ -551,7 +559,8 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 
 def pad(input, pad, mode="constant", value=None):
     """Pads (or, with negative amounts, crops) the last dimensions: `pad` is (left, right) of the last
-    dimension, then of the one before, ... as in PyTorch. Only mode 'constant' (fill `value`, 0 by default)."""
+    dimension, then of the one before, ... as in PyTorch: mode 'constant' (fill `value`, 0 by default), or
+    'reflect', 'replicate' or 'circular' (`engine.nn.resampling`)."""
     if len(pad) % 2:
         raise RuntimeError("Padding length must be divisible by 2")
     if len(pad) // 2 > input.ndim:
@@ -560,7 +569,7 @@ def pad(input, pad, mode="constant", value=None):
             f"{len(pad)} and input of dimension {input.ndim}"
         )
     if mode != "constant":
-        raise NotImplementedError(f"pad: mode '{mode}' is not supported (only 'constant')")
+        return padded_by_index(input, pad, mode, value)
     ns = _ns(input)
     crop, place, shape = [slice(None)] * input.ndim, [slice(None)] * input.ndim, list(input.shape)
     for i in range(len(pad) // 2):

@@ -26,6 +26,7 @@ from engine.devices import Device
 from engine.nn import functional as F
 from engine.nn import hooks, init
 from engine.nn.activation_modules import ACTIVATIONS
+from engine.nn.layer_modules import LAYERS
 from engine.nn.loss_modules import LOSSES, _Loss, _WeightedLoss
 from engine.nn.norm_modules import NORMS
 from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNCell
@@ -1505,7 +1506,7 @@ GENERIC = (
     *ACTIVATIONS,
     *LOSSES,
     *(InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, Dropout1d, Dropout2d, Dropout3d, AlphaDropout),
-    *(FeatureAlphaDropout, *NORMS),
+    *(FeatureAlphaDropout, *NORMS, *LAYERS),
 )
 
 

@@ -34,6 +34,11 @@ def _then(layer):
     return lambda m: m.nn.Sequential(m.nn.Linear(4, 6), layer(m))
 
 
+def _then4(layer):
+    """A 1x1 Conv2d(1, 2) then `layer`, for layers of [N, C, H, W] input."""
+    return lambda m: m.nn.Sequential(m.nn.Conv2d(1, 2, 1), layer(m))
+
+
 # name -> (module builder on a package, input makers (the first requires grad if floating), train mode)
 MODULES = {
     "hardtanh in place": (_then(lambda m: m.nn.Hardtanh(-0.5, 0.7, inplace=True)), [_floats(5, 4)], True),
@@ -111,6 +116,42 @@ MODULES = {
         [_floats(2, 3, 4)],
         False,
     ),
+    "reflection pad 2d": (_then4(lambda m: m.nn.ReflectionPad2d((1, 2, 2, 0))), [_floats(2, 1, 3, 4)], True),
+    "replication pad 1d": (lambda m: m.nn.ReplicationPad1d(2), [_floats(2, 3, 4)], True),
+    "circular pad 2d": (lambda m: m.nn.CircularPad2d(1), [_floats(1, 2, 3, 3)], True),
+    "constant and zero pads": (
+        lambda m: m.nn.Sequential(m.nn.ConstantPad1d((1, 2), 2.5), m.nn.ZeroPad2d((0, 1, 1, 0))),
+        [_floats(2, 3, 4)],
+        True,
+    ),
+    "reflection pad 1d": (lambda m: m.nn.ReflectionPad1d(3), [_floats(2, 4)], True),
+    "upsample nearest": (_then4(lambda m: m.nn.Upsample(scale_factor=2)), [_floats(2, 1, 3, 4)], True),
+    "upsample bilinear": (
+        _then4(lambda m: m.nn.Upsample(size=(5, 7), mode="bilinear")),
+        [_floats(2, 1, 3, 4)],
+        True,
+    ),
+    "upsampling bilinear 2d": (lambda m: m.nn.UpsamplingBilinear2d(scale_factor=2), [_floats(1, 2, 3, 3)], True),
+    "upsampling nearest 2d": (lambda m: m.nn.UpsamplingNearest2d(size=(4, 5)), [_floats(1, 2, 3, 3)], True),
+    "upsample linear corners": (
+        lambda m: m.nn.Upsample(scale_factor=1.5, mode="linear", align_corners=True),
+        [_floats(2, 3, 4)],
+        True,
+    ),
+    "pixel shuffle round trip": (
+        lambda m: m.nn.Sequential(m.nn.PixelShuffle(2), m.nn.Conv2d(2, 3, 3, padding=1), m.nn.PixelUnshuffle(2)),
+        [_floats(2, 8, 3, 2)],
+        True,
+    ),
+    "fold of unfold": (
+        lambda m: m.nn.Sequential(m.nn.Unfold(2, padding=1), m.nn.Fold((4, 5), 2, padding=1)),
+        [_floats(1, 2, 4, 5)],
+        True,
+    ),
+    "bilinear": (lambda m: m.nn.Bilinear(3, 2, 4), [_floats(5, 3), _floats(5, 2)], True),
+    "bilinear without bias": (lambda m: m.nn.Bilinear(3, 2, 4, bias=False), [_floats(2, 5, 3), _floats(2, 5, 2)], True),
+    "adaptive max pool 2d": (_then4(lambda m: m.nn.AdaptiveMaxPool2d((2, 3))), [_floats(2, 1, 5, 4)], True),
+    "adaptive max pool 1d": (lambda m: m.nn.AdaptiveMaxPool1d(3), [_floats(2, 3, 7)], True),
     "dropout 2d in eval": (lambda m: m.nn.Dropout2d(), [_floats(2, 3, 4, 4)], False),
     "dropout 3d in eval": (lambda m: m.nn.Dropout3d(), [_floats(2, 3, 4, 4, 2)], False),
 }
@@ -169,6 +210,20 @@ def test_module_reprs_match_torch(torch_like, oracle):
             ),
             *(nn.CosineEmbeddingLoss(), nn.HingeEmbeddingLoss(), nn.PoissonNLLLoss(), nn.GaussianNLLLoss()),
             *(nn.TripletMarginLoss(), nn.MultiLabelSoftMarginLoss(), nn.MultiMarginLoss(weight=m.ones(2))),
+            *(nn.GroupNorm(2, 4), nn.InstanceNorm1d(3), nn.InstanceNorm2d(3, affine=True, track_running_stats=True)),
+            *(nn.RMSNorm(4), nn.RMSNorm([2, 3], eps=1e-3, elementwise_affine=False), nn.LocalResponseNorm(2)),
+            *(nn.Dropout1d(), nn.AlphaDropout(0.2), nn.FeatureAlphaDropout(), nn.Dropout2d(0.1, True), nn.Dropout3d()),
+            *(nn.GroupNorm(3, 3, affine=False), nn.InstanceNorm3d(2, momentum=None), nn.ConstantPad1d((1, 2), 0.0)),
+            *(nn.ConstantPad2d(1, 3.5), nn.ZeroPad1d(2), nn.ZeroPad2d((1, 1, 2, 0)), nn.ReflectionPad1d(2)),
+            *(nn.ReflectionPad2d((1, 1, 2, 0)), nn.ReplicationPad1d(1), nn.ReplicationPad2d(2), nn.CircularPad1d(1)),
+            *(nn.CircularPad2d(1), nn.Fold((4, 5), 2), nn.Unfold(2, padding=1), nn.Bilinear(2, 3, 4)),
+            *(nn.AdaptiveMaxPool2d((2, 3)), nn.AdaptiveMaxPool1d(3, return_indices=True), nn.PixelShuffle(2)),
+            *(nn.PixelUnshuffle(3), nn.Upsample(scale_factor=2), nn.Upsample(size=(3, 4), mode="bilinear")),
+            *(
+                nn.UpsamplingNearest2d(scale_factor=2),
+                nn.UpsamplingBilinear2d(size=4),
+                nn.Upsample(scale_factor=(2, 3)),
+            ),
         )
 
     assert repr(every_module(torch_like)) == repr(every_module(oracle))
@@ -209,6 +264,19 @@ ERRORS = [
     lambda m: m.nn.functional.dropout1d(m.zeros(2, 3, 4, 5)),
     lambda m: m.nn.Dropout1d(1.5),
     lambda m: m.nn.functional.alpha_dropout(m.zeros(3), -0.1),
+    lambda m: m.nn.functional.pad(m.zeros(3), (1, 1), mode="reflect"),
+    lambda m: m.nn.functional.pad(m.zeros(1, 2, 3), (3, 3), mode="reflect"),
+    lambda m: m.nn.functional.pad(m.zeros(1, 2, 3), (4, 0), mode="circular"),
+    lambda m: m.nn.functional.pad(m.zeros(1, 2, 3), (1, 1), mode="replicate", value=1.0),
+    lambda m: m.nn.functional.pad(m.zeros(1, 2, 3), (1, 1), mode="bad"),
+    lambda m: m.nn.functional.interpolate(m.zeros(1, 1, 2, 3), scale_factor=2, align_corners=True),
+    lambda m: m.nn.functional.interpolate(m.zeros(1, 1, 2, 3), scale_factor=2, size=3),
+    lambda m: m.nn.functional.interpolate(m.zeros(1, 1, 2, 3)),
+    lambda m: m.nn.functional.interpolate(m.zeros(1, 1, 2, 3), size=(3,)),
+    lambda m: m.nn.functional.interpolate(m.zeros(1, 1, 2, 3), scale_factor=2, mode="linear"),
+    lambda m: m.nn.functional.pixel_shuffle(m.zeros(1, 3, 2, 2), 2),
+    lambda m: m.nn.functional.pixel_unshuffle(m.zeros(1, 3, 3, 2), 2),
+    lambda m: m.nn.functional.bilinear(m.zeros(2, 3), m.zeros(2, 2), m.zeros(4, 2, 2)),
 ]
 
 
@@ -276,6 +344,24 @@ def test_a_one_sample_dropout1d_and_in_place_dropouts_as_torch(torch_like):
     same = torch_like.nn.Dropout2d(0.5, inplace=True)(h)
     assert same is h and h._version == 1
     h.sum().backward()
+
+
+def test_bilinear_initialises_within_torchs_bound_and_adaptive_max_pool_returns_torchs_indices(torch_like, oracle):
+    torch_like.manual_seed(0)
+    layer = torch_like.nn.Bilinear(9, 2, 3)
+    weights = np.concatenate([values(layer.weight).ravel(), values(layer.bias)])
+    assert np.abs(weights).max() <= 1 / 3 and np.abs(weights).max() > 0.3 and weights.std() > 0.15
+    x = np.random.default_rng(3).standard_normal((2, 3, 7, 5))
+    for m in (torch_like, oracle):
+        out, indices = m.nn.AdaptiveMaxPool2d((3, 2), return_indices=True)(m.tensor(x))
+        flat = x.reshape(2, 3, -1)
+        np.testing.assert_array_equal(
+            np.take_along_axis(flat, values(indices).reshape(2, 3, -1), 2).ravel(), values(out).ravel()
+        )
+    want = oracle.nn.functional.adaptive_max_pool1d(oracle.tensor(x[0]), 3, return_indices=True)[1]
+    got = torch_like.nn.functional.adaptive_max_pool1d(torch_like.tensor(x[0]), 3, return_indices=True)[1]
+    np.testing.assert_array_equal(values(got), want.numpy())
+    assert values(got).dtype == np.int64
 
 
 def test_rrelu_in_training_draws_a_slope_per_negative_element(torch_like):
