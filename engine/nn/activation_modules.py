@@ -204,5 +204,16 @@ class PReLU(_Sided):
         return f"num_parameters={self.num_parameters}"
 
 
-ACTIVATIONS = (Hardtanh, ReLU6, Hardsigmoid, Hardswish, Mish, SELU, Tanhshrink, Softsign, LogSigmoid, Hardshrink)
+ACTIVATIONS: tuple[type, ...] = (
+    Hardtanh,
+    ReLU6,
+    Hardsigmoid,
+    Hardswish,
+    Mish,
+    SELU,
+    Tanhshrink,
+    Softsign,
+    LogSigmoid,
+    Hardshrink,
+)
 ACTIVATIONS += (Softshrink, CELU, GLU, Softmin, Softmax2d, Threshold, RReLU, PReLU)

@@ -45,7 +45,17 @@ from engine.nn.normalization import __all__ as _normalization
 from engine.nn.resampling import *  # noqa: F403  (interpolate, pixel_shuffle...: resampling and rearranging)
 from engine.nn.resampling import __all__ as _resampling
 from engine.nn.resampling import padded_by_index
-from engine.nn.sides import _inplace, _ns, _reduce, _reduction, _softplus_of_negative, _standardised, _type_name
+from engine.nn.sides import (
+    _inplace,
+    _moments,
+    _moved,
+    _ns,
+    _reduce,
+    _reduction,
+    _softplus_of_negative,
+    _standardised,
+    _type_name,
+)
 from engine.nn.sides import register as register  # the sides register here (engine.nn, client.nn)
 from engine.ops.windows import per_dim, windows
 
@@ -530,16 +540,9 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
             raise ValueError(
                 f"Expected more than 1 value per channel when training, got input size {list(input.shape)}"
             )
-        mean = input.mean(dims, keepdim=True)
-        centred = input - mean
-        var = (centred * centred).mean(dims, keepdim=True)
-        ns = _ns(input)
-        with ns.no_grad():
-            if running_mean is not None:
-                running_mean.copy_(running_mean * (1 - momentum) + mean.detach().reshape((channels,)) * momentum)
-            if running_var is not None:
-                unbiased = var.detach().reshape((channels,)) * (count / (count - 1))
-                running_var.copy_(running_var * (1 - momentum) + unbiased * momentum)
+        mean, centred, var = _moments(input, dims)
+        flat = (channels,)
+        _moved(running_mean, running_var, mean.detach().reshape(flat), var.detach().reshape(flat), count, momentum)
         return _standardised(centred, var, eps, weight, bias, shape)
     if running_mean is None:
         raise RuntimeError("running_mean must be defined in evaluation mode")

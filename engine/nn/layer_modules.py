@@ -223,6 +223,14 @@ class AdaptiveMaxPool2d(AdaptiveMaxPool1d):
     _function = staticmethod(F.adaptive_max_pool2d)
 
 
-LAYERS = (ConstantPad1d, ConstantPad2d, ZeroPad1d, ZeroPad2d, ReflectionPad1d, ReflectionPad2d, ReplicationPad1d)
+LAYERS: tuple[type, ...] = (
+    ConstantPad1d,
+    ConstantPad2d,
+    ZeroPad1d,
+    ZeroPad2d,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReplicationPad1d,
+)
 LAYERS += (ReplicationPad2d, CircularPad1d, CircularPad2d, Upsample, UpsamplingNearest2d, UpsamplingBilinear2d)
 LAYERS += (PixelShuffle, PixelUnshuffle, Unfold, Fold, Bilinear, AdaptiveMaxPool1d, AdaptiveMaxPool2d)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 from engine.nn import functional as F
 from engine.nn.sequence import _Sided
@@ -63,7 +64,7 @@ class KLDivLoss(_Loss):
 
 
 class _MarginLoss(_Loss):
-    _function = staticmethod(F.margin_ranking_loss)
+    _function: Any = staticmethod(F.margin_ranking_loss)
 
     def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__(size_average, reduce, reduction)
@@ -159,6 +160,13 @@ class MultiMarginLoss(_WeightedLoss):
         )
 
 
-LOSSES = (CosineSimilarity, PairwiseDistance, KLDivLoss, MarginRankingLoss, CosineEmbeddingLoss, HingeEmbeddingLoss)
+LOSSES: tuple[type, ...] = (
+    CosineSimilarity,
+    PairwiseDistance,
+    KLDivLoss,
+    MarginRankingLoss,
+    CosineEmbeddingLoss,
+    HingeEmbeddingLoss,
+)
 LOSSES += (SoftMarginLoss, PoissonNLLLoss, GaussianNLLLoss, TripletMarginLoss, MultiLabelSoftMarginLoss)
 LOSSES += (MultiMarginLoss,)

@@ -28,7 +28,7 @@ from engine.nn import hooks, init
 from engine.nn.activation_modules import ACTIVATIONS
 from engine.nn.layer_modules import LAYERS
 from engine.nn.loss_modules import LOSSES, _Loss, _WeightedLoss
-from engine.nn.norm_modules import NORMS
+from engine.nn.norm_modules import NORMS, affine_parameters
 from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNCell
 from engine.optim.optimizer import realise_with_next_step
 
@@ -784,15 +784,7 @@ class LayerNorm(Module):
             normalized_shape = (normalized_shape,)
         self.normalized_shape = tuple(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
-        if elementwise_affine:
-            self.weight = self._parameter(self._ns.empty(self.normalized_shape, device=device, dtype=dtype))
-            if bias:
-                self.bias = self._parameter(self._ns.empty(self.normalized_shape, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine_parameters(self, elementwise_affine, bias, self.normalized_shape, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -833,15 +825,7 @@ class _BatchNorm(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         ns = self._ns
-        if affine:
-            self.weight = self._parameter(ns.empty(num_features, device=device, dtype=dtype))
-            if bias:
-                self.bias = self._parameter(ns.empty(num_features, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine_parameters(self, affine, bias, num_features, device, dtype)
         if track_running_stats:
             self.register_buffer("running_mean", ns.zeros(num_features, device=device, dtype=dtype))
             self.register_buffer("running_var", ns.ones(num_features, device=device, dtype=dtype))
@@ -976,7 +960,7 @@ class InstanceNorm3d(_InstanceNorm):
 
 
 class Dropout(Module):
-    _function = staticmethod(F.dropout)
+    _function: Any = staticmethod(F.dropout)
 
     def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()

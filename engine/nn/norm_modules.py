@@ -4,27 +4,31 @@ bias zeros), arguments and reprs are PyTorch's."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from engine.nn import functional as F
 from engine.nn import init
 from engine.nn.sequence import _Sided
 
 
+def affine_parameters(module, affine, bias, shape, device=None, dtype=None) -> None:
+    """A normalisation's `weight` and `bias` parameters of `shape` (uninitialised), each None where `affine` (or
+    `bias`) is off, registered in PyTorch's order."""
+    for name, wanted in (("weight", affine), ("bias", affine and bias)):
+        value = module._parameter(module._ns.empty(shape, device=device, dtype=dtype)) if wanted else None
+        module.register_parameter(name, value)
+
+
 class GroupNorm(_Sided):
+    weight: Any
+    bias: Any
+
     def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, device=None, dtype=None, *, bias=True):
         super().__init__()
         if num_channels % num_groups != 0:
             raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
-        ns = self._ns
-        if affine:
-            self.weight = self._parameter(ns.empty(num_channels, device=device, dtype=dtype))
-            if bias:
-                self.bias = self._parameter(ns.empty(num_channels, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine_parameters(self, affine, bias, num_channels, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -12,7 +12,7 @@ import warnings
 
 import numpy
 
-from engine.nn.sides import _applied, _ns, _standardised
+from engine.nn.sides import _applied, _moments, _moved, _ns, _standardised
 
 __all__ = [
     "group_norm",
@@ -38,9 +38,8 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
             f"Expected number of channels in input to be divisible by num_groups, but got input of shape "
             f"{list(input.shape)} and num_groups={num_groups}"
         )
-    grouped = input.reshape((batch, num_groups, -1))
-    centred = grouped - grouped.mean(-1, keepdim=True)
-    out = (centred / ((centred * centred).mean(-1, keepdim=True) + eps).sqrt()).reshape(tuple(input.shape))
+    _, centred, var = _moments(input.reshape((batch, num_groups, -1)), -1)
+    out = (centred / (var + eps).sqrt()).reshape(tuple(input.shape))
     shape = (1, channels) + (1,) * (input.ndim - 2)
     out = out if weight is None else out * weight.reshape(shape)
     return out if bias is None else out + bias.reshape(shape)
@@ -63,17 +62,10 @@ def instance_norm(
         raise ValueError(
             f"Expected more than 1 spatial element when training, got input size torch.Size({list(input.shape)})"
         )
-    mean = input.mean(dims, keepdim=True)
-    centred = input - mean
-    var = (centred * centred).mean(dims, keepdim=True)
-    with _ns(input).no_grad():
-        if running_mean is not None:
-            running_mean.copy_(
-                running_mean * (1 - momentum) + mean.detach().reshape((batch, channels)).mean(0) * momentum
-            )
-        if running_var is not None:
-            unbiased = var.detach().reshape((batch, channels)).mean(0) * (count / (count - 1))
-            running_var.copy_(running_var * (1 - momentum) + unbiased * momentum)
+    mean, centred, var = _moments(input, dims)
+    per_instance = (batch, channels)
+    instances_mean, instances_var = mean.detach().reshape(per_instance), var.detach().reshape(per_instance)
+    _moved(running_mean, running_var, instances_mean.mean(0), instances_var.mean(0), count, momentum)
     return _standardised(centred, var, eps, weight, bias, shape)
 
 

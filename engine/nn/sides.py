@@ -92,3 +92,20 @@ def _standardised(centred, var, eps, weight, bias, shape=None):
     if bias is not None:
         out = out + (bias if shape is None else bias.reshape(shape))
     return out
+
+
+def _moved(running_mean, running_var, mean, var, count, momentum):
+    """Running statistics moved towards a batch's `mean` and biased `var` of `count` values (the variance made
+    unbiased), in place and unrecorded; either may be None."""
+    with _ns(mean).no_grad():
+        if running_mean is not None:
+            running_mean.copy_(running_mean * (1 - momentum) + mean * momentum)
+        if running_var is not None:
+            running_var.copy_(running_var * (1 - momentum) + var * (count / (count - 1)) * momentum)
+
+
+def _moments(input, dims):
+    """(mean, input - mean, biased variance) over `dims`, kept as dimensions of size 1."""
+    mean = input.mean(dims, keepdim=True)
+    centred = input - mean
+    return mean, centred, (centred * centred).mean(dims, keepdim=True)

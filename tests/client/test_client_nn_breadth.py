@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.client import test_client_nn_optim as base
-from tests.client.test_client_nn_optim import EXACT, copy_into, values
+from tests.client.test_client_nn_optim import EXACT, values
 
 oracle = base.oracle
 
@@ -157,40 +157,9 @@ MODULES = {
 }
 
 
-def build(m, name):
-    m.manual_seed(0)
-    return MODULES[name][0](m).double()
-
-
-def run(m, name, module):
-    """(output, {parameter (and input): gradient}, {buffer: value}) of `module`, MODULES[name]'s, on package `m`."""
-    _, makers, train = MODULES[name]
-    rng = np.random.default_rng(1)
-    arrays = [make(rng) for make in makers]
-    module.train(train)
-    inputs = [m.tensor(a, requires_grad=i == 0 and a.dtype.kind == "f") for i, a in enumerate(arrays)]
-    out = module(*inputs)
-    cotangent = np.random.default_rng(2).standard_normal(tuple(out.shape))
-    (out * m.tensor(cotangent)).sum().backward()
-    grads = {k: values(p.grad) for k, p in module.named_parameters()}
-    if inputs[0].requires_grad:
-        grads["input"] = values(inputs[0].grad)
-    return values(out), grads, {k: values(b) for k, b in module.named_buffers()}
-
-
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_module_matches_torch(torch_like, oracle, name):
-    ours, theirs = build(torch_like, name), build(oracle, name)
-    copy_into(theirs, ours, oracle)
-    assert repr(ours) == repr(theirs)
-    out, grads, buffers = run(torch_like, name, ours)
-    want_out, want_grads, want_buffers = run(oracle, name, theirs)
-    np.testing.assert_allclose(out, want_out, **EXACT)
-    assert sorted(grads) == sorted(want_grads) and sorted(buffers) == sorted(want_buffers)
-    for key in grads:
-        np.testing.assert_allclose(grads[key], want_grads[key], **EXACT, err_msg=key)
-    for key in buffers:
-        np.testing.assert_allclose(buffers[key], want_buffers[key], **EXACT, err_msg=key)
+    base.module_matches_torch(torch_like, oracle, name, MODULES)
 
 
 def test_module_reprs_match_torch(torch_like, oracle):
