@@ -46,7 +46,7 @@ from engine.nn.resampling import *  # noqa: F403  (interpolate, pixel_shuffle...
 from engine.nn.resampling import __all__ as _resampling
 from engine.nn.resampling import padded_by_index
 from engine.nn.sides import (
-    _inplace,
+    _applied,
     _moments,
     _moved,
     _ns,
@@ -371,7 +371,7 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
 
 
 def relu(input, inplace=False):
-    return _inplace(input, input.relu(), inplace)
+    return input.relu_() if inplace else input.relu()
 
 
 _SQRT_HALF = math.sqrt(0.5)
@@ -391,7 +391,7 @@ def gelu(input, approximate="none"):
 
 def silu(input, inplace=False):
     """x * sigmoid(x)."""
-    return _inplace(input, input * input.sigmoid(), inplace)
+    return _applied(lambda x: x * x.sigmoid(), input, inplace)
 
 
 def softplus(input, beta=1.0, threshold=20.0):
@@ -466,9 +466,9 @@ def dropout(input, p=0.5, training=True, inplace=False, generator=None):
         return input
     ns = _ns(input)
     if p == 1.0:
-        return _inplace(input, input * 0.0, inplace)
+        return _applied(lambda x: x * 0.0, input, inplace)
     keep = ns.rand(tuple(input.shape), dtype=numpy.float64, generator=generator) < 1.0 - p
-    return _inplace(input, input * (keep.to(input.dtype) / (1.0 - p)), inplace)
+    return _applied(lambda x: x * (keep.to(x.dtype) / (1.0 - p)), input, inplace)
 
 
 def _safe_softmax(scores):

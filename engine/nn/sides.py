@@ -39,14 +39,6 @@ def _type_name(dtype) -> str:
     return _TYPE_NAMES.get(numpy.dtype(dtype).name, str(dtype))
 
 
-def _inplace(input, result, inplace):
-    """PyTorch's `inplace=True`: `input` becomes the result (its in-place rules apply)."""
-    if not inplace:
-        return result
-    input.copy_(result)
-    return input
-
-
 def _applied(fn, input, inplace, *args):
     """fn(input, *args), or with `inplace` written into `input`, computed from a copy of it so that the
     values its gradient saved are not the ones overwritten (PyTorch's in-place activations backpropagate)."""

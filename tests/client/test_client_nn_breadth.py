@@ -333,6 +333,27 @@ def test_bilinear_initialises_within_torchs_bound_and_adaptive_max_pool_returns_
     assert values(got).dtype == np.int64
 
 
+def test_in_place_functions_of_a_result_backpropagate_as_torch(torch_like, oracle):
+    def chain(m):
+        x = m.tensor(np.linspace(-3, 3, 8), requires_grad=True)
+        F, outs = m.nn.functional, []
+        for step in (F.silu, F.elu, F.mish, F.hardswish, F.relu, F.selu):
+            h = x * 1.5
+            assert step(h, inplace=True) is h
+            outs.append(h)
+        (m.stack(outs) * m.tensor(np.arange(48.0).reshape(6, 8))).sum().backward()
+        return values(m.stack(outs)), values(x.grad)
+
+    for got, want in zip(chain(torch_like), chain(oracle)):
+        np.testing.assert_allclose(got, want, **EXACT)
+    torch_like.manual_seed(0)
+    x = torch_like.tensor(np.ones(40), requires_grad=True)
+    h = x * 1.0
+    torch_like.nn.functional.dropout(h, 0.5, inplace=True)
+    h.sum().backward()
+    np.testing.assert_array_equal(values(x.grad), values(h))  # the kept elements' scale, 2, and zeros
+
+
 def test_rrelu_in_training_draws_a_slope_per_negative_element(torch_like):
     torch_like.manual_seed(0)
     x = torch_like.tensor(-np.ones((200, 50)), requires_grad=True)
