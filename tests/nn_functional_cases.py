@@ -59,6 +59,8 @@ LOGITS_3D = normal(2, 4, 3)
 INDICES_3D = np.array([[0, 3, -100], [2, 2, 1]])
 WIDE = np.array([-60.0, -30.0, -3.0, -0.5, 0.0, 0.7, 4.0, 30.0, 60.0])
 REDUCTIONS = ("mean", "sum", "none")
+BOUNDS = np.array([-6.0, -3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0, 6.0])  # the piecewise activations' joints
+PIECEWISE = ("relu", "relu6", "hardtanh", "hardsigmoid", "hardswish", "hardshrink", "softshrink", "selu", "celu", "elu")
 
 CASES: list[Case] = []
 
@@ -222,6 +224,133 @@ case(
     data=(1,),
 )
 
+# --- distances and the other losses ---------------------------------------------------------------
+
+SIGNS = np.array([1.0, -1.0, -1.0, 1.0, 1.0])
+for reduction in REDUCTIONS:
+    case(
+        f"margin_ranking_loss-{reduction}",
+        f("margin_ranking_loss", margin=0.3, reduction=reduction),
+        normal(5),
+        normal(5),
+        SIGNS,
+        data=(2,),
+    )
+    case(
+        f"hinge_embedding_loss-{reduction}",
+        f("hinge_embedding_loss", margin=1.5, reduction=reduction),
+        normal(5, 3),
+        np.sign(normal(5, 3)),
+        data=(1,),
+    )
+    case(
+        f"soft_margin_loss-{reduction}",
+        f("soft_margin_loss", reduction=reduction),
+        normal(4, 3, scale=3.0),
+        np.sign(normal(4, 3)),
+        data=(1,),
+    )
+    case(
+        f"cosine_embedding_loss-{reduction}",
+        f("cosine_embedding_loss", margin=-0.2, reduction=reduction),
+        normal(5, 3),
+        normal(5, 3),
+        SIGNS,
+        data=(2,),
+    )
+    case(
+        f"triplet_margin_loss-{reduction}",
+        f("triplet_margin_loss", margin=2.0, reduction=reduction),
+        normal(5, 3),
+        normal(5, 3),
+        normal(5, 3),
+    )
+    case(
+        f"multilabel_soft_margin_loss-{reduction}",
+        f("multilabel_soft_margin_loss", reduction=reduction),
+        normal(4, 3, scale=3.0),
+        uniform(0, 1, 4, 3).round(),
+        data=(1,),
+    )
+    case(f"multi_margin_loss-{reduction}", f("multi_margin_loss", reduction=reduction), normal(5, 4), INDICES)
+    case(
+        f"poisson_nll_loss-{reduction}",
+        f("poisson_nll_loss", reduction=reduction),
+        normal(4, 3),
+        uniform(0, 4, 4, 3).round(),
+        data=(1,),
+    )
+    case(
+        f"gaussian_nll_loss-{reduction}",
+        f("gaussian_nll_loss", reduction=reduction),
+        normal(4, 3),
+        normal(4, 3),
+        uniform(0.5, 2.0, 4, 3),
+        data=(1,),
+    )
+for reduction in ("batchmean", "sum", "none", "mean"):
+    case(
+        f"kl_div-{reduction}",
+        f("kl_div", reduction=reduction),
+        log_probs(3, 4),
+        np.concatenate([probabilities(3, 3), np.zeros((3, 1))], axis=1),
+        data=(1,),
+    )
+    case(
+        f"kl_div-log_target-{reduction}",
+        f("kl_div", reduction=reduction, log_target=True),
+        log_probs(3, 4),
+        log_probs(3, 4),
+    )
+case("cosine_similarity", f("cosine_similarity"), normal(4, 3), normal(4, 3))
+case("cosine_similarity-broadcast-dim0", f("cosine_similarity", dim=0, eps=1e-3), normal(3, 4), normal(3, 1))
+case("cosine_similarity-zero-vector", f("cosine_similarity", dim=-1), np.zeros((2, 3)), normal(2, 3), data=(0,))
+case("pairwise_distance", f("pairwise_distance"), normal(4, 3), normal(4, 3))
+case("pairwise_distance-p1-keepdim", f("pairwise_distance", p=1.0, keepdim=True), normal(4, 3), normal(3))
+case("pdist", f("pdist"), normal(5, 3))
+case("pdist-p1", f("pdist", p=1), normal(4, 3))
+case("triplet_margin_loss-swap-p1", f("triplet_margin_loss", p=1, swap=True), normal(5, 3), normal(5, 3), normal(5, 3))
+case(
+    "multi_margin_loss-p2-weighted",
+    lambda m, x, t, w: m.nn.functional.multi_margin_loss(x, t, p=2, margin=0.5, weight=w),
+    normal(5, 4),
+    INDICES,
+    CLASS_WEIGHT,
+    data=(2,),
+)
+case("multi_margin_loss-unbatched", f("multi_margin_loss", reduction="none"), normal(4), np.array(2))
+case(
+    "multilabel_soft_margin_loss-weighted",
+    lambda m, x, t, w: m.nn.functional.multilabel_soft_margin_loss(x, t, w),
+    normal(4, 3),
+    uniform(0, 1, 4, 3).round(),
+    uniform(0.5, 2, 3),
+    data=(1, 2),
+)
+case(
+    "poisson_nll_loss-full-not-log",
+    f("poisson_nll_loss", log_input=False, full=True),
+    uniform(0.5, 3, 4, 3),
+    uniform(0, 4, 4, 3).round(),
+    data=(1,),
+)
+case(
+    "gaussian_nll_loss-shared-var-full",
+    f("gaussian_nll_loss", full=True),
+    normal(4, 3),
+    normal(4, 3),
+    uniform(0.5, 2.0, 4, 1),
+)
+case(
+    "gaussian_nll_loss-short-var-clamped",
+    f("gaussian_nll_loss", eps=0.1),
+    normal(4, 3),
+    normal(4, 3),
+    np.array([0.05, 0.5, 1.0, 0.01]),
+    data=(1,),
+    gradcheck=False,  # the clamp to eps is not differentiated (PyTorch's no_grad clamp_)
+)
+
 # --- activations --------------------------------------------------------------------------------
 
 for dim in (0, 1, -1):
@@ -242,10 +371,41 @@ for name, options in (
     ("softplus", {"beta": 2.0, "threshold": 1.0}),
     ("tanh", {}),
     ("sigmoid", {}),
+    ("relu6", {}),
+    ("hardtanh", {"min_val": -0.5, "max_val": 2.0}),
+    ("hardsigmoid", {}),
+    ("hardswish", {}),
+    ("hardshrink", {}),
+    ("softshrink", {"lambd": 0.3}),
+    ("tanhshrink", {}),
+    ("softsign", {}),
+    ("logsigmoid", {}),
+    ("mish", {}),
+    ("selu", {}),
+    ("celu", {"alpha": 0.5}),  # (a float32 alpha: PyTorch's derivative takes 1 / float32(alpha))
+    ("threshold", {"threshold": 0.2, "value": -1.0}),
+    ("rrelu", {"lower": 0.1, "upper": 0.5}),
 ):
     tag = "-".join([name, *(f"{k}{v}" for k, v in options.items())])
     case(tag, f(name, **options), normal(4, 5, scale=2.0))
     case(tag + "-wide", f(name, **options), WIDE, gradcheck=False)
+
+case(
+    "activations-at-their-joints",  # values and gradients only: finite differences straddle the kinks
+    lambda m, x: m.stack([getattr(m.nn.functional, n)(x) for n in PIECEWISE]),
+    BOUNDS,
+    gradcheck=False,
+)
+for name, args in (("relu_", ()), ("elu_", (0.5,)), ("leaky_relu_", (0.2,)), ("hardtanh_", (-0.5, 0.5))):
+    case(f"{name}-of-a-result", lambda m, x, n=name, a=args: getattr(m.nn.functional, n)(x * 1.0, *a), normal(3, 4))
+for name, args in (("threshold_", (0.1, 2.0)), ("rrelu_", ()), ("celu_", (2.0,)), ("selu_", ())):
+    case(f"{name}-of-a-result", lambda m, x, n=name, a=args: getattr(m.nn.functional, n)(x * 1.0, *a), normal(3, 4))
+case("glu", f("glu"), normal(3, 6))
+case("glu-dim0", f("glu", 0), normal(4, 3))
+case("softmin-dim1", f("softmin", dim=1), normal(3, 4))
+case("softmin-implicit-dim", lambda m, x: m.nn.functional.softmin(x, dtype=m.float64), normal(2, 3, 4))
+case("prelu-per-channel", f("prelu"), normal(2, 3, 4), uniform(0.1, 0.5, 3))
+case("prelu-one-slope", f("prelu"), normal(3, 4), uniform(0.1, 0.5, 1))
 
 # --- encodings and layers -----------------------------------------------------------------------
 
@@ -298,6 +458,91 @@ case("normalize-eps", f("normalize", dim=-1, eps=10.0), normal(3, 4))
 for pads in ((1, 2), (1, -1, 2, 0), (-1, -1, -1, -1), (0, 0, 1, 1, 2, 0)):
     case(f"pad-{pads}", f("pad", pads), normal(2, 3, 4))
 case("pad-value", f("pad", (2, 1), value=1.5), normal(3, 2))
+for mode in ("reflect", "replicate", "circular"):
+    for pads in ((1, 2), (3, 0), (-1, 2), (2, -1)):
+        case(f"pad-{mode}-{pads}", f("pad", pads, mode=mode), normal(2, 3, 4))
+    case(f"pad-{mode}-2d", f("pad", (1, 2, 2, 0), mode=mode), normal(1, 2, 3, 4))
+    case(f"pad-{mode}-3d-of-4d", f("pad", (1, 0, 0, 1, 1, 1), mode=mode), normal(2, 3, 2, 3))
+
+# --- resampling and rearranging --------------------------------------------------------------------
+for mode, shape in (("nearest", (1, 2, 3, 4)), ("nearest-exact", (1, 2, 3, 4)), ("area", (1, 2, 5, 4))):
+    case(f"interpolate-{mode}-scale", f("interpolate", scale_factor=(2, 1.5), mode=mode), normal(*shape))
+    case(f"interpolate-{mode}-size", f("interpolate", size=(4, 3), mode=mode), normal(*shape))
+    case(f"interpolate-{mode}-1d", f("interpolate", size=7, mode=mode), normal(2, 2, 5))
+for corners in (False, True):
+    case(
+        f"interpolate-linear-size-corners{corners}",
+        f("interpolate", size=7, mode="linear", align_corners=corners),
+        normal(2, 2, 4),
+    )
+    case(
+        f"interpolate-linear-down-corners{corners}",
+        f("interpolate", scale_factor=0.6, mode="linear", align_corners=corners),
+        normal(2, 2, 6),
+    )
+    case(
+        f"interpolate-bilinear-scale-corners{corners}",
+        f("interpolate", scale_factor=2.5, mode="bilinear", align_corners=corners),
+        normal(1, 2, 3, 4),
+    )
+    case(
+        f"interpolate-bilinear-size-corners{corners}",
+        f("interpolate", size=(5, 2), mode="bilinear", align_corners=corners),
+        normal(2, 1, 3, 4),
+    )
+case(
+    "interpolate-bilinear-recompute",
+    f("interpolate", scale_factor=1.7, mode="bilinear", recompute_scale_factor=True),
+    normal(1, 1, 3, 4),
+)
+case("interpolate-nearest-5d", f("interpolate", scale_factor=2), normal(1, 1, 2, 2, 3))
+case("pixel_shuffle", f("pixel_shuffle", 2), normal(2, 8, 2, 3))
+case("pixel_shuffle-3d", f("pixel_shuffle", 3), normal(9, 2, 2))
+case("pixel_unshuffle", f("pixel_unshuffle", 2), normal(2, 2, 4, 6))
+case("bilinear", f("bilinear"), normal(5, 3), normal(5, 2), normal(4, 3, 2), normal(4))
+case("bilinear-no-bias-3d", f("bilinear"), normal(2, 5, 3), normal(2, 5, 2), normal(4, 3, 2))
+case("adaptive_max_pool2d", f("adaptive_max_pool2d", (2, 3)), normal(2, 2, 5, 7))
+case("adaptive_max_pool2d-indices", f("adaptive_max_pool2d", (3, None), return_indices=True), normal(2, 7, 4))
+case("adaptive_max_pool1d", f("adaptive_max_pool1d", 3), normal(2, 2, 8))
+case("adaptive_max_pool1d-indices", f("adaptive_max_pool1d", 4, return_indices=True), normal(3, 7))
+case("group_norm", f("group_norm", 2), normal(2, 4, 3))
+case(
+    "group_norm-affine-4d",
+    lambda m, x, w, b: m.nn.functional.group_norm(x, 3, w, b, eps=1e-3),
+    normal(2, 6, 2, 3),
+    normal(6),
+    normal(6),
+)
+for stats in (True, False):
+
+    def instance_norm(m, x, mean, var, w, b, stats=stats):
+        out = m.nn.functional.instance_norm(x, mean, var, w, b, use_input_stats=stats, momentum=0.2)
+        return out, mean, var
+
+    case(
+        f"instance_norm-input-stats{int(stats)}",
+        instance_norm,
+        normal(2, 3, 4),
+        normal(3),
+        uniform(0.5, 2.0, 3),
+        normal(3),
+        normal(3),
+        data=(1, 2),
+    )
+case("instance_norm-no-running-stats-4d", f("instance_norm"), normal(2, 3, 2, 3))
+case("rms_norm", f("rms_norm", (4,)), normal(3, 4))
+case(
+    "rms_norm-weight-eps",
+    lambda m, x, w: m.nn.functional.rms_norm(x, (2, 3), w, eps=0.1),
+    normal(4, 2, 3),
+    normal(2, 3),
+)
+case("local_response_norm-3d", f("local_response_norm", 3, alpha=0.1), normal(2, 5, 4))
+case("local_response_norm-4d", f("local_response_norm", 2, alpha=0.2, beta=0.5, k=2.0), normal(2, 4, 3, 2))
+for name, ndim in (("dropout1d", 3), ("dropout2d", 4), ("dropout3d", 5), ("alpha_dropout", 2)):
+    case(f"{name}-eval", f(name, 0.5, training=False), normal(*(2, 3, 2, 2, 2)[:ndim]))
+    case(f"{name}-p0", f(name, 0.0, training=True), normal(*(2, 3, 2, 2, 2)[:ndim]))
+case("feature_alpha_dropout-eval", f("feature_alpha_dropout", 0.3), normal(2, 3, 2))
 case("dropout-eval", f("dropout", 0.5, training=False), normal(3, 4))
 case("dropout-p0", f("dropout", 0.0), normal(3, 4))
 

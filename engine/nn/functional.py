@@ -17,8 +17,13 @@ call the registry's composite ops of the same names (`engine.ops.conv`), so each
 `unfold`/`fold` are its primitives `im2col`/`col2im`, and `conv_transpose1d/2d/3d` and `adaptive_avg_pool1d`
 are composed here of those.
 
+The other activations, the distances and other losses, the other normalisations and dropouts, and resampling
+(interpolate, pad's non-constant modes, pixel_shuffle, bilinear, adaptive max pooling) are written in
+`engine.nn.activations`, `losses`, `normalization` and `resampling`, and re-exported here.
+
 Not provided (a `NotImplementedError` naming it, `engine.nn.missing`): the rest of torch.nn.functional
-(multi_head_attention_forward, adaptive 3-d pooling, the other losses and activations).
+(multi_head_attention_forward, adaptive 3-d pooling, ctc_loss, multilabel_margin_loss, interpolate's cubic
+modes and antialias...).
 """
 
 from __future__ import annotations
@@ -29,7 +34,29 @@ import warnings
 import numpy
 
 from engine.mixed_precision import cast_functions
+from engine.nn.activations import *  # noqa: F403  (relu6, prelu, mish...: the other activations)
+from engine.nn.activations import __all__ as _activations
+from engine.nn.activations import elu, leaky_relu
+from engine.nn.losses import *  # noqa: F403  (kl_div, cosine_similarity...: the distances and other losses)
+from engine.nn.losses import __all__ as _losses
 from engine.nn.missing import missing
+from engine.nn.normalization import *  # noqa: F403  (group_norm, dropout2d...: the other normalisations and dropouts)
+from engine.nn.normalization import __all__ as _normalization
+from engine.nn.resampling import *  # noqa: F403  (interpolate, pixel_shuffle...: resampling and rearranging)
+from engine.nn.resampling import __all__ as _resampling
+from engine.nn.resampling import padded_by_index
+from engine.nn.sides import (
+    _applied,
+    _moments,
+    _moved,
+    _ns,
+    _reduce,
+    _reduction,
+    _softplus_of_negative,
+    _standardised,
+    _type_name,
+)
+from engine.nn.sides import register as register  # the sides register here (engine.nn, client.nn)
 from engine.ops.windows import per_dim, windows
 
 __getattr__ = missing("torch.nn.functional")
@@ -78,70 +105,10 @@ __all__ = [
     "unfold",
     "fold",
 ]
-
-_NAMESPACES: dict = {}  # Variable class -> the package whose functions compute on it
-_TYPE_NAMES = {
-    "float32": "Float",
-    "float64": "Double",
-    "float16": "Half",
-    "int64": "Long",
-    "int32": "Int",
-    "int16": "Short",
-    "int8": "Char",
-    "uint8": "Byte",
-    "bool": "Bool",
-}
+__all__ += _activations + _losses + _normalization + _resampling
 _INDEX_DTYPES = (numpy.dtype(numpy.int64), numpy.dtype(numpy.uint8))
 
-
-def register(variable_class, namespace) -> None:
-    """Make the functions compute on `variable_class` with `namespace`'s functions (its package)."""
-    _NAMESPACES[variable_class] = namespace
-
-
-def _ns(v):
-    for cls in type(v).__mro__:
-        namespace = _NAMESPACES.get(cls)
-        if namespace is not None:
-            return namespace
-    raise TypeError(f"expected a Variable, got {type(v).__name__}")
-
-
-def _type_name(dtype) -> str:
-    return _TYPE_NAMES.get(numpy.dtype(dtype).name, str(dtype))
-
-
-def _inplace(input, result, inplace):
-    """PyTorch's `inplace=True`: `input` becomes the result (its in-place rules apply)."""
-    if not inplace:
-        return result
-    input.copy_(result)
-    return input
-
-
 # --- reductions ---------------------------------------------------------------------------------
-
-
-def _reduction(size_average, reduce, reduction) -> str:
-    if size_average is not None or reduce is not None:  # PyTorch's legacy arguments
-        size_average = True if size_average is None else size_average
-        reduce = True if reduce is None else reduce
-        reduction = "mean" if size_average and reduce else "sum" if reduce else "none"
-        warnings.warn(
-            "size_average and reduce args will be deprecated, please use reduction='" + reduction + "' instead.",
-            stacklevel=3,
-        )
-    if reduction not in ("none", "mean", "sum"):
-        raise ValueError(f"{reduction} is not a valid value for reduction")
-    return reduction
-
-
-def _reduce(loss, reduction):
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    return loss
 
 
 def _warn_size(input, target):
@@ -363,14 +330,6 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return _reduce(loss, reduction)
 
 
-def _softplus_of_negative(x):
-    """log(1 + exp(-x)) without overflow, its gradient -sigmoid(x) everywhere (also at 0)."""
-    ns = _ns(x)
-    positive = ns.log1p((-x.clamp(min=0)).exp())
-    negative = ns.log1p(x.clamp(max=0).exp()) - x
-    return ns.where(x > 0, positive, negative)
-
-
 def binary_cross_entropy_with_logits(
     input, target, weight=None, size_average=None, reduce=None, reduction="mean", pos_weight=None
 ):
@@ -416,18 +375,7 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
 
 
 def relu(input, inplace=False):
-    return _inplace(input, input.relu(), inplace)
-
-
-def leaky_relu(input, negative_slope=0.01, inplace=False):
-    """x where x > 0, else negative_slope * x."""
-    return _inplace(input, _ns(input).where(input > 0, input, input * negative_slope), inplace)
-
-
-def elu(input, alpha=1.0, inplace=False):
-    """x where x > 0, else alpha * (exp(x) - 1)."""
-    ns = _ns(input)
-    return _inplace(input, ns.where(input > 0, input, ns.expm1(input.clamp(max=0)) * alpha), inplace)
+    return input.relu_() if inplace else input.relu()
 
 
 _SQRT_HALF = math.sqrt(0.5)
@@ -447,7 +395,7 @@ def gelu(input, approximate="none"):
 
 def silu(input, inplace=False):
     """x * sigmoid(x)."""
-    return _inplace(input, input * input.sigmoid(), inplace)
+    return _applied(lambda x: x * x.sigmoid(), input, inplace)
 
 
 def softplus(input, beta=1.0, threshold=20.0):
@@ -522,9 +470,9 @@ def dropout(input, p=0.5, training=True, inplace=False, generator=None):
         return input
     ns = _ns(input)
     if p == 1.0:
-        return _inplace(input, input * 0.0, inplace)
+        return _applied(lambda x: x * 0.0, input, inplace)
     keep = ns.rand(tuple(input.shape), dtype=numpy.float64, generator=generator) < 1.0 - p
-    return _inplace(input, input * (keep.to(input.dtype) / (1.0 - p)), inplace)
+    return _applied(lambda x: x * (keep.to(x.dtype) / (1.0 - p)), input, inplace)
 
 
 def _safe_softmax(scores):
@@ -567,15 +515,6 @@ def scaled_dot_product_attention(
     return dropout(weights, dropout_p).matmul(value)
 
 
-def _standardised(centred, var, eps, weight, bias, shape=None):
-    out = centred / (var + eps).sqrt()
-    if weight is not None:
-        out = out * (weight if shape is None else weight.reshape(shape))
-    if bias is not None:
-        out = out + (bias if shape is None else bias.reshape(shape))
-    return out
-
-
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """(x - mean) / sqrt(var + eps) over the last dimensions (`normalized_shape`), then * weight + bias."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -605,16 +544,9 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
             raise ValueError(
                 f"Expected more than 1 value per channel when training, got input size {list(input.shape)}"
             )
-        mean = input.mean(dims, keepdim=True)
-        centred = input - mean
-        var = (centred * centred).mean(dims, keepdim=True)
-        ns = _ns(input)
-        with ns.no_grad():
-            if running_mean is not None:
-                running_mean.copy_(running_mean * (1 - momentum) + mean.detach().reshape((channels,)) * momentum)
-            if running_var is not None:
-                unbiased = var.detach().reshape((channels,)) * (count / (count - 1))
-                running_var.copy_(running_var * (1 - momentum) + unbiased * momentum)
+        mean, centred, var = _moments(input, dims)
+        flat = (channels,)
+        _moved(running_mean, running_var, mean.detach().reshape(flat), var.detach().reshape(flat), count, momentum)
         return _standardised(centred, var, eps, weight, bias, shape)
     if running_mean is None:
         raise RuntimeError("running_mean must be defined in evaluation mode")
@@ -634,7 +566,8 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 
 def pad(input, pad, mode="constant", value=None):
     """Pads (or, with negative amounts, crops) the last dimensions: `pad` is (left, right) of the last
-    dimension, then of the one before, ... as in PyTorch. Only mode 'constant' (fill `value`, 0 by default)."""
+    dimension, then of the one before, ... as in PyTorch: mode 'constant' (fill `value`, 0 by default), or
+    'reflect', 'replicate' or 'circular' (`engine.nn.resampling`)."""
     if len(pad) % 2:
         raise RuntimeError("Padding length must be divisible by 2")
     if len(pad) // 2 > input.ndim:
@@ -643,7 +576,7 @@ def pad(input, pad, mode="constant", value=None):
             f"{len(pad)} and input of dimension {input.ndim}"
         )
     if mode != "constant":
-        raise NotImplementedError(f"pad: mode '{mode}' is not supported (only 'constant')")
+        return padded_by_index(input, pad, mode, value)
     ns = _ns(input)
     crop, place, shape = [slice(None)] * input.ndim, [slice(None)] * input.ndim, list(input.shape)
     for i in range(len(pad) // 2):

@@ -25,6 +25,10 @@ import numpy
 from engine.devices import Device
 from engine.nn import functional as F
 from engine.nn import hooks, init
+from engine.nn.activation_modules import ACTIVATIONS
+from engine.nn.layer_modules import LAYERS
+from engine.nn.loss_modules import LOSSES, _Loss, _WeightedLoss
+from engine.nn.norm_modules import NORMS, affine_parameters
 from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNCell
 from engine.nn.transformer import (
     Transformer,
@@ -800,15 +804,7 @@ class LayerNorm(Module):
             normalized_shape = (normalized_shape,)
         self.normalized_shape = tuple(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
-        if elementwise_affine:
-            self.weight = self._parameter(self._ns.empty(self.normalized_shape, device=device, dtype=dtype))
-            if bias:
-                self.bias = self._parameter(self._ns.empty(self.normalized_shape, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine_parameters(self, elementwise_affine, bias, self.normalized_shape, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -849,15 +845,7 @@ class _BatchNorm(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         ns = self._ns
-        if affine:
-            self.weight = self._parameter(ns.empty(num_features, device=device, dtype=dtype))
-            if bias:
-                self.bias = self._parameter(ns.empty(num_features, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine_parameters(self, affine, bias, num_features, device, dtype)
         if track_running_stats:
             self.register_buffer("running_mean", ns.zeros(num_features, device=device, dtype=dtype))
             self.register_buffer("running_var", ns.ones(num_features, device=device, dtype=dtype))
@@ -933,7 +921,67 @@ class BatchNorm3d(_BatchNorm):
     _ndims = (5,)
 
 
+class _InstanceNorm(_BatchNorm):
+    """Instance normalisation (`F.instance_norm`) of [N, C, *] or one sample [C, *]: `_BatchNorm`'s parameters
+    and buffers (none by default), the running statistics used in eval only when tracked."""
+
+    def __init__(
+        self,
+        num_features: int,
+        eps=1e-5,
+        momentum=0.1,
+        affine=False,
+        track_running_stats=False,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+
+    def forward(self, input):
+        if input.ndim not in self._ndims:
+            raise ValueError(f"expected {' or '.join(f'{n}D' for n in self._ndims)} input (got {input.ndim}D input)")
+        feature_dim = input.ndim - self._ndims[0]
+        if input.shape[feature_dim] != self.num_features:
+            if self.affine:
+                raise ValueError(
+                    f"expected input's size at dim={feature_dim} to match num_features ({self.num_features}), "
+                    f"but got: {input.shape[feature_dim]}."
+                )
+            warnings.warn(
+                f"input's size at dim={feature_dim} does not match num_features. You can silence this warning by "
+                "not passing in num_features, which is not used because affine=False",
+                stacklevel=2,
+            )
+        batched = input if feature_dim else input.unsqueeze(0)
+        use_input_stats = self.training or not self.track_running_stats
+        momentum = 0.0 if self.momentum is None else self.momentum
+        stats = (self.running_mean, self.running_var)
+        out = F.instance_norm(batched, *stats, self.weight, self.bias, use_input_stats, momentum, self.eps)
+        if self.training and self.track_running_stats:
+            for buffer in stats:
+                realise_with_next_step(buffer)
+        return out if feature_dim else out.squeeze(0)
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalisation of [N, C, L] or [C, L] input."""
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalisation of [N, C, H, W] or [C, H, W] input."""
+
+    _ndims = (3, 4)
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Instance normalisation of [N, C, D, H, W] or [C, D, H, W] input."""
+
+    _ndims = (4, 5)
+
+
 class Dropout(Module):
+    _function: Any = staticmethod(F.dropout)
+
     def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
         if p < 0 or p > 1:
@@ -941,10 +989,32 @@ class Dropout(Module):
         self.p, self.inplace = p, inplace
 
     def forward(self, input):
-        return F.dropout(input, self.p, self.training, self.inplace)
+        return self._function(input, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout1d(Dropout):
+    """Zeroes whole channels of [N, C, L] or [C, L] input (training only)."""
+
+    _function = staticmethod(F.dropout1d)
+
+
+class Dropout2d(Dropout):
+    _function = staticmethod(F.dropout2d)
+
+
+class Dropout3d(Dropout):
+    _function = staticmethod(F.dropout3d)
+
+
+class AlphaDropout(Dropout):
+    _function = staticmethod(F.alpha_dropout)
+
+
+class FeatureAlphaDropout(Dropout):
+    _function = staticmethod(F.feature_alpha_dropout)
 
 
 # --- convolution and pooling --------------------------------------------------------------------
@@ -1376,31 +1446,6 @@ class LogSoftmax(Softmax):
 # --- losses -------------------------------------------------------------------------------------
 
 
-def _legacy_reduction(size_average, reduce, reduction) -> str:
-    """PyTorch's `_Reduction.legacy_get_string`: the reduction that size_average/reduce spell."""
-    if size_average is None and reduce is None:
-        return reduction
-    size_average = True if size_average is None else size_average
-    reduce = True if reduce is None else reduce
-    reduction = "mean" if size_average and reduce else "sum" if reduce else "none"
-    warnings.warn(
-        f"size_average and reduce args will be deprecated, please use reduction='{reduction}' instead.", stacklevel=3
-    )
-    return reduction
-
-
-class _Loss(Module):
-    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
-        super().__init__()
-        self.reduction = _legacy_reduction(size_average, reduce, reduction)
-
-
-class _WeightedLoss(_Loss):
-    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
-        super().__init__(size_average, reduce, reduction)
-        self.register_buffer("weight", weight)
-
-
 class MSELoss(_Loss):
     def forward(self, input, target):
         return F.mse_loss(input, target, reduction=self.reduction)
@@ -1488,6 +1533,10 @@ GENERIC = (
     *(MSELoss, L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, NLLLoss, CrossEntropyLoss),
     *(RNN, LSTM, GRU, RNNCell, LSTMCell, GRUCell, MultiheadAttention),
     *(Transformer, TransformerEncoder, TransformerDecoder, TransformerEncoderLayer, TransformerDecoderLayer),
+    *ACTIVATIONS,
+    *LOSSES,
+    *(InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, Dropout1d, Dropout2d, Dropout3d, AlphaDropout),
+    *(FeatureAlphaDropout, *NORMS, *LAYERS),
 )
 
 

@@ -27,6 +27,7 @@ class _Sided:
     _parameter: Any
     training: bool
     register_parameter: Any
+    register_buffer: Any
     parameters: Any
 
 

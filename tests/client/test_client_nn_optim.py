@@ -128,14 +128,14 @@ MODULES = {
 }
 
 
-def build_module(m, name):
+def build_module(m, name, table=MODULES):
     m.manual_seed(0)
-    return MODULES[name][0](m).double()
+    return table[name][0](m).double()
 
 
-def run_module(m, name, module):
-    """(output, {parameter (and input): gradient}, {buffer: value}) of `module`, MODULES[name]'s, on package `m`."""
-    _, makers, train = MODULES[name]
+def run_module(m, name, module, table=MODULES):
+    """(output, {parameter (and input): gradient}, {buffer: value}) of `module`, table[name]'s, on package `m`."""
+    _, makers, train = table[name]
     rng = np.random.default_rng(1)
     arrays = [make(rng) for make in makers]
     module.train(train)
@@ -149,12 +149,14 @@ def run_module(m, name, module):
     return values(out), grads, {k: values(b) for k, b in module.named_buffers()}
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_module_matches_torch(torch_like, oracle, name):
-    ours, theirs = build_module(torch_like, name), build_module(oracle, name)
+def module_matches_torch(torch_like, oracle, name, table=MODULES):
+    """table[name]'s module on `torch_like` and on PyTorch (given its state_dict): the same repr, output,
+    gradients and buffers."""
+    ours, theirs = build_module(torch_like, name, table), build_module(oracle, name, table)
     copy_into(theirs, ours, oracle)
-    out, grads, buffers = run_module(torch_like, name, ours)
-    want_out, want_grads, want_buffers = run_module(oracle, name, theirs)
+    assert repr(ours) == repr(theirs)
+    out, grads, buffers = run_module(torch_like, name, ours, table)
+    want_out, want_grads, want_buffers = run_module(oracle, name, theirs, table)
     np.testing.assert_allclose(out, want_out, **EXACT)
     assert sorted(grads) == sorted(want_grads)
     for key in grads:
@@ -162,6 +164,11 @@ def test_module_matches_torch(torch_like, oracle, name):
     assert sorted(buffers) == sorted(want_buffers)
     for key in buffers:
         np.testing.assert_allclose(buffers[key], want_buffers[key], **EXACT, err_msg=key)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module_matches_torch(torch_like, oracle, name):
+    module_matches_torch(torch_like, oracle, name)
 
 
 def test_module_reprs_match_torch(oracle):

@@ -16,7 +16,9 @@ from tests.nn_functional_cases import CASES, differentiable
 
 F = engine.nn.functional
 # the cases that warn as PyTorch does (tests/client/test_client_nn_functional.py checks the warnings)
-pytestmark = pytest.mark.filterwarnings("ignore:Using a target size", "ignore:Implicit dimension choice")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Using a target size", "ignore:Implicit dimension choice", "ignore:reduction. 'mean' divides"
+)
 CHECKED = [c for c in CASES if c.gradcheck and differentiable(c)]
 
 

@@ -1,0 +1,236 @@
+"""`torch.nn`'s padding, resampling and rearranging modules (ConstantPad/ZeroPad/ReflectionPad/ReplicationPad/
+CircularPad 1d and 2d, Upsample and UpsamplingNearest2d/Bilinear2d, PixelShuffle/PixelUnshuffle, Fold/Unfold,
+Bilinear, AdaptiveMaxPool1d/2d), mixins that `engine.nn.modules.bind` joins to a side's `Module` as it does
+`engine.nn.sequence`'s; each forward calls `engine.nn.functional`. Arguments, Bilinear's parameters and their
+initialisation (U(-1/sqrt(in1_features), 1/sqrt(in1_features))) and the reprs are PyTorch's."""
+
+from __future__ import annotations
+
+import math
+
+from engine.nn import functional as F
+from engine.nn import init
+from engine.nn.sequence import _Sided
+
+
+class _Pad(_Sided):
+    """F.pad with `mode`; an int padding is the same on every side of the last `_dims` dimensions."""
+
+    _dims = 1
+    _mode = "reflect"
+
+    def __init__(self, padding):
+        super().__init__()
+        self.padding = (padding,) * (2 * self._dims) if isinstance(padding, int) else tuple(padding)
+
+    def forward(self, input):
+        return F.pad(input, self.padding, self._mode)
+
+    def extra_repr(self) -> str:
+        return f"{self.padding}"
+
+
+class _ConstantPad(_Pad):
+    _mode = "constant"
+
+    def __init__(self, padding, value: float):
+        super().__init__(padding)
+        self.value = value
+
+    def forward(self, input):
+        return F.pad(input, self.padding, "constant", self.value)
+
+    def extra_repr(self) -> str:
+        return f"padding={self.padding}, value={self.value}"
+
+
+class ConstantPad1d(_ConstantPad):
+    pass
+
+
+class ConstantPad2d(_ConstantPad):
+    _dims = 2
+
+
+class _ZeroPad(_ConstantPad):
+    def __init__(self, padding):
+        super().__init__(padding, 0.0)
+
+    def extra_repr(self) -> str:
+        return f"{self.padding}"
+
+
+class ZeroPad1d(_ZeroPad):
+    pass
+
+
+class ZeroPad2d(_ZeroPad):
+    _dims = 2
+
+
+class ReflectionPad1d(_Pad):
+    pass
+
+
+class ReflectionPad2d(_Pad):
+    _dims = 2
+
+
+class ReplicationPad1d(_Pad):
+    _mode = "replicate"
+
+
+class ReplicationPad2d(ReplicationPad1d):
+    _dims = 2
+
+
+class CircularPad1d(_Pad):
+    _mode = "circular"
+
+
+class CircularPad2d(CircularPad1d):
+    _dims = 2
+
+
+class Upsample(_Sided):
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None):
+        super().__init__()
+        self.size, self.mode = size, mode
+        if isinstance(scale_factor, (tuple, list)):
+            self.scale_factor = tuple(float(factor) for factor in scale_factor)
+        else:
+            self.scale_factor = float(scale_factor) if scale_factor else None
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, input):
+        return F.interpolate(
+            input,
+            self.size,
+            self.scale_factor,
+            self.mode,
+            self.align_corners,
+            recompute_scale_factor=self.recompute_scale_factor,
+        )
+
+    def extra_repr(self) -> str:
+        info = f"scale_factor={self.scale_factor!r}" if self.scale_factor is not None else f"size={self.size!r}"
+        return f"{info}, mode={self.mode!r}"
+
+
+class UpsamplingNearest2d(Upsample):
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="nearest")
+
+
+class UpsamplingBilinear2d(Upsample):
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
+
+
+class PixelShuffle(_Sided):
+    def __init__(self, upscale_factor: int):
+        super().__init__()
+        self.upscale_factor = upscale_factor
+
+    def forward(self, input):
+        return F.pixel_shuffle(input, self.upscale_factor)
+
+    def extra_repr(self) -> str:
+        return f"upscale_factor={self.upscale_factor}"
+
+
+class PixelUnshuffle(_Sided):
+    def __init__(self, downscale_factor: int):
+        super().__init__()
+        self.downscale_factor = downscale_factor
+
+    def forward(self, input):
+        return F.pixel_unshuffle(input, self.downscale_factor)
+
+    def extra_repr(self) -> str:
+        return f"downscale_factor={self.downscale_factor}"
+
+
+class Unfold(_Sided):
+    def __init__(self, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__()
+        self.kernel_size, self.dilation, self.padding, self.stride = kernel_size, dilation, padding, stride
+
+    def forward(self, input):
+        return F.unfold(input, self.kernel_size, self.dilation, self.padding, self.stride)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, dilation={self.dilation}, padding={self.padding}, stride={self.stride}"
+
+
+class Fold(Unfold):
+    def __init__(self, output_size, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__(kernel_size, dilation, padding, stride)
+        self.output_size = output_size
+
+    def forward(self, input):
+        return F.fold(input, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}, " + super().extra_repr()
+
+
+class Bilinear(_Sided):
+    """y = x1^T weight[o] x2 + bias[o]; weight [out_features, in1_features, in2_features]."""
+
+    def __init__(self, in1_features, in2_features, out_features, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
+        shape = (out_features, in1_features, in2_features)
+        self.weight = self._parameter(self._ns.empty(shape, device=device, dtype=dtype))
+        if bias:
+            self.bias = self._parameter(self._ns.empty(out_features, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1 / math.sqrt(self.weight.shape[1])
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input1, input2):
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+            f"out_features={self.out_features}, bias={self.bias is not None}"
+        )
+
+
+class AdaptiveMaxPool1d(_Sided):
+    _function = staticmethod(F.adaptive_max_pool1d)
+
+    def __init__(self, output_size, return_indices: bool = False):
+        super().__init__()
+        self.output_size, self.return_indices = output_size, return_indices
+
+    def forward(self, input):
+        return self._function(input, self.output_size, self.return_indices)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveMaxPool2d(AdaptiveMaxPool1d):
+    _function = staticmethod(F.adaptive_max_pool2d)
+
+
+LAYERS: tuple[type, ...] = (
+    ConstantPad1d,
+    ConstantPad2d,
+    ZeroPad1d,
+    ZeroPad2d,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReplicationPad1d,
+)
+LAYERS += (ReplicationPad2d, CircularPad1d, CircularPad2d, Upsample, UpsamplingNearest2d, UpsamplingBilinear2d)
+LAYERS += (PixelShuffle, PixelUnshuffle, Unfold, Fold, Bilinear, AdaptiveMaxPool1d, AdaptiveMaxPool2d)

@@ -1,0 +1,247 @@
+"""`torch.nn.functional`'s resampling and rearranging (re-exported by `engine.nn.functional`), composed of registry
+ops: `interpolate` ('nearest', 'nearest-exact', 'linear', 'bilinear' with either align_corners, 'area') as
+index_select of the source positions PyTorch's kernels compute, weighted for the linear modes, one spatial
+dimension at a time; `pad`'s 'reflect', 'replicate' and 'circular' modes as an index_select per padded dimension;
+`pixel_shuffle`/`pixel_unshuffle` as reshape and permute; `bilinear` as one matmul; `adaptive_max_pool1d/2d` as
+the maximum of each of PyTorch's windows. Gradients follow from the ops (index_select's adds up repeats)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy
+
+from engine.nn.sides import _ns
+
+__all__ = [
+    "interpolate",
+    "pixel_shuffle",
+    "pixel_unshuffle",
+    "bilinear",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool2d",
+]
+
+_PAD_SIZES = {2: (2, 3), 4: (3, 4), 6: (4, 5)}  # non-constant padding length -> the input dimensions it takes
+
+
+def padded_by_index(input, pad, mode, value):
+    """F.pad's 'reflect', 'replicate' and 'circular' modes (`engine.nn.functional.pad` checked `pad`)."""
+    if mode not in ("reflect", "replicate", "circular"):
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
+    if value is not None and value != 0:
+        raise RuntimeError(f'Padding mode "{mode}" doesn\'t take in value argument')
+    if input.ndim not in _PAD_SIZES.get(len(pad), ()):
+        raise NotImplementedError(
+            f"Padding size {len(pad)} is not supported for {input.ndim}D input tensor.\n"
+            "Supported combinations for non-constant padding:\n"
+            "  - 2D or 3D input: padding size = 2 (pads last dimension)\n"
+            "  - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n"
+            "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)"
+        )
+    ns = _ns(input)
+    out = input
+    for i in range(len(pad) // 2):
+        dim, before, after = input.ndim - 1 - i, int(pad[2 * i]), int(pad[2 * i + 1])
+        size = input.shape[dim]
+        if mode == "reflect" and (before >= size or after >= size):
+            raise RuntimeError(
+                "Argument #4: Padding size should be less than the corresponding input dimension, but got: "
+                f"padding ({before}, {after}) at dimension {dim} of input {list(input.shape)}"
+            )
+        positions = numpy.arange(-before, size + after)
+        if mode == "reflect":
+            period = 2 * (size - 1) if size > 1 else 1
+            positions = numpy.abs(positions) % period
+            positions = numpy.where(positions >= size, period - positions, positions)
+        elif mode == "replicate":
+            positions = numpy.clip(positions, 0, size - 1)
+        else:  # the cropped span wraps around
+            start, stop = max(-before, 0), size - max(-after, 0)
+            kept = stop - start
+            if max(before, 0) > kept or max(after, 0) > kept:
+                raise RuntimeError("Padding value causes wrapping around more than once.")
+            positions = start + (numpy.arange(-max(before, 0), kept + max(after, 0)) % kept)
+        out = out.index_select(dim, ns.tensor(positions.astype(numpy.int64)))
+    return out
+
+
+def pixel_shuffle(input, upscale_factor):
+    """[*, C * r * r, H, W] -> [*, C, H * r, W * r]."""
+    r = upscale_factor
+    if input.ndim < 3:
+        raise RuntimeError(
+            f"pixel_shuffle expects input to have at least 3 dimensions, but got input with {input.ndim} dimension(s)"
+        )
+    *batch, channels, height, width = input.shape
+    if channels % (r * r):
+        raise RuntimeError(
+            "pixel_shuffle expects its input's 'channel' dimension to be divisible by the square of upscale_factor, "
+            f"but input.size(-3)={channels} is not divisible by {r * r}"
+        )
+    lead = len(batch)
+    split = input.reshape((*batch, channels // (r * r), r, r, height, width))
+    order = (*range(lead), lead, lead + 3, lead + 1, lead + 4, lead + 2)
+    return split.permute(order).reshape((*batch, channels // (r * r), height * r, width * r))
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """[*, C, H * r, W * r] -> [*, C * r * r, H, W]."""
+    r = downscale_factor
+    if input.ndim < 3:
+        raise RuntimeError(
+            f"pixel_unshuffle expects input to have at least 3 dimensions, but got input with {input.ndim} dimension(s)"
+        )
+    *batch, channels, height, width = input.shape
+    for name, size, index in (("height", height, -2), ("width", width, -1)):
+        if size % r:
+            raise RuntimeError(
+                f"pixel_unshuffle expects {name} to be divisible by downscale_factor, but input.size({index})={size} "
+                f"is not divisible by {r}"
+            )
+    lead = len(batch)
+    split = input.reshape((*batch, channels, height // r, r, width // r, r))
+    order = (*range(lead), lead, lead + 2, lead + 4, lead + 1, lead + 3)
+    return split.permute(order).reshape((*batch, channels * r * r, height // r, width // r))
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """y[..., o] = sum_ij input1[..., i] weight[o, i, j] input2[..., j] + bias[o]."""
+    out_features, in1, in2 = weight.shape
+    if input1.shape[-1] != in1 or input2.shape[-1] != in2:
+        raise RuntimeError(
+            f"bilinear(): input1 size does not match weight size: got {input1.shape[-1]} but expected {in1}"
+            if input1.shape[-1] != in1
+            else f"bilinear(): input2 size does not match weight size: got {input2.shape[-1]} but expected {in2}"
+        )
+    left = input1.matmul(weight.permute((1, 0, 2)).reshape((in1, out_features * in2)))
+    out = (left.reshape((*left.shape[:-1], out_features, in2)) * input2.unsqueeze(-2)).sum(-1)
+    return out if bias is None else out + bias
+
+
+_LINEAR = {"linear": 3, "bilinear": 4}
+_MODES = ("nearest", "nearest-exact", "area", "linear", "bilinear")
+
+
+def _output_sizes(input, size, scale_factor, recompute_scale_factor):
+    """(the output's spatial sizes, the scales PyTorch's kernels take: 1/scale_factor, or None for in/out)."""
+    spatial = tuple(input.shape[2:])
+    if size is not None and scale_factor is not None:
+        raise ValueError("only one of size or scale_factor should be defined")
+    if size is not None:
+        sizes = tuple(size) if isinstance(size, (tuple, list)) else (size,) * len(spatial)
+        if len(sizes) != len(spatial):
+            raise ValueError(
+                "Input and output must have the same number of spatial dimensions, but got input with spatial "
+                f"dimensions of {list(spatial)} and output size of {size}. Please provide input tensor in "
+                "(N, C, d1, d2, ...,dK) format and output size in (o1, o2, ...,oK) format."
+            )
+        return tuple(int(s) for s in sizes), (None,) * len(spatial)
+    if scale_factor is None:
+        raise ValueError("either size or scale_factor should be defined")
+    scales = tuple(scale_factor) if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * len(spatial)
+    if len(scales) != len(spatial):
+        raise ValueError(
+            "Input and scale_factor must have the same number of spatial dimensions, but got input with spatial "
+            f"dimensions of {list(spatial)} and scale_factor of shape {scale_factor}. Please provide input tensor "
+            "in (N, C, d1, d2, ...,dK) format and scale_factor in (s1, s2, ...,sK) format."
+        )
+    sizes = tuple(int(math.floor(float(i) * float(s))) for i, s in zip(spatial, scales))
+    return sizes, (None,) * len(spatial) if recompute_scale_factor else tuple(1.0 / float(s) for s in scales)
+
+
+def _along(out, dim, source, ns):
+    """`out` resampled along `dim` at the fractional source positions (linear between the neighbours)."""
+    size = out.shape[dim]
+    low = numpy.minimum(numpy.floor(source).astype(numpy.int64), size - 1)
+    high = numpy.minimum(low + 1, size - 1)
+    weight = (source - low).reshape((-1,) + (1,) * (out.ndim - 1 - dim))
+    first = out.index_select(dim, ns.tensor(low))
+    second = out.index_select(dim, ns.tensor(high))
+    return first + (second - first) * ns.tensor(weight.astype(numpy.dtype(out.dtype)))
+
+
+def interpolate(
+    input,
+    size=None,
+    scale_factor=None,
+    mode="nearest",
+    align_corners=None,
+    recompute_scale_factor=None,
+    antialias=False,
+):
+    """Resizes the spatial dimensions of [N, C, *] input to `size` or floor(input size * scale_factor)."""
+    if mode in ("nearest", "area", "nearest-exact") and align_corners is not None:
+        raise ValueError(
+            "align_corners option can only be set with the interpolating modes: linear | bilinear | bicubic | trilinear"
+        )
+    if mode not in _MODES or antialias:
+        raise NotImplementedError(
+            f"interpolate: mode {mode!r}{' with antialias' if antialias else ''} is not supported "
+            f"(supported: {', '.join(_MODES)})"
+        )
+    if mode in _LINEAR and input.ndim != _LINEAR[mode]:
+        raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {_LINEAR[mode]}D input")
+    if input.ndim < 3:
+        raise ValueError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D)")
+    sizes, scales = _output_sizes(input, size, scale_factor, recompute_scale_factor)
+    ns = _ns(input)
+    if mode == "area":
+        pool = ns.adaptive_avg_pool2d
+        flat = input if input.ndim == 4 else input.unsqueeze(-2)
+        out = pool(flat, output_size=sizes if input.ndim == 4 else (1, *sizes))
+        return out if input.ndim == 4 else out.squeeze(-2)
+    out = input
+    for k, (target, scale) in enumerate(zip(sizes, scales)):
+        dim, source_size = 2 + k, input.shape[2 + k]
+        positions = numpy.arange(target, dtype=numpy.float64)
+        step = source_size / target if scale is None else scale
+        if mode in ("nearest", "nearest-exact"):
+            shift = 0.5 if mode == "nearest-exact" else 0.0
+            index = numpy.minimum(numpy.floor((positions + shift) * step).astype(numpy.int64), source_size - 1)
+            out = out.index_select(dim, ns.tensor(index))
+        elif align_corners:
+            step = (source_size - 1) / (target - 1) if target > 1 else 0.0
+            out = _along(out, dim, positions * step, ns)
+        else:
+            out = _along(out, dim, numpy.maximum((positions + 0.5) * step - 0.5, 0.0), ns)
+    return out
+
+
+def _adaptive_windows(size, out):
+    return [(math.floor(i * size / out), math.ceil((i + 1) * size / out)) for i in range(out)]
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """The maximum of each of PyTorch's adaptive windows of [N, C, H, W] (or [C, H, W]) (window i of n over a
+    size s: floor(i s / n) to ceil((i + 1) s / n)); with return_indices also each maximum's flat index h * W + w."""
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"adaptive_max_pool2d(): Expected 3D or 4D tensor, but got: {list(input.shape)}")
+    sizes = (output_size, output_size) if output_size is None or isinstance(output_size, int) else tuple(output_size)
+    height, width = input.shape[-2:]
+    sizes = tuple(input.shape[input.ndim - 2 + i] if s is None else s for i, s in enumerate(sizes))
+    ns = _ns(input)
+    rows, indices = [], []
+    for top, bottom in _adaptive_windows(height, sizes[0]):
+        row, row_indices = [], []
+        for left, right in _adaptive_windows(width, sizes[1]):
+            window = input[..., top:bottom, left:right]
+            row.append(window.amax((-2, -1)))
+            if return_indices:
+                local = window.detach().reshape((*window.shape[:-2], -1)).argmax(-1)
+                span = right - left
+                row_indices.append((local // span + top) * width + local % span + left)
+        rows.append(ns.stack(row, -1))
+        if return_indices:
+            indices.append(ns.stack(row_indices, -1))
+    pooled = ns.stack(rows, -2)
+    return (pooled, ns.stack(indices, -2)) if return_indices else pooled
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """The maximum of each adaptive window of [N, C, L] (or [C, L]); with return_indices also its index."""
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"adaptive_max_pool1d(): Expected 2D or 3D tensor, but got: {list(input.shape)}")
+    size = output_size[0] if isinstance(output_size, (tuple, list)) else output_size
+    out = adaptive_max_pool2d(input.unsqueeze(-2), (1, size), return_indices)
+    return (out[0].squeeze(-2), out[1].squeeze(-2)) if return_indices else out.squeeze(-2)
