@@ -35,6 +35,7 @@ __all__ = [
     "abs",
     "absolute",
     "accelerator",
+    "acos",
     "adaptive_avg_pool2d",
     "add",
     "all",
@@ -43,10 +44,17 @@ __all__ = [
     "amin",
     "any",
     "arange",
+    "arccos",
+    "arcsin",
+    "arctan",
+    "arctan2",
     "argmax",
     "argmin",
     "argsort",
     "as_tensor",
+    "asin",
+    "atan",
+    "atan2",
     "avg_pool1d",
     "avg_pool2d",
     "bernoulli",
@@ -71,11 +79,13 @@ __all__ = [
     "conv1d",
     "conv2d",
     "cos",
+    "cosh",
     "count_nonzero",
     "cuda",
     "cumsum",
     "default_generator",
     "device",
+    "digamma",
     "div",
     "divide",
     "dot",
@@ -86,6 +96,7 @@ __all__ = [
     "eq",
     "equal",
     "erf",
+    "erfinv",
     "exp",
     "exp2",
     "expand",
@@ -140,6 +151,7 @@ __all__ = [
     "le",
     "less",
     "less_equal",
+    "lgamma",
     "linspace",
     "log",
     "log10",
@@ -180,6 +192,7 @@ __all__ = [
     "ones_like",
     "outer",
     "permute",
+    "polygamma",
     "pow",
     "prod",
     "rand",
@@ -196,6 +209,7 @@ __all__ = [
     "reshape",
     "round",
     "rsqrt",
+    "scatter",
     "scatter_add",
     "scatter_add_",
     "seed",
@@ -207,6 +221,7 @@ __all__ = [
     "sigmoid",
     "sign",
     "sin",
+    "sinh",
     "softmax",
     "sort",
     "split",
@@ -222,6 +237,7 @@ __all__ = [
     "swapaxes",
     "swapdims",
     "t",
+    "tan",
     "tanh",
     "tensor",
     "topk",
@@ -253,6 +269,9 @@ def absolute(input: Operand) -> Variable:
     """|x| (gradient sign(x), 0 at 0)"""
 
 accelerator: SimpleNamespace
+
+def acos(input: Operand) -> Variable:
+    """arccosine (nan outside [-1, 1])"""
 
 def adaptive_avg_pool2d(input: Operand, output_size: builtins.int | Sequence[builtins.int]) -> Variable:
     """2-d average pooling to a given output size (PyTorch's adaptive windows)"""
@@ -299,6 +318,18 @@ def arange(
 ) -> Variable:
     """int64 values from integer arguments, float32 when any is a float (as PyTorch infers)."""
 
+def arccos(input: Operand) -> Variable:
+    """arccosine (nan outside [-1, 1])"""
+
+def arcsin(input: Operand) -> Variable:
+    """arcsine (nan outside [-1, 1])"""
+
+def arctan(input: Operand) -> Variable:
+    """arctangent"""
+
+def arctan2(input: Operand, other: Operand) -> Variable:
+    """the angle of the point (x, y): atan(y / x) in the right quadrant (atan2(input, other), input the y)"""
+
 def argmax(input: Operand, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Variable:
     """index of the maximum (no gradient)"""
 
@@ -317,6 +348,15 @@ def as_tensor(
     requires_grad: builtins.bool = False,
 ) -> Variable:
     """`data` itself when it is an array of the right dtype (sharing its memory), else a copy."""
+
+def asin(input: Operand) -> Variable:
+    """arcsine (nan outside [-1, 1])"""
+
+def atan(input: Operand) -> Variable:
+    """arctangent"""
+
+def atan2(input: Operand, other: Operand) -> Variable:
+    """the angle of the point (x, y): atan(y / x) in the right quadrant (atan2(input, other), input the y)"""
 
 def avg_pool1d(
     input: Operand,
@@ -424,6 +464,9 @@ def conv2d(
 def cos(input: Operand) -> Variable:
     """cosine"""
 
+def cosh(input: Operand) -> Variable:
+    """hyperbolic cosine"""
+
 def count_nonzero(
     input: Operand, dim: builtins.int | Sequence[builtins.int] | None = None, **numpy_spelling: Any
 ) -> Variable:
@@ -436,6 +479,9 @@ def cumsum(input: Operand, dim: builtins.int) -> Variable:
 
 default_generator: Generator
 device = Device
+
+def digamma(input: Operand) -> Variable:
+    """the derivative of lgamma"""
 
 def div(input: Operand, other: Operand) -> Variable:
     """x / y (true division, broadcasting; IEEE results for division by zero)"""
@@ -472,6 +518,9 @@ def eq(input: Operand, other: Operand) -> Variable:
 def equal(input: VariableSurface, other: VariableSurface) -> builtins.bool: ...
 def erf(input: Operand) -> Variable:
     """the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x"""
+
+def erfinv(input: Operand) -> Variable:
+    """the inverse of erf on (-1, 1) (+-inf at +-1, nan outside)"""
 
 def exp(input: Operand) -> Variable:
     """e ** x"""
@@ -634,6 +683,9 @@ def less(input: Operand, other: Operand) -> Variable:
 
 def less_equal(input: Operand, other: Operand) -> Variable:
     """x <= y as a bool Variable (no gradient)"""
+
+def lgamma(input: Operand) -> Variable:
+    """log |gamma(x)|"""
 
 def linspace(
     start: builtins.float,
@@ -809,6 +861,9 @@ def outer(input: Operand, vec2: Operand) -> Variable:
 def permute(input: Operand, dims: Sequence[builtins.int]) -> Variable: ...
 @overload
 def permute(input: Operand, *dims: builtins.int) -> Variable: ...
+def polygamma(input: Operand, n: builtins.int) -> Variable:
+    """the n-th derivative of digamma, polygamma(input, n=n) (PyTorch spells it polygamma(n, input))"""
+
 def pow(input: Operand, exponent: Operand) -> Variable:
     """x ** y (broadcasting)"""
 
@@ -901,6 +956,9 @@ def round(input: Operand, decimals: builtins.int = 0) -> Variable:
     """x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
 
 def rsqrt(input: Operand) -> Variable: ...
+def scatter(input: Operand, other: Operand, dim: builtins.int) -> Variable:
+    """x with src's entries (or a 0-d src everywhere) written at index along dim (torch.scatter(x, dim, index, src))"""
+
 def scatter_add(input: VariableSurface, dim: builtins.int, index: Operand, src: Operand) -> Variable:
     """A copy of `input` with `src`'s entries added at `index` along `dim` (repeated positions add up)."""
 
@@ -930,6 +988,9 @@ def sign(input: Operand) -> Variable:
 
 def sin(input: Operand) -> Variable:
     """sine"""
+
+def sinh(input: Operand) -> Variable:
+    """hyperbolic sine"""
 
 def softmax(input: Operand, dim: builtins.int) -> Variable:
     """exp(x) / sum(exp(x)) along dim, computed stably"""
@@ -986,6 +1047,9 @@ def swapdims(input: Operand, dim0: builtins.int, dim1: builtins.int) -> Variable
 
 def t(input: Operand) -> Variable:
     """transpose of a matrix"""
+
+def tan(input: Operand) -> Variable:
+    """tangent"""
 
 def tanh(input: Operand) -> Variable:
     """hyperbolic tangent"""

@@ -54,6 +54,10 @@ ALIASES = {
     "clip": "clamp",
     "swapaxes": "transpose",
     "swapdims": "transpose",
+    "arcsin": "asin",
+    "arccos": "acos",
+    "arctan": "atan",
+    "arctan2": "atan2",
 }
 FUNCTION_ALIASES = {"concat": "cat", "concatenate": "cat"}  # torch.* functions only
 

@@ -13,11 +13,15 @@ from typing import Any
 # method name -> the registry op it applies
 METHOD_OPS: dict[str, str] = {
     "abs": "abs",
+    "acos": "acos",
     "amax": "amax",
     "amin": "amin",
     "argmax": "argmax",
     "argmin": "argmin",
     "argsort": "argsort",
+    "asin": "asin",
+    "atan": "atan",
+    "atan2": "atan2",
     "bitwise_and": "bitwise_and",
     "bitwise_not": "bitwise_not",
     "bitwise_or": "bitwise_or",
@@ -26,10 +30,13 @@ METHOD_OPS: dict[str, str] = {
     "clamp": "clamp",
     "clone": "clone",
     "cos": "cos",
+    "cosh": "cosh",
     "cumsum": "cumsum",
+    "digamma": "digamma",
     "div": "div",
     "eq": "eq",
     "erf": "erf",
+    "erfinv": "erfinv",
     "exp": "exp",
     "exp2": "exp2",
     "expand": "expand",
@@ -41,6 +48,7 @@ METHOD_OPS: dict[str, str] = {
     "ge": "ge",
     "gt": "gt",
     "le": "le",
+    "lgamma": "lgamma",
     "log": "log",
     "log10": "log10",
     "log1p": "log1p",
@@ -59,6 +67,7 @@ METHOD_OPS: dict[str, str] = {
     "neg": "neg",
     "norm": "norm",
     "permute": "permute",
+    "polygamma": "polygamma",
     "pow": "pow",
     "prod": "prod",
     "relu": "relu",
@@ -68,11 +77,13 @@ METHOD_OPS: dict[str, str] = {
     "sigmoid": "sigmoid",
     "sign": "sign",
     "sin": "sin",
+    "sinh": "sinh",
     "softmax": "softmax",
     "sqrt": "sqrt",
     "squeeze": "squeeze",
     "sum": "sum",
     "t": "t",
+    "tan": "tan",
     "tanh": "tanh",
     "transpose": "transpose",
     "tril": "tril",
@@ -95,6 +106,12 @@ class SurfaceMethods:
 
         |x| (gradient sign(x), 0 at 0)"""
         return self._ops.abs(self, *args, **kwargs)
+
+    def acos(self, *args: Any, **kwargs: Any) -> Any:
+        """acos(self) -> Self
+
+        arccosine (nan outside [-1, 1])"""
+        return self._ops.acos(self, *args, **kwargs)
 
     def amax(self, *args: Any, **kwargs: Any) -> Any:
         """amax(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Self
@@ -125,6 +142,24 @@ class SurfaceMethods:
 
         the indices that sort x along dim (ties keep their order; no gradient)"""
         return self._ops.argsort(self, *args, **kwargs)
+
+    def asin(self, *args: Any, **kwargs: Any) -> Any:
+        """asin(self) -> Self
+
+        arcsine (nan outside [-1, 1])"""
+        return self._ops.asin(self, *args, **kwargs)
+
+    def atan(self, *args: Any, **kwargs: Any) -> Any:
+        """atan(self) -> Self
+
+        arctangent"""
+        return self._ops.atan(self, *args, **kwargs)
+
+    def atan2(self, *args: Any, **kwargs: Any) -> Any:
+        """atan2(self, other: Operand) -> Self
+
+        the angle of the point (x, y): atan(y / x) in the right quadrant (atan2(input, other), input the y)"""
+        return self._ops.atan2(self, *args, **kwargs)
 
     def bitwise_and(self, *args: Any, **kwargs: Any) -> Any:
         """bitwise_and(self, other: Operand) -> Self
@@ -174,11 +209,23 @@ class SurfaceMethods:
         cosine"""
         return self._ops.cos(self, *args, **kwargs)
 
+    def cosh(self, *args: Any, **kwargs: Any) -> Any:
+        """cosh(self) -> Self
+
+        hyperbolic cosine"""
+        return self._ops.cosh(self, *args, **kwargs)
+
     def cumsum(self, *args: Any, **kwargs: Any) -> Any:
         """cumsum(self, dim: int) -> Self
 
         running sums along dim (integers and booleans sum as int64)"""
         return self._ops.cumsum(self, *args, **kwargs)
+
+    def digamma(self, *args: Any, **kwargs: Any) -> Any:
+        """digamma(self) -> Self
+
+        the derivative of lgamma"""
+        return self._ops.digamma(self, *args, **kwargs)
 
     def div(self, *args: Any, **kwargs: Any) -> Any:
         """div(self, other: Operand) -> Self
@@ -197,6 +244,12 @@ class SurfaceMethods:
 
         the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x"""
         return self._ops.erf(self, *args, **kwargs)
+
+    def erfinv(self, *args: Any, **kwargs: Any) -> Any:
+        """erfinv(self) -> Self
+
+        the inverse of erf on (-1, 1) (+-inf at +-1, nan outside)"""
+        return self._ops.erfinv(self, *args, **kwargs)
 
     def exp(self, *args: Any, **kwargs: Any) -> Any:
         """exp(self) -> Self
@@ -264,6 +317,12 @@ class SurfaceMethods:
 
         x <= y as a bool Variable (no gradient)"""
         return self._ops.le(self, *args, **kwargs)
+
+    def lgamma(self, *args: Any, **kwargs: Any) -> Any:
+        """lgamma(self) -> Self
+
+        log |gamma(x)|"""
+        return self._ops.lgamma(self, *args, **kwargs)
 
     def log(self, *args: Any, **kwargs: Any) -> Any:
         """log(self) -> Self
@@ -374,6 +433,12 @@ class SurfaceMethods:
         reorder dimensions"""
         return self._ops.permute(self, *args, **kwargs)
 
+    def polygamma(self, *args: Any, **kwargs: Any) -> Any:
+        """polygamma(self, n: int) -> Self
+
+        the n-th derivative of digamma, polygamma(input, n=n) (PyTorch spells it polygamma(n, input))"""
+        return self._ops.polygamma(self, *args, **kwargs)
+
     def pow(self, *args: Any, **kwargs: Any) -> Any:
         """pow(self, exponent: Operand) -> Self
 
@@ -429,6 +494,12 @@ class SurfaceMethods:
         sine"""
         return self._ops.sin(self, *args, **kwargs)
 
+    def sinh(self, *args: Any, **kwargs: Any) -> Any:
+        """sinh(self) -> Self
+
+        hyperbolic sine"""
+        return self._ops.sinh(self, *args, **kwargs)
+
     def softmax(self, *args: Any, **kwargs: Any) -> Any:
         """softmax(self, dim: int) -> Self
 
@@ -458,6 +529,12 @@ class SurfaceMethods:
 
         transpose of a matrix"""
         return self._ops.t(self, *args, **kwargs)
+
+    def tan(self, *args: Any, **kwargs: Any) -> Any:
+        """tan(self) -> Self
+
+        tangent"""
+        return self._ops.tan(self, *args, **kwargs)
 
     def tanh(self, *args: Any, **kwargs: Any) -> Any:
         """tanh(self) -> Self

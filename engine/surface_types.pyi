@@ -127,6 +127,8 @@ class VariableSurface:
         """|x| (gradient sign(x), 0 at 0)"""
     def absolute(self) -> Self:
         """|x| (gradient sign(x), 0 at 0)"""
+    def acos(self) -> Self:
+        """arccosine (nan outside [-1, 1])"""
     def add(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
     def add_(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
@@ -150,12 +152,26 @@ class VariableSurface:
         **numpy_spelling: Any,
     ) -> Self:
         """Whether some element (along `dim`) is nonzero, as a bool Variable."""
+    def arccos(self) -> Self:
+        """arccosine (nan outside [-1, 1])"""
+    def arcsin(self) -> Self:
+        """arcsine (nan outside [-1, 1])"""
+    def arctan(self) -> Self:
+        """arctangent"""
+    def arctan2(self, other: Operand) -> Self:
+        """the angle of the point (x, y): atan(y / x) in the right quadrant (atan2(input, other), input the y)"""
     def argmax(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Self:
         """index of the maximum (no gradient)"""
     def argmin(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Self:
         """index of the minimum (no gradient)"""
     def argsort(self, dim: builtins.int = -1, descending: builtins.bool = False, stable: builtins.bool = False) -> Self:
         """the indices that sort x along dim (ties keep their order; no gradient)"""
+    def asin(self) -> Self:
+        """arcsine (nan outside [-1, 1])"""
+    def atan(self) -> Self:
+        """arctangent"""
+    def atan2(self, other: Operand) -> Self:
+        """the angle of the point (x, y): atan(y / x) in the right quadrant (atan2(input, other), input the y)"""
     def backward(
         self,
         gradient: Operand | None = None,
@@ -210,6 +226,8 @@ class VariableSurface:
         """cosine"""
     def cos_(self) -> Self:
         """cosine"""
+    def cosh(self) -> Self:
+        """hyperbolic cosine"""
     def count_nonzero(self, dim: builtins.int | Sequence[builtins.int] | None = None, **numpy_spelling: Any) -> Self:
         """How many elements (along `dim`) are nonzero, as an int64 Variable."""
     def cpu(self) -> Self: ...
@@ -218,6 +236,8 @@ class VariableSurface:
         """running sums along dim (integers and booleans sum as int64)"""
     def cumsum_(self, dim: builtins.int) -> Self:
         """running sums along dim (integers and booleans sum as int64)"""
+    def digamma(self) -> Self:
+        """the derivative of lgamma"""
     def dim(self) -> builtins.int: ...
     def div(self, other: Operand) -> Self:
         """x / y (true division, broadcasting; IEEE results for division by zero)"""
@@ -234,6 +254,8 @@ class VariableSurface:
     def equal(self, other: VariableSurface) -> builtins.bool: ...
     def erf(self) -> Self:
         """the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x"""
+    def erfinv(self) -> Self:
+        """the inverse of erf on (-1, 1) (+-inf at +-1, nan outside)"""
     def exp(self) -> Self:
         """e ** x"""
     def exp2(self) -> Self:
@@ -324,6 +346,8 @@ class VariableSurface:
         """x < y as a bool Variable (no gradient)"""
     def less_equal(self, other: Operand) -> Self:
         """x <= y as a bool Variable (no gradient)"""
+    def lgamma(self) -> Self:
+        """log |gamma(x)|"""
     def log(self) -> Self:
         """natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)"""
     def log10(self) -> Self:
@@ -473,6 +497,8 @@ class VariableSurface:
     def permute(self, dims: Sequence[builtins.int]) -> Self: ...
     @overload
     def permute(self, *dims: builtins.int) -> Self: ...
+    def polygamma(self, n: builtins.int) -> Self:
+        """the n-th derivative of digamma, polygamma(input, n=n) (PyTorch spells it polygamma(n, input))"""
     def pow(self, exponent: Operand) -> Self:
         """x ** y (broadcasting)"""
     def pow_(self, exponent: Operand) -> Self:
@@ -531,6 +557,8 @@ class VariableSurface:
         """sine"""
     def sin_(self) -> Self:
         """sine"""
+    def sinh(self) -> Self:
+        """hyperbolic sine"""
     @overload
     def size(self) -> Size: ...
     @overload
@@ -574,6 +602,8 @@ class VariableSurface:
         """swap two dimensions"""
     def t(self) -> Self:
         """transpose of a matrix"""
+    def tan(self) -> Self:
+        """tangent"""
     def tanh(self) -> Self:
         """hyperbolic tangent"""
     def tanh_(self) -> Self:
