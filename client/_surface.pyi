@@ -38,6 +38,7 @@ __all__ = [
     "acos",
     "adaptive_avg_pool2d",
     "add",
+    "addmm",
     "all",
     "allclose",
     "amax",
@@ -51,12 +52,17 @@ __all__ = [
     "argmax",
     "argmin",
     "argsort",
+    "argwhere",
     "as_tensor",
     "asin",
     "atan",
     "atan2",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
     "avg_pool1d",
     "avg_pool2d",
+    "baddbmm",
     "bernoulli",
     "bitwise_and",
     "bitwise_not",
@@ -64,8 +70,14 @@ __all__ = [
     "bitwise_xor",
     "bmm",
     "bool",
+    "broadcast_shapes",
+    "broadcast_tensors",
+    "broadcast_to",
+    "bucketize",
+    "cartesian_prod",
     "cast",
     "cat",
+    "cdist",
     "ceil",
     "chunk",
     "clamp",
@@ -74,6 +86,7 @@ __all__ = [
     "clip",
     "clone",
     "col2im",
+    "column_stack",
     "concat",
     "concatenate",
     "conv1d",
@@ -84,12 +97,19 @@ __all__ = [
     "cuda",
     "cumsum",
     "default_generator",
+    "deg2rad",
     "device",
+    "diag",
+    "diag_embed",
+    "diagonal",
+    "diff",
     "digamma",
+    "dist",
     "div",
     "divide",
     "dot",
     "double",
+    "dstack",
     "einsum",
     "empty",
     "empty_like",
@@ -104,6 +124,9 @@ __all__ = [
     "eye",
     "finfo",
     "flatten",
+    "flip",
+    "fliplr",
+    "flipud",
     "float",
     "float16",
     "float32",
@@ -111,6 +134,7 @@ __all__ = [
     "floor",
     "floor_divide",
     "fmod",
+    "frac",
     "from_numpy",
     "full",
     "full_like",
@@ -125,10 +149,14 @@ __all__ = [
     "greater_equal",
     "gt",
     "half",
+    "hstack",
+    "hypot",
     "iinfo",
     "im2col",
     "index_add",
     "index_add_",
+    "index_copy",
+    "index_fill",
     "index_put",
     "index_put_",
     "index_select",
@@ -144,11 +172,15 @@ __all__ = [
     "is_tensor",
     "isclose",
     "isfinite",
+    "isin",
     "isinf",
     "isnan",
     "isneginf",
     "isposinf",
+    "kron",
+    "kthvalue",
     "le",
+    "lerp",
     "less",
     "less_equal",
     "lgamma",
@@ -158,32 +190,46 @@ __all__ = [
     "log1p",
     "log2",
     "log_softmax",
+    "logaddexp",
+    "logcumsumexp",
     "logical_and",
     "logical_not",
     "logical_or",
     "logical_xor",
+    "logspace",
     "logsumexp",
     "long",
     "lt",
     "manual_seed",
     "masked_fill",
+    "masked_scatter",
+    "masked_select",
     "matmul",
     "max",
     "max_pool1d",
     "max_pool2d",
     "maximum",
     "mean",
+    "median",
+    "meshgrid",
     "min",
     "minimum",
     "mm",
+    "mode",
+    "moveaxis",
+    "movedim",
     "mul",
     "multinomial",
     "multiply",
     "mv",
     "nan_to_num",
+    "nanmean",
+    "nansum",
+    "narrow",
     "ne",
     "neg",
     "negative",
+    "nonzero",
     "norm",
     "normal",
     "not_equal",
@@ -195,6 +241,8 @@ __all__ = [
     "polygamma",
     "pow",
     "prod",
+    "quantile",
+    "rad2deg",
     "rand",
     "rand_like",
     "randint",
@@ -202,17 +250,24 @@ __all__ = [
     "randn",
     "randn_like",
     "randperm",
+    "ravel",
     "reciprocal",
     "relu",
     "remainder",
     "repeat",
+    "repeat_interleave",
     "reshape",
+    "roll",
+    "rot90",
     "round",
+    "row_stack",
     "rsqrt",
     "scatter",
     "scatter_add",
     "scatter_add_",
+    "searchsorted",
     "seed",
+    "select",
     "set_default_device",
     "set_default_dtype",
     "set_rng_state",
@@ -230,6 +285,7 @@ __all__ = [
     "squeeze",
     "stack",
     "std",
+    "std_mean",
     "sub",
     "subtract",
     "sum",
@@ -237,19 +293,37 @@ __all__ = [
     "swapaxes",
     "swapdims",
     "t",
+    "take",
+    "take_along_dim",
     "tan",
     "tanh",
     "tensor",
+    "tensor_split",
+    "tensordot",
+    "tile",
     "topk",
+    "trace",
     "transpose",
+    "trapezoid",
+    "trapz",
     "tril",
+    "tril_indices",
     "triu",
+    "triu_indices",
     "true_divide",
     "trunc",
     "uint8",
+    "unbind",
+    "unflatten",
+    "unique",
+    "unique_consecutive",
     "unsqueeze",
+    "vander",
     "var",
+    "var_mean",
+    "vstack",
     "where",
+    "xlogy",
     "zeros",
     "zeros_like",
 ]
@@ -278,6 +352,11 @@ def adaptive_avg_pool2d(input: Operand, output_size: builtins.int | Sequence[bui
 
 def add(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variable:
     """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
+
+def addmm(
+    input: Operand, mat1: VariableSurface, mat2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+) -> Variable:
+    """beta * input + alpha * (mat1 @ mat2) (beta 0: input ignored, even its nans)."""
 
 def all(
     input: Operand,
@@ -341,6 +420,7 @@ def argsort(
 ) -> Variable:
     """the indices that sort x along dim (ties keep their order; no gradient)"""
 
+def argwhere(input: VariableSurface) -> Variable: ...
 def as_tensor(
     data: ArrayLike,
     dtype: DTypeLike | None = None,
@@ -357,6 +437,15 @@ def atan(input: Operand) -> Variable:
 
 def atan2(input: Operand, other: Operand) -> Variable:
     """the angle of the point (x, y): atan(y / x) in the right quadrant (atan2(input, other), input the y)"""
+
+def atleast_1d(*tensors: Any) -> Any:
+    """Each Variable with at least 1 dimensions (ones added); one Variable, or a tuple of them."""
+
+def atleast_2d(*tensors: Any) -> Any:
+    """Each Variable with at least 2 dimensions (ones added); one Variable, or a tuple of them."""
+
+def atleast_3d(*tensors: Any) -> Any:
+    """Each Variable with at least 3 dimensions (ones added); one Variable, or a tuple of them."""
 
 def avg_pool1d(
     input: Operand,
@@ -379,6 +468,16 @@ def avg_pool2d(
 ) -> Variable:
     """2-d average pooling: each window's mean"""
 
+def baddbmm(
+    input: Operand,
+    batch1: VariableSurface,
+    batch2: VariableSurface,
+    *,
+    beta: builtins.float = 1,
+    alpha: builtins.float = 1,
+) -> Variable:
+    """beta * input + alpha * bmm(batch1, batch2)."""
+
 def bernoulli(input: Any, p: builtins.float | None = None, *, generator: Generator | None = None) -> Variable:
     """0s and 1s of `input`'s shape and dtype, each 1 with probability `input`'s value there (`p`, when
     given, for all). Only with `p=None` are the input's values read (a lazy client input is fetched)."""
@@ -400,11 +499,29 @@ def bmm(input: VariableSurface, mat2: VariableSurface) -> Variable:
 
 bool: DType
 
+def broadcast_shapes(*shapes: Any) -> tuple[builtins.int, ...]:
+    """The shape that tensors of `shapes` broadcast to (PyTorch's error when they do not)."""
+
+def broadcast_tensors(*tensors: VariableSurface) -> tuple[Variable, ...]:
+    """The Variables expanded to their common broadcast shape."""
+
+def broadcast_to(input: VariableSurface, size: Sequence[builtins.int]) -> Variable: ...
+def bucketize(
+    input: Any, boundaries: VariableSurface, *, out_int32: builtins.bool = False, right: builtins.bool = False
+) -> Variable:
+    """The index of the bucket of 1-d `boundaries` each value falls in (`searchsorted(boundaries, input)`)."""
+
+def cartesian_prod(*tensors: VariableSurface) -> Variable:
+    """Every combination of one entry of each 1-d Variable, one per row."""
+
 def cast(input: Operand, dtype: DTypeLike) -> Variable:
     """x converted to dtype (gradient converted back)"""
 
 def cat(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along an existing dimension"""
+
+def cdist(x1: VariableSurface, x2: VariableSurface, p: builtins.float = 2.0, **options: Any) -> Variable:
+    """The p-norm distance of each row of x1 to each row of x2 (batched over leading dimensions)."""
 
 def ceil(input: Operand) -> Variable:
     """the smallest integer >= x (gradient zero, as in PyTorch)"""
@@ -432,6 +549,9 @@ def col2im(
     stride: builtins.int | Sequence[builtins.int] = 1,
 ) -> Variable:
     """columns [N, C * prod(kernel_size), windows] added back into [N, C, *output_size] (PyTorch's fold; the adjoint of im2col)"""
+
+def column_stack(tensors: Sequence[VariableSurface]) -> Variable:
+    """0-d and 1-d Variables as columns, concatenated with the others along the second dimension."""
 
 def concat(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along an existing dimension"""
@@ -478,10 +598,35 @@ def cumsum(input: Operand, dim: builtins.int) -> Variable:
     """running sums along dim (integers and booleans sum as int64)"""
 
 default_generator: Generator
+
+def deg2rad(input: Operand) -> Variable: ...
+
 device = Device
+
+def diag(input: VariableSurface, diagonal: builtins.int = 0) -> Variable:
+    """A 1-d Variable's square matrix with it on a diagonal, or a matrix's diagonal."""
+
+def diag_embed(
+    input: VariableSurface, offset: builtins.int = 0, dim1: builtins.int = -2, dim2: builtins.int = -1
+) -> Variable:
+    """Square matrices (in dims `dim1`, `dim2` of the result) with the last dimension on their diagonal."""
+
+def diagonal(
+    input: VariableSurface, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1
+) -> Variable:
+    """The diagonal of dims `dim1` and `dim2` (above it for offset > 0), as a last dimension."""
+
+def diff(
+    input: VariableSurface, n: builtins.int = 1, dim: builtins.int = -1, prepend: Any = None, append: Any = None
+) -> Variable:
+    """The n-th forward difference along `dim` (out[i] = x[i + 1] - x[i]; booleans: !=), after
+    concatenating `prepend` and `append`."""
 
 def digamma(input: Operand) -> Variable:
     """the derivative of lgamma"""
+
+def dist(input: VariableSurface, other: Operand, p: builtins.float = 2) -> Variable:
+    """The p-norm of input - other."""
 
 def div(input: Operand, other: Operand) -> Variable:
     """x / y (true division, broadcasting; IEEE results for division by zero)"""
@@ -493,6 +638,9 @@ def dot(input: Operand, tensor: Operand) -> Variable:
     """The inner product of two 1-D Variables."""
 
 double: DType
+
+def dstack(tensors: Sequence[VariableSurface]) -> Variable:
+    """Concatenated along the third dimension (depth)."""
 
 def einsum(equation: str, *operands: Any) -> Variable:
     """Einstein summation: `einsum("ij,jk->ik", a, b)` (operands also as one list)."""
@@ -548,6 +696,12 @@ def finfo(type: Any = None) -> numpy.finfo:
 def flatten(input: Operand, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Variable:
     """merge dimensions start_dim..end_dim into one"""
 
+def flip(input: VariableSurface, dims: builtins.int | Sequence[builtins.int]) -> Variable:
+    """The entries in reverse order along each of `dims` (a copy)."""
+
+def fliplr(input: VariableSurface) -> Variable: ...
+def flipud(input: VariableSurface) -> Variable: ...
+
 float: DType
 float16: DType
 float32: DType
@@ -561,6 +715,9 @@ def floor_divide(input: Operand, other: Operand) -> Variable:
 
 def fmod(input: Operand, other: Operand) -> Variable:
     """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
+
+def frac(input: Operand) -> Variable:
+    """The fractional part, x - trunc(x), with x's sign."""
 
 def from_numpy(array: ArrayLike) -> Variable:
     """A Variable sharing `array`'s memory (where the backend is NumPy), as PyTorch's."""
@@ -611,6 +768,12 @@ def gt(input: Operand, other: Operand) -> Variable:
 
 half: DType
 
+def hstack(tensors: Sequence[VariableSurface]) -> Variable:
+    """Concatenated along the second dimension (the first for 1-d Variables)."""
+
+def hypot(input: Operand, other: Operand) -> Variable:
+    """sqrt(input ** 2 + other ** 2)."""
+
 def iinfo(type: Any) -> numpy.iinfo:
     """Machine limits of an integer dtype: `max`, `min`, `bits`."""
 
@@ -633,6 +796,12 @@ def index_add_(
     self: Variable, dim: builtins.int, index: Operand, source: Operand, *, alpha: builtins.float = 1
 ) -> Variable:
     """In place: `index_add`."""
+
+def index_copy(input: VariableSurface, dim: builtins.int, index: Operand, source: Operand) -> Variable:
+    """A copy of `input` with source's slices along `dim` at the positions `index` names."""
+
+def index_fill(input: VariableSurface, dim: builtins.int, index: Operand, value: Any) -> Variable:
+    """A copy of `input` with `value` at the positions `index` names along `dim`."""
 
 def index_put(
     input: VariableSurface, indices: Sequence[Any], values: Operand, accumulate: builtins.bool = False
@@ -667,6 +836,11 @@ def isclose(input: Operand, other: Operand, rtol: builtins.float = 1e-05, atol: 
 def isfinite(input: Operand) -> Variable:
     """Whether each element is neither NaN nor infinite, as a bool Variable."""
 
+def isin(
+    elements: Any, test_elements: Any, *, assume_unique: builtins.bool = False, invert: builtins.bool = False
+) -> Variable:
+    """Whether each element is among `test_elements`, as a bool Variable (invert: is not)."""
+
 def isinf(input: Operand) -> Variable:
     """Whether each element is +inf or -inf, as a bool Variable."""
 
@@ -675,8 +849,19 @@ def isnan(input: Operand) -> Variable:
 
 def isneginf(input: Operand) -> Variable: ...
 def isposinf(input: Operand) -> Variable: ...
+def kron(input: VariableSurface, other: VariableSurface) -> Variable:
+    """The Kronecker product: block (i, j...) is input[i, j...] * other."""
+
+def kthvalue(
+    input: VariableSurface, k: builtins.int, dim: builtins.int = -1, keepdim: builtins.bool = False
+) -> MaxMin[Variable]:
+    """(values, indices) of the k-th smallest entry along `dim` (k from 1)."""
+
 def le(input: Operand, other: Operand) -> Variable:
     """x <= y as a bool Variable (no gradient)"""
+
+def lerp(input: Operand, end: Operand, weight: Operand) -> Variable:
+    """input + weight * (end - input)."""
 
 def less(input: Operand, other: Operand) -> Variable:
     """x < y as a bool Variable (no gradient)"""
@@ -710,10 +895,27 @@ def log2(input: Operand) -> Variable:
 def log_softmax(input: Operand, dim: builtins.int) -> Variable:
     """x - logsumexp(x, dim)"""
 
+def logaddexp(input: Operand, other: Operand) -> Variable:
+    """log(exp(input) + exp(other)), computed without overflow."""
+
+def logcumsumexp(input: VariableSurface, dim: builtins.int) -> Variable:
+    """log(cumsum(exp(x))) along `dim`, shifted by the maximum along it."""
+
 def logical_and(input: Operand, other: Operand) -> Variable: ...
 def logical_not(input: Operand) -> Variable: ...
 def logical_or(input: Operand, other: Operand) -> Variable: ...
 def logical_xor(input: Operand, other: Operand) -> Variable: ...
+def logspace(
+    start: builtins.float,
+    end: builtins.float,
+    steps: builtins.int,
+    base: builtins.float = 10.0,
+    *,
+    dtype: Any = None,
+    **options: Any,
+) -> Variable:
+    """`steps` values from base ** start to base ** end, evenly spaced in the exponent."""
+
 def logsumexp(
     input: Operand, dim: builtins.int | Sequence[builtins.int] | None, keepdim: builtins.bool = False
 ) -> Variable:
@@ -729,6 +931,12 @@ def manual_seed(seed: builtins.int) -> Generator:
 
 def masked_fill(input: Operand, other: Operand) -> Variable:
     """x with value where mask is true (mask broadcasts; the result keeps x's dtype)"""
+
+def masked_scatter(input: VariableSurface, mask: VariableSurface, source: VariableSurface) -> Variable:
+    """A copy of `input` with source's first entries, in order, where `mask` is true."""
+
+def masked_select(input: VariableSurface, mask: VariableSurface) -> Variable:
+    """The entries where the boolean `mask` (broadcast) is true, as a 1-d Variable."""
 
 def matmul(input: Operand, other: Operand) -> Variable:
     """matrix product with NumPy's broadcasting and 1-d rules"""
@@ -767,6 +975,14 @@ def mean(
 ) -> Variable:
     """mean over dim (all when null)"""
 
+def median(input: VariableSurface, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
+    """The lower median: of all entries (its gradient shared among the entries equal to it), or along
+    `dim` as (values, indices)."""
+
+def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Variable, ...]:
+    """Coordinate grids of 0-d or 1-d Variables ("ij": the first varies along the first dimension; "xy":
+    the first two swapped, as NumPy's default)."""
+
 @overload
 def min(input: Operand) -> Variable: ...
 @overload
@@ -778,6 +994,24 @@ def minimum(input: Operand, other: Operand) -> Variable:
 
 def mm(input: Operand, mat2: Operand) -> Variable:
     """matrix product of two 2-d inputs"""
+
+def mode(input: VariableSurface, dim: builtins.int = -1, keepdim: builtins.bool = False) -> MaxMin[Variable]:
+    """(values, indices) of the most frequent value along `dim` (the smallest of equally frequent ones;
+    the index of its last occurrence)."""
+
+def moveaxis(
+    input: VariableSurface,
+    source: builtins.int | Sequence[builtins.int],
+    destination: builtins.int | Sequence[builtins.int],
+) -> Variable:
+    """Dimensions `source` moved to positions `destination`, the others keeping their order."""
+
+def movedim(
+    input: VariableSurface,
+    source: builtins.int | Sequence[builtins.int],
+    destination: builtins.int | Sequence[builtins.int],
+) -> Variable:
+    """Dimensions `source` moved to positions `destination`, the others keeping their order."""
 
 def mul(input: Operand, other: Operand) -> Variable:
     """x * y (broadcasting)"""
@@ -804,6 +1038,19 @@ def nan_to_num(
     """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default the dtype's largest and
     smallest finite values); the gradient flows where the input was finite."""
 
+def nanmean(
+    input: VariableSurface, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False
+) -> Variable:
+    """The mean of the entries that are not NaN."""
+
+def nansum(
+    input: VariableSurface, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False
+) -> Variable:
+    """The sum with NaNs counted as zero."""
+
+def narrow(input: VariableSurface, dim: builtins.int, start: builtins.int, length: builtins.int) -> Variable:
+    """`length` entries from `start` along `dim`."""
+
 def ne(input: Operand, other: Operand) -> Variable:
     """x != y as a bool Variable (no gradient)"""
 
@@ -812,6 +1059,9 @@ def neg(input: Operand) -> Variable:
 
 def negative(input: Operand) -> Variable:
     """-x"""
+
+def nonzero(input: VariableSurface, *, as_tuple: builtins.bool = False) -> Any:
+    """The coordinates of the nonzero entries, one row each (as_tuple: one 1-d Variable per dimension)."""
 
 def norm(
     input: Operand,
@@ -861,8 +1111,8 @@ def outer(input: Operand, vec2: Operand) -> Variable:
 def permute(input: Operand, dims: Sequence[builtins.int]) -> Variable: ...
 @overload
 def permute(input: Operand, *dims: builtins.int) -> Variable: ...
-def polygamma(input: Operand, n: builtins.int) -> Variable:
-    """the n-th derivative of digamma, polygamma(input, n=n) (PyTorch spells it polygamma(n, input))"""
+def polygamma(n: builtins.int, input: Operand) -> Variable:
+    """The n-th derivative of digamma."""
 
 def pow(input: Operand, exponent: Operand) -> Variable:
     """x ** y (broadcasting)"""
@@ -872,6 +1122,18 @@ def prod(
 ) -> Variable:
     """product over dim (all when null); gradients exact at zeros"""
 
+def quantile(
+    input: VariableSurface,
+    q: Any,
+    dim: builtins.int | None = None,
+    keepdim: builtins.bool = False,
+    *,
+    interpolation: str = "linear",
+) -> Variable:
+    """The q-th quantiles along `dim` (of all entries when None): between the sorted values either side of
+    q * (n - 1), by `interpolation`; a vector q gives a leading dimension of its length. NaN where a NaN is."""
+
+def rad2deg(input: Operand) -> Variable: ...
 def rand(
     *size: builtins.int | Sequence[builtins.int],
     generator: Generator | None = None,
@@ -938,6 +1200,7 @@ def randperm(
 ) -> Variable:
     """A random permutation of 0..n-1 (int64 unless `dtype=` says otherwise)."""
 
+def ravel(input: VariableSurface) -> Variable: ...
 def reciprocal(input: Operand) -> Variable: ...
 def relu(input: Operand) -> Variable:
     """max(x, 0)"""
@@ -948,16 +1211,48 @@ def remainder(input: Operand, other: Operand) -> Variable:
 def repeat(self: VariableSurface, *sizes: Any) -> Variable:
     """This Variable tiled `sizes[i]` times along each dimension (new leading ones for extra sizes)."""
 
+def repeat_interleave(
+    input: VariableSurface,
+    repeats: Any = None,
+    dim: builtins.int | None = None,
+    *,
+    output_size: builtins.int | None = None,
+) -> Variable:
+    """Each entry repeated `repeats` times (an int, or one count per entry along `dim`; without dim, of
+    the flattened Variable). `repeat_interleave(counts)`: each index repeated counts[index] times."""
+
 @overload
 def reshape(input: Operand, shape: Sequence[builtins.int]) -> Variable: ...
 @overload
 def reshape(input: Operand, *shape: builtins.int) -> Variable: ...
+def roll(
+    input: VariableSurface,
+    shifts: builtins.int | Sequence[builtins.int],
+    dims: builtins.int | Sequence[builtins.int] | None = None,
+) -> Variable:
+    """The entries shifted by `shifts` along `dims`, those past the end coming round to the front
+    (without dims: over the flattened Variable, then reshaped)."""
+
+def rot90(input: VariableSurface, k: builtins.int = 1, dims: Sequence[builtins.int] = (0, 1)) -> Variable:
+    """Rotated by 90 degrees `k` times, from the first of `dims` towards the second."""
+
 def round(input: Operand, decimals: builtins.int = 0) -> Variable:
     """x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
 
+def row_stack(tensors: Sequence[VariableSurface]) -> Variable:
+    """Concatenated along the first dimension, 1-d Variables as rows."""
+
 def rsqrt(input: Operand) -> Variable: ...
-def scatter(input: Operand, other: Operand, dim: builtins.int) -> Variable:
-    """x with src's entries (or a 0-d src everywhere) written at index along dim (torch.scatter(x, dim, index, src))"""
+def scatter(
+    input: VariableSurface,
+    dim: builtins.int,
+    index: VariableSurface,
+    src: Any = None,
+    value: Any = None,
+    **options: Any,
+) -> Variable:
+    """A copy of `input` with `src`'s entries (or `value`) written at `index` along `dim`:
+    out[i][index[i][j]] = src[i][j] for dim=1."""
 
 def scatter_add(input: VariableSurface, dim: builtins.int, index: Operand, src: Operand) -> Variable:
     """A copy of `input` with `src`'s entries added at `index` along `dim` (repeated positions add up)."""
@@ -965,8 +1260,23 @@ def scatter_add(input: VariableSurface, dim: builtins.int, index: Operand, src: 
 def scatter_add_(self: Variable, dim: builtins.int, index: Operand, src: Operand) -> Variable:
     """In place: `scatter_add`."""
 
+def searchsorted(
+    sorted_sequence: VariableSurface,
+    input: Any,
+    *,
+    out_int32: builtins.bool = False,
+    right: builtins.bool = False,
+    side: str | None = None,
+    sorter: VariableSurface | None = None,
+) -> Variable:
+    """For each value, how many of the sorted boundaries (along the last dimension) are below it
+    (right: not above it): the index it would be inserted at to keep the order."""
+
 def seed() -> builtins.int:
     """Reseed the default generator non-deterministically; returns the seed."""
+
+def select(input: VariableSurface, dim: builtins.int, index: builtins.int) -> Variable:
+    """The slice at `index` along `dim` (that dimension removed)."""
 
 def set_default_device(spec: Any) -> None: ...
 def set_default_dtype(d: Any) -> None:
@@ -1024,6 +1334,16 @@ def std(
 ) -> Variable:
     """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
 
+def std_mean(
+    input: VariableSurface,
+    dim: Any = None,
+    unbiased: builtins.bool = True,
+    keepdim: builtins.bool = False,
+    *,
+    correction: builtins.float | None = None,
+) -> tuple[Variable, Variable]:
+    """(standard deviation, mean) over `dim` (all when None; correction 1: Bessel's, as unbiased)."""
+
 def sub(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variable:
     """x - y (broadcasting); `alpha=` scales `other` first (PyTorch's `sub(input, other, alpha=a)`)"""
 
@@ -1048,6 +1368,13 @@ def swapdims(input: Operand, dim0: builtins.int, dim1: builtins.int) -> Variable
 def t(input: Operand) -> Variable:
     """transpose of a matrix"""
 
+def take(input: VariableSurface, index: Operand) -> Variable:
+    """The entries of the flattened `input` at `index` (negative ones from the end), in index's shape."""
+
+def take_along_dim(input: VariableSurface, indices: VariableSurface, dim: builtins.int | None = None) -> Variable:
+    """`gather` along `dim` after broadcasting input and indices in the other dimensions (without dim:
+    `take` of the flattened indices)."""
+
 def tan(input: Operand) -> Variable:
     """tangent"""
 
@@ -1062,6 +1389,15 @@ def tensor(
 ) -> Variable:
     """A copy of `data` (as PyTorch's: in-place updates of it leave `data` alone)."""
 
+def tensor_split(input: VariableSurface, indices_or_sections: Any, dim: builtins.int = 0) -> tuple[Variable, ...]:
+    """`sections` pieces along `dim` (the first `size % sections` one longer), or the pieces between `indices`."""
+
+def tensordot(a: VariableSurface, b: VariableSurface, dims: Any = 2) -> Variable:
+    """The sum of a * b over the dims paired in `dims` (an int: a's last `dims` with b's first)."""
+
+def tile(input: VariableSurface, dims: Sequence[builtins.int]) -> Variable:
+    """Repeated `dims[i]` times along each dimension (ones prepended to the shorter of the two)."""
+
 def topk(
     input: VariableSurface,
     k: builtins.int,
@@ -1071,14 +1407,35 @@ def topk(
 ) -> MaxMin[Variable]:
     """(values, indices) of the `k` largest (or smallest) entries along `dim`, in order."""
 
+def trace(input: VariableSurface) -> Variable:
+    """The sum of a matrix's diagonal."""
+
 def transpose(input: Operand, dim0: builtins.int, dim1: builtins.int) -> Variable:
     """swap two dimensions"""
+
+def trapezoid(
+    y: VariableSurface, x: Any = None, *, dx: builtins.float | None = None, dim: builtins.int = -1
+) -> Variable:
+    """The trapezoidal rule's integral of y along `dim`, over the sample points `x` or a spacing `dx`."""
+
+def trapz(y: VariableSurface, x: Any = None, *, dx: builtins.float | None = None, dim: builtins.int = -1) -> Variable:
+    """The trapezoidal rule's integral of y along `dim`, over the sample points `x` or a spacing `dx`."""
 
 def tril(input: Operand, diagonal: builtins.int = 0) -> Variable:
     """the lower triangle of the last two dimensions, zeros elsewhere"""
 
+def tril_indices(
+    row: builtins.int, col: builtins.int, offset: builtins.int = 0, *, dtype: Any = None, device: Any = None
+) -> Variable:
+    """The 2 x N (row, column) indices of a row x col matrix's tril triangle, row by row."""
+
 def triu(input: Operand, diagonal: builtins.int = 0) -> Variable:
     """the upper triangle of the last two dimensions, zeros elsewhere"""
+
+def triu_indices(
+    row: builtins.int, col: builtins.int, offset: builtins.int = 0, *, dtype: Any = None, device: Any = None
+) -> Variable:
+    """The 2 x N (row, column) indices of a row x col matrix's triu triangle, row by row."""
 
 def true_divide(input: Operand, other: Operand) -> Variable:
     """x / y (true division, broadcasting; IEEE results for division by zero)"""
@@ -1088,8 +1445,35 @@ def trunc(input: Operand) -> Variable:
 
 uint8: DType
 
+def unbind(input: VariableSurface, dim: builtins.int = 0) -> tuple[Variable, ...]:
+    """The slices along `dim`, each without it."""
+
+def unflatten(input: VariableSurface, dim: builtins.int, sizes: Sequence[builtins.int]) -> Variable:
+    """Dimension `dim` split into `sizes` (one of them may be -1)."""
+
+def unique(
+    input: VariableSurface,
+    sorted: builtins.bool = True,
+    return_inverse: builtins.bool = False,
+    return_counts: builtins.bool = False,
+    dim: builtins.int | None = None,
+) -> Any:
+    """The distinct values, in ascending order; with return_inverse, where each entry's value is among
+    them; with return_counts, how many times each occurs."""
+
+def unique_consecutive(
+    input: VariableSurface,
+    return_inverse: builtins.bool = False,
+    return_counts: builtins.bool = False,
+    dim: builtins.int | None = None,
+) -> Any:
+    """The values with each run of equal neighbours kept once (`unique` without the sort)."""
+
 def unsqueeze(input: Operand, dim: builtins.int) -> Variable:
     """insert a dimension of size 1"""
+
+def vander(x: VariableSurface, N: builtins.int | None = None, increasing: builtins.bool = False) -> Variable:
+    """The Vandermonde matrix: columns x ** (N - 1), ..., x ** 0 (increasing: the other way round)."""
 
 def var(
     input: Operand,
@@ -1099,8 +1483,24 @@ def var(
 ) -> Variable:
     """variance over dim (all when null)"""
 
+def var_mean(
+    input: VariableSurface,
+    dim: Any = None,
+    unbiased: builtins.bool = True,
+    keepdim: builtins.bool = False,
+    *,
+    correction: builtins.float | None = None,
+) -> tuple[Variable, Variable]:
+    """(variance, mean) over `dim` (all when None; correction 1: Bessel's, as unbiased)."""
+
+def vstack(tensors: Sequence[VariableSurface]) -> Variable:
+    """Concatenated along the first dimension, 1-d Variables as rows."""
+
 def where(condition: Operand, input: Operand, other: Operand) -> Variable:
     """x where cond else y (cond gets no gradient)"""
+
+def xlogy(input: Operand, other: Operand) -> Variable:
+    """input * log(other), 0 where input is 0 (unless other is nan)."""
 
 def zeros(
     *size: builtins.int | Sequence[builtins.int],

@@ -105,7 +105,7 @@ def _polygamma_forward(xp, x, n):
         if n:
             out *= (-1) ** (n + 1) * math.factorial(n)
         return out.astype(_floating(x).dtype, copy=False)
-    x = x.astype(numpy.float64)
+    dtype, x = _floating(x).dtype, x.astype(numpy.float64)
     with numpy.errstate(all="ignore"):
         # below 1/2 by the reflection psi^(n)(x) = (-1)^n psi^(n)(1 - x) - f^(n)(x), f(x) = pi cot(pi x),
         # f^(n) = pi^(n + 1) P_n(cot(pi x)) with P_0(c) = c and P_k+1(c) = -(1 + c^2) P_k'(c)
@@ -115,7 +115,7 @@ def _polygamma_forward(xp, x, n):
         for _ in range(n):
             p = -numpy.polynomial.Polynomial([1, 0, 1]) * p.deriv()
         reflected = (-1) ** n * out - math.pi ** (n + 1) * p(1 / numpy.tan(math.pi * x))
-        return numpy.where(reflect, reflected, out).astype(_floating(x).dtype)
+        return numpy.where(reflect, reflected, out).astype(dtype)
 
 
 def _polygamma_series(x, n):
