@@ -976,8 +976,8 @@ def mean(
     """mean over dim (all when null)"""
 
 def median(input: VariableSurface, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
-    """The lower median: of all entries (its gradient shared among the entries equal to it), or along
-    `dim` as (values, indices)."""
+    """The lower median (NaN where there is one): of all entries (its gradient shared among the entries
+    equal to it), or along `dim` as (values, indices)."""
 
 def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Variable, ...]:
     """Coordinate grids of 0-d or 1-d Variables ("ij": the first varies along the first dimension; "xy":
@@ -1342,7 +1342,7 @@ def std_mean(
     *,
     correction: builtins.float | None = None,
 ) -> tuple[Variable, Variable]:
-    """(standard deviation, mean) over `dim` (all when None; correction 1: Bessel's, as unbiased)."""
+    """(std, mean) over `dim` (all when None; correction 1, Bessel's, as unbiased=True)."""
 
 def sub(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variable:
     """x - y (broadcasting); `alpha=` scales `other` first (PyTorch's `sub(input, other, alpha=a)`)"""
@@ -1491,7 +1491,7 @@ def var_mean(
     *,
     correction: builtins.float | None = None,
 ) -> tuple[Variable, Variable]:
-    """(variance, mean) over `dim` (all when None; correction 1: Bessel's, as unbiased)."""
+    """(var, mean) over `dim` (all when None; correction 1, Bessel's, as unbiased=True)."""
 
 def vstack(tensors: Sequence[VariableSurface]) -> Variable:
     """Concatenated along the first dimension, 1-d Variables as rows."""

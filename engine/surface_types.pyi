@@ -455,8 +455,8 @@ class VariableSurface:
     def mean(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
         """mean over dim (all when null)"""
     def median(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
-        """The lower median: of all entries (its gradient shared among the entries equal to it), or along
-        `dim` as (values, indices)."""
+        """The lower median (NaN where there is one): of all entries (its gradient shared among the entries
+        equal to it), or along `dim` as (values, indices)."""
     @overload
     def min(self) -> Self: ...
     @overload

@@ -195,29 +195,35 @@ def functions(ops, make) -> dict:
         return nansum(input, dim, keepdim) / _as(input, count)
 
     def _picked(input, order, d, keepdim, at):
-        """(values, indices) at position `at` of `order` (indices along d) along d."""
-        indices = narrow(order, d, at, 1)
+        """(values, indices) at position `at` (an int, or a Variable of positions) of `order` along d."""
+        indices = narrow(order, d, at, 1) if isinstance(at, int) else ops["gather"](order, at, dim=d)
         values = ops["gather"](input, indices, dim=d)
         if keepdim:
             return MaxMin(values, indices)
         return MaxMin(ops["squeeze"](values, d), ops["squeeze"](indices, d))
 
+    def _middle(input, d):
+        """The lower median's position in the sorted order along d, or the first NaN's (sorted last)."""
+        size = input.shape[d]
+        numbers = ops["sum"](ops["logical_not"](ops["isnan"](input)), d, keepdim=True)
+        return where(ops["lt"](numbers, size), numbers, (size - 1) // 2)
+
     def median(input: VariableSurface, dim: int | None = None, keepdim: bool = False) -> Any:
-        """The lower median: of all entries (its gradient shared among the entries equal to it), or along
-        `dim` as (values, indices)."""
+        """The lower median (NaN where there is one): of all entries (its gradient shared among the entries
+        equal to it), or along `dim` as (values, indices)."""
         if dim is None:
             flat = reshape(input, (-1,))
             if not flat.numel():
                 return ops["sum"](flat) * math.nan
             order = ops["argsort"](flat, dim=0, stable=True)
-            middle = flat.detach()[order[(flat.numel() - 1) // 2]]
+            middle = reshape(flat.detach()[ops["gather"](order, _middle(flat, 0), dim=0)], ())
             if input.dtype.kind != "f":
                 return middle
             ties = ops["eq"](input, middle)
             return ops["sum"](where(ties, input, 0.0)) / _as(input, ops["sum"](ties))
         d = _dim(input, dim)
         order = ops["argsort"](input, dim=d, stable=True)
-        return _picked(input, order, d, keepdim, ((input.shape[d] if input.ndim else 1) - 1) // 2)
+        return _picked(input, order, d, keepdim, _middle(input, d) if input.ndim else 0)
 
     def kthvalue(input: VariableSurface, k: int, dim: int = -1, keepdim: bool = False) -> MaxMin[VariableSurface]:
         """(values, indices) of the k-th smallest entry along `dim` (k from 1)."""
@@ -282,37 +288,29 @@ def functions(ops, make) -> dict:
             out = reshape(out, (len(position), *kept))
         return ops["squeeze"](out, 0) if qs.ndim == 0 else out
 
-    def _spread_mean(name, input, dim, unbiased, keepdim, correction):
-        if isinstance(dim, bool):
-            dim, unbiased = None, dim
-        dims = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
-        count = math.prod(input.shape[_dim(input, d)] for d in dims) if dims else input.numel()
-        spread = ops["var"](input, dim, False, keepdim)
-        shift = (1 if unbiased else 0) if correction is None else correction
-        spread = spread * (count / (count - shift) if count != shift else math.inf) if shift else spread
-        return MaxMin(ops["sqrt"](spread) if name == "std" else spread, ops["mean"](input, dim, keepdim))
+    def _spread_mean(name):
+        def fn(
+            input: VariableSurface,
+            dim: Any = None,
+            unbiased: bool = True,
+            keepdim: bool = False,
+            *,
+            correction: float | None = None,
+        ) -> tuple[VariableSurface, VariableSurface]:
+            if isinstance(dim, bool):
+                dim, unbiased = None, dim
+            dims = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
+            count = math.prod(input.shape[_dim(input, d)] for d in dims) if dims else input.numel()
+            spread = ops["var"](input, dim, False, keepdim)
+            shift = (1 if unbiased else 0) if correction is None else correction
+            spread = spread * (count / (count - shift) if count != shift else math.inf) if shift else spread
+            return (ops["sqrt"](spread) if name == "std" else spread), ops["mean"](input, dim, keepdim)
 
-    def std_mean(
-        input: VariableSurface,
-        dim: Any = None,
-        unbiased: bool = True,
-        keepdim: bool = False,
-        *,
-        correction: float | None = None,
-    ) -> tuple[VariableSurface, VariableSurface]:
-        """(standard deviation, mean) over `dim` (all when None; correction 1: Bessel's, as unbiased)."""
-        return tuple(_spread_mean("std", input, dim, unbiased, keepdim, correction))  # type: ignore[return-value]
+        fn.__name__ = fn.__qualname__ = f"{name}_mean"
+        fn.__doc__ = f"({name}, mean) over `dim` (all when None; correction 1, Bessel's, as unbiased=True)."
+        return fn
 
-    def var_mean(
-        input: VariableSurface,
-        dim: Any = None,
-        unbiased: bool = True,
-        keepdim: bool = False,
-        *,
-        correction: float | None = None,
-    ) -> tuple[VariableSurface, VariableSurface]:
-        """(variance, mean) over `dim` (all when None; correction 1: Bessel's, as unbiased)."""
-        return tuple(_spread_mean("var", input, dim, unbiased, keepdim, correction))  # type: ignore[return-value]
+    std_mean, var_mean = _spread_mean("std"), _spread_mean("var")
 
     def logcumsumexp(input: VariableSurface, dim: int) -> VariableSurface:
         """log(cumsum(exp(x))) along `dim`, shifted by the maximum along it."""

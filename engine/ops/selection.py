@@ -217,14 +217,25 @@ def _scatter(x, index, src, dim):
     return trusted.reshape(out, shape=tuple(x.shape))
 
 
-defop(
+def _scatter_op(name, forward, samples, doc):
+    defop(
+        name,
+        forward,
+        attrs={"dim": DIM},
+        arity=3,
+        composite=True,
+        methods=(),
+        samples=samples,
+        infer=_scatter_infer(name),
+        scratch=_index_scratch,
+        doc=doc,
+    )
+
+
+_scatter_op(
     "scatter",
     _scatter,
-    attrs={"dim": DIM},
-    arity=3,
-    composite=True,
-    methods=(),
-    samples=(
+    (
         Sample(
             make=lambda rng: [
                 rng.uniform(-2, 2, (3, 4)),
@@ -238,28 +249,18 @@ defop(
             attrs={"dim": 0},
         ),
     ),
-    infer=_scatter_infer("scatter"),
-    scratch=_index_scratch,
-    doc="x with src's entries (or a 0-d src everywhere) written at index along dim (torch.scatter(x, dim, index, src))",
+    "x with src's entries (or a 0-d src everywhere) written at index along dim (torch.scatter(x, dim, index, src))",
 )
-
-
-defop(
+_scatter_op(
     "scatter_add",
     _scatter_add,
-    attrs={"dim": DIM},
-    arity=3,
-    composite=True,
-    methods=(),
-    samples=(
+    (
         Sample(
             make=lambda rng: [rng.uniform(-2, 2, (3, 4)), rng.integers(0, 4, (2, 5)), rng.uniform(-2, 2, (2, 5))],
             attrs={"dim": 1},
         ),
     ),
-    infer=_scatter_infer("scatter_add"),
-    scratch=_index_scratch,
-    doc="x with src added at index along dim (torch.scatter_add(x, dim, index, src); the adjoint of gather)",
+    "x with src added at index along dim (torch.scatter_add(x, dim, index, src); the adjoint of gather)",
 )
 
 

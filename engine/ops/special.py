@@ -151,15 +151,18 @@ def _special_work(in_shapes, out_shape, attrs) -> int:
     return 20 * costs.one_pass(in_shapes, out_shape, attrs)
 
 
-erf = defop(
+def _special(name, forward, vjp, samples, doc, **options):
+    """A function computed by SciPy's kernel or the fallback: its work and scratch rules."""
+    options.setdefault("infer", shapes.floating)
+    return defop(name, forward, vjp, samples=samples, work=_special_work, scratch=_special_scratch, doc=doc, **options)
+
+
+erf = _special(
     "erf",
     _erf_forward,
     lambda g, ans, x: g * (F.exp(-(x * x)) * TWO_OVER_SQRT_PI),
-    samples=UNARY,
-    infer=shapes.floating,
-    work=_special_work,
-    scratch=_special_scratch,
-    doc="the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x",
+    UNARY,
+    "the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x",
 )
 log1p = defop(
     "log1p",
@@ -178,47 +181,36 @@ expm1 = defop(
     infer=shapes.floating,
     doc="exp(x) - 1, accurate for small x",
 )
-erfinv = defop(
+erfinv = _special(
     "erfinv",
     _erfinv_forward,
     lambda g, ans, x: g * (F.exp(ans * ans) * (math.sqrt(math.pi) / 2)),
+    (Sample(((3, 4),), low=-0.9, high=0.9), Sample(((),), low=-0.9, high=0.9)),
+    "the inverse of erf on (-1, 1) (+-inf at +-1, nan outside)",
     uses_output=True,
     saves=False,
-    samples=(Sample(((3, 4),), low=-0.9, high=0.9), Sample(((),), low=-0.9, high=0.9)),
-    infer=shapes.floating,
-    work=_special_work,
-    scratch=_special_scratch,
-    doc="the inverse of erf on (-1, 1) (+-inf at +-1, nan outside)",
 )
 POSITIVE = (Sample(((3, 4),), low=0.5, high=3.0), Sample(((),), low=0.5, high=3.0))
-lgamma = defop(
+lgamma = _special(
     "lgamma",
     _lgamma_forward,
     lambda g, ans, x: g * F.digamma(x),
-    samples=POSITIVE + (Sample(((5,),), low=-2.9, high=-2.1),),
-    infer=shapes.floating,
-    work=_special_work,
-    scratch=_special_scratch,
-    doc="log |gamma(x)|",
+    POSITIVE + (Sample(((5,),), low=-2.9, high=-2.1),),
+    "log |gamma(x)|",
 )
-digamma = defop(
+digamma = _special(
     "digamma",
     lambda xp, x: _polygamma_forward(xp, x, 0),
     lambda g, ans, x: g * F.polygamma(x, n=1),
-    samples=POSITIVE,
-    infer=shapes.floating,
-    work=_special_work,
-    scratch=_special_scratch,
-    doc="the derivative of lgamma",
+    POSITIVE,
+    "the derivative of lgamma",
 )
-polygamma = defop(
+polygamma = _special(
     "polygamma",
     _polygamma_forward,
     lambda g, ans, x, n: g * F.polygamma(x, n=n + 1),
+    (Sample(((3, 4),), {"n": 1}, low=0.5, high=3.0), Sample(((5,),), {"n": 2}, low=-1.9, high=-1.1)),
+    "the n-th derivative of digamma, polygamma(input, n=n) (PyTorch spells it polygamma(n, input))",
     attrs={"n": Attr("int", REQUIRED, "the order of the derivative of digamma (0: digamma)")},
-    samples=(Sample(((3, 4),), {"n": 1}, low=0.5, high=3.0), Sample(((5,),), {"n": 2}, low=-1.9, high=-1.1)),
     infer=_polygamma_rule,
-    work=_special_work,
-    scratch=_special_scratch,
-    doc="the n-th derivative of digamma, polygamma(input, n=n) (PyTorch spells it polygamma(n, input))",
 )
