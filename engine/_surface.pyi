@@ -54,6 +54,7 @@ __all__ = [
     "argmax",
     "argmin",
     "argsort",
+    "argwhere",
     "as_tensor",
     "asin",
     "asinh",
@@ -74,6 +75,7 @@ __all__ = [
     "bitwise_xor",
     "bmm",
     "bool",
+    "broadcast_shapes",
     "broadcast_tensors",
     "broadcast_to",
     "bucketize",
@@ -111,6 +113,7 @@ __all__ = [
     "diag_embed",
     "diagonal",
     "diff",
+    "digamma",
     "dist",
     "div",
     "divide",
@@ -123,6 +126,7 @@ __all__ = [
     "eq",
     "equal",
     "erf",
+    "erfinv",
     "exp",
     "exp2",
     "expand",
@@ -161,6 +165,8 @@ __all__ = [
     "im2col",
     "index_add",
     "index_add_",
+    "index_copy",
+    "index_fill",
     "index_put",
     "index_put_",
     "index_select",
@@ -189,6 +195,7 @@ __all__ = [
     "lerp",
     "less",
     "less_equal",
+    "lgamma",
     "linspace",
     "log",
     "log10",
@@ -203,11 +210,13 @@ __all__ = [
     "logical_not",
     "logical_or",
     "logical_xor",
+    "logspace",
     "logsumexp",
     "long",
     "lt",
     "manual_seed",
     "masked_fill",
+    "masked_scatter",
     "masked_select",
     "matmul",
     "matrix_power",
@@ -222,6 +231,7 @@ __all__ = [
     "min",
     "minimum",
     "mm",
+    "mode",
     "moveaxis",
     "movedim",
     "mul",
@@ -244,6 +254,7 @@ __all__ = [
     "ones_like",
     "outer",
     "permute",
+    "polygamma",
     "pow",
     "prod",
     "quantile",
@@ -266,7 +277,9 @@ __all__ = [
     "roll",
     "rot90",
     "round",
+    "row_stack",
     "rsqrt",
+    "scatter",
     "scatter_add",
     "scatter_add_",
     "searchsorted",
@@ -309,19 +322,26 @@ __all__ = [
     "topk",
     "trace",
     "transpose",
+    "trapezoid",
+    "trapz",
     "tril",
+    "tril_indices",
     "triu",
+    "triu_indices",
     "true_divide",
     "trunc",
     "uint8",
     "unbind",
     "unflatten",
     "unique",
+    "unique_consecutive",
     "unsqueeze",
+    "vander",
     "var",
     "var_mean",
     "vstack",
     "where",
+    "xlogy",
     "zeros",
     "zeros_like",
 ]
@@ -352,8 +372,16 @@ def adaptive_avg_pool2d(input: Operand, output_size: builtins.int | Sequence[bui
 def add(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variable:
     """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
 
-def addmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Variable: ...
-def addmv(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Variable: ...
+def addmm(
+    input: Operand, mat1: VariableSurface, mat2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+) -> Variable:
+    """beta * input + alpha * (mat1 @ mat2) (beta 0: input ignored, even its nans)."""
+
+def addmv(
+    input: Operand, mat1: VariableSurface, mat2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+) -> Variable:
+    """beta * input + alpha * (mat1 @ mat2) (beta 0: input ignored, even its nans)."""
+
 def all(
     input: Operand,
     dim: builtins.int | Sequence[builtins.int] | None = None,
@@ -416,6 +444,7 @@ def argsort(
 ) -> Variable:
     """the indices that sort x along dim (ties keep their order; no gradient)"""
 
+def argwhere(input: VariableSurface) -> Variable: ...
 def as_tensor(
     data: ArrayLike,
     dtype: DTypeLike | None = None,
@@ -435,9 +464,15 @@ def atan2(input: Operand, other: Operand) -> Variable:
     """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
 
 def atanh(input: VariableSurface) -> Variable: ...
-def atleast_1d(input: Any) -> Variable: ...
-def atleast_2d(input: Any) -> Variable: ...
-def atleast_3d(input: Any) -> Variable: ...
+def atleast_1d(*tensors: Any) -> Any:
+    """Each Variable with at least 1 dimensions (ones added); one Variable, or a tuple of them."""
+
+def atleast_2d(*tensors: Any) -> Any:
+    """Each Variable with at least 2 dimensions (ones added); one Variable, or a tuple of them."""
+
+def atleast_3d(*tensors: Any) -> Any:
+    """Each Variable with at least 3 dimensions (ones added); one Variable, or a tuple of them."""
+
 def avg_pool1d(
     input: Operand,
     kernel_size: builtins.int | Sequence[builtins.int],
@@ -470,7 +505,16 @@ def avg_pool3d(
 ) -> Variable:
     """3-d average pooling: each window's mean"""
 
-def baddbmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Variable: ...
+def baddbmm(
+    input: Operand,
+    batch1: VariableSurface,
+    batch2: VariableSurface,
+    *,
+    beta: builtins.float = 1,
+    alpha: builtins.float = 1,
+) -> Variable:
+    """beta * input + alpha * bmm(batch1, batch2)."""
+
 def bernoulli(input: Any, p: builtins.float | None = None, *, generator: Generator | None = None) -> Variable:
     """0s and 1s of `input`'s shape and dtype, each 1 with probability `input`'s value there (`p`, when
     given, for all). Only with `p=None` are the input's values read (a lazy client input is fetched)."""
@@ -492,17 +536,30 @@ def bmm(input: VariableSurface, mat2: VariableSurface) -> Variable:
 
 bool: DType
 
-def broadcast_tensors(*tensors: Any) -> tuple[Variable, ...]: ...
-def broadcast_to(input: Any, size: Any) -> Variable: ...
-def bucketize(input: Any, boundaries: Any, *, out_int32: Any = False, right: Any = False) -> Variable: ...
-def cartesian_prod(*tensors: Any) -> Variable: ...
+def broadcast_shapes(*shapes: Any) -> tuple[builtins.int, ...]:
+    """The shape that tensors of `shapes` broadcast to (PyTorch's error when they do not)."""
+
+def broadcast_tensors(*tensors: VariableSurface) -> tuple[Variable, ...]:
+    """The Variables expanded to their common broadcast shape."""
+
+def broadcast_to(input: VariableSurface, size: Sequence[builtins.int]) -> Variable: ...
+def bucketize(
+    input: Any, boundaries: VariableSurface, *, out_int32: builtins.bool = False, right: builtins.bool = False
+) -> Variable:
+    """The index of the bucket of 1-d `boundaries` each value falls in (`searchsorted(boundaries, input)`)."""
+
+def cartesian_prod(*tensors: VariableSurface) -> Variable:
+    """Every combination of one entry of each 1-d Variable, one per row."""
+
 def cast(input: Operand, dtype: DTypeLike) -> Variable:
     """x converted to dtype (gradient converted back)"""
 
 def cat(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along an existing dimension"""
 
-def cdist(x1: Any, x2: Any, p: Any = 2.0, compute_mode: Any = None) -> Variable: ...
+def cdist(x1: VariableSurface, x2: VariableSurface, p: builtins.float = 2.0, **options: Any) -> Variable:
+    """The p-norm distance of each row of x1 to each row of x2 (batched over leading dimensions)."""
+
 def ceil(input: Operand) -> Variable:
     """the smallest integer >= x (gradient zero, as in PyTorch)"""
 
@@ -533,7 +590,9 @@ def col2im(
 ) -> Variable:
     """columns [N, C * prod(kernel_size), windows] added back into [N, C, *output_size] (PyTorch's fold; the adjoint of im2col)"""
 
-def column_stack(tensors: Any) -> Variable: ...
+def column_stack(tensors: Sequence[VariableSurface]) -> Variable:
+    """0-d and 1-d Variables as columns, concatenated with the others along the second dimension."""
+
 def concat(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along an existing dimension"""
 
@@ -576,7 +635,9 @@ def conv3d(
 def cos(input: Operand) -> Variable:
     """cosine"""
 
-def cosh(input: VariableSurface) -> Variable: ...
+def cosh(input: Operand) -> Variable:
+    """hyperbolic cosine"""
+
 def count_nonzero(
     input: Operand, dim: builtins.int | Sequence[builtins.int] | None = None, **numpy_spelling: Any
 ) -> Variable:
@@ -594,17 +655,37 @@ def cumsum(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs:
 
 default_generator: Generator
 
-def deg2rad(input: VariableSurface) -> Variable: ...
+def deg2rad(input: Operand) -> Variable: ...
 def det(input: Operand) -> Variable:
     """the determinant of each square matrix (its gradient needs the matrix invertible)"""
 
 device = Device
 
-def diag(input: Any, diagonal: Any = 0) -> Variable: ...
-def diag_embed(input: Any, offset: Any = 0, dim1: Any = -2, dim2: Any = -1) -> Variable: ...
-def diagonal(input: Any, offset: Any = 0, dim1: Any = 0, dim2: Any = 1) -> Variable: ...
-def diff(input: Any, n: Any = 1, dim: Any = -1, prepend: Any = None, append: Any = None) -> Variable: ...
-def dist(input: Any, other: Any, p: Any = 2) -> Variable: ...
+def diag(input: VariableSurface, diagonal: builtins.int = 0) -> Variable:
+    """A 1-d Variable's square matrix with it on a diagonal, or a matrix's diagonal."""
+
+def diag_embed(
+    input: VariableSurface, offset: builtins.int = 0, dim1: builtins.int = -2, dim2: builtins.int = -1
+) -> Variable:
+    """Square matrices (in dims `dim1`, `dim2` of the result) with the last dimension on their diagonal."""
+
+def diagonal(
+    input: VariableSurface, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1
+) -> Variable:
+    """The diagonal of dims `dim1` and `dim2` (above it for offset > 0), as a last dimension."""
+
+def diff(
+    input: VariableSurface, n: builtins.int = 1, dim: builtins.int = -1, prepend: Any = None, append: Any = None
+) -> Variable:
+    """The n-th forward difference along `dim` (out[i] = x[i + 1] - x[i]; booleans: !=), after
+    concatenating `prepend` and `append`."""
+
+def digamma(input: Operand) -> Variable:
+    """the derivative of lgamma"""
+
+def dist(input: VariableSurface, other: Operand, p: builtins.float = 2) -> Variable:
+    """The p-norm of input - other."""
+
 def div(input: Operand, other: Operand) -> Variable:
     """x / y (true division, broadcasting; IEEE results for division by zero)"""
 
@@ -616,7 +697,9 @@ def dot(input: Operand, tensor: Operand) -> Variable:
 
 double: DType
 
-def dstack(tensors: Any) -> Variable: ...
+def dstack(tensors: Sequence[VariableSurface]) -> Variable:
+    """Concatenated along the third dimension (depth)."""
+
 def einsum(equation: str, *operands: Any) -> Variable:
     """Einstein summation: `einsum("ij,jk->ik", a, b)` (operands also as one list)."""
 
@@ -641,6 +724,9 @@ def eq(input: Operand, other: Operand) -> Variable:
 def equal(input: VariableSurface, other: VariableSurface) -> builtins.bool: ...
 def erf(input: Operand) -> Variable:
     """the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x"""
+
+def erfinv(input: Operand) -> Variable:
+    """the inverse of erf on (-1, 1) (+-inf at +-1, nan outside)"""
 
 def exp(input: Operand) -> Variable:
     """e ** x"""
@@ -668,9 +754,11 @@ def finfo(type: Any = None) -> numpy.finfo:
 def flatten(input: Operand, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Variable:
     """merge dimensions start_dim..end_dim into one"""
 
-def flip(input: Any, *dims: Any) -> Variable: ...
-def fliplr(input: Any) -> Variable: ...
-def flipud(input: Any) -> Variable: ...
+def flip(input: VariableSurface, dims: builtins.int | Sequence[builtins.int]) -> Variable:
+    """The entries in reverse order along each of `dims` (a copy)."""
+
+def fliplr(input: VariableSurface) -> Variable: ...
+def flipud(input: VariableSurface) -> Variable: ...
 
 float: DType
 float16: DType
@@ -686,7 +774,9 @@ def floor_divide(input: Operand, other: Operand) -> Variable:
 def fmod(input: Operand, other: Operand) -> Variable:
     """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
 
-def frac(input: VariableSurface) -> Variable: ...
+def frac(input: Operand) -> Variable:
+    """The fractional part, x - trunc(x), with x's sign."""
+
 def from_numpy(array: ArrayLike) -> Variable:
     """A Variable sharing `array`'s memory (where the backend is NumPy), as PyTorch's."""
 
@@ -736,8 +826,12 @@ def gt(input: Operand, other: Operand) -> Variable:
 
 half: DType
 
-def hstack(tensors: Any) -> Variable: ...
-def hypot(input: Any, other: Any) -> Variable: ...
+def hstack(tensors: Sequence[VariableSurface]) -> Variable:
+    """Concatenated along the second dimension (the first for 1-d Variables)."""
+
+def hypot(input: Operand, other: Operand) -> Variable:
+    """sqrt(input ** 2 + other ** 2)."""
+
 def iinfo(type: Any) -> numpy.iinfo:
     """Machine limits of an integer dtype: `max`, `min`, `bits`."""
 
@@ -760,6 +854,12 @@ def index_add_(
     self: Variable, dim: builtins.int, index: Operand, source: Operand, *, alpha: builtins.float = 1
 ) -> Variable:
     """In place: `index_add`."""
+
+def index_copy(input: VariableSurface, dim: builtins.int, index: Operand, source: Operand) -> Variable:
+    """A copy of `input` with source's slices along `dim` at the positions `index` names."""
+
+def index_fill(input: VariableSurface, dim: builtins.int, index: Operand, value: Any) -> Variable:
+    """A copy of `input` with `value` at the positions `index` names along `dim`."""
 
 def index_put(
     input: VariableSurface, indices: Sequence[Any], values: Operand, accumulate: builtins.bool = False
@@ -800,7 +900,11 @@ def isclose(input: Operand, other: Operand, rtol: builtins.float = 1e-05, atol: 
 def isfinite(input: Operand) -> Variable:
     """Whether each element is neither NaN nor infinite, as a bool Variable."""
 
-def isin(elements: Any, test_elements: Any, *, assume_unique: Any = False, invert: Any = False) -> Variable: ...
+def isin(
+    elements: Any, test_elements: Any, *, assume_unique: builtins.bool = False, invert: builtins.bool = False
+) -> Variable:
+    """Whether each element is among `test_elements`, as a bool Variable (invert: is not)."""
+
 def isinf(input: Operand) -> Variable:
     """Whether each element is +inf or -inf, as a bool Variable."""
 
@@ -809,17 +913,28 @@ def isnan(input: Operand) -> Variable:
 
 def isneginf(input: Operand) -> Variable: ...
 def isposinf(input: Operand) -> Variable: ...
-def kron(input: Any, other: Any) -> Variable: ...
-def kthvalue(input: Any, k: Any, dim: Any = -1, keepdim: Any = False) -> MaxMin[Variable]: ...
+def kron(input: VariableSurface, other: VariableSurface) -> Variable:
+    """The Kronecker product: block (i, j...) is input[i, j...] * other."""
+
+def kthvalue(
+    input: VariableSurface, k: builtins.int, dim: builtins.int = -1, keepdim: builtins.bool = False
+) -> MaxMin[Variable]:
+    """(values, indices) of the k-th smallest entry along `dim` (k from 1)."""
+
 def le(input: Operand, other: Operand) -> Variable:
     """x <= y as a bool Variable (no gradient)"""
 
-def lerp(input: Any, end: Any, weight: Any) -> Variable: ...
+def lerp(input: Operand, end: Operand, weight: Operand) -> Variable:
+    """input + weight * (end - input)."""
+
 def less(input: Operand, other: Operand) -> Variable:
     """x < y as a bool Variable (no gradient)"""
 
 def less_equal(input: Operand, other: Operand) -> Variable:
     """x <= y as a bool Variable (no gradient)"""
+
+def lgamma(input: Operand) -> Variable:
+    """log |gamma(x)|"""
 
 def linspace(
     start: builtins.float,
@@ -847,8 +962,12 @@ def log_softmax(input: Operand, dim: builtins.int) -> Variable:
 def logabsdet(input: Operand) -> Variable:
     """log |det| of each square matrix (slogdet's second value)"""
 
-def logaddexp(input: Any, other: Any) -> Variable: ...
-def logcumsumexp(input: Any, dim: Any) -> Variable: ...
+def logaddexp(input: Operand, other: Operand) -> Variable:
+    """log(exp(input) + exp(other)), computed without overflow."""
+
+def logcumsumexp(input: VariableSurface, dim: builtins.int) -> Variable:
+    """log(cumsum(exp(x))) along `dim`, shifted by the maximum along it."""
+
 def logdet(input: VariableSurface) -> Variable:
     """log det: NaN where the determinant is negative."""
 
@@ -856,6 +975,17 @@ def logical_and(input: Operand, other: Operand) -> Variable: ...
 def logical_not(input: Operand) -> Variable: ...
 def logical_or(input: Operand, other: Operand) -> Variable: ...
 def logical_xor(input: Operand, other: Operand) -> Variable: ...
+def logspace(
+    start: builtins.float,
+    end: builtins.float,
+    steps: builtins.int,
+    base: builtins.float = 10.0,
+    *,
+    dtype: Any = None,
+    **options: Any,
+) -> Variable:
+    """`steps` values from base ** start to base ** end, evenly spaced in the exponent."""
+
 def logsumexp(
     input: Operand, dim: builtins.int | Sequence[builtins.int] | None, keepdim: builtins.bool = False
 ) -> Variable:
@@ -872,7 +1002,12 @@ def manual_seed(seed: builtins.int) -> Generator:
 def masked_fill(input: Operand, other: Operand) -> Variable:
     """x with value where mask is true (mask broadcasts; the result keeps x's dtype)"""
 
-def masked_select(input: Any, mask: Any) -> Variable: ...
+def masked_scatter(input: VariableSurface, mask: VariableSurface, source: VariableSurface) -> Variable:
+    """A copy of `input` with source's first entries, in order, where `mask` is true."""
+
+def masked_select(input: VariableSurface, mask: VariableSurface) -> Variable:
+    """The entries where the boolean `mask` (broadcast) is true, as a 1-d Variable."""
+
 def matmul(input: Operand, other: Operand) -> Variable:
     """matrix product with NumPy's broadcasting and 1-d rules"""
 
@@ -921,8 +1056,14 @@ def mean(
 ) -> Variable:
     """mean over dim (all when null)"""
 
-def median(input: Any, dim: Any = None, keepdim: Any = False) -> Any: ...
-def meshgrid(*tensors: Any, indexing: Any = "ij") -> tuple[Variable, ...]: ...
+def median(input: VariableSurface, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
+    """The lower median (NaN where there is one): of all entries (its gradient shared among the entries
+    equal to it), or along `dim` as (values, indices)."""
+
+def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Variable, ...]:
+    """Coordinate grids of 0-d or 1-d Variables ("ij": the first varies along the first dimension; "xy":
+    the first two swapped, as NumPy's default)."""
+
 @overload
 def min(input: Operand) -> Variable: ...
 @overload
@@ -935,8 +1076,24 @@ def minimum(input: Operand, other: Operand) -> Variable:
 def mm(input: Operand, mat2: Operand) -> Variable:
     """matrix product of two 2-d inputs"""
 
-def moveaxis(input: Any, source: Any, destination: Any) -> Variable: ...
-def movedim(input: Any, source: Any, destination: Any) -> Variable: ...
+def mode(input: VariableSurface, dim: builtins.int = -1, keepdim: builtins.bool = False) -> MaxMin[Variable]:
+    """(values, indices) of the most frequent value along `dim` (the smallest of equally frequent ones;
+    the index of its last occurrence)."""
+
+def moveaxis(
+    input: VariableSurface,
+    source: builtins.int | Sequence[builtins.int],
+    destination: builtins.int | Sequence[builtins.int],
+) -> Variable:
+    """Dimensions `source` moved to positions `destination`, the others keeping their order."""
+
+def movedim(
+    input: VariableSurface,
+    source: builtins.int | Sequence[builtins.int],
+    destination: builtins.int | Sequence[builtins.int],
+) -> Variable:
+    """Dimensions `source` moved to positions `destination`, the others keeping their order."""
+
 def mul(input: Operand, other: Operand) -> Variable:
     """x * y (broadcasting)"""
 
@@ -962,9 +1119,19 @@ def nan_to_num(
     """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default the dtype's largest and
     smallest finite values); the gradient flows where the input was finite."""
 
-def nanmean(input: Any, dim: Any = None, keepdim: Any = False, *, dtype: Any = None) -> Variable: ...
-def nansum(input: Any, dim: Any = None, keepdim: Any = False, *, dtype: Any = None) -> Variable: ...
-def narrow(input: Any, dim: Any, start: Any, length: Any) -> Variable: ...
+def nanmean(
+    input: VariableSurface, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False
+) -> Variable:
+    """The mean of the entries that are not NaN."""
+
+def nansum(
+    input: VariableSurface, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False
+) -> Variable:
+    """The sum with NaNs counted as zero."""
+
+def narrow(input: VariableSurface, dim: builtins.int, start: builtins.int, length: builtins.int) -> Variable:
+    """`length` entries from `start` along `dim`."""
+
 def ne(input: Operand, other: Operand) -> Variable:
     """x != y as a bool Variable (no gradient)"""
 
@@ -974,7 +1141,9 @@ def neg(input: Operand) -> Variable:
 def negative(input: Operand) -> Variable:
     """-x"""
 
-def nonzero(input: Any, *, as_tuple: Any = False) -> Any: ...
+def nonzero(input: VariableSurface, *, as_tuple: builtins.bool = False) -> Any:
+    """The coordinates of the nonzero entries, one row each (as_tuple: one 1-d Variable per dimension)."""
+
 def norm(
     input: Operand,
     p: builtins.float = 2.0,
@@ -1023,6 +1192,9 @@ def outer(input: Operand, vec2: Operand) -> Variable:
 def permute(input: Operand, dims: Sequence[builtins.int]) -> Variable: ...
 @overload
 def permute(input: Operand, *dims: builtins.int) -> Variable: ...
+def polygamma(n: builtins.int, input: Operand) -> Variable:
+    """The n-th derivative of digamma."""
+
 def pow(input: Operand, exponent: Operand) -> Variable:
     """x ** y (broadcasting)"""
 
@@ -1030,9 +1202,17 @@ def prod(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: A
     """product over dim (all when null); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `prod(input, ..., dtype=d)`)"""
 
 def quantile(
-    input: Any, q: Any, dim: Any = None, keepdim: Any = False, *, interpolation: Any = "linear"
-) -> Variable: ...
-def rad2deg(input: VariableSurface) -> Variable: ...
+    input: VariableSurface,
+    q: Any,
+    dim: builtins.int | None = None,
+    keepdim: builtins.bool = False,
+    *,
+    interpolation: str = "linear",
+) -> Variable:
+    """The q-th quantiles along `dim` (of all entries when None): between the sorted values either side of
+    q * (n - 1), by `interpolation`; a vector q gives a leading dimension of its length. NaN where a NaN is."""
+
+def rad2deg(input: Operand) -> Variable: ...
 def rand(
     *size: builtins.int | Sequence[builtins.int],
     generator: Generator | None = None,
@@ -1102,7 +1282,7 @@ def randperm(
 ) -> Variable:
     """A random permutation of 0..n-1 (int64 unless `dtype=` says otherwise)."""
 
-def ravel(input: Any) -> Variable: ...
+def ravel(input: VariableSurface) -> Variable: ...
 def reciprocal(input: Operand) -> Variable: ...
 def relu(input: Operand) -> Variable:
     """max(x, 0)"""
@@ -1113,17 +1293,49 @@ def remainder(input: Operand, other: Operand) -> Variable:
 def repeat(self: VariableSurface, *sizes: Any) -> Variable:
     """This Variable tiled `sizes[i]` times along each dimension (new leading ones for extra sizes)."""
 
-def repeat_interleave(input: Any, repeats: Any, dim: Any = None, *, output_size: Any = None) -> Variable: ...
+def repeat_interleave(
+    input: VariableSurface,
+    repeats: Any = None,
+    dim: builtins.int | None = None,
+    *,
+    output_size: builtins.int | None = None,
+) -> Variable:
+    """Each entry repeated `repeats` times (an int, or one count per entry along `dim`; without dim, of
+    the flattened Variable). `repeat_interleave(counts)`: each index repeated counts[index] times."""
+
 @overload
 def reshape(input: Operand, shape: Sequence[builtins.int]) -> Variable: ...
 @overload
 def reshape(input: Operand, *shape: builtins.int) -> Variable: ...
-def roll(input: Any, shifts: Any, dims: Any = None) -> Variable: ...
-def rot90(input: Any, k: Any = 1, dims: Any = (0, 1)) -> Variable: ...
+def roll(
+    input: VariableSurface,
+    shifts: builtins.int | Sequence[builtins.int],
+    dims: builtins.int | Sequence[builtins.int] | None = None,
+) -> Variable:
+    """The entries shifted by `shifts` along `dims`, those past the end coming round to the front
+    (without dims: over the flattened Variable, then reshaped)."""
+
+def rot90(input: VariableSurface, k: builtins.int = 1, dims: Sequence[builtins.int] = (0, 1)) -> Variable:
+    """Rotated by 90 degrees `k` times, from the first of `dims` towards the second."""
+
 def round(input: Operand, decimals: builtins.int = 0) -> Variable:
     """x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
 
+def row_stack(tensors: Sequence[VariableSurface]) -> Variable:
+    """Concatenated along the first dimension, 1-d Variables as rows."""
+
 def rsqrt(input: Operand) -> Variable: ...
+def scatter(
+    input: VariableSurface,
+    dim: builtins.int,
+    index: VariableSurface,
+    src: Any = None,
+    value: Any = None,
+    **options: Any,
+) -> Variable:
+    """A copy of `input` with `src`'s entries (or `value`) written at `index` along `dim`:
+    out[i][index[i][j]] = src[i][j] for dim=1."""
+
 def scatter_add(input: VariableSurface, dim: builtins.int, index: Operand, src: Operand) -> Variable:
     """A copy of `input` with `src`'s entries added at `index` along `dim` (repeated positions add up)."""
 
@@ -1131,18 +1343,23 @@ def scatter_add_(self: Variable, dim: builtins.int, index: Operand, src: Operand
     """In place: `scatter_add`."""
 
 def searchsorted(
-    sorted_sequence: Any,
+    sorted_sequence: VariableSurface,
     input: Any,
     *,
-    out_int32: Any = False,
-    right: Any = False,
-    side: Any = None,
-    sorter: Any = None,
-) -> Variable: ...
+    out_int32: builtins.bool = False,
+    right: builtins.bool = False,
+    side: str | None = None,
+    sorter: VariableSurface | None = None,
+) -> Variable:
+    """For each value, how many of the sorted boundaries (along the last dimension) are below it
+    (right: not above it): the index it would be inserted at to keep the order."""
+
 def seed() -> builtins.int:
     """Reseed the default generator non-deterministically; returns the seed."""
 
-def select(input: Any, dim: Any, index: Any) -> Variable: ...
+def select(input: VariableSurface, dim: builtins.int, index: builtins.int) -> Variable:
+    """The slice at `index` along `dim` (that dimension removed)."""
+
 def set_default_device(spec: Any) -> None: ...
 def set_default_dtype(d: Any) -> None:
     """Set the default floating dtype (float16, float32 or float64), as PyTorch's does."""
@@ -1164,7 +1381,9 @@ def sign(input: Operand) -> Variable:
 def sin(input: Operand) -> Variable:
     """sine"""
 
-def sinh(input: VariableSurface) -> Variable: ...
+def sinh(input: Operand) -> Variable:
+    """hyperbolic sine"""
+
 def slogdet(input: VariableSurface) -> tuple[Variable, Variable]:
     """(sign, logabsdet): the sign has no gradient."""
 
@@ -1201,8 +1420,15 @@ def std(
     """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
 
 def std_mean(
-    input: Any, dim: Any = None, unbiased: Any = None, keepdim: Any = False, *, correction: Any = None
-) -> tuple[Variable, Variable]: ...
+    input: VariableSurface,
+    dim: Any = None,
+    unbiased: builtins.bool = True,
+    keepdim: builtins.bool = False,
+    *,
+    correction: builtins.float | None = None,
+) -> tuple[Variable, Variable]:
+    """(std, mean) over `dim` (all when None; correction 1, Bessel's, as unbiased=True)."""
+
 def sub(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variable:
     """x - y (broadcasting); `alpha=` scales `other` first (PyTorch's `sub(input, other, alpha=a)`)"""
 
@@ -1227,9 +1453,16 @@ def swapdims(input: Operand, dim0: builtins.int, dim1: builtins.int) -> Variable
 def t(input: Operand) -> Variable:
     """transpose of a matrix"""
 
-def take(input: Any, index: Any) -> Variable: ...
-def take_along_dim(input: Any, indices: Any, dim: Any = None) -> Variable: ...
-def tan(input: VariableSurface) -> Variable: ...
+def take(input: VariableSurface, index: Operand) -> Variable:
+    """The entries of the flattened `input` at `index` (negative ones from the end), in index's shape."""
+
+def take_along_dim(input: VariableSurface, indices: VariableSurface, dim: builtins.int | None = None) -> Variable:
+    """`gather` along `dim` after broadcasting input and indices in the other dimensions (without dim:
+    `take` of the flattened indices)."""
+
+def tan(input: Operand) -> Variable:
+    """tangent"""
+
 def tanh(input: Operand) -> Variable:
     """hyperbolic tangent"""
 
@@ -1241,9 +1474,15 @@ def tensor(
 ) -> Variable:
     """A copy of `data` (as PyTorch's: in-place updates of it leave `data` alone)."""
 
-def tensor_split(input: Any, indices_or_sections: Any, dim: Any = 0) -> tuple[Variable, ...]: ...
-def tensordot(a: Any, b: Any, dims: Any = 2) -> Variable: ...
-def tile(input: Any, *dims: Any) -> Variable: ...
+def tensor_split(input: VariableSurface, indices_or_sections: Any, dim: builtins.int = 0) -> tuple[Variable, ...]:
+    """`sections` pieces along `dim` (the first `size % sections` one longer), or the pieces between `indices`."""
+
+def tensordot(a: VariableSurface, b: VariableSurface, dims: Any = 2) -> Variable:
+    """The sum of a * b over the dims paired in `dims` (an int: a's last `dims` with b's first)."""
+
+def tile(input: VariableSurface, dims: Sequence[builtins.int]) -> Variable:
+    """Repeated `dims[i]` times along each dimension (ones prepended to the shorter of the two)."""
+
 def topk(
     input: VariableSurface,
     k: builtins.int,
@@ -1253,15 +1492,35 @@ def topk(
 ) -> MaxMin[Variable]:
     """(values, indices) of the `k` largest (or smallest) entries along `dim`, in order."""
 
-def trace(input: Any) -> Variable: ...
+def trace(input: VariableSurface) -> Variable:
+    """The sum of a matrix's diagonal."""
+
 def transpose(input: Operand, dim0: builtins.int, dim1: builtins.int) -> Variable:
     """swap two dimensions"""
+
+def trapezoid(
+    y: VariableSurface, x: Any = None, *, dx: builtins.float | None = None, dim: builtins.int = -1
+) -> Variable:
+    """The trapezoidal rule's integral of y along `dim`, over the sample points `x` or a spacing `dx`."""
+
+def trapz(y: VariableSurface, x: Any = None, *, dx: builtins.float | None = None, dim: builtins.int = -1) -> Variable:
+    """The trapezoidal rule's integral of y along `dim`, over the sample points `x` or a spacing `dx`."""
 
 def tril(input: Operand, diagonal: builtins.int = 0) -> Variable:
     """the lower triangle of the last two dimensions, zeros elsewhere"""
 
+def tril_indices(
+    row: builtins.int, col: builtins.int, offset: builtins.int = 0, *, dtype: Any = None, device: Any = None
+) -> Variable:
+    """The 2 x N (row, column) indices of a row x col matrix's tril triangle, row by row."""
+
 def triu(input: Operand, diagonal: builtins.int = 0) -> Variable:
     """the upper triangle of the last two dimensions, zeros elsewhere"""
+
+def triu_indices(
+    row: builtins.int, col: builtins.int, offset: builtins.int = 0, *, dtype: Any = None, device: Any = None
+) -> Variable:
+    """The 2 x N (row, column) indices of a row x col matrix's triu triangle, row by row."""
 
 def true_divide(input: Operand, other: Operand) -> Variable:
     """x / y (true division, broadcasting; IEEE results for division by zero)"""
@@ -1271,13 +1530,35 @@ def trunc(input: Operand) -> Variable:
 
 uint8: DType
 
-def unbind(input: Any, dim: Any = 0) -> tuple[Variable, ...]: ...
-def unflatten(input: Any, dim: Any, sizes: Any) -> Variable: ...
+def unbind(input: VariableSurface, dim: builtins.int = 0) -> tuple[Variable, ...]:
+    """The slices along `dim`, each without it."""
+
+def unflatten(input: VariableSurface, dim: builtins.int, sizes: Sequence[builtins.int]) -> Variable:
+    """Dimension `dim` split into `sizes` (one of them may be -1)."""
+
 def unique(
-    input: Any, sorted: Any = True, return_inverse: Any = False, return_counts: Any = False, dim: Any = None
-) -> Any: ...
+    input: VariableSurface,
+    sorted: builtins.bool = True,
+    return_inverse: builtins.bool = False,
+    return_counts: builtins.bool = False,
+    dim: builtins.int | None = None,
+) -> Any:
+    """The distinct values, in ascending order; with return_inverse, where each entry's value is among
+    them; with return_counts, how many times each occurs."""
+
+def unique_consecutive(
+    input: VariableSurface,
+    return_inverse: builtins.bool = False,
+    return_counts: builtins.bool = False,
+    dim: builtins.int | None = None,
+) -> Any:
+    """The values with each run of equal neighbours kept once (`unique` without the sort)."""
+
 def unsqueeze(input: Operand, dim: builtins.int) -> Variable:
     """insert a dimension of size 1"""
+
+def vander(x: VariableSurface, N: builtins.int | None = None, increasing: builtins.bool = False) -> Variable:
+    """The Vandermonde matrix: columns x ** (N - 1), ..., x ** 0 (increasing: the other way round)."""
 
 def var(
     input: Operand,
@@ -1288,11 +1569,23 @@ def var(
     """variance over dim (all when null)"""
 
 def var_mean(
-    input: Any, dim: Any = None, unbiased: Any = None, keepdim: Any = False, *, correction: Any = None
-) -> tuple[Variable, Variable]: ...
-def vstack(tensors: Any) -> Variable: ...
+    input: VariableSurface,
+    dim: Any = None,
+    unbiased: builtins.bool = True,
+    keepdim: builtins.bool = False,
+    *,
+    correction: builtins.float | None = None,
+) -> tuple[Variable, Variable]:
+    """(var, mean) over `dim` (all when None; correction 1, Bessel's, as unbiased=True)."""
+
+def vstack(tensors: Sequence[VariableSurface]) -> Variable:
+    """Concatenated along the first dimension, 1-d Variables as rows."""
+
 def where(condition: Operand, input: Operand, other: Operand) -> Variable:
     """x where cond else y (cond gets no gradient)"""
+
+def xlogy(input: Operand, other: Operand) -> Variable:
+    """input * log(other), 0 where input is 0 (unless other is nan)."""
 
 def zeros(
     *size: builtins.int | Sequence[builtins.int],

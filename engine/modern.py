@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from engine import everyday, linalg_functions, tensor_ops
+from engine import linalg_functions, tensor_ops
 from engine.devices import Device
 from engine.factory import as_dtype
 
@@ -293,7 +293,6 @@ def functions(ops) -> dict:
         out[name] = _with_dtype(name, ops[name], ops["cast"])
     out.update({alias: ops[name] for alias, name in ALIASES.items()})
     out.update(tensor_ops.functions(ops))
-    out.update(everyday.functions(ops))
     out.update(linalg_functions.functions(ops))
     return out
 

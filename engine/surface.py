@@ -34,7 +34,7 @@ import math
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from engine import backend, compat, dtypes, everyday, inplace, modern, tensor_ops
+from engine import backend, compat, dtypes, inplace, modern, tensor_math, tensor_ops, tensor_selection, tensor_shaping
 from engine.autograd import watch_of
 from engine.devices import Placement
 from engine.factory import Constructors
@@ -422,7 +422,7 @@ def install(side: Side) -> dict:
         setattr(cls, dunder, method)
     composed = modern.functions(functions)
     for name, function in composed.items():
-        if name not in tensor_ops.FUNCTIONS_ONLY + everyday.FUNCTIONS_ONLY:
+        if name not in tensor_ops.FUNCTIONS_ONLY:
             setattr(cls, name, function)
     functions_with_alpha = {**functions, "add": composed["add"], "sub": composed["sub"]}
     for name, method in inplace.methods(functions_with_alpha, side.grad_mode.is_enabled).items():
@@ -450,6 +450,7 @@ def install(side: Side) -> dict:
     constructors = Constructors(cls, side.to_array, placement)
     for name, method in modern.methods(cls, functions, constructors).items():
         setattr(cls, name, method)
+    found = _tensor_functions(cls, {**composed, **functions}, constructors)  # registry ops first (index_add)
     methods, spellings = compat.spellings(constructors, lambda v, dtype: functions["cast"](v, dtype=dtype))
     for name, method in methods.items():
         setattr(cls, name, method)
@@ -460,6 +461,7 @@ def install(side: Side) -> dict:
     return {
         **functions,
         **composed,
+        **found,
         **aliases,
         **extremes,
         **constructors.names(),
@@ -469,6 +471,23 @@ def install(side: Side) -> dict:
         **placement.names(),
         **_module_functions(cls, side.grad_mode),
     }
+
+
+def _tensor_functions(cls, ops, constructors) -> dict:
+    """Install the methods of `engine.tensor_shaping`, `tensor_selection` and `tensor_math` (each module composed
+    of the functions before it) on `cls`; return their torch.* functions."""
+    out: dict = {}
+    for module in (tensor_shaping, tensor_selection, tensor_math):
+        found = module.functions(dict(ops), constructors)
+        ops.update(found)
+        for name, function in found.items():
+            if name not in module.FUNCTIONS_ONLY:
+                setattr(cls, name, function)
+            if name not in module.METHODS_ONLY:
+                out[name] = function
+    for name, prop in tensor_shaping.properties().items():
+        setattr(cls, name, prop)
+    return out
 
 
 def exported(names) -> list:

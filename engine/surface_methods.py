@@ -31,10 +31,13 @@ METHOD_OPS: dict[str, str] = {
     "clamp": "clamp",
     "clone": "clone",
     "cos": "cos",
+    "cosh": "cosh",
     "det": "det",
+    "digamma": "digamma",
     "div": "div",
     "eq": "eq",
     "erf": "erf",
+    "erfinv": "erfinv",
     "exp": "exp",
     "exp2": "exp2",
     "expand": "expand",
@@ -47,6 +50,7 @@ METHOD_OPS: dict[str, str] = {
     "gt": "gt",
     "inverse": "inv",
     "le": "le",
+    "lgamma": "lgamma",
     "log": "log",
     "log10": "log10",
     "log1p": "log1p",
@@ -65,6 +69,7 @@ METHOD_OPS: dict[str, str] = {
     "neg": "neg",
     "norm": "norm",
     "permute": "permute",
+    "polygamma": "polygamma",
     "pow": "pow",
     "relu": "relu",
     "remainder": "remainder",
@@ -73,11 +78,13 @@ METHOD_OPS: dict[str, str] = {
     "sigmoid": "sigmoid",
     "sign": "sign",
     "sin": "sin",
+    "sinh": "sinh",
     "softmax": "softmax",
     "sqrt": "sqrt",
     "squeeze": "squeeze",
     "sum": "sum",
     "t": "t",
+    "tan": "tan",
     "tanh": "tanh",
     "transpose": "transpose",
     "tril": "tril",
@@ -209,11 +216,23 @@ class SurfaceMethods:
         cosine"""
         return self._ops.cos(self, *args, **kwargs)
 
+    def cosh(self, *args: Any, **kwargs: Any) -> Any:
+        """cosh(self) -> Self
+
+        hyperbolic cosine"""
+        return self._ops.cosh(self, *args, **kwargs)
+
     def det(self, *args: Any, **kwargs: Any) -> Any:
         """det(self) -> Self
 
         the determinant of each square matrix (its gradient needs the matrix invertible)"""
         return self._ops.det(self, *args, **kwargs)
+
+    def digamma(self, *args: Any, **kwargs: Any) -> Any:
+        """digamma(self) -> Self
+
+        the derivative of lgamma"""
+        return self._ops.digamma(self, *args, **kwargs)
 
     def div(self, *args: Any, **kwargs: Any) -> Any:
         """div(self, other: Operand) -> Self
@@ -232,6 +251,12 @@ class SurfaceMethods:
 
         the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x"""
         return self._ops.erf(self, *args, **kwargs)
+
+    def erfinv(self, *args: Any, **kwargs: Any) -> Any:
+        """erfinv(self) -> Self
+
+        the inverse of erf on (-1, 1) (+-inf at +-1, nan outside)"""
+        return self._ops.erfinv(self, *args, **kwargs)
 
     def exp(self, *args: Any, **kwargs: Any) -> Any:
         """exp(self) -> Self
@@ -305,6 +330,12 @@ class SurfaceMethods:
 
         x <= y as a bool Variable (no gradient)"""
         return self._ops.le(self, *args, **kwargs)
+
+    def lgamma(self, *args: Any, **kwargs: Any) -> Any:
+        """lgamma(self) -> Self
+
+        log |gamma(x)|"""
+        return self._ops.lgamma(self, *args, **kwargs)
 
     def log(self, *args: Any, **kwargs: Any) -> Any:
         """log(self) -> Self
@@ -415,6 +446,12 @@ class SurfaceMethods:
         reorder dimensions"""
         return self._ops.permute(self, *args, **kwargs)
 
+    def polygamma(self, *args: Any, **kwargs: Any) -> Any:
+        """polygamma(self, n: int) -> Self
+
+        the n-th derivative of digamma, polygamma(input, n=n) (PyTorch spells it polygamma(n, input))"""
+        return self._ops.polygamma(self, *args, **kwargs)
+
     def pow(self, *args: Any, **kwargs: Any) -> Any:
         """pow(self, exponent: Operand) -> Self
 
@@ -464,6 +501,12 @@ class SurfaceMethods:
         sine"""
         return self._ops.sin(self, *args, **kwargs)
 
+    def sinh(self, *args: Any, **kwargs: Any) -> Any:
+        """sinh(self) -> Self
+
+        hyperbolic sine"""
+        return self._ops.sinh(self, *args, **kwargs)
+
     def softmax(self, *args: Any, **kwargs: Any) -> Any:
         """softmax(self, dim: int) -> Self
 
@@ -493,6 +536,12 @@ class SurfaceMethods:
 
         transpose of a matrix"""
         return self._ops.t(self, *args, **kwargs)
+
+    def tan(self, *args: Any, **kwargs: Any) -> Any:
+        """tan(self) -> Self
+
+        tangent"""
+        return self._ops.tan(self, *args, **kwargs)
 
     def tanh(self, *args: Any, **kwargs: Any) -> Any:
         """tanh(self) -> Self

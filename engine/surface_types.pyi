@@ -134,8 +134,14 @@ class VariableSurface:
         """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
     def add_(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """In place: this Variable becomes `add(self, ...)` (PyTorch's rules; see engine.inplace)."""
-    def addmm(self, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Self: ...
-    def addmv(self, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Self: ...
+    def addmm(
+        self, mat1: VariableSurface, mat2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+    ) -> Self:
+        """beta * input + alpha * (mat1 @ mat2) (beta 0: input ignored, even its nans)."""
+    def addmv(
+        self, mat1: VariableSurface, mat2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+    ) -> Self:
+        """beta * input + alpha * (mat1 @ mat2) (beta 0: input ignored, even its nans)."""
     def all(
         self,
         dim: builtins.int | Sequence[builtins.int] | None = None,
@@ -169,6 +175,7 @@ class VariableSurface:
         """index of the minimum (no gradient)"""
     def argsort(self, dim: builtins.int = -1, descending: builtins.bool = False, stable: builtins.bool = False) -> Self:
         """the indices that sort x along dim (ties keep their order; no gradient)"""
+    def argwhere(self) -> Self: ...
     def asin(self) -> Self:
         """arcsine (NaN outside [-1, 1])"""
     def asinh(self) -> Self: ...
@@ -184,7 +191,10 @@ class VariableSurface:
         create_graph: builtins.bool = False,
     ) -> None:
         """Gradients of this Variable into every leaf's `.grad`."""
-    def baddbmm(self, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Self: ...
+    def baddbmm(
+        self, batch1: VariableSurface, batch2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+    ) -> Self:
+        """beta * input + alpha * bmm(batch1, batch2)."""
     def bernoulli(self, p: builtins.float | None = None, *, generator: Generator | None = None) -> Self:
         """`bernoulli(self, p, generator=)`."""
     def bernoulli_(self, p: Any = 0.5, *, generator: Generator | None = None) -> Self:
@@ -209,8 +219,7 @@ class VariableSurface:
         """Batched matrix product of two 3-d Variables of equal batch size."""
     def bool(self) -> Self:
         """This Variable as bool (differentiable)."""
-    def broadcast_to(self, size: Any) -> Self: ...
-    def bucketize(self, boundaries: Any, *, out_int32: Any = False, right: Any = False) -> Self: ...
+    def broadcast_to(self, size: Sequence[builtins.int]) -> Self: ...
     def ceil(self) -> Self:
         """the smallest integer >= x (gradient zero, as in PyTorch)"""
     def ceil_(self) -> Self:
@@ -236,7 +245,8 @@ class VariableSurface:
         """cosine"""
     def cos_(self) -> Self:
         """cosine"""
-    def cosh(self) -> Self: ...
+    def cosh(self) -> Self:
+        """hyperbolic cosine"""
     def count_nonzero(self, dim: builtins.int | Sequence[builtins.int] | None = None, **numpy_spelling: Any) -> Self:
         """How many elements (along `dim`) are nonzero, as an int64 Variable."""
     def cpu(self) -> Self: ...
@@ -251,12 +261,20 @@ class VariableSurface:
     def deg2rad(self) -> Self: ...
     def det(self) -> Self:
         """the determinant of each square matrix (its gradient needs the matrix invertible)"""
-    def diag(self, diagonal: Any = 0) -> Self: ...
-    def diag_embed(self, offset: Any = 0, dim1: Any = -2, dim2: Any = -1) -> Self: ...
-    def diagonal(self, offset: Any = 0, dim1: Any = 0, dim2: Any = 1) -> Self: ...
-    def diff(self, n: Any = 1, dim: Any = -1, prepend: Any = None, append: Any = None) -> Self: ...
+    def diag(self, diagonal: builtins.int = 0) -> Self:
+        """A 1-d Variable's square matrix with it on a diagonal, or a matrix's diagonal."""
+    def diag_embed(self, offset: builtins.int = 0, dim1: builtins.int = -2, dim2: builtins.int = -1) -> Self:
+        """Square matrices (in dims `dim1`, `dim2` of the result) with the last dimension on their diagonal."""
+    def diagonal(self, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1) -> Self:
+        """The diagonal of dims `dim1` and `dim2` (above it for offset > 0), as a last dimension."""
+    def diff(self, n: builtins.int = 1, dim: builtins.int = -1, prepend: Any = None, append: Any = None) -> Self:
+        """The n-th forward difference along `dim` (out[i] = x[i + 1] - x[i]; booleans: !=), after
+        concatenating `prepend` and `append`."""
+    def digamma(self) -> Self:
+        """the derivative of lgamma"""
     def dim(self) -> builtins.int: ...
-    def dist(self, other: Any, p: Any = 2) -> Self: ...
+    def dist(self, other: Operand, p: builtins.float = 2) -> Self:
+        """The p-norm of input - other."""
     def div(self, other: Operand) -> Self:
         """x / y (true division, broadcasting; IEEE results for division by zero)"""
     def div_(self, other: Operand) -> Self:
@@ -267,11 +285,14 @@ class VariableSurface:
         """The inner product of two 1-D Variables."""
     def double(self) -> Self:
         """This Variable as float64 (differentiable)."""
+    def element_size(self) -> builtins.int: ...
     def eq(self, other: Operand) -> Self:
         """x == y as a bool Variable (no gradient)"""
     def equal(self, other: VariableSurface) -> builtins.bool: ...
     def erf(self) -> Self:
         """the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x"""
+    def erfinv(self) -> Self:
+        """the inverse of erf on (-1, 1) (+-inf at +-1, nan outside)"""
     def exp(self) -> Self:
         """e ** x"""
     def exp2(self) -> Self:
@@ -290,9 +311,13 @@ class VariableSurface:
     def exponential_(self, lambd: builtins.float = 1.0, *, generator: Generator | None = None) -> Self:
         """Fill in place with draws from the exponential distribution of rate `lambd`."""
     def fill_(self, value: Operand) -> Self: ...
+    def fill_diagonal_(self, fill_value: builtins.float, wrap: builtins.bool = False) -> Self:
+        """In place: `fill_value` on the main diagonal (wrap: a tall matrix's diagonal starts again every
+        columns + 1 rows)."""
     def flatten(self, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Self:
         """merge dimensions start_dim..end_dim into one"""
-    def flip(self, *dims: Any) -> Self: ...
+    def flip(self, dims: builtins.int | Sequence[builtins.int]) -> Self:
+        """The entries in reverse order along each of `dims` (a copy)."""
     def fliplr(self) -> Self: ...
     def flipud(self) -> Self: ...
     def float(self) -> Self:
@@ -309,7 +334,8 @@ class VariableSurface:
         """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
     def fmod_(self, other: Operand) -> Self:
         """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
-    def frac(self) -> Self: ...
+    def frac(self) -> Self:
+        """The fractional part, x - trunc(x), with x's sign."""
     def gather(self, dim: builtins.int, index: Operand, *, sparse_grad: builtins.bool = False) -> Self:
         """out[i][j] = input[i][index[i][j]] along `dim` (shown for 2-d, dim=1)."""
     def ge(self, other: Operand) -> Self:
@@ -327,12 +353,21 @@ class VariableSurface:
         """x > y as a bool Variable (no gradient)"""
     def half(self) -> Self:
         """This Variable as float16 (differentiable)."""
-    def hypot(self, other: Any) -> Self: ...
+    def hypot(self, other: Operand) -> Self:
+        """sqrt(input ** 2 + other ** 2)."""
     def index_add(self, dim: builtins.int, index: Operand, source: Operand, *, alpha: builtins.float = 1) -> Self:
         """A copy of `input` with `alpha * source` added along `dim` at the positions `index` names
         (repeated positions add up): PyTorch's `index_add`."""
     def index_add_(self, dim: builtins.int, index: Operand, source: Operand, *, alpha: builtins.float = 1) -> Self:
         """In place: `index_add`."""
+    def index_copy(self, dim: builtins.int, index: Operand, source: Operand) -> Self:
+        """A copy of `input` with source's slices along `dim` at the positions `index` names."""
+    def index_copy_(self, *args: Any, **kwargs: Any) -> Self:
+        """In place: `index_copy`."""
+    def index_fill(self, dim: builtins.int, index: Operand, value: Any) -> Self:
+        """A copy of `input` with `value` at the positions `index` names along `dim`."""
+    def index_fill_(self, *args: Any, **kwargs: Any) -> Self:
+        """In place: `index_fill`."""
     def index_put(self, indices: Sequence[Any], values: Operand, accumulate: builtins.bool = False) -> Self:
         """A copy of `input` with `input[indices] = values`; with `accumulate=True`, `values` are added
         there instead, repeated indices adding up (PyTorch's `index_put`)."""
@@ -355,7 +390,6 @@ class VariableSurface:
     def isclose(self, other: Operand, rtol: builtins.float = 1e-05, atol: builtins.float = 1e-08) -> Self: ...
     def isfinite(self) -> Self:
         """Whether each element is neither NaN nor infinite, as a bool Variable."""
-    def isin(self, test_elements: Any, *, assume_unique: Any = False, invert: Any = False) -> Self: ...
     def isinf(self) -> Self:
         """Whether each element is +inf or -inf, as a bool Variable."""
     def isnan(self) -> Self:
@@ -364,15 +398,23 @@ class VariableSurface:
     def isposinf(self) -> Self: ...
     def item(self) -> builtins.float:
         """The value of a one-element Variable as a Python number (a float, int or bool)."""
-    def kron(self, other: Any) -> Self: ...
-    def kthvalue(self, k: Any, dim: Any = -1, keepdim: Any = False) -> MaxMin[Self]: ...
+    @property
+    def itemsize(self) -> builtins.int:
+        """The bytes one element takes."""
+    def kron(self, other: VariableSurface) -> Self:
+        """The Kronecker product: block (i, j...) is input[i, j...] * other."""
+    def kthvalue(self, k: builtins.int, dim: builtins.int = -1, keepdim: builtins.bool = False) -> MaxMin[Self]:
+        """(values, indices) of the k-th smallest entry along `dim` (k from 1)."""
     def le(self, other: Operand) -> Self:
         """x <= y as a bool Variable (no gradient)"""
-    def lerp(self, end: Any, weight: Any) -> Self: ...
+    def lerp(self, end: Operand, weight: Operand) -> Self:
+        """input + weight * (end - input)."""
     def less(self, other: Operand) -> Self:
         """x < y as a bool Variable (no gradient)"""
     def less_equal(self, other: Operand) -> Self:
         """x <= y as a bool Variable (no gradient)"""
+    def lgamma(self) -> Self:
+        """log |gamma(x)|"""
     def log(self) -> Self:
         """natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)"""
     def log10(self) -> Self:
@@ -389,8 +431,10 @@ class VariableSurface:
         """natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)"""
     def log_softmax(self, dim: builtins.int) -> Self:
         """x - logsumexp(x, dim)"""
-    def logaddexp(self, other: Any) -> Self: ...
-    def logcumsumexp(self, dim: Any) -> Self: ...
+    def logaddexp(self, other: Operand) -> Self:
+        """log(exp(input) + exp(other)), computed without overflow."""
+    def logcumsumexp(self, dim: builtins.int) -> Self:
+        """log(cumsum(exp(x))) along `dim`, shifted by the maximum along it."""
     def logdet(self) -> Self:
         """log det: NaN where the determinant is negative."""
     def logical_and(self, other: Operand) -> Self: ...
@@ -410,7 +454,12 @@ class VariableSurface:
         """x with value where mask is true (mask broadcasts; the result keeps x's dtype)"""
     def masked_fill_(self, other: Operand) -> Self:
         """x with value where mask is true (mask broadcasts; the result keeps x's dtype)"""
-    def masked_select(self, mask: Any) -> Self: ...
+    def masked_scatter(self, mask: VariableSurface, source: VariableSurface) -> Self:
+        """A copy of `input` with source's first entries, in order, where `mask` is true."""
+    def masked_scatter_(self, *args: Any, **kwargs: Any) -> Self:
+        """In place: `masked_scatter`."""
+    def masked_select(self, mask: VariableSurface) -> Self:
+        """The entries where the boolean `mask` (broadcast) is true, as a 1-d Variable."""
     def matmul(self, other: Operand) -> Self:
         """matrix product with NumPy's broadcasting and 1-d rules"""
     def matrix_power(self, n: builtins.int) -> Self: ...
@@ -424,7 +473,9 @@ class VariableSurface:
         """elementwise max (ties split the gradient)"""
     def mean(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
         """mean over dim (all when null)"""
-    def median(self, dim: Any = None, keepdim: Any = False) -> Any: ...
+    def median(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
+        """The lower median (NaN where there is one): of all entries (its gradient shared among the entries
+        equal to it), or along `dim` as (values, indices)."""
     @overload
     def min(self) -> Self: ...
     @overload
@@ -435,8 +486,17 @@ class VariableSurface:
         """elementwise min (ties split the gradient)"""
     def mm(self, mat2: Operand) -> Self:
         """matrix product of two 2-d inputs"""
-    def moveaxis(self, source: Any, destination: Any) -> Self: ...
-    def movedim(self, source: Any, destination: Any) -> Self: ...
+    def mode(self, dim: builtins.int = -1, keepdim: builtins.bool = False) -> MaxMin[Self]:
+        """(values, indices) of the most frequent value along `dim` (the smallest of equally frequent ones;
+        the index of its last occurrence)."""
+    def moveaxis(
+        self, source: builtins.int | Sequence[builtins.int], destination: builtins.int | Sequence[builtins.int]
+    ) -> Self:
+        """Dimensions `source` moved to positions `destination`, the others keeping their order."""
+    def movedim(
+        self, source: builtins.int | Sequence[builtins.int], destination: builtins.int | Sequence[builtins.int]
+    ) -> Self:
+        """Dimensions `source` moved to positions `destination`, the others keeping their order."""
     def mul(self, other: Operand) -> Self:
         """x * y (broadcasting)"""
     def mul_(self, other: Operand) -> Self:
@@ -454,9 +514,15 @@ class VariableSurface:
     ) -> Self:
         """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default the dtype's largest and
         smallest finite values); the gradient flows where the input was finite."""
-    def nanmean(self, dim: Any = None, keepdim: Any = False, *, dtype: Any = None) -> Self: ...
-    def nansum(self, dim: Any = None, keepdim: Any = False, *, dtype: Any = None) -> Self: ...
-    def narrow(self, dim: Any, start: Any, length: Any) -> Self: ...
+    def nanmean(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
+        """The mean of the entries that are not NaN."""
+    def nansum(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
+        """The sum with NaNs counted as zero."""
+    def narrow(self, dim: builtins.int, start: builtins.int, length: builtins.int) -> Self:
+        """`length` entries from `start` along `dim`."""
+    @property
+    def nbytes(self) -> builtins.int:
+        """The bytes its elements take."""
     def ndimension(self) -> builtins.int: ...
     def ne(self, other: Operand) -> Self:
         """x != y as a bool Variable (no gradient)"""
@@ -512,7 +578,8 @@ class VariableSurface:
         **keywords: Any,
     ) -> Self:
         """`zeros(...)` with this Variable's dtype unless `dtype=` says otherwise."""
-    def nonzero(self, *, as_tuple: Any = False) -> Any: ...
+    def nonzero(self, *, as_tuple: builtins.bool = False) -> Any:
+        """The coordinates of the nonzero entries, one row each (as_tuple: one 1-d Variable per dimension)."""
     def norm(
         self,
         p: builtins.float = 2.0,
@@ -535,13 +602,19 @@ class VariableSurface:
     def permute(self, dims: Sequence[builtins.int]) -> Self: ...
     @overload
     def permute(self, *dims: builtins.int) -> Self: ...
+    def polygamma(self, n: builtins.int) -> Self:
+        """the n-th derivative of digamma, polygamma(input, n=n) (PyTorch spells it polygamma(n, input))"""
     def pow(self, exponent: Operand) -> Self:
         """x ** y (broadcasting)"""
     def pow_(self, exponent: Operand) -> Self:
         """x ** y (broadcasting)"""
     def prod(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
         """product over dim (all when null); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `prod(input, ..., dtype=d)`)"""
-    def quantile(self, q: Any, dim: Any = None, keepdim: Any = False, *, interpolation: Any = "linear") -> Self: ...
+    def quantile(
+        self, q: Any, dim: builtins.int | None = None, keepdim: builtins.bool = False, *, interpolation: str = "linear"
+    ) -> Self:
+        """The q-th quantiles along `dim` (of all entries when None): between the sorted values either side of
+        q * (n - 1), by `interpolation`; a vector q gives a leading dimension of its length. NaN where a NaN is."""
     def rad2deg(self) -> Self: ...
     def random_(
         self, low: builtins.int = 0, high: builtins.int | None = None, *, generator: Generator | None = None
@@ -565,7 +638,11 @@ class VariableSurface:
         """x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)"""
     def repeat(self, *sizes: Any) -> Self:
         """This Variable tiled `sizes[i]` times along each dimension (new leading ones for extra sizes)."""
-    def repeat_interleave(self, repeats: Any, dim: Any = None, *, output_size: Any = None) -> Self: ...
+    def repeat_interleave(
+        self, repeats: Any = None, dim: builtins.int | None = None, *, output_size: builtins.int | None = None
+    ) -> Self:
+        """Each entry repeated `repeats` times (an int, or one count per entry along `dim`; without dim, of
+        the flattened Variable). `repeat_interleave(counts)`: each index repeated counts[index] times."""
     def requires_grad_(self, requires_grad: builtins.bool = True) -> Self: ...
     @overload
     def reshape(self, shape: Sequence[builtins.int]) -> Self: ...
@@ -576,21 +653,33 @@ class VariableSurface:
         """Keep this non-leaf's gradient in `.grad` after backward (a no-op on leaves)."""
     @property
     def retains_grad(self) -> builtins.bool: ...
-    def roll(self, shifts: Any, dims: Any = None) -> Self: ...
-    def rot90(self, k: Any = 1, dims: Any = (0, 1)) -> Self: ...
+    def roll(
+        self, shifts: builtins.int | Sequence[builtins.int], dims: builtins.int | Sequence[builtins.int] | None = None
+    ) -> Self:
+        """The entries shifted by `shifts` along `dims`, those past the end coming round to the front
+        (without dims: over the flattened Variable, then reshaped)."""
+    def rot90(self, k: builtins.int = 1, dims: Sequence[builtins.int] = (0, 1)) -> Self:
+        """Rotated by 90 degrees `k` times, from the first of `dims` towards the second."""
     def round(self, decimals: builtins.int = 0) -> Self:
         """x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
     def round_(self, decimals: builtins.int = 0) -> Self:
         """x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
     def rsqrt(self) -> Self: ...
+    def scatter(
+        self, dim: builtins.int, index: VariableSurface, src: Any = None, value: Any = None, **options: Any
+    ) -> Self:
+        """A copy of `input` with `src`'s entries (or `value`) written at `index` along `dim`:
+        out[i][index[i][j]] = src[i][j] for dim=1."""
+    def scatter_(
+        self, dim: builtins.int, index: VariableSurface, src: Any = None, value: Any = None, **options: Any
+    ) -> Self:
+        """In place: `scatter`."""
     def scatter_add(self, dim: builtins.int, index: Operand, src: Operand) -> Self:
         """A copy of `input` with `src`'s entries added at `index` along `dim` (repeated positions add up)."""
     def scatter_add_(self, dim: builtins.int, index: Operand, src: Operand) -> Self:
         """In place: `scatter_add`."""
-    def searchsorted(
-        self, input: Any, *, out_int32: Any = False, right: Any = False, side: Any = None, sorter: Any = None
-    ) -> Self: ...
-    def select(self, dim: Any, index: Any) -> Self: ...
+    def select(self, dim: builtins.int, index: builtins.int) -> Self:
+        """The slice at `index` along `dim` (that dimension removed)."""
     def sigmoid(self) -> Self:
         """1 / (1 + e ** -x), computed stably"""
     def sigmoid_(self) -> Self:
@@ -603,7 +692,8 @@ class VariableSurface:
         """sine"""
     def sin_(self) -> Self:
         """sine"""
-    def sinh(self) -> Self: ...
+    def sinh(self) -> Self:
+        """hyperbolic sine"""
     @overload
     def size(self) -> Size: ...
     @overload
@@ -635,9 +725,9 @@ class VariableSurface:
         **numpy_spelling: Any,
     ) -> Self:
         """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
-    def std_mean(
-        self, dim: Any = None, unbiased: Any = None, keepdim: Any = False, *, correction: Any = None
-    ) -> tuple[Self, Self]: ...
+    def storage_offset(self) -> builtins.int: ...
+    def stride(self, dim: builtins.int | None = None) -> Any:
+        """The steps, in elements, between neighbours along each dimension (every Variable is contiguous)."""
     def sub(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """x - y (broadcasting); `alpha=` scales `other` first (PyTorch's `sub(input, other, alpha=a)`)"""
     def sub_(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
@@ -652,16 +742,21 @@ class VariableSurface:
         """swap two dimensions"""
     def t(self) -> Self:
         """transpose of a matrix"""
-    def take(self, index: Any) -> Self: ...
-    def take_along_dim(self, indices: Any, dim: Any = None) -> Self: ...
-    def tan(self) -> Self: ...
+    def take(self, index: Operand) -> Self:
+        """The entries of the flattened `input` at `index` (negative ones from the end), in index's shape."""
+    def take_along_dim(self, indices: VariableSurface, dim: builtins.int | None = None) -> Self:
+        """`gather` along `dim` after broadcasting input and indices in the other dimensions (without dim:
+        `take` of the flattened indices)."""
+    def tan(self) -> Self:
+        """tangent"""
     def tanh(self) -> Self:
         """hyperbolic tangent"""
     def tanh_(self) -> Self:
         """hyperbolic tangent"""
-    def tensor_split(self, indices_or_sections: Any, dim: Any = 0) -> tuple[Self, ...]: ...
-    def tensordot(self, b: Any, dims: Any = 2) -> Self: ...
-    def tile(self, *dims: Any) -> Self: ...
+    def tensor_split(self, indices_or_sections: Any, dim: builtins.int = 0) -> tuple[Self, ...]:
+        """`sections` pieces along `dim` (the first `size % sections` one longer), or the pieces between `indices`."""
+    def tile(self, dims: Sequence[builtins.int]) -> Self:
+        """Repeated `dims[i]` times along each dimension (ones prepended to the shorter of the two)."""
     def to(
         self,
         *args: Any,
@@ -677,7 +772,8 @@ class VariableSurface:
         self, k: builtins.int, dim: builtins.int = -1, largest: builtins.bool = True, sorted: builtins.bool = True
     ) -> MaxMin[Self]:
         """(values, indices) of the `k` largest (or smallest) entries along `dim`, in order."""
-    def trace(self) -> Self: ...
+    def trace(self) -> Self:
+        """The sum of a matrix's diagonal."""
     def transpose(self, dim0: builtins.int, dim1: builtins.int) -> Self:
         """swap two dimensions"""
     def tril(self, diagonal: builtins.int = 0) -> Self:
@@ -697,15 +793,32 @@ class VariableSurface:
     def type(self, dtype: Any = None) -> Any:
         """`x.type()`: the tensor type's name ('torch.FloatTensor'); `x.type(T)`: x converted to T."""
     def type_as(self, other: VariableSurface) -> Self: ...
-    def unbind(self, dim: Any = 0) -> tuple[Self, ...]: ...
-    def unflatten(self, dim: Any, sizes: Any) -> Self: ...
+    def unbind(self, dim: builtins.int = 0) -> tuple[Self, ...]:
+        """The slices along `dim`, each without it."""
+    def unflatten(self, dim: builtins.int, sizes: Sequence[builtins.int]) -> Self:
+        """Dimension `dim` split into `sizes` (one of them may be -1)."""
+    def unfold(self, dimension: builtins.int, size: builtins.int, step: builtins.int) -> Self:
+        """Every window of `size` entries along `dimension`, `step` apart, as a new last dimension."""
     def uniform_(
         self, low: builtins.float = 0.0, high: builtins.float = 1.0, *, generator: Generator | None = None
     ) -> Self:
         """Fill in place with draws from U[low, high)."""
     def unique(
-        self, sorted: Any = True, return_inverse: Any = False, return_counts: Any = False, dim: Any = None
-    ) -> Any: ...
+        self,
+        sorted: builtins.bool = True,
+        return_inverse: builtins.bool = False,
+        return_counts: builtins.bool = False,
+        dim: builtins.int | None = None,
+    ) -> Any:
+        """The distinct values, in ascending order; with return_inverse, where each entry's value is among
+        them; with return_counts, how many times each occurs."""
+    def unique_consecutive(
+        self,
+        return_inverse: builtins.bool = False,
+        return_counts: builtins.bool = False,
+        dim: builtins.int | None = None,
+    ) -> Any:
+        """The values with each run of equal neighbours kept once (`unique` without the sort)."""
     def unsqueeze(self, dim: builtins.int) -> Self:
         """insert a dimension of size 1"""
     def var(
@@ -715,9 +828,6 @@ class VariableSurface:
         keepdim: builtins.bool = False,
     ) -> Self:
         """variance over dim (all when null)"""
-    def var_mean(
-        self, dim: Any = None, unbiased: Any = None, keepdim: Any = False, *, correction: Any = None
-    ) -> tuple[Self, Self]: ...
     @overload
     def view(self, shape: Sequence[builtins.int]) -> Self: ...
     @overload
@@ -728,4 +838,6 @@ class VariableSurface:
         """volatile was removed (PyTorch 0.4) and has no effect; use `with no_grad():` instead"""
     def where(self, condition: Operand, other: Operand) -> Self:
         """`x.where(condition, y)`: `where(condition, x, y)`."""
+    def xlogy(self, other: Operand) -> Self:
+        """input * log(other), 0 where input is 0 (unless other is nan)."""
     def zero_(self) -> Self: ...

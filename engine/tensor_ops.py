@@ -20,7 +20,12 @@ FUNCTIONS_ONLY = ("einsum",)  # torch.* functions that are no Tensor method
 
 
 def _dim(input, dim) -> int:
-    ndim = max(input.ndim, 1)
+    return dim_in_range(input.ndim, dim)
+
+
+def dim_in_range(ndim, dim) -> int:
+    """`dim` made non-negative for a Variable of `ndim` dimensions (PyTorch's IndexError when out of range)."""
+    ndim = max(ndim, 1)
     if not -ndim <= dim < ndim:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but got {dim})")
     return dim % ndim

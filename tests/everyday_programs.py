@@ -17,6 +17,7 @@ known limitations).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 _rng = np.random.default_rng(22)
 X = _rng.uniform(-3, 3, (3, 4)).astype(np.float32)
@@ -129,3 +130,29 @@ def run(torch, source):
         out.sum().backward()
     grads = tuple(None if names[k].grad is None else np.asarray(names[k].grad.detach().numpy()) for k in ("x", "y"))
     return (np.asarray(out.detach().numpy()), str(out.dtype), out.requires_grad, *grads)
+
+
+def assert_same_run(got, want, what):
+    """Two `run` results agree: values, dtype, shape, requires_grad and gradients (to float32's 2e-5)."""
+    (g_out, g_dtype, g_rg, g_gx, g_gy), (w_out, w_dtype, w_rg, w_gx, w_gy) = got, want
+    assert g_dtype == w_dtype, f"{what}: dtype {g_dtype} vs torch {w_dtype}"
+    assert g_out.shape == w_out.shape, f"{what}: shape {g_out.shape} vs torch {w_out.shape}"
+    np.testing.assert_allclose(g_out, w_out, rtol=2e-5, atol=2e-5, err_msg=what)
+    assert g_rg == w_rg, f"{what}: requires_grad {g_rg} vs torch {w_rg}"
+    for name, g, w in (("x", g_gx, w_gx), ("y", g_gy, w_gy)):
+        assert (g is None) == (w is None), f"{what}: {name}.grad {g} vs torch {w}"
+        if g is not None:
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5, err_msg=f"{what}: {name}.grad")
+
+
+def assert_matches_torch(torch, source, what):
+    """`source` run with `torch` bound to the engine or the client gives what it gives on PyTorch."""
+    assert_same_run(run(torch, source), run(pytest.importorskip("torch"), source), what)
+
+
+def assert_gradients_check(torch, fn):
+    """gradcheck and gradgradcheck (float64, finite differences) of fn(torch, a, b) at two random [3, 4] inputs."""
+    rng = np.random.default_rng(7)
+    a, b = (torch.tensor(rng.uniform(-2, 2, (3, 4)), requires_grad=True) for _ in range(2))
+    assert torch.autograd.gradcheck(lambda a, b: fn(torch, a, b), (a, b))
+    assert torch.autograd.gradgradcheck(lambda a, b: fn(torch, a, b), (a, b))  # every vjp is made of registry ops

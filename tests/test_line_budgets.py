@@ -88,6 +88,13 @@ Raised, as decisions:
   engine.autograd.forward_ad`, `from client.distributions import Normal`... raised ModuleNotFoundError), and what
   the tutorials on them call: torch.func's stack_module_state and linearize, once_differentiable,
   torch.utils.checkpoint, nn.utils.rnn.pad_sequence, took it to 14582.
+- engine 14650 -> 16850 (2026-11-29): three branches of session 14 merged: `transformer` (conv3d/max_pool3d/avg_pool3d
+  as registry ops, conv_transpose3d, nn.Conv3d/ConvTranspose3d/MaxPool3d/AvgPool3d, the nn.Transformer layers;
+  +~330), `nnwide2` (the other nn activations, losses, normalisations, dropouts, interpolate/Upsample, pad's
+  modes, pixel_shuffle, bilinear, adaptive max pooling, Fold/Unfold; +~1,330) and `tensorops2` (tan, sinh, cosh,
+  erfinv, lgamma, digamma, polygamma and scatter as registry primitives, and engine/tensor_shaping.py,
+  tensor_selection.py, tensor_math.py, which replaced engine/everyday.py: one implementation per name, the one
+  that passed both branches' tests against torch, error messages included), took it to 16803.
 """
 
 from __future__ import annotations
@@ -98,7 +105,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 14650, "wire": 6050, "service": 3800, "client": 3075}
+BUDGETS = {"engine": 16850, "wire": 6050, "service": 3800, "client": 3075}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

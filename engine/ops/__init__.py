@@ -12,4 +12,5 @@ from engine.ops import (  # noqa: F401
     selection,
     shape,
     special,
+    trigonometry,
 )

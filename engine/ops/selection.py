@@ -236,7 +236,7 @@ defop(
 
 
 def _scatter_add(x, index, src, dim):
-    d = _scatter_check(x.shape, index.shape, src.shape, index.dtype, dim, x.dtype, src.dtype)
+    d = _scatter_check("scatter_add", x.shape, index.shape, src.shape, index.dtype, dim, x.dtype, src.dtype)
     flat = derived(_positions(tuple(x.shape), d), index)
     if tuple(src.shape) != tuple(index.shape):
         src = take(src, tuple({"slice": [0, n, None]} for n in index.shape))
@@ -244,39 +244,81 @@ def _scatter_add(x, index, src, dim):
     return x + trusted.reshape(added, shape=tuple(x.shape))
 
 
-def _scatter_check(x_shape, i_shape, src_shape, i_dtype, dim, x_dtype, src_dtype):
+def _scatter_check(name, x_shape, i_shape, src_shape, i_dtype, dim, x_dtype, src_dtype):
     if numpy.dtype(x_dtype) != numpy.dtype(src_dtype):
-        raise shapes.ShapeError("scatter_add(): Expected self.dtype to be equal to src.dtype")
-    d = _check_index("scatter_add", x_shape, i_shape, i_dtype, dim)
-    if len(src_shape) != len(i_shape) or any(i > s for i, s in zip(i_shape, src_shape)):
+        raise shapes.ShapeError(f"{name}(): Expected self.dtype to be equal to src.dtype")
+    d = _check_index(name, x_shape, i_shape, i_dtype, dim)
+    if (name == "scatter_add" or len(src_shape)) and (
+        len(src_shape) != len(i_shape) or any(i > s for i, s in zip(i_shape, src_shape))
+    ):
         raise shapes.ShapeError(
-            f"scatter_add(): Expected index {list(i_shape)} to be no larger than self {list(x_shape)} apart from "
+            f"{name}(): Expected index {list(i_shape)} to be no larger than self {list(x_shape)} apart from "
             f"dimension {d} and to be no larger size than src {list(src_shape)}"
         )
     return d
 
 
-def _scatter_infer(s, d, a):
-    _scatter_check(s[0], s[1], s[2], d[1], a["dim"], d[0], d[2])
-    return tuple(s[0]), numpy.result_type(d[0])
+def _scatter_infer(name):
+    def infer(s, d, a):
+        _scatter_check(name, s[0], s[1], s[2], d[1], a["dim"], d[0], d[2])
+        return tuple(s[0]), numpy.result_type(d[0])
+
+    return infer
 
 
-defop(
+def _scatter(x, index, src, dim):
+    d = _scatter_check("scatter", x.shape, index.shape, src.shape, index.dtype, dim, x.dtype, src.dtype)
+    flat = derived(_positions(tuple(x.shape), d), index)
+    if src.ndim and tuple(src.shape) != tuple(index.shape):
+        src = take(src, tuple({"slice": [0, n, None]} for n in index.shape))
+    out = trusted.setitem(trusted.reshape(x, shape=(-1,)), src, flat, index=({"tensor": 0},))
+    return trusted.reshape(out, shape=tuple(x.shape))
+
+
+def _scatter_op(name, forward, samples, doc):
+    defop(
+        name,
+        forward,
+        attrs={"dim": DIM},
+        arity=3,
+        composite=True,
+        methods=(),
+        samples=samples,
+        infer=_scatter_infer(name),
+        scratch=_index_scratch,
+        doc=doc,
+    )
+
+
+_scatter_op(
+    "scatter",
+    _scatter,
+    (
+        Sample(
+            make=lambda rng: [
+                rng.uniform(-2, 2, (3, 4)),
+                numpy.array([[2, 0, 1], [1, 3, 0]]),
+                rng.uniform(-2, 2, (2, 3)),
+            ],
+            attrs={"dim": 1},
+        ),
+        Sample(
+            make=lambda rng: [rng.uniform(-2, 2, (3, 4)), numpy.array([[2, 0, 1, 1]]), numpy.array(0.5)],
+            attrs={"dim": 0},
+        ),
+    ),
+    "x with src's entries (or a 0-d src everywhere) written at index along dim (torch.scatter(x, dim, index, src))",
+)
+_scatter_op(
     "scatter_add",
     _scatter_add,
-    attrs={"dim": DIM},
-    arity=3,
-    composite=True,
-    methods=(),
-    samples=(
+    (
         Sample(
             make=lambda rng: [rng.uniform(-2, 2, (3, 4)), rng.integers(0, 4, (2, 5)), rng.uniform(-2, 2, (2, 5))],
             attrs={"dim": 1},
         ),
     ),
-    infer=_scatter_infer,
-    scratch=_index_scratch,
-    doc="x with src added at index along dim (torch.scatter_add(x, dim, index, src); the adjoint of gather)",
+    "x with src added at index along dim (torch.scatter_add(x, dim, index, src); the adjoint of gather)",
 )
 
 

@@ -26,18 +26,8 @@ def oracle():
 
 
 @pytest.mark.parametrize("name", sorted(programs.PROGRAMS))
-def test_program_matches_torch(name, torch_like, oracle):
-    source = programs.PROGRAMS[name]
-    (g_out, g_dtype, g_rg, g_gx, g_gy) = programs.run(torch_like, source)
-    (w_out, w_dtype, w_rg, w_gx, w_gy) = programs.run(oracle, source)
-    assert g_dtype == w_dtype, f"{name}: dtype {g_dtype} vs torch {w_dtype}"
-    assert g_out.shape == w_out.shape
-    np.testing.assert_allclose(g_out, w_out, rtol=2e-5, atol=2e-5, err_msg=name)
-    assert g_rg == w_rg
-    for g, w in ((g_gx, w_gx), (g_gy, w_gy)):
-        assert (g is None) == (w is None)
-        if g is not None:
-            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5, err_msg=f"{name}: gradient")
+def test_program_matches_torch(name, torch_like):
+    programs.assert_matches_torch(torch_like, programs.PROGRAMS[name], name)
 
 
 def test_dtypes_print_as_torch_on_the_client(torch_like, oracle):

@@ -56,16 +56,7 @@ PROGRAMS = {
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_program_matches_torch(name, torch_like):
-    oracle = pytest.importorskip("torch")
-    source = PROGRAMS[name]
-    (g_out, g_dtype, g_rg, g_gx, g_gy) = programs.run(torch_like, source)
-    (w_out, w_dtype, w_rg, w_gx, w_gy) = programs.run(oracle, source)
-    assert (g_dtype, g_out.shape, g_rg) == (w_dtype, w_out.shape, w_rg), name
-    np.testing.assert_allclose(g_out, w_out, rtol=2e-5, atol=2e-5, err_msg=name)
-    for g, w in ((g_gx, w_gx), (g_gy, w_gy)):
-        assert (g is None) == (w is None), name
-        if g is not None:
-            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5, err_msg=f"{name}: gradient")
+    programs.assert_matches_torch(torch_like, PROGRAMS[name], name)
 
 
 CHECKED = {
@@ -85,12 +76,7 @@ CHECKED = {
 
 @pytest.mark.parametrize("name", sorted(CHECKED))
 def test_float64_gradients_by_finite_differences(name, torch_like):
-    rng = np.random.default_rng(7)
-    a, b = (torch_like.tensor(rng.uniform(-2, 2, (3, 4)), requires_grad=True) for _ in range(2))
-    fn = CHECKED[name]
-    assert torch_like.autograd.gradcheck(lambda a, b: fn(torch_like, a, b), (a, b))
-    # second derivatives: every vjp is made of registry ops
-    assert torch_like.autograd.gradgradcheck(lambda a, b: fn(torch_like, a, b), (a, b))
+    programs.assert_gradients_check(torch_like, CHECKED[name])
 
 
 @pytest.mark.parametrize(

@@ -68,12 +68,18 @@ def call_op(op, attrs):
 
 BY_NAME = frozenset(
     {
-        "add",
-        "bitwise_and",
+        "tan",
         "asin",
         "acos",
         "atan",
         "atan2",
+        "sinh",
+        "cosh",
+        "erfinv",
+        "lgamma",
+        "digamma",
+        "add",
+        "bitwise_and",
         "det",
         "cumprod",
         "bitwise_or",
@@ -231,8 +237,12 @@ def _im2col(inputs, attrs):
 
 
 TORCH_OVERRIDES = {
+    "polygamma": lambda inputs, attrs: _torch().polygamma(attrs["n"], inputs[0]),
     "gather": lambda inputs, attrs: _torch().gather(inputs[0], attrs["dim"], inputs[1]),
     "scatter_add": lambda inputs, attrs: _torch().scatter_add(inputs[0], attrs["dim"], *inputs[1:]),
+    "scatter": lambda inputs, attrs: _torch().scatter(
+        inputs[0], attrs["dim"], inputs[1], inputs[2] if inputs[2].ndim else inputs[2].expand(inputs[1].shape)
+    ),
     "index_select": lambda inputs, attrs: _torch().index_select(inputs[0], attrs["dim"], inputs[1]),
     "einsum": lambda inputs, attrs: _torch().einsum(attrs["equation"], *inputs),
     "inv": lambda inputs, attrs: _torch().linalg.inv(inputs[0]),

@@ -22,22 +22,10 @@ def oracle():
     return pytest.importorskip("torch")
 
 
-def assert_same_run(got, want, what):
-    (g_out, g_dtype, g_rg, g_gx, g_gy), (w_out, w_dtype, w_rg, w_gx, w_gy) = got, want
-    assert g_dtype == w_dtype, f"{what}: dtype {g_dtype} vs torch {w_dtype}"
-    assert g_out.shape == w_out.shape, f"{what}: shape {g_out.shape} vs torch {w_out.shape}"
-    np.testing.assert_allclose(g_out, w_out, rtol=2e-5, atol=2e-5, err_msg=what)
-    assert g_rg == w_rg, f"{what}: requires_grad {g_rg} vs torch {w_rg}"
-    for name, g, w in (("x", g_gx, w_gx), ("y", g_gy, w_gy)):
-        assert (g is None) == (w is None), f"{what}: {name}.grad {g} vs torch {w}"
-        if g is not None:
-            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5, err_msg=f"{what}: {name}.grad")
-
-
 @pytest.mark.parametrize("name", sorted(programs.PROGRAMS))
 def test_program_matches_torch(name, oracle):
     source = programs.PROGRAMS[name]
-    assert_same_run(programs.run(engine, source), programs.run(oracle, source), name)
+    programs.assert_same_run(programs.run(engine, source), programs.run(oracle, source), name)
 
 
 # --- gradients by finite differences (float64) ---------------------------------------------------
@@ -168,7 +156,7 @@ def test_data_is_outside_autograd_and_shares_storage(oracle):
 
 def test_casts_keep_gradients_like_torch(oracle):
     source = "out = (x.double() * 2).float() + x.type(torch.float64).float()"
-    assert_same_run(programs.run(engine, source), programs.run(oracle, source), source)
+    programs.assert_same_run(programs.run(engine, source), programs.run(oracle, source), source)
     for method in ("float", "double", "long", "int", "bool", "half"):
         assert str(getattr(engine.ones(1), method)().dtype) == str(getattr(oracle.ones(1), method)().dtype)
 
