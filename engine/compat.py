@@ -9,10 +9,11 @@ the client's Variable alike); `constructors` is the package's `engine.factory.Co
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy
+
+from engine.user_warnings import warn
 
 if TYPE_CHECKING:
     from engine.surface_types import ArrayLike, VariableSurface
@@ -117,6 +118,6 @@ def spellings(constructors, cast) -> tuple[dict, dict]:
 def accept_volatile(kwargs: dict) -> None:
     """Drop a `volatile=` argument from a Variable() call, with PyTorch 0.4's warning."""
     if kwargs.pop("volatile", None) is not None:
-        warnings.warn(VOLATILE_MESSAGE, UserWarning, stacklevel=3)
+        warn(VOLATILE_MESSAGE, UserWarning)
     if kwargs:
         raise TypeError(f"Variable() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")

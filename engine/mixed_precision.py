@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import functools
 import threading
-import warnings
 from types import SimpleNamespace
 from typing import Any
 
 import numpy
+
+from engine.user_warnings import warn
 
 LOWER = frozenset(
     {
@@ -145,15 +146,12 @@ class autocast:  # noqa: N801  (PyTorch's name)
         if not self._enabled:
             return
         if device_type == "cuda" and not self.cuda_available():
-            warnings.warn(
-                "CUDA is not available here (gradserve computes on the CPU). Disabling autocast.", stacklevel=2
-            )
+            warn("CUDA is not available here (gradserve computes on the CPU). Disabling autocast.")
             self._enabled = False
         elif name != "float16":
-            warnings.warn(
+            warn(
                 f"In {device_type} autocast, but the target dtype {name} is not supported. Disabling autocast.\n"
-                "gradserve's autocast supports float16 only (NumPy has no bfloat16).",
-                stacklevel=2,
+                "gradserve's autocast supports float16 only (NumPy has no bfloat16)."
             )
             self._enabled = False
         else:
@@ -212,7 +210,7 @@ class GradScaler:
         enabled=True,
     ):
         if enabled and device == "cuda" and not self.ns.cuda.is_available():
-            warnings.warn("GradScaler is enabled, but CUDA is not available here.  Disabling.", stacklevel=2)
+            warn("GradScaler is enabled, but CUDA is not available here.  Disabling.")
             enabled = False
         if enabled and (growth_factor <= 1.0 or backoff_factor >= 1.0):
             raise ValueError("The growth factor must be > 1.0 and the backoff factor < 1.0.")

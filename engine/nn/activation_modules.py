@@ -4,10 +4,9 @@ arguments, parameters (PReLU's `weight`, filled with `init`) and reprs are PyTor
 
 from __future__ import annotations
 
-import warnings
-
 from engine.nn import functional as F
 from engine.nn.sequence import _Sided
+from engine.user_warnings import warn
 
 
 def _flag(inplace) -> str:
@@ -18,14 +17,10 @@ class Hardtanh(_Sided):
     def __init__(self, min_val=-1.0, max_val=1.0, inplace=False, min_value=None, max_value=None):
         super().__init__()
         if min_value is not None:
-            warnings.warn(
-                "keyword argument `min_value` is deprecated and rename to `min_val`", FutureWarning, stacklevel=2
-            )
+            warn("keyword argument `min_value` is deprecated and rename to `min_val`", FutureWarning)
             min_val = min_value
         if max_value is not None:
-            warnings.warn(
-                "keyword argument `max_value` is deprecated and rename to `max_val`", FutureWarning, stacklevel=2
-            )
+            warn("keyword argument `max_value` is deprecated and rename to `max_val`", FutureWarning)
             max_val = max_value
         if max_val <= min_val:
             raise AssertionError

@@ -6,11 +6,10 @@ reproduced)."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy
 
 from engine.nn.sides import _applied, _ns, _softplus_of_negative
+from engine.user_warnings import warn
 
 __all__ = [
     "relu6",
@@ -159,9 +158,8 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     if dim is None:
-        warnings.warn(
-            "Implicit dimension choice for softmin has been deprecated. Change the call to include dim=X as an argument.",
-            stacklevel=2,
+        warn(
+            "Implicit dimension choice for softmin has been deprecated. Change the call to include dim=X as an argument."
         )
         dim = 0 if input.ndim in (0, 1, 3) else 1
     return (-input).softmax(dim)

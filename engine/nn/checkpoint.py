@@ -7,9 +7,9 @@ the other options are accepted and change nothing."""
 from __future__ import annotations
 
 import contextlib
-import warnings
 
 from engine.nn.functional import _ns
+from engine.user_warnings import warn
 
 
 def checkpoint(function, *args, use_reentrant=None, context_fn=None, determinism_check="default", debug=False,
@@ -18,17 +18,16 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, determinism
     without `use_reentrant` a warning and the reentrant variant, which, when no tensor argument
     requires grad, computes without a graph (the parameters inside get no gradient)."""
     if use_reentrant is None:
-        warnings.warn(
+        warn(
             "torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly. Starting in PyTorch "
             "2.9, calling checkpoint without use_reentrant will raise an exception. use_reentrant=False is "
             "recommended, but if you need to preserve the current default behavior, you can pass use_reentrant=True. "
-            "Refer to docs for more details on the differences between the two variants.",
-            stacklevel=2,
+            "Refer to docs for more details on the differences between the two variants."
         )
     tensors = [a for a in args if hasattr(a, "requires_grad") and hasattr(a, "grad_fn")]
     detached = use_reentrant is not False and not any(t.requires_grad for t in tensors)
     if detached:
-        warnings.warn("None of the inputs have requires_grad=True. Gradients will be None", stacklevel=2)
+        warn("None of the inputs have requires_grad=True. Gradients will be None")
     with _ns(tensors[0]).no_grad() if detached and tensors else contextlib.nullcontext():
         return function(*args, **kwargs)
 

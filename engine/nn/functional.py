@@ -29,7 +29,6 @@ modes and antialias...).
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy
 
@@ -58,6 +57,7 @@ from engine.nn.sides import (
 )
 from engine.nn.sides import register as register  # the sides register here (engine.nn, client.nn)
 from engine.ops.windows import per_dim, windows
+from engine.user_warnings import warn
 
 __getattr__ = missing("torch.nn.functional")
 __all__ = [
@@ -113,10 +113,9 @@ _INDEX_DTYPES = (numpy.dtype(numpy.int64), numpy.dtype(numpy.uint8))
 
 def _warn_size(input, target):
     if tuple(target.shape) != tuple(input.shape):
-        warnings.warn(
+        warn(
             f"Using a target size ({list(target.shape)}) that is different to the input size ({list(input.shape)}). "
-            "This will likely lead to incorrect results due to broadcasting. Please ensure they have the same size.",
-            stacklevel=3,
+            "This will likely lead to incorrect results due to broadcasting. Please ensure they have the same size."
         )
 
 
@@ -353,10 +352,7 @@ def binary_cross_entropy_with_logits(
 def _softmax_dim(input, dim, name):
     if dim is not None:
         return dim
-    warnings.warn(
-        f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X as an argument.",
-        stacklevel=3,
-    )
+    warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X as an argument.")
     return 0 if input.ndim in (0, 1, 3) else 1
 
 

@@ -9,11 +9,11 @@ views of the arguments and outputs, so it needs an engine Variable (a client's b
 from __future__ import annotations
 
 import functools
-import warnings
 from collections import OrderedDict
 
 from engine.grad_mode import is_grad_enabled
 from engine.surface import RemovableHandle
+from engine.user_warnings import warn
 from engine.variable import Variable
 
 
@@ -98,10 +98,9 @@ class _BackwardCall:
         self.outputs_waiting.discard(k)
         if not self.outputs_waiting and not self.waiting:  # no argument needs a gradient: run now
             if self.module._backward_hooks:
-                warnings.warn(
+                warn(
                     "Full backward hook is firing when gradients are computed with respect to module outputs since "
-                    "no inputs require gradients.",
-                    stacklevel=2,
+                    "no inputs require gradients."
                 )
             self._run()
         return g

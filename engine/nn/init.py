@@ -13,12 +13,12 @@ gradserve's own reproducible values.
 from __future__ import annotations
 
 import math
-import warnings
 from statistics import NormalDist
 
 import numpy
 
 from engine.nn.functional import _ns
+from engine.user_warnings import warn
 
 __all__ = [
     "calculate_gain",
@@ -133,7 +133,7 @@ def _kaiming_std(tensor, a, mode, nonlinearity):
 
 def _empty(tensor) -> bool:
     if 0 in tuple(tensor.shape):
-        warnings.warn("Initializing zero-element tensors is a no-op", stacklevel=3)
+        warn("Initializing zero-element tensors is a no-op")
         return True
     return False
 
@@ -157,10 +157,8 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
     """N(mean, std**2) truncated to [a, b], by PyTorch's method: uniform draws between the normal CDF's
     values at a and b, mapped back by its inverse."""
     if (mean < a - 2 * std) or (mean > b + 2 * std):
-        warnings.warn(
-            "mean is more than 2 std from [a, b] in nn.init.trunc_normal_. The distribution of values may be "
-            "incorrect.",
-            stacklevel=2,
+        warn(
+            "mean is more than 2 std from [a, b] in nn.init.trunc_normal_. The distribution of values may be incorrect."
         )
     normal = NormalDist(mean, std)
     low, high = normal.cdf(a), normal.cdf(b)
@@ -223,7 +221,7 @@ def _deprecated(function):
     old_name = new_name[:-1]
 
     def deprecated_init(*args, **kwargs):
-        warnings.warn(f"`nn.init.{old_name}` is now deprecated in favor of `nn.init.{new_name}`.", FutureWarning, 2)
+        warn(f"`nn.init.{old_name}` is now deprecated in favor of `nn.init.{new_name}`.", FutureWarning)
         return function(*args, **kwargs)
 
     deprecated_init.__name__ = old_name

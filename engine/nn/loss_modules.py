@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from engine.nn import functional as F
 from engine.nn.sequence import _Sided
+from engine.user_warnings import warn
 
 
 def _legacy_reduction(size_average, reduce, reduction) -> str:
@@ -18,9 +18,7 @@ def _legacy_reduction(size_average, reduce, reduction) -> str:
     size_average = True if size_average is None else size_average
     reduce = True if reduce is None else reduce
     reduction = "mean" if size_average and reduce else "sum" if reduce else "none"
-    warnings.warn(
-        f"size_average and reduce args will be deprecated, please use reduction='{reduction}' instead.", stacklevel=3
-    )
+    warn(f"size_average and reduce args will be deprecated, please use reduction='{reduction}' instead.")
     return reduction
 
 

@@ -5,11 +5,11 @@ masks), so values and gradients agree with it also at the edges (a zero distance
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy
 
 from engine.nn.sides import _ns, _reduce, _reduction, _softplus_of_negative
+from engine.user_warnings import warn
 
 __all__ = [
     "cosine_similarity",
@@ -65,11 +65,10 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     if size_average is not None or reduce is not None:
         reduction = _reduction(size_average, reduce, "mean")
     elif reduction == "mean":
-        warnings.warn(
+        warn(
             "reduction: 'mean' divides the total loss by both the batch size and the support size."
             "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
-            "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
-            stacklevel=2,
+            "'mean' will be changed to behave the same as 'batchmean' in the next major release."
         )
     if reduction not in ("none", "mean", "sum", "batchmean"):
         raise ValueError(f"{reduction} is not a valid value for reduction")

@@ -16,7 +16,6 @@ or loading sends nothing.
 from __future__ import annotations
 
 import math
-import warnings
 from collections import OrderedDict, namedtuple
 from typing import Any
 
@@ -38,6 +37,7 @@ from engine.nn.transformer import (
     TransformerEncoderLayer,
 )
 from engine.optim.optimizer import realise_with_next_step
+from engine.user_warnings import warn
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])  # type: ignore[name-match]  # PyTorch's repr
 
@@ -947,10 +947,9 @@ class _InstanceNorm(_BatchNorm):
                     f"expected input's size at dim={feature_dim} to match num_features ({self.num_features}), "
                     f"but got: {input.shape[feature_dim]}."
                 )
-            warnings.warn(
+            warn(
                 f"input's size at dim={feature_dim} does not match num_features. You can silence this warning by "
-                "not passing in num_features, which is not used because affine=False",
-                stacklevel=2,
+                "not passing in num_features, which is not used because affine=False"
             )
         batched = input if feature_dim else input.unsqueeze(0)
         use_input_stats = self.training or not self.track_running_stats

@@ -8,11 +8,11 @@ the package's generator as `dropout`'s are (PyTorch's stream is not reproduced).
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy
 
 from engine.nn.sides import _applied, _moments, _moved, _ns, _standardised
+from engine.user_warnings import warn
 
 __all__ = [
     "group_norm",
@@ -148,20 +148,18 @@ def dropout2d(input, p=0.5, training=True, inplace=False):
     PyTorch's warning)."""
     _checked(p)
     if input.ndim not in (3, 4):
-        warnings.warn(
+        warn(
             f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is deprecated and will result in an "
             "error in a future release. To retain the behavior and silence this warning, please use dropout "
             "instead. Note that dropout2d exists to provide channel-wise dropout on inputs with 2 spatial "
-            "dimensions, a channel dimension, and an optional batch dimension (i.e. 3D or 4D inputs).",
-            stacklevel=2,
+            "dimensions, a channel dimension, and an optional batch dimension (i.e. 3D or 4D inputs)."
         )
     if input.ndim == 3:
-        warnings.warn(
+        warn(
             "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout behavior is "
             "desired - input is interpreted as shape (N, C, L), where C is the channel dim. This behavior will "
             "change in a future release to interpret the input as one without a batch dimension, i.e. shape "
-            "(C, H, W). To maintain the 1D channel-wise dropout behavior, please switch to using dropout1d instead.",
-            stacklevel=2,
+            "(C, H, W). To maintain the 1D channel-wise dropout behavior, please switch to using dropout1d instead."
         )
     return _feature_dropout(input, p, training, inplace)
 
@@ -170,12 +168,11 @@ def dropout3d(input, p=0.5, training=True, inplace=False):
     """Zeroes whole channels of [N, C, D, H, W] (or [C, D, H, W]) with probability p."""
     _checked(p)
     if input.ndim not in (4, 5):
-        warnings.warn(
+        warn(
             f"dropout3d: Received a {input.ndim}-D input to dropout3d, which is deprecated and will result in an "
             "error in a future release. To retain the behavior and silence this warning, please use dropout "
             "instead. Note that dropout3d exists to provide channel-wise dropout on inputs with 3 spatial "
-            "dimensions, a channel dimension, and an optional batch dimension (i.e. 4D or 5D inputs).",
-            stacklevel=2,
+            "dimensions, a channel dimension, and an optional batch dimension (i.e. 4D or 5D inputs)."
         )
     return _feature_dropout(input, p, training, inplace, 4)
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from typing import Any
 
 from engine.nn import functional as F
 from engine.nn import init
+from engine.user_warnings import warn
 
 
 class _Sided:
@@ -96,10 +96,9 @@ class _RNNBase(_Sided):
             )
         self.dropout = float(dropout)
         if dropout > 0 and num_layers == 1:
-            warnings.warn(
+            warn(
                 "dropout option adds dropout after all but last recurrent layer, so non-zero dropout expects "
-                f"num_layers greater than 1, but got dropout={dropout} and num_layers={num_layers}",
-                stacklevel=3,
+                f"num_layers greater than 1, but got dropout={dropout} and num_layers={num_layers}"
             )
         for name, flag in (("bias", bias), ("batch_first", batch_first)):
             if not isinstance(flag, bool):
@@ -370,10 +369,7 @@ def _float_mask(mask, name: str, dtype, other=None, other_name: str = ""):
     """PyTorch's `_canonical_mask`: a bool mask as -inf where True (0 elsewhere); a float mask as it is; a mask
     of another type than the `other` mask given with it warned about."""
     if mask is not None and other is not None and mask.dtype != other.dtype:
-        warnings.warn(
-            f"Support for mismatched {name} and {other_name} is deprecated. Use same type for both instead.",
-            stacklevel=4,
-        )
+        warn(f"Support for mismatched {name} and {other_name} is deprecated. Use same type for both instead.")
     if mask is None or mask.dtype.kind == "f":
         return mask
     if mask.dtype.kind != "b":

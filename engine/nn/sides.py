@@ -4,9 +4,9 @@ loss reductions with their legacy `size_average`/`reduce` arguments."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy
+
+from engine.user_warnings import warn
 
 _NAMESPACES: dict = {}  # Variable class -> the package whose functions compute on it
 _TYPE_NAMES = {
@@ -52,10 +52,7 @@ def _reduction(size_average, reduce, reduction) -> str:
         size_average = True if size_average is None else size_average
         reduce = True if reduce is None else reduce
         reduction = "mean" if size_average and reduce else "sum" if reduce else "none"
-        warnings.warn(
-            "size_average and reduce args will be deprecated, please use reduction='" + reduction + "' instead.",
-            stacklevel=3,
-        )
+        warn("size_average and reduce args will be deprecated, please use reduction='" + reduction + "' instead.")
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(f"{reduction} is not a valid value for reduction")
     return reduction

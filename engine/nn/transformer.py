@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 from typing import Any
 
 import numpy
@@ -25,6 +24,7 @@ import numpy
 from engine.nn import functional as F
 from engine.nn import init
 from engine.nn.sequence import _float_mask, _Sided
+from engine.user_warnings import warn
 
 
 class _Layer(_Sided):
@@ -161,9 +161,7 @@ class TransformerEncoder(_Sided):
         self.mask_check = mask_check
         why = _why_not_nested(encoder_layer)
         if enable_nested_tensor and why:
-            warnings.warn(
-                f"enable_nested_tensor is True, but self.use_nested_tensor is False because {why}", stacklevel=2
-            )
+            warn(f"enable_nested_tensor is True, but self.use_nested_tensor is False because {why}")
             self.use_nested_tensor = False
 
     def _kept(self, src, mask, padding):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 import types
-import warnings
 
 import engine
 from engine.nn.functional import _ns
 from engine.nn.missing import missing
+from engine.user_warnings import warn
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters", "pad_sequence", "rnn"]
 __getattr__ = missing("torch.nn.utils")
@@ -31,7 +31,7 @@ def clip_grad_norm_(
     generator = isinstance(parameters, types.GeneratorType)
     parameters = _as_list(parameters)
     if generator and not parameters:
-        warnings.warn("`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=2)
+        warn("`parameters` is an empty generator, no gradient clipping will occur.")
     grads = [p.grad for p in parameters if p.grad is not None]
     norm_type = float(norm_type)
     if not grads:  # (PyTorch's tensor(0.); of the parameters' package when there are any)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 import types
-import warnings
 from bisect import bisect_right
 from collections import Counter
 from typing import Any
 
 from engine.nn.missing import missing
 from engine.optim.optimizer import Optimizer
+from engine.user_warnings import warn
 
 __all__ = [
     "LRScheduler",
@@ -81,7 +81,7 @@ class LRScheduler:
     def step(self, epoch=None) -> None:
         self._step_count += 1
         if epoch is not None:
-            warnings.warn(EPOCH_DEPRECATION_WARNING, UserWarning, stacklevel=2)
+            warn(EPOCH_DEPRECATION_WARNING, UserWarning)
         self._update_lr(epoch)
 
     def _update_lr(self, epoch=None) -> None:
@@ -414,7 +414,7 @@ class ReduceLROnPlateau(LRScheduler):
         if epoch is None:
             epoch = self.last_epoch + 1
         else:
-            warnings.warn(EPOCH_DEPRECATION_WARNING, UserWarning, stacklevel=2)
+            warn(EPOCH_DEPRECATION_WARNING, UserWarning)
         self.last_epoch = epoch
         if self._is_better(current, self.best):
             self.best, self.num_bad_epochs = current, 0

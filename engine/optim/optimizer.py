@@ -15,12 +15,13 @@ as 0-d tensors, so the update graph is the same each step and the server reuses 
 from __future__ import annotations
 
 import copy
-import warnings
 import weakref
 from collections import defaultdict, namedtuple
 from itertools import chain
 
 import numpy
+
+from engine.user_warnings import warn
 
 _SIDES: dict = {}  # Variable class -> Side
 _PENDING: dict = {}  # id -> weakref of a Variable to realise with the next step (realise_with_next_step)
@@ -165,10 +166,9 @@ class Optimizer:
             param_group.setdefault(name, default)
         ids = [id(p) for p in tensors]
         if len(ids) != len(set(ids)):
-            warnings.warn(
+            warn(
                 "optimizer contains a parameter group with duplicate parameters; in future, this will cause an error; "
-                "see github.com/pytorch/pytorch/issues/40967 for more information",
-                stacklevel=3,
+                "see github.com/pytorch/pytorch/issues/40967 for more information"
             )
         existing = {id(p) for group in self.param_groups for p in group["params"]}
         if not existing.isdisjoint(ids):

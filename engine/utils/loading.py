@@ -10,10 +10,11 @@ import collections.abc
 import functools
 import math
 import numbers
-import warnings
 from typing import Any
 
 import numpy
+
+from engine.user_warnings import warn
 
 
 def _permutation(ns, n: int, generator) -> list[int]:
@@ -95,9 +96,7 @@ def random_split(ns, dataset, lengths, generator=None):
             counts[i % len(counts)] += 1
         for i, count in enumerate(counts):
             if count == 0:
-                warnings.warn(
-                    f"Length of split at index {i} is 0. This might result in an empty dataset.", stacklevel=2
-                )
+                warn(f"Length of split at index {i} is 0. This might result in an empty dataset.")
         lengths = counts
     if sum(lengths) != n:
         raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
