@@ -46,6 +46,15 @@ func.functional_call = functional_call  # type: ignore[attr-defined]
 func.stack_module_state = stack_module_state  # type: ignore[attr-defined]
 vmap = func.vmap  # torch.vmap
 autograd.gradcheck, autograd.gradgradcheck = gradcheck.gradcheck, gradcheck.gradgradcheck  # type: ignore[attr-defined]
+from engine.api import anomaly_mode  # noqa: E402  (the engine's mode: its walk checks; a server's is not told)
+
+for _name in anomaly_mode.NAMES:
+    setattr(autograd, _name.__name__, _name)
+is_anomaly_enabled, is_anomaly_check_nan_enabled = (
+    anomaly_mode.is_anomaly_enabled,
+    anomaly_mode.is_anomaly_check_nan_enabled,
+)
+autograd.anomaly_mode = anomaly_mode  # type: ignore[attr-defined]
 
 __all__ = [
     "Variable",

@@ -36,6 +36,15 @@ func.functional_call = nn.stateless.functional_call  # type: ignore[attr-defined
 func.stack_module_state = nn.stateless.stack_module_state  # type: ignore[attr-defined]
 vmap = func.vmap  # torch.vmap
 autograd.gradcheck, autograd.gradgradcheck = gradcheck, gradgradcheck  # type: ignore[attr-defined]
+from engine import anomaly_mode  # noqa: E402
+
+for _name in anomaly_mode.NAMES:  # torch.autograd.detect_anomaly...; torch.is_anomaly_enabled...
+    setattr(autograd, _name.__name__, _name)
+is_anomaly_enabled, is_anomaly_check_nan_enabled = (
+    anomaly_mode.is_anomaly_enabled,
+    anomaly_mode.is_anomaly_check_nan_enabled,
+)
+autograd.anomaly_mode = anomaly_mode  # type: ignore[attr-defined]
 
 __all__ = [
     "Variable",

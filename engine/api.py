@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from engine import anomaly_mode
 from engine import interrupt as _interrupt
 from engine import shapes as _shapes
 from engine.attrs import INT64, AttrError, shown
@@ -270,6 +271,7 @@ __all__ = [
     "bind_runtime",
     "bind_distributions",
     "bind_special",
+    "anomaly_mode",
     "bind_linalg",
     "bind_module_paths",
     "save",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy
 
 from engine import interrupt
+from engine.anomaly_mode import ANOMALY, check_nan
 from engine.backend import array_module
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from engine.grad_mode import state as grad_state
@@ -466,6 +467,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
         needed, capture_nodes = _needs(list(grads), inputs, capture)
     heapify(heap)
     check = interrupt.current()
+    nan_check = ANOMALY.enabled and ANOMALY.check_nan  # anomaly mode, read once a backward
     mode = grad_state.enabled  # grad mode is create_graph inside (`enable_grad`/`no_grad`'s work, without their calls)
     grad_state.enabled = create_graph
     try:
@@ -487,6 +489,8 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
                     capture[key] = g if capture[key] is None else capture[key] + g
                 needs = needed[node]
             in_grads = node.vjp(g, needs) if needs else ()
+            if nan_check:
+                check_nan(node, in_grads)
             saved = node.saved if node.saved is not None else (None,) * len(needs)  # freed: read only with a gradient
             for edge, gi, given in zip(needs, in_grads, saved):
                 if gi is None or edge is None:

@@ -20,6 +20,7 @@ PATHS = {
     "autograd.functional": "autograd.functional",
     "autograd.function": "function",
     "autograd.gradcheck": "gradcheck",
+    "autograd.anomaly_mode": "autograd.anomaly_mode",
     "distributions": "distributions",
     "testing": "testing",
     "special": "special",
