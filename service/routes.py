@@ -288,8 +288,10 @@ class ComputeEndpoint:
         except ClientGone:
             outcome = 500, hold.received, 0
         except asyncio.CancelledError:  # the shutdown drain ended: answer, retriably, instead of a 500
+            hold.release()
             outcome = await _send_error(shutting_down(settings), hold, scope, receive, send, rid)
         except Exception as exc:  # noqa: BLE001 - every failure becomes the one error shape
+            hold.release()  # a refused body's bytes are not held while its answer is sent and the rest drained
             outcome = await _send_error(exc, hold, scope, receive, send, rid, early=body is None)
         finally:
             hold.release()
