@@ -110,11 +110,12 @@ def liveness(steps, keep) -> list:
     for index, step in enumerate(steps):
         for ref in step.inputs:
             last[ref] = index
-    drops = [[] for _ in steps]
+    drops = [()] * len(steps)  # (most steps drop one value or none: a tuple each, no list)
     for index, step in enumerate(steps):
         if step.op != "input" and step.id not in keep:
-            drops[last.get(step.id, index)].append(step.id)
-    return [tuple(d) for d in drops]
+            at = last.get(step.id, index)
+            drops[at] = (*drops[at], step.id)
+    return drops
 
 
 @dataclass
