@@ -12,7 +12,7 @@ import numpy as np
 import orjson
 
 from wire.executor import Executor
-from wire.graph import parse
+from wire.graph import liveness, parse
 from wire.infer import SIGNATURE_NODE_BYTES, check_request_inputs
 from wire.messages import Request
 from wire.stores import PLAN_STEP_BYTES, graph_key, plan_size
@@ -61,6 +61,25 @@ def test_requests_leave_no_cyclic_garbage():
     finally:
         if was:
             gc.enable()
+
+
+def test_each_value_is_dropped_after_its_last_reader_but_inputs_and_kept_ones():
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "x", "op": "input", "requires_grad": True},
+            {"id": "y", "op": "exp", "inputs": ["x"]},
+            {"id": "z", "op": "sin", "inputs": ["y"]},
+            {"id": "w", "op": "mul", "inputs": ["y", "z"]},
+            {"id": "v", "op": "cos", "inputs": ["x"]},
+            {"id": "u", "op": "add", "inputs": ["w", "v"]},
+            {"id": "t", "op": "neg", "inputs": ["y"]},
+        ],
+        "outputs": ["u", "t"],
+    }
+    plan = parse(graph)
+    assert plan.drops == [(), (), (), ("z",), (), ("w", "v"), ("y",)]
+    assert liveness(plan.steps, {"y", "w"}) == [(), (), (), ("z",), (), ("v", "u"), ("t",)]
 
 
 def test_large_plans_run_as_programs():

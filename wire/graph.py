@@ -110,11 +110,12 @@ def liveness(steps, keep) -> list:
     for index, step in enumerate(steps):
         for ref in step.inputs:
             last[ref] = index
-    drops = [[] for _ in steps]
+    drops = [()] * len(steps)  # (most steps drop one value or none: a tuple each, no list)
     for index, step in enumerate(steps):
         if step.op != "input" and step.id not in keep:
-            drops[last.get(step.id, index)].append(step.id)
-    return [tuple(d) for d in drops]
+            at = last.get(step.id, index)
+            drops[at] = (*drops[at], step.id)
+    return drops
 
 
 @dataclass
@@ -174,12 +175,13 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
     attrs_memo: dict = {}
     for index, node in enumerate(nodes):
         parsed = _parse_node(node, index, seen, _scope, max_nodes, max_depth, budget, attrs_memo)
-        if parsed.__class__ is list:  # a jvp node, expanded into the steps it stands for
+        expanded = parsed.__class__ is list  # a jvp node, expanded into the steps it stands for
+        if expanded:
             jvps.add(parsed[-1].id)
-        else:
+        else:  # (its id checked unseen by _parse_node)
             parsed = (parsed,)
         for step in parsed:
-            if step.id in seen:
+            if expanded and step.id in seen:
                 _fail(f"node {shown(step.id)} is defined twice (ids are single-assignment)", step.id, "id")
             d = 0
             for i in step.inputs:

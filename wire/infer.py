@@ -51,7 +51,7 @@ class Shapes:
             total,
             largest,
             largest_node,
-            all(meta is not None for meta in known.values()) and not functions,
+            None not in known.values() and not functions,
             plan=plan,
             nbytes=SIGNATURE_NODE_BYTES * _nodes(bounds, functions),
             upper={} if kinds is None or plan is None or functions else upper_costs(plan, bounds, kinds),

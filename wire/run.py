@@ -115,11 +115,12 @@ def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_out
     cancel = _cancel.event
     limit = _cancel.max_elements
     shared_backwards = None
+    recording = recording_active()  # (a run's recording starts and ends around it, never inside)
     for step, drop in zip(steps, drops):
         if cancel is not None and cancel.is_set():
             raise cancelled(step.id)
         op = step.op
-        if recording_active():
+        if recording:
             note_where(f"node {step.id!r}")
         if op not in RUN_SPECIAL:  # an op (the common case first)
             if step.dynamic and limit is not None:
@@ -147,7 +148,7 @@ def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_out
             value = step.attrs["value"]
             if hasattr(value, "shape"):
                 array = backend.to_active(value)
-                if recording_active():
+                if recording:
                     note_constant(array)
                 value = variable_of(array)
             values[step.id] = value
