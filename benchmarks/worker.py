@@ -288,7 +288,15 @@ def _decoder(executor, header, arrays):
 def case_growth(side, p):
     """The request of a `nodes`-node chain graph: side `first` times the first request of each of
     `graphs` graphs the executor has not seen (decode, validate, plan, infer, run on the engine); side
-    `repeat` times repeats of one graph after its first request. One sample = decode + backward."""
+    `repeat` times repeats of one graph after its first request. One sample = decode + backward. Both
+    sides run with the garbage collector as the service runs it (`service.app.serving_collector`)."""
+    from service.app import serving_collector
+
+    with serving_collector():
+        return _growth(side, p)
+
+
+def _growth(side, p):
     from wire.executor import Executor
 
     nodes, graphs = p.get("nodes", 1000), p.get("graphs", 10)
@@ -320,7 +328,14 @@ def case_plan(side, p):
     """Repeats of a cached `nodes`-node chain plan (`Executor.backward` of requests decoded
     beforehand, as `executor_step`) after its third request, which checks its program (recorded by
     the second) against the engine (`wire.compile`); samples are seconds per node. extra: the first
-    request's seconds per node (planning included)."""
+    request's seconds per node (planning included). With the service's garbage collector, as `case_growth`."""
+    from service.app import serving_collector
+
+    with serving_collector():
+        return _plan(side, p)
+
+
+def _plan(side, p):
     from wire.executor import Executor
 
     nodes, reps = p.get("nodes", 10_000), p.get("reps", 5)

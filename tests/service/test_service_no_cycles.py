@@ -14,7 +14,7 @@ import time
 import pytest
 
 from benchmarks import payloads
-from service.app import create_app
+from service.app import GEN0_THRESHOLD, create_app
 from service.compute import ComputePool
 from service.errors import ApiError
 from service.settings import Settings
@@ -86,10 +86,13 @@ def test_requests_through_the_app_leave_no_cyclic_garbage(case):
     (body, headers), status = _bodies()[case]
     headers = {"content-type": "application/json", **headers}
 
+    threshold = gc.get_threshold()
+
     async def main():
         app = create_app(Settings(log_level="warning"))
         async with app.router.lifespan_context(app):
             assert gc.get_freeze_count() > 0  # start-up's objects are out of the collector's way
+            assert gc.get_threshold()[0] == GEN0_THRESHOLD > threshold[0]  # and its passes out of the requests'
             for _ in range(4):  # warm: plans, recorded and checked programs, thread pool
                 assert await _post(app, "/backward", body, headers) == status
             with collector_off() as found:
@@ -98,7 +101,7 @@ def test_requests_through_the_app_leave_no_cyclic_garbage(case):
         return found[0]
 
     assert asyncio.run(main()) == 0
-    assert gc.get_freeze_count() == 0  # unfrozen at shutdown
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == threshold  # unfrozen, put back at shutdown
 
 
 def test_refused_and_timed_out_computations_leave_no_cyclic_garbage():
