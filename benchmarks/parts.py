@@ -128,12 +128,15 @@ MISSED_BECAUSE = {
     "round-to-3 and repr), a text line 27.3k -> 15.7k instructions; a 4 KiB binary /forward with the log on ÷ off "
     "+9.9% -> +5.6% of its instructions (298k off; log4 branch) (issue 24 item 5)",
     "first request of a new": "a first request parses, infers every shape and runs its graph on the engine with its "
-    "backward walk, in Python per node; a repeat runs the generated program (~0.6-0.7 ms, so <=10x needs a first "
-    "request under ~6.5 ms). callgrind 197M -> 150M -> 140M (sessions 11-12: unrecorded first runs, pricing only "
-    "the requested kind) -> 111.9M instructions in session 13, where admission checks an upper bound of the cost "
-    "from the steps' kinds and walks the plan only when that bound is over a budget; ~95M are needed. What is left "
-    "is parse's per-node Python (~27M), the engine's eager forward and backward (~50M), inference (~15M) and "
-    "decode (~11M) (issue 24 item 4; Changes, round 3)",
+    "backward walk (the reference the faster paths are checked against), in Python per node; a repeat runs the "
+    "generated program (~0.6 ms, so <=10x needs a first request under ~6 ms). callgrind 197M -> 150M -> 140M "
+    "(sessions 11-12) -> 111.9M (session 13, single request) -> 96.9M a request averaged over 5 new graphs in "
+    "session 15 (98.3M before its cuts), against 11.9M a repeat: 8x in instructions but ~12x in time, a first "
+    "request running colder code and data. Session 15 also took the collector's youngest-generation passes out of "
+    "the way (every 50,000 allocations while serving, not 700: ~140 passes a first request), which made the first "
+    "request ~9% faster in process but its repeat ~7% faster too, so the ratio hardly moved. What is left is spread "
+    "over parse (~27M), the engine's eager forward and backward (~50M), inference (~15M) and decode (~11M); no "
+    "piece is over ~3% (issue 24 item 4; Changes, round 3)",
     "10k-node chain plan": "plans up to 100,000 steps run as recorded programs, interpreted past code generation's "
     "16,000 terms from int32 arrays over a few shared kinds of step: ~2-4 µs/node of CPU with no GC pass "
     "(in process, load average ~9 on 2 cores: 12-14 µs/node wall against 23-26 for the build before); "
