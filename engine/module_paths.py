@@ -38,6 +38,7 @@ PATHS = {
     "nn.grad": "nn.grad",
     "nn.utils": "nn.utils",
     "nn.utils.rnn": "nn.utils.rnn",
+    "nn.utils.parametrize": "nn.utils.parametrize",
     "nn.utils.clip_grad": "nn.utils",
     "nn.parameter": "nn",
     "nn.modules": "nn",

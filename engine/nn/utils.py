@@ -11,7 +11,15 @@ from engine.nn.functional import _ns
 from engine.nn.missing import missing
 from engine.user_warnings import warn
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters", "pad_sequence", "rnn"]
+__all__ = [
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "parameters_to_vector",
+    "vector_to_parameters",
+    "pad_sequence",
+    "rnn",
+    "parametrize",
+]
 __getattr__ = missing("torch.nn.utils")
 
 
@@ -96,3 +104,4 @@ def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.
 
 
 rnn = types.SimpleNamespace(pad_sequence=pad_sequence)  # torch.nn.utils.rnn
+from engine.nn import parametrize  # noqa: E402  (torch.nn.utils.parametrize)

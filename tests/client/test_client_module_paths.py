@@ -32,6 +32,7 @@ IMPORTS = [
     ("optim.lr_scheduler", ["StepLR"]),
     ("nn.utils", ["clip_grad_norm_", "parameters_to_vector"]),
     ("nn.utils.rnn", ["pad_sequence"]),
+    ("nn.utils.parametrize", ["register_parametrization", "remove_parametrizations", "cached"]),
     ("nn.grad", ["conv2d_input", "conv2d_weight"]),
     ("nn.parameter", ["Parameter"]),
     ("nn.modules.module", ["Module"]),

@@ -1,0 +1,154 @@
+"""`torch.nn.utils.parametrize`, written once for every Variable class: a module's parameter (or buffer)
+computed from an unconstrained `original` by parametrization modules, as PyTorch's parametrizations tutorial
+writes them. `register_parametrization(module, "weight", Symmetric())` moves `weight` to
+`module.parametrizations.weight.original` (through the parametrization's `right_inverse` when it has one) and
+makes `module.weight` a property of a subclass made for the module, that computes the chain each time it is
+read (once inside `cached()`); assigning `module.weight = X` stores `right_inverse(X)`. State dicts name
+`parametrizations.weight.original`, as PyTorch's do."""
+
+from __future__ import annotations
+
+import contextlib
+
+_CACHE: dict | None = None  # inside `cached()`: (id(module), name) -> the value computed first
+
+
+@contextlib.contextmanager
+def cached():
+    """Each parametrized value computed once within the block (a model that reads a weight several times)."""
+    global _CACHE
+    outer, _CACHE = _CACHE, {} if _CACHE is None else _CACHE
+    try:
+        yield
+    finally:
+        _CACHE = outer
+
+
+def _list_class(nn):
+    """The side's ParametrizationList: the chain of parametrizations of one tensor, and its `original`."""
+    made = getattr(nn, "_ParametrizationList", None)
+    if made is not None:
+        return made
+
+    class ParametrizationList(nn.ModuleList):
+        def __init__(self, modules, original, unsafe=False):
+            super().__init__(modules)
+            self.unsafe = unsafe
+            if isinstance(original, nn.Parameter):
+                self.original = original
+            else:
+                self.register_buffer("original", original)
+
+        def right_inverse(self, value):
+            """Store in `original` what the chain maps to `value` (each parametrization's right_inverse, last first)."""
+            with original_side(self.original).no_grad():
+                for module in reversed(list(self)):
+                    if hasattr(module, "right_inverse"):
+                        value = module.right_inverse(value)
+                self.original.copy_(value)
+
+        def forward(self):
+            value = self[0](self.original)
+            for module in list(self)[1:]:
+                value = module(value)
+            return value
+
+    nn._ParametrizationList = ParametrizationList
+    return ParametrizationList
+
+
+def original_side(value):
+    from engine.nn.functional import _ns
+
+    return _ns(value)
+
+
+def is_parametrized(module, tensor_name=None) -> bool:
+    parametrizations = getattr(module, "parametrizations", None)
+    if parametrizations is None or not hasattr(parametrizations, "keys"):
+        return False
+    return bool(len(parametrizations)) if tensor_name is None else tensor_name in parametrizations
+
+
+def type_before_parametrizations(module) -> type:
+    return type(module).__bases__[0] if is_parametrized(module) else type(module)
+
+
+def _property(name):
+    def get(self):
+        key = (id(self), name)
+        if _CACHE is not None and key in _CACHE:
+            return _CACHE[key]
+        value = self.parametrizations[name]()
+        if _CACHE is not None:
+            _CACHE[key] = value
+        return value
+
+    def set_(self, value):
+        self.parametrizations[name].right_inverse(value)
+
+    return property(get, set_)
+
+
+def register_parametrization(module, tensor_name, parametrization, *, unsafe=False):
+    """Parametrize `module.<tensor_name>` by `parametrization` (appended to its chain when it has one)."""
+    parametrization.train(module.training)
+    if is_parametrized(module, tensor_name):
+        module.parametrizations[tensor_name].append(parametrization)
+        return module
+    if tensor_name not in module._parameters and tensor_name not in module._buffers:
+        raise ValueError(
+            f"Module '{module}' does not have a parameter, a buffer, or a parametrized element with name '{tensor_name}'"
+        )
+    original = getattr(module, tensor_name)
+    ns = original_side(original)
+    with ns.no_grad():
+        value = parametrization.right_inverse(original) if hasattr(parametrization, "right_inverse") else original
+        if value is not original:
+            if tuple(value.shape) == tuple(original.shape) and value.dtype == original.dtype:
+                original.copy_(value)
+            else:
+                raise ValueError(
+                    "right_inverse must keep the tensor's shape and dtype here (PyTorch's may change them)"
+                )
+    delattr(module, tensor_name)
+    if not is_parametrized(module):
+        cls = type(module)
+        module.__class__ = type(f"Parametrized{cls.__name__}", (cls,), {})
+        module.parametrizations = ns.nn.ModuleDict()
+    setattr(type(module), tensor_name, _property(tensor_name))
+    module.parametrizations[tensor_name] = _list_class(ns.nn)([parametrization], original, unsafe)
+    return module
+
+
+def remove_parametrizations(module, tensor_name, leave_parametrized=True):
+    """Undo `register_parametrization`: `tensor_name` a plain parameter again, holding the parametrized value
+    (`leave_parametrized`) or the original."""
+    if not is_parametrized(module, tensor_name):
+        raise ValueError(f"Module {module} does not have a parametrization on {tensor_name}")
+    chain = module.parametrizations[tensor_name]
+    original = chain.original
+    if leave_parametrized:
+        ns = original_side(original)
+        with ns.no_grad():
+            value = getattr(module, tensor_name)
+            original.copy_(value)
+    delattr(type(module), tensor_name)
+    del module.parametrizations[tensor_name]
+    if isinstance(original, original_side(original).nn.Parameter):
+        module.register_parameter(tensor_name, original)
+    else:
+        module.register_buffer(tensor_name, original)
+    if not is_parametrized(module):
+        del module.parametrizations
+        module.__class__ = type(module).__bases__[0]
+    return module
+
+
+__all__ = [
+    "cached",
+    "is_parametrized",
+    "register_parametrization",
+    "remove_parametrizations",
+    "type_before_parametrizations",
+]
