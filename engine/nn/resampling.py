@@ -12,6 +12,7 @@ import math
 import numpy
 
 from engine.nn.sides import _ns
+from engine.user_warnings import warn
 
 __all__ = [
     "interpolate",
@@ -20,6 +21,8 @@ __all__ = [
     "bilinear",
     "adaptive_max_pool1d",
     "adaptive_max_pool2d",
+    "affine_grid",
+    "grid_sample",
 ]
 
 _PAD_SIZES = {2: (2, 3), 4: (3, 4), 6: (4, 5)}  # non-constant padding length -> the input dimensions it takes
@@ -245,3 +248,76 @@ def adaptive_max_pool1d(input, output_size, return_indices=False):
     size = output_size[0] if isinstance(output_size, (tuple, list)) else output_size
     out = adaptive_max_pool2d(input.unsqueeze(-2), (1, size), return_indices)
     return (out[0].squeeze(-2), out[1].squeeze(-2)) if return_indices else out.squeeze(-2)
+
+
+_ALIGN_WARNING = (
+    "Default grid_sample and affine_grid behavior has changed to align_corners=False since 1.3.0. Please specify "
+    "align_corners=True if the old behavior is desired. See the documentation of grid_sample for details."
+)
+
+
+def _aligned(align_corners):
+    if align_corners is None:
+        warn(_ALIGN_WARNING)
+        return False
+    return bool(align_corners)
+
+
+def affine_grid(theta, size, align_corners=None):
+    """The (N, H, W, 2) sampling grid of the 2-d affine maps `theta` (N, 2, 3) for an output of `size` (N, C, H, W):
+    each output pixel's normalised (x, y) centre (corners with `align_corners`) mapped by theta."""
+    align = _aligned(align_corners)
+    if len(size) != 4:
+        raise NotImplementedError("affine_grid only supports 4D sizes, for 2D affine transformations (here)")
+    n, _, h, w = (int(s) for s in size)
+    if tuple(theta.shape) != (n, 2, 3):
+        raise ValueError(
+            f"Expected a batch of 2D affine matrices of shape Nx2x3 for size {list(size)}. Got {list(theta.shape)}."
+        )
+
+    def axis(count):
+        if count == 1:
+            return numpy.zeros(1)
+        return numpy.linspace(-1, 1, count) if align else (numpy.arange(count) * 2 + 1) / count - 1
+
+    xs, ys = numpy.meshgrid(axis(w), axis(h))
+    base = numpy.stack([xs, ys, numpy.ones_like(xs)], -1).reshape(1, h * w, 3).astype(theta.dtype)
+    ns = _ns(theta)
+    return (ns.tensor(base) @ theta.transpose(1, 2)).reshape(n, h, w, 2)
+
+
+def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    """`input` (N, C, H, W) sampled at `grid` (N, Ho, Wo, 2) of normalised (x, y): 'bilinear' or 'nearest',
+    'zeros' or 'border' outside, as PyTorch's kernel computes it; differentiable in input and grid (bilinear)."""
+    align = _aligned(align_corners)
+    if mode not in ("bilinear", "nearest"):
+        raise NotImplementedError(f"grid_sample mode {mode!r} (here: 'bilinear' or 'nearest')")
+    if padding_mode not in ("zeros", "border"):
+        raise NotImplementedError(f"grid_sample padding_mode {padding_mode!r} (here: 'zeros' or 'border')")
+    if input.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0]:
+        raise RuntimeError(
+            f"grid_sampler(): expected 4D input and grid (N, H, W, 2) with the same batch size, but got input "
+            f"with sizes {list(input.shape)} and grid with sizes {list(grid.shape)}"
+        )
+    n, c, h, w = (int(s) for s in input.shape)
+    ho, wo = int(grid.shape[1]), int(grid.shape[2])
+
+    def pixel(coord, size):  # normalised -> pixel coordinates, clamped into the image for 'border'
+        at = (coord + 1) / 2 * (size - 1) if align else ((coord + 1) * size - 1) / 2
+        return at.clamp(0, size - 1) if padding_mode == "border" else at
+
+    x, y = pixel(grid[..., 0], w), pixel(grid[..., 1], h)
+    flat = input.reshape(n, c, h * w)
+
+    def corner(ix, iy):  # the input at integer (ix, iy) (N, Ho, Wo), zero outside: (N, C, Ho, Wo)
+        inside = ((ix >= 0) & (ix <= w - 1) & (iy >= 0) & (iy <= h - 1)).to(input.dtype)
+        index = (iy.clamp(0, h - 1) * w + ix.clamp(0, w - 1)).long().reshape(n, 1, ho * wo).expand(n, c, ho * wo)
+        return flat.gather(2, index).reshape(n, c, ho, wo) * inside.unsqueeze(1)
+
+    if mode == "nearest":
+        return corner(x.detach().round(), y.detach().round())
+    x0, y0 = x.detach().floor(), y.detach().floor()
+    wx, wy = (x - x0).unsqueeze(1), (y - y0).unsqueeze(1)
+    top = corner(x0, y0) * (1 - wx) + corner(x0 + 1, y0) * wx
+    bottom = corner(x0, y0 + 1) * (1 - wx) + corner(x0 + 1, y0 + 1) * wx
+    return top * (1 - wy) + bottom * wy
