@@ -12,6 +12,7 @@ from engine.nn.sides import _applied, _ns, _softplus_of_negative
 from engine.user_warnings import warn
 
 __all__ = [
+    "gumbel_softmax",
     "relu6",
     "hardtanh",
     "hardsigmoid",
@@ -151,6 +152,18 @@ def glu(input, dim=-1):
         raise RuntimeError(f"Halving dimension must be even, but dimension {dim % input.ndim} is size {size}")
     first, second = input.split(size // 2, dim)
     return first * second.sigmoid()
+
+
+def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1):
+    """softmax((logits + Gumbel noise) / tau) along `dim`, as PyTorch draws it (-log of Exponential(1) draws);
+    `hard`: the one-hot of its maximum in the forward, the soft sample's gradient (straight-through)."""
+    gumbels = -logits.new_empty(tuple(logits.shape)).exponential_().log()
+    y_soft = ((logits + gumbels) / tau).softmax(dim)
+    if not hard:
+        return y_soft
+    index = y_soft.max(dim, keepdim=True)[1]
+    y_hard = _ns(logits).zeros_like(logits).scatter_(dim, index, 1.0)
+    return y_hard - y_soft.detach() + y_soft
 
 
 def softmin(input, dim=None, _stacklevel=3, dtype=None):
