@@ -505,6 +505,17 @@ case("adaptive_max_pool2d", f("adaptive_max_pool2d", (2, 3)), normal(2, 2, 5, 7)
 case("adaptive_max_pool2d-indices", f("adaptive_max_pool2d", (3, None), return_indices=True), normal(2, 7, 4))
 case("adaptive_max_pool1d", f("adaptive_max_pool1d", 3), normal(2, 2, 8))
 case("adaptive_max_pool1d-indices", f("adaptive_max_pool1d", 4, return_indices=True), normal(3, 7))
+case("affine_grid", f("affine_grid", (2, 3, 4, 5), align_corners=False), normal(2, 2, 3))
+case("affine_grid-corners", f("affine_grid", (1, 1, 3, 2), align_corners=True), normal(1, 2, 3))
+case("grid_sample", f("grid_sample", align_corners=False), normal(1, 2, 4, 5), uniform(-1.1, 1.1, 1, 3, 3, 2))
+case(
+    "grid_sample-border-corners",
+    f("grid_sample", padding_mode="border", align_corners=True),
+    normal(2, 1, 3, 4),
+    uniform(-1.2, 1.2, 2, 2, 3, 2),
+)
+case("grid_sample-nearest", f("grid_sample", mode="nearest", align_corners=False), normal(1, 2, 4, 5),
+     uniform(-0.9, 0.9, 1, 3, 3, 2), data=(1,))  # fmt: skip
 case("group_norm", f("group_norm", 2), normal(2, 4, 3))
 case(
     "group_norm-affine-4d",
