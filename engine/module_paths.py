@@ -39,6 +39,7 @@ PATHS = {
     "nn.utils": "nn.utils",
     "nn.utils.rnn": "nn.utils.rnn",
     "nn.utils.parametrize": "nn.utils.parametrize",
+    "nn.utils.parametrizations": "nn.utils.parametrizations",
     "nn.utils.clip_grad": "nn.utils",
     "nn.parameter": "nn",
     "nn.modules": "nn",

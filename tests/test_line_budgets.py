@@ -101,8 +101,9 @@ Raised, as decisions:
 - engine 16850 -> 16950 (2026-11-29): torch.autograd's anomaly mode (`engine/anomaly_mode.py`: detect_anomaly,
   set_detect_anomaly, the NaN check in the walk) and warnings at the program's line (`engine/user_warnings.py`,
   which took the call sites' stacklevels out) took it to 16851.
-- engine 16950 -> 17100 (2026-11-29): torch.nn.utils.parametrize (`engine/nn/parametrize.py`, the parametrizations
-  tutorial on both sides) took it to 16987.
+- engine 16950 -> 17150 (2026-11-29): torch.nn.utils.parametrize (`engine/nn/parametrize.py`, the parametrizations
+  tutorial on both sides), F.affine_grid/grid_sample, F.gumbel_softmax and parametrizations.weight_norm (several
+  originals) took it to 17112.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 17100, "wire": 6060, "service": 3800, "client": 3075}
+BUDGETS = {"engine": 17150, "wire": 6060, "service": 3800, "client": 3075}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

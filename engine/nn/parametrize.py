@@ -34,21 +34,30 @@ def _list_class(nn):
         def __init__(self, modules, original, unsafe=False):
             super().__init__(modules)
             self.unsafe = unsafe
-            if isinstance(original, nn.Parameter):
-                self.original = original
-            else:
-                self.register_buffer("original", original)
+            self.is_tensor = not isinstance(original, tuple)
+            originals = (original,) if self.is_tensor else original
+            self._names = ["original"] if self.is_tensor else [f"original{i}" for i in range(len(originals))]
+            for name, value in zip(self._names, originals):
+                if isinstance(value, nn.Parameter):
+                    setattr(self, name, value)
+                else:
+                    self.register_buffer(name, value)
+
+        def _originals(self):
+            return [getattr(self, name) for name in self._names]
 
         def right_inverse(self, value):
             """Store in `original` what the chain maps to `value` (each parametrization's right_inverse, last first)."""
-            with original_side(self.original).no_grad():
+            originals = self._originals()
+            with original_side(originals[0]).no_grad():
                 for module in reversed(list(self)):
                     if hasattr(module, "right_inverse"):
                         value = module.right_inverse(value)
-                self.original.copy_(value)
+                for original, new in zip(originals, (value,) if self.is_tensor else value):
+                    original.copy_(new)
 
         def forward(self):
-            value = self[0](self.original)
+            value = self[0](*self._originals())
             for module in list(self)[1:]:
                 value = module(value)
             return value
@@ -104,7 +113,10 @@ def register_parametrization(module, tensor_name, parametrization, *, unsafe=Fal
     ns = original_side(original)
     with ns.no_grad():
         value = parametrization.right_inverse(original) if hasattr(parametrization, "right_inverse") else original
-        if value is not original:
+        if isinstance(value, (tuple, list)):  # several originals (weight_norm's g and v): new leaves like it
+            kind = ns.nn.Parameter if isinstance(original, ns.nn.Parameter) else (lambda v: v)
+            original = tuple(kind(v.detach().clone()) for v in value)
+        elif value is not original:
             if tuple(value.shape) == tuple(original.shape) and value.dtype == original.dtype:
                 original.copy_(value)
             else:
@@ -127,12 +139,21 @@ def remove_parametrizations(module, tensor_name, leave_parametrized=True):
     if not is_parametrized(module, tensor_name):
         raise ValueError(f"Module {module} does not have a parametrization on {tensor_name}")
     chain = module.parametrizations[tensor_name]
-    original = chain.original
-    if leave_parametrized:
-        ns = original_side(original)
-        with ns.no_grad():
-            value = getattr(module, tensor_name)
-            original.copy_(value)
+    if chain.is_tensor:
+        original = chain.original
+        if leave_parametrized:
+            with original_side(original).no_grad():
+                original.copy_(getattr(module, tensor_name))
+    elif leave_parametrized:  # several originals: the parametrized value becomes the parameter
+        first = chain.original0
+        with original_side(first).no_grad():
+            value = getattr(module, tensor_name).detach().clone()
+        original = type(first)(value) if isinstance(first, original_side(first).nn.Parameter) else value
+    else:
+        raise ValueError(
+            "Cannot leave unparametrized (`leave_parametrized=False`) a tensor that is parametrized in terms of "
+            "a sequence of tensors."
+        )
     delattr(type(module), tensor_name)
     del module.parametrizations[tensor_name]
     if isinstance(original, original_side(original).nn.Parameter):

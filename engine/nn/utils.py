@@ -19,6 +19,7 @@ __all__ = [
     "pad_sequence",
     "rnn",
     "parametrize",
+    "parametrizations",
 ]
 __getattr__ = missing("torch.nn.utils")
 
@@ -104,4 +105,4 @@ def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.
 
 
 rnn = types.SimpleNamespace(pad_sequence=pad_sequence)  # torch.nn.utils.rnn
-from engine.nn import parametrize  # noqa: E402  (torch.nn.utils.parametrize)
+from engine.nn import parametrizations, parametrize  # noqa: E402  (torch.nn.utils.parametrize, parametrizations)

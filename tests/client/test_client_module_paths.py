@@ -33,6 +33,7 @@ IMPORTS = [
     ("nn.utils", ["clip_grad_norm_", "parameters_to_vector"]),
     ("nn.utils.rnn", ["pad_sequence"]),
     ("nn.utils.parametrize", ["register_parametrization", "remove_parametrizations", "cached"]),
+    ("nn.utils.parametrizations", ["weight_norm"]),
     ("nn.grad", ["conv2d_input", "conv2d_weight"]),
     ("nn.parameter", ["Parameter"]),
     ("nn.modules.module", ["Module"]),

@@ -85,3 +85,35 @@ def test_the_parametrizations_tutorial_equals_torch(torch_like, oracle):
         else:
             assert ours[key] == theirs[key], key
     np.testing.assert_allclose(ours["orthogonal"], np.eye(3), atol=1e-12)
+
+
+def _weight_normed(t, dim):
+    parametrizations = importlib.import_module(f"{t.__name__}.nn.utils.parametrizations")
+    parametrize = importlib.import_module(f"{t.__name__}.nn.utils.parametrize")
+    w = np.random.default_rng(1).standard_normal((4, 3, 2))
+    conv = t.nn.Conv1d(3, 4, 2).double()
+    with t.no_grad():
+        conv.weight.copy_(t.tensor(w))
+        conv.bias.zero_()
+    parametrizations.weight_norm(conv, dim=dim)
+    conv(t.tensor(np.linspace(-1, 1, 30).reshape(2, 3, 5))).pow(2).sum().backward()
+    chain = conv.parametrizations.weight
+    out = [
+        sorted(conv.state_dict()),
+        values(chain.original0),
+        values(chain.original0.grad),
+        values(chain.original1.grad),
+    ]
+    with pytest.raises(ValueError, match="sequence of tensors"):
+        parametrize.remove_parametrizations(conv, "weight", leave_parametrized=False)
+    parametrize.remove_parametrizations(conv, "weight")
+    return [*out, sorted(dict(conv.named_parameters())), values(conv.weight)]
+
+
+@pytest.mark.parametrize("dim", [0, 1, None])
+def test_weight_norm_equals_torch(torch_like, oracle, dim):
+    ours, theirs = _weight_normed(torch_like, dim), _weight_normed(oracle, dim)
+    assert ours[0] == theirs[0] == ["bias", "parametrizations.weight.original0", "parametrizations.weight.original1"]
+    assert ours[4] == theirs[4] == ["bias", "weight"]
+    for a, b in zip(ours[1:4] + ours[5:], theirs[1:4] + theirs[5:]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
