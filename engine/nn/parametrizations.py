@@ -5,6 +5,7 @@ dimension but `dim` (all of them for `dim=None`)."""
 from __future__ import annotations
 
 from engine.nn import parametrize
+from engine.nn.sides import _ns
 
 
 def _norm_except_dim(v, dim):
@@ -37,7 +38,7 @@ def _weight_norm_class(nn):
 
 def weight_norm(module, name="weight", dim=0):
     """Reparametrize `module.<name>` by its magnitude and direction (see the module docstring)."""
-    nn = parametrize.original_side(getattr(module, name)).nn
+    nn = _ns(getattr(module, name)).nn
     return parametrize.register_parametrization(module, name, _weight_norm_class(nn)(dim), unsafe=True)
 
 

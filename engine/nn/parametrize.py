@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 
+from engine.nn.sides import _ns
+
 _CACHE: dict | None = None  # inside `cached()`: (id(module), name) -> the value computed first
 
 
@@ -49,7 +51,7 @@ def _list_class(nn):
         def right_inverse(self, value):
             """Store in `original` what the chain maps to `value` (each parametrization's right_inverse, last first)."""
             originals = self._originals()
-            with original_side(originals[0]).no_grad():
+            with _ns(originals[0]).no_grad():
                 for module in reversed(list(self)):
                     if hasattr(module, "right_inverse"):
                         value = module.right_inverse(value)
@@ -64,12 +66,6 @@ def _list_class(nn):
 
     nn._ParametrizationList = ParametrizationList
     return ParametrizationList
-
-
-def original_side(value):
-    from engine.nn.functional import _ns
-
-    return _ns(value)
 
 
 def is_parametrized(module, tensor_name=None) -> bool:
@@ -110,7 +106,7 @@ def register_parametrization(module, tensor_name, parametrization, *, unsafe=Fal
             f"Module '{module}' does not have a parameter, a buffer, or a parametrized element with name '{tensor_name}'"
         )
     original = getattr(module, tensor_name)
-    ns = original_side(original)
+    ns = _ns(original)
     with ns.no_grad():
         value = parametrization.right_inverse(original) if hasattr(parametrization, "right_inverse") else original
         if isinstance(value, (tuple, list)):  # several originals (weight_norm's g and v): new leaves like it
@@ -142,13 +138,13 @@ def remove_parametrizations(module, tensor_name, leave_parametrized=True):
     if chain.is_tensor:
         original = chain.original
         if leave_parametrized:
-            with original_side(original).no_grad():
+            with _ns(original).no_grad():
                 original.copy_(getattr(module, tensor_name))
     elif leave_parametrized:  # several originals: the parametrized value becomes the parameter
         first = chain.original0
-        with original_side(first).no_grad():
+        with _ns(first).no_grad():
             value = getattr(module, tensor_name).detach().clone()
-        original = type(first)(value) if isinstance(first, original_side(first).nn.Parameter) else value
+        original = type(first)(value) if isinstance(first, _ns(first).nn.Parameter) else value
     else:
         raise ValueError(
             "Cannot leave unparametrized (`leave_parametrized=False`) a tensor that is parametrized in terms of "
@@ -156,7 +152,7 @@ def remove_parametrizations(module, tensor_name, leave_parametrized=True):
         )
     delattr(type(module), tensor_name)
     del module.parametrizations[tensor_name]
-    if isinstance(original, original_side(original).nn.Parameter):
+    if isinstance(original, _ns(original).nn.Parameter):
         module.register_parameter(tensor_name, original)
     else:
         module.register_buffer(tensor_name, original)

@@ -66,7 +66,7 @@ def test_a_path_that_does_not_exist_still_fails_as_a_missing_module(torch_like):
 
 
 def test_model_ensembling_tutorial_matches_a_loop_over_the_models(torch_like):
-    nn, F = torch_like.nn, torch_like.nn.functional
+    nn = torch_like.nn
     stack_module_state = importlib.import_module(f"{torch_like.__name__}.func").stack_module_state
     functional_call, vmap = torch_like.func.functional_call, torch_like.func.vmap
     torch_like.manual_seed(0)
@@ -88,7 +88,6 @@ def test_model_ensembling_tutorial_matches_a_loop_over_the_models(torch_like):
     models[1].eval()
     with pytest.raises(RuntimeError, match="same training/eval mode"):
         stack_module_state(models)
-    del F
 
 
 def test_linearize_gives_jvps_as_torch_func(torch_like, oracle):
