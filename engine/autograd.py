@@ -19,6 +19,7 @@ import numpy
 from engine import interrupt
 from engine.anomaly_mode import ANOMALY, check_nan
 from engine.backend import array_module
+from engine.compat import NAME_OF
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from engine.grad_mode import state as grad_state
 from engine.node import FORWARD, RECORDING, Meta, Node
@@ -136,8 +137,19 @@ def _hooked(watch, g):
         if out is not None:
             if tuple(out.shape) != tuple(g.shape):
                 raise RuntimeError(f"hook '{getattr(hook, '__name__', hook)}' has changed the size of value")
+            if out.dtype != g.dtype:
+                raise RuntimeError(
+                    f"hook '{getattr(hook, '__name__', hook)}' has changed the type of value "
+                    f"(was {_type_name(g.dtype)} got {_type_name(out.dtype)})"
+                )
             g = out if isinstance(out, Variable) else _result(as_array(out), None)
     return g
+
+
+def _type_name(dtype) -> str:
+    """PyTorch's legacy name of a tensor type in its hook errors: torch.FloatTensor."""
+    name = NAME_OF.get(numpy.dtype(dtype).name)
+    return f"torch.{name}" if name else str(dtype)
 
 
 def _watched(node, g, capture, into_grad):
@@ -212,6 +224,8 @@ def _root_gradients(outputs, roots):
             grads.append(_result(ones, None))
         elif not isinstance(g, Variable):
             grads.append(_result(as_array(g, out.dtype), None))
+        elif g._data.dtype != out._data.dtype:  # PyTorch casts a gradient to its output's dtype
+            grads.append(trusted.cast(g, dtype=out._data.dtype.name))
         else:
             grads.append(g)
     return grads
@@ -492,12 +506,14 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
             if nan_check:
                 check_nan(node, in_grads)
             saved = node.saved if node.saved is not None else (None,) * len(needs)  # freed: read only with a gradient
+            fits = node.fits  # (a node's gradient has its output's shape and dtype: roots and hooks are checked)
             for edge, gi, given in zip(needs, in_grads, saved):
                 if gi is None or edge is None:
                     continue
-                data, meta = gi._data, given if type(given) is Meta else given._data  # (Meta's _data: a property)
-                if data.shape != meta.shape or (data.dtype is not meta.dtype and data.dtype != meta.dtype):
-                    gi = _fit(gi, meta)
+                if not fits:
+                    data, meta = gi._data, given if type(given) is Meta else given._data  # (Meta's _data: a property)
+                    if data.shape != meta.shape or (data.dtype is not meta.dtype and data.dtype != meta.dtype):
+                        gi = _fit(gi, meta)
                 if isinstance(edge, Variable):
                     _to_leaf(edge, gi, capture, into_grad, hooked)
                     continue

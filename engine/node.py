@@ -118,6 +118,7 @@ class Node:
     saved: tuple | None  # what the vjp reads (None once freed)
     seq: int  # when it was made (`next_seq`): the backward walk runs nodes from the latest down
     freeing: str | None = None  # `OpNode`'s: what `free` drops (run_backward frees "all" and "none" inline)
+    fits = False  # whether every gradient the vjp returns has its input's shape and dtype (see `autograd._fit`)
 
     def vjp(self, grad, needs):
         raise NotImplementedError

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import numpy
 
-from engine import backend, costs
+from engine import backend, costs, shapes
 from engine.attrs import REQUIRED, Attr, check, shown
 from engine.grad_mode import state as grad_state
 from engine.node import ALONE, FORWARD, RECORDING, OpNode, apply_op, own, passes
@@ -120,7 +120,8 @@ class OpDef:
             saves = self.saves
             freeing = "all" if saves is True else "none" if saves is False else "values" if self.vjp else "inputs"
             vjp = own(OpNode.passes_on if self.vjps and set(self.vjps) == {passes} else OpNode.vjp, self)
-            body = {"__slots__": (), "op": self, "freeing": freeing, "vjp": vjp}
+            fits = self.arity == 1 and self.infer in KEEPS_FIT
+            body = {"__slots__": (), "op": self, "freeing": freeing, "vjp": vjp, "fits": fits}
             cls = self.node_class = type(grad_fn_name(self.name), (OpNode,), body)
             self.call, self.operator = [own(apply_op, ALONE, self, c, cls) for c in (None, coerce)]
 
@@ -152,6 +153,13 @@ class OpDef:
             "methods": list(self.methods),
             "doc": self.doc,
         }
+
+
+# the shape rules of one-input ops whose vjps return their input's shape and dtype (a float input's: an
+# unreduced, inverse-permuted or cast-back gradient), so the backward walk need not fit them (`OpNode.fits`)
+KEEPS_FIT = frozenset(
+    (shapes.same, shapes.floating, shapes.reduce, shapes.reduce_float, shapes.reduce_same_dtype, shapes.permute)
+)
 
 
 def grad_fn_name(name: str) -> str:

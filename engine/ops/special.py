@@ -42,9 +42,15 @@ def _floating(x):
     return x.astype(shapes.floating([x.shape], [x.dtype], {})[1], copy=False)
 
 
+def _in_dtype(kernel, x):
+    """`kernel(x)` in x's floating dtype, as PyTorch's (SciPy computes float16 in float32 or float64)."""
+    x = _floating(x)
+    return kernel(x).astype(x.dtype, copy=False)
+
+
 def _erf_forward(xp, x):
     erf = _kernel("erf", xp)
-    return _erf_fallback(x) if erf is None else erf(_floating(x))
+    return _erf_fallback(x) if erf is None else _in_dtype(erf, x)
 
 
 def _erf_fallback(x):
@@ -54,7 +60,7 @@ def _erf_fallback(x):
 def _erfinv_forward(xp, x):
     erfinv = _kernel("erfinv", xp)
     if erfinv is not None:
-        return erfinv(_floating(x))
+        return _in_dtype(erfinv, x)
     y = x.astype(numpy.float64)
     with numpy.errstate(all="ignore"):  # Winitzki's approximation (to 2e-3), then Newton's steps on erf
         log = numpy.log((1 - y) * (1 + y))
@@ -79,7 +85,7 @@ _math_lgamma = numpy.frompyfunc(_lgamma_one, 1, 1)
 def _lgamma_forward(xp, x):
     gammaln = _kernel("gammaln", xp)
     if gammaln is not None:
-        return gammaln(_floating(x))
+        return _in_dtype(gammaln, x)
     return numpy.asarray(_math_lgamma(x.astype(numpy.float64)), dtype=_floating(x).dtype)
 
 

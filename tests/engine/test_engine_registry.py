@@ -93,6 +93,34 @@ def test_infer_matches_forward(name, index, dtype):
     assert tuple(shape) == out.shape, f"{name}: infer says {shape}, forward gives {out.shape}"
 
 
+FITTING_CASES = sample_cases(lambda op: op.node_class is not None and op.node_class.fits)
+
+
+def test_fitting_ops_are_the_one_input_ops_that_keep_shapes():
+    fitting = {name for name, _ in FITTING_CASES}
+    assert {"tanh", "exp", "sum", "mean", "permute", "erf"} <= fitting
+    assert not fitting & {"mul", "add", "mm", "matmul", "expand", "reshape", "sum_to", "cast"}
+
+
+@pytest.mark.parametrize(("name", "index"), FITTING_CASES, ids=_ids(FITTING_CASES))
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=["f16", "f32", "f64"])
+def test_fitting_ops_return_their_inputs_shapes_and_dtypes(name, index, dtype):
+    """The backward walk trusts a node class whose `fits` is set to return each input's shape and dtype
+    (it does not sum or cast them back): checked here for every sample in every float dtype."""
+    op = engine.OPS[name]
+    inputs, attrs = sample_variables(op, index, dtype=dtype, seed=index)
+    out = op.call(inputs, attrs)
+    assert out.dtype == np.dtype(dtype), f"{name}: a {np.dtype(dtype).name} input gives {out.dtype}"
+    node = out.grad_fn
+    with engine.no_grad():
+        grads = node.vjp(Variable(np.ones(out.shape, out.numpy().dtype)), node.edges)
+    for v, g in zip(inputs, grads):
+        if v.requires_grad and g is not None:
+            assert (g.shape, g.dtype) == (v.shape, v.dtype), (
+                f"{name}: gradient {g.shape} {g.dtype} for {v.shape} {v.dtype}"
+            )
+
+
 @pytest.mark.parametrize(("name", "index"), ALL_CASES, ids=_ids(ALL_CASES))
 def test_forward_records_graph_only_when_differentiable(name, index):
     op = engine.OPS[name]

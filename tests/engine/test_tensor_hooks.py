@@ -107,6 +107,25 @@ def test_pytorchs_errors():
         y.register_hook(lambda g: g.sum())
         with pytest.raises(RuntimeError, match="hook '<lambda>' has changed the size of value"):
             y.sum().backward()
+        y = x.float() * 2
+        y.register_hook(lambda g: g.double())
+        with pytest.raises(
+            RuntimeError,
+            match=r"hook '<lambda>' has changed the type of value \(was torch.FloatTensor got torch.DoubleTensor\)",
+        ):
+            y.sum().backward()
+
+
+def test_a_gradient_given_in_another_dtype_is_cast_to_its_outputs():
+    """PyTorch casts a grad_output to its output's dtype: the leaves' gradients keep their dtype."""
+    for m in (engine, torch):
+        x = m.tensor(X.copy(), dtype=m.float32, requires_grad=True)
+        y = (x * 2).tanh()
+        (g,) = m.autograd.grad(y, x, m.ones(3, dtype=m.float64), retain_graph=True)
+        assert g.dtype == m.float32
+        y.backward(m.ones(3, dtype=m.float64))
+        assert x.grad.dtype == m.float32
+        np.testing.assert_allclose(x.grad.numpy(), g.numpy())
 
 
 def test_a_leaf_with_hooks_is_not_kept_alive_by_them():
