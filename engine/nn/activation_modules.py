@@ -1,4 +1,4 @@
-"""`torch.nn`'s other activation modules (Hardtanh, ReLU6, PReLU, Mish...), mixins that `engine.nn.modules.bind`
+"""`torch.nn`'s other activation modules (Hardtanh, ReLU6, PReLU, Mish...), mixins that `engine.nn.module_classes.bind`
 joins to a side's `Module` as it does `engine.nn.sequence`'s; each forward calls `engine.nn.functional`. Their
 arguments, parameters (PReLU's `weight`, filled with `init`) and reprs are PyTorch's."""
 

@@ -1,6 +1,6 @@
 """`torch.nn`'s padding, resampling and rearranging modules (ConstantPad/ZeroPad/ReflectionPad/ReplicationPad/
 CircularPad 1d and 2d, Upsample and UpsamplingNearest2d/Bilinear2d, PixelShuffle/PixelUnshuffle, Fold/Unfold,
-Bilinear, AdaptiveMaxPool1d/2d), mixins that `engine.nn.modules.bind` joins to a side's `Module` as it does
+Bilinear, AdaptiveMaxPool1d/2d), mixins that `engine.nn.module_classes.bind` joins to a side's `Module` as it does
 `engine.nn.sequence`'s; each forward calls `engine.nn.functional`. Arguments, Bilinear's parameters and their
 initialisation (U(-1/sqrt(in1_features), 1/sqrt(in1_features))) and the reprs are PyTorch's."""
 

@@ -1,5 +1,5 @@
 """`torch.nn`'s loss bases (`_Loss`, `_WeightedLoss`: the reduction, PyTorch's legacy size_average/reduce, a
-`weight` buffer) and its distance and other loss modules, mixins that `engine.nn.modules.bind` joins to a side's
+`weight` buffer) and its distance and other loss modules, mixins that `engine.nn.module_classes.bind` joins to a side's
 `Module` as it does `engine.nn.sequence`'s; each forward calls `engine.nn.functional`."""
 
 from __future__ import annotations

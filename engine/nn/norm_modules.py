@@ -1,4 +1,4 @@
-"""`torch.nn`'s GroupNorm, RMSNorm and LocalResponseNorm, mixins that `engine.nn.modules.bind` joins to a side's
+"""`torch.nn`'s GroupNorm, RMSNorm and LocalResponseNorm, mixins that `engine.nn.module_classes.bind` joins to a side's
 `Module` as it does `engine.nn.sequence`'s; each forward calls `engine.nn.functional`. Parameters (weight ones,
 bias zeros), arguments and reprs are PyTorch's."""
 

@@ -1,6 +1,6 @@
 """`torch.nn`'s recurrent modules (`RNN`, `LSTM`, `GRU` and their cells), written once for every side.
 
-Each class here is a mixin that `engine.nn.modules.bind` joins to a side's `Module` (this file does not
+Each class here is a mixin that `engine.nn.module_classes.bind` joins to a side's `Module` (this file does not
 import `modules`, which lists these classes in its `GENERIC`), so `self._ns` and `self._parameter` are
 the side's. The forward is a Python loop over the time steps composing registry ops: the input's
 projection for every step at once (`F.linear`), then per step the hidden projection and PyTorch's gate

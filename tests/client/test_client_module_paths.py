@@ -38,6 +38,8 @@ IMPORTS = [
     ("nn.parameter", ["Parameter"]),
     ("nn.modules.module", ["Module"]),
     ("nn.modules.linear", ["Linear"]),
+    ("nn.modules", ["Linear", "Conv2d", "Module"]),
+    ("nn.modules.loss", ["_Loss", "_WeightedLoss", "MSELoss"]),
     ("utils.data.dataloader", ["DataLoader"]),
     ("utils.data.dataset", ["Dataset", "TensorDataset"]),
     ("utils.checkpoint", ["checkpoint", "checkpoint_sequential"]),
@@ -207,3 +209,36 @@ def test_fork_rng_restores_the_default_generator_as_torch_random_does(torch_like
     with random.fork_rng(enabled=False):
         torch_like.rand(3)
     assert not np.array_equal(values(torch_like.rand(3)), after)
+
+
+def test_modules_imported_by_torchs_paths_are_the_sides_own(torch_like, oracle):
+    """`from torch.nn.modules import Linear` and a loss of the program's own on `_Loss` (engine.nn.modules was
+    the generic file of the module classes, whose unbound Linear failed when made)."""
+    namespace = {}
+    root = torch_like.__name__
+    exec(f"from {root}.nn.modules import Linear\nfrom {root}.nn.modules.loss import _Loss", namespace)
+    assert namespace["Linear"] is torch_like.nn.Linear
+
+    def forward(self, input, target):
+        d = (input - target).abs()
+        near = (d < 1).double()
+        out = 0.5 * d * d * near + (d - 0.5) * (1 - near)
+        return out.mean() if self.reduction == "mean" else out.sum()
+
+    results = []
+    for lib, linear, base in (
+        (torch_like, namespace["Linear"], namespace["_Loss"]),
+        (oracle, oracle.nn.Linear, oracle.nn.modules.loss._Loss),
+    ):
+        layer = linear(3, 2).double()
+        with lib.no_grad():
+            layer.weight.copy_(lib.tensor([[0.5, -1.0, 2.0], [1.5, 0.25, -0.5]], dtype=lib.float64))
+            layer.bias.fill_(0.1)
+        x = lib.tensor([[1.0, 2.0, 3.0], [-1.0, 0.5, 2.0]], dtype=lib.float64)
+        loss = type("Huberish", (base,), {"forward": forward})(reduction="sum")(
+            layer(x), lib.zeros(2, 2, dtype=lib.float64)
+        )
+        loss.backward()
+        results.append((float(loss.item()), layer.weight.grad.detach().numpy().copy()))
+    assert results[0][0] == pytest.approx(results[1][0])
+    np.testing.assert_allclose(results[0][1], results[1][1])

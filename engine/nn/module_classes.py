@@ -1553,7 +1553,7 @@ def bind(namespace, module_name: str) -> dict:
         {"_ns": namespace, "_parameter": parameter, "__module__": module_name, "__doc__": Module.__doc__},
     )
     classes = {"Parameter": parameter, "Module": side_module}
-    for generic in GENERIC:
+    for generic in (*GENERIC, _Loss, _WeightedLoss):  # (torch.nn.modules.loss's bases: a program's own losses)
         classes[generic.__name__] = type(
             generic.__name__, (generic, side_module), {"__module__": module_name, "__doc__": generic.__doc__}
         )
