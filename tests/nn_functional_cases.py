@@ -420,6 +420,18 @@ for padding in (None, 1, -1):
         normal(5, 3),
         gradcheck=padding is None,  # the padding row is read but gets no gradient, by definition
     )
+BAG_INDICES, BAG_OFFSETS = np.array([1, 4, 1, 0, 2, 3]), np.array([0, 2, 2])
+for mode in ("sum", "mean", "max"):
+    case(f"embedding_bag-{mode}", f("embedding_bag", mode=mode), BAG_INDICES, normal(5, 3), BAG_OFFSETS)
+case(
+    "embedding_bag-per_sample_weights",
+    lambda m, i, w, o, p: m.nn.functional.embedding_bag(i, w, o, mode="sum", per_sample_weights=p),
+    BAG_INDICES,
+    normal(5, 3),
+    BAG_OFFSETS,
+    normal(6),
+)
+case("embedding_bag-2d-padding", f("embedding_bag", mode="mean", padding_idx=1), EMBED_INDICES, normal(5, 3))
 case("linear", f("linear"), normal(3, 4), normal(2, 4), normal(2))
 case("linear-no-bias-3d", f("linear"), normal(2, 3, 4), normal(5, 4))
 case("layer_norm", f("layer_norm", (4,)), normal(3, 4))

@@ -104,6 +104,9 @@ Raised, as decisions:
 - engine 16950 -> 17150 (2026-11-29): torch.nn.utils.parametrize (`engine/nn/parametrize.py`, the parametrizations
   tutorial on both sides), F.affine_grid/grid_sample, F.gumbel_softmax and parametrizations.weight_norm (several
   originals) took it to 17112.
+- engine 17150 -> 17300 (2026-11-29, session 16): F.embedding_bag and nn.EmbeddingBag (`engine/nn/bags.py`, the text
+  classification tutorial's model), the walk's trust of shape-keeping ops (`OpNode.fits`, with the root-dtype cast and
+  the hook dtype error it needs) and torch.nn.modules' bound classes took it to 17275.
 """
 
 from __future__ import annotations
@@ -114,7 +117,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 17150, "wire": 6060, "service": 3800, "client": 3075}
+BUDGETS = {"engine": 17300, "wire": 6060, "service": 3800, "client": 3075}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

@@ -36,6 +36,7 @@ from engine.mixed_precision import cast_functions
 from engine.nn.activations import *  # noqa: F403  (relu6, prelu, mish...: the other activations)
 from engine.nn.activations import __all__ as _activations
 from engine.nn.activations import elu, leaky_relu
+from engine.nn.bags import embedding_bag as embedding_bag  # (torch.nn.functional's, with embedding)
 from engine.nn.losses import *  # noqa: F403  (kl_div, cosine_similarity...: the distances and other losses)
 from engine.nn.losses import __all__ as _losses
 from engine.nn.missing import missing
@@ -61,6 +62,7 @@ from engine.user_warnings import warn
 
 __getattr__ = missing("torch.nn.functional")
 __all__ = [
+    "embedding_bag",
     "cross_entropy",
     "nll_loss",
     "mse_loss",

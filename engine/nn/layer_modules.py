@@ -205,6 +205,72 @@ class Bilinear(_Sided):
         )
 
 
+class EmbeddingBag(_Sided):
+    """Sums, means or maxima of bags of rows of weight [num_embeddings, embedding_dim] (F.embedding_bag); the
+    weight from N(0, 1), its padding_idx row zero, as Embedding's."""
+
+    def __init__(
+        self,
+        num_embeddings,
+        embedding_dim,
+        max_norm=None,
+        norm_type=2.0,
+        scale_grad_by_freq=False,
+        mode="mean",
+        sparse=False,
+        _weight=None,
+        include_last_offset=False,
+        padding_idx=None,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
+        self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse = (
+            max_norm,
+            norm_type,
+            scale_grad_by_freq,
+            sparse,
+        )
+        self.include_last_offset = include_last_offset
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError("padding_idx must be within num_embeddings")
+            padding_idx %= num_embeddings
+        self.padding_idx = padding_idx
+        if _weight is None:
+            self.weight = self._parameter(self._ns.empty((num_embeddings, embedding_dim), device=device, dtype=dtype))
+            self.reset_parameters()
+        else:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
+            self.weight = self._parameter(_weight)
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with self._ns.no_grad():
+                self.weight[self.padding_idx] = 0
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True, **kwargs):
+        if embeddings.ndim != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        bag = cls(*embeddings.shape, _weight=embeddings, **kwargs)
+        bag.weight.requires_grad = not freeze
+        return bag
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        return F.embedding_bag(
+            input, self.weight, offsets, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.mode,
+            self.sparse, per_sample_weights, self.include_last_offset, self.padding_idx,
+        )  # fmt: skip
+
+    def extra_repr(self) -> str:
+        text = f"{self.num_embeddings}, {self.embedding_dim}, mode='{self.mode}'"
+        return text if self.padding_idx is None else f"{text}, padding_idx={self.padding_idx}"
+
+
 class AdaptiveMaxPool1d(_Sided):
     _function = staticmethod(F.adaptive_max_pool1d)
 
@@ -233,4 +299,4 @@ LAYERS: tuple[type, ...] = (
     ReplicationPad1d,
 )
 LAYERS += (ReplicationPad2d, CircularPad1d, CircularPad2d, Upsample, UpsamplingNearest2d, UpsamplingBilinear2d)
-LAYERS += (PixelShuffle, PixelUnshuffle, Unfold, Fold, Bilinear, AdaptiveMaxPool1d, AdaptiveMaxPool2d)
+LAYERS += (PixelShuffle, PixelUnshuffle, Unfold, Fold, Bilinear, AdaptiveMaxPool1d, AdaptiveMaxPool2d, EmbeddingBag)
