@@ -20,6 +20,10 @@ __all__ = [
     "rnn",
     "parametrize",
     "parametrizations",
+    "weight_norm",
+    "remove_weight_norm",
+    "spectral_norm",
+    "remove_spectral_norm",
 ]
 __getattr__ = missing("torch.nn.utils")
 
@@ -106,3 +110,4 @@ def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.
 
 rnn = types.SimpleNamespace(pad_sequence=pad_sequence)  # torch.nn.utils.rnn
 from engine.nn import parametrizations, parametrize  # noqa: E402  (torch.nn.utils.parametrize, parametrizations)
+from engine.nn.norm_hooks import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm  # noqa: E402
