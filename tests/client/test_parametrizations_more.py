@@ -187,3 +187,62 @@ def test_hook_based_norms_equal_torch(torch_like, oracle, which, dim):
     np.testing.assert_allclose(values(ours.weight), values(theirs.weight), rtol=1e-12, atol=1e-14)
     with pytest.raises(ValueError, match=f"{which} of 'weight' not found in Conv1d"):
         remove(ours)
+
+
+def test_gradcheck_in_float64():
+    engine = pytest.importorskip("engine")
+    gradcheck = engine.autograd.gradcheck
+    rng = np.random.default_rng(3)
+    batch = engine.tensor(rng.standard_normal((2, 3, 3)) * np.array([0.2, 4.0])[:, None, None], requires_grad=True)
+    assert gradcheck(engine.matrix_exp, (batch,))
+    reflectors = engine.tensor(rng.standard_normal((4, 3)), requires_grad=True)
+    tau = engine.tensor(rng.standard_normal(3), requires_grad=True)
+    assert gradcheck(engine.linalg.householder_product, (reflectors, tau))
+    for shape, options in ORTHOGONAL:
+        if options.get("orthogonal_map", "matrix_exp" if shape[-1] == shape[-2] else "householder") == "householder":
+            continue  # the diagonal's signs, as int(), jump under finite differences (and are not differentiated)
+        chain = _utils(engine, "parametrizations").orthogonal(_module(engine, shape), **options).parametrizations
+        original = chain.weight.original.detach().clone().requires_grad_(True)
+        assert gradcheck(chain.weight[0], (original,)), (shape, options)
+    norm = _utils(engine, "parametrizations").spectral_norm(engine.nn.Linear(4, 3).double()).parametrizations
+    assert gradcheck(norm.weight[0].eval(), (norm.weight.original.detach().clone().requires_grad_(True),))
+
+
+def _error(t, call):
+    try:
+        call(t)
+    except Exception as error:  # noqa: BLE001  (compared with torch's)
+        return type(error).__name__, str(error)
+    return None
+
+
+ERRORS = {
+    "wrong name": lambda t: _utils(t, "parametrizations").orthogonal(t.nn.Linear(3, 3), "nothing"),
+    "1-d weight": lambda t: _utils(t, "parametrizations").orthogonal(t.nn.BatchNorm1d(3)),
+    "unknown map": lambda t: _utils(t, "parametrizations").orthogonal(t.nn.Linear(3, 3), orthogonal_map="qr"),
+    "assign without trivialization": lambda t: setattr(
+        _utils(t, "parametrizations").orthogonal(t.nn.Linear(3, 3), use_trivialization=False), "weight", t.eye(3)
+    ),
+    "assign a wrong shape": lambda t: setattr(
+        _utils(t, "parametrizations").orthogonal(t.nn.Linear(3, 3)), "weight", t.eye(2)
+    ),
+    "spectral wrong name": lambda t: _utils(t, "parametrizations").spectral_norm(t.nn.Linear(3, 3), "nothing"),
+    "spectral dim": lambda t: _utils(t, "parametrizations").spectral_norm(t.nn.Linear(3, 3), dim=2),
+    "spectral iterations": lambda t: _utils(t, "parametrizations").spectral_norm(
+        t.nn.Linear(3, 3), n_power_iterations=0
+    ),
+    "hooks twice": lambda t: _utils(t, "").spectral_norm(_utils(t, "").spectral_norm(t.nn.Linear(3, 3))),
+    "hooks none": lambda t: _utils(t, "").spectral_norm(t.nn.Linear(3, 3, bias=False), "bias"),
+    "matrix_exp of a vector": lambda t: t.matrix_exp(t.ones(3)),
+    "matrix_exp of a wide matrix": lambda t: t.linalg.matrix_exp(t.ones(2, 3)),
+    "householder wide": lambda t: t.linalg.householder_product(t.ones(2, 3), t.ones(2)),
+    "householder tau": lambda t: t.linalg.householder_product(t.ones(3, 2), t.ones(3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_errors_equal_torch(oracle, name):
+    engine = pytest.importorskip("engine")
+    ours, theirs = _error(engine, ERRORS[name]), _error(oracle, ERRORS[name])
+    assert theirs is not None
+    assert ours == theirs
