@@ -16,6 +16,7 @@ import enum
 import numpy
 
 from engine.nn import parametrize
+from engine.nn.init import _q_factor
 from engine.nn.sides import _ns
 
 _OrthMaps = enum.Enum("_OrthMaps", "matrix_exp cayley householder")
@@ -59,12 +60,6 @@ def weight_norm(module, name="weight", dim=0):
     """Reparametrize `module.<name>` by its magnitude and direction (see the module docstring)."""
     nn = _ns(getattr(module, name)).nn
     return parametrize.register_parametrization(module, name, _side_class(nn, _WeightNorm)(dim), unsafe=True)
-
-
-def _q_factor(a):
-    """Q of a = QR (a tall) with R's diagonal made non-negative: PyTorch's _make_orthogonal, on arrays."""
-    q, r = numpy.linalg.qr(a)
-    return q * numpy.sign(numpy.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
 
 
 def _Orthogonal(nn):
