@@ -33,11 +33,10 @@ def _norm_except_dim(v, dim):
 
 def _side_class(nn, build):
     """The class `build(nn)` makes for one side's `nn`, made once and kept on it."""
-    key = f"_{build.__name__}"
-    made = getattr(nn, key, None)
+    made = getattr(nn, build.__name__, None)
     if made is None:
         made = build(nn)
-        setattr(nn, key, made)
+        setattr(nn, build.__name__, made)
     return made
 
 
