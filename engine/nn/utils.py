@@ -1,5 +1,6 @@
 """`torch.nn.utils`: gradient clipping, parameters as one vector and `rnn.pad_sequence`, written once for every Variable class
-(PyTorch's formulas, in its order of operations, on the Variables' public methods)."""
+(PyTorch's formulas, in its order of operations, on the Variables' public methods); `parametrize`, `parametrizations`
+and the hook-based `weight_norm`/`spectral_norm` (`engine.nn.norm_hooks`) are their own files."""
 
 from __future__ import annotations
 
