@@ -219,6 +219,7 @@ __all__ = [
     "masked_scatter",
     "masked_select",
     "matmul",
+    "matrix_exp",
     "matrix_power",
     "max",
     "max_pool1d",
@@ -1010,6 +1011,11 @@ def masked_select(input: VariableSurface, mask: VariableSurface) -> Variable:
 
 def matmul(input: Operand, other: Operand) -> Variable:
     """matrix product with NumPy's broadcasting and 1-d rules"""
+
+def matrix_exp(input: VariableSurface) -> Variable:
+    """exp of each square matrix by scaling and squaring: the Taylor polynomial (degree 24 in float64, 18
+    otherwise: below rounding at norm 2) of A / 2^s by Horner's rule, squared s times, s per matrix from
+    its 1-norm; differentiable as the matmuls it is."""
 
 def matrix_power(input: VariableSurface, n: builtins.int) -> Variable: ...
 @overload

@@ -462,6 +462,10 @@ class VariableSurface:
         """The entries where the boolean `mask` (broadcast) is true, as a 1-d Variable."""
     def matmul(self, other: Operand) -> Self:
         """matrix product with NumPy's broadcasting and 1-d rules"""
+    def matrix_exp(self) -> Self:
+        """exp of each square matrix by scaling and squaring: the Taylor polynomial (degree 24 in float64, 18
+        otherwise: below rounding at norm 2) of A / 2^s by Horner's rule, squared s times, s per matrix from
+        its 1-norm; differentiable as the matmuls it is."""
     def matrix_power(self, n: builtins.int) -> Self: ...
     @overload
     def max(self) -> Self: ...

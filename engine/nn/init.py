@@ -190,6 +190,12 @@ def dirac_(tensor, groups=1):
     return _write(tensor, values)
 
 
+def _q_factor(a):
+    """Q of a = QR (a tall, or a batch) with R's diagonal made non-negative (PyTorch's _make_orthogonal)."""
+    q, r = numpy.linalg.qr(a)
+    return q * numpy.sign(numpy.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
+
+
 def orthogonal_(tensor, gain=1, generator=None):
     """A (semi-)orthogonal matrix, the tensor seen as rows x the rest (Saxe et al., 2013): the Q of a
     normal draw's QR decomposition, its signs fixed by R's diagonal, times gain."""
@@ -200,8 +206,7 @@ def orthogonal_(tensor, gain=1, generator=None):
     rows = tensor.shape[0]
     flattened = _draws(tensor, "randn", generator).reshape(rows, -1)
     cols = flattened.shape[1]
-    q, r = numpy.linalg.qr(flattened.T if rows < cols else flattened)
-    q = q * numpy.sign(numpy.diag(r))
+    q = _q_factor(flattened.T if rows < cols else flattened)
     return _write(tensor, gain * (q.T if rows < cols else q).reshape(tuple(tensor.shape)))
 
 

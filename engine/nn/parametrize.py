@@ -99,6 +99,8 @@ def register_parametrization(module, tensor_name, parametrization, *, unsafe=Fal
     """Parametrize `module.<tensor_name>` by `parametrization` (appended to its chain when it has one)."""
     parametrization.train(module.training)
     if is_parametrized(module, tensor_name):
+        if not unsafe:  # PyTorch's check runs it once (a spectral norm's power iteration)
+            parametrization(getattr(module, tensor_name))
         module.parametrizations[tensor_name].append(parametrization)
         return module
     if tensor_name not in module._parameters and tensor_name not in module._buffers:
@@ -108,7 +110,10 @@ def register_parametrization(module, tensor_name, parametrization, *, unsafe=Fal
     original = getattr(module, tensor_name)
     ns = _ns(original)
     with ns.no_grad():
-        value = parametrization.right_inverse(original) if hasattr(parametrization, "right_inverse") else original
+        try:
+            value = parametrization.right_inverse(original) if hasattr(parametrization, "right_inverse") else original
+        except NotImplementedError:  # taken as the identity, as PyTorch does
+            value = original
         if isinstance(value, (tuple, list)):  # several originals (weight_norm's g and v): new leaves like it
             kind = ns.nn.Parameter if isinstance(original, ns.nn.Parameter) else (lambda v: v)
             original = tuple(kind(v.detach().clone()) for v in value)
@@ -126,6 +131,8 @@ def register_parametrization(module, tensor_name, parametrization, *, unsafe=Fal
         module.parametrizations = ns.nn.ModuleDict()
     setattr(type(module), tensor_name, _property(tensor_name))
     module.parametrizations[tensor_name] = _list_class(ns.nn)([parametrization], original, unsafe)
+    if not unsafe:  # PyTorch's consistency check runs the chain once
+        module.parametrizations[tensor_name]()
     return module
 
 

@@ -1,4 +1,4 @@
-"""`torch.linalg`, `torch.inverse`/`det`/`slogdet`/`logdet`/`cross`/`matrix_power` and `cumprod` on the engine, the
+"""`torch.linalg`, `torch.inverse`/`det`/`slogdet`/`logdet`/`cross`/`matrix_power`/`matrix_exp` and `cumprod` on the engine, the
 embedded client and a live server (`torch_like`): values and gradients against PyTorch in float64, errors,
 and a server that refuses a hostile factorization before it allocates."""
 
@@ -51,6 +51,9 @@ CASES = {
     "matrix_power_3": lambda t, m, b, v: t.linalg.matrix_power(b, 3),
     "matrix_power_0": lambda t, m, b, v: t.matrix_power(m, 0),
     "matrix_power_neg": lambda t, m, b, v: t.linalg.matrix_power(m, -2),
+    "matrix_exp": lambda t, m, b, v: t.linalg.matrix_exp(b) + t.matrix_exp(m * 0.01) + (m - m.mT).matrix_exp(),
+    "matrix_exp_squared": lambda t, m, b, v: t.matrix_exp(b * t.tensor([[[0.3]], [[6.0]]], dtype=b.dtype)),
+    "householder_product": lambda t, m, b, v: t.linalg.householder_product(v, m[0] * 0.5),
     "multi_dot": lambda t, m, b, v: t.linalg.multi_dot([v, m, m.mT]),
     "vecdot": lambda t, m, b, v: t.linalg.vecdot(v, v.flip(0)),
     "cumprod": lambda t, m, b, v: t.cumprod(v + 2, 1),
