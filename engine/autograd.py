@@ -22,7 +22,7 @@ from engine.backend import array_module
 from engine.compat import NAME_OF
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from engine.grad_mode import state as grad_state
-from engine.node import FORWARD, RECORDING, Meta, Node
+from engine.node import FORWARD, RECORDING, Meta, Node, _wrap
 from engine.recording import note_constant, note_where
 from engine.registry import F, trusted
 from engine.variable import Variable, as_array
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from engine.surface_types import Operand
 
 _result = Variable._result
+ndarray = numpy.ndarray
 
 
 def as_list(x, variable=Variable):
@@ -482,6 +483,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
     heapify(heap)
     check = interrupt.current()
     nan_check = ANOMALY.enabled and ANOMALY.check_nan  # anomaly mode, read once a backward
+    plain = not (create_graph or FORWARD or RECORDING)  # gradients are plain arrays' sums (no graph, no tangents)
     mode = grad_state.enabled  # grad mode is create_graph inside (`enable_grad`/`no_grad`'s work, without their calls)
     grad_state.enabled = create_graph
     try:
@@ -524,6 +526,9 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
                         ready = edge
                     else:
                         heappush(heap, (-edge.seq, edge))
+                elif plain:  # the sum on the arrays: nothing would record it or see it (apply_op's work, skipped)
+                    total = previous._data + gi._data
+                    grads[edge] = _result(total if type(total) is ndarray else _wrap(total, gi._data), None)
                 else:
                     grads[edge] = previous + gi
             if not retain_graph:  # `OpNode.free`'s two common cases inline (a call per node costs more)
