@@ -54,7 +54,7 @@ is_anomaly_enabled, is_anomaly_check_nan_enabled = (
     anomaly_mode.is_anomaly_enabled,
     anomaly_mode.is_anomaly_check_nan_enabled,
 )
-autograd.anomaly_mode = anomaly_mode  # type: ignore[attr-defined]
+autograd.anomaly_mode = anomaly_mode
 
 __all__ = [
     "Variable",

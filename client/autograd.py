@@ -20,7 +20,7 @@ from client.serialize import Builder, NeedsGraph, builder_for
 from client.state import current_phase, current_session, mode
 from client.transports import Call
 from client.variable import Variable, as_host_array
-from engine.api import accumulate_grad, walk
+from engine.api import accumulate_grad, anomaly_mode, walk
 
 if TYPE_CHECKING:
     from engine.api import Operand
@@ -124,6 +124,8 @@ def _requesting(session, outputs, output_values, seeds, holders, retain):
     header = {"graph": graph, "wrt": list(dict.fromkeys(nid for nid, _ in wanted))}
     if retain and session.tapes:
         header["parameters"] = {"retain_graph": True}
+    if anomaly_mode.nan_check_on():  # torch's anomaly mode: the server's walk checks each node's gradients
+        header.setdefault("parameters", {})["detect_anomaly"] = True
     call = Call("/backward", header, builder.tensors, _seed_arrays(outputs, names, seeds))
     if builder.written is not None:
         call.written = builder.written

@@ -69,7 +69,8 @@ UnsupportedMediaTypeError = _answer(
     (415,),
     what="a body whose Content-Type is neither application/json nor application/octet-stream",
 )
-GraphValidationError = _answer("GraphValidationError", (RequestError, ValueError), (422,), "invalid")
+# a RuntimeError too: an op or a backward that failed while running raises one in PyTorch (anomaly mode's NaN)
+GraphValidationError = _answer("GraphValidationError", (RequestError, ValueError, RuntimeError), (422,), "invalid")
 InternalServerError = _answer(
     "InternalServerError",
     (ServiceError, RuntimeError),

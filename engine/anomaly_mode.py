@@ -6,6 +6,7 @@ PyTorch also prints the forward traceback of the failing node; that is not recor
 from __future__ import annotations
 
 import functools
+import threading
 
 from engine.user_warnings import warn
 
@@ -15,7 +16,12 @@ class _Mode:
     check_nan = True
 
 
+class _Asked(threading.local):
+    nan = False  # this thread's backward walks check for NaN whatever the mode (`checking_nan`)
+
+
 ANOMALY = _Mode()
+ASKED = _Asked()
 
 
 def is_anomaly_enabled() -> bool:
@@ -26,11 +32,36 @@ def is_anomaly_check_nan_enabled() -> bool:
     return ANOMALY.check_nan
 
 
+def nan_check_on() -> bool:
+    """Whether a backward starting now checks its nodes' gradients for NaN: anomaly mode with check_nan, or
+    `checking_nan` on this thread."""
+    return ANOMALY.enabled and ANOMALY.check_nan or ASKED.nan
+
+
+class AnomalyError(RuntimeError):
+    """PyTorch's RuntimeError of a node whose gradient holds a NaN; `node`: that node."""
+
+    def __init__(self, node, index: int):
+        super().__init__(f"Function '{node.name}' returned nan values in its {index}th output.")
+        self.node = node
+
+
 def check_nan(node, in_grads) -> None:
     """Refuse `node`'s gradients for its inputs when one holds a NaN (anomaly mode's check)."""
     for i, g in enumerate(in_grads):
         if g is not None and g._data.dtype.kind in "fc" and bool((g._data != g._data).any()):
-            raise RuntimeError(f"Function '{node.name}' returned nan values in its {i}th output.")
+            raise AnomalyError(node, i)
+
+
+class checking_nan:  # noqa: N801  (a context manager, as the mode's)
+    """The NaN check on for the backward walks of this thread only, within a `with` block: how a server runs
+    a request that a client in anomaly mode sent, beside other clients' requests."""
+
+    def __enter__(self) -> None:
+        self.previous, ASKED.nan = ASKED.nan, True
+
+    def __exit__(self, *exc) -> None:
+        ASKED.nan = self.previous
 
 
 class set_detect_anomaly:  # noqa: N801  (PyTorch's name)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy
 
 from engine import interrupt
-from engine.anomaly_mode import ANOMALY, check_nan
+from engine.anomaly_mode import check_nan, nan_check_on
 from engine.backend import array_module
 from engine.compat import NAME_OF
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
@@ -482,7 +482,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
         needed, capture_nodes = _needs(list(grads), inputs, capture)
     heapify(heap)
     check = interrupt.current()
-    nan_check = ANOMALY.enabled and ANOMALY.check_nan  # anomaly mode, read once a backward
+    nan_check = nan_check_on()  # anomaly mode, read once a backward
     plain = not (create_graph or FORWARD or RECORDING)  # gradients are plain arrays' sums (no graph, no tangents)
     mode = grad_state.enabled  # grad mode is create_graph inside (`enable_grad`/`no_grad`'s work, without their calls)
     grad_state.enabled = create_graph
@@ -516,6 +516,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
                     data, meta = gi._data, given if type(given) is Meta else given._data  # (Meta's _data: a property)
                     if data.shape != meta.shape or (data.dtype is not meta.dtype and data.dtype != meta.dtype):
                         gi = _fit(gi, meta)
+                    data = meta = None  # (a fitting node after this one would leave them holding their arrays)
                 if isinstance(edge, Variable):
                     _to_leaf(edge, gi, capture, into_grad, hooked)
                     continue

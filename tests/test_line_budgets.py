@@ -110,6 +110,9 @@ Raised, as decisions:
 - engine 17300 -> 17600 (2026-11-29, session 16): nn.utils.parametrizations.orthogonal and spectral_norm, the hook-based
   nn.utils.weight_norm/spectral_norm (`engine/nn/norm_hooks.py`), linalg.matrix_exp and householder_product (orthspec
   branch, +314).
+- engine 17600 -> 17650, wire 6060 -> 6075 (2026-11-29, session 16): a client in anomaly mode has its backward checked
+  by the server (`parameters.detect_anomaly`: a per-thread NaN check in `engine/anomaly_mode.py`, the request field
+  and the executor's engine path for it) took them to 17616 and 6065.
 """
 
 from __future__ import annotations
@@ -120,7 +123,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 17600, "wire": 6060, "service": 3800, "client": 3075}
+BUDGETS = {"engine": 17650, "wire": 6075, "service": 3800, "client": 3075}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

@@ -8,7 +8,9 @@ and admits it (`admit`: `wire.admission` decides), then runs the ticket (`run`).
 
 from __future__ import annotations
 
-from engine.api import shown
+import contextlib
+
+from engine.api import anomaly_mode, shown
 from wire.admission import INLINE, POOL, Ticket, admit
 from wire.compile import run_compiled
 from wire.differentiate import gradients
@@ -249,14 +251,14 @@ class Executor:
         elif layout is not None:
             layout.keep(ticket, request.inputs)  # the next request of this header is admitted so
         record = ticket.kind == "backward" or request.retain_graph
-        if not request.retain_graph and self.compiled:
+        if not (request.retain_graph or request.detect_anomaly) and self.compiled:  # (programs check no NaN)
             done = run_compiled(
                 plan, shapes, request, ticket.kind == "backward", self.plans.charge, self.plans.id_of(plan)
             )
             if done is not None:
                 grads = done[1] if ticket.kind == "backward" else None
                 return Result(request.id, done[0], grads, plan=self.plans.id_of(plan), ran=done[2])
-        with element_guard(self.limits.max_tensor_elements):
+        with element_guard(self.limits.max_tensor_elements), _anomaly_checks(request):
             execution = Execution(plan, request.inputs, record=record, wrt=request.wrt or ())
             grads = None
             if ticket.kind == "backward":
@@ -270,7 +272,7 @@ class Executor:
         """A backward through a retained tape."""
         execution = self.tapes.take(request.tape)
         try:
-            with element_guard(self.limits.max_tensor_elements):
+            with element_guard(self.limits.max_tensor_elements), _anomaly_checks(request):
                 grads = gradients(execution, request.grad_outputs, request.wrt, retain_graph=request.retain_graph)
         except BaseException:
             self.tapes.restore(request.tape, execution)
@@ -286,3 +288,8 @@ class Executor:
             tape=request.tape if request.retain_graph else None,
             ran="engine",
         )
+
+
+def _anomaly_checks(request: Request):
+    """The engine's NaN check on this thread for a request with parameters.detect_anomaly (a client in anomaly mode)."""
+    return anomaly_mode.checking_nan() if request.detect_anomaly else contextlib.nullcontext()

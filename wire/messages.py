@@ -55,6 +55,7 @@ SESSION_KEYS = frozenset(("session", *RESIDENT_KEYS))  # a request with any of t
 PARAMETER_KEYS = (
     Key("retain_graph", "boolean", "keep the tape for a later /backward"),
     Key("binary_data_output", "boolean", "answer with the binary tensor extension"),
+    Key("detect_anomaly", "boolean", "stop a backward at a node whose gradient holds a NaN (torch's anomaly mode)"),
 )
 REQUEST_KEYS = frozenset(key.name for key in REQUEST)
 PARAMETERS = frozenset(key.name for key in PARAMETER_KEYS)
@@ -71,6 +72,7 @@ class Request:
     tape: str | None = None
     retain_graph: bool = False
     binary_output: bool = False
+    detect_anomaly: bool = False  # parameters.detect_anomaly: its backward walks check for NaN (on the engine)
     planned: tuple | None = field(default=None, repr=False)  # (plan, Shapes or None, cache key), once planned
     held: tuple | None = field(default=None, repr=False)  # (Plan, key) the server holds (a model's), instead of graph
     # which tensors its answer encodes as JSON (wire.admission.JsonAnswer: bounded by max_json_output_elements);
@@ -126,7 +128,12 @@ def decode_request(header, tail, limits: Limits, aligned: bool = True) -> Reques
         raise RequestError("'parameters' must be an object", field="parameters")
     retain_graph = params.get("retain_graph", False)
     binary_output = params.get("binary_data_output", False)
-    for key, value in (("retain_graph", retain_graph), ("binary_data_output", binary_output)):
+    detect_anomaly = params.get("detect_anomaly", False)
+    for key, value in (
+        ("retain_graph", retain_graph),
+        ("binary_data_output", binary_output),
+        ("detect_anomaly", detect_anomaly),
+    ):
         if type(value) is not bool:
             raise RequestError(f"parameters.{key} must be true or false", field=f"parameters.{key}")
     rid = get("id")
@@ -170,6 +177,7 @@ def decode_request(header, tail, limits: Limits, aligned: bool = True) -> Reques
         tape=tape,
         retain_graph=retain_graph,
         binary_output=binary_output,
+        detect_anomaly=detect_anomaly,
     )
     if not SESSION_KEYS.isdisjoint(header) and any(get(key) is not None for key in SESSION_KEYS):
         _decode_resident_keys(request, get, tensor_map(uploads, "upload"))
