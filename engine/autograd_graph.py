@@ -160,9 +160,34 @@ def _unpacked(hook, packed):
     return v
 
 
+class Packed:
+    """What a node keeps of a packed tensor: `unpack` and `pack`'s result, and where the tensor's own gradient went
+    (`node`, or a weak reference to the leaf), so that what `value()` unpacks is in the graph where it was."""
+
+    __slots__ = ("unpack", "packed", "node", "leaf")
+
+    def __init__(self, unpack, packed, v):
+        self.unpack, self.packed, self.node = unpack, packed, v._node
+        self.leaf = weakref.ref(v) if v._node is None and v._requires_grad else None
+
+    def value(self, backward=False):
+        """The unpacked tensor, on its tensor's node (as PyTorch's); where that was a leaf, a backward that records
+        (create_graph) reads the leaf itself, whose gradient it must reach (`unpack` was called: its value equals)."""
+        v = _unpacked(self.unpack, self.packed)
+        if self.node is not None and v._node is not self.node:
+            return Variable._result(v._data, self.node)
+        leaf = None if self.leaf is None else self.leaf()
+        if leaf is not None and v is not leaf:
+            if backward and grad_state.enabled:
+                return leaf
+            v = Variable._result(v._data, None)
+            v._requires_grad = True
+        return v
+
+
 def _store(node, i, v, pack_hook, unpack_hook):
     """Pack what `node` saved at `i` (-1: its output `v`); the node keeps the packed value in its stead."""
-    state_of(node).packed[i] = (unpack_hook, _packed(pack_hook, v))
+    state_of(node).packed[i] = Packed(unpack_hook, _packed(pack_hook, v), v)
     if i < 0:
         node.out_data = None
     else:
@@ -207,19 +232,24 @@ def _pack_ctx(ctx, pack_hook, unpack_hook):
 
 
 def saved_names(node) -> dict:
-    """{PyTorch's name: index} of what `node` saves: `self`, `other`, `exponent`..., `result` (-1)."""
-    names = input_names(node.op)
+    """{PyTorch's name: index} of what `node`'s class can save: `self`, `other`, `exponent`..., `result` (-1)."""
+    op, names = node.op, input_names(node.op)
     if len(names) != len(node.edges):
         return {}
-    return {("self" if names[i] == "input" else names[i]) if i >= 0 else "result": i for i in saved_indices(node)}
+    every = [*(op.reads or ()), range(len(names))[slice(None) if op.saves is True else op.saves or slice(0)]]
+    found = {i: "self" if names[i] == "input" else names[i] for read in every for i in read}
+    return {**{name: i for i, name in found.items()}, **({"result": -1} if op.uses_output else {})}
 
 
 def _saved_value(node, i):
-    state = STATE.get(node)
+    """What `node` saved at `i` (None where this node saved nothing there, as PyTorch's)."""
     if node.versions is None:
         raise GraphFreedError()
+    state = STATE.get(node)
     if state is not None and i in state.packed:
-        return _unpacked(*state.packed[i])
+        return state.packed[i].value()
+    if i not in saved_indices(node):
+        return None
     return Variable._result(node.out_data, node) if i < 0 else node.saved[i]
 
 
@@ -288,8 +318,8 @@ def _hooked_vjp(self, grad, needs):
     saved, out_data = self.saved, getattr(self, "out_data", None)
     if state.packed and self.versions is not None:
         values = list(saved)
-        for i, (unpack_hook, packed) in state.packed.items():
-            v = _unpacked(unpack_hook, packed)
+        for i, packed in state.packed.items():
+            v = packed.value(backward=True)
             if i < 0:
                 self.out_data = v._data
             else:
