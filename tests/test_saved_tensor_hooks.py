@@ -169,7 +169,7 @@ def test_unpack_runs_at_every_access_of_a_saved_tensor(m, tmp_path):
         y = x.pow(2)
     assert m.equal(y.grad_fn._saved_self, x)
     with pytest.raises((FileNotFoundError, RuntimeError)):  # the engine's load wraps the OSError
-        y.grad_fn._saved_self
+        _ = y.grad_fn._saved_self
 
 
 OPS = {  # (packs, unpacks) as PyTorch 2.13 saves them
@@ -199,7 +199,7 @@ def test_an_op_packs_what_its_backward_reads(m, expression):
     a, b = (m.tensor(np.abs(v) + 0.5, dtype=m.float64, requires_grad=True) for v in (X, Y))  # a ** b: real
     c = m.tensor(Y.copy(), dtype=m.float64)
     with m.autograd.graph.saved_tensors_hooks(lambda x: log.append("p") or x, lambda x: log.append("u") or x):
-        y = eval(expression)
+        y = eval(expression, {"a": a, "b": b, "c": c})
     packs = len(log)
     y.sum().backward()
     assert (packs, len(log) - packs) == OPS[expression]
@@ -258,12 +258,12 @@ def test_saved_values_are_freed_by_a_backward(m):
     y = a * b
     y.sum().backward()
     with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
-        y.grad_fn._saved_self
+        _ = y.grad_fn._saved_self
     with m.autograd.graph.saved_tensors_hooks(lambda x: x, lambda x: x):
         y = a.exp()
     y.sum().backward()
     with pytest.raises(RuntimeError, match="directly access saved tensors after they have already been freed"):
-        y.grad_fn._saved_result
+        _ = y.grad_fn._saved_result
 
 
 def test_a_saved_value_not_saved_for_this_node_is_none(m):

@@ -64,7 +64,7 @@ def test_the_client_refuses_what_would_run_user_code_in_its_backward(session):
     with pytest.raises(NotImplementedError, match="register_prehook of a client Variable's grad_fn"):
         y.grad_fn.register_prehook(lambda go: None)
     with pytest.raises(NotImplementedError, match="`_saved_self` of a client Variable's grad_fn"):
-        y.grad_fn._saved_self
+        _ = y.grad_fn._saved_self
     y.sum().backward()  # and the graph still runs
     np.testing.assert_array_equal(a.grad.tolist(), [2.0, 4.0])
     assert engine.autograd.graph.saved_tensors_hooks is not client.autograd.graph.saved_tensors_hooks
