@@ -52,7 +52,7 @@ class Hooks:
     """A node's hooks (`pre`, `post`: id -> hook), packed values (`packed`: index -> (unpack, packed); -1 is the
     output) and PyTorch's `metadata` dict."""
 
-    __slots__ = ("pre", "post", "packed", "metadata", "__weakref__")
+    __slots__ = ("pre", "post", "packed", "metadata")
 
     def __init__(self):
         self.pre, self.post, self.packed, self.metadata = {}, {}, {}, {}
@@ -393,10 +393,7 @@ class _refused(saved_tensors_hooks):  # noqa: N801
 
 def namespace(client: bool = False) -> SimpleNamespace:
     """torch.autograd.graph for a side; the client's refuses saved-tensor hooks (`_refused`)."""
+    names = (Node, save_on_cpu, disable_saved_tensors_hooks, increment_version)
     return SimpleNamespace(
-        Node=Node,
-        saved_tensors_hooks=_refused if client else saved_tensors_hooks,
-        save_on_cpu=save_on_cpu,
-        disable_saved_tensors_hooks=disable_saved_tensors_hooks,
-        increment_version=increment_version,
+        saved_tensors_hooks=_refused if client else saved_tensors_hooks, **{f.__name__: f for f in names}
     )

@@ -141,9 +141,11 @@ class Node:
         """The Variables and arrays this node keeps alive for its backward (not the nodes it points to)."""
         return [v for v in self.saved or () if isinstance(v, Variable)]
 
-    @property
-    def name(self) -> str:
-        return NodeName(type(self).__name__)
+    name = NodeName("Node")  # each class's own (`__init_subclass__`): an attribute costs less than a property
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.name = NodeName(cls.__name__)
 
     @property
     def next_functions(self):
