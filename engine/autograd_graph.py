@@ -25,7 +25,7 @@ from engine.autograd import _fit
 from engine.function import FunctionNode
 from engine.grad_mode import state as grad_state
 from engine.node import SAVING, GraphFreedError, Meta, Node, OpNode, reads_output
-from engine.registry import input_names
+from engine.registry import OPS, input_names
 from engine.surface import RemovableHandle
 from engine.variable import Variable
 
@@ -231,12 +231,12 @@ def _pack_ctx(ctx, pack_hook, unpack_hook):
 # --- grad_fn._saved_<name> and _raw_saved_<name> ---------------------------------------------------------
 
 
-def saved_names(node) -> dict:
-    """{PyTorch's name: index} of what `node`'s class can save: `self`, `other`, `exponent`..., `result` (-1)."""
-    op, names = node.op, input_names(node.op)
-    if len(names) != len(node.edges):
+def saved_names(op) -> dict:
+    """{PyTorch's name: index} of what `op`'s nodes can save: `self`, `other`, `exponent`..., `result` (-1)."""
+    if op.variadic:
         return {}
-    every = [*(op.reads or ()), range(len(names))[slice(None) if op.saves is True else op.saves or slice(0)]]
+    names = input_names(op)
+    every = [*(op.reads or ()), range(op.arity)[slice(None) if op.saves is True else op.saves or slice(0)]]
     found = {i: "self" if names[i] == "input" else names[i] for read in every for i in read}
     return {**{name: i for i, name in found.items()}, **({"result": -1} if op.uses_output else {})}
 
@@ -268,16 +268,20 @@ class SavedTensor:
         _store(node, i, _saved_value(node, i), pack_hook, unpack_hook)
 
 
-def saved_attribute(node, name: str):
-    """`grad_fn._saved_self`, `_raw_saved_self`... (Node's `__getattr__`)."""
-    raw = name.startswith("_raw_saved_")
-    if name.startswith(("_saved_", "_raw_saved_")):
-        if not isinstance(node, (OpNode, FunctionNode)):
-            raise NotImplementedError(NOT_HERE.format(what=f"`{name}`"))
-        index = saved_names(node).get(name[11 if raw else 7 :]) if isinstance(node, OpNode) else None
-        if index is not None:
-            return SavedTensor(node, index) if raw else _saved_value(node, index)
-    raise AttributeError(f"'{type(node).__name__}' object has no attribute '{name}'")
+def _saved_attribute(name: str, raw: bool) -> property:
+    """`grad_fn._saved_<name>` (`raw`: `_raw_saved_<name>`), on every node class: properties, not a `__getattr__`,
+    which would cost every attribute read of every node its specialization."""
+    attribute = ("_raw_saved_" if raw else "_saved_") + name
+
+    def read(node):
+        index = saved_names(node.op).get(name) if isinstance(node, OpNode) else None
+        if index is None:
+            if not isinstance(node, (OpNode, FunctionNode)):
+                raise NotImplementedError(NOT_HERE.format(what=f"`{attribute}`"))
+            raise AttributeError(f"'{type(node).__name__}' object has no attribute '{attribute}'")
+        return SavedTensor(node, index) if raw else _saved_value(node, index)
+
+    return property(read)
 
 
 # --- a node's own hooks --------------------------------------------------------------------------------------
@@ -315,8 +319,8 @@ def _hooked_vjp(self, grad, needs):
     for hook in list(state.pre.values()):
         out = hook((grad,))
         grad = grad if out is None else _checked(hook, out, 1)[0]
-    saved, out_data = self.saved, getattr(self, "out_data", None)
-    if state.packed and self.versions is not None:
+    saved, out_data = self.saved, self.out_data if state.packed else None
+    if state.packed and self.versions is not None:  # (an OpNode's: a FunctionNode's ctx unpacks)
         values = list(saved)
         for i, packed in state.packed.items():
             v = packed.value(backward=True)
@@ -380,7 +384,9 @@ def increment_version(tensor) -> None:
 Node.metadata = property(lambda self: state_of(self).metadata)  # type: ignore[attr-defined]
 Node.register_hook = register_hook  # type: ignore[attr-defined]
 Node.register_prehook = register_prehook  # type: ignore[attr-defined]
-Node.__getattr__ = saved_attribute  # type: ignore[attr-defined]
+for _name in {name for op in OPS.values() if not op.composite for name in saved_names(op)}:
+    setattr(Node, f"_saved_{_name}", _saved_attribute(_name, False))
+    setattr(Node, f"_raw_saved_{_name}", _saved_attribute(_name, True))
 
 
 class _refused(saved_tensors_hooks):  # noqa: N801
