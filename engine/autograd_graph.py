@@ -334,11 +334,15 @@ def _hooked_vjp(self, grad, needs):
     finally:
         if state.packed:
             self.saved, self.out_data = saved, out_data
-    if state.post:
-        grads = tuple(None if g is None else _fit(g, meta._data) for g, meta in zip(grads, self.saved or saved))
+    if state.post:  # the gradients at their inputs' shapes; a Function's only of its tensor inputs, as PyTorch's
+        metas, grads = self.saved or saved, list(grads)
+        kept = [i for i, meta in enumerate(metas) if meta is not None or not isinstance(self, FunctionNode)]
+        given = tuple(None if grads[i] is None else _fit(grads[i], metas[i]._data) for i in kept)
         for hook in list(state.post.values()):
-            out = hook(grads, (grad,))
-            grads = grads if out is None else _checked(hook, out, len(grads))
+            out = hook(given, (grad,))
+            given = given if out is None else _checked(hook, out, len(kept))
+        for i, g in zip(kept, given):
+            grads[i] = g
     return grads
 
 

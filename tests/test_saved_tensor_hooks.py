@@ -208,23 +208,24 @@ def test_an_op_packs_what_its_backward_reads(m, expression):
 def test_a_custom_function_s_saved_tensors_are_packed_and_unpacked(m):
     log = []
 
-    class Cube(m.autograd.Function):
+    class ExpPlus(m.autograd.Function):  # saves an input and its own output
         @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x**3
+        def forward(ctx, x, scale):
+            out = x.exp()
+            ctx.save_for_backward(out, x)
+            return out
 
         @staticmethod
         def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return 3 * g * x * x
+            out, x = ctx.saved_tensors
+            return g * out + 0 * x, None
 
     x, _ = leaves(m)
     with m.autograd.graph.saved_tensors_hooks(lambda t: log.append("p") or t * 2, lambda t: log.append("u") or t / 2):
-        y = Cube.apply(x)
+        y = ExpPlus.apply(x, 3)
     y.sum().backward()
-    assert log == ["p", "u"]
-    assert m.allclose(x.grad, 3 * x * x)
+    assert log == ["p", "p", "u", "u"]
+    assert m.allclose(x.grad, x.exp())
 
 
 def test_the_innermost_hooks_apply_and_only_on_their_thread(m):
@@ -408,3 +409,27 @@ def test_torch_s_module_path_imports():
     from engine.autograd.graph import saved_tensors_hooks
 
     assert graph.saved_tensors_hooks is saved_tensors_hooks is engine.autograd.graph.saved_tensors_hooks
+
+
+def test_a_custom_function_s_node_hooks_see_its_tensor_inputs_only():
+    def program(m, log):
+        class Scaled(m.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, k):
+                ctx.k = k
+                return x * k
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * ctx.k, None
+
+        x, _ = leaves(m)
+        y = Scaled.apply(x, 3.0)
+        y.grad_fn.register_prehook(lambda go: log.extend(["pre", *go]) or (go[0] * 2,))
+        y.grad_fn.register_hook(lambda gi, go: log.extend(["post", len(gi), *gi, *go]) or (gi[0] + 1,))
+        y.sum().backward()
+        return [*log, x.grad]
+
+    got = same(program)
+    assert got[2:4] == ["post", 1]
+    np.testing.assert_array_equal(got[-1], np.full(3, 7.0))
