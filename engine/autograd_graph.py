@@ -7,7 +7,8 @@ and keeps what `pack` returns instead: its `saved` then holds the input's `Meta`
 and `grad_fn._saved_<name>` read what `unpack` makes of it. As in PyTorch, a packed tensor's in-place change is not
 checked (the node no longer holds it), and a backward that frees the graph drops the packed values.
 
-A node with packed values or hooks becomes an instance of its class's `hooked` subclass (same name, same slots):
+A node with packed values or hooks keeps them in its `hooks` slot (`Hooks`: a cycle through a hook is collected) and
+becomes an instance of its class's `hooked` subclass (same name, same slots):
 its `vjp` runs the pre-hooks, unpacks, runs its class's vjp and then the hooks, and its `free` drops the packed
 values. A node without them, and the backward walk, pay nothing; `apply_op` checks one list (`node.SAVING`)."""
 
@@ -30,7 +31,6 @@ from engine.surface import RemovableHandle
 from engine.variable import Variable
 
 STACKS: dict[int, list] = {}  # thread id -> its (pack, unpack) pairs and disabling messages (str), innermost last
-STATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # node -> its `Hooks`
 PACK_IN_PLACE = (
     "A saved tensor pack hook is modifying its input in place. Tensors provided as input to pack hook cannot be "
     "modified by in-place operations as this can lead to unexpected side-effects. Please open an issue if you need "
@@ -59,9 +59,10 @@ class Hooks:
 
 
 def state_of(node) -> Hooks:
-    state = STATE.get(node)
+    """`node.hooks`, made on first use (a slot of the node: a cycle through a hook or a packed value is collectable)."""
+    state = getattr(node, "hooks", None)
     if state is None:
-        state = STATE[node] = Hooks()
+        state = node.hooks = Hooks()
     return state
 
 
@@ -162,20 +163,23 @@ def _unpacked(hook, packed):
 
 class Packed:
     """What a node keeps of a packed tensor: `unpack` and `pack`'s result, and where the tensor's own gradient went
-    (`node`, or a weak reference to the leaf), so that what `value()` unpacks is in the graph where it was."""
+    (its `node`, or a weak reference to the leaf; None for the node's own output, which `value` is told of, so that
+    the node's state holds no reference to the node), so that what `value()` unpacks is where it was in the graph."""
 
     __slots__ = ("unpack", "packed", "node", "leaf")
 
-    def __init__(self, unpack, packed, v):
-        self.unpack, self.packed, self.node = unpack, packed, v._node
+    def __init__(self, unpack, packed, v, output):
+        self.unpack, self.packed, self.node = unpack, packed, None if output else v._node
         self.leaf = weakref.ref(v) if v._node is None and v._requires_grad else None
 
-    def value(self, backward=False):
-        """The unpacked tensor, on its tensor's node (as PyTorch's); where that was a leaf, a backward that records
-        (create_graph) reads the leaf itself, whose gradient it must reach (`unpack` was called: its value equals)."""
+    def value(self, owner, index, backward=False):
+        """The unpacked tensor, on its tensor's node (as PyTorch's; the output's is `owner`); where that was a leaf,
+        a backward that records (create_graph) reads the leaf itself, whose gradient it must reach (`unpack` was
+        called: its value is the leaf's)."""
         v = _unpacked(self.unpack, self.packed)
-        if self.node is not None and v._node is not self.node:
-            return Variable._result(v._data, self.node)
+        node = owner if index < 0 else self.node
+        if node is not None and v._node is not node:
+            return Variable._result(v._data, node)
         leaf = None if self.leaf is None else self.leaf()
         if leaf is not None and v is not leaf:
             if backward and grad_state.enabled:
@@ -187,7 +191,7 @@ class Packed:
 
 def _store(node, i, v, pack_hook, unpack_hook):
     """Pack what `node` saved at `i` (-1: its output `v`); the node keeps the packed value in its stead."""
-    state_of(node).packed[i] = Packed(unpack_hook, _packed(pack_hook, v), v)
+    state_of(node).packed[i] = Packed(unpack_hook, _packed(pack_hook, v), v, i < 0)
     if i < 0:
         node.out_data = None
     else:
@@ -245,9 +249,9 @@ def _saved_value(node, i):
     """What `node` saved at `i` (None where this node saved nothing there, as PyTorch's)."""
     if node.versions is None:
         raise GraphFreedError()
-    state = STATE.get(node)
+    state = getattr(node, "hooks", None)
     if state is not None and i in state.packed:
-        return state.packed[i].value()
+        return state.packed[i].value(node, i)
     if i not in saved_indices(node):
         return None
     return Variable._result(node.out_data, node) if i < 0 else node.saved[i]
@@ -313,7 +317,7 @@ def _checked(hook, result, count):
 
 
 def _hooked_vjp(self, grad, needs):
-    base, state = _BASES[type(self)], STATE.get(self)
+    base, state = _BASES[type(self)], getattr(self, "hooks", None)
     if state is None:
         return base.vjp(self, grad, needs)
     for hook in list(state.pre.values()):
@@ -323,7 +327,7 @@ def _hooked_vjp(self, grad, needs):
     if state.packed and self.versions is not None:  # (an OpNode's: a FunctionNode's ctx unpacks)
         values = list(saved)
         for i, packed in state.packed.items():
-            v = packed.value(backward=True)
+            v = packed.value(self, i, backward=True)
             if i < 0:
                 self.out_data = v._data
             else:
@@ -347,7 +351,7 @@ def _hooked_vjp(self, grad, needs):
 
 
 def _hooked_free(self):
-    state, cls = STATE.get(self), type(self)
+    state, cls = getattr(self, "hooks", None), type(self)
     if state is not None:
         state.packed.clear()
     self.__class__ = _BASES[cls]  # the class's own `free`, by its own `freeing`

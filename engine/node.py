@@ -122,7 +122,7 @@ class Node:
     gradient is not wanted (the edges themselves are a valid `needs`).
     """
 
-    __slots__ = ("edges", "saved", "retained", "seq", "__weakref__")
+    __slots__ = ("edges", "saved", "retained", "seq", "hooks", "__weakref__")  # hooks: unset until `autograd_graph`'s
     saved: tuple | None  # what the vjp reads (None once freed)
     seq: int  # when it was made (`next_seq`): the backward walk runs nodes from the latest down
     freeing: str | None = None  # `OpNode`'s: what `free` drops (run_backward frees "all" and "none" inline)

@@ -433,3 +433,19 @@ def test_a_custom_function_s_node_hooks_see_its_tensor_inputs_only():
     got = same(program)
     assert got[2:4] == ["post", 1]
     np.testing.assert_array_equal(got[-1], np.full(3, 7.0))
+
+
+def test_a_node_whose_hook_or_packed_value_refers_back_to_it_is_collected():
+    import gc
+    import weakref
+
+    def graph():
+        x, _ = leaves(engine)
+        with engine.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):  # packs exp's output: y itself
+            y = x.exp()
+        y.grad_fn.register_hook(lambda gi, go: print(y))
+        return weakref.ref(y.grad_fn)
+
+    node = graph()
+    gc.collect()
+    assert node() is None
