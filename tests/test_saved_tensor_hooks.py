@@ -449,3 +449,21 @@ def test_a_node_whose_hook_or_packed_value_refers_back_to_it_is_collected():
     node = graph()
     gc.collect()
     assert node() is None
+
+
+@pytest.mark.parametrize("register", ["register_hook", "register_prehook"])
+def test_the_node_hook_docstrings_examples(register):
+    def program(m, log):
+        a = m.tensor([0.0, 0.0, 0.0], requires_grad=True)
+        b = a.clone()
+        doubled = (lambda gi, go: (go[0] * 2,)) if register == "register_hook" else (lambda go: (go[0] * 2,))
+        handle = getattr(b.grad_fn, register)(doubled)
+        b.sum().backward(retain_graph=True)
+        log.append(a.grad)
+        handle.remove()
+        a.grad = None
+        b.sum().backward(retain_graph=True)
+        return [*log, a.grad]
+
+    got = same(program)
+    np.testing.assert_array_equal(got, [[2.0] * 3, [1.0] * 3])
