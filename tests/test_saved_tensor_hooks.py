@@ -469,3 +469,41 @@ def test_the_node_hook_docstrings_examples(register):
 
     got = same(program)
     np.testing.assert_array_equal(got, [[2.0] * 3, [1.0] * 3])
+
+
+def test_the_tutorials_save_to_disk_module_inside_data_parallel(m, tmp_path):
+    class SelfDeletingTempFile:
+        def __init__(self):
+            self.name = os.path.join(tmp_path, str(uuid.uuid4()))
+
+        def __del__(self):
+            os.remove(self.name)
+
+    def pack_hook(x):
+        if x.numel() < 4:  # the tutorial's SAVE_ON_DISK_THRESHOLD, made small enough to reach the disk
+            return x
+        temp_file = SelfDeletingTempFile()
+        m.save(x, temp_file.name)
+        return temp_file
+
+    def unpack_hook(tensor_or_sctf):
+        return tensor_or_sctf if isinstance(tensor_or_sctf, m.Tensor) else m.load(tensor_or_sctf.name)
+
+    class SaveToDisk(m.nn.Module):
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, *args, **kwargs):
+            with m.autograd.graph.saved_tensors_hooks(pack_hook, unpack_hook):
+                return self.module(*args, **kwargs)
+
+    m.manual_seed(0)
+    net = m.nn.DataParallel(SaveToDisk(m.nn.Linear(5, 3)))
+    x = m.randn(2, 5)
+    net(x).tanh().sum().backward()
+    assert os.listdir(tmp_path) == []
+    weight = net.module.module.weight
+    plain = (x @ weight.detach().T + net.module.module.bias.detach()).tanh()
+    assert m.allclose(weight.grad, (1 - plain * plain).T @ x, atol=1e-6)
+    assert list(net.state_dict()) == ["module.module.weight", "module.module.bias"]
