@@ -128,16 +128,19 @@ def test_save_on_cpu_passes_a_host_tensor_through_uncopied():
     assert y.grad_fn._saved_self._data is x._data
 
 
+class SelfDeletingTempFile:
+    """The tutorial's: a file name whose file goes when the object does."""
+
+    def __init__(self, directory):
+        self.name = os.path.join(directory, str(uuid.uuid4()))
+
+    def __del__(self):
+        os.remove(self.name)
+
+
 def test_files_on_disk_are_read_back_and_deleted_when_the_backward_frees_them(m, tmp_path):
-    class SelfDeletingTempFile:
-        def __init__(self):
-            self.name = os.path.join(tmp_path, str(uuid.uuid4()))
-
-        def __del__(self):
-            os.remove(self.name)
-
     def pack_hook(tensor):
-        temp_file = SelfDeletingTempFile()
+        temp_file = SelfDeletingTempFile(tmp_path)
         m.save(tensor, temp_file.name)
         return temp_file
 
@@ -472,17 +475,10 @@ def test_the_node_hook_docstrings_examples(register):
 
 
 def test_the_tutorials_save_to_disk_module_inside_data_parallel(m, tmp_path):
-    class SelfDeletingTempFile:
-        def __init__(self):
-            self.name = os.path.join(tmp_path, str(uuid.uuid4()))
-
-        def __del__(self):
-            os.remove(self.name)
-
     def pack_hook(x):
         if x.numel() < 4:  # the tutorial's SAVE_ON_DISK_THRESHOLD, made small enough to reach the disk
             return x
-        temp_file = SelfDeletingTempFile()
+        temp_file = SelfDeletingTempFile(tmp_path)
         m.save(x, temp_file.name)
         return temp_file
 
