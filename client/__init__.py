@@ -55,6 +55,9 @@ is_anomaly_enabled, is_anomaly_check_nan_enabled = (
     anomaly_mode.is_anomaly_check_nan_enabled,
 )
 autograd.anomaly_mode = anomaly_mode
+from engine.api import autograd_graph  # noqa: E402  (saved-tensor hooks refused: pack and unpack can't run on a server)
+
+autograd.graph = autograd_graph(client=True)  # type: ignore[attr-defined]
 
 __all__ = [
     "Variable",

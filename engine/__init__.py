@@ -45,6 +45,9 @@ is_anomaly_enabled, is_anomaly_check_nan_enabled = (
     anomaly_mode.is_anomaly_check_nan_enabled,
 )
 autograd.anomaly_mode = anomaly_mode  # type: ignore[attr-defined]
+from engine import autograd_graph  # noqa: E402
+
+autograd.graph = autograd_graph.namespace()  # type: ignore[attr-defined]
 
 __all__ = [
     "Variable",

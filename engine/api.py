@@ -43,6 +43,7 @@ from engine.autograd import (
     walk,
 )
 from engine.autograd_functional import Functional
+from engine.autograd_graph import namespace as autograd_graph
 from engine.composite import composite_grad_fn
 from engine.costs import ELEMENT_OP, ENV, Factors
 from engine.devices import Device
@@ -272,6 +273,7 @@ __all__ = [
     "bind_distributions",
     "bind_special",
     "anomaly_mode",
+    "autograd_graph",
     "bind_linalg",
     "bind_module_paths",
     "save",

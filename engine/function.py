@@ -13,7 +13,7 @@ import inspect
 from typing import Any
 
 from engine.grad_mode import is_grad_enabled, no_grad
-from engine.node import FORWARD, Meta, Node, check_saved, edge_of, next_seq
+from engine.node import FORWARD, SAVING, Meta, Node, check_saved, edge_of, next_seq
 from engine.variable import Variable, as_array
 
 FUNCTION_NAME = "a custom Function"  # how a version error names a Function's node
@@ -44,6 +44,7 @@ class FunctionCtx:
         self._forward_result: Any = None  # what forward returned, when it saved it too
         self._output: Any = None  # that output as the graph has it, while backward runs
         self.saved_for_forward: tuple[Any, ...] = ()  # what `jvp` reads as `ctx.saved_tensors` (forward-mode AD)
+        self._unpack: Any = None  # with saved-tensor hooks, what `saved_tensors` reads (`engine.autograd_graph`)
 
     def save_for_backward(self, *variables: Any) -> None:
         self.to_save = tuple(variables)
@@ -54,6 +55,8 @@ class FunctionCtx:
         check_saved(None, True, self.to_save, None if self._freed else self._versions, FUNCTION_NAME)
         self.saved_read = True
         output = self._output
+        if self._unpack is not None:
+            return self._unpack()
         if output is None:
             return self.to_save
         # forward saved its own result: backward reads the output as the graph has it (its grad_fn is
@@ -205,6 +208,8 @@ class Function(FunctionBase):
             if any(v is out for v in ctx.to_save):
                 ctx._forward_result = out
             node = node_class(cls)(cls, ctx, args)
+            if SAVING:
+                SAVING[0](node, args, out)
         result = Variable._result(data, node)
         if FORWARD:
             FORWARD[0].function(cls, ctx, args, result)

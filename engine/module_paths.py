@@ -21,6 +21,7 @@ PATHS = {
     "autograd.function": "function",
     "autograd.gradcheck": "gradcheck",
     "autograd.anomaly_mode": "autograd.anomaly_mode",
+    "autograd.graph": "autograd.graph",
     "distributions": "distributions",
     "testing": "testing",
     "special": "special",

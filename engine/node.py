@@ -20,6 +20,7 @@ ndarray = numpy.ndarray
 next_seq = count(1).__next__
 FORWARD: list = []  # the active forward-AD level while there is one (`engine.forward_ad`): told of every op
 RECORDING: dict = {}  # thread id -> its `engine.recording.Recording`: told of every op's forward on that thread
+SAVING: list = []  # `engine.autograd_graph.pack` while a thread has saved-tensor hooks: told of every node made
 ALONE = object()  # `apply_op`'s second operand when a unary operator calls it
 NO_ATTRS: dict = {}  # an operator's attributes (shared: never changed)
 FLOATS = frozenset(type(numpy.dtype(c)) for c in "efdg")  # the dtypes that can require grad (kind "f"), by class
@@ -104,6 +105,13 @@ class Meta:
         return self
 
 
+class NodeName(str):
+    """A node's `name`: the engine reads it as a string, PyTorch programs call it (`grad_fn.name()`)."""
+
+    def __call__(self) -> str:
+        return str(self)
+
+
 class Node:
     """A recorded operation. Subclasses are named `<Op>Backward`.
 
@@ -114,7 +122,7 @@ class Node:
     gradient is not wanted (the edges themselves are a valid `needs`).
     """
 
-    __slots__ = ("edges", "saved", "retained", "seq", "__weakref__")
+    __slots__ = ("edges", "saved", "retained", "seq", "hooks", "__weakref__")  # hooks: unset until `autograd_graph`'s
     saved: tuple | None  # what the vjp reads (None once freed)
     seq: int  # when it was made (`next_seq`): the backward walk runs nodes from the latest down
     freeing: str | None = None  # `OpNode`'s: what `free` drops (run_backward frees "all" and "none" inline)
@@ -134,9 +142,11 @@ class Node:
         """The Variables and arrays this node keeps alive for its backward (not the nodes it points to)."""
         return [v for v in self.saved or () if isinstance(v, Variable)]
 
-    @property
-    def name(self) -> str:
-        return type(self).__name__
+    name = NodeName("Node")  # each class's own (`__init_subclass__`): an attribute costs less than a property
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.name = NodeName(cls.__name__)
 
     @property
     def next_functions(self):
@@ -152,7 +162,7 @@ class AccumulateGrad:
 
     __slots__ = ("variable",)
     next_functions = ()
-    name = "AccumulateGrad"
+    name = NodeName("AccumulateGrad")
 
     def __init__(self, variable):
         self.variable = variable
@@ -385,6 +395,8 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
                 node.out_ref = weakref.ref(result)
         else:
             node.out_data = None
+        if SAVING:
+            SAVING[0](node, inputs, result)
     else:
         result._node = None
         result._requires_grad = False

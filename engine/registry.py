@@ -65,6 +65,7 @@ class OpDef:
     attrs: dict = field(default_factory=dict)
     saves: bool | slice = True  # whether the vjps read saved input values (a slice: only those inputs')
     uses_output: bool | tuple = False  # whether the vjps read the output (a tuple: the vjps of those inputs)
+    reads: tuple | None = None  # per input, the inputs its vjp reads (None: those `saves` names), as PyTorch saves them
     differentiable: bool = True
     takes_xp: bool = True  # False: `forward(*arrays)`, no array module and no attributes (see the module docstring)
     composite: bool = False

@@ -691,6 +691,17 @@ class Identity(Module):
         return input
 
 
+class DataParallel(Module):
+    """PyTorch's, on one device: the wrapped `module` runs the whole batch, as PyTorch's does without several GPUs."""
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0):
+        super().__init__()
+        self.module, self.dim = module, dim
+
+    def forward(self, *inputs, **kwargs):
+        return self.module(*inputs, **kwargs)
+
+
 class Linear(Module):
     """y = x @ weight.T + bias; weight [out_features, in_features] from kaiming_uniform_(a=sqrt(5)) and
     bias from U(-1/sqrt(in_features), 1/sqrt(in_features)), as PyTorch initialises them."""
@@ -1524,7 +1535,7 @@ class CrossEntropyLoss(_WeightedLoss):
 
 GENERIC = (
     *(Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict),
-    *(Identity, Linear, Embedding, LayerNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout),
+    *(Identity, DataParallel, Linear, Embedding, LayerNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout),
     *(Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d),
     *(MaxPool1d, MaxPool2d, MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d),
     *(AdaptiveAvgPool1d, AdaptiveAvgPool2d, Flatten, Unflatten),

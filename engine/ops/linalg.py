@@ -46,6 +46,7 @@ mm = defop(
     lambda g, ans, x, y: g.mm(y.T) if grad_state.enabled or FORWARD else local(lambda g, y: g @ y.T, g, y),
     lambda g, ans, x, y: x.T.mm(g) if grad_state.enabled or FORWARD else local(lambda x, g: x.T @ g, x, g),
     takes_xp=False,
+    reads=((1,), (0,)),
     samples=(Sample(((3, 4), (4, 2))),),
     infer=shapes.mm,
     work=costs.matrix_product,
@@ -57,6 +58,7 @@ matmul = defop(
     lambda xp, x, y: xp.matmul(x, y),
     _matmul_vjp_x,
     _matmul_vjp_y,
+    reads=((1,), (0,)),
     samples=(
         Sample(((3, 4), (4, 2))),
         Sample(((2, 3, 4), (4, 5))),
