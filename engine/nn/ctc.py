@@ -52,7 +52,7 @@ def _lengths(log_probs, targets, input_lengths, target_lengths, blank):
         for name, lengths in (("input_lengths", input_lengths), ("target_lengths", target_lengths)):
             if lengths.dtype.kind not in "iu":
                 raise RuntimeError(f"{name} must be integral")
-        return input_lengths.reshape(-1).tolist(), target_lengths.reshape(-1).tolist()
+        return [numpy.ravel(lengths.tolist()).tolist() for lengths in (input_lengths, target_lengths)]
     values = _as_ints(input_lengths), _as_ints(target_lengths)
     if None in values or not isinstance(blank, int):
         got = ", ".join("Tensor" if _is_tensor(a) else type(a).__name__ for a in (input_lengths, target_lengths))
