@@ -620,3 +620,11 @@ case("ctc_loss-concatenated-tuple-lengths", ctc((5, 3), (3, 1), blank=3), normal
 case("ctc_loss-unbatched", ctc(reduction="sum"), normal(4, 3), np.array([1, 2]), np.array(4), np.array(2))
 # the first target needs 4 steps: its loss is infinite, zeroed
 case("ctc_loss-zero_infinity", ctc(zero_infinity=True), normal(3, 2, 4), CTC_PADDED[0], np.array([3, 3]), CTC_PADDED[2])
+
+# --- grid_sample's bicubic mode and reflection padding (after the others, as ctc_loss's) ------------------
+GRID_MODES = (("bicubic", "zeros", False), ("bicubic", "border", True), ("bilinear", "reflection", False))
+for mode, padding, corners in GRID_MODES + (("bicubic", "reflection", True), ("bicubic", "reflection", False)):
+    case(f"grid_sample-{mode}-{padding}-corners{corners}", f("grid_sample", mode, padding, corners), normal(2, 2, 3, 4),
+         uniform(-2.5, 2.5, 2, 3, 2, 2))  # fmt: skip
+case("grid_sample-nearest-reflection", f("grid_sample", "nearest", "reflection", True), normal(1, 2, 4, 5),
+     uniform(-2.5, 2.5, 1, 3, 3, 2), data=(1,))  # fmt: skip

@@ -45,10 +45,9 @@ def _as_ints(lengths):
     return None
 
 
-def _lengths(log_probs, targets, input_lengths, target_lengths, blank):
+def _lengths(input_lengths, target_lengths, blank):
     """(input lengths, target lengths) as lists of ints, PyTorch's argument errors raised first."""
-    tensors = _is_tensor(input_lengths) and _is_tensor(target_lengths)
-    if tensors:
+    if _is_tensor(input_lengths) and _is_tensor(target_lengths):
         for name, lengths in (("input_lengths", input_lengths), ("target_lengths", target_lengths)):
             if lengths.dtype.kind not in "iu":
                 raise RuntimeError(f"{name} must be integral")
@@ -83,18 +82,18 @@ def _check(log_probs, targets, input_lengths, target_lengths, blank):
     for name, lengths in (("input_lengths", input_lengths), ("target_lengths", target_lengths)):
         if len(lengths) != batch:
             raise RuntimeError(f"{name} must be of size batch_size")
-    for name, lengths, most in (("target_lengths", target_lengths, None), ("input_lengths", input_lengths, length)):
-        for n in lengths:
-            if n < 0:
-                raise RuntimeError(f"Expected {name} to have value at least 0, but got value {n}{_CHECKED}")
-        if name == "target_lengths":
-            _check_targets(targets, target_lengths, batch)
-        for n in lengths if most is not None else ():
-            if n > most:
-                raise RuntimeError(f"Expected {name} to have value at most {most}, but got value {n}{_CHECKED}")
+    _check_targets(targets, target_lengths, batch)
+    for n in input_lengths:
+        if not 0 <= n <= length:
+            bound = "least 0" if n < 0 else f"most {length}"
+            raise RuntimeError(f"Expected input_lengths to have value at {bound}, but got value {n}{_CHECKED}")
 
 
 def _check_targets(targets, target_lengths, batch):
+    for n in target_lengths:
+        if n < 0:
+            raise RuntimeError(f"Expected target_lengths to have value at least 0, but got value {n}{_CHECKED}")
+
     def size(expected, dim, got, at_least=""):
         return RuntimeError(
             f"Expected tensor to have size {at_least}{expected} at dimension {dim}, but got size {got} for argument #2 "
@@ -157,8 +156,8 @@ def _torchs_gradient(ns, log_probs, within, impossible, zero_infinity):
     extra = ns.where(impossible, 0.0, (taken - taken.detach()).sum((0, 2)))
     if zero_infinity:
         return extra
-    reached = ns.where(within, log_probs, 0.0).sum((0, 2)) * ns.where(impossible, float("nan"), 0.0).to(log_probs.dtype)
-    return extra + ns.where(impossible, 0.0, reached)
+    nan = ns.where(impossible, float("nan"), 0.0).to(log_probs.dtype)
+    return extra + ns.where(impossible, 0.0, ns.where(within, log_probs, 0.0).sum((0, 2)) * nan)
 
 
 def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False):
@@ -167,7 +166,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     (at least 1) first; `zero_infinity` zeroes the infinite losses and their gradients."""
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(f"{reduction} is not a valid value for reduction")
-    lengths = _lengths(log_probs, targets, input_lengths, target_lengths, blank)
+    lengths = _lengths(input_lengths, target_lengths, blank)
     batched = log_probs.ndim == 3
     log_probs = log_probs if batched else log_probs.unsqueeze(1)
     _check(log_probs, targets, *lengths, blank)
