@@ -8,6 +8,7 @@ get no gradient). `predict` is the argmax of `log_prob`, which is what PyTorch's
 from __future__ import annotations
 
 from collections import namedtuple
+from typing import Any
 
 import numpy
 
@@ -17,8 +18,8 @@ _ASMoutput = namedtuple("_ASMoutput", ["output", "loss"])
 
 
 class AdaptiveLogSoftmaxWithLoss(_Sided):
-    head: object
-    tail: object
+    head: Any
+    tail: Any
 
     def __init__(self, in_features, n_classes, cutoffs, div_value=4.0, head_bias=False, device=None, dtype=None):
         super().__init__()
