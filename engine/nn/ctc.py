@@ -149,15 +149,15 @@ def _alpha_steps(ns, log_probs, labels):
 
 
 def _torchs_gradient(ns, log_probs, within, impossible, zero_infinity):
-    """Zero, with PyTorch's gradient beyond the true one: exp(log_probs) where t is within the input length, and
-    (unless zero_infinity) nan there for an impossible alignment: the branch a `where` leaves out, times nan, makes
-    its zero gradient nan without an overflow (and so without numpy's warning)."""
+    """Zero, with PyTorch's gradient beyond the true one where t is within the input length: exp(log_probs), and
+    nan at -inf log_probs and (unless zero_infinity zeroes them) for the impossible alignments. The branch a
+    `where` leaves out, times nan, makes its zero gradient nan without an overflow (so without numpy's warning)."""
     taken = ns.where(within, log_probs.exp(), 0.0)
     extra = ns.where(impossible, 0.0, (taken - taken.detach()).sum((0, 2)))
-    if zero_infinity:
-        return extra
-    nan = ns.where(impossible, float("nan"), 0.0).to(log_probs.dtype)
-    return extra + ns.where(impossible, 0.0, ns.where(within, log_probs, 0.0).sum((0, 2)) * nan)
+    never, infinite = log_probs == float("-inf"), impossible.reshape(1, -1, 1)
+    poisoned = within & (never & ~infinite if zero_infinity else never | infinite)
+    nan = ns.where(poisoned, float("nan"), 0.0).to(log_probs.dtype)
+    return extra + ns.where(poisoned, 0.0, taken * nan).sum((0, 2))
 
 
 def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False):

@@ -56,6 +56,27 @@ def test_values_and_gradients_of_raw_log_probs_are_torchs(torch_like, setting, d
         assert np.isinf(got).any() != ("zeroed" in setting) and np.isnan(got_grad).any() != ("zeroed" in setting)
 
 
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_minus_infinity_log_probs_as_torch(torch_like, zero_infinity):
+    """A class never emitted (log_probs -inf): finite losses where a path avoids it, nan gradients there as torch's;
+    the second target needs the missing class (infinite, or zeroed)."""
+    x = LOG_PROBS.copy()
+    x[1, 0, 2] = x[4, 2, 1] = -np.inf
+    x[:, 1, 3] = -np.inf
+    results = []
+    for m in (torch_like, torch):
+        log_probs = m.tensor(x, requires_grad=True)
+        loss = m.nn.functional.ctc_loss(
+            log_probs, m.tensor(PADDED), m.tensor([6, 6, 4]), m.tensor([3, 2, 2]), reduction="none",
+            zero_infinity=zero_infinity,
+        )  # fmt: skip
+        (loss * m.tensor([1.0, 2.0, 3.0])).sum().backward()
+        results.append((np.asarray(loss.detach().numpy()), np.asarray(log_probs.grad.numpy())))
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+    assert np.isfinite(results[0][0][0]) and np.isnan(results[0][1][1, 0, 2])
+
+
 @pytest.mark.parametrize("lengths", [(6, 3), ((6,), (3,)), ([6], [3])], ids=["0-d", "tuple", "1-d"])
 @pytest.mark.parametrize("reduction", ["none", "mean"])
 def test_unbatched_input(torch_like, lengths, reduction):
