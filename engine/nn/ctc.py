@@ -8,7 +8,7 @@ logsumexp sees only -inf (whose gradient is nan), and becomes PyTorch's inf loss
 
 PyTorch's values, errors and gradient: its kernel's gradient for `log_probs` is the true one plus exp(log_probs)
 over each element's input length (which log_softmax's backward cancels; `_torchs_gradient`), nan there for an
-infinite loss, and zero for one that `zero_infinity` zeroes. The lengths' values are read, on a client too (free
+infinite loss and at -inf log_probs, and zero for a loss that `zero_infinity` zeroes. The lengths' values are read, on a client too (free
 for lengths given as data, one fetch for computed ones), for PyTorch's checks and the longest target; the targets'
 and log_probs' values never are: masks come from comparisons of positions with the lengths."""
 
@@ -36,30 +36,21 @@ def _is_tensor(value) -> bool:
     return hasattr(value, "requires_grad")
 
 
-def _as_ints(lengths):
-    if isinstance(lengths, (tuple, list)):
-        try:
-            return [operator.index(n) for n in lengths]
-        except TypeError:
-            return None
-    return None
-
-
 def _lengths(input_lengths, target_lengths, blank):
     """(input lengths, target lengths) as lists of ints, PyTorch's argument errors raised first."""
-    if _is_tensor(input_lengths) and _is_tensor(target_lengths):
-        for name, lengths in (("input_lengths", input_lengths), ("target_lengths", target_lengths)):
-            if lengths.dtype.kind not in "iu":
-                raise RuntimeError(f"{name} must be integral")
-        return [numpy.ravel(lengths.tolist()).tolist() for lengths in (input_lengths, target_lengths)]
-    values = _as_ints(input_lengths), _as_ints(target_lengths)
-    if None in values or not isinstance(blank, int):
-        got = ", ".join("Tensor" if _is_tensor(a) else type(a).__name__ for a in (input_lengths, target_lengths))
+    pair = (input_lengths, target_lengths)
+    tensors = all(_is_tensor(a) for a in pair)
+    ints = all(isinstance(a, (tuple, list)) and all(hasattr(n, "__index__") for n in a) for a in pair)
+    if not (tensors or ints) or not isinstance(blank, int):
+        got = ", ".join("Tensor" if _is_tensor(a) else type(a).__name__ for a in (*pair, blank))
         raise TypeError(
-            f"ctc_loss() received an invalid combination of arguments - got (Tensor, Tensor, {got}, "
-            f"{type(blank).__name__}, int, bool), but expected one of:{_SIGNATURES}"
+            f"ctc_loss() received an invalid combination of arguments - got (Tensor, Tensor, {got}, int, bool), but "
+            f"expected one of:{_SIGNATURES}"
         )
-    return values
+    for name, lengths in zip(("input_lengths", "target_lengths"), pair) if tensors else ():
+        if lengths.dtype.kind not in "iu":
+            raise RuntimeError(f"{name} must be integral")
+    return [numpy.ravel(a.tolist()).tolist() if tensors else [operator.index(n) for n in a] for a in pair]
 
 
 def _check(log_probs, targets, input_lengths, target_lengths, blank):
