@@ -19,7 +19,7 @@ are composed here of those.
 
 The other activations, the distances and other losses, the other normalisations and dropouts, and resampling
 (interpolate, pad's non-constant modes, pixel_shuffle, bilinear, adaptive max pooling) are written in
-`engine.nn.activations`, `losses`, `normalization` and `resampling`, and re-exported here.
+`engine.nn.activations`, `losses`, `normalization` and `resampling` (`ctc_loss` in `ctc`), and re-exported here.
 
 Not provided (a `NotImplementedError` naming it, `engine.nn.missing`): the rest of torch.nn.functional
 (multi_head_attention_forward, adaptive 3-d pooling, multilabel_margin_loss, interpolate's cubic
