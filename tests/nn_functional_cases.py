@@ -604,3 +604,27 @@ for causal in (False, True):
         normal(1, 2, 3, 4),
         normal(1, 2, 3, 4),
     )
+
+# --- ctc_loss (after the others, so that their random inputs stay as they were) ------------------------
+# of log_softmax (PyTorch's gradient for raw log_probs is not their derivative: tests/client/test_client_ctc.py)
+CTC_PADDED = (np.array([[1, 2, 2], [3, 1, 0]]), np.array([5, 4]), np.array([3, 2]))  # targets, input and target lengths
+
+
+def ctc(*args, **kwargs):
+    return lambda m, x, *tensors: m.nn.functional.ctc_loss(x.log_softmax(-1), *tensors, *args, **kwargs)
+
+
+for reduction in REDUCTIONS:
+    case(f"ctc_loss-padded-{reduction}", ctc(reduction=reduction), normal(5, 2, 4), *CTC_PADDED)
+case("ctc_loss-concatenated-tuple-lengths", ctc((5, 3), (3, 1), blank=3), normal(5, 2, 4), np.array([1, 2, 2, 0]))
+case("ctc_loss-unbatched", ctc(reduction="sum"), normal(4, 3), np.array([1, 2]), np.array(4), np.array(2))
+# the first target needs 4 steps: its loss is infinite, zeroed
+case("ctc_loss-zero_infinity", ctc(zero_infinity=True), normal(3, 2, 4), CTC_PADDED[0], np.array([3, 3]), CTC_PADDED[2])
+
+# --- grid_sample's bicubic mode and reflection padding (after the others, as ctc_loss's) ------------------
+GRID_MODES = (("bicubic", "zeros", False), ("bicubic", "border", True), ("bilinear", "reflection", False))
+for mode, padding, corners in GRID_MODES + (("bicubic", "reflection", True), ("bicubic", "reflection", False)):
+    case(f"grid_sample-{mode}-{padding}-corners{corners}", f("grid_sample", mode, padding, corners), normal(2, 2, 3, 4),
+         uniform(-2.5, 2.5, 2, 3, 2, 2))  # fmt: skip
+case("grid_sample-nearest-reflection", f("grid_sample", "nearest", "reflection", True), normal(1, 2, 4, 5),
+     uniform(-2.5, 2.5, 1, 3, 3, 2), data=(1,))  # fmt: skip

@@ -19,10 +19,10 @@ are composed here of those.
 
 The other activations, the distances and other losses, the other normalisations and dropouts, and resampling
 (interpolate, pad's non-constant modes, pixel_shuffle, bilinear, adaptive max pooling) are written in
-`engine.nn.activations`, `losses`, `normalization` and `resampling`, and re-exported here.
+`engine.nn.activations`, `losses`, `normalization` and `resampling` (`ctc_loss` in `ctc`), and re-exported here.
 
 Not provided (a `NotImplementedError` naming it, `engine.nn.missing`): the rest of torch.nn.functional
-(multi_head_attention_forward, adaptive 3-d pooling, ctc_loss, multilabel_margin_loss, interpolate's cubic
+(multi_head_attention_forward, adaptive 3-d pooling, multilabel_margin_loss, interpolate's cubic
 modes and antialias...).
 """
 
@@ -37,6 +37,7 @@ from engine.nn.activations import *  # noqa: F403  (relu6, prelu, mish...: the o
 from engine.nn.activations import __all__ as _activations
 from engine.nn.activations import elu, leaky_relu
 from engine.nn.bags import embedding_bag as embedding_bag  # (torch.nn.functional's, with embedding)
+from engine.nn.ctc import ctc_loss as ctc_loss  # (the recursion over time steps, in its own file)
 from engine.nn.losses import *  # noqa: F403  (kl_div, cosine_similarity...: the distances and other losses)
 from engine.nn.losses import __all__ as _losses
 from engine.nn.missing import missing
@@ -63,6 +64,7 @@ from engine.user_warnings import warn
 __getattr__ = missing("torch.nn.functional")
 __all__ = [
     "embedding_bag",
+    "ctc_loss",
     "cross_entropy",
     "nll_loss",
     "mse_loss",

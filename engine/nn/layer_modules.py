@@ -10,6 +10,7 @@ import math
 
 from engine.nn import functional as F
 from engine.nn import init
+from engine.nn.adaptive import AdaptiveLogSoftmaxWithLoss
 from engine.nn.sequence import _Sided
 
 
@@ -300,3 +301,4 @@ LAYERS: tuple[type, ...] = (
 )
 LAYERS += (ReplicationPad2d, CircularPad1d, CircularPad2d, Upsample, UpsamplingNearest2d, UpsamplingBilinear2d)
 LAYERS += (PixelShuffle, PixelUnshuffle, Unfold, Fold, Bilinear, AdaptiveMaxPool1d, AdaptiveMaxPool2d, EmbeddingBag)
+LAYERS += (AdaptiveLogSoftmaxWithLoss,)  # (engine.nn.adaptive)

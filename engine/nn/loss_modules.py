@@ -158,6 +158,17 @@ class MultiMarginLoss(_WeightedLoss):
         )
 
 
+class CTCLoss(_Loss):
+    def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False):
+        super().__init__(reduction=reduction)
+        self.blank, self.zero_infinity = blank, zero_infinity
+
+    def forward(self, log_probs, targets, input_lengths, target_lengths):
+        return F.ctc_loss(
+            log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction, self.zero_infinity
+        )
+
+
 LOSSES: tuple[type, ...] = (
     CosineSimilarity,
     PairwiseDistance,
@@ -167,4 +178,4 @@ LOSSES: tuple[type, ...] = (
     HingeEmbeddingLoss,
 )
 LOSSES += (SoftMarginLoss, PoissonNLLLoss, GaussianNLLLoss, TripletMarginLoss, MultiLabelSoftMarginLoss)
-LOSSES += (MultiMarginLoss,)
+LOSSES += (MultiMarginLoss, CTCLoss)

@@ -3,7 +3,8 @@ ops: `interpolate` ('nearest', 'nearest-exact', 'linear', 'bilinear' with either
 index_select of the source positions PyTorch's kernels compute, weighted for the linear modes, one spatial
 dimension at a time; `pad`'s 'reflect', 'replicate' and 'circular' modes as an index_select per padded dimension;
 `pixel_shuffle`/`pixel_unshuffle` as reshape and permute; `bilinear` as one matmul; `adaptive_max_pool1d/2d` as
-the maximum of each of PyTorch's windows. Gradients follow from the ops (index_select's adds up repeats)."""
+the maximum of each of PyTorch's windows; `grid_sample` as gathers of the 2 x 2 (4 x 4 'bicubic') pixels around each
+point, weighted by its fractions. Gradients follow from the ops (index_select's adds up repeats)."""
 
 from __future__ import annotations
 
@@ -286,14 +287,46 @@ def affine_grid(theta, size, align_corners=None):
     return (ns.tensor(base) @ theta.transpose(1, 2)).reshape(n, h, w, 2)
 
 
+_CUBIC = -0.75  # PyTorch's bicubic kernel's A
+
+
+def _cubic_weights(t):
+    """The weights of the taps at -1, 0, 1 and 2 for a fraction t between 0 and 1 (PyTorch's cubic convolution)."""
+
+    def near(x):
+        return ((_CUBIC + 2) * x - (_CUBIC + 3)) * x * x + 1
+
+    def far(x):
+        return ((_CUBIC * x - 5 * _CUBIC) * x + 8 * _CUBIC) * x - 4 * _CUBIC
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def _reflected(at, twice_low, twice_high):
+    """`at` reflected back and forth into [low, high] (PyTorch's reflect_coordinates), its gradient +-1."""
+    if twice_low == twice_high:
+        return at * 0
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    distance = (at - low).abs()
+    flips = (distance.detach() / span).floor()
+    extra = distance - flips * span
+    return _ns(at).where(flips % 2 == 0, extra + low, span - extra + low)
+
+
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
-    """`input` (N, C, H, W) sampled at `grid` (N, Ho, Wo, 2) of normalised (x, y): 'bilinear' or 'nearest',
-    'zeros' or 'border' outside, as PyTorch's kernel computes it; differentiable in input and grid (bilinear)."""
+    """`input` (N, C, H, W) sampled at `grid` (N, Ho, Wo, 2) of normalised (x, y): 'bilinear', 'nearest' or
+    'bicubic' (4 x 4 taps), 'zeros', 'border' or 'reflection' outside, as PyTorch's kernel computes it;
+    differentiable in input and grid (but 'nearest' in grid)."""
+    if mode not in ("bilinear", "nearest", "bicubic"):
+        raise ValueError(
+            f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', but got: '{mode}'"
+        )
+    if padding_mode not in ("zeros", "border", "reflection"):
+        raise ValueError(
+            "nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or 'reflection', "
+            f"but got: '{padding_mode}'"
+        )
     align = _aligned(align_corners)
-    if mode not in ("bilinear", "nearest"):
-        raise NotImplementedError(f"grid_sample mode {mode!r} (here: 'bilinear' or 'nearest')")
-    if padding_mode not in ("zeros", "border"):
-        raise NotImplementedError(f"grid_sample padding_mode {padding_mode!r} (here: 'zeros' or 'border')")
     if input.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0]:
         raise RuntimeError(
             f"grid_sampler(): expected 4D input and grid (N, H, W, 2) with the same batch size, but got input "
@@ -302,11 +335,14 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     n, c, h, w = (int(s) for s in input.shape)
     ho, wo = int(grid.shape[1]), int(grid.shape[2])
 
-    def pixel(coord, size):  # normalised -> pixel coordinates, clamped into the image for 'border'
-        at = (coord + 1) / 2 * (size - 1) if align else ((coord + 1) * size - 1) / 2
-        return at.clamp(0, size - 1) if padding_mode == "border" else at
+    def pixel(coord, size):  # normalised -> pixel coordinates
+        return (coord + 1) / 2 * (size - 1) if align else ((coord + 1) * size - 1) / 2
 
-    x, y = pixel(grid[..., 0], w), pixel(grid[..., 1], h)
+    def bounded(at, size):  # PyTorch's compute_coordinates: clamped into the image, or reflected then clamped
+        if padding_mode == "reflection":
+            at = _reflected(at, 0, 2 * (size - 1)) if align else _reflected(at, -1, 2 * size - 1)
+        return at if padding_mode == "zeros" else at.clamp(0, size - 1)
+
     flat = input.reshape(n, c, h * w)
 
     def corner(ix, iy):  # the input at integer (ix, iy) (N, Ho, Wo), zero outside: (N, C, Ho, Wo)
@@ -314,6 +350,14 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
         index = (iy.clamp(0, h - 1) * w + ix.clamp(0, w - 1)).long().reshape(n, 1, ho * wo).expand(n, c, ho * wo)
         return flat.gather(2, index).reshape(n, c, ho, wo) * inside.unsqueeze(1)
 
+    if mode == "bicubic":  # the taps around the unbounded point, each bounded as a pixel of its own
+        x, y = pixel(grid[..., 0], w), pixel(grid[..., 1], h)
+        x0, y0 = x.detach().floor(), y.detach().floor()
+        wx, wy = _cubic_weights((x - x0).unsqueeze(1)), _cubic_weights((y - y0).unsqueeze(1))
+        columns = [bounded(x0 + i - 1, w) for i in range(4)]
+        rows = [bounded(y0 + j - 1, h) for j in range(4)]
+        return sum(sum(corner(ix, iy) * wx[i] for i, ix in enumerate(columns)) * wy[j] for j, iy in enumerate(rows))
+    x, y = bounded(pixel(grid[..., 0], w), w), bounded(pixel(grid[..., 1], h), h)
     if mode == "nearest":
         return corner(x.detach().round(), y.detach().round())
     x0, y0 = x.detach().floor(), y.detach().floor()
