@@ -25,6 +25,7 @@ PATHS = {
     "testing": "testing",
     "special": "special",
     "linalg": "linalg",
+    "fft": "fft",
     "amp": "amp",
     "cpu": "cpu",
     "cpu.amp": "cpu.amp",
