@@ -88,7 +88,13 @@ def _work(in_shapes, out_shape, attrs) -> int:
     return math.ceil(2.5 * lines * n * math.log2(max(n, 2))) + costs.one_pass(in_shapes, out_shape, attrs)
 
 
-SCRATCH = costs.temporaries(forward=2, backward=2)  # NumPy's complex result (and its padded input); w g, the fit
+def _scratch(in_metas, out_meta, attrs) -> costs.Scratch:
+    """NumPy's complex results (an n-d transform's passes) forward, the weighted spectrum and its fit backward:
+    two and three values of the largest size, at 8 bytes an element (float32's transforms measure as float64's)."""
+    return costs.Scratch(
+        forward=16 * costs.largest(in_metas, out_meta), backward=24 * costs.largest(in_metas, out_meta)
+    )
+
 
 defop(
     "fft_r2c",
@@ -105,7 +111,7 @@ defop(
     ),
     infer=shapes.spectral_r2c,
     work=_work,
-    scratch=SCRATCH,
+    scratch=_scratch,
     doc="the half spectrum of a real signal over dim (torch.fft.rfftn), its real and imaginary parts on a last axis",
 )
 defop(
@@ -123,6 +129,6 @@ defop(
     ),
     infer=shapes.spectral_c2r,
     work=_work,
-    scratch=SCRATCH,
+    scratch=_scratch,
     doc="the real signal of a half spectrum (real and imaginary parts on a last axis) over dim (torch.fft.irfftn)",
 )
