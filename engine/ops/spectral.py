@@ -15,7 +15,7 @@ import math
 
 import numpy
 
-from engine import costs, shapes
+from engine import backend, costs, shapes
 from engine.attrs import Attr
 from engine.ops.conv import const
 from engine.ops.indexing import take
@@ -37,7 +37,7 @@ def _weight(ndim: int, dim, n: int, dtype, inverse: bool = False):
     w[0] = 1.0
     if n % 2 == 0:
         w[-1] = 1.0
-    return const(numpy.asarray(1 / w if inverse else w, dtype).reshape(-1, *(1,) * (ndim - dim[-1])))
+    return const(backend.to_active(numpy.asarray(1 / w if inverse else w, dtype).reshape(-1, *(1,) * (ndim - dim[-1]))))
 
 
 def _fit(v, shape, dim):
