@@ -128,6 +128,12 @@ class ComplexView:
     def __rtruediv__(self, other):
         return other * self.conj() / (self.real * self.real + self.imag * self.imag)
 
+    def __array__(self, *args, **kwargs):
+        raise TypeError(
+            "a complex tensor (torch.fft's spectrum) is no array in gradserve: torch's functions take its real and "
+            "imaginary parts (torch.view_as_real(z), z.real, z.imag) or call its methods (z.abs(), z.angle())"
+        )
+
     def __repr__(self) -> str:
         return f"ComplexView(shape={list(self.shape)}, parts={self.parts!r})"
 
@@ -189,7 +195,8 @@ def _plan(name, shape, s, dim, halved=False) -> tuple[list, list]:
 
 
 def bind(ns) -> dict:
-    """`fft` (torch.fft), `view_as_real` and `view_as_complex` for package `ns`."""
+    """`fft` (torch.fft), `view_as_real`, `view_as_complex`, `real`, `imag`, `angle`, `conj` and `is_complex` for
+    package `ns`."""
 
     class View(ComplexView):
         __slots__ = ()
@@ -271,7 +278,25 @@ def bind(ns) -> dict:
             raise RuntimeError("Tensor must have a last dimension of size 2")
         return View(input)
 
+    def real(input):
+        return input.real if isinstance(input, ComplexView) else input
+
+    def imag(input):
+        if not isinstance(input, ComplexView):
+            raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
+        return input.imag
+
+    def angle(input):
+        return input.angle() if isinstance(input, ComplexView) else ns.where(input < 0, math.pi, input * 0)
+
+    def conj(input):
+        return input.conj() if isinstance(input, ComplexView) else input
+
     names = {name: _unsupported(name) for name in COMPLEX_ONLY}
     names.update(rfft=rfft, irfft=irfft, rfft2=rfft2, irfft2=irfft2, rfftn=rfftn, irfftn=irfftn)
     names.update(fftfreq=fftfreq, rfftfreq=rfftfreq, fftshift=fftshift, ifftshift=ifftshift)
-    return {"fft": SimpleNamespace(**names), "view_as_real": view_as_real, "view_as_complex": view_as_complex}
+    return {
+        "fft": SimpleNamespace(**names),
+        **{f.__name__: f for f in (view_as_real, view_as_complex, real, imag, angle, conj)},
+        "is_complex": lambda input: isinstance(input, ComplexView),
+    }

@@ -47,6 +47,13 @@ CASES = {
     ),
     "spectrum_parts": lambda t, e, o, g: t.fft.rfft(e).real * t.fft.rfft(e).imag + t.fft.rfft(e).mean(0).real,
     "spectrum_shift": lambda t, e, o, g: _real(t, t.fft.fftshift(t.fft.rfft(o)[..., 1:], dim=-1)),
+    "complex_functions": lambda t, e, o, g: (
+        t.real(t.fft.rfft(o)) * t.imag(t.fft.rfft(o))
+        + t.angle(t.fft.rfft(o))
+        + t.view_as_real(t.conj(t.fft.rfft(o)).resolve_conj())[..., 1]
+        + t.angle(o[:, :4] - 0.5)
+        + t.real(o[:, 1:5])
+    ),
     "shifts": lambda t, e, o, g: t.fft.fftshift(o) + t.fft.ifftshift(o, dim=(1,)) + t.fft.ifftshift(o).flip(0),
 }
 
@@ -117,3 +124,7 @@ def test_complex_only_transforms_and_methods_say_why(torch_like):
     assert spectrum.shape == (3, 5) and spectrum.is_complex() and not hasattr(spectrum, "exp")
     with pytest.raises(NotImplementedError, match=r"has no \.exp in gradserve, which has no complex dtype"):
         spectrum.exp()
+    with pytest.raises(TypeError, match=r"is no array in gradserve: .* call its methods \(z.abs\(\)"):
+        torch_like.abs(spectrum)  # not an array of objects
+    with pytest.raises(RuntimeError, match="imag is not implemented for tensors with non-complex dtypes"):
+        torch_like.imag(spectrum.real)
