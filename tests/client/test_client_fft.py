@@ -112,12 +112,10 @@ def test_errors_are_torchs(torch_like, oracle, name):
 
 
 def test_complex_only_transforms_and_methods_say_why(torch_like):
-    import client
-    import engine.fft
-    from client.fft import rfft
+    from client.fft import rfft  # torch's module path on each side
     from engine.fft import irfft
 
-    assert (rfft, irfft) == (client.fft.rfft, engine.fft.irfft)
+    assert (rfft.__qualname__, irfft.__module__) == ("bind.<locals>.rfft", "engine.fft_functions")
     with pytest.raises(NotImplementedError, match=r"torch.fft.fft takes or gives full complex tensors"):
         torch_like.fft.fft(torch_like.tensor(EVEN))
     spectrum = torch_like.fft.rfft(torch_like.tensor(EVEN))
