@@ -69,6 +69,11 @@ class ComplexView:
     def detach(self):
         return self._new(self.parts.detach())
 
+    def numpy(self):
+        """A complex NumPy array of the values (of a tensor that needs no gradient, as torch's)."""
+        parts = self.parts.numpy()
+        return parts[..., 0] + 1j * parts[..., 1]
+
     def _dims(self, dim):
         return None if dim is None else [d % max(self.ndim, 1) for d in ((dim,) if isinstance(dim, int) else dim)]
 

@@ -120,6 +120,7 @@ def test_complex_only_transforms_and_methods_say_why(torch_like):
         torch_like.fft.fft(torch_like.tensor(EVEN))
     spectrum = torch_like.fft.rfft(torch_like.tensor(EVEN))
     assert spectrum.shape == (3, 5) and spectrum.is_complex() and not hasattr(spectrum, "exp")
+    np.testing.assert_allclose(spectrum.numpy(), np.fft.rfft(EVEN), rtol=1e-6, atol=1e-5)
     with pytest.raises(NotImplementedError, match=r"has no \.exp in gradserve, which has no complex dtype"):
         spectrum.exp()
     with pytest.raises(TypeError, match=r"is no array in gradserve: .* call its methods \(z.abs\(\)"):
