@@ -127,3 +127,16 @@ def test_complex_only_transforms_and_methods_say_why(torch_like):
         torch_like.abs(spectrum)  # not an array of objects
     with pytest.raises(RuntimeError, match="imag is not implemented for tensors with non-complex dtypes"):
         torch_like.imag(spectrum.real)
+
+
+def test_second_order_gradients_match_torch(torch_like, oracle):
+    def run(t):
+        x = t.tensor(ODD, dtype=t.float64, requires_grad=True)
+        spectrum = t.fft.rfft(x * x, n=9, norm="ortho")
+        energy = (spectrum.abs() ** 2).sum() + t.fft.irfft(spectrum, n=6).pow(3).sum()
+        (first,) = t.autograd.grad(energy, x, create_graph=True)
+        (first.sin().sum() + (first * x).sum()).backward()
+        return values(first), values(x.grad)
+
+    for ours, theirs in zip(run(torch_like), run(oracle), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-11)
