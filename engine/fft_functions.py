@@ -1,14 +1,15 @@
-"""`torch.fft`'s real transforms, written once for both Variables (`bind(ns)`) on the registry's `fft_r2c` and
-`fft_c2r` (`engine/ops/spectral.py`): `rfft`, `irfft`, `rfft2`, `irfft2`, `rfftn`, `irfftn` with torch's n/s,
-dim and norm, and `fftfreq`, `rfftfreq`, `fftshift`, `ifftshift`.
+"""`torch.fft`, written once for both Variables (`bind(ns)`) on the registry's real transforms `fft_r2c` and
+`fft_c2r` (`engine/ops/spectral.py`): `rfft`/`irfft`, `fft`/`ifft`, `hfft`/`ihfft`, each also 2-d and n-d, with
+torch's n/s, dim and norm; `fftfreq`, `rfftfreq`, `fftshift`, `ifftshift`. A whole spectrum is a half one
+extended by its Hermitian symmetry, and a complex input's is its real and imaginary parts' (twice the work of
+torch's complex transform); an inverse is the conjugate of the dual norm's forward transform of the conjugate.
 
 The engine has no complex dtype, so a spectrum is a `ComplexView`: a complex tensor held as its real and
 imaginary parts on a last axis of 2 (torch.view_as_real's layout), with what real programs do with one:
 `.real`, `.imag`, `.abs()`, `.angle()`, `.conj()`, `+ - * /` with spectra, real tensors and numbers, `sum`,
-`mean`, indexing, `torch.view_as_real`/`view_as_complex`, and the inverse transforms. Each is composed of the
-side's ops, so gradients flow and a client records it. Anything else of a complex tensor, and the transforms
-that need complex inputs or give full complex spectra (`fft`, `ifft`, `hfft`...), raise NotImplementedError
-saying why."""
+`mean`, indexing, `numpy()`, `torch.view_as_real`/`view_as_complex`/`real`/`imag`/`angle`/`conj`, and the
+transforms. Each is composed of the side's ops, so gradients flow and a client records it. Anything else of
+a complex tensor raises NotImplementedError saying why."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from types import SimpleNamespace
 import numpy
 
 NORMS = ("backward", "ortho", "forward")
-COMPLEX_ONLY = ("fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "hfft", "ihfft", "hfft2", "ihfft2", "hfftn", "ihfftn")
+DUAL = {"backward": "forward", "forward": "backward", "ortho": "ortho"}  # the scaling of the other direction
 
 
 class ComplexUnsupported(NotImplementedError, AttributeError):
@@ -152,17 +153,6 @@ class ComplexView:
         )
 
 
-def _unsupported(name):
-    def refuse(*args, **kwargs):
-        raise NotImplementedError(
-            f"torch.fft.{name} takes or gives full complex tensors, and gradserve has no complex dtype; a real "
-            "signal's half spectrum is there: rfft, irfft, rfft2, irfft2, rfftn, irfftn (see the README)"
-        )
-
-    refuse.__name__ = name
-    return refuse
-
-
 def _norm(norm):
     if norm is None:
         return "backward"
@@ -229,26 +219,53 @@ def bind(ns) -> dict:
         dims, sizes = _plan(name, tuple(parts.shape[:-1]), s, dim, halved=True)
         return ns.fft_c2r(parts, s=sizes, dim=dims, norm=_norm(norm))
 
-    def one(n):
-        return None if n is None else [n]
+    def spectrum(x, dims, sizes, norm):
+        """The whole spectrum's parts of a real x: rfftn's half, the rest by its Hermitian symmetry (the bin
+        at minus the frequency, conjugated)."""
+        half, d, n = ns.fft_r2c(x, s=sizes, dim=dims, norm=norm), dims[-1], sizes[-1]
+        if n - n // 2 - 1 == 0:
+            return half
+        rest = half.narrow(d, 1, n - n // 2 - 1).flip(d)
+        if len(dims) > 1:
+            rest = rest.flip(dims[:-1]).roll([1] * (len(dims) - 1), dims[:-1])
+        return ns.cat([half, ns.stack([rest[..., 0], -rest[..., 1]], -1)], d)
 
-    def rfft(input, n=None, dim=-1, norm=None):
-        return forward("rfft", input, one(n), [dim], norm)
+    def whole(name, input, s, dim, norm, inverse=False):
+        """fft, of real and complex inputs (twice the real transforms); inverse: ifft, the conjugate of the dual
+        norm's fft of the conjugate."""
+        norm = _norm(norm)
+        if inverse:
+            norm, input = DUAL[norm], conj(input)
+        parts = [input.real, input.imag] if isinstance(input, ComplexView) else [real_signal(input, name)]
+        dims, sizes = _plan(name, tuple(parts[0].shape), s, dim)
+        out, *imag = [View(spectrum(x, dims, sizes, norm)) for x in parts]
+        out = out + out._new(-imag[0].imag, imag[0].real) if imag else out
+        return out.conj() if inverse else out
 
-    def irfft(input, n=None, dim=-1, norm=None):
-        return inverse("irfft", input, one(n), [dim], norm)
+    def family(stem, run):
+        """torch.fft's 1-d, 2-d and n-d spellings of one transform."""
 
-    def rfft2(input, s=None, dim=(-2, -1), norm=None):
-        return forward("rfft2", input, s, dim, norm)
+        def one_d(input, n=None, dim=-1, norm=None):
+            return run(stem, input, None if n is None else [n], [dim], norm)
 
-    def irfft2(input, s=None, dim=(-2, -1), norm=None):
-        return inverse("irfft2", input, s, dim, norm)
+        def two_d(input, s=None, dim=(-2, -1), norm=None):
+            return run(stem + "2", input, s, dim, norm)
 
-    def rfftn(input, s=None, dim=None, norm=None):
-        return forward("rfftn", input, s, dim, norm)
+        def n_d(input, s=None, dim=None, norm=None):
+            return run(stem + "n", input, s, dim, norm)
 
-    def irfftn(input, s=None, dim=None, norm=None):
-        return inverse("irfftn", input, s, dim, norm)
+        for fn, name in ((one_d, stem), (two_d, stem + "2"), (n_d, stem + "n")):
+            fn.__name__ = fn.__qualname__ = name
+        return {stem: one_d, stem + "2": two_d, stem + "n": n_d}
+
+    transforms = {
+        "rfft": forward,
+        "irfft": inverse,
+        "fft": whole,
+        "ifft": lambda *args: whole(*args, inverse=True),
+        "hfft": lambda name, input, s, dim, norm: inverse(name, conj(input), s, dim, DUAL[_norm(norm)]),
+        "ihfft": lambda name, input, s, dim, norm: forward(name, input, s, dim, DUAL[_norm(norm)]).conj(),
+    }
 
     def frequencies(values, n, d, dtype, device, requires_grad):
         out = ns.tensor(values, dtype=dtype or ns.get_default_dtype(), device=device) * (1.0 / (n * d))
@@ -297,8 +314,7 @@ def bind(ns) -> dict:
     def conj(input):
         return input.conj() if isinstance(input, ComplexView) else input
 
-    names = {name: _unsupported(name) for name in COMPLEX_ONLY}
-    names.update(rfft=rfft, irfft=irfft, rfft2=rfft2, irfft2=irfft2, rfftn=rfftn, irfftn=irfftn)
+    names = {name: fn for stem, run in transforms.items() for name, fn in family(stem, run).items()}
     names.update(fftfreq=fftfreq, rfftfreq=rfftfreq, fftshift=fftshift, ifftshift=ifftshift)
     return {
         "fft": SimpleNamespace(**names),
