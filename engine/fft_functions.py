@@ -149,7 +149,7 @@ class ComplexView:
         raise ComplexUnsupported(
             f"a complex tensor (torch.fft's spectrum) has no .{name} in gradserve, which has no complex dtype: it "
             "holds real and imaginary parts (torch.view_as_real(z)) and has real, imag, abs, angle, conj, sum, mean, "
-            "indexing and + - * /"
+            "numpy, indexing and + - * /"
         )
 
 
@@ -230,17 +230,17 @@ def bind(ns) -> dict:
             rest = rest.flip(dims[:-1]).roll([1] * (len(dims) - 1), dims[:-1])
         return ns.cat([half, ns.stack([rest[..., 0], -rest[..., 1]], -1)], d)
 
-    def whole(name, input, s, dim, norm, inverse=False):
-        """fft, of real and complex inputs (twice the real transforms); inverse: ifft, the conjugate of the dual
+    def whole(name, input, s, dim, norm, inverted=False):
+        """fft, of real and complex inputs (twice the real transforms); inverted: ifft, the conjugate of the dual
         norm's fft of the conjugate."""
         norm = _norm(norm)
-        if inverse:
+        if inverted:
             norm, input = DUAL[norm], conj(input)
         parts = [input.real, input.imag] if isinstance(input, ComplexView) else [real_signal(input, name)]
         dims, sizes = _plan(name, tuple(parts[0].shape), s, dim)
         out, *imag = [View(spectrum(x, dims, sizes, norm)) for x in parts]
         out = out + out._new(-imag[0].imag, imag[0].real) if imag else out
-        return out.conj() if inverse else out
+        return out.conj() if inverted else out
 
     def family(stem, run):
         """torch.fft's 1-d, 2-d and n-d spellings of one transform."""
@@ -262,7 +262,7 @@ def bind(ns) -> dict:
         "rfft": forward,
         "irfft": inverse,
         "fft": whole,
-        "ifft": lambda *args: whole(*args, inverse=True),
+        "ifft": lambda *args: whole(*args, inverted=True),
         "hfft": lambda name, input, s, dim, norm: inverse(name, conj(input), s, dim, DUAL[_norm(norm)]),
         "ihfft": lambda name, input, s, dim, norm: forward(name, input, s, dim, DUAL[_norm(norm)]).conj(),
     }
