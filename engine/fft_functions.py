@@ -262,7 +262,7 @@ def bind(ns) -> dict:
         "rfft": forward,
         "irfft": inverse,
         "fft": whole,
-        "ifft": lambda *args: whole(*args, inverted=True),
+        "ifft": lambda name, input, s, dim, norm: whole(name, input, s, dim, norm, inverted=True),
         "hfft": lambda name, input, s, dim, norm: inverse(name, conj(input), s, dim, DUAL[_norm(norm)]),
         "ihfft": lambda name, input, s, dim, norm: forward(name, input, s, dim, DUAL[_norm(norm)]).conj(),
     }
