@@ -118,6 +118,11 @@ from engine.api import bind_linalg  # noqa: E402
 
 globals().update(bind_linalg(sys.modules[__name__]))
 
+# torch.fft (its real transforms; a spectrum is a ComplexView), torch.view_as_real and torch.view_as_complex
+from engine.api import bind_fft  # noqa: E402
+
+globals().update(bind_fft(sys.modules[__name__]))
+
 # torch's module paths (`import client.autograd.forward_ad`, `from client.distributions import Normal`)
 from engine.api import bind_module_paths  # noqa: E402
 

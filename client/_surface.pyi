@@ -132,6 +132,8 @@ __all__ = [
     "expand",
     "expm1",
     "eye",
+    "fft_c2r",
+    "fft_r2c",
     "finfo",
     "flatten",
     "flip",
@@ -749,6 +751,18 @@ def eye(
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
 ) -> Variable: ...
+@overload
+def fft_c2r(
+    input: Operand, s: Sequence[builtins.int], dim: Sequence[builtins.int], norm: str = "backward"
+) -> Variable: ...
+@overload
+def fft_c2r(input: Operand, *s: builtins.int, dim: Sequence[builtins.int], norm: str = "backward") -> Variable: ...
+@overload
+def fft_r2c(
+    input: Operand, s: Sequence[builtins.int], dim: Sequence[builtins.int], norm: str = "backward"
+) -> Variable: ...
+@overload
+def fft_r2c(input: Operand, *s: builtins.int, dim: Sequence[builtins.int], norm: str = "backward") -> Variable: ...
 def finfo(type: Any = None) -> numpy.finfo:
     """Machine limits of a floating dtype (the default one when None): `eps`, `max`, `min`, `tiny`, `bits`..."""
 

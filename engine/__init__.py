@@ -104,6 +104,11 @@ from engine import linalg_functions  # noqa: E402
 
 globals().update(linalg_functions.bind(sys.modules[__name__]))
 
+# torch.fft (its real transforms; a spectrum is a ComplexView), torch.view_as_real and torch.view_as_complex
+from engine import fft_functions  # noqa: E402
+
+globals().update(fft_functions.bind(sys.modules[__name__]))
+
 # torch's module paths (`import engine.autograd.forward_ad`, `from engine.distributions import Normal`)
 from engine import module_paths  # noqa: E402
 

@@ -50,6 +50,7 @@ from engine.devices import Device
 from engine.distribution_families import bind as bind_distributions
 from engine.dtypes import DType
 from engine.dtypes import of as dtype_of
+from engine.fft_functions import bind as bind_fft
 from engine.forward_ad import UnpackedDualTensor, check_dual
 from engine.func import Transforms, vmap_with
 from engine.function import FUNCTION_NAME, Function, FunctionBase, FunctionCtx, once_differentiable
@@ -275,6 +276,7 @@ __all__ = [
     "anomaly_mode",
     "autograd_graph",
     "bind_linalg",
+    "bind_fft",
     "bind_module_paths",
     "save",
     "loader",

@@ -213,6 +213,15 @@ def _equation(value, name):
     return value
 
 
+FFT_NORMS = ("backward", "ortho", "forward")
+
+
+def _fft_norm(value, name):
+    if value not in FFT_NORMS:
+        raise AttrError(f"attribute {shown(name)} must be 'backward', 'ortho' or 'forward', got {shown(value)}")
+    return value
+
+
 EQUATION_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ,.-> ")
 CHECKERS = {
     "int": _int,
@@ -231,6 +240,7 @@ CHECKERS = {
     "padding": _padding,
     "conv_padding": _conv_padding,
     "equation": _equation,
+    "fft_norm": _fft_norm,
 }
 
 

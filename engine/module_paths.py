@@ -26,6 +26,7 @@ PATHS = {
     "testing": "testing",
     "special": "special",
     "linalg": "linalg",
+    "fft": "fft",
     "amp": "amp",
     "cpu": "cpu",
     "cpu.amp": "cpu.amp",

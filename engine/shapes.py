@@ -80,6 +80,35 @@ def square_to_batch(shapes, dtypes, attrs):
     return shape[:-2], dtype
 
 
+def _signal(op, shape, dtype, attrs) -> tuple:
+    """A real transform's signal sizes: `shape` with each of dim's sizes replaced by s's (checked)."""
+    dims, sizes = normalize_dims(attrs["dim"], len(shape)), attrs["s"]
+    if not dims or len(sizes) != len(dims) or not shape:
+        raise ShapeError(f"{op}: s {list(sizes)} and dim {list(attrs['dim'])} must name the same 1 or more dimensions")
+    if any(n < 1 for n in sizes):
+        raise ShapeError(f"{op}: Invalid number of data points ({min(sizes)}) specified")
+    if numpy.dtype(dtype) not in (numpy.float32, numpy.float64):
+        raise ShapeError(f"{op}: takes float32 or float64, not {numpy.dtype(dtype).name}")
+    out = list(shape)
+    for d, n in zip(dims, sizes):
+        out[d] = n
+    return out, dims[-1]
+
+
+def spectral_r2c(shapes, dtypes, attrs):
+    """A real signal to its half spectrum's [..., 2] real and imaginary parts (fft_r2c)."""
+    out, last = _signal("fft_r2c", tuple(shapes[0]), dtypes[0], attrs)
+    out[last] = out[last] // 2 + 1
+    return (*out, 2), numpy.dtype(dtypes[0])
+
+
+def spectral_c2r(shapes, dtypes, attrs):
+    """A half spectrum's [..., 2] real and imaginary parts to its real signal (fft_c2r)."""
+    if not shapes[0] or shapes[0][-1] != 2:
+        raise ShapeError(f"fft_c2r: expected real and imaginary parts on a last dimension of 2, got {list(shapes[0])}")
+    return tuple(_signal("fft_c2r", tuple(shapes[0][:-1]), dtypes[0], attrs)[0]), numpy.dtype(dtypes[0])
+
+
 def normalize_dims(dim, ndim):
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     out = []

@@ -64,6 +64,7 @@ KIND_TYPES = {
     "window?": "int | Sequence[int] | None",
     "padding": "int | Sequence[int]",
     "conv_padding": "str | int | Sequence[int]",
+    "fft_norm": "str",
 }
 
 # Names whose signature is more than one (overloads), or that no installed function can say.

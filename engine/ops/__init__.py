@@ -12,5 +12,6 @@ from engine.ops import (  # noqa: F401
     selection,
     shape,
     special,
+    spectral,
     trigonometry,
 )

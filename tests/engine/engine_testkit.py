@@ -248,6 +248,8 @@ TORCH_OVERRIDES = {
     "inv": lambda inputs, attrs: _torch().linalg.inv(inputs[0]),
     "logabsdet": lambda inputs, attrs: _torch().linalg.slogdet(inputs[0])[1],
     "cholesky": lambda inputs, attrs: _torch().linalg.cholesky((inputs[0] + inputs[0].mT) / 2),  # its symmetric part
+    "fft_r2c": lambda inputs, attrs: _torch().view_as_real(_torch().fft.rfftn(inputs[0], **attrs)),
+    "fft_c2r": lambda inputs, attrs: _torch().fft.irfftn(_torch().view_as_complex(inputs[0].contiguous()), **attrs),
     "getitem": _getitem,
     "index_add": _index_add,
     "setitem": _setitem,

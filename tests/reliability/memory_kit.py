@@ -42,12 +42,12 @@ def _scaled_shape(shape, s):
 
 
 def _scaled_attrs(attrs, s):
-    if "shape" not in attrs:
-        return dict(attrs)
-    return {**attrs, "shape": tuple(d * s if d > 1 else d for d in attrs["shape"])}
+    """The attributes with the sizes they give (a `shape`, a transform's signal sizes `s`) scaled too."""
+    return {**attrs, **{k: tuple(d * s if d > 1 else d for d in attrs[k]) for k in ("shape", "s") if k in attrs}}
 
 
 FACTORIZATIONS = (shapes.square, shapes.square_to_batch)  # the shape rules of inv, det, cholesky...
+SPECTRAL = (shapes.spectral_r2c, shapes.spectral_c2r)  # fft_r2c, fft_c2r: float32 and float64 only, as torch's
 
 
 def big_case(op, index, dtype, seed=0):
@@ -67,7 +67,9 @@ def big_case(op, index, dtype, seed=0):
         if sample.make is not None:
             grown = np.tile(a, tuple(s if d > 1 else 1 for d in a.shape)) if a.ndim else a
         else:
-            grown = rng.uniform(sample.low, sample.high, _scaled_shape(a.shape, s))
+            parts = op.infer is shapes.spectral_c2r  # a spectrum's last axis (real, imaginary) stays 2
+            grown = rng.uniform(sample.low, sample.high, _scaled_shape(a.shape[:-1] if parts else a.shape, s))
+            grown = np.stack([grown, grown[::-1]], -1) if parts else grown
         if op.infer in FACTORIZATIONS:  # symmetric and diagonally dominant: invertible, positive-definite
             n = grown.shape[-1]
             grown = (grown + grown.swapaxes(-1, -2)) / 2 + 5 * n * np.eye(n)
@@ -136,8 +138,8 @@ def cases(name, dtypes=DTYPES):
             if case is None:
                 continue
             arrays, attrs = case
-            if op.infer in FACTORIZATIONS and np.dtype(dtype) == np.float16:
-                continue  # refused (LAPACK has no float16): nothing to measure
+            if op.infer in FACTORIZATIONS + SPECTRAL and np.dtype(dtype) == np.float16:
+                continue  # refused (LAPACK and torch.fft's CPU kernels have no float16): nothing to measure
             graph = one_op_graph(op, arrays, attrs)
             differentiable = op.differentiable and any(a.dtype.kind == "f" for a in arrays)
             for backward in (False, True) if differentiable else (False,):
