@@ -301,7 +301,8 @@ def hooked(node):
         return
     sub = _HOOKED.get(cls)
     if sub is None:
-        body = {"__slots__": (), "vjp": _hooked_vjp, "free": _hooked_free, "freeing": "hooked"}
+        # (not `fits`: the walk fits what a hook returns, as it fits any node's gradients)
+        body = {"__slots__": (), "vjp": _hooked_vjp, "free": _hooked_free, "freeing": "hooked", "fits": False}
         sub = _HOOKED[cls] = type(cls.__name__, (cls,), {**body, "__module__": cls.__module__})
         _BASES[sub] = cls
     node.__class__ = sub

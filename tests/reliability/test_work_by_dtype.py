@@ -117,5 +117,6 @@ def test_calibrate_measures_the_factors_and_writes_them_for_the_server(tmp_path,
     printed = json.loads(capsys.readouterr().out.split("\nwrote ")[0])
     factors = costs.Factors.load(str(path))
     assert factors.as_dict() == printed["factors"]
-    # NumPy runs float16 and int64 products as loops: slower than float32's BLAS on any machine
-    assert factors.blas_float16 > 2 and factors.blas_integer > 2 and factors.elementwise_float16 >= 1
+    # NumPy runs float16 and int64 products as loops: slower than float32's BLAS on any machine (int64's ~2-4x
+    # when the machine is quiet; 1.8x was seen with other tests running beside it, so the bound is "clearly slower")
+    assert factors.blas_float16 > 2 and factors.blas_integer > 1.3 and factors.elementwise_float16 >= 1
