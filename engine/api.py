@@ -63,7 +63,8 @@ from engine.node import RECORDING as _RECORDING
 from engine.node import GraphFreedError, Meta, Node, check_output, check_saved, reads_output
 from engine.recording import as_array as array_like
 from engine.recording import derived, note_constant, note_input, note_where, recording
-from engine.registry import OPS, OpDef, coerce, grad_fn_name, reference, scalar_dtype, trusted
+from engine import promotion
+from engine.registry import OPS, OpDef, coerce, grad_fn_name, trusted
 from engine.runtime import bind as bind_runtime
 from engine.saving import loader, save
 from engine.shapes import Bounded, ShapeError
@@ -198,8 +199,7 @@ __all__ = [
     "OpDef",
     "apply",
     "coerce",
-    "reference",
-    "scalar_dtype",
+    "promotion",
     "grad_fn_name",
     "trusted",
     "composite_grad_fn",

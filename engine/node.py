@@ -310,11 +310,15 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
     forward = op.forward  # (a local: `op.forward(...)` is a method lookup CPython does not specialize)
     if two:
         x = a._data
+        y = b._data
+        if x.dtype is not y.dtype or op.to_float and x.dtype.kind != "f":  # PyTorch's type promotion
+            if op.promote is not None:
+                x, y = op.promote((x, y))
         if not op.takes_xp:
-            out = forward(x, b._data)
+            out = forward(x, y)
         else:
             xp = numpy if type(x) is ndarray else backend.array_module(x)
-            out = forward(xp, x, b._data, **attrs) if attrs else forward(xp, x, b._data)
+            out = forward(xp, x, y, **attrs) if attrs else forward(xp, x, y)
         grad = a._requires_grad or b._requires_grad  # an input with a node requires grad
     elif len(inputs) == 1:
         a = inputs[0]
@@ -327,6 +331,8 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
         grad = a._requires_grad
     else:
         datas = tuple([v._data for v in inputs])
+        if op.promote is not None:
+            datas = op.promote(datas)
         x = datas[0]
         if op.takes_xp:
             out = forward(numpy if type(x) is ndarray else backend.array_module(x), *datas, **attrs)
@@ -391,7 +397,7 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
     if FORWARD:
         FORWARD[0].op(op, inputs, attrs, result)
     if RECORDING:
-        _recorded(op, inputs, attrs, out)
+        _recorded(op, (x, y) if two else (x,) if len(inputs) == 1 else datas, attrs, out)
     return result
 
 
@@ -402,7 +408,7 @@ def own(function, *defaults):
     return FunctionType(function.__code__.replace(), function.__globals__, function.__name__, defaults)
 
 
-def _recorded(op, inputs, attrs, out):
+def _recorded(op, arrays, attrs, out):
     recording = RECORDING.get(get_ident())
     if recording is not None:
-        recording.step(op.name, op.forward, tuple([v._data for v in inputs]), attrs, out, op.takes_xp)
+        recording.step(op.name, op.forward, arrays, attrs, out, op.takes_xp)

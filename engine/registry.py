@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import numpy
 
-from engine import backend, costs, shapes
+from engine import backend, costs, promotion, shapes
 from engine.attrs import REQUIRED, Attr, check, shown
 from engine.grad_mode import state as grad_state
 from engine.node import ALONE, FORWARD, RECORDING, OpNode, apply_op, own, passes
@@ -38,6 +38,7 @@ F = SimpleNamespace()  # the engine.<op> functions, for vjps that need ops with 
 # checks nothing, so a backward pass doesn't pay for validating the shapes it computed itself.
 trusted = SimpleNamespace()
 _DATA = operator.attrgetter("_data")
+NUMBERS = promotion.NUMBERS
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,10 @@ class OpDef:
         # `call(inputs, attrs)`: apply to Variables with checked attributes (the trusted entry: no parsing), and
         # `operator`, `x * y`: copies of `engine.node.apply_op` with this op and its node class as defaults
         self.call, self.operator = self._call_composite, None
+        # how `apply_op` casts its input arrays when their dtypes differ (None: it does not), and whether it
+        # must also when they are one non-floating dtype (true division, atan2): PyTorch's type promotion
+        self.promote = PROMOTES.get(self.infer)
+        self.to_float = self.infer is shapes.floating_broadcast
         if not self.composite:
             saves = self.saves
             freeing = "all" if saves is True else "none" if saves is False else "values" if self.vjp else "inputs"
@@ -162,37 +167,22 @@ KEEPS_FIT = frozenset(
 )
 
 
+# the shape rules whose ops promote their inputs to one dtype (engine.promotion), and how
+PROMOTES = {
+    **dict.fromkeys((shapes.broadcast, shapes.compare, shapes.bitwise, shapes.cat, shapes.stack), promotion.operands),
+    shapes.floating_broadcast: promotion.floating_operands,
+    shapes.where_rule: promotion.after_condition,
+}
+
+
 def grad_fn_name(name: str) -> str:
     """The class name of an op's graph nodes: `log_softmax` -> `LogSoftmaxBackward`."""
     return "".join(part.capitalize() for part in name.split("_")) + "Backward"
 
 
-def reference(inputs, variable=Variable):
-    """The input whose dtype Python scalars follow: the first floating Variable, else the first Variable."""
-    first = None
-    for v in inputs:
-        if isinstance(v, variable):
-            if v.dtype.kind == "f":
-                return v
-            if first is None:  # not `first or v`: that asks bool() of a many-element Variable
-                first = v
-    return first
-
-
-def scalar_dtype(ref_dtype, value) -> numpy.dtype:
-    """The dtype a Python scalar takes next to a Variable of `ref_dtype` (None: no Variable).
-
-    NumPy's weak-scalar rule: next to a floating Variable a Python number takes its dtype, so
-    `x32 * 2.0` stays float32; a numpy.float64 counts as a Python float, as in PyTorch."""
-    if ref_dtype is None:
-        return host_array(value).dtype
-    if ref_dtype.kind == "f":
-        return ref_dtype
-    return numpy.result_type(ref_dtype, float(value) if isinstance(value, float) else value)
-
-
 def coerce(inputs):
-    """Variables from a mix of Variables, arrays and Python scalars (scalars by `scalar_dtype`)."""
+    """Variables from a mix of Variables, arrays and Python numbers: a number becomes an array of the
+    operands' result type (`engine.promotion`), alone one of its own (`host_array`'s)."""
     for v in inputs:
         if not isinstance(v, Variable):
             break
@@ -205,22 +195,18 @@ def coerce(inputs):
             if RECORDING:
                 note_constant(array)
             return (a, Variable._result(array, None))
-    ref = reference(inputs)
-    ref_dtype = None if ref is None else ref._data.dtype
+    arrays = [v._data if isinstance(v, Variable) else v if isinstance(v, NUMBERS) else as_array(v) for v in inputs]
+    dtype = promotion.of_operands(arrays)
     out = []
-    for v in inputs:
+    for v, array in zip(inputs, arrays):
         if isinstance(v, Variable):
             out.append(v)
-        elif ref is not None and isinstance(v, (bool, int, float)):
-            array = backend.to_active(numpy.asarray(v, scalar_dtype(ref_dtype, v)))
+            continue
+        if isinstance(v, NUMBERS):  # a Python number's array: the same whatever the inputs' values
+            array = backend.to_active(host_array(v) if dtype is None else promotion.number_array(v, dtype))
             if RECORDING:
-                note_constant(array)  # a Python number's array: the same whatever the inputs' values
-            out.append(Variable._result(array, None))
-        else:
-            array = as_array(v)
-            if RECORDING and isinstance(v, (bool, int, float)):
                 note_constant(array)
-            out.append(Variable._result(array, None))
+        out.append(Variable._result(array, None))
     return out
 
 
@@ -396,7 +382,5 @@ __all__ = [
     "coerce",
     "make_function",
     "parse_call",
-    "reference",
-    "scalar_dtype",
     "grad_fn_name",
 ]

@@ -10,6 +10,9 @@ import math
 
 import numpy
 
+from engine import promotion
+from engine.dtypes import default as default_dtype
+
 MAX_DIMS = 64  # NumPy's limit on the number of dimensions
 
 
@@ -26,12 +29,12 @@ def broadcast(shapes, dtypes, attrs):
         shape = numpy.broadcast_shapes(*shapes)
     except ValueError:
         raise ShapeError(f"shapes {_shapes(shapes)} cannot be broadcast together") from None
-    return tuple(shape), numpy.result_type(*dtypes)
+    return tuple(shape), promotion.result_type(shapes, dtypes)
 
 
 def where_rule(shapes, dtypes, attrs):
     shape, _ = broadcast(shapes, dtypes, attrs)
-    return shape, numpy.result_type(*dtypes[1:])
+    return shape, promotion.result_type(shapes[1:], dtypes[1:])
 
 
 def compare(shapes, dtypes, attrs):
@@ -59,9 +62,10 @@ def floating(shapes, dtypes, attrs):
 
 
 def floating_broadcast(shapes, dtypes, attrs):
-    """Broadcast shapes; the inputs' dtype when floating, else float64 (atan2 of integers)."""
+    """Broadcast shapes; the inputs' result type when floating, else the default dtype (true division and
+    atan2 of integers)."""
     shape, dtype = broadcast(shapes, dtypes, attrs)
-    return shape, dtype if dtype.kind == "f" else numpy.dtype(numpy.float64)
+    return shape, dtype if dtype.kind in "fc" else default_dtype()
 
 
 def square(shapes, dtypes, attrs):
@@ -226,7 +230,7 @@ def cat(shapes, dtypes, attrs):
             raise ShapeError(f"cat along dimension {d}: shapes {_shapes(shapes)} differ elsewhere")
     out = list(first)
     out[d] = sum(s[d] for s in shapes)
-    return tuple(out), numpy.result_type(*dtypes)
+    return tuple(out), promotion.result_type(shapes, dtypes)
 
 
 def stack(shapes, dtypes, attrs):
@@ -236,7 +240,7 @@ def stack(shapes, dtypes, attrs):
     d = normalize_dims(attrs["dim"], len(first) + 1)[0]
     out = list(first)
     out.insert(d, len(shapes))
-    return tuple(out), numpy.result_type(*dtypes)
+    return tuple(out), promotion.result_type(shapes, dtypes)
 
 
 def cast(shapes, dtypes, attrs):

@@ -63,7 +63,7 @@ div = defop(
     lambda g, ans, x, y: g * local(lambda x, y: -(x / (y * y)), x, y),
     takes_xp=False,
     samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
-    infer=shapes.broadcast,
+    infer=shapes.floating_broadcast,
     scratch=costs.temporaries(per_broadcast=1),  # -(x / (y * y)) and its product with g at once
     doc="x / y (true division, broadcasting; IEEE results for division by zero)",
 )

@@ -1,0 +1,169 @@
+"""PyTorch's type promotion (`torch.result_type`), the one rule of every op with several inputs.
+
+The categories are bool < integer < floating. `promote_types(a, b)` of two dtypes is the higher
+category's dtype when the categories differ (int64 with float16 is float16), NumPy's otherwise (uint8
+with int8 is int16). An op's operands count by priority: dimensioned tensors, then 0-d tensors, then
+Python numbers (bool, int64, or the default dtype for a float); a lower priority's dtype counts only
+when its category is higher (`int_tensor * float64_0d` is float64, `float32_tensor * float64_0d` is
+float32, `int_tensor * 2.5` is the default dtype, `uint8_tensor + 300` stays uint8).
+
+The ops take their operands' arrays cast to the result type before NumPy computes (`promote`, called by
+`engine.node.apply_op` only when the arrays' dtypes differ), so values are PyTorch's: int64 with
+float32 is added in float32. A Python number is made an array of the result type by `coerce`, so the
+rule over the arrays then gives the same dtype, on the engine, the client and a server alike.
+"""
+
+from __future__ import annotations
+
+import numpy
+
+from engine import dtypes as _dtypes
+from engine.node import RECORDING
+from engine.recording import tell
+
+CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+NUMBERS = (bool, int, float)
+INT64 = numpy.dtype(numpy.int64)
+BOOL = numpy.dtype(bool)
+_PROMOTED: dict = {}
+# PyTorch's names of the dtypes in its errors ("result type Float can't be cast to the desired output type Long")
+TYPE_NAMES = {
+    "bool": "Bool",
+    "uint8": "Byte",
+    "int8": "Char",
+    "int16": "Short",
+    "int32": "Int",
+    "int64": "Long",
+    "float16": "Half",
+    "float32": "Float",
+    "float64": "Double",
+}
+
+
+def promote_types(a, b) -> numpy.dtype:
+    """PyTorch's `promote_types` of two NumPy dtypes (see the module docstring)."""
+    key = (a, b)
+    found = _PROMOTED.get(key)
+    if found is None:
+        a, b = numpy.dtype(a), numpy.dtype(b)
+        ka, kb = CATEGORY[a.kind], CATEGORY[b.kind]
+        found = (a if ka > kb else b) if ka != kb and ka < 3 and kb < 3 else numpy.promote_types(a, b)
+        _PROMOTED[key] = found
+    return found
+
+
+def _combine(higher, lower):
+    """PyTorch's `combine_categories`: a lower priority's dtype counts when its category is higher."""
+    if higher is None:
+        return lower
+    if lower is None or higher.kind in "fc":
+        return higher
+    if higher.kind == "b" or lower.kind in "fc":
+        return promote_types(higher, lower)
+    return higher
+
+
+def number_dtype(value) -> numpy.dtype:
+    """A Python number's dtype as an operand: bool, int64, or the default dtype for a float."""
+    return BOOL if type(value) is bool else _dtypes.default() if isinstance(value, float) else INT64
+
+
+def _join(state, dtype):
+    return dtype if state is None or state is dtype else promote_types(state, dtype)
+
+
+def result_type(shapes, dtypes) -> numpy.dtype:
+    """The result type of operands of `shapes` and `dtypes` (a Python number in place of a dtype: one)."""
+    first = dtypes[0]
+    if type(first) is not bool and all(d is first for d in dtypes):  # the common case: all the same
+        return numpy.dtype(first) if type(first) not in NUMBERS else number_dtype(first)
+    dim = zero = number = None
+    for shape, d in zip(shapes, dtypes):
+        if isinstance(d, NUMBERS):
+            number = _join(number, number_dtype(d))
+        elif len(shape):
+            dim = _join(dim, numpy.dtype(d))
+        else:
+            zero = _join(zero, numpy.dtype(d))
+    return _combine(dim, _combine(zero, number))
+
+
+def of_operands(operands) -> numpy.dtype | None:
+    """The result type of Variables, arrays and Python numbers (None when there is nothing but numbers)."""
+    shapes, dtypes, tensor = [], [], False
+    for v in operands:
+        if isinstance(v, NUMBERS):
+            shapes.append(())
+            dtypes.append(v)
+        else:
+            tensor = True
+            shapes.append(v.shape)
+            dtypes.append(v.dtype)
+    return result_type(shapes, dtypes) if tensor else None
+
+
+def number_array(value, dtype):
+    """A Python number as a 0-d array of `dtype` (an integer out of its range wraps, as PyTorch's does)."""
+    try:
+        return numpy.asarray(value, dtype)
+    except OverflowError:
+        return numpy.asarray(value).astype(dtype)
+
+
+def _astype(xp, x, dtype):
+    return x.astype(dtype)
+
+
+_CAST_ATTRS: dict = {}  # dtype -> the attributes of a recorded cast to it (one dict: recorded steps key on it)
+
+
+def cast(arrays, dtype) -> tuple:
+    """`arrays` of `dtype`: those of another dtype cast (each cast a step of a recording, when one is made)."""
+    out = []
+    for a in arrays:
+        if a.dtype != dtype:
+            converted = a.astype(dtype)
+            if RECORDING:
+                attrs = _CAST_ATTRS.setdefault(dtype, {"dtype": dtype.name})
+                tell("cast", _astype, (a,), attrs, converted, True)
+            a = converted
+        out.append(a)
+    return tuple(out)
+
+
+def _same(arrays) -> bool:
+    first = arrays[0].dtype
+    for a in arrays:
+        if a.dtype is not first:
+            return False
+    return True
+
+
+def operands(arrays) -> tuple:
+    """An op's input arrays cast to their result type (add, mul, maximum, the comparisons, cat...)."""
+    if _same(arrays):
+        return arrays
+    return cast(arrays, result_type([a.shape for a in arrays], [a.dtype for a in arrays]))
+
+
+def floating_operands(arrays) -> tuple:
+    """The input arrays cast to their result type, the default dtype when that is not floating (div, atan2)."""
+    dtype = result_type([a.shape for a in arrays], [a.dtype for a in arrays])
+    return cast(arrays, dtype if dtype.kind in "fc" else _dtypes.default())
+
+
+def after_condition(arrays) -> tuple:
+    """`where`'s arrays: the condition, then the two others cast to their result type."""
+    if arrays[1].dtype is arrays[2].dtype:
+        return arrays
+    return (arrays[0], *operands(arrays[1:]))
+
+
+def can_cast(from_, to) -> bool:
+    """PyTorch's `can_cast`: not to a lower category (floating to integer or bool, integer to bool)."""
+    return CATEGORY[numpy.dtype(from_).kind] <= CATEGORY[numpy.dtype(to).kind]
+
+
+def type_name(dtype) -> str:
+    """PyTorch's name of `dtype` in its errors (`Float`, `Long`)."""
+    return TYPE_NAMES.get(numpy.dtype(dtype).name, str(dtype))
