@@ -323,6 +323,8 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
     elif len(inputs) == 1:
         a = inputs[0]
         x = a._data
+        if op.to_float and x.dtype.kind != "f":  # `sqrt` of integers: in the default dtype
+            (x,) = op.promote((x,))
         if not op.takes_xp:
             out = forward(x)
         else:

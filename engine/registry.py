@@ -118,9 +118,9 @@ class OpDef:
         # `operator`, `x * y`: copies of `engine.node.apply_op` with this op and its node class as defaults
         self.call, self.operator = self._call_composite, None
         # how `apply_op` casts its input arrays when their dtypes differ (None: it does not), and whether it
-        # must also when they are one non-floating dtype (true division, atan2): PyTorch's type promotion
+        # must also when they are of one non-floating dtype (true division, atan2, sqrt): PyTorch's type promotion
         self.promote = PROMOTES.get(self.infer)
-        self.to_float = self.infer is shapes.floating_broadcast
+        self.to_float = self.infer in (shapes.floating_broadcast, shapes.floating)
         if not self.composite:
             saves = self.saves
             freeing = "all" if saves is True else "none" if saves is False else "values" if self.vjp else "inputs"
@@ -170,7 +170,7 @@ KEEPS_FIT = frozenset(
 # the shape rules whose ops promote their inputs to one dtype (engine.promotion), and how
 PROMOTES = {
     **dict.fromkeys((shapes.broadcast, shapes.compare, shapes.bitwise, shapes.cat, shapes.stack), promotion.operands),
-    shapes.floating_broadcast: promotion.floating_operands,
+    **dict.fromkeys((shapes.floating_broadcast, shapes.floating), promotion.floating_operands),
     shapes.where_rule: promotion.after_condition,
 }
 

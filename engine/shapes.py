@@ -56,9 +56,9 @@ def same(shapes, dtypes, attrs):
 
 
 def floating(shapes, dtypes, attrs):
+    """The input's shape; its dtype when floating, else the default dtype (`sqrt` of integers), as PyTorch's."""
     dtype = numpy.result_type(dtypes[0])
-    dtype = dtype if dtype.kind == "f" else numpy.dtype(numpy.float64)
-    return tuple(shapes[0]), dtype
+    return tuple(shapes[0]), dtype if dtype.kind in "fc" else default_dtype()
 
 
 def floating_broadcast(shapes, dtypes, attrs):
