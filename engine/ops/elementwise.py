@@ -81,7 +81,8 @@ def _is_zero(a):
 
 
 def _pow_exponent_vjp(g, ans, x, y):
-    return F.where(derived(_zero_base, x, y), 0.0, g * ans * F.log(x))
+    base = x if x.dtype == ans.dtype else trusted.cast(x, dtype=ans.dtype.name)  # log(x) in the promoted dtype
+    return F.where(derived(_zero_base, x, y), 0.0, g * ans * F.log(base))
 
 
 def _power_rule(x, y):
@@ -126,6 +127,8 @@ def _pow_forward(xp, x, y):
     # x ** 2 as x * x, as NumPy's own `x ** 2` and PyTorch do (the same values; the power loop costs ~2x);
     # not on a device array, whose exponent's value would have to be fetched
     square = y.ndim == 0 and type(y) is numpy.ndarray and y.dtype == x.dtype and x.dtype.kind == "f" and y.item() == 2
+    if x.dtype.kind == "b":  # (promoted: both bool) x ** y of bools is a bool, PyTorch's; NumPy's is int8
+        return x | ~y
     return x * x if square else x**y
 
 
