@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from engine import anomaly_mode
+from engine import anomaly_mode, promotion
 from engine import interrupt as _interrupt
 from engine import shapes as _shapes
 from engine.attrs import INT64, AttrError, shown
@@ -63,7 +63,6 @@ from engine.node import RECORDING as _RECORDING
 from engine.node import GraphFreedError, Meta, Node, check_output, check_saved, reads_output
 from engine.recording import as_array as array_like
 from engine.recording import derived, note_constant, note_input, note_where, recording
-from engine import promotion
 from engine.registry import OPS, OpDef, coerce, grad_fn_name, trusted
 from engine.runtime import bind as bind_runtime
 from engine.saving import loader, save

@@ -75,6 +75,7 @@ OPERATORS = {
     "__ixor__": "bitwise_xor",
 }
 
+
 def methods(functions, is_enabled) -> dict:
     """`<op>_` for each of OPS, the in-place operators, and `copy_`, over the side's `functions`."""
     setitem, cast = functions["setitem"], functions["cast"]
