@@ -7,9 +7,9 @@ Python numbers (bool, int64, or the default dtype for a float); a lower priority
 when its category is higher (`int_tensor * float64_0d` is float64, `float32_tensor * float64_0d` is
 float32, `int_tensor * 2.5` is the default dtype, `uint8_tensor + 300` stays uint8).
 
-The ops take their operands' arrays cast to the result type before NumPy computes (`promote`, called by
-`engine.node.apply_op` only when the arrays' dtypes differ), so values are PyTorch's: int64 with
-float32 is added in float32. A Python number is made an array of the result type by `coerce`, so the
+The ops take their operands' arrays cast to the result type before NumPy computes (`engine.registry`'s
+`operands`, called by `engine.node.apply_op` only when the arrays' dtypes differ), so values are
+PyTorch's: int64 with float32 is added in float32. A Python number is made an array of the result type by `coerce`, so the
 rule over the arrays then gives the same dtype, on the engine, the client and a server alike.
 """
 
@@ -18,11 +18,9 @@ from __future__ import annotations
 import numpy
 
 from engine import dtypes as _dtypes
-from engine.node import RECORDING
-from engine.recording import tell
 
 CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
-NUMBERS = (bool, int, float)
+NUMBERS: tuple = (bool, int, float)
 INT64 = numpy.dtype(numpy.int64)
 BOOL = numpy.dtype(bool)
 _PROMOTED: dict = {}
@@ -108,55 +106,6 @@ def number_array(value, dtype):
         return numpy.asarray(value, dtype)
     except OverflowError:
         return numpy.asarray(value).astype(dtype)
-
-
-def _astype(xp, x, dtype):
-    return x.astype(dtype)
-
-
-_CAST_ATTRS: dict = {}  # dtype -> the attributes of a recorded cast to it (one dict: recorded steps key on it)
-
-
-def cast(arrays, dtype) -> tuple:
-    """`arrays` of `dtype`: those of another dtype cast (each cast a step of a recording, when one is made)."""
-    out = []
-    for a in arrays:
-        if a.dtype != dtype:
-            converted = a.astype(dtype)
-            if RECORDING:
-                attrs = _CAST_ATTRS.setdefault(dtype, {"dtype": dtype.name})
-                tell("cast", _astype, (a,), attrs, converted, True)
-            a = converted
-        out.append(a)
-    return tuple(out)
-
-
-def _same(arrays) -> bool:
-    first = arrays[0].dtype
-    for a in arrays:
-        if a.dtype is not first:
-            return False
-    return True
-
-
-def operands(arrays) -> tuple:
-    """An op's input arrays cast to their result type (add, mul, maximum, the comparisons, cat...)."""
-    if _same(arrays):
-        return arrays
-    return cast(arrays, result_type([a.shape for a in arrays], [a.dtype for a in arrays]))
-
-
-def floating_operands(arrays) -> tuple:
-    """The input arrays cast to their result type, the default dtype when that is not floating (div, atan2)."""
-    dtype = result_type([a.shape for a in arrays], [a.dtype for a in arrays])
-    return cast(arrays, dtype if dtype.kind in "fc" else _dtypes.default())
-
-
-def after_condition(arrays) -> tuple:
-    """`where`'s arrays: the condition, then the two others cast to their result type."""
-    if arrays[1].dtype is arrays[2].dtype:
-        return arrays
-    return (arrays[0], *operands(arrays[1:]))
 
 
 def can_cast(from_, to) -> bool:

@@ -26,6 +26,7 @@ import numpy
 
 from engine import backend, costs, promotion, shapes
 from engine.attrs import REQUIRED, Attr, check, shown
+from engine.dtypes import default as default_dtype
 from engine.grad_mode import state as grad_state
 from engine.node import ALONE, FORWARD, RECORDING, OpNode, apply_op, own, passes
 from engine.recording import note_constant, tell
@@ -167,11 +168,60 @@ KEEPS_FIT = frozenset(
 )
 
 
+def _astype(xp, x, dtype):
+    return x.astype(dtype)
+
+
+_CAST_ATTRS: dict = {}  # dtype -> the attributes of a recorded cast to it (one dict: recorded steps key on it)
+
+
+def cast(arrays, dtype) -> tuple:
+    """`arrays` of `dtype`: those of another dtype cast (each cast a step of a recording, when one is made)."""
+    out = []
+    for a in arrays:
+        if a.dtype != dtype:
+            converted = a.astype(dtype)
+            if RECORDING:
+                attrs = _CAST_ATTRS.setdefault(dtype, {"dtype": dtype.name})
+                tell("cast", _astype, (a,), attrs, converted, True)
+            a = converted
+        out.append(a)
+    return tuple(out)
+
+
+def _same(arrays) -> bool:
+    first = arrays[0].dtype
+    for a in arrays:
+        if a.dtype is not first:
+            return False
+    return True
+
+
+def operands(arrays) -> tuple:
+    """An op's input arrays cast to their result type (add, mul, maximum, the comparisons, cat...)."""
+    if _same(arrays):
+        return arrays
+    return cast(arrays, promotion.result_type([a.shape for a in arrays], [a.dtype for a in arrays]))
+
+
+def floating_operands(arrays) -> tuple:
+    """The input arrays cast to their result type, the default dtype when that is not floating (div, atan2)."""
+    dtype = promotion.result_type([a.shape for a in arrays], [a.dtype for a in arrays])
+    return cast(arrays, dtype if dtype.kind in "fc" else default_dtype())
+
+
+def after_condition(arrays) -> tuple:
+    """`where`'s arrays: the condition, then the two others cast to their result type."""
+    if arrays[1].dtype is arrays[2].dtype:
+        return arrays
+    return (arrays[0], *operands(arrays[1:]))
+
+
 # the shape rules whose ops promote their inputs to one dtype (engine.promotion), and how
 PROMOTES = {
-    **dict.fromkeys((shapes.broadcast, shapes.compare, shapes.bitwise, shapes.cat, shapes.stack), promotion.operands),
-    **dict.fromkeys((shapes.floating_broadcast, shapes.floating), promotion.floating_operands),
-    shapes.where_rule: promotion.after_condition,
+    **dict.fromkeys((shapes.broadcast, shapes.compare, shapes.bitwise, shapes.cat, shapes.stack), operands),
+    **dict.fromkeys((shapes.floating_broadcast, shapes.floating), floating_operands),
+    shapes.where_rule: after_condition,
 }
 
 
