@@ -25,17 +25,12 @@ INT64 = numpy.dtype(numpy.int64)
 BOOL = numpy.dtype(bool)
 _PROMOTED: dict = {}
 # PyTorch's names of the dtypes in its errors ("result type Float can't be cast to the desired output type Long")
-TYPE_NAMES = {
-    "bool": "Bool",
-    "uint8": "Byte",
-    "int8": "Char",
-    "int16": "Short",
-    "int32": "Int",
-    "int64": "Long",
-    "float16": "Half",
-    "float32": "Float",
-    "float64": "Double",
-}
+TYPE_NAMES = dict(
+    zip(
+        "bool uint8 int8 int16 int32 int64 float16 float32 float64".split(),
+        "Bool Byte Char Short Int Long Half Float Double".split(),
+    )
+)
 
 
 def promote_types(a, b) -> numpy.dtype:
