@@ -175,7 +175,7 @@ def _astype(xp, x, dtype):
 _CAST_ATTRS: dict = {}  # dtype -> the attributes of a recorded cast to it (one dict: recorded steps key on it)
 
 
-def cast(arrays, dtype) -> tuple:
+def _cast(arrays, dtype) -> tuple:
     """`arrays` of `dtype`: those of another dtype cast (each cast a step of a recording, when one is made)."""
     out = []
     for a in arrays:
@@ -201,13 +201,13 @@ def operands(arrays) -> tuple:
     """An op's input arrays cast to their result type (add, mul, maximum, the comparisons, cat...)."""
     if _same(arrays):
         return arrays
-    return cast(arrays, promotion.result_type([a.shape for a in arrays], [a.dtype for a in arrays]))
+    return _cast(arrays, promotion.result_type([a.shape for a in arrays], [a.dtype for a in arrays]))
 
 
 def floating_operands(arrays) -> tuple:
     """The input arrays cast to their result type, the default dtype when that is not floating (div, atan2)."""
     dtype = promotion.result_type([a.shape for a in arrays], [a.dtype for a in arrays])
-    return cast(arrays, dtype if dtype.kind in "fc" else default_dtype())
+    return _cast(arrays, dtype if dtype.kind in "fc" else default_dtype())
 
 
 def after_condition(arrays) -> tuple:
