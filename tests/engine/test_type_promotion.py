@@ -254,3 +254,34 @@ def test_gradients_of_mixed_dtype_ops_match_pytorch_in_each_inputs_dtype(name, l
         assert str(g.dtype) == str(w.dtype) and tuple(g.shape) == tuple(w.shape)
         computed = min(w.numpy().dtype, want.detach().numpy().dtype, key=lambda d: d.itemsize)  # the lower precision
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=TOLERANCE[computed.name] * 10)
+
+
+def test_a_recording_keeps_the_casts_so_a_replay_computes_in_the_promoted_dtype():
+    """A compiled plan replays the recorded steps: the casts before a mixed-dtype op are steps of their own."""
+    from engine.recording import note_input, recording
+    from engine.variable import Variable
+
+    def program(x0, y0):
+        x, y = Variable._result(x0, None), Variable._result(y0, None)
+        x._requires_grad = True
+        out = (x * y + x / 3).sum()  # float16 with int64, then with a Python number: float16
+        (g,) = engine.grad(out, [x])
+        return out, g
+
+    x0, y0 = np.array([1.5, -2.0, 3.0], np.float16), np.array([3, 4, 5], np.int64)
+    with recording() as made:
+        note_input("x", x0)
+        note_input("y", y0)
+        out, g = program(x0, y0)
+    assert made.spoiled is None and "cast" in [s.name for s in made.steps]
+    x1, y1 = np.array([0.5, 1.0, -1.0], np.float16), np.array([7, -2, 1], np.int64)
+    regs = dict(made.constants)
+    regs.update({made.inputs["x"]: x1, made.inputs["y"]: y1})
+    for step in made.steps:
+        args = [regs[i] for i in step.ins]
+        regs[step.out] = np.asarray(step.fn(np, *args, **step.attrs) if step.xp else step.fn(*args))
+    want_out, want_g = program(x1, y1)
+    for kept, want in ((out, want_out), (g, want_g)):
+        replayed = regs[made.register(kept._data)]
+        assert replayed.dtype == want._data.dtype == np.float16
+        np.testing.assert_array_equal(replayed, want._data)
