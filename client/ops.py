@@ -27,6 +27,7 @@ from engine.api import (
     apply,
     array_of,
     composite_grad_fn,
+    default_dtype,
     from_key,
     grad_fn_name,
     host_array,
@@ -173,6 +174,11 @@ def record(op: OpDef, args, attrs: dict, rule=None) -> Variable:
     result = eager(op, args, attrs)
     if result is not None:
         return result
+    if op.to_float and not any(isinstance(v, float) or isinstance(v, Variable) and v.is_floating_point() for v in args):
+        # integers in an op of floating results (`/`, `sqrt`): cast first to this side's default dtype, which
+        # a server may not share (recorded casts; the engine casts them so too)
+        dtype = {"dtype": default_dtype().name}
+        args = [record(OPS["cast"], [v], dtype) if isinstance(v, Variable) else v for v in args]
     values, variables = coerce(args)
     problem = op.arity_error(len(values), attrs)
     if problem:

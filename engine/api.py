@@ -48,6 +48,7 @@ from engine.costs import ELEMENT_OP, ENV, Factors
 from engine.devices import Device
 from engine.distribution_families import bind as bind_distributions
 from engine.dtypes import DType
+from engine.dtypes import default as default_dtype
 from engine.dtypes import of as dtype_of
 from engine.forward_ad import UnpackedDualTensor, check_dual
 from engine.func import Transforms, vmap_with
@@ -193,6 +194,7 @@ __all__ = [
     "Device",
     "DType",
     "dtype_of",
+    "default_dtype",
     # ops
     "OPS",
     "OpDef",

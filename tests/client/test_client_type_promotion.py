@@ -51,3 +51,17 @@ def test_client_gradients_of_mixed_dtype_ops_keep_each_inputs_dtype(torch_like, 
     for g, w in zip(got_grads, want_grads):
         assert str(g.dtype) == str(w.dtype)
         assert g.numpy().tolist() == pytest.approx(w.numpy().tolist(), rel=1e-2)
+
+
+def test_integers_in_floating_ops_take_this_sides_default_dtype(torch_like):
+    """`int / int`, `sqrt(int)`, `int * 2.5`: the client's default dtype, which a server does not share."""
+    a, b = torch_like.tensor([1, 2, 3]), torch_like.tensor([2, 4, 5])
+    try:
+        torch_like.set_default_dtype(torch_like.float64)
+        results = [a / b, torch_like.sqrt(a), torch_like.atan2(a, b), a * 2.5, a / 2]
+        for out in results:
+            assert out.dtype == torch_like.float64 and out.numpy().dtype == "float64"
+        assert results[0].tolist() == [0.5, 0.5, 0.6]
+    finally:
+        torch_like.set_default_dtype(torch_like.float32)
+    assert (a / b).dtype == torch_like.float32 and (a / b).numpy().dtype == "float32"
