@@ -29,6 +29,7 @@ from engine.api import (
     composite_grad_fn,
     default_dtype,
     from_key,
+    gives_floats,
     grad_fn_name,
     host_array,
     install_surface,
@@ -174,7 +175,9 @@ def record(op: OpDef, args, attrs: dict, rule=None) -> Variable:
     result = eager(op, args, attrs)
     if result is not None:
         return result
-    if op.to_float and not any(isinstance(v, float) or isinstance(v, Variable) and v.is_floating_point() for v in args):
+    if gives_floats(op) and not any(
+        isinstance(v, float) or isinstance(v, Variable) and v.is_floating_point() for v in args
+    ):
         # integers in an op of floating results (`/`, `sqrt`): cast first to this side's default dtype, which
         # a server may not share (recorded casts; the engine casts them so too)
         dtype = {"dtype": default_dtype().name}

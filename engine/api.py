@@ -64,7 +64,7 @@ from engine.node import RECORDING as _RECORDING
 from engine.node import GraphFreedError, Meta, Node, check_output, check_saved, reads_output
 from engine.recording import as_array as array_like
 from engine.recording import derived, note_constant, note_input, note_where, recording
-from engine.registry import OPS, OpDef, coerce, grad_fn_name, trusted
+from engine.registry import OPS, OpDef, coerce, gives_floats, grad_fn_name, trusted
 from engine.runtime import bind as bind_runtime
 from engine.saving import loader, save
 from engine.shapes import Bounded, ShapeError
@@ -200,6 +200,7 @@ __all__ = [
     "OpDef",
     "apply",
     "coerce",
+    "gives_floats",
     "promotion",
     "grad_fn_name",
     "trusted",

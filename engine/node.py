@@ -282,11 +282,13 @@ def times(g, v):
     return _result(out if type(out) is ndarray else _wrap(out, g._data), None)
 
 
-def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
+def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, floats=False):
     """Run `op` forward on Variables, recording a node when a gradient may be needed.
 
-    Each op has two copies of this function (`own`: its code copied; `op` and its node class as defaults): `op.call(inputs, attrs)`, and `op.operator`, its operators' method, called as (x, y) by
-    `x * y` and (x,) by `-x` (`coerce` makes a number or array operand a Variable): an operator is one frame.
+    Each op has two copies of this function (`own`: its code copied; `op`, its node class and how it casts
+    inputs of other dtypes (`engine.registry.PROMOTES`) as defaults): `op.call(inputs, attrs)`, and
+    `op.operator`, its operators' method, called as (x, y) by `x * y` and (x,) by `-x` (`coerce` makes a
+    number or array operand a Variable): an operator is one frame.
     Every op of every program comes here: one and two inputs are unrolled (and the forward called
     without a star-call when there are no attributes), and the result is made inline, since each
     call or comprehension costs about as much as the NumPy call itself on small arrays."""
@@ -311,9 +313,9 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
     if two:
         x = a._data
         y = b._data
-        if x.dtype is not y.dtype or op.to_float and x.dtype.kind != "f":  # PyTorch's type promotion
-            if op.promote is not None:
-                x, y = op.promote((x, y))
+        if x.dtype is not y.dtype or floats and x.dtype.kind != "f":  # PyTorch's type promotion
+            if promote is not None:
+                x, y = promote((x, y))
         if not op.takes_xp:
             out = forward(x, y)
         else:
@@ -323,8 +325,8 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
     elif len(inputs) == 1:
         a = inputs[0]
         x = a._data
-        if op.to_float and x.dtype.kind != "f":  # `sqrt` of integers: in the default dtype
-            (x,) = op.promote((x,))
+        if floats and x.dtype.kind != "f":  # `sqrt` of integers: in the default dtype
+            (x,) = promote((x,))
         if not op.takes_xp:
             out = forward(x)
         else:
@@ -333,8 +335,8 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
         grad = a._requires_grad
     else:
         datas = tuple([v._data for v in inputs])
-        if op.promote is not None:
-            datas = op.promote(datas)
+        if promote is not None:
+            datas = promote(datas)
         x = datas[0]
         if op.takes_xp:
             out = forward(numpy if type(x) is ndarray else backend.array_module(x), *datas, **attrs)

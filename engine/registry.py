@@ -118,10 +118,6 @@ class OpDef:
         # `call(inputs, attrs)`: apply to Variables with checked attributes (the trusted entry: no parsing), and
         # `operator`, `x * y`: copies of `engine.node.apply_op` with this op and its node class as defaults
         self.call, self.operator = self._call_composite, None
-        # how `apply_op` casts its input arrays when their dtypes differ (None: it does not), and whether it
-        # must also when they are of one non-floating dtype (true division, atan2, sqrt): PyTorch's type promotion
-        self.promote = PROMOTES.get(self.infer)
-        self.to_float = self.infer in (shapes.floating_broadcast, shapes.floating)
         if not self.composite:
             saves = self.saves
             freeing = "all" if saves is True else "none" if saves is False else "values" if self.vjp else "inputs"
@@ -129,7 +125,9 @@ class OpDef:
             fits = self.arity == 1 and self.infer in KEEPS_FIT
             body = {"__slots__": (), "op": self, "freeing": freeing, "vjp": vjp, "fits": fits}
             cls = self.node_class = type(grad_fn_name(self.name), (OpNode,), body)
-            self.call, self.operator = [own(apply_op, ALONE, self, c, cls) for c in (None, coerce)]
+            # and how they cast input arrays of other dtypes (PyTorch's type promotion; `promotes`)
+            promote, floats = PROMOTES.get(self.infer), gives_floats(self)
+            self.call, self.operator = [own(apply_op, ALONE, self, c, cls, promote, floats) for c in (None, coerce)]
 
     def _call_composite(self, inputs, attrs):
         return self.forward(*inputs, **attrs)
@@ -217,7 +215,13 @@ def after_condition(arrays) -> tuple:
     return (arrays[0], *operands(arrays[1:]))
 
 
-# the shape rules whose ops promote their inputs to one dtype (engine.promotion), and how
+def gives_floats(op) -> bool:
+    """Whether `op` gives a floating result of integer inputs (true division, atan2, sqrt): in the default dtype."""
+    return op.infer in (shapes.floating_broadcast, shapes.floating)
+
+
+# the shape rules whose ops promote their inputs to one dtype (engine.promotion), and how (`apply_op` calls it
+# when its inputs' dtypes differ, or when they are integers of an op that `gives_floats`)
 PROMOTES = {
     **dict.fromkeys((shapes.broadcast, shapes.compare, shapes.bitwise, shapes.cat, shapes.stack), operands),
     **dict.fromkeys((shapes.floating_broadcast, shapes.floating), floating_operands),
@@ -433,4 +437,5 @@ __all__ = [
     "make_function",
     "parse_call",
     "grad_fn_name",
+    "gives_floats",
 ]
