@@ -23,6 +23,7 @@ RECORDING: dict = {}  # thread id -> its `engine.recording.Recording`: told of e
 ALONE = object()  # `apply_op`'s second operand when a unary operator calls it
 NO_ATTRS: dict = {}  # an operator's attributes (shared: never changed)
 FLOATS = frozenset(type(numpy.dtype(c)) for c in "efdg")  # the dtypes that can require grad (kind "f"), by class
+FLOAT32 = numpy.dtype(numpy.float32)  # (an identity check first: the common dtype)
 
 FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after "
@@ -313,7 +314,8 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, fl
     if two:
         x = a._data
         y = b._data
-        if x.dtype is not y.dtype or floats and x.dtype.kind != "f":  # PyTorch's type promotion
+        dtype = x.dtype
+        if dtype is not y.dtype or floats and dtype is not FLOAT32 and dtype.kind != "f":  # PyTorch's promotion
             if promote is not None:
                 x, y = promote((x, y))
         if not op.takes_xp:
@@ -325,7 +327,7 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, fl
     elif len(inputs) == 1:
         a = inputs[0]
         x = a._data
-        if floats and x.dtype.kind != "f":  # `sqrt` of integers: in the default dtype
+        if floats and x.dtype is not FLOAT32 and x.dtype.kind != "f":  # `sqrt` of integers: in the default dtype
             (x,) = promote((x,))
         if not op.takes_xp:
             out = forward(x)
@@ -335,8 +337,6 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, fl
         grad = a._requires_grad
     else:
         datas = tuple([v._data for v in inputs])
-        if promote is not None:
-            datas = promote(datas)
         x = datas[0]
         if op.takes_xp:
             out = forward(numpy if type(x) is ndarray else backend.array_module(x), *datas, **attrs)

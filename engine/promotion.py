@@ -103,6 +103,16 @@ def number_array(value, dtype):
         return numpy.asarray(value).astype(dtype)
 
 
+def promoted(arrays) -> tuple:
+    """`arrays` cast to their result type, in an op's forward (where, cat): a recording's replay casts them too."""
+    first = arrays[0].dtype
+    for a in arrays:
+        if a.dtype is not first:
+            dtype = result_type([a.shape for a in arrays], [a.dtype for a in arrays])
+            return tuple([a if a.dtype == dtype else a.astype(dtype) for a in arrays])
+    return arrays
+
+
 def can_cast(from_, to) -> bool:
     """PyTorch's `can_cast`: not to a lower category (floating to integer or bool, integer to bool)."""
     return CATEGORY[numpy.dtype(from_).kind] <= CATEGORY[numpy.dtype(to).kind]

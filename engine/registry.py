@@ -187,18 +187,8 @@ def _cast(arrays, dtype) -> tuple:
     return tuple(out)
 
 
-def _same(arrays) -> bool:
-    first = arrays[0].dtype
-    for a in arrays:
-        if a.dtype is not first:
-            return False
-    return True
-
-
 def operands(arrays) -> tuple:
-    """An op's input arrays cast to their result type (add, mul, maximum, the comparisons, cat...)."""
-    if _same(arrays):
-        return arrays
+    """An op's input arrays cast to their result type (add, mul, maximum, the comparisons...)."""
     return _cast(arrays, promotion.result_type([a.shape for a in arrays], [a.dtype for a in arrays]))
 
 
@@ -208,24 +198,17 @@ def floating_operands(arrays) -> tuple:
     return _cast(arrays, dtype if dtype.kind in "fc" else default_dtype())
 
 
-def after_condition(arrays) -> tuple:
-    """`where`'s arrays: the condition, then the two others cast to their result type."""
-    if arrays[1].dtype is arrays[2].dtype:
-        return arrays
-    return (arrays[0], *operands(arrays[1:]))
-
-
 def gives_floats(op) -> bool:
     """Whether `op` gives a floating result of integer inputs (true division, atan2, sqrt): in the default dtype."""
     return op.infer in (shapes.floating_broadcast, shapes.floating)
 
 
-# the shape rules whose ops promote their inputs to one dtype (engine.promotion), and how (`apply_op` calls it
-# when its inputs' dtypes differ, or when they are integers of an op that `gives_floats`)
+# the shape rules whose one- and two-input ops promote their inputs to one dtype (engine.promotion), and how
+# (`apply_op` calls it when its inputs' dtypes differ, or when they are integers of an op that `gives_floats`;
+# `where`, `cat` and `stack` promote in their forwards: `promotion.promoted`)
 PROMOTES = {
-    **dict.fromkeys((shapes.broadcast, shapes.compare, shapes.bitwise, shapes.cat, shapes.stack), operands),
+    **dict.fromkeys((shapes.broadcast, shapes.compare, shapes.bitwise), operands),
     **dict.fromkeys((shapes.floating_broadcast, shapes.floating), floating_operands),
-    shapes.where_rule: after_condition,
 }
 
 

@@ -11,6 +11,7 @@ from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.grad_mode import state as grad_state
 from engine.node import FORWARD, passes, times
+from engine.promotion import promoted
 from engine.recording import derived, fixed
 from engine.registry import F, Sample, defop, local, trusted
 
@@ -341,9 +342,15 @@ def _mask_sample(rng):
     return [rng.random((3, 4)) > 0.5, rng.uniform(-2, 2, (3, 4)), rng.uniform(-2, 2, (4,))]
 
 
+def _where_forward(xp, c, x, y):
+    if x.dtype is not y.dtype:  # PyTorch's type promotion (here: a recording's replay casts them too)
+        x, y = promoted((x, y))
+    return xp.where(c, x, y)
+
+
 where = defop(
     "where",
-    lambda xp, c, x, y: xp.where(c, x, y),
+    _where_forward,
     None,
     lambda g, ans, c, x, y: F.where(c, g, 0.0),
     lambda g, ans, c, x, y: F.where(c, 0.0, g),
