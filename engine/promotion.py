@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy
 
 from engine import dtypes as _dtypes
+from engine.dtypes import DType
 
 CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 NUMBERS: tuple = (bool, int, float)
@@ -67,32 +68,29 @@ def _join(state, dtype):
 
 def result_type(shapes, dtypes) -> numpy.dtype:
     """The result type of operands of `shapes` and `dtypes` (a Python number in place of a dtype: one)."""
-    first = dtypes[0]
-    if type(first) is not bool and all(d is first for d in dtypes):  # the common case: all the same
-        return numpy.dtype(first) if type(first) not in NUMBERS else number_dtype(first)
     dim = zero = number = None
     for shape, d in zip(shapes, dtypes):
         if isinstance(d, NUMBERS):
             number = _join(number, number_dtype(d))
         elif len(shape):
-            dim = _join(dim, numpy.dtype(d))
+            dim = _join(dim, d)
         else:
-            zero = _join(zero, numpy.dtype(d))
-    return _combine(dim, _combine(zero, number))
+            zero = _join(zero, d)
+    found = _combine(dim, _combine(zero, number))
+    return found if type(found) is not DType else found.dtype
 
 
 def of_operands(operands) -> numpy.dtype | None:
-    """The result type of Variables, arrays and Python numbers (None when there is nothing but numbers)."""
-    shapes, dtypes, tensor = [], [], False
+    """The result type of arrays (or the client's Values) and Python numbers (None when there are only numbers)."""
+    dim = zero = number = None
     for v in operands:
         if isinstance(v, NUMBERS):
-            shapes.append(())
-            dtypes.append(v)
+            number = _join(number, number_dtype(v))
+        elif v.shape:
+            dim = _join(dim, v.dtype)
         else:
-            tensor = True
-            shapes.append(v.shape)
-            dtypes.append(v.dtype)
-    return result_type(shapes, dtypes) if tensor else None
+            zero = _join(zero, v.dtype)
+    return None if dim is None and zero is None else _combine(dim, _combine(zero, number))
 
 
 def number_array(value, dtype):

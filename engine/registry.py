@@ -225,13 +225,18 @@ def coerce(inputs):
             break
     else:
         return inputs  # the common case: nothing to convert
-    if len(inputs) == 2:  # `x * 2`, `x ** 2`: a Python number after a floating Variable takes its dtype
+    if len(inputs) == 2:  # `x * 2`, `1 - x`: a Python number beside a floating Variable takes its dtype
         a, b = inputs
         if (type(b) is float or type(b) is int) and isinstance(a, Variable) and a._data.dtype.kind == "f":
             array = backend.to_active(numpy.asarray(b, a._data.dtype))
             if RECORDING:
                 note_constant(array)
             return (a, Variable._result(array, None))
+        if (type(a) is float or type(a) is int) and isinstance(b, Variable) and b._data.dtype.kind == "f":
+            array = backend.to_active(numpy.asarray(a, b._data.dtype))
+            if RECORDING:
+                note_constant(array)
+            return (Variable._result(array, None), b)
     arrays = [v._data if isinstance(v, Variable) else v if isinstance(v, NUMBERS) else as_array(v) for v in inputs]
     dtype = promotion.of_operands(arrays)
     out = []
