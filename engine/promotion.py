@@ -82,15 +82,24 @@ def result_type(shapes, dtypes) -> numpy.dtype:
 
 def of_operands(operands) -> numpy.dtype | None:
     """The result type of arrays (or the client's Values) and Python numbers (None when there are only numbers)."""
-    dim = zero = number = None
+    dim = zero = None
+    rank = -1  # the numbers' highest category (their promotion: its dtype)
     for v in operands:
         if isinstance(v, NUMBERS):
-            number = _join(number, number_dtype(v))
+            category = 2 if isinstance(v, float) else 0 if type(v) is bool else 1
+            if category > rank:
+                rank = category
         elif v.shape:
-            dim = _join(dim, v.dtype)
+            d = v.dtype
+            dim = d if dim is None or dim is d else promote_types(dim, d)
         else:
-            zero = _join(zero, v.dtype)
-    return None if dim is None and zero is None else _combine(dim, _combine(zero, number))
+            d = v.dtype
+            zero = d if zero is None or zero is d else promote_types(zero, d)
+    if rank < 0 or dim is not None and dim.kind == "f":  # (a floating dimensioned result: the others don't count)
+        return _combine(dim, zero)
+    if dim is None and zero is None:
+        return None
+    return _combine(dim, _combine(zero, (BOOL, INT64, _dtypes.default())[rank]))
 
 
 def number_array(value, dtype):
