@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy
 
 from engine import dtypes as _dtypes
-from engine.dtypes import DType
 
 CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 NUMBERS: tuple = (bool, int, float)
@@ -72,12 +71,13 @@ def result_type(shapes, dtypes) -> numpy.dtype:
     for shape, d in zip(shapes, dtypes):
         if isinstance(d, NUMBERS):
             number = _join(number, number_dtype(d))
-        elif len(shape):
+            continue
+        d = d if isinstance(d, numpy.dtype) else numpy.dtype(d)  # (a DType, a scalar type)
+        if len(shape):
             dim = _join(dim, d)
         else:
             zero = _join(zero, d)
-    found = _combine(dim, _combine(zero, number))
-    return found if type(found) is not DType else found.dtype
+    return _combine(dim, _combine(zero, number))
 
 
 def of_operands(operands) -> numpy.dtype | None:
