@@ -52,7 +52,7 @@ def coerce(inputs):
     if None not in values:
         return values, inputs
     for i, v in enumerate(inputs):
-        if values[i] is None and not isinstance(v, promotion.NUMBERS):
+        if values[i] is None and type(v) not in promotion.NUMBERS:
             values[i] = v._graph_value() if isinstance(v, Variable) else _array_value(v)
     if None in values:  # Python numbers: of the operands' result type, as the engine's coerce makes them
         dtype = promotion.of_operands([v if value is None else value for v, value in zip(inputs, values)])

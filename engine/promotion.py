@@ -20,7 +20,7 @@ import numpy
 from engine import dtypes as _dtypes
 
 CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
-NUMBERS: tuple = (bool, int, float)
+NUMBERS = frozenset((bool, int, float, numpy.float64))  # Python numbers by type (a numpy.float64 counts)
 INT64 = numpy.dtype(numpy.int64)
 BOOL = numpy.dtype(bool)
 _PROMOTED: dict = {}
@@ -58,7 +58,7 @@ def _combine(higher, lower):
 
 def number_dtype(value) -> numpy.dtype:
     """A Python number's dtype as an operand: bool, int64, or the default dtype for a float."""
-    return BOOL if type(value) is bool else _dtypes.default() if isinstance(value, float) else INT64
+    return BOOL if type(value) is bool else INT64 if type(value) is int else _dtypes.default()
 
 
 def _join(state, dtype):
@@ -69,7 +69,7 @@ def result_type(shapes, dtypes) -> numpy.dtype:
     """The result type of operands of `shapes` and `dtypes` (a Python number in place of a dtype: one)."""
     dim = zero = number = None
     for shape, d in zip(shapes, dtypes):
-        if isinstance(d, NUMBERS):
+        if type(d) in NUMBERS:
             number = _join(number, number_dtype(d))
             continue
         d = d if isinstance(d, numpy.dtype) else numpy.dtype(d)  # (a DType, a scalar type)
@@ -85,8 +85,9 @@ def of_operands(operands) -> numpy.dtype | None:
     dim = zero = None
     rank = -1  # the numbers' highest category (their promotion: its dtype)
     for v in operands:
-        if isinstance(v, NUMBERS):
-            category = 2 if isinstance(v, float) else 0 if type(v) is bool else 1
+        kind = type(v)
+        if kind in NUMBERS:
+            category = 0 if kind is bool else 1 if kind is int else 2
             if category > rank:
                 rank = category
         elif v.shape:

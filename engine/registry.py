@@ -237,18 +237,22 @@ def coerce(inputs):
             if RECORDING:
                 note_constant(array)
             return (Variable._result(array, None), b)
-    arrays = [v._data if isinstance(v, Variable) else v if isinstance(v, NUMBERS) else as_array(v) for v in inputs]
+    out, arrays = [], []
+    for v in inputs:
+        if type(v) in NUMBERS:
+            arrays.append(v)
+        else:
+            if not isinstance(v, Variable):
+                v = Variable._result(as_array(v), None)
+            arrays.append(v._data)
+        out.append(v)
     dtype = promotion.of_operands(arrays)
-    out = []
-    for v, array in zip(inputs, arrays):
-        if isinstance(v, Variable):
-            out.append(v)
-            continue
-        if isinstance(v, NUMBERS):  # a Python number's array: the same whatever the inputs' values
+    for i, v in enumerate(out):
+        if type(v) in NUMBERS:  # a Python number's array: the same whatever the inputs' values
             array = backend.to_active(host_array(v) if dtype is None else promotion.number_array(v, dtype))
             if RECORDING:
                 note_constant(array)
-        out.append(Variable._result(array, None))
+            out[i] = Variable._result(array, None)
     return out
 
 

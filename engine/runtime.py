@@ -103,7 +103,7 @@ def bind(ns) -> dict:
     def result_type(tensor1, tensor2) -> DType:
         """The dtype an op of the two (Variables or Python numbers) gives: PyTorch's (engine.promotion)."""
         operands = (tensor1, tensor2)
-        shapes = [() if isinstance(v, promotion.NUMBERS) else tuple(v.shape) for v in operands]
+        shapes = [() if type(v) in promotion.NUMBERS else tuple(v.shape) for v in operands]
         return dtype_of(promotion.result_type(shapes, [getattr(v, "dtype", v) for v in operands]))
 
     def promote_types(type1, type2) -> DType:
