@@ -27,12 +27,14 @@ from engine.api import (
     apply,
     array_of,
     composite_grad_fn,
+    default_dtype,
     from_key,
+    gives_floats,
     grad_fn_name,
+    host_array,
     install_surface,
+    promotion,
     reads_output,
-    reference,
-    scalar_dtype,
     shape_proxy,
     to_key,
     variable_of,
@@ -49,25 +51,35 @@ def coerce(inputs):
     values = [v._graph_value() if type(v) is Variable else None for v in inputs]
     if None not in values:
         return values, inputs
-    ref = reference(inputs, Variable)
     for i, v in enumerate(inputs):
-        if values[i] is None:
-            values[i] = v._graph_value() if isinstance(v, Variable) else _constant(v, ref)
+        if values[i] is None and type(v) not in promotion.NUMBERS:
+            values[i] = v._graph_value() if isinstance(v, Variable) else _array_value(v)
+    if None in values:  # Python numbers: of the operands' result type, as the engine's coerce makes them
+        dtype = promotion.of_operands([v if value is None else value for v, value in zip(inputs, values)])
+        raised = dtype is not None and all(  # the numbers raised the category: `int_tensor * 2.5`
+            w is None or promotion.CATEGORY[w.dtype.kind] < promotion.CATEGORY[dtype.kind] for w in values
+        )
+        for i, v in enumerate(inputs):
+            if values[i] is None:
+                values[i] = _constant(v, dtype, raised)
     return values, [v if isinstance(v, Variable) else None for v in inputs]
 
 
-def _constant(v, ref) -> Value:
-    """An array's Value, or a Python scalar's, typed as the engine's coerce types it (the same scalar next to
-    the same dtype: the same Value, as values are immutable)."""
-    if not isinstance(v, (bool, int, float)):
-        array = as_host_array(v)
-        return Value(LEAF, array.shape, array.dtype, array=array)
-    ref_dtype = None if ref is None else ref.dtype
-    key = (type(v), float(v).hex() if isinstance(v, float) else v, ref_dtype)  # (-0.0 is not 0.0)
+def _array_value(v) -> Value:
+    array = as_host_array(v)
+    return Value(LEAF, array.shape, array.dtype, array=array)
+
+
+def _constant(v, dtype, raised) -> Value:
+    """A Python number's Value, of the operands' result type `dtype` (None: alone: its own); the same number
+    of the same dtype: the same Value, as values are immutable. Sent weak (its type, not its dtype), as the
+    engine's coerce types it there, unless it raised the operands' category: then its dtype (the default
+    dtype's, which a server may not share)."""
+    dtype = host_array(v).dtype if dtype is None else dtype
+    key = (type(v), float(v).hex() if isinstance(v, float) else v, dtype, raised)  # (-0.0 is not 0.0)
     constant = _CONSTANTS.get(key)
     if constant is None:
-        dtype = scalar_dtype(ref_dtype, v)
-        weak = isinstance(v, float) or type(v) is int  # a numpy.float64 counts as a Python float (the engine's rule)
+        weak = not raised and (isinstance(v, float) or type(v) is int)  # a numpy.float64 counts as a Python float
         value = float(v) if isinstance(v, float) else v
         constant = Value(CONST, (), dtype, attrs={"value": value, "dtype": None if weak else dtype})
         _remember(_CONSTANTS, key, constant)
@@ -76,7 +88,7 @@ def _constant(v, ref) -> Value:
 
 MEMO = 4096  # shape rules' results and scalars' Values remembered (all forgotten past it)
 _INFERRED: dict = {}  # (op name, input shapes, dtypes, attributes' key) -> (shape, dtype) or None
-_CONSTANTS: dict = {}  # (a Python scalar's type, its value, the reference dtype) -> its Value
+_CONSTANTS: dict = {}  # (a Python number's type, its value, its dtype, whether it raised the category) -> its Value
 _NODE_CLASSES: dict = {}  # op name, or (op name, grad_fn name, saves) for a composite op -> grad_fn class
 
 
@@ -163,6 +175,13 @@ def record(op: OpDef, args, attrs: dict, rule=None) -> Variable:
     result = eager(op, args, attrs)
     if result is not None:
         return result
+    if gives_floats(op) and not any(
+        isinstance(v, float) or isinstance(v, Variable) and v.is_floating_point() for v in args
+    ):
+        # integers in an op of floating results (`/`, `sqrt`): cast first to this side's default dtype, which
+        # a server may not share (recorded casts; the engine casts them so too)
+        dtype = {"dtype": default_dtype().name}
+        args = [record(OPS["cast"], [v], dtype) if isinstance(v, Variable) else v for v in args]
     values, variables = coerce(args)
     problem = op.arity_error(len(values), attrs)
     if problem:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from engine import anomaly_mode
+from engine import anomaly_mode, promotion
 from engine import interrupt as _interrupt
 from engine import shapes as _shapes
 from engine.attrs import INT64, AttrError, shown
@@ -49,6 +49,7 @@ from engine.costs import ELEMENT_OP, ENV, Factors
 from engine.devices import Device
 from engine.distribution_families import bind as bind_distributions
 from engine.dtypes import DType
+from engine.dtypes import default as default_dtype
 from engine.dtypes import of as dtype_of
 from engine.fft_functions import bind as bind_fft
 from engine.forward_ad import UnpackedDualTensor, check_dual
@@ -65,7 +66,7 @@ from engine.node import RECORDING as _RECORDING
 from engine.node import GraphFreedError, Meta, Node, check_output, check_saved, reads_output
 from engine.recording import as_array as array_like
 from engine.recording import derived, note_constant, note_input, note_where, recording
-from engine.registry import OPS, OpDef, coerce, grad_fn_name, reference, scalar_dtype, trusted
+from engine.registry import OPS, OpDef, coerce, gives_floats, grad_fn_name, trusted
 from engine.runtime import bind as bind_runtime
 from engine.saving import loader, save
 from engine.shapes import Bounded, ShapeError
@@ -195,13 +196,14 @@ __all__ = [
     "Device",
     "DType",
     "dtype_of",
+    "default_dtype",
     # ops
     "OPS",
     "OpDef",
     "apply",
     "coerce",
-    "reference",
-    "scalar_dtype",
+    "gives_floats",
+    "promotion",
     "grad_fn_name",
     "trusted",
     "composite_grad_fn",

@@ -7,7 +7,7 @@ same object (still a leaf that requires grad), `x.add_(y, alpha=2)`, `h.clamp_(m
 - In grad mode, a leaf that requires grad refuses (PyTorch's error); any other Variable that
   gets a differentiable result stands for that result from now on (`_assign_recorded`): its
   grad_fn is the op's, and the op read a snapshot of the old value.
-- The result must keep the Variable's shape and a dtype it can be cast to (`same_kind`):
+- The result must keep the Variable's shape and a dtype it can be cast to (`engine.promotion.can_cast`):
   `ints += 0.5` and `x_of_shape_3 += y_of_shape_2x3` raise PyTorch's errors.
 """
 
@@ -16,6 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy
+
+from engine import promotion
 
 if TYPE_CHECKING:
     from engine.surface_types import Operand, V
@@ -73,12 +75,6 @@ OPERATORS = {
     "__ixor__": "bitwise_xor",
 }
 
-_TYPE_NAMES = {"f": "Float", "i": "Long", "u": "Byte", "b": "Bool"}
-
-
-def _type_name(dtype) -> str:
-    return _TYPE_NAMES.get(numpy.dtype(dtype).kind, str(dtype))
-
 
 def methods(functions, is_enabled) -> dict:
     """`<op>_` for each of OPS, the in-place operators, and `copy_`, over the side's `functions`."""
@@ -95,10 +91,10 @@ def methods(functions, is_enabled) -> dict:
                 f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(result.shape)}"
             )
         if result.dtype != self.dtype:
-            if not numpy.can_cast(result.dtype, self.dtype, "same_kind"):
+            if not promotion.can_cast(result.dtype, self.dtype):
                 raise RuntimeError(
-                    f"result type {_type_name(result.dtype)} can't be cast to the desired output type "
-                    f"{_type_name(self.dtype)}"
+                    f"result type {promotion.type_name(result.dtype)} can't be cast to the desired output type "
+                    f"{promotion.type_name(self.dtype)}"
                 )
             if recording and result.requires_grad:
                 result = cast(result, dtype=numpy.dtype(self.dtype).name)

@@ -24,6 +24,7 @@ SAVING: list = []  # `engine.autograd_graph.pack` while a thread has saved-tenso
 ALONE = object()  # `apply_op`'s second operand when a unary operator calls it
 NO_ATTRS: dict = {}  # an operator's attributes (shared: never changed)
 FLOATS = frozenset(type(numpy.dtype(c)) for c in "efdg")  # the dtypes that can require grad (kind "f"), by class
+FLOAT32 = numpy.dtype(numpy.float32)  # (an identity check first: the common dtype)
 
 FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after "
@@ -292,11 +293,13 @@ def times(g, v):
     return _result(out if type(out) is ndarray else _wrap(out, g._data), None)
 
 
-def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
+def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, floats=False):
     """Run `op` forward on Variables, recording a node when a gradient may be needed.
 
-    Each op has two copies of this function (`own`: its code copied; `op` and its node class as defaults): `op.call(inputs, attrs)`, and `op.operator`, its operators' method, called as (x, y) by
-    `x * y` and (x,) by `-x` (`coerce` makes a number or array operand a Variable): an operator is one frame.
+    Each op has two copies of this function (`own`: its code copied; `op`, its node class and how it casts
+    inputs of other dtypes (`engine.registry.PROMOTES`) as defaults): `op.call(inputs, attrs)`, and
+    `op.operator`, its operators' method, called as (x, y) by `x * y` and (x,) by `-x` (`coerce` makes a
+    number or array operand a Variable): an operator is one frame.
     Every op of every program comes here: one and two inputs are unrolled (and the forward called
     without a star-call when there are no attributes), and the result is made inline, since each
     call or comprehension costs about as much as the NumPy call itself on small arrays."""
@@ -320,15 +323,22 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
     forward = op.forward  # (a local: `op.forward(...)` is a method lookup CPython does not specialize)
     if two:
         x = a._data
+        y = b._data
+        dtype = x.dtype
+        if dtype is not y.dtype or floats and dtype is not FLOAT32 and dtype.kind != "f":  # PyTorch's promotion
+            if promote is not None:
+                x, y = promote((x, y))
         if not op.takes_xp:
-            out = forward(x, b._data)
+            out = forward(x, y)
         else:
             xp = numpy if type(x) is ndarray else backend.array_module(x)
-            out = forward(xp, x, b._data, **attrs) if attrs else forward(xp, x, b._data)
+            out = forward(xp, x, y, **attrs) if attrs else forward(xp, x, y)
         grad = a._requires_grad or b._requires_grad  # an input with a node requires grad
     elif len(inputs) == 1:
         a = inputs[0]
         x = a._data
+        if floats and x.dtype is not FLOAT32 and x.dtype.kind != "f":  # `sqrt` of integers: in the default dtype
+            (x,) = promote((x,))
         if not op.takes_xp:
             out = forward(x)
         else:
@@ -403,7 +413,7 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None):
     if FORWARD:
         FORWARD[0].op(op, inputs, attrs, result)
     if RECORDING:
-        _recorded(op, inputs, attrs, out)
+        _recorded(op, (x, y) if two else (x,) if len(inputs) == 1 else datas, attrs, out)
     return result
 
 
@@ -414,7 +424,7 @@ def own(function, *defaults):
     return FunctionType(function.__code__.replace(), function.__globals__, function.__name__, defaults)
 
 
-def _recorded(op, inputs, attrs, out):
+def _recorded(op, arrays, attrs, out):
     recording = RECORDING.get(get_ident())
     if recording is not None:
-        recording.step(op.name, op.forward, tuple([v._data for v in inputs]), attrs, out, op.takes_xp)
+        recording.step(op.name, op.forward, arrays, attrs, out, op.takes_xp)

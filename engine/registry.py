@@ -24,8 +24,9 @@ from types import SimpleNamespace
 
 import numpy
 
-from engine import backend, costs, shapes
+from engine import backend, costs, promotion, shapes
 from engine.attrs import REQUIRED, Attr, check, shown
+from engine.dtypes import default as default_dtype
 from engine.grad_mode import state as grad_state
 from engine.node import ALONE, FORWARD, RECORDING, OpNode, apply_op, own, passes
 from engine.recording import note_constant, tell
@@ -38,6 +39,7 @@ F = SimpleNamespace()  # the engine.<op> functions, for vjps that need ops with 
 # checks nothing, so a backward pass doesn't pay for validating the shapes it computed itself.
 trusted = SimpleNamespace()
 _DATA = operator.attrgetter("_data")
+NUMBERS = promotion.NUMBERS
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,9 @@ class OpDef:
             fits = self.arity == 1 and self.infer in KEEPS_FIT
             body = {"__slots__": (), "op": self, "freeing": freeing, "vjp": vjp, "fits": fits}
             cls = self.node_class = type(grad_fn_name(self.name), (OpNode,), body)
-            self.call, self.operator = [own(apply_op, ALONE, self, c, cls) for c in (None, coerce)]
+            # and how they cast input arrays of other dtypes (PyTorch's type promotion; `promotes`)
+            promote, floats = PROMOTES.get(self.infer), gives_floats(self)
+            self.call, self.operator = [own(apply_op, ALONE, self, c, cls, promote, floats) for c in (None, coerce)]
 
     def _call_composite(self, inputs, attrs):
         return self.forward(*inputs, **attrs)
@@ -163,65 +167,93 @@ KEEPS_FIT = frozenset(
 )
 
 
+def _astype(xp, x, dtype):
+    return x.astype(dtype)
+
+
+_CAST_ATTRS: dict = {}  # dtype -> the attributes of a recorded cast to it (one dict: recorded steps key on it)
+
+
+def _cast(arrays, dtype) -> tuple:
+    """`arrays` of `dtype`: those of another dtype cast (each cast a step of a recording, when one is made)."""
+    out = []
+    for a in arrays:
+        if a.dtype != dtype:
+            converted = a.astype(dtype)
+            if RECORDING:
+                attrs = _CAST_ATTRS.setdefault(dtype, {"dtype": dtype.name})
+                tell("cast", _astype, (a,), attrs, converted, True)
+            a = converted
+        out.append(a)
+    return tuple(out)
+
+
+def operands(arrays) -> tuple:
+    """An op's input arrays cast to their result type (add, mul, maximum, the comparisons...)."""
+    return _cast(arrays, promotion.result_type([a.shape for a in arrays], [a.dtype for a in arrays]))
+
+
+def floating_operands(arrays) -> tuple:
+    """The input arrays cast to their result type, the default dtype when that is not floating (div, atan2)."""
+    dtype = promotion.result_type([a.shape for a in arrays], [a.dtype for a in arrays])
+    return _cast(arrays, dtype if dtype.kind in "fc" else default_dtype())
+
+
+def gives_floats(op) -> bool:
+    """Whether `op` gives a floating result of integer inputs (true division, atan2, sqrt): in the default dtype."""
+    return op.infer in (shapes.floating_broadcast, shapes.floating)
+
+
+# the shape rules whose one- and two-input ops promote their inputs to one dtype (engine.promotion), and how
+# (`apply_op` calls it when its inputs' dtypes differ, or when they are integers of an op that `gives_floats`;
+# `where`, `cat` and `stack` promote in their forwards: `promotion.promoted`)
+PROMOTES = {
+    **dict.fromkeys((shapes.broadcast, shapes.compare, shapes.bitwise), operands),
+    **dict.fromkeys((shapes.floating_broadcast, shapes.floating), floating_operands),
+}
+
+
 def grad_fn_name(name: str) -> str:
     """The class name of an op's graph nodes: `log_softmax` -> `LogSoftmaxBackward`."""
     return "".join(part.capitalize() for part in name.split("_")) + "Backward"
 
 
-def reference(inputs, variable=Variable):
-    """The input whose dtype Python scalars follow: the first floating Variable, else the first Variable."""
-    first = None
-    for v in inputs:
-        if isinstance(v, variable):
-            if v.dtype.kind == "f":
-                return v
-            if first is None:  # not `first or v`: that asks bool() of a many-element Variable
-                first = v
-    return first
-
-
-def scalar_dtype(ref_dtype, value) -> numpy.dtype:
-    """The dtype a Python scalar takes next to a Variable of `ref_dtype` (None: no Variable).
-
-    NumPy's weak-scalar rule: next to a floating Variable a Python number takes its dtype, so
-    `x32 * 2.0` stays float32; a numpy.float64 counts as a Python float, as in PyTorch."""
-    if ref_dtype is None:
-        return host_array(value).dtype
-    if ref_dtype.kind == "f":
-        return ref_dtype
-    return numpy.result_type(ref_dtype, float(value) if isinstance(value, float) else value)
-
-
 def coerce(inputs):
-    """Variables from a mix of Variables, arrays and Python scalars (scalars by `scalar_dtype`)."""
+    """Variables from a mix of Variables, arrays and Python numbers: a number becomes an array of the
+    operands' result type (`engine.promotion`), alone one of its own (`host_array`'s)."""
     for v in inputs:
         if not isinstance(v, Variable):
             break
     else:
         return inputs  # the common case: nothing to convert
-    if len(inputs) == 2:  # `x * 2`, `x ** 2`: a Python number after a floating Variable takes its dtype
+    if len(inputs) == 2:  # `x * 2`, `1 - x`: a Python number beside a floating Variable takes its dtype
         a, b = inputs
         if (type(b) is float or type(b) is int) and isinstance(a, Variable) and a._data.dtype.kind == "f":
             array = backend.to_active(numpy.asarray(b, a._data.dtype))
             if RECORDING:
                 note_constant(array)
             return (a, Variable._result(array, None))
-    ref = reference(inputs)
-    ref_dtype = None if ref is None else ref._data.dtype
-    out = []
-    for v in inputs:
-        if isinstance(v, Variable):
-            out.append(v)
-        elif ref is not None and isinstance(v, (bool, int, float)):
-            array = backend.to_active(numpy.asarray(v, scalar_dtype(ref_dtype, v)))
+        if (type(a) is float or type(a) is int) and isinstance(b, Variable) and b._data.dtype.kind == "f":
+            array = backend.to_active(numpy.asarray(a, b._data.dtype))
             if RECORDING:
-                note_constant(array)  # a Python number's array: the same whatever the inputs' values
-            out.append(Variable._result(array, None))
-        else:
-            array = as_array(v)
-            if RECORDING and isinstance(v, (bool, int, float)):
                 note_constant(array)
-            out.append(Variable._result(array, None))
+            return (Variable._result(array, None), b)
+    out, arrays = [], []
+    for v in inputs:
+        if type(v) in NUMBERS:
+            arrays.append(v)
+        else:
+            if not isinstance(v, Variable):
+                v = Variable._result(as_array(v), None)
+            arrays.append(v._data)
+        out.append(v)
+    dtype = promotion.of_operands(arrays)
+    for i, v in enumerate(out):
+        if type(v) in NUMBERS:  # a Python number's array: the same whatever the inputs' values
+            array = backend.to_active(host_array(v) if dtype is None else promotion.number_array(v, dtype))
+            if RECORDING:
+                note_constant(array)
+            out[i] = Variable._result(array, None)
     return out
 
 
@@ -397,7 +429,6 @@ __all__ = [
     "coerce",
     "make_function",
     "parse_call",
-    "reference",
-    "scalar_dtype",
     "grad_fn_name",
+    "gives_floats",
 ]

@@ -13,7 +13,9 @@ from types import SimpleNamespace
 
 import numpy
 
+from engine import promotion
 from engine.dtypes import DType
+from engine.dtypes import of as dtype_of
 from engine.factory import as_dtype
 
 # PyTorch's default (rtol, atol) of assert_close by dtype
@@ -98,18 +100,17 @@ def bind(ns) -> dict:
             options["suppress"] = not sci_mode
         numpy.set_printoptions(**{k: v for k, v in options.items() if v is not None})
 
-    def _dtype_of(value):
-        return value.dtype if hasattr(value, "dtype") else value
-
     def result_type(tensor1, tensor2) -> DType:
-        """The dtype an op of the two gives, by the promotion rules the ops here follow (NumPy's)."""
-        return DType(numpy.result_type(_dtype_of(tensor1), _dtype_of(tensor2)))
+        """The dtype an op of the two (Variables or Python numbers) gives: PyTorch's (engine.promotion)."""
+        operands = (tensor1, tensor2)
+        shapes = [() if type(v) in promotion.NUMBERS else tuple(v.shape) for v in operands]
+        return dtype_of(promotion.result_type(shapes, [getattr(v, "dtype", v) for v in operands]))
 
     def promote_types(type1, type2) -> DType:
-        return DType(numpy.promote_types(as_dtype(type1), as_dtype(type2)))
+        return dtype_of(promotion.promote_types(as_dtype(type1), as_dtype(type2)))
 
     def can_cast(from_, to) -> bool:
-        return bool(numpy.can_cast(as_dtype(from_), as_dtype(to), casting="same_kind"))
+        return promotion.can_cast(as_dtype(from_), as_dtype(to))
 
     def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
         if copy:

@@ -10,6 +10,9 @@ import math
 
 import numpy
 
+from engine import promotion
+from engine.dtypes import default as default_dtype
+
 MAX_DIMS = 64  # NumPy's limit on the number of dimensions
 
 
@@ -26,12 +29,12 @@ def broadcast(shapes, dtypes, attrs):
         shape = numpy.broadcast_shapes(*shapes)
     except ValueError:
         raise ShapeError(f"shapes {_shapes(shapes)} cannot be broadcast together") from None
-    return tuple(shape), numpy.result_type(*dtypes)
+    return tuple(shape), promotion.result_type(shapes, dtypes)
 
 
 def where_rule(shapes, dtypes, attrs):
     shape, _ = broadcast(shapes, dtypes, attrs)
-    return shape, numpy.result_type(*dtypes[1:])
+    return shape, promotion.result_type(shapes[1:], dtypes[1:])
 
 
 def compare(shapes, dtypes, attrs):
@@ -53,15 +56,16 @@ def same(shapes, dtypes, attrs):
 
 
 def floating(shapes, dtypes, attrs):
+    """The input's shape; its dtype when floating, else the default dtype (`sqrt` of integers), as PyTorch's."""
     dtype = numpy.result_type(dtypes[0])
-    dtype = dtype if dtype.kind == "f" else numpy.dtype(numpy.float64)
-    return tuple(shapes[0]), dtype
+    return tuple(shapes[0]), dtype if dtype.kind in "fc" else default_dtype()
 
 
 def floating_broadcast(shapes, dtypes, attrs):
-    """Broadcast shapes; the inputs' dtype when floating, else float64 (atan2 of integers)."""
+    """Broadcast shapes; the inputs' result type when floating, else the default dtype (true division and
+    atan2 of integers)."""
     shape, dtype = broadcast(shapes, dtypes, attrs)
-    return shape, dtype if dtype.kind == "f" else numpy.dtype(numpy.float64)
+    return shape, dtype if dtype.kind in "fc" else default_dtype()
 
 
 def square(shapes, dtypes, attrs):
@@ -255,7 +259,7 @@ def cat(shapes, dtypes, attrs):
             raise ShapeError(f"cat along dimension {d}: shapes {_shapes(shapes)} differ elsewhere")
     out = list(first)
     out[d] = sum(s[d] for s in shapes)
-    return tuple(out), numpy.result_type(*dtypes)
+    return tuple(out), promotion.result_type(shapes, dtypes)
 
 
 def stack(shapes, dtypes, attrs):
@@ -265,7 +269,7 @@ def stack(shapes, dtypes, attrs):
     d = normalize_dims(attrs["dim"], len(first) + 1)[0]
     out = list(first)
     out.insert(d, len(shapes))
-    return tuple(out), numpy.result_type(*dtypes)
+    return tuple(out), promotion.result_type(shapes, dtypes)
 
 
 def cast(shapes, dtypes, attrs):

@@ -118,6 +118,8 @@ Raised, as decisions:
   ops with spectra as ComplexViews (`engine/fft_functions.py`, `engine/ops/spectral.py`, +397), and F.ctc_loss,
   grid_sample's bicubic/reflection modes and nn.AdaptiveLogSoftmaxWithLoss (`engine/nn/ctc.py`,
   `engine/nn/adaptive.py`, +303) took it to 18671.
+- engine 18700 -> 18850 (2026-11-29, session 16): PyTorch's type promotion (`engine/promotion.py`, the registry's casts
+  before an op of two dtypes, coerce's numbers; promote branch, +146) took it to 18817.
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 18700, "wire": 6075, "service": 3800, "client": 3075}
+BUDGETS = {"engine": 18850, "wire": 6075, "service": 3800, "client": 3075}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

@@ -11,6 +11,7 @@ from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.grad_mode import state as grad_state
 from engine.node import FORWARD, passes, times
+from engine.promotion import promoted
 from engine.recording import derived, fixed
 from engine.registry import F, Sample, defop, local, trusted
 
@@ -65,7 +66,7 @@ div = defop(
     takes_xp=False,
     reads=((1,), (0, 1)),
     samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
-    infer=shapes.broadcast,
+    infer=shapes.floating_broadcast,
     scratch=costs.temporaries(per_broadcast=1),  # -(x / (y * y)) and its product with g at once
     doc="x / y (true division, broadcasting; IEEE results for division by zero)",
 )
@@ -83,7 +84,8 @@ def _is_zero(a):
 
 
 def _pow_exponent_vjp(g, ans, x, y):
-    return F.where(derived(_zero_base, x, y), 0.0, g * ans * F.log(x))
+    base = x if x.dtype == ans.dtype else trusted.cast(x, dtype=ans.dtype.name)  # log(x) in the promoted dtype
+    return F.where(derived(_zero_base, x, y), 0.0, g * ans * F.log(base))
 
 
 def _power_rule(x, y):
@@ -128,6 +130,8 @@ def _pow_forward(xp, x, y):
     # x ** 2 as x * x, as NumPy's own `x ** 2` and PyTorch do (the same values; the power loop costs ~2x);
     # not on a device array, whose exponent's value would have to be fetched
     square = y.ndim == 0 and type(y) is numpy.ndarray and y.dtype == x.dtype and x.dtype.kind == "f" and y.item() == 2
+    if x.dtype.kind == "b":  # (promoted: both bool) x ** y of bools is a bool, PyTorch's; NumPy's is int8
+        return x | ~y
     return x * x if square else x**y
 
 
@@ -345,9 +349,15 @@ def _mask_sample(rng):
     return [rng.random((3, 4)) > 0.5, rng.uniform(-2, 2, (3, 4)), rng.uniform(-2, 2, (4,))]
 
 
+def _where_forward(xp, c, x, y):
+    if x.dtype is not y.dtype:  # PyTorch's type promotion (here: a recording's replay casts them too)
+        x, y = promoted((x, y))
+    return xp.where(c, x, y)
+
+
 where = defop(
     "where",
-    lambda xp, c, x, y: xp.where(c, x, y),
+    _where_forward,
     None,
     lambda g, ans, c, x, y: F.where(c, g, 0.0),
     lambda g, ans, c, x, y: F.where(c, 0.0, g),

@@ -9,6 +9,7 @@ from engine.attrs import Attr
 from engine.grad_mode import state as grad_state
 from engine.node import FORWARD
 from engine.ops.indexing import take
+from engine.promotion import promoted
 from engine.recording import derived
 from engine.registry import Sample, defop, trusted
 
@@ -216,7 +217,7 @@ def _stack_vjp(g, ans, xs, needs, dim):
 JOIN_SAMPLES = (Sample(((2, 3), (4, 3)), {"dim": 0}), Sample(((2, 3), (2, 1), (2, 2)), {"dim": -1}))
 cat = defop(
     "cat",
-    lambda xp, *xs, dim: xp.concatenate(xs, axis=dim),
+    lambda xp, *xs, dim: xp.concatenate(promoted(xs), axis=dim),
     vjp=_cat_vjp,
     variadic=True,
     attrs={"dim": Attr("int", 0)},
@@ -228,7 +229,7 @@ cat = defop(
 )
 stack = defop(
     "stack",
-    lambda xp, *xs, dim: xp.stack(xs, axis=dim),
+    lambda xp, *xs, dim: xp.stack(promoted(xs), axis=dim),
     vjp=_stack_vjp,
     variadic=True,
     attrs={"dim": Attr("int", 0)},
