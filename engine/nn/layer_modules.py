@@ -206,9 +206,47 @@ class Bilinear(_Sided):
         )
 
 
-class EmbeddingBag(_Sided):
+class _Table(_Sided):
+    """An embedding table, Embedding's and EmbeddingBag's: weight [num_embeddings, embedding_dim] from N(0, 1) with
+    its padding_idx row zero, or `_weight` as given; `padding_message`: torch's words for a padding_idx out of range
+    (they differ in case between the two)."""
+
+    padding_message = "Padding_idx must be within num_embeddings"
+
+    def _table(self, num_embeddings, embedding_dim, padding_idx, _weight, freeze, device, dtype) -> None:
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError(self.padding_message)
+            padding_idx %= num_embeddings
+        self.padding_idx = padding_idx
+        if _weight is None:
+            weight = self._ns.empty((num_embeddings, embedding_dim), device=device, dtype=dtype)
+            self.weight = self._parameter(weight, requires_grad=not freeze)
+            self.reset_parameters()
+        else:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
+            self.weight = self._parameter(_weight, requires_grad=not freeze)
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with self._ns.no_grad():
+                self.weight[self.padding_idx] = 0
+
+    @staticmethod
+    def _pretrained(embeddings):
+        if embeddings.ndim != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        return embeddings.shape
+
+
+class EmbeddingBag(_Table):
     """Sums, means or maxima of bags of rows of weight [num_embeddings, embedding_dim] (F.embedding_bag); the
-    weight from N(0, 1), its padding_idx row zero, as Embedding's."""
+    weight as Embedding's."""
+
+    padding_message = "padding_idx must be within num_embeddings"
 
     def __init__(
         self,
@@ -226,38 +264,18 @@ class EmbeddingBag(_Sided):
         dtype=None,
     ):
         super().__init__()
-        self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
+        self.mode, self.include_last_offset = mode, include_last_offset
         self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse = (
             max_norm,
             norm_type,
             scale_grad_by_freq,
             sparse,
         )
-        self.include_last_offset = include_last_offset
-        if padding_idx is not None:
-            if not -num_embeddings <= padding_idx < num_embeddings:
-                raise AssertionError("padding_idx must be within num_embeddings")
-            padding_idx %= num_embeddings
-        self.padding_idx = padding_idx
-        if _weight is None:
-            self.weight = self._parameter(self._ns.empty((num_embeddings, embedding_dim), device=device, dtype=dtype))
-            self.reset_parameters()
-        else:
-            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
-                raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
-            self.weight = self._parameter(_weight)
-
-    def reset_parameters(self) -> None:
-        init.normal_(self.weight)
-        if self.padding_idx is not None:
-            with self._ns.no_grad():
-                self.weight[self.padding_idx] = 0
+        self._table(num_embeddings, embedding_dim, padding_idx, _weight, False, device, dtype)
 
     @classmethod
     def from_pretrained(cls, embeddings, freeze=True, **kwargs):
-        if embeddings.ndim != 2:
-            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
-        bag = cls(*embeddings.shape, _weight=embeddings, **kwargs)
+        bag = cls(*cls._pretrained(embeddings), _weight=embeddings, **kwargs)
         bag.weight.requires_grad = not freeze
         return bag
 

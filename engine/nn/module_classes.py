@@ -25,7 +25,7 @@ from engine.devices import Device
 from engine.nn import functional as F
 from engine.nn import hooks, init
 from engine.nn.activation_modules import ACTIVATIONS
-from engine.nn.layer_modules import LAYERS
+from engine.nn.layer_modules import LAYERS, _Table
 from engine.nn.loss_modules import LOSSES, _Loss, _WeightedLoss
 from engine.nn.norm_modules import NORMS, affine_parameters
 from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNCell
@@ -730,7 +730,7 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-class Embedding(Module):
+class Embedding(_Table, Module):
     """Rows of weight [num_embeddings, embedding_dim] (from N(0, 1); the padding_idx row zero) at the indices."""
 
     def __init__(
@@ -748,34 +748,13 @@ class Embedding(Module):
         dtype=None,
     ):
         super().__init__()
-        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        if padding_idx is not None:
-            if not -num_embeddings <= padding_idx < num_embeddings:
-                raise AssertionError("Padding_idx must be within num_embeddings")
-            padding_idx %= num_embeddings
-        self.padding_idx = padding_idx
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
-        if _weight is None:
-            weight = self._ns.empty((num_embeddings, embedding_dim), device=device, dtype=dtype)
-            self.weight = self._parameter(weight, requires_grad=not _freeze)
-            self.reset_parameters()
-        else:
-            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
-                raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
-            self.weight = self._parameter(_weight, requires_grad=not _freeze)
-
-    def reset_parameters(self) -> None:
-        init.normal_(self.weight)
-        if self.padding_idx is not None:
-            with self._ns.no_grad():
-                self.weight[self.padding_idx] = 0
+        self._table(num_embeddings, embedding_dim, padding_idx, _weight, _freeze, device, dtype)
 
     @classmethod
     def from_pretrained(cls, embeddings, freeze: bool = True, padding_idx=None, **kwargs):
-        if embeddings.ndim != 2:
-            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
-        rows, cols = embeddings.shape
+        rows, cols = cls._pretrained(embeddings)
         return cls(rows, cols, padding_idx=padding_idx, _weight=embeddings, _freeze=freeze, **kwargs)
 
     def forward(self, input):
