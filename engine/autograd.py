@@ -19,7 +19,7 @@ import numpy
 from engine import interrupt
 from engine.anomaly_mode import check_nan, nan_check_on
 from engine.backend import array_module
-from engine.compat import NAME_OF
+from engine.compat import type_name
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from engine.grad_mode import state as grad_state
 from engine.node import FORWARD, RECORDING, Meta, Node, _wrap
@@ -141,16 +141,10 @@ def _hooked(watch, g):
             if out.dtype != g.dtype:
                 raise RuntimeError(
                     f"hook '{getattr(hook, '__name__', hook)}' has changed the type of value "
-                    f"(was {_type_name(g.dtype)} got {_type_name(out.dtype)})"
+                    f"(was {type_name(g.dtype)} got {type_name(out.dtype)})"
                 )
             g = out if isinstance(out, Variable) else _result(as_array(out), None)
     return g
-
-
-def _type_name(dtype) -> str:
-    """PyTorch's legacy name of a tensor type in its hook errors: torch.FloatTensor."""
-    name = NAME_OF.get(numpy.dtype(dtype).name)
-    return f"torch.{name}" if name else str(dtype)
 
 
 def _watched(node, g, capture, into_grad):

@@ -27,6 +27,14 @@ DTYPE_OF = {
     "BoolTensor": "bool",
 }
 NAME_OF = {dtype: name for name, dtype in DTYPE_OF.items()}
+
+
+def type_name(dtype) -> str:
+    """PyTorch's legacy name of a tensor type ('torch.FloatTensor'): `x.type()`'s, and a hook error's."""
+    name = numpy.dtype(dtype).name
+    return "torch." + NAME_OF.get(name, name)
+
+
 CAST_METHODS = {
     "float": "float32",
     "double": "float64",
@@ -95,7 +103,7 @@ def spellings(constructors, cast) -> tuple[dict, dict]:
     def type_(self, dtype: Any = None) -> Any:
         """`x.type()`: the tensor type's name ('torch.FloatTensor'); `x.type(T)`: x converted to T."""
         if dtype is None:
-            return "torch." + NAME_OF.get(numpy.dtype(self.dtype).name, numpy.dtype(self.dtype).name)
+            return type_name(self.dtype)
         target = dtype_of(dtype)
         return self if numpy.dtype(self.dtype).name == target else cast(self, target)
 
