@@ -20,7 +20,7 @@ from client.serialize import Builder, NeedsGraph, builder_for
 from client.state import current_phase, current_session, mode
 from client.transports import Call
 from client.variable import Variable, as_host_array
-from engine.api import accumulate_grad, anomaly_mode, walk
+from engine.api import accumulate_grad, anomaly_mode, run_hooks, walk, watch_of
 
 if TYPE_CHECKING:
     from engine.api import Operand
@@ -82,9 +82,12 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
     retain = bool(create_graph if retain_graph is None else retain_graph)
     yield from flush(session)
     processed, getting = walk(outputs, targets)
+    observed = _observed(processed, getting)  # non-leaves whose hooks see their gradients (not kept in .grad)
     # (a Variable that gets a gradient, the Value it is the gradient of; None: the leaf's own)
     holders = [
-        (v, None if v._node is None else v._node.value) for v in getting if v._node is None or v._node.value is not None
+        (v, None if v._node is None else v._node.value)
+        for v in [*getting, *observed]
+        if v._node is None or v._node.value is not None
     ]
     if session._in_flight and any(v.grad is not None for v, _ in holders):
         yield ("settle",)  # a gradient accumulated onto may be one the step in flight uses (`check_not_consumed`)
@@ -95,6 +98,7 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
         yield from fetching(session, [g._graph_value() for g in seeds if isinstance(g, Variable) and not g._has_value])
         output_values = [o._graph_value() for o in outputs]
         grads = yield from _requesting(session, outputs, output_values, seeds, holders, retain)
+    grads = _through_hooks(processed, grads, observed)
     if not retain:
         for node in processed:
             node.free()
@@ -103,8 +107,53 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
     if targets is None:
         for holder, g in grads.items():
             accumulate_grad(holder, g, lambda g: g, _may_update, create_graph)
+            watch = watch_of(holder, make=False) if holder._node is None else None
+            for hook in list(watch.post.values()) if watch is not None else ():
+                hook(holder)
         return None
     return tuple(grads.get(t) for t in targets)
+
+
+def _observed(processed, getting) -> list:
+    """The non-leaf Variables, not already getting a gradient, whose nodes in `processed` carry hooks."""
+    got = {id(v) for v in getting}
+    found = []
+    for node in processed:
+        watch = node.retained
+        var = None if watch is None or not watch.hooks else watch()
+        if var is not None and var._node is node and id(var) not in got:
+            found.append(var)
+    return found
+
+
+def _through_hooks(processed, grads: dict, observed) -> dict:
+    """A backward's gradients through the hooks (`register_hook`) of the Variables they belong to, as the engine's
+    walk runs them: the non-leaves' in the walk's order, then the leaves'. The server computed the walk in one
+    request, so a non-leaf's hook may read its gradient but not replace it (what it sends on was already sent):
+    one that returns another value is refused before any `.grad` changes. The observed non-leaves are dropped."""
+    if not any(watch_of(v, make=False) is not None for v in grads):
+        return grads
+    for node in processed:
+        watch = node.retained
+        var = None if watch is None or not watch.hooks else watch()
+        if var is None or var._node is not node or var not in grads:
+            continue
+        g = grads[var]
+        out = run_hooks(watch, g, Variable._leaf)
+        if out is not g:
+            raise NotImplementedError(
+                f"a hook on a client Variable with a grad_fn ({node.name}) returned a new gradient: the server "
+                "computed the whole backward in one request, so a non-leaf's hook can read its gradient but not "
+                "replace it (a leaf's hook can; or take autograd.grad(outputs, [v]), change the gradient and "
+                "continue with backward(v, changed))"
+            )
+    for var in observed:
+        del grads[var]
+    for var, g in grads.items():
+        watch = watch_of(var, make=False) if var._node is None else None
+        if watch is not None and watch.hooks:
+            grads[var] = run_hooks(watch, g, Variable._leaf)
+    return grads
 
 
 def _requesting(session, outputs, output_values, seeds, holders, retain):

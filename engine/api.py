@@ -38,9 +38,11 @@ from engine.autograd import (
     check_unused,
     grad,
     grad_arguments,
+    run_hooks,
     stacked_rows,
     unused_rule,
     walk,
+    watch_of,
 )
 from engine.autograd_functional import Functional
 from engine.autograd_graph import namespace as autograd_graph
@@ -237,6 +239,8 @@ __all__ = [
     "check_unused",
     "stacked_rows",
     "unused_rule",
+    "run_hooks",
+    "watch_of",
     "GradMode",
     "no_grad",
     "enable_grad",

@@ -132,7 +132,9 @@ def watch_of(var, make=True):
     return watch
 
 
-def _hooked(watch, g):
+def _hooked(watch, g, wrap=None):
+    """`g` through `watch`'s hooks in order, each one's value (if not None) replacing it; `wrap` makes a Variable of
+    the side's kind (the client's) from an array a hook returned."""
     for hook in list(watch.hooks.values()):
         out = hook(g)
         if out is not None:
@@ -143,8 +145,14 @@ def _hooked(watch, g):
                     f"hook '{getattr(hook, '__name__', hook)}' has changed the type of value "
                     f"(was {type_name(g.dtype)} got {type_name(out.dtype)})"
                 )
-            g = out if isinstance(out, Variable) else _result(as_array(out), None)
+            if wrap is not None:
+                g = out if isinstance(out, type(g)) else wrap(out)
+            else:
+                g = out if isinstance(out, Variable) else _result(as_array(out), None)
     return g
+
+
+run_hooks = _hooked  # (the client's name for it: `client.autograd` runs a backward's hooks after its request)
 
 
 def _watched(node, g, capture, into_grad):

@@ -45,7 +45,7 @@ from engine.sampling import Sampling
 from engine.surface_methods import METHOD_OPS, SurfaceMethods
 from engine.surface_types import MaxMin
 from engine.tensor_data import plain
-from engine.variable import Variable, format_variable
+from engine.variable import format_variable
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -207,11 +207,6 @@ class RemovableHandle:
 
 
 def _hook(self, hook, post) -> RemovableHandle:
-    if not isinstance(self, Variable):
-        raise NotImplementedError(
-            "a client Variable takes no gradient hooks: its backward is one request, computed by the server; "
-            "take autograd.grad(outputs, [v]), change the gradient and continue with backward(v, changed)"
-        )
     if not self.requires_grad:
         raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
     if post and self._node is not None:

@@ -140,11 +140,13 @@ def test_a_leaf_with_hooks_is_not_kept_alive_by_them():
     assert len(LEAF_WATCH) == before
 
 
-def test_a_client_variable_refuses_hooks_and_says_why():
+def test_a_client_non_leaf_reads_its_gradient_in_a_hook_beside_retain_grad():
+    """(tests/client/test_client_tensor_hooks.py has the client's hooks against torch.)"""
     x = client.tensor(X.copy(), requires_grad=True)
-    with pytest.raises(NotImplementedError, match="its backward is one request, computed by the server"):
-        (x * 2).register_hook(lambda g: g)
+    seen = []
     y = x * 2
+    y.register_hook(lambda g: seen.append(g.numpy().copy()))
     y.retain_grad()
     (y * y).sum().backward()
     np.testing.assert_allclose(y.grad.numpy(), 2 * 2 * X)
+    np.testing.assert_allclose(seen[0], 2 * 2 * X)
