@@ -122,6 +122,7 @@ class Unpickler:
                 f"Trying to load unsupported GLOBAL {full_path} whose module {module} is blocked."
             )
         if full_path not in self.allowed:
+            full_path = full_path.removeprefix("builtins.")  # torch names a builtin as `eval`
             raise pickle.UnpicklingError(
                 f"Unsupported global: GLOBAL {full_path} was not an allowed global by default."
             )

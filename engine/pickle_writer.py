@@ -62,20 +62,7 @@ class Writer:
         elif isinstance(obj, tuple):
             self.items(obj, pickle.EMPTY_TUPLE, pickle.TUPLE)
         elif isinstance(obj, (list, dict)):
-            ordered = isinstance(obj, OrderedDict)
-            self.reduce(("collections", "OrderedDict"), ()) if ordered else write(
-                pickle.EMPTY_DICT if isinstance(obj, dict) else pickle.EMPTY_LIST
-            )
-            self.put(obj)
-            if obj:
-                self.items(
-                    [x for pair in obj.items() for x in pair] if isinstance(obj, dict) else obj,
-                    b"",
-                    pickle.SETITEMS if isinstance(obj, dict) else pickle.APPENDS,
-                )
-            if ordered and vars(obj):
-                self.save(dict(vars(obj)))
-                write(pickle.BUILD)
+            self.container(obj)
         elif isinstance(obj, (bytes, set, frozenset)):
             args = (obj.decode("latin1"), "latin1") if isinstance(obj, bytes) else (list(obj),)
             self.reduce(("_codecs", "encode") if isinstance(obj, bytes) else ("builtins", "set"), args)
@@ -84,6 +71,22 @@ class Writer:
                 f"save: cannot save a {type(obj).__name__}: gradserve saves Variables, arrays, numbers, strings and "
                 "dicts, lists and tuples of them (a module's or an optimizer's state_dict()), as torch.load(weights_only=True) reads them"
             )
+
+    def container(self, obj: list | dict) -> None:
+        """A list or dict, memoized before its items as pickle's are (so it may hold itself); an OrderedDict's
+        attributes (a state_dict's `_metadata`) follow with BUILD."""
+        if isinstance(obj, OrderedDict):
+            self.reduce(("collections", "OrderedDict"), ())
+        else:
+            self.out.write(pickle.EMPTY_DICT if isinstance(obj, dict) else pickle.EMPTY_LIST)
+        self.put(obj)
+        if isinstance(obj, dict):
+            self.items([x for pair in obj.items() for x in pair], b"", pickle.SETITEMS)
+        else:
+            self.items(obj, b"", pickle.APPENDS)
+        if isinstance(obj, OrderedDict) and vars(obj):
+            self.save(dict(vars(obj)))
+            self.out.write(pickle.BUILD)
 
     def integer(self, n: int) -> None:
         if 0 <= n < 256:
@@ -138,17 +141,13 @@ class Writer:
         for item in (key, "cpu", self.storages[key].size):
             self.save(item)
         self.out.write(pickle.TUPLE + pickle.BINPERSID)
-        for item in (
-            offset,
-            tuple(array.shape),
-            strides,
-            bool(obj.requires_grad) and not parameter if variable else False,
-        ):
+        requires_grad = variable and bool(obj.requires_grad)
+        for item in (offset, tuple(array.shape), strides, requires_grad and not parameter):
             self.save(item)
         self.reduce(("collections", "OrderedDict"), ())
         self.out.write(pickle.TUPLE + pickle.REDUCE)
         if parameter:
-            self.save(bool(obj.requires_grad))
+            self.save(requires_grad)
             self.reduce(("collections", "OrderedDict"), ())
             self.out.write(pickle.TUPLE + pickle.REDUCE)
         self.put(obj)

@@ -110,9 +110,8 @@ def allowlist(ns: Any) -> dict:
         needed = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if all(size) else 0
         if len(size) != len(stride) or min((offset, *size, *stride)) < 0 or needed > array.size:
             raise RuntimeError(
-                f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, and itemsize "
-                f"{itemsize} requiring a storage size of {needed * itemsize} are out of bounds for storage of size "
-                f"{array.nbytes}"
+                f"Trying to resize storage that is not resizable: sizes {list(size)}, strides {list(stride)} and "
+                f"storage offset {offset} need {needed} elements of a storage of {array.size}"
             )
         view = numpy.lib.stride_tricks.as_strided(array[offset:], size, [s * itemsize for s in stride])
         variable = ns.from_numpy(view)
@@ -153,8 +152,27 @@ def allowlist(ns: Any) -> dict:
     return allowed
 
 
+def read_storage(archive: zipfile.ZipFile, name: str, dtype: str, numel: int, order: str) -> numpy.ndarray:
+    """A storage's bytes as a writable array of `dtype` in this machine's byte order (bfloat16 as float32)."""
+    stored = numpy.dtype("uint16" if dtype == "bfloat16" else dtype).newbyteorder("<" if order == "little" else ">")
+    data = bytearray(archive.read(name))
+    if len(data) != numel * stored.itemsize:
+        raise RuntimeError(
+            f"record size ({len(data)} bytes) does not match expected size ({numel * stored.itemsize} bytes)"
+        )
+    array = numpy.frombuffer(data, stored)
+    array = array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+    if dtype != "bfloat16":
+        return array
+    warnings.warn(
+        "load: a bfloat16 tensor loads as float32 (exactly): NumPy has no bfloat16", UserWarning, stacklevel=7
+    )
+    return (array.astype(numpy.uint32) << 16).view(numpy.float32)
+
+
 def storages(archive: zipfile.ZipFile, prefix: str, map_location: Any) -> Any:
-    """The persistent_load of a file's storages: each key's bytes once, as an array of its dtype."""
+    """The persistent_load of a file's storages: each key's bytes once, as an array of its dtype, on the CPU
+    (a storage of a CUDA device needs a `map_location`, as in torch without CUDA)."""
     loaded: dict = {}
     order = archive.read(f"{prefix}byteorder").decode() if f"{prefix}byteorder" in archive.namelist() else "little"
 
@@ -162,29 +180,20 @@ def storages(archive: zipfile.ZipFile, prefix: str, map_location: Any) -> Any:
         storage_type, key, location = pid[1], str(pid[2]), str(pid[3])
         if isinstance(storage_type, Refused):
             storage_type()
+        if not isinstance(storage_type, StorageType):
+            raise pickle.UnpicklingError(f"persistent_load: {storage_type!r:.80} is not a storage type")
+        if key not in loaded:
+            loaded[key] = read_storage(archive, f"{prefix}data/{key}", storage_type.dtype, int(pid[4]), order)
+        mapped = map_location(loaded[key], location) if callable(map_location) else None
+        if mapped is not None:
+            return mapped
         if isinstance(map_location, dict):
-            location = map_location.get(location, location)
+            location = str(map_location.get(location, location))
         elif map_location is not None and not callable(map_location):
             location = str(map_location)
         if location.startswith("cuda"):
             raise RuntimeError(CPU_ONLY)
-        if key not in loaded:
-            dtype = storage_type.dtype
-            raw = numpy.frombuffer(
-                bytearray(archive.read(f"{prefix}data/{key}")),
-                numpy.dtype("uint16" if dtype == "bfloat16" else dtype).newbyteorder("<" if order == "little" else ">"),
-            )
-            array = raw if raw.dtype.isnative else raw.astype(raw.dtype.newbyteorder("="))
-            if dtype == "bfloat16":
-                warnings.warn(
-                    "load: a bfloat16 tensor loads as float32 (exactly): NumPy has no bfloat16",
-                    UserWarning,
-                    stacklevel=4,
-                )
-                array = (array.astype(numpy.uint32) << 16).view(numpy.float32)
-            loaded[key] = array
-        result = map_location(loaded[key], location) if callable(map_location) else None
-        return loaded[key] if result is None else result
+        return loaded[key]
 
     return persistent_load
 
@@ -249,7 +258,7 @@ def loader(ns: Any) -> Any:
             return read(f if f.seekable() else io.BytesIO(f.read()), map_location)
         except pickle.UnpicklingError as error:
             raise pickle.UnpicklingError(WEIGHTS_ONLY + str(error)) from None
-        except (ValueError, KeyError, OSError, EOFError) as error:
+        except (ValueError, KeyError, IndexError, OSError, EOFError) as error:
             raise RuntimeError(f"load: not a file torch.save or gradserve's save wrote ({error})") from error
 
     return load
