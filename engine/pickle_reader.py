@@ -86,9 +86,8 @@ class Unpickler:
                     "Can only create new object for nn.Parameter or classes allowlisted via `add_safe_globals` "
                     f"but got {cls}"
                 )
-            stack.append(
-                cls(*args) if cls is self.allowed.get("torch.nn.parameter.Parameter") else cls.__new__(cls, *args)
-            )
+            parameter = cls is self.allowed.get("torch.nn.parameter.Parameter")
+            stack.append(cls(*args) if parameter else cls.__new__(cls, *args))
         elif key == pickle.BUILD:
             self.build(stack.pop(), stack[-1])
         elif key in (pickle.APPEND, pickle.APPENDS):

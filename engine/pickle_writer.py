@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy
 
+from engine.devices import Device
 from engine.dtypes import DType
 from engine.surface_types import VariableSurface
 
@@ -27,7 +28,7 @@ STORAGES.update({"int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Boo
 class Writer:
     """`Writer().dump(obj)`: the pickle's bytes; then `storages`, each key's array (C-contiguous) in order."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.out = io.BytesIO()
         self.memo: dict = {}
         self.storages: dict = {}  # key -> the array whose bytes are data/<key>
@@ -55,6 +56,8 @@ class Writer:
             write(pickle.BINUNICODE + struct.pack("<I", len(data)) + data)
         elif isinstance(obj, DType):
             self.glob("torch", obj.name)
+        elif isinstance(obj, Device):
+            self.reduce(("torch", "device"), (str(obj),))
         elif id(obj) in self.memo:
             self.get(self.memo[id(obj)])
         elif isinstance(obj, (VariableSurface, numpy.ndarray)):

@@ -124,18 +124,29 @@ def allowlist(ns: Any) -> dict:
             else rebuild(storage, offset, size, stride, requires_grad, dtype=dtype.dtype)
         )
 
+    def attributes(variable, state):  # a tensor's Python attributes (`t.note = 1`), where the Variable takes them
+        dropped = []
+        for name, value in (state if isinstance(state, dict) else {}).items():
+            try:
+                setattr(variable, name, value)
+            except AttributeError:
+                dropped.append(name)
+        if dropped:
+            warnings.warn(
+                f"load: a Variable takes no attribute {', '.join(dropped)}: not set", UserWarning, stacklevel=7
+            )
+        return variable
+
     def parameter(data, requires_grad, hooks, state=None):
-        return ns.nn.Parameter(data, requires_grad=requires_grad)
+        return attributes(ns.nn.Parameter(data, requires_grad=requires_grad), state)
 
     def from_type(func, new_type, args, state):
         result = func(*args)
         if new_type is ns.nn.Parameter and not isinstance(result, ns.nn.Parameter):
             result = ns.nn.Parameter(result, requires_grad=result.requires_grad)
-        for name, value in (state or {}).items():
-            setattr(result, name, value)
-        return result
+        return attributes(result, state)
 
-    allowed = {f"torch.{name}": Refused(f"torch.{name}") for name in ALSO_ALLOWED}
+    allowed: dict[str, Any] = {f"torch.{name}": Refused(f"torch.{name}") for name in ALSO_ALLOWED}
     allowed.update({f"torch.{kind}Storage": StorageType(dtype) for kind, dtype in STORAGE_DTYPES.items()})
     allowed.update({f"torch.cuda.{kind}Storage": StorageType(dtype) for kind, dtype in STORAGE_DTYPES.items()})
     allowed.update({f"torch.{dtype}": getattr(ns, dtype) for dtype in STORAGE_DTYPES.values()})

@@ -82,6 +82,14 @@ def test_bfloat16_loads_as_float32_exactly_with_a_warning():
     np.testing.assert_array_equal(got["w"].numpy(), values.float().numpy())
 
 
+def test_a_tensors_python_attributes_are_not_set_with_a_warning(torch_like):
+    tensor, parameter = torch.ones(2), torch.nn.Parameter(torch.zeros(2))
+    tensor.note, parameter.note = "a", "b"  # pickled through _rebuild_from_type_v2 and _rebuild_parameter_with_state
+    with pytest.warns(UserWarning, match="a Variable takes no attribute note: not set"):
+        got = torch_like.load(io.BytesIO(_written_by_torch([tensor, parameter])))
+    assert got[0].tolist() == [1.0, 1.0] and isinstance(got[1], torch_like.nn.Parameter) and got[1].requires_grad
+
+
 def test_what_save_writes_loads_in_torch_weights_only(torch_like):
     linear = torch_like.nn.Linear(3, 2)
     weight = linear.weight
@@ -95,6 +103,7 @@ def test_what_save_writes_loads_in_torch_weights_only(torch_like):
         "tensors": tensors,
         "nested": [1, (2.5, "x", None, True), {"k": [b"by", -(2**70)]}, OrderedDict(a=np.float32(0.5))],
         "array": np.arange(3.0),
+        "where": torch_like.device("cpu"),
     }
     buffer = io.BytesIO()
     torch_like.save(obj, buffer)
@@ -109,6 +118,7 @@ def test_what_save_writes_loads_in_torch_weights_only(torch_like):
         assert tensor.dtype == getattr(torch, name) and tensor.tolist() == np.arange(4).astype(name).tolist()
     assert got["nested"] == [1, (2.5, "x", None, True), {"k": [b"by", -(2**70)]}, OrderedDict(a=0.5)]
     assert got["array"].dtype == torch.float64 and got["array"].tolist() == [0.0, 1.0, 2.0]
+    assert got["where"] == torch.device("cpu")
 
 
 def test_views_of_one_buffer_are_saved_as_one_storage():
