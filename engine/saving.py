@@ -19,6 +19,7 @@ import io
 import json
 import os
 import pickle
+import struct
 import sys
 import warnings
 import zipfile
@@ -269,7 +270,9 @@ def loader(ns: Any) -> Any:
             return read(f if f.seekable() else io.BytesIO(f.read()), map_location)
         except pickle.UnpicklingError as error:
             raise pickle.UnpicklingError(WEIGHTS_ONLY + str(error)) from None
-        except (ValueError, KeyError, IndexError, OSError, EOFError) as error:
-            raise RuntimeError(f"load: not a file torch.save or gradserve's save wrote ({error})") from error
+        except (ValueError, KeyError, IndexError, OSError, EOFError, struct.error) as error:
+            raise RuntimeError(
+                f"load: not a file torch.save or gradserve's save wrote ({type(error).__name__}: {error})"
+            ) from error
 
     return load
