@@ -4,7 +4,8 @@ inputs, `forward`, forward hooks (which may replace the output), the backward ho
 
 A full backward hook gets (module, grad_input, grad_output) once the gradients of the module's tensor
 arguments are computed, and what it returns replaces grad_input. It rides on tensor hooks of identity
-views of the arguments and outputs, so it needs an engine Variable (a client's backward is one request)."""
+views of the arguments and outputs: on the client those run when the backward's answer arrives, so they read the
+gradients and a hook that replaces one is refused (`client.autograd`)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,12 @@ from collections import OrderedDict
 
 from engine.grad_mode import is_grad_enabled
 from engine.surface import RemovableHandle
+from engine.surface_types import VariableSurface
 from engine.user_warnings import warn
-from engine.variable import Variable
 
 
 def add(module, kind: str, hook, prepend: bool = False, **flags) -> RemovableHandle:
     """Register `hook` in `module`'s hooks of `kind` (an OrderedDict by handle id)."""
-    if kind.startswith("_backward") and not issubclass(module._ns.Variable, Variable):
-        raise NotImplementedError(
-            "a client module takes no backward hooks: its backward is one request, computed by the server; "
-            "use forward hooks, or autograd.grad on the module's output and inputs"
-        )
     hooks: OrderedDict = module.__dict__[kind]
     handle = RemovableHandle(hooks)
     hooks[handle.id] = (hook, flags)
@@ -71,7 +67,7 @@ class _BackwardCall:
     def _watched(self, values, arrive, waiting):
         values, grads = list(values), []
         for i, value in enumerate(values):
-            if isinstance(value, Variable):
+            if isinstance(value, VariableSurface):
                 grads.append(None)
                 if value.requires_grad:
                     values[i] = value.view_as(value)

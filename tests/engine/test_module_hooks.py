@@ -2,7 +2,7 @@
 `with_kwargs`, `prepend`), full backward hooks (grad_input and grad_output, a returned grad_input replacing it,
 a first layer whose input needs no gradient) and full backward pre-hooks, removable handles; and the Grad-CAM
 recipe (a forward hook keeping a layer's activation, a backward hook its gradient) giving PyTorch's map. Each
-program runs on the engine and on torch in float64; the client runs forward hooks and refuses backward ones."""
+program runs on the engine and on torch in float64; the client refuses a backward hook that replaces a gradient."""
 
 from __future__ import annotations
 
@@ -123,11 +123,15 @@ def test_grad_cam_gives_pytorchs_map():
     assert want[0].shape == (1, 8, 8) and want[0].any()
 
 
-def test_a_client_module_runs_forward_hooks_and_refuses_backward_ones():
+def test_a_client_module_runs_forward_hooks_and_refuses_a_backward_hook_that_replaces_a_gradient():
+    """(tests/client/test_client_module_hooks.py has the client's backward hooks against torch.)"""
     layer = linear(client, W, B)
     kept = []
     layer.register_forward_hook(lambda mod, args, out: kept.append(out))
     y = layer(client.tensor(X))
     np.testing.assert_allclose(kept[0].numpy(), y.numpy())
-    with pytest.raises(NotImplementedError, match="its backward is one request, computed by the server"):
-        layer.register_full_backward_hook(lambda mod, gi, go: None)
+    layer.register_full_backward_hook(lambda mod, gi, go: (gi[0] * 3,))
+    x = client.tensor(X, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="the server computed the whole backward in one request"):
+        (layer(x) ** 2).sum().backward()
+    assert x.grad is None and layer.weight.grad is None
