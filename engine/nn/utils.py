@@ -1,6 +1,6 @@
 """`torch.nn.utils`: gradient clipping, parameters as one vector and `rnn.pad_sequence`, written once for every Variable class
-(PyTorch's formulas, in its order of operations, on the Variables' public methods); `parametrize`, `parametrizations`
-and the hook-based `weight_norm`/`spectral_norm` (`engine.nn.norm_hooks`) are their own files."""
+(PyTorch's formulas, in its order of operations, on the Variables' public methods); `parametrize`, `parametrizations`,
+packed sequences (`engine.nn.packing`) and the hook-based `weight_norm`/`spectral_norm` (`engine.nn.norm_hooks`) are their own files."""
 
 from __future__ import annotations
 
@@ -100,6 +100,8 @@ def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.
     if padding_side not in ("left", "right"):
         raise ValueError(f"Expected padding_side to be one of left or right, but got {padding_side}.")
     sequences = list(sequences)
+    if not sequences:
+        raise RuntimeError("received an empty list of sequences")
     ns = _ns(sequences[0])
     longest = max(s.shape[0] for s in sequences)
     padded = []
@@ -109,6 +111,10 @@ def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.
     return ns.stack(padded, dim=0 if batch_first else 1)
 
 
-rnn = types.SimpleNamespace(pad_sequence=pad_sequence)  # torch.nn.utils.rnn
+from engine.nn import packing  # noqa: E402
+
+rnn = types.SimpleNamespace(
+    pad_sequence=pad_sequence, **{k: getattr(packing, k) for k in packing.__all__}
+)  # nn.utils.rnn
 from engine.nn import parametrizations, parametrize  # noqa: E402  (torch.nn.utils.parametrize, parametrizations)
 from engine.nn.norm_hooks import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm  # noqa: E402
