@@ -28,6 +28,9 @@ globals().update(_SURFACE)
 from engine import autograd, forward_ad, func, nn, optim  # noqa: E402,F401
 from engine.autograd_functional import Functional  # noqa: E402
 from engine.nn import stateless  # noqa: E402,F401
+from engine.optim import averaging  # noqa: E402
+
+optim.swa_utils = averaging.bind(nn)  # type: ignore[attr-defined]  (torch.optim.swa_utils: nn's AveragedModel)
 
 # torch.autograd.functional on the names above, and torch.autograd's other names
 autograd.functional = Functional(sys.modules[__name__])  # type: ignore[attr-defined,no-untyped-call]

@@ -37,6 +37,7 @@ PATHS = {
     "random": "random",
     "optim.optimizer": "optim",
     "optim.lr_scheduler": "optim.lr_scheduler",
+    "optim.swa_utils": "optim.swa_utils",
     "nn.grad": "nn.grad",
     "nn.utils": "nn.utils",
     "nn.utils.rnn": "nn.utils.rnn",
