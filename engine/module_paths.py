@@ -41,6 +41,8 @@ PATHS = {
     "nn.grad": "nn.grad",
     "nn.utils": "nn.utils",
     "nn.utils.rnn": "nn.utils.rnn",
+    "nn.utils.fusion": "nn.utils.fusion",
+    "nn.utils.stateless": "nn.utils.stateless",
     "nn.utils.parametrize": "nn.utils.parametrize",
     "nn.utils.parametrizations": "nn.utils.parametrizations",
     "nn.utils.clip_grad": "nn.utils",
