@@ -30,7 +30,8 @@ from engine.autograd_functional import Functional  # noqa: E402
 from engine.nn import stateless  # noqa: E402,F401
 from engine.optim import averaging  # noqa: E402
 
-optim.swa_utils = averaging.bind(nn)  # type: ignore[attr-defined]  (torch.optim.swa_utils: nn's AveragedModel)
+# torch.optim.swa_utils, its AveragedModel an engine nn.Module
+optim.swa_utils = averaging.bind(nn)
 
 # torch.autograd.functional on the names above, and torch.autograd's other names
 autograd.functional = Functional(sys.modules[__name__])  # type: ignore[attr-defined,no-untyped-call]

@@ -4,7 +4,6 @@ expressions, are fetched together: one `/forward` per `optimizer.step()` against
 With `resident=True` on a remote session the optimizers keep their parameters on the server instead
 (`client.optim.resident`): a step sends its batch and the update only."""
 
-from client import nn as _nn
 from client.optim import lr_scheduler
 from client.optim.resident import Resident
 from client.session import current_session
@@ -12,7 +11,7 @@ from client.state import mode
 from client.variable import Variable
 from engine import optim as engine_optim
 from engine.nn.missing import missing
-from engine.optim import Optimizer, averaging, optimizer
+from engine.optim import Optimizer, optimizer
 
 
 def _realise(variables) -> None:
@@ -43,7 +42,6 @@ class RMSprop(Resident, engine_optim.RMSprop):
 Adagrad, NAdam, RAdam = engine_optim.Adagrad, engine_optim.NAdam, engine_optim.RAdam
 Adamax, Adadelta, ASGD, Rprop = engine_optim.Adamax, engine_optim.Adadelta, engine_optim.ASGD, engine_optim.Rprop
 LBFGS = engine_optim.LBFGS
-swa_utils = averaging.bind(_nn)  # torch.optim.swa_utils, its AveragedModel a client nn.Module
 
 __all__ = [
     "Optimizer",
@@ -60,6 +58,6 @@ __all__ = [
     "Rprop",
     "LBFGS",
     "lr_scheduler",
-    "swa_utils",
+    "swa_utils",  # (bound to client.nn by `client`)
 ]
 __getattr__ = missing("torch.optim")

@@ -1,5 +1,5 @@
-"""`torch.nn.utils.rnn`'s packed sequences, written once for every side: `PackedSequence` and the functions that
-pack, pad and split them, each a single gather (`getitem` with an integer array, after a `cat` of one padding row
+"""`torch.nn.utils.rnn`, written once for every side: `pad_sequence`, `PackedSequence` and the functions that pack,
+pad and split packed sequences, each one gather (`getitem` with an integer array; after a `cat` of one padding row
 for `pad_packed_sequence`) so that gradients flow through them as through any op. Batch sizes, lengths and the
 permutations are plain integers read once (a remote client fetches computed lengths); the recurrent modules run
 a PackedSequence in `engine.nn.sequence`."""
@@ -13,6 +13,7 @@ import numpy
 from engine.nn.sides import _ns
 
 __all__ = [
+    "pad_sequence",
     "PackedSequence",
     "pack_padded_sequence",
     "pad_packed_sequence",
@@ -85,6 +86,23 @@ def _ints(values) -> list[int]:
     return [int(v) for v in numpy.ravel(numpy.asarray(values))]
 
 
+def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.0, padding_side: str = "right"):
+    """torch.nn.utils.rnn.pad_sequence: tensors of shapes (L_i, *) padded with `padding_value` to the
+    longest L and stacked, (L, B, *) or with `batch_first` (B, L, *); `padding_side` 'right' or 'left'."""
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"Expected padding_side to be one of left or right, but got {padding_side}.")
+    sequences = list(sequences)
+    if not sequences:
+        raise RuntimeError("received an empty list of sequences")
+    ns = _ns(sequences[0])
+    longest = max(s.shape[0] for s in sequences)
+    padded = []
+    for s in sequences:
+        pad = (0, longest - s.shape[0]) if padding_side == "right" else (longest - s.shape[0], 0)
+        padded.append(ns.nn.functional.pad(s, (0, 0) * (s.dim() - 1) + pad, value=padding_value))
+    return ns.stack(padded, dim=0 if batch_first else 1)
+
+
 def pack_padded_sequence(input, lengths, batch_first: bool = False, enforce_sorted: bool = True):
     """The PackedSequence of padded `input` ([T, B, *], or [B, T, *] with batch_first) whose sequence b has
     `lengths[b]` steps; unless `enforce_sorted`, the batch is sorted longest first (stably) and the
@@ -152,8 +170,6 @@ def pad_packed_sequence(sequence, batch_first: bool = False, padding_value: floa
 
 def pack_sequence(sequences, enforce_sorted: bool = True):
     """The PackedSequence of a list of [L_i, *] tensors (longest first unless not `enforce_sorted`)."""
-    from engine.nn.utils import pad_sequence
-
     return pack_padded_sequence(pad_sequence(sequences), [s.shape[0] for s in sequences], enforce_sorted=enforce_sorted)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import math
 import types
+from typing import Any
 
 import numpy
 
@@ -92,9 +93,9 @@ class _AveragedModel:
     """The averaged copy of `model` (its forward is the copy's); `n_averaged` (a long buffer) counts the
     updates. The first update copies the model's values; `avg_fn` and `multi_avg_fn` are not saved."""
 
-    _ns: object
-    register_buffer: object
-    n_averaged: object
+    _ns: Any
+    register_buffer: Any
+    n_averaged: Any
 
     def __init__(self, model, device=None, avg_fn=None, multi_avg_fn=None, use_buffers=False):
         super().__init__()
@@ -104,7 +105,7 @@ class _AveragedModel:
         if device is not None:
             self.module = self.module.to(device)
         ns = self._ns
-        self.register_buffer("n_averaged", ns.tensor(0, dtype=ns.long, device=device))  # type: ignore[attr-defined]
+        self.register_buffer("n_averaged", ns.tensor(0, dtype=ns.long, device=device))
         self.avg_fn, self.multi_avg_fn, self.use_buffers = avg_fn, multi_avg_fn, use_buffers
 
     def forward(self, *args, **kwargs):
@@ -116,7 +117,7 @@ class _AveragedModel:
 
         pairs = list(zip(tensors(self.module), tensors(model)))
         count = self.n_averaged
-        with self._ns.no_grad():  # type: ignore[attr-defined]
+        with self._ns.no_grad():
             if int(count) == 0:
                 for p_averaged, p_model in pairs:
                     p_averaged.copy_(p_model)
