@@ -5,10 +5,10 @@ fused layer's output equal to the pair's, the gradient of the fused weight, and 
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
+
+from tests.client.test_client_nn_sequence import _raises_like
 
 torch = pytest.importorskip("torch")
 
@@ -67,13 +67,6 @@ def test_fused_layers_are_torchs(torch_like, kind):
         np.testing.assert_allclose(got[2], got[4], rtol=1e-10, atol=1e-12)  # the fused layer is the pair
     for ours, theirs in zip(got[:4], want[:4], strict=True):
         np.testing.assert_allclose(ours, theirs, **CLOSE)
-
-
-def _raises_like(ours, theirs):
-    with pytest.raises(Exception) as want:
-        theirs()
-    with pytest.raises(type(want.value), match=f"^{re.escape(str(want.value))}$"):
-        ours()
 
 
 def test_fusion_errors_are_torchs(torch_like):

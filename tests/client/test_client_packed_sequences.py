@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import io
-import re
 
 import numpy as np
 import pytest
+
+from tests.client.test_client_nn_sequence import _raises_like
 
 torch = pytest.importorskip("torch")
 
@@ -73,13 +74,6 @@ def test_pack_sequence_unpack_and_unpad_are_torchs(torch_like):
         assert packed.double() is packed and packed.float().data.dtype == m.float32
     for got, want in zip(*results, strict=True):
         np.testing.assert_allclose(got, want, **CLOSE)
-
-
-def _raises_like(ours, theirs):
-    with pytest.raises(Exception) as want:
-        theirs()
-    with pytest.raises(type(want.value), match=f"^{re.escape(str(want.value))}$"):
-        ours()
 
 
 def test_packing_errors_are_torchs(torch_like):

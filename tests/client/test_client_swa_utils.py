@@ -5,10 +5,10 @@ state_dict names, and torch's errors."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
+
+from tests.client.test_client_nn_sequence import _raises_like
 
 torch = pytest.importorskip("torch")
 
@@ -103,13 +103,6 @@ def test_swalr_schedules_and_state_as_torch(torch_like):
         {"swa_lr": 0.5, "anneal_epochs": 0},
     ):
         np.testing.assert_allclose(lrs(torch_like, **options), lrs(torch, **options), rtol=1e-15)
-
-
-def _raises_like(ours, theirs):
-    with pytest.raises(Exception) as want:
-        theirs()
-    with pytest.raises(type(want.value), match=f"^{re.escape(str(want.value))}$"):
-        ours()
 
 
 def test_swa_errors_are_torchs(torch_like):
