@@ -15,7 +15,7 @@ from typing import Any
 import numpy
 
 from engine.optim.lr_scheduler import LRScheduler, _per_group
-from engine.optim.optimizer import lerp, side_of
+from engine.optim.optimizer import Step, lerp, side_of
 
 NAMES = [  # torch.optim.swa_utils.__all__
     "AveragedModel",
@@ -37,17 +37,26 @@ def _no_grad(tensor):
     return side_of(tensor).grad_mode.no_grad()
 
 
+def _commit(updates) -> None:
+    """Write each (tensor, new value) pair, the new values computed together (one request on a remote client)."""
+    step = Step()
+    for tensor, value in updates:
+        step.param(tensor, value)
+    step.commit()
+
+
 def get_ema_multi_avg_fn(decay=0.999):
     """The in-place EMA of lists of tensors: ema <- lerp(ema, current, 1 - decay)."""
     _check_decay(decay)
 
     def ema_update(ema_param_list, current_param_list, _):
+        def averaged(p_ema, p_model):
+            if p_ema.is_floating_point():
+                return lerp(p_ema, p_model, 1 - decay)
+            return p_ema * decay + p_model * (1 - decay)
+
         with _no_grad(ema_param_list[0]):
-            for p_ema, p_model in zip(ema_param_list, current_param_list, strict=True):
-                if p_ema.is_floating_point():
-                    p_ema.copy_(lerp(p_ema, p_model, 1 - decay))
-                else:
-                    p_ema.copy_(p_ema * decay + p_model * (1 - decay))
+            _commit((p, averaged(p, q)) for p, q in zip(ema_param_list, current_param_list, strict=True))
 
     return ema_update
 
@@ -57,13 +66,13 @@ def get_swa_multi_avg_fn():
 
     def swa_update(averaged_param_list, current_param_list, num_averaged):
         count = int(num_averaged) + 1
+        weight = float(numpy.float32(1 / count)) if hasattr(num_averaged, "dtype") else 1 / count  # (torch's float32)
+
+        def averaged(p, p_model):
+            return lerp(p, p_model, weight) if p.is_floating_point() else p + (p_model - p) / count
+
         with _no_grad(averaged_param_list[0]):
-            for p_averaged, p_model in zip(averaged_param_list, current_param_list, strict=True):
-                if p_averaged.is_floating_point():  # (torch's weight 1 / (n + 1) of a long tensor: a float32)
-                    weight = float(numpy.float32(1 / count)) if hasattr(num_averaged, "dtype") else 1 / count
-                    p_averaged.copy_(lerp(p_averaged, p_model, weight))
-                else:
-                    p_averaged.copy_(p_averaged + (p_model - p_averaged) / count)
+            _commit((p, averaged(p, q)) for p, q in zip(averaged_param_list, current_param_list, strict=True))
 
     return swa_update
 
@@ -116,30 +125,26 @@ class _AveragedModel:
             return [*module.parameters(), *module.buffers()] if self.use_buffers else list(module.parameters())
 
         pairs = list(zip(tensors(self.module), tensors(model)))
-        count = self.n_averaged
+        count, updates = self.n_averaged, []
         with self._ns.no_grad():
             if int(count) == 0:
-                for p_averaged, p_model in pairs:
-                    p_averaged.copy_(p_model)
+                updates = pairs
             elif self.avg_fn is not None:
-                for p_averaged, p_model in pairs:
-                    p_averaged.copy_(self.avg_fn(p_averaged, p_model, count))
-            else:
+                updates = [(p_averaged, self.avg_fn(p_averaged, p_model, count)) for p_averaged, p_model in pairs]
+            elif self.multi_avg_fn is None:
+                updates = [(p_averaged, get_swa_avg_fn()(p_averaged, p_model, count)) for p_averaged, p_model in pairs]
+            else:  # in place, a call for each dtype
                 groups: dict = {}
                 for p_averaged, p_model in pairs:
                     group = groups.setdefault(p_averaged.dtype, ([], []))
                     group[0].append(p_averaged)
                     group[1].append(p_model)
                 for averaged, current in groups.values():
-                    if self.multi_avg_fn is not None:
-                        self.multi_avg_fn(averaged, current, count)
-                    else:
-                        for p_averaged, p_model in zip(averaged, current):
-                            p_averaged.copy_(get_swa_avg_fn()(p_averaged, p_model, count))
+                    self.multi_avg_fn(averaged, current, count)
             if not self.use_buffers:  # the buffers follow the model's
-                for b_swa, b_model in zip(self.module.buffers(), model.buffers(), strict=True):
-                    b_swa.copy_(b_model)
-        self.n_averaged += 1
+                updates += list(zip(self.module.buffers(), model.buffers(), strict=True))
+            updates.append((count, count + 1))  # n_averaged += 1, computed with the rest
+        _commit(updates)
 
 
 class SWALR(LRScheduler):

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from client_testkit import Recorder
 
+import client
 from tests.client.test_client_nn_sequence import _raises_like
 
 torch = pytest.importorskip("torch")
@@ -131,3 +133,15 @@ def test_swa_utils_imports_by_torchs_path(torch_like):
     assert module.AveragedModel is torch_like.optim.swa_utils.AveragedModel
     assert issubclass(module.AveragedModel, torch_like.nn.Module)
     assert module.update_bn([], torch_like.nn.Linear(1, 1)) is None
+
+
+def test_an_update_of_the_averaged_model_is_one_request(remote):
+    """The averaged values, the model's buffers and n_averaged are computed together, as an optimizer step's."""
+    model = _model(client)
+    averaged = client.optim.swa_utils.AveragedModel(model)
+    recorder = Recorder(remote)
+    for _ in range(3):
+        model(client.randn(5, 3, dtype=client.float64)).sum().backward()
+        averaged.update_parameters(model)
+    paths = [path for _, path, _ in recorder.calls]
+    assert paths == ["/backward", "/forward"] * 3 and int(averaged.n_averaged) == 3
