@@ -36,7 +36,7 @@ class PackedSequence(_Fields):
 
     def __new__(cls, data, batch_sizes=None, sorted_indices=None, unsorted_indices=None):
         if unsorted_indices is None and sorted_indices is not None:
-            unsorted_indices = _tensor(data, numpy.argsort(sorted_indices.tolist()))
+            unsorted_indices = _tensor(sorted_indices, numpy.argsort(sorted_indices.tolist()))
         if batch_sizes is None:
             if not (isinstance(data, (list, tuple)) and len(data) == 2):
                 raise AssertionError("Expected data to be a list or tuple of length 2")
