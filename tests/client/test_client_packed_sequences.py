@@ -2,8 +2,8 @@
 unpack_sequence, unpad_sequence) and nn.RNN/LSTM/GRU run on a PackedSequence, through the engine, the embedded
 client and a live server (`torch_like`), against torch in float64: values and gradients of the inputs, initial
 states and parameters (unsorted lengths with ties, two layers, bidirectional, batch_first), torch's errors,
-gradcheck (finite differences) through a packed GRU, and the chatbot tutorial's encoder trained with torch's
-losses."""
+gradcheck (finite differences) through a packed GRU, and the chatbot tutorial's model (a packed encoder, an
+attention decoder) trained with torch's losses."""
 
 from __future__ import annotations
 
@@ -159,50 +159,76 @@ def test_packed_gru_passes_gradcheck(torch_like):
     assert torch_like.autograd.gradcheck(fn, (x, h0))
 
 
-def encoder_program(torch):
-    """The chatbot tutorial's EncoderRNN (embedding, pack_padded_sequence, bidirectional GRU,
-    pad_packed_sequence, the two directions summed) under a linear read-out, 3 Adam steps printing the loss."""
+def chatbot_program(torch):
+    """The chatbot tutorial's model: EncoderRNN (embedding, pack_padded_sequence, bidirectional GRU,
+    pad_packed_sequence, the directions summed) and the Luong-attention decoder fed its hidden state, trained
+    with maskNLLLoss, clip_grad_norm_ and two Adams for 3 steps, printing the loss."""
     rng = np.random.default_rng(0)
-    nn = torch.nn
+    nn, F = torch.nn, torch.nn.functional
 
     class EncoderRNN(nn.Module):
-        def __init__(self, hidden_size, embedding, n_layers=2, dropout=0.0):
+        def __init__(self, hidden_size, embedding, n_layers=2):
             super().__init__()
-            self.n_layers, self.hidden_size, self.embedding = n_layers, hidden_size, embedding
-            self.gru = nn.GRU(hidden_size, hidden_size, n_layers, dropout=dropout, bidirectional=True)
+            self.hidden_size, self.embedding = hidden_size, embedding
+            self.gru = nn.GRU(hidden_size, hidden_size, n_layers, bidirectional=True)
 
         def forward(self, input_seq, input_lengths, hidden=None):
             embedded = self.embedding(input_seq)
-            packed = nn.utils.rnn.pack_padded_sequence(embedded, input_lengths)
+            packed = nn.utils.rnn.pack_padded_sequence(embedded, input_lengths.cpu())
             outputs, hidden = self.gru(packed, hidden)
             outputs, _ = nn.utils.rnn.pad_packed_sequence(outputs)
-            outputs = outputs[:, :, : self.hidden_size] + outputs[:, :, self.hidden_size :]
-            return outputs, hidden
+            return outputs[:, :, : self.hidden_size] + outputs[:, :, self.hidden_size :], hidden
 
-    encoder = EncoderRNN(6, nn.Embedding(12, 6)).double()
-    head = nn.Linear(6, 12).double()
-    for module in (encoder, head):
-        module.load_state_dict(
+    class LuongAttnDecoderRNN(nn.Module):
+        def __init__(self, embedding, hidden_size, output_size, n_layers=2):
+            super().__init__()
+            self.embedding, self.gru = embedding, nn.GRU(hidden_size, hidden_size, n_layers)
+            self.concat, self.out = nn.Linear(hidden_size * 2, hidden_size), nn.Linear(hidden_size, output_size)
+            self.attn = nn.Linear(hidden_size, hidden_size)  # the "general" score
+
+        def forward(self, input_step, last_hidden, encoder_outputs):
+            rnn_output, hidden = self.gru(self.embedding(input_step), last_hidden)
+            energies = torch.sum(rnn_output * self.attn(encoder_outputs), dim=2).t()
+            context = F.softmax(energies, dim=1).unsqueeze(1).bmm(encoder_outputs.transpose(0, 1))
+            concat_output = torch.tanh(self.concat(torch.cat((rnn_output.squeeze(0), context.squeeze(1)), 1)))
+            return F.softmax(self.out(concat_output), dim=1), hidden
+
+    def mask_nll_loss(inp, target, mask):
+        return -torch.log(torch.gather(inp, 1, target.view(-1, 1)).squeeze(1)).masked_select(mask).mean()
+
+    embedding = nn.Embedding(10, 6)
+    encoder, decoder = EncoderRNN(6, embedding), LuongAttnDecoderRNN(embedding, 6, 10)
+    for module in (encoder, decoder):
+        module.double().load_state_dict(
             {k: torch.tensor(rng.uniform(-0.5, 0.5, tuple(v.shape))) for k, v in module.state_dict().items()}
         )
-    lengths = torch.tensor([5, 4, 2])
-    tokens = torch.tensor(rng.integers(1, 12, (5, 3))) * (torch.arange(5)[:, None] < lengths)
-    optimizer = torch.optim.Adam([*encoder.parameters(), *head.parameters()], lr=0.05)
+    lengths = torch.tensor([5, 3, 2])
+    inputs = torch.LongTensor(rng.integers(1, 10, (5, 3)).tolist()) * (torch.arange(5)[:, None] < lengths)
+    target = torch.LongTensor(rng.integers(1, 10, (4, 3)).tolist())
+    mask = torch.BoolTensor((rng.random((4, 3)) < 0.8).tolist())
+    optimizers = [torch.optim.Adam(encoder.parameters(), lr=0.01), torch.optim.Adam(decoder.parameters(), lr=0.05)]
     for step in range(3):
-        optimizer.zero_grad()
-        outputs, hidden = encoder(tokens, lengths)
-        logits = head(outputs + hidden[-1]).reshape(-1, 12)
-        loss = nn.functional.cross_entropy(logits, tokens.reshape(-1), ignore_index=0)
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        encoder_outputs, encoder_hidden = encoder(inputs, lengths)
+        decoder_input, decoder_hidden, loss = torch.LongTensor([[1] * 3]), encoder_hidden[:2], 0
+        for t in range(4):
+            output, decoder_hidden = decoder(decoder_input, decoder_hidden, encoder_outputs)
+            decoder_input = target[t].view(1, -1)
+            loss = loss + mask_nll_loss(output, target[t], mask[t])
         loss.backward()
-        optimizer.step()
-        print(f"step {step}  loss {loss.item():.10f}  embedding grad {encoder.embedding.weight.grad.norm():.10f}")
+        for module in (encoder, decoder):
+            nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+        for optimizer in optimizers:
+            optimizer.step()
+        print(f"step {step}  loss {loss.item():.10f}  embedding grad {embedding.weight.grad.norm():.10f}")
 
 
-def test_chatbot_encoder_trains_with_torchs_losses(torch_like):
+def test_chatbot_model_trains_with_torchs_losses(torch_like):
     def printed(m):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            encoder_program(m)
+            chatbot_program(m)
         return out.getvalue()
 
     got = printed(torch_like)
