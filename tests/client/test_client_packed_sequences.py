@@ -7,13 +7,10 @@ attention decoder) trained with torch's losses."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-
 import numpy as np
 import pytest
 
-from tests.client.test_client_nn_sequence import _raises_like
+from tests.client.test_client_nn_sequence import _raises_like, printed
 
 torch = pytest.importorskip("torch")
 
@@ -225,14 +222,8 @@ def chatbot_program(torch):
 
 
 def test_chatbot_model_trains_with_torchs_losses(torch_like):
-    def printed(m):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            chatbot_program(m)
-        return out.getvalue()
-
-    got = printed(torch_like)
-    assert got == printed(torch) and got.count("loss") == 3
+    got = printed(chatbot_program, torch_like)
+    assert got == printed(chatbot_program, torch) and got.count("loss") == 3
 
 
 def test_torchs_module_path_imports_the_packing_functions(torch_like):
