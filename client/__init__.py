@@ -38,6 +38,9 @@ globals().update(_SURFACE)
 from client import forward_ad, func, gradcheck, nn, optim  # noqa: E402,F401
 from engine.api import Functional  # noqa: E402
 from engine.nn.stateless import functional_call, stack_module_state  # noqa: E402
+from engine.optim import averaging  # noqa: E402
+
+optim.swa_utils = averaging.bind(nn)  # torch.optim.swa_utils on client nn.Modules
 
 # torch.autograd.functional (one request per call) and torch.autograd's other names
 autograd.functional = Functional(sys.modules[__name__], lazy=True)  # type: ignore[attr-defined,no-untyped-call]

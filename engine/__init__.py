@@ -28,6 +28,10 @@ globals().update(_SURFACE)
 from engine import autograd, forward_ad, func, nn, optim  # noqa: E402,F401
 from engine.autograd_functional import Functional  # noqa: E402
 from engine.nn import stateless  # noqa: E402,F401
+from engine.optim import averaging  # noqa: E402
+
+# torch.optim.swa_utils, its AveragedModel an engine nn.Module
+optim.swa_utils = averaging.bind(nn)
 
 # torch.autograd.functional on the names above, and torch.autograd's other names
 autograd.functional = Functional(sys.modules[__name__])  # type: ignore[attr-defined,no-untyped-call]

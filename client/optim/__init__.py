@@ -58,5 +58,6 @@ __all__ = [
     "Rprop",
     "LBFGS",
     "lr_scheduler",
+    "swa_utils",  # (bound to client.nn by `client`)
 ]
 __getattr__ = missing("torch.optim")

@@ -6,17 +6,21 @@ the side's. The forward is a Python loop over the time steps composing registry 
 projection for every step at once (`F.linear`), then per step the hidden projection and PyTorch's gate
 equations in its gate order (LSTM i, f, g, o; GRU r, z, n with n = tanh(W_in x + b_in + r * (W_hn h + b_hn))).
 Parameter names, shapes, initialisation (U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))), reprs and input
-checks are PyTorch's; `proj_size` and packed sequences are not provided.
+checks are PyTorch's, and a PackedSequence input runs as PyTorch's (`_packed_direction`); `proj_size` is not
+provided.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from typing import Any
 
 from engine.nn import functional as F
 from engine.nn import init
+from engine.nn.packing import PackedSequence
+from engine.nn.sides import _ns
 from engine.user_warnings import warn
 
 
@@ -60,6 +64,27 @@ def _gru_step(projected, state, w_hh, b_hh):
 
 _STEPS = {"RNN_TANH": _tanh_step, "RNN_RELU": _relu_step, "LSTM": _lstm_step, "GRU": _gru_step}
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+
+
+def _packed_direction(step, projected, initial, weights, sizes, reverse):
+    """(output rows, final state) of one direction over the packed rows `projected` with `sizes[t]` of the
+    batch at step t (PyTorch's order: longest first). Forward, a sequence's state leaves the batch after its
+    last step; reversed, it joins the batch, from `initial`, at its last step."""
+    offsets = [0, *itertools.accumulate(sizes)]
+    per_step, ended = [None] * len(sizes), []
+    state = tuple(s[: sizes[-1]] for s in initial) if reverse else initial
+    for t in reversed(range(len(sizes))) if reverse else range(len(sizes)):
+        size, held = sizes[t], state[0].shape[0]
+        if size < held:
+            ended.append(tuple(s[size:] for s in state))
+            state = tuple(s[:size] for s in state)
+        elif size > held:
+            state = tuple(_ns(s).cat([s, s0[held:size]]) for s, s0 in zip(state, initial))
+        state = step(projected[offsets[t] : offsets[t + 1]], state, *weights)
+        per_step[t] = state[0]
+    if ended:
+        state = tuple(_ns(s).cat([s, *(e[k] for e in reversed(ended))]) for k, s in enumerate(state))
+    return _ns(per_step[0]).cat(per_step), state
 
 
 def _uniform_init(module) -> None:
@@ -143,7 +168,7 @@ class _RNNBase(_Sided):
     def all_weights(self):
         return [[getattr(self, name) for name in names] for names in self._all_weights]
 
-    def _check(self, input, hidden) -> None:
+    def _check(self, input, hidden, batch: int) -> None:
         weight = getattr(self, self._flat_weights_names[0])
         if input.dtype != weight.dtype:
             raise ValueError(
@@ -154,7 +179,6 @@ class _RNNBase(_Sided):
             raise RuntimeError(
                 f"input.size(-1) must be equal to input_size. Expected {self.input_size}, got {input.shape[-1]}"
             )
-        batch = input.shape[0 if self.batch_first else 1]
         expected = (self.num_layers * (2 if self.bidirectional else 1), batch, self.hidden_size)
         for k, state in enumerate(hidden):
             if tuple(state.shape) != expected:
@@ -163,6 +187,8 @@ class _RNNBase(_Sided):
 
     def _forward(self, input, hx, name: str, states: int):
         """(output, final states) for input and the initial states `hx` (a tuple of `states` tensors or None)."""
+        if isinstance(input, PackedSequence):
+            return self._packed(input, hx, states)
         if input.ndim not in (2, 3):
             tensor = " tensor" if name == "RNN" else ""
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.ndim}D{tensor} instead")
@@ -185,7 +211,7 @@ class _RNNBase(_Sided):
             directions = 2 if self.bidirectional else 1
             shape = (self.num_layers * directions, input.shape[batch_dim], self.hidden_size)
             hx = (self._ns.zeros(shape, dtype=input.dtype),) * states
-        self._check(input, hx)
+        self._check(input, hx, input.shape[batch_dim])
         output, final = self._layers(input.transpose(0, 1) if self.batch_first else input, hx)
         if self.batch_first:
             output = output.transpose(0, 1)
@@ -193,8 +219,27 @@ class _RNNBase(_Sided):
             output, final = output.squeeze(batch_dim), tuple(state.squeeze(1) for state in final)
         return output, final
 
-    def _layers(self, sequence, hx):
-        """The layers over [T, B, features]: (last layer's outputs [T, B, H * directions], final states)."""
+    def _packed(self, input, hx, states: int):
+        """(PackedSequence output, final states) of a PackedSequence input, as PyTorch: the initial states
+        and the final ones are in the batch's own order (`sorted_indices` permutes them)."""
+        data, batch_sizes, sorted_indices, unsorted_indices = input
+        sizes = [int(size) for size in batch_sizes.tolist()]
+        if data.ndim != 2:
+            raise RuntimeError(f"input must have 2 dimensions, got {data.ndim}")
+        if hx is None:
+            shape = (self.num_layers * (2 if self.bidirectional else 1), sizes[0], self.hidden_size)
+            hx = (self._ns.zeros(shape, dtype=data.dtype),) * states
+        elif sorted_indices is not None:
+            hx = tuple(state.index_select(1, sorted_indices) for state in hx)
+        self._check(data, hx, sizes[0])
+        output, final = self._layers(data, hx, sizes)
+        if unsorted_indices is not None:
+            final = tuple(state.index_select(1, unsorted_indices) for state in final)
+        return PackedSequence(output, batch_sizes, sorted_indices, unsorted_indices), final
+
+    def _layers(self, sequence, hx, sizes=None):
+        """The layers over [T, B, features] (or the rows of a packed sequence with batch `sizes`): (last
+        layer's outputs [T, B, H * directions] (or packed rows), final states)."""
         step, ns = _STEPS[self.mode], self._ns
         directions = 2 if self.bidirectional else 1
         steps = sequence.shape[0]
@@ -206,6 +251,11 @@ class _RNNBase(_Sided):
                 w_ih, w_hh, b_ih, b_hh = (*self.all_weights[index], None, None)[:4]
                 projected = F.linear(sequence, w_ih, b_ih)
                 state = tuple(initial[index] for initial in hx)
+                if sizes is not None:
+                    output, state = _packed_direction(step, projected, state, (w_hh, b_hh), sizes, direction)
+                    outputs.append(output)
+                    finals.append(state)
+                    continue
                 per_step = [None] * steps
                 for t in reversed(range(steps)) if direction else range(steps):
                     state = step(projected[t], state, w_hh, b_hh)

@@ -5,6 +5,7 @@ gradients are written with; `torch.func.stack_module_state`, the ensembles it is
 from __future__ import annotations
 
 from engine.nn.functional import _ns
+from engine.user_warnings import warn
 
 
 def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *, tie_weights=True, strict=False):
@@ -43,6 +44,18 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
     finally:
         for registry, attr, value in reversed(swapped):
             registry[attr] = value
+
+
+def deprecated_functional_call(
+    module, parameters_and_buffers, args=None, kwargs=None, *, tie_weights=True, strict=False
+):
+    """torch.nn.utils.stateless.functional_call: `functional_call`, with PyTorch's FutureWarning."""
+    warn(
+        "`torch.nn.utils.stateless.functional_call` is deprecated as of PyTorch 2.0 and will be removed in a future "
+        "version of PyTorch. Please use `torch.func.functional_call` instead which is a drop-in replacement.",
+        FutureWarning,
+    )
+    return functional_call(module, parameters_and_buffers, args, kwargs, tie_weights=tie_weights, strict=strict)
 
 
 def stack_module_state(models) -> tuple[dict, dict]:

@@ -1,6 +1,7 @@
-"""`torch.nn.utils`: gradient clipping, parameters as one vector and `rnn.pad_sequence`, written once for every Variable class
-(PyTorch's formulas, in its order of operations, on the Variables' public methods); `parametrize`, `parametrizations`
-and the hook-based `weight_norm`/`spectral_norm` (`engine.nn.norm_hooks`) are their own files."""
+"""`torch.nn.utils`: gradient clipping, parameters as one vector and `rnn` (`pad_sequence` and packed
+sequences, in `engine.nn.packing`), written once for every Variable class (PyTorch's formulas, in its order of operations, on
+the Variables' public methods); `fusion` (`engine.nn.fusion`), `stateless`, `parametrize`, `parametrizations` and
+the hook-based `weight_norm`/`spectral_norm` (`engine.nn.norm_hooks`) are their own files."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ __all__ = [
     "vector_to_parameters",
     "pad_sequence",
     "rnn",
+    "fusion",
+    "stateless",
     "parametrize",
     "parametrizations",
     "weight_norm",
@@ -94,21 +97,14 @@ def vector_to_parameters(vec, parameters) -> None:
             pointer += size
 
 
-def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.0, padding_side: str = "right"):
-    """torch.nn.utils.rnn.pad_sequence: tensors of shapes (L_i, *) padded with `padding_value` to the
-    longest L and stacked, (L, B, *) or with `batch_first` (B, L, *); `padding_side` 'right' or 'left'."""
-    if padding_side not in ("left", "right"):
-        raise ValueError(f"Expected padding_side to be one of left or right, but got {padding_side}.")
-    sequences = list(sequences)
-    ns = _ns(sequences[0])
-    longest = max(s.shape[0] for s in sequences)
-    padded = []
-    for s in sequences:
-        pad = (0, longest - s.shape[0]) if padding_side == "right" else (longest - s.shape[0], 0)
-        padded.append(ns.nn.functional.pad(s, (0, 0) * (s.dim() - 1) + pad, value=padding_value))
-    return ns.stack(padded, dim=0 if batch_first else 1)
+from engine.nn import fusion as fusing  # noqa: E402
+from engine.nn import packing  # noqa: E402
+from engine.nn.packing import pad_sequence  # noqa: E402
+from engine.nn.stateless import deprecated_functional_call  # noqa: E402
 
-
-rnn = types.SimpleNamespace(pad_sequence=pad_sequence)  # torch.nn.utils.rnn
+# torch.nn.utils.rnn, .fusion and .stateless
+rnn = types.SimpleNamespace(**{k: getattr(packing, k) for k in packing.__all__})
+fusion = types.SimpleNamespace(**{k: getattr(fusing, k) for k in fusing.__all__})
+stateless = types.SimpleNamespace(functional_call=deprecated_functional_call)
 from engine.nn import parametrizations, parametrize  # noqa: E402  (torch.nn.utils.parametrize, parametrizations)
 from engine.nn.norm_hooks import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm  # noqa: E402

@@ -1,5 +1,6 @@
 """`torch.optim` for the engine: `Optimizer`, `SGD`, `Adam`, `AdamW`, `RMSprop`, `Adagrad`, `NAdam`, `RAdam`, `Adamax`, `Adadelta`, `ASGD`, `Rprop`, `LBFGS` and
-`lr_scheduler` (`StepLR`, `CosineAnnealingLR`, `ReduceLROnPlateau`...), written once for every Variable
+`lr_scheduler` (`StepLR`, `CosineAnnealingLR`, `ReduceLROnPlateau`...) and `swa_utils` (`engine.optim.averaging`,
+bound to `engine.nn` by `engine`), written once for every Variable
 class: they update parameters through the Variable's public methods, each step's out-of-place update
 committed at once (`engine.optim.optimizer`). Importing this registers the engine's Variable;
 `client.optim` registers the client's, with its one-request realise."""
@@ -34,6 +35,7 @@ __all__ = [
     "Rprop",
     "LBFGS",
     "lr_scheduler",
+    "swa_utils",
     "sgd_in_place",
 ]
 __getattr__ = missing("torch.optim")

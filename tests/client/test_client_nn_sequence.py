@@ -231,12 +231,14 @@ def sequence_model_program(torch):
         print(f"step {step}  loss {loss.item():.10f}")
 
 
-def test_lstm_sequence_model_trains_with_torch_losses(torch_like, oracle):
-    def printed(torch):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            sequence_model_program(torch)
-        return out.getvalue()
+def printed(program, torch) -> str:
+    """What `program(torch)` prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        program(torch)
+    return out.getvalue()
 
-    got = printed(torch_like)
-    assert got == printed(oracle) and got.count("loss") == 3
+
+def test_lstm_sequence_model_trains_with_torch_losses(torch_like, oracle):
+    got = printed(sequence_model_program, torch_like)
+    assert got == printed(sequence_model_program, oracle) and got.count("loss") == 3
