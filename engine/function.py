@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from typing import Any
 
+import numpy
+
 from engine.grad_mode import is_grad_enabled, no_grad
-from engine.node import FORWARD, SAVING, Meta, Node, check_saved, edge_of, next_seq
+from engine.node import FLOATS, FORWARD, SAVING, Meta, Node, check_saved, edge_of, next_seq
 from engine.variable import Variable, as_array
 
 FUNCTION_NAME = "a custom Function"  # how a version error names a Function's node
@@ -45,6 +48,9 @@ class FunctionCtx:
         self._output: Any = None  # that output as the graph has it, while backward runs
         self.saved_for_forward: tuple[Any, ...] = ()  # what `jvp` reads as `ctx.saved_tensors` (forward-mode AD)
         self._unpack: Any = None  # with saved-tensor hooks, what `saved_tensors` reads (`engine.autograd_graph`)
+        self.materialize_grads = True  # backward gets zeros for an output that got no gradient (else None)
+        self.non_differentiable: tuple[Any, ...] = ()  # outputs that `apply` returns without a grad_fn
+        self.dirty: tuple[Any, ...] = ()  # inputs that forward modified in place and returns (`mark_dirty`)
 
     def save_for_backward(self, *variables: Any) -> None:
         self.to_save = tuple(variables)
@@ -59,14 +65,23 @@ class FunctionCtx:
             return self._unpack()
         if output is None:
             return self.to_save
-        # forward saved its own result: backward reads the output as the graph has it (its grad_fn is
+        # forward saved its own results: backward reads each output as the graph has it (its grad_fn is
         # this Function's node), so a backward recorded with create_graph differentiates through it
-        return tuple(output if v is self._forward_result else v for v in self.to_save)
+        return tuple(output.get(id(v), v) for v in self.to_save)
 
     saved_variables = saved_tensors
 
     def save_for_forward(self, *variables):
         self.saved_for_forward = variables
+
+    def mark_non_differentiable(self, *outputs: Any) -> None:
+        self.non_differentiable = outputs
+
+    def mark_dirty(self, *inputs: Any) -> None:
+        self.dirty = inputs
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = bool(value)
 
 
 class FunctionNode(Node):
@@ -84,11 +99,19 @@ class FunctionNode(Node):
         self.retained = None
 
     def vjp(self, grad, needs):
+        return self.gradients((grad,), needs)
+
+    def output_node(self, index):
+        """The node of output `index` (a Function with one output: this one)."""
+        return self
+
+    def gradients(self, grads, needs):
+        """The user's `backward` of the outputs' gradients `grads`: one per input, None where `needs[i]` is."""
         ctx = self.ctx
-        if ctx._forward_result is not None:
-            ctx._output = Variable._result(ctx._forward_result._data, self)  # only while backward runs
+        if ctx._forward_result is not None:  # the outputs forward saved, as the graph has them (while backward runs)
+            ctx._output = {id(v): Variable._result(v._data, self.output_node(k)) for v, k in ctx._forward_result}
         try:
-            result = self.function.backward_result(self.function.backward(ctx, grad), len(self.edges))
+            result = self.function.backward_result(self.function.backward(ctx, *grads), len(self.edges))
         finally:
             ctx._output = None
         out = []
@@ -115,6 +138,63 @@ class FunctionNode(Node):
         freed = FunctionCtx()
         freed._freed = True
         self.ctx = freed
+
+
+class FunctionOutputs(FunctionNode):
+    """The node of a Function with several outputs (or marked ones). Each differentiable output's grad_fn
+    is an `OutputNode` whose `owner` is this node: the walk runs those first (they are made after it),
+    each leaves its gradient in `pending` and sends this node a zero `TOKEN`, and this node's vjp hands
+    `backward` one gradient per output (zeros, or None without `materialize_grads`, where none came)."""
+
+    __slots__ = ("pending", "outputs", "proxies")
+
+    def __init__(self, function, ctx, args, outs):
+        super().__init__(function, ctx, args)
+        self.outputs = tuple(Meta(v._data.shape, v._data.dtype) if isinstance(v, Variable) else None for v in outs)
+        self.pending: list = [None] * len(outs)
+        self.proxies: list = [None] * len(outs)  # weak references to the outputs' OutputNodes
+
+    def output_node(self, index):
+        proxy = self.proxies[index] and self.proxies[index]()
+        if proxy is None:
+            proxy = OutputNode(self, index)
+            self.proxies[index] = weakref.ref(proxy)
+        return proxy
+
+    def vjp(self, grad, needs):
+        grads, self.pending = self.pending, [None] * len(self.pending)
+        if self.ctx.materialize_grads:
+            zeros = Variable._result  # (a zero gradient requires none, as PyTorch's)
+            grads = [
+                zeros(as_array(numpy.zeros(m.shape, m.dtype)), None) if g is None and m is not None else g
+                for g, m in zip(grads, self.outputs)
+            ]
+        return self.gradients(grads, needs)
+
+
+TOKEN = Variable._result(numpy.zeros((), numpy.float32), None)  # what an OutputNode sends its owner
+
+
+class OutputNode(Node):
+    """Output `output_nr` of a `FunctionOutputs` node, `owner`: `grad_fn` shows the owner (see there)."""
+
+    __slots__ = ("owner", "output_nr")
+    fits = True
+
+    def __init__(self, owner, index):
+        self.owner, self.output_nr, self.edges = owner, index, (owner,)
+        self.saved, self.retained, self.seq = (None,), None, next_seq()
+
+    @property
+    def name(self):  # type: ignore[override]
+        return self.owner.name
+
+    def vjp(self, grad, needs):
+        self.owner.pending[self.output_nr] = grad
+        return (TOKEN,)
+
+    def free(self):
+        pass
 
 
 def _check_gradient_shape(node_name: str, index: int, got: tuple, shape: tuple) -> None:
@@ -173,11 +253,18 @@ class FunctionBase:
             "You must implement the jvp function for custom autograd.Function to use it with forward mode AD."
         )
 
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        raise NotImplementedError("setup_context is not implemented.")
+
     @classmethod
-    def forward_output(cls, out):
-        """Refuse a tuple from forward (one output per Function here)."""
-        if isinstance(out, tuple):
-            raise TypeError(f"{cls.__name__}.forward returned a tuple; custom Functions here return one Variable")
+    def run_forward(cls, ctx, args):
+        """What forward returns: `forward(ctx, *args)`, or PyTorch 2's style where the class has a
+        `setup_context`: `forward(*args)`, then `setup_context(ctx, args, output)`."""
+        if cls.setup_context is FunctionBase.setup_context:
+            return cls.forward(ctx, *args)
+        out = cls.forward(*args)
+        cls.setup_context(ctx, args, out)
         return out
 
     @classmethod
@@ -200,13 +287,16 @@ class Function(FunctionBase):
         ctx = FunctionCtx()
         ctx.needs_input_grad = tuple(isinstance(a, Variable) and a._requires_grad for a in args)
         with no_grad():
-            out = cls.forward(ctx, *args)
-        cls.forward_output(out)
+            out = cls.run_forward(ctx, args)
+        if type(out) is tuple or ctx.dirty or ctx.non_differentiable:
+            return _outputs(cls, ctx, args, out)
         data = out._data if isinstance(out, Variable) else as_array(out)
         node = None
-        if is_grad_enabled() and any(ctx.needs_input_grad):
+        if (
+            is_grad_enabled() and any(ctx.needs_input_grad) and type(data.dtype) in FLOATS
+        ):  # (an integer one needs none)
             if any(v is out for v in ctx.to_save):
-                ctx._forward_result = out
+                ctx._forward_result = ((out, 0),)
             node = node_class(cls)(cls, ctx, args)
             if SAVING:
                 SAVING[0](node, args, out)
@@ -214,6 +304,45 @@ class Function(FunctionBase):
         if FORWARD:
             FORWARD[0].function(cls, ctx, args, result)
         return result
+
+
+LEAF_DIRTY = "a leaf Variable that requires grad has been used in an in-place operation."
+
+
+def _outputs(cls, ctx, args, out):
+    """`apply` of a forward that returned a tuple (its Variables are the outputs, other values are returned
+    as they are) or marked outputs: non-differentiable ones (and integer ones) get no grad_fn, a dirty one
+    (an input modified in place) is returned itself, its version bumped and its history rebased onto
+    the Function's node, as PyTorch's `mark_dirty` does."""
+    many = type(out) is tuple
+    outs = out if many else (out if isinstance(out, Variable) else Variable._result(as_array(out), None),)
+    dirty, plain = ctx.dirty, ctx.non_differentiable
+    ctx.dirty = ctx.non_differentiable = ()
+    node = None
+    if is_grad_enabled() and any(ctx.needs_input_grad):
+        if any(v._node is None and v._requires_grad for v in dirty):
+            raise RuntimeError(LEAF_DIRTY)
+        node = node_class(cls, FunctionOutputs)(cls, ctx, args, outs)
+        ctx._forward_result = tuple((v, k) for k, v in enumerate(outs) if any(v is s for s in ctx.to_save)) or None
+        if SAVING:
+            SAVING[0](node, args, outs)
+    results = []
+    for k, v in enumerate(outs):
+        if isinstance(v, Variable):
+            result = Variable._result(v._data, None)
+            if any(v is d for d in dirty):  # the input itself (recorded, or one without grad; else detached)
+                v._version += 1
+                result = v if node is not None or not v._requires_grad else result
+                result._version = v._version
+            if node is not None and type(v._data.dtype) in FLOATS and not any(v is p for p in plain):
+                result._node, result._requires_grad = node.output_node(k), True
+            v = result
+        results.append(v)
+    if dirty:  # a dirty input that forward saved is saved as its output: at its new version
+        ctx._versions = tuple(v._version if isinstance(v, Variable) else None for v in ctx.to_save)
+    if FORWARD:
+        FORWARD[0].function(cls, ctx, args, tuple(results))
+    return tuple(results) if many else results[0]
 
 
 _NODE_CLASSES: dict = {}  # (Function, node base) -> node class

@@ -1,0 +1,178 @@
+"""Custom Functions as PyTorch's "Extending PyTorch" docs write them, against torch 2.13, on the engine, the
+embedded client and a live server: `setup_context`-style LinearFunction and MulConstant, a (sorted, indices)
+pair with `mark_non_differentiable`, two outputs with `set_materialize_grads(False)`, in-place Functions with
+`mark_dirty`; values, gradients, grad_fn identity and `output_nr`, and finite differences in float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+X = np.array([[0.5, -1.25, 2.0], [1.5, 0.25, -0.75]])
+W = np.array([[0.3, -0.2, 0.1], [0.7, 0.4, -0.6], [-0.5, 0.9, 0.2], [0.05, -0.35, 0.8]])
+B = np.array([0.1, -0.2, 0.3, 0.4])
+SEED = np.linspace(-1.0, 1.0, 8).reshape(2, 4)
+
+
+def functions(m):
+    """The docs' Functions, written against module `m` (torch, engine or client)."""
+    Function = m.autograd.Function
+
+    class LinearFunction(Function):
+        @staticmethod
+        def forward(input, weight, bias):
+            output = input.mm(weight.t())
+            if bias is not None:
+                output += bias.unsqueeze(0).expand_as(output)
+            return output
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            input, weight, bias = inputs
+            ctx.save_for_backward(input, weight, bias)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            input, weight, bias = ctx.saved_tensors
+            grad_input = grad_weight = grad_bias = None
+            if ctx.needs_input_grad[0]:
+                grad_input = grad_output.mm(weight)
+            if ctx.needs_input_grad[1]:
+                grad_weight = grad_output.t().mm(input)
+            if bias is not None and ctx.needs_input_grad[2]:
+                grad_bias = grad_output.sum(0)
+            return grad_input, grad_weight, grad_bias
+
+    class MulConstant(Function):
+        @staticmethod
+        def forward(tensor, constant):
+            return tensor * constant
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            _, constant = inputs
+            ctx.constant = constant
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return grad_output * ctx.constant, None
+
+    class Sorted(Function):
+        @staticmethod
+        def forward(ctx, x):
+            values, idx = x.sort()
+            ctx.mark_non_differentiable(idx)
+            ctx.save_for_backward(x, idx)
+            return values, idx
+
+        @staticmethod
+        def backward(ctx, g1, g2):
+            x, idx = ctx.saved_tensors
+            grad_input = m.zeros_like(x)
+            grad_input.index_add_(0, idx, g1)
+            return grad_input
+
+    class TwoClones(Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.set_materialize_grads(False)
+            return x.clone() * 2, x.clone(), "label"
+
+        @staticmethod
+        @m.autograd.function.once_differentiable
+        def backward(ctx, g1, g2, g3):
+            x_grad = None
+            if g1 is not None:
+                x_grad = g1 * 2
+            if g2 is not None:
+                x_grad = g2 if x_grad is None else x_grad + g2
+            return x_grad
+
+    class ScaleInplace(Function):
+        @staticmethod
+        def forward(ctx, x, k):
+            x.mul_(k)
+            ctx.mark_dirty(x)
+            ctx.k = k
+            return x
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return grad_output * ctx.k, None
+
+    return LinearFunction, MulConstant, Sorted, TwoClones, ScaleInplace
+
+
+def run(m):
+    """Values and gradients of the docs' Functions in float64 (what the oracle compares)."""
+    LinearFunction, MulConstant, Sorted, TwoClones, ScaleInplace = functions(m)
+    x = m.tensor(X, requires_grad=True)
+    w = m.tensor(W, requires_grad=True)
+    b = m.tensor(B, requires_grad=True)
+    y = MulConstant.apply(LinearFunction.apply(x, w, b), 1.5)
+    flat = x.reshape(-1)
+    values, idx = Sorted.apply(flat)
+    first, second, label = TwoClones.apply(values[:3])
+    z = x * 1.0
+    z0 = z._version
+    scaled = ScaleInplace.apply(z, -2.0)
+    facts = {
+        "alias": scaled is z,
+        "version": z._version - z0,
+        "shared": values.grad_fn is idx.grad_fn or idx.grad_fn is None,
+        "idx_rg": idx.requires_grad,
+        "nr": (first.output_nr, second.output_nr),
+        "same_fn": first.grad_fn is second.grad_fn,
+        "label": label,
+        "name": type(first.grad_fn).__name__,
+        "next": [(type(fn).__name__, nr) for fn, nr in (first + second).grad_fn.next_functions],
+        "dirty_fn": type(z.grad_fn).__name__,
+    }
+    loss = (y * m.tensor(SEED)).sum() + (values * values).sum() + second.sum() * 3 + (z * z).sum()
+    grads = m.autograd.grad(loss, [x, w, b])
+    arrays = [y, values, idx, first, second, z, *grads]
+    return [np.asarray(a.detach().numpy()) for a in arrays], facts
+
+
+def test_docs_functions_match_torch(torch_like):
+    want, want_facts = run(torch)
+    got, facts = run(torch_like)
+    assert facts == want_facts
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_leaf_marked_dirty_is_refused_as_torch(torch_like):
+    messages = []
+    for m in (torch, torch_like):
+        with pytest.raises(RuntimeError) as err:
+            functions(m)[-1].apply(m.tensor(X, requires_grad=True), 2.0)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] == "a leaf Variable that requires grad has been used in an in-place operation."
+
+
+def _finite_differences(m):
+    """Analytic gradient of the two-output Functions' sum against central differences, in float64."""
+    _, _, Sorted, TwoClones, _ = functions(m)
+
+    def f(x):
+        values, _ = Sorted.apply(x)
+        first, second, _ = TwoClones.apply(values * values)
+        return (first * m.tensor([1.0, -2.0, 0.5, 3.0, 1.5, -1.0])).sum() + second.sin().sum()
+
+    x = m.tensor(X.reshape(-1), requires_grad=True)
+    (analytic,) = m.autograd.grad(f(x), [x])
+    eps, numeric = 1e-6, np.zeros(6)
+    for i in range(6):
+        up, down = X.reshape(-1).copy(), X.reshape(-1).copy()
+        up[i] += eps
+        down[i] -= eps
+        numeric[i] = (float(f(m.tensor(up))) - float(f(m.tensor(down)))) / (2 * eps)
+    return np.asarray(analytic.numpy()), numeric
+
+
+def test_two_output_gradients_match_finite_differences(torch_like):
+    analytic, numeric = _finite_differences(torch_like)
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-6, atol=1e-7)
