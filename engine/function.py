@@ -292,9 +292,7 @@ class Function(FunctionBase):
             return _outputs(cls, ctx, args, out)
         data = out._data if isinstance(out, Variable) else as_array(out)
         node = None
-        if (
-            is_grad_enabled() and any(ctx.needs_input_grad) and type(data.dtype) in FLOATS
-        ):  # (an integer one needs none)
+        if is_grad_enabled() and any(ctx.needs_input_grad) and type(data.dtype) in FLOATS:
             if any(v is out for v in ctx.to_save):
                 ctx._forward_result = ((out, 0),)
             node = node_class(cls)(cls, ctx, args)
@@ -323,7 +321,8 @@ def _outputs(cls, ctx, args, out):
         if any(v._node is None and v._requires_grad for v in dirty):
             raise RuntimeError(LEAF_DIRTY)
         node = node_class(cls, FunctionOutputs)(cls, ctx, args, outs)
-        ctx._forward_result = tuple((v, k) for k, v in enumerate(outs) if any(v is s for s in ctx.to_save)) or None
+        saved = [(v, k) for k, v in enumerate(outs) if isinstance(v, Variable) and any(v is s for s in ctx.to_save)]
+        ctx._forward_result = tuple(saved) or None
         if SAVING:
             SAVING[0](node, args, outs)
     results = []

@@ -1,7 +1,8 @@
 """Custom Functions as PyTorch's "Extending PyTorch" docs write them, against torch 2.13, on the engine, the
 embedded client and a live server: `setup_context`-style LinearFunction and MulConstant, a (sorted, indices)
 pair with `mark_non_differentiable`, two outputs with `set_materialize_grads(False)`, in-place Functions with
-`mark_dirty`; values, gradients, grad_fn identity and `output_nr`, and finite differences in float64."""
+`mark_dirty`; values, gradients, grad_fn identity and `output_nr`, finite differences in float64, create_graph and
+retain_graph through two outputs, and forward-mode AD through a `jvp` with `save_for_forward`."""
 
 from __future__ import annotations
 
@@ -176,3 +177,83 @@ def _finite_differences(m):
 def test_two_output_gradients_match_finite_differences(torch_like):
     analytic, numeric = _finite_differences(torch_like)
     np.testing.assert_allclose(analytic, numeric, rtol=1e-6, atol=1e-7)
+
+
+def _second_order(m):
+    """A two-output Function whose backward is differentiable: a backward kept with retain_graph, then
+    create_graph's gradients differentiated again, then the freed graph's error (the client takes no
+    gradient hooks: tests/engine/test_engine_function_outputs.py has those)."""
+
+    class ProdSum(m.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            ctx.save_for_backward(x, y)
+            return x * y, x + y
+
+        @staticmethod
+        def backward(ctx, g_prod, g_sum):
+            x, y = ctx.saved_tensors
+            return g_prod * y + g_sum, g_prod * x + g_sum
+
+    x = m.tensor(X[0], requires_grad=True)
+    y = m.tensor(X[1], requires_grad=True)
+    prod, total = ProdSum.apply(x, y)
+    loss = (prod * prod).sum() + (total * total.sin()).sum()
+    loss.backward(retain_graph=True)
+    first = [x.grad.numpy().copy(), y.grad.numpy().copy()]
+    gx, gy = m.autograd.grad(loss, [x, y], create_graph=True)
+    hx, hy = m.autograd.grad((gx * gy).sum(), [x, y])
+    with pytest.raises(RuntimeError) as err:
+        loss.backward()
+    arrays = [*first, gx, gy, hx, hy]
+    return [np.asarray(a.detach().numpy() if hasattr(a, "detach") else a) for a in arrays], str(err.value)
+
+
+def test_create_graph_and_retain_graph_through_two_outputs_match_torch(torch_like):
+    want, want_error = _second_order(torch)
+    got, error = _second_order(torch_like)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    assert error == want_error
+
+
+def _forward_ad(m):
+    class PolarLike(m.autograd.Function):
+        @staticmethod
+        def forward(x, k):
+            return x * k, x.exp()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            x, k = inputs
+            ctx.k = k
+            ctx.save_for_backward(output[1])
+            ctx.save_for_forward(output[1])
+
+        @staticmethod
+        def backward(ctx, ga, gb):
+            (e,) = ctx.saved_tensors
+            return ga * ctx.k + gb * e, None
+
+        @staticmethod
+        def jvp(ctx, tx, tk):
+            (e,) = ctx.saved_tensors
+            return tx * ctx.k, tx * e
+
+    fw = m.autograd.forward_ad
+    with fw.dual_level():
+        dual = fw.make_dual(m.tensor(X[0]), m.tensor([1.0, 0.5, -2.0]))
+        a, b = PolarLike.apply(dual, 3.0)
+        tangents = [np.asarray(fw.unpack_dual(v).tangent.numpy()).tolist() for v in (a, b)]
+    x = m.tensor(X[0], requires_grad=True)
+    a, b = PolarLike.apply(x, 3.0)
+    (a.sum() + b.sum()).backward()
+    return tangents, x.grad.numpy().tolist()
+
+
+def test_forward_ad_through_a_two_output_function_matches_torch(torch_like):
+    """The engine runs `jvp` (with what `setup_context` saved by `save_for_forward`); the client's tangent
+    comes from the traced backward (see README's Known limitations): the same numbers."""
+    got, want = _forward_ad(torch_like), _forward_ad(torch)
+    np.testing.assert_allclose(np.array(got[0]), np.array(want[0]), rtol=1e-12)
+    np.testing.assert_allclose(np.array(got[1]), np.array(want[1]), rtol=1e-12)
