@@ -38,6 +38,10 @@ class FunctionCtx:
     """The `ctx` a custom Function's forward and backward share: `to_save` is what forward
     saved, `saved_read` whether backward read it (the client's tracing asks both)."""
 
+    materialize_grads = True  # backward gets zeros for an output that got no gradient (else None)
+    non_differentiable: tuple[Any, ...] = ()  # outputs that `apply` returns without a grad_fn
+    dirty: tuple[Any, ...] = ()  # inputs that forward modified in place and returns (`mark_dirty`)
+
     def __init__(self) -> None:
         self.to_save: tuple[Any, ...] = ()
         self._versions: tuple[int | None, ...] = ()
@@ -48,9 +52,6 @@ class FunctionCtx:
         self._output: Any = None  # that output as the graph has it, while backward runs
         self.saved_for_forward: tuple[Any, ...] = ()  # what `jvp` reads as `ctx.saved_tensors` (forward-mode AD)
         self._unpack: Any = None  # with saved-tensor hooks, what `saved_tensors` reads (`engine.autograd_graph`)
-        self.materialize_grads = True  # backward gets zeros for an output that got no gradient (else None)
-        self.non_differentiable: tuple[Any, ...] = ()  # outputs that `apply` returns without a grad_fn
-        self.dirty: tuple[Any, ...] = ()  # inputs that forward modified in place and returns (`mark_dirty`)
 
     def save_for_backward(self, *variables: Any) -> None:
         self.to_save = tuple(variables)
@@ -98,20 +99,18 @@ class FunctionNode(Node):
         self.saved = self.metas
         self.retained = None
 
-    def vjp(self, grad, needs):
-        return self.gradients((grad,), needs)
-
     def output_node(self, index):
         """The node of output `index` (a Function with one output: this one)."""
         return self
 
-    def gradients(self, grads, needs):
-        """The user's `backward` of the outputs' gradients `grads`: one per input, None where `needs[i]` is."""
+    def vjp(self, grad, needs, many=False):
+        """The user's `backward` of the output's gradient (`many`: of `grad`, one per output)."""
         ctx = self.ctx
         if ctx._forward_result is not None:  # the outputs forward saved, as the graph has them (while backward runs)
             ctx._output = {id(v): Variable._result(v._data, self.output_node(k)) for v, k in ctx._forward_result}
         try:
-            result = self.function.backward_result(self.function.backward(ctx, *grads), len(self.edges))
+            grads = self.function.backward(ctx, *grad) if many else self.function.backward(ctx, grad)
+            result = self.function.backward_result(grads, len(self.edges))
         finally:
             ctx._output = None
         out = []
@@ -169,7 +168,7 @@ class FunctionOutputs(FunctionNode):
                 zeros(as_array(numpy.zeros(m.shape, m.dtype)), None) if g is None and m is not None else g
                 for g, m in zip(grads, self.outputs)
             ]
-        return self.gradients(grads, needs)
+        return FunctionNode.vjp(self, grads, needs, True)
 
 
 TOKEN = Variable._result(numpy.zeros((), numpy.float32), None)  # what an OutputNode sends its owner
@@ -261,7 +260,7 @@ class FunctionBase:
     def run_forward(cls, ctx, args):
         """What forward returns: `forward(ctx, *args)`, or PyTorch 2's style where the class has a
         `setup_context`: `forward(*args)`, then `setup_context(ctx, args, output)`."""
-        if cls.setup_context is FunctionBase.setup_context:
+        if cls.setup_context is FunctionBase.setup_context:  # (the engine's `apply` checks first)
             return cls.forward(ctx, *args)
         out = cls.forward(*args)
         cls.setup_context(ctx, args, out)
@@ -279,6 +278,9 @@ class FunctionBase:
         return result
 
 
+_NO_SETUP = FunctionBase.setup_context
+
+
 class Function(FunctionBase):
     """Base class of custom differentiable operations (see the module docstring)."""
 
@@ -287,7 +289,7 @@ class Function(FunctionBase):
         ctx = FunctionCtx()
         ctx.needs_input_grad = tuple(isinstance(a, Variable) and a._requires_grad for a in args)
         with no_grad():
-            out = cls.run_forward(ctx, args)
+            out = cls.forward(ctx, *args) if cls.setup_context is _NO_SETUP else cls.run_forward(ctx, args)
         if type(out) is tuple or ctx.dirty or ctx.non_differentiable:
             return _outputs(cls, ctx, args, out)
         data = out._data if isinstance(out, Variable) else as_array(out)
