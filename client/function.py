@@ -60,7 +60,7 @@ def _traced_value(out) -> Value:
     return (out if isinstance(out, Variable) else Variable._leaf(as_host_array(out)))._graph_value()
 
 
-def trace(cls, args, needs) -> Traced:
+def trace(cls, args, kwargs, needs) -> Traced:
     name = cls.__name__
     forward_phase = Phase(name, "forward")
     positions = [i for i, a in enumerate(args) if isinstance(a, Variable)]  # the forward's `arg` 0, 1...
@@ -72,7 +72,7 @@ def trace(cls, args, needs) -> Traced:
     ctx.needs_input_grad = needs
     try:
         with tracing(forward_phase):
-            out = cls.run_forward(ctx, symbolic)
+            out = cls.run_forward(ctx, symbolic, kwargs)
         many = type(out) is tuple
         outs = out if many else (out,)
         values = [_traced_value(o) if isinstance(o, Variable) or not many else None for o in outs]
@@ -103,17 +103,14 @@ def _output_trace(cls, ctx, args, positions, values, k, differentiable) -> Trace
     out_value = values[k]
     grad_output = Variable._lazy(Value(GRAD_OUTPUT, out_value.shape, out_value.dtype, phase=backward_phase))
     ctx.saved_read = False
-    grad_values = [None] * len(positions)
+    grad_values: list = [None] * len(positions)
     with tracing(backward_phase):
-        zeros = [
-            None
-            if v is None or not ctx.materialize_grads
-            else Variable._leaf(numpy.zeros((), v.dtype)).expand(*v.shape)
-            for v in values
-        ]
-        zeros[k] = grad_output
         if differentiable:
-            grads = cls.backward_result(cls.backward(ctx, *zeros), len(args))
+            given = [
+                grad_output if j == k else None if v is None or not ctx.materialize_grads else _zeros(v)
+                for j, v in enumerate(values)
+            ]
+            grads = cls.backward_result(cls.backward(ctx, *given), len(args))
             grad_values = [None if grads[i] is None else _traced_value(grads[i]) for i in positions]
     fwd = SubgraphBuilder(values[k].phase)
     out_id = fwd.add(out_value)
@@ -136,20 +133,25 @@ def _output_trace(cls, ctx, args, positions, values, k, differentiable) -> Trace
     return Trace(attrs, out_value.shape, out_value.dtype, tuple(g is not None for g in grad_values), saves, saved_args)
 
 
-def _cached_trace(cls, args, needs) -> Traced:
+def _zeros(value):
+    """The zeros `backward` gets for an output without a gradient: a scalar, expanded (no array sent)."""
+    return Variable._leaf(numpy.zeros((), value.dtype)).expand(*value.shape)
+
+
+def _cached_trace(cls, args, kwargs, needs) -> Traced:
     key = tuple(
         ("v", a.shape, a.dtype.str, need) if isinstance(a, Variable) else ("py", type(a), a)
         for a, need in zip(args, needs)
-    )
+    ) + tuple(sorted(kwargs.items()))
     cache = _TRACES.setdefault(cls, {})
     try:
         found = cache.get(key)
     except TypeError:  # an unhashable argument: traced every time
-        return trace(cls, args, needs)
+        return trace(cls, args, kwargs, needs)
     if found is None:
         if len(cache) >= MAX_TRACES_PER_FUNCTION:
             cache.pop(next(iter(cache)))
-        found = cache[key] = trace(cls, args, needs)
+        found = cache[key] = trace(cls, args, kwargs, needs)
     return found
 
 
@@ -157,9 +159,10 @@ class Function(FunctionBase):
     """Base class of custom differentiable operations (see the module docstring)."""
 
     @classmethod
-    def apply(cls, *args: Any) -> Any:
+    def apply(cls, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = cls.arguments(args, kwargs)
         needs = tuple(isinstance(a, Variable) and a.requires_grad for a in args)
-        traced = _cached_trace(cls, args, needs)
+        traced = _cached_trace(cls, args, kwargs, needs)
         variables = [a for a in args if isinstance(a, Variable)]
         inputs = [a._graph_value() for a in variables]
         record = is_grad_enabled() and any(needs)
@@ -183,11 +186,22 @@ class Function(FunctionBase):
                 result = Variable._lazy(value)
                 if traced.dirty[k] is not None:  # the input itself now stands for the output, as PyTorch's mark_dirty
                     index, bump = traced.dirty[k]
-                    result, version = variables[index], variables[index]._version
-                    result._assign_recorded(Variable._lazy(value))
-                    result._version = version + bump
+                    result = _dirtied(variables[index], result, bump, record)
             results.append(result)
         return tuple(results) if traced.many else results[0]
+
+
+def _dirtied(variable, out, bump, record):
+    """`mark_dirty`'s output: the input, now standing for `out`, its version `bump`ed; a leaf that requires grad,
+    not recorded (under no_grad), gets the new values and returns `out` detached, as PyTorch's."""
+    version = variable._version
+    if record or not variable.requires_grad:
+        variable._assign_recorded(out)
+        out = variable
+    else:
+        variable._assign_values(Ellipsis, out, None)
+    variable._version = version + bump
+    return out
 
 
 __all__ = ["Function", "FunctionCtx", "Trace", "once_differentiable"]

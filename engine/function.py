@@ -257,12 +257,25 @@ class FunctionBase:
         raise NotImplementedError("setup_context is not implemented.")
 
     @classmethod
-    def run_forward(cls, ctx, args):
+    def arguments(cls, args, kwargs):
+        """(args, kwargs) that `forward` takes, keywords bound to its parameters as PyTorch does (they are
+        inputs, positionally); with a `setup_context`, defaults applied: `setup_context` gets every input."""
+        if cls.setup_context is FunctionBase.setup_context:
+            if not kwargs:
+                return args, kwargs
+            bound = inspect.signature(cls.forward).bind(None, *args, **kwargs)  # (None: the ctx)
+            return bound.args[1:], bound.kwargs
+        bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.args, bound.kwargs
+
+    @classmethod
+    def run_forward(cls, ctx, args, kwargs):
         """What forward returns: `forward(ctx, *args)`, or PyTorch 2's style where the class has a
         `setup_context`: `forward(*args)`, then `setup_context(ctx, args, output)`."""
-        if cls.setup_context is FunctionBase.setup_context:  # (the engine's `apply` checks first)
-            return cls.forward(ctx, *args)
-        out = cls.forward(*args)
+        if cls.setup_context is FunctionBase.setup_context:
+            return cls.forward(ctx, *args, **kwargs)
+        out = cls.forward(*args, **kwargs)
         cls.setup_context(ctx, args, out)
         return out
 
@@ -285,11 +298,14 @@ class Function(FunctionBase):
     """Base class of custom differentiable operations (see the module docstring)."""
 
     @classmethod
-    def apply(cls, *args: Any) -> Variable:
+    def apply(cls, *args: Any, **kwargs: Any) -> Any:
+        setup = cls.setup_context is not _NO_SETUP
+        if setup or kwargs:
+            args, kwargs = cls.arguments(args, kwargs)
         ctx = FunctionCtx()
         ctx.needs_input_grad = tuple(isinstance(a, Variable) and a._requires_grad for a in args)
         with no_grad():
-            out = cls.forward(ctx, *args) if cls.setup_context is _NO_SETUP else cls.run_forward(ctx, args)
+            out = cls.run_forward(ctx, args, kwargs) if setup else cls.forward(ctx, *args, **kwargs)
         if type(out) is tuple or ctx.dirty or ctx.non_differentiable:
             return _outputs(cls, ctx, args, out)
         data = out._data if isinstance(out, Variable) else as_array(out)

@@ -257,3 +257,58 @@ def test_forward_ad_through_a_two_output_function_matches_torch(torch_like):
     got, want = _forward_ad(torch_like), _forward_ad(torch)
     np.testing.assert_allclose(np.array(got[0]), np.array(want[0]), rtol=1e-12)
     np.testing.assert_allclose(np.array(got[1]), np.array(want[1]), rtol=1e-12)
+
+
+def _dirty_without_grad(m):
+    ScaleInplace = functions(m)[-1]
+    x = m.tensor(X, requires_grad=True)
+    with m.no_grad():
+        out = ScaleInplace.apply(x, 3.0)
+    return (out is x, out.requires_grad, x.requires_grad, x.is_leaf, x._version), x.detach().numpy(), out.numpy()
+
+
+def test_mark_dirty_of_a_leaf_under_no_grad_matches_torch(torch_like):
+    got, want = _dirty_without_grad(torch_like), _dirty_without_grad(torch)
+    assert got[0] == want[0] == (False, False, True, True, 2)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[2], want[2])
+
+
+def _keywords(m):
+    seen = []
+
+    class Scale(m.autograd.Function):  # torch 2 binds apply's arguments to forward's signature, defaults applied
+        @staticmethod
+        def forward(x, k=2.0, shift=0.0):
+            return x * k + shift
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            seen.append(len(inputs))
+            ctx.k = inputs[1]
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.k, None, None
+
+    class OldScale(m.autograd.Function):  # forward(ctx, ...) takes keywords too: inputs, as positional ones
+        @staticmethod
+        def forward(ctx, x, k=2.0):
+            ctx.k = k
+            return x * k
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.k, None
+
+    x = m.tensor(X, requires_grad=True)
+    out = Scale.apply(x) + Scale.apply(x, k=3.0, shift=1.0) + OldScale.apply(x, k=-1.5) + OldScale.apply(x)
+    out.sum().backward()
+    return seen, out.detach().numpy(), x.grad.numpy()
+
+
+def test_keywords_and_defaults_of_apply_match_torch(torch_like):
+    got, want = _keywords(torch_like), _keywords(torch)
+    assert got[0] == want[0] == [3, 3]
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-12)
