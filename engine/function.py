@@ -22,14 +22,24 @@ from engine.variable import Variable, as_array
 FUNCTION_NAME = "a custom Function"  # how a version error names a Function's node
 
 
+ONCE = "trying to differentiate twice a function that was marked with @once_differentiable"
+
+
 def once_differentiable(backward):
-    """torch.autograd.function.once_differentiable: a Function's `backward` run with grad mode off, so
-    its gradients carry no graph (differentiating them again sees constants)."""
+    """torch.autograd.function.once_differentiable: a Function's `backward` run with grad mode off; under
+    create_graph, with gradients that require grad, its results pass through an `Error` node, whose
+    backward raises PyTorch's error (differentiating them again is refused)."""
 
     @functools.wraps(backward)
     def without_graph(ctx, *grad_outputs):
         with no_grad():
-            return backward(ctx, *grad_outputs)
+            grads = backward(ctx, *grad_outputs)
+        if not is_grad_enabled() or not any(isinstance(g, Variable) and g._requires_grad for g in grad_outputs):
+            return grads
+        many = isinstance(grads, tuple)
+        marked = [g.detach().requires_grad_() if isinstance(g, Variable) else g for g in (grads if many else (grads,))]
+        out = Error.apply(*marked)
+        return out if many else out[0]
 
     return without_graph
 
@@ -184,16 +194,15 @@ class OutputNode(Node):
         self.owner, self.output_nr, self.edges = owner, index, (owner,)
         self.saved, self.retained, self.seq = (None,), None, next_seq()
 
-    @property
-    def name(self):  # type: ignore[override]
-        return self.owner.name
-
     def vjp(self, grad, needs):
         self.owner.pending[self.output_nr] = grad
         return (TOKEN,)
 
     def free(self):
         pass
+
+
+OutputNode.name = property(lambda self: self.owner.name)  # type: ignore[assignment]  # (after `__init_subclass__`)
 
 
 def _check_gradient_shape(node_name: str, index: int, got: tuple, shape: tuple) -> None:
@@ -360,6 +369,18 @@ def _outputs(cls, ctx, args, out):
     if FORWARD:
         FORWARD[0].function(cls, ctx, args, tuple(results))
     return tuple(results) if many else results[0]
+
+
+class Error(Function):
+    """The node of what a `once_differentiable` backward returned under create_graph (PyTorch's `Error`)."""
+
+    @staticmethod
+    def forward(ctx, *grads):
+        return grads
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(ONCE)
 
 
 _NODE_CLASSES: dict = {}  # (Function, node base) -> node class

@@ -222,3 +222,28 @@ def _node_hooks(m):
 
 def test_a_multi_output_nodes_hooks_see_every_outputs_gradient_as_torch():
     assert _node_hooks(engine) == _node_hooks(torch)
+
+
+def _twice_through_once_differentiable(m):
+    class Square(m.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x, x.argmax()
+
+        @staticmethod
+        @m.autograd.function.once_differentiable
+        def backward(ctx, g, g_index):
+            (x,) = ctx.saved_tensors
+            return 2 * x * g
+
+    x = m.tensor(X, requires_grad=True)
+    square, _ = Square.apply(x)
+    (g,) = m.autograd.grad((square**2).sum(), x, create_graph=True)  # its grad_outputs require grad
+    with pytest.raises(RuntimeError) as err:
+        g.sum().backward()
+    return _described(g), g.requires_grad, g.is_leaf, str(err.value)
+
+
+def test_differentiating_a_once_differentiable_backward_again_raises_as_torch():
+    assert _twice_through_once_differentiable(engine) == _twice_through_once_differentiable(torch)
