@@ -7,7 +7,8 @@ forward intermediates with `forward_value`. No user Python runs on the service. 
 look at values (`.item()`, `bool()`, `.data` raise `TracingError`); traces are cached per
 (class, input shapes/dtypes/requires_grad, other arguments), so a training loop traces once.
 Plain data used from outside is baked in as constants; a leaf that requires grad, or an
-uncomputed value from outside, must be passed to `apply()`.
+uncomputed value from outside, must be passed to `apply()`. A forward that returns a tuple becomes
+one `function` node per output (see `Traced`); a `mark_dirty` input is re-pointed at its output.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Custom differentiable functions, PyTorch style: subclass `Function`, write static
-`forward(ctx, *args)` and `backward(ctx, *grad_outputs)`, call `MyOp.apply(...)`.
+`forward(ctx, *args)` and `backward(ctx, *grad_outputs)`, call `MyOp.apply(...)`; or PyTorch 2's
+`forward(*args)` with a static `setup_context(ctx, inputs, output)`. forward may return a tuple (one
+node, `FunctionOutputs`, and an `OutputNode` per output); `ctx.mark_non_differentiable`,
+`ctx.mark_dirty` (in-place Functions) and `ctx.set_materialize_grads` work as PyTorch's.
 
 The legacy style (PyTorch before 1.3) works too, on the engine and the client alike: instance
 methods `forward(self, *args)` and `backward(self, *grad_outputs)` that save through

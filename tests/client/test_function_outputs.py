@@ -312,3 +312,30 @@ def test_keywords_and_defaults_of_apply_match_torch(torch_like):
     assert got[0] == want[0] == [3, 3]
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
     np.testing.assert_allclose(got[2], want[2], rtol=1e-12)
+
+
+def _dirty_non_leaf(m):
+    class Scale(m.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            x.mul_(3)
+            ctx.mark_dirty(x)
+            ctx.save_for_backward(x)
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            (out,) = ctx.saved_tensors
+            return g * 3 + 0 * out
+
+    x = m.tensor(X[0], requires_grad=True)
+    z = x * 2
+    before = z.grad_fn
+    out = Scale.apply(z)
+    facts = (out is z, z._version, type(z.grad_fn).__name__, z.grad_fn.next_functions[0][0] is before, z.is_leaf)
+    (z * z).sum().backward()
+    return facts, x.grad.numpy().tolist()
+
+
+def test_mark_dirty_rebases_a_non_leaf_as_torch(torch_like):
+    assert _dirty_non_leaf(torch_like) == _dirty_non_leaf(torch)

@@ -1,7 +1,7 @@
 """A custom Function with several outputs on the engine, against torch 2.13: what `backward` receives (zeros,
 or None under `set_materialize_grads(False)`, for outputs that got no gradient; zeros for a non-differentiable
 one), grad_fn identity, tensor hooks and `retain_grad` on outputs, retain_graph and the freed graph's error,
-create_graph through a differentiable multi-output backward, saved outputs, `mark_dirty` on a non-leaf, the
+create_graph through a differentiable multi-output backward, saved outputs, the
 shared node's own hooks (tests/client/test_function_outputs.py runs the docs' examples on all three sides)."""
 
 from __future__ import annotations
@@ -132,54 +132,6 @@ def test_double_backward_matches_finite_differences():
         down[i] -= eps
         numeric = (_gx(up)[0].numpy() - _gx(down)[0].numpy()) / (2 * eps)  # column i; the Hessian is symmetric
         np.testing.assert_allclose(row.numpy(), numeric, rtol=1e-5, atol=1e-6)
-
-
-def _dirty_non_leaf(m):
-    class Scale(m.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            x.mul_(3)
-            ctx.mark_dirty(x)
-            ctx.save_for_backward(x)
-            return x
-
-        @staticmethod
-        def backward(ctx, g):
-            (out,) = ctx.saved_tensors
-            return g * 3 + 0 * out
-
-    x = m.tensor(X, requires_grad=True)
-    z = x * 2
-    before = z.grad_fn
-    out = Scale.apply(z)
-    facts = (out is z, z._version, type(z.grad_fn).__name__, z.grad_fn.next_functions[0][0] is before, z.is_leaf)
-    (z * z).sum().backward()
-    return facts, _described(x.grad)
-
-
-def test_mark_dirty_rebases_a_non_leaf_as_torch():
-    assert _dirty_non_leaf(engine) == _dirty_non_leaf(torch)
-
-
-def test_mark_dirty_under_no_grad_returns_a_detached_output_as_torch():
-    for m in (torch, engine):
-
-        class Add(m.autograd.Function):
-            @staticmethod
-            def forward(ctx, x):
-                x.add_(1)
-                ctx.mark_dirty(x)
-                return x
-
-            @staticmethod
-            def backward(ctx, g):
-                return g
-
-        x = m.tensor(X, requires_grad=True)
-        with m.no_grad():
-            out = Add.apply(x)
-        assert (out is x, out.requires_grad, x.requires_grad, x._version) == (False, False, True, 2)
-        np.testing.assert_array_equal(out.detach().numpy(), X + 1)
 
 
 def test_non_differentiable_and_integer_outputs_need_no_gradient():
