@@ -102,13 +102,14 @@ class FunctionNode(Node):
     """The node of one custom `Function.apply` call. `saved`: the input Variables that forward
     saved, whose versions are checked when backward reads them (as the engine's ctx does)."""
 
-    __slots__ = ("saves", "trace")
+    __slots__ = ("saves", "trace", "owner", "output_nr")  # owner: output 0's node, for the other outputs' grad_fn
     saved_name = FUNCTION_NAME  # type: ignore[assignment]  # Node's is None: nodes named by their class
 
     def __init__(self, edges, value, trace, saved):
         super().__init__(edges, value, saved)
         self.trace = trace
         self.saves = trace.saves
+        self.owner, self.output_nr = None, 0
 
     def produces(self, i) -> bool:
         return self.trace.produces[i]

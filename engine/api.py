@@ -56,7 +56,7 @@ from engine.dtypes import of as dtype_of
 from engine.fft_functions import bind as bind_fft
 from engine.forward_ad import UnpackedDualTensor, check_dual
 from engine.func import Transforms, vmap_with
-from engine.function import FUNCTION_NAME, Function, FunctionBase, FunctionCtx, once_differentiable
+from engine.function import FUNCTION_NAME, LEAF_DIRTY, Function, FunctionBase, FunctionCtx, once_differentiable
 from engine.function import node_class as function_node_class
 from engine.grad_mode import GradMode, enable_grad, is_grad_enabled, no_grad
 from engine.gradcheck import _GRADCHECK_KEYWORDS, _GRADGRADCHECK_KEYWORDS, GradcheckError, _accept, _compare
@@ -251,6 +251,7 @@ __all__ = [
     "FunctionCtx",
     "once_differentiable",
     "FUNCTION_NAME",
+    "LEAF_DIRTY",
     "function_node_class",
     # attributes, shapes, index keys
     "shown",

@@ -23,7 +23,7 @@ import numpy
 
 from engine import backend
 from engine.autograd import _fit
-from engine.function import FunctionNode
+from engine.function import FunctionNode, FunctionOutputs
 from engine.grad_mode import state as grad_state
 from engine.node import SAVING, GraphFreedError, Meta, Node, OpNode, reads_output
 from engine.registry import OPS, input_names
@@ -321,9 +321,14 @@ def _hooked_vjp(self, grad, needs):
     base, state = _BASES[type(self)], getattr(self, "hooks", None)
     if state is None:
         return base.vjp(self, grad, needs)
+    many = isinstance(self, FunctionOutputs)  # its gradients, one per output, wait in `pending`
+    incoming = tuple(self.pending) if many else (grad,)
     for hook in list(state.pre.values()):
-        out = hook((grad,))
-        grad = grad if out is None else _checked(hook, out, 1)[0]
+        out = hook(incoming)
+        incoming = incoming if out is None else _checked(hook, out, len(incoming))
+    if many:
+        self.pending[:] = incoming
+    grad = incoming[0]
     saved, out_data = self.saved, self.out_data if state.packed else None
     if state.packed and self.versions is not None:  # (an OpNode's: a FunctionNode's ctx unpacks)
         values = list(saved)
@@ -344,7 +349,7 @@ def _hooked_vjp(self, grad, needs):
         kept = [i for i, meta in enumerate(metas) if meta is not None or not isinstance(self, FunctionNode)]
         given = tuple(None if grads[i] is None else _fit(grads[i], metas[i]._data) for i in kept)
         for hook in list(state.post.values()):
-            out = hook(given, (grad,))
+            out = hook(given, incoming)
             given = given if out is None else _checked(hook, out, len(kept))
         for i, g in zip(kept, given):
             grads[i] = g

@@ -92,12 +92,13 @@ class DualLevel:
         ctx._versions = tuple(v._version if isinstance(v, Variable) else None for v in ctx.to_save)
         try:
             with _paused():
-                tangent = cls.jvp(ctx, *tangents)
+                out_tangents = cls.jvp(ctx, *tangents)
         finally:
             ctx.to_save, ctx._versions = saved, versions
-        if isinstance(tangent, tuple):
-            tangent = tangent[0]
-        if tangent is not None:
+        results = result if isinstance(result, tuple) else (result,)
+        for result, tangent in zip(results, out_tangents if isinstance(out_tangents, tuple) else (out_tangents,)):
+            if tangent is None or not isinstance(result, Variable):
+                continue
             if not isinstance(tangent, Variable):
                 tangent = Variable(tangent)
             if tuple(tangent.shape) != tuple(result.shape):

@@ -1,5 +1,8 @@
 """Custom differentiable functions, PyTorch style: subclass `Function`, write static
-`forward(ctx, *args)` and `backward(ctx, *grad_outputs)`, call `MyOp.apply(...)`.
+`forward(ctx, *args)` and `backward(ctx, *grad_outputs)`, call `MyOp.apply(...)`; or PyTorch 2's
+`forward(*args)` with a static `setup_context(ctx, inputs, output)`. forward may return a tuple (one
+node, `FunctionOutputs`, and an `OutputNode` per output); `ctx.mark_non_differentiable`,
+`ctx.mark_dirty` (in-place Functions) and `ctx.set_materialize_grads` work as PyTorch's.
 
 The legacy style (PyTorch before 1.3) works too, on the engine and the client alike: instance
 methods `forward(self, *args)` and `backward(self, *grad_outputs)` that save through
@@ -10,23 +13,36 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from typing import Any
 
+import numpy
+
 from engine.grad_mode import is_grad_enabled, no_grad
-from engine.node import FORWARD, SAVING, Meta, Node, check_saved, edge_of, next_seq
+from engine.node import FLOATS, FORWARD, SAVING, Meta, Node, check_saved, edge_of, next_seq
 from engine.variable import Variable, as_array
 
 FUNCTION_NAME = "a custom Function"  # how a version error names a Function's node
 
 
+ONCE = "trying to differentiate twice a function that was marked with @once_differentiable"
+
+
 def once_differentiable(backward):
-    """torch.autograd.function.once_differentiable: a Function's `backward` run with grad mode off, so
-    its gradients carry no graph (differentiating them again sees constants)."""
+    """torch.autograd.function.once_differentiable: a Function's `backward` run with grad mode off; under
+    create_graph, with gradients that require grad, its results pass through an `Error` node, whose
+    backward raises PyTorch's error (differentiating them again is refused)."""
 
     @functools.wraps(backward)
     def without_graph(ctx, *grad_outputs):
         with no_grad():
-            return backward(ctx, *grad_outputs)
+            grads = backward(ctx, *grad_outputs)
+        if not is_grad_enabled() or not any(isinstance(g, Variable) and g._requires_grad for g in grad_outputs):
+            return grads
+        many = isinstance(grads, tuple)
+        marked = [g.detach().requires_grad_() if isinstance(g, Variable) else g for g in (grads if many else (grads,))]
+        out = Error.apply(*marked)
+        return out if many else out[0]
 
     return without_graph
 
@@ -34,6 +50,10 @@ def once_differentiable(backward):
 class FunctionCtx:
     """The `ctx` a custom Function's forward and backward share: `to_save` is what forward
     saved, `saved_read` whether backward read it (the client's tracing asks both)."""
+
+    materialize_grads = True  # backward gets zeros for an output that got no gradient (else None)
+    non_differentiable: tuple[Any, ...] = ()  # outputs that `apply` returns without a grad_fn
+    dirty: tuple[Any, ...] = ()  # inputs that forward modified in place and returns (`mark_dirty`)
 
     def __init__(self) -> None:
         self.to_save: tuple[Any, ...] = ()
@@ -59,14 +79,23 @@ class FunctionCtx:
             return self._unpack()
         if output is None:
             return self.to_save
-        # forward saved its own result: backward reads the output as the graph has it (its grad_fn is
+        # forward saved its own results: backward reads each output as the graph has it (its grad_fn is
         # this Function's node), so a backward recorded with create_graph differentiates through it
-        return tuple(output if v is self._forward_result else v for v in self.to_save)
+        return tuple(output.get(id(v), v) for v in self.to_save)
 
     saved_variables = saved_tensors
 
     def save_for_forward(self, *variables):
         self.saved_for_forward = variables
+
+    def mark_non_differentiable(self, *outputs: Any) -> None:
+        self.non_differentiable = outputs
+
+    def mark_dirty(self, *inputs: Any) -> None:
+        self.dirty = inputs
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = bool(value)
 
 
 class FunctionNode(Node):
@@ -83,12 +112,18 @@ class FunctionNode(Node):
         self.saved = self.metas
         self.retained = None
 
-    def vjp(self, grad, needs):
+    def output_node(self, index):
+        """The node of output `index` (a Function with one output: this one)."""
+        return self
+
+    def vjp(self, grad, needs, many=False):
+        """The user's `backward` of the output's gradient (`many`: of `grad`, one per output)."""
         ctx = self.ctx
-        if ctx._forward_result is not None:
-            ctx._output = Variable._result(ctx._forward_result._data, self)  # only while backward runs
+        if ctx._forward_result is not None:  # the outputs forward saved, as the graph has them (while backward runs)
+            ctx._output = {id(v): Variable._result(v._data, self.output_node(k)) for v, k in ctx._forward_result}
         try:
-            result = self.function.backward_result(self.function.backward(ctx, grad), len(self.edges))
+            grads = self.function.backward(ctx, *grad) if many else self.function.backward(ctx, grad)
+            result = self.function.backward_result(grads, len(self.edges))
         finally:
             ctx._output = None
         out = []
@@ -115,6 +150,62 @@ class FunctionNode(Node):
         freed = FunctionCtx()
         freed._freed = True
         self.ctx = freed
+
+
+class FunctionOutputs(FunctionNode):
+    """The node of a Function with several outputs (or marked ones). Each differentiable output's grad_fn
+    is an `OutputNode` whose `owner` is this node: the walk runs those first (they are made after it),
+    each leaves its gradient in `pending` and sends this node a zero `TOKEN`, and this node's vjp hands
+    `backward` one gradient per output (zeros, or None without `materialize_grads`, where none came)."""
+
+    __slots__ = ("pending", "outputs", "proxies")
+
+    def __init__(self, function, ctx, args, outs):
+        super().__init__(function, ctx, args)
+        self.outputs = tuple(Meta(v._data.shape, v._data.dtype) if isinstance(v, Variable) else None for v in outs)
+        self.pending: list = [None] * len(outs)
+        self.proxies: list = [None] * len(outs)  # weak references to the outputs' OutputNodes
+
+    def output_node(self, index):
+        proxy = self.proxies[index] and self.proxies[index]()
+        if proxy is None:
+            proxy = OutputNode(self, index)
+            self.proxies[index] = weakref.ref(proxy)
+        return proxy
+
+    def vjp(self, grad, needs):
+        grads, self.pending = self.pending, [None] * len(self.pending)
+        if self.ctx.materialize_grads:
+            zeros = Variable._result  # (a zero gradient requires none, as PyTorch's)
+            grads = [
+                zeros(as_array(numpy.zeros(m.shape, m.dtype)), None) if g is None and m is not None else g
+                for g, m in zip(grads, self.outputs)
+            ]
+        return FunctionNode.vjp(self, grads, needs, True)
+
+
+TOKEN = Variable._result(numpy.zeros((), numpy.float32), None)  # what an OutputNode sends its owner
+
+
+class OutputNode(Node):
+    """Output `output_nr` of a `FunctionOutputs` node, `owner`: `grad_fn` shows the owner (see there)."""
+
+    __slots__ = ("owner", "output_nr")
+    fits = True
+
+    def __init__(self, owner, index):
+        self.owner, self.output_nr, self.edges = owner, index, (owner,)
+        self.saved, self.retained, self.seq = (None,), None, next_seq()
+
+    def vjp(self, grad, needs):
+        self.owner.pending[self.output_nr] = grad
+        return (TOKEN,)
+
+    def free(self):
+        pass
+
+
+OutputNode.name = property(lambda self: self.owner.name)  # type: ignore[assignment]  # (after `__init_subclass__`)
 
 
 def _check_gradient_shape(node_name: str, index: int, got: tuple, shape: tuple) -> None:
@@ -173,11 +264,31 @@ class FunctionBase:
             "You must implement the jvp function for custom autograd.Function to use it with forward mode AD."
         )
 
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        raise NotImplementedError("setup_context is not implemented.")
+
     @classmethod
-    def forward_output(cls, out):
-        """Refuse a tuple from forward (one output per Function here)."""
-        if isinstance(out, tuple):
-            raise TypeError(f"{cls.__name__}.forward returned a tuple; custom Functions here return one Variable")
+    def arguments(cls, args, kwargs):
+        """(args, kwargs) that `forward` takes, keywords bound to its parameters as PyTorch does (they are
+        inputs, positionally); with a `setup_context`, defaults applied: `setup_context` gets every input."""
+        if cls.setup_context is FunctionBase.setup_context:
+            if not kwargs:
+                return args, kwargs
+            bound = inspect.signature(cls.forward).bind(None, *args, **kwargs)  # (None: the ctx)
+            return bound.args[1:], bound.kwargs
+        bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.args, bound.kwargs
+
+    @classmethod
+    def run_forward(cls, ctx, args, kwargs):
+        """What forward returns: `forward(ctx, *args)`, or PyTorch 2's style where the class has a
+        `setup_context`: `forward(*args)`, then `setup_context(ctx, args, output)`."""
+        if cls.setup_context is FunctionBase.setup_context:
+            return cls.forward(ctx, *args, **kwargs)
+        out = cls.forward(*args, **kwargs)
+        cls.setup_context(ctx, args, out)
         return out
 
     @classmethod
@@ -192,21 +303,28 @@ class FunctionBase:
         return result
 
 
+_NO_SETUP = FunctionBase.setup_context
+
+
 class Function(FunctionBase):
     """Base class of custom differentiable operations (see the module docstring)."""
 
     @classmethod
-    def apply(cls, *args: Any) -> Variable:
+    def apply(cls, *args: Any, **kwargs: Any) -> Any:
+        setup = cls.setup_context is not _NO_SETUP
+        if setup or kwargs:
+            args, kwargs = cls.arguments(args, kwargs)
         ctx = FunctionCtx()
         ctx.needs_input_grad = tuple(isinstance(a, Variable) and a._requires_grad for a in args)
         with no_grad():
-            out = cls.forward(ctx, *args)
-        cls.forward_output(out)
+            out = cls.run_forward(ctx, args, kwargs) if setup else cls.forward(ctx, *args, **kwargs)
+        if type(out) is tuple or ctx.dirty or ctx.non_differentiable:
+            return _outputs(cls, ctx, args, out)
         data = out._data if isinstance(out, Variable) else as_array(out)
         node = None
-        if is_grad_enabled() and any(ctx.needs_input_grad):
+        if is_grad_enabled() and any(ctx.needs_input_grad) and type(data.dtype) in FLOATS:
             if any(v is out for v in ctx.to_save):
-                ctx._forward_result = out
+                ctx._forward_result = ((out, 0),)
             node = node_class(cls)(cls, ctx, args)
             if SAVING:
                 SAVING[0](node, args, out)
@@ -214,6 +332,58 @@ class Function(FunctionBase):
         if FORWARD:
             FORWARD[0].function(cls, ctx, args, result)
         return result
+
+
+LEAF_DIRTY = "a leaf Variable that requires grad has been used in an in-place operation."
+
+
+def _outputs(cls, ctx, args, out):
+    """`apply` of a forward that returned a tuple (its Variables are the outputs, other values are returned
+    as they are) or marked outputs: non-differentiable ones (and integer ones) get no grad_fn, a dirty one
+    (an input modified in place) is returned itself, its version bumped and its history rebased onto
+    the Function's node, as PyTorch's `mark_dirty` does."""
+    many = type(out) is tuple
+    outs = out if many else (out if isinstance(out, Variable) else Variable._result(as_array(out), None),)
+    dirty, plain = ctx.dirty, ctx.non_differentiable
+    ctx.dirty = ctx.non_differentiable = ()
+    node = None
+    if is_grad_enabled() and any(ctx.needs_input_grad):
+        if any(v._node is None and v._requires_grad for v in dirty):
+            raise RuntimeError(LEAF_DIRTY)
+        node = node_class(cls, FunctionOutputs)(cls, ctx, args, outs)
+        saved = [(v, k) for k, v in enumerate(outs) if isinstance(v, Variable) and any(v is s for s in ctx.to_save)]
+        ctx._forward_result = tuple(saved) or None
+        if SAVING:
+            SAVING[0](node, args, outs)
+    results = []
+    for k, v in enumerate(outs):
+        if isinstance(v, Variable):
+            result = Variable._result(v._data, None)
+            if any(v is d for d in dirty):  # the input itself (recorded, or one without grad; else detached)
+                v._version += 1
+                result = v if node is not None or not v._requires_grad else result
+                result._version = v._version
+            if node is not None and type(v._data.dtype) in FLOATS and not any(v is p for p in plain):
+                result._node, result._requires_grad = node.output_node(k), True
+            v = result
+        results.append(v)
+    if dirty:  # a dirty input that forward saved is saved as its output: at its new version
+        ctx._versions = tuple(v._version if isinstance(v, Variable) else None for v in ctx.to_save)
+    if FORWARD:
+        FORWARD[0].function(cls, ctx, args, tuple(results))
+    return tuple(results) if many else results[0]
+
+
+class Error(Function):
+    """The node of what a `once_differentiable` backward returned under create_graph (PyTorch's `Error`)."""
+
+    @staticmethod
+    def forward(ctx, *grads):
+        return grads
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(ONCE)
 
 
 _NODE_CLASSES: dict = {}  # (Function, node base) -> node class

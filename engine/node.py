@@ -128,6 +128,8 @@ class Node:
     seq: int  # when it was made (`next_seq`): the backward walk runs nodes from the latest down
     freeing: str | None = None  # `OpNode`'s: what `free` drops (run_backward frees "all" and "none" inline)
     fits = False  # whether every gradient the vjp returns has its input's shape and dtype (see `autograd._fit`)
+    owner = None  # an output's node of a Function with several outputs: the node its `grad_fn` shows
+    output_nr = 0  # (and which output it is)
 
     def vjp(self, grad, needs):
         raise NotImplementedError
@@ -151,8 +153,11 @@ class Node:
 
     @property
     def next_functions(self):
-        """PyTorch's: per input, (its grad_fn, 0), an `AccumulateGrad` for a leaf that requires grad, or (None, 0)."""
-        return tuple((e if isinstance(e, Node) else None if e is None else AccumulateGrad(e), 0) for e in self.edges)
+        """PyTorch's: per input, (its grad_fn, its output_nr), an `AccumulateGrad` for a leaf that requires grad, or (None, 0)."""
+        return tuple(
+            (e.owner or e, e.output_nr) if isinstance(e, Node) else (None if e is None else AccumulateGrad(e), 0)
+            for e in self.edges
+        )
 
     def __repr__(self):
         return f"<{type(self).__name__} object at {id(self):#x}>"

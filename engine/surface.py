@@ -229,8 +229,14 @@ def register_post_accumulate_grad_hook(self, hook: Any) -> RemovableHandle:
 
 
 def grad_fn(self) -> Any:
-    """The node that computed this Variable (None for a leaf)."""
-    return self._node
+    """The node that computed this Variable (None for a leaf; one node for a Function's outputs)."""
+    node = self._node
+    return node if node is None else node.owner or node
+
+
+def output_nr(self) -> int:
+    """Which output of its grad_fn this Variable is (0 for a leaf)."""
+    return 0 if self._node is None else self._node.output_nr
 
 
 def is_leaf(self) -> bool:
@@ -429,7 +435,7 @@ def install(side: Side) -> dict:
         setattr(cls, name, method)
     cls.__str__ = __repr__
     cls.requires_grad = property(cls.requires_grad.fget, _set_requires_grad)
-    for getter in (grad_fn, is_leaf, retains_grad):
+    for getter in (grad_fn, is_leaf, retains_grad, output_nr):
         setattr(cls, getter.__name__, property(getter))
     transpose = functions["transpose"]
 

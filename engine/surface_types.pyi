@@ -344,7 +344,7 @@ class VariableSurface:
         """The outer product of two 1-D Variables."""
     @property
     def grad_fn(self) -> Any:
-        """The node that computed this Variable (None for a leaf)."""
+        """The node that computed this Variable (None for a leaf; one node for a Function's outputs)."""
     def greater(self, other: Operand) -> Self:
         """x > y as a bool Variable (no gradient)"""
     def greater_equal(self, other: Operand) -> Self:
@@ -602,6 +602,9 @@ class VariableSurface:
         """The values as a NumPy array (sharing memory with a CPU Variable)."""
     def outer(self, vec2: Operand) -> Self:
         """The outer product of two 1-D Variables."""
+    @property
+    def output_nr(self) -> builtins.int:
+        """Which output of its grad_fn this Variable is (0 for a leaf)."""
     @overload
     def permute(self, dims: Sequence[builtins.int]) -> Self: ...
     @overload
