@@ -444,8 +444,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
             "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; "
             f"but got {_type_name(input.dtype)}Tensor instead (while checking arguments for embedding)"
         )
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
+    if scale_grad_by_freq or sparse:
+        raise NotImplementedError("embedding: scale_grad_by_freq and sparse are not supported")
+    if max_norm is not None:
+        _renormalised(input, weight, max_norm, norm_type)
     rows = weight[input]
     if padding_idx is None:
         return rows
@@ -454,6 +456,17 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise AssertionError("Padding_idx must be within num_embeddings")
     padding_idx %= count
     return _ns(input).where((input != padding_idx).unsqueeze(-1), rows, weight.detach()[input])
+
+
+def _renormalised(input, weight, max_norm, norm_type):
+    """PyTorch's `embedding_renorm_`: the rows of weight that input names, with a norm over max_norm, scaled in
+    place (under no_grad) to max_norm / (norm + 1e-7)."""
+    ns = _ns(weight)
+    with ns.no_grad():
+        index = input.reshape(-1)
+        rows = weight[index]
+        norms = ns.linalg.vector_norm(rows, norm_type, dim=1, keepdim=True)
+        weight[index] = rows * ns.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).to(weight.dtype)
 
 
 def linear(input, weight, bias=None):
