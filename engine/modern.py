@@ -19,7 +19,7 @@ import numpy
 from engine import linalg_functions, tensor_ops
 from engine.devices import Device
 from engine.factory import as_dtype
-from engine.promotion import type_name
+from engine.promotion import check_subtraction, type_name
 
 
 def numpy_keywords(name, dim, keepdim, aliases):
@@ -66,6 +66,8 @@ FUNCTION_ALIASES = {"concat": "cat", "concatenate": "cat"}  # torch.* functions 
 
 def _with_alpha(name, base, mul):
     def fn(input: Operand, other: Operand, *, alpha: float = 1) -> VariableSurface:
+        if alpha != 1 and name == "sub":  # (scaled, a bool operand would no longer be one)
+            check_subtraction([getattr(v, "dtype", v) for v in (input, other)])
         return base(input, other) if alpha == 1 else base(input, mul(other, alpha))
 
     fn.__name__ = fn.__qualname__ = name

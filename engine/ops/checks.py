@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import numpy
+
 from engine import shapes
 from engine.attrs import Attr
 from engine.node import passes
@@ -14,7 +16,7 @@ def _class_targets(xp, target, classes, ignore_index):
     kept = target != ignore_index
     wrong = kept & ((target < 0) | (target >= classes))
     if wrong.any():
-        raise IndexError(f"Target {int(target[wrong].flat[0])} is out of bounds.")
+        raise IndexError(f"Target {int(target[wrong].reshape(-1)[0])} is out of bounds.")
     return xp.where(kept, target, 0)
 
 
@@ -31,7 +33,7 @@ defop(
     differentiable=False,
     methods=(),
     samples=(Sample(make=lambda rng: [rng.integers(0, 3, (4,))], attrs={"classes": 3}),),
-    infer=shapes.same,
+    infer=lambda s, d, a: (tuple(s[0]), numpy.result_type(d[0])),  # (`same`'s, but not a fitting op's)
     doc="class-index targets checked to lie in [0, classes), those equal to ignore_index as 0 (nll_loss's)",
 )
 defop(

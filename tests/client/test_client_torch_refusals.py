@@ -42,6 +42,7 @@ SUBTRACTIONS = {
     "bool - 1": lambda m: m.tensor(BOOL) - 1,
     "1.5 - bool": lambda m: 1.5 - m.tensor(BOOL),
     "sub(bool, float)": lambda m: m.sub(m.tensor(BOOL), m.tensor([0.5, 1.0, 2.0])),
+    "sub(int, bool, alpha=2)": lambda m: m.sub(m.tensor([1, 2, 3]), m.tensor(BOOL), alpha=2),
 }
 
 
