@@ -164,3 +164,17 @@ def test_binary_cross_entropy_in_range_is_torchs_with_its_gradient(torch_like):
         results.append((loss.item(), np.asarray(grad.numpy())))
     assert results[1][0] == pytest.approx(results[0][0], rel=1e-12)
     np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-12)
+
+
+def test_a_bad_target_after_good_steps_is_still_refused(torch_like):
+    """A server replays a repeated program from its cached plan: the replay checks the targets too."""
+    logits = torch_like.tensor(LOGITS, requires_grad=True)
+    for _ in range(4):
+        loss = torch_like.nn.functional.cross_entropy(logits, torch_like.tensor([0, 2]))
+        loss.backward()
+        assert np.isfinite(loss.item())
+    with pytest.raises(Exception, match=r"Target 3 is out of bounds\."):
+        torch_like.nn.functional.cross_entropy(logits, torch_like.tensor([0, 3])).backward()
+    with pytest.raises(Exception, match="ZeroDivisionError"):
+        for divisor in ([2, 3], [2, 3], [2, 3], [2, 0]):
+            (torch_like.tensor([7, 8]) // torch_like.tensor(divisor)).tolist()
