@@ -89,6 +89,7 @@ __all__ = [
     "clamp",
     "clamp_max",
     "clamp_min",
+    "class_targets",
     "clip",
     "clone",
     "col2im",
@@ -237,6 +238,7 @@ __all__ = [
     "mode",
     "moveaxis",
     "movedim",
+    "msort",
     "mul",
     "multinomial",
     "multiply",
@@ -259,6 +261,7 @@ __all__ = [
     "permute",
     "polygamma",
     "pow",
+    "probabilities",
     "prod",
     "quantile",
     "rad2deg",
@@ -577,6 +580,9 @@ def clamp(input: Operand, min: builtins.float | None = None, max: builtins.float
 
 def clamp_max(input: Operand, max: builtins.float) -> Variable: ...
 def clamp_min(input: Operand, min: builtins.float) -> Variable: ...
+def class_targets(input: Operand, classes: builtins.int, ignore_index: builtins.int = -100) -> Variable:
+    """class-index targets checked to lie in [0, classes), those equal to ignore_index as 0 (nll_loss's)"""
+
 def clip(input: Operand, min: builtins.float | None = None, max: builtins.float | None = None) -> Variable:
     """x limited to [min, max] (gradient 1 inside, 0 outside)"""
 
@@ -1072,9 +1078,14 @@ def maximum(input: Operand, other: Operand) -> Variable:
     """elementwise max (ties split the gradient)"""
 
 def mean(
-    input: Operand, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False
+    input: VariableSurface,
+    dim: builtins.int | Sequence[builtins.int] | None = None,
+    keepdim: builtins.bool = False,
+    *,
+    dtype: DTypeLike | None = None,
+    **aliases: Any,
 ) -> Variable:
-    """mean over dim (all when null)"""
+    """mean over dim (all when null); `dtype=` casts the input first (PyTorch's `mean(input, ..., dtype=d)`)"""
 
 def median(input: VariableSurface, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
     """The lower median (NaN where there is one): of all entries (its gradient shared among the entries
@@ -1114,6 +1125,9 @@ def movedim(
 ) -> Variable:
     """Dimensions `source` moved to positions `destination`, the others keeping their order."""
 
+def msort(input: VariableSurface) -> Variable:
+    """The values sorted along the first dimension (`sort(input, dim=0).values`)."""
+
 def mul(input: Operand, other: Operand) -> Variable:
     """x * y (broadcasting)"""
 
@@ -1140,14 +1154,22 @@ def nan_to_num(
     smallest finite values); the gradient flows where the input was finite."""
 
 def nanmean(
-    input: VariableSurface, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False
+    input: VariableSurface,
+    dim: builtins.int | Sequence[builtins.int] | None = None,
+    keepdim: builtins.bool = False,
+    *,
+    dtype: Any = None,
 ) -> Variable:
-    """The mean of the entries that are not NaN."""
+    """The mean of the entries that are not NaN (`dtype=`: the input cast to it first)."""
 
 def nansum(
-    input: VariableSurface, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False
+    input: VariableSurface,
+    dim: builtins.int | Sequence[builtins.int] | None = None,
+    keepdim: builtins.bool = False,
+    *,
+    dtype: Any = None,
 ) -> Variable:
-    """The sum with NaNs counted as zero."""
+    """The sum with NaNs counted as zero (`dtype=`: the input cast to it first)."""
 
 def narrow(input: VariableSurface, dim: builtins.int, start: builtins.int, length: builtins.int) -> Variable:
     """`length` entries from `start` along `dim`."""
@@ -1217,6 +1239,9 @@ def polygamma(n: builtins.int, input: Operand) -> Variable:
 
 def pow(input: Operand, exponent: Operand) -> Variable:
     """x ** y (broadcasting)"""
+
+def probabilities(input: Operand) -> Variable:
+    """x, checked to lie in [0, 1] (binary_cross_entropy's input)"""
 
 def prod(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Variable:
     """product over dim (all when null); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `prod(input, ..., dtype=d)`)"""
@@ -1456,9 +1481,14 @@ def subtract(input: Operand, other: Operand) -> Variable:
     """x - y (broadcasting)"""
 
 def sum(
-    input: Operand, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False
+    input: VariableSurface,
+    dim: builtins.int | Sequence[builtins.int] | None = None,
+    keepdim: builtins.bool = False,
+    *,
+    dtype: DTypeLike | None = None,
+    **aliases: Any,
 ) -> Variable:
-    """sum over dim (all when null)"""
+    """sum over dim (all when null); `dtype=` casts the input first (PyTorch's `sum(input, ..., dtype=d)`)"""
 
 @overload
 def sum_to(input: Operand, shape: Sequence[builtins.int]) -> Variable: ...

@@ -19,6 +19,7 @@ import numpy
 from engine import linalg_functions, tensor_ops
 from engine.devices import Device
 from engine.factory import as_dtype
+from engine.promotion import check_subtraction, type_name
 
 
 def numpy_keywords(name, dim, keepdim, aliases):
@@ -65,6 +66,8 @@ FUNCTION_ALIASES = {"concat": "cat", "concatenate": "cat"}  # torch.* functions 
 
 def _with_alpha(name, base, mul):
     def fn(input: Operand, other: Operand, *, alpha: float = 1) -> VariableSurface:
+        if alpha != 1 and name == "sub":  # (scaled, a bool operand would no longer be one)
+            check_subtraction([getattr(v, "dtype", v) for v in (input, other)])
         return base(input, other) if alpha == 1 else base(input, mul(other, alpha))
 
     fn.__name__ = fn.__qualname__ = name
@@ -72,11 +75,53 @@ def _with_alpha(name, base, mul):
     return fn
 
 
+def _fmod(base):
+    def fmod(input: Operand, other: Operand) -> VariableSurface:
+        if isinstance(input, (bool, int, float)):  # (PyTorch's fmod takes no number first; remainder does)
+            raise TypeError(
+                f"fmod() received an invalid combination of arguments - got ({type(input).__name__}, "
+                f"{'Tensor' if hasattr(other, 'shape') else type(other).__name__}), but expected one of:\n"
+                " * (Tensor input, Tensor other, *, Tensor out = None)\n * (Tensor input, Number other, *, Tensor out = None)\n"
+            )
+        return base(input, other)
+
+    fmod.__doc__ = base.__doc__
+    return fmod
+
+
 def _with_dtype(name, base, cast):
     def fn(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> VariableSurface:
         if dtype is not None:
             input = cast(input, dtype=numpy.dtype(as_dtype(dtype)).name)
         return base(input, *args, **kwargs)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"{base.__doc__}; `dtype=` casts the input first (PyTorch's `{name}(input, ..., dtype=d)`)"
+    return fn
+
+
+def _reduction_with_dtype(name, base, cast):
+    """sum or mean with `dtype=` (the input cast first); a mean of integers is refused, as PyTorch's."""
+
+    def fn(
+        input: VariableSurface,
+        dim: int | Sequence[int] | None = None,
+        keepdim: bool = False,
+        *,
+        dtype: DTypeLike | None = None,
+        **aliases: Any,
+    ) -> VariableSurface:
+        if dtype is not None:
+            input = cast(input, dtype=numpy.dtype(as_dtype(dtype)).name)
+        if name == "mean" and numpy.dtype(input.dtype).kind != "f":
+            which = "Input" if dtype is None else "Optional"
+            raise RuntimeError(
+                f"mean(): could not infer output dtype. {which} dtype must be either a floating point or complex "
+                f"dtype. Got: {type_name(input.dtype)}"
+            )
+        if aliases:
+            dim, keepdim = numpy_keywords(name, dim, keepdim, aliases)
+        return base(input) if dim is None and not keepdim else base(input, dim, keepdim)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"{base.__doc__}; `dtype=` casts the input first (PyTorch's `{name}(input, ..., dtype=d)`)"
@@ -289,8 +334,11 @@ def functions(ops) -> dict:
     out.update(inner=dot, ger=outer)
     out["add"] = _with_alpha("add", ops["add"], mul)
     out["sub"] = _with_alpha("sub", ops["sub"], mul)
+    out["fmod"] = _fmod(ops["fmod"])
     for name in ("cumsum", "cumprod", "prod"):
         out[name] = _with_dtype(name, ops[name], ops["cast"])
+    for name in ("sum", "mean"):
+        out[name] = _reduction_with_dtype(name, ops[name], ops["cast"])
     out.update({alias: ops[name] for alias, name in ALIASES.items()})
     out.update(tensor_ops.functions(ops))
     out.update(linalg_functions.functions(ops))

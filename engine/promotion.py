@@ -31,6 +31,15 @@ TYPE_NAMES = dict(
         "Bool Byte Char Short Int Long Half Float Double".split(),
     )
 )
+# and its C++ names in others ("expected m1 and m2 to have the same dtype, but got: float != double")
+C_NAMES = dict(zip(TYPE_NAMES, ("bool", "unsigned char", "signed char", "short int", "int", "long int", "c10::Half")))
+C_NAMES.update(float32="float", float64="double")
+BOOL_SUBTRACTION = (
+    "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a mask, use "
+    "the `~` or `logical_not()` operator instead.",
+    "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` operator "
+    "instead.",
+)
 
 
 def promote_types(a, b) -> numpy.dtype:
@@ -129,3 +138,48 @@ def can_cast(from_, to) -> bool:
 def type_name(dtype) -> str:
     """PyTorch's name of `dtype` in its errors (`Float`, `Long`)."""
     return TYPE_NAMES.get(numpy.dtype(dtype).name, str(dtype))
+
+
+def c_name(dtype) -> str:
+    """PyTorch's C++ name of `dtype` in its errors (`float`, `long int`)."""
+    return C_NAMES.get(numpy.dtype(dtype).name, str(dtype))
+
+
+def check_subtraction(dtypes) -> None:
+    """PyTorch's refusal of a subtraction with a bool tensor (a Python bool counts as one)."""
+    bools = sum(numpy.result_type(d) == BOOL for d in dtypes)
+    if bools:
+        raise RuntimeError(BOOL_SUBTRACTION[bools == len(dtypes)])
+
+
+def check_product(ndims, dtypes) -> None:
+    """PyTorch's refusal of a matrix product (mm, matmul, bmm) of two dtypes: its message by the inputs' dimensions
+    (the kernel matmul reaches: dot, addmv, mm, or a batched one)."""
+    a, b = dtypes
+    if a == b:
+        return
+    if ndims[1] == 1 and ndims[0] == 1:
+        raise RuntimeError(
+            f"dot : expected both vectors to have same dtype, but found {type_name(a)} and {type_name(b)}"
+        )
+    if ndims[1] == 1:
+        a, b = type_name(a), type_name(b)
+        raise RuntimeError(f"addmv input tensors must have the same dtype, but got {b}, {a}, and {b}")
+    if ndims[1] == 2:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {c_name(a)} != {c_name(b)}")
+    raise RuntimeError(f"expected scalar type {type_name(a)} but found {type_name(b)}")
+
+
+def check_addmm(input, mat1, mat2) -> None:
+    """PyTorch's refusal of `addmm(input, mat1, mat2)` (`linear` with a bias) of two dtypes."""
+    for name, dtype in (("self", input), ("mat1", mat1)):
+        if dtype != mat2:
+            raise RuntimeError(
+                f"{name} and mat2 must have the same dtype, but got {type_name(dtype)} and {type_name(mat2)}"
+            )
+
+
+def product_operands(arrays) -> tuple:
+    """A matrix product's `promote` (`engine.registry.PROMOTES`): only called when the dtypes differ, it refuses."""
+    check_product([a.ndim for a in arrays], [a.dtype for a in arrays])
+    return arrays

@@ -199,6 +199,12 @@ def floating_operands(arrays) -> tuple:
     return _cast(arrays, dtype if dtype.kind in "fc" else default_dtype())
 
 
+def subtraction_operands(arrays) -> tuple:
+    """Subtraction's: a bool operand refused (PyTorch's), the others cast to their result type."""
+    promotion.check_subtraction([a.dtype for a in arrays])
+    return operands(arrays)
+
+
 def gives_floats(op) -> bool:
     """Whether `op` gives a floating result of integer inputs (true division, atan2, sqrt): in the default dtype."""
     return op.infer in (shapes.floating_broadcast, shapes.floating)
@@ -210,6 +216,8 @@ def gives_floats(op) -> bool:
 PROMOTES = {
     **dict.fromkeys((shapes.broadcast, shapes.compare, shapes.bitwise), operands),
     **dict.fromkeys((shapes.floating_broadcast, shapes.floating), floating_operands),
+    **dict.fromkeys((shapes.mm, shapes.matmul), promotion.product_operands),  # (refused: PyTorch's products)
+    shapes.subtract: subtraction_operands,
 }
 
 

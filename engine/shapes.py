@@ -32,6 +32,12 @@ def broadcast(shapes, dtypes, attrs):
     return tuple(shape), promotion.result_type(shapes, dtypes)
 
 
+def subtract(shapes, dtypes, attrs):
+    """`broadcast`, refusing a bool operand (PyTorch's subtraction)."""
+    promotion.check_subtraction(dtypes)
+    return broadcast(shapes, dtypes, attrs)
+
+
 def where_rule(shapes, dtypes, attrs):
     shape, _ = broadcast(shapes, dtypes, attrs)
     return shape, promotion.result_type(shapes[1:], dtypes[1:])
@@ -230,6 +236,7 @@ def mm(shapes, dtypes, attrs):
     _matrix(b, "the second input")
     if a[1] != b[0]:
         raise ShapeError(f"mm shapes {list(a)} and {list(b)} cannot be multiplied ({a[1]} != {b[0]})")
+    promotion.check_product((2, 2), dtypes)
     return (a[0], b[1]), numpy.result_type(*dtypes)
 
 
@@ -246,6 +253,7 @@ def matmul(shapes, dtypes, attrs):
     except ValueError:
         raise ShapeError(f"matmul batch dimensions of {list(a)} and {list(b)} cannot be broadcast") from None
     out = tuple(batch) + ((a2[-2],) if len(a) > 1 else ()) + ((b2[-1],) if len(b) > 1 else ())
+    promotion.check_product((len(a), len(b)), dtypes)
     return out, numpy.result_type(*dtypes)
 
 

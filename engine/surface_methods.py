@@ -45,7 +45,6 @@ METHOD_OPS: dict[str, str] = {
     "flatten": "flatten",
     "floor": "floor",
     "floor_divide": "floor_divide",
-    "fmod": "fmod",
     "ge": "ge",
     "gt": "gt",
     "inverse": "inv",
@@ -61,7 +60,6 @@ METHOD_OPS: dict[str, str] = {
     "masked_fill": "masked_fill",
     "matmul": "matmul",
     "maximum": "maximum",
-    "mean": "mean",
     "minimum": "minimum",
     "mm": "mm",
     "mul": "mul",
@@ -82,7 +80,6 @@ METHOD_OPS: dict[str, str] = {
     "softmax": "softmax",
     "sqrt": "sqrt",
     "squeeze": "squeeze",
-    "sum": "sum",
     "t": "t",
     "tan": "tan",
     "tanh": "tanh",
@@ -301,12 +298,6 @@ class SurfaceMethods:
         floor(x / y), as Python's // (x // y); no gradient"""
         return self._ops.floor_divide(self, *args, **kwargs)
 
-    def fmod(self, *args: Any, **kwargs: Any) -> Any:
-        """fmod(self, other: Operand) -> Self
-
-        x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
-        return self._ops.fmod(self, *args, **kwargs)
-
     def ge(self, *args: Any, **kwargs: Any) -> Any:
         """ge(self, other: Operand) -> Self
 
@@ -396,12 +387,6 @@ class SurfaceMethods:
 
         elementwise max (ties split the gradient)"""
         return self._ops.maximum(self, *args, **kwargs)
-
-    def mean(self, *args: Any, **kwargs: Any) -> Any:
-        """mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Self
-
-        mean over dim (all when null)"""
-        return self._ops.mean(self, *args, **kwargs)
 
     def minimum(self, *args: Any, **kwargs: Any) -> Any:
         """minimum(self, other: Operand) -> Self
@@ -524,12 +509,6 @@ class SurfaceMethods:
 
         drop dimensions of size 1"""
         return self._ops.squeeze(self, *args, **kwargs)
-
-    def sum(self, *args: Any, **kwargs: Any) -> Any:
-        """sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Self
-
-        sum over dim (all when null)"""
-        return self._ops.sum(self, *args, **kwargs)
 
     def t(self, *args: Any, **kwargs: Any) -> Any:
         """t(self) -> Self

@@ -333,7 +333,7 @@ class VariableSurface:
     def fmod(self, other: Operand) -> Self:
         """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
     def fmod_(self, other: Operand) -> Self:
-        """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
+        """In place: this Variable becomes `fmod(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def frac(self) -> Self:
         """The fractional part, x - trunc(x), with x's sign."""
     def gather(self, dim: builtins.int, index: Operand, *, sparse_grad: builtins.bool = False) -> Self:
@@ -475,8 +475,15 @@ class VariableSurface:
     def max(self, dim: VariableSurface) -> Self: ...
     def maximum(self, other: Operand) -> Self:
         """elementwise max (ties split the gradient)"""
-    def mean(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
-        """mean over dim (all when null)"""
+    def mean(
+        self,
+        dim: builtins.int | Sequence[builtins.int] | None = None,
+        keepdim: builtins.bool = False,
+        *,
+        dtype: DTypeLike | None = None,
+        **aliases: Any,
+    ) -> Self:
+        """mean over dim (all when null); `dtype=` casts the input first (PyTorch's `mean(input, ..., dtype=d)`)"""
     def median(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
         """The lower median (NaN where there is one): of all entries (its gradient shared among the entries
         equal to it), or along `dim` as (values, indices)."""
@@ -501,6 +508,8 @@ class VariableSurface:
         self, source: builtins.int | Sequence[builtins.int], destination: builtins.int | Sequence[builtins.int]
     ) -> Self:
         """Dimensions `source` moved to positions `destination`, the others keeping their order."""
+    def msort(self) -> Self:
+        """The values sorted along the first dimension (`sort(input, dim=0).values`)."""
     def mul(self, other: Operand) -> Self:
         """x * y (broadcasting)"""
     def mul_(self, other: Operand) -> Self:
@@ -518,10 +527,22 @@ class VariableSurface:
     ) -> Self:
         """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default the dtype's largest and
         smallest finite values); the gradient flows where the input was finite."""
-    def nanmean(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
-        """The mean of the entries that are not NaN."""
-    def nansum(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
-        """The sum with NaNs counted as zero."""
+    def nanmean(
+        self,
+        dim: builtins.int | Sequence[builtins.int] | None = None,
+        keepdim: builtins.bool = False,
+        *,
+        dtype: Any = None,
+    ) -> Self:
+        """The mean of the entries that are not NaN (`dtype=`: the input cast to it first)."""
+    def nansum(
+        self,
+        dim: builtins.int | Sequence[builtins.int] | None = None,
+        keepdim: builtins.bool = False,
+        *,
+        dtype: Any = None,
+    ) -> Self:
+        """The sum with NaNs counted as zero (`dtype=`: the input cast to it first)."""
     def narrow(self, dim: builtins.int, start: builtins.int, length: builtins.int) -> Self:
         """`length` entries from `start` along `dim`."""
     @property
@@ -741,8 +762,15 @@ class VariableSurface:
         """In place: this Variable becomes `sub(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def subtract(self, other: Operand) -> Self:
         """x - y (broadcasting)"""
-    def sum(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
-        """sum over dim (all when null)"""
+    def sum(
+        self,
+        dim: builtins.int | Sequence[builtins.int] | None = None,
+        keepdim: builtins.bool = False,
+        *,
+        dtype: DTypeLike | None = None,
+        **aliases: Any,
+    ) -> Self:
+        """sum over dim (all when null); `dtype=` casts the input first (PyTorch's `sum(input, ..., dtype=d)`)"""
     def swapaxes(self, dim0: builtins.int, dim1: builtins.int) -> Self:
         """swap two dimensions"""
     def swapdims(self, dim0: builtins.int, dim1: builtins.int) -> Self:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
+from engine.factory import as_dtype
+from engine.promotion import c_name, check_addmm, type_name
 from engine.surface_types import MaxMin
 from engine.tensor_ops import _dim
 
@@ -79,6 +81,11 @@ def functions(ops, make) -> dict:
 
     def lerp(input: Operand, end: Operand, weight: Operand) -> VariableSurface:
         """input + weight * (end - input)."""
+        first = getattr(input, "dtype", None)
+        for name, other in (("end", end), ("weight", weight)):  # (a number or a 0-d weight: any dtype)
+            dtype = getattr(other, "dtype", first)
+            if (getattr(other, "ndim", 0) or name == "end") and dtype != first:
+                raise RuntimeError(f"expected dtype {c_name(first)} for `{name}` but got dtype {c_name(dtype)}")
         return ops["add"](input, ops["mul"](weight, ops["sub"](end, input)))
 
     def polygamma(n: int, input: Operand) -> VariableSurface:
@@ -89,12 +96,23 @@ def functions(ops, make) -> dict:
         input: Operand, mat1: VariableSurface, mat2: VariableSurface, *, beta: float = 1, alpha: float = 1
     ) -> VariableSurface:
         """beta * input + alpha * (mat1 @ mat2) (beta 0: input ignored, even its nans)."""
+        dtypes = (getattr(input, "dtype", mat2.dtype), mat1.dtype, mat2.dtype)
+        if mat2.ndim == 1 and len(set(map(type_name, dtypes))) > 1:  # (addmv)
+            names = ", ".join(map(type_name, dtypes[:2]))
+            raise RuntimeError(
+                f"addmv input tensors must have the same dtype, but got {names}, and {type_name(dtypes[2])}"
+            )
+        check_addmm(*dtypes)
         return _scaled_sum(input, ops["mm"](mat1, mat2), beta, alpha)
 
     def baddbmm(
         input: Operand, batch1: VariableSurface, batch2: VariableSurface, *, beta: float = 1, alpha: float = 1
     ) -> VariableSurface:
         """beta * input + alpha * bmm(batch1, batch2)."""
+        dtypes = [getattr(input, "dtype", batch1.dtype), batch1.dtype, batch2.dtype]
+        if dtypes[0] != dtypes[1]:
+            got = ", ".join(f"{n}{c_name(d)}" for n, d in zip(("input ", "batch1: ", "batch2: "), dtypes))
+            raise RuntimeError(f"Input dtypes must be the same, got: {got}")
         return _scaled_sum(input, ops["bmm"](batch1, batch2), beta, alpha)
 
     def _scaled_sum(input, product, beta, alpha):
@@ -105,6 +123,8 @@ def functions(ops, make) -> dict:
 
     def tensordot(a: VariableSurface, b: VariableSurface, dims: Any = 2) -> VariableSurface:
         """The sum of a * b over the dims paired in `dims` (an int: a's last `dims` with b's first)."""
+        if a.dtype != b.dtype:
+            raise RuntimeError("both inputs should have same dtype")
         if isinstance(dims, int):
             if dims < 0:
                 raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
@@ -188,18 +208,21 @@ def functions(ops, make) -> dict:
         return make.tensor(numpy.power(base, numpy.linspace(start, end, steps)).tolist(), dtype=dtype, **options)
 
     def nansum(
-        input: VariableSurface, dim: int | Sequence[int] | None = None, keepdim: bool = False
+        input: VariableSurface, dim: int | Sequence[int] | None = None, keepdim: bool = False, *, dtype: Any = None
     ) -> VariableSurface:
-        """The sum with NaNs counted as zero."""
+        """The sum with NaNs counted as zero (`dtype=`: the input cast to it first)."""
+        input = input if dtype is None else cast(input, dtype=numpy.dtype(as_dtype(dtype)).name)
         counted = where(ops["isnan"](input), 0.0, input) if input.dtype.kind == "f" else input
         return ops["sum"](counted, dim, keepdim)
 
     def nanmean(
-        input: VariableSurface, dim: int | Sequence[int] | None = None, keepdim: bool = False
+        input: VariableSurface, dim: int | Sequence[int] | None = None, keepdim: bool = False, *, dtype: Any = None
     ) -> VariableSurface:
-        """The mean of the entries that are not NaN."""
+        """The mean of the entries that are not NaN (`dtype=`: the input cast to it first)."""
         if input.dtype.kind != "f":
-            raise RuntimeError(f"nanmean(): expected input to have floating point dtype but got {input.dtype}")
+            got = type_name(input.dtype)
+            raise RuntimeError(f"nanmean(): expected input to have floating point or complex dtype but got {got}")
+        input = input if dtype is None else cast(input, dtype=numpy.dtype(as_dtype(dtype)).name)
         count = ops["sum"](ops["logical_not"](ops["isnan"](input)), dim, keepdim)
         return nansum(input, dim, keepdim) / _as(input, count)
 

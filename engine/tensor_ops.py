@@ -58,6 +58,10 @@ def functions(ops) -> dict:
         indices = ops["argsort"](input, dim=dim, descending=descending, stable=stable)
         return MaxMin(ops["gather"](input, indices, dim=dim), indices)
 
+    def msort(input: VariableSurface) -> VariableSurface:
+        """The values sorted along the first dimension (`sort(input, dim=0).values`)."""
+        return sort(input, dim=0)[0]
+
     def topk(
         input: VariableSurface, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
     ) -> MaxMin[VariableSurface]:
@@ -135,5 +139,5 @@ def functions(ops) -> dict:
 
     return {
         f.__name__: f
-        for f in (gather, scatter_add, scatter_add_, index_select, sort, topk, bmm, split, chunk, repeat, einsum)
+        for f in (gather, scatter_add, scatter_add_, index_select, sort, msort, topk, bmm, split, chunk, repeat, einsum)
     }

@@ -174,7 +174,7 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
         if found is None:
             try:
                 found = _rule(op, metas, attrs)
-            except (ShapeError, ValueError, TypeError, IndexError) as err:
+            except (ShapeError, ValueError, TypeError, IndexError, RuntimeError) as err:  # (PyTorch refuses dtypes)
                 if not exact:
                     known[step.id], bounds[step.id] = None, _fallback_bound(step, bounds)
                     if kinds is not None:  # (a step of no kind: no upper bound)

@@ -95,7 +95,7 @@ def _check_dynamic(step, values, limit):
     dtypes = [v.dtype if hasattr(v, "dtype") else numpy.result_type(v) for v in metas]
     try:
         shape, _ = OPS[step.op].infer(shapes, dtypes, step.attrs)
-    except (ShapeError, ValueError, TypeError, IndexError):
+    except (ShapeError, ValueError, TypeError, IndexError, RuntimeError):
         return  # the op itself reports what is wrong
     count = math.prod(shape)
     if count > limit:

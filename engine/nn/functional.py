@@ -59,6 +59,7 @@ from engine.nn.sides import (
 )
 from engine.nn.sides import register as register  # the sides register here (engine.nn, client.nn)
 from engine.ops.windows import per_dim, windows
+from engine.promotion import check_addmm
 from engine.user_warnings import warn
 
 __getattr__ = missing("torch.nn.functional")
@@ -169,7 +170,7 @@ def _nll(input, target, weight, ignore_index):
     """(per-element losses with 0 where ignored, per-element weights with 0 where ignored)."""
     ns = _ns(input)
     kept = target != ignore_index
-    safe = ns.where(kept, target, 0)  # an ignored target may be out of range (-100)
+    safe = ns.class_targets(target, classes=input.shape[_class_dim(input)], ignore_index=ignore_index)
     weights = kept.to(input.dtype)
     if weight is not None:
         weights = weight[safe] * weights
@@ -327,6 +328,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
             f"Using a target size ({list(target.shape)}) that is different to the input size "
             f"({list(input.shape)}) is deprecated. Please ensure they have the same size."
         )
+    input = _ns(input).probabilities(input)
     loss = -(target * _log_clamped(input) + (1 - target) * _log_clamped(1 - input))
     if weight is not None:
         loss = loss * weight
@@ -442,8 +444,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
             "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; "
             f"but got {_type_name(input.dtype)}Tensor instead (while checking arguments for embedding)"
         )
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
+    if scale_grad_by_freq or sparse:
+        raise NotImplementedError("embedding: scale_grad_by_freq and sparse are not supported")
+    if max_norm is not None:
+        _renormalised(input, weight, max_norm, norm_type)
     rows = weight[input]
     if padding_idx is None:
         return rows
@@ -454,8 +458,21 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     return _ns(input).where((input != padding_idx).unsqueeze(-1), rows, weight.detach()[input])
 
 
+def _renormalised(input, weight, max_norm, norm_type):
+    """PyTorch's `embedding_renorm_`: the rows of weight that input names, with a norm over max_norm, scaled in
+    place (under no_grad) to max_norm / (norm + 1e-7)."""
+    ns = _ns(weight)
+    with ns.no_grad():
+        index = input.reshape(-1)
+        rows = weight[index]
+        norms = ns.linalg.vector_norm(rows, norm_type, dim=1, keepdim=True)
+        weight[index] = rows * ns.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).to(weight.dtype)
+
+
 def linear(input, weight, bias=None):
     """input @ weight.T + bias (weight [out_features, in_features])."""
+    if bias is not None:
+        check_addmm(bias.dtype, input.dtype, weight.dtype)
     out = input.matmul(weight.t())
     return out if bias is None else out + bias
 

@@ -4,22 +4,10 @@ loss reductions with their legacy `size_average`/`reduce` arguments."""
 
 from __future__ import annotations
 
-import numpy
-
+from engine.promotion import type_name as _type_name  # noqa: F401  (PyTorch's type names, for the nn files)
 from engine.user_warnings import warn
 
 _NAMESPACES: dict = {}  # Variable class -> the package whose functions compute on it
-_TYPE_NAMES = {
-    "float32": "Float",
-    "float64": "Double",
-    "float16": "Half",
-    "int64": "Long",
-    "int32": "Int",
-    "int16": "Short",
-    "int8": "Char",
-    "uint8": "Byte",
-    "bool": "Bool",
-}
 
 
 def register(variable_class, namespace) -> None:
@@ -33,10 +21,6 @@ def _ns(v):
         if namespace is not None:
             return namespace
     raise TypeError(f"expected a Variable, got {type(v).__name__}")
-
-
-def _type_name(dtype) -> str:
-    return _TYPE_NAMES.get(numpy.dtype(dtype).name, str(dtype))
 
 
 def _applied(fn, input, inplace, *args):

@@ -11,6 +11,7 @@ import numpy
 from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module
+from engine.promotion import check_product
 from engine.recording import derived
 from engine.registry import Sample, defop, trusted
 
@@ -59,9 +60,16 @@ def _sizes(ins, in_shapes) -> dict:
     return sizes
 
 
+def _check_dtypes(ins, out, dtypes):
+    """PyTorch's refusal of a contraction (a letter two operands share and the output drops) of two dtypes."""
+    if len(set(dtypes)) > 1 and any(c not in out and sum(c in t for t in ins) > 1 for c in set("".join(ins))):
+        check_product((3, 3), (dtypes[0], next((d for d in dtypes if d != dtypes[0]), dtypes[0])))  # (its message)
+
+
 def _forward(xp, *xs, equation):
     ins, out = explicit(equation, [x.ndim for x in xs])
     _sizes(ins, [x.shape for x in xs])
+    _check_dtypes(ins, out, [x.dtype for x in xs])
     return xp.asarray(xp.einsum(",".join(ins) + "->" + out, *xs, optimize=len(xs) > 1))
 
 
@@ -106,6 +114,7 @@ def _diagonal(term):
 def _infer(in_shapes, dtypes, attrs):
     ins, out = explicit(attrs["equation"], [len(s) for s in in_shapes])
     sizes = _sizes(ins, in_shapes)
+    _check_dtypes(ins, out, [numpy.result_type(d) for d in dtypes])
     return tuple(sizes[c] for c in out), numpy.result_type(*dtypes)
 
 

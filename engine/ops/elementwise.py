@@ -43,7 +43,7 @@ sub = defop(
     saves=False,
     takes_xp=False,
     samples=BINARY,
-    infer=shapes.broadcast,
+    infer=shapes.subtract,
     doc="x - y (broadcasting)",
 )
 mul = defop(

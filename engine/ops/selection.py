@@ -139,7 +139,11 @@ def _argsort(xp, x, dim, descending, stable):
         return xp.zeros((), numpy.int64)
     key = x if x.dtype.kind == "f" else x.astype(numpy.int64)
     kind = "stable" if xp is numpy else None  # CuPy sorts stably and takes no kind
-    return xp.argsort(-key if descending else key, axis=dim, kind=kind).astype(numpy.int64, copy=False)
+    order = xp.argsort(-key if descending else key, axis=dim, kind=kind).astype(numpy.int64, copy=False)
+    if descending and key.dtype.kind == "f" and xp.isnan(key).any():  # NaN is the largest (first), as PyTorch's
+        numbers = xp.take_along_axis(~xp.isnan(key), order, axis=dim)  # (a stable sort of that: the NaNs first)
+        order = xp.take_along_axis(order, xp.argsort(numbers, axis=dim, kind=kind), axis=dim)
+    return order
 
 
 def _argsort_scratch(in_metas, out_meta, attrs):

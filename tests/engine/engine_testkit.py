@@ -255,6 +255,9 @@ TORCH_OVERRIDES = {
     "setitem": _setitem,
     "sum_to": lambda inputs, attrs: inputs[0].sum_to_size(tuple(attrs["shape"])),
     "cast": lambda inputs, attrs: inputs[0].to(getattr(_torch(), attrs["dtype"])),
+    # (the losses' value checks: their values pass through, ignored targets as 0)
+    "class_targets": lambda inputs, attrs: inputs[0].where(inputs[0] != attrs["ignore_index"], 0),
+    "probabilities": lambda inputs, attrs: inputs[0].clone(),
     "expand": lambda inputs, attrs: inputs[0].expand(tuple(attrs["shape"])),
     "clamp": _clamp,
     "norm": _norm,

@@ -127,6 +127,34 @@ JSON_CASES = [
         "inputs",
     ),
     (
+        "mixed-dtype-product",  # PyTorch's refusal, with its message
+        "/forward",
+        example(inputs=[X_IN, {**W_IN, "datatype": "FP64"}]),
+        422,
+        ["'h'", "mm", "expected m1 and m2 to have the same dtype, but got: float != double"],
+        "h",
+        "inputs",
+    ),
+    (
+        "integer-division-by-zero",
+        "/forward",
+        {
+            "graph": _graph(
+                {"id": "x", "op": "input"},
+                {"id": "y", "op": "input"},
+                {"id": "out", "op": "floor_divide", "inputs": ["x", "y"]},
+            ),
+            "inputs": [
+                {"name": "x", "shape": [2], "datatype": "INT64", "data": [7, 8]},
+                {"name": "y", "shape": [2], "datatype": "INT64", "data": [2, 0]},
+            ],
+        },
+        422,
+        ["'out'", "floor_divide", "ZeroDivisionError"],
+        "out",
+        None,
+    ),
+    (
         "data-length",
         "/forward",
         example(inputs=[{**X_IN, "data": [1, 2, 3]}, W_IN]),
