@@ -2,6 +2,7 @@
 
 from engine.ops import (  # noqa: F401
     conv,
+    decompositions,
     einsum,
     elementwise,
     indexing,
