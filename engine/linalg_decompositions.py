@@ -9,8 +9,12 @@ singular values give the gradient that drops their undefined terms, where PyTorc
 from __future__ import annotations
 
 from collections import namedtuple
+from typing import TYPE_CHECKING
 
 import numpy
+
+if TYPE_CHECKING:
+    from engine.surface_types import VariableSurface
 
 
 class EighResult(namedtuple("linalg_eigh", "eigenvalues eigenvectors")):
@@ -61,17 +65,17 @@ def _qr(ops, A, mode):
 
 
 def functions(ops) -> dict:
-    def svd(input, some=True, compute_uv=True):
+    def svd(input: VariableSurface, some: bool = True, compute_uv: bool = True) -> tuple[VariableSurface, ...]:
         U, S, V = _svd_parts(ops, input, not some)
         if not compute_uv:
             m, n = input.shape[-2:]
             return OldSVD(input.new_zeros((*input.shape[:-2], m, m)), S, input.new_zeros((*input.shape[:-2], n, n)))
         return OldSVD(U, S, V)
 
-    def qr(input, some=True):
+    def qr(input: VariableSurface, some: bool = True) -> tuple[VariableSurface, VariableSurface]:
         return _qr(ops, input, "reduced" if some else "complete")
 
-    def pinverse(input, rcond=1e-15):
+    def pinverse(input: VariableSurface, rcond: float = 1e-15) -> VariableSurface:
         return ops["pinv"](input, rtol=rcond)
 
     return {"svd": svd, "qr": qr, "pinverse": pinverse}
@@ -82,6 +86,8 @@ def linalg(ops) -> dict:
         """A's triangle UPLO read as a symmetric matrix; the gradient is PyTorch's, symmetric (A's own)."""
         if UPLO not in ("L", "U"):
             raise RuntimeError(f"Expected UPLO argument to be 'L' or 'U', but got {UPLO}")
+        if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
+            ops["eigh_packed"](A)  # refused, as the op words it
         half = A.tril() if UPLO == "L" else A.triu()
         symmetric = half + (A.tril(-1) if UPLO == "L" else A.triu(1)).mT
         packed = ops["eigh_packed"](A + (symmetric - A).detach() if A.requires_grad else symmetric)

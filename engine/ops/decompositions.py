@@ -18,6 +18,14 @@ from engine.attrs import Attr
 from engine.registry import F, Sample, defop
 
 
+def _check(rule, x, **attrs):
+    """The engine runs forwards unchecked: a shape or dtype the rule refuses is PyTorch's RuntimeError."""
+    try:
+        rule([x.shape], [x.dtype], attrs)
+    except shapes.ShapeError as error:
+        raise RuntimeError(str(error)) from None
+
+
 def _safe(x):
     """x with its zeros as inf: dividing by it drops the terms PyTorch's formulas leave undefined."""
     return F.where(x == 0, math.inf, x)
@@ -27,27 +35,35 @@ def _skew(x):
     return x - x.mT
 
 
+def _signs(xp, columns):
+    """+-1 per column, making its entry largest in magnitude positive: one sign convention whatever the LAPACK."""
+    largest = xp.take_along_axis(columns, xp.abs(columns).argmax(-2)[..., None, :], -2)
+    return xp.where(largest < 0, -1, 1).astype(columns.dtype)
+
+
 def _eigh(xp, x):
+    _check(shapes.eigh_packed, x)
     values, vectors = xp.linalg.eigh((x + x.swapaxes(-1, -2)) / 2)  # reads the symmetric part, as its vjp does
-    return xp.concatenate([values[..., None, :], vectors], axis=-2)
+    return xp.concatenate([values[..., None, :], vectors * _signs(xp, vectors)], axis=-2)
 
 
 def _eigh_vjp(g, ans, x):
     values, vectors = ans[..., 0, :], ans[..., 1:, :]
     gaps = _safe(values.unsqueeze(-2) - values.unsqueeze(-1))
-    inner = 0.5 * _skew(vectors.mT @ g[..., 1:, :]) / gaps + g[..., 0, :].diag_embed()
-    return vectors @ inner @ vectors.mT
+    rotation = 0.5 * _skew(vectors.mT @ g[..., 1:, :]) / gaps  # (diag(gL) as a column scaling: no index array)
+    return (vectors @ rotation + vectors * g[..., 0, :].unsqueeze(-2)) @ vectors.mT
 
 
 def _svd(xp, x, full_matrices):
+    _check(shapes.svd_packed, x, full_matrices=full_matrices)
     m, n = x.shape[-2:]
     u, s, vh = xp.linalg.svd(x, full_matrices=full_matrices)
     out = xp.zeros((*x.shape[:-2], m + 1 + n, max(m, n) if full_matrices else min(m, n)), x.dtype)
-    out[..., :m, : u.shape[-1]], out[..., m, : s.shape[-1]], out[..., m + 1 :, : vh.shape[-2]] = (
-        u,
-        s,
-        vh.swapaxes(-1, -2),
-    )
+    out[..., :m, : u.shape[-1]], out[..., m, : s.shape[-1]] = u, s
+    out[..., m + 1 :, : vh.shape[-2]] = vh.swapaxes(-1, -2)
+    signs, k = _signs(xp, out[..., :m, :]), min(m, n)  # U's columns and V's by the same signs (their own past k)
+    out[..., :m, :] *= signs
+    out[..., m + 1 :, :] *= xp.concatenate([signs[..., :k], _signs(xp, out[..., m + 1 :, k:])], axis=-1)
     return out
 
 
@@ -59,17 +75,19 @@ def _svd_vjp(g, ans, x, full_matrices):
     gu, gs, gv = g[..., :m, :k], g[..., m, :k], g[..., m + 1 :, :k]
     squares = s * s
     gaps = _safe(squares.unsqueeze(-2) - squares.unsqueeze(-1))
-    inner = (_skew(u.mT @ gu) * s.unsqueeze(-2) + s.unsqueeze(-1) * _skew(v.mT @ gv)) / gaps + gs.diag_embed()
-    if m > n:
-        scaled = gu / _safe(s).unsqueeze(-2)
-        return (u @ inner + scaled - u @ (u.mT @ scaled)) @ v.mT
+    core = (_skew(u.mT @ gu) * s.unsqueeze(-2) + s.unsqueeze(-1) * _skew(v.mT @ gv)) / gaps
     if m < n:
         scaled = gv.mT / _safe(s).unsqueeze(-1)
-        return u @ (inner @ v.mT + scaled - (scaled @ v) @ v.mT)
-    return u @ inner @ v.mT
+        return u @ (core @ v.mT + gs.unsqueeze(-1) * v.mT + scaled - (scaled @ v) @ v.mT)
+    left = u @ core + u * gs.unsqueeze(-2)
+    if m > n:
+        scaled = gu / _safe(s).unsqueeze(-2)
+        left = left + scaled - u @ (u.mT @ scaled)
+    return left @ v.mT
 
 
 def _qr(xp, x, complete):
+    _check(shapes.qr_packed, x, complete=complete)
     m, n = x.shape[-2:]
     q, r = xp.linalg.qr(x, mode="complete" if complete else "reduced")
     out = xp.zeros((*x.shape[:-2], m, q.shape[-1] + n), x.dtype)
@@ -100,6 +118,7 @@ def _qr_vjp(g, ans, x, complete):
 def _pinv(xp, x, atol, rtol, hermitian):
     """PyTorch's tolerance: singular values at most max(atol, rtol * the largest) are dropped; rtol defaults
     to eps * max(m, n) when atol is unset or zero, to zero otherwise."""
+    _check(shapes.pinv, x)
     u, s, vh = xp.linalg.svd(x, full_matrices=False)
     if rtol is None:
         rtol = numpy.finfo(x.dtype).eps * max(x.shape[-2:]) if not atol else 0.0
@@ -150,7 +169,7 @@ eigh_packed = defop(
     samples=(Sample(((3, 3),)), Sample(((2, 4, 4),))),
     infer=shapes.eigh_packed,
     work=_work(9),
-    scratch=_scratch(3, 10),
+    scratch=_scratch(4, 6),
     doc="eigenvalues (a first row) over eigenvectors (columns) of each matrix's symmetric part (torch.linalg.eigh)",
     **COMMON,
 )
@@ -164,7 +183,7 @@ svd_packed = defop(
     samples=(Sample(((3, 3),)), Sample(((4, 2),)), Sample(((2, 2, 4),))),  # (full_matrices' extra columns: none)
     infer=shapes.svd_packed,
     work=_work(12),
-    scratch=_scratch(4, 14),
+    scratch=_scratch(4, 6),
     doc="U's rows, S, then V's rows (V = Vh^T) of each matrix (torch.linalg.svd), zero-padded to one width",
     **COMMON,
 )
@@ -176,7 +195,7 @@ qr_packed = defop(
     samples=(Sample(((3, 3),)), Sample(((4, 2),)), Sample(((2, 2, 4),)), Sample(((2, 4),), {"complete": True})),
     infer=shapes.qr_packed,
     work=_work(4),
-    scratch=_scratch(3, 12),
+    scratch=_scratch(3, 5),
     doc="Q's columns, then R's (zero-padded to A's rows), of each matrix (torch.linalg.qr)",
     **COMMON,
 )
@@ -192,7 +211,7 @@ pinv = defop(
     samples=(Sample(((3, 3),)), Sample(((2, 4, 3),)), Sample(((2, 4),))),
     infer=shapes.pinv,
     work=_work(14),
-    scratch=_scratch(6, 16),
+    scratch=_scratch(6, 7),
     doc="the Moore-Penrose pseudo-inverse of each matrix (torch.linalg.pinv)",
     **{**COMMON, "saves": True},
 )
