@@ -1,5 +1,5 @@
-"""torch.linalg's decompositions (`eigh`, `eigvalsh`, `svd`, `svdvals`, `qr`, `pinv`, `lstsq`, the matrix norms of
-singular values) and their older spellings (`torch.svd`, `torch.qr`, `torch.pinverse`), selected from the packed
+"""torch.linalg's decompositions (`eigh`, `eigvalsh`, `svd`, `svdvals`, `qr`, `pinv`, `lstsq`, `matrix_rank`, `cond`,
+the matrix norms of singular values) and their older spellings (`torch.svd`, `torch.qr`, `torch.pinverse`), selected from the packed
 results of the registry's `eigh_packed`, `svd_packed`, `qr_packed` and `pinv` (engine/ops/decompositions.py), for
 both Variables: `functions(ops)` for the surface (each also a Tensor method), `linalg(ops)` for the namespace.
 
@@ -132,7 +132,24 @@ def linalg(ops) -> dict:
         out = S.amax(-1) if ord == 2 else S.amin(-1) if ord == -2 else S.sum(-1)
         return out.unsqueeze(min(rows, cols)).unsqueeze(max(rows, cols)) if keepdim else out
 
+    def matrix_rank(A, tol=None, hermitian=False, *, atol=None, rtol=None):
+        """The singular values above max(atol, rtol * the largest) (pinv's tolerance), counted."""
+        S = _svd_parts(ops, A.detach(), False)[1]
+        atol = tol if atol is None else atol
+        if rtol is None:
+            rtol = numpy.finfo(A.dtype).eps * max(A.shape[-2:]) if not atol else 0.0
+        return (S > (S[..., :1] * rtol).clamp(min=float(atol or 0.0))).sum(-1)
+
+    def cond(A, p=None):
+        """The ratio of the extreme singular values (p None, 2, -2), else norm(A, p) * norm(inv(A), p)."""
+        if p in (None, 2, -2):
+            S = _svd_parts(ops, A, False)[1]
+            return S[..., 0] / S[..., -1] if p != -2 else S[..., -1] / S[..., 0]
+        return ops["linalg"].matrix_norm(A, p) * ops["linalg"].matrix_norm(ops["inv"](A), p)
+
     return {
+        "matrix_rank": matrix_rank,
+        "cond": cond,
         "eigh": eigh,
         "eigvalsh": lambda A, UPLO="L": eigh(A, UPLO).eigenvalues,
         "svd": svd,

@@ -74,6 +74,8 @@ CASES = {
     "lstsq": lambda t, m, b, v: t.linalg.lstsq(v, v[:, :2].sin()).solution,
     "matrix_norm_nuc": lambda t, m, b, v: t.linalg.matrix_norm(b, "nuc") + t.linalg.matrix_norm(b, 2),
     "norm_2": lambda t, m, b, v: t.linalg.norm(v, 2) + t.linalg.norm(m, -2),
+    "cond": lambda t, m, b, v: t.linalg.cond(v) + t.linalg.cond(b, -2),
+    "matrix_rank": lambda t, m, b, v: t.linalg.matrix_rank(t.cat([v, v[:, :1]], 1)),
     "cumprod": lambda t, m, b, v: t.cumprod(v + 2, 1),
     "cumprod_method": lambda t, m, b, v: (b * 0.5).cumprod(0),
 }

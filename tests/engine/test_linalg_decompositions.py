@@ -54,6 +54,7 @@ CASES = {
         TALL,
     ),
     "matrix_norm_dims": (lambda t, a: _weighted(t, t.linalg.matrix_norm(a, 2, dim=(0, 2), keepdim=True)), TALL),
+    "cond": (lambda t, a: _weighted(t, t.linalg.cond(a), t.linalg.cond(a, -2)), TALL),
     "old_svd": (lambda t, a: _weighted(t, *(lambda r: (r.U.abs(), r.S, r.V.abs()))(t.svd(a))), TALL),
     "old_qr": (lambda t, a: _weighted(t, *t.qr(a)) + _weighted(t, *a.qr(some=False)), WIDE),
     "pinverse": (lambda t, a: _weighted(t, t.pinverse(a), a.pinverse(rcond=1e-10)), WIDE),
@@ -140,6 +141,21 @@ def test_lstsq_results_per_driver_match_torch():
     ours = engine.linalg.lstsq(engine.tensor(deficient), engine.tensor(b[0]), driver="gelsd")
     assert int(ours.rank) == 3 and ours.residuals.shape == (0,)
     np.testing.assert_allclose(ours.solution.numpy(), np.linalg.lstsq(deficient, b[0], rcond=None)[0], atol=1e-12)
+
+
+def test_matrix_rank_and_cond_match_torch():
+    torch = pytest.importorskip("torch")
+    a = RNG.standard_normal((3, 5, 4))
+    a[1, :, 3], a[2] = a[1, :, 0], np.outer(a[2, :, 0], a[2, 0])  # ranks 4, 3, 1
+    for kwargs in ({}, {"atol": 1.0}, {"rtol": 0.3}, {"tol": 0.5}, {"hermitian": False}):
+        ours, theirs = (
+            engine.linalg.matrix_rank(engine.tensor(a), **kwargs),
+            torch.linalg.matrix_rank(torch.tensor(a), **kwargs),
+        )
+        assert ours.dtype == engine.int64 and ours.tolist() == theirs.tolist()
+    for p in ("fro", "nuc", float("inf"), 1, -1):  # (values only: torch 2.13's backward of these fails)
+        ours, theirs = engine.linalg.cond(engine.tensor(a[0, :4]), p), torch.linalg.cond(torch.tensor(a[0, :4]), p)
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-10)
 
 
 def test_repeated_eigenvalues_give_finite_gradients_of_invariant_losses():
