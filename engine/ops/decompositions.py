@@ -208,7 +208,7 @@ pinv = defop(
         "rtol": Attr("float?", None, "... or at most this times the largest (default eps * max(m, n))"),
         "hermitian": Attr("bool", False, "A is symmetric (computed as any other matrix)"),
     },
-    samples=(Sample(((3, 3),)), Sample(((2, 4, 3),)), Sample(((2, 4),))),
+    samples=(Sample(((2, 4, 3),)), Sample(((2, 3, 3),)), Sample(((2, 2, 4),))),  # batched: grown, fast SVDs
     infer=shapes.pinv,
     work=_work(14),
     scratch=_scratch(6, 7),
