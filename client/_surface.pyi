@@ -121,6 +121,7 @@ __all__ = [
     "dot",
     "double",
     "dstack",
+    "eigh_packed",
     "einsum",
     "empty",
     "empty_like",
@@ -259,10 +260,14 @@ __all__ = [
     "ones_like",
     "outer",
     "permute",
+    "pinv",
+    "pinverse",
     "polygamma",
     "pow",
     "probabilities",
     "prod",
+    "qr",
+    "qr_packed",
     "quantile",
     "rad2deg",
     "rand",
@@ -314,6 +319,8 @@ __all__ = [
     "subtract",
     "sum",
     "sum_to",
+    "svd",
+    "svd_packed",
     "swapaxes",
     "swapdims",
     "t",
@@ -708,6 +715,9 @@ double: DType
 
 def dstack(tensors: Sequence[VariableSurface]) -> Variable:
     """Concatenated along the third dimension (depth)."""
+
+def eigh_packed(input: Operand) -> Variable:
+    """eigenvalues (a first row) over eigenvectors (columns) of each matrix's symmetric part (torch.linalg.eigh)"""
 
 def einsum(equation: str, *operands: Any) -> Variable:
     """Einstein summation: `einsum("ij,jk->ik", a, b)` (operands also as one list)."""
@@ -1234,6 +1244,15 @@ def outer(input: Operand, vec2: Operand) -> Variable:
 def permute(input: Operand, dims: Sequence[builtins.int]) -> Variable: ...
 @overload
 def permute(input: Operand, *dims: builtins.int) -> Variable: ...
+def pinv(
+    input: Operand,
+    atol: builtins.float | None = None,
+    rtol: builtins.float | None = None,
+    hermitian: builtins.bool = False,
+) -> Variable:
+    """the Moore-Penrose pseudo-inverse of each matrix (torch.linalg.pinv)"""
+
+def pinverse(input: VariableSurface, rcond: builtins.float = 1e-15) -> Variable: ...
 def polygamma(n: builtins.int, input: Operand) -> Variable:
     """The n-th derivative of digamma."""
 
@@ -1245,6 +1264,10 @@ def probabilities(input: Operand) -> Variable:
 
 def prod(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Variable:
     """product over dim (all when null); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `prod(input, ..., dtype=d)`)"""
+
+def qr(input: VariableSurface, some: builtins.bool = True) -> tuple[Variable, Variable]: ...
+def qr_packed(input: Operand, complete: builtins.bool = False) -> Variable:
+    """Q's columns, then R's (zero-padded to A's rows), of each matrix (torch.linalg.qr)"""
 
 def quantile(
     input: VariableSurface,
@@ -1494,6 +1517,12 @@ def sum(
 def sum_to(input: Operand, shape: Sequence[builtins.int]) -> Variable: ...
 @overload
 def sum_to(input: Operand, *shape: builtins.int) -> Variable: ...
+def svd(
+    input: VariableSurface, some: builtins.bool = True, compute_uv: builtins.bool = True
+) -> tuple[Variable, ...]: ...
+def svd_packed(input: Operand, full_matrices: builtins.bool = False) -> Variable:
+    """U's rows, S, then V's rows (V = Vh^T) of each matrix (torch.linalg.svd), zero-padded to one width"""
+
 def swapaxes(input: Operand, dim0: builtins.int, dim1: builtins.int) -> Variable:
     """swap two dimensions"""
 

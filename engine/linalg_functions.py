@@ -2,9 +2,9 @@
 from the registry's ops (`matmul`, `inv`, `det`, `logabsdet`, `cholesky`, `norm`...) once for both Variables:
 `functions(ops)` for the surface (each also a Tensor method), `bind(ns)` for the `linalg` namespace.
 
-`solve` is computed through the inverse (same values to rounding; gradients by the inverse's vjp).
-Not here yet: the decompositions `eigh`/`eig`, `svd`, `qr`, `lstsq`, and the norms that need singular values
-(`ord=2`, `-2`, `'nuc'` of a matrix): each raises NotImplementedError naming itself.
+`solve` is computed through the inverse (same values to rounding; gradients by the inverse's vjp). The
+decompositions are `engine.linalg_decompositions`'; not here yet: `eig`, `eigvals`, `lu`, `lu_factor` (each raises
+NotImplementedError naming itself).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
+from engine import linalg_decompositions
 from engine.surface_types import MaxMin
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ def functions(ops) -> dict:
         return result
 
     return {
+        **linalg_decompositions.functions(ops),
         "slogdet": slogdet,
         "logdet": logdet,
         "cross": cross,
@@ -124,6 +126,8 @@ def _shape(a, b) -> tuple:
 
 def bind(ns) -> dict:
     """`linalg` for package `ns` (its functions are the package's, bound by `functions` and the registry)."""
+    decompositions = linalg_decompositions.linalg(vars(ns))
+    singular_norm = decompositions.pop("singular_norm")
 
     def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
         x = x if dtype is None else x.to(dtype)
@@ -148,7 +152,9 @@ def bind(ns) -> dict:
             sums = A.abs().sum(summed, keepdim=True)
             reduced = sums.amax(other, keepdim=True) if ord > 0 else sums.amin(other, keepdim=True)
             return reduced if keepdim else reduced.squeeze(max(rows, cols)).squeeze(min(rows, cols))
-        raise NotImplementedError(f"torch.linalg.matrix_norm(ord={ord!r}) needs singular values: not available yet")
+        if ord in (2, -2, "nuc"):
+            return singular_norm(A, ord, (rows, cols), keepdim)
+        raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
 
     def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
         if isinstance(ord, str) or (dim is not None and not isinstance(dim, int) and len(dim) == 2):
@@ -201,6 +207,7 @@ def bind(ns) -> dict:
         return MaxMin(ns.inv(A), A.new_zeros(A.shape[:-2]).int())
 
     names: dict[str, Any] = {
+        **decompositions,
         "norm": norm,
         "vector_norm": vector_norm,
         "matrix_norm": matrix_norm,
@@ -220,6 +227,6 @@ def bind(ns) -> dict:
         "diagonal": lambda A, *, offset=0, dim1=-2, dim2=-1: A.diagonal(offset, dim1, dim2),
     }
     checked = {name: _checked(fn, name) for name, fn in names.items()}
-    for name in ("eigh", "eigvalsh", "eig", "eigvals", "svd", "svdvals", "qr", "lstsq", "pinv", "lu", "lu_factor"):
+    for name in ("eig", "eigvals", "lu", "lu_factor"):
         checked[name] = _missing(name)
     return {"linalg": SimpleNamespace(**checked, LinAlgError=LinAlgError)}

@@ -90,6 +90,44 @@ def square_to_batch(shapes, dtypes, attrs):
     return shape[:-2], dtype
 
 
+def _matrices(op, shapes, dtypes) -> tuple:
+    """A batch of float32 or float64 matrices (any shape): (batch shape, rows, columns, dtype)."""
+    shape, dtype = tuple(shapes[0]), numpy.result_type(dtypes[0])
+    if len(shape) < 2:
+        raise ShapeError(f"linalg.{op}: The input tensor A must have at least 2 dimensions.")
+    if dtype not in (numpy.float32, numpy.float64):
+        raise ShapeError(f"linalg ops take float32 or float64 matrices, not {dtype.name}")
+    return (*shape[:-2],), shape[-2], shape[-1], dtype
+
+
+def eigh_packed(shapes, dtypes, attrs):
+    """Square matrices to their eigenvalues (a first row) over their eigenvectors (columns): [..., n + 1, n]."""
+    batch, n, columns, dtype = _matrices("eigh", shapes, dtypes)
+    if n != columns:
+        raise ShapeError(f"linalg.eigh: A must be batches of square matrices, but they are {n} by {columns} matrices")
+    return (*batch, n + 1, n), dtype
+
+
+def svd_packed(shapes, dtypes, attrs):
+    """[..., m, n] to U's rows, S, then V's rows (V = Vh^T), in min(m, n) columns (full_matrices: max(m, n),
+    U and V zero-padded): [..., m + 1 + n, c]."""
+    batch, m, n, dtype = _matrices("svd", shapes, dtypes)
+    return (*batch, m + 1 + n, max(m, n) if attrs["full_matrices"] else min(m, n)), dtype
+
+
+def qr_packed(shapes, dtypes, attrs):
+    """[..., m, n] to Q's columns, then R's (zero-padded to m rows): [..., m, c + n], c = m if complete else
+    min(m, n)."""
+    batch, m, n, dtype = _matrices("qr", shapes, dtypes)
+    return (*batch, m, (m if attrs["complete"] else min(m, n)) + n), dtype
+
+
+def pinv(shapes, dtypes, attrs):
+    """[..., m, n] to [..., n, m]."""
+    batch, m, n, dtype = _matrices("pinv", shapes, dtypes)
+    return (*batch, n, m), dtype
+
+
 def _signal(op, shape, dtype, attrs) -> tuple:
     """A real transform's signal sizes: `shape` with each of dim's sizes replaced by s's (checked)."""
     dims, sizes = normalize_dims(attrs["dim"], len(shape)), attrs["s"]

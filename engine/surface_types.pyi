@@ -630,6 +630,7 @@ class VariableSurface:
     def permute(self, dims: Sequence[builtins.int]) -> Self: ...
     @overload
     def permute(self, *dims: builtins.int) -> Self: ...
+    def pinverse(self, rcond: builtins.float = 1e-15) -> Self: ...
     def polygamma(self, n: builtins.int) -> Self:
         """the n-th derivative of digamma, polygamma(input, n=n) (PyTorch spells it polygamma(n, input))"""
     def pow(self, exponent: Operand) -> Self:
@@ -638,6 +639,7 @@ class VariableSurface:
         """x ** y (broadcasting)"""
     def prod(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
         """product over dim (all when null); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `prod(input, ..., dtype=d)`)"""
+    def qr(self, some: builtins.bool = True) -> tuple[Self, Self]: ...
     def quantile(
         self, q: Any, dim: builtins.int | None = None, keepdim: builtins.bool = False, *, interpolation: str = "linear"
     ) -> Self:
@@ -771,6 +773,7 @@ class VariableSurface:
         **aliases: Any,
     ) -> Self:
         """sum over dim (all when null); `dtype=` casts the input first (PyTorch's `sum(input, ..., dtype=d)`)"""
+    def svd(self, some: builtins.bool = True, compute_uv: builtins.bool = True) -> tuple[Self, ...]: ...
     def swapaxes(self, dim0: builtins.int, dim1: builtins.int) -> Self:
         """swap two dimensions"""
     def swapdims(self, dim0: builtins.int, dim1: builtins.int) -> Self:

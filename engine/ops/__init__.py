@@ -3,6 +3,7 @@
 from engine.ops import (  # noqa: F401
     checks,
     conv,
+    decompositions,
     einsum,
     elementwise,
     indexing,

@@ -1,4 +1,5 @@
-"""`torch.linalg`, `torch.inverse`/`det`/`slogdet`/`logdet`/`cross`/`matrix_power`/`matrix_exp` and `cumprod` on the engine, the
+"""`torch.linalg` (of its decompositions, parts that do not depend on the signs of vectors), `torch.inverse`/`det`/
+`slogdet`/`logdet`/`cross`/`matrix_power`/`matrix_exp`/`svd`/`qr`/`pinverse` and `cumprod` on the engine, the
 embedded client and a live server (`torch_like`): values and gradients against PyTorch in float64, errors,
 and a server that refuses a hostile factorization before it allocates."""
 
@@ -56,6 +57,25 @@ CASES = {
     "householder_product": lambda t, m, b, v: t.linalg.householder_product(v, m[0] * 0.5),
     "multi_dot": lambda t, m, b, v: t.linalg.multi_dot([v, m, m.mT]),
     "vecdot": lambda t, m, b, v: t.linalg.vecdot(v, v.flip(0)),
+    "eigh": lambda t, m, b, v: (lambda r: (r.eigenvalues, r.eigenvectors.abs()))(t.linalg.eigh(b + b.mT)),
+    "eigh_upper": lambda t, m, b, v: (lambda r: (r.eigenvalues, r.eigenvectors.abs()))(t.linalg.eigh(m, UPLO="U")),
+    "eigvalsh": lambda t, m, b, v: t.linalg.eigvalsh(m @ m.mT),
+    "svd": lambda t, m, b, v: (lambda r: (r.U.abs(), r.S, r.Vh.abs()))(t.linalg.svd(v, full_matrices=False)),
+    "svd_full": lambda t, m, b, v: (lambda r: (r.U[..., :3].abs(), r.S, r.U.shape[-1] * r.Vh.abs()))(
+        t.linalg.svd(v.mT)
+    ),
+    "svd_product": lambda t, m, b, v: (lambda r: r.U @ r.S.diag_embed() @ r.Vh)(t.linalg.svd(b)),
+    "svdvals": lambda t, m, b, v: t.linalg.svdvals(b),
+    "svd_old": lambda t, m, b, v: (lambda r: (r.U.abs(), r.S, r.V.abs()))(v.svd()),
+    "qr": lambda t, m, b, v: tuple(t.linalg.qr(v)),
+    "qr_complete": lambda t, m, b, v: tuple(t.linalg.qr(v.mT, mode="complete")),
+    "qr_old": lambda t, m, b, v: tuple(t.qr(b)),
+    "pinv": lambda t, m, b, v: t.linalg.pinv(v) + t.pinverse(v) + v.pinverse(),
+    "lstsq": lambda t, m, b, v: t.linalg.lstsq(v, v[:, :2].sin()).solution,
+    "matrix_norm_nuc": lambda t, m, b, v: t.linalg.matrix_norm(b, "nuc") + t.linalg.matrix_norm(b, 2),
+    "norm_2": lambda t, m, b, v: t.linalg.norm(v, 2) + t.linalg.norm(m, -2),
+    "cond": lambda t, m, b, v: t.linalg.cond(v) + t.linalg.cond(b, -2),
+    "matrix_rank": lambda t, m, b, v: t.linalg.matrix_rank(t.cat([v, v[:, :1]], 1)),
     "cumprod": lambda t, m, b, v: t.cumprod(v + 2, 1),
     "cumprod_method": lambda t, m, b, v: (b * 0.5).cumprod(0),
 }
@@ -86,10 +106,8 @@ def test_a_singular_matrix_raises_linalg_error(torch_like):
 
 
 def test_unsupported_pieces_say_so(torch_like):
-    with pytest.raises(NotImplementedError, match="svd"):
-        torch_like.linalg.svd(torch_like.eye(2))
-    with pytest.raises(NotImplementedError, match="singular values"):
-        torch_like.linalg.matrix_norm(torch_like.eye(2), "nuc")
+    with pytest.raises(NotImplementedError, match="eig"):
+        torch_like.linalg.eig(torch_like.eye(2))
     with pytest.raises(RuntimeError, match="length 3"):
         torch_like.linalg.cross(torch_like.ones(2), torch_like.ones(2))
 

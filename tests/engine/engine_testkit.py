@@ -236,7 +236,35 @@ def _im2col(inputs, attrs):
     return _torch().nn.functional.unfold(x.unsqueeze(2), **{k: _as_2d(v, fills[k]) for k, v in attrs.items()})
 
 
+def _signs(columns):
+    """engine/ops/decompositions.py's sign convention: each column's entry largest in magnitude positive."""
+    largest = columns.detach().gather(-2, columns.detach().abs().argmax(-2, keepdim=True))
+    return _torch().where(largest < 0, -1.0, 1.0).to(columns.dtype)
+
+
+def _eigh_packed(inputs, attrs):
+    values, vectors = _torch().linalg.eigh((inputs[0] + inputs[0].mT) / 2)  # its symmetric part
+    return _torch().cat([values.unsqueeze(-2), vectors * _signs(vectors)], -2)
+
+
+def _svd_packed(inputs, attrs):
+    """U's rows, S, V's rows; reduced only (the registry's samples)."""
+    u, s, vh = _torch().linalg.svd(inputs[0], full_matrices=False)
+    signs = _signs(u)
+    return _torch().cat([u * signs, s.unsqueeze(-2), vh.mT * signs], -2)
+
+
+def _qr_packed(inputs, attrs):
+    q, r = _torch().linalg.qr(inputs[0], mode="complete" if attrs["complete"] else "reduced")
+    padding = _torch().zeros(*r.shape[:-2], q.shape[-2] - r.shape[-2], r.shape[-1], dtype=r.dtype)
+    return _torch().cat([q, _torch().cat([r, padding], -2)], -1)
+
+
 TORCH_OVERRIDES = {
+    "eigh_packed": _eigh_packed,
+    "svd_packed": _svd_packed,
+    "qr_packed": _qr_packed,
+    "pinv": lambda inputs, attrs: _torch().linalg.pinv(inputs[0], **attrs),
     "polygamma": lambda inputs, attrs: _torch().polygamma(attrs["n"], inputs[0]),
     "gather": lambda inputs, attrs: _torch().gather(inputs[0], attrs["dim"], inputs[1]),
     "scatter_add": lambda inputs, attrs: _torch().scatter_add(inputs[0], attrs["dim"], *inputs[1:]),

@@ -48,6 +48,7 @@ def _scaled_attrs(attrs, s):
 
 FACTORIZATIONS = (shapes.square, shapes.square_to_batch)  # the shape rules of inv, det, cholesky...
 SPECTRAL = (shapes.spectral_r2c, shapes.spectral_c2r)  # fft_r2c, fft_c2r: float32 and float64 only, as torch's
+DECOMPOSITIONS = (shapes.eigh_packed, shapes.svd_packed, shapes.qr_packed, shapes.pinv)  # float32 and float64 too
 
 
 def big_case(op, index, dtype, seed=0):
@@ -138,7 +139,7 @@ def cases(name, dtypes=DTYPES):
             if case is None:
                 continue
             arrays, attrs = case
-            if op.infer in FACTORIZATIONS + SPECTRAL and np.dtype(dtype) == np.float16:
+            if op.infer in FACTORIZATIONS + SPECTRAL + DECOMPOSITIONS and np.dtype(dtype) == np.float16:
                 continue  # refused (LAPACK and torch.fft's CPU kernels have no float16): nothing to measure
             graph = one_op_graph(op, arrays, attrs)
             differentiable = op.differentiable and any(a.dtype.kind == "f" for a in arrays)
