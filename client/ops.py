@@ -33,6 +33,8 @@ from engine.api import (
     grad_fn_name,
     host_array,
     install_surface,
+    make_function,
+    note_view,
     promotion,
     reads_output,
     shape_proxy,
@@ -240,7 +242,13 @@ def getitem(x, key):
         and not any(a._data is None and a._value.phase is not None for a in arrays)
     )
     rule = functools.partial(_masked_meta, x, spec, arrays) if masked else None
-    return record(op, [x, *arrays], op.check_attrs({"index": spec}), rule)
+    attrs = op.check_attrs({"index": spec})
+    result = record(op, [x, *arrays], attrs, rule)
+    return (
+        result
+        if arrays or not isinstance(x, Variable)
+        else note_view(x, result, (op, (), attrs), state.is_grad_enabled())
+    )
 
 
 def setitem(x, value, key):
@@ -255,6 +263,23 @@ def stacked(rows, dim=0) -> Variable:
     return record(OPS["stack"], list(rows), {"dim": dim})
 
 
+# the registry's ops whose results are views (the engine's view=True ops, and composites of them the client records)
+VIEWS = ("reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "flatten")
+
+
+def _viewing(name):
+    """The function of view op `name` (engine.views): its result a view of its input (client.views)."""
+    op = OPS[name]
+
+    def run(inputs, attrs):
+        result = record(op, inputs, attrs)
+        if isinstance(inputs[0], Variable):
+            note_view(inputs[0], result, (op, (), attrs), state.is_grad_enabled())
+        return result
+
+    return make_function(op, lambda inputs: inputs, run)
+
+
 def install(backward) -> dict:
     """Install the surface on client.Variable (backward: `client.autograd.backward`); the module-level names."""
     side = Side(
@@ -264,6 +289,6 @@ def install(backward) -> dict:
         state.mode,
         backward,
         as_host_array,
-        functions={"getitem": getitem, "setitem": setitem},
+        functions={"getitem": getitem, "setitem": setitem, **{name: _viewing(name) for name in VIEWS}},
     )
     return install_surface(side)

@@ -18,6 +18,7 @@ import numpy
 from client.graph import CUT, LEAF, Value
 from client.residents import WATCHED, touched
 from client.state import current_phase, current_session, enable_grad, no_grad
+from client.views import assign_recorded as assign_views
 from engine import backend
 from engine.api import Device, DType, VariableSurface, dtype_of, from_key, host_array, same_array, tensor_data, to_key
 from engine.api import Variable as EngineVariable
@@ -180,11 +181,15 @@ class Variable(VariableSurface):
         snap._requires_grad = self._requires_grad
         return snap
 
-    def _assign_recorded(self, other: Variable):
-        """Make this Variable stand for `other`'s value."""
+    def _assign_recorded(self, other: Variable, run):
+        """Make this Variable stand for `other`'s value, and its views or base with it (client.views)."""
+        if not assign_views(self, other, run):
+            self._stand_for(other)
+            self._version += 1
+
+    def _stand_for(self, other: Variable):
         self._data, self._value, self._requires_grad, self._shared = None, other._value, False, False
         self._value.holder = weakref.ref(self)
-        self._version += 1
 
     def _assign_values(self, key, value, setitem):
         """Assignment outside autograd: into a leaf's array when every value is at hand, else
@@ -206,7 +211,8 @@ class Variable(VariableSurface):
             result = setitem(self._snapshot(), value, key)
         if node is not None:  # its gradient passes the assignment unchanged (`Builder` writes an `assignment`)
             result._value.node = node
-        self._assign_recorded(result)
+        self._stand_for(result)
+        self._version += 1
 
 
 def _raw(value):

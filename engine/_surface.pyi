@@ -99,6 +99,7 @@ __all__ = [
     "conv1d",
     "conv2d",
     "conv3d",
+    "copy_slices",
     "cos",
     "cosh",
     "count_nonzero",
@@ -647,6 +648,9 @@ def conv3d(
     groups: builtins.int = 1,
 ) -> Variable:
     """3-d convolution (cross-correlation) of [N, C_in, D, H, W] with weight [C_out, C_in / groups, kd, kh, kw], plus bias"""
+
+def copy_slices(base: Operand, value: Operand, positions: Operand) -> Variable:
+    """a copy of base with the elements at flat `positions` replaced by value (a view's in-place change)"""
 
 def cos(input: Operand) -> Variable:
     """cosine"""

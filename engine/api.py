@@ -68,7 +68,7 @@ from engine.node import RECORDING as _RECORDING
 from engine.node import GraphFreedError, Meta, Node, check_output, check_saved, reads_output
 from engine.recording import as_array as array_like
 from engine.recording import derived, note_constant, note_input, note_where, recording
-from engine.registry import OPS, OpDef, coerce, gives_floats, grad_fn_name, trusted
+from engine.registry import OPS, OpDef, coerce, gives_floats, grad_fn_name, make_function, trusted
 from engine.runtime import bind as bind_runtime
 from engine.saving import loader, save
 from engine.shapes import Bounded, ShapeError
@@ -78,6 +78,8 @@ from engine.surface import install as install_surface
 from engine.surface_types import VariableSurface
 from engine.tensor_data import same_array, tensor_data
 from engine.variable import Variable, as_array, host_array
+from engine.views import check_rebase, live, positions, view_of
+from engine.views import note as note_view
 
 if TYPE_CHECKING:
     from engine.surface_types import Operand as Operand  # re-exported for annotations
@@ -183,6 +185,12 @@ accept_keywords = _accept  # (name, given, known): TypeError for an unknown keyw
 compare_jacobians = _compare  # (numerical, analytical, wrt, mode, atol, rtol, raise_exception) -> bool
 
 __all__ = [
+    "make_function",
+    "note_view",
+    "check_rebase",
+    "live",
+    "positions",
+    "view_of",
     "PUBLIC_MODULES",
     # values
     "Variable",

@@ -76,8 +76,9 @@ OPERATORS = {
 }
 
 
-def methods(functions, is_enabled) -> dict:
-    """`<op>_` for each of OPS, the in-place operators, and `copy_`, over the side's `functions`."""
+def methods(functions, is_enabled, run) -> dict:
+    """`<op>_` for each of OPS, the in-place operators, and `copy_`, over the side's `functions` (`run(op)`: the
+    side's `op.call`, for the views an in-place op rebases: engine.views)."""
     setitem, cast = functions["setitem"], functions["cast"]
 
     def update(self, op, args, kwargs):
@@ -99,7 +100,7 @@ def methods(functions, is_enabled) -> dict:
             if recording and result.requires_grad:
                 result = cast(result, dtype=numpy.dtype(self.dtype).name)
         if recording and result.requires_grad:
-            self._assign_recorded(result)
+            self._assign_recorded(result, run)
         else:
             self._assign_values(Ellipsis, result, setitem)
         return self

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import numpy
 
-from engine import backend, costs, promotion, shapes
+from engine import backend, costs, promotion, shapes, views
 from engine.attrs import REQUIRED, Attr, check, shown
 from engine.dtypes import default as default_dtype
 from engine.grad_mode import state as grad_state
@@ -86,6 +86,7 @@ class OpDef:
     optional_inputs: int = 0  # how many of the named inputs, from the last, may be left out
     function: Callable | None = None
     node_class: type | None = None
+    view: bool = False  # whether a result may share its first input's memory: PyTorch's view (engine.views)
 
     def cost(self, in_shapes, out_shape, attrs, dtypes=()) -> tuple:
         """(elements allocated, work) of one call, from shapes: what the request budgets count. The
@@ -129,6 +130,8 @@ class OpDef:
             # and how they cast input arrays of other dtypes (PyTorch's type promotion; `promotes`)
             promote, floats = PROMOTES.get(self.infer), gives_floats(self)
             self.call, self.operator = [own(apply_op, ALONE, self, c, cls, promote, floats) for c in (None, coerce)]
+            if self.view:
+                self.call = views.track(self)
 
     def _call_composite(self, inputs, attrs):
         return self.forward(*inputs, **attrs)
@@ -222,8 +225,11 @@ PROMOTES = {
 
 
 def grad_fn_name(name: str) -> str:
-    """The class name of an op's graph nodes: `log_softmax` -> `LogSoftmaxBackward`."""
-    return "".join(part.capitalize() for part in name.split("_")) + "Backward"
+    """The class name of an op's graph nodes: `log_softmax` -> `LogSoftmaxBackward` (`copy_slices`: PyTorch's
+    `CopySlices`, a view's base changed in place: engine.views)."""
+    return (
+        "CopySlices" if name == "copy_slices" else "".join(part.capitalize() for part in name.split("_")) + "Backward"
+    )
 
 
 def coerce(inputs):
@@ -392,7 +398,7 @@ def local(fn, *variables):
 
 def _make_trusted(op: OpDef):
     base = {name: spec.default for name, spec in op.attrs.items()}
-    run = op.call
+    run = getattr(op, "untracked", op.call)  # an engine-internal view is no view a program sees (engine.views)
 
     def fn(*inputs, **attrs):
         return run(coerce(inputs), {**base, **attrs} if attrs else base)

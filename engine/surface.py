@@ -46,6 +46,7 @@ from engine.surface_methods import METHOD_OPS, SurfaceMethods
 from engine.surface_types import MaxMin
 from engine.tensor_data import plain
 from engine.variable import format_variable
+from engine.views import base_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -243,6 +244,15 @@ def is_leaf(self) -> bool:
     return self._node is None
 
 
+def _base(self) -> Any:
+    """The root base this Variable is a view of (PyTorch's; see engine.views), else None."""
+    return base_of(self)
+
+
+def _is_view(self) -> bool:
+    return base_of(self) is not None
+
+
 def retains_grad(self) -> bool:
     watch = None if self._node is None else watch_of(self, make=False)
     return watch is not None and watch.retains
@@ -363,6 +373,7 @@ SHARED = {
         __repr__,
         zero_,
         fill_,
+        _is_view,
     )
 }
 
@@ -380,7 +391,7 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
             if self._node is None and self.requires_grad:
                 raise RuntimeError(LEAF_INPLACE)
             if self.requires_grad or (isinstance(value, variable) and value.requires_grad):
-                self._assign_recorded(setitem(self._snapshot(), value, key))
+                self._assign_recorded(setitem(self._snapshot(), value, key), side.run)
                 return
         self._assign_values(key, value, setitem)
 
@@ -426,7 +437,7 @@ def install(side: Side) -> dict:
         if name not in tensor_ops.FUNCTIONS_ONLY:
             setattr(cls, name, function)
     functions_with_alpha = {**functions, "add": composed["add"], "sub": composed["sub"]}
-    for name, method in inplace.methods(functions_with_alpha, side.grad_mode.is_enabled).items():
+    for name, method in inplace.methods(functions_with_alpha, side.grad_mode.is_enabled, side.run).items():
         setattr(cls, name, method)
     for name, method in SHARED.items():
         setattr(cls, name, method)
@@ -435,7 +446,7 @@ def install(side: Side) -> dict:
         setattr(cls, name, method)
     cls.__str__ = __repr__
     cls.requires_grad = property(cls.requires_grad.fget, _set_requires_grad)
-    for getter in (grad_fn, is_leaf, retains_grad, output_nr):
+    for getter in (grad_fn, is_leaf, retains_grad, output_nr, _base):
         setattr(cls, getter.__name__, property(getter))
     transpose = functions["transpose"]
 

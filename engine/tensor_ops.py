@@ -9,6 +9,7 @@ import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
+from engine import views
 from engine.surface_types import MaxMin
 
 if TYPE_CHECKING:
@@ -108,7 +109,8 @@ def functions(ops) -> dict:
                     f"dimension {d}), but got split_sizes={sizes}"
                 )
         starts = [0, *itertools.accumulate(sizes)]
-        return tuple(tensor[(slice(None),) * d + (slice(a, a + n),)] for a, n in zip(starts, sizes))
+        with views.multiple("Split" if isinstance(split_size_or_sections, int) else "SplitWithSizes"):
+            return tuple(tensor[(slice(None),) * d + (slice(a, a + n),)] for a, n in zip(starts, sizes))
 
     def chunk(input: VariableSurface, chunks: int, dim: int = 0) -> tuple[VariableSurface, ...]:
         """At most `chunks` pieces of equal size along `dim` (the last one smaller)."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
+from engine import views
 from engine.tensor_ops import _dim, dim_in_range
 
 if TYPE_CHECKING:
@@ -169,7 +170,8 @@ def functions(ops, make) -> dict:
     def unbind(input: VariableSurface, dim: int = 0) -> tuple[VariableSurface, ...]:
         """The slices along `dim`, each without it."""
         d = _dim(input, dim)
-        return tuple(select(input, d, i) for i in range(input.shape[d]))
+        with views.multiple("Unbind"):
+            return tuple(select(input, d, i) for i in range(input.shape[d]))
 
     def movedim(
         input: VariableSurface, source: int | Sequence[int], destination: int | Sequence[int]

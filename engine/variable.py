@@ -7,7 +7,7 @@ above the bottom of the engine.
 
 The interface the surface relies on (the client's Variable has the same): `_store(data)`, `shape`, `dtype`,
 `ndim`, `device`, `_computes_on()`, `requires_grad` (read), `_node`, `_array()` (the value), `_leaf(array)`, `_store_requires_grad`,
-`_snapshot()`, `_assign_recorded(result)` and `_assign_values(key, value, setitem)` (in-place updates),
+`_snapshot()`, `_assign_recorded(result, run)` and `_assign_values(key, value, setitem)` (in-place updates),
 `data`, `detach()`, `detach_()`.
 """
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from engine import backend
+from engine import backend, views
 from engine.devices import Device
 from engine.dtypes import DType
 from engine.dtypes import of as dtype_of
@@ -157,16 +157,24 @@ class Variable(VariableSurface):
         return self._data
 
     # --- in-place updates (the rules are engine.surface's __setitem__) -----------------
+    # a view, and a base of views, are written in place and share a version counter (engine.views)
     def _snapshot(self):
-        snapshot = Variable._result(self._data, self._node)
+        snapshot = Variable._result(views.snapshot_data(self), self._node)
         snapshot._requires_grad = self._requires_grad
         return snapshot
 
-    def _assign_recorded(self, result):
-        self._data, self._node, self._requires_grad = result._data, result._node, True
-        self._version += 1
+    def _assign_recorded(self, result, run=None):
+        if not views.assign_recorded(self, result):
+            self._data, self._node, self._requires_grad = result._data, result._node, True
+            self._version += 1
 
     def _assign_values(self, key, value, setitem=None):
+        members = views.live(self)
+        if members:
+            views.check_unrecorded(self)
         spec, arrays = from_key(key, as_array)
         self._data[to_key(spec, arrays)] = value._data if isinstance(value, Variable) else value
-        self._version += 1
+        if members:
+            views.bump(members)
+        else:
+            self._version += 1

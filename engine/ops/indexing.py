@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy
 
-from engine import costs, indexing, shapes
+from engine import costs, indexing, shapes, views
 from engine.attrs import Attr
 from engine.registry import OPS, Sample, coerce, defop
 from engine.variable import Variable, as_array
@@ -33,7 +33,10 @@ def _key(spec, arrays):
 
 
 def _getitem_forward(xp, x, *arrays, index):
-    return x[_key(index, arrays)]
+    out = x[_key(index, arrays)]
+    if not arrays and not isinstance(out, xp.ndarray):  # a single element: a 0-d view, as PyTorch's
+        out = x[(*_key(index, arrays), Ellipsis)]
+    return out
 
 
 def _getitem_vjp(g, ans, xs, needs, index):
@@ -68,6 +71,19 @@ def _setitem_vjp(g, ans, xs, needs, index):
     gx = apply(OPS["setitem"], [g, 0.0, *arrays], {"index": index}) if needs[0] else None
     gv = take(g, index, arrays) if needs[1] else None
     return [gx, gv] + [None] * len(arrays)
+
+
+def _copy_slices_forward(xp, base, value, positions):
+    out = base.copy()
+    out.reshape(-1)[positions] = value
+    return out
+
+
+def _copy_slices_vjp(g, ans, xs, needs):
+    positions = xs[2]
+    gbase = apply(OPS["copy_slices"], [g, 0.0, positions], {}) if needs[0] else None
+    gvalue = take(g.reshape(-1), ({"tensor": 0},), [positions]) if needs[1] else None
+    return [gbase, gvalue, None]
 
 
 def _infer_index(data_inputs):
@@ -147,6 +163,7 @@ defop(
     infer=_infer_index(1),
     saves=slice(1, None),
     scratch=_index_scratch,
+    view=True,
     samples=(
         Sample(((4, 5),), {"index": (1,)}),
         Sample(((4, 5),), {"index": ({"slice": [None, None, 2]}, {"slice": [1, 4, None]})}),
@@ -197,3 +214,22 @@ defop(
     ),
     doc="a copy of x with x[index] = value",
 )
+# PyTorch's CopySlices: a base whose view was modified in place (engine.views); `positions` are the view's
+# elements' flat indices in the base (distinct), `value` the view's new values
+defop(
+    "copy_slices",
+    _copy_slices_forward,
+    vjp=_copy_slices_vjp,
+    arity=3,
+    named_inputs=("base", "value", "positions"),
+    methods=(),
+    saves=slice(2, None),
+    infer=lambda shapes_, dtypes, attrs: (tuple(shapes_[0]), dtypes[0]),
+    samples=(
+        Sample(
+            make=lambda rng: [rng.uniform(-2, 2, (3, 4)), rng.uniform(-2, 2, (2, 2)), numpy.array([[1, 5], [2, 11]])]
+        ),
+    ),
+    doc="a copy of base with the elements at flat `positions` replaced by value (a view's in-place change)",
+)
+views.COPY_SLICES.append(OPS["copy_slices"])

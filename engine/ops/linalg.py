@@ -10,6 +10,7 @@ import numpy
 from engine import costs, shapes
 from engine.grad_mode import state as grad_state
 from engine.node import FORWARD
+from engine.ops.shape import transposed
 from engine.registry import F, Sample, defop, local
 
 
@@ -43,8 +44,8 @@ def _product_scratch(in_metas, out_meta, attrs):
 mm = defop(
     "mm",
     operator.matmul,
-    lambda g, ans, x, y: g.mm(y.T) if grad_state.enabled or FORWARD else local(lambda g, y: g @ y.T, g, y),
-    lambda g, ans, x, y: x.T.mm(g) if grad_state.enabled or FORWARD else local(lambda x, g: x.T @ g, x, g),
+    lambda g, ans, x, y: g.mm(transposed(y)) if grad_state.enabled or FORWARD else local(lambda g, y: g @ y.T, g, y),
+    lambda g, ans, x, y: transposed(x).mm(g) if grad_state.enabled or FORWARD else local(lambda x, g: x.T @ g, x, g),
     takes_xp=False,
     reads=((1,), (0,)),
     samples=(Sample(((3, 4), (4, 2))),),

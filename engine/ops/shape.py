@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy
 
-from engine import shapes
+from engine import shapes, views
 from engine.attrs import Attr
 from engine.grad_mode import state as grad_state
 from engine.node import FORWARD
@@ -62,6 +62,7 @@ reshape = defop(
     lambda g, ans, x, shape: trusted.reshape(g, shape=x.shape),
     attrs={"shape": Attr("shape")},
     saves=False,
+    view=True,
     methods=("reshape", "view"),
     samples=(Sample(((3, 4),), {"shape": (2, 6)}), Sample(((2, 3, 4),), {"shape": (-1,)})),
     infer=shapes.reshape,
@@ -83,6 +84,7 @@ permute = defop(
     lambda g, ans, x, dims: trusted.permute(g, dims=_inverse(dims)),
     attrs={"dims": Attr("ints")},
     saves=False,
+    view=True,
     samples=(Sample(((2, 3, 4),), {"dims": (2, 0, 1)}),),
     infer=shapes.permute,
     doc="reorder dimensions",
@@ -135,12 +137,18 @@ def _transposed(a):
     return a.transpose()
 
 
-def reversed_dims(v):
-    """`v.T` on the engine: all dimensions reversed (the view itself when nothing records and no
-    forward-AD level could give it a tangent)."""
+def transposed(v):
+    """All dimensions of `v` reversed, for engine code (a vjp's `x.T`: no view a program sees), the array's
+    view itself when nothing records and no forward-AD level could give it a tangent."""
     if not (v._requires_grad and grad_state.enabled or FORWARD):  # the view, without an op's dispatch
         return derived(_transposed, v)
     return trusted.permute(v, dims=tuple(range(v._data.ndim - 1, -1, -1)))
+
+
+def reversed_dims(v):
+    """`v.T` on the engine: `transposed(v)`, a view of `v` (engine.views)."""
+    dims = tuple(range(v._data.ndim - 1, -1, -1))
+    return views.note(v, transposed(v), (permute, (), {"dims": dims}), grad_state.enabled)
 
 
 def _unsqueeze_shape(shape, dim):

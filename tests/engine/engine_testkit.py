@@ -179,6 +179,13 @@ def _setitem(inputs, attrs):
     return out
 
 
+def _copy_slices(inputs, attrs):
+    base, value, positions = inputs
+    out = base.clone()
+    out.view(-1)[positions] = value
+    return out
+
+
 def _norm(inputs, attrs):
     torch = _torch()
     dim = attrs["dim"]
@@ -281,6 +288,7 @@ TORCH_OVERRIDES = {
     "getitem": _getitem,
     "index_add": _index_add,
     "setitem": _setitem,
+    "copy_slices": _copy_slices,
     "sum_to": lambda inputs, attrs: inputs[0].sum_to_size(tuple(attrs["shape"])),
     "cast": lambda inputs, attrs: inputs[0].to(getattr(_torch(), attrs["dtype"])),
     # (the losses' value checks: their values pass through, ignored targets as 0)

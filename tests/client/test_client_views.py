@@ -1,0 +1,50 @@
+"""In-place ops on views through the client (client.views), embedded and against a live server: the values,
+gradients and grad_fn of torch's (tests/view_programs.py), a second derivative through `CopySlices`, a change of
+the base reaching its views, and torch's errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.view_programs import base_changed, brief, case, saved_view_refuses
+
+torch = pytest.importorskip("torch")
+
+PAIRS = [
+    ("rows", "mul_"),
+    ("element", "iadd"),
+    ("columns", "setitem"),
+    ("t", "exp_"),
+    ("mT", "add_"),
+    ("view of view", "copy_"),
+    ("t of view", "sigmoid_"),
+    ("unflatten", "zero_"),
+    ("select", "pow_"),
+]
+
+
+@pytest.mark.parametrize("view, inplace", PAIRS)
+def test_an_inplace_op_on_a_view_is_torchs(torch_like, view, inplace):
+    got, want = case(torch_like, view, inplace), case(torch, view, inplace)
+    for g, w in zip(got[:3], want[:3]):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    assert got[3] == want[3] == "CopySlices"
+
+
+def test_create_graph_and_a_change_of_the_base_are_torchs(torch_like):
+    for program in (brief, base_changed):
+        got, want = program(torch_like), program(torch)
+        for g, w in zip(got[:3], want[:3]):
+            np.testing.assert_allclose(g, w, rtol=1e-12)
+        assert got[3:] == want[3:]
+
+
+def test_torchs_errors(torch_like):
+    x = torch_like.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="a view of a leaf Variable that requires grad"):
+        x[0:2].mul_(2)
+    with pytest.raises(RuntimeError, match="Output 1 of Unbind is a view and is being modified inplace"):
+        (x * 1).unbind()[1].exp_()
+    v, y = saved_view_refuses(torch_like, x)
+    assert v._base is y and v._is_view() and not y._is_view() and v._version == y._version == 1
