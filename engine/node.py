@@ -114,7 +114,7 @@ class NodeName(str):
 
 
 class Node:
-    """A recorded operation. Subclasses are named `<Op>Backward`.
+    """A recorded operation. Subclasses are named as PyTorch's (`MulBackward0`: `engine.grad_fn_names`).
 
     `edges[i]` says where the gradient of input i goes: a Node (a non-leaf input), the leaf
     Variable itself, or None when that input needs no gradient. `saved[i]` is input i (or its
@@ -147,7 +147,8 @@ class Node:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        cls.name = NodeName(cls.__name__)
+        if "name" not in cls.__dict__:  # (a property where PyTorch's name depends on the call: grad_fn_names)
+            cls.name = NodeName(cls.__name__)
 
     @property
     def next_functions(self):
@@ -155,7 +156,7 @@ class Node:
         return tuple((e if isinstance(e, Node) else None if e is None else AccumulateGrad(e), 0) for e in self.edges)
 
     def __repr__(self):
-        return f"<{type(self).__name__} object at {id(self):#x}>"
+        return f"<{self.name} object at {id(self):#x}>"
 
 
 class AccumulateGrad:

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import numpy
 
-from engine import backend, costs, promotion, shapes
+from engine import backend, costs, grad_fn_names, promotion, shapes
 from engine.attrs import REQUIRED, Attr, check, shown
 from engine.dtypes import default as default_dtype
 from engine.grad_mode import state as grad_state
@@ -125,13 +125,17 @@ class OpDef:
             vjp = own(OpNode.passes_on if self.vjps and set(self.vjps) == {passes} else OpNode.vjp, self)
             fits = self.arity == 1 and self.infer in KEEPS_FIT
             body = {"__slots__": (), "op": self, "freeing": freeing, "vjp": vjp, "fits": fits}
+            if self.name in grad_fn_names.BY_CALL:  # PyTorch's name depends on the call: read when asked
+                body["name"] = grad_fn_names.by_call(self.name)
             cls = self.node_class = type(grad_fn_name(self.name), (OpNode,), body)
             # and how they cast input arrays of other dtypes (PyTorch's type promotion; `promotes`)
             promote, floats = PROMOTES.get(self.infer), gives_floats(self)
             self.call, self.operator = [own(apply_op, ALONE, self, c, cls, promote, floats) for c in (None, coerce)]
 
-    def _call_composite(self, inputs, attrs):
-        return self.forward(*inputs, **attrs)
+    def _call_composite(self, inputs, attrs):  # its result's node named PyTorch's (SoftmaxBackward0), not its last op's
+        out = self.forward(*inputs, **attrs)
+        before = [getattr(v, "grad_fn", None) for v in inputs]
+        return grad_fn_names.renamed(out, grad_fn_names.call_name(self.name, attrs, (), None), before)
 
     def check_attrs(self, given: dict) -> dict:
         """Normalise a complete attribute dict (defaults filled in); raises AttrError/TypeError."""
@@ -213,9 +217,7 @@ PROMOTES = {
 }
 
 
-def grad_fn_name(name: str) -> str:
-    """The class name of an op's graph nodes: `log_softmax` -> `LogSoftmaxBackward`."""
-    return "".join(part.capitalize() for part in name.split("_")) + "Backward"
+grad_fn_name = grad_fn_names.static  # the class name of an op's nodes: `mm` -> `MmBackward0`
 
 
 def coerce(inputs):

@@ -34,7 +34,18 @@ import math
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from engine import backend, compat, dtypes, inplace, modern, tensor_math, tensor_ops, tensor_selection, tensor_shaping
+from engine import (
+    backend,
+    compat,
+    dtypes,
+    grad_fn_names,
+    inplace,
+    modern,
+    tensor_math,
+    tensor_ops,
+    tensor_selection,
+    tensor_shaping,
+)
 from engine.autograd import watch_of
 from engine.devices import Placement
 from engine.factory import Constructors
@@ -125,7 +136,7 @@ class Side:
         if kind == UNARY:
             return lambda self: function(self)
         if kind == REFLECTED:
-            return lambda self, other: function(other, self)
+            return grad_fn_names.reflected(lambda self, other: function(other, self), op.name)
         return lambda self, other: function(self, other)
 
 
@@ -137,9 +148,13 @@ def extreme(name, reduce, arg, pairwise):
             dim, keepdim = numpy_keywords(name, dim, keepdim, aliases)
         if dim is not None and not isinstance(dim, int):
             return pairwise(x, dim)
-        if dim is None:
-            return reduce(x)
-        return MaxMin(reduce(x, dim, keepdim=keepdim), arg(x, dim, keepdim=keepdim))
+        if dim is None:  # PyTorch's node names: max() is MaxBackward1, max(dim)'s values MaxBackward0
+            return grad_fn_names.renamed(reduce(x), all_of, (x.grad_fn,))
+        return MaxMin(
+            grad_fn_names.renamed(reduce(x, dim, keepdim=keepdim), by_dim, (x.grad_fn,)), arg(x, dim, keepdim=keepdim)
+        )
+
+    all_of, by_dim = f"{name.capitalize()}Backward1", f"{name.capitalize()}Backward0"
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (
