@@ -34,6 +34,7 @@ from engine.attrs import INT64, AttrError, shown
 from engine.autograd import (
     accumulate_grad,
     backward_arguments,
+    backward_inputs,
     batched_rows,
     check_unused,
     grad,
@@ -236,6 +237,7 @@ __all__ = [
     "grad",
     "accumulate_grad",
     "backward_arguments",
+    "backward_inputs",
     "grad_arguments",
     "batched_rows",
     "check_unused",

@@ -399,12 +399,14 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         self._assign_values(key, value, setitem)
 
     def backward(
-        self, gradient: Operand | None = None, retain_graph: bool | None = None, create_graph: bool = False
+        self,
+        gradient: Operand | None = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+        inputs: Any = None,
     ) -> None:
-        """Gradients of this Variable into every leaf's `.grad`."""
-        run_backward(
-            [self], None if gradient is None else [gradient], retain_graph=retain_graph, create_graph=create_graph
-        )
+        """Gradients of this Variable into every leaf's `.grad` (into those of `inputs` only, when given)."""
+        run_backward([self], None if gradient is None else [gradient], retain_graph, create_graph, inputs=inputs)
 
     maximum = extreme("max", functions["amax"], functions["argmax"], functions["maximum"])
     minimum = extreme("min", functions["amin"], functions["argmin"], functions["minimum"])

@@ -189,8 +189,9 @@ class VariableSurface:
         gradient: Operand | None = None,
         retain_graph: builtins.bool | None = None,
         create_graph: builtins.bool = False,
+        inputs: Any = None,
     ) -> None:
-        """Gradients of this Variable into every leaf's `.grad`."""
+        """Gradients of this Variable into every leaf's `.grad` (into those of `inputs` only, when given)."""
     def baddbmm(
         self, batch1: VariableSurface, batch2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
     ) -> Self:

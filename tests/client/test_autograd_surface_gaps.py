@@ -1,0 +1,57 @@
+"""Small gaps of the autograd surface closed as PyTorch has them, on the engine, the embedded client and a
+live server, against torch 2.13: `backward(inputs=...)` (a method's and `torch.autograd.backward`'s)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import client
+import engine
+
+
+@pytest.fixture(params=["engine", "embedded", "remote"])
+def torch_like(request):
+    if request.param == "engine":
+        yield engine
+        return
+    with client.connect(request.getfixturevalue("server").url if request.param == "remote" else None):
+        yield client
+
+
+def grads(*variables):
+    return [None if v.grad is None else np.asarray(v.grad.detach().numpy()).tolist() for v in variables]
+
+
+def backward_into_inputs(m):
+    x, y, z = (m.tensor([1.0, 2.0], requires_grad=True) for _ in range(3))
+    out = (x * y * 3).sum()
+    out.backward(inputs=[x, z], retain_graph=True)
+    seen = [grads(x, y, z)]
+    out.backward(inputs=x)  # one Variable, accumulated onto the first
+    seen.append(grads(x, y))
+    h = x * 2
+    (h * y).sum().backward(inputs=[h])  # a non-leaf input gets its .grad too
+    seen.append(grads(h, x, y))
+    m.autograd.backward((x * y).sum(), inputs=[y])
+    seen.append(grads(x, y))
+    return seen
+
+
+def test_backward_accumulates_into_the_given_inputs_only(torch_like):
+    torch = pytest.importorskip("torch")
+    assert backward_into_inputs(torch_like) == backward_into_inputs(torch)
+
+
+def test_backward_refuses_empty_inputs_as_torch(torch_like):
+    x = torch_like.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"^`inputs` argument to `backward\(\)` cannot be empty\.$"):
+        (x * 2).sum().backward(inputs=[])
+
+
+def test_backward_with_inputs_and_create_graph_gives_a_differentiable_grad(torch_like):
+    x = torch_like.tensor([1.0, 2.0], requires_grad=True)
+    (x**3).sum().backward(inputs=[x], create_graph=True)
+    assert x.grad.requires_grad
+    (second,) = torch_like.autograd.grad(x.grad.sum(), x)
+    np.testing.assert_allclose(np.asarray(second.detach().numpy()), [6.0, 12.0])
