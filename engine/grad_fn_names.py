@@ -13,12 +13,14 @@ A composite op, or a `torch.nn.functional` function, that PyTorch runs as one no
 (`softmax` SoftmaxBackward0, `cross_entropy` NllLossBackward0) gives its result's node that name:
 `renamed` swaps the node's class for a subclass of that name, which behaves the same.
 
+A reflected operator with a Python number on its left names its node as PyTorch's (`reflected`: `2 - x`
+RsubBackward1, `2 / x` MulBackward0, `2 ** x` PowBackward2).
+
 Where PyTorch's name depends on what the engine doesn't see, the common case's is given: a `reshape`
-that copies (PyTorch's UnsafeViewBackward0) is ViewBackward0; `t - x`, `t / x` and `x ** t` with `t` a
-0-d tensor that requires no grad are named as for a Python number (RsubBackward1, MulBackward0,
-PowBackward0); once a backward has freed a node's inputs, matmul's is MmBackward0 and div's DivBackward0;
-`type(...).__name__` of a node named by its call is the op's (SumBackward0, MatmulBackward0), its
-`name()` and repr the call's.
+that copies (PyTorch's UnsafeViewBackward0) is ViewBackward0; `x ** t` with `t` a 0-d tensor that
+requires no grad is PowBackward0 (PyTorch's PowBackward1); once a backward has freed a node's inputs,
+matmul's is MmBackward0; `type(...).__name__` of a node named by its call is the op's (SumBackward0,
+MatmulBackward0), its `name()` and repr the call's.
 """
 
 from __future__ import annotations

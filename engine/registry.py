@@ -167,7 +167,15 @@ class OpDef:
 # the shape rules of one-input ops whose vjps return their input's shape and dtype (a float input's: an
 # unreduced, inverse-permuted or cast-back gradient), so the backward walk need not fit them (`OpNode.fits`)
 KEEPS_FIT = frozenset(
-    (shapes.same, shapes.floating, shapes.reduce, shapes.reduce_float, shapes.reduce_same_dtype, shapes.permute)
+    (
+        shapes.same,
+        shapes.floating,
+        shapes.reduce,
+        shapes.reduce_float,
+        shapes.reduce_mean,
+        shapes.reduce_same_dtype,
+        shapes.permute,
+    )
 )
 
 

@@ -4,22 +4,10 @@ loss reductions with their legacy `size_average`/`reduce` arguments."""
 
 from __future__ import annotations
 
-import numpy
-
+from engine.dtypes import scalar_name
 from engine.user_warnings import warn
 
 _NAMESPACES: dict = {}  # Variable class -> the package whose functions compute on it
-_TYPE_NAMES = {
-    "float32": "Float",
-    "float64": "Double",
-    "float16": "Half",
-    "int64": "Long",
-    "int32": "Int",
-    "int16": "Short",
-    "int8": "Char",
-    "uint8": "Byte",
-    "bool": "Bool",
-}
 
 
 def register(variable_class, namespace) -> None:
@@ -36,7 +24,7 @@ def _ns(v):
 
 
 def _type_name(dtype) -> str:
-    return _TYPE_NAMES.get(numpy.dtype(dtype).name, str(dtype))
+    return scalar_name(dtype)
 
 
 def _applied(fn, input, inplace, *args):

@@ -55,3 +55,15 @@ def test_backward_with_inputs_and_create_graph_gives_a_differentiable_grad(torch
     assert x.grad.requires_grad
     (second,) = torch_like.autograd.grad(x.grad.sum(), x)
     np.testing.assert_allclose(np.asarray(second.detach().numpy()), [6.0, 12.0])
+
+
+@pytest.mark.parametrize("values", [[1, 2], [True, False]], ids=["Long", "Bool"])
+def test_mean_of_integers_is_refused_as_torch(torch_like, values):
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError) as want:
+        torch.tensor(values).mean()
+    for call in (lambda t: t.mean(), lambda t: torch_like.mean(t, 0)):
+        with pytest.raises(RuntimeError) as got:
+            call(torch_like.tensor(values))
+        assert str(got.value) == str(want.value)
+    assert torch_like.tensor(values).float().mean().item() == torch.tensor(values).float().mean().item()
