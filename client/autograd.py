@@ -87,7 +87,7 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
     holders = [
         (v, None if v._node is None else v._node.value) for v in getting if v._node is None or v._node.value is not None
     ]
-    if session._in_flight and any(v.grad is not None for v, _ in holders):
+    if session._in_flight and any(v._grad is not None for v, _ in holders):
         yield ("settle",)  # a gradient accumulated onto may be one the step in flight uses (`check_not_consumed`)
     if create_graph:
         output_values = ()

@@ -364,7 +364,7 @@ def accumulate_grad(var, g, owned, may_update, create_graph=False):
     caller may update later), a later one added to it: in place when `may_update(var.grad)`
     and the shapes agree, out of place otherwise, and as a recorded op when `.grad` requires
     grad or `create_graph` is set."""
-    grad = var.grad
+    grad = var._grad  # (not `.grad`: a non-leaf's read warns)
     if grad is None:
         var.grad = g if create_graph else owned(g)
     elif create_graph or grad.requires_grad:

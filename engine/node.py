@@ -358,7 +358,7 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, fl
         out = _wrap(out, x)
     result = _new(Variable)
     result._data = out
-    result.grad = None
+    result._grad = None
     result._version = 0
     # an int or bool result never requires grad
     if grad and _grad.enabled and op.differentiable and type(out.dtype) in FLOATS:

@@ -56,6 +56,7 @@ from engine.sampling import Sampling
 from engine.surface_methods import METHOD_OPS, SurfaceMethods
 from engine.surface_types import MaxMin
 from engine.tensor_data import plain
+from engine.user_warnings import warn
 from engine.variable import Variable, format_variable
 
 if TYPE_CHECKING:
@@ -262,6 +263,26 @@ def retains_grad(self) -> bool:
     return watch is not None and watch.retains
 
 
+NON_LEAF_GRAD = (
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad attribute won't be "
+    "populated during autograd.backward(). If you indeed want the .grad field to be populated for a non-leaf Tensor, "
+    "use .retain_grad() on the non-leaf Tensor. If you access the non-leaf Tensor by mistake, make sure you access "
+    "the leaf Tensor instead. See github.com/pytorch/pytorch/pull/30531 for more information."
+)
+
+
+def _get_grad(self) -> Any:
+    """The gradient backward accumulated here; on a non-leaf that has none and doesn't retain one, PyTorch's warning."""
+    grad = self._grad
+    if grad is None and self._node is not None and not retains_grad(self):
+        warn(NON_LEAF_GRAD)
+    return grad
+
+
+def _set_grad(self, value: Any) -> None:
+    self._grad = value
+
+
 def size(self, dim=None):
     return self.shape if dim is None else self.shape[dim]
 
@@ -453,6 +474,7 @@ def install(side: Side) -> dict:
     cls.requires_grad = property(cls.requires_grad.fget, _set_requires_grad)
     for getter in (grad_fn, is_leaf, retains_grad):
         setattr(cls, getter.__name__, property(getter))
+    cls.grad = property(_get_grad, _set_grad, doc="the gradient backward accumulated (a non-leaf's warns when unset)")
     transpose = functions["transpose"]
 
     def all_reversed(self) -> VariableSurface:

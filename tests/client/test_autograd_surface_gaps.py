@@ -1,7 +1,10 @@
 """Small gaps of the autograd surface closed as PyTorch has them, on the engine, the embedded client and a
-live server, against torch 2.13: `backward(inputs=...)` (a method's and `torch.autograd.backward`'s)."""
+live server, against torch 2.13: `backward(inputs=...)` (a method's and `torch.autograd.backward`'s), `mean()`
+of integers refused, and the warning on reading a non-leaf's `.grad`."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
@@ -67,3 +70,33 @@ def test_mean_of_integers_is_refused_as_torch(torch_like, values):
             call(torch_like.tensor(values))
         assert str(got.value) == str(want.value)
     assert torch_like.tensor(values).float().mean().item() == torch.tensor(values).float().mean().item()
+
+
+def non_leaf_grad_warnings(m):
+    """How many warnings each step has given, and the first's message."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = m.ones(2, requires_grad=True)
+        h = x * 2
+        seen = [(h.grad, h.grad) and len(caught)]  # once per read
+        x.grad  # noqa: B018 - a leaf's: no warning
+        (h * 1).sum().backward()
+        seen.append(len(caught))
+        kept = x * 3
+        kept.retain_grad()
+        seen.append(kept.grad is None and len(caught))  # retained: no warning
+        given = x * 4
+        given.sum().backward(inputs=[given])
+        seen.append(given.grad is not None and len(caught))  # set by backward(inputs=): no warning
+        with m.no_grad():
+            (x * 2).grad  # noqa: B018 - a leaf made without grad
+        seen.append(len(caught))
+    return seen, str(caught[0].message)
+
+
+def test_a_non_leafs_grad_warns_as_torch_unless_retained(torch_like):
+    torch = pytest.importorskip("torch")
+    got, message = non_leaf_grad_warnings(torch_like)
+    want, torch_message = non_leaf_grad_warnings(torch)
+    assert got == want == [2, 2, 2, 2, 2]
+    assert torch_message.startswith(message) and "use .retain_grad() on the non-leaf Tensor" in message
