@@ -107,10 +107,14 @@ class Meta:
 
 
 class NodeName(str):
-    """A node's `name`: the engine reads it as a string, PyTorch programs call it (`grad_fn.name()`)."""
+    """A node's `name`: the engine reads it as a string, PyTorch programs call it (`grad_fn.name()`: PyTorch's,
+    qualified for its two C++ nodes, `torch::autograd::CopySlices`)."""
 
     def __call__(self) -> str:
-        return str(self)
+        return QUALIFIED.get(self) or str(self)
+
+
+QUALIFIED = {name: "torch::autograd::" + name for name in ("AccumulateGrad", "CopySlices")}
 
 
 class Node:

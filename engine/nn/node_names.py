@@ -6,7 +6,7 @@ result's node so (`engine.grad_fn_names.renamed`), where the engine's would be i
 is PyTorch's too, as for a weighted `mse_loss` or a `cross_entropy` with label smoothing). Left as their
 last op's, as PyTorch does not run them as one node: the dropouts, kl_div, l1_loss, the distances and the
 other losses PyTorch composes; not PyTorch's: `scaled_dot_product_attention` (its CPU kernel's
-ScaledDotProductFlashAttentionForCpuBackward0), `bilinear` without bias; `pad`'s circular mode is CopySlices (PyTorch's `name()` is torch::autograd::CopySlices).
+ScaledDotProductFlashAttentionForCpuBackward0), `bilinear` without bias.
 """
 
 from __future__ import annotations

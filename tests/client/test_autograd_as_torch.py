@@ -67,6 +67,7 @@ CALLS = {
     "where": lambda m, x, y: m.where(x > 0, x, y),
     "double": lambda m, x, y: x.double(),
     "clone": lambda m, x, y: x.clone(),
+    "setitem": lambda m, x, y: (lambda z: z.__setitem__(0, y[0]) or z)(x * 1),
     "relu": lambda m, x, y: x.relu(),
     "log1p": lambda m, x, y: x.abs().log1p(),
     "round-decimals": lambda m, x, y: x.round(decimals=1),
@@ -119,6 +120,18 @@ def test_the_class_is_named_too_where_the_name_is_the_ops(torch_like):
         "TBackward0",
         "SoftmaxBackward0",
     ]
+
+
+def test_next_functions_name_a_leafs_accumulate_grad_as_torch(torch_like):
+    torch = pytest.importorskip("torch")
+    for m in (torch_like, torch):
+        x = m.ones(2, requires_grad=True)
+        (leaf, _), (constant, _) = (x * m.ones(2)).grad_fn.next_functions
+        assert (leaf.name(), repr(leaf).split(" at ")[0], constant) == (
+            "torch::autograd::AccumulateGrad",
+            "<AccumulateGrad object",
+            None,
+        )
 
 
 def test_the_autograd_tutorial_prints_torchs_names(torch_like):
