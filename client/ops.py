@@ -125,6 +125,8 @@ def infer(op: OpDef, values, attrs):
         return inferred
     try:
         inferred = op.infer(list(shapes), list(dtypes), attrs)  # type: ignore[misc]
+    except RuntimeError:  # a dtype the op refuses (engine.shapes.DtypeError): PyTorch's error, as the engine's
+        raise
     except (ValueError, TypeError, IndexError) as err:  # a ShapeError is a ValueError
         described = ", ".join(str(list(v.shape)) for v in values)
         raise ShapeError(f"{op.name}(): {err} (input shapes: {described})") from None

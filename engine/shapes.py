@@ -153,10 +153,15 @@ MEAN_OF_INTEGERS = (
 )
 
 
+class DtypeError(ShapeError, RuntimeError):
+    """An input dtype an op refuses: PyTorch's RuntimeError, and a ShapeError, so that a graph holding it is
+    refused as one with a bad shape is (a 4xx naming the node)."""
+
+
 def reduce_mean(shapes, dtypes, attrs):
     """`reduce_float`, refusing an integer or bool input as PyTorch's mean does (a RuntimeError, its message)."""
     if numpy.dtype(dtypes[0]).kind not in "fc":
-        raise RuntimeError(MEAN_OF_INTEGERS.format(scalar_name(dtypes[0])))
+        raise DtypeError(MEAN_OF_INTEGERS.format(scalar_name(dtypes[0])))
     return reduce_float(shapes, dtypes, attrs)
 
 
