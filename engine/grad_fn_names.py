@@ -156,15 +156,19 @@ def renamed(out, name: str, before=()):
     input, or a view sharing its node, keeps the input's). A tuple's first item is renamed."""
     first = out[0] if isinstance(out, tuple) else out
     node = getattr(first, "grad_fn", None)
-    if node is None or any(node is b for b in before):
-        return out
+    if node is not None and not any(node is b for b in before):
+        swap(node, name)
+    return out
+
+
+def swap(node, name: str) -> None:
+    """Make `node` an instance of its class's subclass named `name` (made once per class and name)."""
     cls = type(node)
     if cls.__name__ != name or "name" in cls.__dict__ and not isinstance(cls.__dict__["name"], str):
         sub = _RENAMED.get((cls, name))
         if sub is None:
             sub = _RENAMED[(cls, name)] = type(name, (cls,), {"__slots__": (), "__module__": cls.__module__})
         node.__class__ = sub
-    return out
 
 
 def by_call(op_name: str) -> property:

@@ -119,6 +119,7 @@ class OpDef:
         # `call(inputs, attrs)`: apply to Variables with checked attributes (the trusted entry: no parsing), and
         # `operator`, `x * y`: copies of `engine.node.apply_op` with this op and its node class as defaults
         self.call, self.operator = self._call_composite, None
+        self.torch_name = None if self.name in grad_fn_names.BY_CALL else grad_fn_names.static(self.name)
         if not self.composite:
             saves = self.saves
             freeing = "all" if saves is True else "none" if saves is False else "values" if self.vjp else "inputs"
@@ -134,8 +135,10 @@ class OpDef:
 
     def _call_composite(self, inputs, attrs):  # its result's node named PyTorch's (SoftmaxBackward0), not its last op's
         out = self.forward(*inputs, **attrs)
-        before = [getattr(v, "grad_fn", None) for v in inputs]
-        return grad_fn_names.renamed(out, grad_fn_names.call_name(self.name, attrs, (), None), before)
+        node = getattr(out, "_node", None)
+        if node is not None and not any(getattr(v, "_node", None) is node for v in inputs):  # (not an input's node)
+            grad_fn_names.swap(node, self.torch_name or grad_fn_names.call_name(self.name, attrs, (), None))
+        return out
 
     def check_attrs(self, given: dict) -> dict:
         """Normalise a complete attribute dict (defaults filled in); raises AttrError/TypeError."""
