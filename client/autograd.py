@@ -77,8 +77,9 @@ def _take(tensors, name, where):
         raise ProtocolError(f"the answer has no {where} tensor named {name!r} (it has {sorted(tensors)})") from None
 
 
-def backwarding(session, outputs, seeds, retain_graph, targets=None, create_graph=False):
-    """Gradients of `outputs` into the leaves' .grad (targets None), or returned for `targets`."""
+def backwarding(session, outputs, seeds, retain_graph, targets=None, create_graph=False, into_grad=False):
+    """Gradients of `outputs` into the leaves' .grad (targets None), or returned for `targets` (into their
+    `.grad` with `into_grad`: `backward(inputs=...)`)."""
     retain = bool(create_graph if retain_graph is None else retain_graph)
     yield from flush(session)
     processed, getting = walk(outputs, targets)
@@ -89,7 +90,7 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
         for v in [*getting, *observed]
         if v._node is None or v._node.value is not None
     ]
-    if session._in_flight and any(v.grad is not None for v, _ in holders):
+    if session._in_flight and any(v._grad is not None for v, _ in holders):
         yield ("settle",)  # a gradient accumulated onto may be one the step in flight uses (`check_not_consumed`)
     if create_graph:
         output_values = ()
@@ -104,7 +105,7 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
             node.free()
         for value in output_values:
             _seal(value)
-    if targets is None:
+    if targets is None or into_grad:
         for holder, g in grads.items():
             accumulate_grad(holder, g, lambda g: g, _may_update, create_graph)
             watch = watch_of(holder, make=False) if holder._node is None else None
@@ -366,9 +367,10 @@ def backward(
     retain_graph: bool | None = None,
     create_graph: bool = False,
     session: Any = None,
+    inputs: Variable | Sequence[Variable] | None = None,
 ) -> None:
-    """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad."""
-    (session or current_session()).backward(outputs, grad_outputs, retain_graph, create_graph)
+    """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad (of `inputs` only)."""
+    (session or current_session()).backward(outputs, grad_outputs, retain_graph, create_graph, inputs)
 
 
 def grad(

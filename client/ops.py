@@ -20,6 +20,7 @@ from client.serialize import attrs_key
 from client.variable import Variable, as_host_array
 from engine import backend
 from engine.api import (
+    GRAD_FN_BY_CALL,
     OPS,
     Bounded,
     OpDef,
@@ -30,6 +31,7 @@ from engine.api import (
     default_dtype,
     from_key,
     gives_floats,
+    grad_fn_call_name,
     grad_fn_name,
     host_array,
     install_surface,
@@ -97,15 +99,21 @@ _NODE_CLASSES: dict = {}  # op name, or (op name, grad_fn name, saves) for a com
 def node_class(op: OpDef, values, attrs) -> type:
     """The grad_fn class of a recorded call, named and saving as the engine's node would be."""
     key: str | tuple = op.name
-    saves: bool | slice | str
+    body = {"__slots__": (), "op": op, "saves": op.saves}
     if op.composite:  # the name and what it saves depend on the call
-        name, saves = composite_grad_fn(op, [v.shape for v in values], [v.dtype.str for v in values], attrs)
-        key = (op.name, name, str(saves))
+        name, body["saves"] = composite_grad_fn(op, [v.shape for v in values], [v.dtype.str for v in values], attrs)
+        key = (op.name, name, str(body["saves"]))
+    elif (
+        op.name in GRAD_FN_BY_CALL
+    ):  # PyTorch's name depends on the call (x.sum() SumBackward0, x.sum(1) SumBackward1):
+        # the class named as the engine's, its `name` as the call's
+        body["name"] = grad_fn_call_name(op.name, attrs, [v.requires_grad for v in values], [v.shape for v in values])
+        key, name = (op.name, body["name"]), grad_fn_name(op.name)
+    else:
+        name = grad_fn_name(op.name)
     cls = _NODE_CLASSES.get(key)
     if cls is None:
-        if not op.composite:
-            name, saves = grad_fn_name(op.name), op.saves
-        cls = _NODE_CLASSES[key] = type(name, (Node,), {"__slots__": (), "op": op, "saves": saves})
+        cls = _NODE_CLASSES[key] = type(name, (Node,), body)
     return cls
 
 
@@ -119,6 +127,8 @@ def infer(op: OpDef, values, attrs):
         return inferred
     try:
         inferred = op.infer(list(shapes), list(dtypes), attrs)  # type: ignore[misc]
+    except RuntimeError:  # a dtype the op refuses (engine.shapes.DtypeError): PyTorch's error, as the engine's
+        raise
     except (ValueError, TypeError, IndexError) as err:  # a ShapeError is a ValueError
         described = ", ".join(str(list(v.shape)) for v in values)
         raise ShapeError(f"{op.name}(): {err} (input shapes: {described})") from None

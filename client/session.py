@@ -35,7 +35,15 @@ from client.errors import ConflictError, ConnectionFailed, NotFoundError, Server
 from client.pipeline import Pipeline
 from client.transports import Call
 from client.variable import Variable
-from engine.api import backward_arguments, batched_rows, check_unused, grad_arguments, stacked_rows, unused_rule
+from engine.api import (
+    backward_arguments,
+    backward_inputs,
+    batched_rows,
+    check_unused,
+    grad_arguments,
+    stacked_rows,
+    unused_rule,
+)
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
 USER_AGENT = "gradserve-client/0.1"
@@ -189,12 +197,14 @@ class _Core:
     fetch_values = _operation(fetching)  # client.graph.Values: what a Variable needing its value asks for
 
     @_operation
-    def backward(self, outputs, gradient=None, retain_graph=None, create_graph=False):
-        """Accumulate the gradients of `outputs` (one Variable, or a list) into the leaves' `.grad`."""
+    def backward(self, outputs, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Accumulate the gradients of `outputs` (one Variable, or a list) into the leaves' `.grad` (into
+        those of `inputs` only, leaves or not, when given)."""
         if isinstance(outputs, Variable):
             outputs, gradient = [outputs], None if gradient is None else [gradient]
         outputs, seeds = backward_arguments(list(outputs), gradient, Variable)
-        yield from backwarding(self, outputs, seeds, retain_graph, None, create_graph)
+        inputs = backward_inputs(inputs, Variable)
+        yield from backwarding(self, outputs, seeds, retain_graph, inputs, create_graph, into_grad=True)
 
     def _grad(
         self,

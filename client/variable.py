@@ -39,7 +39,7 @@ class Variable(VariableSurface):
     """A node value in a define-by-run graph, with PyTorch's Variable semantics, computed remotely.
     `_requires_grad` is a data leaf's flag; a handle's stays False (its Value's flag counts)."""
 
-    __slots__ = ("__weakref__", "_data", "_requires_grad", "_shared", "_value", "_version", "grad")
+    __slots__ = ("__weakref__", "_data", "_requires_grad", "_shared", "_value", "_version", "_grad")
 
     def _store(self, data):
         """`Variable(data)`'s storage (the constructor itself is engine.surface's)."""
@@ -53,7 +53,7 @@ class Variable(VariableSurface):
 
     def _hold(self, array, shared=False, value=None):
         self._data, self._value, self._shared = array, value, shared
-        self.grad, self._requires_grad, self._version = None, False, 0
+        self._grad, self._requires_grad, self._version = None, False, 0  # `_grad`: `.grad` (engine.surface)
 
     @classmethod
     def _lazy(cls, value):

@@ -1,6 +1,6 @@
 """`torch.autograd.detect_anomaly` and `set_detect_anomaly`: while on (and `check_nan`), a backward node whose
 gradient for an input holds a NaN stops the backward with PyTorch's RuntimeError, naming the node
-("Function 'MulBackward' returned nan values in its 0th output."). The walk reads the mode once per backward.
+("Function 'MulBackward0' returned nan values in its 0th output."). The walk reads the mode once per backward.
 PyTorch also prints the forward traceback of the failing node; that is not recorded here."""
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from engine.attrs import INT64, AttrError, shown
 from engine.autograd import (
     accumulate_grad,
     backward_arguments,
+    backward_inputs,
     batched_rows,
     check_unused,
     grad,
@@ -58,6 +59,8 @@ from engine.forward_ad import UnpackedDualTensor, check_dual
 from engine.func import Transforms, vmap_with
 from engine.function import FUNCTION_NAME, LEAF_DIRTY, Function, FunctionBase, FunctionCtx, once_differentiable
 from engine.function import node_class as function_node_class
+from engine.grad_fn_names import BY_CALL as GRAD_FN_BY_CALL
+from engine.grad_fn_names import call_name as grad_fn_call_name
 from engine.grad_mode import GradMode, enable_grad, is_grad_enabled, no_grad
 from engine.gradcheck import _GRADCHECK_KEYWORDS, _GRADGRADCHECK_KEYWORDS, GradcheckError, _accept, _compare
 from engine.indexing import from_key, tensor_count, to_key
@@ -124,7 +127,7 @@ def apply(op_name: str, inputs: Iterable[Any], attrs: dict | None = None) -> Any
 
 # --- graph introspection -----------------------------------------------------------------------
 def node_name(node: Any) -> str:
-    """A node's class name, as PyTorch shows a grad_fn: `MulBackward`, `<Function>Backward` for a custom Function."""
+    """A node's name, as PyTorch shows a grad_fn: `MulBackward0`, `<Function>Backward` for a custom Function."""
     return node.name
 
 
@@ -215,6 +218,8 @@ __all__ = [
     "gives_floats",
     "promotion",
     "grad_fn_name",
+    "grad_fn_call_name",
+    "GRAD_FN_BY_CALL",
     "trusted",
     "composite_grad_fn",
     "reads_output",
@@ -242,6 +247,7 @@ __all__ = [
     "grad",
     "accumulate_grad",
     "backward_arguments",
+    "backward_inputs",
     "grad_arguments",
     "batched_rows",
     "check_unused",

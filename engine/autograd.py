@@ -76,6 +76,18 @@ def backward_arguments(outputs, grad_outputs, variable=Variable):
     return outputs, check_roots(outputs, grad_outputs, variable)
 
 
+def backward_inputs(inputs, variable=Variable):
+    """The Variables of `backward(inputs=...)`, checked (None: every leaf that requires grad gets its `.grad`)."""
+    if inputs is None:
+        return None
+    inputs = as_list(inputs, variable)
+    if not inputs:
+        raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
+    if not all(isinstance(v, variable) and v.requires_grad for v in inputs):
+        raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")  # (PyTorch's)
+    return inputs
+
+
 def grad_arguments(outputs, inputs, grad_outputs, variable=Variable):
     """(outputs, inputs, gradients by `check_roots`) of a `grad()` call, checked."""
     outputs = as_list(outputs, variable)
@@ -360,7 +372,7 @@ def accumulate_grad(var, g, owned, may_update, create_graph=False):
     caller may update later), a later one added to it: in place when `may_update(var.grad)`
     and the shapes agree, out of place otherwise, and as a recorded op when `.grad` requires
     grad or `create_graph` is set."""
-    grad = var.grad
+    grad = var._grad  # (not `.grad`: a non-leaf's read warns)
     if grad is None:
         var.grad = g if create_graph else owned(g)
     elif create_graph or grad.requires_grad:
@@ -556,12 +568,20 @@ def backward(
     grad_outputs: Operand | Sequence[Operand | None] | None = None,
     retain_graph: bool | None = None,
     create_graph: bool = False,
+    inputs: Variable | Sequence[Variable] | None = None,
 ) -> None:
-    """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad."""
+    """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad (of `inputs` only,
+    leaves or not, when given)."""
     outputs, roots = backward_arguments(outputs, grad_outputs)
-    run_backward(
-        outputs, _root_gradients(outputs, roots), create_graph if retain_graph is None else retain_graph, create_graph
+    inputs, seeds = backward_inputs(inputs), _root_gradients(outputs, roots)
+    captured = run_backward(
+        outputs, seeds, create_graph if retain_graph is None else retain_graph, create_graph, inputs
     )
+    if inputs is not None:
+        into_grad = _Sink(create_graph, seeds).into_grad
+        for v in dict.fromkeys(inputs):
+            if captured[id(v)] is not None:
+                into_grad(v, captured[id(v)])
 
 
 def grad(

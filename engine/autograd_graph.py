@@ -294,15 +294,25 @@ _HOOKED: dict = {}  # node class -> its hooked subclass
 _BASES: dict = {}  # hooked subclass -> its node class
 
 
+def _base(cls):
+    """The class a hooked node's class hooks (None for a class not hooked): its own, or a renamed one's
+    (`engine.grad_fn_names.renamed`: a subclass of the hooked class)."""
+    for c in cls.__mro__:
+        if c in _BASES:
+            return _BASES[c]
+    return None
+
+
 def hooked(node):
     """`node` as an instance of its class's hooked subclass (made once per class)."""
     cls = type(node)
-    if cls in _BASES:
+    if _base(cls) is not None:
         return
     sub = _HOOKED.get(cls)
     if sub is None:
         # (not `fits`: the walk fits what a hook returns, as it fits any node's gradients)
         body = {"__slots__": (), "vjp": _hooked_vjp, "free": _hooked_free, "freeing": "hooked", "fits": False}
+        body["name"] = cls.name  # (its class's: a NodeName, or the property of a name by call)
         sub = _HOOKED[cls] = type(cls.__name__, (cls,), {**body, "__module__": cls.__module__})
         _BASES[sub] = cls
     node.__class__ = sub
@@ -318,7 +328,7 @@ def _checked(hook, result, count):
 
 
 def _hooked_vjp(self, grad, needs):
-    base, state = _BASES[type(self)], getattr(self, "hooks", None)
+    base, state = _base(type(self)), getattr(self, "hooks", None)
     if state is None:
         return base.vjp(self, grad, needs)
     many = isinstance(self, FunctionOutputs)  # its gradients, one per output, wait in `pending`
@@ -360,7 +370,7 @@ def _hooked_free(self):
     state, cls = getattr(self, "hooks", None), type(self)
     if state is not None:
         state.packed.clear()
-    self.__class__ = _BASES[cls]  # the class's own `free`, by its own `freeing`
+    self.__class__ = _base(cls)  # the class's own `free`, by its own `freeing`
     try:
         self.free()
     finally:

@@ -1,6 +1,6 @@
-"""The grad_fn a composite op's call gets: the node of the last primitive it runs (t() gives
-PermuteBackward, logsumexp ReshapeBackward or AddBackward by keepdim), learnt by running the
-call on the engine, so that a lazy client names its nodes as the engine does."""
+"""The grad_fn a composite op's call gets: PyTorch's name (t() TBackward0, softmax SoftmaxBackward0:
+`engine.grad_fn_names`) on its last primitive's node, and whether a backward through it needs saved
+values, learnt by running the call on the engine, so that a lazy client names its nodes as the engine does."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import math
 import numpy
 
 from engine.autograd import reachable
+from engine.grad_fn_names import call_name
 from engine.grad_mode import enable_grad
-from engine.registry import OpDef, grad_fn_name
+from engine.registry import OpDef
 from engine.variable import Variable
 
 PROBE_MAX_ELEMENTS = 1 << 16
@@ -48,7 +49,7 @@ def composite_grad_fn(op: OpDef, shapes, dtypes, attrs) -> tuple[str, bool]:
         try:
             found = _probe(op, key[1], key[2], attrs)
         except Exception:  # noqa: BLE001 - the op's default name, saving values
-            found = grad_fn_name(op.name), True
+            found = call_name(op.name, attrs, (), None), True
         if len(_FOUND) > 4096:
             _FOUND.clear()
         _FOUND[key] = found

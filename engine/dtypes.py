@@ -34,6 +34,24 @@ DTYPES = {
     "bool": "bool",
 }
 
+# PyTorch's scalar type names, as its messages give them ("Got: Long")
+SCALAR_NAMES = {
+    "float32": "Float",
+    "float64": "Double",
+    "float16": "Half",
+    "int64": "Long",
+    "int32": "Int",
+    "int16": "Short",
+    "int8": "Char",
+    "uint8": "Byte",
+    "bool": "Bool",
+}
+
+
+def scalar_name(dtype) -> str:
+    """PyTorch's name of `dtype` in its messages: `Long` for int64."""
+    return SCALAR_NAMES.get(numpy.dtype(dtype).name, str(dtype))
+
 
 class DType:
     """One dtype in PyTorch's spelling over a NumPy dtype (see the module docstring)."""

@@ -5,7 +5,7 @@ itself (no coercion when both operands are Variables, no attribute parsing)."""
 
 from __future__ import annotations
 
-from engine import autograd, grad_mode, surface
+from engine import autograd, grad_fn_names, grad_mode, surface
 from engine.node import NO_ATTRS
 from engine.ops.shape import reversed_dims
 from engine.registry import F, coerce, trusted
@@ -15,7 +15,7 @@ from engine.variable import Variable, as_array
 class EagerSide(surface.Side):
     def operator(self, op, kind, function):
         if kind == surface.REFLECTED:
-            return lambda self, other: op.call(coerce((other, self)), NO_ATTRS)
+            return grad_fn_names.reflected(lambda self, other: op.call(coerce((other, self)), NO_ATTRS), op.name)
         return op.operator  # `x * y` calls it as (x, y), `-x` as (x,): see `engine.node.apply_op`
 
 

@@ -19,6 +19,7 @@ import numpy
 from engine import linalg_functions, tensor_ops
 from engine.devices import Device
 from engine.factory import as_dtype
+from engine.grad_fn_names import renamed
 from engine.promotion import check_subtraction, type_name
 
 
@@ -113,10 +114,9 @@ def _reduction_with_dtype(name, base, cast):
     ) -> VariableSurface:
         if dtype is not None:
             input = cast(input, dtype=numpy.dtype(as_dtype(dtype)).name)
-        if name == "mean" and numpy.dtype(input.dtype).kind != "f":
-            which = "Input" if dtype is None else "Optional"
+        if name == "mean" and dtype is not None and numpy.dtype(input.dtype).kind != "f":  # (else: the shape rule's)
             raise RuntimeError(
-                f"mean(): could not infer output dtype. {which} dtype must be either a floating point or complex "
+                "mean(): could not infer output dtype. Optional dtype must be either a floating point or complex "
                 f"dtype. Got: {type_name(input.dtype)}"
             )
         if aliases:
@@ -181,7 +181,9 @@ def functions(ops) -> dict:
     ) -> VariableSurface:
         """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
         dim, keepdim = numpy_keywords("std", dim, keepdim, numpy_spelling)
-        return ops["sqrt"](ops["var"](input, dim, unbiased, keepdim))
+        return renamed(
+            ops["sqrt"](ops["var"](input, dim, unbiased, keepdim)), "StdBackward0", (getattr(input, "grad_fn", None),)
+        )
 
     def all(
         input: Operand, dim: int | Sequence[int] | None = None, keepdim: bool = False, **numpy_spelling: Any
@@ -223,7 +225,7 @@ def functions(ops) -> dict:
         spec = ({"slice": [None, None, None]},) * (dim % max(input.ndim, 1)) + ({"tensor": 0},)
         source = source if alpha == 1 else mul(source, alpha)
         added = ops["index_add"]([_as(input, source), index], index=spec, shape=tuple(input.shape))
-        return ops["add"](input, added)
+        return renamed(ops["add"](input, added), "IndexAddBackward0", (input.grad_fn,))
 
     def index_put_(self: V, indices: Sequence[Any], values: Operand, accumulate: bool = False) -> V:
         """In place: `index_put` (a leaf that requires grad refuses in grad mode, as in PyTorch)."""

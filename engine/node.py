@@ -107,14 +107,18 @@ class Meta:
 
 
 class NodeName(str):
-    """A node's `name`: the engine reads it as a string, PyTorch programs call it (`grad_fn.name()`)."""
+    """A node's `name`: the engine reads it as a string, PyTorch programs call it (`grad_fn.name()`: PyTorch's,
+    qualified for its two C++ nodes, `torch::autograd::CopySlices`)."""
 
     def __call__(self) -> str:
-        return str(self)
+        return QUALIFIED.get(self) or str(self)
+
+
+QUALIFIED = {name: "torch::autograd::" + name for name in ("AccumulateGrad", "CopySlices")}
 
 
 class Node:
-    """A recorded operation. Subclasses are named `<Op>Backward`.
+    """A recorded operation. Subclasses are named as PyTorch's (`MulBackward0`: `engine.grad_fn_names`).
 
     `edges[i]` says where the gradient of input i goes: a Node (a non-leaf input), the leaf
     Variable itself, or None when that input needs no gradient. `saved[i]` is input i (or its
@@ -149,7 +153,8 @@ class Node:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        cls.name = NodeName(cls.__name__)
+        if "name" not in cls.__dict__:  # (a property where PyTorch's name depends on the call: grad_fn_names)
+            cls.name = NodeName(cls.__name__)
 
     @property
     def next_functions(self):
@@ -160,7 +165,7 @@ class Node:
         )
 
     def __repr__(self):
-        return f"<{type(self).__name__} object at {id(self):#x}>"
+        return f"<{self.name} object at {id(self):#x}>"
 
 
 class AccumulateGrad:
@@ -362,7 +367,7 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, fl
         out = _wrap(out, x)
     result = _new(Variable)
     result._data = out
-    result.grad = None
+    result._grad = None
     result._version = 0
     # an int or bool result never requires grad
     if grad and _grad.enabled and op.differentiable and type(out.dtype) in FLOATS:

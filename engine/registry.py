@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import numpy
 
-from engine import backend, costs, promotion, shapes, views
+from engine import backend, costs, grad_fn_names, promotion, shapes, views
 from engine.attrs import REQUIRED, Attr, check, shown
 from engine.dtypes import default as default_dtype
 from engine.grad_mode import state as grad_state
@@ -120,12 +120,15 @@ class OpDef:
         # `call(inputs, attrs)`: apply to Variables with checked attributes (the trusted entry: no parsing), and
         # `operator`, `x * y`: copies of `engine.node.apply_op` with this op and its node class as defaults
         self.call, self.operator = self._call_composite, None
+        self.torch_name = None if self.name in grad_fn_names.BY_CALL else grad_fn_names.static(self.name)
         if not self.composite:
             saves = self.saves
             freeing = "all" if saves is True else "none" if saves is False else "values" if self.vjp else "inputs"
             vjp = own(OpNode.passes_on if self.vjps and set(self.vjps) == {passes} else OpNode.vjp, self)
             fits = self.arity == 1 and self.infer in KEEPS_FIT
             body = {"__slots__": (), "op": self, "freeing": freeing, "vjp": vjp, "fits": fits}
+            if self.name in grad_fn_names.BY_CALL:  # PyTorch's name depends on the call: read when asked
+                body["name"] = grad_fn_names.by_call(self.name)
             cls = self.node_class = type(grad_fn_name(self.name), (OpNode,), body)
             # and how they cast input arrays of other dtypes (PyTorch's type promotion; `promotes`)
             promote, floats = PROMOTES.get(self.infer), gives_floats(self)
@@ -133,8 +136,12 @@ class OpDef:
             if self.view:
                 self.call = views.track(self)
 
-    def _call_composite(self, inputs, attrs):
-        return self.forward(*inputs, **attrs)
+    def _call_composite(self, inputs, attrs):  # its result's node named PyTorch's (SoftmaxBackward0), not its last op's
+        out = self.forward(*inputs, **attrs)
+        node = getattr(out, "_node", None)
+        if node is not None and not any(getattr(v, "_node", None) is node for v in inputs):  # (not an input's node)
+            grad_fn_names.swap(node, self.torch_name or grad_fn_names.call_name(self.name, attrs, (), None))
+        return out
 
     def check_attrs(self, given: dict) -> dict:
         """Normalise a complete attribute dict (defaults filled in); raises AttrError/TypeError."""
@@ -166,7 +173,15 @@ class OpDef:
 # the shape rules of one-input ops whose vjps return their input's shape and dtype (a float input's: an
 # unreduced, inverse-permuted or cast-back gradient), so the backward walk need not fit them (`OpNode.fits`)
 KEEPS_FIT = frozenset(
-    (shapes.same, shapes.floating, shapes.reduce, shapes.reduce_float, shapes.reduce_same_dtype, shapes.permute)
+    (
+        shapes.same,
+        shapes.floating,
+        shapes.reduce,
+        shapes.reduce_float,
+        shapes.reduce_mean,
+        shapes.reduce_same_dtype,
+        shapes.permute,
+    )
 )
 
 
@@ -224,12 +239,7 @@ PROMOTES = {
 }
 
 
-def grad_fn_name(name: str) -> str:
-    """The class name of an op's graph nodes: `log_softmax` -> `LogSoftmaxBackward` (`copy_slices`: PyTorch's
-    `CopySlices`, a view's base changed in place: engine.views)."""
-    return (
-        "CopySlices" if name == "copy_slices" else "".join(part.capitalize() for part in name.split("_")) + "Backward"
-    )
+grad_fn_name = grad_fn_names.static  # the class name of an op's nodes: `mm` -> `MmBackward0`
 
 
 def coerce(inputs):

@@ -12,6 +12,7 @@ import numpy
 
 from engine import promotion
 from engine.dtypes import default as default_dtype
+from engine.dtypes import scalar_name
 
 MAX_DIMS = 64  # NumPy's limit on the number of dimensions
 
@@ -189,6 +190,23 @@ def reduce(shapes, dtypes, attrs):
 def reduce_float(shapes, dtypes, attrs):
     shape, _ = reduce(shapes, dtypes, attrs)
     return shape, floating(shapes, dtypes, attrs)[1]
+
+
+MEAN_OF_INTEGERS = (
+    "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: {}"
+)
+
+
+class DtypeError(ShapeError, RuntimeError):
+    """An input dtype an op refuses: PyTorch's RuntimeError, and a ShapeError, so that a graph holding it is
+    refused as one with a bad shape is (a 4xx naming the node)."""
+
+
+def reduce_mean(shapes, dtypes, attrs):
+    """`reduce_float`, refusing an integer or bool input as PyTorch's mean does (a RuntimeError, its message)."""
+    if numpy.dtype(dtypes[0]).kind not in "fc":
+        raise DtypeError(MEAN_OF_INTEGERS.format(scalar_name(dtypes[0])))
+    return reduce_float(shapes, dtypes, attrs)
 
 
 def reduce_same_dtype(shapes, dtypes, attrs):

@@ -138,7 +138,6 @@ class VariableSurface:
     """What both Variables share: the surface installed by `engine.surface` (generated declarations)."""
 
     # the interface that each Variable class implements itself (engine.variable, client.variable)
-    grad: Self | None
     @property
     def shape(self) -> Size: ...
     @property

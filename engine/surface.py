@@ -34,7 +34,18 @@ import math
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from engine import backend, compat, dtypes, inplace, modern, tensor_math, tensor_ops, tensor_selection, tensor_shaping
+from engine import (
+    backend,
+    compat,
+    dtypes,
+    grad_fn_names,
+    inplace,
+    modern,
+    tensor_math,
+    tensor_ops,
+    tensor_selection,
+    tensor_shaping,
+)
 from engine.autograd import watch_of
 from engine.devices import Placement
 from engine.factory import Constructors
@@ -45,6 +56,7 @@ from engine.sampling import Sampling
 from engine.surface_methods import METHOD_OPS, SurfaceMethods
 from engine.surface_types import MaxMin
 from engine.tensor_data import plain
+from engine.user_warnings import warn
 from engine.variable import format_variable
 from engine.views import base_of
 
@@ -126,7 +138,7 @@ class Side:
         if kind == UNARY:
             return lambda self: function(self)
         if kind == REFLECTED:
-            return lambda self, other: function(other, self)
+            return grad_fn_names.reflected(lambda self, other: function(other, self), op.name)
         return lambda self, other: function(self, other)
 
 
@@ -138,9 +150,13 @@ def extreme(name, reduce, arg, pairwise):
             dim, keepdim = numpy_keywords(name, dim, keepdim, aliases)
         if dim is not None and not isinstance(dim, int):
             return pairwise(x, dim)
-        if dim is None:
-            return reduce(x)
-        return MaxMin(reduce(x, dim, keepdim=keepdim), arg(x, dim, keepdim=keepdim))
+        if dim is None:  # PyTorch's node names: max() is MaxBackward1, max(dim)'s values MaxBackward0
+            return grad_fn_names.renamed(reduce(x), all_of, (x.grad_fn,))
+        return MaxMin(
+            grad_fn_names.renamed(reduce(x, dim, keepdim=keepdim), by_dim, (x.grad_fn,)), arg(x, dim, keepdim=keepdim)
+        )
+
+    all_of, by_dim = f"{name.capitalize()}Backward1", f"{name.capitalize()}Backward0"
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (
@@ -256,6 +272,26 @@ def _is_view(self) -> bool:
 def retains_grad(self) -> bool:
     watch = None if self._node is None else watch_of(self, make=False)
     return watch is not None and watch.retains
+
+
+NON_LEAF_GRAD = (
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad attribute won't be "
+    "populated during autograd.backward(). If you indeed want the .grad field to be populated for a non-leaf Tensor, "
+    "use .retain_grad() on the non-leaf Tensor. If you access the non-leaf Tensor by mistake, make sure you access "
+    "the leaf Tensor instead. See github.com/pytorch/pytorch/pull/30531 for more information."
+)
+
+
+def _get_grad(self) -> Any:
+    """The gradient backward accumulated here; on a non-leaf that has none and doesn't retain one, PyTorch's warning."""
+    grad = self._grad
+    if grad is None and self._node is not None and not retains_grad(self):
+        warn(NON_LEAF_GRAD)
+    return grad
+
+
+def _set_grad(self, value: Any) -> None:
+    self._grad = value
 
 
 def size(self, dim=None):
@@ -396,12 +432,14 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         self._assign_values(key, value, setitem)
 
     def backward(
-        self, gradient: Operand | None = None, retain_graph: bool | None = None, create_graph: bool = False
+        self,
+        gradient: Operand | None = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+        inputs: Any = None,
     ) -> None:
-        """Gradients of this Variable into every leaf's `.grad`."""
-        run_backward(
-            [self], None if gradient is None else [gradient], retain_graph=retain_graph, create_graph=create_graph
-        )
+        """Gradients of this Variable into every leaf's `.grad` (into those of `inputs` only, when given)."""
+        run_backward([self], None if gradient is None else [gradient], retain_graph, create_graph, inputs=inputs)
 
     maximum = extreme("max", functions["amax"], functions["argmax"], functions["maximum"])
     minimum = extreme("min", functions["amin"], functions["argmin"], functions["minimum"])
@@ -448,6 +486,7 @@ def install(side: Side) -> dict:
     cls.requires_grad = property(cls.requires_grad.fget, _set_requires_grad)
     for getter in (grad_fn, is_leaf, retains_grad, output_nr, _base):
         setattr(cls, getter.__name__, property(getter))
+    cls.grad = property(_get_grad, _set_grad, doc="the gradient backward accumulated (a non-leaf's warns when unset)")
     transpose = functions["transpose"]
 
     def all_reversed(self) -> VariableSurface:

@@ -38,7 +38,6 @@ class VariableSurface:
     """What both Variables share: the surface installed by `engine.surface` (generated declarations)."""
 
     # the interface that each Variable class implements itself (engine.variable, client.variable)
-    grad: Self | None
     @property
     def shape(self) -> Size: ...
     @property
@@ -193,8 +192,9 @@ class VariableSurface:
         gradient: Operand | None = None,
         retain_graph: builtins.bool | None = None,
         create_graph: builtins.bool = False,
+        inputs: Any = None,
     ) -> None:
-        """Gradients of this Variable into every leaf's `.grad`."""
+        """Gradients of this Variable into every leaf's `.grad` (into those of `inputs` only, when given)."""
     def baddbmm(
         self, batch1: VariableSurface, batch2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
     ) -> Self:
@@ -346,6 +346,11 @@ class VariableSurface:
         """x >= y as a bool Variable (no gradient)"""
     def ger(self, vec2: Operand) -> Self:
         """The outer product of two 1-D Variables."""
+    @property
+    def grad(self) -> Any:
+        """the gradient backward accumulated (a non-leaf's warns when unset)"""
+    @grad.setter
+    def grad(self, value: Any) -> None: ...
     @property
     def grad_fn(self) -> Any:
         """The node that computed this Variable (None for a leaf; one node for a Function's outputs)."""

@@ -74,12 +74,12 @@ CPU, CUDA = Device("cpu"), Device("cuda")
 class Variable(VariableSurface):
     """A node value in a define-by-run graph, with PyTorch's Variable semantics (computed now)."""
 
-    __slots__ = ("_data", "grad", "_node", "_requires_grad", "_version", "__weakref__")
+    __slots__ = ("_data", "_grad", "_node", "_requires_grad", "_version", "__weakref__")
 
     def _store(self, data):
         """`Variable(data)`'s storage (the constructor itself is engine.surface's)."""
         self._data = as_array(data)
-        self.grad = None
+        self._grad = None  # `.grad` (engine.surface: a property that warns on a non-leaf, as PyTorch does)
         self._node = None
         self._version = 0
         self._requires_grad = False
@@ -88,7 +88,7 @@ class Variable(VariableSurface):
     def _result(cls, data, node):
         v = object.__new__(cls)
         v._data = data
-        v.grad = None
+        v._grad = None
         v._node = node
         v._requires_grad = node is not None
         v._version = 0

@@ -41,6 +41,7 @@ from engine.nn.ctc import ctc_loss as ctc_loss  # (the recursion over time steps
 from engine.nn.losses import *  # noqa: F403  (kl_div, cosine_similarity...: the distances and other losses)
 from engine.nn.losses import __all__ as _losses
 from engine.nn.missing import missing
+from engine.nn.node_names import name_all
 from engine.nn.normalization import *  # noqa: F403  (group_norm, dropout2d...: the other normalisations and dropouts)
 from engine.nn.normalization import __all__ as _normalization
 from engine.nn.resampling import *  # noqa: F403  (interpolate, pixel_shuffle...: resampling and rearranging)
@@ -823,4 +824,5 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     )
 
 
+name_all(globals())  # their results' nodes named as PyTorch's (engine.nn.node_names)
 cast_functions(globals())  # the functions torch.autocast runs in float16 or float32 (engine.amp)

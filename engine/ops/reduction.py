@@ -60,12 +60,16 @@ sum = defop(
 )
 mean = defop(
     "mean",
-    lambda xp, x, dim, keepdim: x.mean(axis=_axes(dim, x.ndim), keepdims=keepdim),
+    lambda xp, x, dim, keepdim: (
+        x.mean(axis=_axes(dim, x.ndim), keepdims=keepdim)
+        if x.dtype.kind in "fc"
+        else shapes.reduce_mean([], [x.dtype], {})
+    ),
     lambda g, ans, x, dim, keepdim: unreduce(g, x.shape, dim, keepdim) / _count(x.shape, dim),
     attrs={"dim": DIM, "keepdim": KEEPDIM},
     saves=False,
     samples=REDUCE_SAMPLES,
-    infer=shapes.reduce_float,
+    infer=shapes.reduce_mean,
     doc="mean over dim (all when null)",
 )
 

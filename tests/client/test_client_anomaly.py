@@ -4,7 +4,6 @@ executor checks that request's walk on its thread only), and without the mode th
 
 from __future__ import annotations
 
-import re
 import threading
 import warnings
 
@@ -26,12 +25,12 @@ def _refused(m):
         mode = m.autograd.detect_anomaly()
     with mode, pytest.raises(RuntimeError) as caught:
         _nan_backward(m)
-    return re.sub(r"Backward\d*'", "Backward'", str(caught.value))
+    return str(caught.value)
 
 
 def test_a_nan_gradient_is_refused_with_torchs_message(torch_like):
     want = _refused(torch)
-    assert want == "Function 'SqrtBackward' returned nan values in its 0th output."
+    assert want == "Function 'SqrtBackward0' returned nan values in its 0th output."
     for _ in range(4):  # a repeated graph is compiled from its third request on: anomaly requests are not
         assert _refused(torch_like).endswith(want)
     assert not torch_like.is_anomaly_enabled()
@@ -60,7 +59,7 @@ def test_the_check_is_one_threads_not_the_processes():
         seen["other"] = np.isnan(_nan_backward(engine).grad.numpy()).all()
 
     with anomaly_mode.checking_nan():
-        with pytest.raises(RuntimeError, match="'SqrtBackward' returned nan values"):
+        with pytest.raises(RuntimeError, match="'SqrtBackward0' returned nan values"):
             _nan_backward(engine)
         thread = threading.Thread(target=other)
         thread.start()

@@ -67,7 +67,7 @@ def test_no_grad_and_enable_grad(session):
             with m.enable_grad():
                 w = x * 5
         assert y.grad_fn is None and not y.requires_grad and y.is_leaf
-        assert w.requires_grad and type(w.grad_fn).__name__ == "MulBackward"
+        assert w.requires_grad and type(w.grad_fn).__name__ == "MulBackward0"
         (y * x + w).sum().backward()
         return x.grad, y
 
@@ -173,7 +173,7 @@ def test_setitem_rules(session):
             x[0] = 1.0
         y = x * 1
         y[0, 1] = 7.0  # on a non-leaf: recorded
-        assert type(y.grad_fn).__name__ == "SetitemBackward"
+        assert type(y.grad_fn).__name__ == "CopySlices"
         plain = m.Variable(np.zeros(3))
         plain[1] = 4.0  # raw assignment into a plain leaf
         v = m.Variable(np.array([2.0, 3.0]), requires_grad=True)
@@ -318,7 +318,7 @@ def test_inplace_rules_under_no_grad_and_on_outputs(session):
             w.zero_()
         y = x.exp()  # exp's backward reads its output: changing it in place must be caught
         y[0, 0] = 0.0
-        with pytest.raises(RuntimeError, match="ExpBackward's output"):
+        with pytest.raises(RuntimeError, match="ExpBackward0's output"):
             y.sum().backward()
         as_int = x.long()
         assert as_int.grad_fn is None and not as_int.requires_grad

@@ -25,7 +25,10 @@ def test_grad_fn_is_a_node_with_a_name_and_metadata(torch_like):
     a = m.tensor(np.array([1.0, 2.0]), requires_grad=True)
     y = a * a
     assert isinstance(y.grad_fn, m.autograd.graph.Node)
-    assert y.grad_fn.name() == "MulBackward" and y.grad_fn.next_functions[0][0].name() == "AccumulateGrad"
+    assert (
+        y.grad_fn.name() == "MulBackward0"
+        and y.grad_fn.next_functions[0][0].name() == "torch::autograd::AccumulateGrad"
+    )
     y.grad_fn.metadata["step"] = 3
     assert y.grad_fn.metadata == {"step": 3}
 

@@ -133,7 +133,7 @@ def test_a_continuation_needs_a_block_to_continue(tmp_path):
     ("shown", "printed"),
     [
         ('{"data": [9.200001], "id": "r1"}', '{"id":"r1","data":[9.2000011]}'),
-        ("<AddBackward object at 0x...> ()", "<AddBackward object at 0x7f2e7eddc7c0> ()"),
+        ("<AddBackward0 object at 0x...> ()", "<AddBackward0 object at 0x7f2e7eddc7c0> ()"),
         (
             '{"tape":"7e5ace07f3844606ac95d118bad49f9a"} HTTP 200',
             '{"tape": "0123456789abcdef0123456789abcdef"} HTTP 200',

@@ -3,8 +3,6 @@ backward with PyTorch's message (the node named as the engine names it), only wh
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
@@ -26,8 +24,8 @@ def test_a_nan_gradient_stops_the_backward_naming_its_node_as_torch_does():
             mode = m.autograd.detect_anomaly()
         with mode, pytest.raises(RuntimeError) as caught:
             _nan_backward(m)
-        messages.append(re.sub(r"Backward\d*'", "Backward'", str(caught.value)))
-    assert messages[0] == messages[1] == "Function 'SqrtBackward' returned nan values in its 0th output."
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1] == "Function 'SqrtBackward0' returned nan values in its 0th output."
 
 
 def test_without_the_mode_or_its_nan_check_the_nan_goes_through():
@@ -68,5 +66,5 @@ def test_a_custom_functions_nan_is_named_by_its_node():
 
     x = engine.ones(3, requires_grad=True)
     with engine.autograd.set_detect_anomaly(True):
-        with pytest.raises(RuntimeError, match=r"Function '\w*Backward' returned nan values in its 0th output"):
+        with pytest.raises(RuntimeError, match=r"Function '\w*Backward\d*' returned nan values in its 0th output"):
             Half.apply(x).sum().backward()

@@ -120,7 +120,7 @@ def test_tutorial_on_gpu(cuda):
     x = Variable(np.ones((2, 2)), requires_grad=True)
     y = x + 2
     out = (y * y * 3).mean()
-    assert type(y.grad_fn).__name__ == "AddBackward" and type(out.grad_fn).__name__ == "MeanBackward"
+    assert type(y.grad_fn).__name__ == "AddBackward0" and type(out.grad_fn).__name__ == "MeanBackward0"
     out.backward()
     assert on_gpu(x.grad)
     np.testing.assert_array_equal(host(x.grad), np.full((2, 2), 4.5))

@@ -193,7 +193,7 @@ def test_plan_show_prints_the_generated_source(tmp_path, capsys):
     path.write_text(json.dumps({"graph": GRAPH}))
     assert cli.main(["plan", "show", str(path), "--input", "x=4,5", "--input", "w=5"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("def run(T, G, cancel, xp):") and "relu(xp, mul_" in out and "# ReluBackward" in out
+    assert out.startswith("def run(T, G, cancel, xp):") and "relu(xp, mul_" in out and "# ReluBackward0" in out
     compile(out, "<shown>", "exec")  # it is the very source that runs
     assert cli.main(["plan", "show", str(path), "--input", "x=4,5"]) == 1
     assert "no shape for input(s) 'w'" in capsys.readouterr().err
@@ -214,7 +214,7 @@ def test_plan_show_forward_and_declared_shapes(tmp_path, capsys, forward):
     assert cli.main(["plan", "show", str(path), *(["--forward"] if forward else [])]) == 0
     out = capsys.readouterr().out
     assert "tanh_1 = tanh(xp, x_0)" in out
-    assert ("# TanhBackward" in out) is (not forward) and ("seed = G.get('y')" in out) is (not forward)
+    assert ("# TanhBackward0" in out) is (not forward) and ("seed = G.get('y')" in out) is (not forward)
 
 
 def test_a_plans_programs_are_served_as_source():

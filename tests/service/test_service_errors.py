@@ -403,3 +403,17 @@ def test_deeply_nested_or_huge_numbers_are_not_500(api):
         )
         assert response.status_code < 500, response.text
     assert_still_serves(api)
+
+
+def test_mean_of_integers_is_a_422_with_torchs_message(api):
+    body = example(
+        graph=_graph({"id": "n", "op": "input"}, {"id": "out", "op": "mean", "inputs": ["n"]}),
+        inputs=[{"name": "n", "shape": [2], "datatype": "INT64", "data": [1, 2]}],
+    )
+    assert_error(
+        api.post("/forward", json=body),
+        422,
+        "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: Long",
+        node="out",
+    )
+    assert_still_serves(api)
