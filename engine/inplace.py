@@ -61,6 +61,8 @@ OPS = (
     "bitwise_or",
     "bitwise_xor",
     "bitwise_not",
+    "bitwise_left_shift",
+    "bitwise_right_shift",
 )
 OPERATORS = {
     "__iadd__": "add",
@@ -73,6 +75,8 @@ OPERATORS = {
     "__iand__": "bitwise_and",
     "__ior__": "bitwise_or",
     "__ixor__": "bitwise_xor",
+    "__ilshift__": "bitwise_left_shift",
+    "__irshift__": "bitwise_right_shift",
 }
 
 

@@ -81,6 +81,7 @@ class VariableSurface:
     def __iadd__(self, other: Operand) -> Self: ...
     def __iand__(self, other: Operand) -> Self: ...
     def __ifloordiv__(self, other: Operand) -> Self: ...
+    def __ilshift__(self, other: Operand) -> Self: ...
     def __imod__(self, other: Operand) -> Self: ...
     def __imul__(self, other: Operand) -> Self: ...
     def __index__(self) -> builtins.int: ...
@@ -89,12 +90,14 @@ class VariableSurface:
     def __invert__(self) -> Self: ...
     def __ior__(self, other: Operand) -> Self: ...
     def __ipow__(self, other: Operand) -> Self: ...
+    def __irshift__(self, other: Operand) -> Self: ...
     def __isub__(self, other: Operand) -> Self: ...
     def __iter__(self) -> Iterator[Self]: ...
     def __itruediv__(self, other: Operand) -> Self: ...
     def __ixor__(self, other: Operand) -> Self: ...
     def __le__(self, other: Operand) -> Self: ...
     def __len__(self) -> builtins.int: ...
+    def __lshift__(self, other: Operand) -> Self: ...
     def __lt__(self, other: Operand) -> Self: ...
     def __matmul__(self, other: Operand) -> Self: ...
     def __mod__(self, other: Operand) -> Self: ...
@@ -107,11 +110,14 @@ class VariableSurface:
     def __rand__(self, other: Operand) -> Self: ...
     def __repr__(self) -> str: ...
     def __rfloordiv__(self, other: Operand) -> Self: ...
+    def __rlshift__(self, other: Operand) -> Self: ...
     def __rmatmul__(self, other: Operand) -> Self: ...
     def __rmod__(self, other: Operand) -> Self: ...
     def __rmul__(self, other: Operand) -> Self: ...
     def __ror__(self, other: Operand) -> Self: ...
     def __rpow__(self, other: Operand) -> Self: ...
+    def __rrshift__(self, other: Operand) -> Self: ...
+    def __rshift__(self, other: Operand) -> Self: ...
     def __rsub__(self, other: Operand) -> Self: ...
     def __rtruediv__(self, other: Operand) -> Self: ...
     def __rxor__(self, other: Operand) -> Self: ...
@@ -203,6 +209,10 @@ class VariableSurface:
         """x & y of bool or integer Variables (no gradient)"""
     def bitwise_and_(self, other: Operand) -> Self:
         """x & y of bool or integer Variables (no gradient)"""
+    def bitwise_left_shift(self, other: Operand) -> Self:
+        """x << y of bool or integer Variables (shifts past the width give 0, or -1 of a negative x)"""
+    def bitwise_left_shift_(self, other: Operand) -> Self:
+        """x << y of bool or integer Variables (shifts past the width give 0, or -1 of a negative x)"""
     def bitwise_not(self) -> Self:
         """~x of a bool or integer Variable (no gradient)"""
     def bitwise_not_(self) -> Self:
@@ -211,6 +221,10 @@ class VariableSurface:
         """x | y of bool or integer Variables (no gradient)"""
     def bitwise_or_(self, other: Operand) -> Self:
         """x | y of bool or integer Variables (no gradient)"""
+    def bitwise_right_shift(self, other: Operand) -> Self:
+        """x >> y of bool or integer Variables (shifts past the width give 0, or -1 of a negative x)"""
+    def bitwise_right_shift_(self, other: Operand) -> Self:
+        """x >> y of bool or integer Variables (shifts past the width give 0, or -1 of a negative x)"""
     def bitwise_xor(self, other: Operand) -> Self:
         """x ^ y of bool or integer Variables (no gradient)"""
     def bitwise_xor_(self, other: Operand) -> Self:
@@ -228,14 +242,16 @@ class VariableSurface:
         """the lower Cholesky factor of each symmetric positive-definite matrix"""
     def chunk(self, chunks: builtins.int, dim: builtins.int = 0) -> tuple[Self, ...]:
         """At most `chunks` pieces of equal size along `dim` (the last one smaller)."""
-    def clamp(self, min: builtins.float | None = None, max: builtins.float | None = None) -> Self:
-        """x limited to [min, max] (gradient 1 inside, 0 outside)"""
-    def clamp_(self, min: builtins.float | None = None, max: builtins.float | None = None) -> Self:
-        """x limited to [min, max] (gradient 1 inside, 0 outside)"""
-    def clamp_max(self, max: builtins.float) -> Self: ...
-    def clamp_min(self, min: builtins.float) -> Self: ...
-    def clip(self, min: builtins.float | None = None, max: builtins.float | None = None) -> Self:
-        """x limited to [min, max] (gradient 1 inside, 0 outside)"""
+    def clamp(self, min: Any = None, max: Any = None) -> Self:
+        """input limited to [min, max], each bound a number or a tensor (broadcast); the gradient goes to the input
+        inside the bounds and to a tensor bound where it binds (PyTorch's)."""
+    def clamp_(self, min: Any = None, max: Any = None) -> Self:
+        """In place: this Variable becomes `clamp(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def clamp_max(self, max: Any) -> Self: ...
+    def clamp_min(self, min: Any) -> Self: ...
+    def clip(self, min: Any = None, max: Any = None) -> Self:
+        """input limited to [min, max], each bound a number or a tensor (broadcast); the gradient goes to the input
+        inside the bounds and to a tensor bound where it binds (PyTorch's)."""
     def clone(self) -> Self:
         """a copy of x"""
     def contiguous(self, memory_format: Any = None) -> Self: ...
@@ -275,12 +291,14 @@ class VariableSurface:
     def dim(self) -> builtins.int: ...
     def dist(self, other: Operand, p: builtins.float = 2) -> Self:
         """The p-norm of input - other."""
-    def div(self, other: Operand) -> Self:
-        """x / y (true division, broadcasting; IEEE results for division by zero)"""
-    def div_(self, other: Operand) -> Self:
-        """x / y (true division, broadcasting; IEEE results for division by zero)"""
-    def divide(self, other: Operand) -> Self:
-        """x / y (true division, broadcasting; IEEE results for division by zero)"""
+    def div(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
+        """input / other: true division, or rounded down (`rounding_mode="floor"`) or toward zero ("trunc"), where
+        integers stay integers and the gradient is zero (PyTorch's)."""
+    def div_(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
+        """In place: this Variable becomes `div(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def divide(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
+        """input / other: true division, or rounded down (`rounding_mode="floor"`) or toward zero ("trunc"), where
+        integers stay integers and the gradient is zero (PyTorch's)."""
     def dot(self, tensor: Operand) -> Self:
         """The inner product of two 1-D Variables."""
     def double(self) -> Self:
@@ -353,6 +371,8 @@ class VariableSurface:
         """x > y as a bool Variable (no gradient)"""
     def half(self) -> Self:
         """This Variable as float16 (differentiable)."""
+    def heaviside(self, values: VariableSurface) -> Self:
+        """0 where input < 0, `values` where it is 0, 1 where it is > 0 (no gradient)."""
     def hypot(self, other: Operand) -> Self:
         """sqrt(input ** 2 + other ** 2)."""
     def index_add(self, dim: builtins.int, index: Operand, source: Operand, *, alpha: builtins.float = 1) -> Self:
@@ -682,6 +702,27 @@ class VariableSurface:
         """A copy of `input` with `src`'s entries added at `index` along `dim` (repeated positions add up)."""
     def scatter_add_(self, dim: builtins.int, index: Operand, src: Operand) -> Self:
         """In place: `scatter_add`."""
+    def scatter_reduce(
+        self,
+        dim: builtins.int,
+        index: VariableSurface,
+        src: VariableSurface,
+        reduce: str,
+        *,
+        include_self: builtins.bool = True,
+    ) -> Self:
+        """A copy of `input` with `src`'s entries reduced into it at `index` along `dim` by `reduce` ("sum", "prod",
+        "mean", "amax" or "amin"), `input`'s own entry included unless `include_self` is False (PyTorch's gradients)."""
+    def scatter_reduce_(
+        self,
+        dim: builtins.int,
+        index: VariableSurface,
+        src: VariableSurface,
+        reduce: str,
+        *,
+        include_self: builtins.bool = True,
+    ) -> Self:
+        """In place: `scatter_reduce`."""
     def select(self, dim: builtins.int, index: builtins.int) -> Self:
         """The slice at `index` along `dim` (that dimension removed)."""
     def sigmoid(self) -> Self:
