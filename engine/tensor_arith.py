@@ -46,6 +46,10 @@ def functions(ops) -> dict:
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
         if not (_is_tensor(min) or _is_tensor(max)):
             return ops["clamp"](input, min=min, max=max)
+        if (min is not None and not _is_tensor(min)) or (max is not None and not _is_tensor(max)):
+            raise TypeError(
+                "clamp() received an invalid combination of arguments: min and max are both tensors or both numbers"
+            )
         out = input if min is None else where(ops["lt"](input, min), min, input)
         return out if max is None else where(ops["gt"](out, max), max, out)
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import math
 
+import numpy
+
 from engine import shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.ops.conv import const
 from engine.ops.elementwise import BINARY, POSITIVE, UNARY
+from engine.promotion import type_name
 from engine.recording import derived
 from engine.registry import Sample, defop
 
@@ -141,9 +144,16 @@ div_rounded = defop(
 
 
 def _shift(name, fn, symbol):
+    def forward(xp, x, y):
+        for a in (x, y):
+            if numpy.result_type(a).kind not in "biu":
+                kernel = "lshift" if symbol == "<<" else "rshift"
+                raise NotImplementedError(f'"{kernel}_cpu" not implemented for {type_name(numpy.result_type(a))!r}')
+        return fn(xp, x, y)
+
     return defop(
         name,
-        fn,
+        forward,
         arity=2,
         differentiable=False,
         samples=(Sample(make=lambda rng: [rng.integers(-50, 50, (3, 4)), rng.integers(0, 8, (4,))]),),
