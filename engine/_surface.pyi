@@ -75,6 +75,7 @@ __all__ = [
     "bitwise_or",
     "bitwise_right_shift",
     "bitwise_xor",
+    "block_diag",
     "bmm",
     "bool",
     "broadcast_shapes",
@@ -105,6 +106,9 @@ __all__ = [
     "count_nonzero",
     "cross",
     "cuda",
+    "cumextreme_index",
+    "cummax",
+    "cummin",
     "cumprod",
     "cumsum",
     "default_generator",
@@ -165,6 +169,7 @@ __all__ = [
     "gt",
     "half",
     "heaviside",
+    "histc",
     "hstack",
     "hypot",
     "iinfo",
@@ -548,6 +553,9 @@ def bitwise_right_shift(input: Operand, other: Operand) -> Variable:
 def bitwise_xor(input: Operand, other: Operand) -> Variable:
     """x ^ y of bool or integer Variables (no gradient)"""
 
+def block_diag(*tensors: VariableSurface) -> Variable:
+    """The 0-, 1- or 2-d `tensors` as the blocks of a block-diagonal matrix (of their promoted dtype)."""
+
 def bmm(input: VariableSurface, mat2: VariableSurface) -> Variable:
     """Batched matrix product of two 3-d Variables of equal batch size."""
 
@@ -665,6 +673,17 @@ def count_nonzero(
 def cross(input: VariableSurface, other: VariableSurface, dim: builtins.int = -1) -> Variable: ...
 
 cuda: SimpleNamespace
+
+def cumextreme_index(input: Operand, dim: builtins.int, largest: builtins.bool = True) -> Variable:
+    """the index of the running maximum (or minimum) along dim: torch.cummax's indices (no gradient)"""
+
+def cummax(input: VariableSurface, dim: builtins.int) -> MaxMin[Variable]:
+    """(values, indices) of the running maximum (cummin: minimum) along `dim`, a later tie's index winning
+    and a NaN holding, as torch's; the values' gradient goes to the positions they came from."""
+
+def cummin(input: VariableSurface, dim: builtins.int) -> MaxMin[Variable]:
+    """(values, indices) of the running maximum (cummin: minimum) along `dim`, a later tie's index winning
+    and a NaN holding, as torch's; the values' gradient goes to the positions they came from."""
 
 def cumprod(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Variable:
     """running products along dim (integers and booleans as int64); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `cumprod(input, ..., dtype=d)`)"""
@@ -864,6 +883,12 @@ half: DType
 
 def heaviside(input: VariableSurface, values: VariableSurface) -> Variable:
     """0 where input < 0, `values` where it is 0, 1 where it is > 0 (no gradient)."""
+
+def histc(
+    input: VariableSurface, bins: builtins.int = 100, min: builtins.float = 0, max: builtins.float = 0
+) -> Variable:
+    """Counts of `input`'s values in `bins` equal bins over [min, max] (the data's range when min == max),
+    values outside left out, in input's floating dtype (no gradient)."""
 
 def hstack(tensors: Sequence[VariableSurface]) -> Variable:
     """Concatenated along the second dimension (the first for 1-d Variables)."""

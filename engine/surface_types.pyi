@@ -268,6 +268,12 @@ class VariableSurface:
     def cpu(self) -> Self: ...
     def cross(self, other: VariableSurface, dim: builtins.int = -1) -> Self: ...
     def cuda(self, device: DeviceLike | None = None, non_blocking: builtins.bool = False) -> Self: ...
+    def cummax(self, dim: builtins.int) -> MaxMin[Self]:
+        """(values, indices) of the running maximum (cummin: minimum) along `dim`, a later tie's index winning
+        and a NaN holding, as torch's; the values' gradient goes to the positions they came from."""
+    def cummin(self, dim: builtins.int) -> MaxMin[Self]:
+        """(values, indices) of the running maximum (cummin: minimum) along `dim`, a later tie's index winning
+        and a NaN holding, as torch's; the values' gradient goes to the positions they came from."""
     def cumprod(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
         """running products along dim (integers and booleans as int64); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `cumprod(input, ..., dtype=d)`)"""
     def cumsum(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
@@ -373,6 +379,9 @@ class VariableSurface:
         """This Variable as float16 (differentiable)."""
     def heaviside(self, values: VariableSurface) -> Self:
         """0 where input < 0, `values` where it is 0, 1 where it is > 0 (no gradient)."""
+    def histc(self, bins: builtins.int = 100, min: builtins.float = 0, max: builtins.float = 0) -> Self:
+        """Counts of `input`'s values in `bins` equal bins over [min, max] (the data's range when min == max),
+        values outside left out, in input's floating dtype (no gradient)."""
     def hypot(self, other: Operand) -> Self:
         """sqrt(input ** 2 + other ** 2)."""
     def index_add(self, dim: builtins.int, index: Operand, source: Operand, *, alpha: builtins.float = 1) -> Self:

@@ -1,4 +1,5 @@
-"""`div(rounding_mode=)`, `clamp` with tensor bounds, `<<`/`>>`, `scatter_reduce` and `heaviside` against torch, on
+"""`div(rounding_mode=)`, `clamp` with tensor bounds, `<<`/`>>`, `scatter_reduce`, `heaviside`, `cummax`/`cummin`,
+`histc` and `block_diag` against torch, on
 the engine, the embedded client and a live server: values, dtypes, gradients (ties of amax/amin shared as torch
 shares them, zeros of prod), in-place forms and torch's errors; the gradients also by finite differences in float64."""
 
@@ -155,3 +156,35 @@ def test_gradients_by_finite_differences(reduce, include_self):
         lambda x, lo, hi: engine.clamp(x, lo, hi),
         (engine.tensor(rng.uniform(-1, 1, (3, 4)), requires_grad=True), low, high),
     )
+
+
+@pytest.mark.parametrize("name", ["cummax", "cummin"])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cummax_and_cummin_are_torchs(torch_like, name, dim):
+    # ties (a later one's index wins) and a NaN (it holds)
+    values = np.array([[1.0, 1.0, 3.0, 2.0], [3.0, np.nan, 0.0, 0.0], [2.0, 2.0, 5.0, -1.0]])
+    results = []
+    for m in (torch_like, torch):
+        x = m.tensor(values, requires_grad=True)
+        out = getattr(m, name)(x, dim)
+        seed = m.tensor(np.arange(1.0, 13.0).reshape(3, 4))
+        (grad,) = m.autograd.grad((m.nan_to_num(out.values) * seed).sum(), [x])
+        results.append([_numpy(out.values), _numpy(out.indices), _numpy(grad), _numpy(x.cummax(dim=dim)[1])])
+    for g, w in zip(*results):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_histc_and_block_diag_are_torchs(torch_like):
+    for m in (torch_like,):
+        data = [1.0, 2.0, 1.0, 3.0, 0.5, 4.0, -1.0]
+        assert m.histc(m.tensor(data), bins=4, min=0, max=3).tolist() == [1.0, 2.0, 1.0, 1.0]
+        assert m.tensor(data).histc(5).tolist() == torch.histc(torch.tensor(data), 5).tolist()
+        assert m.histc(m.tensor([2.0, 2.0]), bins=3).tolist() == [0.0, 2.0, 0.0]
+        with pytest.raises(NotImplementedError, match="\"histogram_cpu\" not implemented for 'Long'"):
+            m.histc(m.tensor([1, 2]))
+        a = m.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+        out = m.block_diag(m.tensor(7), a, m.tensor([5, 6]))
+        want = torch.block_diag(torch.tensor(7), torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([5, 6]))
+        assert out.tolist() == want.tolist() and str(out.dtype) == str(want.dtype)
+        (grad,) = m.autograd.grad((out * m.arange(20.0).reshape(4, 5)).sum(), [a])
+        assert grad.tolist() == [[6.0, 7.0], [11.0, 12.0]]

@@ -242,6 +242,9 @@ TORCH_OVERRIDES = {
     "polygamma": lambda inputs, attrs: _torch().polygamma(attrs["n"], inputs[0]),
     "gather": lambda inputs, attrs: _torch().gather(inputs[0], attrs["dim"], inputs[1]),
     "scatter_add": lambda inputs, attrs: _torch().scatter_add(inputs[0], attrs["dim"], *inputs[1:]),
+    "cumextreme_index": lambda inputs, attrs: (
+        getattr(_torch(), "cummax" if attrs["largest"] else "cummin")(inputs[0], attrs["dim"]).indices
+    ),
     "div_rounded": lambda inputs, attrs: _torch().div(*inputs, rounding_mode="floor" if attrs["floor"] else "trunc"),
     **{
         f"scatter_{reduce}": lambda inputs, attrs, reduce=reduce: _torch().scatter_reduce(
