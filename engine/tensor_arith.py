@@ -50,7 +50,7 @@ def functions(ops) -> dict:
             raise TypeError(
                 "clamp() received an invalid combination of arguments: min and max are both tensors or both numbers"
             )
-        out = input if min is None else where(ops["lt"](input, min), min, input)
+        out: Any = input if min is None else where(ops["lt"](input, min), min, input)
         return out if max is None else where(ops["gt"](out, max), max, out)
 
     def clamp_min(input: Operand, min: Any) -> VariableSurface:

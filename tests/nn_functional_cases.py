@@ -508,6 +508,28 @@ case(
     normal(1, 1, 3, 4),
 )
 case("interpolate-nearest-5d", f("interpolate", scale_factor=2), normal(1, 1, 2, 2, 3))
+for corners in (False, True):
+    case(
+        f"interpolate-bicubic-scale-corners{corners}",
+        f("interpolate", scale_factor=(2.5, 1.5), mode="bicubic", align_corners=corners),
+        normal(1, 2, 3, 4),
+    )
+    case(
+        f"interpolate-bicubic-down-corners{corners}",
+        f("interpolate", size=(2, 3), mode="bicubic", align_corners=corners),
+        normal(2, 1, 5, 7),
+    )
+    for mode in ("bilinear", "bicubic"):
+        case(
+            f"interpolate-{mode}-antialias-corners{corners}",
+            f("interpolate", size=(3, 2), mode=mode, antialias=True, align_corners=corners),
+            normal(1, 2, 7, 5),
+        )
+case(
+    "interpolate-bicubic-antialias-up",
+    f("interpolate", scale_factor=1.6, mode="bicubic", antialias=True),
+    normal(1, 1, 3, 4),
+)
 case("pixel_shuffle", f("pixel_shuffle", 2), normal(2, 8, 2, 3))
 case("pixel_shuffle-3d", f("pixel_shuffle", 3), normal(9, 2, 2))
 case("pixel_unshuffle", f("pixel_unshuffle", 2), normal(2, 2, 4, 6))
