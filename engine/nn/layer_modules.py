@@ -11,6 +11,7 @@ import math
 from engine.nn import functional as F
 from engine.nn import init
 from engine.nn.adaptive import AdaptiveLogSoftmaxWithLoss
+from engine.nn.pool_variants import as_tuple
 from engine.nn.sequence import _Sided
 
 
@@ -313,11 +314,8 @@ class _MaxUnpool(_Sided):
 
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
-        n = self._dims
-        self.kernel_size = tuple(kernel_size) if isinstance(kernel_size, (tuple, list)) else (kernel_size,) * n
-        stride = self.kernel_size if stride is None else stride
-        self.stride = tuple(stride) if isinstance(stride, (tuple, list)) else (stride,) * n
-        self.padding = tuple(padding) if isinstance(padding, (tuple, list)) else (padding,) * n
+        self.kernel_size, self.padding = as_tuple(kernel_size, self._dims), as_tuple(padding, self._dims)
+        self.stride = self.kernel_size if stride is None else as_tuple(stride, self._dims)
 
     def forward(self, input, indices, output_size=None):
         unpool = getattr(F, f"max_unpool{self._dims}d")

@@ -12,7 +12,8 @@ from engine.nn.sides import _ns
 __all__ = ["max_unpool1d", "max_unpool2d", "max_unpool3d", "lp_pool1d", "lp_pool2d", "lp_pool3d", "channel_shuffle"]
 
 
-def _tuple(value, n):
+def as_tuple(value, n):
+    """`value` as an n-tuple (an int repeated)."""
     return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
 
 
@@ -38,8 +39,8 @@ def _unpooled_size(input, kernel, stride, padding, output_size):
 
 def _max_unpool(n):
     def max_unpool(input, indices, kernel_size, stride=None, padding=0, output_size=None):
-        kernel = _tuple(kernel_size, n)
-        stride, padding = kernel if stride is None else _tuple(stride, n), _tuple(padding, n)
+        kernel = as_tuple(kernel_size, n)
+        stride, padding = kernel if stride is None else as_tuple(stride, n), as_tuple(padding, n)
         sizes = _unpooled_size(input, kernel, stride, padding, output_size)
         if tuple(indices.shape) != tuple(input.shape):
             raise RuntimeError(
@@ -71,7 +72,7 @@ def _lp_pool(n):
             pooled = getattr(F, f"max_pool{n}d")(input.abs() * sign, kernel_size, stride, 0, 1, ceil_mode)
             return pooled * sign
         out = getattr(F, f"avg_pool{n}d")(input.pow(norm_type), kernel_size, stride, 0, ceil_mode)
-        size = math.prod(_tuple(kernel_size, n))
+        size = math.prod(as_tuple(kernel_size, n))
         return (out.sign() * out.abs().relu()).mul(size).pow(1.0 / norm_type)
 
     lp_pool.__name__ = lp_pool.__qualname__ = f"lp_pool{n}d"
