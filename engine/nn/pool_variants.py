@@ -65,13 +65,11 @@ max_unpool1d, max_unpool2d, max_unpool3d = (_max_unpool(n) for n in (1, 2, 3))
 
 def _lp_pool(n):
     def lp_pool(input, norm_type, kernel_size, stride=None, ceil_mode=False):
-        from engine.nn import functional as F
-
+        ns, window = _ns(input), {"kernel_size": kernel_size, "stride": stride, "padding": 0, "ceil_mode": ceil_mode}
         if norm_type in (math.inf, -math.inf):
             sign = 1 if norm_type > 0 else -1
-            pooled = getattr(F, f"max_pool{n}d")(input.abs() * sign, kernel_size, stride, 0, 1, ceil_mode)
-            return pooled * sign
-        out = getattr(F, f"avg_pool{n}d")(input.pow(norm_type), kernel_size, stride, 0, ceil_mode)
+            return getattr(ns, f"max_pool{n}d")(input.abs() * sign, dilation=1, **window) * sign
+        out = getattr(ns, f"avg_pool{n}d")(input.pow(norm_type), **window)
         size = math.prod(as_tuple(kernel_size, n))
         return (out.sign() * out.abs().relu()).mul(size).pow(1.0 / norm_type)
 
