@@ -18,7 +18,7 @@ from engine.recording import derived
 from engine.registry import F, Sample, defop
 
 IDENTITY = {"amax": -numpy.inf, "amin": numpy.inf, "prod": 1}
-UFUNCS = {"amax": numpy.maximum, "amin": numpy.minimum, "prod": numpy.multiply}
+UFUNCS = {"amax": "maximum", "amin": "minimum", "prod": "multiply"}
 
 
 def _dim(ndim, dim):
@@ -47,7 +47,7 @@ def _reduced(reduce):
         positions, out = _flat(x.shape, index, dim), x.reshape(-1).copy()
         if not include_self:
             out[positions] = _identity(reduce, x.dtype)
-        UFUNCS[reduce].at(out, positions, src.reshape(-1))
+        getattr(xp, UFUNCS[reduce]).at(out, positions, src.reshape(-1))
         return out.reshape(x.shape)
 
     return forward
@@ -55,9 +55,9 @@ def _reduced(reduce):
 
 def _scattered(x, index, dim):
     """Where something is scattered to (a bool array of x's shape)."""
-    touched = numpy.zeros(x.size, bool)
+    touched = array_module(x).zeros(x.size, bool)
     touched[_flat(x.shape, index, dim)] = True
-    return array_module(x).asarray(touched.reshape(x.shape))
+    return touched.reshape(x.shape)
 
 
 def _tie_weights(x, ans, index, src, dim, include_self):
@@ -65,7 +65,7 @@ def _tie_weights(x, ans, index, src, dim, include_self):
     xp = array_module(x)
     self_is, src_is = (x == ans).astype(x.dtype), (src == _picked(ans, index, dim)).astype(x.dtype)
     count = self_is.reshape(-1).copy()
-    numpy.add.at(count, _flat(x.shape, index, dim), src_is.reshape(-1))
+    xp.add.at(count, _flat(x.shape, index, dim), src_is.reshape(-1))
     count = count.reshape(x.shape)
     share = xp.divide(self_is, count, out=xp.zeros_like(self_is), where=self_is != 0)
     if not include_self:
@@ -93,8 +93,9 @@ def _prod_vjps():
 
     def vjp_src(g, ans, x, index, src, dim, include_self):
         def single_zero(x, index, src):
-            zeros = numpy.zeros(x.size)
-            numpy.add.at(zeros, _flat(x.shape, index, dim), (src == 0).reshape(-1))
+            xp = array_module(x)
+            zeros = xp.zeros(x.size)
+            xp.add.at(zeros, _flat(x.shape, index, dim), (src == 0).reshape(-1))
             return (src == 0) & (_picked(zeros.reshape(x.shape), index, dim) == 1)
 
         single, zero = derived(single_zero, x, index, src), derived(lambda s: s == 0, src)
