@@ -121,6 +121,15 @@ def methods(functions, is_enabled) -> dict:
     out = {name + "_": inplace(name) for name in OPS}
     for dunder, name in OPERATORS.items():
         out[dunder] = out[name + "_"]
+    out.update(divide_=out["div_"], true_divide_=out["div_"], clip_=out["clamp_"])
+
+    def clamp_min_(self: V, min: Operand) -> V:
+        return update(self, functions["clamp"], (), {"min": min})
+
+    def clamp_max_(self: V, max: Operand) -> V:
+        return update(self, functions["clamp"], (), {"max": max})
+
+    out.update(clamp_min_=clamp_min_, clamp_max_=clamp_max_)
 
     def copy_(self: V, source: Operand, non_blocking: bool = False) -> V:
         """Copy `source` (broadcast, cast) into this Variable; differentiable, like `x[...] = source`."""

@@ -82,6 +82,12 @@ def test_clip_clamp_min_and_in_place_clamp_take_tensors(torch_like):
     assert x.tolist() == [2.0, 6.0]
     with pytest.raises(RuntimeError, match="At least one of 'min' or 'max' must not be None"):
         torch_like.clamp(x)
+    y, z, w = torch_like.tensor([1.0, 5.0]), torch_like.tensor([1.0, 5.0]), torch_like.tensor([7.0, -7.0])
+    y.clip_(2, 3)
+    z.clamp_min_(torch_like.tensor([2.0, 6.0]))
+    z.clamp_max_(5.5)
+    w.divide_(2, rounding_mode="floor")
+    assert y.tolist() == [2.0, 3.0] and z.tolist() == [2.0, 5.5] and w.tolist() == [3.0, -4.0]
 
 
 def test_shifts_are_torchs(torch_like):
