@@ -79,6 +79,8 @@ OPERATORS = {
     "__irshift__": "bitwise_right_shift",
 }
 
+ALIASES = {"divide_": "div", "true_divide_": "div", "clip_": "clamp"}  # PyTorch's other names of `<op>_` methods
+
 
 def methods(functions, is_enabled) -> dict:
     """`<op>_` for each of OPS, the in-place operators, and `copy_`, over the side's `functions`."""
@@ -121,7 +123,7 @@ def methods(functions, is_enabled) -> dict:
     out = {name + "_": inplace(name) for name in OPS}
     for dunder, name in OPERATORS.items():
         out[dunder] = out[name + "_"]
-    out.update(divide_=out["div_"], true_divide_=out["div_"], clip_=out["clamp_"])
+    out.update({alias: out[name + "_"] for alias, name in ALIASES.items()})
 
     def clamp_min_(self: V, min: Operand) -> V:
         return update(self, functions["clamp"], (), {"min": min})

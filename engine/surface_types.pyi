@@ -248,10 +248,14 @@ class VariableSurface:
     def clamp_(self, min: Any = None, max: Any = None) -> Self:
         """In place: this Variable becomes `clamp(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def clamp_max(self, max: Any) -> Self: ...
+    def clamp_max_(self, max: Operand) -> Self: ...
     def clamp_min(self, min: Any) -> Self: ...
+    def clamp_min_(self, min: Operand) -> Self: ...
     def clip(self, min: Any = None, max: Any = None) -> Self:
         """input limited to [min, max], each bound a number or a tensor (broadcast); the gradient goes to the input
         inside the bounds and to a tensor bound where it binds (PyTorch's)."""
+    def clip_(self, min: Any = None, max: Any = None) -> Self:
+        """In place: this Variable becomes `clamp(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def clone(self) -> Self:
         """a copy of x"""
     def contiguous(self, memory_format: Any = None) -> Self: ...
@@ -305,6 +309,8 @@ class VariableSurface:
     def divide(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
         """input / other: true division, or rounded down (`rounding_mode="floor"`) or toward zero ("trunc"), where
         integers stay integers and the gradient is zero (PyTorch's)."""
+    def divide_(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
+        """In place: this Variable becomes `div(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def dot(self, tensor: Operand) -> Self:
         """The inner product of two 1-D Variables."""
     def double(self) -> Self:
@@ -840,6 +846,8 @@ class VariableSurface:
         """the upper triangle of the last two dimensions, zeros elsewhere"""
     def true_divide(self, other: Operand) -> Self:
         """x / y (true division, broadcasting; IEEE results for division by zero)"""
+    def true_divide_(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
+        """In place: this Variable becomes `div(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def trunc(self) -> Self:
         """x rounded toward zero (gradient zero, as in PyTorch)"""
     def trunc_(self) -> Self:
