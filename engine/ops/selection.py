@@ -170,12 +170,19 @@ def _running_extreme_index(xp, x, dim, largest):
     return xp.moveaxis(index, -1, dim) if x.ndim else index.reshape(())
 
 
+def _running_extreme_scratch(in_metas, out_meta, attrs):
+    """The running extreme (x's dtype), three bool masks at once and the positions where they hit (int64)."""
+    shape, dtype = in_metas[0]
+    return costs.Scratch(forward=costs.numel(shape) * (numpy.dtype(dtype).itemsize + 3 + 8))
+
+
 defop(
     "cumextreme_index",
     _running_extreme_index,
     attrs={"dim": Attr("int"), "largest": Attr("bool", True, "of the running maximum (True) or minimum")},
     differentiable=False,
     methods=(),
+    scratch=_running_extreme_scratch,
     samples=(Sample(((3, 4),), {"dim": 1}), Sample(((3, 4),), {"dim": 0, "largest": False})),
     infer=lambda s, d, a: (shapes.normalize_dims(a["dim"], len(s[0])) and tuple(s[0]), numpy.dtype(numpy.int64)),
     doc="the index of the running maximum (or minimum) along dim: torch.cummax's indices (no gradient)",
