@@ -355,7 +355,7 @@ def functions(ops, make) -> dict:
         if min > max:
             raise RuntimeError(f"torch.histc: max must be larger than min, but got min {min} max {max}")
         inside = ops["bitwise_and"](ops["ge"](flat, min), ops["le"](flat, max))
-        position = ops["floor"](ops["mul"](ops["div"](ops["sub"](flat, min), max - min), bins))
+        position = ops["floor"](ops["div"](ops["mul"](ops["sub"](flat, min), bins), max - min))  # torch's order
         position = where(inside, ops["clamp"](position, max=bins - 1), 0)
         count = make.zeros(bins, dtype=dtype)
         return ops["scatter_add"](count, cast(position, dtype="int64"), cast(inside, dtype=dtype), dim=0)

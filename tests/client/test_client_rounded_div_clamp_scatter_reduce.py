@@ -194,3 +194,15 @@ def test_histc_and_block_diag_are_torchs(torch_like):
         assert out.tolist() == want.tolist() and str(out.dtype) == str(want.dtype)
         (grad,) = m.autograd.grad((out * m.arange(20.0).reshape(4, 5)).sum(), [a])
         assert grad.tolist() == [[6.0, 7.0], [11.0, 12.0]]
+
+
+def test_histc_bins_values_at_edges_as_torch_does():
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        x = rng.uniform(-3, 3, int(rng.integers(1, 50))).astype(np.float32)
+        if trial % 3 == 0:
+            x = np.round(x * 4) / 4  # on bin edges
+        bins = int(rng.integers(1, 13))
+        low, high = (float(rng.integers(-3, 0)), float(rng.integers(1, 4))) if trial % 2 else (0, 0)
+        got = engine.histc(engine.tensor(x), bins=bins, min=low, max=high)
+        assert got.tolist() == torch.histc(torch.tensor(x), bins=bins, min=low, max=high).tolist()
