@@ -595,14 +595,14 @@ def chunk(input: VariableSurface, chunks: builtins.int, dim: builtins.int = 0) -
     """At most `chunks` pieces of equal size along `dim` (the last one smaller)."""
 
 def clamp(input: Operand, min: Any = None, max: Any = None) -> Variable:
-    """input limited to [min, max], each bound a number or a tensor (broadcast); the gradient goes to the input
-    inside the bounds and to a tensor bound where it binds (PyTorch's)."""
+    """input limited to [min, max], each bound a number or a tensor (broadcast; NaN where a bound is NaN); the
+    gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
 
 def clamp_max(input: Operand, max: Any) -> Variable: ...
 def clamp_min(input: Operand, min: Any) -> Variable: ...
 def clip(input: Operand, min: Any = None, max: Any = None) -> Variable:
-    """input limited to [min, max], each bound a number or a tensor (broadcast); the gradient goes to the input
-    inside the bounds and to a tensor bound where it binds (PyTorch's)."""
+    """input limited to [min, max], each bound a number or a tensor (broadcast; NaN where a bound is NaN); the
+    gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
 
 def clone(input: Operand) -> Variable:
     """a copy of x"""

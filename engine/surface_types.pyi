@@ -243,8 +243,8 @@ class VariableSurface:
     def chunk(self, chunks: builtins.int, dim: builtins.int = 0) -> tuple[Self, ...]:
         """At most `chunks` pieces of equal size along `dim` (the last one smaller)."""
     def clamp(self, min: Any = None, max: Any = None) -> Self:
-        """input limited to [min, max], each bound a number or a tensor (broadcast); the gradient goes to the input
-        inside the bounds and to a tensor bound where it binds (PyTorch's)."""
+        """input limited to [min, max], each bound a number or a tensor (broadcast; NaN where a bound is NaN); the
+        gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
     def clamp_(self, min: Any = None, max: Any = None) -> Self:
         """In place: this Variable becomes `clamp(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def clamp_max(self, max: Any) -> Self: ...
@@ -252,8 +252,8 @@ class VariableSurface:
     def clamp_min(self, min: Any) -> Self: ...
     def clamp_min_(self, min: Operand) -> Self: ...
     def clip(self, min: Any = None, max: Any = None) -> Self:
-        """input limited to [min, max], each bound a number or a tensor (broadcast); the gradient goes to the input
-        inside the bounds and to a tensor bound where it binds (PyTorch's)."""
+        """input limited to [min, max], each bound a number or a tensor (broadcast; NaN where a bound is NaN); the
+        gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
     def clip_(self, min: Any = None, max: Any = None) -> Self:
         """In place: this Variable becomes `clamp(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def clone(self) -> Self:

@@ -4,6 +4,7 @@ gets the gradient where it binds, as PyTorch's), and `heaviside`. `engine.modern
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +41,8 @@ def functions(ops) -> dict:
         return ops["div_rounded"](input, other, floor=rounding_mode == "floor")
 
     def clamp(input: Operand, min: Any = None, max: Any = None) -> VariableSurface:
-        """input limited to [min, max], each bound a number or a tensor (broadcast); the gradient goes to the input
-        inside the bounds and to a tensor bound where it binds (PyTorch's)."""
+        """input limited to [min, max], each bound a number or a tensor (broadcast; NaN where a bound is NaN); the
+        gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
         if min is None and max is None:
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
         if not (_is_tensor(min) or _is_tensor(max)):
@@ -51,7 +52,11 @@ def functions(ops) -> dict:
                 "clamp() received an invalid combination of arguments: min and max are both tensors or both numbers"
             )
         out: Any = input if min is None else where(ops["lt"](input, min), min, input)
-        return out if max is None else where(ops["gt"](out, max), max, out)
+        out = out if max is None else where(ops["gt"](out, max), max, out)
+        for bound in (min, max):  # a NaN bound gives NaN, as PyTorch's max/min propagate it (no gradient)
+            if bound is not None and numpy.dtype(bound.dtype).kind == "f":
+                out = where(ops["ne"](bound, bound), math.nan, out)
+        return out
 
     def clamp_min(input: Operand, min: Any) -> VariableSurface:
         return clamp(input, min=min)

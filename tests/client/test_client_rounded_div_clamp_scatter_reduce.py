@@ -63,13 +63,14 @@ def _clamped(m, low, high):
         ([2.0, 2.0, 4.0, 2.0, 4.0, 1.0], None),
         (None, [4.0, 4.0, 3.5, 2.0, 4.0, 0.0]),
         ([2.0], [3.0]),  # broadcast
+        ([np.nan, 2.0, 4.0, 2.0, 4.0, 1.0], [4.0, 4.0, np.nan, 2.0, 4.0, 0.0]),  # NaN bounds give NaN, no gradient
     ],
 )
 def test_clamp_with_tensor_bounds_is_torchs(torch_like, low, high):
     got, want = _clamped(torch_like, low, high), _clamped(torch, low, high)
     assert len(got) == len(want)
     for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-12)
+        np.testing.assert_allclose(g, w, rtol=1e-12)  # (NaNs in the same places)
 
 
 def test_clip_clamp_min_and_in_place_clamp_take_tensors(torch_like):
