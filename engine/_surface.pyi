@@ -70,9 +70,12 @@ __all__ = [
     "baddbmm",
     "bernoulli",
     "bitwise_and",
+    "bitwise_left_shift",
     "bitwise_not",
     "bitwise_or",
+    "bitwise_right_shift",
     "bitwise_xor",
+    "block_diag",
     "bmm",
     "bool",
     "broadcast_shapes",
@@ -105,6 +108,9 @@ __all__ = [
     "count_nonzero",
     "cross",
     "cuda",
+    "cumextreme_index",
+    "cummax",
+    "cummin",
     "cumprod",
     "cumsum",
     "default_generator",
@@ -118,6 +124,7 @@ __all__ = [
     "digamma",
     "dist",
     "div",
+    "div_rounded",
     "divide",
     "dot",
     "double",
@@ -164,6 +171,8 @@ __all__ = [
     "greater_equal",
     "gt",
     "half",
+    "heaviside",
+    "histc",
     "hstack",
     "hypot",
     "iinfo",
@@ -294,6 +303,10 @@ __all__ = [
     "scatter",
     "scatter_add",
     "scatter_add_",
+    "scatter_amax",
+    "scatter_amin",
+    "scatter_prod",
+    "scatter_reduce",
     "searchsorted",
     "seed",
     "select",
@@ -536,14 +549,23 @@ def bernoulli(input: Any, p: builtins.float | None = None, *, generator: Generat
 def bitwise_and(input: Operand, other: Operand) -> Variable:
     """x & y of bool or integer Variables (no gradient)"""
 
+def bitwise_left_shift(input: Operand, other: Operand) -> Variable:
+    """x << y of bool or integer Variables (shifts past the width give 0, or -1 of a negative x)"""
+
 def bitwise_not(input: Operand) -> Variable:
     """~x of a bool or integer Variable (no gradient)"""
 
 def bitwise_or(input: Operand, other: Operand) -> Variable:
     """x | y of bool or integer Variables (no gradient)"""
 
+def bitwise_right_shift(input: Operand, other: Operand) -> Variable:
+    """x >> y of bool or integer Variables (shifts past the width give 0, or -1 of a negative x)"""
+
 def bitwise_xor(input: Operand, other: Operand) -> Variable:
     """x ^ y of bool or integer Variables (no gradient)"""
+
+def block_diag(*tensors: VariableSurface) -> Variable:
+    """The 0-, 1- or 2-d `tensors` as the blocks of a block-diagonal matrix (of their promoted dtype)."""
 
 def bmm(input: VariableSurface, mat2: VariableSurface) -> Variable:
     """Batched matrix product of two 3-d Variables of equal batch size."""
@@ -583,16 +605,18 @@ def cholesky(input: Operand) -> Variable:
 def chunk(input: VariableSurface, chunks: builtins.int, dim: builtins.int = 0) -> tuple[Variable, ...]:
     """At most `chunks` pieces of equal size along `dim` (the last one smaller)."""
 
-def clamp(input: Operand, min: builtins.float | None = None, max: builtins.float | None = None) -> Variable:
-    """x limited to [min, max] (gradient 1 inside, 0 outside)"""
+def clamp(input: Operand, min: Any = None, max: Any = None) -> Variable:
+    """input limited to [min, max], each bound a number or a tensor (broadcast; NaN where a bound is NaN); the
+    gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
 
-def clamp_max(input: Operand, max: builtins.float) -> Variable: ...
-def clamp_min(input: Operand, min: builtins.float) -> Variable: ...
+def clamp_max(input: Operand, max: Any) -> Variable: ...
+def clamp_min(input: Operand, min: Any) -> Variable: ...
 def class_targets(input: Operand, classes: builtins.int, ignore_index: builtins.int = -100) -> Variable:
     """class-index targets checked to lie in [0, classes), those equal to ignore_index as 0 (nll_loss's)"""
 
-def clip(input: Operand, min: builtins.float | None = None, max: builtins.float | None = None) -> Variable:
-    """x limited to [min, max] (gradient 1 inside, 0 outside)"""
+def clip(input: Operand, min: Any = None, max: Any = None) -> Variable:
+    """input limited to [min, max], each bound a number or a tensor (broadcast; NaN where a bound is NaN); the
+    gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
 
 def clone(input: Operand) -> Variable:
     """a copy of x"""
@@ -667,6 +691,17 @@ def cross(input: VariableSurface, other: VariableSurface, dim: builtins.int = -1
 
 cuda: SimpleNamespace
 
+def cumextreme_index(input: Operand, dim: builtins.int, largest: builtins.bool = True) -> Variable:
+    """the index of the running maximum (or minimum) along dim: torch.cummax's indices (no gradient)"""
+
+def cummax(input: VariableSurface, dim: builtins.int) -> MaxMin[Variable]:
+    """(values, indices) of the running maximum (cummin: minimum) along `dim`, a later tie's index winning
+    and a NaN holding, as torch's; the values' gradient goes to the positions they came from."""
+
+def cummin(input: VariableSurface, dim: builtins.int) -> MaxMin[Variable]:
+    """(values, indices) of the running maximum (cummin: minimum) along `dim`, a later tie's index winning
+    and a NaN holding, as torch's; the values' gradient goes to the positions they came from."""
+
 def cumprod(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Variable:
     """running products along dim (integers and booleans as int64); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `cumprod(input, ..., dtype=d)`)"""
 
@@ -706,11 +741,16 @@ def digamma(input: Operand) -> Variable:
 def dist(input: VariableSurface, other: Operand, p: builtins.float = 2) -> Variable:
     """The p-norm of input - other."""
 
-def div(input: Operand, other: Operand) -> Variable:
-    """x / y (true division, broadcasting; IEEE results for division by zero)"""
+def div(input: Operand, other: Operand, *, rounding_mode: str | None = None) -> Variable:
+    """input / other: true division, or rounded down (`rounding_mode="floor"`) or toward zero ("trunc"), where
+    integers stay integers and the gradient is zero (PyTorch's)."""
 
-def divide(input: Operand, other: Operand) -> Variable:
-    """x / y (true division, broadcasting; IEEE results for division by zero)"""
+def div_rounded(input: Operand, other: Operand, floor: builtins.bool = True) -> Variable:
+    """x / y rounded down (or toward zero): torch.div's rounding_mode; integers stay integers; gradient zero"""
+
+def divide(input: Operand, other: Operand, *, rounding_mode: str | None = None) -> Variable:
+    """input / other: true division, or rounded down (`rounding_mode="floor"`) or toward zero ("trunc"), where
+    integers stay integers and the gradient is zero (PyTorch's)."""
 
 def dot(input: Operand, tensor: Operand) -> Variable:
     """The inner product of two 1-D Variables."""
@@ -860,6 +900,15 @@ def gt(input: Operand, other: Operand) -> Variable:
     """x > y as a bool Variable (no gradient)"""
 
 half: DType
+
+def heaviside(input: VariableSurface, values: VariableSurface) -> Variable:
+    """0 where input < 0, `values` where it is 0, 1 where it is > 0 (no gradient)."""
+
+def histc(
+    input: VariableSurface, bins: builtins.int = 100, min: builtins.float = 0, max: builtins.float = 0
+) -> Variable:
+    """Counts of `input`'s values in `bins` equal bins over [min, max] (the data's range when min == max),
+    values outside left out, in input's floating dtype (no gradient)."""
 
 def hstack(tensors: Sequence[VariableSurface]) -> Variable:
     """Concatenated along the second dimension (the first for 1-d Variables)."""
@@ -1413,6 +1462,33 @@ def scatter_add(input: VariableSurface, dim: builtins.int, index: Operand, src: 
 
 def scatter_add_(self: Variable, dim: builtins.int, index: Operand, src: Operand) -> Variable:
     """In place: `scatter_add`."""
+
+def scatter_amax(
+    input: Operand, index: Operand, src: Operand, dim: builtins.int, include_self: builtins.bool = True
+) -> Variable:
+    """x with src reduced into it by amax at index along dim (torch.scatter_reduce's 'amax')"""
+
+def scatter_amin(
+    input: Operand, index: Operand, src: Operand, dim: builtins.int, include_self: builtins.bool = True
+) -> Variable:
+    """x with src reduced into it by amin at index along dim (torch.scatter_reduce's 'amin')"""
+
+def scatter_prod(
+    input: Operand, index: Operand, src: Operand, dim: builtins.int, include_self: builtins.bool = True
+) -> Variable:
+    """x with src reduced into it by prod at index along dim (torch.scatter_reduce's 'prod')"""
+
+def scatter_reduce(
+    input: VariableSurface,
+    dim: builtins.int,
+    index: VariableSurface,
+    src: VariableSurface,
+    reduce: str,
+    *,
+    include_self: builtins.bool = True,
+) -> Variable:
+    """A copy of `input` with `src`'s entries reduced into it at `index` along `dim` by `reduce` ("sum", "prod",
+    "mean", "amax" or "amin"), `input`'s own entry included unless `include_self` is False (PyTorch's gradients)."""
 
 def searchsorted(
     sorted_sequence: VariableSurface,

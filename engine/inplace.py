@@ -61,6 +61,8 @@ OPS = (
     "bitwise_or",
     "bitwise_xor",
     "bitwise_not",
+    "bitwise_left_shift",
+    "bitwise_right_shift",
 )
 OPERATORS = {
     "__iadd__": "add",
@@ -73,7 +75,11 @@ OPERATORS = {
     "__iand__": "bitwise_and",
     "__ior__": "bitwise_or",
     "__ixor__": "bitwise_xor",
+    "__ilshift__": "bitwise_left_shift",
+    "__irshift__": "bitwise_right_shift",
 }
+
+ALIASES = {"divide_": "div", "true_divide_": "div", "clip_": "clamp"}  # PyTorch's other names of `<op>_` methods
 
 
 def methods(functions, is_enabled, run) -> dict:
@@ -118,6 +124,15 @@ def methods(functions, is_enabled, run) -> dict:
     out = {name + "_": inplace(name) for name in OPS}
     for dunder, name in OPERATORS.items():
         out[dunder] = out[name + "_"]
+    out.update({alias: out[name + "_"] for alias, name in ALIASES.items()})
+
+    def clamp_min_(self: V, min: Operand) -> V:
+        return update(self, functions["clamp"], (), {"min": min})
+
+    def clamp_max_(self: V, max: Operand) -> V:
+        return update(self, functions["clamp"], (), {"max": max})
+
+    out.update(clamp_min_=clamp_min_, clamp_max_=clamp_max_)
 
     def copy_(self: V, source: Operand, non_blocking: bool = False) -> V:
         """Copy `source` (broadcast, cast) into this Variable; differentiable, like `x[...] = source`."""

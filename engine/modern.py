@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from engine import linalg_functions, tensor_ops
+from engine import linalg_functions, tensor_arith, tensor_ops
 from engine.devices import Device
 from engine.factory import as_dtype
 from engine.grad_fn_names import renamed
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 ALIASES = {
     "multiply": "mul",
     "subtract": "sub",
-    "divide": "div",
     "true_divide": "div",
     "negative": "neg",
     "absolute": "abs",
@@ -53,7 +52,6 @@ ALIASES = {
     "less": "lt",
     "less_equal": "le",
     "not_equal": "ne",
-    "clip": "clamp",
     "arcsin": "asin",
     "arccos": "acos",
     "arctan": "atan",
@@ -159,12 +157,6 @@ def functions(ops) -> dict:
 
     def square(input: Operand) -> VariableSurface:
         return mul(input, input)
-
-    def clamp_min(input: Operand, min: float) -> VariableSurface:
-        return ops["clamp"](input, min=min)
-
-    def clamp_max(input: Operand, max: float) -> VariableSurface:
-        return ops["clamp"](input, max=max)
 
     def reciprocal(input: Operand) -> VariableSurface:
         return ops["div"](1.0, input)
@@ -306,8 +298,6 @@ def functions(ops) -> dict:
             mv,
             outer,
             square,
-            clamp_min,
-            clamp_max,
             reciprocal,
             rsqrt,
             std,
@@ -342,6 +332,7 @@ def functions(ops) -> dict:
     for name in ("sum", "mean"):
         out[name] = _reduction_with_dtype(name, ops[name], ops["cast"])
     out.update({alias: ops[name] for alias, name in ALIASES.items()})
+    out.update(tensor_arith.functions(ops))
     out.update(tensor_ops.functions(ops))
     out.update(linalg_functions.functions(ops))
     return out

@@ -322,6 +322,8 @@ def _method(name: str, member: Any, op_of: dict, shadowing: set[str]) -> list[st
     target = member
     if name.endswith("_") and name[:-1] in inplace.OPS:  # `x.add_(y)`: the method's signature, in place
         target = getattr(_Probe, name[:-1])
+    elif name in inplace.ALIASES:
+        target = getattr(_Probe, inplace.ALIASES[name])
     if target in op_of:
         signatures = _op_signatures(op_of[target], True, "Self")
         doc = _doc(op_of[target])

@@ -100,6 +100,10 @@ OPERATORS = {
     "__xor__": ("bitwise_xor", FORWARD),
     "__rxor__": ("bitwise_xor", FORWARD),
     "__invert__": ("bitwise_not", UNARY),
+    "__lshift__": ("bitwise_left_shift", FORWARD),
+    "__rlshift__": ("bitwise_left_shift", REFLECTED),
+    "__rshift__": ("bitwise_right_shift", FORWARD),
+    "__rrshift__": ("bitwise_right_shift", REFLECTED),
 }
 
 LEAF_INPLACE = inplace.LEAF_INPLACE
@@ -474,7 +478,7 @@ def install(side: Side) -> dict:
     for name, function in composed.items():
         if name not in tensor_ops.FUNCTIONS_ONLY:
             setattr(cls, name, function)
-    functions_with_alpha = {**functions, "add": composed["add"], "sub": composed["sub"]}
+    functions_with_alpha = {**functions, **{name: composed[name] for name in ("add", "sub", "div", "clamp")}}
     for name, method in inplace.methods(functions_with_alpha, side.grad_mode.is_enabled, side.run).items():
         setattr(cls, name, method)
     for name, method in SHARED.items():

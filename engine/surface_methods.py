@@ -23,18 +23,18 @@ METHOD_OPS: dict[str, str] = {
     "atan": "atan",
     "atan2": "atan2",
     "bitwise_and": "bitwise_and",
+    "bitwise_left_shift": "bitwise_left_shift",
     "bitwise_not": "bitwise_not",
     "bitwise_or": "bitwise_or",
+    "bitwise_right_shift": "bitwise_right_shift",
     "bitwise_xor": "bitwise_xor",
     "ceil": "ceil",
     "cholesky": "cholesky",
-    "clamp": "clamp",
     "clone": "clone",
     "cos": "cos",
     "cosh": "cosh",
     "det": "det",
     "digamma": "digamma",
-    "div": "div",
     "eq": "eq",
     "erf": "erf",
     "erfinv": "erfinv",
@@ -165,6 +165,12 @@ class SurfaceMethods:
         x & y of bool or integer Variables (no gradient)"""
         return self._ops.bitwise_and(self, *args, **kwargs)
 
+    def bitwise_left_shift(self, *args: Any, **kwargs: Any) -> Any:
+        """bitwise_left_shift(self, other: Operand) -> Self
+
+        x << y of bool or integer Variables (shifts past the width give 0, or -1 of a negative x)"""
+        return self._ops.bitwise_left_shift(self, *args, **kwargs)
+
     def bitwise_not(self, *args: Any, **kwargs: Any) -> Any:
         """bitwise_not(self) -> Self
 
@@ -176,6 +182,12 @@ class SurfaceMethods:
 
         x | y of bool or integer Variables (no gradient)"""
         return self._ops.bitwise_or(self, *args, **kwargs)
+
+    def bitwise_right_shift(self, *args: Any, **kwargs: Any) -> Any:
+        """bitwise_right_shift(self, other: Operand) -> Self
+
+        x >> y of bool or integer Variables (shifts past the width give 0, or -1 of a negative x)"""
+        return self._ops.bitwise_right_shift(self, *args, **kwargs)
 
     def bitwise_xor(self, *args: Any, **kwargs: Any) -> Any:
         """bitwise_xor(self, other: Operand) -> Self
@@ -194,12 +206,6 @@ class SurfaceMethods:
 
         the lower Cholesky factor of each symmetric positive-definite matrix"""
         return self._ops.cholesky(self, *args, **kwargs)
-
-    def clamp(self, *args: Any, **kwargs: Any) -> Any:
-        """clamp(self, min: float | None = None, max: float | None = None) -> Self
-
-        x limited to [min, max] (gradient 1 inside, 0 outside)"""
-        return self._ops.clamp(self, *args, **kwargs)
 
     def clone(self, *args: Any, **kwargs: Any) -> Any:
         """clone(self) -> Self
@@ -230,12 +236,6 @@ class SurfaceMethods:
 
         the derivative of lgamma"""
         return self._ops.digamma(self, *args, **kwargs)
-
-    def div(self, *args: Any, **kwargs: Any) -> Any:
-        """div(self, other: Operand) -> Self
-
-        x / y (true division, broadcasting; IEEE results for division by zero)"""
-        return self._ops.div(self, *args, **kwargs)
 
     def eq(self, *args: Any, **kwargs: Any) -> Any:
         """eq(self, other: Operand) -> Self

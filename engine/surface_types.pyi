@@ -80,6 +80,7 @@ class VariableSurface:
     def __iadd__(self, other: Operand) -> Self: ...
     def __iand__(self, other: Operand) -> Self: ...
     def __ifloordiv__(self, other: Operand) -> Self: ...
+    def __ilshift__(self, other: Operand) -> Self: ...
     def __imod__(self, other: Operand) -> Self: ...
     def __imul__(self, other: Operand) -> Self: ...
     def __index__(self) -> builtins.int: ...
@@ -88,12 +89,14 @@ class VariableSurface:
     def __invert__(self) -> Self: ...
     def __ior__(self, other: Operand) -> Self: ...
     def __ipow__(self, other: Operand) -> Self: ...
+    def __irshift__(self, other: Operand) -> Self: ...
     def __isub__(self, other: Operand) -> Self: ...
     def __iter__(self) -> Iterator[Self]: ...
     def __itruediv__(self, other: Operand) -> Self: ...
     def __ixor__(self, other: Operand) -> Self: ...
     def __le__(self, other: Operand) -> Self: ...
     def __len__(self) -> builtins.int: ...
+    def __lshift__(self, other: Operand) -> Self: ...
     def __lt__(self, other: Operand) -> Self: ...
     def __matmul__(self, other: Operand) -> Self: ...
     def __mod__(self, other: Operand) -> Self: ...
@@ -106,11 +109,14 @@ class VariableSurface:
     def __rand__(self, other: Operand) -> Self: ...
     def __repr__(self) -> str: ...
     def __rfloordiv__(self, other: Operand) -> Self: ...
+    def __rlshift__(self, other: Operand) -> Self: ...
     def __rmatmul__(self, other: Operand) -> Self: ...
     def __rmod__(self, other: Operand) -> Self: ...
     def __rmul__(self, other: Operand) -> Self: ...
     def __ror__(self, other: Operand) -> Self: ...
     def __rpow__(self, other: Operand) -> Self: ...
+    def __rrshift__(self, other: Operand) -> Self: ...
+    def __rshift__(self, other: Operand) -> Self: ...
     def __rsub__(self, other: Operand) -> Self: ...
     def __rtruediv__(self, other: Operand) -> Self: ...
     def __rxor__(self, other: Operand) -> Self: ...
@@ -207,6 +213,10 @@ class VariableSurface:
         """x & y of bool or integer Variables (no gradient)"""
     def bitwise_and_(self, other: Operand) -> Self:
         """x & y of bool or integer Variables (no gradient)"""
+    def bitwise_left_shift(self, other: Operand) -> Self:
+        """x << y of bool or integer Variables (shifts past the width give 0, or -1 of a negative x)"""
+    def bitwise_left_shift_(self, other: Operand) -> Self:
+        """x << y of bool or integer Variables (shifts past the width give 0, or -1 of a negative x)"""
     def bitwise_not(self) -> Self:
         """~x of a bool or integer Variable (no gradient)"""
     def bitwise_not_(self) -> Self:
@@ -215,6 +225,10 @@ class VariableSurface:
         """x | y of bool or integer Variables (no gradient)"""
     def bitwise_or_(self, other: Operand) -> Self:
         """x | y of bool or integer Variables (no gradient)"""
+    def bitwise_right_shift(self, other: Operand) -> Self:
+        """x >> y of bool or integer Variables (shifts past the width give 0, or -1 of a negative x)"""
+    def bitwise_right_shift_(self, other: Operand) -> Self:
+        """x >> y of bool or integer Variables (shifts past the width give 0, or -1 of a negative x)"""
     def bitwise_xor(self, other: Operand) -> Self:
         """x ^ y of bool or integer Variables (no gradient)"""
     def bitwise_xor_(self, other: Operand) -> Self:
@@ -232,14 +246,20 @@ class VariableSurface:
         """the lower Cholesky factor of each symmetric positive-definite matrix"""
     def chunk(self, chunks: builtins.int, dim: builtins.int = 0) -> tuple[Self, ...]:
         """At most `chunks` pieces of equal size along `dim` (the last one smaller)."""
-    def clamp(self, min: builtins.float | None = None, max: builtins.float | None = None) -> Self:
-        """x limited to [min, max] (gradient 1 inside, 0 outside)"""
-    def clamp_(self, min: builtins.float | None = None, max: builtins.float | None = None) -> Self:
-        """x limited to [min, max] (gradient 1 inside, 0 outside)"""
-    def clamp_max(self, max: builtins.float) -> Self: ...
-    def clamp_min(self, min: builtins.float) -> Self: ...
-    def clip(self, min: builtins.float | None = None, max: builtins.float | None = None) -> Self:
-        """x limited to [min, max] (gradient 1 inside, 0 outside)"""
+    def clamp(self, min: Any = None, max: Any = None) -> Self:
+        """input limited to [min, max], each bound a number or a tensor (broadcast; NaN where a bound is NaN); the
+        gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
+    def clamp_(self, min: Any = None, max: Any = None) -> Self:
+        """In place: this Variable becomes `clamp(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def clamp_max(self, max: Any) -> Self: ...
+    def clamp_max_(self, max: Operand) -> Self: ...
+    def clamp_min(self, min: Any) -> Self: ...
+    def clamp_min_(self, min: Operand) -> Self: ...
+    def clip(self, min: Any = None, max: Any = None) -> Self:
+        """input limited to [min, max], each bound a number or a tensor (broadcast; NaN where a bound is NaN); the
+        gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
+    def clip_(self, min: Any = None, max: Any = None) -> Self:
+        """In place: this Variable becomes `clamp(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def clone(self) -> Self:
         """a copy of x"""
     def contiguous(self, memory_format: Any = None) -> Self: ...
@@ -256,6 +276,12 @@ class VariableSurface:
     def cpu(self) -> Self: ...
     def cross(self, other: VariableSurface, dim: builtins.int = -1) -> Self: ...
     def cuda(self, device: DeviceLike | None = None, non_blocking: builtins.bool = False) -> Self: ...
+    def cummax(self, dim: builtins.int) -> MaxMin[Self]:
+        """(values, indices) of the running maximum (cummin: minimum) along `dim`, a later tie's index winning
+        and a NaN holding, as torch's; the values' gradient goes to the positions they came from."""
+    def cummin(self, dim: builtins.int) -> MaxMin[Self]:
+        """(values, indices) of the running maximum (cummin: minimum) along `dim`, a later tie's index winning
+        and a NaN holding, as torch's; the values' gradient goes to the positions they came from."""
     def cumprod(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
         """running products along dim (integers and booleans as int64); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `cumprod(input, ..., dtype=d)`)"""
     def cumsum(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
@@ -279,12 +305,16 @@ class VariableSurface:
     def dim(self) -> builtins.int: ...
     def dist(self, other: Operand, p: builtins.float = 2) -> Self:
         """The p-norm of input - other."""
-    def div(self, other: Operand) -> Self:
-        """x / y (true division, broadcasting; IEEE results for division by zero)"""
-    def div_(self, other: Operand) -> Self:
-        """x / y (true division, broadcasting; IEEE results for division by zero)"""
-    def divide(self, other: Operand) -> Self:
-        """x / y (true division, broadcasting; IEEE results for division by zero)"""
+    def div(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
+        """input / other: true division, or rounded down (`rounding_mode="floor"`) or toward zero ("trunc"), where
+        integers stay integers and the gradient is zero (PyTorch's)."""
+    def div_(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
+        """In place: this Variable becomes `div(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def divide(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
+        """input / other: true division, or rounded down (`rounding_mode="floor"`) or toward zero ("trunc"), where
+        integers stay integers and the gradient is zero (PyTorch's)."""
+    def divide_(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
+        """In place: this Variable becomes `div(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def dot(self, tensor: Operand) -> Self:
         """The inner product of two 1-D Variables."""
     def double(self) -> Self:
@@ -362,6 +392,11 @@ class VariableSurface:
         """x > y as a bool Variable (no gradient)"""
     def half(self) -> Self:
         """This Variable as float16 (differentiable)."""
+    def heaviside(self, values: VariableSurface) -> Self:
+        """0 where input < 0, `values` where it is 0, 1 where it is > 0 (no gradient)."""
+    def histc(self, bins: builtins.int = 100, min: builtins.float = 0, max: builtins.float = 0) -> Self:
+        """Counts of `input`'s values in `bins` equal bins over [min, max] (the data's range when min == max),
+        values outside left out, in input's floating dtype (no gradient)."""
     def hypot(self, other: Operand) -> Self:
         """sqrt(input ** 2 + other ** 2)."""
     def index_add(self, dim: builtins.int, index: Operand, source: Operand, *, alpha: builtins.float = 1) -> Self:
@@ -717,6 +752,27 @@ class VariableSurface:
         """A copy of `input` with `src`'s entries added at `index` along `dim` (repeated positions add up)."""
     def scatter_add_(self, dim: builtins.int, index: Operand, src: Operand) -> Self:
         """In place: `scatter_add`."""
+    def scatter_reduce(
+        self,
+        dim: builtins.int,
+        index: VariableSurface,
+        src: VariableSurface,
+        reduce: str,
+        *,
+        include_self: builtins.bool = True,
+    ) -> Self:
+        """A copy of `input` with `src`'s entries reduced into it at `index` along `dim` by `reduce` ("sum", "prod",
+        "mean", "amax" or "amin"), `input`'s own entry included unless `include_self` is False (PyTorch's gradients)."""
+    def scatter_reduce_(
+        self,
+        dim: builtins.int,
+        index: VariableSurface,
+        src: VariableSurface,
+        reduce: str,
+        *,
+        include_self: builtins.bool = True,
+    ) -> Self:
+        """In place: `scatter_reduce`."""
     def select(self, dim: builtins.int, index: builtins.int) -> Self:
         """The slice at `index` along `dim` (that dimension removed)."""
     def sigmoid(self) -> Self:
@@ -833,6 +889,8 @@ class VariableSurface:
         """the upper triangle of the last two dimensions, zeros elsewhere"""
     def true_divide(self, other: Operand) -> Self:
         """x / y (true division, broadcasting; IEEE results for division by zero)"""
+    def true_divide_(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
+        """In place: this Variable becomes `div(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def trunc(self) -> Self:
         """x rounded toward zero (gradient zero, as in PyTorch)"""
     def trunc_(self) -> Self:

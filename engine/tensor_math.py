@@ -1,6 +1,6 @@
 """PyTorch's math functions that compose of the registry's ops: elementwise (`asinh`, `acosh`, `atanh`, `frac`, `deg2rad`, `rad2deg`,
 `hypot`, `logaddexp`, `xlogy`, `lerp`, `polygamma(n, x)`), products and distances (`addmm`, `addmv`, `baddbmm`,
-`tensordot`, `cdist`, `dist`), differences (`diff`, `trapezoid`), `vander`, `logspace`, and reductions (`nansum`,
+`tensordot`, `cdist`, `dist`), differences (`diff`, `trapezoid`), `vander`, `logspace`, `block_diag`, `histc`, and reductions (`nansum`,
 `nanmean`, `median`, `mode`, `kthvalue`, `quantile`, `std_mean`, `var_mean`, `logcumsumexp`).
 
 Gradients are those of the ops they call, which are PyTorch's: a selected value's (median, kthvalue, mode,
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy
 
 from engine.factory import as_dtype
-from engine.promotion import c_name, check_addmm, type_name
+from engine.promotion import c_name, check_addmm, result_type, type_name
 from engine.surface_types import MaxMin
 from engine.tensor_ops import _dim
 
@@ -26,7 +26,18 @@ if TYPE_CHECKING:
 
     from engine.surface_types import Operand, VariableSurface
 
-FUNCTIONS_ONLY = ("polygamma", "tensordot", "cdist", "std_mean", "var_mean", "logspace", "vander", "trapezoid", "trapz")
+FUNCTIONS_ONLY = (
+    "block_diag",
+    "polygamma",
+    "tensordot",
+    "cdist",
+    "std_mean",
+    "var_mean",
+    "logspace",
+    "vander",
+    "trapezoid",
+    "trapz",
+)
 METHODS_ONLY = ()
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
@@ -350,6 +361,43 @@ def functions(ops, make) -> dict:
         top = ops["amax"](input.detach(), d, keepdim=True) if input.ndim else input.detach()
         top = where(ops["isfinite"](top), top, 0.0)
         return ops["log"](ops["cumsum"](ops["exp"](input - top), dim=d)) + top
+
+    def histc(input: VariableSurface, bins: int = 100, min: float = 0, max: float = 0) -> VariableSurface:
+        """Counts of `input`'s values in `bins` equal bins over [min, max] (the data's range when min == max),
+        values outside left out, in input's floating dtype (no gradient)."""
+        if input.dtype.kind != "f":
+            raise NotImplementedError(f'"histogram_cpu" not implemented for {type_name(input.dtype)!r}')
+        if bins <= 0:
+            raise RuntimeError("torch.histc: bins must be > 0")
+        flat, dtype = ops["reshape"](input.detach(), (-1,)), numpy.dtype(input.dtype).name
+        if min == max and flat.numel():
+            min, max = ops["amin"](flat).item(), ops["amax"](flat).item()
+        if min == max:
+            min, max = min - 1, max + 1
+        if min > max:
+            raise RuntimeError(f"torch.histc: max must be larger than min, but got min {min} max {max}")
+        inside = ops["bitwise_and"](ops["ge"](flat, min), ops["le"](flat, max))
+        position = ops["floor"](ops["div"](ops["mul"](ops["sub"](flat, min), bins), max - min))  # torch's order
+        position = where(inside, ops["clamp"](position, max=bins - 1), 0)
+        count = make.zeros(bins, dtype=dtype)
+        return ops["scatter_add"](count, cast(position, dtype="int64"), cast(inside, dtype=dtype), dim=0)
+
+    def block_diag(*tensors: VariableSurface) -> VariableSurface:
+        """The 0-, 1- or 2-d `tensors` as the blocks of a block-diagonal matrix (of their promoted dtype)."""
+        for k, t in enumerate(tensors):
+            if t.ndim > 2:
+                raise RuntimeError(
+                    f"torch.block_diag: Input tensors must have 2 or fewer dimensions. Input {k} has {t.ndim} dimensions"
+                )
+        blocks = [reshape(t, (1, -1) if t.ndim < 2 else tuple(t.shape)) for t in tensors]
+        shapes, dtypes = [tuple(b.shape) for b in blocks], [numpy.dtype(b.dtype) for b in blocks]
+        dtype = result_type(shapes, dtypes).name if blocks else "float32"
+        width, rows, left = sum(b.shape[1] for b in blocks), [], 0
+        for b in blocks:
+            pieces = [make.zeros(b.shape[0], left, dtype=dtype), cast(b, dtype=dtype)]
+            rows.append(ops["cat"]([*pieces, make.zeros(b.shape[0], width - left - b.shape[1], dtype=dtype)], dim=1))
+            left += b.shape[1]
+        return ops["cat"](rows, dim=0) if rows else make.zeros(0, 0, dtype=dtype)
 
     # every function defined above but the helpers (named with a leading underscore)
     out = {name: f for name, f in locals().items() if getattr(f, "__module__", None) == __name__ and name[0] != "_"}

@@ -1,7 +1,7 @@
 """PyTorch functions whose signature is not a registry op's (`gather(input, dim, index)` puts an
 attribute between inputs; `split` and `sort` return several Variables; `einsum` takes its equation
 first), written over the side's op functions: `sort`, `topk`, `gather`, `scatter_add`,
-`index_select`, `bmm`, `chunk`, `split`, `repeat` and `einsum`. `engine.modern` adds them to the surface."""
+`index_select`, `cummax`, `cummin`, `bmm`, `chunk`, `split`, `repeat` and `einsum`. `engine.modern` adds them to the surface."""
 
 from __future__ import annotations
 
@@ -74,6 +74,20 @@ def functions(ops) -> dict:
         indices = order[(slice(None),) * d + (slice(0, k),)] if input.ndim else order
         return MaxMin(ops["gather"](input, indices, dim=d), indices)
 
+    def _running(largest):
+        def running(input: VariableSurface, dim: int) -> MaxMin[VariableSurface]:
+            """(values, indices) of the running maximum (cummin: minimum) along `dim`, a later tie's index winning
+            and a NaN holding, as torch's; the values' gradient goes to the positions they came from."""
+            flat = input if input.ndim else ops["reshape"](input, (1,))
+            indices = ops["cumextreme_index"](flat, dim=_dim(input, dim), largest=largest)
+            values = ops["gather"](flat, indices, dim=_dim(input, dim))
+            if not input.ndim:
+                return MaxMin(ops["reshape"](values, ()), ops["reshape"](indices, ()))
+            return MaxMin(values, indices)
+
+        running.__name__ = running.__qualname__ = "cummax" if largest else "cummin"
+        return running
+
     def bmm(input: VariableSurface, mat2: VariableSurface) -> VariableSurface:
         """Batched matrix product of two 3-d Variables of equal batch size."""
         for name, v in (("batch1", input), ("batch2", mat2)):
@@ -142,4 +156,4 @@ def functions(ops) -> dict:
     return {
         f.__name__: f
         for f in (gather, scatter_add, scatter_add_, index_select, sort, msort, topk, bmm, split, chunk, repeat, einsum)
-    }
+    } | {"cummax": _running(True), "cummin": _running(False)}

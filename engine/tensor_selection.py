@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from engine.surface_types import Operand, V, VariableSurface
 
 FUNCTIONS_ONLY = ("searchsorted", "bucketize", "isin")
-METHODS_ONLY = ("scatter_", "index_fill_", "index_copy_", "masked_scatter_", "fill_diagonal_")
+METHODS_ONLY = ("scatter_", "scatter_reduce_", "index_fill_", "index_copy_", "masked_scatter_", "fill_diagonal_")
 EVERY = slice(None)
 
 
@@ -98,6 +98,43 @@ def functions(ops, make) -> dict:
     def scatter_(self: V, dim: int, index: VariableSurface, src: Any = None, value: Any = None, **options: Any) -> V:
         """In place: `scatter`."""
         self.copy_(scatter(self.clone(), dim, index, src, value, **options))
+        return self
+
+    def scatter_reduce(
+        input: VariableSurface,
+        dim: int,
+        index: VariableSurface,
+        src: VariableSurface,
+        reduce: str,
+        *,
+        include_self: bool = True,
+    ) -> VariableSurface:
+        """A copy of `input` with `src`'s entries reduced into it at `index` along `dim` by `reduce` ("sum", "prod",
+        "mean", "amax" or "amin"), `input`'s own entry included unless `include_self` is False (PyTorch's gradients)."""
+        if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+            raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+        if input.dtype != src.dtype:
+            raise RuntimeError("scatter(): Expected self.dtype to be equal to src.dtype")
+        if tuple(src.shape) != tuple(index.shape) and src.ndim == index.ndim:
+            src = src[tuple(slice(0, n) for n in index.shape)]
+        if reduce not in ("sum", "mean"):
+            return ops["scatter_" + reduce](input, index, src, dim=dim, include_self=include_self)
+        dtype = input.dtype
+        count = ops["scatter_add"](
+            make.zeros(tuple(input.shape), dtype=dtype), index, make.ones(tuple(index.shape), dtype=dtype), dim=dim
+        )
+        base = input if include_self else where(ops["gt"](count, 0), 0, input)
+        out = ops["scatter_add"](base, index, src, dim=dim)
+        if reduce == "sum":
+            return out
+        count = where(ops["eq"](count, 0), 1, count + 1 if include_self else count)
+        return ops["div"](out, count) if input.is_floating_point() else ops["div_rounded"](out, count)
+
+    def scatter_reduce_(
+        self: V, dim: int, index: VariableSurface, src: VariableSurface, reduce: str, *, include_self: bool = True
+    ) -> V:
+        """In place: `scatter_reduce`."""
+        self.copy_(scatter_reduce(self.clone(), dim, index, src, reduce, include_self=include_self))
         return self
 
     def index_fill(input: VariableSurface, dim: int, index: Operand, value: Any) -> VariableSurface:

@@ -508,6 +508,28 @@ case(
     normal(1, 1, 3, 4),
 )
 case("interpolate-nearest-5d", f("interpolate", scale_factor=2), normal(1, 1, 2, 2, 3))
+for corners in (False, True):
+    case(
+        f"interpolate-bicubic-scale-corners{corners}",
+        f("interpolate", scale_factor=(2.5, 1.5), mode="bicubic", align_corners=corners),
+        normal(1, 2, 3, 4),
+    )
+    case(
+        f"interpolate-bicubic-down-corners{corners}",
+        f("interpolate", size=(2, 3), mode="bicubic", align_corners=corners),
+        normal(2, 1, 5, 7),
+    )
+    for mode in ("bilinear", "bicubic"):
+        case(
+            f"interpolate-{mode}-antialias-corners{corners}",
+            f("interpolate", size=(3, 2), mode=mode, antialias=True, align_corners=corners),
+            normal(1, 2, 7, 5),
+        )
+case(
+    "interpolate-bicubic-antialias-up",
+    f("interpolate", scale_factor=1.6, mode="bicubic", antialias=True),
+    normal(1, 1, 3, 4),
+)
 case("pixel_shuffle", f("pixel_shuffle", 2), normal(2, 8, 2, 3))
 case("pixel_shuffle-3d", f("pixel_shuffle", 3), normal(9, 2, 2))
 case("pixel_unshuffle", f("pixel_unshuffle", 2), normal(2, 2, 4, 6))
@@ -584,6 +606,16 @@ case("max_pool1d", f("max_pool1d", 3, 2, 1, ceil_mode=True), normal(2, 2, 8))
 case("max_pool2d-indices", f("max_pool2d", (2, 3), 2, return_indices=True), normal(1, 2, 5, 7))
 case("avg_pool1d", f("avg_pool1d", 3, 2, 1, count_include_pad=False), normal(2, 2, 8))
 case("avg_pool2d", f("avg_pool2d", 3, 2, 1, ceil_mode=True, divisor_override=4), normal(1, 2, 6, 5))
+UNPOOL_2D = np.array([[[[5, 2], [12, 15]], [[0, 7], [13, 10]]]])  # one position in each 2 x 2 window of 4 x 4
+case("max_unpool1d", f("max_unpool1d", 2), normal(2, 2, 3), np.array([[[1, 2, 5], [0, 3, 4]]] * 2))
+case("max_unpool2d", f("max_unpool2d", 2), normal(1, 2, 2, 2), UNPOOL_2D)
+case("max_unpool2d-output_size", f("max_unpool2d", 2, output_size=(5, 5)), normal(1, 2, 2, 2), UNPOOL_2D)
+case("max_unpool3d", f("max_unpool3d", 2, 1), normal(1, 1, 1, 1, 2), np.array([[[[[3, 1]]]]]))
+case("lp_pool1d", f("lp_pool1d", 2, 3, 2), uniform(0.5, 2, 2, 2, 7))
+case("lp_pool2d", f("lp_pool2d", 1.5, (2, 3), ceil_mode=True), uniform(0.5, 2, 1, 2, 5, 7))
+case("lp_pool3d", f("lp_pool3d", 3, 2), uniform(0.5, 2, 1, 2, 3, 4, 4))
+case("lp_pool2d-inf", f("lp_pool2d", float("inf"), 2), normal(1, 2, 4, 4))
+case("channel_shuffle", f("channel_shuffle", 3), normal(2, 6, 2, 3))
 case("adaptive_avg_pool1d", f("adaptive_avg_pool1d", 3), normal(2, 2, 7))
 case("adaptive_avg_pool2d", f("adaptive_avg_pool2d", (None, 2)), normal(1, 2, 4, 5))
 case("unfold", f("unfold", 2, padding=1, stride=2), normal(1, 2, 4, 5))

@@ -44,6 +44,8 @@ from engine.nn.missing import missing
 from engine.nn.node_names import name_all
 from engine.nn.normalization import *  # noqa: F403  (group_norm, dropout2d...: the other normalisations and dropouts)
 from engine.nn.normalization import __all__ as _normalization
+from engine.nn.pool_variants import *  # noqa: F403  (max_unpool2d, lp_pool2d, channel_shuffle)
+from engine.nn.pool_variants import __all__ as _pool_variants
 from engine.nn.resampling import *  # noqa: F403  (interpolate, pixel_shuffle...: resampling and rearranging)
 from engine.nn.resampling import __all__ as _resampling
 from engine.nn.resampling import padded_by_index
@@ -111,7 +113,7 @@ __all__ = [
     "unfold",
     "fold",
 ]
-__all__ += _activations + _losses + _normalization + _resampling
+__all__ += _activations + _losses + _normalization + _resampling + _pool_variants
 _INDEX_DTYPES = (numpy.dtype(numpy.int64), numpy.dtype(numpy.uint8))
 
 # --- reductions ---------------------------------------------------------------------------------

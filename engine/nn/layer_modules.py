@@ -1,6 +1,6 @@
 """`torch.nn`'s padding, resampling and rearranging modules (ConstantPad/ZeroPad/ReflectionPad/ReplicationPad/
 CircularPad 1d and 2d, Upsample and UpsamplingNearest2d/Bilinear2d, PixelShuffle/PixelUnshuffle, Fold/Unfold,
-Bilinear, AdaptiveMaxPool1d/2d), mixins that `engine.nn.module_classes.bind` joins to a side's `Module` as it does
+Bilinear, AdaptiveMaxPool1d/2d, MaxUnpool1d/2d/3d, LPPool1d/2d/3d, ChannelShuffle), mixins that `engine.nn.module_classes.bind` joins to a side's `Module` as it does
 `engine.nn.sequence`'s; each forward calls `engine.nn.functional`. Arguments, Bilinear's parameters and their
 initialisation (U(-1/sqrt(in1_features), 1/sqrt(in1_features))) and the reprs are PyTorch's."""
 
@@ -11,6 +11,7 @@ import math
 from engine.nn import functional as F
 from engine.nn import init
 from engine.nn.adaptive import AdaptiveLogSoftmaxWithLoss
+from engine.nn.pool_variants import as_tuple
 from engine.nn.sequence import _Sided
 
 
@@ -308,6 +309,76 @@ class AdaptiveMaxPool2d(AdaptiveMaxPool1d):
     _function = staticmethod(F.adaptive_max_pool2d)
 
 
+class _MaxUnpool(_Sided):
+    _dims = 2
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size, self.padding = as_tuple(kernel_size, self._dims), as_tuple(padding, self._dims)
+        self.stride = self.kernel_size if stride is None else as_tuple(stride, self._dims)
+
+    def forward(self, input, indices, output_size=None):
+        unpool = getattr(F, f"max_unpool{self._dims}d")
+        return unpool(input, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpool):
+    _dims = 1
+
+
+class MaxUnpool2d(_MaxUnpool):
+    pass
+
+
+class MaxUnpool3d(_MaxUnpool):
+    _dims = 3
+
+
+class _LPPool(_Sided):
+    _dims = 2
+
+    def __init__(self, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False):
+        super().__init__()
+        self.norm_type, self.kernel_size, self.stride, self.ceil_mode = norm_type, kernel_size, stride, ceil_mode
+
+    def forward(self, input):
+        pool = getattr(F, f"lp_pool{self._dims}d")
+        return pool(input, float(self.norm_type), self.kernel_size, self.stride, self.ceil_mode)
+
+    def extra_repr(self) -> str:
+        return (
+            f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, stride={self.stride}, "
+            f"ceil_mode={self.ceil_mode}"
+        )
+
+
+class LPPool1d(_LPPool):
+    _dims = 1
+
+
+class LPPool2d(_LPPool):
+    pass
+
+
+class LPPool3d(_LPPool):
+    _dims = 3
+
+
+class ChannelShuffle(_Sided):
+    def __init__(self, groups: int):
+        super().__init__()
+        self.groups = groups
+
+    def forward(self, input):
+        return F.channel_shuffle(input, self.groups)
+
+    def extra_repr(self) -> str:
+        return f"groups={self.groups}"
+
+
 LAYERS: tuple[type, ...] = (
     ConstantPad1d,
     ConstantPad2d,
@@ -320,3 +391,4 @@ LAYERS: tuple[type, ...] = (
 LAYERS += (ReplicationPad2d, CircularPad1d, CircularPad2d, Upsample, UpsamplingNearest2d, UpsamplingBilinear2d)
 LAYERS += (PixelShuffle, PixelUnshuffle, Unfold, Fold, Bilinear, AdaptiveMaxPool1d, AdaptiveMaxPool2d, EmbeddingBag)
 LAYERS += (AdaptiveLogSoftmaxWithLoss,)  # (engine.nn.adaptive)
+LAYERS += (MaxUnpool1d, MaxUnpool2d, MaxUnpool3d, LPPool1d, LPPool2d, LPPool3d, ChannelShuffle)

@@ -1013,6 +1013,9 @@ def _ntuple(value, n: int) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
 
 
+PADDING_MODES = {"zeros", "reflect", "replicate", "circular"}
+
+
 class _ConvNd(Module):
     """Conv1d/2d/3d and their transposes: weight [out_channels, in_channels / groups, *kernel_size] (transposed:
     [in_channels, out_channels / groups, *kernel_size]) from kaiming_uniform_(a=sqrt(5)), and bias from
@@ -1044,10 +1047,10 @@ class _ConvNd(Module):
             raise ValueError("in_channels must be divisible by groups")
         if out_channels % groups != 0:
             raise ValueError("out_channels must be divisible by groups")
-        if padding_mode != "zeros":
-            raise NotImplementedError(
-                f"{type(self).__name__}: padding_mode {padding_mode!r} is not supported (only 'zeros')"
-            )
+        if padding_mode not in PADDING_MODES:
+            raise ValueError(f"padding_mode must be one of {PADDING_MODES}, but got padding_mode='{padding_mode}'")
+        if padding_mode != "zeros" and self._transposed:
+            raise ValueError(f'Only "zeros" padding mode is supported for {type(self).__name__}')
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
                 raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
@@ -1078,8 +1081,19 @@ class _ConvNd(Module):
                 init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input):
-        function = getattr(F, f"conv{self._dims}d")
-        return function(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        function, padding = getattr(F, f"conv{self._dims}d"), self.padding
+        if self.padding_mode != "zeros":  # PyTorch's: F.pad in the mode, then an unpadded convolution
+            input, padding = F.pad(input, self._padded_sides(), mode=self.padding_mode), 0
+        return function(input, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
+
+    def _padded_sides(self):
+        """F.pad's amounts (last dimension first) of this convolution's padding ('same': the larger half after)."""
+        if self.padding == "valid":
+            return (0, 0) * self._dims
+        if self.padding == "same":
+            totals = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
+            return tuple(v for total in reversed(totals) for v in (total // 2, total - total // 2))
+        return tuple(p for p in reversed(self.padding) for _ in range(2))
 
     def extra_repr(self) -> str:
         n = self._dims

@@ -1,7 +1,7 @@
 """`torch.nn.functional`'s resampling and rearranging (re-exported by `engine.nn.functional`), composed of registry
 ops: `interpolate` ('nearest', 'nearest-exact', 'linear', 'bilinear' with either align_corners, 'area') as
 index_select of the source positions PyTorch's kernels compute, weighted for the linear modes, one spatial
-dimension at a time; `pad`'s 'reflect', 'replicate' and 'circular' modes as an index_select per padded dimension;
+dimension at a time ('bicubic', and `antialias`, as a matmul with each dimension's matrix of PyTorch's weights); `pad`'s 'reflect', 'replicate' and 'circular' modes as an index_select per padded dimension;
 `pixel_shuffle`/`pixel_unshuffle` as reshape and permute; `bilinear` as one matmul; `adaptive_max_pool1d/2d` as
 the maximum of each of PyTorch's windows; `grid_sample` as gathers of the 2 x 2 (4 x 4 'bicubic') pixels around each
 point, weighted by its fractions. Gradients follow from the ops (index_select's adds up repeats)."""
@@ -123,8 +123,8 @@ def bilinear(input1, input2, weight, bias=None):
     return out if bias is None else out + bias
 
 
-_LINEAR = {"linear": 3, "bilinear": 4}
-_MODES = ("nearest", "nearest-exact", "area", "linear", "bilinear")
+_LINEAR = {"linear": 3, "bilinear": 4, "bicubic": 4}
+_MODES = ("nearest", "nearest-exact", "area", "linear", "bilinear", "bicubic")
 
 
 def _output_sizes(input, size, scale_factor, recompute_scale_factor):
@@ -179,10 +179,11 @@ def interpolate(
         raise ValueError(
             "align_corners option can only be set with the interpolating modes: linear | bilinear | bicubic | trilinear"
         )
-    if mode not in _MODES or antialias:
-        raise NotImplementedError(
-            f"interpolate: mode {mode!r}{' with antialias' if antialias else ''} is not supported "
-            f"(supported: {', '.join(_MODES)})"
+    if mode not in _MODES:
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (supported: {', '.join(_MODES)})")
+    if antialias and (mode not in ("bilinear", "bicubic") or input.ndim != 4):
+        raise ValueError(
+            "Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and requires a 4-D tensor as input"
         )
     if mode in _LINEAR and input.ndim != _LINEAR[mode]:
         raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {_LINEAR[mode]}D input")
@@ -200,7 +201,11 @@ def interpolate(
         dim, source_size = 2 + k, input.shape[2 + k]
         positions = numpy.arange(target, dtype=numpy.float64)
         step = source_size / target if scale is None else scale
-        if mode in ("nearest", "nearest-exact"):
+        if antialias or mode == "bicubic":
+            weights = _resampling_matrix(source_size, target, step, mode, align_corners, antialias)
+            moved = out.transpose(dim, -1)
+            out = (moved @ ns.tensor(weights.T.astype(numpy.dtype(out.dtype)))).transpose(dim, -1)
+        elif mode in ("nearest", "nearest-exact"):
             shift = 0.5 if mode == "nearest-exact" else 0.0
             index = numpy.minimum(numpy.floor((positions + shift) * step).astype(numpy.int64), source_size - 1)
             out = out.index_select(dim, ns.tensor(index))
@@ -210,6 +215,35 @@ def interpolate(
         else:
             out = _along(out, dim, numpy.maximum((positions + 0.5) * step - 0.5, 0.0), ns)
     return out
+
+
+def _resampling_matrix(size, target, step, mode, align_corners, antialias):
+    """[target, size] weights of one dimension's resampling: PyTorch's bicubic taps (A = -0.75, at positions
+    clamped to the edge), or with `antialias` its filter (triangle, or cubic with A = -0.5) widened by the
+    downscaling factor over the pixels its support covers, normalised."""
+    if align_corners:
+        step = (size - 1) / (target - 1) if target > 1 else 0.0
+    rows, matrix = numpy.arange(target), numpy.zeros((target, size))
+    if not antialias:
+        source = rows * step if align_corners else (rows + 0.5) * step - 0.5
+        low = numpy.floor(source)
+        for k, weight in enumerate(_cubic_weights(source - low)):
+            numpy.add.at(matrix, (rows, numpy.clip(low.astype(numpy.int64) - 1 + k, 0, size - 1)), weight)
+        return matrix
+    half = 2.0 if mode == "bicubic" else 1.0  # the filter's support at scale 1
+    support, stretch = half * max(step, 1.0), 1.0 / step if step >= 1.0 else 1.0
+    for i in rows:
+        center = step * (i + 0.5)
+        first, stop = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), size)
+        x = numpy.abs((numpy.arange(first, stop) - center + 0.5) * stretch)
+        if mode == "bicubic":
+            near, far = ((1.5 * x - 2.5) * x) * x + 1, ((-0.5 * x + 2.5) * x - 4) * x + 2
+            weights = numpy.where(x < 1, near, numpy.where(x < 2, far, 0.0))
+        else:
+            weights = numpy.maximum(1 - x, 0.0)
+        total = weights.sum()
+        matrix[i, first:stop] = weights / total if total else weights
+    return matrix
 
 
 def _adaptive_windows(size, out):

@@ -11,6 +11,7 @@ from engine.ops import (  # noqa: F401
     pooling,
     reduction,
     rounding,
+    scatter_reduce,
     selection,
     shape,
     special,

@@ -1,9 +1,10 @@
 """Rounding and modular arithmetic (`floor`, `ceil`, `round`, `trunc`, `fmod`, `remainder`,
-`floor_divide`) and the logarithms and powers of base 10 and 2 (`log10`, `log2`, `exp2`).
+`floor_divide`, `div_rounded`), integer shifts (`bitwise_left_shift`, `bitwise_right_shift`) and the logarithms and powers of base 10 and 2 (`log10`, `log2`, `exp2`).
 
 PyTorch's gradients: the rounding functions have a zero gradient; `fmod(x, y)` and
 `remainder(x, y)` pass `g` to x and `-g * trunc(x / y)` (resp. `floor(x / y)`) to y;
-`floor_divide` (`//`) has none. Integer inputs keep their dtype, as PyTorch's do
+`floor_divide` (`//`) has none; `div_rounded` (`torch.div(x, y, rounding_mode=...)`) has a zero one, as
+PyTorch's rounded division. Integer inputs keep their dtype, as PyTorch's do
 (`int_tensor // 2` and `int_tensor % 2` are int64, `floor(int_tensor)` is the tensor's values).
 """
 
@@ -11,16 +12,19 @@ from __future__ import annotations
 
 import math
 
+import numpy
+
 from engine import shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.ops.conv import const
 from engine.ops.elementwise import BINARY, POSITIVE, UNARY
+from engine.promotion import type_name
 from engine.recording import derived
 from engine.registry import Sample, defop
 
 
-def _zero(g, ans, x, **attrs):
+def _zero(g, ans, *inputs, **attrs):
     return const(_xp(g._data).zeros_like(g._data))
 
 
@@ -123,6 +127,51 @@ floor_divide = defop(
     infer=shapes.broadcast,
     doc="floor(x / y), as Python's // (x // y); no gradient",
 )
+
+
+def _div_rounded(xp, x, y, floor=True):
+    if floor:
+        return xp.floor_divide(x, y)  # Python's (and PyTorch's) floor division, also of floats: 1.0 // 0.1 is 9
+    if x.dtype.kind in "fc" or getattr(y, "dtype", x.dtype).kind in "fc":
+        return xp.trunc(xp.true_divide(x, y))
+    return xp.floor_divide(x - xp.fmod(x, y), y)  # exact: x less its C remainder is a multiple of y
+
+
+div_rounded = defop(
+    "div_rounded",
+    _div_rounded,
+    _zero,
+    _zero,
+    saves=False,
+    methods=(),
+    attrs={"floor": Attr("bool", True, "round the quotient down (True) or toward zero (False)")},
+    samples=DIVISORS + (Sample(((3, 4), (3, 4)), {"floor": False}, low=0.3, high=2.0),),
+    infer=shapes.broadcast,
+    doc="x / y rounded down (or toward zero): torch.div's rounding_mode; integers stay integers; gradient zero",
+)
+
+
+def _shift(name, fn, symbol):
+    def forward(xp, x, y):
+        for a in (x, y):
+            if numpy.result_type(a).kind not in "biu":
+                kernel = "lshift" if symbol == "<<" else "rshift"
+                raise NotImplementedError(f'"{kernel}_cpu" not implemented for {type_name(numpy.result_type(a))!r}')
+        return fn(xp, x, y)
+
+    return defop(
+        name,
+        forward,
+        arity=2,
+        differentiable=False,
+        samples=(Sample(make=lambda rng: [rng.integers(-50, 50, (3, 4)), rng.integers(0, 8, (4,))]),),
+        infer=shapes.bitwise,
+        doc=f"x {symbol} y of bool or integer Variables (shifts past the width give 0, or -1 of a negative x)",
+    )
+
+
+bitwise_left_shift = _shift("bitwise_left_shift", lambda xp, x, y: xp.left_shift(x, y), "<<")
+bitwise_right_shift = _shift("bitwise_right_shift", lambda xp, x, y: xp.right_shift(x, y), ">>")
 
 LN10, LN2 = math.log(10.0), math.log(2.0)
 log10 = defop(

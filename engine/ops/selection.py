@@ -163,6 +163,36 @@ defop(
 )
 
 
+def _running_extreme_index(xp, x, dim, largest):
+    # where x reaches its running max (min) or is NaN, its own position, else the last such one: torch's cummax
+    # indices (a later tie wins; a NaN holds). The accumulate runs along the moved-last axis
+    moved = xp.moveaxis(x, dim, -1) if x.ndim else x.reshape(1)
+    running = (xp.maximum if largest else xp.minimum).accumulate(moved, axis=-1)
+    positions = xp.arange(moved.shape[-1], dtype=numpy.int64)
+    hit = (moved == running) | (moved != moved)
+    index = xp.maximum.accumulate(xp.where(hit, positions, 0), axis=-1)
+    return xp.moveaxis(index, -1, dim) if x.ndim else index.reshape(())
+
+
+def _running_extreme_scratch(in_metas, out_meta, attrs):
+    """The running extreme (x's dtype), three bool masks at once and the positions where they hit (int64)."""
+    shape, dtype = in_metas[0]
+    return costs.Scratch(forward=costs.numel(shape) * (numpy.dtype(dtype).itemsize + 3 + 8))
+
+
+defop(
+    "cumextreme_index",
+    _running_extreme_index,
+    attrs={"dim": Attr("int"), "largest": Attr("bool", True, "of the running maximum (True) or minimum")},
+    differentiable=False,
+    methods=(),
+    scratch=_running_extreme_scratch,
+    samples=(Sample(((3, 4),), {"dim": 1}), Sample(((3, 4),), {"dim": 0, "largest": False})),
+    infer=lambda s, d, a: (shapes.normalize_dims(a["dim"], len(s[0])) and tuple(s[0]), numpy.dtype(numpy.int64)),
+    doc="the index of the running maximum (or minimum) along dim: torch.cummax's indices (no gradient)",
+)
+
+
 def _check_index(name, x_shape, i_shape, i_dtype, dim, larger_along=True):
     """The dimension `dim` names, after PyTorch's checks of an index of shape `i_shape` for `x_shape`."""
     if numpy.dtype(i_dtype).kind not in "iu":

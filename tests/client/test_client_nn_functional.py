@@ -222,8 +222,10 @@ def test_every_target_ignored_gives_nan_like_torch(torch_like, oracle, weighted)
 
 def test_unsupported_options_say_so(torch_like):
     F = torch_like.nn.functional
-    with pytest.raises(NotImplementedError, match="interpolate: mode 'bicubic' is not supported"):
-        F.interpolate(torch_like.zeros(1, 1, 2, 3), scale_factor=2, mode="bicubic")
+    with pytest.raises(NotImplementedError, match="interpolate: mode 'trilinear' is not supported"):
+        F.interpolate(torch_like.zeros(1, 1, 2, 2, 3), scale_factor=2, mode="trilinear")
+    with pytest.raises(ValueError, match="Anti-alias option is restricted to bilinear, bicubic, and lanczos modes"):
+        F.interpolate(torch_like.zeros(1, 1, 2, 3), scale_factor=2, mode="nearest", antialias=True)
     with pytest.raises(NotImplementedError, match="sparse"):
         F.embedding(torch_like.tensor([1]), torch_like.ones(3, 2), sparse=True)
     with pytest.raises(TypeError, match="generator must be a Generator"):

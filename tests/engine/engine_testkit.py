@@ -85,6 +85,8 @@ BY_NAME = frozenset(
         "bitwise_or",
         "bitwise_xor",
         "bitwise_not",
+        "bitwise_left_shift",
+        "bitwise_right_shift",
         "sub",
         "mul",
         "div",
@@ -275,6 +277,16 @@ TORCH_OVERRIDES = {
     "polygamma": lambda inputs, attrs: _torch().polygamma(attrs["n"], inputs[0]),
     "gather": lambda inputs, attrs: _torch().gather(inputs[0], attrs["dim"], inputs[1]),
     "scatter_add": lambda inputs, attrs: _torch().scatter_add(inputs[0], attrs["dim"], *inputs[1:]),
+    "cumextreme_index": lambda inputs, attrs: (
+        getattr(_torch(), "cummax" if attrs["largest"] else "cummin")(inputs[0], attrs["dim"]).indices
+    ),
+    "div_rounded": lambda inputs, attrs: _torch().div(*inputs, rounding_mode="floor" if attrs["floor"] else "trunc"),
+    **{
+        f"scatter_{reduce}": lambda inputs, attrs, reduce=reduce: _torch().scatter_reduce(
+            inputs[0], attrs["dim"], *inputs[1:], reduce=reduce, include_self=attrs["include_self"]
+        )
+        for reduce in ("amax", "amin", "prod")
+    },
     "scatter": lambda inputs, attrs: _torch().scatter(
         inputs[0], attrs["dim"], inputs[1], inputs[2] if inputs[2].ndim else inputs[2].expand(inputs[1].shape)
     ),

@@ -17,6 +17,7 @@ from engine.autograd import forward_ad as fwAD  # noqa: E402
 
 pytestmark = pytest.mark.torch
 CASES = sample_cases(lambda op: op.differentiable)
+NO_TANGENT_IN_TORCH = {"scatter_prod"}  # forward AD of torch's scatter_reduce(reduce="prod")
 TOL = dict(rtol=1e-9, atol=1e-11)
 
 
@@ -43,6 +44,12 @@ def test_forward_ad_matches_torch_on_every_sample(name, index):
     inputs, attrs = sample_variables(op, index, seed=index, requires_grad=False)
     tangents = _tangents(inputs, index)
     want_primal, want_tangent = _torch_jvp(name, inputs, tangents, attrs)
+    if name in NO_TANGENT_IN_TORCH:  # torch 2.13 silently gives none: the central difference along the tangents
+        moved = [
+            [x if t is None else Variable(x.numpy() + step * t.numpy()) for x, t in zip(inputs, tangents)]
+            for step in (1e-6, -1e-6)
+        ]
+        want_tangent = (op.call(moved[0], attrs).numpy() - op.call(moved[1], attrs).numpy()) / 2e-6
     with fwAD.dual_level():
         duals = [x if t is None else fwAD.make_dual(x, t) for x, t in zip(inputs, tangents)]
         primal, tangent = fwAD.unpack_dual(op.call(duals, attrs))
@@ -50,7 +57,8 @@ def test_forward_ad_matches_torch_on_every_sample(name, index):
     if want_tangent is None:  # torch gives none where the output is not differentiable
         assert tangent is None or not np.any(tangent.numpy())
     else:
-        np.testing.assert_allclose(tangent.numpy(), want_tangent, err_msg=f"{name} tangent", **TOL)
+        tolerance = dict(rtol=1e-6, atol=1e-8) if name in NO_TANGENT_IN_TORCH else TOL
+        np.testing.assert_allclose(tangent.numpy(), want_tangent, err_msg=f"{name} tangent", **tolerance)
 
 
 @pytest.mark.parametrize(("name", "index"), CASES[::3], ids=[f"{n}-{i}" for n, i in CASES[::3]])
