@@ -33,6 +33,9 @@ STATIC = {
     "cast": "ToCopyBackward0",
     "setitem": "CopySlices",
     "copy_slices": "CopySlices",  # a view's base changed in place (engine.views)
+    "div_rounded": "DivBackward2",
+    **dict.fromkeys(("scatter_amax", "scatter_amin", "scatter_prod"), "ScatterReduceBackward0"),
+    "pinv": "LinalgPinvBackward0",
     "sum_to": "SumBackward1",
     "reshape": "ViewBackward0",
     "flatten": "ViewBackward0",

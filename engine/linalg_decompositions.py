@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy
 
+from engine.grad_fn_names import swap
+
 if TYPE_CHECKING:
     from engine.surface_types import VariableSurface
 
@@ -38,6 +40,17 @@ class LstsqResult(namedtuple("linalg_lstsq", "solution residuals rank singular_v
 
 
 MODES = ("reduced", "complete", "r")
+
+
+def _named(parts, name: str):
+    """`parts` (selections of one packed result), each one's grad_fn named PyTorch's node of the decomposition."""
+    for part in parts:
+        node = getattr(part, "grad_fn", None)
+        if node is not None:
+            swap(node, name)
+    return parts
+
+
 DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
 
 
@@ -61,7 +74,7 @@ def _qr(ops, A, mode):
     packed = ops["qr_packed"](A, complete=mode == "complete")
     columns = A.shape[-2] if mode == "complete" else min(A.shape[-2:])
     Q, R = packed[..., :columns], packed[..., :columns, columns:]
-    return QRResult(A.new_zeros(0) if mode == "r" else Q, R)
+    return _named(QRResult(A.new_zeros(0) if mode == "r" else Q, R), "LinalgQrBackward0")
 
 
 def functions(ops) -> dict:
@@ -70,7 +83,7 @@ def functions(ops) -> dict:
         if not compute_uv:
             m, n = input.shape[-2:]
             return OldSVD(input.new_zeros((*input.shape[:-2], m, m)), S, input.new_zeros((*input.shape[:-2], n, n)))
-        return OldSVD(U, S, V)
+        return _named(OldSVD(U, S, V), "LinalgSvdBackward0")
 
     def qr(input: VariableSurface, some: bool = True) -> tuple[VariableSurface, VariableSurface]:
         return _qr(ops, input, "reduced" if some else "complete")
@@ -91,11 +104,11 @@ def linalg(ops) -> dict:
         half = A.tril() if UPLO == "L" else A.triu()
         symmetric = half + (A.tril(-1) if UPLO == "L" else A.triu(1)).mT
         packed = ops["eigh_packed"](A + (symmetric - A).detach() if A.requires_grad else symmetric)
-        return EighResult(packed[..., 0, :], packed[..., 1:, :])
+        return _named(EighResult(packed[..., 0, :], packed[..., 1:, :]), "LinalgEighBackward0")
 
     def svd(A, full_matrices=True, *, driver=None):
         U, S, V = _svd_parts(ops, A, full_matrices)
-        return SVDResult(U, S, V.mT)
+        return _named(SVDResult(U, S, V.mT), "LinalgSvdBackward0")
 
     def pinv(A, rcond=None, hermitian=False, *, atol=None, rtol=None):
         return ops["pinv"](A, atol=atol, rtol=rcond if rtol is None else rtol, hermitian=hermitian)
@@ -153,7 +166,7 @@ def linalg(ops) -> dict:
         "eigh": eigh,
         "eigvalsh": lambda A, UPLO="L": eigh(A, UPLO).eigenvalues,
         "svd": svd,
-        "svdvals": lambda A, *, driver=None: _svd_parts(ops, A, False)[1],
+        "svdvals": lambda A, *, driver=None: _named(_svd_parts(ops, A, False)[1:2], "LinalgSvdBackward0")[0],
         "qr": lambda A, mode="reduced": _qr(ops, A, mode),
         "pinv": pinv,
         "lstsq": lstsq,

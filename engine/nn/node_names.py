@@ -85,7 +85,17 @@ def _interpolate(args, kwargs):
     if mode == "area":
         return "SqueezeBackward1" if spatial == 1 else f"AdaptiveAvgPool{spatial}DBackward0"
     kind = {"nearest": "Nearest", "nearest-exact": "NearestExact"}.get(mode) or _UPSAMPLED.get(mode)
-    return None if kind is None else f"Upsample{kind}{spatial}DBackward0"
+    antialiased = "Aa" if _arg(args, kwargs, 6, "antialias", False) else ""
+    return None if kind is None else f"Upsample{kind}{spatial}D{antialiased}Backward0"
+
+
+def _lp_pool(args, kwargs):
+    """PyTorch's lp_pool of norm_type inf is a max_pool (`MaxPool<n>DWithIndicesBackward0`; 1-d through a squeeze)."""
+    input, norm = args[0] if args else kwargs["input"], _arg(args, kwargs, 1, "norm_type")
+    if norm != float("inf"):
+        return None
+    spatial = input.ndim - 2
+    return "SqueezeBackward1" if spatial == 1 else f"MaxPool{spatial}DWithIndicesBackward0"
 
 
 def _reduced(name):
@@ -124,6 +134,11 @@ NAMES = {
     "interpolate": _interpolate,
     "grid_sample": _per_rank("GridSampler", 2),
     "pixel_shuffle": "PixelShuffleBackward0",
+    "channel_shuffle": "ChannelShuffleBackward0",
+    "max_unpool1d": "SqueezeBackward1",
+    "max_unpool2d": "MaxUnpool2DBackward0",
+    "max_unpool3d": "MaxUnpool3DBackward0",
+    **dict.fromkeys(("lp_pool1d", "lp_pool2d", "lp_pool3d"), _lp_pool),
     "pixel_unshuffle": "PixelUnshuffleBackward0",
     "pairwise_distance": "NormBackward1",
     "pdist": "PdistBackward0",
