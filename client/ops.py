@@ -301,4 +301,5 @@ def install(backward) -> dict:
         as_host_array,
         functions={"getitem": getitem, "setitem": setitem, **{name: _viewing(name) for name in VIEWS}},
     )
+    Variable._run = side.run
     return install_surface(side)

@@ -181,9 +181,11 @@ class Variable(VariableSurface):
         snap._requires_grad = self._requires_grad
         return snap
 
-    def _assign_recorded(self, other: Variable, run):
+    _run: Any = None  # `run(op)(inputs, attrs)` records an op (installed by client.ops)
+
+    def _assign_recorded(self, other: Variable, run=None):
         """Make this Variable stand for `other`'s value, and its views or base with it (client.views)."""
-        if not assign_views(self, other, run):
+        if not assign_views(self, other, run or Variable._run):
             self._stand_for(other)
             self._version += 1
 

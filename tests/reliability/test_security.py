@@ -11,8 +11,15 @@ import pytest
 from .conftest import ROOT, assert_error, json_tensor, settings_class, simple_request
 
 SCANNED = ("engine", "service", "client")
-BANNED_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "marshal", "shelve"}
+BANNED_MODULES = {"cPickle", "_pickle", "dill", "cloudpickle", "marshal", "shelve"}
 BANNED_CALLS = {"eval", "exec", "__import__"}
+# `pickle` gives the hand-written weights-only reader and writer of PyTorch's files (engine/pickle_reader.py,
+# pickle_writer.py) their opcodes and its error class; nothing that loads or dumps (load, loads, Unpickler...)
+PICKLE_NAMES_ALLOWED = {"UnpicklingError", "PicklingError", "PickleError"}
+
+
+def _pickle_name_allowed(name: str) -> bool:
+    return name.isupper() or name in PICKLE_NAMES_ALLOWED  # an opcode constant (pickle.REDUCE) or an error class
 
 
 def _sources():
@@ -42,8 +49,17 @@ def findings(source: str, path: str = "<src>"):
         elif isinstance(node, ast.ImportFrom):
             if (node.module or "").split(".")[0] in BANNED_MODULES:
                 out.append((node.lineno, f"from {node.module} import"))
+            if node.module == "pickle":
+                out += [
+                    (node.lineno, f"from pickle import {a.name}")
+                    for a in node.names
+                    if not _pickle_name_allowed(a.name)
+                ]
             if node.module == "importlib" and any(a.name == "import_module" for a in node.names):
                 out.append((node.lineno, "from importlib import import_module"))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "pickle":
+            if not _pickle_name_allowed(node.attr):
+                out.append((node.lineno, f"pickle.{node.attr}"))
         elif isinstance(node, ast.Call):
             name = _dotted(node.func)
             if (
@@ -61,11 +77,16 @@ def findings(source: str, path: str = "<src>"):
 def test_the_scanner_finds_what_it_looks_for():
     bad = (
         "import pickle\nfrom importlib import import_module\nx = eval('1')\nexec('y=1')\n__import__('os')\n"
-        "import importlib\nimportlib.import_module('os')\nf = eval\n"
+        "import importlib\nimportlib.import_module('os')\nf = eval\npickle.loads(b'')\nu = pickle.Unpickler\n"
+        "from pickle import load\nimport marshal\n"
     )
     kinds = " ".join(what for _, what in findings(bad))
-    for word in ("pickle", "import_module", "eval", "exec", "__import__"):
+    for word in ("pickle.loads", "pickle.Unpickler", "from pickle import load", "marshal", "import_module", "eval"):
         assert word in kinds
+    for word in ("exec", "__import__"):
+        assert word in kinds
+    # the weights-only reader's and writer's use: opcodes and the error class, nothing that loads
+    assert findings("import pickle\nk = pickle.REDUCE\nraise pickle.UnpicklingError('no')\n") == []
 
 
 def test_no_dynamic_code_in_engine_service_client():
