@@ -42,6 +42,7 @@ PATHS = {
     "nn.utils.rnn": "nn.utils.rnn",
     "nn.utils.parametrize": "nn.utils.parametrize",
     "nn.utils.parametrizations": "nn.utils.parametrizations",
+    "nn.utils.prune": "nn.utils.prune",
     "nn.utils.clip_grad": "nn.utils",
     "nn.parameter": "nn",
     "nn.modules": "nn",

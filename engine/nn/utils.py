@@ -1,5 +1,5 @@
 """`torch.nn.utils`: gradient clipping, parameters as one vector and `rnn.pad_sequence`, written once for every Variable class
-(PyTorch's formulas, in its order of operations, on the Variables' public methods); `parametrize`, `parametrizations`
+(PyTorch's formulas, in its order of operations, on the Variables' public methods); `parametrize`, `parametrizations`, `prune`
 and the hook-based `weight_norm`/`spectral_norm` (`engine.nn.norm_hooks`) are their own files."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ __all__ = [
     "rnn",
     "parametrize",
     "parametrizations",
+    "prune",
     "weight_norm",
     "remove_weight_norm",
     "spectral_norm",
@@ -110,5 +111,5 @@ def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.
 
 
 rnn = types.SimpleNamespace(pad_sequence=pad_sequence)  # torch.nn.utils.rnn
-from engine.nn import parametrizations, parametrize  # noqa: E402  (torch.nn.utils.parametrize, parametrizations)
+from engine.nn import parametrizations, parametrize, prune  # noqa: E402  (torch.nn.utils.parametrize, ...)
 from engine.nn.norm_hooks import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm  # noqa: E402
