@@ -35,7 +35,15 @@ from client.errors import ConflictError, ConnectionFailed, NotFoundError, Server
 from client.pipeline import Pipeline
 from client.transports import Call
 from client.variable import Variable
-from engine.api import backward_arguments, batched_rows, check_unused, grad_arguments, stacked_rows, unused_rule
+from engine.api import (
+    backward_arguments,
+    batched_rows,
+    check_unused,
+    grad_arguments,
+    profiling,
+    stacked_rows,
+    unused_rule,
+)
 
 DEFAULT_TIMEOUT = 120.0  # above the service's default compute_timeout_s (60 s), which answers 503
 USER_AGENT = "gradserve-client/0.1"
@@ -324,6 +332,9 @@ class Session(_Core):
             if self._pipeline is not None:
                 return await _Answer(self._pipeline.submit(*args))
             return await _Answer(self._sender.submit(self._transport.request, *args))
+        if profiling.REQUESTS and action in ("request", "execute"):  # a client-side profile runs: timed as events
+            name = f"{args[0]} {args[1]}" if action == "request" else f"execute {args[0].path}"
+            return profiling.request(name, functools.partial(getattr(self._transport, action), *args))
         return (time.sleep if action == "sleep" else getattr(self._transport, action))(*args)
 
     def healthz(self) -> dict:

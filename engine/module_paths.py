@@ -22,6 +22,8 @@ PATHS = {
     "autograd.gradcheck": "gradcheck",
     "autograd.anomaly_mode": "autograd.anomaly_mode",
     "autograd.graph": "autograd.graph",
+    "autograd.profiler": "autograd.profiler",
+    "profiler": "profiler",
     "distributions": "distributions",
     "testing": "testing",
     "special": "special",
