@@ -85,7 +85,8 @@ class FunctionEvent:
     """One op, request or `record_function` range: its times in microseconds (self: less its children's)."""
 
     def __init__(self, name, start, end, input_shapes=(), kind="cpu_op", thread=0):
-        self.name = self.key = name
+        self.trace_name = name  # PyTorch's steps are "ProfilerStep#N" in a trace, "ProfilerStep*" in its events
+        self.name = self.key = "ProfilerStep*" if name.startswith("ProfilerStep#") else name
         self.time_range = types.SimpleNamespace(start=start, end=end, elapsed_us=lambda: end - start)
         self.cpu_time_total = end - start
         self.self_cpu_time_total = self.cpu_time_total
@@ -159,7 +160,7 @@ class EventList(list):
             {
                 "ph": "X",
                 "cat": e.kind,
-                "name": e.name,
+                "name": e.trace_name,
                 "pid": pid,
                 "tid": e.thread,
                 "ts": e.time_range.start,
@@ -208,6 +209,8 @@ class profile:
     def __init__(self, activities=None, *, schedule=None, on_trace_ready=None, record_shapes=False, **_options):
         self.activities = set(activities or (ProfilerActivity.CPU,))
         self.schedule = schedule or (lambda step: ProfilerAction.RECORD)
+        self._steps = schedule is not None  # each step a range "ProfilerStep#N", as PyTorch's with a schedule
+        self._step_range = None
         self.on_trace_ready, self.record_shapes = on_trace_ready, record_shapes
         self.step_num, self._events, self._ranges = 0, EventList(), []
         self._recording = self._running = False
@@ -229,10 +232,21 @@ class profile:
             REQUESTS.append(self)
         self._last = _now()
         self._act(self.schedule(self.step_num))
+        self._step_began()
+
+    def _step_began(self) -> None:
+        if self._steps:
+            self._step_range = record_function(f"ProfilerStep#{self.step_num}").__enter__()
+
+    def _step_ended(self) -> None:
+        if self._step_range is not None:
+            self._step_range.__exit__(None, None, None)
+            self._step_range = None
 
     def stop(self) -> None:
         if not self._running:
             return
+        self._step_ended()
         self._running = False
         if self.observe_ops:
             RECORDING.pop(self._thread, None)
@@ -244,6 +258,7 @@ class profile:
 
     def step(self) -> None:
         """Mark a step's end: the schedule's action for the next step begins (a cycle's end calls on_trace_ready)."""
+        self._step_ended()
         previous = self.schedule(self.step_num)
         self.step_num += 1
         if previous is ProfilerAction.RECORD_AND_SAVE:
@@ -251,6 +266,7 @@ class profile:
             if self.on_trace_ready is not None:
                 self.on_trace_ready(self)
         self._act(self.schedule(self.step_num))
+        self._step_began()
 
     def _act(self, action) -> None:
         recording = action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)

@@ -87,12 +87,12 @@ def _scheduled(t):
         for _ in range(6):
             scaled(t.tensor(A))
             prof.step()
-    return [(cycle["mul"], cycle["scaled"]) for cycle in cycles]
+    return [(cycle["mul"], cycle["scaled"], cycle["ProfilerStep*"]) for cycle in cycles]
 
 
 def test_schedule_and_on_trace_ready_as_torchs():
     torch = pytest.importorskip("torch")
-    assert _scheduled(engine) == _scheduled(torch) == [(2, 2)]
+    assert _scheduled(engine) == _scheduled(torch) == [(2, 2, 2)]
 
 
 def test_the_autograd_profilers_table():
