@@ -41,6 +41,7 @@ from engine.api import (
     batched_rows,
     check_unused,
     grad_arguments,
+    profiling,
     stacked_rows,
     unused_rule,
 )
@@ -334,6 +335,9 @@ class Session(_Core):
             if self._pipeline is not None:
                 return await _Answer(self._pipeline.submit(*args))
             return await _Answer(self._sender.submit(self._transport.request, *args))
+        if profiling.REQUESTS and action in ("request", "execute"):  # a client-side profile runs: timed as events
+            name = f"{args[0]} {args[1]}" if action == "request" else f"execute {args[0].path}"
+            return profiling.request(name, functools.partial(getattr(self._transport, action), *args))
         return (time.sleep if action == "sleep" else getattr(self._transport, action))(*args)
 
     def healthz(self) -> dict:

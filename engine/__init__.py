@@ -52,6 +52,9 @@ autograd.anomaly_mode = anomaly_mode  # type: ignore[attr-defined]
 from engine import autograd_graph  # noqa: E402
 
 autograd.graph = autograd_graph.namespace()  # type: ignore[attr-defined]
+from engine import profiling  # noqa: E402
+
+profiler, autograd.profiler = profiling.namespace(observe_ops=True)  # type: ignore[attr-defined]
 
 __all__ = [
     "Variable",

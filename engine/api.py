@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from engine import anomaly_mode, promotion
+from engine import anomaly_mode, profiling, promotion
 from engine import interrupt as _interrupt
 from engine import shapes as _shapes
 from engine.attrs import INT64, AttrError, shown
@@ -296,6 +296,7 @@ __all__ = [
     "bind_special",
     "anomaly_mode",
     "autograd_graph",
+    "profiling",
     "bind_linalg",
     "bind_fft",
     "bind_module_paths",

@@ -18,11 +18,14 @@ from engine.surface_types import VariableSurface
 from engine.user_warnings import warn
 
 
-def add(module, kind: str, hook, prepend: bool = False, **flags) -> RemovableHandle:
-    """Register `hook` in `module`'s hooks of `kind` (an OrderedDict by handle id)."""
+def add(module, kind: str, hook, prepend: bool = False, with_kwargs: bool = False) -> RemovableHandle:
+    """Register `hook` in `module`'s hooks of `kind` (an OrderedDict by handle id, holding the hooks themselves as
+    PyTorch's does: pruning's and weight_norm's are found there), `with_kwargs` in `<kind>_with_kwargs`."""
     hooks: OrderedDict = module.__dict__[kind]
     handle = RemovableHandle(hooks)
-    hooks[handle.id] = (hook, flags)
+    hooks[handle.id] = hook
+    if with_kwargs:
+        module.__dict__.setdefault(kind + "_with_kwargs", {})[handle.id] = True
     if prepend:
         hooks.move_to_end(handle.id, last=False)
     object.__setattr__(module, "_hooked", True)
@@ -31,8 +34,8 @@ def add(module, kind: str, hook, prepend: bool = False, **flags) -> RemovableHan
 
 def call(module, args: tuple, kwargs: dict):
     """`module(*args, **kwargs)` with its hooks."""
-    for hook, flags in list(module._forward_pre_hooks.values()):
-        if flags["with_kwargs"]:
+    for key, hook in list(module._forward_pre_hooks.items()):
+        if key in module.__dict__.get("_forward_pre_hooks_with_kwargs", ()):
             result = hook(module, args, kwargs)
             if result is not None:
                 if not (isinstance(result, tuple) and len(result) == 2):
@@ -49,8 +52,9 @@ def call(module, args: tuple, kwargs: dict):
         backward = _BackwardCall(module)
         args = backward.inputs(args)
     out = module.forward(*args, **kwargs)
-    for hook, flags in list(module._forward_hooks.values()):
-        result = hook(module, args, kwargs, out) if flags["with_kwargs"] else hook(module, args, out)
+    for key, hook in list(module._forward_hooks.items()):
+        with_kwargs = key in module.__dict__.get("_forward_hooks_with_kwargs", ())
+        result = hook(module, args, kwargs, out) if with_kwargs else hook(module, args, out)
         if result is not None:
             out = result
     return out if backward is None else backward.outputs(out)
@@ -86,7 +90,7 @@ class _BackwardCall:
         return tuple(values) if isinstance(out, tuple) else values[0]
 
     def _leave(self, k, g):
-        for hook, _ in list(self.module._backward_pre_hooks.values()):
+        for hook in list(self.module._backward_pre_hooks.values()):
             result = hook(self.module, tuple(self.grad_output[:k]) + (g,) + tuple(self.grad_output[k + 1 :]))
             if result is not None:
                 g = result[k]
@@ -109,7 +113,7 @@ class _BackwardCall:
         return self.grad_input[k]
 
     def _run(self):
-        for hook, _ in list(self.module._backward_hooks.values()):
+        for hook in list(self.module._backward_hooks.values()):
             result = hook(self.module, tuple(self.grad_input), tuple(self.grad_output))
             if result is not None:
                 result = result if isinstance(result, tuple) else (result,)

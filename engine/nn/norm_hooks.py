@@ -65,7 +65,7 @@ class SpectralNorm:
 
 
 def _hooked(module, kind, name, what: str) -> None:
-    if any(isinstance(hook, kind) and hook.name == name for hook, _ in module._forward_pre_hooks.values()):
+    if any(isinstance(hook, kind) and hook.name == name for hook in module._forward_pre_hooks.values()):
         raise RuntimeError(f"Cannot register two {what} hooks on the same parameter {name}")
 
 
@@ -107,7 +107,7 @@ def spectral_norm(module, name: str = "weight", n_power_iterations: int = 1, eps
 
 
 def _removed(module, kind, name: str, what: str):
-    for key, (hook, _) in list(module._forward_pre_hooks.items()):
+    for key, hook in list(module._forward_pre_hooks.items()):
         if isinstance(hook, kind) and hook.name == name:
             hook.remove(module)
             del module._forward_pre_hooks[key]

@@ -1,7 +1,7 @@
 """`torch.nn.utils`: gradient clipping, parameters as one vector and `rnn` (`pad_sequence` and packed
 sequences, in `engine.nn.packing`), written once for every Variable class (PyTorch's formulas, in its order of operations, on
-the Variables' public methods); `fusion` (`engine.nn.fusion`), `stateless`, `parametrize`, `parametrizations` and
-the hook-based `weight_norm`/`spectral_norm` (`engine.nn.norm_hooks`) are their own files."""
+the Variables' public methods); `fusion` (`engine.nn.fusion`), `stateless`, `parametrize`, `parametrizations`, `prune`
+and the hook-based `weight_norm`/`spectral_norm` (`engine.nn.norm_hooks`) are their own files."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ __all__ = [
     "stateless",
     "parametrize",
     "parametrizations",
+    "prune",
     "weight_norm",
     "remove_weight_norm",
     "spectral_norm",
@@ -106,5 +107,5 @@ from engine.nn.stateless import deprecated_functional_call  # noqa: E402
 rnn = types.SimpleNamespace(**{k: getattr(packing, k) for k in packing.__all__})
 fusion = types.SimpleNamespace(**{k: getattr(fusing, k) for k in fusing.__all__})
 stateless = types.SimpleNamespace(functional_call=deprecated_functional_call)
-from engine.nn import parametrizations, parametrize  # noqa: E402  (torch.nn.utils.parametrize, parametrizations)
+from engine.nn import parametrizations, parametrize, prune  # noqa: E402  (torch.nn.utils.parametrize, ...)
 from engine.nn.norm_hooks import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm  # noqa: E402
