@@ -54,8 +54,8 @@ class _Ref(weakref.ref):
     __slots__ = ("key",)
 
 
-def _forget(ref):
-    KNOWN.pop(ref.key, None)
+def _forget(ref, known=KNOWN):  # (bound now: at interpreter exit the module's globals may be gone first)
+    known.pop(ref.key, None)
 
 
 def _ref(v):
