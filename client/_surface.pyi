@@ -39,18 +39,26 @@ __all__ = [
     "acosh",
     "adaptive_avg_pool2d",
     "add",
+    "addbmm",
+    "addcdiv",
+    "addcmul",
     "addmm",
     "addmv",
+    "addr",
     "all",
     "allclose",
     "amax",
     "amin",
+    "aminmax",
     "any",
     "arange",
     "arccos",
+    "arccosh",
     "arcsin",
+    "arcsinh",
     "arctan",
     "arctan2",
+    "arctanh",
     "argmax",
     "argmin",
     "argsort",
@@ -69,6 +77,7 @@ __all__ = [
     "avg_pool3d",
     "baddbmm",
     "bernoulli",
+    "bincount",
     "bitwise_and",
     "bitwise_not",
     "bitwise_or",
@@ -95,12 +104,16 @@ __all__ = [
     "column_stack",
     "concat",
     "concatenate",
+    "conj",
     "conv1d",
     "conv2d",
     "conv3d",
+    "copysign",
+    "corrcoef",
     "cos",
     "cosh",
     "count_nonzero",
+    "cov",
     "cross",
     "cuda",
     "cumprod",
@@ -111,6 +124,7 @@ __all__ = [
     "device",
     "diag",
     "diag_embed",
+    "diagflat",
     "diagonal",
     "diff",
     "digamma",
@@ -119,6 +133,7 @@ __all__ = [
     "divide",
     "dot",
     "double",
+    "dsplit",
     "dstack",
     "einsum",
     "empty",
@@ -126,6 +141,7 @@ __all__ = [
     "eq",
     "equal",
     "erf",
+    "erfc",
     "erfinv",
     "exp",
     "exp2",
@@ -135,6 +151,7 @@ __all__ = [
     "fft_c2r",
     "fft_r2c",
     "finfo",
+    "fix",
     "flatten",
     "flip",
     "fliplr",
@@ -143,14 +160,18 @@ __all__ = [
     "float16",
     "float32",
     "float64",
+    "float_power",
     "floor",
     "floor_divide",
+    "fmax",
+    "fmin",
     "fmod",
     "frac",
     "from_numpy",
     "full",
     "full_like",
     "gather",
+    "gcd",
     "ge",
     "ger",
     "get_default_device",
@@ -161,6 +182,8 @@ __all__ = [
     "greater_equal",
     "gt",
     "half",
+    "hardshrink",
+    "hsplit",
     "hstack",
     "hypot",
     "iinfo",
@@ -191,8 +214,11 @@ __all__ = [
     "isnan",
     "isneginf",
     "isposinf",
+    "isreal",
     "kron",
     "kthvalue",
+    "lcm",
+    "ldexp",
     "le",
     "lerp",
     "less",
@@ -206,12 +232,14 @@ __all__ = [
     "log_softmax",
     "logabsdet",
     "logaddexp",
+    "logaddexp2",
     "logcumsumexp",
     "logdet",
     "logical_and",
     "logical_not",
     "logical_or",
     "logical_xor",
+    "logit",
     "logspace",
     "logsumexp",
     "long",
@@ -237,6 +265,7 @@ __all__ = [
     "mode",
     "moveaxis",
     "movedim",
+    "msort",
     "mul",
     "multinomial",
     "multiply",
@@ -258,7 +287,9 @@ __all__ = [
     "outer",
     "permute",
     "polygamma",
+    "positive",
     "pow",
+    "prelu",
     "prod",
     "quantile",
     "rad2deg",
@@ -274,9 +305,12 @@ __all__ = [
     "reciprocal",
     "relu",
     "remainder",
+    "renorm",
     "repeat",
     "repeat_interleave",
     "reshape",
+    "resolve_conj",
+    "resolve_neg",
     "roll",
     "rot90",
     "round",
@@ -288,19 +322,25 @@ __all__ = [
     "searchsorted",
     "seed",
     "select",
+    "select_scatter",
     "set_default_device",
     "set_default_dtype",
     "set_rng_state",
     "setitem",
+    "sgn",
     "short",
     "sigmoid",
     "sign",
+    "signbit",
     "sin",
+    "sinc",
     "sinh",
+    "slice_scatter",
     "slogdet",
     "softmax",
     "sort",
     "split",
+    "split_with_sizes",
     "sqrt",
     "square",
     "squeeze",
@@ -342,6 +382,8 @@ __all__ = [
     "vander",
     "var",
     "var_mean",
+    "vdot",
+    "vsplit",
     "vstack",
     "where",
     "xlogy",
@@ -375,15 +417,36 @@ def adaptive_avg_pool2d(input: Operand, output_size: builtins.int | Sequence[bui
 def add(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variable:
     """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
 
+def addbmm(
+    input: Operand,
+    batch1: VariableSurface,
+    batch2: VariableSurface,
+    *,
+    beta: builtins.float = 1,
+    alpha: builtins.float = 1,
+) -> Variable:
+    """beta * input + alpha * the sum over the batch of batch1[i] @ batch2[i]."""
+
+def addcdiv(input: Operand, tensor1: Operand, tensor2: Operand, *, value: builtins.float = 1) -> Variable:
+    """input + value * tensor1 / tensor2."""
+
+def addcmul(input: Operand, tensor1: Operand, tensor2: Operand, *, value: builtins.float = 1) -> Variable:
+    """input + value * tensor1 * tensor2."""
+
 def addmm(
     input: Operand, mat1: VariableSurface, mat2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
 ) -> Variable:
     """beta * input + alpha * (mat1 @ mat2) (beta 0: input ignored, even its nans)."""
 
 def addmv(
-    input: Operand, mat1: VariableSurface, mat2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+    input: Operand, mat: VariableSurface, vec: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
 ) -> Variable:
-    """beta * input + alpha * (mat1 @ mat2) (beta 0: input ignored, even its nans)."""
+    """beta * input + alpha * (mat @ vec)."""
+
+def addr(
+    input: Operand, vec1: VariableSurface, vec2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+) -> Variable:
+    """beta * input + alpha * outer(vec1, vec2)."""
 
 def all(
     input: Operand,
@@ -406,6 +469,7 @@ def amin(
 ) -> Variable:
     """minimum over dim (ties share the gradient)"""
 
+def aminmax(input: VariableSurface, *, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any: ...
 def any(
     input: Operand,
     dim: builtins.int | Sequence[builtins.int] | None = None,
@@ -427,15 +491,18 @@ def arange(
 def arccos(input: Operand) -> Variable:
     """arccosine (NaN outside [-1, 1])"""
 
+def arccosh(input: VariableSurface) -> Variable: ...
 def arcsin(input: Operand) -> Variable:
     """arcsine (NaN outside [-1, 1])"""
 
+def arcsinh(input: VariableSurface) -> Variable: ...
 def arctan(input: Operand) -> Variable:
     """arctangent"""
 
 def arctan2(input: Operand, other: Operand) -> Variable:
     """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
 
+def arctanh(input: VariableSurface) -> Variable: ...
 def argmax(input: Operand, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Variable:
     """index of the maximum (no gradient)"""
 
@@ -522,6 +589,9 @@ def bernoulli(input: Any, p: builtins.float | None = None, *, generator: Generat
     """0s and 1s of `input`'s shape and dtype, each 1 with probability `input`'s value there (`p`, when
     given, for all). Only with `p=None` are the input's values read (a lazy client input is fetched)."""
 
+def bincount(input: VariableSurface, weights: VariableSurface | None = None, minlength: builtins.int = 0) -> Variable:
+    """How often each value 0..max occurs (weighted: the sum of its weights)."""
+
 def bitwise_and(input: Operand, other: Operand) -> Variable:
     """x & y of bool or integer Variables (no gradient)"""
 
@@ -602,6 +672,7 @@ def concat(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
 def concatenate(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along an existing dimension"""
 
+def conj(self: VariableSurface) -> Variable: ...
 def conv1d(
     input: Operand,
     weight: Operand,
@@ -635,6 +706,10 @@ def conv3d(
 ) -> Variable:
     """3-d convolution (cross-correlation) of [N, C_in, D, H, W] with weight [C_out, C_in / groups, kd, kh, kw], plus bias"""
 
+def copysign(input: Operand, other: Any) -> Variable:
+    """|input| with other's sign (a float)."""
+
+def corrcoef(input: VariableSurface) -> Variable: ...
 def cos(input: Operand) -> Variable:
     """cosine"""
 
@@ -645,6 +720,11 @@ def count_nonzero(
     input: Operand, dim: builtins.int | Sequence[builtins.int] | None = None, **numpy_spelling: Any
 ) -> Variable:
     """How many elements (along `dim`) are nonzero, as an int64 Variable."""
+
+def cov(
+    input: VariableSurface, *, correction: builtins.int = 1, fweights: Any = None, aweights: Any = None
+) -> Variable:
+    """The covariance of the rows (variables) over the columns (observations)."""
 
 def cross(input: VariableSurface, other: VariableSurface, dim: builtins.int = -1) -> Variable: ...
 
@@ -672,6 +752,7 @@ def diag_embed(
 ) -> Variable:
     """Square matrices (in dims `dim1`, `dim2` of the result) with the last dimension on their diagonal."""
 
+def diagflat(input: VariableSurface, offset: builtins.int = 0) -> Variable: ...
 def diagonal(
     input: VariableSurface, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1
 ) -> Variable:
@@ -700,6 +781,7 @@ def dot(input: Operand, tensor: Operand) -> Variable:
 
 double: DType
 
+def dsplit(input: VariableSurface, indices_or_sections: Any) -> tuple[Variable, ...]: ...
 def dstack(tensors: Sequence[VariableSurface]) -> Variable:
     """Concatenated along the third dimension (depth)."""
 
@@ -728,6 +810,7 @@ def equal(input: VariableSurface, other: VariableSurface) -> builtins.bool: ...
 def erf(input: Operand) -> Variable:
     """the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x"""
 
+def erfc(input: Operand) -> Variable: ...
 def erfinv(input: Operand) -> Variable:
     """the inverse of erf on (-1, 1) (+-inf at +-1, nan outside)"""
 
@@ -766,6 +849,9 @@ def fft_r2c(input: Operand, *s: builtins.int, dim: Sequence[builtins.int], norm:
 def finfo(type: Any = None) -> numpy.finfo:
     """Machine limits of a floating dtype (the default one when None): `eps`, `max`, `min`, `tiny`, `bits`..."""
 
+def fix(input: Operand) -> Variable:
+    """x rounded toward zero (gradient zero, as in PyTorch)"""
+
 def flatten(input: Operand, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Variable:
     """merge dimensions start_dim..end_dim into one"""
 
@@ -780,12 +866,19 @@ float16: DType
 float32: DType
 float64: DType
 
+def float_power(input: Operand, exponent: Operand) -> Variable:
+    """input ** exponent in float64."""
+
 def floor(input: Operand) -> Variable:
     """the largest integer <= x (gradient zero, as in PyTorch)"""
 
 def floor_divide(input: Operand, other: Operand) -> Variable:
     """floor(x / y), as Python's // (x // y); no gradient"""
 
+def fmax(input: Operand, other: Operand) -> Variable:
+    """The elementwise maximum, a NaN ignored where the other is a number."""
+
+def fmin(input: Operand, other: Operand) -> Variable: ...
 def fmod(input: Operand, other: Operand) -> Variable:
     """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
 
@@ -814,6 +907,9 @@ def gather(
 ) -> Variable:
     """out[i][j] = input[i][index[i][j]] along `dim` (shown for 2-d, dim=1)."""
 
+def gcd(input: VariableSurface, other: Operand) -> Variable:
+    """The greatest common divisor (integers; Euclid's, elementwise)."""
+
 def ge(input: Operand, other: Operand) -> Variable:
     """x >= y as a bool Variable (no gradient)"""
 
@@ -841,6 +937,10 @@ def gt(input: Operand, other: Operand) -> Variable:
 
 half: DType
 
+def hardshrink(input: VariableSurface, lambd: builtins.float = 0.5) -> Variable:
+    """x where |x| > lambd, else 0."""
+
+def hsplit(input: VariableSurface, indices_or_sections: Any) -> tuple[Variable, ...]: ...
 def hstack(tensors: Sequence[VariableSurface]) -> Variable:
     """Concatenated along the second dimension (the first for 1-d Variables)."""
 
@@ -928,6 +1028,9 @@ def isnan(input: Operand) -> Variable:
 
 def isneginf(input: Operand) -> Variable: ...
 def isposinf(input: Operand) -> Variable: ...
+def isreal(input: VariableSurface) -> Variable:
+    """True everywhere (a real tensor)."""
+
 def kron(input: VariableSurface, other: VariableSurface) -> Variable:
     """The Kronecker product: block (i, j...) is input[i, j...] * other."""
 
@@ -936,6 +1039,8 @@ def kthvalue(
 ) -> MaxMin[Variable]:
     """(values, indices) of the k-th smallest entry along `dim` (k from 1)."""
 
+def lcm(input: VariableSurface, other: Operand) -> Variable: ...
+def ldexp(input: Operand, other: Operand) -> Variable: ...
 def le(input: Operand, other: Operand) -> Variable:
     """x <= y as a bool Variable (no gradient)"""
 
@@ -980,6 +1085,9 @@ def logabsdet(input: Operand) -> Variable:
 def logaddexp(input: Operand, other: Operand) -> Variable:
     """log(exp(input) + exp(other)), computed without overflow."""
 
+def logaddexp2(input: Operand, other: Operand) -> Variable:
+    """log2(2 ** input + 2 ** other)."""
+
 def logcumsumexp(input: VariableSurface, dim: builtins.int) -> Variable:
     """log(cumsum(exp(x))) along `dim`, shifted by the maximum along it."""
 
@@ -990,6 +1098,9 @@ def logical_and(input: Operand, other: Operand) -> Variable: ...
 def logical_not(input: Operand) -> Variable: ...
 def logical_or(input: Operand, other: Operand) -> Variable: ...
 def logical_xor(input: Operand, other: Operand) -> Variable: ...
+def logit(input: VariableSurface, eps: builtins.float | None = None) -> Variable:
+    """log(x / (1 - x)), x clamped to [eps, 1 - eps] first when eps is given."""
+
 def logspace(
     start: builtins.float,
     end: builtins.float,
@@ -1114,6 +1225,7 @@ def movedim(
 ) -> Variable:
     """Dimensions `source` moved to positions `destination`, the others keeping their order."""
 
+def msort(input: VariableSurface) -> Variable: ...
 def mul(input: Operand, other: Operand) -> Variable:
     """x * y (broadcasting)"""
 
@@ -1215,8 +1327,12 @@ def permute(input: Operand, *dims: builtins.int) -> Variable: ...
 def polygamma(n: builtins.int, input: Operand) -> Variable:
     """The n-th derivative of digamma."""
 
+def positive(input: VariableSurface) -> Variable: ...
 def pow(input: Operand, exponent: Operand) -> Variable:
     """x ** y (broadcasting)"""
+
+def prelu(input: VariableSurface, weight: VariableSurface) -> Variable:
+    """x where x > 0, else weight * x; weight [1] or one slope per channel (dimension 1)."""
 
 def prod(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Variable:
     """product over dim (all when null); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `prod(input, ..., dtype=d)`)"""
@@ -1310,6 +1426,9 @@ def relu(input: Operand) -> Variable:
 def remainder(input: Operand, other: Operand) -> Variable:
     """x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)"""
 
+def renorm(input: VariableSurface, p: builtins.float, dim: builtins.int, maxnorm: builtins.float) -> Variable:
+    """Each slice along `dim` scaled to p-norm at most `maxnorm`."""
+
 def repeat(self: VariableSurface, *sizes: Any) -> Variable:
     """This Variable tiled `sizes[i]` times along each dimension (new leading ones for extra sizes)."""
 
@@ -1327,6 +1446,8 @@ def repeat_interleave(
 def reshape(input: Operand, shape: Sequence[builtins.int]) -> Variable: ...
 @overload
 def reshape(input: Operand, *shape: builtins.int) -> Variable: ...
+def resolve_conj(self: VariableSurface) -> Variable: ...
+def resolve_neg(self: VariableSurface) -> Variable: ...
 def roll(
     input: VariableSurface,
     shifts: builtins.int | Sequence[builtins.int],
@@ -1380,6 +1501,9 @@ def seed() -> builtins.int:
 def select(input: VariableSurface, dim: builtins.int, index: builtins.int) -> Variable:
     """The slice at `index` along `dim` (that dimension removed)."""
 
+def select_scatter(
+    input: VariableSurface, src: VariableSurface, dim: builtins.int, index: builtins.int
+) -> Variable: ...
 def set_default_device(spec: Any) -> None: ...
 def set_default_dtype(d: Any) -> None:
     """Set the default floating dtype (float16, float32 or float64), as PyTorch's does."""
@@ -1390,6 +1514,9 @@ def set_rng_state(new_state: dict[str, Any]) -> None:
 def setitem(tensors: Sequence[Operand], index: Any) -> Variable:
     """a copy of x with x[index] = value"""
 
+def sgn(input: Operand) -> Variable:
+    """-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)"""
+
 short: DType
 
 def sigmoid(input: Operand) -> Variable:
@@ -1398,11 +1525,27 @@ def sigmoid(input: Operand) -> Variable:
 def sign(input: Operand) -> Variable:
     """-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)"""
 
+def signbit(input: Any) -> Variable:
+    """True where the sign bit is set (-0.0 included)."""
+
 def sin(input: Operand) -> Variable:
     """sine"""
 
+def sinc(input: VariableSurface) -> Variable:
+    """sin(pi x) / (pi x), 1 at 0."""
+
 def sinh(input: Operand) -> Variable:
     """hyperbolic sine"""
+
+def slice_scatter(
+    input: VariableSurface,
+    src: VariableSurface,
+    dim: builtins.int = 0,
+    start: builtins.int | None = None,
+    end: builtins.int | None = None,
+    step: builtins.int = 1,
+) -> Variable:
+    """A copy of input with src written into input[..., start:end:step, ...] (at `dim`)."""
 
 def slogdet(input: VariableSurface) -> tuple[Variable, Variable]:
     """(sign, logabsdet): the sign has no gradient."""
@@ -1420,6 +1563,7 @@ def split(
 ) -> tuple[Variable, ...]:
     """Pieces of `split_size_or_sections` along `dim` (the last one smaller), or of the listed sizes."""
 
+def split_with_sizes(input: VariableSurface, split_sizes: Sequence[builtins.int], dim: builtins.int = 0) -> Any: ...
 def sqrt(input: Operand) -> Variable:
     """square root"""
 
@@ -1431,13 +1575,15 @@ def stack(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along a new dimension"""
 
 def std(
-    input: Operand,
-    dim: builtins.int | Sequence[builtins.int] | None = None,
+    input: VariableSurface,
+    dim: Any = None,
     unbiased: builtins.bool = True,
     keepdim: builtins.bool = False,
+    *,
+    correction: builtins.float | None = None,
     **numpy_spelling: Any,
 ) -> Variable:
-    """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
+    """PyTorch's std over `dim` (all when None), divided by n - correction (1: unbiased=True)."""
 
 def std_mean(
     input: VariableSurface,
@@ -1581,12 +1727,15 @@ def vander(x: VariableSurface, N: builtins.int | None = None, increasing: builti
     """The Vandermonde matrix: columns x ** (N - 1), ..., x ** 0 (increasing: the other way round)."""
 
 def var(
-    input: Operand,
-    dim: builtins.int | Sequence[builtins.int] | None = None,
+    input: VariableSurface,
+    dim: Any = None,
     unbiased: builtins.bool = True,
     keepdim: builtins.bool = False,
+    *,
+    correction: builtins.float | None = None,
+    **numpy_spelling: Any,
 ) -> Variable:
-    """variance over dim (all when null)"""
+    """PyTorch's var over `dim` (all when None), divided by n - correction (1: unbiased=True)."""
 
 def var_mean(
     input: VariableSurface,
@@ -1598,6 +1747,8 @@ def var_mean(
 ) -> tuple[Variable, Variable]:
     """(var, mean) over `dim` (all when None; correction 1, Bessel's, as unbiased=True)."""
 
+def vdot(input: VariableSurface, other: VariableSurface) -> Variable: ...
+def vsplit(input: VariableSurface, indices_or_sections: Any) -> tuple[Variable, ...]: ...
 def vstack(tensors: Sequence[VariableSurface]) -> Variable:
     """Concatenated along the first dimension, 1-d Variables as rows."""
 

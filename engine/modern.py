@@ -1,6 +1,6 @@
 """Today's PyTorch spellings over the registry's ops (the counterpart of `engine.compat`'s
 PyTorch 0.3 ones): the PyTorch names of ops the registry computes under another name
-(`torch.multiply`, `x.clip`...), a few compositions of them (`dot`, `mv`, `outer`, `square`, `std`, `all`, `any`,
+(`torch.multiply`, `x.clip`...), a few compositions of them (`dot`, `mv`, `outer`, `square`, `all`, `any`,
 `allclose`...),
 `alpha=` on add/sub, and the Variable methods that place, convert or relate Variables
 (`.to()`, `.cpu()`, `.cuda()`, `.type_as()`, `.view_as()`, `.new_zeros()`, `.is_floating_point()`...).
@@ -127,17 +127,6 @@ def functions(ops) -> dict:
     def rsqrt(input: Operand) -> VariableSurface:
         return ops["div"](1.0, ops["sqrt"](input))
 
-    def std(
-        input: Operand,
-        dim: int | Sequence[int] | None = None,
-        unbiased: bool = True,
-        keepdim: bool = False,
-        **numpy_spelling: Any,
-    ) -> VariableSurface:
-        """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
-        dim, keepdim = numpy_keywords("std", dim, keepdim, numpy_spelling)
-        return ops["sqrt"](ops["var"](input, dim, unbiased, keepdim))
-
     def all(
         input: Operand, dim: int | Sequence[int] | None = None, keepdim: bool = False, **numpy_spelling: Any
     ) -> VariableSurface:
@@ -263,7 +252,6 @@ def functions(ops) -> dict:
             clamp_max,
             reciprocal,
             rsqrt,
-            std,
             all,
             any,
             count_nonzero,

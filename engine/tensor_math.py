@@ -61,6 +61,10 @@ def functions(ops, make) -> dict:
         """sqrt(input ** 2 + other ** 2)."""
         return ops["sqrt"](ops["add"](ops["mul"](input, input), ops["mul"](other, other)))
 
+    def logaddexp2(input: Operand, other: Operand) -> VariableSurface:
+        """log2(2 ** input + 2 ** other)."""
+        return ops["div"](logaddexp(ops["mul"](input, math.log(2)), ops["mul"](other, math.log(2))), math.log(2))
+
     def logaddexp(input: Operand, other: Operand) -> VariableSurface:
         """log(exp(input) + exp(other)), computed without overflow."""
         larger = ops["maximum"](input, other)
@@ -96,6 +100,24 @@ def functions(ops, make) -> dict:
     ) -> VariableSurface:
         """beta * input + alpha * bmm(batch1, batch2)."""
         return _scaled_sum(input, ops["bmm"](batch1, batch2), beta, alpha)
+
+    def addmv(
+        input: Operand, mat: VariableSurface, vec: VariableSurface, *, beta: float = 1, alpha: float = 1
+    ) -> VariableSurface:
+        """beta * input + alpha * (mat @ vec)."""
+        return _scaled_sum(input, ops["mv"](mat, vec), beta, alpha)
+
+    def addr(
+        input: Operand, vec1: VariableSurface, vec2: VariableSurface, *, beta: float = 1, alpha: float = 1
+    ) -> VariableSurface:
+        """beta * input + alpha * outer(vec1, vec2)."""
+        return _scaled_sum(input, ops["outer"](vec1, vec2), beta, alpha)
+
+    def addbmm(
+        input: Operand, batch1: VariableSurface, batch2: VariableSurface, *, beta: float = 1, alpha: float = 1
+    ) -> VariableSurface:
+        """beta * input + alpha * the sum over the batch of batch1[i] @ batch2[i]."""
+        return _scaled_sum(input, ops["sum"](ops["bmm"](batch1, batch2), 0), beta, alpha)
 
     def _scaled_sum(input, product, beta, alpha):
         product = product if alpha == 1 else product * alpha
@@ -308,12 +330,7 @@ def functions(ops, make) -> dict:
         ) -> tuple[VariableSurface, VariableSurface]:
             if isinstance(dim, bool):
                 dim, unbiased = None, dim
-            dims = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
-            count = math.prod(input.shape[_dim(input, d)] for d in dims) if dims else input.numel()
-            spread = ops["var"](input, dim, False, keepdim)
-            shift = (1 if unbiased else 0) if correction is None else correction
-            spread = spread * (count / (count - shift) if count != shift else math.inf) if shift else spread
-            return (ops["sqrt"](spread) if name == "std" else spread), ops["mean"](input, dim, keepdim)
+            return ops[name](input, dim, unbiased, keepdim, correction=correction), ops["mean"](input, dim, keepdim)
 
         fn.__name__ = fn.__qualname__ = f"{name}_mean"
         fn.__doc__ = f"({name}, mean) over `dim` (all when None; correction 1, Bessel's, as unbiased=True)."
@@ -330,5 +347,6 @@ def functions(ops, make) -> dict:
 
     # every function defined above but the helpers (named with a leading underscore)
     out = {name: f for name, f in locals().items() if getattr(f, "__module__", None) == __name__ and name[0] != "_"}
-    out["trapz"], out["addmv"] = trapezoid, addmm
+    out["trapz"] = trapezoid
+    out.update(arcsinh=asinh, arccosh=acosh, arctanh=atanh)
     return out
