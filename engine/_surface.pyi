@@ -1582,8 +1582,8 @@ def std(
     *,
     correction: builtins.float | None = None,
     **numpy_spelling: Any,
-) -> Variable:
-    """PyTorch's std over `dim` (all when None), divided by n - correction (1: unbiased=True)."""
+) -> Any:
+    """PyTorch's std over `dim` (all when None), by n - correction (1: unbiased=True)."""
 
 def std_mean(
     input: VariableSurface,
@@ -1592,8 +1592,9 @@ def std_mean(
     keepdim: builtins.bool = False,
     *,
     correction: builtins.float | None = None,
-) -> tuple[Variable, Variable]:
-    """(std, mean) over `dim` (all when None; correction 1, Bessel's, as unbiased=True)."""
+    **numpy_spelling: Any,
+) -> Any:
+    """PyTorch's std_mean over `dim` (all when None), by n - correction (1: unbiased=True)."""
 
 def sub(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variable:
     """x - y (broadcasting); `alpha=` scales `other` first (PyTorch's `sub(input, other, alpha=a)`)"""
@@ -1734,8 +1735,8 @@ def var(
     *,
     correction: builtins.float | None = None,
     **numpy_spelling: Any,
-) -> Variable:
-    """PyTorch's var over `dim` (all when None), divided by n - correction (1: unbiased=True)."""
+) -> Any:
+    """PyTorch's var over `dim` (all when None), by n - correction (1: unbiased=True)."""
 
 def var_mean(
     input: VariableSurface,
@@ -1744,8 +1745,9 @@ def var_mean(
     keepdim: builtins.bool = False,
     *,
     correction: builtins.float | None = None,
-) -> tuple[Variable, Variable]:
-    """(var, mean) over `dim` (all when None; correction 1, Bessel's, as unbiased=True)."""
+    **numpy_spelling: Any,
+) -> Any:
+    """PyTorch's var_mean over `dim` (all when None), by n - correction (1: unbiased=True)."""
 
 def vdot(input: VariableSurface, other: VariableSurface) -> Variable: ...
 def vsplit(input: VariableSurface, indices_or_sections: Any) -> tuple[Variable, ...]: ...

@@ -978,8 +978,8 @@ class VariableSurface:
         *,
         correction: builtins.float | None = None,
         **numpy_spelling: Any,
-    ) -> Self:
-        """PyTorch's std over `dim` (all when None), divided by n - correction (1: unbiased=True)."""
+    ) -> Any:
+        """PyTorch's std over `dim` (all when None), by n - correction (1: unbiased=True)."""
     def storage_offset(self) -> builtins.int: ...
     def stride(self, dim: builtins.int | None = None) -> Any:
         """The steps, in elements, between neighbours along each dimension (every Variable is contiguous)."""
@@ -1101,8 +1101,8 @@ class VariableSurface:
         *,
         correction: builtins.float | None = None,
         **numpy_spelling: Any,
-    ) -> Self:
-        """PyTorch's var over `dim` (all when None), divided by n - correction (1: unbiased=True)."""
+    ) -> Any:
+        """PyTorch's var over `dim` (all when None), by n - correction (1: unbiased=True)."""
     def vdot(self, other: VariableSurface) -> Self: ...
     @overload
     def view(self, shape: Sequence[builtins.int]) -> Self: ...

@@ -1,7 +1,8 @@
 """PyTorch's math functions that compose of the registry's ops: elementwise (`asinh`, `acosh`, `atanh`, `frac`, `deg2rad`, `rad2deg`,
-`hypot`, `logaddexp`, `xlogy`, `lerp`, `polygamma(n, x)`), products and distances (`addmm`, `addmv`, `baddbmm`,
+`hypot`, `logaddexp`, `logaddexp2`, `xlogy`, `lerp`, `polygamma(n, x)`, the `arc*` spellings), products and distances
+(`addmm`, `addmv`, `addr`, `addbmm`, `baddbmm`,
 `tensordot`, `cdist`, `dist`), differences (`diff`, `trapezoid`), `vander`, `logspace`, and reductions (`nansum`,
-`nanmean`, `median`, `mode`, `kthvalue`, `quantile`, `std_mean`, `var_mean`, `logcumsumexp`).
+`nanmean`, `median`, `mode`, `kthvalue`, `quantile`, `logcumsumexp`).
 
 Gradients are those of the ops they call, which are PyTorch's: a selected value's (median, kthvalue, mode,
 quantile's sorted values) goes to where it came from; a whole-tensor `median` shares it among its ties.
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
     from engine.surface_types import Operand, VariableSurface
 
-FUNCTIONS_ONLY = ("polygamma", "tensordot", "cdist", "std_mean", "var_mean", "logspace", "vander", "trapezoid", "trapz")
+FUNCTIONS_ONLY = ("polygamma", "tensordot", "cdist", "logspace", "vander", "trapezoid", "trapz")
 METHODS_ONLY = ()
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
@@ -318,25 +319,6 @@ def functions(ops, make) -> dict:
             kept[0 if dim is None else d] = 1
             out = reshape(out, (len(position), *kept))
         return ops["squeeze"](out, 0) if qs.ndim == 0 else out
-
-    def _spread_mean(name):
-        def fn(
-            input: VariableSurface,
-            dim: Any = None,
-            unbiased: bool = True,
-            keepdim: bool = False,
-            *,
-            correction: float | None = None,
-        ) -> tuple[VariableSurface, VariableSurface]:
-            if isinstance(dim, bool):
-                dim, unbiased = None, dim
-            return ops[name](input, dim, unbiased, keepdim, correction=correction), ops["mean"](input, dim, keepdim)
-
-        fn.__name__ = fn.__qualname__ = f"{name}_mean"
-        fn.__doc__ = f"({name}, mean) over `dim` (all when None; correction 1, Bessel's, as unbiased=True)."
-        return fn
-
-    std_mean, var_mean = _spread_mean("std"), _spread_mean("var")
 
     def logcumsumexp(input: VariableSurface, dim: int) -> VariableSurface:
         """log(cumsum(exp(x))) along `dim`, shifted by the maximum along it."""

@@ -1,4 +1,5 @@
-"""More of PyTorch's Tensor methods and functions, composed of the ops before them: `var`/`std` with `correction=`,
+"""More of PyTorch's Tensor methods and functions, composed of the ops before them: `var`/`std`/`var_mean`/`std_mean`
+with `correction=`,
 elementwise ones (`sgn`, `signbit`, `positive`, `fix`, `erfc`, `sinc`, `logit`, `float_power`, `fmax`/`fmin`,
 `copysign`, `ldexp`, `gcd`/`lcm`, `addcmul`/`addcdiv`, `hardshrink`, `renorm`), `aminmax`, `msort`, `diagflat`,
 `cov`/`corrcoef`, `vdot`, splits (`hsplit`/`vsplit`/`dsplit`, `split_with_sizes`), `sum_to_size`,
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
     from engine.surface_types import Operand, VariableSurface
 
-FUNCTIONS_ONLY = ()
+FUNCTIONS_ONLY = ("std_mean", "var_mean")
 METHODS_ONLY = (
     "is_complex is_cpu is_same_size is_nonzero is_inference is_conj is_neg is_signed is_pinned get_device output_nr "
     "data_ptr pin_memory apply_ map_ sum_to_size"
@@ -39,7 +40,7 @@ def functions(ops, make) -> dict:
     `make`, its constructors."""
     where, cast, abs_, lt = ops["where"], ops["cast"], ops["abs"], ops["lt"]
 
-    def _spread(name):
+    def _spread(name, with_mean=False):
         def fn(
             input: VariableSurface,
             dim: Any = None,
@@ -48,7 +49,7 @@ def functions(ops, make) -> dict:
             *,
             correction: float | None = None,
             **numpy_spelling: Any,
-        ) -> VariableSurface:
+        ) -> Any:
             if isinstance(dim, bool):
                 dim, unbiased = None, dim
             dim, keepdim = numpy_keywords(name, dim, keepdim, numpy_spelling)
@@ -61,10 +62,11 @@ def functions(ops, make) -> dict:
                 spread = ops["var"](input, dim, False, keepdim) * (
                     count / max(count - shift, 0) if count > shift else math.inf
                 )
-            return ops["sqrt"](spread) if name == "std" else spread
+            spread = ops["sqrt"](spread) if name == "std" else spread
+            return (spread, ops["mean"](input, dim, keepdim)) if with_mean else spread
 
-        fn.__name__ = fn.__qualname__ = name
-        fn.__doc__ = f"PyTorch's {name} over `dim` (all when None), divided by n - correction (1: unbiased=True)."
+        fn.__name__ = fn.__qualname__ = name + "_mean" * with_mean
+        fn.__doc__ = f"PyTorch's {fn.__name__} over `dim` (all when None), by n - correction (1: unbiased=True)."
         return fn
 
     def positive(input: VariableSurface) -> VariableSurface:
@@ -324,6 +326,7 @@ def functions(ops, make) -> dict:
     )
     out.update({f.__name__: f for f in (vdot, cov, corrcoef, split_with_sizes, sum_to_size, slice_scatter)})
     out.update({f.__name__: f for f in (select_scatter, bincount, get_device, data_ptr, pin_memory, is_nonzero)})
+    out.update(var_mean=_spread("var", True), std_mean=_spread("std", True))
     out.update(var=_spread("var"), std=_spread("std"), sgn=ops["sign"], fix=ops["trunc"], conj=identity)
     out.update(resolve_conj=identity, resolve_neg=identity, apply_=apply_, map_=map_)
     out.update(
