@@ -272,6 +272,7 @@ __all__ = [
     "mv",
     "nan_to_num",
     "nanmean",
+    "nanmedian",
     "nansum",
     "narrow",
     "ne",
@@ -1255,6 +1256,9 @@ def nanmean(
     input: VariableSurface, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False
 ) -> Variable:
     """The mean of the entries that are not NaN."""
+
+def nanmedian(input: VariableSurface, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
+    """median, NaNs ignored (NaN only where every entry is)."""
 
 def nansum(
     input: VariableSurface, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False

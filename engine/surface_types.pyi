@@ -718,6 +718,8 @@ class VariableSurface:
         """In place: this Variable becomes `nan_to_num(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def nanmean(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
         """The mean of the entries that are not NaN."""
+    def nanmedian(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
+        """median, NaNs ignored (NaN only where every entry is)."""
     def nansum(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
         """The sum with NaNs counted as zero."""
     def narrow(self, dim: builtins.int, start: builtins.int, length: builtins.int) -> Self:

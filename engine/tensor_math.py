@@ -2,7 +2,7 @@
 `hypot`, `logaddexp`, `logaddexp2`, `xlogy`, `lerp`, `polygamma(n, x)`, the `arc*` spellings), products and distances
 (`addmm`, `addmv`, `addr`, `addbmm`, `baddbmm`,
 `tensordot`, `cdist`, `dist`), differences (`diff`, `trapezoid`), `vander`, `logspace`, and reductions (`nansum`,
-`nanmean`, `median`, `mode`, `kthvalue`, `quantile`, `logcumsumexp`).
+`nanmean`, `median`, `nanmedian`, `mode`, `kthvalue`, `quantile`, `logcumsumexp`).
 
 Gradients are those of the ops they call, which are PyTorch's: a selected value's (median, kthvalue, mode,
 quantile's sorted values) goes to where it came from; a whole-tensor `median` shares it among its ties.
@@ -234,28 +234,38 @@ def functions(ops, make) -> dict:
             return MaxMin(values, indices)
         return MaxMin(ops["squeeze"](values, d), ops["squeeze"](indices, d))
 
-    def _middle(input, d):
-        """The lower median's position in the sorted order along d, or the first NaN's (sorted last)."""
+    def _middle(input, d, skip_nan):
+        """The lower median's position in the sorted order along d, or the first NaN's (sorted last); skipping
+        NaNs, the lower median of the numbers."""
         size = input.shape[d]
         numbers = ops["sum"](ops["logical_not"](ops["isnan"](input)), d, keepdim=True)
+        if skip_nan:
+            return where(ops["gt"](numbers, 0), ops["floor_divide"](numbers - 1, 2), 0)
         return where(ops["lt"](numbers, size), numbers, (size - 1) // 2)
 
     def median(input: VariableSurface, dim: int | None = None, keepdim: bool = False) -> Any:
         """The lower median (NaN where there is one): of all entries (its gradient shared among the entries
         equal to it), or along `dim` as (values, indices)."""
+        return _median(input, dim, keepdim, False)
+
+    def nanmedian(input: VariableSurface, dim: int | None = None, keepdim: bool = False) -> Any:
+        """median, NaNs ignored (NaN only where every entry is)."""
+        return _median(input, dim, keepdim, True)
+
+    def _median(input, dim, keepdim, skip_nan):
         if dim is None:
             flat = reshape(input, (-1,))
             if not flat.numel():
                 return ops["sum"](flat) * math.nan
             order = ops["argsort"](flat, dim=0, stable=True)
-            middle = reshape(flat.detach()[ops["gather"](order, _middle(flat, 0), dim=0)], ())
+            middle = reshape(flat.detach()[ops["gather"](order, _middle(flat, 0, skip_nan), dim=0)], ())
             if input.dtype.kind != "f":
                 return middle
             ties = ops["eq"](input, middle)
             return ops["sum"](where(ties, input, 0.0)) / _as(input, ops["sum"](ties))
         d = _dim(input, dim)
         order = ops["argsort"](input, dim=d, stable=True)
-        return _picked(input, order, d, keepdim, _middle(input, d) if input.ndim else 0)
+        return _picked(input, order, d, keepdim, _middle(input, d, skip_nan) if input.ndim else 0)
 
     def kthvalue(input: VariableSurface, k: int, dim: int = -1, keepdim: bool = False) -> MaxMin[VariableSurface]:
         """(values, indices) of the k-th smallest entry along `dim` (k from 1)."""

@@ -140,6 +140,8 @@ CASES = {
     "aminmax": (lambda m, a: tuple(m.aminmax(a, dim=1)), [A]),
     "aminmax_all": (lambda m, a: tuple(a.aminmax()), [A]),
     "msort": (lambda m, a: m.msort(a), [A]),
+    "nanmedian": (lambda m, a: tuple(m.nanmedian(a.masked_fill(a > 0.5, float("nan")), 1)), [A]),
+    "nanmedian_all": (lambda m, a: a.masked_fill(a > 0.5, float("nan")).nanmedian(), [A]),
     "diagflat": (lambda m, a: m.diagflat(a, 1), [V3]),
     "cov": (lambda m, a: m.cov(a, correction=0), [A]),
     "cov_vector": (lambda m, a: a.cov(), [V4]),
@@ -344,7 +346,7 @@ NOT_PROVIDED = {
     "other helpers' ops (tensorfill)": "bitwise_left_shift bitwise_left_shift_ bitwise_right_shift "
     "bitwise_right_shift_ scatter_reduce scatter_reduce_ histc histogram cummax cummin heaviside heaviside_",
     "special functions with no composition here": "i0 i0_ igamma igamma_ igammac igammac_ mvlgamma mvlgamma_ "
-    "nextafter nextafter_ frexp polygamma_ diagonal_scatter nanmedian nanquantile",
+    "nextafter nextafter_ frexp polygamma_ diagonal_scatter nanquantile",
     "random fills not provided": "cauchy_ geometric_ log_normal_",
     "spectral": "stft istft",
     "legacy": "new reinforce index put put_ index_reduce index_reduce_ map2_",
