@@ -362,3 +362,19 @@ def test_every_public_tensor_method_is_provided_or_listed():
         n for n in dir(torch.Tensor) if not n.startswith("_") and n not in listed and not hasattr(engine.Variable, n)
     ]
     assert missing == []
+
+
+def test_an_optimizer_step_in_place_under_no_grad(torch_like):
+    results = []
+    for m in (torch_like, torch):
+        p = m.tensor([1.0, -2.0, 0.5], requires_grad=True)
+        (p * p).sum().backward()
+        exp_avg, exp_avg_sq = m.zeros(3), m.zeros(3)
+        with m.no_grad():
+            for _ in range(3):
+                exp_avg.lerp_(p.grad, 0.1)
+                exp_avg_sq.mul_(0.999).addcmul_(p.grad, p.grad, value=0.001)
+                p.addcdiv_(exp_avg, exp_avg_sq.sqrt().clamp_min_(1e-8), value=-0.01)
+        assert p.is_leaf and p.requires_grad
+        results.append(p.tolist() + exp_avg.tolist() + exp_avg_sq.tolist())
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
