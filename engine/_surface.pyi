@@ -273,6 +273,7 @@ __all__ = [
     "nan_to_num",
     "nanmean",
     "nanmedian",
+    "nanquantile",
     "nansum",
     "narrow",
     "ne",
@@ -1259,6 +1260,16 @@ def nanmean(
 
 def nanmedian(input: VariableSurface, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
     """median, NaNs ignored (NaN only where every entry is)."""
+
+def nanquantile(
+    input: VariableSurface,
+    q: Any,
+    dim: builtins.int | None = None,
+    keepdim: builtins.bool = False,
+    *,
+    interpolation: str = "linear",
+) -> Variable:
+    """quantile of the numbers (n counts a slice's non-NaN entries; NaN where there are none)."""
 
 def nansum(
     input: VariableSurface, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False

@@ -720,6 +720,10 @@ class VariableSurface:
         """The mean of the entries that are not NaN."""
     def nanmedian(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
         """median, NaNs ignored (NaN only where every entry is)."""
+    def nanquantile(
+        self, q: Any, dim: builtins.int | None = None, keepdim: builtins.bool = False, *, interpolation: str = "linear"
+    ) -> Self:
+        """quantile of the numbers (n counts a slice's non-NaN entries; NaN where there are none)."""
     def nansum(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
         """The sum with NaNs counted as zero."""
     def narrow(self, dim: builtins.int, start: builtins.int, length: builtins.int) -> Self:

@@ -2,7 +2,7 @@
 `hypot`, `logaddexp`, `logaddexp2`, `xlogy`, `lerp`, `polygamma(n, x)`, the `arc*` spellings), products and distances
 (`addmm`, `addmv`, `addr`, `addbmm`, `baddbmm`,
 `tensordot`, `cdist`, `dist`), differences (`diff`, `trapezoid`), `vander`, `logspace`, and reductions (`nansum`,
-`nanmean`, `median`, `nanmedian`, `mode`, `kthvalue`, `quantile`, `logcumsumexp`).
+`nanmean`, `median`, `nanmedian`, `mode`, `kthvalue`, `quantile`, `nanquantile`, `logcumsumexp`).
 
 Gradients are those of the ops they call, which are PyTorch's: a selected value's (median, kthvalue, mode,
 quantile's sorted values) goes to where it came from; a whole-tensor `median` shares it among its ties.
@@ -299,35 +299,68 @@ def functions(ops, make) -> dict:
     ) -> VariableSurface:
         """The q-th quantiles along `dim` (of all entries when None): between the sorted values either side of
         q * (n - 1), by `interpolation`; a vector q gives a leading dimension of its length. NaN where a NaN is."""
+        return _quantile(input, q, dim, keepdim, interpolation, False)
+
+    def nanquantile(
+        input: VariableSurface,
+        q: Any,
+        dim: int | None = None,
+        keepdim: bool = False,
+        *,
+        interpolation: str = "linear",
+    ) -> VariableSurface:
+        """quantile of the numbers (n counts a slice's non-NaN entries; NaN where there are none)."""
+        return _quantile(input, q, dim, keepdim, interpolation, True)
+
+    def _nan_quantile(x, values, d, q, interpolation):
+        """One q's quantile of each slice's numbers along d (sorted first in `values`), keeping d."""
+        count = ops["sum"](ops["logical_not"](ops["isnan"](x)), d, keepdim=True)
+        position = ops["mul"](cast(ops["clamp"](count - 1, min=0), dtype=numpy.dtype(x.dtype).name), q)
+        below, above = ops["floor"](position), ops["ceil"](position)
+        pick = {"lower": below, "higher": above, "nearest": ops["round"](position)}
+        chosen = [pick[interpolation]] if interpolation in pick else [below, above]
+        low, *high = (ops["gather"](values, cast(at, dtype="int64"), dim=d) for at in chosen)
+        if high:
+            low = lerp(low, high[0], 0.5 if interpolation == "midpoint" else ops["sub"](position, below))
+        return ops["squeeze"](where(ops["eq"](count, 0), math.nan, low), d)
+
+    def _quantile(input, q, dim, keepdim, interpolation, skip_nan):
         qs = numpy.asarray(q.tolist() if hasattr(q, "tolist") else q, dtype=numpy.float64)
         if input.dtype.kind != "f":
             raise RuntimeError("quantile() input tensor must be either float or double dtype")
         if qs.ndim > 1:
             raise RuntimeError("quantile() q must be a scalar or 1D tensor")
         if ((qs < 0) | (qs > 1)).any():
-            raise RuntimeError("quantile() q values must be in the range [0, 1]")
+            raise RuntimeError(
+                f"quantile() q must be in the range [0, 1] but got {float(qs)}"
+                if qs.ndim == 0
+                else "quantile() q values must be in the range [0, 1]"
+            )
         if interpolation not in INTERPOLATIONS:
             raise RuntimeError(f"quantile() interpolation must be one of {', '.join(INTERPOLATIONS)}")
         x = reshape(input, (-1,)) if dim is None else input
         d = 0 if dim is None else _dim(input, dim)
         values = ops["sort"](x, d).values
         size = x.shape[d] if x.ndim else 1
-        position = qs.reshape(-1) * (size - 1)
-        below, above = numpy.floor(position).astype(numpy.int64), numpy.ceil(position).astype(numpy.int64)
-        pick = {"lower": below, "higher": above, "nearest": numpy.round(position).astype(numpy.int64)}
-        if interpolation in pick:
-            out = ops["index_select"](values, pick[interpolation], dim=d)
+        if skip_nan:
+            out = ops["stack"]([_nan_quantile(x, values, d, float(one), interpolation) for one in qs.reshape(-1)], d)
         else:
-            low, high = (ops["index_select"](values, i, dim=d) for i in (below, above))
-            weight = 0.5 if interpolation == "midpoint" else position - below
-            shape = tuple(-1 if i == d else 1 for i in range(values.ndim))
-            out = lerp(low, high, numpy.asarray(weight, input.dtype).reshape(shape if numpy.ndim(weight) else ()))
-        out = where(ops["isnan"](ops["sum"](x, d, keepdim=True)), math.nan, out)
+            position = qs.reshape(-1) * (size - 1)
+            below, above = numpy.floor(position).astype(numpy.int64), numpy.ceil(position).astype(numpy.int64)
+            pick = {"lower": below, "higher": above, "nearest": numpy.round(position).astype(numpy.int64)}
+            if interpolation in pick:
+                out = ops["index_select"](values, pick[interpolation], dim=d)
+            else:
+                low, high = (ops["index_select"](values, i, dim=d) for i in (below, above))
+                weight = 0.5 if interpolation == "midpoint" else position - below
+                shape = tuple(-1 if i == d else 1 for i in range(values.ndim))
+                out = lerp(low, high, numpy.asarray(weight, input.dtype).reshape(shape if numpy.ndim(weight) else ()))
+            out = where(ops["isnan"](ops["sum"](x, d, keepdim=True)), math.nan, out)
         out = ops["movedim"](out, d, 0)
         if keepdim:
             kept = [1] * input.ndim if dim is None else list(input.shape)
             kept[0 if dim is None else d] = 1
-            out = reshape(out, (len(position), *kept))
+            out = reshape(out, (qs.size, *kept))
         return ops["squeeze"](out, 0) if qs.ndim == 0 else out
 
     def logcumsumexp(input: VariableSurface, dim: int) -> VariableSurface:

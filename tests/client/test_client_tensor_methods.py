@@ -142,6 +142,15 @@ CASES = {
     "msort": (lambda m, a: m.msort(a), [A]),
     "nanmedian": (lambda m, a: tuple(m.nanmedian(a.masked_fill(a > 0.5, float("nan")), 1)), [A]),
     "nanmedian_all": (lambda m, a: a.masked_fill(a > 0.5, float("nan")).nanmedian(), [A]),
+    "nanquantile": (lambda m, a: m.nanquantile(a.masked_fill(a > 0.5, float("nan")), 0.3, 1, keepdim=True), [A]),
+    "nanquantile_qs": (
+        lambda m, a: a.masked_fill(a < -0.6, float("nan")).nanquantile(m.tensor([0.2, 0.9], dtype=m.float64), 0),
+        [A],
+    ),
+    "nanquantile_nearest": (
+        lambda m, a: m.nanquantile(a.masked_fill(a > 0.5, float("nan")), 0.4, interpolation="nearest"),
+        [A],
+    ),
     "diagflat": (lambda m, a: m.diagflat(a, 1), [V3]),
     "cov": (lambda m, a: m.cov(a, correction=0), [A]),
     "cov_vector": (lambda m, a: a.cov(), [V4]),
@@ -237,6 +246,8 @@ def test_method_gradients_by_finite_differences(name):
         (lambda m: m.ones(3).lerp_(m.ones(2, 3), 0.5), "float32"),
         (lambda m: m.ones(2).is_nonzero(), "float32"),
         (lambda m: m.ones(4).hsplit(3), "float32"),
+        (lambda m: m.tensor([1, 2]).nanquantile(0.5), "int64"),
+        (lambda m: m.ones(3).nanquantile(1.5), "float32"),
     ],
 )
 def test_in_place_refusals_are_torchs(torch_like, call, dtype):
@@ -346,7 +357,7 @@ NOT_PROVIDED = {
     "other helpers' ops (tensorfill)": "bitwise_left_shift bitwise_left_shift_ bitwise_right_shift "
     "bitwise_right_shift_ scatter_reduce scatter_reduce_ histc histogram cummax cummin heaviside heaviside_",
     "special functions with no composition here": "i0 i0_ igamma igamma_ igammac igammac_ mvlgamma mvlgamma_ "
-    "nextafter nextafter_ frexp polygamma_ diagonal_scatter nanquantile",
+    "nextafter nextafter_ frexp polygamma_ diagonal_scatter",
     "random fills not provided": "cauchy_ geometric_ log_normal_",
     "spectral": "stft istft",
     "legacy": "new reinforce index put put_ index_reduce index_reduce_ map2_",
