@@ -126,6 +126,7 @@ __all__ = [
     "diag_embed",
     "diagflat",
     "diagonal",
+    "diagonal_scatter",
     "diff",
     "digamma",
     "dist",
@@ -759,6 +760,15 @@ def diagonal(
     input: VariableSurface, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1
 ) -> Variable:
     """The diagonal of dims `dim1` and `dim2` (above it for offset > 0), as a last dimension."""
+
+def diagonal_scatter(
+    input: VariableSurface,
+    src: VariableSurface,
+    offset: builtins.int = 0,
+    dim1: builtins.int = 0,
+    dim2: builtins.int = 1,
+) -> Variable:
+    """A copy of input with src written into input.diagonal(offset, dim1, dim2)."""
 
 def diff(
     input: VariableSurface, n: builtins.int = 1, dim: builtins.int = -1, prepend: Any = None, append: Any = None

@@ -363,6 +363,10 @@ class VariableSurface:
     def diagflat(self, offset: builtins.int = 0) -> Self: ...
     def diagonal(self, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1) -> Self:
         """The diagonal of dims `dim1` and `dim2` (above it for offset > 0), as a last dimension."""
+    def diagonal_scatter(
+        self, src: VariableSurface, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1
+    ) -> Self:
+        """A copy of input with src written into input.diagonal(offset, dim1, dim2)."""
     def diff(self, n: builtins.int = 1, dim: builtins.int = -1, prepend: Any = None, append: Any = None) -> Self:
         """The n-th forward difference along `dim` (out[i] = x[i + 1] - x[i]; booleans: !=), after
         concatenating `prepend` and `append`."""

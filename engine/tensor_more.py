@@ -3,7 +3,7 @@ with `correction=`,
 elementwise ones (`sgn`, `signbit`, `positive`, `fix`, `erfc`, `sinc`, `logit`, `float_power`, `fmax`/`fmin`,
 `copysign`, `ldexp`, `gcd`/`lcm`, `addcmul`/`addcdiv`, `hardshrink`, `renorm`), `aminmax`, `msort`, `diagflat`,
 `cov`/`corrcoef`, `vdot`, splits (`hsplit`/`vsplit`/`dsplit`, `split_with_sizes`), `sum_to_size`,
-`slice_scatter`/`select_scatter`, `bincount`, and what a real CPU tensor answers about itself (`is_complex()`
+`slice_scatter`/`select_scatter`/`diagonal_scatter`, `bincount`, and what a real CPU tensor answers about itself (`is_complex()`
 False, `conj()` itself, `get_device()` -1, `apply_(f)`...).
 
 Gradients are those of the ops they call, PyTorch's: `fmax` gives a tie to its first input, `copysign` gives its
@@ -245,6 +245,17 @@ def functions(ops, make) -> dict:
     def select_scatter(input: VariableSurface, src: VariableSurface, dim: int, index: int) -> VariableSurface:
         return ops["setitem"](input, src, (EVERY,) * _dim(input, dim) + (index,))
 
+    def diagonal_scatter(
+        input: VariableSurface, src: VariableSurface, offset: int = 0, dim1: int = 0, dim2: int = 1
+    ) -> VariableSurface:
+        """A copy of input with src written into input.diagonal(offset, dim1, dim2)."""
+        moved = ops["movedim"](input, (_dim(input, dim1), _dim(input, dim2)), (-2, -1))
+        rows, columns = moved.shape[-2:]
+        length = max(0, min(rows + min(offset, 0), columns - max(offset, 0)))
+        at = (numpy.arange(length) - min(offset, 0), numpy.arange(length) + max(offset, 0))
+        out = ops["setitem"](moved, src, (EVERY,) * (input.ndim - 2) + at)
+        return ops["movedim"](out, (-2, -1), (_dim(input, dim1), _dim(input, dim2)))
+
     def bincount(input: VariableSurface, weights: VariableSurface | None = None, minlength: int = 0) -> VariableSurface:
         """How often each value 0..max occurs (weighted: the sum of its weights)."""
         values = numpy.asarray(input.tolist(), dtype=numpy.int64)
@@ -325,7 +336,12 @@ def functions(ops, make) -> dict:
         {f.__name__: f for f in (addcdiv, erfc, logit, sinc, hardshrink, prelu, renorm, aminmax, msort, diagflat)}
     )
     out.update({f.__name__: f for f in (vdot, cov, corrcoef, split_with_sizes, sum_to_size, slice_scatter)})
-    out.update({f.__name__: f for f in (select_scatter, bincount, get_device, data_ptr, pin_memory, is_nonzero)})
+    out.update(
+        {
+            f.__name__: f
+            for f in (select_scatter, diagonal_scatter, bincount, get_device, data_ptr, pin_memory, is_nonzero)
+        }
+    )
     out.update(var_mean=_spread("var", True), std_mean=_spread("std", True))
     out.update(var=_spread("var"), std=_spread("std"), sgn=ops["sign"], fix=ops["trunc"], conj=identity)
     out.update(resolve_conj=identity, resolve_neg=identity, apply_=apply_, map_=map_)

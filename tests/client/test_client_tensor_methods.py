@@ -162,6 +162,8 @@ CASES = {
     "sum_to_size": (lambda m, a: a.sum_to_size(1, 4), [A]),
     "slice_scatter": (lambda m, a, b: m.slice_scatter(a, b, 1, 0, 4, 2), [A, ((3, 2), "any")]),
     "select_scatter": (lambda m, a, b: a.select_scatter(b, 0, 1), [A, V4]),
+    "diagonal_scatter": (lambda m, a, b: m.diagonal_scatter(a, b, 1), [A, V3]),
+    "diagonal_scatter_dims": (lambda m, a, b: a.reshape(2, 3, 2).diagonal_scatter(b, -1, 2, 0), [A, ((3, 1), "any")]),
     "conj": (lambda m, a: a.conj().resolve_conj().resolve_neg(), [A]),
     "isreal": (lambda m, a: m.isreal(a), [A]),
 }
@@ -357,7 +359,7 @@ NOT_PROVIDED = {
     "other helpers' ops (tensorfill)": "bitwise_left_shift bitwise_left_shift_ bitwise_right_shift "
     "bitwise_right_shift_ scatter_reduce scatter_reduce_ histc histogram cummax cummin heaviside heaviside_",
     "special functions with no composition here": "i0 i0_ igamma igamma_ igammac igammac_ mvlgamma mvlgamma_ "
-    "nextafter nextafter_ frexp polygamma_ diagonal_scatter",
+    "nextafter nextafter_ frexp polygamma_",
     "random fills not provided": "cauchy_ geometric_ log_normal_",
     "spectral": "stft istft",
     "legacy": "new reinforce index put put_ index_reduce index_reduce_ map2_",
