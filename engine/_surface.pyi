@@ -271,6 +271,7 @@ __all__ = [
     "multinomial",
     "multiply",
     "mv",
+    "mvlgamma",
     "nan_to_num",
     "nanmean",
     "nanmedian",
@@ -1253,6 +1254,9 @@ def multiply(input: Operand, other: Operand) -> Variable:
 
 def mv(input: Operand, vec: Operand) -> Variable:
     """Matrix times vector."""
+
+def mvlgamma(input: VariableSurface, p: builtins.int) -> Variable:
+    """The log of the multivariate gamma function of dimension p."""
 
 def nan_to_num(
     input: VariableSurface,

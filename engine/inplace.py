@@ -28,13 +28,13 @@ LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place 
 OPS = (
     "add sub mul div pow neg exp log sqrt sign abs sin cos tanh sigmoid relu clamp floor ceil round trunc fmod "
     "remainder floor_divide log10 log2 exp2 tril triu masked_fill cumsum bitwise_and bitwise_or bitwise_xor "
-    "bitwise_not acos asin atan atan2 cosh sinh tan expm1 log1p erf erfinv lgamma digamma cumprod eq ne lt le gt ge"
+    "bitwise_not acos asin atan atan2 cosh sinh tan expm1 log1p erf erfinv lgamma digamma polygamma cumprod eq ne lt le gt ge"
 ).split()
 # composed functions (engine.modern, engine.tensor_math, engine.tensor_more) with a `<name>_`, likewise elementwise
 COMPOSED = (
     "acosh asinh atanh rsqrt reciprocal square frac deg2rad rad2deg nan_to_num xlogy hypot lerp logit sgn fix erfc "
     "sinc float_power copysign ldexp gcd lcm clamp_min clamp_max logical_not logical_and logical_or logical_xor "
-    "addcmul addcdiv addmm addmv addr addbmm baddbmm renorm"
+    "addcmul addcdiv addmm addmv addr addbmm baddbmm renorm mvlgamma"
 ).split()
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")  # their `<name>_` is differentiable, with gradient 0
 # ops whose `<name>_` gives the Variable the result's shape (PyTorch's in-place views: `x.t_()`)

@@ -459,7 +459,7 @@ def install(side: Side) -> dict:
     for name, method in modern.methods(cls, functions, constructors).items():
         setattr(cls, name, method)
     found = _tensor_functions(cls, {**composed, **functions}, constructors)  # registry ops first (index_add)
-    with_alpha = {**composed, **functions, **found, "add": composed["add"], "sub": composed["sub"]}
+    with_alpha = {**composed, **found, **functions, "add": composed["add"], "sub": composed["sub"]}
     for name, method in inplace.methods(with_alpha, side.grad_mode.is_enabled).items():
         setattr(cls, name, method)
     methods, spellings = compat.spellings(constructors, lambda v, dtype: functions["cast"](v, dtype=dtype))

@@ -711,6 +711,10 @@ class VariableSurface:
         """x * y (broadcasting)"""
     def mv(self, vec: Operand) -> Self:
         """Matrix times vector."""
+    def mvlgamma(self, p: builtins.int) -> Self:
+        """The log of the multivariate gamma function of dimension p."""
+    def mvlgamma_(self, p: builtins.int) -> Self:
+        """In place: this Variable becomes `mvlgamma(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def nan_to_num(
         self, nan: builtins.float = 0.0, posinf: builtins.float | None = None, neginf: builtins.float | None = None
     ) -> Self:
@@ -824,6 +828,8 @@ class VariableSurface:
     def permute(self, *dims: builtins.int) -> Self: ...
     def pin_memory(self, device: Any = None) -> Self: ...
     def polygamma(self, n: builtins.int) -> Self:
+        """the n-th derivative of digamma, polygamma(input, n=n) (PyTorch spells it polygamma(n, input))"""
+    def polygamma_(self, n: builtins.int) -> Self:
         """the n-th derivative of digamma, polygamma(input, n=n) (PyTorch spells it polygamma(n, input))"""
     def positive(self) -> Self: ...
     def pow(self, exponent: Operand) -> Self:

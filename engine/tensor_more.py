@@ -1,7 +1,7 @@
 """More of PyTorch's Tensor methods and functions, composed of the ops before them: `var`/`std`/`var_mean`/`std_mean`
 with `correction=`,
 elementwise ones (`sgn`, `signbit`, `positive`, `fix`, `erfc`, `sinc`, `logit`, `float_power`, `fmax`/`fmin`,
-`copysign`, `ldexp`, `gcd`/`lcm`, `addcmul`/`addcdiv`, `hardshrink`, `renorm`), `aminmax`, `msort`, `diagflat`,
+`copysign`, `ldexp`, `gcd`/`lcm`, `mvlgamma`, `addcmul`/`addcdiv`, `hardshrink`, `renorm`), `aminmax`, `msort`, `diagflat`,
 `cov`/`corrcoef`, `vdot`, splits (`hsplit`/`vsplit`/`dsplit`, `split_with_sizes`), `sum_to_size`,
 `slice_scatter`/`select_scatter`/`diagonal_scatter`, `bincount`, and what a real CPU tensor answers about itself (`is_complex()`
 False, `conj()` itself, `get_device()` -1, `apply_(f)`...).
@@ -160,6 +160,13 @@ def functions(ops, make) -> dict:
         if weight.numel() != 1:
             weight = ops["reshape"](weight, (channels,) + (1,) * (input.ndim - 2))
         return where(ops["gt"](input, 0), input, ops["mul"](input, weight))
+
+    def mvlgamma(input: VariableSurface, p: int) -> VariableSurface:
+        """The log of the multivariate gamma function of dimension p."""
+        if p < 1:
+            raise RuntimeError("p has to be greater than or equal to 1")
+        terms = [ops["lgamma"](ops["sub"](input, i / 2)) for i in range(p)]
+        return ops["add"](ops["sum"](ops["stack"](terms), 0), p * (p - 1) / 4 * math.log(math.pi))
 
     def renorm(input: VariableSurface, p: float, dim: int, maxnorm: float) -> VariableSurface:
         """Each slice along `dim` scaled to p-norm at most `maxnorm`."""
@@ -333,7 +340,10 @@ def functions(ops, make) -> dict:
         f.__name__: f for f in (positive, signbit, copysign, ldexp, float_power, fmax, fmin, gcd, lcm, addcmul)
     }
     out.update(
-        {f.__name__: f for f in (addcdiv, erfc, logit, sinc, hardshrink, prelu, renorm, aminmax, msort, diagflat)}
+        {
+            f.__name__: f
+            for f in (addcdiv, erfc, logit, sinc, hardshrink, prelu, mvlgamma, renorm, aminmax, msort, diagflat)
+        }
     )
     out.update({f.__name__: f for f in (vdot, cov, corrcoef, split_with_sizes, sum_to_size, slice_scatter)})
     out.update(

@@ -106,6 +106,10 @@ CASES = {
     "addbmm_": (lambda m, a, b, c: (a * 1).addbmm_(b, c), [M33, BATCH1, BATCH2]),
     "baddbmm_": (lambda m, a, b, c: (a * 1).baddbmm_(b, c, alpha=0.5), [((2, 3, 3), "any"), BATCH1, BATCH2]),
     "cumprod_": (lambda m, a: (a * 1).cumprod_(1), [P]),
+    "polygamma_": (lambda m, a: (a * 1).polygamma_(1), [P]),
+    "mvlgamma": (lambda m, a: m.mvlgamma(a, 3), [B]),
+    "mvlgamma_poles": (lambda m, a: m.tensor([0.5, 2.0, 0.2, -0.3]).mvlgamma(2) * a.sum(), [V3]),
+    "mvlgamma_": (lambda m, a: (a * 1).mvlgamma_(2), [B]),
     "renorm_": (lambda m, a: (a * 1).renorm_(2, 0, 1.0), [A]),
     "var_correction": (lambda m, a: a.var(1, correction=0), [A]),
     "var_correction_2": (lambda m, a: a.var(correction=2), [A]),
@@ -207,6 +211,7 @@ def test_method_is_torchs(torch_like, name):
 
 # not smooth, or (logical_*_) torch's: a non-differentiable in-place op keeps the Variable's grad_fn
 NOT_SMOOTH = (
+    "mvlgamma_poles",
     "logical_not_",
     "logical_and_",
     "logical_or_",
@@ -249,6 +254,7 @@ def test_method_gradients_by_finite_differences(name):
         (lambda m: m.ones(2).is_nonzero(), "float32"),
         (lambda m: m.ones(4).hsplit(3), "float32"),
         (lambda m: m.tensor([1, 2]).nanquantile(0.5), "int64"),
+        (lambda m: m.tensor([0.5, 2.0]).mvlgamma(0), "float32"),
         (lambda m: m.ones(3).nanquantile(1.5), "float32"),
     ],
 )
@@ -358,8 +364,7 @@ NOT_PROVIDED = {
     "ormqr pinverse cholesky_inverse cholesky_solve triangular_solve",
     "other helpers' ops (tensorfill)": "bitwise_left_shift bitwise_left_shift_ bitwise_right_shift "
     "bitwise_right_shift_ scatter_reduce scatter_reduce_ histc histogram cummax cummin heaviside heaviside_",
-    "special functions with no composition here": "i0 i0_ igamma igamma_ igammac igammac_ mvlgamma mvlgamma_ "
-    "nextafter nextafter_ frexp polygamma_",
+    "special functions with no composition here": "i0 i0_ igamma igamma_ igammac igammac_ nextafter nextafter_ frexp",
     "random fills not provided": "cauchy_ geometric_ log_normal_",
     "spectral": "stft istft",
     "legacy": "new reinforce index put put_ index_reduce index_reduce_ map2_",
