@@ -27,10 +27,7 @@ if TYPE_CHECKING:
     from engine.surface_types import Operand, VariableSurface
 
 FUNCTIONS_ONLY = ("std_mean", "var_mean")
-METHODS_ONLY = (
-    "is_complex is_cpu is_same_size is_nonzero is_inference is_conj is_neg is_signed is_pinned get_device output_nr "
-    "data_ptr pin_memory apply_ map_ sum_to_size"
-).split()
+METHODS_ONLY = ("is_complex is_cpu is_pinned get_device output_nr data_ptr pin_memory apply_ map_ sum_to_size").split()
 AMINMAX = namedtuple("aminmax", ["min", "max"])  # type: ignore[name-match]  # (torch.return_types.aminmax)
 EVERY = slice(None)
 

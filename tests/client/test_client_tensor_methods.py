@@ -298,6 +298,8 @@ def test_properties_and_predicates(torch_like):
         assert x.is_signed() and m.tensor([1]).is_signed() and not m.tensor([True]).is_signed()
         assert x.is_same_size(m.zeros(1, 2)) and not x.is_same_size(m.zeros(2))
         assert m.tensor([2.0]).is_nonzero() and not m.tensor([0.0]).is_nonzero()
+        assert m.is_nonzero(m.tensor([1])) and m.is_same_size(x, x) and m.is_signed(x) and not m.is_conj(x)
+        assert not m.is_neg(x) and not m.is_inference(x)
         assert x.get_device() == -1 and x.output_nr == 0 and not x.is_pinned()
         assert isinstance(x.data_ptr(), int) and x.data_ptr() != 0
         assert x.conj() is x and x.positive() is x
