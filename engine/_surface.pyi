@@ -39,18 +39,26 @@ __all__ = [
     "acosh",
     "adaptive_avg_pool2d",
     "add",
+    "addbmm",
+    "addcdiv",
+    "addcmul",
     "addmm",
     "addmv",
+    "addr",
     "all",
     "allclose",
     "amax",
     "amin",
+    "aminmax",
     "any",
     "arange",
     "arccos",
+    "arccosh",
     "arcsin",
+    "arcsinh",
     "arctan",
     "arctan2",
+    "arctanh",
     "argmax",
     "argmin",
     "argsort",
@@ -69,6 +77,7 @@ __all__ = [
     "avg_pool3d",
     "baddbmm",
     "bernoulli",
+    "bincount",
     "bitwise_and",
     "bitwise_left_shift",
     "bitwise_not",
@@ -99,13 +108,17 @@ __all__ = [
     "column_stack",
     "concat",
     "concatenate",
+    "conj",
     "conv1d",
     "conv2d",
     "conv3d",
     "copy_slices",
+    "copysign",
+    "corrcoef",
     "cos",
     "cosh",
     "count_nonzero",
+    "cov",
     "cross",
     "cuda",
     "cumextreme_index",
@@ -119,7 +132,9 @@ __all__ = [
     "device",
     "diag",
     "diag_embed",
+    "diagflat",
     "diagonal",
+    "diagonal_scatter",
     "diff",
     "digamma",
     "dist",
@@ -128,6 +143,7 @@ __all__ = [
     "divide",
     "dot",
     "double",
+    "dsplit",
     "dstack",
     "eigh_packed",
     "einsum",
@@ -136,6 +152,7 @@ __all__ = [
     "eq",
     "equal",
     "erf",
+    "erfc",
     "erfinv",
     "exp",
     "exp2",
@@ -145,6 +162,7 @@ __all__ = [
     "fft_c2r",
     "fft_r2c",
     "finfo",
+    "fix",
     "flatten",
     "flip",
     "fliplr",
@@ -153,14 +171,18 @@ __all__ = [
     "float16",
     "float32",
     "float64",
+    "float_power",
     "floor",
     "floor_divide",
+    "fmax",
+    "fmin",
     "fmod",
     "frac",
     "from_numpy",
     "full",
     "full_like",
     "gather",
+    "gcd",
     "ge",
     "ger",
     "get_default_device",
@@ -171,8 +193,10 @@ __all__ = [
     "greater_equal",
     "gt",
     "half",
+    "hardshrink",
     "heaviside",
     "histc",
+    "hsplit",
     "hstack",
     "hypot",
     "iinfo",
@@ -194,7 +218,13 @@ __all__ = [
     "int8",
     "inv",
     "inverse",
+    "is_conj",
     "is_floating_point",
+    "is_inference",
+    "is_neg",
+    "is_nonzero",
+    "is_same_size",
+    "is_signed",
     "is_tensor",
     "isclose",
     "isfinite",
@@ -203,8 +233,11 @@ __all__ = [
     "isnan",
     "isneginf",
     "isposinf",
+    "isreal",
     "kron",
     "kthvalue",
+    "lcm",
+    "ldexp",
     "le",
     "lerp",
     "less",
@@ -218,12 +251,14 @@ __all__ = [
     "log_softmax",
     "logabsdet",
     "logaddexp",
+    "logaddexp2",
     "logcumsumexp",
     "logdet",
     "logical_and",
     "logical_not",
     "logical_or",
     "logical_xor",
+    "logit",
     "logspace",
     "logsumexp",
     "long",
@@ -254,8 +289,11 @@ __all__ = [
     "multinomial",
     "multiply",
     "mv",
+    "mvlgamma",
     "nan_to_num",
     "nanmean",
+    "nanmedian",
+    "nanquantile",
     "nansum",
     "narrow",
     "ne",
@@ -273,7 +311,9 @@ __all__ = [
     "pinv",
     "pinverse",
     "polygamma",
+    "positive",
     "pow",
+    "prelu",
     "probabilities",
     "prod",
     "qr",
@@ -292,9 +332,12 @@ __all__ = [
     "reciprocal",
     "relu",
     "remainder",
+    "renorm",
     "repeat",
     "repeat_interleave",
     "reshape",
+    "resolve_conj",
+    "resolve_neg",
     "roll",
     "rot90",
     "round",
@@ -310,19 +353,25 @@ __all__ = [
     "searchsorted",
     "seed",
     "select",
+    "select_scatter",
     "set_default_device",
     "set_default_dtype",
     "set_rng_state",
     "setitem",
+    "sgn",
     "short",
     "sigmoid",
     "sign",
+    "signbit",
     "sin",
+    "sinc",
     "sinh",
+    "slice_scatter",
     "slogdet",
     "softmax",
     "sort",
     "split",
+    "split_with_sizes",
     "sqrt",
     "square",
     "squeeze",
@@ -366,6 +415,8 @@ __all__ = [
     "vander",
     "var",
     "var_mean",
+    "vdot",
+    "vsplit",
     "vstack",
     "where",
     "xlogy",
@@ -399,15 +450,36 @@ def adaptive_avg_pool2d(input: Operand, output_size: builtins.int | Sequence[bui
 def add(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variable:
     """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
 
+def addbmm(
+    input: Operand,
+    batch1: VariableSurface,
+    batch2: VariableSurface,
+    *,
+    beta: builtins.float = 1,
+    alpha: builtins.float = 1,
+) -> Variable:
+    """beta * input + alpha * the sum over the batch of batch1[i] @ batch2[i]."""
+
+def addcdiv(input: Operand, tensor1: Operand, tensor2: Operand, *, value: builtins.float = 1) -> Variable:
+    """input + value * tensor1 / tensor2."""
+
+def addcmul(input: Operand, tensor1: Operand, tensor2: Operand, *, value: builtins.float = 1) -> Variable:
+    """input + value * tensor1 * tensor2."""
+
 def addmm(
     input: Operand, mat1: VariableSurface, mat2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
 ) -> Variable:
     """beta * input + alpha * (mat1 @ mat2) (beta 0: input ignored, even its nans)."""
 
 def addmv(
-    input: Operand, mat1: VariableSurface, mat2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+    input: Operand, mat: VariableSurface, vec: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
 ) -> Variable:
-    """beta * input + alpha * (mat1 @ mat2) (beta 0: input ignored, even its nans)."""
+    """beta * input + alpha * (mat @ vec)."""
+
+def addr(
+    input: Operand, vec1: VariableSurface, vec2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+) -> Variable:
+    """beta * input + alpha * outer(vec1, vec2)."""
 
 def all(
     input: Operand,
@@ -430,6 +502,7 @@ def amin(
 ) -> Variable:
     """minimum over dim (ties share the gradient)"""
 
+def aminmax(input: VariableSurface, *, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any: ...
 def any(
     input: Operand,
     dim: builtins.int | Sequence[builtins.int] | None = None,
@@ -451,15 +524,18 @@ def arange(
 def arccos(input: Operand) -> Variable:
     """arccosine (NaN outside [-1, 1])"""
 
+def arccosh(input: VariableSurface) -> Variable: ...
 def arcsin(input: Operand) -> Variable:
     """arcsine (NaN outside [-1, 1])"""
 
+def arcsinh(input: VariableSurface) -> Variable: ...
 def arctan(input: Operand) -> Variable:
     """arctangent"""
 
 def arctan2(input: Operand, other: Operand) -> Variable:
     """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
 
+def arctanh(input: VariableSurface) -> Variable: ...
 def argmax(input: Operand, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Variable:
     """index of the maximum (no gradient)"""
 
@@ -545,6 +621,9 @@ def baddbmm(
 def bernoulli(input: Any, p: builtins.float | None = None, *, generator: Generator | None = None) -> Variable:
     """0s and 1s of `input`'s shape and dtype, each 1 with probability `input`'s value there (`p`, when
     given, for all). Only with `p=None` are the input's values read (a lazy client input is fetched)."""
+
+def bincount(input: VariableSurface, weights: VariableSurface | None = None, minlength: builtins.int = 0) -> Variable:
+    """How often each value 0..max occurs (weighted: the sum of its weights)."""
 
 def bitwise_and(input: Operand, other: Operand) -> Variable:
     """x & y of bool or integer Variables (no gradient)"""
@@ -640,6 +719,7 @@ def concat(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
 def concatenate(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along an existing dimension"""
 
+def conj(self: VariableSurface) -> Variable: ...
 def conv1d(
     input: Operand,
     weight: Operand,
@@ -676,6 +756,10 @@ def conv3d(
 def copy_slices(base: Operand, value: Operand, positions: Operand) -> Variable:
     """a copy of base with the elements at flat `positions` replaced by value (a view's in-place change)"""
 
+def copysign(input: Operand, other: Any) -> Variable:
+    """|input| with other's sign (a float)."""
+
+def corrcoef(input: VariableSurface) -> Variable: ...
 def cos(input: Operand) -> Variable:
     """cosine"""
 
@@ -686,6 +770,11 @@ def count_nonzero(
     input: Operand, dim: builtins.int | Sequence[builtins.int] | None = None, **numpy_spelling: Any
 ) -> Variable:
     """How many elements (along `dim`) are nonzero, as an int64 Variable."""
+
+def cov(
+    input: VariableSurface, *, correction: builtins.int = 1, fweights: Any = None, aweights: Any = None
+) -> Variable:
+    """The covariance of the rows (variables) over the columns (observations)."""
 
 def cross(input: VariableSurface, other: VariableSurface, dim: builtins.int = -1) -> Variable: ...
 
@@ -724,10 +813,20 @@ def diag_embed(
 ) -> Variable:
     """Square matrices (in dims `dim1`, `dim2` of the result) with the last dimension on their diagonal."""
 
+def diagflat(input: VariableSurface, offset: builtins.int = 0) -> Variable: ...
 def diagonal(
     input: VariableSurface, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1
 ) -> Variable:
     """The diagonal of dims `dim1` and `dim2` (above it for offset > 0), as a last dimension."""
+
+def diagonal_scatter(
+    input: VariableSurface,
+    src: VariableSurface,
+    offset: builtins.int = 0,
+    dim1: builtins.int = 0,
+    dim2: builtins.int = 1,
+) -> Variable:
+    """A copy of input with src written into input.diagonal(offset, dim1, dim2)."""
 
 def diff(
     input: VariableSurface, n: builtins.int = 1, dim: builtins.int = -1, prepend: Any = None, append: Any = None
@@ -757,6 +856,7 @@ def dot(input: Operand, tensor: Operand) -> Variable:
 
 double: DType
 
+def dsplit(input: VariableSurface, indices_or_sections: Any) -> tuple[Variable, ...]: ...
 def dstack(tensors: Sequence[VariableSurface]) -> Variable:
     """Concatenated along the third dimension (depth)."""
 
@@ -788,6 +888,7 @@ def equal(input: VariableSurface, other: VariableSurface) -> builtins.bool: ...
 def erf(input: Operand) -> Variable:
     """the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x"""
 
+def erfc(input: Operand) -> Variable: ...
 def erfinv(input: Operand) -> Variable:
     """the inverse of erf on (-1, 1) (+-inf at +-1, nan outside)"""
 
@@ -826,6 +927,9 @@ def fft_r2c(input: Operand, *s: builtins.int, dim: Sequence[builtins.int], norm:
 def finfo(type: Any = None) -> numpy.finfo:
     """Machine limits of a floating dtype (the default one when None): `eps`, `max`, `min`, `tiny`, `bits`..."""
 
+def fix(input: Operand) -> Variable:
+    """x rounded toward zero (gradient zero, as in PyTorch)"""
+
 def flatten(input: Operand, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Variable:
     """merge dimensions start_dim..end_dim into one"""
 
@@ -840,12 +944,19 @@ float16: DType
 float32: DType
 float64: DType
 
+def float_power(input: Operand, exponent: Operand) -> Variable:
+    """input ** exponent in float64."""
+
 def floor(input: Operand) -> Variable:
     """the largest integer <= x (gradient zero, as in PyTorch)"""
 
 def floor_divide(input: Operand, other: Operand) -> Variable:
     """floor(x / y), as Python's // (x // y); no gradient"""
 
+def fmax(input: Operand, other: Operand) -> Variable:
+    """The elementwise maximum, a NaN ignored where the other is a number."""
+
+def fmin(input: Operand, other: Operand) -> Variable: ...
 def fmod(input: Operand, other: Operand) -> Variable:
     """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
 
@@ -874,6 +985,9 @@ def gather(
 ) -> Variable:
     """out[i][j] = input[i][index[i][j]] along `dim` (shown for 2-d, dim=1)."""
 
+def gcd(input: VariableSurface, other: Operand) -> Variable:
+    """The greatest common divisor (integers; Euclid's, elementwise)."""
+
 def ge(input: Operand, other: Operand) -> Variable:
     """x >= y as a bool Variable (no gradient)"""
 
@@ -901,6 +1015,9 @@ def gt(input: Operand, other: Operand) -> Variable:
 
 half: DType
 
+def hardshrink(input: VariableSurface, lambd: builtins.float = 0.5) -> Variable:
+    """x where |x| > lambd, else 0."""
+
 def heaviside(input: VariableSurface, values: VariableSurface) -> Variable:
     """0 where input < 0, `values` where it is 0, 1 where it is > 0 (no gradient)."""
 
@@ -910,6 +1027,7 @@ def histc(
     """Counts of `input`'s values in `bins` equal bins over [min, max] (the data's range when min == max),
     values outside left out, in input's floating dtype (no gradient)."""
 
+def hsplit(input: VariableSurface, indices_or_sections: Any) -> tuple[Variable, ...]: ...
 def hstack(tensors: Sequence[VariableSurface]) -> Variable:
     """Concatenated along the second dimension (the first for 1-d Variables)."""
 
@@ -978,7 +1096,13 @@ def inv(input: Operand) -> Variable:
 def inverse(input: Operand) -> Variable:
     """the inverse of each square matrix (numpy.linalg.LinAlgError when one is singular)"""
 
+def is_conj(self: VariableSurface, *args: Any) -> builtins.bool: ...
 def is_floating_point(v: Any) -> builtins.bool: ...
+def is_inference(self: VariableSurface, *args: Any) -> builtins.bool: ...
+def is_neg(self: VariableSurface, *args: Any) -> builtins.bool: ...
+def is_nonzero(self: VariableSurface) -> builtins.bool: ...
+def is_same_size(self: VariableSurface, other: VariableSurface) -> builtins.bool: ...
+def is_signed(self: VariableSurface) -> builtins.bool: ...
 def is_tensor(obj: object) -> builtins.bool: ...
 def isclose(input: Operand, other: Operand, rtol: builtins.float = 1e-05, atol: builtins.float = 1e-08) -> Variable: ...
 def isfinite(input: Operand) -> Variable:
@@ -997,6 +1121,9 @@ def isnan(input: Operand) -> Variable:
 
 def isneginf(input: Operand) -> Variable: ...
 def isposinf(input: Operand) -> Variable: ...
+def isreal(input: VariableSurface) -> Variable:
+    """True everywhere (a real tensor)."""
+
 def kron(input: VariableSurface, other: VariableSurface) -> Variable:
     """The Kronecker product: block (i, j...) is input[i, j...] * other."""
 
@@ -1005,6 +1132,8 @@ def kthvalue(
 ) -> MaxMin[Variable]:
     """(values, indices) of the k-th smallest entry along `dim` (k from 1)."""
 
+def lcm(input: VariableSurface, other: Operand) -> Variable: ...
+def ldexp(input: Operand, other: Operand) -> Variable: ...
 def le(input: Operand, other: Operand) -> Variable:
     """x <= y as a bool Variable (no gradient)"""
 
@@ -1049,6 +1178,9 @@ def logabsdet(input: Operand) -> Variable:
 def logaddexp(input: Operand, other: Operand) -> Variable:
     """log(exp(input) + exp(other)), computed without overflow."""
 
+def logaddexp2(input: Operand, other: Operand) -> Variable:
+    """log2(2 ** input + 2 ** other)."""
+
 def logcumsumexp(input: VariableSurface, dim: builtins.int) -> Variable:
     """log(cumsum(exp(x))) along `dim`, shifted by the maximum along it."""
 
@@ -1059,6 +1191,9 @@ def logical_and(input: Operand, other: Operand) -> Variable: ...
 def logical_not(input: Operand) -> Variable: ...
 def logical_or(input: Operand, other: Operand) -> Variable: ...
 def logical_xor(input: Operand, other: Operand) -> Variable: ...
+def logit(input: VariableSurface, eps: builtins.float | None = None) -> Variable:
+    """log(x / (1 - x)), x clamped to [eps, 1 - eps] first when eps is given."""
+
 def logspace(
     start: builtins.float,
     end: builtins.float,
@@ -1188,9 +1323,7 @@ def movedim(
 ) -> Variable:
     """Dimensions `source` moved to positions `destination`, the others keeping their order."""
 
-def msort(input: VariableSurface) -> Variable:
-    """The values sorted along the first dimension (`sort(input, dim=0).values`)."""
-
+def msort(input: VariableSurface) -> Variable: ...
 def mul(input: Operand, other: Operand) -> Variable:
     """x * y (broadcasting)"""
 
@@ -1206,6 +1339,9 @@ def multiply(input: Operand, other: Operand) -> Variable:
 
 def mv(input: Operand, vec: Operand) -> Variable:
     """Matrix times vector."""
+
+def mvlgamma(input: VariableSurface, p: builtins.int) -> Variable:
+    """The log of the multivariate gamma function of dimension p."""
 
 def nan_to_num(
     input: VariableSurface,
@@ -1224,6 +1360,19 @@ def nanmean(
     dtype: Any = None,
 ) -> Variable:
     """The mean of the entries that are not NaN (`dtype=`: the input cast to it first)."""
+
+def nanmedian(input: VariableSurface, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
+    """median, NaNs ignored (NaN only where every entry is)."""
+
+def nanquantile(
+    input: VariableSurface,
+    q: Any,
+    dim: builtins.int | None = None,
+    keepdim: builtins.bool = False,
+    *,
+    interpolation: str = "linear",
+) -> Variable:
+    """quantile of the numbers (n counts a slice's non-NaN entries; NaN where there are none)."""
 
 def nansum(
     input: VariableSurface,
@@ -1309,8 +1458,12 @@ def pinverse(input: VariableSurface, rcond: builtins.float = 1e-15) -> Variable:
 def polygamma(n: builtins.int, input: Operand) -> Variable:
     """The n-th derivative of digamma."""
 
+def positive(input: VariableSurface) -> Variable: ...
 def pow(input: Operand, exponent: Operand) -> Variable:
     """x ** y (broadcasting)"""
+
+def prelu(input: VariableSurface, weight: VariableSurface) -> Variable:
+    """x where x > 0, else weight * x; weight [1] or one slope per channel (dimension 1)."""
 
 def probabilities(input: Operand) -> Variable:
     """x, checked to lie in [0, 1] (binary_cross_entropy's input)"""
@@ -1411,6 +1564,9 @@ def relu(input: Operand) -> Variable:
 def remainder(input: Operand, other: Operand) -> Variable:
     """x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)"""
 
+def renorm(input: VariableSurface, p: builtins.float, dim: builtins.int, maxnorm: builtins.float) -> Variable:
+    """Each slice along `dim` scaled to p-norm at most `maxnorm`."""
+
 def repeat(self: VariableSurface, *sizes: Any) -> Variable:
     """This Variable tiled `sizes[i]` times along each dimension (new leading ones for extra sizes)."""
 
@@ -1428,6 +1584,8 @@ def repeat_interleave(
 def reshape(input: Operand, shape: Sequence[builtins.int]) -> Variable: ...
 @overload
 def reshape(input: Operand, *shape: builtins.int) -> Variable: ...
+def resolve_conj(self: VariableSurface) -> Variable: ...
+def resolve_neg(self: VariableSurface) -> Variable: ...
 def roll(
     input: VariableSurface,
     shifts: builtins.int | Sequence[builtins.int],
@@ -1508,6 +1666,9 @@ def seed() -> builtins.int:
 def select(input: VariableSurface, dim: builtins.int, index: builtins.int) -> Variable:
     """The slice at `index` along `dim` (that dimension removed)."""
 
+def select_scatter(
+    input: VariableSurface, src: VariableSurface, dim: builtins.int, index: builtins.int
+) -> Variable: ...
 def set_default_device(spec: Any) -> None: ...
 def set_default_dtype(d: Any) -> None:
     """Set the default floating dtype (float16, float32 or float64), as PyTorch's does."""
@@ -1518,6 +1679,9 @@ def set_rng_state(new_state: dict[str, Any]) -> None:
 def setitem(tensors: Sequence[Operand], index: Any) -> Variable:
     """a copy of x with x[index] = value"""
 
+def sgn(input: Operand) -> Variable:
+    """-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)"""
+
 short: DType
 
 def sigmoid(input: Operand) -> Variable:
@@ -1526,11 +1690,27 @@ def sigmoid(input: Operand) -> Variable:
 def sign(input: Operand) -> Variable:
     """-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)"""
 
+def signbit(input: Any) -> Variable:
+    """True where the sign bit is set (-0.0 included)."""
+
 def sin(input: Operand) -> Variable:
     """sine"""
 
+def sinc(input: VariableSurface) -> Variable:
+    """sin(pi x) / (pi x), 1 at 0."""
+
 def sinh(input: Operand) -> Variable:
     """hyperbolic sine"""
+
+def slice_scatter(
+    input: VariableSurface,
+    src: VariableSurface,
+    dim: builtins.int = 0,
+    start: builtins.int | None = None,
+    end: builtins.int | None = None,
+    step: builtins.int = 1,
+) -> Variable:
+    """A copy of input with src written into input[..., start:end:step, ...] (at `dim`)."""
 
 def slogdet(input: VariableSurface) -> tuple[Variable, Variable]:
     """(sign, logabsdet): the sign has no gradient."""
@@ -1548,6 +1728,7 @@ def split(
 ) -> tuple[Variable, ...]:
     """Pieces of `split_size_or_sections` along `dim` (the last one smaller), or of the listed sizes."""
 
+def split_with_sizes(input: VariableSurface, split_sizes: Sequence[builtins.int], dim: builtins.int = 0) -> Any: ...
 def sqrt(input: Operand) -> Variable:
     """square root"""
 
@@ -1559,13 +1740,15 @@ def stack(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along a new dimension"""
 
 def std(
-    input: Operand,
-    dim: builtins.int | Sequence[builtins.int] | None = None,
+    input: VariableSurface,
+    dim: Any = None,
     unbiased: builtins.bool = True,
     keepdim: builtins.bool = False,
+    *,
+    correction: builtins.float | None = None,
     **numpy_spelling: Any,
-) -> Variable:
-    """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
+) -> Any:
+    """PyTorch's std over `dim` (all when None), by n - correction (1: unbiased=True)."""
 
 def std_mean(
     input: VariableSurface,
@@ -1574,8 +1757,9 @@ def std_mean(
     keepdim: builtins.bool = False,
     *,
     correction: builtins.float | None = None,
-) -> tuple[Variable, Variable]:
-    """(std, mean) over `dim` (all when None; correction 1, Bessel's, as unbiased=True)."""
+    **numpy_spelling: Any,
+) -> Any:
+    """PyTorch's std_mean over `dim` (all when None), by n - correction (1: unbiased=True)."""
 
 def sub(input: Operand, other: Operand, *, alpha: builtins.float = 1) -> Variable:
     """x - y (broadcasting); `alpha=` scales `other` first (PyTorch's `sub(input, other, alpha=a)`)"""
@@ -1720,12 +1904,15 @@ def vander(x: VariableSurface, N: builtins.int | None = None, increasing: builti
     """The Vandermonde matrix: columns x ** (N - 1), ..., x ** 0 (increasing: the other way round)."""
 
 def var(
-    input: Operand,
-    dim: builtins.int | Sequence[builtins.int] | None = None,
+    input: VariableSurface,
+    dim: Any = None,
     unbiased: builtins.bool = True,
     keepdim: builtins.bool = False,
-) -> Variable:
-    """variance over dim (all when null)"""
+    *,
+    correction: builtins.float | None = None,
+    **numpy_spelling: Any,
+) -> Any:
+    """PyTorch's var over `dim` (all when None), by n - correction (1: unbiased=True)."""
 
 def var_mean(
     input: VariableSurface,
@@ -1734,9 +1921,12 @@ def var_mean(
     keepdim: builtins.bool = False,
     *,
     correction: builtins.float | None = None,
-) -> tuple[Variable, Variable]:
-    """(var, mean) over `dim` (all when None; correction 1, Bessel's, as unbiased=True)."""
+    **numpy_spelling: Any,
+) -> Any:
+    """PyTorch's var_mean over `dim` (all when None), by n - correction (1: unbiased=True)."""
 
+def vdot(input: VariableSurface, other: VariableSurface) -> Variable: ...
+def vsplit(input: VariableSurface, indices_or_sections: Any) -> tuple[Variable, ...]: ...
 def vstack(tensors: Sequence[VariableSurface]) -> Variable:
     """Concatenated along the first dimension, 1-d Variables as rows."""
 

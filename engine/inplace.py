@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy
 
-from engine import promotion
+from engine import modern, promotion
 
 if TYPE_CHECKING:
     from engine.surface_types import Operand, V
@@ -26,44 +26,21 @@ LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place 
 
 # registry ops with a PyTorch `<name>_` method: elementwise, so the result keeps x's shape
 OPS = (
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "pow",
-    "neg",
-    "exp",
-    "log",
-    "sqrt",
-    "sign",
-    "abs",
-    "sin",
-    "cos",
-    "tanh",
-    "sigmoid",
-    "relu",
-    "clamp",
-    "floor",
-    "ceil",
-    "round",
-    "trunc",
-    "fmod",
-    "remainder",
-    "floor_divide",
-    "log10",
-    "log2",
-    "exp2",
-    "tril",
-    "triu",
-    "masked_fill",
-    "cumsum",
-    "bitwise_and",
-    "bitwise_or",
-    "bitwise_xor",
-    "bitwise_not",
-    "bitwise_left_shift",
-    "bitwise_right_shift",
-)
+    "add sub mul div pow neg exp log sqrt sign abs sin cos tanh sigmoid relu clamp floor ceil round trunc fmod "
+    "remainder floor_divide log10 log2 exp2 tril triu masked_fill cumsum bitwise_and bitwise_or bitwise_xor "
+    "bitwise_not bitwise_left_shift bitwise_right_shift acos asin atan atan2 cosh sinh tan expm1 log1p erf erfinv lgamma digamma polygamma cumprod eq ne lt le gt ge"
+).split()
+# composed functions (engine.modern, engine.tensor_math, engine.tensor_more) with a `<name>_`, likewise elementwise
+COMPOSED = (
+    "acosh asinh atanh rsqrt reciprocal square frac deg2rad rad2deg nan_to_num xlogy hypot lerp logit sgn fix erfc "
+    "sinc float_power copysign ldexp gcd lcm clamp_min clamp_max logical_not logical_and logical_or logical_xor "
+    "addcmul addcdiv addmm addmv addr addbmm baddbmm renorm mvlgamma"
+).split()
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")  # their `<name>_` is differentiable, with gradient 0
+# ops whose `<name>_` gives the Variable the result's shape (PyTorch's in-place views: `x.t_()`)
+RESHAPING = ("t", "transpose", "squeeze", "unsqueeze")
+# Tensor spellings of the above: `<alias>_` is `<name>_` (where there is one)
+ALIASES = {**modern.ALIASES, "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh"}
 OPERATORS = {
     "__iadd__": "add",
     "__isub__": "sub",
@@ -79,20 +56,26 @@ OPERATORS = {
     "__irshift__": "bitwise_right_shift",
 }
 
-ALIASES = {"divide_": "div", "true_divide_": "div", "clip_": "clamp"}  # PyTorch's other names of `<op>_` methods
-
 
 def methods(functions, is_enabled, run) -> dict:
-    """`<op>_` for each of OPS, the in-place operators, and `copy_`, over the side's `functions` (`run(op)`: the
-    side's `op.call`, for the views an in-place op rebases: engine.views)."""
-    setitem, cast = functions["setitem"], functions["cast"]
+    """`<op>_` for each of OPS, COMPOSED, RESHAPING and ALIASES, the in-place operators, and `copy_`, over the
+    side's `functions` (its registry ops and composed functions; `run(op)`: the side's `op.call`, for the views an
+    in-place op rebases: engine.views)."""
+    setitem, cast, where = functions["setitem"], functions["cast"], functions["where"]
 
-    def update(self, op, args, kwargs):
+    def update(self, name, op, args, kwargs):
         recording = is_enabled()
         if recording and self._node is None and self.requires_grad:
             raise RuntimeError(LEAF_INPLACE)
+        if name == "float_power" and self.dtype != numpy.float64:
+            raise RuntimeError(
+                f"the base given to float_power_ has dtype {promotion.type_name(self.dtype)} but the operation's "
+                "result requires dtype Double"
+            )
         old = self._snapshot()
         result = op(old, *[old if a is self else a for a in args], **kwargs)
+        if name in RESHAPING:
+            return _reshaped(self, result, recording, run)
         if tuple(result.shape) != tuple(self.shape):
             raise RuntimeError(
                 f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(result.shape)}"
@@ -102,6 +85,10 @@ def methods(functions, is_enabled, run) -> dict:
                 raise RuntimeError(
                     f"result type {promotion.type_name(result.dtype)} can't be cast to the desired output type "
                     f"{promotion.type_name(self.dtype)}"
+                )
+            if recording and self.requires_grad and name in COMPARISONS:  # `h.lt_(0)`: zero gradient, as torch
+                result = where(
+                    cast(result, dtype="bool") & False, old, cast(result, dtype=numpy.dtype(self.dtype).name)
                 )
             if recording and result.requires_grad:
                 result = cast(result, dtype=numpy.dtype(self.dtype).name)
@@ -115,24 +102,16 @@ def methods(functions, is_enabled, run) -> dict:
         op = functions[name]
 
         def method(self, *args, **kwargs):
-            return update(self, op, args, kwargs)
+            return update(self, name, op, args, kwargs)
 
         method.__name__ = method.__qualname__ = name + "_"
         method.__doc__ = f"In place: this Variable becomes `{name}(self, ...)` (PyTorch's rules; see engine.inplace)."
         return method
 
-    out = {name + "_": inplace(name) for name in OPS}
+    out = {name + "_": inplace(name) for name in (*OPS, *COMPOSED, *RESHAPING)}
+    out.update({alias + "_": out[name + "_"] for alias, name in ALIASES.items() if name + "_" in out})
     for dunder, name in OPERATORS.items():
         out[dunder] = out[name + "_"]
-    out.update({alias: out[name + "_"] for alias, name in ALIASES.items()})
-
-    def clamp_min_(self: V, min: Operand) -> V:
-        return update(self, functions["clamp"], (), {"min": min})
-
-    def clamp_max_(self: V, max: Operand) -> V:
-        return update(self, functions["clamp"], (), {"max": max})
-
-    out.update(clamp_min_=clamp_min_, clamp_max_=clamp_max_)
 
     def copy_(self: V, source: Operand, non_blocking: bool = False) -> V:
         """Copy `source` (broadcast, cast) into this Variable; differentiable, like `x[...] = source`."""
@@ -141,3 +120,14 @@ def methods(functions, is_enabled, run) -> dict:
 
     out["copy_"] = copy_
     return out
+
+
+def _reshaped(self, result, recording, run):
+    """`x.t_()`: the Variable takes the result's shape; recorded where it requires grad, else its storage is
+    replaced (a leaf stays a leaf)."""
+    if recording and result.requires_grad:
+        self._assign_recorded(result, run)
+        return self
+    self.data = result.data
+    self._version += 1
+    return self

@@ -1,6 +1,6 @@
 """Today's PyTorch spellings over the registry's ops (the counterpart of `engine.compat`'s
 PyTorch 0.3 ones): the PyTorch names of ops the registry computes under another name
-(`torch.multiply`, `x.clip`...), a few compositions of them (`dot`, `mv`, `outer`, `square`, `std`, `all`, `any`,
+(`torch.multiply`, `x.clip`...), a few compositions of them (`dot`, `mv`, `outer`, `square`, `all`, `any`,
 `allclose`...),
 `alpha=` on add/sub, and the Variable methods that place, convert or relate Variables
 (`.to()`, `.cpu()`, `.cuda()`, `.type_as()`, `.view_as()`, `.new_zeros()`, `.is_floating_point()`...).
@@ -164,19 +164,6 @@ def functions(ops) -> dict:
     def rsqrt(input: Operand) -> VariableSurface:
         return ops["div"](1.0, ops["sqrt"](input))
 
-    def std(
-        input: Operand,
-        dim: int | Sequence[int] | None = None,
-        unbiased: bool = True,
-        keepdim: bool = False,
-        **numpy_spelling: Any,
-    ) -> VariableSurface:
-        """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
-        dim, keepdim = numpy_keywords("std", dim, keepdim, numpy_spelling)
-        return renamed(
-            ops["sqrt"](ops["var"](input, dim, unbiased, keepdim)), "StdBackward0", (getattr(input, "grad_fn", None),)
-        )
-
     def all(
         input: Operand, dim: int | Sequence[int] | None = None, keepdim: bool = False, **numpy_spelling: Any
     ) -> VariableSurface:
@@ -300,7 +287,6 @@ def functions(ops) -> dict:
             square,
             reciprocal,
             rsqrt,
-            std,
             all,
             any,
             count_nonzero,

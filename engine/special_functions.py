@@ -11,23 +11,11 @@ from types import SimpleNamespace
 def bind(ns) -> SimpleNamespace:
     F = ns.nn.functional
 
-    def logit(input, eps=None):
-        x = input if eps is None else input.clamp(eps, 1 - eps)
-        return (x / (1 - x)).log()
-
-    def erfc(input):
-        return 1 - ns.erf(input)
-
     def ndtr(input):
         return 0.5 * (1 + ns.erf(input / math.sqrt(2)))
 
     def log_ndtr(input):
         return ndtr(input).log()
-
-    def sinc(input):
-        scaled = input * math.pi
-        safe = ns.where(input == 0, 1.0, scaled)
-        return ns.where(input == 0, 1.0, safe.sin() / safe)
 
     def entr(input):
         """-x log x for x > 0, 0 at 0, -inf below (NaN stays NaN)."""
@@ -50,15 +38,15 @@ def bind(ns) -> SimpleNamespace:
 
     return SimpleNamespace(
         expit=ns.sigmoid,
-        logit=logit,
+        logit=ns.logit,
         erf=ns.erf,
-        erfc=erfc,
+        erfc=ns.erfc,
         ndtr=ndtr,
         log_ndtr=log_ndtr,
         exp2=ns.exp2,
         expm1=ns.expm1,
         log1p=ns.log1p,
-        sinc=sinc,
+        sinc=ns.sinc,
         entr=entr,
         xlogy=xlogy,
         xlog1py=xlog1py,

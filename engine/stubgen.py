@@ -320,10 +320,9 @@ def _method(name: str, member: Any, op_of: dict, shadowing: set[str]) -> list[st
             lines += [f"{indent}@{name}.setter", f"{indent}def {name}(self, value: {returns}) -> None: ..."]
         return lines
     target = member
-    if name.endswith("_") and name[:-1] in inplace.OPS:  # `x.add_(y)`: the method's signature, in place
-        target = getattr(_Probe, name[:-1])
-    elif name in inplace.ALIASES:
-        target = getattr(_Probe, inplace.ALIASES[name])
+    base = inplace.ALIASES.get(name[:-1], name[:-1])
+    if name.endswith("_") and base in (*inplace.OPS, *inplace.COMPOSED, *inplace.RESHAPING):  # `x.add_(y)`: in place
+        target = getattr(_Probe, base)
     if target in op_of:
         signatures = _op_signatures(op_of[target], True, "Self")
         doc = _doc(op_of[target])

@@ -42,6 +42,7 @@ from engine import (
     inplace,
     modern,
     tensor_math,
+    tensor_more,
     tensor_ops,
     tensor_selection,
     tensor_shaping,
@@ -478,9 +479,6 @@ def install(side: Side) -> dict:
     for name, function in composed.items():
         if name not in tensor_ops.FUNCTIONS_ONLY:
             setattr(cls, name, function)
-    functions_with_alpha = {**functions, **{name: composed[name] for name in ("add", "sub", "div", "clamp")}}
-    for name, method in inplace.methods(functions_with_alpha, side.grad_mode.is_enabled, side.run).items():
-        setattr(cls, name, method)
     for name, method in SHARED.items():
         setattr(cls, name, method)
     methods, extremes = _bound_methods(side, functions)
@@ -506,6 +504,9 @@ def install(side: Side) -> dict:
     for name, method in modern.methods(cls, functions, constructors).items():
         setattr(cls, name, method)
     found = _tensor_functions(cls, {**composed, **functions}, constructors)  # registry ops first (index_add)
+    with_alpha = {**composed, **found, **functions, **{name: composed[name] for name in ("add", "sub", "div", "clamp")}}
+    for name, method in inplace.methods(with_alpha, side.grad_mode.is_enabled, side.run).items():
+        setattr(cls, name, method)
     methods, spellings = compat.spellings(constructors, lambda v, dtype: functions["cast"](v, dtype=dtype))
     for name, method in methods.items():
         setattr(cls, name, method)
@@ -532,7 +533,7 @@ def _tensor_functions(cls, ops, constructors) -> dict:
     """Install the methods of `engine.tensor_shaping`, `tensor_selection` and `tensor_math` (each module composed
     of the functions before it) on `cls`; return their torch.* functions."""
     out: dict = {}
-    for module in (tensor_shaping, tensor_selection, tensor_math):
+    for module in (tensor_shaping, tensor_selection, tensor_more, tensor_math):
         found = module.functions(dict(ops), constructors)
         ops.update(found)
         for name, function in found.items():

@@ -88,7 +88,6 @@ METHOD_OPS: dict[str, str] = {
     "triu": "triu",
     "trunc": "trunc",
     "unsqueeze": "unsqueeze",
-    "var": "var",
     "view": "reshape",
 }
 
@@ -557,12 +556,6 @@ class SurfaceMethods:
 
         insert a dimension of size 1"""
         return self._ops.unsqueeze(self, *args, **kwargs)
-
-    def var(self, *args: Any, **kwargs: Any) -> Any:
-        """var(self, dim: int | Sequence[int] | None = None, unbiased: bool = True, keepdim: bool = False) -> Self
-
-        variance over dim (all when null)"""
-        return self._ops.var(self, *args, **kwargs)
 
     def view(self, *args: Any, **kwargs: Any) -> Any:
         """view(self, shape: Sequence[int]) -> Self

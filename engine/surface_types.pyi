@@ -136,21 +136,59 @@ class VariableSurface:
         """|x| (gradient sign(x), 0 at 0)"""
     def absolute(self) -> Self:
         """|x| (gradient sign(x), 0 at 0)"""
+    def absolute_(self) -> Self:
+        """|x| (gradient sign(x), 0 at 0)"""
     def acos(self) -> Self:
         """arccosine (NaN outside [-1, 1])"""
+    def acos_(self) -> Self:
+        """arccosine (NaN outside [-1, 1])"""
     def acosh(self) -> Self: ...
+    def acosh_(self) -> Self:
+        """In place: this Variable becomes `acosh(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def add(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
     def add_(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """In place: this Variable becomes `add(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def addbmm(
+        self, batch1: VariableSurface, batch2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+    ) -> Self:
+        """beta * input + alpha * the sum over the batch of batch1[i] @ batch2[i]."""
+    def addbmm_(
+        self, batch1: VariableSurface, batch2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+    ) -> Self:
+        """In place: this Variable becomes `addbmm(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def addcdiv(self, tensor1: Operand, tensor2: Operand, *, value: builtins.float = 1) -> Self:
+        """input + value * tensor1 / tensor2."""
+    def addcdiv_(self, tensor1: Operand, tensor2: Operand, *, value: builtins.float = 1) -> Self:
+        """In place: this Variable becomes `addcdiv(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def addcmul(self, tensor1: Operand, tensor2: Operand, *, value: builtins.float = 1) -> Self:
+        """input + value * tensor1 * tensor2."""
+    def addcmul_(self, tensor1: Operand, tensor2: Operand, *, value: builtins.float = 1) -> Self:
+        """In place: this Variable becomes `addcmul(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def addmm(
         self, mat1: VariableSurface, mat2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
     ) -> Self:
         """beta * input + alpha * (mat1 @ mat2) (beta 0: input ignored, even its nans)."""
-    def addmv(
+    def addmm_(
         self, mat1: VariableSurface, mat2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
     ) -> Self:
-        """beta * input + alpha * (mat1 @ mat2) (beta 0: input ignored, even its nans)."""
+        """In place: this Variable becomes `addmm(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def addmv(
+        self, mat: VariableSurface, vec: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+    ) -> Self:
+        """beta * input + alpha * (mat @ vec)."""
+    def addmv_(
+        self, mat: VariableSurface, vec: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+    ) -> Self:
+        """In place: this Variable becomes `addmv(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def addr(
+        self, vec1: VariableSurface, vec2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+    ) -> Self:
+        """beta * input + alpha * outer(vec1, vec2)."""
+    def addr_(
+        self, vec1: VariableSurface, vec2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+    ) -> Self:
+        """In place: this Variable becomes `addr(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def all(
         self,
         dim: builtins.int | Sequence[builtins.int] | None = None,
@@ -163,6 +201,7 @@ class VariableSurface:
         """maximum over dim (ties share the gradient)"""
     def amin(self, dim: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Self:
         """minimum over dim (ties share the gradient)"""
+    def aminmax(self, *, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any: ...
     def any(
         self,
         dim: builtins.int | Sequence[builtins.int] | None = None,
@@ -170,14 +209,33 @@ class VariableSurface:
         **numpy_spelling: Any,
     ) -> Self:
         """Whether some element (along `dim`) is nonzero, as a bool Variable."""
+    def apply_(self, callable: Any) -> Self:
+        """PyTorch's apply_: a Python callable applied to each element, in place (no gradient)."""
     def arccos(self) -> Self:
         """arccosine (NaN outside [-1, 1])"""
+    def arccos_(self) -> Self:
+        """arccosine (NaN outside [-1, 1])"""
+    def arccosh(self) -> Self: ...
+    def arccosh_(self) -> Self:
+        """In place: this Variable becomes `acosh(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def arcsin(self) -> Self:
         """arcsine (NaN outside [-1, 1])"""
+    def arcsin_(self) -> Self:
+        """arcsine (NaN outside [-1, 1])"""
+    def arcsinh(self) -> Self: ...
+    def arcsinh_(self) -> Self:
+        """In place: this Variable becomes `asinh(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def arctan(self) -> Self:
         """arctangent"""
     def arctan2(self, other: Operand) -> Self:
         """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
+    def arctan2_(self, other: Operand) -> Self:
+        """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
+    def arctan_(self) -> Self:
+        """arctangent"""
+    def arctanh(self) -> Self: ...
+    def arctanh_(self) -> Self:
+        """In place: this Variable becomes `atanh(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def argmax(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Self:
         """index of the maximum (no gradient)"""
     def argmin(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Self:
@@ -187,12 +245,22 @@ class VariableSurface:
     def argwhere(self) -> Self: ...
     def asin(self) -> Self:
         """arcsine (NaN outside [-1, 1])"""
+    def asin_(self) -> Self:
+        """arcsine (NaN outside [-1, 1])"""
     def asinh(self) -> Self: ...
+    def asinh_(self) -> Self:
+        """In place: this Variable becomes `asinh(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def atan(self) -> Self:
         """arctangent"""
     def atan2(self, other: Operand) -> Self:
         """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
+    def atan2_(self, other: Operand) -> Self:
+        """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
+    def atan_(self) -> Self:
+        """arctangent"""
     def atanh(self) -> Self: ...
+    def atanh_(self) -> Self:
+        """In place: this Variable becomes `atanh(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def backward(
         self,
         gradient: Operand | None = None,
@@ -205,10 +273,16 @@ class VariableSurface:
         self, batch1: VariableSurface, batch2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
     ) -> Self:
         """beta * input + alpha * bmm(batch1, batch2)."""
+    def baddbmm_(
+        self, batch1: VariableSurface, batch2: VariableSurface, *, beta: builtins.float = 1, alpha: builtins.float = 1
+    ) -> Self:
+        """In place: this Variable becomes `baddbmm(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def bernoulli(self, p: builtins.float | None = None, *, generator: Generator | None = None) -> Self:
         """`bernoulli(self, p, generator=)`."""
     def bernoulli_(self, p: Any = 0.5, *, generator: Generator | None = None) -> Self:
         """Fill in place with 1s (probability `p`, a float or a tensor broadcast to this one) and 0s."""
+    def bincount(self, weights: VariableSurface | None = None, minlength: builtins.int = 0) -> Self:
+        """How often each value 0..max occurs (weighted: the sum of its weights)."""
     def bitwise_and(self, other: Operand) -> Self:
         """x & y of bool or integer Variables (no gradient)"""
     def bitwise_and_(self, other: Operand) -> Self:
@@ -252,27 +326,37 @@ class VariableSurface:
     def clamp_(self, min: Any = None, max: Any = None) -> Self:
         """In place: this Variable becomes `clamp(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def clamp_max(self, max: Any) -> Self: ...
-    def clamp_max_(self, max: Operand) -> Self: ...
+    def clamp_max_(self, max: Any) -> Self:
+        """In place: this Variable becomes `clamp_max(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def clamp_min(self, min: Any) -> Self: ...
-    def clamp_min_(self, min: Operand) -> Self: ...
+    def clamp_min_(self, min: Any) -> Self:
+        """In place: this Variable becomes `clamp_min(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def clip(self, min: Any = None, max: Any = None) -> Self:
         """input limited to [min, max], each bound a number or a tensor (broadcast; NaN where a bound is NaN); the
         gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
-    def clip_(self, min: Any = None, max: Any = None) -> Self:
-        """In place: this Variable becomes `clamp(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def clone(self) -> Self:
         """a copy of x"""
+    def conj(self) -> Self: ...
     def contiguous(self, memory_format: Any = None) -> Self: ...
     def copy_(self, source: Operand, non_blocking: builtins.bool = False) -> Self:
         """Copy `source` (broadcast, cast) into this Variable; differentiable, like `x[...] = source`."""
+    def copysign(self, other: Any) -> Self:
+        """|input| with other's sign (a float)."""
+    def copysign_(self, other: Any) -> Self:
+        """In place: this Variable becomes `copysign(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def corrcoef(self) -> Self: ...
     def cos(self) -> Self:
         """cosine"""
     def cos_(self) -> Self:
         """cosine"""
     def cosh(self) -> Self:
         """hyperbolic cosine"""
+    def cosh_(self) -> Self:
+        """hyperbolic cosine"""
     def count_nonzero(self, dim: builtins.int | Sequence[builtins.int] | None = None, **numpy_spelling: Any) -> Self:
         """How many elements (along `dim`) are nonzero, as an int64 Variable."""
+    def cov(self, *, correction: builtins.int = 1, fweights: Any = None, aweights: Any = None) -> Self:
+        """The covariance of the rows (variables) over the columns (observations)."""
     def cpu(self) -> Self: ...
     def cross(self, other: VariableSurface, dim: builtins.int = -1) -> Self: ...
     def cuda(self, device: DeviceLike | None = None, non_blocking: builtins.bool = False) -> Self: ...
@@ -284,23 +368,35 @@ class VariableSurface:
         and a NaN holding, as torch's; the values' gradient goes to the positions they came from."""
     def cumprod(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
         """running products along dim (integers and booleans as int64); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `cumprod(input, ..., dtype=d)`)"""
+    def cumprod_(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
+        """In place: this Variable becomes `cumprod(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def cumsum(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
         """running sums along dim (integers and booleans sum as int64); `dtype=` casts the input first (PyTorch's `cumsum(input, ..., dtype=d)`)"""
     def cumsum_(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
         """In place: this Variable becomes `cumsum(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def data_ptr(self) -> builtins.int: ...
     def deg2rad(self) -> Self: ...
+    def deg2rad_(self) -> Self:
+        """In place: this Variable becomes `deg2rad(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def det(self) -> Self:
         """the determinant of each square matrix (its gradient needs the matrix invertible)"""
     def diag(self, diagonal: builtins.int = 0) -> Self:
         """A 1-d Variable's square matrix with it on a diagonal, or a matrix's diagonal."""
     def diag_embed(self, offset: builtins.int = 0, dim1: builtins.int = -2, dim2: builtins.int = -1) -> Self:
         """Square matrices (in dims `dim1`, `dim2` of the result) with the last dimension on their diagonal."""
+    def diagflat(self, offset: builtins.int = 0) -> Self: ...
     def diagonal(self, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1) -> Self:
         """The diagonal of dims `dim1` and `dim2` (above it for offset > 0), as a last dimension."""
+    def diagonal_scatter(
+        self, src: VariableSurface, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1
+    ) -> Self:
+        """A copy of input with src written into input.diagonal(offset, dim1, dim2)."""
     def diff(self, n: builtins.int = 1, dim: builtins.int = -1, prepend: Any = None, append: Any = None) -> Self:
         """The n-th forward difference along `dim` (out[i] = x[i + 1] - x[i]; booleans: !=), after
         concatenating `prepend` and `append`."""
     def digamma(self) -> Self:
+        """the derivative of lgamma"""
+    def digamma_(self) -> Self:
         """the derivative of lgamma"""
     def dim(self) -> builtins.int: ...
     def dist(self, other: Operand, p: builtins.float = 2) -> Self:
@@ -313,19 +409,27 @@ class VariableSurface:
     def divide(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
         """input / other: true division, or rounded down (`rounding_mode="floor"`) or toward zero ("trunc"), where
         integers stay integers and the gradient is zero (PyTorch's)."""
-    def divide_(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
-        """In place: this Variable becomes `div(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def dot(self, tensor: Operand) -> Self:
         """The inner product of two 1-D Variables."""
     def double(self) -> Self:
         """This Variable as float64 (differentiable)."""
+    def dsplit(self, indices_or_sections: Any) -> tuple[Self, ...]: ...
     def element_size(self) -> builtins.int: ...
     def eq(self, other: Operand) -> Self:
+        """x == y as a bool Variable (no gradient)"""
+    def eq_(self, other: Operand) -> Self:
         """x == y as a bool Variable (no gradient)"""
     def equal(self, other: VariableSurface) -> builtins.bool: ...
     def erf(self) -> Self:
         """the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x"""
+    def erf_(self) -> Self:
+        """the error function, 2/sqrt(pi) * integral of exp(-t**2) from 0 to x"""
+    def erfc(self) -> Self: ...
+    def erfc_(self) -> Self:
+        """In place: this Variable becomes `erfc(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def erfinv(self) -> Self:
+        """the inverse of erf on (-1, 1) (+-inf at +-1, nan outside)"""
+    def erfinv_(self) -> Self:
         """the inverse of erf on (-1, 1) (+-inf at +-1, nan outside)"""
     def exp(self) -> Self:
         """e ** x"""
@@ -342,12 +446,18 @@ class VariableSurface:
     def expand_as(self, other: VariableSurface) -> Self: ...
     def expm1(self) -> Self:
         """exp(x) - 1, accurate for small x"""
+    def expm1_(self) -> Self:
+        """exp(x) - 1, accurate for small x"""
     def exponential_(self, lambd: builtins.float = 1.0, *, generator: Generator | None = None) -> Self:
         """Fill in place with draws from the exponential distribution of rate `lambd`."""
     def fill_(self, value: Operand) -> Self: ...
     def fill_diagonal_(self, fill_value: builtins.float, wrap: builtins.bool = False) -> Self:
         """In place: `fill_value` on the main diagonal (wrap: a tall matrix's diagonal starts again every
         columns + 1 rows)."""
+    def fix(self) -> Self:
+        """x rounded toward zero (gradient zero, as in PyTorch)"""
+    def fix_(self) -> Self:
+        """x rounded toward zero (gradient zero, as in PyTorch)"""
     def flatten(self, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Self:
         """merge dimensions start_dim..end_dim into one"""
     def flip(self, dims: builtins.int | Sequence[builtins.int]) -> Self:
@@ -356,6 +466,10 @@ class VariableSurface:
     def flipud(self) -> Self: ...
     def float(self) -> Self:
         """This Variable as float32 (differentiable)."""
+    def float_power(self, exponent: Operand) -> Self:
+        """input ** exponent in float64."""
+    def float_power_(self, exponent: Operand) -> Self:
+        """In place: this Variable becomes `float_power(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def floor(self) -> Self:
         """the largest integer <= x (gradient zero, as in PyTorch)"""
     def floor_(self) -> Self:
@@ -364,18 +478,30 @@ class VariableSurface:
         """floor(x / y), as Python's // (x // y); no gradient"""
     def floor_divide_(self, other: Operand) -> Self:
         """floor(x / y), as Python's // (x // y); no gradient"""
+    def fmax(self, other: Operand) -> Self:
+        """The elementwise maximum, a NaN ignored where the other is a number."""
+    def fmin(self, other: Operand) -> Self: ...
     def fmod(self, other: Operand) -> Self:
         """x - trunc(x / y) * y: the remainder with x's sign, as C's fmod"""
     def fmod_(self, other: Operand) -> Self:
         """In place: this Variable becomes `fmod(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def frac(self) -> Self:
         """The fractional part, x - trunc(x), with x's sign."""
+    def frac_(self) -> Self:
+        """In place: this Variable becomes `frac(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def gather(self, dim: builtins.int, index: Operand, *, sparse_grad: builtins.bool = False) -> Self:
         """out[i][j] = input[i][index[i][j]] along `dim` (shown for 2-d, dim=1)."""
+    def gcd(self, other: Operand) -> Self:
+        """The greatest common divisor (integers; Euclid's, elementwise)."""
+    def gcd_(self, other: Operand) -> Self:
+        """In place: this Variable becomes `gcd(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def ge(self, other: Operand) -> Self:
+        """x >= y as a bool Variable (no gradient)"""
+    def ge_(self, other: Operand) -> Self:
         """x >= y as a bool Variable (no gradient)"""
     def ger(self, vec2: Operand) -> Self:
         """The outer product of two 1-D Variables."""
+    def get_device(self) -> builtins.int: ...
     @property
     def grad(self) -> Any:
         """the gradient backward accumulated (a non-leaf's warns when unset)"""
@@ -386,19 +512,30 @@ class VariableSurface:
         """The node that computed this Variable (None for a leaf; one node for a Function's outputs)."""
     def greater(self, other: Operand) -> Self:
         """x > y as a bool Variable (no gradient)"""
+    def greater_(self, other: Operand) -> Self:
+        """x > y as a bool Variable (no gradient)"""
     def greater_equal(self, other: Operand) -> Self:
+        """x >= y as a bool Variable (no gradient)"""
+    def greater_equal_(self, other: Operand) -> Self:
         """x >= y as a bool Variable (no gradient)"""
     def gt(self, other: Operand) -> Self:
         """x > y as a bool Variable (no gradient)"""
+    def gt_(self, other: Operand) -> Self:
+        """x > y as a bool Variable (no gradient)"""
     def half(self) -> Self:
         """This Variable as float16 (differentiable)."""
+    def hardshrink(self, lambd: builtins.float = 0.5) -> Self:
+        """x where |x| > lambd, else 0."""
     def heaviside(self, values: VariableSurface) -> Self:
         """0 where input < 0, `values` where it is 0, 1 where it is > 0 (no gradient)."""
     def histc(self, bins: builtins.int = 100, min: builtins.float = 0, max: builtins.float = 0) -> Self:
         """Counts of `input`'s values in `bins` equal bins over [min, max] (the data's range when min == max),
         values outside left out, in input's floating dtype (no gradient)."""
+    def hsplit(self, indices_or_sections: Any) -> tuple[Self, ...]: ...
     def hypot(self, other: Operand) -> Self:
         """sqrt(input ** 2 + other ** 2)."""
+    def hypot_(self, other: Operand) -> Self:
+        """In place: this Variable becomes `hypot(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def index_add(self, dim: builtins.int, index: Operand, source: Operand, *, alpha: builtins.float = 1) -> Self:
         """A copy of `input` with `alpha * source` added along `dim` at the positions `index` names
         (repeated positions add up): PyTorch's `index_add`."""
@@ -425,12 +562,22 @@ class VariableSurface:
         """This Variable as int32 (differentiable)."""
     def inverse(self) -> Self:
         """the inverse of each square matrix (numpy.linalg.LinAlgError when one is singular)"""
+    def is_complex(self, *args: Any) -> builtins.bool: ...
+    def is_conj(self, *args: Any) -> builtins.bool: ...
     def is_contiguous(self, memory_format: Any = None) -> builtins.bool: ...
+    @property
+    def is_cpu(self) -> builtins.bool: ...
     @property
     def is_cuda(self) -> builtins.bool: ...
     def is_floating_point(self) -> builtins.bool: ...
+    def is_inference(self, *args: Any) -> builtins.bool: ...
     @property
     def is_leaf(self) -> builtins.bool: ...
+    def is_neg(self, *args: Any) -> builtins.bool: ...
+    def is_nonzero(self) -> builtins.bool: ...
+    def is_pinned(self, *args: Any) -> builtins.bool: ...
+    def is_same_size(self, other: VariableSurface) -> builtins.bool: ...
+    def is_signed(self) -> builtins.bool: ...
     def isclose(self, other: Operand, rtol: builtins.float = 1e-05, atol: builtins.float = 1e-08) -> Self: ...
     def isfinite(self) -> Self:
         """Whether each element is neither NaN nor infinite, as a bool Variable."""
@@ -440,6 +587,8 @@ class VariableSurface:
         """Whether each element is NaN, as a bool Variable."""
     def isneginf(self) -> Self: ...
     def isposinf(self) -> Self: ...
+    def isreal(self) -> Self:
+        """True everywhere (a real tensor)."""
     def item(self) -> builtins.float:
         """The value of a one-element Variable as a Python number (a float, int or bool)."""
     @property
@@ -449,15 +598,31 @@ class VariableSurface:
         """The Kronecker product: block (i, j...) is input[i, j...] * other."""
     def kthvalue(self, k: builtins.int, dim: builtins.int = -1, keepdim: builtins.bool = False) -> MaxMin[Self]:
         """(values, indices) of the k-th smallest entry along `dim` (k from 1)."""
+    def lcm(self, other: Operand) -> Self: ...
+    def lcm_(self, other: Operand) -> Self:
+        """In place: this Variable becomes `lcm(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def ldexp(self, other: Operand) -> Self: ...
+    def ldexp_(self, other: Operand) -> Self:
+        """In place: this Variable becomes `ldexp(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def le(self, other: Operand) -> Self:
+        """x <= y as a bool Variable (no gradient)"""
+    def le_(self, other: Operand) -> Self:
         """x <= y as a bool Variable (no gradient)"""
     def lerp(self, end: Operand, weight: Operand) -> Self:
         """input + weight * (end - input)."""
+    def lerp_(self, end: Operand, weight: Operand) -> Self:
+        """In place: this Variable becomes `lerp(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def less(self, other: Operand) -> Self:
+        """x < y as a bool Variable (no gradient)"""
+    def less_(self, other: Operand) -> Self:
         """x < y as a bool Variable (no gradient)"""
     def less_equal(self, other: Operand) -> Self:
         """x <= y as a bool Variable (no gradient)"""
+    def less_equal_(self, other: Operand) -> Self:
+        """x <= y as a bool Variable (no gradient)"""
     def lgamma(self) -> Self:
+        """log |gamma(x)|"""
+    def lgamma_(self) -> Self:
         """log |gamma(x)|"""
     def log(self) -> Self:
         """natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)"""
@@ -466,6 +631,8 @@ class VariableSurface:
     def log10_(self) -> Self:
         """base-10 logarithm"""
     def log1p(self) -> Self:
+        """log(1 + x), accurate for small x"""
+    def log1p_(self) -> Self:
         """log(1 + x), accurate for small x"""
     def log2(self) -> Self:
         """base-2 logarithm"""
@@ -477,23 +644,41 @@ class VariableSurface:
         """x - logsumexp(x, dim)"""
     def logaddexp(self, other: Operand) -> Self:
         """log(exp(input) + exp(other)), computed without overflow."""
+    def logaddexp2(self, other: Operand) -> Self:
+        """log2(2 ** input + 2 ** other)."""
     def logcumsumexp(self, dim: builtins.int) -> Self:
         """log(cumsum(exp(x))) along `dim`, shifted by the maximum along it."""
     def logdet(self) -> Self:
         """log det: NaN where the determinant is negative."""
     def logical_and(self, other: Operand) -> Self: ...
+    def logical_and_(self, other: Operand) -> Self:
+        """In place: this Variable becomes `logical_and(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def logical_not(self) -> Self: ...
+    def logical_not_(self) -> Self:
+        """In place: this Variable becomes `logical_not(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def logical_or(self, other: Operand) -> Self: ...
+    def logical_or_(self, other: Operand) -> Self:
+        """In place: this Variable becomes `logical_or(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def logical_xor(self, other: Operand) -> Self: ...
+    def logical_xor_(self, other: Operand) -> Self:
+        """In place: this Variable becomes `logical_xor(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def logit(self, eps: builtins.float | None = None) -> Self:
+        """log(x / (1 - x)), x clamped to [eps, 1 - eps] first when eps is given."""
+    def logit_(self, eps: builtins.float | None = None) -> Self:
+        """In place: this Variable becomes `logit(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def logsumexp(self, dim: builtins.int | Sequence[builtins.int] | None, keepdim: builtins.bool = False) -> Self:
         """log(sum(exp(x))) over dim, computed stably"""
     def long(self) -> Self:
         """This Variable as int64 (differentiable)."""
     def lt(self, other: Operand) -> Self:
         """x < y as a bool Variable (no gradient)"""
+    def lt_(self, other: Operand) -> Self:
+        """x < y as a bool Variable (no gradient)"""
     @property
     def mT(self) -> Self:
         """the last two dimensions swapped"""
+    def map_(self, tensor: VariableSurface, callable: Any) -> Self:
+        """PyTorch's map_: callable(a, b) of each element and tensor's (broadcast), in place (no gradient)."""
     def masked_fill(self, other: Operand) -> Self:
         """x with value where mask is true (mask broadcasts; the result keeps x's dtype)"""
     def masked_fill_(self, other: Operand) -> Self:
@@ -552,8 +737,7 @@ class VariableSurface:
         self, source: builtins.int | Sequence[builtins.int], destination: builtins.int | Sequence[builtins.int]
     ) -> Self:
         """Dimensions `source` moved to positions `destination`, the others keeping their order."""
-    def msort(self) -> Self:
-        """The values sorted along the first dimension (`sort(input, dim=0).values`)."""
+    def msort(self) -> Self: ...
     def mul(self, other: Operand) -> Self:
         """x * y (broadcasting)"""
     def mul_(self, other: Operand) -> Self:
@@ -564,13 +748,23 @@ class VariableSurface:
         """`multinomial(self, num_samples, replacement, generator=)`."""
     def multiply(self, other: Operand) -> Self:
         """x * y (broadcasting)"""
+    def multiply_(self, other: Operand) -> Self:
+        """x * y (broadcasting)"""
     def mv(self, vec: Operand) -> Self:
         """Matrix times vector."""
+    def mvlgamma(self, p: builtins.int) -> Self:
+        """The log of the multivariate gamma function of dimension p."""
+    def mvlgamma_(self, p: builtins.int) -> Self:
+        """In place: this Variable becomes `mvlgamma(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def nan_to_num(
         self, nan: builtins.float = 0.0, posinf: builtins.float | None = None, neginf: builtins.float | None = None
     ) -> Self:
         """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default the dtype's largest and
         smallest finite values); the gradient flows where the input was finite."""
+    def nan_to_num_(
+        self, nan: builtins.float = 0.0, posinf: builtins.float | None = None, neginf: builtins.float | None = None
+    ) -> Self:
+        """In place: this Variable becomes `nan_to_num(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def nanmean(
         self,
         dim: builtins.int | Sequence[builtins.int] | None = None,
@@ -579,6 +773,12 @@ class VariableSurface:
         dtype: Any = None,
     ) -> Self:
         """The mean of the entries that are not NaN (`dtype=`: the input cast to it first)."""
+    def nanmedian(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
+        """median, NaNs ignored (NaN only where every entry is)."""
+    def nanquantile(
+        self, q: Any, dim: builtins.int | None = None, keepdim: builtins.bool = False, *, interpolation: str = "linear"
+    ) -> Self:
+        """quantile of the numbers (n counts a slice's non-NaN entries; NaN where there are none)."""
     def nansum(
         self,
         dim: builtins.int | Sequence[builtins.int] | None = None,
@@ -595,11 +795,15 @@ class VariableSurface:
     def ndimension(self) -> builtins.int: ...
     def ne(self, other: Operand) -> Self:
         """x != y as a bool Variable (no gradient)"""
+    def ne_(self, other: Operand) -> Self:
+        """x != y as a bool Variable (no gradient)"""
     def neg(self) -> Self:
         """-x"""
     def neg_(self) -> Self:
         """-x"""
     def negative(self) -> Self:
+        """-x"""
+    def negative_(self) -> Self:
         """-x"""
     def nelement(self) -> builtins.int: ...
     def new_empty(
@@ -662,25 +866,32 @@ class VariableSurface:
         """Fill in place with draws from N(mean, std**2)."""
     def not_equal(self, other: Operand) -> Self:
         """x != y as a bool Variable (no gradient)"""
+    def not_equal_(self, other: Operand) -> Self:
+        """x != y as a bool Variable (no gradient)"""
     def numel(self) -> builtins.int: ...
     def numpy(self) -> NDArray:
         """The values as a NumPy array (sharing memory with a CPU Variable)."""
     def outer(self, vec2: Operand) -> Self:
         """The outer product of two 1-D Variables."""
     @property
-    def output_nr(self) -> builtins.int:
-        """Which output of its grad_fn this Variable is (0 for a leaf)."""
+    def output_nr(self) -> builtins.int: ...
     @overload
     def permute(self, dims: Sequence[builtins.int]) -> Self: ...
     @overload
     def permute(self, *dims: builtins.int) -> Self: ...
+    def pin_memory(self, device: Any = None) -> Self: ...
     def pinverse(self, rcond: builtins.float = 1e-15) -> Self: ...
     def polygamma(self, n: builtins.int) -> Self:
         """the n-th derivative of digamma, polygamma(input, n=n) (PyTorch spells it polygamma(n, input))"""
+    def polygamma_(self, n: builtins.int) -> Self:
+        """the n-th derivative of digamma, polygamma(input, n=n) (PyTorch spells it polygamma(n, input))"""
+    def positive(self) -> Self: ...
     def pow(self, exponent: Operand) -> Self:
         """x ** y (broadcasting)"""
     def pow_(self, exponent: Operand) -> Self:
         """x ** y (broadcasting)"""
+    def prelu(self, weight: VariableSurface) -> Self:
+        """x where x > 0, else weight * x; weight [1] or one slope per channel (dimension 1)."""
     def prod(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
         """product over dim (all when null); gradients exact at zeros; `dtype=` casts the input first (PyTorch's `prod(input, ..., dtype=d)`)"""
     def qr(self, some: builtins.bool = True) -> tuple[Self, Self]: ...
@@ -690,6 +901,8 @@ class VariableSurface:
         """The q-th quantiles along `dim` (of all entries when None): between the sorted values either side of
         q * (n - 1), by `interpolation`; a vector q gives a leading dimension of its length. NaN where a NaN is."""
     def rad2deg(self) -> Self: ...
+    def rad2deg_(self) -> Self:
+        """In place: this Variable becomes `rad2deg(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def random_(
         self, low: builtins.int = 0, high: builtins.int | None = None, *, generator: Generator | None = None
     ) -> Self:
@@ -697,6 +910,8 @@ class VariableSurface:
         `random_()` in [0, 2**mantissa] for a float dtype and [0, max] for an integer one."""
     def ravel(self) -> Self: ...
     def reciprocal(self) -> Self: ...
+    def reciprocal_(self) -> Self:
+        """In place: this Variable becomes `reciprocal(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def register_hook(self, hook: Any) -> RemovableHandle:
         """PyTorch's tensor hook: `hook(grad)` runs when this Variable's gradient is computed; what it returns (if
         not None) replaces the gradient: in `.grad`, in grad()'s result and in what the walk sends on."""
@@ -710,6 +925,10 @@ class VariableSurface:
         """x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)"""
     def remainder_(self, other: Operand) -> Self:
         """x - floor(x / y) * y: the remainder with y's sign, as Python's % (x % y)"""
+    def renorm(self, p: builtins.float, dim: builtins.int, maxnorm: builtins.float) -> Self:
+        """Each slice along `dim` scaled to p-norm at most `maxnorm`."""
+    def renorm_(self, p: builtins.float, dim: builtins.int, maxnorm: builtins.float) -> Self:
+        """In place: this Variable becomes `renorm(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def repeat(self, *sizes: Any) -> Self:
         """This Variable tiled `sizes[i]` times along each dimension (new leading ones for extra sizes)."""
     def repeat_interleave(
@@ -723,6 +942,8 @@ class VariableSurface:
     @overload
     def reshape(self, *shape: builtins.int) -> Self: ...
     def reshape_as(self, other: VariableSurface) -> Self: ...
+    def resolve_conj(self) -> Self: ...
+    def resolve_neg(self) -> Self: ...
     def retain_grad(self) -> None:
         """Keep this non-leaf's gradient in `.grad` after backward (a no-op on leaves)."""
     @property
@@ -739,6 +960,8 @@ class VariableSurface:
     def round_(self, decimals: builtins.int = 0) -> Self:
         """x rounded to `decimals` places, halves to even (gradient zero, as in PyTorch)"""
     def rsqrt(self) -> Self: ...
+    def rsqrt_(self) -> Self:
+        """In place: this Variable becomes `rsqrt(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def scatter(
         self, dim: builtins.int, index: VariableSurface, src: Any = None, value: Any = None, **options: Any
     ) -> Self:
@@ -775,6 +998,11 @@ class VariableSurface:
         """In place: `scatter_reduce`."""
     def select(self, dim: builtins.int, index: builtins.int) -> Self:
         """The slice at `index` along `dim` (that dimension removed)."""
+    def select_scatter(self, src: VariableSurface, dim: builtins.int, index: builtins.int) -> Self: ...
+    def sgn(self) -> Self:
+        """-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)"""
+    def sgn_(self) -> Self:
+        """-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)"""
     def sigmoid(self) -> Self:
         """1 / (1 + e ** -x), computed stably"""
     def sigmoid_(self) -> Self:
@@ -783,16 +1011,33 @@ class VariableSurface:
         """-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)"""
     def sign_(self) -> Self:
         """-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)"""
+    def signbit(self) -> Self:
+        """True where the sign bit is set (-0.0 included)."""
     def sin(self) -> Self:
         """sine"""
     def sin_(self) -> Self:
         """sine"""
+    def sinc(self) -> Self:
+        """sin(pi x) / (pi x), 1 at 0."""
+    def sinc_(self) -> Self:
+        """In place: this Variable becomes `sinc(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def sinh(self) -> Self:
+        """hyperbolic sine"""
+    def sinh_(self) -> Self:
         """hyperbolic sine"""
     @overload
     def size(self) -> Size: ...
     @overload
     def size(self, dim: builtins.int) -> builtins.int: ...
+    def slice_scatter(
+        self,
+        src: VariableSurface,
+        dim: builtins.int = 0,
+        start: builtins.int | None = None,
+        end: builtins.int | None = None,
+        step: builtins.int = 1,
+    ) -> Self:
+        """A copy of input with src written into input[..., start:end:step, ...] (at `dim`)."""
     def slogdet(self) -> tuple[Self, Self]:
         """(sign, logabsdet): the sign has no gradient."""
     def softmax(self, dim: builtins.int) -> Self:
@@ -805,21 +1050,28 @@ class VariableSurface:
         self, split_size_or_sections: builtins.int | Sequence[builtins.int], dim: builtins.int = 0
     ) -> tuple[Self, ...]:
         """Pieces of `split_size_or_sections` along `dim` (the last one smaller), or of the listed sizes."""
+    def split_with_sizes(self, split_sizes: Sequence[builtins.int], dim: builtins.int = 0) -> Any: ...
     def sqrt(self) -> Self:
         """square root"""
     def sqrt_(self) -> Self:
         """square root"""
     def square(self) -> Self: ...
+    def square_(self) -> Self:
+        """In place: this Variable becomes `square(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def squeeze(self, dim: builtins.int | Sequence[builtins.int] | None = None) -> Self:
+        """drop dimensions of size 1"""
+    def squeeze_(self, dim: builtins.int | Sequence[builtins.int] | None = None) -> Self:
         """drop dimensions of size 1"""
     def std(
         self,
-        dim: builtins.int | Sequence[builtins.int] | None = None,
+        dim: Any = None,
         unbiased: builtins.bool = True,
         keepdim: builtins.bool = False,
+        *,
+        correction: builtins.float | None = None,
         **numpy_spelling: Any,
-    ) -> Self:
-        """The standard deviation over `dim` (all when None); `axis=`/`keepdims=` are accepted too."""
+    ) -> Any:
+        """PyTorch's std over `dim` (all when None), by n - correction (1: unbiased=True)."""
     def storage_offset(self) -> builtins.int: ...
     def stride(self, dim: builtins.int | None = None) -> Any:
         """The steps, in elements, between neighbours along each dimension (every Variable is contiguous)."""
@@ -829,6 +1081,8 @@ class VariableSurface:
         """In place: this Variable becomes `sub(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def subtract(self, other: Operand) -> Self:
         """x - y (broadcasting)"""
+    def subtract_(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
+        """In place: this Variable becomes `sub(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def sum(
         self,
         dim: builtins.int | Sequence[builtins.int] | None = None,
@@ -838,12 +1092,19 @@ class VariableSurface:
         **aliases: Any,
     ) -> Self:
         """sum over dim (all when null); `dtype=` casts the input first (PyTorch's `sum(input, ..., dtype=d)`)"""
+    def sum_to_size(self, *size: Any) -> Self: ...
     def svd(self, some: builtins.bool = True, compute_uv: builtins.bool = True) -> tuple[Self, ...]: ...
     def swapaxes(self, dim0: builtins.int, dim1: builtins.int) -> Self:
         """swap two dimensions"""
+    def swapaxes_(self, dim0: builtins.int, dim1: builtins.int) -> Self:
+        """swap two dimensions"""
     def swapdims(self, dim0: builtins.int, dim1: builtins.int) -> Self:
         """swap two dimensions"""
+    def swapdims_(self, dim0: builtins.int, dim1: builtins.int) -> Self:
+        """swap two dimensions"""
     def t(self) -> Self:
+        """transpose of a matrix"""
+    def t_(self) -> Self:
         """transpose of a matrix"""
     def take(self, index: Operand) -> Self:
         """The entries of the flattened `input` at `index` (negative ones from the end), in index's shape."""
@@ -851,6 +1112,8 @@ class VariableSurface:
         """`gather` along `dim` after broadcasting input and indices in the other dimensions (without dim:
         `take` of the flattened indices)."""
     def tan(self) -> Self:
+        """tangent"""
+    def tan_(self) -> Self:
         """tangent"""
     def tanh(self) -> Self:
         """hyperbolic tangent"""
@@ -878,6 +1141,8 @@ class VariableSurface:
     def trace(self) -> Self:
         """The sum of a matrix's diagonal."""
     def transpose(self, dim0: builtins.int, dim1: builtins.int) -> Self:
+        """swap two dimensions"""
+    def transpose_(self, dim0: builtins.int, dim1: builtins.int) -> Self:
         """swap two dimensions"""
     def tril(self, diagonal: builtins.int = 0) -> Self:
         """the lower triangle of the last two dimensions, zeros elsewhere"""
@@ -926,13 +1191,19 @@ class VariableSurface:
         """The values with each run of equal neighbours kept once (`unique` without the sort)."""
     def unsqueeze(self, dim: builtins.int) -> Self:
         """insert a dimension of size 1"""
+    def unsqueeze_(self, dim: builtins.int) -> Self:
+        """insert a dimension of size 1"""
     def var(
         self,
-        dim: builtins.int | Sequence[builtins.int] | None = None,
+        dim: Any = None,
         unbiased: builtins.bool = True,
         keepdim: builtins.bool = False,
-    ) -> Self:
-        """variance over dim (all when null)"""
+        *,
+        correction: builtins.float | None = None,
+        **numpy_spelling: Any,
+    ) -> Any:
+        """PyTorch's var over `dim` (all when None), by n - correction (1: unbiased=True)."""
+    def vdot(self, other: VariableSurface) -> Self: ...
     @overload
     def view(self, shape: Sequence[builtins.int]) -> Self: ...
     @overload
@@ -941,8 +1212,11 @@ class VariableSurface:
     @property
     def volatile(self) -> builtins.bool:
         """volatile was removed (PyTorch 0.4) and has no effect; use `with no_grad():` instead"""
+    def vsplit(self, indices_or_sections: Any) -> tuple[Self, ...]: ...
     def where(self, condition: Operand, other: Operand) -> Self:
         """`x.where(condition, y)`: `where(condition, x, y)`."""
     def xlogy(self, other: Operand) -> Self:
         """input * log(other), 0 where input is 0 (unless other is nan)."""
+    def xlogy_(self, other: Operand) -> Self:
+        """In place: this Variable becomes `xlogy(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def zero_(self) -> Self: ...

@@ -1,7 +1,8 @@
 """PyTorch's math functions that compose of the registry's ops: elementwise (`asinh`, `acosh`, `atanh`, `frac`, `deg2rad`, `rad2deg`,
-`hypot`, `logaddexp`, `xlogy`, `lerp`, `polygamma(n, x)`), products and distances (`addmm`, `addmv`, `baddbmm`,
+`hypot`, `logaddexp`, `logaddexp2`, `xlogy`, `lerp`, `polygamma(n, x)`, the `arc*` spellings), products and distances
+(`addmm`, `addmv`, `addr`, `addbmm`, `baddbmm`,
 `tensordot`, `cdist`, `dist`), differences (`diff`, `trapezoid`), `vander`, `logspace`, `block_diag`, `histc`, and reductions (`nansum`,
-`nanmean`, `median`, `mode`, `kthvalue`, `quantile`, `std_mean`, `var_mean`, `logcumsumexp`).
+`nanmean`, `median`, `nanmedian`, `mode`, `kthvalue`, `quantile`, `nanquantile`, `logcumsumexp`).
 
 Gradients are those of the ops they call, which are PyTorch's: a selected value's (median, kthvalue, mode,
 quantile's sorted values) goes to where it came from; a whole-tensor `median` shares it among its ties.
@@ -26,18 +27,7 @@ if TYPE_CHECKING:
 
     from engine.surface_types import Operand, VariableSurface
 
-FUNCTIONS_ONLY = (
-    "block_diag",
-    "polygamma",
-    "tensordot",
-    "cdist",
-    "std_mean",
-    "var_mean",
-    "logspace",
-    "vander",
-    "trapezoid",
-    "trapz",
-)
+FUNCTIONS_ONLY = ("block_diag", "polygamma", "tensordot", "cdist", "logspace", "vander", "trapezoid", "trapz")
 METHODS_ONLY = ()
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
@@ -73,6 +63,10 @@ def functions(ops, make) -> dict:
     def hypot(input: Operand, other: Operand) -> VariableSurface:
         """sqrt(input ** 2 + other ** 2)."""
         return ops["sqrt"](ops["add"](ops["mul"](input, input), ops["mul"](other, other)))
+
+    def logaddexp2(input: Operand, other: Operand) -> VariableSurface:
+        """log2(2 ** input + 2 ** other)."""
+        return ops["div"](logaddexp(ops["mul"](input, math.log(2)), ops["mul"](other, math.log(2))), math.log(2))
 
     def logaddexp(input: Operand, other: Operand) -> VariableSurface:
         """log(exp(input) + exp(other)), computed without overflow."""
@@ -125,6 +119,24 @@ def functions(ops, make) -> dict:
             got = ", ".join(f"{n}{c_name(d)}" for n, d in zip(("input ", "batch1: ", "batch2: "), dtypes))
             raise RuntimeError(f"Input dtypes must be the same, got: {got}")
         return _scaled_sum(input, ops["bmm"](batch1, batch2), beta, alpha)
+
+    def addmv(
+        input: Operand, mat: VariableSurface, vec: VariableSurface, *, beta: float = 1, alpha: float = 1
+    ) -> VariableSurface:
+        """beta * input + alpha * (mat @ vec)."""
+        return _scaled_sum(input, ops["mv"](mat, vec), beta, alpha)
+
+    def addr(
+        input: Operand, vec1: VariableSurface, vec2: VariableSurface, *, beta: float = 1, alpha: float = 1
+    ) -> VariableSurface:
+        """beta * input + alpha * outer(vec1, vec2)."""
+        return _scaled_sum(input, ops["outer"](vec1, vec2), beta, alpha)
+
+    def addbmm(
+        input: Operand, batch1: VariableSurface, batch2: VariableSurface, *, beta: float = 1, alpha: float = 1
+    ) -> VariableSurface:
+        """beta * input + alpha * the sum over the batch of batch1[i] @ batch2[i]."""
+        return _scaled_sum(input, ops["sum"](ops["bmm"](batch1, batch2), 0), beta, alpha)
 
     def _scaled_sum(input, product, beta, alpha):
         product = product if alpha == 1 else product * alpha
@@ -245,28 +257,38 @@ def functions(ops, make) -> dict:
             return MaxMin(values, indices)
         return MaxMin(ops["squeeze"](values, d), ops["squeeze"](indices, d))
 
-    def _middle(input, d):
-        """The lower median's position in the sorted order along d, or the first NaN's (sorted last)."""
+    def _middle(input, d, skip_nan):
+        """The lower median's position in the sorted order along d, or the first NaN's (sorted last); skipping
+        NaNs, the lower median of the numbers."""
         size = input.shape[d]
         numbers = ops["sum"](ops["logical_not"](ops["isnan"](input)), d, keepdim=True)
+        if skip_nan:
+            return where(ops["gt"](numbers, 0), ops["floor_divide"](numbers - 1, 2), 0)
         return where(ops["lt"](numbers, size), numbers, (size - 1) // 2)
 
     def median(input: VariableSurface, dim: int | None = None, keepdim: bool = False) -> Any:
         """The lower median (NaN where there is one): of all entries (its gradient shared among the entries
         equal to it), or along `dim` as (values, indices)."""
+        return _median(input, dim, keepdim, False)
+
+    def nanmedian(input: VariableSurface, dim: int | None = None, keepdim: bool = False) -> Any:
+        """median, NaNs ignored (NaN only where every entry is)."""
+        return _median(input, dim, keepdim, True)
+
+    def _median(input, dim, keepdim, skip_nan):
         if dim is None:
             flat = reshape(input, (-1,))
             if not flat.numel():
                 return ops["sum"](flat) * math.nan
             order = ops["argsort"](flat, dim=0, stable=True)
-            middle = reshape(flat.detach()[ops["gather"](order, _middle(flat, 0), dim=0)], ())
+            middle = reshape(flat.detach()[ops["gather"](order, _middle(flat, 0, skip_nan), dim=0)], ())
             if input.dtype.kind != "f":
                 return middle
             ties = ops["eq"](input, middle)
             return ops["sum"](where(ties, input, 0.0)) / _as(input, ops["sum"](ties))
         d = _dim(input, dim)
         order = ops["argsort"](input, dim=d, stable=True)
-        return _picked(input, order, d, keepdim, _middle(input, d) if input.ndim else 0)
+        return _picked(input, order, d, keepdim, _middle(input, d, skip_nan) if input.ndim else 0)
 
     def kthvalue(input: VariableSurface, k: int, dim: int = -1, keepdim: bool = False) -> MaxMin[VariableSurface]:
         """(values, indices) of the k-th smallest entry along `dim` (k from 1)."""
@@ -300,60 +322,69 @@ def functions(ops, make) -> dict:
     ) -> VariableSurface:
         """The q-th quantiles along `dim` (of all entries when None): between the sorted values either side of
         q * (n - 1), by `interpolation`; a vector q gives a leading dimension of its length. NaN where a NaN is."""
+        return _quantile(input, q, dim, keepdim, interpolation, False)
+
+    def nanquantile(
+        input: VariableSurface,
+        q: Any,
+        dim: int | None = None,
+        keepdim: bool = False,
+        *,
+        interpolation: str = "linear",
+    ) -> VariableSurface:
+        """quantile of the numbers (n counts a slice's non-NaN entries; NaN where there are none)."""
+        return _quantile(input, q, dim, keepdim, interpolation, True)
+
+    def _nan_quantile(x, values, d, q, interpolation):
+        """One q's quantile of each slice's numbers along d (sorted first in `values`), keeping d."""
+        count = ops["sum"](ops["logical_not"](ops["isnan"](x)), d, keepdim=True)
+        position = ops["mul"](cast(ops["clamp"](count - 1, min=0), dtype=numpy.dtype(x.dtype).name), q)
+        below, above = ops["floor"](position), ops["ceil"](position)
+        pick = {"lower": below, "higher": above, "nearest": ops["round"](position)}
+        chosen = [pick[interpolation]] if interpolation in pick else [below, above]
+        low, *high = (ops["gather"](values, cast(at, dtype="int64"), dim=d) for at in chosen)
+        if high:
+            low = lerp(low, high[0], 0.5 if interpolation == "midpoint" else ops["sub"](position, below))
+        return ops["squeeze"](where(ops["eq"](count, 0), math.nan, low), d)
+
+    def _quantile(input, q, dim, keepdim, interpolation, skip_nan):
         qs = numpy.asarray(q.tolist() if hasattr(q, "tolist") else q, dtype=numpy.float64)
         if input.dtype.kind != "f":
             raise RuntimeError("quantile() input tensor must be either float or double dtype")
         if qs.ndim > 1:
             raise RuntimeError("quantile() q must be a scalar or 1D tensor")
         if ((qs < 0) | (qs > 1)).any():
-            raise RuntimeError("quantile() q values must be in the range [0, 1]")
+            raise RuntimeError(
+                f"quantile() q must be in the range [0, 1] but got {float(qs)}"
+                if qs.ndim == 0
+                else "quantile() q values must be in the range [0, 1]"
+            )
         if interpolation not in INTERPOLATIONS:
             raise RuntimeError(f"quantile() interpolation must be one of {', '.join(INTERPOLATIONS)}")
         x = reshape(input, (-1,)) if dim is None else input
         d = 0 if dim is None else _dim(input, dim)
         values = ops["sort"](x, d).values
         size = x.shape[d] if x.ndim else 1
-        position = qs.reshape(-1) * (size - 1)
-        below, above = numpy.floor(position).astype(numpy.int64), numpy.ceil(position).astype(numpy.int64)
-        pick = {"lower": below, "higher": above, "nearest": numpy.round(position).astype(numpy.int64)}
-        if interpolation in pick:
-            out = ops["index_select"](values, pick[interpolation], dim=d)
+        if skip_nan:
+            out = ops["stack"]([_nan_quantile(x, values, d, float(one), interpolation) for one in qs.reshape(-1)], d)
         else:
-            low, high = (ops["index_select"](values, i, dim=d) for i in (below, above))
-            weight = 0.5 if interpolation == "midpoint" else position - below
-            shape = tuple(-1 if i == d else 1 for i in range(values.ndim))
-            out = lerp(low, high, numpy.asarray(weight, input.dtype).reshape(shape if numpy.ndim(weight) else ()))
-        out = where(ops["isnan"](ops["sum"](x, d, keepdim=True)), math.nan, out)
+            position = qs.reshape(-1) * (size - 1)
+            below, above = numpy.floor(position).astype(numpy.int64), numpy.ceil(position).astype(numpy.int64)
+            pick = {"lower": below, "higher": above, "nearest": numpy.round(position).astype(numpy.int64)}
+            if interpolation in pick:
+                out = ops["index_select"](values, pick[interpolation], dim=d)
+            else:
+                low, high = (ops["index_select"](values, i, dim=d) for i in (below, above))
+                weight = 0.5 if interpolation == "midpoint" else position - below
+                shape = tuple(-1 if i == d else 1 for i in range(values.ndim))
+                out = lerp(low, high, numpy.asarray(weight, input.dtype).reshape(shape if numpy.ndim(weight) else ()))
+            out = where(ops["isnan"](ops["sum"](x, d, keepdim=True)), math.nan, out)
         out = ops["movedim"](out, d, 0)
         if keepdim:
             kept = [1] * input.ndim if dim is None else list(input.shape)
             kept[0 if dim is None else d] = 1
-            out = reshape(out, (len(position), *kept))
+            out = reshape(out, (qs.size, *kept))
         return ops["squeeze"](out, 0) if qs.ndim == 0 else out
-
-    def _spread_mean(name):
-        def fn(
-            input: VariableSurface,
-            dim: Any = None,
-            unbiased: bool = True,
-            keepdim: bool = False,
-            *,
-            correction: float | None = None,
-        ) -> tuple[VariableSurface, VariableSurface]:
-            if isinstance(dim, bool):
-                dim, unbiased = None, dim
-            dims = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
-            count = math.prod(input.shape[_dim(input, d)] for d in dims) if dims else input.numel()
-            spread = ops["var"](input, dim, False, keepdim)
-            shift = (1 if unbiased else 0) if correction is None else correction
-            spread = spread * (count / (count - shift) if count != shift else math.inf) if shift else spread
-            return (ops["sqrt"](spread) if name == "std" else spread), ops["mean"](input, dim, keepdim)
-
-        fn.__name__ = fn.__qualname__ = f"{name}_mean"
-        fn.__doc__ = f"({name}, mean) over `dim` (all when None; correction 1, Bessel's, as unbiased=True)."
-        return fn
-
-    std_mean, var_mean = _spread_mean("std"), _spread_mean("var")
 
     def logcumsumexp(input: VariableSurface, dim: int) -> VariableSurface:
         """log(cumsum(exp(x))) along `dim`, shifted by the maximum along it."""
@@ -401,5 +432,6 @@ def functions(ops, make) -> dict:
 
     # every function defined above but the helpers (named with a leading underscore)
     out = {name: f for name, f in locals().items() if getattr(f, "__module__", None) == __name__ and name[0] != "_"}
-    out["trapz"], out["addmv"] = trapezoid, addmm
+    out["trapz"] = trapezoid
+    out.update(arcsinh=asinh, arccosh=acosh, arctanh=atanh)
     return out

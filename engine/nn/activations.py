@@ -83,8 +83,8 @@ def hardswish(input, inplace=False):
 
 
 def hardshrink(input, lambd=0.5):
-    """x where |x| > lambd, else 0."""
-    return _ns(input).where(input.abs() > lambd, input, 0.0)
+    """x where |x| > lambd, else 0 (the Tensor method's)."""
+    return input.hardshrink(lambd)
 
 
 def softshrink(input, lambd=0.5):
@@ -188,16 +188,8 @@ def threshold(input, threshold, value, inplace=False):
 
 
 def prelu(input, weight):
-    """x where x > 0, else weight * x; weight [1] or one slope per channel (dimension 1)."""
-    channels = input.shape[1] if input.ndim >= 2 else 1
-    if weight.numel() != 1 and weight.numel() != channels:
-        raise RuntimeError(
-            "Mismatch of parameter numbers and input channel size. "
-            f"Found parameter numbers = {weight.numel()} and channel size = {channels}."
-        )
-    if weight.numel() != 1:
-        weight = weight.reshape((channels,) + (1,) * (input.ndim - 2))
-    return _ns(input).where(input > 0, input, input * weight)
+    """x where x > 0, else weight * x (the Tensor method's)."""
+    return input.prelu(weight)
 
 
 def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):

@@ -208,6 +208,34 @@ class Module:
                 continue
             yield from module.named_modules(memo, prefix + ("." if prefix else "") + name, remove_duplicate)
 
+    def get_submodule(self, target: str):
+        """The submodule at a dotted path (`"layer1.0"`); "" is this module."""
+        module = self
+        for item in target.split(".") if target else ():
+            if not hasattr(module, item):
+                raise AttributeError(module._get_name() + " has no attribute `" + item + "`")
+            module = getattr(module, item)
+            if not isinstance(module, Module):
+                raise AttributeError("`" + item + "` is not an nn.Module")
+        return module
+
+    def get_parameter(self, target: str):
+        return self._get_tensor(
+            target, lambda module, name: isinstance(getattr(module, name), self._parameter), "an nn.Parameter"
+        )
+
+    def get_buffer(self, target: str):
+        return self._get_tensor(target, lambda module, name: name in module._buffers, "a buffer")
+
+    def _get_tensor(self, target, belongs, what):
+        path, _, name = target.rpartition(".")
+        module = self.get_submodule(path)
+        if not hasattr(module, name):
+            raise AttributeError(module._get_name() + " has no attribute `" + name + "`")
+        if not belongs(module, name):
+            raise AttributeError("`" + name + "` is not " + what)
+        return getattr(module, name)
+
     def modules(self):
         for _, module in self.named_modules():
             yield module

@@ -16,6 +16,8 @@ from engine.user_warnings import warn
 __all__ = [
     "clip_grad_norm_",
     "clip_grad_value_",
+    "get_total_norm",
+    "clip_grads_with_norm_",
     "parameters_to_vector",
     "vector_to_parameters",
     "pad_sequence",
@@ -51,22 +53,39 @@ def clip_grad_norm_(
     if generator and not parameters:
         warn("`parameters` is an empty generator, no gradient clipping will occur.")
     grads = [p.grad for p in parameters if p.grad is not None]
-    norm_type = float(norm_type)
     if not grads:  # (PyTorch's tensor(0.); of the parameters' package when there are any)
         return (_ns(parameters[0]) if parameters else engine).tensor(0.0)
-    ns = _ns(grads[0])
-    with ns.no_grad():
-        total = ns.stack([g.norm(norm_type) for g in grads]).norm(norm_type)
-        if error_if_nonfinite and not math.isfinite(float(total)):
-            raise RuntimeError(
-                f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it cannot be "
-                "clipped. To disable this error and scale the gradients by the non-finite norm anyway, set "
-                "`error_if_nonfinite=False`"
-            )
-        coefficient = (float(max_norm) / (total + 1e-6)).clamp(max=1.0)
-        for g in grads:
-            g.mul_(coefficient)
+    total = get_total_norm(grads, norm_type, error_if_nonfinite)
+    clip_grads_with_norm_(parameters, max_norm, total)
     return total
+
+
+def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = False, foreach=None):
+    """The `norm_type` norm of the tensors' norms (a 0-d tensor; tensor(0.) for none)."""
+    tensors = _as_list(tensors)
+    norm_type = float(norm_type)
+    if not tensors:
+        return engine.tensor(0.0)
+    ns = _ns(tensors[0])
+    with ns.no_grad():
+        total = ns.stack([g.norm(norm_type) for g in tensors]).norm(norm_type)
+    if error_if_nonfinite and not math.isfinite(float(total)):
+        raise RuntimeError(
+            f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it cannot be "
+            "clipped. To disable this error and scale the gradients by the non-finite norm anyway, set "
+            "`error_if_nonfinite=False`"
+        )
+    return total
+
+
+def clip_grads_with_norm_(parameters, max_norm: float, total_norm, foreach=None) -> None:
+    """Scale the gradients in place by min(1, max_norm / (total_norm + 1e-6))."""
+    grads = [p.grad for p in _as_list(parameters) if p.grad is not None]
+    if grads:
+        with _ns(grads[0]).no_grad():
+            coefficient = (float(max_norm) / (total_norm + 1e-6)).clamp(max=1.0)
+            for g in grads:
+                g.mul_(coefficient)
 
 
 def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
