@@ -40,7 +40,14 @@ COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")  # their `<name>_` is differe
 # ops whose `<name>_` gives the Variable the result's shape (PyTorch's in-place views: `x.t_()`)
 RESHAPING = ("t", "transpose", "squeeze", "unsqueeze")
 # Tensor spellings of the above: `<alias>_` is `<name>_` (where there is one)
-ALIASES = {**modern.ALIASES, "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh"}
+ALIASES: dict[str, str] = {
+    **modern.ALIASES,
+    "divide": "div",
+    "clip": "clamp",
+    "arcsinh": "asinh",
+    "arccosh": "acosh",
+    "arctanh": "atanh",
+}
 OPERATORS = {
     "__iadd__": "add",
     "__isub__": "sub",

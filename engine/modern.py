@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from engine.surface_types import DeviceLike, DTypeLike, Operand, V, VariableSurface
 
 # PyTorch name -> registry op, as a torch.* function and a Tensor method alike
-ALIASES = {
+ALIASES: dict[str, str] = {
     "multiply": "mul",
     "subtract": "sub",
     "true_divide": "div",

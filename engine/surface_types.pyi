@@ -334,6 +334,8 @@ class VariableSurface:
     def clip(self, min: Any = None, max: Any = None) -> Self:
         """input limited to [min, max], each bound a number or a tensor (broadcast; NaN where a bound is NaN); the
         gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
+    def clip_(self, min: Any = None, max: Any = None) -> Self:
+        """In place: this Variable becomes `clamp(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def clone(self) -> Self:
         """a copy of x"""
     def conj(self) -> Self: ...
@@ -409,6 +411,8 @@ class VariableSurface:
     def divide(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
         """input / other: true division, or rounded down (`rounding_mode="floor"`) or toward zero ("trunc"), where
         integers stay integers and the gradient is zero (PyTorch's)."""
+    def divide_(self, other: Operand, *, rounding_mode: str | None = None) -> Self:
+        """In place: this Variable becomes `div(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def dot(self, tensor: Operand) -> Self:
         """The inner product of two 1-D Variables."""
     def double(self) -> Self:
