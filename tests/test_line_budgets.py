@@ -120,6 +120,15 @@ Raised, as decisions:
   `engine/nn/adaptive.py`, +303) took it to 18671.
 - engine 18700 -> 18850 (2026-11-29, session 16): PyTorch's type promotion (`engine/promotion.py`, the registry's casts
   before an op of two dtypes, coerce's numbers; promote branch, +146) took it to 18817.
+- engine 18850 -> 22550, client 3075 -> 3250 (2026-11-29, session 17): ten branches, each a PyTorch surface the
+  tutorials and today's programs use that gradserve refused or computed wrongly: torch.save/load in PyTorch's own file
+  format with a weights-only unpickler and a hand-written pickler (+454), views and in-place ops on them under
+  autograd (`engine/views.py`, CopySlices, +253; client +57), custom Functions with several outputs, marks and
+  setup_context (+150; client +76), torch.linalg's decompositions (+338), torch's refusals and the dtype reductions
+  (+180), rounding division, tensor clamp bounds, shifts, scatter_reduce, bicubic/antialiased interpolate, unpooling
+  and conv padding modes (+499), packed sequences through the RNNs and swa_utils (+438), grad_fn names as PyTorch's
+  (+374), nn.utils.prune and torch.profiler (+628), the Tensor methods and in-place variants from one table (+361);
+  client gradient hooks (+50) took them to 22491 and 3193.
 """
 
 from __future__ import annotations
@@ -130,7 +139,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 18850, "wire": 6075, "service": 3800, "client": 3075}
+BUDGETS = {"engine": 22550, "wire": 6075, "service": 3800, "client": 3250}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
