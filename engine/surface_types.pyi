@@ -878,7 +878,8 @@ class VariableSurface:
     def outer(self, vec2: Operand) -> Self:
         """The outer product of two 1-D Variables."""
     @property
-    def output_nr(self) -> builtins.int: ...
+    def output_nr(self) -> builtins.int:
+        """Which output of its grad_fn this Variable is (0 for a leaf)."""
     @overload
     def permute(self, dims: Sequence[builtins.int]) -> Self: ...
     @overload

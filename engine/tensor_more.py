@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from engine.surface_types import Operand, VariableSurface
 
 FUNCTIONS_ONLY = ("std_mean", "var_mean")
-METHODS_ONLY = ("is_complex is_cpu is_pinned get_device output_nr data_ptr pin_memory apply_ map_ sum_to_size").split()
+METHODS_ONLY = ("is_complex is_cpu is_pinned get_device data_ptr pin_memory apply_ map_ sum_to_size").split()
 AMINMAX = namedtuple("aminmax", ["min", "max"])  # type: ignore[name-match]  # (torch.return_types.aminmax)
 EVERY = slice(None)
 
@@ -319,9 +319,6 @@ def functions(ops, make) -> dict:
     def is_cpu(self: VariableSurface) -> bool:
         return self.device.type == "cpu"
 
-    def output_nr(self: VariableSurface) -> int:
-        return 0
-
     def isreal(input: VariableSurface) -> VariableSurface:
         """True everywhere (a real tensor)."""
         return make.ones_like(input, dtype="bool")
@@ -357,7 +354,7 @@ def functions(ops, make) -> dict:
     out.update(
         hsplit=_split_along("hsplit", 0, 1), vsplit=_split_along("vsplit", 0, 2), dsplit=_split_along("dsplit", 2, 3)
     )
-    out.update({f.__name__: f for f in (is_signed, is_same_size, isreal)}, output_nr=property(output_nr))
+    out.update({f.__name__: f for f in (is_signed, is_same_size, isreal)})
     out.update(
         {name: _answer(name, False) for name in ("is_complex", "is_conj", "is_neg", "is_inference", "is_pinned")}
     )
