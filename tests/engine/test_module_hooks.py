@@ -1,7 +1,7 @@
 """`nn.Module` hooks as PyTorch has them: forward pre-hooks and forward hooks (replacing arguments and output,
 `with_kwargs`, `prepend`), full backward hooks (grad_input and grad_output, a returned grad_input replacing it,
-a first layer whose input needs no gradient) and full backward pre-hooks, removable handles; and the Grad-CAM
-recipe (a forward hook keeping a layer's activation, a backward hook its gradient) giving PyTorch's map. Each
+a first layer whose input needs no gradient) and full backward pre-hooks, removable handles (the Grad-CAM recipe is
+in tests/client/test_client_module_hooks.py, on the engine, the embedded client and a server). Each
 program runs on the engine and on torch in float64; the client refuses a backward hook that replaces a gradient."""
 
 from __future__ import annotations
@@ -85,42 +85,6 @@ def test_a_first_layers_backward_hook_gets_none_for_its_input():
         return [grad_output[0], layer.bias.grad]
 
     same(program)
-
-
-def test_grad_cam_gives_pytorchs_map():
-    image = RNG.standard_normal((1, 3, 8, 8))
-    reference = None
-
-    def program(m):
-        nonlocal reference
-        net = m.nn.Sequential(
-            m.nn.Conv2d(3, 4, 3, padding=1),
-            m.nn.ReLU(),
-            m.nn.Conv2d(4, 5, 3, padding=1),
-            m.nn.ReLU(),
-            m.nn.AdaptiveAvgPool2d(1),
-            m.nn.Flatten(),
-            m.nn.Linear(5, 3),
-        ).double()
-        if reference is None:
-            reference = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
-        net.load_state_dict({k: m.tensor(v) for k, v in reference.items()})
-        kept = {}
-        net[2].register_forward_hook(lambda mod, args, out: kept.__setitem__("act", out))
-        net[2].register_full_backward_hook(lambda mod, gi, go: kept.__setitem__("grad", go[0]))
-        x = m.tensor(image, requires_grad=True)
-        scores = net(x)
-        scores[0, int(scores.argmax())].backward()
-        weights = kept["grad"].mean((2, 3), keepdim=True)
-        cam = m.nn.functional.relu((weights * kept["act"]).sum(1))
-        return [cam.detach(), x.grad]
-
-    # torch first: the reference weights are torch's initialisation
-    want = arrays(program(torch))
-    got = arrays(program(engine))
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
-    assert want[0].shape == (1, 8, 8) and want[0].any()
 
 
 def test_a_client_module_runs_forward_hooks_and_refuses_a_backward_hook_that_replaces_a_gradient():
