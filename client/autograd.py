@@ -115,16 +115,17 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
     return tuple(grads.get(t) for t in targets)
 
 
+def _hooked(node):
+    """(its Watch, the non-leaf Variable it computes) of a node whose Variable carries hooks, else (None, None)."""
+    watch = node.retained
+    var = None if watch is None or not watch.hooks else watch()
+    return (watch, var) if var is not None and var._node is node else (None, None)
+
+
 def _observed(processed, getting) -> list:
     """The non-leaf Variables, not already getting a gradient, whose nodes in `processed` carry hooks."""
     got = {id(v) for v in getting}
-    found = []
-    for node in processed:
-        watch = node.retained
-        var = None if watch is None or not watch.hooks else watch()
-        if var is not None and var._node is node and id(var) not in got:
-            found.append(var)
-    return found
+    return [var for var in (_hooked(node)[1] for node in processed) if var is not None and id(var) not in got]
 
 
 def _through_hooks(processed, grads: dict, observed) -> dict:
@@ -135,9 +136,8 @@ def _through_hooks(processed, grads: dict, observed) -> dict:
     if not any(watch_of(v, make=False) is not None for v in grads):
         return grads
     for node in processed:
-        watch = node.retained
-        var = None if watch is None or not watch.hooks else watch()
-        if var is None or var._node is not node or var not in grads:
+        watch, var = _hooked(node)
+        if var is None or var not in grads:
             continue
         g = grads[var]
         out = run_hooks(watch, g, Variable._leaf)
