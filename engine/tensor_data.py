@@ -1,12 +1,16 @@
 """`TensorData`: what `.data` hands out. A NumPy array (a view sharing the Variable's memory)
 that also answers the `Tensor` methods PyTorch-0.3 programs call on `.data`:
-`loss.data[0]`, `w.grad.data.zero_()`, `y.data.norm()`, `p.data.add_(-lr, p.grad.data)`.
+`loss.data[0]`, `w.grad.data.zero_()`, `y.data.norm()`, `p.data.add_(-lr, p.grad.data)`, and the ones today's
+tutorials still call on it: `p.data.add_(p.grad.data, alpha=-lr)`, `x.grad.data.sign()`, `w.data.uniform_(-r, r)`,
+`w.data.normal_(0, 0.02)`, `p.data.clamp_(-c, c)`.
 
 It is an `ndarray` subclass, so NumPy code keeps working on it; arrays stored inside Variables
 are always plain `ndarray`s (`plain()` strips the subclass on the way in).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy
 
@@ -63,23 +67,33 @@ class TensorData(numpy.ndarray):
         self[...] = numpy.asarray(_values(source))
         return self
 
-    def _update(self, ufunc, args):
+    def _update(self, ufunc, args, alpha=1):
         # PyTorch 0.3's two-argument form: `add_(value, other)` adds value * other
         other = _values(args[0]) if len(args) == 1 else args[0] * numpy.asarray(_values(args[1]))
-        ufunc(self, other, out=self, casting="same_kind")
+        ufunc(self, other if alpha == 1 else alpha * numpy.asarray(other), out=self, casting="same_kind")
         return self
 
-    def add_(self, *args):
-        return self._update(numpy.add, args)
+    def add_(self, *args, alpha=1):
+        return self._update(numpy.add, args, alpha)
 
-    def sub_(self, *args):
-        return self._update(numpy.subtract, args)
+    def sub_(self, *args, alpha=1):
+        return self._update(numpy.subtract, args, alpha)
 
     def mul_(self, other):
         return self._update(numpy.multiply, (other,))
 
     def div_(self, other):
         return self._update(numpy.true_divide, (other,))
+
+    def clamp_(self, min=None, max=None):
+        numpy.clip(self, min, max, out=self, casting="unsafe")
+        return self
+
+    uniform_: Any  # `uniform_(a, b)` and `normal_(mean, std)`: engine.nn.init's, set on this class there
+    normal_: Any
+
+    def sign(self):
+        return numpy.sign(self)
 
     def norm(self, p=2):
         """The p-norm of all elements, as a Python float (PyTorch 0.3's `Tensor.norm()`)."""

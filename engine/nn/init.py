@@ -18,7 +18,10 @@ from statistics import NormalDist
 import numpy
 
 from engine.nn.functional import _ns
+from engine.nn.sides import _NAMESPACES
+from engine.tensor_data import TensorData
 from engine.user_warnings import warn
+from engine.variable import Variable
 
 __all__ = [
     "calculate_gain",
@@ -80,6 +83,9 @@ def _calculate_correct_fan(tensor, mode):
 
 def _write(tensor, values):
     """tensor[...] = values (a host array), in place and outside autograd."""
+    if isinstance(tensor, numpy.ndarray):  # a `.data` (`weights_init`'s `normal_(m.weight.data, 0.0, 0.02)`)
+        tensor[...] = values
+        return tensor
     ns = _ns(tensor)
     with ns.no_grad():
         tensor.copy_(ns.as_tensor(numpy.asarray(values, dtype=numpy.float64), dtype=tensor.dtype))
@@ -87,8 +93,10 @@ def _write(tensor, values):
 
 
 def _draws(tensor, draw, generator):
-    """float64 host draws of tensor's shape (`rand` or `randn`), from `generator` else its package's default one."""
-    return getattr(_ns(tensor), draw)(tuple(tensor.shape), dtype=numpy.float64, generator=generator).numpy()
+    """float64 host draws of tensor's shape (`rand` or `randn`), from `generator` else its package's default one
+    (engine's for a `.data`, which does not know its Variable's package)."""
+    ns = _NAMESPACES[Variable] if isinstance(tensor, numpy.ndarray) else _ns(tensor)
+    return getattr(ns, draw)(tuple(tensor.shape), dtype=numpy.float64, generator=generator).numpy()
 
 
 def uniform_(tensor, a=0.0, b=1.0, generator=None):
@@ -99,6 +107,10 @@ def uniform_(tensor, a=0.0, b=1.0, generator=None):
 def normal_(tensor, mean=0.0, std=1.0, generator=None):
     """Values drawn from N(mean, std**2)."""
     return _write(tensor, mean + std * _draws(tensor, "randn", generator))
+
+
+TensorData.uniform_ = lambda self, a=0.0, b=1.0: uniform_(self, a, b)  # `w.data.uniform_(-r, r)`
+TensorData.normal_ = lambda self, mean=0.0, std=1.0: normal_(self, mean, std)
 
 
 def constant_(tensor, val):

@@ -68,8 +68,8 @@ class _MarginLoss(_Loss):
         super().__init__(size_average, reduce, reduction)
         self.margin = margin
 
-    def forward(self, *inputs):
-        return self._function(*inputs, margin=self.margin, reduction=self.reduction)
+    def forward(self, *inputs, **named):  # (input1, input2, target), or HingeEmbeddingLoss's (input, target)
+        return self._function(*inputs, **named, margin=self.margin, reduction=self.reduction)
 
 
 class MarginRankingLoss(_MarginLoss):
