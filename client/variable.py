@@ -19,6 +19,7 @@ from client.graph import CUT, LEAF, Value
 from client.residents import WATCHED, touched
 from client.state import current_phase, current_session, enable_grad, no_grad
 from client.views import assign_recorded as assign_views
+from client.views import written_through
 from engine import backend
 from engine.api import Device, DType, VariableSurface, dtype_of, from_key, host_array, same_array, tensor_data, to_key
 from engine.api import Variable as EngineVariable
@@ -194,6 +195,12 @@ class Variable(VariableSurface):
         self._value.holder = weakref.ref(self)
 
     def _assign_values(self, key, value, setitem):
+        """Assignment outside autograd, written through to its view family as shared memory would be
+        (`t[i][0][j] = 1` changes `t`: client.views.written_through)."""
+        self._assign_own(key, value, setitem)
+        written_through(self, setitem)
+
+    def _assign_own(self, key, value, setitem):
         """Assignment outside autograd: into a leaf's array when every value is at hand, else
         recorded without grad (a value assigned into keeps its grad_fn, as in the engine). A leaf
         that requires grad stays a leaf holding its array: a value not computed yet is fetched

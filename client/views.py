@@ -1,8 +1,9 @@
 """Views on the client, PyTorch's as the engine's (`engine.views`): the results of `getitem` (without index
 arrays), `reshape`, `permute` and their composites are noted as views of their root base, and an in-place op
 recorded in grad mode on a view, or on a base with live views, records `copy_slices` as the base's new value and
-each live view's steps replayed on it. Outside grad mode a view's in-place change is its own (the client's views
-hold no memory of their base's)."""
+each live view's steps replayed on it. Outside grad mode an assignment into a view is written into its root base
+at the view's positions, and each other live view is its steps replayed on the root (`written_through`: the
+client's views hold no memory of their base's, so this stands for the memory they would share)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import math
 
 import numpy
 
+from client.state import enable_grad, no_grad
 from engine.api import OPS, check_rebase, live, positions, variable_of, view_of
 
 
@@ -38,3 +40,28 @@ def assign_recorded(v, other, run) -> bool:
     for member in members:
         member._version = version
     return True
+
+
+def written_through(v, setitem) -> None:
+    """After `v` was assigned into outside autograd: its root base takes the view's values at its positions, the
+    family's other live views are replayed on the root, and the version counters move
+    together."""
+    members = live(v)
+    if not members:
+        return
+    root, info = members[0], view_of(v)
+    if info is not None:
+        flat = variable_of(numpy.arange(math.prod(root.shape)).reshape(root.shape))
+        root._assign_own(numpy.unravel_index(positions(flat, info.steps), root.shape), v, setitem)
+    for view in members[1:]:
+        if view is not v:  # replayed in grad mode when it has a grad_fn, so that it keeps one (into the root)
+            replayed = root
+            with enable_grad() if view._node is not None else no_grad():
+                for op, extras, attrs in view_of(view).steps:
+                    replayed = type(v)._run(op)([replayed, *extras], attrs)
+            if replayed._data is None:
+                view._stand_for(replayed)
+            else:
+                view._data, view._value, view._shared = replayed._data, None, False
+    for member in members:
+        member._version = v._version
