@@ -476,6 +476,91 @@ def seq2seq_attention(torch, epochs=3, hidden_size=8, max_length=5):
     return {"losses": losses, "decoded": words, "attentions": attentions}
 
 
+def word_language_model(torch, batches=4, bptt=4, ninp=6, lr=2.0):
+    """pytorch/examples' word_language_model (which the tutorials link): an LSTM RNNModel with tied encoder and
+    decoder weights, `init_weights` by nn.init, `init_hidden` from `next(self.parameters()).new_zeros`, batchify,
+    `repackage_hidden` detaching the state between batches, clip_grad_norm_(0.25) and the update by hand with
+    `p.data.add_(p.grad, alpha=-lr)`; the evaluation's perplexity."""
+    nn, F = torch.nn, torch.nn.functional
+    ntokens = 9
+
+    class RNNModel(nn.Module):
+        def __init__(self, ntoken, ninp, nhid, nlayers, dropout=0.0):
+            super().__init__()
+            self.drop = nn.Dropout(dropout)
+            self.encoder = nn.Embedding(ntoken, ninp)
+            self.rnn = nn.LSTM(ninp, nhid, nlayers, dropout=dropout)
+            self.decoder = nn.Linear(nhid, ntoken)
+            self.decoder.weight = self.encoder.weight
+            self.nhid, self.nlayers = nhid, nlayers
+
+        def init_weights(self):
+            initrange = 0.1
+            nn.init.uniform_(self.encoder.weight, -initrange, initrange)
+            nn.init.zeros_(self.decoder.bias)
+
+        def forward(self, input, hidden):
+            emb = self.drop(self.encoder(input))
+            output, hidden = self.rnn(emb, hidden)
+            decoded = self.decoder(self.drop(output)).view(-1, ntokens)
+            return F.log_softmax(decoded, dim=1), hidden
+
+        def init_hidden(self, bsz):
+            weight = next(self.parameters())
+            return (weight.new_zeros(self.nlayers, bsz, self.nhid), weight.new_zeros(self.nlayers, bsz, self.nhid))
+
+    def repackage_hidden(h):
+        if isinstance(h, torch.Tensor):
+            return h.detach()
+        return tuple(repackage_hidden(v) for v in h)
+
+    def batchify(data, bsz):
+        nbatch = data.size(0) // bsz
+        data = data.narrow(0, 0, nbatch * bsz)
+        return data.view(bsz, -1).t().contiguous()
+
+    def get_batch(source, i):
+        seq_len = min(bptt, len(source) - 1 - i)
+        return source[i : i + seq_len], source[i + 1 : i + 1 + seq_len].view(-1)
+
+    model = RNNModel(ntokens, ninp, ninp, 2)
+    model.init_weights()
+    tied = model.decoder.weight is model.encoder.weight and len(list(model.parameters())) == 10
+    init(torch, model)
+    stream = torch.tensor(np.random.default_rng(6).integers(0, ntokens, 70), dtype=torch.long)
+    train_data, val_data = batchify(stream[:50], 3), batchify(stream[50:], 2)
+    criterion = nn.NLLLoss()
+    model.train()
+    hidden, losses = model.init_hidden(3), []
+    for batch, i in enumerate(range(0, train_data.size(0) - 1, bptt)):
+        if batch == batches:
+            break
+        data_, targets = get_batch(train_data, i)
+        model.zero_grad()
+        hidden = repackage_hidden(hidden)
+        output, hidden = model(data_, hidden)
+        loss = criterion(output, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-lr)
+        losses.append(loss.item())
+    model.eval()
+    total_loss, hidden = 0.0, model.init_hidden(2)
+    with torch.no_grad():
+        for i in range(0, val_data.size(0) - 1, bptt):
+            data_, targets = get_batch(val_data, i)
+            output, hidden = model(data_, hidden)
+            hidden = repackage_hidden(hidden)
+            total_loss += len(data_) * criterion(output, targets).item()
+    return {
+        "losses": losses,
+        "ppl": math.exp(total_loss / (len(val_data) - 1)),
+        "tied": tied,
+        "encoder": model.encoder.weight,
+    }
+
+
 # --- Deep Learning for NLP: n-gram language model, LSTM POS tagger, BiLSTM-CRF -----------------------------
 
 SENTENCE = "when forty winters shall besiege thy brow and dig deep trenches in thy beauty field".split()
@@ -1200,6 +1285,161 @@ def reinforce(torch, episodes=3, gamma=0.99, max_steps=12, actions=None):
         running_reward = 0.05 * ep_reward + (1 - 0.05) * running_reward
         history.append((finish_episode(), running_reward))
     return {"history": history, "taken": taken, "weight": policy.affine2.weight}
+
+
+# --- DQN ----------------------------------------------------------------------------------------------------
+
+
+def dqn(torch, steps=12, batch_size=4, gamma=0.99, tau=0.005):
+    """The DQN tutorial's optimize_model on LineWorld: a ReplayMemory of Transition namedtuples sampled by a NumPy
+    generator, the non-final mask as a bool tensor, `policy_net(state_batch).gather(1, action_batch)`,
+    `next_state_values[non_final_mask] = target_net(...).max(1).values` under no_grad, SmoothL1Loss, AdamW with
+    amsgrad, clip_grad_value_, the target network's soft update through state_dicts, epsilon-greedy actions by
+    `max(1).indices.view(1, 1)`."""
+    nn, F, optim = torch.nn, torch.nn.functional, torch.optim
+    Transition = collections.namedtuple("Transition", ("state", "action", "next_state", "reward"))
+    rng = np.random.default_rng(8)
+
+    class ReplayMemory:
+        def __init__(self, capacity):
+            self.memory = collections.deque([], maxlen=capacity)
+
+        def push(self, *args):
+            self.memory.append(Transition(*args))
+
+        def sample(self, batch_size):
+            return [self.memory[k] for k in rng.choice(len(self.memory), batch_size, replace=False)]
+
+        def __len__(self):
+            return len(self.memory)
+
+    class DQN(nn.Module):
+        def __init__(self, n_observations, n_actions):
+            super().__init__()
+            self.layer1 = nn.Linear(n_observations, 16)
+            self.layer2 = nn.Linear(16, 16)
+            self.layer3 = nn.Linear(16, n_actions)
+
+        def forward(self, x):
+            x = F.relu(self.layer1(x))
+            x = F.relu(self.layer2(x))
+            return self.layer3(x)
+
+    policy_net, target_net = init(torch, DQN(4, 2), 1), DQN(4, 2)
+    target_net.load_state_dict(policy_net.state_dict())
+    optimizer = optim.AdamW(policy_net.parameters(), lr=1e-3, amsgrad=True)
+    memory = ReplayMemory(100)
+
+    def select_action(state, explore):
+        if not explore:
+            with torch.no_grad():
+                return policy_net(state).max(1).indices.view(1, 1)
+        return torch.tensor([[int(rng.integers(2))]], dtype=torch.long)
+
+    def optimize_model():
+        if len(memory) < batch_size:
+            return None
+        batch = Transition(*zip(*memory.sample(batch_size)))
+        non_final_mask = torch.tensor(tuple(map(lambda s: s is not None, batch.next_state)), dtype=torch.bool)
+        non_final_next_states = torch.cat([s for s in batch.next_state if s is not None])
+        state_batch, action_batch = torch.cat(batch.state), torch.cat(batch.action)
+        reward_batch = torch.cat(batch.reward)
+        state_action_values = policy_net(state_batch).gather(1, action_batch)
+        next_state_values = torch.zeros(batch_size)
+        with torch.no_grad():
+            next_state_values[non_final_mask] = target_net(non_final_next_states).max(1).values
+        expected_state_action_values = (next_state_values * gamma) + reward_batch
+        criterion = nn.SmoothL1Loss()
+        loss = criterion(state_action_values, expected_state_action_values.unsqueeze(1))
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_value_(policy_net.parameters(), 100)
+        optimizer.step()
+        return loss.item()
+
+    env, losses, actions = LineWorld(), [], []
+    state = torch.tensor(env.reset()[0], dtype=torch.float32).unsqueeze(0)
+    for t in range(steps):
+        action = select_action(state, explore=t % 3 != 2)
+        actions.append(action.item())
+        observation, reward, terminated, truncated, _ = env.step(action.item())
+        reward = torch.tensor([reward])
+        next_state = None if terminated else torch.tensor(observation, dtype=torch.float32).unsqueeze(0)
+        memory.push(state, action, next_state, reward)
+        state = next_state if next_state is not None else torch.tensor(env.reset()[0], dtype=torch.float32).unsqueeze(0)
+        losses.append(optimize_model())
+        target_net_state_dict = target_net.state_dict()
+        policy_net_state_dict = policy_net.state_dict()
+        for key in policy_net_state_dict:
+            target_net_state_dict[key] = policy_net_state_dict[key] * tau + target_net_state_dict[key] * (1 - tau)
+        target_net.load_state_dict(target_net_state_dict)
+    return {"losses": losses, "actions": actions, "target": target_net.layer3.weight}
+
+
+# --- transfer learning ---------------------------------------------------------------------------------------
+
+
+def transfer_learning(torch, epochs=2):
+    """Finetuning as the transfer-learning tutorial does it, with a small "pretrained" CNN: the features frozen by
+    `param.requires_grad = False`, a new `fc` whose parameters alone go to SGD with momentum, StepLR, the phases
+    train/val with `torch.set_grad_enabled(phase == "train")`, `torch.sum(preds == labels.data)`,
+    `running_corrects.double() / size`, the best weights kept with `copy.deepcopy(model.state_dict())` and loaded."""
+    import copy
+
+    nn, optim = torch.nn, torch.optim
+
+    class Pretrained(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+            self.bn = nn.BatchNorm2d(4)
+            self.pool = nn.AdaptiveAvgPool2d((1, 1))
+            self.fc = nn.Linear(4, 10)
+
+        def forward(self, x):
+            x = self.pool(torch.relu(self.bn(self.conv(x))))
+            return self.fc(torch.flatten(x, 1))
+
+    model = init(torch, Pretrained(), 1)
+    for param in model.parameters():
+        param.requires_grad = False
+    num_ftrs = model.fc.in_features
+    model.fc = init(torch, nn.Linear(num_ftrs, 2), 2)
+    criterion = nn.CrossEntropyLoss()
+    optimizer_conv = optim.SGD(model.fc.parameters(), lr=0.1, momentum=0.9)
+    exp_lr_scheduler = optim.lr_scheduler.StepLR(optimizer_conv, step_size=1, gamma=0.1)
+    loaders = {
+        phase: torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(torch.tensor(data(seed, 8, 3, 5, 5)), torch.tensor(labels(seed + 1, 8, 2))),
+            batch_size=4,
+        )
+        for phase, seed in (("train", 1), ("val", 3))
+    }
+    best_model_wts, best_acc, history = copy.deepcopy(model.state_dict()), 0.0, []
+    for _ in range(epochs):
+        for phase in ["train", "val"]:
+            model.train() if phase == "train" else model.eval()
+            running_loss, running_corrects = 0.0, 0
+            for inputs, labels_ in loaders[phase]:
+                optimizer_conv.zero_grad()
+                with torch.set_grad_enabled(phase == "train"):
+                    outputs = model(inputs)
+                    _, preds = torch.max(outputs, 1)
+                    loss = criterion(outputs, labels_)
+                    if phase == "train":
+                        loss.backward()
+                        optimizer_conv.step()
+                running_loss += loss.item() * inputs.size(0)
+                running_corrects += torch.sum(preds == labels_.data)
+            if phase == "train":
+                exp_lr_scheduler.step()
+            epoch_acc = running_corrects.double() / len(loaders[phase].dataset)
+            history.append((running_loss / 8, epoch_acc.item()))
+            if phase == "val" and epoch_acc > best_acc:
+                best_acc, best_model_wts = epoch_acc, copy.deepcopy(model.state_dict())
+    model.load_state_dict(best_model_wts)
+    frozen = [p.grad is None for p in model.conv.parameters()]
+    return {"history": history, "fc": model.fc.weight, "running_mean": model.bn.running_mean, "frozen": frozen}
 
 
 # --- recipes: zeroing gradients, saving and loading, warmstarting, LR schedulers -------------------------------
