@@ -99,7 +99,7 @@ class Variable(VariableSurface):
             if sys.getrefcount(self._value) > 2:  # this Variable's slot and the call's argument
                 self._data, self._value = self._data.copy(), None
             self._shared = False
-        data = tensor_data(self._array())
+        data = tensor_data(self._array(), type(self))
         if WATCHED:  # a resident parameter (client.residents): its array may be written through this
             touched(self)
         return data

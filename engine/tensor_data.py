@@ -89,6 +89,7 @@ class TensorData(numpy.ndarray):
         numpy.clip(self, min, max, out=self, casting="unsafe")
         return self
 
+    owner: Any = None  # the client's Variable class for a client's `.data` (nn.init draws from its package)
     uniform_: Any  # `uniform_(a, b)` and `normal_(mean, std)`: engine.nn.init's, set on this class there
     normal_: Any
 
@@ -126,8 +127,12 @@ def same_array(a, b) -> bool:
     return b.base is a or a.base is b or a.__array_interface__["data"] == b.__array_interface__["data"]
 
 
-def tensor_data(array):
-    """The `.data` of a Variable holding `array`: a TensorData view for NumPy, the array itself otherwise."""
+def tensor_data(array, owner=None):
+    """The `.data` of a Variable (of class `owner`, when not the engine's) holding `array`: a TensorData view for
+    NumPy, the array itself otherwise."""
     if type(array) is numpy.ndarray:
-        return array.view(TensorData)
+        data = array.view(TensorData)
+        if owner is not None:
+            data.owner = owner
+        return data
     return array

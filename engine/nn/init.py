@@ -94,8 +94,11 @@ def _write(tensor, values):
 
 def _draws(tensor, draw, generator):
     """float64 host draws of tensor's shape (`rand` or `randn`), from `generator` else its package's default one
-    (engine's for a `.data`, which does not know its Variable's package)."""
-    ns = _NAMESPACES[Variable] if isinstance(tensor, numpy.ndarray) else _ns(tensor)
+    (for a `.data`, its `owner`'s package: the engine's unless the client's)."""
+    if isinstance(tensor, numpy.ndarray):
+        ns = next(_NAMESPACES[c] for c in (getattr(tensor, "owner", None) or Variable).__mro__ if c in _NAMESPACES)
+    else:
+        ns = _ns(tensor)
     return getattr(ns, draw)(tuple(tensor.shape), dtype=numpy.float64, generator=generator).numpy()
 
 

@@ -136,7 +136,13 @@ def _data_methods(m):
     m.nn.init.constant_(w.bias.data, 0.5)
     spread = float(w.weight.detach().std())
     w.weight.data.uniform_(-0.1, 0.1)
-    return [p, signs, w.bias], spread, float(w.weight.detach().abs().max()), w.weight.requires_grad
+    widest, drawn = float(w.weight.detach().abs().max()), []
+    for fill in (lambda: w.weight.data.normal_(0.0, 0.02), lambda: m.nn.init.normal_(w.weight, 0.0, 0.02)):
+        m.manual_seed(3)  # `.data`'s draws come from its package's generator, as nn.init's do
+        fill()
+        drawn.append(w.weight.detach().numpy().copy())
+    same = bool((drawn[0] == drawn[1]).all())
+    return [p, signs, w.bias, same], spread, widest, w.weight.requires_grad
 
 
 def test_data_methods_of_todays_tutorials(torch_like, oracle):
