@@ -207,6 +207,64 @@ def quickstart_loops(torch, epochs=2, batch_size=8):
     ]
 
 
+# --- spatial transformer networks ------------------------------------------------------------------------
+
+
+def spatial_transformer(torch, steps=3):
+    """The STN tutorial's Net: a localization network and `fc_loc` initialised to the identity transform through
+    `.data.zero_()` and `.data.copy_(torch.tensor([1, 0, 0, 0, 1, 0], dtype=torch.float))`, `F.affine_grid` and
+    `F.grid_sample`, then a small classifier with dropout off; nll_loss and SGD; the transformed batch."""
+    nn, F, optim = torch.nn, torch.nn.functional, torch.optim
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 4, kernel_size=3)
+            self.fc1 = nn.Linear(4 * 3 * 3, 10)
+            self.localization = nn.Sequential(
+                nn.Conv2d(1, 4, kernel_size=3),
+                nn.MaxPool2d(2, stride=2),
+                nn.ReLU(True),
+                nn.Conv2d(4, 5, kernel_size=3),
+                nn.ReLU(True),
+            )
+            self.fc_loc = nn.Sequential(nn.Linear(5 * 1 * 1, 8), nn.ReLU(True), nn.Linear(8, 3 * 2))
+
+        def reset_fc_loc(self):
+            self.fc_loc[2].weight.data.zero_()
+            self.fc_loc[2].bias.data.copy_(torch.tensor([1, 0, 0, 0, 1, 0], dtype=torch.float))
+
+        def stn(self, x):
+            xs = self.localization(x)
+            xs = xs.view(-1, 5 * 1 * 1)
+            theta = self.fc_loc(xs)
+            theta = theta.view(-1, 2, 3)
+            grid = F.affine_grid(theta, x.size(), align_corners=False)
+            return F.grid_sample(x, grid, align_corners=False)
+
+        def forward(self, x):
+            x = self.stn(x)
+            x = F.relu(F.max_pool2d(self.conv1(x), 2))
+            x = x.view(-1, 4 * 3 * 3)
+            x = F.dropout(F.relu(self.fc1(x)), training=False)
+            return F.log_softmax(x, dim=1)
+
+    model = init(torch, Net())
+    model.reset_fc_loc()
+    optimizer = optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.tensor(data(1, 4, 1, 8, 8)), torch.tensor(labels(2, 4, 10))
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = F.nll_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    with torch.no_grad():
+        transformed = model.stn(x).cpu()
+    return {"losses": losses, "transformed": transformed, "theta_bias": model.fc_loc[2].bias}
+
+
 # --- NLP from scratch: char-RNN classification and generation ---------------------------------------------
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz '"

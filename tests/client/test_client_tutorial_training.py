@@ -1,11 +1,12 @@
 """PyTorch's training tutorials and recipes (tests/tutorial_training_programs.py: the quickstart's train/test loops,
 "What is torch.nn really?", char-RNN classification and generation, seq2seq with attention, the n-gram model, the
 LSTM tagger, the BiLSTM-CRF, DCGAN, FGSM, knowledge distillation, style transfer with LBFGS, REINFORCE, DQN,
-transfer learning with frozen features, the examples' word language model with tied weights, and the recipes on
-zeroing gradients, saving several models in one file, warmstarting and schedulers) run on the engine, the embedded
-client and a live server (`torch_like`) from the same weights and data as on PyTorch, which they match: losses,
-gradients, outputs. Then what they needed fixed: assignments into a view reaching its base on the client outside
-grad mode, `.data`'s methods of today's tutorials with nn.init on a `.data`, the margin losses' keywords."""
+transfer learning with frozen features, the examples' word language model with tied weights, spatial transformer
+networks, and the recipes on zeroing gradients, saving several models in one file, warmstarting and schedulers) run
+on the engine, the embedded client and a live server (`torch_like`) from the same weights and data as on PyTorch,
+which they match: losses, gradients, outputs. Then what they needed fixed: assignments into a view reaching its base
+on the client outside grad mode, `.data`'s methods of today's tutorials with nn.init on a `.data`, the margin
+losses' keywords."""
 
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ PROGRAMS = [
     "dqn",
     "transfer_learning",
     "word_language_model",
+    "spatial_transformer",
 ]
 
 
