@@ -62,6 +62,8 @@ def test_grad_mode_and_the_flag_decide(torch_like):
     torch_x = torch.tensor(VALUES, requires_grad=True)
     with torch_like.no_grad():  # torch checks the flag only in grad mode
         assert x.numpy().tolist() == (x * 1).numpy().tolist() == np.asarray(x).tolist() == torch_x.tolist()
+    with torch_like.inference_mode():
+        assert x.numpy().tolist() == torch_x.tolist()
     (g,) = torch_like.autograd.grad((x * x).sum(), x, create_graph=True)  # a gradient with a graph requires grad
     (torch_g,) = torch.autograd.grad((torch_x * torch_x).sum(), torch_x, create_graph=True)
     assert _refusal(g.numpy) == _refusal(torch_g.numpy)
