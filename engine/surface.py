@@ -58,7 +58,7 @@ from engine.surface_methods import METHOD_OPS, SurfaceMethods
 from engine.surface_types import MaxMin
 from engine.tensor_data import plain
 from engine.user_warnings import warn
-from engine.variable import format_variable
+from engine.variable import NUMPY_OF_GRAD, format_variable
 from engine.views import base_of
 
 if TYPE_CHECKING:
@@ -112,8 +112,6 @@ NON_LEAF_FLAG = (
     "you can only change requires_grad flags of leaf variables. If you want to use a computed variable "
     "in a subgraph that doesn't require differentiation use var_no_grad = var.detach()."
 )
-
-NUMPY_OF_GRAD = "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
 
 
 class NoValue(RuntimeError):

@@ -98,3 +98,15 @@ def test_the_client_refuses_before_any_request(recorder):
     assert recorder.calls == []
     assert y.numpy(force=True) == pytest.approx(np.exp(np.array(VALUES) * 2).sum())
     assert len(recorder.calls) == 1
+
+
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad=True to a scalar")  # torch's
+def test_a_tensor_made_from_a_list_of_values_that_require_grad_reads_them_as_torchs_does(torch_like):
+    made = []
+    for m in (torch_like, torch):
+        y = m.tensor(VALUES, requires_grad=True) * 2
+        made.append([m.tensor([y[0], y[2]]), m.as_tensor([[y[1]], [y[0]]]), y.new_tensor((y[2], 1.0))])
+    for got, want in zip(*made):
+        assert got.tolist() == want.tolist() and not got.requires_grad and str(got.dtype) == str(want.dtype)
+    with pytest.raises(RuntimeError, match=r"^Can't call numpy\(\) on Tensor that requires grad"):
+        np.asarray([made[0][0].requires_grad_(), 1.0])  # NumPy's own conversion of such a list refuses, as torch's
