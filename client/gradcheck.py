@@ -41,7 +41,7 @@ def _jacobians(fn, inputs, wrt, eps, forward):
         outs = _outputs(fn, inputs)
         columns = {"numerical": [[[] for _ in wrt] for _ in outs], "forward": [[[] for _ in wrt] for _ in outs]}
         for k, i in enumerate(wrt):
-            x, array = inputs[i], inputs[i].numpy()
+            x, array = inputs[i], inputs[i].numpy(force=True)
             for j in range(x.numel()):
                 plus = _outputs(fn, _perturbed(inputs, i, array + _one_hot(x, j, eps)))
                 minus = _outputs(fn, _perturbed(inputs, i, array - _one_hot(x, j, eps)))
@@ -56,7 +56,7 @@ def _jacobians(fn, inputs, wrt, eps, forward):
     lazy += [block for row in analytical for block in row]
     current_session().fetch(*[v for v in lazy if not v._has_value])
     numerical, forward_blocks = (_arrays(outs, wrt, inputs, columns[kind]) for kind in ("numerical", "forward"))
-    found = [[block.numpy().reshape(o.numel(), -1) for block in row] for o, row in zip(outs, analytical)]
+    found = [[block.numpy(force=True).reshape(o.numel(), -1) for block in row] for o, row in zip(outs, analytical)]
     return numerical, found, forward_blocks if forward else None
 
 
@@ -73,7 +73,7 @@ def _arrays(outs, wrt, inputs, columns):
     """Jacobian blocks (out_size, in_size) as NumPy arrays from per-column Variables."""
     return [
         [
-            numpy.stack([c.numpy() for c in cols], axis=1).reshape(o.numel(), inputs[i].numel())
+            numpy.stack([c.numpy(force=True) for c in cols], axis=1).reshape(o.numel(), inputs[i].numel())
             if cols
             else numpy.zeros((o.numel(), inputs[i].numel()))
             for cols, i in zip(row, wrt)

@@ -70,9 +70,9 @@ class ComplexView:
     def detach(self):
         return self._new(self.parts.detach())
 
-    def numpy(self):
-        """A complex NumPy array of the values (of a tensor that needs no gradient, as torch's)."""
-        parts = self.parts.numpy()
+    def numpy(self, *, force=False):
+        """A complex NumPy array of the values (of a tensor that needs no gradient, as torch's, unless `force`)."""
+        parts = self.parts.numpy(force=force)
         return parts[..., 0] + 1j * parts[..., 1]
 
     def _dims(self, dim):

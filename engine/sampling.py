@@ -50,7 +50,7 @@ class Sampling:
 
     def _values(self, x) -> numpy.ndarray:
         """x's values on the host (a lazy client Variable is fetched)."""
-        return numpy.asarray(x.numpy()) if isinstance(x, self.variable) else numpy.asarray(x)
+        return numpy.asarray(x.numpy(force=True)) if isinstance(x, self.variable) else numpy.asarray(x)
 
     def _leaf(self, array, dtype) -> VariableSurface:
         return self.constructors._new(numpy.asarray(array), dtype, None, False)

@@ -58,7 +58,7 @@ from engine.surface_methods import METHOD_OPS, SurfaceMethods
 from engine.surface_types import MaxMin
 from engine.tensor_data import plain
 from engine.user_warnings import warn
-from engine.variable import format_variable
+from engine.variable import NUMPY_OF_GRAD, format_variable
 from engine.views import base_of
 
 if TYPE_CHECKING:
@@ -330,11 +330,6 @@ def item(self) -> float:
     return self._array().item()
 
 
-def numpy(self) -> NDArray:
-    """The values as a NumPy array (sharing memory with a CPU Variable)."""
-    return backend.to_numpy(plain(self.data))
-
-
 def tolist(self) -> Any:
     return _host(self).tolist()
 
@@ -403,7 +398,6 @@ SHARED = {
         __len__,
         __iter__,
         item,
-        numpy,
         tolist,
         __array__,
         __bool__,
@@ -446,12 +440,22 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         """Gradients of this Variable into every leaf's `.grad` (into those of `inputs` only, when given)."""
         run_backward([self], None if gradient is None else [gradient], retain_graph, create_graph, inputs=inputs)
 
+    def numpy(self, *, force: bool = False) -> NDArray:
+        """The values as a NumPy array (sharing memory with a CPU Variable). As PyTorch, refused for a Variable that
+        requires grad in grad mode, unless `force` (then the values all the same, as `detach().numpy()` gives)."""
+        if not isinstance(force, bool):
+            raise TypeError(f"numpy(): argument 'force' must be bool, not {type(force).__name__}")
+        if not force and self.requires_grad and is_enabled():
+            raise RuntimeError(NUMPY_OF_GRAD)
+        return backend.to_numpy(plain(self.data))
+
     maximum = extreme("max", functions["amax"], functions["argmax"], functions["maximum"])
     minimum = extreme("min", functions["amin"], functions["argmin"], functions["minimum"])
     return {
         "__setitem__": __setitem__,
         "__getitem__": functions["getitem"],
         "backward": backward,
+        "numpy": numpy,
         "max": lambda self, dim=None, keepdim=False, **aliases: maximum(self, dim, keepdim, **aliases),
         "min": lambda self, dim=None, keepdim=False, **aliases: minimum(self, dim, keepdim, **aliases),
     }, {"max": maximum, "min": minimum}

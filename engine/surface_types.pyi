@@ -873,8 +873,9 @@ class VariableSurface:
     def not_equal_(self, other: Operand) -> Self:
         """x != y as a bool Variable (no gradient)"""
     def numel(self) -> builtins.int: ...
-    def numpy(self) -> NDArray:
-        """The values as a NumPy array (sharing memory with a CPU Variable)."""
+    def numpy(self, *, force: builtins.bool = False) -> NDArray:
+        """The values as a NumPy array (sharing memory with a CPU Variable). As PyTorch, refused for a Variable that
+        requires grad in grad mode, unless `force` (then the values all the same, as `detach().numpy()` gives)."""
     def outer(self, vec2: Operand) -> Self:
         """The outer product of two 1-D Variables."""
     @property

@@ -104,7 +104,8 @@ class TensorData(numpy.ndarray):
     def clone(self):
         return self.copy()
 
-    def numpy(self) -> numpy.ndarray:
+    def numpy(self, *, force: bool = False) -> numpy.ndarray:
+        """The plain array (`force` is PyTorch's keyword: `.data` never requires grad, so it changes nothing)."""
         return self.view(numpy.ndarray)
 
 

@@ -25,6 +25,8 @@ from engine.indexing import from_key, to_key
 from engine.surface_types import VariableSurface
 from engine.tensor_data import plain, same_array, tensor_data
 
+NUMPY_OF_GRAD = "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
+
 
 def host_array(data, dtype=None) -> numpy.ndarray:
     """A NumPy array from an array, list or scalar, by PyTorch's rules: Python floats become
@@ -32,12 +34,24 @@ def host_array(data, dtype=None) -> numpy.ndarray:
     if isinstance(data, numpy.ndarray):
         array = plain(data)
     else:
-        array = numpy.asarray(data)
+        try:
+            array = numpy.asarray(data)
+        except RuntimeError as error:  # a list of Variables that require grad: `torch.tensor` reads them all the same
+            if str(error) != NUMPY_OF_GRAD:
+                raise
+            array = numpy.asarray(_values(data))
         if dtype is None and array.dtype == numpy.float64 and not isinstance(data, numpy.generic):
             array = array.astype(numpy.float32)
     if dtype is not None and array.dtype != numpy.dtype(dtype):
         array = array.astype(dtype)
     return array
+
+
+def _values(data):
+    """`data` with each Variable in it (in nested lists and tuples) replaced by its values."""
+    if isinstance(data, VariableSurface):
+        return data.numpy(force=True)
+    return [_values(item) for item in data] if isinstance(data, (list, tuple)) else data
 
 
 def as_array(data, dtype=None):

@@ -172,7 +172,7 @@ class TransformerEncoder(_Sided):
             return None
         if self._ns.is_grad_enabled() and (src.requires_grad or any(p.requires_grad for p in first.parameters())):
             return None
-        kept = numpy.asarray(padding.numpy())
+        kept = numpy.asarray(padding.numpy(force=True))
         kept = ~kept if kept.dtype == bool else kept == 0
         return kept if not self.mask_check or (kept[:, 1:] <= kept[:, :-1]).all() else None  # left-aligned
 

@@ -118,7 +118,8 @@ class LBFGS(Optimizer):
 
     def _gather_flat_grad(self):
         views = [
-            numpy.zeros(p.numel()) if p.grad is None else numpy.asarray(p.grad.numpy()).ravel() for p in self._params
+            numpy.zeros(p.numel()) if p.grad is None else numpy.asarray(p.grad.numpy(force=True)).ravel()
+            for p in self._params
         ]
         return numpy.concatenate(views)
 
@@ -216,7 +217,7 @@ class LBFGS(Optimizer):
 
 def _array(value):
     """A saved vector as a float array (a state_dict loaded into this optimizer holds it as a tensor)."""
-    return None if value is None else numpy.array(value.numpy() if hasattr(value, "numpy") else value)
+    return None if value is None else numpy.array(value.numpy(force=True) if hasattr(value, "numpy") else value)
 
 
 def _arrays(values):

@@ -97,7 +97,7 @@ class Step:
         for state, key, value in self.states:
             state[key] = value.detach()
         for buffer in pending:
-            buffer.data = buffer.numpy()  # its value, without its history
+            buffer.data = buffer.numpy(force=True)  # its value, without its history
 
 
 class Optimizer:

@@ -144,7 +144,7 @@ def test_in_place_tensor_methods_on_data(m):
     copy = p.data.clone()
     copy.zero_()
     np.testing.assert_allclose(p.data, [1.0, 1.0, 1.0])
-    assert type(p.numpy()) is np.ndarray
+    assert type(p.detach().numpy()) is np.ndarray
 
 
 def test_values_stored_inside_variables_are_plain_arrays():

@@ -91,7 +91,7 @@ def test_a_remote_loop_equals_the_engine_and_pytorch_step_by_step(server, name, 
     with client.connect(server.url) as session:
         losses, (w1, w2) = train(client, name, options, client.tensor)
         assert session._residents.params  # the parameters were kept resident
-        remote = numpy.array(losses), w1.numpy(), w2.numpy()
+        remote = numpy.array(losses), w1.detach().numpy(), w2.detach().numpy()
     expected = train(engine, name, options, engine.tensor)
     oracle = train(torch, name, options, lambda a, requires_grad=False: torch.tensor(a, requires_grad=requires_grad))
     for reference in (expected, oracle):
@@ -203,7 +203,7 @@ def test_reading_a_parameter_fetches_it_and_a_consumed_gradient_says_why(remote)
     losses, (w1, w2) = train(client, *OPTIMIZERS[0], client.tensor)
     expected = train(engine, *OPTIMIZERS[0], engine.tensor)[1]
     assert w1._data is None  # on the server only, until read
-    numpy.testing.assert_allclose(w2.numpy(), expected[1].numpy(), rtol=1e-10)
+    numpy.testing.assert_allclose(w2.detach().numpy(), expected[1].detach().numpy(), rtol=1e-10)
     shown = str(w1)  # printing fetches too
     assert w1._value.array is not None and shown.startswith("Variable([[") and "requires_grad=True" in shown
     with pytest.raises(RuntimeError, match="read .grad before step"):
@@ -222,8 +222,8 @@ def test_gradients_read_before_the_step_are_sent_and_the_step_still_matches(remo
         numpy.testing.assert_allclose(w1.grad.numpy(), e1.grad.numpy(), rtol=1e-10)
         for opt in optimizers:
             opt.step()
-    numpy.testing.assert_allclose(w1.numpy(), e1.numpy(), rtol=1e-10)
-    numpy.testing.assert_allclose(w2.numpy(), e2.numpy(), rtol=1e-10)
+    numpy.testing.assert_allclose(w1.detach().numpy(), e1.detach().numpy(), rtol=1e-10)
+    numpy.testing.assert_allclose(w2.detach().numpy(), e2.detach().numpy(), rtol=1e-10)
 
 
 def _seed_loss(lib, tensor, w1, w2, batch):
@@ -312,11 +312,11 @@ def test_a_step_that_fails_on_the_server_raises_at_the_next_call_and_nothing_is_
                 concurrent.futures.wait([future for _, future in session._in_flight])  # (its answer is in)
                 optimizer.step()
             else:
-                w2.numpy()
+                w2.detach().numpy()
         assert refused.value.status == 422 and refused.value.field == "update.groups[0]"
         assert "Invalid learning rate" in str(refused.value)
         optimizer.step()  # the last backward was kept: it applies now, once
-        got = w1.numpy(), w2.numpy()
+        got = w1.detach().numpy(), w2.detach().numpy()
         assert session.healthz()["status"] == "ok"
     e1, e2 = engine.tensor(W1.copy(), requires_grad=True), engine.tensor(W2.copy(), requires_grad=True)
     reference = engine.optim.SGD([e1, e2], lr=1e-3, momentum=0.9)
@@ -360,7 +360,7 @@ def test_a_step_sent_after_one_that_failed_is_refused_by_the_server_and_dropped(
         assert answer.status == 409 and answer.json()["field"] == "update.after"
         assert "must follow step" in answer.json()["error"] and not session._in_flight
         optimizer.step()  # the last backward was kept: it applies now, once
-        got = w1.numpy(), w2.numpy()
+        got = w1.detach().numpy(), w2.detach().numpy()
     e1, e2 = engine.tensor(W1.copy(), requires_grad=True), engine.tensor(W2.copy(), requires_grad=True)
     reference = engine.optim.SGD([e1, e2], lr=1e-3, momentum=0.9)
     for batch in (BATCHES[0], BATCHES[3]):
@@ -399,7 +399,7 @@ def test_steps_left_in_flight_give_the_sequential_loops_values(server, monkeypat
         w1, w2 = client.tensor(W1.copy(), requires_grad=True), client.tensor(W2.copy(), requires_grad=True)
         optimizer = client.optim.SGD([w1, w2], lr=1e-4, momentum=0.9, resident=True)
         losses = _sgd_loop(client, session, w1, w2, optimizer, 12)
-        got = w1.numpy(), w2.numpy()
+        got = w1.detach().numpy(), w2.detach().numpy()
     want = _engine_loop(12, 1e-4)
     numpy.testing.assert_allclose(losses, want[0], rtol=1e-12)
     for g, w in zip(got, want[1:]):
@@ -525,14 +525,14 @@ def test_expired_or_lost_parameters_are_a_clear_error(make_server):
         optimizer.step()
         time.sleep(0.6)
         with pytest.raises(ResidentLost, match="expired.*set them again") as caught:
-            w1.numpy()
+            w1.detach().numpy()
         assert caught.value.status == 404
         w1.data, w2.data = W1.copy(), W2.copy()  # set again: uploaded with the next request
-        numpy.testing.assert_array_equal(w1.numpy(), W1)
+        numpy.testing.assert_array_equal(w1.detach().numpy(), W1)
         optimizer.zero_grad()
         (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum().backward()
         optimizer.step()
-        assert not numpy.array_equal(w1.numpy(), W1)
+        assert not numpy.array_equal(w1.detach().numpy(), W1)
 
 
 def test_a_server_restart_is_a_clear_error_and_setting_the_parameters_again_recovers(make_server):
@@ -544,7 +544,7 @@ def test_a_server_restart_is_a_clear_error_and_setting_the_parameters_again_reco
         srv.proc.wait(timeout=20)
         make_server(port=port)  # the same address, a fresh server: it holds nothing of the session
         with pytest.raises(ResidentLost, match="restarted.*set them again"):
-            w2.numpy()
+            w2.detach().numpy()
         w1.data, w2.data = W1.copy(), W2.copy()
         again, _ = train(client, *OPTIMIZERS[0], client.tensor, params=(w1, w2))
         assert again == pytest.approx(losses, rel=1e-12)  # the same run from the same start

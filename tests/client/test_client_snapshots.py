@@ -41,7 +41,7 @@ def test_a_held_value_keeps_what_it_was_recorded_from(session):
         h = m.Variable(X).mm(w)
         (h.clamp(min=0) - 1).pow(2).sum().backward()
         w.data -= 0.1 * w.grad.data
-        return h.numpy().copy(), w.data.copy()
+        return h.detach().numpy().copy(), w.data.copy()
 
     (h_engine, w_engine), (h_client, w_client) = both(program)
     np.testing.assert_allclose(h_client, h_engine)

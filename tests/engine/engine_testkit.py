@@ -350,7 +350,7 @@ def torch_call(name, inputs, attrs):
 
 def to_torch(v, requires_grad=None):
     torch = _torch()
-    array = v.numpy() if isinstance(v, Variable) else np.asarray(v)
+    array = v.detach().numpy() if isinstance(v, Variable) else np.asarray(v)
     t = torch.from_numpy(np.array(array, copy=True))
     want = (isinstance(v, Variable) and v.requires_grad) if requires_grad is None else requires_grad
     if want and t.is_floating_point():
@@ -365,7 +365,7 @@ def torch_dtype_name(t) -> str:
 def assert_close(actual, expected, dtype=np.float64, what=""):
     """Compare an engine Variable/array with a torch tensor or array, dtype-aware tolerances."""
     if isinstance(actual, Variable):
-        actual = actual.numpy()
+        actual = actual.detach().numpy()
     if hasattr(expected, "detach"):
         expected = expected.detach().numpy()
     actual, expected = np.asarray(actual), np.asarray(expected)

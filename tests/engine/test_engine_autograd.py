@@ -96,9 +96,9 @@ def test_backward_on_leaf_itself():
 def test_gradient_accumulates_across_backward_calls_and_none_resets():
     w = leaf([1.0, -2.0, 3.0])
     (w * w).sum().backward()
-    np.testing.assert_array_equal(w.grad.numpy(), 2 * w.numpy())
+    np.testing.assert_array_equal(w.grad.numpy(), 2 * w.detach().numpy())
     (w * w).sum().backward()
-    np.testing.assert_array_equal(w.grad.numpy(), 4 * w.numpy())
+    np.testing.assert_array_equal(w.grad.numpy(), 4 * w.detach().numpy())
     w.grad = None
     (w * 3).sum().backward()
     np.testing.assert_array_equal(w.grad.numpy(), [3.0, 3.0, 3.0])
@@ -120,7 +120,7 @@ def test_leaves_sharing_a_gradient_get_separate_arrays():
 def test_same_leaf_used_twice_sums_its_gradients():
     x = leaf([1.0, 2.0])
     (x * x + x * 3 + x).sum().backward()
-    np.testing.assert_array_equal(x.grad.numpy(), 2 * x.numpy() + 4)
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * x.detach().numpy() + 4)
 
 
 def test_broadcast_gradients_are_summed_to_input_shape():
@@ -181,8 +181,8 @@ def test_retain_grad_on_non_leaf():
     y.retain_grad()
     assert y.retains_grad
     (y * y).sum().backward()
-    np.testing.assert_array_equal(y.grad.numpy(), 2 * y.numpy())
-    np.testing.assert_array_equal(x.grad.numpy(), 4 * y.numpy())
+    np.testing.assert_array_equal(y.grad.numpy(), 2 * y.detach().numpy())
+    np.testing.assert_array_equal(x.grad.numpy(), 4 * y.detach().numpy())
 
 
 def test_non_leaf_grad_stays_none_without_retain_grad():
@@ -221,7 +221,7 @@ def test_detach_shares_data_and_cuts_graph():
     d = y.detach()
     assert d.grad_fn is None and not d.requires_grad and d.is_leaf
     assert np.shares_memory(d.data, y.data)
-    np.testing.assert_array_equal(d.numpy(), y.numpy())
+    np.testing.assert_array_equal(d.detach().numpy(), y.detach().numpy())
     out = (d * x).sum()
     out.backward()
     np.testing.assert_array_equal(x.grad.numpy(), d.numpy())  # no gradient through d
@@ -294,8 +294,8 @@ def test_grad_wrt_non_leaf():
     y = x * 2
     z = (y * y).sum()
     gy, gx = grad(z, [y, x])
-    np.testing.assert_array_equal(gy.numpy(), 2 * y.numpy())
-    np.testing.assert_array_equal(gx.numpy(), 4 * y.numpy())
+    np.testing.assert_array_equal(gy.detach().numpy(), 2 * y.detach().numpy())
+    np.testing.assert_array_equal(gx.detach().numpy(), 4 * y.detach().numpy())
 
 
 def test_grad_allow_unused():
@@ -318,7 +318,7 @@ def test_grad_with_several_outputs_and_grad_outputs():
     x = leaf([1.0, 2.0, 3.0])
     a, b = x * 2, (x * x).sum()
     (gx,) = grad([a, b], [x], grad_outputs=[Variable(np.array([1.0, 0.0, 1.0])), None])
-    np.testing.assert_array_equal(gx.numpy(), np.array([2.0, 0.0, 2.0]) + 2 * x.numpy())
+    np.testing.assert_array_equal(gx.detach().numpy(), np.array([2.0, 0.0, 2.0]) + 2 * x.detach().numpy())
 
 
 def test_grad_only_runs_the_needed_part_of_the_graph():
@@ -408,7 +408,7 @@ def test_second_derivatives_closed_form(f, d1, d2):
     x = leaf(xa)
     (g,) = grad(f(x).sum(), x, create_graph=True)
     assert g.grad_fn is not None and g.requires_grad
-    np.testing.assert_allclose(g.numpy(), d1(xa), rtol=1e-12)
+    np.testing.assert_allclose(g.detach().numpy(), d1(xa), rtol=1e-12)
     (h,) = grad(g.sum(), x)
     np.testing.assert_allclose(h.numpy(), d2(xa), rtol=1e-10)
 
@@ -418,7 +418,7 @@ def test_third_derivative():
     (g1,) = grad((x**4).sum(), x, create_graph=True)
     (g2,) = grad(g1.sum(), x, create_graph=True)
     (g3,) = grad(g2.sum(), x)
-    np.testing.assert_allclose(g3.numpy(), 24 * x.numpy())
+    np.testing.assert_allclose(g3.detach().numpy(), 24 * x.detach().numpy())
 
 
 def test_backward_with_create_graph_gives_differentiable_grad():
@@ -426,7 +426,7 @@ def test_backward_with_create_graph_gives_differentiable_grad():
     (x**3).sum().backward(create_graph=True)
     assert x.grad.requires_grad and x.grad.grad_fn is not None
     (h,) = grad(x.grad.sum(), x)
-    np.testing.assert_allclose(h.numpy(), 6 * x.numpy())
+    np.testing.assert_allclose(h.detach().numpy(), 6 * x.detach().numpy())
 
 
 def test_grad_without_create_graph_is_detached():
@@ -454,7 +454,7 @@ def test_hessian_vector_product_of_mlp_matches_torch():
     thv1, thv2 = torch.autograd.grad((tg1 * torch.tensor(v1a)).sum() + (tg2 * torch.tensor(v2a)).sum(), [tw1, tw2])
 
     np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-12)
-    np.testing.assert_allclose(g1.numpy(), tg1.detach().numpy(), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(g1.detach().numpy(), tg1.detach().numpy(), rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(hv1.numpy(), thv1.numpy(), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(hv2.numpy(), thv2.numpy(), rtol=1e-9, atol=1e-12)
 
@@ -466,11 +466,11 @@ def test_setitem_on_leaf_requiring_grad_raises_under_grad_mode():
     x = leaf([1.0, 2.0, 3.0])
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
         x[0] = 5.0
-    np.testing.assert_array_equal(x.numpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(x.detach().numpy(), [1.0, 2.0, 3.0])
     with no_grad():
         x[0] = 5.0
         x[1:] = Variable(np.array([7.0, 8.0]))
-    np.testing.assert_array_equal(x.numpy(), [5.0, 7.0, 8.0])
+    np.testing.assert_array_equal(x.detach().numpy(), [5.0, 7.0, 8.0])
     assert x.is_leaf and x.requires_grad and x.grad_fn is None
 
 
@@ -503,13 +503,13 @@ def test_setitem_on_non_leaf_gradients_match_torch(key):
     else:
         e_key = t_key = key
         e_val = Variable(rng.uniform(1, 2, np.zeros((4, 3))[key].shape), requires_grad=True)
-        t_val = torch_.tensor(e_val.numpy(), requires_grad=True)
+        t_val = torch_.tensor(e_val.detach().numpy(), requires_grad=True)
     x, tx = leaf(xa), torch_.tensor(xa, requires_grad=True)
     y, ty = x * 2, tx * 2
     y[e_key] = e_val * 3
     ty[t_key] = t_val * 3
     assert y.requires_grad and not y.is_leaf
-    np.testing.assert_allclose(y.numpy(), ty.detach().numpy())
+    np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy())
     w = rng.standard_normal((4, 3))
     (y * Variable(w)).sum().backward()
     (ty * torch_.tensor(w)).sum().backward()
@@ -627,7 +627,7 @@ def test_zero_and_fill_on_leaf_requiring_grad():
         x.fill_(3.0)
     with no_grad():
         assert x.fill_(3.0) is x
-    np.testing.assert_array_equal(x.numpy(), [3.0, 3.0])
+    np.testing.assert_array_equal(x.detach().numpy(), [3.0, 3.0])
     assert x.is_leaf and x.requires_grad
 
 
@@ -635,7 +635,7 @@ def test_zero_on_non_leaf_is_recorded_with_zero_gradient():
     a = leaf([1.0, 2.0])
     b = a * 2
     assert b.zero_() is b
-    np.testing.assert_array_equal(b.numpy(), [0.0, 0.0])
+    np.testing.assert_array_equal(b.detach().numpy(), [0.0, 0.0])
     assert b.requires_grad and b.grad_fn is not None
     (b + a).sum().backward()
     np.testing.assert_array_equal(a.grad.numpy(), [1.0, 1.0])
@@ -722,8 +722,8 @@ def test_add_passes_its_gradient_on_and_mul_multiplies_arrays_with_broadcasts_an
     gx, gb = grad(((x + b) * b + x).sum(), [x, b], create_graph=True)
     tgx, tgb = torch.autograd.grad(((tx + tb) * tb + tx).sum(), [tx, tb], create_graph=True)
     assert gb.shape == (3,) and gx.grad_fn is not None
-    np.testing.assert_allclose(gx.numpy(), tgx.detach().numpy())
-    np.testing.assert_allclose(gb.numpy(), tgb.detach().numpy())
+    np.testing.assert_allclose(gx.detach().numpy(), tgx.detach().numpy())
+    np.testing.assert_allclose(gb.detach().numpy(), tgb.detach().numpy())
     (hb,) = grad(gb.sum(), [b])
     (thb,) = torch.autograd.grad(tgb.sum(), [tb])
     np.testing.assert_allclose(hb.numpy(), thb.numpy())

@@ -36,7 +36,7 @@ def test_deep_multiplicative_chain_backward():
                 early = weakref.ref(y.grad_fn)
         y.sum().backward()
         np.testing.assert_allclose(x.grad.numpy(), np.full(3, 1.0001**DEPTH), rtol=1e-9)
-        np.testing.assert_allclose(y.numpy(), x.numpy() * 1.0001**DEPTH, rtol=1e-9)
+        np.testing.assert_allclose(y.detach().numpy(), x.detach().numpy() * 1.0001**DEPTH, rtol=1e-9)
         assert early() is not None  # still reachable from y
         del y
         gc.collect()
@@ -115,11 +115,11 @@ def test_deep_create_graph_second_derivative():
         (g,) = engine.grad(y.sum(), x, create_graph=True)
         (h,) = engine.grad(g.sum(), x)
     # forward-mode oracle: value, first and second derivative of sin∘…∘sin
-    v, d1, d2 = x.numpy().copy(), np.ones(2), np.zeros(2)
+    v, d1, d2 = x.detach().numpy().copy(), np.ones(2), np.zeros(2)
     for _ in range(depth):
         v, d1, d2 = np.sin(v), np.cos(v) * d1, -np.sin(v) * d1**2 + np.cos(v) * d2
-    np.testing.assert_allclose(y.numpy(), v, rtol=1e-12)
-    np.testing.assert_allclose(g.numpy(), d1, rtol=1e-9)
+    np.testing.assert_allclose(y.detach().numpy(), v, rtol=1e-12)
+    np.testing.assert_allclose(g.detach().numpy(), d1, rtol=1e-9)
     np.testing.assert_allclose(h.numpy(), d2, rtol=1e-9)
 
 

@@ -188,7 +188,7 @@ def test_forward_over_reverse_through_duals_gives_the_hessian_vector_product():
     with fwAD.dual_level():
         dual = fwAD.make_dual(x, Variable(vs))
         (g,) = engine.autograd.grad((dual.tanh() * dual.pow(3)).sum(), dual, create_graph=True)
-        hv = fwAD.unpack_dual(g).tangent.numpy()
+        hv = fwAD.unpack_dual(g).tangent.detach().numpy()
     tx = torch.tensor(xs, requires_grad=True)
     want = torch.autograd.functional.hvp(lambda a: (a.tanh() * a.pow(3)).sum(), tx, torch.tensor(vs))[1]
     np.testing.assert_allclose(hv, want.numpy(), **TOL)

@@ -75,7 +75,7 @@ def test_tutorial_nonscalar_backward_with_gradient(seed):
     y.backward(gradient)
     assert x.grad.dtype == x.dtype == np.float32
     np.testing.assert_allclose(x.grad.numpy(), gradient.numpy() * 2.0**k, rtol=1e-6)
-    np.testing.assert_allclose(y.numpy(), x.numpy() * 2.0**k, rtol=1e-6)
+    np.testing.assert_allclose(y.detach().numpy(), x.detach().numpy() * 2.0**k, rtol=1e-6)
 
 
 def test_tutorial_polynomial_backward_with_ones():
@@ -84,7 +84,7 @@ def test_tutorial_polynomial_backward_with_ones():
     y = Variable(rng.standard_normal((2, 3)), requires_grad=True)
     z = x**2 + 3 * y
     z.backward(gradient=np.ones((2, 3)))
-    np.testing.assert_allclose(x.grad.numpy(), 2 * x.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().numpy(), rtol=1e-12)
     np.testing.assert_array_equal(y.grad.numpy(), np.full((2, 3), 3.0))
 
 
@@ -208,9 +208,9 @@ def test_custom_relu_function():
     y = MyReLU.apply(x)
     assert type(y.grad_fn).__name__ == "MyReLUBackward"
     assert y.requires_grad and not y.is_leaf
-    np.testing.assert_array_equal(y.numpy(), np.maximum(x.numpy(), 0))
+    np.testing.assert_array_equal(y.detach().numpy(), np.maximum(x.detach().numpy(), 0))
     (y * Variable(np.arange(5.0))).sum().backward()
-    np.testing.assert_array_equal(x.grad.numpy(), np.where(x.numpy() > 0, np.arange(5.0), 0.0))
+    np.testing.assert_array_equal(x.grad.numpy(), np.where(x.detach().numpy() > 0, np.arange(5.0), 0.0))
 
 
 def test_custom_relu_gradcheck():
@@ -255,8 +255,8 @@ def test_custom_function_two_inputs_needs_input_grad():
     assert type(out.grad_fn).__name__ == "MulAddBackward"
     out.sum().backward()
     assert MulAdd.calls == [(True, True)]
-    np.testing.assert_allclose(a.grad.numpy(), b.numpy())
-    np.testing.assert_allclose(b.grad.numpy(), a.numpy() + 1)
+    np.testing.assert_allclose(a.grad.numpy(), b.detach().numpy())
+    np.testing.assert_allclose(b.grad.numpy(), a.detach().numpy() + 1)
     assert engine.gradcheck(MulAdd.apply, [a, b])
 
     c = Variable(rng.standard_normal(4))  # needs no gradient
@@ -315,4 +315,4 @@ def test_custom_function_with_python_argument():
     (g,) = grad(y.sum(), x, create_graph=True)
     np.testing.assert_array_equal(g.numpy(), [3.0, 3.0])
     (Scale.apply(x, 2.0) ** 2).sum().backward()
-    np.testing.assert_array_equal(x.grad.numpy(), 8 * x.numpy())
+    np.testing.assert_array_equal(x.grad.numpy(), 8 * x.detach().numpy())

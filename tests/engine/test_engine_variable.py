@@ -24,6 +24,11 @@ def leaf(values, dtype=np.float64, requires_grad=True):
     return Variable(np.asarray(values, dtype=dtype), requires_grad=requires_grad)
 
 
+def host(v):
+    """A Variable's (detached) or an operand's values as an array."""
+    return v.detach().numpy() if isinstance(v, Variable) else np.asarray(v)
+
+
 # --- attributes and conversion -------------------------------------------------------------------
 
 
@@ -65,7 +70,7 @@ def test_clone_copies_and_records():
     c = x.clone()
     assert c.grad_fn is not None and type(c.grad_fn).__name__ == "CloneBackward0"
     assert not np.shares_memory(c.data, x.data)
-    np.testing.assert_array_equal(c.numpy(), x.numpy())
+    np.testing.assert_array_equal(c.detach().numpy(), x.detach().numpy())
     (c * 3).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
 
@@ -101,7 +106,7 @@ def test_cast_methods(method, dtype):
     x = leaf([1.5, 0.0, -2.0], dtype=np.float64 if method != "double" else np.float32)
     y = getattr(x, method)()
     assert y.dtype == dtype
-    np.testing.assert_array_equal(y.numpy(), x.numpy().astype(dtype))
+    np.testing.assert_array_equal(y.detach().numpy(), x.detach().numpy().astype(dtype))
     if np.dtype(dtype).kind == "f":
         assert y.requires_grad
         y.sum().backward()
@@ -167,7 +172,7 @@ def test_python_scalar_on_either_side_keeps_dtype(symbol, dtype):
             np.asarray(left.data if isinstance(left, Variable) else left, dtype=np.float64),
             np.asarray(right.data if isinstance(right, Variable) else right, dtype=np.float64),
         )
-        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+        np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-6)
         assert out.requires_grad
 
 
@@ -179,7 +184,7 @@ def test_numpy_array_on_either_side_returns_variable(symbol):
     for left, right in ((x, a), (a, x)):
         out = op(left, right)
         assert isinstance(out, Variable) and out.requires_grad
-        np.testing.assert_allclose(out.numpy(), op(np.asarray(left), np.asarray(right)))
+        np.testing.assert_allclose(out.detach().numpy(), op(host(left), host(right)))
     out = op(a, x)
     out.sum().backward()
     assert x.grad is not None and x.grad.shape == (3,)
@@ -202,7 +207,7 @@ def test_matmul_operator_with_arrays():
     x = leaf(b)
     left = a @ x
     assert isinstance(left, Variable)
-    np.testing.assert_allclose(left.numpy(), a @ b)
+    np.testing.assert_allclose(left.detach().numpy(), a @ b)
     right = Variable(a) @ b
     np.testing.assert_allclose(right.numpy(), a @ b)
     left.sum().backward()
@@ -211,8 +216,8 @@ def test_matmul_operator_with_arrays():
 
 def test_unary_operators():
     x = leaf([-1.0, 2.0])
-    np.testing.assert_array_equal((-x).numpy(), [1.0, -2.0])
-    np.testing.assert_array_equal(abs(x).numpy(), [1.0, 2.0])
+    np.testing.assert_array_equal((-x).detach().numpy(), [1.0, -2.0])
+    np.testing.assert_array_equal(abs(x).detach().numpy(), [1.0, 2.0])
     assert type((-x).grad_fn).__name__ == "NegBackward0"
 
 
@@ -248,18 +253,18 @@ def test_comparisons_return_masks(symbol):
         mask = op(x, other)
         assert isinstance(mask, Variable) and mask.dtype == np.bool_
         assert not mask.requires_grad and mask.grad_fn is None
-        np.testing.assert_array_equal(mask.numpy(), op(x.numpy(), np.asarray(other)))
+        np.testing.assert_array_equal(mask.detach().numpy(), op(x.detach().numpy(), host(other)))
     reflected = op(2.0, x)
-    np.testing.assert_array_equal(reflected.numpy(), op(2.0, x.numpy()))
+    np.testing.assert_array_equal(reflected.detach().numpy(), op(2.0, x.detach().numpy()))
 
 
 def test_comparison_mask_selects_and_assigns():
     x = leaf([-1.0, 2.0, -3.0, 4.0])
     picked = x[x > 0]
-    np.testing.assert_array_equal(picked.numpy(), [2.0, 4.0])
+    np.testing.assert_array_equal(picked.detach().numpy(), [2.0, 4.0])
     picked.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [0.0, 1.0, 0.0, 1.0])
-    y = Variable(x.numpy().copy())
+    y = Variable(x.detach().numpy().copy())
     y[y < 0] = 0
     np.testing.assert_array_equal(y.numpy(), [0.0, 2.0, 0.0, 4.0])
 
@@ -319,7 +324,7 @@ def test_indexing_matches_torch(name, dtype):
     x, tx = Variable(a, requires_grad=True), torch.tensor(a, requires_grad=True)
     out, t_out = x[key], tx[t_key]
     assert out.shape == tuple(t_out.shape) and out.dtype == dtype
-    np.testing.assert_array_equal(out.numpy(), t_out.detach().numpy())
+    np.testing.assert_array_equal(out.detach().numpy(), t_out.detach().numpy())
     w = rng.standard_normal(out.shape).astype(dtype)
     (out * Variable(w)).sum().backward()
     (t_out * torch.tensor(w)).sum().backward()
@@ -329,7 +334,7 @@ def test_indexing_matches_torch(name, dtype):
 def test_repeated_indices_accumulate_gradient():
     x = leaf([10.0, 20.0, 30.0])
     y = x[np.array([0, 0, 2, 0])]
-    np.testing.assert_array_equal(y.numpy(), [10.0, 10.0, 30.0, 10.0])
+    np.testing.assert_array_equal(y.detach().numpy(), [10.0, 10.0, 30.0, 10.0])
     y.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [3.0, 0.0, 1.0])
 
@@ -337,7 +342,7 @@ def test_repeated_indices_accumulate_gradient():
 def test_index_with_variable_of_indices():
     x = leaf(np.arange(5.0))
     idx = Variable(np.array([4, 1]))
-    np.testing.assert_array_equal(x[idx].numpy(), [4.0, 1.0])
+    np.testing.assert_array_equal(x[idx].detach().numpy(), [4.0, 1.0])
 
 
 def test_indexing_out_of_range_raises():
@@ -348,7 +353,7 @@ def test_indexing_out_of_range_raises():
 def test_getitem_second_derivative():
     x = leaf([1.0, 2.0, 3.0])
     (g,) = engine.grad((x[np.array([0, 0, 2])] ** 3).sum(), x, create_graph=True)
-    np.testing.assert_allclose(g.numpy(), [6.0, 0.0, 27.0])
+    np.testing.assert_allclose(g.detach().numpy(), [6.0, 0.0, 27.0])
     (h,) = engine.grad(g.sum(), x)
     np.testing.assert_allclose(h.numpy(), [12.0, 0.0, 18.0])
 
@@ -379,7 +384,7 @@ def test_cat_and_stack_match_torch(dim):
 def test_cat_of_mixed_grad_requirements():
     a, b = leaf([1.0, 2.0]), Variable(np.array([3.0]))
     out = engine.cat([a, b])
-    np.testing.assert_array_equal(out.numpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(out.detach().numpy(), [1.0, 2.0, 3.0])
     (out * Variable(np.array([1.0, 2.0, 3.0]))).sum().backward()
     np.testing.assert_array_equal(a.grad.numpy(), [1.0, 2.0])
     assert b.grad is None
@@ -396,11 +401,11 @@ def test_softmax_family_is_stable(values, dtype):
     expected_log = shifted - np.log(np.exp(shifted).sum())
     sm, lsm, lse = engine.softmax(x, 0), engine.log_softmax(x, 0), engine.logsumexp(x, 0)
     for v in (sm, lsm, lse):
-        assert np.all(np.isfinite(v.numpy())) and v.dtype == dtype
-    np.testing.assert_allclose(sm.numpy(), np.exp(expected_log), rtol=1e-5, atol=1e-30)
-    np.testing.assert_allclose(lsm.numpy(), expected_log, rtol=1e-5)
+        assert np.all(np.isfinite(v.detach().numpy())) and v.dtype == dtype
+    np.testing.assert_allclose(sm.detach().numpy(), np.exp(expected_log), rtol=1e-5, atol=1e-30)
+    np.testing.assert_allclose(lsm.detach().numpy(), expected_log, rtol=1e-5)
     np.testing.assert_allclose(lse.item(), max(values) + np.log(np.exp(shifted).sum()), rtol=1e-6)
-    assert abs(sm.numpy().sum() - 1) < 1e-5
+    assert abs(sm.detach().numpy().sum() - 1) < 1e-5
     (g,) = engine.grad((lsm * Variable(np.array([1.0, 0.0, 0.0], dtype=dtype))).sum(), x)
     assert np.all(np.isfinite(g.numpy()))
     np.testing.assert_allclose(g.numpy(), np.array([1.0, 0.0, 0.0]) - np.exp(expected_log), rtol=1e-5, atol=1e-7)
@@ -412,7 +417,7 @@ def test_softmax_family_large_inputs_match_torch(fn):
     a = np.array([[1000.0, 1001.0, 1002.0], [-5.0, 0.0, 5.0]])
     x, tx = leaf(a), torch.tensor(a, requires_grad=True)
     out, t_out = getattr(engine, fn)(x, 1), getattr(torch, fn)(tx, 1)
-    np.testing.assert_allclose(out.numpy(), t_out.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(out.detach().numpy(), t_out.detach().numpy(), rtol=1e-12)
     w = np.arange(6.0).reshape(2, 3)
     (out * Variable(w)).sum().backward()
     (t_out * torch.tensor(w)).sum().backward()
@@ -428,7 +433,7 @@ def test_max_min_api():
     m = x.max()
     assert m.shape == () and m.item() == 6.0 and m.requires_grad
     values, indices = x.max(1)
-    np.testing.assert_array_equal(values.numpy(), [5.0, 6.0])
+    np.testing.assert_array_equal(values.detach().numpy(), [5.0, 6.0])
     np.testing.assert_array_equal(indices.numpy(), [1, 2])
     assert indices.dtype == np.int64 and not indices.requires_grad
     values, indices = x.min(0, keepdim=True)
@@ -436,9 +441,9 @@ def test_max_min_api():
     np.testing.assert_array_equal(indices.numpy(), [[0, 1, 0]])
     assert engine.max(x, 1).values.shape == (2,)
     both = engine.max(x, Variable(np.full((2, 3), 3.5)))
-    np.testing.assert_array_equal(both.numpy(), np.maximum(a, 3.5))
+    np.testing.assert_array_equal(both.detach().numpy(), np.maximum(a, 3.5))
     low = engine.min(x, leaf(np.full(3, 3.5)))
-    np.testing.assert_array_equal(low.numpy(), np.minimum(a, 3.5))
+    np.testing.assert_array_equal(low.detach().numpy(), np.minimum(a, 3.5))
     assert x.min().item() == 1.0
 
 
@@ -577,7 +582,7 @@ def test_where_with_scalar_matches_torch(dtype):
     x, tx = Variable(a, requires_grad=True), torch.tensor(a, requires_grad=True)
     out, t_out = engine.where(x > 0, x, 0.5), torch.where(tx > 0, tx, 0.5)
     assert out.dtype.name == str(t_out.dtype).removeprefix("torch.")
-    np.testing.assert_array_equal(out.numpy(), t_out.detach().numpy())
+    np.testing.assert_array_equal(out.detach().numpy(), t_out.detach().numpy())
     (out * 3).sum().backward()
     (t_out * 3).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
