@@ -107,6 +107,11 @@ def _output_trace(cls, ctx, args, positions, values, k, differentiable) -> Trace
     grad_values: list = [None] * len(positions)
     with tracing(backward_phase):
         if differentiable:
+            if cls.backward is FunctionBase.backward and cls.jvp is not FunctionBase.jvp:
+                raise NotImplementedError(
+                    f"{name} defines jvp but no backward: a custom Function's jvp is not used on the client (its "
+                    "tangents, as its gradients, come from its traced backward): define backward too"
+                )
             given = [
                 grad_output if j == k else None if v is None or not ctx.materialize_grads else _zeros(v)
                 for j, v in enumerate(values)

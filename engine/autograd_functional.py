@@ -12,6 +12,7 @@ as PyTorch's do.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy
 
@@ -36,6 +37,13 @@ def _back(is_tuple, items):
 def _independent(i):
     return RuntimeError(
         f"The output of the user-provided function is independent of input {i}. This is not allowed in strict mode."
+    )
+
+
+def _independent_output(output, i):
+    return RuntimeError(
+        f"Output {output} of the user-provided function is independent of input {i}. This is not allowed in strict "
+        "mode."
     )
 
 
@@ -166,11 +174,12 @@ class Functional:
         in_tuple, inputs = self._inputs(inputs, create_graph)
         out_tuple, outputs = self._outputs(func, inputs)
         blocks = []
-        for out in outputs:
+        for i, out in enumerate(outputs):
             rows = []
             seeds = self._one_hots(out)
+            independent = partial(_independent_output, i)
             for r in range(out.numel()):
-                rows.append(self._grad((out,), inputs, (seeds(r),), create_graph, strict))
+                rows.append(self._grad((out,), inputs, (seeds(r),), create_graph, strict, independent))
             row = []
             for k, x in enumerate(inputs):
                 if rows:
