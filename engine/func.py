@@ -170,8 +170,10 @@ class Transforms:
 
         return wrapper
 
-    def jacrev(self, func, argnums=0):
-        """A function returning the Jacobian of func for args[argnums] (shape out.shape + in.shape), row by row."""
+    def jacrev(self, func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_copy=False):
+        """func's Jacobian for args[argnums] (out.shape + in.shape, pytrees kept), row by row, and aux with has_aux."""
+        if not (chunk_size is None or chunk_size > 0):
+            raise ValueError("jacrev: `chunk_size` should be greater than 0.")
 
         def wrapper(*args):
             nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
@@ -182,20 +184,21 @@ class Transforms:
                 xs, it = list(args), iter(leaves)
                 for i, c in zip(nums, chosen):
                     xs[i] = tree_rebuild(c, it)
-                structure.append(out := func(*xs))
-                return tuple(tree_leaves(out))
+                structure.append(_split(func(*xs), has_aux, "vjp"))
+                return tuple(tree_leaves(structure[0][0]))
 
             keep = self.ns.is_grad_enabled() and self._any_rg(tree_leaves(args))
             blocks = self.ns.autograd.functional.jacobian(partial, tuple(tree_leaves(chosen)), create_graph=keep)
-            per_output = []
-            for block in blocks:
-                rows = tree_rebuild(chosen, iter(block))
-                per_output.append(rows[0] if isinstance(argnums, int) else tuple(rows))
-            return tree_rebuild(structure[0], iter(per_output))
+            per_output = [tree_rebuild(chosen, iter(block)) for block in blocks]
+            per_output = [rows[0] if isinstance(argnums, int) else tuple(rows) for rows in per_output]
+            jacobian = tree_rebuild(structure[0][0], iter(per_output))
+            return (jacobian, structure[0][1]) if has_aux else jacobian
 
         return wrapper
 
-    jacfwd = jacrev  # the same values; computed row by row in reverse mode
+    def jacfwd(self, func, argnums=0, has_aux=False, *, randomness="error"):
+        """jacrev's values (PyTorch computes them in forward mode)."""
+        return self.jacrev(func, argnums, has_aux=has_aux)
 
     def hessian(self, func, argnums=0):
         """The Hessian of func's one-element output for args[argnums]."""

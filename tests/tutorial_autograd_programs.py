@@ -280,7 +280,8 @@ def jacobians_hessians(torch):
 
 
 def func_grad_and_value(torch):
-    """torch.func.grad with argnums and has_aux, grad_and_value, and vjp with has_aux (the torch.func docs)."""
+    """torch.func.grad with argnums and has_aux, grad_and_value, vjp with has_aux, and jacrev/jacfwd with has_aux
+    (the torch.func docs)."""
     func = torch.func
     torch.manual_seed(9)
     x, y = torch.randn(4), torch.randn(4)
@@ -299,6 +300,10 @@ def func_grad_and_value(torch):
     (out["vjp"],) = vjp_fn(torch.ones_like(result))
     out["vjp aux"] = aux
     out["second"] = func.grad(func.grad(lambda t: t.sin().sum()))(x[0])
+    out["jacrev aux"] = func.jacrev(lambda t: (t.sin(), {"cos": t.cos()}), has_aux=True, chunk_size=2)(x)
+    out["jacfwd aux"] = func.jacfwd(lambda t, u: (t * u, u.sum()), argnums=(0, 1), has_aux=True, randomness="same")(
+        x, y
+    )
     return out
 
 

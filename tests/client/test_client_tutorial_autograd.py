@@ -140,3 +140,28 @@ def test_gradcheck_error_is_a_runtime_error_as_torchs(torch_like):
     x = torch_like.tensor([0.5, 1.5], dtype=torch_like.float64, requires_grad=True)
     with pytest.raises(RuntimeError, match="Jacobian mismatch"):
         torch_like.autograd.gradcheck(lambda t: torch_like.tensor(t.detach().numpy() * 2) + t, (x,))
+
+
+JACOBIAN_OPTIONS = [
+    {"strategy": "forward-mode"},  # PyTorch's forward mode needs vectorize=True
+    {"strategy": "forward-mode", "vectorize": True, "create_graph": True},
+    {"strategy": "forward-mode", "vectorize": True, "strict": True},
+    {"strict": True, "vectorize": True},
+    {"strategy": "sideways"},
+]
+
+
+@pytest.mark.parametrize("options", JACOBIAN_OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_jacobian_refuses_torchs_option_pairs_with_its_errors(torch_like, oracle, options):
+    for m in (oracle, torch_like):
+        x = m.tensor([0.5, 1.5], dtype=m.float64)
+        with pytest.raises(Exception) as raised:
+            m.autograd.functional.jacobian(lambda t: t.sin(), x, **options)
+        if m is oracle:
+            want = raised
+    assert (raised.type, str(raised.value)) == (want.type, str(want.value))
+
+
+def test_jacrev_refuses_a_chunk_size_below_one_as_torch(torch_like):
+    with pytest.raises(ValueError, match="jacrev: `chunk_size` should be greater than 0."):
+        torch_like.func.jacrev(lambda t: t, chunk_size=0)
