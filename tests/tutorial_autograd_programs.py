@@ -498,6 +498,46 @@ def double_backward_custom_functions(torch):
     return out
 
 
+def extending_func_with_function(torch):
+    """The "Extending torch.func with autograd.Function" docs: a Function with forward(x) and setup_context that
+    returns and saves an intermediate (dx) as a second output, under func.grad (twice), vmap and jacrev."""
+    func = torch.func
+
+    class MyCube(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(x):
+            result = x**3
+            dx = 3 * x**2
+            return result, dx
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            (x,) = inputs
+            result, dx = output
+            ctx.save_for_backward(x, dx)
+
+        @staticmethod
+        def backward(ctx, grad_output, grad_dx):
+            x, dx = ctx.saved_tensors
+            return grad_output * dx + grad_dx * 6 * x
+
+    def my_cube(x):
+        result, _ = MyCube.apply(x)
+        return result
+
+    torch.manual_seed(27)
+    x = torch.randn(4, dtype=torch.double)
+    return {
+        "grad": func.grad(lambda t: my_cube(t).sum())(x),
+        "grad of grad": func.grad(lambda t: func.grad(lambda u: my_cube(u).sum())(t).sum())(x),
+        "vmap": func.vmap(my_cube)(x.reshape(2, 2)),
+        "jacrev": func.jacrev(my_cube)(x),
+        "gradgradcheck": torch.autograd.gradgradcheck(my_cube, x.clone().requires_grad_()),
+    }
+
+
 def _unsqueeze_all(t):
     return t[None, :, None, None]
 
@@ -880,6 +920,7 @@ PROGRAMS = {
     "forward_ad_usage": forward_ad_usage,
     "forward_ad_custom_function": forward_ad_custom_function,
     "double_backward_custom_functions": double_backward_custom_functions,
+    "extending_func_with_function": extending_func_with_function,
     "fused_conv_bn": fused_conv_bn,
     "autograd_mechanics": autograd_mechanics,
     "graph_internals": graph_internals,

@@ -18,11 +18,6 @@ ENGINE_ONLY = {
     # the client traces a custom Function's backward to differentiate it, forward-mode too; its jvp is not used
     "forward_ad_custom_function": (NotImplementedError, "jvp is not used on the client"),
 }
-CLIENT_GAPS = {
-    # a Function's other output that its backward saves (the tutorial's Sinh saves exp(x) and exp(-x)) is a
-    # constant in the client's double backward (one function node per output): its second derivative misses that term
-    "double_backward_custom_functions": {"sinh gradgradcheck", "sinh d2"},
-}
 
 
 @pytest.fixture
@@ -73,10 +68,7 @@ def test_tutorial_gives_torchs_results(torch_like, oracle, name):
         with pytest.raises(error, match=message):
             run(program, torch_like)
         return
-    got, want = run(program, torch_like), run(program, with_numpy_draws(oracle))
-    for key in CLIENT_GAPS.get(name, ()) if on_client else ():
-        del got[key], want[key]
-    assert_same(got, want, name)
+    assert_same(run(program, torch_like), run(program, with_numpy_draws(oracle)), name)
 
 
 def test_the_tutorials_own_checks_pass(torch_like):
