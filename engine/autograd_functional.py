@@ -163,7 +163,7 @@ class Functional:
         """J·v for every output: with u dummy cotangents, vᵀ·(uᵀJ)ᵀ is linear in u and its gradient for u is J·v."""
         with self.ns.enable_grad():
             dummies = tuple(self.ns.zeros_like(o).requires_grad_(True) for o in outputs)
-            firsts = self._grad(outputs, inputs, dummies, True, False)
+            firsts = self._grad(outputs, inputs, dummies, True, strict)
             return self._grad(firsts, dummies, v, create_graph, strict)
 
     def _one_hots(self, out):

@@ -100,6 +100,7 @@ def neural_tangent_kernel(torch):
     out = {c: ntk_jacobian_contraction(fnet_single, params, x_train, x_test, c) for c in ("full", "trace", "diagonal")}
     out["vps"] = ntk_ntk_vps(fnet_single, params, x_train, x_test)
     out["same"] = bool(torch.allclose(out["full"], out["vps"], atol=1e-5))
+    out["vps trace"], out["vps diagonal"] = torch.einsum("NMKK->NM", out["vps"]), torch.einsum("NMKK->NMK", out["vps"])
     return out
 
 
@@ -373,6 +374,11 @@ def forward_ad_usage(torch):
         return torch.func.functional_call(model, dict(zip(params, values)), (input,))
 
     _, out["module func.jvp"] = torch.func.jvp(func, tuple(params.values()), tangents)
+
+    def func_params_only(params):  # the tuple of parameters as one primal (a pytree)
+        return func(*params)
+
+    _, out["params-only func.jvp"] = torch.func.jvp(func_params_only, (tuple(params.values()),), (tangents,))
     return out
 
 
@@ -762,6 +768,86 @@ def graph_internals(torch):
     return out
 
 
+def visualizing_gradients(torch, epochs=3):
+    """The "Visualizing Gradients" tutorial: forward hooks on every leaf module register a backward hook on its
+    output that records the gradient; two MLPs, with BatchNorm1d and with Identity, trained by SGD with momentum."""
+    nn, F = torch.nn, torch.nn.functional
+
+    def fc_layer(in_size, out_size, norm_layer):
+        return nn.Sequential(nn.Linear(in_size, out_size), norm_layer(out_size), nn.Sigmoid())
+
+    class Net(nn.Module):
+        def __init__(self, in_size=7 * 7, hidden_size=16, out_size=10, num_layers=3, batchnorm=False):
+            super().__init__()
+            norm_layer = nn.BatchNorm1d if batchnorm else nn.Identity
+            layers = [fc_layer(in_size, hidden_size, norm_layer)]
+            layers += [fc_layer(hidden_size, hidden_size, norm_layer) for _ in range(num_layers - 1)]
+            layers.append(nn.Linear(hidden_size, out_size))
+            self.layers = nn.Sequential(*layers)
+
+        def forward(self, x):
+            return self.layers(torch.flatten(x, 1))
+
+    def hook_forward(module_name, grads):
+        def hook(module, args, output):
+            output.register_hook(lambda grad: grads.append((module_name, grad)))
+
+        return hook
+
+    def get_all_layers(model):
+        layers, grads = {}, []
+        for name, layer in model.named_modules():
+            if any(layer.children()) is False:
+                layers[layer] = name
+                layer.register_forward_hook(hook_forward(name, grads))
+        return layers, grads
+
+    torch.manual_seed(28)
+    x = torch.randn(10, 7, 7)
+    y = labels(torch, 10, 10, 28)
+    out = {}
+    for batchnorm in (True, False):
+        model = seeded(torch, Net(batchnorm=batchnorm), 29)
+        model.train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        layers, grads = get_all_layers(model)
+        for _ in range(epochs):
+            grads.clear()
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+        key = "bn" if batchnorm else "nobn"
+        out[f"{key} names"] = [name for name, _ in grads]
+        out[f"{key} mean abs"] = [grad.abs().mean().item() for _, grad in grads]
+        out[f"{key} loss"] = loss.item()
+        out[f"{key} layers"] = sorted(layers.values())
+    return out
+
+
+def optimizer_step_in_backward(torch, steps=3):
+    """The "optimizer step in backward" tutorial: one Adam per parameter, stepped by the parameter's
+    post-accumulate-grad hook as soon as its gradient is accumulated (no optimizer.step() after backward)."""
+    nn = torch.nn
+    model = seeded(torch, nn.Sequential(nn.Linear(6, 8), nn.GELU(), nn.Linear(8, 3)), 30)
+    optimizer_dict = {p: torch.optim.Adam([p], foreach=False) for p in model.parameters()}
+
+    def optimizer_hook(parameter) -> None:
+        optimizer_dict[parameter].step()
+        optimizer_dict[parameter].zero_grad()
+
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(optimizer_hook)
+    torch.manual_seed(31)
+    x, target = torch.randn(5, 6), torch.randn(5, 3)
+    losses = []
+    for _ in range(steps):
+        loss = (model(x) - target).pow(2).mean()
+        loss.backward()
+        losses.append(loss.item())
+    return {"losses": losses, "grads": [p.grad for p in model.parameters()], "weight": model[0].weight}
+
+
 def gradient_penalty(torch):
     """WGAN-GP: the critic's gradient with respect to interpolates between real and fake samples
     (autograd.grad with create_graph and grad_outputs), its norm per sample, and a critic update."""
@@ -845,6 +931,11 @@ def autograd_functional(torch):
     except RuntimeError as error:
         out["strict"] = str(error)
     out["not strict"] = AF.jacobian(lambda a, b: a * 2, (x, y))
+    try:
+        AF.jvp(lambda a, b: a * 2, (x, y), (v, v), strict=True)
+        out["jvp strict"] = None
+    except RuntimeError as error:
+        out["jvp strict"] = str(error)
     return out
 
 
@@ -924,6 +1015,8 @@ PROGRAMS = {
     "fused_conv_bn": fused_conv_bn,
     "autograd_mechanics": autograd_mechanics,
     "graph_internals": graph_internals,
+    "visualizing_gradients": visualizing_gradients,
+    "optimizer_step_in_backward": optimizer_step_in_backward,
     "gradient_penalty": gradient_penalty,
     "autograd_functional": autograd_functional,
     "checkpointing": checkpointing,
