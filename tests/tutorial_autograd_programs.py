@@ -154,6 +154,30 @@ def model_ensembling(torch):
     }
 
 
+def patching_batch_norm(torch):
+    """torch.func's "Patching Batch Norm" page: replace_all_batch_norm_modules_ drops a model's running statistics
+    so that vmap(grad(...)) over samples runs it in training mode; the same with track_running_stats=False."""
+    nn, F = torch.nn, torch.nn.functional
+    func = torch.func
+    model = seeded(torch, nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2)), 32)
+    func.replace_all_batch_norm_modules_(model)
+    bn = model[1]
+    out = {"running_mean": bn.running_mean, "track_running_stats": bn.track_running_stats}
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    torch.manual_seed(33)
+    data, targets = torch.randn(5, 3, 4), labels(torch, 5 * 3, 2, 33).reshape(5, 3)
+
+    def loss(params, batch, target):
+        return F.cross_entropy(func.functional_call(model, params, (batch,)), target)
+
+    out.update(
+        {f"grad {k}": v for k, v in func.vmap(func.grad(loss), in_dims=(None, 0, 0))(params, data, targets).items()}
+    )
+    fresh = seeded(torch, nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6, track_running_stats=False)), 32)
+    out["untracked"] = func.vmap(fresh)(data)
+    return out
+
+
 def per_sample_grads(torch):
     """Per-sample gradients of a small CNN: a loop of autograd.grad per sample, and vmap(grad(compute_loss))."""
     nn, F = torch.nn, torch.nn.functional
@@ -683,6 +707,8 @@ def autograd_mechanics(torch):
     x = torch.randn(5, requires_grad=True)
     with torch.set_grad_enabled(False):
         out["set_grad_enabled(False)"] = (x * 2).requires_grad
+    with torch.autograd.no_grad(), torch.autograd.grad_mode.set_grad_enabled(True):
+        out["autograd's grad modes"] = (x * 2).requires_grad, torch.autograd.inference_mode is torch.inference_mode
     torch.set_grad_enabled(True)
     with torch.inference_mode():
         inf = x * 2
@@ -1005,6 +1031,7 @@ def gradchecks(torch):
 PROGRAMS = {
     "neural_tangent_kernel": neural_tangent_kernel,
     "model_ensembling": model_ensembling,
+    "patching_batch_norm": patching_batch_norm,
     "per_sample_grads": per_sample_grads,
     "jacobians_hessians": jacobians_hessians,
     "func_grad_and_value": func_grad_and_value,
