@@ -568,96 +568,6 @@ def extending_func_with_function(torch):
     }
 
 
-def extending_pytorch(torch):
-    """The "Extending PyTorch" notes: LinearFunction (setup_context, needs_input_grad, an optional bias) wrapped
-    in an nn.Module, MulConstant (a non-tensor argument gets None), a Function marking an output
-    non-differentiable, and gradcheck(eps=1e-6, atol=1e-4) of each."""
-    nn = torch.nn
-
-    class LinearFunction(torch.autograd.Function):
-        @staticmethod
-        def forward(input, weight, bias):
-            output = input.mm(weight.t())
-            if bias is not None:
-                output += bias.unsqueeze(0).expand_as(output)
-            return output
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            input, weight, bias = inputs
-            ctx.save_for_backward(input, weight, bias)
-
-        @staticmethod
-        def backward(ctx, grad_output):
-            input, weight, bias = ctx.saved_tensors
-            grad_input = grad_weight = grad_bias = None
-            if ctx.needs_input_grad[0]:
-                grad_input = grad_output.mm(weight)
-            if ctx.needs_input_grad[1]:
-                grad_weight = grad_output.t().mm(input)
-            if bias is not None and ctx.needs_input_grad[2]:
-                grad_bias = grad_output.sum(0)
-            return grad_input, grad_weight, grad_bias
-
-    class MulConstant(torch.autograd.Function):
-        @staticmethod
-        def forward(tensor, constant):
-            return tensor * constant
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            _, constant = inputs
-            ctx.constant = constant
-
-        @staticmethod
-        def backward(ctx, grad_output):
-            return grad_output * ctx.constant, None
-
-    class SortValues(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            values, indices = x.sort()
-            ctx.mark_non_differentiable(indices)
-            ctx.save_for_backward(indices)
-            return values, indices
-
-        @staticmethod
-        def backward(ctx, grad_values, grad_indices):
-            (indices,) = ctx.saved_tensors
-            return torch.zeros_like(grad_values).scatter(0, indices, grad_values)
-
-    class Linear(nn.Module):
-        def __init__(self, input_features, output_features, bias=True):
-            super().__init__()
-            self.weight = nn.Parameter(torch.empty(output_features, input_features))
-            self.bias = nn.Parameter(torch.empty(output_features)) if bias else None
-            nn.init.uniform_(self.weight, -0.1, 0.1)
-            if self.bias is not None:
-                nn.init.uniform_(self.bias, -0.1, 0.1)
-
-        def forward(self, input):
-            return LinearFunction.apply(input, self.weight, self.bias)
-
-    torch.manual_seed(34)
-    input = torch.randn(5, 4, dtype=torch.double, requires_grad=True)
-    weight = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
-    bias = torch.randn(3, dtype=torch.double, requires_grad=True)
-    out = {
-        "linear gradcheck": torch.autograd.gradcheck(LinearFunction.apply, (input, weight, bias), eps=1e-6, atol=1e-4),
-        "no bias gradcheck": torch.autograd.gradcheck(LinearFunction.apply, (input, weight, None), eps=1e-6, atol=1e-4),
-        "mul gradcheck": torch.autograd.gradcheck(MulConstant.apply, (input, 2.5)),
-        "sort gradcheck": torch.autograd.gradcheck(lambda t: SortValues.apply(t)[0], (bias,)),
-    }
-    values, indices = SortValues.apply(bias)
-    out["indices requires_grad"], out["values requires_grad"] = indices.requires_grad, values.requires_grad
-    module = seeded(torch, Linear(4, 3), 35)
-    y = module(input.detach().float()).pow(2).sum()
-    y.backward()
-    out["module grads"] = [module.weight.grad, module.bias.grad]
-    (out["frozen input grad"],) = torch.autograd.grad(LinearFunction.apply(input, weight.detach(), None).sum(), input)
-    return out
-
-
 def _unsqueeze_all(t):
     return t[None, :, None, None]
 
@@ -1129,7 +1039,6 @@ PROGRAMS = {
     "forward_ad_custom_function": forward_ad_custom_function,
     "double_backward_custom_functions": double_backward_custom_functions,
     "extending_func_with_function": extending_func_with_function,
-    "extending_pytorch": extending_pytorch,
     "fused_conv_bn": fused_conv_bn,
     "autograd_mechanics": autograd_mechanics,
     "graph_internals": graph_internals,
