@@ -37,7 +37,7 @@ globals().update(_SURFACE)
 # torch.nn and torch.optim (they need the names above), torch.autograd's other names and torch.func
 from client import forward_ad, func, gradcheck, nn, optim  # noqa: E402,F401
 from engine.api import Functional  # noqa: E402
-from engine.nn.stateless import functional_call, stack_module_state  # noqa: E402
+from engine.nn.stateless import functional_call, replace_all_batch_norm_modules_, stack_module_state  # noqa: E402
 from engine.optim import averaging  # noqa: E402
 
 optim.swa_utils = averaging.bind(nn)  # torch.optim.swa_utils on client nn.Modules
@@ -47,8 +47,11 @@ autograd.functional = Functional(sys.modules[__name__], lazy=True)  # type: igno
 autograd.forward_ad = forward_ad  # type: ignore[attr-defined]
 func.functional_call = functional_call  # type: ignore[attr-defined]
 func.stack_module_state = stack_module_state  # type: ignore[attr-defined]
+func.replace_all_batch_norm_modules_ = replace_all_batch_norm_modules_  # type: ignore[attr-defined]
 vmap = func.vmap  # torch.vmap
 autograd.gradcheck, autograd.gradgradcheck = gradcheck.gradcheck, gradcheck.gradgradcheck  # type: ignore[attr-defined]
+autograd.no_grad, autograd.enable_grad, autograd.inference_mode = no_grad, enable_grad, _SURFACE["inference_mode"]  # type: ignore
+autograd.set_grad_enabled = set_grad_enabled  # type: ignore[attr-defined]  # torch.autograd.grad_mode's names
 from engine.api import anomaly_mode  # noqa: E402  (the engine's mode: its walk checks; a server's is not told)
 
 for _name in anomaly_mode.NAMES:

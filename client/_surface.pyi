@@ -221,6 +221,7 @@ __all__ = [
     "is_conj",
     "is_floating_point",
     "is_inference",
+    "is_inference_mode_enabled",
     "is_neg",
     "is_nonzero",
     "is_same_size",
@@ -1076,7 +1077,8 @@ def index_select(input: VariableSurface, dim: builtins.int, index: Operand) -> V
     """The entries of `input` at the positions of the vector `index` along `dim`."""
 
 def inference_mode(mode: builtins.bool | Callable[..., Any] = True) -> Any:
-    """PyTorch's inference mode, here the same as no_grad (`inference_mode(False)` changes nothing)."""
+    """PyTorch's inference mode: no_grad that `is_inference_mode_enabled()` tells (`inference_mode(False)`
+    enables grad, as PyTorch's does); a decorator too. Its results are not marked (`is_inference()` is False)."""
 
 def initial_seed() -> builtins.int:
     """The seed the default generator last started from."""
@@ -1099,6 +1101,7 @@ def inverse(input: Operand) -> Variable:
 def is_conj(self: VariableSurface, *args: Any) -> builtins.bool: ...
 def is_floating_point(v: Any) -> builtins.bool: ...
 def is_inference(self: VariableSurface, *args: Any) -> builtins.bool: ...
+def is_inference_mode_enabled() -> builtins.bool: ...
 def is_neg(self: VariableSurface, *args: Any) -> builtins.bool: ...
 def is_nonzero(self: VariableSurface) -> builtins.bool: ...
 def is_same_size(self: VariableSurface, other: VariableSurface) -> builtins.bool: ...

@@ -20,7 +20,7 @@ from client.serialize import Builder, NeedsGraph, builder_for
 from client.state import current_phase, current_session, mode
 from client.transports import Call
 from client.variable import Variable, as_host_array
-from engine.api import accumulate_grad, anomaly_mode, run_hooks, walk, watch_of
+from engine.api import accumulate_grad, anomaly_mode, run_hooks, unused_rule, walk, watch_of
 
 if TYPE_CHECKING:
     from engine.api import Operand
@@ -383,8 +383,11 @@ def grad(
     materialize_grads: bool = False,
     is_grads_batched: bool = False,
     session: Any = None,
+    *,
+    only_inputs: bool = True,
 ) -> tuple[Variable, ...]:
     """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched."""
+    unused_rule(allow_unused, materialize_grads, only_inputs)  # PyTorch's checks (and only_inputs' warning)
     return (session or current_session()).grad(  # type: ignore[no-any-return]
         outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused, materialize_grads, is_grads_batched
     )

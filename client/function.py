@@ -107,6 +107,11 @@ def _output_trace(cls, ctx, args, positions, values, k, differentiable) -> Trace
     grad_values: list = [None] * len(positions)
     with tracing(backward_phase):
         if differentiable:
+            if cls.backward is FunctionBase.backward and cls.jvp is not FunctionBase.jvp:
+                raise NotImplementedError(
+                    f"{name} defines jvp but no backward: a custom Function's jvp is not used on the client (its "
+                    "tangents, as its gradients, come from its traced backward): define backward too"
+                )
             given = [
                 grad_output if j == k else None if v is None or not ctx.materialize_grads else _zeros(v)
                 for j, v in enumerate(values)
@@ -115,7 +120,9 @@ def _output_trace(cls, ctx, args, positions, values, k, differentiable) -> Trace
             grad_values = [None if grads[i] is None else _traced_value(grads[i]) for i in positions]
     fwd = SubgraphBuilder(values[k].phase)
     out_id = fwd.add(out_value)
-    bwd = SubgraphBuilder(backward_phase, forward=fwd)
+    bwd = SubgraphBuilder(
+        backward_phase, forward=fwd, recompute=(id(v) for j, v in enumerate(values) if j != k and v is not None)
+    )
     outputs = [None if g is None else bwd.add(g) for g in grad_values]
     if not bwd.nodes:  # a subgraph needs at least one node
         bwd.add(grad_output._graph_value())

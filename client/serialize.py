@@ -122,12 +122,15 @@ class Builder(GraphWriter):
 
 class SubgraphBuilder(Builder):
     """The subgraph of a custom Function traced in `phase`: its forward (`forward` None) or its
-    backward, which reads the forward's values through `forward` (the forward's builder)."""
+    backward, which reads the forward's values through `forward` (the forward's builder), except those in
+    `recompute` (the ids of the Function's other outputs), computed again from the args with what they need,
+    so that a double backward differentiates them as PyTorch does a Function's outputs."""
 
-    def __init__(self, phase, forward=None):
+    def __init__(self, phase, forward=None, recompute=()):
         super().__init__()
         self.phase = phase
         self.forward = forward
+        self.recompute = set(recompute)
 
     def _terminal(self, v) -> bool:
         phase = self.phase
@@ -137,6 +140,9 @@ class SubgraphBuilder(Builder):
             elif v.kind == GRAD_OUTPUT:
                 self._name(v, self.node("grad_output"))
             elif v.phase is phase:
+                return False
+            elif id(v) in self.recompute:
+                self.recompute.update(id(i) for i in v.inputs)
                 return False
             else:
                 self._name(v, self.node("forward_value", attrs={"node": self.forward.add(v)}))

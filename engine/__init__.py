@@ -38,8 +38,11 @@ autograd.functional = Functional(sys.modules[__name__])  # type: ignore[attr-def
 autograd.forward_ad = forward_ad  # type: ignore[attr-defined]
 func.functional_call = nn.stateless.functional_call  # type: ignore[attr-defined]
 func.stack_module_state = nn.stateless.stack_module_state  # type: ignore[attr-defined]
+func.replace_all_batch_norm_modules_ = nn.stateless.replace_all_batch_norm_modules_  # type: ignore[attr-defined]
 vmap = func.vmap  # torch.vmap
 autograd.gradcheck, autograd.gradgradcheck = gradcheck, gradgradcheck  # type: ignore[attr-defined]
+autograd.no_grad, autograd.enable_grad, autograd.inference_mode = no_grad, enable_grad, _SURFACE["inference_mode"]  # type: ignore
+autograd.set_grad_enabled = set_grad_enabled  # type: ignore[attr-defined]  # torch.autograd.grad_mode's names
 from engine import anomaly_mode  # noqa: E402
 
 for _name in anomaly_mode.NAMES:  # torch.autograd.detect_anomaly...; torch.is_anomaly_enabled...

@@ -9,6 +9,7 @@ runs the backward's course without computing, `reachable`, `nodes_reaching`).
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 from collections.abc import Sequence
 from heapq import heapify, heappop, heappush, heappushpop
@@ -189,8 +190,16 @@ def check_unused(result, allow_unused, materialize=None):
     return result if materialize is None else tuple(materialize(i) if g is None else g for i, g in enumerate(result))
 
 
-def unused_rule(allow_unused, materialize_grads):
-    """`allow_unused` as PyTorch reads it: it defaults to `materialize_grads` and may not be False beside it."""
+def unused_rule(allow_unused, materialize_grads, only_inputs=True):
+    """`allow_unused` as PyTorch reads it: it defaults to `materialize_grads` and may not be False beside it.
+    (`only_inputs`, deprecated, is ignored with PyTorch's warning when False.)"""
+    if not only_inputs:
+        warnings.warn(
+            "only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate gradient for "
+            "other parts of the graph, please use torch.autograd.backward.",
+            FutureWarning,
+            stacklevel=3,
+        )
     if materialize_grads and allow_unused is False:
         raise ValueError(
             "Expected allow_unused to be True or not passed when materialize_grads=True, but got: allow_unused=False."
@@ -593,11 +602,13 @@ def grad(
     allow_unused: bool | None = None,
     materialize_grads: bool = False,
     is_grads_batched: bool = False,
+    *,
+    only_inputs: bool = True,
 ) -> tuple[Variable, ...]:
     """Gradients of `outputs` with respect to `inputs`, as a tuple; `.grad` is not touched. An input the
     outputs don't reach gets None (with `allow_unused`), or zeros with `materialize_grads`."""
     zeros = lambda v: Variable(array_module(v._data).zeros_like(v._data), create_graph)  # noqa: E731
-    allow_unused = unused_rule(allow_unused, materialize_grads)
+    allow_unused = unused_rule(allow_unused, materialize_grads, only_inputs)
     if is_grads_batched:
         outputs, inputs, rows = batched_rows(outputs, inputs, grad_outputs)
         last = len(rows) - 1

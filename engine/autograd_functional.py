@@ -12,6 +12,7 @@ as PyTorch's do.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy
 
@@ -33,10 +34,38 @@ def _back(is_tuple, items):
     return tuple(items) if is_tuple else items[0]
 
 
-def _independent(i):
+def _independent(i, output=None):
+    start = "The output" if output is None else f"Output {output}"
     return RuntimeError(
-        f"The output of the user-provided function is independent of input {i}. This is not allowed in strict mode."
+        f"{start} of the user-provided function is independent of input {i}. This is not allowed in strict mode."
     )
+
+
+def _check_options(strategy, strict, vectorize, create_graph):
+    """PyTorch's refusals of jacobian's options (which would all give the same values here)."""
+    if strategy not in STRATEGIES:
+        raise AssertionError(
+            'Expected strategy to be either "forward-mode" or "reverse-mode". Hint: If your function has more outputs '
+            'than inputs, "forward-mode" tends to be more performant. Otherwise, prefer to use "reverse-mode".'
+        )
+    name, forward = "torch.autograd.functional.jacobian:", '`strategy="forward-mode"` are not supported together (yet)'
+    if strategy == "forward-mode" and create_graph:
+        raise NotImplementedError(
+            f'{name} `create_graph=True` and {forward}. Please either set `create_graph=False` or `strategy="reverse-mode"`.'
+        )
+    if strategy == "forward-mode" and strict:
+        raise RuntimeError(
+            f'{name} `strict=True` and {forward}. Please either set `strict=False` or `strategy="reverse-mode"`.'
+        )
+    if strategy == "forward-mode" and not vectorize:
+        raise NotImplementedError(
+            "Computing Jacobian using forward-AD or forward-over-reverse Hessian isonly implemented for `vectorize=True`."
+        )
+    if strict and vectorize:
+        raise RuntimeError(
+            f"{name} `strict=True` and `vectorized=True` are not supported together. Please either set `strict=False` or "
+            "`vectorize=False`."
+        )
 
 
 class Functional:
@@ -134,7 +163,7 @@ class Functional:
         """J·v for every output: with u dummy cotangents, vᵀ·(uᵀJ)ᵀ is linear in u and its gradient for u is J·v."""
         with self.ns.enable_grad():
             dummies = tuple(self.ns.zeros_like(o).requires_grad_(True) for o in outputs)
-            firsts = self._grad(outputs, inputs, dummies, True, False)
+            firsts = self._grad(outputs, inputs, dummies, True, strict)
             return self._grad(firsts, dummies, v, create_graph, strict)
 
     def _one_hots(self, out):
@@ -161,16 +190,16 @@ class Functional:
 
     def jacobian(self, func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"):
         """The Jacobian: one Variable of shape out.shape + in.shape per (output, input)."""
-        if strategy not in STRATEGIES:
-            raise ValueError(f'Expected strategy to be either "forward-mode" or "reverse-mode", got {strategy!r}')
+        _check_options(strategy, strict, vectorize, create_graph)
         in_tuple, inputs = self._inputs(inputs, create_graph)
         out_tuple, outputs = self._outputs(func, inputs)
         blocks = []
-        for out in outputs:
+        for i, out in enumerate(outputs):
             rows = []
             seeds = self._one_hots(out)
+            independent = partial(_independent, output=i)
             for r in range(out.numel()):
-                rows.append(self._grad((out,), inputs, (seeds(r),), create_graph, strict))
+                rows.append(self._grad((out,), inputs, (seeds(r),), create_graph, strict, independent))
             row = []
             for k, x in enumerate(inputs):
                 if rows:

@@ -29,14 +29,6 @@ def _split(out, has_aux, what):
     return out
 
 
-def _flat(out):
-    return (list(out), True) if isinstance(out, (tuple, list)) else ([out], False)
-
-
-def _unflat(items, is_tuple):
-    return tuple(items) if is_tuple else items[0]
-
-
 def tree_leaves(tree) -> list:
     """The Variables of a pytree (nested dicts, lists and tuples), in order."""
     if isinstance(tree, dict):
@@ -74,11 +66,12 @@ class Transforms:
 
     def jvp(self, func, primals, tangents, *, strict=False, has_aux=False):
         """(func(*primals), J·tangents), or with `has_aux` (output, jvp, aux)."""
-        primals, tangents = _tuple(primals, "jvp"), _tuple(tangents, "jvp")
-        if len(primals) != len(tangents):
+        trees = _tuple(primals, "jvp"), _tuple(tangents, "jvp")
+        if len(trees[0]) != len(trees[1]):
             raise RuntimeError(
-                f"jvp: Expected primals and tangents to have the same length, got {len(primals)} and {len(tangents)}"
+                f"jvp: Expected primals and tangents to have the same length, got {len(trees[0])} and {len(trees[1])}"
             )
+        primals, tangents = tree_leaves(trees[0]), tree_leaves(trees[1])  # a primal may be a pytree (a dict...)
         for i, (p, t) in enumerate(zip(primals, tangents)):
             if tuple(p.shape) != tuple(t.shape):
                 raise RuntimeError(
@@ -88,13 +81,11 @@ class Transforms:
         keep = self.ns.is_grad_enabled() and (self._any_rg(primals) or self._any_rg(tangents))
         xs = [self._differentiable(p, self.ns.is_grad_enabled()) for p in primals]
         with self.ns.enable_grad():
-            out, aux = _split(func(*xs), has_aux, "jvp")
-        outs, is_tuple = _flat(out)
-        result = self.linearized(outs, xs, list(tangents), keep)
-        outs = [o if keep else o.detach() for o in outs]
-        if has_aux:
-            return _unflat(outs, is_tuple), _unflat(result, is_tuple), aux
-        return _unflat(outs, is_tuple), _unflat(result, is_tuple)
+            out, aux = _split(func(*tree_rebuild(trees[0], iter(xs))), has_aux, "jvp")
+        outs = tree_leaves(out)
+        result = tree_rebuild(out, iter(self.linearized(outs, xs, tangents, keep)))
+        shown = tree_rebuild(out, (o if keep else o.detach() for o in outs))
+        return (shown, result, aux) if has_aux else (shown, result)
 
     def linearize(self, func, *primals):
         """(func(*primals), jvp_fn): `jvp_fn(*tangents)` is J·tangents at `primals` (each call runs `jvp`)."""
@@ -128,19 +119,20 @@ class Transforms:
 
     def vjp(self, func, *primals, has_aux=False):
         """(func(*primals), vjp_fn): vjp_fn(cotangents) is the tuple of vᵀ·J, one per primal."""
-        xs, keep = self._prepared(primals, range(len(primals)))
+        leaves = tree_leaves(primals)  # a primal may be a pytree (a dict of parameters...)
+        xs, keep = self._prepared(leaves, range(len(leaves)))
         with self.ns.enable_grad():
-            out, aux = _split(func(*xs), has_aux, "vjp")
-        outs, is_tuple = _flat(out)
+            out, aux = _split(func(*tree_rebuild(primals, iter(xs))), has_aux, "vjp")
+        outs = tree_leaves(out)
 
         def vjp_fn(*cotangents):
-            seeds = list(cotangents[0]) if is_tuple and len(cotangents) == 1 else list(cotangents)
+            seeds = tree_leaves(cotangents[0] if len(cotangents) == 1 else cotangents)
             if len(seeds) != len(outs):
                 raise RuntimeError(f"Expected {len(outs)} cotangents, got {len(seeds)}")
             kept = keep or self.ns.is_grad_enabled() and self._any_rg(seeds)
-            return tuple(self._gradients(outs, xs, seeds, kept))
+            return tree_rebuild(tuple(primals), iter(self._gradients(outs, xs, seeds, kept)))
 
-        shown = _unflat([o if keep else o.detach() for o in outs], is_tuple)
+        shown = tree_rebuild(out, (o if keep else o.detach() for o in outs))
         return (shown, vjp_fn, aux) if has_aux else (shown, vjp_fn)
 
     def grad_and_value(self, func, argnums=0, has_aux=False):
@@ -178,27 +170,35 @@ class Transforms:
 
         return wrapper
 
-    def jacrev(self, func, argnums=0):
-        """A function returning the Jacobian of func for args[argnums] (shape out.shape + in.shape), row by row."""
+    def jacrev(self, func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_copy=False):
+        """func's Jacobian for args[argnums] (out.shape + in.shape, pytrees kept), row by row, and aux with has_aux."""
+        if not (chunk_size is None or chunk_size > 0):
+            raise ValueError("jacrev: `chunk_size` should be greater than 0.")
 
         def wrapper(*args):
             nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+            chosen = [args[i] for i in nums]  # each may be a pytree (a dict of parameters...), as func's output
+            structure = []
 
-            def partial(*chosen):
-                xs = list(args)
+            def partial(*leaves):
+                xs, it = list(args), iter(leaves)
                 for i, c in zip(nums, chosen):
-                    xs[i] = c
-                return func(*xs)
+                    xs[i] = tree_rebuild(c, it)
+                structure.append(_split(func(*xs), has_aux, "vjp"))
+                return tuple(tree_leaves(structure[0][0]))
 
-            chosen = tuple(args[i] for i in nums)
-            keep = self.ns.is_grad_enabled() and self._any_rg(args)
-            return self.ns.autograd.functional.jacobian(
-                partial, chosen if not isinstance(argnums, int) else chosen[0], create_graph=keep
-            )
+            keep = self.ns.is_grad_enabled() and self._any_rg(tree_leaves(args))
+            blocks = self.ns.autograd.functional.jacobian(partial, tuple(tree_leaves(chosen)), create_graph=keep)
+            per_output = [tree_rebuild(chosen, iter(block)) for block in blocks]
+            per_output = [rows[0] if isinstance(argnums, int) else tuple(rows) for rows in per_output]
+            jacobian = tree_rebuild(structure[0][0], iter(per_output))
+            return (jacobian, structure[0][1]) if has_aux else jacobian
 
         return wrapper
 
-    jacfwd = jacrev  # the same values; computed row by row in reverse mode
+    def jacfwd(self, func, argnums=0, has_aux=False, *, randomness="error"):
+        """jacrev's values (PyTorch computes them in forward mode)."""
+        return self.jacrev(func, argnums, has_aux=has_aux)
 
     def hessian(self, func, argnums=0):
         """The Hessian of func's one-element output for args[argnums]."""

@@ -12,6 +12,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class _State(threading.local):
     enabled = True
+    inference = False
 
 
 class _Setting(ContextDecorator):
@@ -35,6 +36,21 @@ class _Setting(ContextDecorator):
     def __exit__(self, *exc: object) -> Literal[False]:
         self.state.enabled = self.previous
         return False
+
+
+class _Inference(_Setting):
+    """`inference_mode(mode)`: grad mode is `not mode` inside, and `is_inference_mode_enabled()` is `mode`."""
+
+    def _recreate_cm(self) -> _Inference:
+        return _Inference(self.state, self.enabled)
+
+    def __enter__(self) -> None:
+        super().__enter__()
+        self.was, self.state.inference = self.state.inference, not self.enabled
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        self.state.inference = self.was
+        return super().__exit__(*exc)
 
 
 class _Restore:
@@ -100,10 +116,14 @@ class GradMode:
         return self._decorate(True, function)
 
     def inference_mode(self, mode: bool | Callable[..., Any] = True) -> Any:
-        """PyTorch's inference mode, here the same as no_grad (`inference_mode(False)` changes nothing)."""
+        """PyTorch's inference mode: no_grad that `is_inference_mode_enabled()` tells (`inference_mode(False)`
+        enables grad, as PyTorch's does); a decorator too. Its results are not marked (`is_inference()` is False)."""
         if callable(mode):
-            return self._decorate(False, mode)
-        return self.enabled_as(False) if mode else _Setting(self.state, None)
+            return _Inference(self.state, False)(mode)
+        return _Inference(self.state, not mode)
+
+    def is_inference_mode_enabled(self) -> bool:
+        return self.state.inference
 
     def _decorate(self, enabled: bool, function: F | None) -> _Setting | F:
         setting = self.enabled_as(enabled)

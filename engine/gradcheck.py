@@ -10,7 +10,7 @@ from engine.grad_mode import no_grad
 from engine.variable import Variable
 
 
-class GradcheckError(AssertionError):
+class GradcheckError(RuntimeError):
     pass
 
 

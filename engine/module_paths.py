@@ -22,6 +22,7 @@ PATHS = {
     "autograd.gradcheck": "gradcheck",
     "autograd.anomaly_mode": "autograd.anomaly_mode",
     "autograd.graph": "autograd.graph",
+    "autograd.grad_mode": "autograd",
     "autograd.profiler": "autograd.profiler",
     "profiler": "profiler",
     "distributions": "distributions",

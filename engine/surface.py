@@ -557,7 +557,8 @@ def exported(names) -> list:
 
 
 def _module_functions(cls, grad_mode) -> dict:
-    """`is_tensor`, `numel`, `inference_mode`: module-level names that need the side's class or grad mode."""
+    """`is_tensor`, `numel`, `inference_mode`, `is_inference_mode_enabled`: module-level names that need the side's
+    class or grad mode."""
 
     def is_tensor(obj: object) -> bool:
         return isinstance(obj, cls)
@@ -565,4 +566,8 @@ def _module_functions(cls, grad_mode) -> dict:
     def numel(input: VariableSurface) -> int:
         return input.numel()
 
-    return {"is_tensor": is_tensor, "numel": numel, "inference_mode": grad_mode.inference_mode}
+    inference = {
+        "inference_mode": grad_mode.inference_mode,
+        "is_inference_mode_enabled": grad_mode.is_inference_mode_enabled,
+    }
+    return {"is_tensor": is_tensor, "numel": numel, **inference}

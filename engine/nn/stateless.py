@@ -5,6 +5,7 @@ gradients are written with; `torch.func.stack_module_state`, the ensembles it is
 from __future__ import annotations
 
 from engine.nn.functional import _ns
+from engine.nn.module_classes import _BatchNorm
 from engine.user_warnings import warn
 
 
@@ -81,3 +82,12 @@ def stack_module_state(models) -> tuple[dict, dict]:
     params = [dict(m.named_parameters()) for m in models]
     buffers = [dict(m.named_buffers()) for m in models]
     return {k: stacked(params, k) for k in params[0]}, {k: stacked(buffers, k) for k in buffers[0]}
+
+
+def replace_all_batch_norm_modules_(root):
+    """torch.func's: every batch norm under `root` drops its running statistics (for vmap); `root` is returned."""
+    for module in root.modules():
+        if isinstance(module, _BatchNorm) and module.track_running_stats:
+            module.running_mean = module.running_var = module.num_batches_tracked = None
+            module.track_running_stats = False
+    return root
