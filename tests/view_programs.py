@@ -33,6 +33,9 @@ VIEWS = {
     "none": lambda y: y[..., None],
     "view of view": lambda y: y[1:3].view(4, 2)[::2],
     "t of view": lambda y: y.view(4, 3).t()[1],
+    "diagonal": lambda y: y.diagonal(),
+    "diagonal of t": lambda y: y.t().diagonal(-1),
+    "diagonal of view": lambda y: y.view(2, 3, 2).diagonal(1, 2, 0)[1],
 }
 INPLACE = {
     "mul_": lambda v, c: v.mul_(c[0]),

@@ -91,6 +91,48 @@ permute = defop(
 )
 
 
+def _diagonal_dims(shape, offset, dim1, dim2):
+    """(the other dims, then dim1 and dim2; the diagonal's length): its layout in `shape`."""
+    d1, d2 = dim1 % len(shape), dim2 % len(shape)
+    size = max(min(shape[d1] + min(offset, 0), shape[d2] - max(offset, 0)), 0)
+    return (*(d for d in range(len(shape)) if d not in (d1, d2)), d1, d2), size
+
+
+def _diagonal(xp, x, offset, dim1, dim2):
+    out = xp.diagonal(x, offset, dim1, dim2)
+    if x.flags.writeable and not out.flags.writeable:
+        out.flags.writeable = True  # (NumPy's is read-only; PyTorch's can be written)
+    return out
+
+
+def _diagonal_vjp(g, ans, x, offset, dim1, dim2):
+    order, size = _diagonal_dims(x.shape, offset, dim1, dim2)
+    steps, every = numpy.arange(size), {"slice": [None, None, None]}
+    at = [steps - min(offset, 0), steps + max(offset, 0)]
+    index = (every,) * (x.ndim - 2) + ({"tensor": 0}, {"tensor": 1})
+    spread = trusted.index_add(g, *at, index=index, shape=tuple(x.shape[d] for d in order))
+    return trusted.permute(spread, dims=_inverse(order))
+
+
+def _diagonal_infer(s, d, attrs):
+    order, size = _diagonal_dims(s[0], attrs["offset"], attrs["dim1"], attrs["dim2"])
+    return (*(s[0][i] for i in order[:-2]), size), d[0]
+
+
+diagonal = defop(
+    "diagonal",
+    _diagonal,
+    _diagonal_vjp,
+    attrs={"offset": Attr("int", 0), "dim1": Attr("int", 0), "dim2": Attr("int", 1)},
+    saves=False,
+    view=True,
+    methods=(),
+    samples=(Sample(((3, 4),), {"offset": 1}), Sample(((2, 4, 3),), {"offset": -1, "dim1": 2, "dim2": 0})),
+    infer=_diagonal_infer,
+    doc="the diagonal of dims dim1 and dim2 (above it for offset > 0) as a last dim, a view",
+)
+
+
 def _swap(ndim, dim0, dim1):
     dims = list(range(ndim))
     if ndim:

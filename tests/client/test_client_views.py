@@ -21,6 +21,8 @@ PAIRS = [
     ("t of view", "sigmoid_"),
     ("unflatten", "zero_"),
     ("select", "pow_"),
+    ("diagonal", "mul_"),
+    ("diagonal of view", "copy_"),
 ]
 
 

@@ -69,6 +69,7 @@ def call_op(op, attrs):
 BY_NAME = frozenset(
     {
         "tan",
+        "diagonal",
         "asin",
         "acos",
         "atan",

@@ -23,7 +23,14 @@ def test_an_inplace_op_on_a_view_is_torchs(view, inplace):
 
 
 @pytest.mark.parametrize(
-    "view, inplace", [("rows", "mul_"), ("t of view", "exp_"), ("element", "iadd"), ("view of view", "setitem")]
+    "view, inplace",
+    [
+        ("rows", "mul_"),
+        ("t of view", "exp_"),
+        ("element", "iadd"),
+        ("view of view", "setitem"),
+        ("diagonal of t", "mul_"),
+    ],
 )
 def test_the_gradients_are_finite_differences(view, inplace):
     x = engine.tensor(X.copy().reshape(3, 4), requires_grad=True)
@@ -69,6 +76,7 @@ def test_no_grad_writes_through_and_the_version_is_shared():
         assert y[2, 1].item() == 5.0 and y._version == v._version == 2
         assert v._base is y and y.t()._base is y and y._base is None
         assert v._is_view() and not y._is_view() and not y[[0]]._is_view() and not y.t().reshape(12)._is_view()
+        assert y.diagonal(1)._is_view() and not y.diag()._is_view()
 
 
 @pytest.mark.parametrize(
