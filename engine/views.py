@@ -15,6 +15,7 @@ together (`bump`), so a graph that saved a view refuses a backward after its bas
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from contextlib import contextmanager
@@ -24,12 +25,17 @@ import numpy
 
 from engine import backend
 from engine.grad_mode import state as grad_state
+from engine.indexing import from_key, to_key
 
 VIEW_OF_LEAF = "a view of a leaf Variable that requires grad is being used in an in-place operation."
 MULTIPLE = (
     "Output {index} of {function} is a view and is being modified inplace. This view is the output of a function "
     "that returns multiple views. Such functions do not allow the output views to be modified inplace. You should "
     "replace the inplace operation by an out-of-place one."
+)
+OVERLAP = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
+    "Please clone() the tensor before performing the operation."
 )
 NO_GRAD = (
     "A view was created in no_grad mode and is being modified inplace with grad mode enabled. Given that this use "
@@ -85,6 +91,8 @@ def track(op):
         out, x = result._data.base, inputs[0]._data
         if out is not None and (out is x or out is x.base):
             note(inputs[0], result, (op, inputs[1:], attrs), grad_state.enabled)
+            if type(x) is numpy.ndarray and x.flags.writeable:
+                result._data.flags.writeable = True  # (NumPy's diagonal and expand are read-only, PyTorch's not)
         return result
 
     op.untracked = call
@@ -199,6 +207,24 @@ def check_unrecorded(v):
     info = view_of(v)
     if info is not None and not info.grad_mode and grad_state.enabled and info.base._requires_grad:
         raise RuntimeError(NO_GRAD)
+
+
+def check_overlap(v, key=Ellipsis) -> bool:
+    """PyTorch's refusal to write `v[key]` where elements share a memory location (an expand's view), after its
+    autograd errors; True when `v` is an expand's view (`v[key]` is then written as a view of its own)."""
+    info = view_of(v)
+    if info is None or all(op.name != "expand" for op, _, _ in info.steps):
+        return False
+    if grad_state.enabled and info.base.requires_grad:
+        check_rebase(info, info.base.grad_fn is None)
+    from engine.variable import Variable
+
+    spec, arrays = from_key(key, lambda a: a)
+    at = positions(Variable._leaf(numpy.arange(math.prod(info.base.shape)).reshape(info.base.shape)), info.steps)
+    at = at[to_key(spec, ())] if not arrays else at[:0]  # (with index arrays PyTorch warns, and writes)
+    if numpy.unique(at).size < at.size:
+        raise RuntimeError(OVERLAP)
+    return not arrays
 
 
 def check_rebase(info, leaf):

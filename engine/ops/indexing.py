@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy
 
-from engine import costs, indexing, shapes, views
+from engine import backend, costs, indexing, shapes, views
 from engine.attrs import Attr
 from engine.registry import OPS, Sample, coerce, defop
 from engine.variable import Variable, as_array
@@ -81,6 +81,8 @@ def _copy_slices_forward(xp, base, value, positions):
 
 def _copy_slices_vjp(g, ans, xs, needs):
     positions = xs[2]
+    if backend.array_module(positions._data).unique(positions._data).size < positions._data.size:
+        raise RuntimeError(views.OVERLAP)  # (an expand's view written: PyTorch's CopySlices refuses its backward)
     gbase = apply(OPS["copy_slices"], [g, 0.0, positions], {}) if needs[0] else None
     gvalue = take(g.reshape(-1), ({"tensor": 0},), [positions]) if needs[1] else None
     return [gbase, gvalue, None]

@@ -52,6 +52,7 @@ expand = defop(
     lambda g, ans, x, shape: trusted.sum_to(g, shape=x.shape),
     attrs={"shape": Attr("shape")},
     saves=False,
+    view=True,
     samples=(Sample(((3, 1),), {"shape": (2, 3, 4)}), Sample(((4,),), {"shape": (3, -1)})),
     infer=shapes.expand,
     doc="broadcast x to a larger shape (-1 keeps a size)",
@@ -99,10 +100,7 @@ def _diagonal_dims(shape, offset, dim1, dim2):
 
 
 def _diagonal(xp, x, offset, dim1, dim2):
-    out = xp.diagonal(x, offset, dim1, dim2)
-    if x.flags.writeable and not out.flags.writeable:
-        out.flags.writeable = True  # (NumPy's is read-only; PyTorch's can be written)
-    return out
+    return xp.diagonal(x, offset, dim1, dim2)
 
 
 def _diagonal_vjp(g, ans, x, offset, dim1, dim2):

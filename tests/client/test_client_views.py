@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.view_programs import base_changed, brief, case, saved_view_refuses
+from tests.view_programs import OVERLAP, base_changed, brief, case, overlapping, saved_view_refuses
 
 torch = pytest.importorskip("torch")
 
@@ -23,6 +23,7 @@ PAIRS = [
     ("select", "pow_"),
     ("diagonal", "mul_"),
     ("diagonal of view", "copy_"),
+    ("expand", "add_"),
 ]
 
 
@@ -50,3 +51,12 @@ def test_torchs_errors(torch_like):
         (x * 1).unbind()[1].exp_()
     v, y = saved_view_refuses(torch_like, x)
     assert v._base is y and v._is_view() and not y._is_view() and v._version == y._version == 1
+
+
+def test_an_expanded_view_is_written_or_refused_as_torchs(torch_like):
+    for write in ("setitem row", "row mul_"):
+        for g, w in zip(overlapping(torch_like, write), overlapping(torch, write)):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    for write in ("mul_", "copy_", "setitem rows", "fill_"):  # (fill_: in its backward)
+        with pytest.raises(RuntimeError, match=OVERLAP):
+            overlapping(torch_like, write)

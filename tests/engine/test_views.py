@@ -8,7 +8,20 @@ import numpy as np
 import pytest
 
 import engine
-from tests.view_programs import INPLACE, VIEWS, C, X, base_changed, brief, case, run, saved_view_refuses
+from tests.view_programs import (
+    INPLACE,
+    OVERLAP,
+    OVERLAPPING,
+    VIEWS,
+    C,
+    X,
+    base_changed,
+    brief,
+    case,
+    overlapping,
+    run,
+    saved_view_refuses,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -113,3 +126,18 @@ def test_views_of_many_outputs_and_no_grad_views_change_under_no_grad():
             b.mul_(2)
             a[0] = 9.0
         np.testing.assert_allclose(y.detach().numpy(), [9.0, *X[1:3], *(2 * X[3:6])])
+
+
+@pytest.mark.parametrize("write", sorted(OVERLAPPING))
+def test_an_expanded_view_is_written_or_refused_as_torchs(write):
+    try:
+        want = overlapping(torch, write)
+    except RuntimeError as error:
+        assert OVERLAP in str(error)
+        with pytest.raises(RuntimeError, match=OVERLAP):
+            overlapping(engine, write)
+        with engine.no_grad(), pytest.raises(RuntimeError, match=OVERLAP):
+            engine.zeros(4).expand(3, 4).__setitem__((slice(None), 1), 2.0)
+        return
+    for g, w in zip(overlapping(engine, write), want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
