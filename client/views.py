@@ -19,8 +19,8 @@ def assign_recorded(v, other, run) -> bool:
     members = live(v)
     if not members:
         return False
-    info, root = view_of(v), members[0]
-    version = root._version + 1
+    info = view_of(v)
+    root = info.base if info is not None else v
     if info is not None:
         check_rebase(info, root._data is not None and root._requires_grad)
         flat = variable_of(numpy.arange(math.prod(root.shape)).reshape(root.shape))
@@ -28,13 +28,19 @@ def assign_recorded(v, other, run) -> bool:
         root._stand_for(run(OPS["copy_slices"])([root._snapshot(), other, index], {}))
     else:
         v._stand_for(other)
-    for view in members[1:]:
+    for view in members:
         steps = view_of(view)
-        if steps.grad_mode:
+        if steps is not None and steps.base is root and steps.grad_mode:
             replayed = root
             for op, extras, attrs in steps.steps:
                 replayed = run(op)([replayed, *extras], attrs)
             view._stand_for(replayed)
-    for member in members:
-        member._version = version
+    bump(v)
     return True
+
+
+def bump(v):
+    """Move `v`'s version counter on, and its family's (its views, its base's, detached ones: PyTorch's)."""
+    version = v._version + 1
+    for member in live(v) or (v,):
+        member._version = version

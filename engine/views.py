@@ -161,8 +161,20 @@ def live(v) -> list:
     if info is None:
         return []
     family = KNOWN[id(info.base)] if type(info) is View else info
-    family[1:] = [ref for ref in family[1:] if ref() is not None]
+    family[:] = [ref for ref in family if ref() is not None]  # (a detached one may outlive the root)
     return [ref() for ref in family] if len(family) > 1 else []
+
+
+def alias(source, result):
+    """`result`, `source.detach()`, shares its memory and version counter (PyTorch's), a member of its family
+    that is no view (its own views are its)."""
+    info = KNOWN.get(id(source))
+    family = KNOWN.get(id(info.base)) if type(info) is View else info
+    if family is None:
+        family = KNOWN[id(source)] = [_ref(source)]
+    result._version, KNOWN[id(result)] = source._version, family
+    family.append(_ref(result))
+    return result
 
 
 def bump(members):
@@ -178,7 +190,8 @@ def assign_recorded(v, result) -> bool:
     members = live(v)
     if not members:
         return False
-    info, root = KNOWN[id(v)], members[0]
+    info = KNOWN[id(v)]
+    root = info.base if type(info) is View else v
     if type(info) is View:
         check_rebase(info, root._node is None and root._requires_grad)
         old = type(root)._result(root._data, root._node)
@@ -194,9 +207,9 @@ def assign_recorded(v, result) -> bool:
         v._data[...] = result._data
         v._node, v._requires_grad = result._node, True
     bump(members)
-    for view in members[1:]:
+    for view in members:
         info = KNOWN[id(view)]
-        if info.grad_mode:
+        if type(info) is View and info.base is root and info.grad_mode:
             view._node, view._requires_grad = replay(root, info.steps)._node, True
     return True
 

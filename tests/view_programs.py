@@ -130,3 +130,25 @@ def overlapping(m, write):
     (e * m.tensor(W)).sum().backward()
     zero = np.zeros(4)
     return y.detach().numpy(), e.detach().numpy(), x.grad.numpy(), zero if w.grad is None else w.grad.numpy()
+
+
+def detached(m):
+    """`detach()` shares its source's version counter (PyTorch's): a graph that saved the source refuses a
+    backward after an in-place change of the detached one, and the other way round; -> the versions."""
+    x = m.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    y = x * 1
+    z = y * y
+    d = y.detach()
+    v = d[1:3]
+    d.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+    z = x * x
+    x.detach()[0] = 5.0
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+    w = d * x
+    y.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        w.sum().backward()
+    return y._version, d._version, v._version, x._version, d._base, d._is_view(), v._base is d

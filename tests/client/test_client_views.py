@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.view_programs import OVERLAP, base_changed, brief, case, overlapping, saved_view_refuses
+from tests.view_programs import OVERLAP, base_changed, brief, case, detached, overlapping, saved_view_refuses
 
 torch = pytest.importorskip("torch")
 
@@ -60,3 +60,7 @@ def test_an_expanded_view_is_written_or_refused_as_torchs(torch_like):
     for write in ("mul_", "copy_", "setitem rows", "fill_"):  # (fill_: in its backward)
         with pytest.raises(RuntimeError, match=OVERLAP):
             overlapping(torch_like, write)
+
+
+def test_a_detached_variable_shares_the_version_counter(torch_like):
+    assert detached(torch_like) == detached(torch) == (2, 2, 2, 1, None, False, True)

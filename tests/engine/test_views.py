@@ -18,6 +18,7 @@ from tests.view_programs import (
     base_changed,
     brief,
     case,
+    detached,
     overlapping,
     run,
     saved_view_refuses,
@@ -141,3 +142,13 @@ def test_an_expanded_view_is_written_or_refused_as_torchs(write):
         return
     for g, w in zip(overlapping(engine, write), want):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_a_detached_variable_shares_the_version_counter_and_memory():
+    assert detached(engine) == detached(torch) == (2, 2, 2, 1, None, False, True)
+    for m in (engine, torch):
+        y = m.tensor(X[:4].copy(), requires_grad=True) * 1
+        d = y.detach()
+        d[1:3].mul_(m.tensor(C, requires_grad=True))  # the detached one's history changes, its source's not
+        assert type(d.grad_fn).__name__ == "CopySlices" and type(y.grad_fn).__name__ == "MulBackward0"
+        np.testing.assert_allclose(y.detach().numpy(), [X[0], X[1] * C[0], X[2] * C[1], X[3]])
