@@ -73,6 +73,7 @@ def methods(functions, is_enabled, run) -> dict:
     def update(self, name, op, args, kwargs):
         recording = is_enabled()
         if recording and self._node is None and self.requires_grad:
+            views.check_unrecorded(self)  # (a view made in no_grad mode)
             raise RuntimeError(LEAF_INPLACE)
         if name == "float_power" and self.dtype != numpy.float64:
             raise RuntimeError(

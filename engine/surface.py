@@ -254,6 +254,8 @@ def register_post_accumulate_grad_hook(self, hook: Any) -> RemovableHandle:
 def grad_fn(self) -> Any:
     """The node that computed this Variable (None for a leaf; one node for a Function's outputs)."""
     node = self._node
+    if node is not None and node.name == "NoGradView":  # (engine.views.stale)
+        raise RuntimeError(views.STALE)
     return node if node is None else node.owner or node
 
 
@@ -435,6 +437,7 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
     def assign(self, key, value):
         if is_enabled():
             if self._node is None and self.requires_grad:
+                views.check_unrecorded(self)  # (a view made in no_grad mode)
                 raise RuntimeError(LEAF_INPLACE)
             if self.requires_grad or (isinstance(value, variable) and value.requires_grad):
                 self._assign_recorded(setitem(self._snapshot(), value, key), side.run)

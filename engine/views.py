@@ -43,7 +43,9 @@ NO_GRAD = (
     "inplace either both inside the no_grad block (if you don't want the inplace to be tracked) or both outside "
     "(if you want the inplace to be tracked)."
 )
-COPY_SLICES: list = []  # the `copy_slices` op (`engine.ops.indexing` declares it)
+STALE = NO_GRAD.replace("is being", "its base or another view of its base has been")  # (then used)
+COPY_SLICES: list = []
+STALE_NODE: list = []  # the class of `stale`'s nodes (engine.node's Node: made on first use)  # the `copy_slices` op (`engine.ops.indexing` declares it)
 KNOWN: dict = {}  # id(Variable) -> its View (a view) or [its own weak reference, its views'...] (a base of views)
 
 
@@ -91,6 +93,7 @@ def track(op):
         out, x = result._data.base, inputs[0]._data
         if out is not None and (out is x or out is x.base):
             note(inputs[0], result, (op, inputs[1:], attrs), grad_state.enabled)
+            result._requires_grad = inputs[0]._requires_grad  # (made in no_grad mode: PyTorch's is a leaf)
             if type(x) is numpy.ndarray and x.flags.writeable:
                 result._data.flags.writeable = True  # (NumPy's diagonal and expand are read-only, PyTorch's not)
         return result
@@ -178,10 +181,29 @@ def alias(source, result):
 
 
 def bump(members):
-    """Move the shared version counter of a family on by one."""
+    """Move the shared version counter of a family on by one; a view made in no_grad mode that requires grad
+    then refuses to be used in grad mode (`stale`)."""
     version = members[0]._version + 1
     for v in members:
         v._version = version
+        info = KNOWN[id(v)]
+        if type(info) is View and not info.grad_mode and v._requires_grad:
+            v._node = stale(v)
+
+
+def stale(v):
+    """A node for view `v` whose family changed: its backward raises PyTorch's error (and its grad_fn read)."""
+    if not STALE_NODE:
+        from engine.node import Node, next_seq
+
+        STALE_NODE.append(type("NoGradView", (Node,), {"__slots__": (), "vjp": _refuse, "next": next_seq}))
+    node = STALE_NODE[0]()
+    node.edges, node.saved, node.retained, node.seq = (v,), (v,), None, node.next()
+    return node
+
+
+def _refuse(node, grad, needs):
+    raise RuntimeError(STALE)
 
 
 def assign_recorded(v, result) -> bool:

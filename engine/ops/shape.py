@@ -99,10 +99,6 @@ def _diagonal_dims(shape, offset, dim1, dim2):
     return (*(d for d in range(len(shape)) if d not in (d1, d2)), d1, d2), size
 
 
-def _diagonal(xp, x, offset, dim1, dim2):
-    return xp.diagonal(x, offset, dim1, dim2)
-
-
 def _diagonal_vjp(g, ans, x, offset, dim1, dim2):
     order, size = _diagonal_dims(x.shape, offset, dim1, dim2)
     steps, every = numpy.arange(size), {"slice": [None, None, None]}
@@ -119,7 +115,7 @@ def _diagonal_infer(s, d, attrs):
 
 diagonal = defop(
     "diagonal",
-    _diagonal,
+    lambda xp, x, offset, dim1, dim2: xp.diagonal(x, offset, dim1, dim2),
     _diagonal_vjp,
     attrs={"offset": Attr("int", 0), "dim1": Attr("int", 0), "dim2": Attr("int", 1)},
     saves=False,

@@ -152,3 +152,21 @@ def test_a_detached_variable_shares_the_version_counter_and_memory():
         d[1:3].mul_(m.tensor(C, requires_grad=True))  # the detached one's history changes, its source's not
         assert type(d.grad_fn).__name__ == "CopySlices" and type(y.grad_fn).__name__ == "MulBackward0"
         np.testing.assert_allclose(y.detach().numpy(), [X[0], X[1] * C[0], X[2] * C[1], X[3]])
+
+
+def test_a_view_made_without_grad_of_a_base_that_requires_grad_is_torchs():
+    for m in (engine, torch):
+        y = m.tensor(X[:4].copy(), requires_grad=True) * 1
+        with m.no_grad():
+            v = y[0:2]
+        assert v.requires_grad and v.is_leaf and v.grad_fn is None and v._base is y and v[1:].requires_grad
+        (v * y[2:4]).sum().backward()  # used before its family changes: PyTorch's leaf
+        with m.no_grad():
+            y.mul_(2)
+        stale = "created in no_grad mode and its base or another view of its base"
+        with pytest.raises(RuntimeError, match=stale):
+            v.grad_fn  # noqa: B018
+        with pytest.raises(RuntimeError, match=stale):
+            (v * y[2:]).sum().backward()
+        with pytest.raises(RuntimeError, match="A view was created in no_grad mode"):
+            v.mul_(2)
