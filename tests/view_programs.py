@@ -38,6 +38,8 @@ VIEWS = {
     "diagonal of view": lambda y: y.view(2, 3, 2).diagonal(1, 2, 0)[1],
     "expand": lambda y: y.expand(2, 3, 4)[1],
     "expand_as": lambda y: y[1:2].expand_as(y[1:2]),
+    "as_strided": lambda y: y.as_strided((2, 3), (4, 1), 1),
+    "as_strided of view": lambda y: y.view(12)[2:].as_strided((2, 2), (1, 3)),
 }
 # in-place ops on a view that repeats its base's elements (an expand's): torch refuses (OVERLAP) or writes
 OVERLAPPING = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy
 
 from engine import shapes, views
@@ -124,6 +126,47 @@ diagonal = defop(
     samples=(Sample(((3, 4),), {"offset": 1}), Sample(((2, 4, 3),), {"offset": -1, "dim1": 2, "dim2": 0})),
     infer=_diagonal_infer,
     doc="the diagonal of dims dim1 and dim2 (above it for offset > 0) as a last dim, a view",
+)
+
+
+def _strided_at(size, stride, offset):
+    """The flat positions `as_strided(size, stride, offset)` reads, as an array of shape `size`."""
+    where = numpy.arange(offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if all(size) else offset + 1)
+    return numpy.lib.stride_tricks.as_strided(where[offset:], size, [s * where.itemsize for s in stride]).copy()
+
+
+def _as_strided(xp, x, size, stride, storage_offset):
+    """x's elements in row-major order as its storage (the engine's `stride()`): a view where x is contiguous."""
+    if any(s < 0 for s in stride):
+        raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, got strides: {list(stride)}")
+    need = storage_offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if all(size) else 0
+    if need > x.size:
+        raise RuntimeError(
+            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {storage_offset}, and itemsize "
+            f"{x.itemsize} requiring a storage size of {need * x.itemsize} are out of bounds for storage of size "
+            f"{x.size * x.itemsize}"
+        )
+    if xp is not numpy or not x.flags.c_contiguous:
+        return x.reshape(-1)[xp.asarray(_strided_at(size, stride, storage_offset))]
+    return numpy.ndarray(size, x.dtype, x, storage_offset * x.itemsize, [s * x.itemsize for s in stride])
+
+
+def _as_strided_vjp(g, ans, x, size, stride, storage_offset):
+    at = _strided_at(size, stride, storage_offset)
+    spread = trusted.index_add(g, at, index=({"tensor": 0},), shape=(math.prod(x.shape),))
+    return trusted.reshape(spread, shape=x.shape)
+
+
+as_strided = defop(
+    "as_strided",
+    _as_strided,
+    _as_strided_vjp,
+    attrs={"size": Attr("shape"), "stride": Attr("ints"), "storage_offset": Attr("int", 0)},
+    saves=False,
+    view=True,
+    samples=(Sample(((3, 4),), {"size": (2, 2), "stride": (1, 2), "storage_offset": 1}),),
+    infer=lambda s, d, attrs: (tuple(attrs["size"]), d[0]),
+    doc="a view of x's elements (row-major, as its storage) with these sizes and strides",
 )
 
 

@@ -24,6 +24,7 @@ PAIRS = [
     ("diagonal", "mul_"),
     ("diagonal of view", "copy_"),
     ("expand", "add_"),
+    ("as_strided of view", "mul_"),
 ]
 
 

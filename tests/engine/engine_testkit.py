@@ -70,6 +70,7 @@ BY_NAME = frozenset(
     {
         "tan",
         "diagonal",
+        "as_strided",
         "asin",
         "acos",
         "atan",

@@ -104,6 +104,9 @@ def test_no_grad_writes_through_and_the_version_is_shared():
         (lambda m, x: (x * 1).split([4, 2])[1].zero_(), "Output 1 of SplitWithSizes is a view"),
         (lambda m, x: _made_without_grad(m, x).mul_(2), "A view was created in no_grad mode"),
         (lambda m, x: _made_without_grad(m, m.ones(6)).mul_(x[0:2]), "A view was created in no_grad mode"),
+        (lambda m, x: (x * 1).as_strided((2, 3), (0, 1)).add_(1), "more than one element of the written-to"),
+        (lambda m, x: x.as_strided((3, 3), (1, 2)), r"setStorage: sizes \[3, 3\], strides \[1, 2\], storage offset 0"),
+        (lambda m, x: x.as_strided((2,), (-1,), 2), "as_strided: Negative strides are not supported"),
     ],
 )
 def test_torchs_errors(program, message):
