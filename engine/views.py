@@ -44,8 +44,8 @@ NO_GRAD = (
     "(if you want the inplace to be tracked)."
 )
 STALE = NO_GRAD.replace("is being", "its base or another view of its base has been")  # (then used)
-COPY_SLICES: list = []
-STALE_NODE: list = []  # the class of `stale`'s nodes (engine.node's Node: made on first use)  # the `copy_slices` op (`engine.ops.indexing` declares it)
+COPY_SLICES: list = []  # the `copy_slices` op (`engine.ops.indexing` declares it)
+CLASSES: dict = {}  # "Variable" and "NoGradView" (`stale`'s nodes), given by `engine.ops.indexing` (no import cycle)
 KNOWN: dict = {}  # id(Variable) -> its View (a view) or [its own weak reference, its views'...] (a base of views)
 
 
@@ -193,17 +193,9 @@ def bump(members):
 
 def stale(v):
     """A node for view `v` whose family changed: its backward raises PyTorch's error (and its grad_fn read)."""
-    if not STALE_NODE:
-        from engine.node import Node, next_seq
-
-        STALE_NODE.append(type("NoGradView", (Node,), {"__slots__": (), "vjp": _refuse, "next": next_seq}))
-    node = STALE_NODE[0]()
+    node = CLASSES["NoGradView"]()
     node.edges, node.saved, node.retained, node.seq = (v,), (v,), None, node.next()
     return node
-
-
-def _refuse(node, grad, needs):
-    raise RuntimeError(STALE)
 
 
 def assign_recorded(v, result) -> bool:
@@ -252,10 +244,10 @@ def check_overlap(v, key=Ellipsis) -> bool:
         return False
     if grad_state.enabled and info.base.requires_grad:
         check_rebase(info, info.base.grad_fn is None)
-    from engine.variable import Variable
-
     spec, arrays = from_key(key, lambda a: a)
-    at = positions(Variable._leaf(numpy.arange(math.prod(info.base.shape)).reshape(info.base.shape)), info.steps)
+    at = positions(
+        CLASSES["Variable"]._leaf(numpy.arange(math.prod(info.base.shape)).reshape(info.base.shape)), info.steps
+    )
     at = at[to_key(spec, ())] if not arrays else at[:0]  # (with index arrays PyTorch warns, and writes)
     if any(n > 1 and not numpy.diff(at, axis=d).any() for d, n in enumerate(at.shape)):  # a stride 0: torch's rule
         raise RuntimeError(OVERLAP)
