@@ -12,7 +12,7 @@ from engine.grad_mode import state as grad_state
 from engine.node import FORWARD
 from engine.ops.indexing import take
 from engine.promotion import promoted
-from engine.recording import derived
+from engine.recording import derived, note_constant
 from engine.registry import Sample, defop, trusted
 
 
@@ -105,6 +105,8 @@ def _diagonal_vjp(g, ans, x, offset, dim1, dim2):
     order, size = _diagonal_dims(x.shape, offset, dim1, dim2)
     steps, every = numpy.arange(size), {"slice": [None, None, None]}
     at = [steps - min(offset, 0), steps + max(offset, 0)]
+    for array in at:
+        note_constant(array)  # (the same whatever the inputs' values: a recorded plan's constant)
     index = (every,) * (x.ndim - 2) + ({"tensor": 0}, {"tensor": 1})
     spread = trusted.index_add(g, *at, index=index, shape=tuple(x.shape[d] for d in order))
     return trusted.permute(spread, dims=_inverse(order))
@@ -153,6 +155,7 @@ def _as_strided(xp, x, size, stride, storage_offset):
 
 def _as_strided_vjp(g, ans, x, size, stride, storage_offset):
     at = _strided_at(size, stride, storage_offset)
+    note_constant(at)
     spread = trusted.index_add(g, at, index=({"tensor": 0},), shape=(math.prod(x.shape),))
     return trusted.reshape(spread, shape=x.shape)
 
