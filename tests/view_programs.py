@@ -41,7 +41,8 @@ VIEWS = {
     "as_strided": lambda y: y.as_strided((2, 3), (4, 1), 1),
     "as_strided of view": lambda y: y.view(12)[2:].as_strided((2, 2), (1, 3)),
 }
-# in-place ops on a view that repeats its base's elements (an expand's): torch refuses (OVERLAP) or writes
+# in-place ops on a view that repeats its base's elements (an expand's): torch refuses (OVERLAP) or writes (fill_
+# and zero_: then torch's backward through CopySlices raises OVERLAP, the engine's gives the gradients)
 OVERLAPPING = {
     "mul_": lambda e, w: e.mul_(2),
     "iadd": lambda e, w: e.__iadd__(w),

@@ -137,6 +137,9 @@ def test_an_expanded_view_is_written_or_refused_as_torchs(write):
     try:
         want = overlapping(torch, write)
     except RuntimeError as error:
+        if write in ("fill_", "zero_"):  # (torch's backward raises; the values written are torch's)
+            assert overlapping(engine, write)[1].tolist() == [[2.0 if write == "fill_" else 0.0] * 4] * 3
+            return
         assert OVERLAP in str(error)
         with pytest.raises(RuntimeError, match=OVERLAP):
             overlapping(engine, write)
