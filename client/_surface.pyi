@@ -63,6 +63,7 @@ __all__ = [
     "argmin",
     "argsort",
     "argwhere",
+    "as_strided",
     "as_tensor",
     "asin",
     "asinh",
@@ -549,6 +550,14 @@ def argsort(
     """the indices that sort x along dim (ties keep their order; no gradient)"""
 
 def argwhere(input: VariableSurface) -> Variable: ...
+@overload
+def as_strided(
+    input: Operand, size: Sequence[builtins.int], stride: Sequence[builtins.int], storage_offset: builtins.int = 0
+) -> Variable: ...
+@overload
+def as_strided(
+    input: Operand, *size: builtins.int, stride: Sequence[builtins.int], storage_offset: builtins.int = 0
+) -> Variable: ...
 def as_tensor(
     data: ArrayLike,
     dtype: DTypeLike | None = None,

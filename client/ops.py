@@ -274,7 +274,7 @@ def stacked(rows, dim=0) -> Variable:
 
 
 # the registry's ops whose results are views (the engine's view=True ops, and composites of them the client records)
-VIEWS = ("reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "flatten")
+VIEWS = ("reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "flatten", "diagonal", "expand", "as_strided")
 
 
 def _viewing(name):

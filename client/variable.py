@@ -19,10 +19,11 @@ from client.graph import CUT, LEAF, Value
 from client.residents import WATCHED, touched
 from client.state import current_phase, current_session, enable_grad, no_grad
 from client.views import assign_recorded as assign_views
-from client.views import written_through
+from client.views import bump, written_through
 from engine import backend
 from engine.api import Device, DType, VariableSurface, dtype_of, from_key, host_array, same_array, tensor_data, to_key
 from engine.api import Variable as EngineVariable
+from engine.api import alias as sharing_version
 
 _COMPUTES_ON: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> the device its server reports
 
@@ -132,13 +133,15 @@ class Variable(VariableSurface):
         self._requires_grad = flag
 
     def detach(self) -> Variable:
-        """A new leaf with this Variable's value, cut from the graph."""
+        """A new leaf with this Variable's value and version counter, cut from the graph."""
         if self._data is not None:
-            return Variable._leaf(self._data)
+            return sharing_version(self, Variable._leaf(self._data))
         value = self._value
         if value.array is not None:
-            return Variable._leaf(value.array, shared=True)
-        return Variable._lazy(Value(CUT, value.shape, value.dtype, inputs=(value,), phase=current_phase()))
+            return sharing_version(self, Variable._leaf(value.array, shared=True))
+        return sharing_version(
+            self, Variable._lazy(Value(CUT, value.shape, value.dtype, inputs=(value,), phase=current_phase()))
+        )
 
     def detach_(self) -> Variable:
         if self._data is None and self._value.node is not None:
@@ -213,7 +216,7 @@ class Variable(VariableSurface):
                 current_session().fetch(*lazy)
             spec, arrays = from_key(key, lambda item: numpy.asarray(_raw(item)))
             self.data[to_key(spec, arrays)] = _raw(value)
-            self._version += 1
+            bump(self)
             return
         node = self._node
         with no_grad() if node is None else enable_grad():  # keeping a grad_fn: recorded, not computed at once
@@ -221,7 +224,7 @@ class Variable(VariableSurface):
         if node is not None:  # its gradient passes the assignment unchanged (`Builder` writes an `assignment`)
             result._value.node = node
         self._stand_for(result)
-        self._version += 1
+        bump(self)
 
 
 def _raw(value):

@@ -21,8 +21,8 @@ def assign_recorded(v, other, run) -> bool:
     members = live(v)
     if not members:
         return False
-    info, root = view_of(v), members[0]
-    version = root._version + 1
+    info = view_of(v)
+    root = info.base if info is not None else v
     if info is not None:
         check_rebase(info, root._data is not None and root._requires_grad)
         flat = variable_of(numpy.arange(math.prod(root.shape)).reshape(root.shape))
@@ -30,15 +30,14 @@ def assign_recorded(v, other, run) -> bool:
         root._stand_for(run(OPS["copy_slices"])([root._snapshot(), other, index], {}))
     else:
         v._stand_for(other)
-    for view in members[1:]:
+    for view in members:
         steps = view_of(view)
-        if steps.grad_mode:
+        if steps is not None and steps.base is root and steps.grad_mode:
             replayed = root
             for op, extras, attrs in steps.steps:
                 replayed = run(op)([replayed, *extras], attrs)
             view._stand_for(replayed)
-    for member in members:
-        member._version = version
+    bump(v)
     return True
 
 
@@ -54,10 +53,13 @@ def written_through(v, setitem) -> None:
         flat = variable_of(numpy.arange(math.prod(root.shape)).reshape(root.shape))
         root._assign_own(numpy.unravel_index(positions(flat, info.steps), root.shape), v, setitem)
     for view in members[1:]:
-        if view is not v:  # replayed in grad mode when it has a grad_fn, so that it keeps one (into the root)
+        steps = view_of(view)  # (None: a detached member, no view)
+        if (
+            view is not v and steps is not None
+        ):  # replayed in grad mode when it has a grad_fn, to keep one (into the root)
             replayed = root
             with enable_grad() if view._node is not None else no_grad():
-                for op, extras, attrs in view_of(view).steps:
+                for op, extras, attrs in steps.steps:
                     replayed = type(v)._run(op)([replayed, *extras], attrs)
             if replayed._data is None:
                 view._stand_for(replayed)
@@ -65,3 +67,10 @@ def written_through(v, setitem) -> None:
                 view._data, view._value, view._shared = replayed._data, None, False
     for member in members:
         member._version = v._version
+
+
+def bump(v):
+    """Move `v`'s version counter on, and its family's (its views, its base's, detached ones: PyTorch's)."""
+    version = v._version + 1
+    for member in live(v) or (v,):
+        member._version = version

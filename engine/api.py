@@ -81,7 +81,7 @@ from engine.surface import install as install_surface
 from engine.surface_types import VariableSurface
 from engine.tensor_data import same_array, tensor_data
 from engine.variable import Variable, as_array, host_array
-from engine.views import check_rebase, live, positions, view_of
+from engine.views import alias, check_rebase, live, positions, view_of
 from engine.views import note as note_view
 
 if TYPE_CHECKING:
@@ -191,6 +191,7 @@ __all__ = [
     "make_function",
     "note_view",
     "check_rebase",
+    "alias",
     "live",
     "positions",
     "view_of",

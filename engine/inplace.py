@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy
 
-from engine import modern, promotion
+from engine import modern, promotion, views
 
 if TYPE_CHECKING:
     from engine.surface_types import Operand, V
@@ -73,12 +73,15 @@ def methods(functions, is_enabled, run) -> dict:
     def update(self, name, op, args, kwargs):
         recording = is_enabled()
         if recording and self._node is None and self.requires_grad:
+            views.check_unrecorded(self)  # (a view made in no_grad mode)
             raise RuntimeError(LEAF_INPLACE)
         if name == "float_power" and self.dtype != numpy.float64:
             raise RuntimeError(
                 f"the base given to float_power_ has dtype {promotion.type_name(self.dtype)} but the operation's "
                 "result requires dtype Double"
             )
+        if name not in ("tril", "triu", "masked_fill"):  # (PyTorch's do not refuse, masked_fill warns)
+            views.check_overlap(self)
         old = self._snapshot()
         result = op(old, *[old if a is self else a for a in args], **kwargs)
         if name in RESHAPING:

@@ -46,6 +46,7 @@ from engine import (
     tensor_ops,
     tensor_selection,
     tensor_shaping,
+    views,
 )
 from engine.autograd import watch_of
 from engine.devices import Placement
@@ -253,6 +254,8 @@ def register_post_accumulate_grad_hook(self, hook: Any) -> RemovableHandle:
 def grad_fn(self) -> Any:
     """The node that computed this Variable (None for a leaf; one node for a Function's outputs)."""
     node = self._node
+    if node is not None and node.name == "NoGradView":  # (engine.views.stale)
+        raise RuntimeError(views.STALE)
     return node if node is None else node.owner or node
 
 
@@ -377,13 +380,6 @@ def zero_(self: V) -> V:
     return self.fill_(0)
 
 
-def fill_(self: V, value: Operand) -> V:
-    # the rules of __setitem__: a leaf that requires grad refuses under grad mode, and a
-    # Variable in a graph records the fill (its gradient is zero), as PyTorch does
-    self[...] = value
-    return self
-
-
 SHARED = {
     f.__name__: f
     for f in (
@@ -407,7 +403,6 @@ SHARED = {
         __format__,
         __repr__,
         zero_,
-        fill_,
         _is_view,
     )
 }
@@ -422,8 +417,21 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
 
     def __setitem__(self, key, value):
         """In-place assignment, recorded as a `setitem` node when grad mode needs it."""
+        if views.check_overlap(self, key) and key is not Ellipsis:
+            self, key = self[key], ...  # (as PyTorch's `self[key].copy_(value)`: its elements alone rebased)
+        assign(self, key, value)
+
+    def fill_(self: V, value: Operand) -> V:
+        # the rules of __setitem__ (PyTorch's fill_ of a number also writes an expanded view)
+        if isinstance(value, variable):
+            views.check_overlap(self)
+        assign(self, ..., value)
+        return self
+
+    def assign(self, key, value):
         if is_enabled():
             if self._node is None and self.requires_grad:
+                views.check_unrecorded(self)  # (a view made in no_grad mode)
                 raise RuntimeError(LEAF_INPLACE)
             if self.requires_grad or (isinstance(value, variable) and value.requires_grad):
                 self._assign_recorded(setitem(self._snapshot(), value, key), side.run)
@@ -453,6 +461,7 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
     minimum = extreme("min", functions["amin"], functions["argmin"], functions["minimum"])
     return {
         "__setitem__": __setitem__,
+        "fill_": fill_,
         "__getitem__": functions["getitem"],
         "backward": backward,
         "numpy": numpy,

@@ -19,6 +19,7 @@ METHOD_OPS: dict[str, str] = {
     "argmax": "argmax",
     "argmin": "argmin",
     "argsort": "argsort",
+    "as_strided": "as_strided",
     "asin": "asin",
     "atan": "atan",
     "atan2": "atan2",
@@ -139,6 +140,13 @@ class SurfaceMethods:
 
         the indices that sort x along dim (ties keep their order; no gradient)"""
         return self._ops.argsort(self, *args, **kwargs)
+
+    def as_strided(self, *args: Any, **kwargs: Any) -> Any:
+        """as_strided(self, size: Sequence[int], stride: Sequence[int], storage_offset: int = 0) -> Self
+        as_strided(self, *size: int, stride: Sequence[int], storage_offset: int = 0) -> Self
+
+        a view of x's elements (row-major, as its storage) with these sizes and strides"""
+        return self._ops.as_strided(self, *args, **kwargs)
 
     def asin(self, *args: Any, **kwargs: Any) -> Any:
         """asin(self) -> Self

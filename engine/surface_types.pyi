@@ -243,6 +243,14 @@ class VariableSurface:
     def argsort(self, dim: builtins.int = -1, descending: builtins.bool = False, stable: builtins.bool = False) -> Self:
         """the indices that sort x along dim (ties keep their order; no gradient)"""
     def argwhere(self) -> Self: ...
+    @overload
+    def as_strided(
+        self, size: Sequence[builtins.int], stride: Sequence[builtins.int], storage_offset: builtins.int = 0
+    ) -> Self: ...
+    @overload
+    def as_strided(
+        self, *size: builtins.int, stride: Sequence[builtins.int], storage_offset: builtins.int = 0
+    ) -> Self: ...
     def asin(self) -> Self:
         """arcsine (NaN outside [-1, 1])"""
     def asin_(self) -> Self:

@@ -111,10 +111,7 @@ def functions(ops, make) -> dict:
         d1, d2 = _dim(input, dim1), _dim(input, dim2)
         if d1 == d2:
             raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
-        rows, cols = max(-offset, 0), max(offset, 0)
-        steps = numpy.arange(max(min(input.shape[d1] - rows, input.shape[d2] - cols), 0))
-        moved = permute(input, tuple(d for d in range(input.ndim) if d not in (d1, d2)) + (d1, d2))
-        return moved[..., steps + rows, steps + cols]
+        return ops["diagonal"](input, offset=offset, dim1=d1, dim2=d2)
 
     def diag_embed(input: VariableSurface, offset: int = 0, dim1: int = -2, dim2: int = -1) -> VariableSurface:
         """Square matrices (in dims `dim1`, `dim2` of the result) with the last dimension on their diagonal."""
@@ -137,7 +134,7 @@ def functions(ops, make) -> dict:
             return diag_embed(input, diagonal)
         if input.ndim != 2:
             raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {input.ndim}D")
-        return _diagonal(input, diagonal)
+        return ops["clone"](_diagonal(input, diagonal))  # (PyTorch's is a copy)
 
     _diagonal = diagonal
 

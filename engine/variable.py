@@ -137,8 +137,8 @@ class Variable(VariableSurface):
         self._requires_grad = flag
 
     def detach(self) -> Variable:
-        """A new leaf sharing this Variable's data, cut from the graph."""
-        return Variable._result(self._data, None)
+        """A new leaf sharing this Variable's data and version counter, cut from the graph."""
+        return views.alias(self, Variable._result(self._data, None))
 
     def detach_(self) -> Variable:
         self._node = None

@@ -15,6 +15,7 @@ together (`bump`), so a graph that saved a view refuses a backward after its bas
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ import numpy
 
 from engine import backend
 from engine.grad_mode import state as grad_state
+from engine.indexing import from_key, to_key
 
 VIEW_OF_LEAF = "a view of a leaf Variable that requires grad is being used in an in-place operation."
 MULTIPLE = (
@@ -31,13 +33,19 @@ MULTIPLE = (
     "that returns multiple views. Such functions do not allow the output views to be modified inplace. You should "
     "replace the inplace operation by an out-of-place one."
 )
+OVERLAP = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
+    "Please clone() the tensor before performing the operation."
+)
 NO_GRAD = (
     "A view was created in no_grad mode and is being modified inplace with grad mode enabled. Given that this use "
     "case is ambiguous and error-prone, it is forbidden. You can clarify your code by moving both the view and the "
     "inplace either both inside the no_grad block (if you don't want the inplace to be tracked) or both outside "
     "(if you want the inplace to be tracked)."
 )
+STALE = NO_GRAD.replace("is being", "its base or another view of its base has been")  # (then used)
 COPY_SLICES: list = []  # the `copy_slices` op (`engine.ops.indexing` declares it)
+CLASSES: dict = {}  # "Variable" and "NoGradView" (`stale`'s nodes), given by `engine.ops.indexing` (no import cycle)
 KNOWN: dict = {}  # id(Variable) -> its View (a view) or [its own weak reference, its views'...] (a base of views)
 
 
@@ -85,6 +93,9 @@ def track(op):
         out, x = result._data.base, inputs[0]._data
         if out is not None and (out is x or out is x.base):
             note(inputs[0], result, (op, inputs[1:], attrs), grad_state.enabled)
+            result._requires_grad = inputs[0]._requires_grad  # (made in no_grad mode: PyTorch's is a leaf)
+            if type(x) is numpy.ndarray and x.flags.writeable:
+                result._data.flags.writeable = True  # (NumPy's diagonal and expand are read-only, PyTorch's not)
         return result
 
     op.untracked = call
@@ -153,15 +164,38 @@ def live(v) -> list:
     if info is None:
         return []
     family = KNOWN[id(info.base)] if type(info) is View else info
-    family[1:] = [ref for ref in family[1:] if ref() is not None]
+    family[:] = [ref for ref in family if ref() is not None]  # (a detached one may outlive the root)
     return [ref() for ref in family] if len(family) > 1 else []
 
 
+def alias(source, result):
+    """`result`, `source.detach()`, shares its memory and version counter (PyTorch's), a member of its family
+    that is no view (its own views are its)."""
+    info = KNOWN.get(id(source))
+    family = KNOWN.get(id(info.base)) if type(info) is View else info
+    if family is None:
+        family = KNOWN[id(source)] = [_ref(source)]
+    result._version, KNOWN[id(result)] = source._version, family
+    family.append(_ref(result))
+    return result
+
+
 def bump(members):
-    """Move the shared version counter of a family on by one."""
+    """Move the shared version counter of a family on by one; a view made in no_grad mode that requires grad
+    then refuses to be used in grad mode (`stale`)."""
     version = members[0]._version + 1
     for v in members:
         v._version = version
+        info = KNOWN[id(v)]
+        if type(info) is View and not info.grad_mode and v._requires_grad:
+            v._node = stale(v)
+
+
+def stale(v):
+    """A node for view `v` whose family changed: its backward raises PyTorch's error (and its grad_fn read)."""
+    node = CLASSES["NoGradView"]()
+    node.edges, node.saved, node.retained, node.seq = (v,), (v,), None, node.next()
+    return node
 
 
 def assign_recorded(v, result) -> bool:
@@ -170,7 +204,8 @@ def assign_recorded(v, result) -> bool:
     members = live(v)
     if not members:
         return False
-    info, root = KNOWN[id(v)], members[0]
+    info = KNOWN[id(v)]
+    root = info.base if type(info) is View else v
     if type(info) is View:
         check_rebase(info, root._node is None and root._requires_grad)
         old = type(root)._result(root._data, root._node)
@@ -186,9 +221,9 @@ def assign_recorded(v, result) -> bool:
         v._data[...] = result._data
         v._node, v._requires_grad = result._node, True
     bump(members)
-    for view in members[1:]:
+    for view in members:
         info = KNOWN[id(view)]
-        if info.grad_mode:
+        if type(info) is View and info.base is root and info.grad_mode:
             view._node, view._requires_grad = replay(root, info.steps)._node, True
     return True
 
@@ -199,6 +234,24 @@ def check_unrecorded(v):
     info = view_of(v)
     if info is not None and not info.grad_mode and grad_state.enabled and info.base._requires_grad:
         raise RuntimeError(NO_GRAD)
+
+
+def check_overlap(v, key=Ellipsis) -> bool:
+    """PyTorch's refusal to write `v[key]` where elements share a memory location (an expand's view), after its
+    autograd errors; True when `v` is an expand's view (`v[key]` is then written as a view of its own)."""
+    info = view_of(v)
+    if info is None or all(op.name not in ("expand", "as_strided") for op, _, _ in info.steps):
+        return False
+    if grad_state.enabled and info.base.requires_grad:
+        check_rebase(info, info.base.grad_fn is None)
+    spec, arrays = from_key(key, lambda a: a)
+    at = positions(
+        CLASSES["Variable"]._leaf(numpy.arange(math.prod(info.base.shape)).reshape(info.base.shape)), info.steps
+    )
+    at = at[to_key(spec, ())] if not arrays else at[:0]  # (with index arrays PyTorch warns, and writes)
+    if any(n > 1 and not numpy.diff(at, axis=d).any() for d, n in enumerate(at.shape)):  # a stride 0: torch's rule
+        raise RuntimeError(OVERLAP)
+    return not arrays
 
 
 def check_rebase(info, leaf):

@@ -33,7 +33,29 @@ VIEWS = {
     "none": lambda y: y[..., None],
     "view of view": lambda y: y[1:3].view(4, 2)[::2],
     "t of view": lambda y: y.view(4, 3).t()[1],
+    "diagonal": lambda y: y.diagonal(),
+    "diagonal of t": lambda y: y.t().diagonal(-1),
+    "diagonal of view": lambda y: y.view(2, 3, 2).diagonal(1, 2, 0)[1],
+    "expand": lambda y: y.expand(2, 3, 4)[1],
+    "expand_as": lambda y: y[1:2].expand_as(y[1:2]),
+    "as_strided": lambda y: y.as_strided((2, 3), (4, 1), 1),
+    "as_strided of view": lambda y: y.view(12)[2:].as_strided((2, 2), (1, 3)),
 }
+# in-place ops on a view that repeats its base's elements (an expand's): torch refuses (OVERLAP) or writes (fill_
+# and zero_: then torch's backward through CopySlices raises OVERLAP, the engine's gives the gradients)
+OVERLAPPING = {
+    "mul_": lambda e, w: e.mul_(2),
+    "iadd": lambda e, w: e.__iadd__(w),
+    "copy_": lambda e, w: e.copy_(w * 2),
+    "setitem rows": lambda e, w: e.__setitem__(slice(0, 2), 1.0),
+    "setitem column": lambda e, w: e.__setitem__((slice(None), 0), w[0]),
+    "fill_ tensor": lambda e, w: e.fill_(w[1]),
+    "fill_": lambda e, w: e.fill_(2.0),
+    "zero_": lambda e, w: e.zero_(),
+    "setitem row": lambda e, w: e.__setitem__(1, w * w),
+    "row mul_": lambda e, w: e[2].mul_(w),
+}
+OVERLAP = "more than one element of the written-to tensor refers to a single memory location"
 INPLACE = {
     "mul_": lambda v, c: v.mul_(c[0]),
     "exp_": lambda v, c: v.exp_(),
@@ -99,3 +121,37 @@ def saved_view_refuses(m, x):
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         z.sum().backward()
     return v, y
+
+
+def overlapping(m, write):
+    """`write` on `y.expand(3, 4)` (y of shape (1, 4), `x * 1`), then a backward: values and gradients."""
+    x = m.tensor(X[:4].copy().reshape(1, 4), requires_grad=True)
+    w = m.tensor(C.copy().repeat(2), requires_grad=True)
+    y = x * 1
+    e = y.expand(3, 4)
+    OVERLAPPING[write](e, w)
+    (e * m.tensor(W)).sum().backward()
+    zero = np.zeros(4)
+    return y.detach().numpy(), e.detach().numpy(), x.grad.numpy(), zero if w.grad is None else w.grad.numpy()
+
+
+def detached(m):
+    """`detach()` shares its source's version counter (PyTorch's): a graph that saved the source refuses a
+    backward after an in-place change of the detached one, and the other way round; -> the versions."""
+    x = m.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    y = x * 1
+    z = y * y
+    d = y.detach()
+    v = d[1:3]
+    d.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+    z = x * x
+    x.detach()[0] = 5.0
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+    w = d * x
+    y.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        w.sum().backward()
+    return y._version, d._version, v._version, x._version, d._base, d._is_view(), v._base is d

@@ -10,6 +10,7 @@ import numpy
 
 from engine import costs, indexing, shapes, views
 from engine.attrs import Attr
+from engine.node import Node, next_seq
 from engine.registry import OPS, Sample, coerce, defop
 from engine.variable import Variable, as_array
 
@@ -233,3 +234,16 @@ defop(
     doc="a copy of base with the elements at flat `positions` replaced by value (a view's in-place change)",
 )
 views.COPY_SLICES.append(OPS["copy_slices"])
+
+
+class NoGradView(Node):
+    """A view made in no_grad mode whose family changed in place (`engine.views.stale`): its backward refuses."""
+
+    __slots__ = ()
+    next = next_seq
+
+    def vjp(self, grad, needs):
+        raise RuntimeError(views.STALE)
+
+
+views.CLASSES.update(Variable=Variable, NoGradView=NoGradView)

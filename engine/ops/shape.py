@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy
 
 from engine import shapes, views
@@ -10,7 +12,7 @@ from engine.grad_mode import state as grad_state
 from engine.node import FORWARD
 from engine.ops.indexing import take
 from engine.promotion import promoted
-from engine.recording import derived
+from engine.recording import derived, note_constant
 from engine.registry import Sample, defop, trusted
 
 
@@ -52,6 +54,7 @@ expand = defop(
     lambda g, ans, x, shape: trusted.sum_to(g, shape=x.shape),
     attrs={"shape": Attr("shape")},
     saves=False,
+    view=True,
     samples=(Sample(((3, 1),), {"shape": (2, 3, 4)}), Sample(((4,),), {"shape": (3, -1)})),
     infer=shapes.expand,
     doc="broadcast x to a larger shape (-1 keeps a size)",
@@ -88,6 +91,85 @@ permute = defop(
     samples=(Sample(((2, 3, 4),), {"dims": (2, 0, 1)}),),
     infer=shapes.permute,
     doc="reorder dimensions",
+)
+
+
+def _diagonal_dims(shape, offset, dim1, dim2):
+    """(the other dims, then dim1 and dim2; the diagonal's length): its layout in `shape`."""
+    d1, d2 = dim1 % len(shape), dim2 % len(shape)
+    size = max(min(shape[d1] + min(offset, 0), shape[d2] - max(offset, 0)), 0)
+    return (*(d for d in range(len(shape)) if d not in (d1, d2)), d1, d2), size
+
+
+def _diagonal_vjp(g, ans, x, offset, dim1, dim2):
+    order, size = _diagonal_dims(x.shape, offset, dim1, dim2)
+    steps, every = numpy.arange(size), {"slice": [None, None, None]}
+    at = [steps - min(offset, 0), steps + max(offset, 0)]
+    for array in at:
+        note_constant(array)  # (the same whatever the inputs' values: a recorded plan's constant)
+    index = (every,) * (x.ndim - 2) + ({"tensor": 0}, {"tensor": 1})
+    spread = trusted.index_add(g, *at, index=index, shape=tuple(x.shape[d] for d in order))
+    return trusted.permute(spread, dims=_inverse(order))
+
+
+def _diagonal_infer(s, d, attrs):
+    order, size = _diagonal_dims(s[0], attrs["offset"], attrs["dim1"], attrs["dim2"])
+    return (*(s[0][i] for i in order[:-2]), size), d[0]
+
+
+diagonal = defop(
+    "diagonal",
+    lambda xp, x, offset, dim1, dim2: xp.diagonal(x, offset, dim1, dim2),
+    _diagonal_vjp,
+    attrs={"offset": Attr("int", 0), "dim1": Attr("int", 0), "dim2": Attr("int", 1)},
+    saves=False,
+    view=True,
+    methods=(),
+    samples=(Sample(((3, 4),), {"offset": 1}), Sample(((2, 4, 3),), {"offset": -1, "dim1": 2, "dim2": 0})),
+    infer=_diagonal_infer,
+    doc="the diagonal of dims dim1 and dim2 (above it for offset > 0) as a last dim, a view",
+)
+
+
+def _strided_at(size, stride, offset):
+    """The flat positions `as_strided(size, stride, offset)` reads, as an array of shape `size`."""
+    where = numpy.arange(offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if all(size) else offset + 1)
+    return numpy.lib.stride_tricks.as_strided(where[offset:], size, [s * where.itemsize for s in stride]).copy()
+
+
+def _as_strided(xp, x, size, stride, storage_offset):
+    """x's elements in row-major order as its storage (the engine's `stride()`): a view where x is contiguous."""
+    if any(s < 0 for s in stride):
+        raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, got strides: {list(stride)}")
+    need = storage_offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if all(size) else 0
+    if need > x.size:
+        raise RuntimeError(
+            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {storage_offset}, and itemsize "
+            f"{x.itemsize} requiring a storage size of {need * x.itemsize} are out of bounds for storage of size "
+            f"{x.size * x.itemsize}"
+        )
+    if xp is not numpy or not x.flags.c_contiguous:
+        return x.reshape(-1)[xp.asarray(_strided_at(size, stride, storage_offset))]
+    return numpy.ndarray(size, x.dtype, x, storage_offset * x.itemsize, [s * x.itemsize for s in stride])
+
+
+def _as_strided_vjp(g, ans, x, size, stride, storage_offset):
+    at = _strided_at(size, stride, storage_offset)
+    note_constant(at)
+    spread = trusted.index_add(g, at, index=({"tensor": 0},), shape=(math.prod(x.shape),))
+    return trusted.reshape(spread, shape=x.shape)
+
+
+as_strided = defop(
+    "as_strided",
+    _as_strided,
+    _as_strided_vjp,
+    attrs={"size": Attr("shape"), "stride": Attr("ints"), "storage_offset": Attr("int", 0)},
+    saves=False,
+    view=True,
+    samples=(Sample(((3, 4),), {"size": (2, 2), "stride": (1, 2), "storage_offset": 1}),),
+    infer=lambda s, d, attrs: (tuple(attrs["size"]), d[0]),
+    doc="a view of x's elements (row-major, as its storage) with these sizes and strides",
 )
 
 

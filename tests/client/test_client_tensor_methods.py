@@ -356,7 +356,7 @@ NOT_PROVIDED = {
     "q_scale q_zero_point qscheme is_quantized",
     "other devices and backends": "ipu mtia xpu is_ipu is_maia is_meta is_mkldnn is_mps is_mtia is_vulkan is_xla "
     "is_xpu to_mkldnn record_stream",
-    "storage, strides and shared memory (no views)": "as_strided as_strided_ as_strided_scatter storage "
+    "storage, strides and shared memory": "as_strided_ as_strided_scatter storage "
     "storage_type untyped_storage set_ is_set_to share_memory_ is_shared resize resize_ resize_as resize_as_ "
     "const_data_ptr dim_order new_empty_strided nonzero_static narrow_copy unsafe_chunk unsafe_split "
     "unsafe_split_with_sizes slice_inverse",
