@@ -48,7 +48,7 @@ def written_through(v, setitem) -> None:
     members = live(v)
     if not members:
         return
-    root, info = members[0], view_of(v)
+    root, info, version = members[0], view_of(v), v._version  # (the family's, moved on once by the assignment)
     if info is not None:
         flat = variable_of(numpy.arange(math.prod(root.shape)).reshape(root.shape))
         root._assign_own(numpy.unravel_index(positions(flat, info.steps), root.shape), v, setitem)
@@ -65,8 +65,8 @@ def written_through(v, setitem) -> None:
                 view._stand_for(replayed)
             else:
                 view._data, view._value, view._shared = replayed._data, None, False
-    for member in members:
-        member._version = v._version
+    for member in members:  # (writing the root moved them on again: one assignment, one version)
+        member._version = version
 
 
 def bump(v):
