@@ -87,7 +87,11 @@ class Step:
 
 
 INDEXING_OPS = ("getitem", "setitem", "index_add")
-NOTED_OPS = frozenset({"input", "grad"})  # the steps parse notes: the plan's inputs, and whether it has grad nodes
+# the ops whose steps parse notes (`Plan.noted`): inputs, grad and function nodes, what may make a shape dynamic
+NOTED_OPS = frozenset({"input", "grad", "function", *INDEXING_OPS, *SUBGRAPH_OPS})
+
+
+DYNAMIC_SEEDS = frozenset({*INDEXING_OPS, *SUBGRAPH_OPS})  # the ops whose steps may start a dynamic shape
 
 
 def mark_dynamic(steps, scope):
@@ -128,6 +132,7 @@ class Plan:
     grad_inputs: frozenset = frozenset()  # inputs that grad nodes differentiate with respect to
     has_grad_nodes: bool = False  # then every run records (the grad nodes differentiate it)
     jvps: frozenset = frozenset()  # the jvp nodes (each expanded into steps: see wire.jvp_node)
+    noted: frozenset = NOTED_OPS  # the ops of NOTED_OPS that its steps have (all of them: not noted)
     checked: Signatures = field(default_factory=Signatures)  # input signature -> Shapes (see check_request_inputs)
     input_names: frozenset = field(init=False)
     drops: list = field(init=False)  # liveness: per step, the values to drop after it (see liveness)
@@ -171,7 +176,7 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
             f"the graph has more than the limit of {max_nodes} nodes", field="graph.nodes", kind="too_large"
         )
     steps, depth, seen = [], {}, {}
-    inputs, requires, jvps, has_grad = [], set(), set(), False
+    inputs, requires, jvps, noted = [], set(), set(), set()
     attrs_memo: dict = {}
     deep = 4 * len(nodes) > max_depth  # (a node is at most 4 steps, a jvp's: a depth past the limit needs more)
     for index, node in enumerate(nodes):
@@ -200,13 +205,11 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
             seen[step.id] = step.id
             steps.append(step)
             if step.op in NOTED_OPS:
-                if step.op == "grad":
-                    has_grad = True
-                elif step.requires_grad:
+                noted.add(step.op)
+                if step.op == "input":
                     inputs.append(step.id)
-                    requires.add(step.id)
-                else:
-                    inputs.append(step.id)
+                    if step.requires_grad:
+                        requires.add(step.id)
     outputs = graph.get("outputs")
     if not isinstance(outputs, list) or not outputs:
         _fail("'graph.outputs' must be a non-empty list of node ids", field="graph.outputs")
@@ -221,10 +224,20 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
             _fail("outputs must be node ids", field="graph.outputs")
     if _scope == "graph" and len(set(outputs)) != len(outputs):
         _fail("'graph.outputs' names a node twice", field="graph.outputs")
-    mark_dynamic(steps, _scope)
-    graded = _scope == "graph" and has_grad  # (a graph without grad nodes has no grad inputs)
+    if not noted.isdisjoint(DYNAMIC_SEEDS):  # (else no step is dynamic)
+        mark_dynamic(steps, _scope)
+    graded = _scope == "graph" and "grad" in noted  # (a graph without grad nodes has no grad inputs)
     grad_inputs = grad_node.plan_grad_steps(steps, requires, minor, jvps) if graded else frozenset()
-    return Plan(steps, tuple(outputs), tuple(inputs), frozenset(requires), grad_inputs, has_grad, frozenset(jvps))
+    return Plan(
+        steps,
+        tuple(outputs),
+        tuple(inputs),
+        frozenset(requires),
+        grad_inputs,
+        "grad" in noted,
+        frozenset(jvps),
+        frozenset(noted),
+    )
 
 
 def _unknown_input(node_id, raw_inputs, seen):
