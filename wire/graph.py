@@ -119,7 +119,7 @@ def liveness(steps, keep) -> list:
     for index, step in enumerate(steps):
         if step.op != "input" and step.id not in keep:
             at = last.get(step.id, index)
-            drops[at] = (*drops[at], step.id)
+            drops[at] += (step.id,)
     return drops
 
 
@@ -133,14 +133,13 @@ class Plan:
     has_grad_nodes: bool = False  # then every run records (the grad nodes differentiate it)
     jvps: frozenset = frozenset()  # the jvp nodes (each expanded into steps: see wire.jvp_node)
     noted: frozenset = NOTED_OPS  # the ops of NOTED_OPS that its steps have (all of them: not noted)
+    residents: dict = field(default_factory=dict)  # input id -> the handle of the resident array it reads
     checked: Signatures = field(default_factory=Signatures)  # input signature -> Shapes (see check_request_inputs)
     input_names: frozenset = field(init=False)
     drops: list = field(init=False)  # liveness: per step, the values to drop after it (see liveness)
-    residents: dict = field(init=False)  # input id -> the handle of the resident array it reads
 
     def __post_init__(self):
         self.input_names = frozenset(self.inputs)
-        self.residents = {s.id: s.resident for s in self.steps if s.op == "input" and s.resident is not None}
         self.drops = liveness(self.steps, set(self.outputs))
 
     def count_steps(self) -> int:
@@ -176,7 +175,7 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
             f"the graph has more than the limit of {max_nodes} nodes", field="graph.nodes", kind="too_large"
         )
     steps, depth, seen = [], {}, {}
-    inputs, requires, jvps, noted = [], set(), set(), set()
+    inputs, requires, jvps, noted, residents = [], set(), set(), set(), {}
     attrs_memo: dict = {}
     deep = 4 * len(nodes) > max_depth  # (a node is at most 4 steps, a jvp's: a depth past the limit needs more)
     for index, node in enumerate(nodes):
@@ -210,6 +209,8 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
                     inputs.append(step.id)
                     if step.requires_grad:
                         requires.add(step.id)
+                    if step.resident is not None:
+                        residents[step.id] = step.resident
     outputs = graph.get("outputs")
     if not isinstance(outputs, list) or not outputs:
         _fail("'graph.outputs' must be a non-empty list of node ids", field="graph.outputs")
@@ -237,6 +238,7 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
         "grad" in noted,
         frozenset(jvps),
         frozenset(noted),
+        residents,
     )
 
 
