@@ -134,6 +134,7 @@ class Plan:
     jvps: frozenset = frozenset()  # the jvp nodes (each expanded into steps: see wire.jvp_node)
     noted: frozenset = NOTED_OPS  # the ops of NOTED_OPS that its steps have (all of them: not noted)
     residents: dict = field(default_factory=dict)  # input id -> the handle of the resident array it reads
+    input_steps: tuple = ()  # the steps of `inputs`
     checked: Signatures = field(default_factory=Signatures)  # input signature -> Shapes (see check_request_inputs)
     input_names: frozenset = field(init=False)
     drops: list = field(init=False)  # liveness: per step, the values to drop after it (see liveness)
@@ -206,7 +207,7 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
             if step.op in NOTED_OPS:
                 noted.add(step.op)
                 if step.op == "input":
-                    inputs.append(step.id)
+                    inputs.append(step)
                     if step.requires_grad:
                         requires.add(step.id)
                     if step.resident is not None:
@@ -232,13 +233,14 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
     return Plan(
         steps,
         tuple(outputs),
-        tuple(inputs),
+        tuple(s.id for s in inputs),
         frozenset(requires),
         grad_inputs,
         "grad" in noted,
         frozenset(jvps),
         frozenset(noted),
         residents,
+        tuple(inputs),
     )
 
 

@@ -325,9 +325,7 @@ def _check_names(plan: Plan, arrays: dict):
 
 
 def _check_declared(plan: Plan, arrays: dict):
-    for step in plan.steps:
-        if step.op != "input":
-            continue
+    for step in plan.input_steps:
         array = arrays[step.id]
         if step.shape is not None and tuple(array.shape) != step.shape:
             raise GraphError(
