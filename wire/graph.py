@@ -289,7 +289,7 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget, attrs_me
             and node_id.__class__ is str
             and raw_inputs.__class__ is list
             and attrs.__class__ is dict
-            and (attrs is EMPTY or len(node) == 4)
+            and (attrs is not EMPTY or len(node) == 3)
             and node_id
             and node_id not in seen
         ):
