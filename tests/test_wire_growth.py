@@ -198,3 +198,42 @@ def test_an_interpreted_program_is_charged_what_it_holds():
     outputs, grads = program.interpret(request.inputs, {})
     np.testing.assert_array_equal(grads["x"], expected.grads["x"])
     np.testing.assert_array_equal(outputs["loss"], expected.outputs["loss"])
+
+
+def test_a_node_of_a_kind_parsed_before_is_checked_as_the_first_of_its_kind():
+    """parse finds an op node of a checked kind (op, arity, attrs) at once: a node that differs from one in
+    any field is refused as it would be on its own, with the same message and field."""
+    import pytest
+
+    from wire.errors import GraphError
+
+    good = {"id": "n", "op": "mul", "inputs": ["x", "a"]}
+    bad = [
+        {**good, "requires_grad": True},
+        {**good, "shape": [2, 2]},
+        {**good, "extra": 1},
+        {**good, "attrs": None},
+        {**good, "attrs": [1]},
+        {**good, "id": ""},
+        {**good, "id": 5},
+        {**good, "id": "x"},
+        {**good, "op": 5},
+        {**good, "inputs": "x"},
+        {**good, "inputs": ["x", "nope"]},
+        {**good, "inputs": ["x", 5]},
+        {**good, "inputs": ["x", ["a"]]},
+        {**good, "inputs": ["x", None]},
+        {**good, "inputs": ["x", "a", "b"]},
+    ]
+
+    def refusal(nodes):
+        graph = {"version": 1, "nodes": [*_chain(0)["nodes"][:3], *nodes], "outputs": ["x"]}
+        with pytest.raises(GraphError) as info:
+            parse(graph)
+        return str(info.value), info.value.field, info.value.node
+
+    for node in bad:  # after a node of another kind, then of its own kind
+        alone = refusal([{"id": "m", "op": "add", "inputs": ["x", "a"]}, node])
+        assert refusal([{**good, "id": "m"}, node]) == alone, node
+    plan = parse({"version": 1, "nodes": [*_chain(0)["nodes"][:3], {**good, "id": "m"}, good], "outputs": ["n"]})
+    assert [s.op for s in plan.steps[3:]] == ["mul", "mul"] and plan.steps[4].inputs == ("x", "a")

@@ -47,12 +47,12 @@ class Cost:
 
 @dataclass
 class Kinds:
-    """A plan's op steps by kind, as inference found them (`wire.infer.infer`): per step its kind's
-    key, in `steps`, and each kind's first step, in `first`. `whole` is False when some step is not
-    of a kind (a rule refused bounds): then no `upper` bound, nor with grad or function nodes."""
+    """A plan's op steps by kind, as inference found them (`wire.infer.infer`): per kind, in `found`,
+    [its meta and whether that is a bound, its first step, how many steps are of it]. `whole` is False
+    when some step is not of a kind (a rule refused bounds): then no `upper` bound, nor with grad or
+    function nodes."""
 
-    steps: list = field(default_factory=list)
-    first: dict = field(default_factory=dict)
+    found: list = field(default_factory=list)
     whole: bool = True
 
 
@@ -66,19 +66,25 @@ def upper_costs(plan: Priced, bounds: dict, kinds: Kinds) -> dict:
     if not kinds.whole or plan.record:
         return {}
     ops, work, node_work, kept, transient, back_peak = _OpCosts(), 0, 0, 0, 0, 0
-    for ident, count in Counter(kinds.steps).items():
-        step_work, forward, step_kept, back, *_ = ops(kinds.first[ident], bounds)
+    for _, first, count in kinds.found:
+        step_work, forward, step_kept, back, *_ = ops(first, bounds)
         work += count * max(step_work, 0)
         node_work = max(node_work, step_work)
         kept += count * max(step_kept, 0)
         transient, back_peak = max(transient, forward), max(back_peak, back)
-    metas = list(bounds.values())
-    by_id = dict(zip(map(id, metas), metas))
-    total = sum(count * ops.nbytes(by_id[i]) for i, count in Counter(map(id, metas)).items())
+    total = sum(nodes * ops.nbytes(meta) for meta, nodes in held_metas(bounds))
     return {
         False: Cost(total + transient, None, work, None, node_work),
         True: Cost(total + kept + max(transient, total + back_peak), None, 3 * work, None, node_work),
     }
+
+
+def held_metas(bounds: dict) -> list:
+    """[(meta, how many nodes hold it)] of `bounds`, each distinct meta object once (inference shares one
+    meta per value kind: `wire.infer._rule`)."""
+    metas = list(bounds.values())
+    by_id = dict(zip(map(id, metas), metas))
+    return [(by_id[key], nodes) for key, nodes in Counter(map(id, metas)).items()]
 
 
 def _meta(meta):

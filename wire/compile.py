@@ -91,6 +91,8 @@ def _kept(plan, shapes) -> bool:
 
 def _unrecorded(plan, shapes) -> str | None:
     """Why `plan` is not recorded for inputs of `shapes` (None when it is)."""
+    if shapes.all_known and plan.noted.isdisjoint(UNCOMPILED):
+        return None
     for step in plan.steps:
         if step.op in UNCOMPILED:
             return UNCOMPILED[step.op]

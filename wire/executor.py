@@ -87,7 +87,7 @@ class Executor:
         if shapes is None:
             shapes = known_shapes(plan, request.inputs)
             if key is None and (shapes is None or backward not in shapes.costs):  # is planning it here cheap?
-                if len(plan.steps) > max_steps or any(step.subgraphs for step in plan.steps):
+                if len(plan.steps) > max_steps or "function" in plan.noted:
                     return None
             request.planned = (plan, shapes, key)
         return self._plan(request)

@@ -87,6 +87,11 @@ class Step:
 
 
 INDEXING_OPS = ("getitem", "setitem", "index_add")
+# the ops whose steps parse notes (`Plan.noted`): inputs, grad and function nodes, what may make a shape dynamic
+NOTED_OPS = frozenset({"input", "grad", "function", *INDEXING_OPS, *SUBGRAPH_OPS})
+
+
+DYNAMIC_SEEDS = frozenset({*INDEXING_OPS, *SUBGRAPH_OPS})  # the ops whose steps may start a dynamic shape
 
 
 def mark_dynamic(steps, scope):
@@ -114,7 +119,7 @@ def liveness(steps, keep) -> list:
     for index, step in enumerate(steps):
         if step.op != "input" and step.id not in keep:
             at = last.get(step.id, index)
-            drops[at] = (*drops[at], step.id)
+            drops[at] += (step.id,)
     return drops
 
 
@@ -124,18 +129,18 @@ class Plan:
     outputs: tuple
     inputs: tuple
     requires_grad: frozenset
-    depth: int
     grad_inputs: frozenset = frozenset()  # inputs that grad nodes differentiate with respect to
     has_grad_nodes: bool = False  # then every run records (the grad nodes differentiate it)
     jvps: frozenset = frozenset()  # the jvp nodes (each expanded into steps: see wire.jvp_node)
+    noted: frozenset = NOTED_OPS  # the ops of NOTED_OPS that its steps have (all of them: not noted)
+    residents: dict = field(default_factory=dict)  # input id -> the handle of the resident array it reads
+    input_steps: tuple = ()  # the steps of `inputs`
     checked: Signatures = field(default_factory=Signatures)  # input signature -> Shapes (see check_request_inputs)
     input_names: frozenset = field(init=False)
     drops: list = field(init=False)  # liveness: per step, the values to drop after it (see liveness)
-    residents: dict = field(init=False)  # input id -> the handle of the resident array it reads
 
     def __post_init__(self):
         self.input_names = frozenset(self.inputs)
-        self.residents = {s.id: s.resident for s in self.steps if s.op == "input" and s.resident is not None}
         self.drops = liveness(self.steps, set(self.outputs))
 
     def count_steps(self) -> int:
@@ -171,8 +176,9 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
             f"the graph has more than the limit of {max_nodes} nodes", field="graph.nodes", kind="too_large"
         )
     steps, depth, seen = [], {}, {}
-    inputs, requires, jvps = [], set(), set()
+    inputs, requires, jvps, noted, residents = [], set(), set(), set(), {}
     attrs_memo: dict = {}
+    deep = 4 * len(nodes) > max_depth  # (a node is at most 4 steps, a jvp's: a depth past the limit needs more)
     for index, node in enumerate(nodes):
         parsed = _parse_node(node, index, seen, _scope, max_nodes, max_depth, budget, attrs_memo)
         expanded = parsed.__class__ is list  # a jvp node, expanded into the steps it stands for
@@ -183,24 +189,29 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
         for step in parsed:
             if expanded and step.id in seen:
                 _fail(f"node {shown(step.id)} is defined twice (ids are single-assignment)", step.id, "id")
-            d = 0
-            for i in step.inputs:
-                if isinstance(i, str) and depth[i] > d:
-                    d = depth[i]
-            d += 1
-            if d > max_depth:
-                raise GraphError(
-                    f"node {shown(step.id)}: the graph is deeper than the limit of {max_depth}",
-                    node=step.id,
-                    kind="too_large",
-                )
-            depth[step.id] = d
+            if deep:
+                d = 0
+                for i in step.inputs:
+                    if isinstance(i, str) and depth[i] > d:
+                        d = depth[i]
+                d += 1
+                if d > max_depth:
+                    raise GraphError(
+                        f"node {shown(step.id)}: the graph is deeper than the limit of {max_depth}",
+                        node=step.id,
+                        kind="too_large",
+                    )
+                depth[step.id] = d
             seen[step.id] = step.id
             steps.append(step)
-            if step.op == "input":
-                inputs.append(step.id)
-                if step.requires_grad:
-                    requires.add(step.id)
+            if step.op in NOTED_OPS:
+                noted.add(step.op)
+                if step.op == "input":
+                    inputs.append(step)
+                    if step.requires_grad:
+                        requires.add(step.id)
+                    if step.resident is not None:
+                        residents[step.id] = step.resident
     outputs = graph.get("outputs")
     if not isinstance(outputs, list) or not outputs:
         _fail("'graph.outputs' must be a non-empty list of node ids", field="graph.outputs")
@@ -215,17 +226,21 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
             _fail("outputs must be node ids", field="graph.outputs")
     if _scope == "graph" and len(set(outputs)) != len(outputs):
         _fail("'graph.outputs' names a node twice", field="graph.outputs")
-    mark_dynamic(steps, _scope)
-    grad_inputs = grad_node.plan_grad_steps(steps, requires, minor, jvps) if _scope == "graph" else frozenset()
+    if not noted.isdisjoint(DYNAMIC_SEEDS):  # (else no step is dynamic)
+        mark_dynamic(steps, _scope)
+    graded = _scope == "graph" and "grad" in noted  # (a graph without grad nodes has no grad inputs)
+    grad_inputs = grad_node.plan_grad_steps(steps, requires, minor, jvps) if graded else frozenset()
     return Plan(
         steps,
         tuple(outputs),
-        tuple(inputs),
+        tuple(s.id for s in inputs),
         frozenset(requires),
-        max(depth.values()),
         grad_inputs,
-        any(s.op == "grad" for s in steps),
+        "grad" in noted,
         frozenset(jvps),
+        frozenset(noted),
+        residents,
+        tuple(inputs),
     )
 
 
@@ -264,7 +279,29 @@ def _minor_version(version) -> int:
 def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget, attrs_memo) -> Step | list:
     """A node's Step (a jvp node's: the list it expands into). `seen` maps the ids defined so far to
     themselves: a step's inputs are those very strings, not the request's copies of them.
-    `attrs_memo` shares the checked attrs of the plan's op nodes with equal (hashable) attrs."""
+    `attrs_memo` shares the checked attrs of the plan's op nodes with equal (hashable) attrs: (op,
+    arity, attrs) -> (the op's name, checked attrs)."""
+    if node.__class__ is dict:  # an op node of a kind checked before, with no field but these: its Step, found at once
+        node_id, op, raw_inputs = node.get("id"), node.get("op"), node.get("inputs")
+        attrs = node.get("attrs", EMPTY) if len(node) == 4 else EMPTY if len(node) == 3 else None
+        if (
+            op.__class__ is str
+            and node_id.__class__ is str
+            and raw_inputs.__class__ is list
+            and attrs.__class__ is dict
+            and (attrs is not EMPTY or len(node) == 3)
+            and node_id
+            and node_id not in seen
+        ):
+            try:
+                refs = tuple(map(seen.get, raw_inputs))
+                found = attrs_memo.get(
+                    (op, len(refs), *[(k, v.__class__, v) for k, v in attrs.items()]) if attrs else (op, len(refs))
+                )
+            except TypeError:  # an input or attribute that is not hashable: checked below
+                found = None
+            if found is not None and None not in refs:
+                return Step(node_id, found[0], refs, found[1])
     if not isinstance(node, dict):
         _fail(f"graph.nodes[{index}] must be an object", field=f"graph.nodes[{index}]")
     node_id = node.get("id")
@@ -302,6 +339,7 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget, attrs_me
             (op, len(raw_inputs), *[(k, v.__class__, v) for k, v in attrs.items()]) if attrs else (op, len(raw_inputs))
         )
         checked = attrs_memo.get(key)
+        checked = None if checked is None else checked[1]
     except TypeError:  # an unhashable value (a list): checked on its own
         key, checked = None, None
     if checked is None:
@@ -313,7 +351,7 @@ def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget, attrs_me
         if problem:
             _fail(f"node {shown(node_id)} ({op}) {problem}", node_id, "inputs")
         if key is not None:
-            checked = attrs_memo.setdefault(key, checked)
+            checked = attrs_memo.setdefault(key, (spec.name, checked))[1]
     return Step(node_id, spec.name, tuple(map(seen.__getitem__, raw_inputs)), checked)
 
 

@@ -9,7 +9,7 @@ import numpy
 
 from engine.api import OPS, Bounded, ShapeError, as_array, current_interrupt, shown
 from wire import grad_node
-from wire.budget import Kinds, Priced, price, priced, upper_costs
+from wire.budget import Kinds, Priced, held_metas, price, priced, upper_costs
 from wire.errors import GraphError
 from wire.graph import Plan, Programs, Signature
 
@@ -30,8 +30,7 @@ class Shapes:
     bounds: dict
     functions: dict
     total: int  # elements of all the values (bounds), function subgraphs' included
-    largest: int  # elements of the biggest of them
-    largest_node: str | None  # its node (a function node for a value inside one)
+    largest: int  # elements of the biggest of them (its node: `largest_node`)
     all_known: bool
     plan: Priced | None = field(default=None, compare=False, repr=False)  # what pricing reads of the plan
     programs: Programs = field(default_factory=Programs, compare=False, repr=False)  # compiled programs (wire.compile)
@@ -42,7 +41,7 @@ class Shapes:
     @classmethod
     def of(cls, known: dict, bounds: dict, functions: dict, plan: Plan | None = None, kinds=None) -> Shapes:
         """`kinds` (`wire.budget.Kinds`, from inference) gives the costs' upper bounds (`upper`)."""
-        total, largest, largest_node = _counts(bounds, functions)
+        total, largest = _counts(bounds, functions)
         plan = None if plan is None else priced(plan)
         return cls(
             known,
@@ -50,7 +49,6 @@ class Shapes:
             functions,
             total,
             largest,
-            largest_node,
             None not in known.values() and not functions,
             plan=plan,
             nbytes=SIGNATURE_NODE_BYTES * _nodes(bounds, functions),
@@ -63,6 +61,11 @@ class Shapes:
         if found is None:
             found = self.costs[backward] = price(self.plan, self, backward)
         return found
+
+    @property
+    def largest_node(self) -> str | None:
+        """The node of the biggest value (a function node for a value inside one): read by a refusal only."""
+        return _largest(self.bounds, self.functions)[1]
 
     @property
     def forward_cost(self):
@@ -97,7 +100,22 @@ class Subgraphs:
     backward_functions: dict
 
 
-def _counts(bounds, functions, owner=None):
+def _counts(bounds, functions) -> tuple:
+    """(elements of all the values, of the biggest): each distinct meta's counted once (inference shares
+    one meta per value kind, `_rule`), times the nodes that hold it."""
+    if functions:
+        largest, _, total = _largest(bounds, functions)
+        return total, largest
+    total, largest = 0, 0
+    for meta, nodes in held_metas(bounds):
+        count = math.prod(meta[0])
+        total += nodes * count
+        largest = max(largest, count)
+    return total, largest
+
+
+def _largest(bounds, functions, owner=None) -> tuple:
+    """(elements of the biggest value, its node, elements of all): node by node, subgraphs' included."""
     total, largest, largest_node = 0, 0, None
     for node_id, meta in bounds.items():
         count = math.prod(meta[0])
@@ -109,11 +127,11 @@ def _counts(bounds, functions, owner=None):
             (sub.forward_bounds, sub.forward_functions),
             (sub.backward_bounds, sub.backward_functions),
         ):
-            t, big, _ = _counts(sub_bounds, sub_functions, owner or node_id)
+            big, _, t = _largest(sub_bounds, sub_functions, owner or node_id)
             total += t
             if big > largest:
                 largest, largest_node = big, owner or node_id
-    return total, largest, largest_node
+    return largest, largest_node, total
 
 
 def _fallback_bound(step, bounds):
@@ -131,39 +149,26 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
     bounds = {} if bounds is None else bounds
     functions = {} if functions is None else functions
     memo: dict = {}  # a rule's key -> (meta, bounded): inferred once per distinct (op, input metas, attrs)
-    seen: dict = {}  # (op, id(attrs), *ids of input metas) -> the same (bounds and steps hold what the ids name)
+    seen: dict = {}  # (op, id(attrs), *ids of input metas) -> [the same, its first step, its steps] (bounds and
+    # steps hold what the ids name)
     check = current_interrupt()  # a compute thread's cancel check (wire.run.cancel_scope)
     for index, step in enumerate(steps):
         if check is not None and not index % CHECK_EVERY:
             check()
         op = step.op
-        if op in LEAVES:
-            bounds.setdefault(step.id, known.get(step.id))
-            continue
-        if op == "constant":
-            value = step.attrs["value"]
-            known[step.id] = bounds[step.id] = (
-                ((), value) if not hasattr(value, "shape") else (tuple(value.shape), value.dtype)
-            )
+        if op in UNRULED:
+            _infer_unruled(step, known, bounds, functions)
             continue
         exact = None not in map(known.get, step.inputs)  # (no generator's frame a step)
-        if op == "grad":
-            known[step.id] = bounds[step.id] = grad_node.infer(step, bounds)
-            continue
-        if op == "function":
-            known[step.id], bounds[step.id] = _infer_function(
-                step, [known.get(i) for i in step.inputs], [bounds[i] for i in step.inputs], functions
-            )
-            continue
-        metas = list(map(bounds.__getitem__, step.inputs))
         attrs = step.attrs
         # found first by the identity of the attrs and metas (parsing shares equal attrs, and this one
         # meta per distinct value kind: `_rule`), then by the key of this op's rule on these metas: a
         # dtype that is a lone constant's number keeps its type (2, 2.0 and True are equal keys, not
         # equal dtypes)
-        ident = (op, id(attrs), *map(id, metas))
-        found = seen.get(ident)
-        if found is None:
+        ident = (op, id(attrs), *map(id, map(bounds.__getitem__, step.inputs)))
+        kind = seen.get(ident)
+        if kind is None:
+            metas = list(map(bounds.__getitem__, step.inputs))
             key = (op, *[m if isinstance(m[1], numpy.dtype) else (*m, type(m[1])) for m in metas])
             if attrs:
                 key = (*key, *[(k, v.__class__, v) for k, v in attrs.items()])
@@ -171,29 +176,50 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
                 found = memo.get(key)
             except TypeError:  # an unhashable attribute (a list, an array): inferred each time
                 key, found = None, None
-        if found is None:
-            try:
-                found = _rule(op, metas, attrs)
-            except (ShapeError, ValueError, TypeError, IndexError, RuntimeError) as err:  # (PyTorch refuses dtypes)
-                if not exact:
-                    known[step.id], bounds[step.id] = None, _fallback_bound(step, bounds)
-                    if kinds is not None:  # (a step of no kind: no upper bound)
-                        kinds.whole = False
-                    continue
-                described = ", ".join(f"{i} {list(m[0])}" for i, m in zip(step.inputs, metas))
-                raise GraphError(
-                    f"node {shown(step.id)} ({op}): {err} (inputs: {described})", node=step.id, field="inputs"
-                ) from None
-            if key is not None:
-                memo[key] = found
-        seen[ident] = found
-        if kinds is not None:
-            kinds.steps.append(ident)
-            kinds.first.setdefault(ident, step)
-        meta, bounded = found
+            if found is None:
+                try:
+                    found = _rule(op, metas, attrs)
+                except (ShapeError, ValueError, TypeError, IndexError, RuntimeError) as err:  # (PyTorch refuses dtypes)
+                    if not exact:
+                        known[step.id], bounds[step.id] = None, _fallback_bound(step, bounds)
+                        if kinds is not None:  # (a step of no kind: no upper bound)
+                            kinds.whole = False
+                        continue
+                    described = ", ".join(f"{i} {list(m[0])}" for i, m in zip(step.inputs, metas))
+                    raise GraphError(
+                        f"node {shown(step.id)} ({op}): {err} (inputs: {described})", node=step.id, field="inputs"
+                    ) from None
+                if key is not None:
+                    memo[key] = found
+            kind = seen[ident] = [found, step, 0]
+            if kinds is not None:
+                kinds.found.append(kind)
+        kind[2] += 1
+        meta, bounded = kind[0]
         bounds[step.id] = meta
         known[step.id] = meta if exact and not bounded else None
     return known
+
+
+UNRULED = frozenset({*LEAVES, "constant", "grad", "function"})  # the steps no op's shape rule infers
+
+
+def _infer_unruled(step, known, bounds, functions):
+    """A leaf's, constant's, grad node's or function node's meta, into `known` and `bounds`."""
+    op = step.op
+    if op == "constant":
+        value = step.attrs["value"]
+        known[step.id] = bounds[step.id] = (
+            ((), value) if not hasattr(value, "shape") else (tuple(value.shape), value.dtype)
+        )
+    elif op == "grad":
+        known[step.id] = bounds[step.id] = grad_node.infer(step, bounds)
+    elif op == "function":
+        known[step.id], bounds[step.id] = _infer_function(
+            step, [known.get(i) for i in step.inputs], [bounds[i] for i in step.inputs], functions
+        )
+    else:
+        bounds.setdefault(step.id, known.get(step.id))
 
 
 def _rule(op, metas, attrs) -> tuple:
@@ -299,9 +325,7 @@ def _check_names(plan: Plan, arrays: dict):
 
 
 def _check_declared(plan: Plan, arrays: dict):
-    for step in plan.steps:
-        if step.op != "input":
-            continue
+    for step in plan.input_steps:
         array = arrays[step.id]
         if step.shape is not None and tuple(array.shape) != step.shape:
             raise GraphError(

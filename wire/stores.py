@@ -180,9 +180,10 @@ def plan_id(key: GraphKey) -> PlanId:
 
 def _steps_bytes(steps, shared: set) -> int:
     """PLAN_STEP_BYTES per step with what its inputs, attrs and function add, and its constants' arrays."""
-    total = 0
+    total = PLAN_STEP_BYTES * len(steps)
     for step in steps:
-        total += PLAN_STEP_BYTES + INPUT_BYTES * max(0, len(step.inputs) - 2)
+        if len(step.inputs) > 2:
+            total += INPUT_BYTES * (len(step.inputs) - 2)
         if step.attrs and id(step.attrs) not in shared:
             shared.add(id(step.attrs))
             total += ATTR_BYTES * len(step.attrs)
