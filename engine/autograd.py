@@ -432,14 +432,15 @@ def _needs(roots, inputs, capture):
 def _leaves_all_in(roots, capture):
     """Whether every leaf that the graph from `roots` sends a gradient to is in `capture` (by id)."""
     seen = set(roots)
-    stack = list(seen)
-    while stack:
-        for edge in stack.pop().edges:
+    nodes = list(seen)
+    for node in nodes:  # (grows while read: no pops)
+        for edge in node.edges:
+            if edge is None or edge in seen:
+                continue
             if isinstance(edge, Node):
-                if edge not in seen:
-                    seen.add(edge)
-                    stack.append(edge)
-            elif edge is not None and id(edge) not in capture:
+                seen.add(edge)
+                nodes.append(edge)
+            elif id(edge) not in capture:
                 return False
     return True
 

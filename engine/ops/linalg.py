@@ -9,9 +9,12 @@ import numpy
 
 from engine import costs, shapes
 from engine.grad_mode import state as grad_state
-from engine.node import FORWARD
+from engine.node import FORWARD, RECORDING, _wrap, ndarray
 from engine.ops.shape import transposed
 from engine.registry import F, Sample, defop, local
+from engine.variable import Variable
+
+_result = Variable._result
 
 
 def _matmul_vjp_x(g, ans, x, y):
@@ -40,12 +43,33 @@ def _product_scratch(in_metas, out_meta, attrs):
     )
 
 
-# without create_graph the products run on the arrays (`local`: no op's dispatch, no Variable for the transpose)
+def _mm_vjp_x(g, ans, x, y):
+    """g @ y.T: with create_graph as mm's own operator (one frame: no method, autocast or coercion layer; its
+    inputs are the recorded product's, already cast), else on the arrays (`local`'s work inline where nothing
+    records: the HVP's second walk and every backward run it)."""
+    if grad_state.enabled or FORWARD:
+        return mm.operator(g, transposed(y))
+    if RECORDING:
+        return local(lambda g, y: g @ y.T, g, y)
+    out = g._data @ y._data.T
+    return _result(out if type(out) is ndarray else _wrap(out, g._data), None)
+
+
+def _mm_vjp_y(g, ans, x, y):
+    """x.T @ g, as `_mm_vjp_x`."""
+    if grad_state.enabled or FORWARD:
+        return mm.operator(transposed(x), g)
+    if RECORDING:
+        return local(lambda x, g: x.T @ g, x, g)
+    out = x._data.T @ g._data
+    return _result(out if type(out) is ndarray else _wrap(out, g._data), None)
+
+
 mm = defop(
     "mm",
     operator.matmul,
-    lambda g, ans, x, y: g.mm(transposed(y)) if grad_state.enabled or FORWARD else local(lambda g, y: g @ y.T, g, y),
-    lambda g, ans, x, y: transposed(x).mm(g) if grad_state.enabled or FORWARD else local(lambda x, g: x.T @ g, x, g),
+    _mm_vjp_x,
+    _mm_vjp_y,
     takes_xp=False,
     reads=((1,), (0,)),
     samples=(Sample(((3, 4), (4, 2))),),

@@ -50,7 +50,7 @@ def unreduce(g, shape, dim, keepdim):
 
 sum = defop(
     "sum",
-    lambda xp, x, dim, keepdim: x.sum(axis=_axes(dim, x.ndim), keepdims=keepdim),
+    lambda xp, x, dim, keepdim: x.sum(axis=None if dim is None else _axes(dim, x.ndim), keepdims=keepdim),
     lambda g, ans, x, dim, keepdim: unreduce(g, x.shape, dim, keepdim),
     attrs={"dim": DIM, "keepdim": KEEPDIM},
     saves=False,
