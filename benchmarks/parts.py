@@ -136,7 +136,12 @@ MISSED_BECAUSE = {
     "the way (every 50,000 allocations while serving, not 700: ~140 passes a first request), which made the first "
     "request ~9% faster in process but its repeat ~7% faster too, so the ratio hardly moved. What is left is spread "
     "over parse (~27M), the engine's eager forward and backward (~50M), inference (~15M) and decode (~11M); no "
-    "piece is over ~3% (issue 24 item 4; Changes, round 3)",
+    "piece is over ~3%. Session 18 cut the wire's per-node passes (an op node of a kind already checked parsed at once, "
+    "no depth, dynamic-shape or unrecorded walk for a plain plan, inference counting each kind once): 93.4M -> 76.5M "
+    "a first request against 11.4M a repeat (parse 25.8M -> 16.6M, inference 20.1M -> 15.5M), in process "
+    "12.2x -> 10.2x (median of 12 alternating runs); what is left is mostly the engine's eager forward (~19M) and "
+    "backward walk (~18M), then parse and inference, each still a pass over every node (issue 24 item 4; Changes, "
+    "round 3)",
     "10k-node chain plan": "plans up to 100,000 steps run as recorded programs, interpreted past code generation's "
     "16,000 terms from int32 arrays over a few shared kinds of step: ~2-4 µs/node of CPU with no GC pass "
     "(in process, load average ~9 on 2 cores: 12-14 µs/node wall against 23-26 for the build before); "
@@ -186,8 +191,11 @@ MISSED_BECAUSE = {
     "process (session 16): forward 19.8 against torch's 17.5 µs, the create_graph backward 47 against 36, the "
     "second backward 88 against 77. What is left is spread "
     "out: apply_op and the registry layers of the ops the vjps call ~40%, the walk's loop ~25%, the pruning pass "
-    "over every reachable node ~4%, the per-edge shape/dtype check ~3%; no single piece is worth more than ~4% "
-    "(Changes, round 3)",
+    "over every reachable node ~4%, the per-edge shape/dtype check ~3%; no single piece is worth more than ~4%. "
+    "Session 18: mm's vjps and the transposes call their ops' own operators, grad()'s leaf check reads each node "
+    "once: 1,641k -> 1,560k a step (torch 1,326k). NumPy's kernels at these sizes cost more than torch's whole "
+    "calls (a 32x16x32 matmul 31k instructions against torch's whole mm at 30k; tanh and sum ~15k over torch's), "
+    "so 1.0x needs cheaper small-matrix kernels than NumPy's or much less Python per node (Changes, round 3)",
     "tensor program": "the client records every op lazily and never materializes the updated weights: each "
     "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
     "step's cost grows with the step count), parsed and re-run by the Executor (cProfile of steps "
