@@ -184,7 +184,11 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
         expanded = parsed.__class__ is list  # a jvp node, expanded into the steps it stands for
         if expanded:
             jvps.add(parsed[-1].id)
-        else:  # (its id checked unseen by _parse_node)
+        elif not deep and parsed.op not in NOTED_OPS:  # the common step, alone (its id checked unseen by _parse_node)
+            seen[parsed.id] = parsed.id
+            steps.append(parsed)
+            continue
+        else:
             parsed = (parsed,)
         for step in parsed:
             if expanded and step.id in seen:
