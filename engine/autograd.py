@@ -395,15 +395,16 @@ def accumulate_grad(var, g, owned, may_update, create_graph=False):
             var.grad = type(g)._leaf(grad._array() + data)
 
 
-def _needs(roots, inputs, capture):
+def _needs(roots, inputs, capture, every_leaf=False):
     """A grad()'s pruning: ({node reachable from `roots`: its vjp's `needs` (its edges, None where that
     input leads to no target), or () where none does}, {target node: id(target)}). One pass, post-order;
-    None instead of the needs where nothing is pruned (the common case: gradients for every leaf reached)."""
+    None instead of the needs where nothing is pruned (the common case: gradients for every leaf reached,
+    known beforehand with `every_leaf`: see `grad_of_every_leaf`)."""
     target_nodes = {}
     for v in inputs:  # (a loop: a comprehension is a call of its own)
         if v._node is not None:
             target_nodes[v._node] = id(v)
-    if not target_nodes and _leaves_all_in(roots, capture):
+    if not target_nodes and (every_leaf or _leaves_all_in(roots, capture)):
         return None, target_nodes  # every input a leaf and every leaf reached an input: no pruning
     needs = {}
     stack = list(roots)
@@ -476,7 +477,7 @@ def _hooked_leaves(hooked, capture, into_grad):
                 capture[key] = _hooked(watch, g)
 
 
-def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None):
+def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None, every_leaf=False):
     """Propagate gradients from `outputs`. With `inputs`, returns their gradients instead of
     accumulating into `.grad` (None where an input was not reached).
 
@@ -503,7 +504,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None)
             grads[node] = g
             heap.append((-node.seq, node))
     if inputs is not None:
-        needed, capture_nodes = _needs(list(grads), inputs, capture)
+        needed, capture_nodes = _needs(list(grads), inputs, capture, every_leaf)
     heapify(heap)
     check = interrupt.current()
     nan_check = nan_check_on()  # anomaly mode, read once a backward
@@ -619,12 +620,27 @@ def grad(
         ]
         return stacked_rows(results, F.stack, zeros, inputs, allow_unused, materialize_grads)  # type: ignore[no-any-return]
     outputs, inputs, roots = grad_arguments(outputs, inputs, grad_outputs)
+    result = _gradients(outputs, inputs, roots, retain_graph, create_graph)
+    return check_unused(tuple(result), allow_unused, (lambda i: zeros(inputs[i])) if materialize_grads else None)
+
+
+def grad_of_every_leaf(outputs, inputs, grad_outputs, retain_graph) -> tuple:
+    """`grad(outputs, inputs, grad_outputs, retain_graph, allow_unused=True)` for a caller whose `inputs`
+    are every leaf that requires grad in the graph of `outputs` (the wire's executions), so the walk
+    skips checking that (`_leaves_all_in`, a pass over the whole graph)."""
+    outputs, inputs, roots = grad_arguments(outputs, inputs, grad_outputs)
+    return tuple(_gradients(outputs, inputs, roots, retain_graph, False, True))
+
+
+def _gradients(outputs, inputs, roots, retain_graph, create_graph, every_leaf=False) -> list:
+    """grad()'s walk and its gradients (None where an input got none)."""
     captured = run_backward(
         outputs,
         _root_gradients(outputs, roots),
         create_graph if retain_graph is None else retain_graph,
         create_graph,
         inputs,
+        every_leaf,
     )
     if create_graph:
         result = [captured[id(v)] for v in inputs]
@@ -634,4 +650,4 @@ def grad(
             for r, v in zip(result, inputs):
                 if r is not None and (t := FORWARD[0].tangent(captured[id(v)])) is not None:
                     FORWARD[0].set(r, t)
-    return check_unused(tuple(result), allow_unused, (lambda i: zeros(inputs[i])) if materialize_grads else None)
+    return result

@@ -8,6 +8,7 @@ from engine.api import (
     Variable,
     array_of,
     derived,
+    grad_of_every_leaf,
     note_constant,
     note_input,
     recording_active,
@@ -79,7 +80,13 @@ def gradients(execution: Execution, grad_outputs: dict | None = None, wrt=None, 
         grads = [None] * len(targets)
     else:
         try:
-            grads = engine_grad(outs, targets, seeds, retain_graph=retain_graph, allow_unused=True)
+            # wrt names every leaf that requires grad (its inputs that do, and no grad or function node, whose walks and
+            # subgraphs make values of their own, nor indexing op or subgraph leaf: `Plan.noted`): the walk need not check
+            leaves = [name for name, v in execution.inputs.items() if v.requires_grad]
+            if execution.plan.noted <= {"input"} and set(wrt).issuperset(leaves):
+                grads = grad_of_every_leaf(outs, targets, seeds, retain_graph)
+            else:
+                grads = engine_grad(outs, targets, seeds, retain_graph=retain_graph, allow_unused=True)
         except GraphError:
             raise
         except (RuntimeError, TypeError, ValueError, ArithmeticError) as err:
