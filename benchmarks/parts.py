@@ -137,7 +137,7 @@ MISSED_BECAUSE = {
     "request ~9% faster in process but its repeat ~7% faster too, so the ratio hardly moved. What is left is spread "
     "over parse (~27M), the engine's eager forward and backward (~50M), inference (~15M) and decode (~11M); no "
     "piece is over ~3%. Session 18 cut the wire's per-node passes (an op node of a kind already checked parsed at once, "
-    "no depth, dynamic-shape or unrecorded walk for a plain plan, inference counting each kind once): 93.4M -> 76.5M "
+    "no depth, dynamic-shape or unrecorded walk for a plain plan, inference counting each kind once; grad()'s leaf walk skipped where the plan's inputs are its leaves): 93.4M -> 71.4M "
     "a first request against 11.4M a repeat (parse 25.8M -> 16.6M, inference 20.1M -> 15.5M), in process "
     "12.2x -> 10.2x (median of 12 alternating runs); what is left is mostly the engine's eager forward (~19M) and "
     "backward walk (~18M), then parse and inference, each still a pass over every node (issue 24 item 4; Changes, "
