@@ -118,10 +118,15 @@ def note(parent, result, step, grad_mode):
     family = info if type(info) is list else KNOWN.get(id(base))
     if family is None:
         family = KNOWN[id(base)] = [_ref(base)]
-    elif not len(family) % 16:  # drop the dead every 16 views made
-        family[1:] = [ref for ref in family[1:] if ref() is not None]
-    family.append(_ref(result))
+    _join(family, result)
     return result
+
+
+def _join(family, v):
+    """Add `v` to `family`, dropping its dead members every 16 joins (a base viewed or detached every step)."""
+    if not len(family) % 16:
+        family[1:] = [ref for ref in family[1:] if ref() is not None]
+    family.append(_ref(v))
 
 
 def made_together():
@@ -176,7 +181,7 @@ def alias(source, result):
     if family is None:
         family = KNOWN[id(source)] = [_ref(source)]
     result._version, KNOWN[id(result)] = source._version, family
-    family.append(_ref(result))
+    _join(family, result)
     return result
 
 

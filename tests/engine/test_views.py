@@ -176,3 +176,18 @@ def test_a_view_made_without_grad_of_a_base_that_requires_grad_is_torchs():
             (v * y[2:]).sum().backward()
         with pytest.raises(RuntimeError, match="A view was created in no_grad mode"):
             v.mul_(2)
+
+
+@pytest.mark.parametrize("side", ["engine", "client"])
+def test_detaching_a_variable_every_step_keeps_its_family_bounded(side):
+    # each detach joins the source's version family; the dead ones must not pile up (a parameter detached per step)
+    import client
+    from engine import views
+
+    x = (engine if side == "engine" else client).randn(3, requires_grad=True)
+    for _ in range(1000):
+        x.detach()
+    kept = x.detach()
+    assert len(views.KNOWN[id(x)]) <= 17
+    x.data.add_(1.0)  # the family is still one: a live detached one still shares the counter
+    assert kept._version == x._version
