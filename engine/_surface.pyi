@@ -45,6 +45,7 @@ __all__ = [
     "addmm",
     "addmv",
     "addr",
+    "affine_grid_generator",
     "all",
     "allclose",
     "amax",
@@ -483,6 +484,12 @@ def addr(
 ) -> Variable:
     """beta * input + alpha * outer(vec1, vec2)."""
 
+@overload
+def affine_grid_generator(
+    input: Operand, size: Sequence[builtins.int], align_corners: builtins.bool = False
+) -> Variable: ...
+@overload
+def affine_grid_generator(input: Operand, *size: builtins.int, align_corners: builtins.bool = False) -> Variable: ...
 def all(
     input: Operand,
     dim: builtins.int | Sequence[builtins.int] | None = None,

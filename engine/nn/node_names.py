@@ -108,7 +108,6 @@ NAMES = {
     **dict.fromkeys(("adaptive_avg_pool1d", "adaptive_max_pool1d"), "SqueezeBackward1"),
     "adaptive_avg_pool2d": "AdaptiveAvgPool2DBackward0",
     "adaptive_max_pool2d": "AdaptiveMaxPool2DBackward0",
-    "affine_grid": "AffineGridGeneratorBackward0",
     "batch_norm": "NativeBatchNormBackward0",
     "layer_norm": "NativeLayerNormBackward0",
     "group_norm": "NativeGroupNormBackward0",

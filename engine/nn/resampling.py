@@ -304,21 +304,11 @@ def affine_grid(theta, size, align_corners=None):
     align = _aligned(align_corners)
     if len(size) != 4:
         raise NotImplementedError("affine_grid only supports 4D sizes, for 2D affine transformations (here)")
-    n, _, h, w = (int(s) for s in size)
-    if tuple(theta.shape) != (n, 2, 3):
+    if tuple(theta.shape) != (int(size[0]), 2, 3):
         raise ValueError(
             f"Expected a batch of 2D affine matrices of shape Nx2x3 for size {list(size)}. Got {list(theta.shape)}."
         )
-
-    def axis(count):
-        if count == 1:
-            return numpy.zeros(1)
-        return numpy.linspace(-1, 1, count) if align else (numpy.arange(count) * 2 + 1) / count - 1
-
-    xs, ys = numpy.meshgrid(axis(w), axis(h))
-    base = numpy.stack([xs, ys, numpy.ones_like(xs)], -1).reshape(1, h * w, 3).astype(theta.dtype)
-    ns = _ns(theta)
-    return (ns.tensor(base) @ theta.transpose(1, 2)).reshape(n, h, w, 2)
+    return _ns(theta).affine_grid_generator(theta, size=tuple(int(s) for s in size), align_corners=align)
 
 
 _CUBIC = -0.75  # PyTorch's bicubic kernel's A
@@ -372,10 +362,12 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     def pixel(coord, size):  # normalised -> pixel coordinates
         return (coord + 1) / 2 * (size - 1) if align else ((coord + 1) * size - 1) / 2
 
-    def bounded(at, size):  # PyTorch's compute_coordinates: clamped into the image, or reflected then clamped
-        if padding_mode == "reflection":
+    def bounded(at, size):  # PyTorch's compute_coordinates: clamped into the image (no gradient on its borders
+        if padding_mode == "reflection":  # either, as clip_coordinates_set_grad), or reflected then clamped
             at = _reflected(at, 0, 2 * (size - 1)) if align else _reflected(at, -1, 2 * size - 1)
-        return at if padding_mode == "zeros" else at.clamp(0, size - 1)
+        if padding_mode == "zeros":
+            return at
+        return _ns(at).where((at > 0) & (at < size - 1), at, at.detach().clamp(0, size - 1))
 
     flat = input.reshape(n, c, h * w)
 

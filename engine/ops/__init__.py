@@ -1,6 +1,7 @@
 """Op declarations. Importing this package fills the registry."""
 
 from engine.ops import (  # noqa: F401
+    affine,
     checks,
     conv,
     decompositions,

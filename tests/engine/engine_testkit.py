@@ -69,6 +69,7 @@ def call_op(op, attrs):
 BY_NAME = frozenset(
     {
         "tan",
+        "affine_grid_generator",
         "diagonal",
         "as_strided",
         "asin",
