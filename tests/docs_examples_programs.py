@@ -1,0 +1,543 @@
+"""Programs taken from the examples of PyTorch's API documentation (pytorch.org/docs: torch.optim and its
+lr_scheduler, torch.nn.utils, torch.autograd and its Function, nn.Module's hooks and modes, torch.nn.functional's
+losses, padding, one_hot and grid_sample; written for these tests in the docs' style, shortened): each takes the
+module it runs on as `torch`, so the same code runs on real PyTorch (the oracle), `engine` and `client`. Weights
+and data come from NumPy (`init`, `data`); each returns what it computed (losses, gradients, learning rates)."""
+
+from __future__ import annotations
+
+from tests.tutorial_training_programs import data, init, labels
+
+
+def _regression(torch, seed=0, dtype=None):
+    """The docs' "how to use an optimizer" model: Linear(4, 3) -> tanh -> Linear(3, 1) on 8 examples."""
+    nn, dtype = torch.nn, dtype or torch.float32
+    model = init(torch, nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1)), seed).to(dtype)
+    x, y = torch.tensor(data(11, 8, 4), dtype=dtype), torch.tensor(data(12, 8, 1), dtype=dtype)
+    return model, (lambda: torch.nn.functional.mse_loss(model(x), y))
+
+
+def _trained(torch, make, steps=4, closure=False, dtype=None):
+    """`steps` of the docs' loop (`optimizer.zero_grad(); loss.backward(); optimizer.step()`), or with a closure."""
+    model, loss_of = _regression(torch, dtype=dtype)
+    optimizer = make(model.parameters())
+    losses = []
+    for _ in range(steps):
+        if closure:
+
+            def step():
+                optimizer.zero_grad()
+                loss = loss_of()
+                loss.backward()
+                return loss
+
+            losses.append(float(optimizer.step(step)))
+        else:
+            optimizer.zero_grad()
+            loss = loss_of()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return [losses, [p.detach() for p in model.parameters()]]
+
+
+OPTIMIZERS = {
+    "SGD(nesterov, weight_decay)": lambda o: lambda p: o.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2),
+    "SGD(dampening, maximize)": lambda o: lambda p: o.SGD(p, lr=0.05, momentum=0.5, dampening=0.1, maximize=True),
+    "Adam(amsgrad)": lambda o: lambda p: o.Adam(p, lr=0.05, betas=(0.8, 0.9), amsgrad=True, weight_decay=1e-3),
+    "AdamW": lambda o: lambda p: o.AdamW(p, lr=0.05, weight_decay=0.1),
+    "AdamW(amsgrad)": lambda o: lambda p: o.AdamW(p, lr=0.05, amsgrad=True),
+    "RMSprop(centered, momentum)": lambda o: lambda p: o.RMSprop(p, lr=0.01, alpha=0.9, centered=True, momentum=0.5),
+    "RMSprop(weight_decay)": lambda o: lambda p: o.RMSprop(p, lr=0.01, weight_decay=0.1),
+    "Adagrad(lr_decay)": lambda o: lambda p: o.Adagrad(p, lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1),
+    "Adadelta": lambda o: lambda p: o.Adadelta(p, lr=1.0, rho=0.8, weight_decay=1e-2),
+    "Adamax": lambda o: lambda p: o.Adamax(p, lr=0.05, weight_decay=1e-2),
+    "NAdam": lambda o: lambda p: o.NAdam(p, lr=0.05, momentum_decay=4e-3),
+    "NAdam(decoupled)": lambda o: lambda p: o.NAdam(p, lr=0.05, weight_decay=0.1, decoupled_weight_decay=True),
+    "RAdam": lambda o: lambda p: o.RAdam(p, lr=0.05),
+    "RAdam(decoupled)": lambda o: lambda p: o.RAdam(p, lr=0.05, weight_decay=0.1, decoupled_weight_decay=True),
+    "ASGD": lambda o: lambda p: o.ASGD(p, lr=0.05, t0=2),
+    "Rprop": lambda o: lambda p: o.Rprop(p, lr=0.01, etas=(0.4, 1.3), step_sizes=(1e-4, 1.0)),
+}
+
+
+def every_optimizer(torch):
+    """Each optimizer of torch.optim with its common options, four steps from the same weights."""
+    return {name: _trained(torch, make(torch.optim)) for name, make in OPTIMIZERS.items()}
+
+
+def lbfgs(torch):
+    """LBFGS with the docs' closure, plain and with the strong-Wolfe line search (in float64: its 40 iterations
+    would amplify float32's rounding differences); `step` returns the first loss."""
+    plain = _trained(torch, lambda p: torch.optim.LBFGS(p, lr=0.5, max_iter=5, history_size=3), 3, closure=True)
+    wolfe = _trained(torch, lambda p: torch.optim.LBFGS(p, line_search_fn="strong_wolfe"), 2, True, torch.float64)
+    return {"plain": plain, "wolfe": wolfe}
+
+
+def per_parameter_options(torch):
+    """The docs' per-parameter options (`base` at the default lr, `classifier` at its own) and add_param_group for a
+    head unfrozen later; param_groups' options as the optimizer filled them in."""
+    nn = torch.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.base = nn.Linear(4, 3)
+            self.classifier = nn.Linear(3, 2)
+            self.head = nn.Linear(2, 1)
+
+        def forward(self, x):
+            return self.head(self.classifier(self.base(x).relu()))
+
+    model = init(torch, Net())
+    x, y = torch.tensor(data(1, 6, 4)), torch.tensor(data(2, 6, 1))
+    optimizer = torch.optim.SGD(
+        [{"params": model.base.parameters()}, {"params": model.classifier.parameters(), "lr": 1e-3}],
+        lr=1e-2,
+        momentum=0.9,
+    )
+    losses = []
+    for step in range(4):
+        if step == 2:
+            optimizer.add_param_group({"params": model.head.parameters(), "lr": 0.1, "momentum": 0.0})
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    groups = [
+        [g["lr"], g["momentum"], g["dampening"], g["weight_decay"], g["nesterov"], len(g["params"])]
+        for g in optimizer.param_groups
+    ]
+    return {"losses": losses, "groups": groups, "params": [p.detach() for p in model.parameters()]}
+
+
+def optimizer_state_dict(torch):
+    """Saving and resuming training mid-way (the docs' state_dict()/load_state_dict()): Adam's state and a StepLR's
+    through a save/load, into a fresh model, optimizer and scheduler, give the uninterrupted run's numbers."""
+    import io
+
+    def fresh():
+        model, loss_of = _regression(torch)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.05, amsgrad=True)
+        return model, loss_of, optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+
+    def train(loss_of, optimizer, scheduler, steps):
+        out = []
+        for _ in range(steps):
+            optimizer.zero_grad()
+            loss = loss_of()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            out.append(loss.item())
+        return out
+
+    model, loss_of, optimizer, scheduler = fresh()
+    whole = train(loss_of, optimizer, scheduler, 5)
+    model, loss_of, optimizer, scheduler = fresh()
+    first = train(loss_of, optimizer, scheduler, 3)
+    buffer = io.BytesIO()
+    torch.save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, buffer
+    )
+    buffer.seek(0)
+    saved = torch.load(buffer)
+    model, loss_of, optimizer, scheduler = fresh()
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    state = saved["optimizer"]
+    step = float(state["state"][0]["step"])  # (PyTorch's optimizer then counts on in this very tensor)
+    rest = train(loss_of, optimizer, scheduler, 2)
+    return {
+        "whole": whole,
+        "resumed": first + rest,
+        "keys": sorted(state),
+        "state keys": sorted(state["state"][0]),
+        "step": step,
+        "group": sorted(k for k in state["param_groups"][0] if k != "params"),
+        "params ids": state["param_groups"][0]["params"],
+        "lr": scheduler.get_last_lr(),
+    }
+
+
+def _lrs(torch, make, steps=10, base=0.1, momentum=0.9):
+    """The lr each step of an SGD run under the scheduler `make(optimizer)` gives (`get_last_lr()` after `step`)."""
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=base, momentum=momentum)
+    scheduler = make(optimizer)
+    seen = [scheduler.get_last_lr()[0]]
+    for _ in range(steps):
+        optimizer.step()
+        scheduler.step()
+        seen.append(scheduler.get_last_lr()[0])
+    return [seen, optimizer.param_groups[0]["lr"]]
+
+
+def lr_schedulers(torch):
+    """The lr_scheduler docs' examples, their lrs step by step."""
+    s = torch.optim.lr_scheduler
+    return {
+        "StepLR": _lrs(torch, lambda o: s.StepLR(o, step_size=3, gamma=0.1)),
+        "MultiStepLR": _lrs(torch, lambda o: s.MultiStepLR(o, milestones=[2, 5], gamma=0.5)),
+        "ExponentialLR": _lrs(torch, lambda o: s.ExponentialLR(o, gamma=0.8)),
+        "CosineAnnealingLR": _lrs(torch, lambda o: s.CosineAnnealingLR(o, T_max=4, eta_min=0.01)),
+        "OneCycleLR": _lrs(torch, lambda o: s.OneCycleLR(o, max_lr=1.0, total_steps=11)),
+        "OneCycleLR(linear)": _lrs(
+            torch, lambda o: s.OneCycleLR(o, max_lr=0.5, epochs=2, steps_per_epoch=6, anneal_strategy="linear")
+        ),
+        "LambdaLR": _lrs(torch, lambda o: s.LambdaLR(o, lr_lambda=lambda epoch: 0.95**epoch)),
+        "MultiplicativeLR": _lrs(torch, lambda o: s.MultiplicativeLR(o, lr_lambda=lambda epoch: 0.9)),
+        "LinearLR": _lrs(torch, lambda o: s.LinearLR(o, start_factor=0.5, total_iters=4)),
+        "ConstantLR": _lrs(torch, lambda o: s.ConstantLR(o, factor=0.5, total_iters=4)),
+        "PolynomialLR": _lrs(torch, lambda o: s.PolynomialLR(o, total_iters=4, power=2.0)),
+        "CosineAnnealingWarmRestarts": _lrs(torch, lambda o: s.CosineAnnealingWarmRestarts(o, T_0=3, T_mult=2)),
+        "CyclicLR": _lrs(torch, lambda o: s.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=3)),
+        "CyclicLR(triangular2)": _lrs(
+            torch, lambda o: s.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=2, mode="triangular2")
+        ),
+        "ChainedScheduler": _lrs(
+            torch,
+            lambda o: s.ChainedScheduler(
+                [s.ConstantLR(o, factor=0.1, total_iters=2), s.ExponentialLR(o, gamma=0.9)], optimizer=o
+            ),
+        ),
+        "SequentialLR": _lrs(
+            torch,
+            lambda o: s.SequentialLR(
+                o,
+                schedulers=[s.ConstantLR(o, factor=0.1, total_iters=2), s.ExponentialLR(o, gamma=0.9)],
+                milestones=[2],
+            ),
+        ),
+    }
+
+
+def reduce_lr_on_plateau(torch):
+    """ReduceLROnPlateau stepped with a validation loss that stalls (mode min, then mode max with threshold_mode
+    abs and a cooldown); the lrs after each epoch."""
+    s = torch.optim.lr_scheduler
+    losses = [1.0, 0.9, 0.9, 0.91, 0.95, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8]
+    out = {}
+    for name, make in {
+        "min": lambda o: s.ReduceLROnPlateau(o, "min", patience=1, factor=0.5),
+        "max": lambda o: s.ReduceLROnPlateau(
+            o, mode="max", patience=0, threshold=0.05, threshold_mode="abs", cooldown=2, min_lr=0.02
+        ),
+    }.items():
+        optimizer = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+        scheduler = make(optimizer)
+        seen = []
+        for val_loss in losses:
+            optimizer.step()
+            scheduler.step(val_loss)
+            seen.append(optimizer.param_groups[0]["lr"])
+        out[name] = [seen, scheduler.get_last_lr()]
+    return out
+
+
+def clip_and_vectorize(torch):
+    """torch.nn.utils: clip_grad_norm_ (2-norm, inf-norm, 1-norm; the total norm it returns), clip_grad_value_,
+    parameters_to_vector and vector_to_parameters."""
+    nn, u = torch.nn, torch.nn.utils
+    model, loss_of = _regression(torch)
+    out = {}
+    for name, clip in {
+        "2": lambda p: u.clip_grad_norm_(p, max_norm=0.5),
+        "inf": lambda p: u.clip_grad_norm_(p, max_norm=0.1, norm_type=float("inf")),
+        "1": lambda p: u.clip_grad_norm_(p, 1.0, norm_type=1),
+        "value": lambda p: u.clip_grad_value_(p, clip_value=0.05),
+    }.items():
+        model.zero_grad()
+        (loss_of() * 10).backward()
+        total = clip(model.parameters())
+        out[name] = [None if total is None else float(total), [p.grad for p in model.parameters()]]
+    vec = u.parameters_to_vector(model.parameters())
+    u.vector_to_parameters(vec * 2 - 0.5, model.parameters())
+    other = nn.Linear(4, 3)
+    u.vector_to_parameters(vec[:15], other.parameters())
+    out["vector"] = [vec, [p.detach() for p in model.parameters()], other.weight.detach(), other.bias.detach()]
+    return out
+
+
+def weight_norm_parametrization(torch):
+    """nn.utils.parametrizations.weight_norm on a Linear (dim 0) and a Conv1d (dim None): original0/original1,
+    the recomputed weight, a training step's grads, and remove_parametrizations keeping the weight."""
+    nn, P = torch.nn, torch.nn.utils.parametrize
+    lin = init(torch, nn.Linear(4, 3))
+    conv = init(torch, nn.Conv1d(2, 3, 2), seed=1)
+    lin = nn.utils.parametrizations.weight_norm(lin)
+    conv = nn.utils.parametrizations.weight_norm(conv, dim=None)
+    g, v = lin.parametrizations.weight.original0, lin.parametrizations.weight.original1
+    x = torch.tensor(data(1, 5, 4))
+    optimizer = torch.optim.SGD([*lin.parameters(), *conv.parameters()], lr=0.1)
+    losses = []
+    for _ in range(2):
+        optimizer.zero_grad()
+        loss = lin(x).pow(2).mean() + conv(x[:, :2].T.unsqueeze(0)).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    names = sorted(n for n, _ in lin.named_parameters())
+    grads = [g.grad, v.grad, conv.parametrizations.weight.original0.grad]
+    weight = lin.weight.detach()
+    P.remove_parametrizations(lin, "weight")
+    return {
+        "names": names,
+        "shapes": [list(g.shape), list(v.shape)],
+        "losses": losses,
+        "grads": grads,
+        "weight": weight,
+        "kept": lin.weight.detach(),
+        "plain": P.is_parametrized(lin),
+    }
+
+
+def custom_function_docs(torch):
+    """torch.autograd.Function's docs: Exp saving its output, a sort returning indices marked non-differentiable,
+    set_materialize_grads(False) with a backward that gets None for an unused output, once_differentiable."""
+    Function = torch.autograd.Function
+
+    class Exp(Function):
+        @staticmethod
+        def forward(ctx, i):
+            result = i.exp()
+            ctx.save_for_backward(result)
+            return result
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            (result,) = ctx.saved_tensors
+            return grad_output * result
+
+    class Sort(Function):
+        @staticmethod
+        def forward(ctx, x):
+            values, idx = x.sort()
+            ctx.mark_non_differentiable(idx)
+            ctx.save_for_backward(x, idx)
+            return values, idx
+
+        @staticmethod
+        def backward(ctx, g1, g2):
+            x, idx = ctx.saved_tensors
+            grad_input = torch.zeros_like(x)
+            grad_input.index_add_(0, idx, g1)
+            return grad_input
+
+    class SimpleFunc(Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.set_materialize_grads(False)
+            ctx.save_for_backward(x)
+            return x.clone(), x.clone()
+
+        @staticmethod
+        def backward(ctx, g1, g2):
+            (x,) = ctx.saved_tensors
+            grad_input = torch.zeros_like(x)
+            if g1 is not None:
+                grad_input += g1 * 2
+            if g2 is not None:
+                grad_input += g2 * 3
+            return grad_input
+
+    x = torch.tensor([0.5, -1.0, 2.0, 0.25], requires_grad=True)
+    Exp.apply(x).sum().backward()
+    exp_grad = x.grad.clone()
+    x.grad = None
+    values, idx = Sort.apply(x)
+    (values * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
+    sort_grad = x.grad.clone()
+    x.grad = None
+    a, _ = SimpleFunc.apply(x)
+    a.sum().backward()
+    return {"exp": exp_grad, "sort": [values, idx, idx.requires_grad, sort_grad], "materialize": x.grad}
+
+
+def anomaly_detection(torch):
+    """The detect_anomaly docs' example: a Function whose backward returns nan; with anomaly detection on the
+    backward raises naming it, without it the nan reaches the grad."""
+
+    class MyFunc(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, inp):
+            return inp.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g / 0 * 0  # nan
+
+    inp = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    MyFunc.apply(inp).sum().backward()
+    quiet = bool(inp.grad.isnan().all())
+    try:
+        with torch.autograd.detect_anomaly():
+            MyFunc.apply(inp).sum().backward()
+        raised = None
+    except RuntimeError as error:
+        raised = str(error)
+    return {"quiet nan": quiet, "raised": raised, "enabled": torch.is_anomaly_enabled()}
+
+
+def forward_mode_docs(torch):
+    """torch.autograd.forward_ad's docs: dual tensors through a few ops, unpack_dual's namedtuple, a tangent that
+    is None outside a dual, nested dual levels refused, and the jvp of a small module's output."""
+    fwAD = torch.autograd.forward_ad
+    primal, tangent = torch.tensor(data(1, 3, 2)), torch.tensor(data(2, 3, 2))
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(primal, tangent)
+        out = (dual.sin() * dual + dual.exp().sum(0)).tanh()
+        unpacked = fwAD.unpack_dual(out)
+        plain = fwAD.unpack_dual(primal).tangent
+        jvp = unpacked.tangent
+        value = unpacked.primal
+        lin = init(torch, torch.nn.Linear(2, 2))
+        moved = fwAD.unpack_dual(torch.nn.functional.softplus(lin(dual))).tangent
+    return {"value": value, "jvp": jvp, "names": list(unpacked._fields), "plain": plain, "module": moved}
+
+
+def module_hooks_and_modes(torch, replace=True):
+    """nn.Module's docs: a forward pre-hook changing the input, a forward hook changing the output, a full backward
+    hook seeing grad_output and (with `replace`) replacing grad_input, handles removed, named_modules,
+    apply(init_weights), state_dict with BatchNorm buffers, and train()/eval() switching Dropout and BatchNorm."""
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.ReLU(), nn.Dropout(0.5), nn.Linear(3, 2))
+
+    def init_weights(m):
+        if type(m) is nn.Linear:
+            nn.init.constant_(m.weight, 0.1)
+            m.bias.data.fill_(0.01)
+
+    model.apply(init_weights)
+    seen = []
+    pre = model[0].register_forward_pre_hook(lambda m, args: (args[0] * 2,))
+    post = model[4].register_forward_hook(lambda m, args, output: output + 1)
+
+    def backward_hook(module, grad_input, grad_output):
+        seen.append(grad_output[0].clone())
+        return (grad_input[0] * 0.5,) if replace else None
+
+    back = model[4].register_full_backward_hook(backward_hook)
+    x = torch.tensor(data(1, 6, 4))
+    model.train()
+    model[3].p = 0.0  # Dropout's draws are each library's own; its mode switch is what is compared
+    out = model(x)
+    out.pow(2).sum().backward()
+    grads = [model[0].weight.grad, model[4].weight.grad]
+    for handle in (pre, post, back):
+        handle.remove()
+    model[3].p = 0.5
+    model.eval()
+    evaluated = model(x)
+    dropout_eval = model[3](x)
+    state = model.state_dict()
+    return {
+        "train out": out,
+        "grads": grads,
+        "seen": seen,
+        "eval out": evaluated,
+        "dropout eval": dropout_eval,
+        "names": [name for name, _ in model.named_modules()],
+        "state keys": list(state),
+        "buffers": [state["1.running_mean"], state["1.running_var"], int(state["1.num_batches_tracked"])],
+        "training": [m.training for m in model.modules()],
+    }
+
+
+def functional_losses(torch):
+    """torch.nn.functional's losses as their docs call them: cross_entropy with class indices, label_smoothing,
+    class probabilities and weights; nll_loss with weight and ignore_index; kl_div with log_target and batchmean;
+    binary_cross_entropy_with_logits with pos_weight; the gradients of each."""
+    F = torch.nn.functional
+    logits = torch.tensor(data(1, 5, 4), requires_grad=True)
+    target = torch.tensor(labels(2, 5, 4))
+    probs = torch.tensor(data(3, 5, 4)).softmax(dim=1)
+    weight = torch.tensor([1.0, 2.0, 0.5, 1.5])
+    ignored = torch.tensor([0, -100, 3, 1, -100])
+    losses = {
+        "ce smoothing": F.cross_entropy(logits, target, label_smoothing=0.1),
+        "ce probs": F.cross_entropy(logits, probs),
+        "ce probs smoothing weight": F.cross_entropy(logits, probs, weight=weight, label_smoothing=0.2),
+        "ce weight ignore": F.cross_entropy(logits, ignored, weight=weight, label_smoothing=0.1),
+        "ce none": F.cross_entropy(logits, target, reduction="none"),
+        "nll weight ignore": F.nll_loss(F.log_softmax(logits, dim=1), ignored, weight=weight),
+        "nll ignore 3": F.nll_loss(F.log_softmax(logits, dim=1), target, ignore_index=3, reduction="sum"),
+        "kl log_target": F.kl_div(F.log_softmax(logits, dim=1), probs.log(), reduction="batchmean", log_target=True),
+        "kl": F.kl_div(F.log_softmax(logits, dim=1), probs, reduction="batchmean"),
+        "bce pos_weight": F.binary_cross_entropy_with_logits(logits, probs, pos_weight=weight),
+    }
+    out = {}
+    for name, loss in losses.items():
+        (g,) = torch.autograd.grad(loss.sum(), logits)
+        out[name] = [loss, g]
+    return out
+
+
+def pad_one_hot_grid_sample(torch):
+    """F.pad in each mode (constant with a value, reflect, replicate, circular; negative padding crops), F.one_hot
+    with and without num_classes, F.grid_sample (bilinear/nearest, zeros/border/reflection, align_corners) with
+    affine_grid; values and gradients."""
+    F = torch.nn.functional
+    x = torch.tensor(data(1, 1, 2, 3, 4), requires_grad=True)
+    out = {}
+    for name, pad in {
+        "constant": lambda t: F.pad(t, (1, 2), value=0.5),
+        "constant 2d": lambda t: F.pad(t, (1, 1, 2, 0)),
+        "crop": lambda t: F.pad(t, (-1, 1, 0, -1)),
+        "reflect": lambda t: F.pad(t, (2, 1, 1, 2), mode="reflect"),
+        "replicate": lambda t: F.pad(t, (3, 0, 1, 1), mode="replicate"),
+        "circular": lambda t: F.pad(t, (1, 2, 2, 1), mode="circular"),
+    }.items():
+        y = pad(x)
+        (g,) = torch.autograd.grad((y * y.detach().cos()).sum(), x)
+        out[name] = [y, g]
+    out["one_hot"] = [F.one_hot(torch.arange(0, 5) % 3), F.one_hot(torch.tensor([[0, 2], [1, 0]]), num_classes=4)]
+    theta = torch.tensor([[[0.9, -0.2, 0.1], [0.3, 1.1, -0.2]]], requires_grad=True)
+    for align in (False, True):
+        grid = F.affine_grid(theta, [1, 2, 3, 4], align_corners=align)
+        for mode in ("bilinear", "nearest"):
+            for padding in ("zeros", "border", "reflection"):
+                y = F.grid_sample(x, grid, mode=mode, padding_mode=padding, align_corners=align)
+                wrt = (x, theta) if mode == "bilinear" else (x,)
+                grads = torch.autograd.grad((y * y.detach().sin()).sum(), wrt)
+                out[f"grid {mode} {padding} {align}"] = [y, list(grads)]
+    return out
+
+
+def gumbel_softmax_docs(torch):
+    """F.gumbel_softmax's docs: soft samples sum to one, hard ones are one-hot with the straight-through gradient
+    (the soft sample's); the draws are each library's own, so what is returned holds for any draw."""
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    logits = torch.tensor(data(1, 20, 6), requires_grad=True)
+    soft = F.gumbel_softmax(logits, tau=0.5)
+    hard = F.gumbel_softmax(logits, tau=1, hard=True)
+    (g,) = torch.autograd.grad((hard * torch.arange(6.0)).sum(), logits)
+    return {
+        "soft sums": soft.sum(-1),
+        "hard sums": hard.sum(-1),
+        "hard values": sorted(set(hard.detach().flatten().tolist())),
+        "grad sums": g.sum(-1),
+        "dim0": F.gumbel_softmax(logits, dim=0).sum(0),
+    }
+
+
+PROGRAMS = {
+    "every_optimizer": every_optimizer,
+    "lbfgs": lbfgs,
+    "per_parameter_options": per_parameter_options,
+    "optimizer_state_dict": optimizer_state_dict,
+    "lr_schedulers": lr_schedulers,
+    "reduce_lr_on_plateau": reduce_lr_on_plateau,
+    "clip_and_vectorize": clip_and_vectorize,
+    "weight_norm_parametrization": weight_norm_parametrization,
+    "custom_function_docs": custom_function_docs,
+    "anomaly_detection": anomaly_detection,
+    "forward_mode_docs": forward_mode_docs,
+    "module_hooks_and_modes": module_hooks_and_modes,
+    "functional_losses": functional_losses,
+    "pad_one_hot_grid_sample": pad_one_hot_grid_sample,
+    "gumbel_softmax_docs": gumbel_softmax_docs,
+}
