@@ -189,6 +189,14 @@ class Optimizer:
                         p.grad.requires_grad_(False)
                     p.grad.zero_()
 
+    def register_step_pre_hook(self, hook):
+        """`hook(optimizer, args, kwargs)` before each `step`; it may return new `(args, kwargs)`."""
+        return _hook_step(self, "pre", hook)
+
+    def register_step_post_hook(self, hook):
+        """`hook(optimizer, args, kwargs)` after each `step`."""
+        return _hook_step(self, "post", hook)
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient (`_step`, by default `_update` for each),
         committed together (`Step`); returns the closure's loss, which is computed with grad mode on."""
@@ -301,6 +309,43 @@ def scalar(param, value):
     """A 0-d tensor of `value` in param's dtype and class: a hyper-parameter that changes between
     steps, sent as an input rather than baked into the update graph."""
     return param.new_tensor(value, dtype=param.dtype)
+
+
+def _hook_step(optimizer, when, hook):
+    """PyTorch's step hooks: `type(optimizer).step` runs them (patched when a first hook is registered, as PyTorch
+    patches it), once per outermost step; the handle removes the hook."""
+    from engine.surface import RemovableHandle
+
+    hooks = optimizer.__dict__.setdefault("_step_hooks", {"pre": {}, "post": {}})[when]
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    step = type(optimizer).step
+    if not getattr(step, "hooked", False):
+
+        def hooked(*args, **kwargs):  # (args: the optimizer and step's arguments, as PyTorch's hooks get them)
+            self, hooks = args[0], args[0].__dict__.get("_step_hooks")
+            if hooks is None or self.__dict__.get("_in_step"):
+                return step(*args, **kwargs)
+            for pre in list(hooks["pre"].values()):
+                changed = pre(self, args, kwargs)
+                if changed is not None:
+                    if not (isinstance(changed, tuple) and len(changed) == 2):
+                        raise RuntimeError(
+                            f"{step} must return None or a tuple of (new_args, new_kwargs), but got {changed}."
+                        )
+                    args, kwargs = changed
+            self._in_step = True
+            try:
+                out = step(*args, **kwargs)
+            finally:
+                self._in_step = False
+            for post in list(hooks["post"].values()):
+                post(self, args, kwargs)
+            return out
+
+        hooked.hooked, hooked.__doc__ = True, step.__doc__
+        type(optimizer).step = hooked
+    return handle
 
 
 def step_tensor(param, value: float):
