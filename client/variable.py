@@ -193,9 +193,12 @@ class Variable(VariableSurface):
             self._stand_for(other)
             self._version += 1
 
-    def _stand_for(self, other: Variable):
-        self._data, self._value, self._requires_grad, self._shared = None, other._value, False, False
-        self._value.holder = weakref.ref(self)
+    def _stand_for(self, other: Variable):  # (`other` computed at once, embedded: its array)
+        value = other._value
+        self._data = None if value is not None else other._data
+        self._value, self._requires_grad, self._shared = value, False, False
+        if value is not None:
+            value.holder = weakref.ref(self)
 
     def _assign_values(self, key, value, setitem):
         """Assignment outside autograd, written through to its view family as shared memory would be
