@@ -524,6 +524,167 @@ def gumbel_softmax_docs(torch):
     }
 
 
+def optimizer_extras(torch):
+    """What the optimizer docs show besides `step`: an lr changed by hand in param_groups, zero_grad(set_to_none=False)
+    leaving zeros, step pre- and post-hooks, LambdaLR with a lambda per group, and clip_grad_norm_'s
+    error_if_nonfinite."""
+    model, loss_of = _regression(torch)
+    optimizer = torch.optim.SGD(
+        [{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 0.05}], lr=0.1, momentum=0.5
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=[lambda e: 0.5**e, lambda e: 1.0 / (e + 1)])
+    calls = []
+    pre = optimizer.register_step_pre_hook(lambda opt, args, kwargs: calls.append(("pre", len(opt.state))))
+    optimizer.register_step_post_hook(lambda opt, args, kwargs: calls.append(("post", len(opt.state))))
+    losses, lrs = [], []
+    for step in range(4):
+        optimizer.zero_grad(set_to_none=step % 2 == 0)
+        if step == 1:
+            zeros = [float(p.grad.abs().sum()) for p in model.parameters()]
+        loss = loss_of()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        if step == 1:
+            pre.remove()
+            for group in optimizer.param_groups:
+                group["lr"] *= 10
+        losses.append(loss.item())
+        lrs.append([g["lr"] for g in optimizer.param_groups])
+    model[0].weight.grad.fill_(float("inf"))
+    try:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)
+        raised = None
+    except RuntimeError as error:
+        raised = str(error)
+    return {"losses": losses, "lrs": lrs, "calls": calls, "zeros": zeros, "raised": raised}
+
+
+def module_introspection(torch):
+    """nn.Module's docs on what a model holds: print(model), children and named_parameters, get_submodule, a
+    non-persistent buffer left out of state_dict, load_state_dict(strict=False)'s missing and unexpected keys,
+    parameters(recurse=False), requires_grad_(False) freezing, and to(torch.float64)."""
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 2, 3, padding=1, bias=False)
+            self.norm = nn.BatchNorm2d(2)
+            self.scale = nn.Parameter(torch.ones(1))
+            self.register_buffer("steps", torch.zeros(1), persistent=False)
+
+        def forward(self, x):
+            self.steps += 1
+            return self.norm(self.conv(x)).relu() * self.scale
+
+    model = nn.Sequential(Block(), nn.Flatten(), nn.Linear(2 * 4 * 4, 3), nn.LogSoftmax(dim=1))
+    init(torch, model)
+    out = model(torch.tensor(data(1, 2, 1, 4, 4)))
+    state = model.state_dict()
+    del state["2.bias"]
+    state["extra.weight"] = torch.zeros(1)
+    result = model.load_state_dict(state, strict=False)
+    model[0].requires_grad_(False)
+    model.to(torch.float64)
+    return {
+        "repr": repr(model),
+        "children": [type(c).__name__ for c in model.children()],
+        "named": [(n, list(p.shape), p.requires_grad) for n, p in model.named_parameters()],
+        "submodule": repr(model.get_submodule("0.norm")),
+        "state keys": list(model.state_dict()),
+        "missing": list(result.missing_keys),
+        "unexpected": list(result.unexpected_keys),
+        "own": [list(p.shape) for p in model[0].parameters(recurse=False)],
+        "buffers": [(n, float(b.sum())) for n, b in model.named_buffers()],
+        "dtypes": sorted({str(p.dtype) for p in model.parameters()}),
+        "out": out,
+    }
+
+
+def init_deterministic(torch):
+    """nn.init's deterministic functions as their docs call them: calculate_gain for each nonlinearity, eye_,
+    dirac_ (grouped too), constant_, ones_, zeros_; and the scale of the random ones (their draws differ)."""
+    nn, init_ = torch.nn, torch.nn.init
+    gains = [
+        init_.calculate_gain(name)
+        for name in ("linear", "conv2d", "sigmoid", "tanh", "relu", "selu", "conv_transpose1d")
+    ]
+    gains += [init_.calculate_gain("leaky_relu", 0.2), init_.calculate_gain("leaky_relu")]
+    w = torch.empty(3, 5)
+    conv = torch.empty(4, 2, 3, 3)
+    out = {"gains": gains, "eye": init_.eye_(w).clone(), "dirac": init_.dirac_(conv).clone()}
+    out["dirac groups"] = init_.dirac_(torch.empty(4, 1, 3), groups=2)
+    out["filled"] = [init_.constant_(torch.empty(2), 0.3), init_.ones_(torch.empty(2)), init_.zeros_(torch.empty(2))]
+    big = torch.empty(400, 300)
+    out["xavier"] = round(float(init_.xavier_uniform_(big, gain=init_.calculate_gain("relu")).abs().max()), 2)
+    out["kaiming"] = round(float(init_.kaiming_normal_(big, mode="fan_out", nonlinearity="relu").std()), 2)
+    out["trunc"] = round(float(init_.trunc_normal_(big, std=0.02, a=-0.04, b=0.04).abs().max()), 2)
+    out["requires_grad"] = init_.normal_(nn.Linear(2, 2).weight).requires_grad
+    return out
+
+
+def spectral_norm_parametrization(torch):
+    """nn.utils.parametrizations.spectral_norm: after enough training-mode forwards the power iteration (from each
+    library's own random start) has converged, so the weight divided by its largest singular value, the eval-mode
+    output and its gradient agree."""
+    nn = torch.nn
+    lin = nn.Linear(4, 3)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[3.0, 0.5, 0.0, 0.2], [0.1, 1.0, 0.3, 0.0], [0.0, 0.2, 0.5, 0.1]]))
+        lin.bias.zero_()
+    lin = nn.utils.parametrizations.spectral_norm(lin, n_power_iterations=3)
+    x = torch.tensor(data(1, 2, 4))
+    for _ in range(10):
+        lin(x)
+    lin.eval()
+    out = lin(x)
+    out.pow(2).sum().backward()
+    return {
+        "weight": lin.weight.detach(),
+        "sigma": float(torch.linalg.matrix_norm(lin.weight.detach(), ord=2)),
+        "out": out,
+        "grad": lin.parametrizations.weight.original.grad,
+        "names": sorted(n for n, _ in lin.named_parameters()),
+    }
+
+
+def functional_more(torch):
+    """More torch.nn.functional docs examples with their gradients: interpolate (nearest, bilinear with and without
+    align_corners, bicubic, area; size and scale_factor), unfold/fold's round trip, normalize, cosine_similarity,
+    pairwise_distance, embedding with padding_idx, triplet_margin_loss and cross_entropy on (N, C, d) input."""
+    F = torch.nn.functional
+    x = torch.tensor(data(1, 1, 2, 3, 4), requires_grad=True)
+    out = {}
+    for name, call in {
+        "nearest": lambda t: F.interpolate(t, scale_factor=2, mode="nearest"),
+        "bilinear": lambda t: F.interpolate(t, size=(5, 7), mode="bilinear", align_corners=False),
+        "bilinear aligned": lambda t: F.interpolate(t, scale_factor=1.5, mode="bilinear", align_corners=True),
+        "bicubic": lambda t: F.interpolate(t, size=(4, 6), mode="bicubic", align_corners=False),
+        "area": lambda t: F.interpolate(t, size=(2, 2), mode="area"),
+        "unfold fold": lambda t: F.fold(
+            F.unfold(t, kernel_size=2, padding=1), output_size=(3, 4), kernel_size=2, padding=1
+        ),
+        "normalize": lambda t: F.normalize(t, p=2.0, dim=1),
+    }.items():
+        y = call(x)
+        (g,) = torch.autograd.grad((y * y.detach().cos()).sum(), x)
+        out[name] = [y, g]
+    a, b = torch.tensor(data(2, 4, 5), requires_grad=True), torch.tensor(data(3, 4, 5))
+    for name, value in {
+        "cosine": F.cosine_similarity(a, b, dim=1),
+        "pairwise": F.pairwise_distance(a, b, p=1.5, keepdim=True),
+        "triplet": F.triplet_margin_loss(a, b, a.detach().flip(0), margin=0.5, swap=True),
+        "ce nd": F.cross_entropy(a.reshape(2, 2, 5), torch.tensor(labels(4, 10, 2)).reshape(2, 5), reduction="sum"),
+    }.items():
+        (g,) = torch.autograd.grad(value.sum(), a)
+        out[name] = [value, g]
+    weight = torch.tensor(data(5, 5, 3), requires_grad=True)
+    emb = F.embedding(torch.tensor([[0, 2, 0, 4], [4, 3, 2, 1]]), weight, padding_idx=0)
+    (out["embedding"],) = torch.autograd.grad(emb.pow(2).sum(), weight)
+    return out
+
+
 PROGRAMS = {
     "every_optimizer": every_optimizer,
     "lbfgs": lbfgs,
@@ -540,4 +701,9 @@ PROGRAMS = {
     "functional_losses": functional_losses,
     "pad_one_hot_grid_sample": pad_one_hot_grid_sample,
     "gumbel_softmax_docs": gumbel_softmax_docs,
+    "optimizer_extras": optimizer_extras,
+    "module_introspection": module_introspection,
+    "init_deterministic": init_deterministic,
+    "spectral_norm_parametrization": spectral_norm_parametrization,
+    "functional_more": functional_more,
 }

@@ -16,6 +16,7 @@ import pytest
 
 from tests import docs_examples_programs as programs
 from tests.client.test_client_tutorial_autograd import assert_same, host
+from tests.tutorial_training_programs import data, init
 
 
 @pytest.fixture
@@ -69,3 +70,46 @@ def test_a_grid_serves_two_backwards_and_has_no_gradient_on_the_border_as_in_tor
     got, want = host(_grid_twice(torch_like)), host(_grid_twice(oracle))
     assert got[2] == want[2] == "AffineGridGeneratorBackward0"
     assert_same(got, want, "grid")
+
+
+def _step_hooks(m):
+    """Step hooks as PyTorch calls them: args hold the optimizer, a pre-hook's (args, kwargs) replace step's, a
+    removed hook is not called, and a step's own `super().step()` runs them once."""
+    p = m.nn.Parameter(m.ones(2))
+    p.grad = m.tensor([1.0, -2.0])
+    optimizer, seen = m.optim.SGD([p], lr=0.1), []
+
+    def pre(opt, args, kwargs):
+        seen.append(["pre", len(args), args[0] is opt, sorted(kwargs)])
+        return args, {"closure": lambda: m.tensor(3.0)}
+
+    handle = optimizer.register_step_pre_hook(pre)
+    optimizer.register_step_post_hook(lambda opt, args, kwargs: seen.append(["post", sorted(kwargs)]))
+    loss = optimizer.step()
+    handle.remove()
+    optimizer.step(closure=None)
+    optimizer.register_step_pre_hook(lambda opt, args, kwargs: 3)
+    with pytest.raises(RuntimeError, match=r"must return None or a tuple of \(new_args, new_kwargs\), but got 3"):
+        optimizer.step()
+    return [seen, float(loss), p]
+
+
+def test_optimizer_step_hooks_as_torchs(torch_like, oracle):
+    got, want = _step_hooks(torch_like), _step_hooks(oracle)
+    assert got[0] == want[0] and got[1] == want[1] == 3.0
+    assert_same(host(got[2]), host(want[2]), "stepped")
+
+
+def test_buffers_updated_by_a_recorded_forward_load_their_own_state_as_torchs(torch_like, oracle):
+    """A BatchNorm after a conv, its running statistics not computed yet on the client, loaded back from its own
+    state_dict (it lost its value: 'NoneType' object has no attribute 'holder')."""
+
+    def loaded(m):
+        nn = m.nn
+        model = init(m, nn.Sequential(nn.Conv2d(1, 2, 3, padding=1, bias=False), nn.BatchNorm2d(2)))
+        model(m.tensor(data(1, 2, 1, 4, 4)))
+        state = model.state_dict()
+        model.load_state_dict(state)
+        return [model[1].running_mean, model[1].running_var, model(m.tensor(data(2, 2, 1, 4, 4)))]
+
+    assert_same(host(loaded(torch_like)), host(loaded(oracle)), "loaded")
