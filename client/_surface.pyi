@@ -950,8 +950,8 @@ def fix(input: Operand) -> Variable:
 def flatten(input: Operand, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Variable:
     """merge dimensions start_dim..end_dim into one"""
 
-def flip(input: VariableSurface, dims: builtins.int | Sequence[builtins.int]) -> Variable:
-    """The entries in reverse order along each of `dims` (a copy)."""
+def flip(input: VariableSurface, *args: builtins.int | Sequence[builtins.int], dims: Any = None) -> Variable:
+    """The entries in reverse order along each of `dims` (a copy); `x.flip(0, 1)` as `x.flip((0, 1))`."""
 
 def fliplr(input: VariableSurface) -> Variable: ...
 def flipud(input: VariableSurface) -> Variable: ...

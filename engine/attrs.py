@@ -117,7 +117,7 @@ def _dtype(value, name):
 
 
 def _p_norm(value, name):
-    p = _float(value, name)
+    p = 2.0 if isinstance(value, str) and value == "fro" else _float(value, name)  # (torch.norm's p="fro")
     if not (p > 0) or math.isnan(p):
         raise AttrError(f"attribute {shown(name)} must be a positive number or inf, got {shown(value)}")
     return p

@@ -472,8 +472,8 @@ class VariableSurface:
         """x rounded toward zero (gradient zero, as in PyTorch)"""
     def flatten(self, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Self:
         """merge dimensions start_dim..end_dim into one"""
-    def flip(self, dims: builtins.int | Sequence[builtins.int]) -> Self:
-        """The entries in reverse order along each of `dims` (a copy)."""
+    def flip(self, *args: builtins.int | Sequence[builtins.int], dims: Any = None) -> Self:
+        """The entries in reverse order along each of `dims` (a copy); `x.flip(0, 1)` as `x.flip((0, 1))`."""
     def fliplr(self) -> Self: ...
     def flipud(self) -> Self: ...
     def float(self) -> Self:

@@ -58,9 +58,9 @@ def functions(ops, make) -> dict:
     `make`, its constructors."""
     cat, reshape, permute, expand = ops["cat"], ops["reshape"], ops["permute"], ops["expand"]
 
-    def flip(input: VariableSurface, dims: int | Sequence[int]) -> VariableSurface:
-        """The entries in reverse order along each of `dims` (a copy)."""
-        flipped = _dims(input, dims)
+    def flip(input: VariableSurface, *args: int | Sequence[int], dims=None) -> VariableSurface:
+        """The entries in reverse order along each of `dims` (a copy); `x.flip(0, 1)` as `x.flip((0, 1))`."""
+        flipped = _dims(input, dims if dims is not None else args[0] if len(args) == 1 else args)
         return input[tuple(slice(None, None, -1) if d in flipped else EVERY for d in range(input.ndim))]
 
     def fliplr(input: VariableSurface) -> VariableSurface:

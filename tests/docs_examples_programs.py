@@ -685,6 +685,106 @@ def functional_more(torch):
     return out
 
 
+TENSOR_CASES = {
+    "cdist": lambda m, a, b: m.cdist(a, b, p=2.0),
+    "cdist1": lambda m, a, b: m.cdist(a, b, p=1.0),
+    "diff": lambda m, a, b: m.diff(a, n=2, dim=1),
+    "kron": lambda m, a, b: m.kron(a[:2, :2], b[:2, :3]),
+    "block_diag": lambda m, a, b: m.block_diag(a[:2, :2], b[:1, :3]),
+    "trapezoid": lambda m, a, b: m.trapezoid(a, dx=0.5),
+    "logcumsumexp": lambda m, a, b: m.logcumsumexp(a, dim=1),
+    "renorm": lambda m, a, b: a.renorm(2, 0, 1.0),
+    "rot90": lambda m, a, b: m.rot90(a, 1, [0, 1]),
+    "roll": lambda m, a, b: m.roll(a, shifts=(1, -2), dims=(0, 1)),
+    "take_along_dim": lambda m, a, b: m.take_along_dim(a, a.argsort(dim=1), dim=1),
+    "tensor unfold": lambda m, a, b: a.unfold(1, 2, 1),
+    "index_put acc": lambda m, a, b: a.index_put((m.tensor([0, 0, 2]),), b[:3], accumulate=True),
+    "masked_scatter": lambda m, a, b: a.masked_scatter(a > 0, b),
+    "scatter_reduce amax": lambda m, a, b: m.zeros(3, 4).scatter_reduce(
+        0, m.tensor([[0, 1, 2, 0]] * 3), a[:3], reduce="amax", include_self=False
+    ),
+    "nan_to_num": lambda m, a, b: m.nan_to_num(a.log(), nan=0.5, neginf=-3.0),
+    "cartesian_prod": lambda m, a, b: m.cartesian_prod(a[0, :2], b[0, :3]),
+    "tril_indices": lambda m, a, b: m.tril_indices(3, 4, offset=1).float().sum() * a.sum(),
+    "searchsorted": lambda m, a, b: m.searchsorted(m.tensor([0.0, 1.0, 2.0]), a).float() * a,
+    "bucketize": lambda m, a, b: m.bucketize(a, m.tensor([-1.0, 0.0, 1.0]), right=True).float() + a,
+    "histc": lambda m, a, b: m.histc(a.detach(), bins=4, min=-2, max=2) + a.sum(),
+    "cummax": lambda m, a, b: m.cummax(a, dim=1).values,
+    "aminmax": lambda m, a, b: m.stack(list(m.aminmax(a, dim=1))),
+    "quantile": lambda m, a, b: m.quantile(a, m.tensor([0.25, 0.5]), dim=1, interpolation="linear"),
+    "nanmean": lambda m, a, b: m.nanmean(a.log(), dim=1),
+    "logaddexp": lambda m, a, b: m.logaddexp(a, b),
+    "hypot": lambda m, a, b: m.hypot(a, b),
+    "copysign": lambda m, a, b: m.copysign(a, b),
+    "xlogy": lambda m, a, b: m.xlogy(a.abs(), b.abs()),
+    "lerp": lambda m, a, b: m.lerp(a, b, 0.3),
+    "addcmul": lambda m, a, b: m.addcmul(a, a, b, value=0.5),
+    "baddbmm": lambda m, a, b: m.baddbmm(
+        a[:2, :2].unsqueeze(0), a[:2].unsqueeze(0), b.T[:, :2].unsqueeze(0), beta=0.5, alpha=2.0
+    ),
+    "einsum bilinear": lambda m, a, b: m.einsum(
+        "bn,anm,bm->ba", a[:2, :3], m.cat([b, b]).reshape(2, 3, 4)[:, :, :3], a[:2, 1:4]
+    ),
+    "var_mean": lambda m, a, b: m.stack(list(m.var_mean(a, dim=1, correction=0))),
+    "std unbiased": lambda m, a, b: a.std(dim=0, unbiased=True),
+    "norm fro": lambda m, a, b: m.norm(a, p="fro"),
+    "linalg.vector_norm": lambda m, a, b: m.linalg.vector_norm(a, ord=3, dim=1),
+    "matrix_norm nuc": lambda m, a, b: m.linalg.matrix_norm(a[:, :3], ord="nuc"),
+    "frac": lambda m, a, b: m.frac(a * 3),
+    "sinc": lambda m, a, b: m.sinc(a),
+    "logit": lambda m, a, b: m.logit(a.sigmoid(), eps=1e-6),
+    "clamp tensor": lambda m, a, b: m.clamp(a, min=b, max=b + 1),
+    "where scalar": lambda m, a, b: m.where(a > 0, a, 0.0),
+    "flip": lambda m, a, b: a.flip(0, 1),
+    "movedim": lambda m, a, b: a.reshape(3, 2, 2).movedim(0, -1),
+    "unflatten": lambda m, a, b: a.unflatten(1, (2, 2)),
+    "tensor_split": lambda m, a, b: m.stack([t.sum() for t in m.tensor_split(a, (1, 3), dim=1)]),
+    "dstack": lambda m, a, b: m.dstack([a, b]),
+    "trace": lambda m, a, b: m.trace(a[:, :3]),
+    "outer": lambda m, a, b: m.outer(a[0], b[0]),
+    "cross": lambda m, a, b: m.linalg.cross(a[:, :3], b[:, :3]),
+    "cosine_embedding": lambda m, a, b: m.nn.functional.cosine_embedding_loss(a, b, m.tensor([1, -1, 1])),
+    "poisson_nll": lambda m, a, b: m.nn.functional.poisson_nll_loss(a, b.abs(), log_input=True, full=True),
+    "gaussian_nll": lambda m, a, b: m.nn.functional.gaussian_nll_loss(a, b, a.abs() + 0.1, full=True),
+    "multilabel_soft_margin": lambda m, a, b: m.nn.functional.multilabel_soft_margin_loss(a, (b > 0).float()),
+    "multi_margin": lambda m, a, b: m.nn.functional.multi_margin_loss(a, m.tensor([0, 3, 1]), p=2, margin=0.5),
+    "huber delta": lambda m, a, b: m.nn.functional.huber_loss(a, b, delta=0.5),
+    "smooth_l1 beta": lambda m, a, b: m.nn.functional.smooth_l1_loss(a, b, beta=0.3),
+    "soft_margin": lambda m, a, b: m.nn.functional.soft_margin_loss(a, b.sign()),
+    "local_response_norm": lambda m, a, b: m.nn.functional.local_response_norm(a.reshape(1, 3, 4, 1), 2),
+    "glu": lambda m, a, b: m.nn.functional.glu(a, dim=1),
+    "rrelu eval": lambda m, a, b: m.nn.functional.rrelu(a, training=False),
+    "hardtanh": lambda m, a, b: m.nn.functional.hardtanh(a, -0.5, 0.5),
+    "softmin": lambda m, a, b: m.nn.functional.softmin(a, dim=1),
+    "pdist": lambda m, a, b: m.nn.functional.pdist(a),
+    "channel_shuffle": lambda m, a, b: m.nn.functional.channel_shuffle(a.reshape(1, 4, 3, 1), 2),
+    "pixel_unshuffle": lambda m, a, b: m.nn.functional.pixel_unshuffle(a.reshape(1, 1, 3, 4)[:, :, :2], 2),
+    "adaptive_max_pool2d": lambda m, a, b: m.nn.functional.adaptive_max_pool2d(a.reshape(1, 1, 3, 4), (2, 3)),
+    "lp_pool2d": lambda m, a, b: m.nn.functional.lp_pool2d(a.abs().reshape(1, 1, 3, 4), 2, 2),
+    "max_unpool": lambda m, a, b: m.nn.functional.max_unpool1d(
+        *m.nn.functional.max_pool1d(a.unsqueeze(0), 2, return_indices=True), 2
+    ),
+    "embedding_bag": lambda m, a, b: m.nn.functional.embedding_bag(
+        m.tensor([0, 2, 1, 2]), a, m.tensor([0, 1]), mode="max"
+    ),
+    "one_hot neg": lambda m, a, b: m.nn.functional.one_hot(m.tensor([1, 2]), -1).float() * a[0, 0],
+}
+
+
+def tensor_and_functional_docs(torch):
+    """One-liners of the torch, Tensor, torch.linalg and torch.nn.functional docs pages (distances, differences,
+    products, cumulative and sorted reductions, index and masked writes, elementwise specials, the less common
+    losses, poolings and rearrangements), each value and its gradient (a weighted sum's) in a's entries."""
+    out = {}
+    for name, call in TENSOR_CASES.items():
+        a, b = torch.tensor(data(1, 3, 4), requires_grad=True), torch.tensor(data(2, 3, 4))
+        y = call(torch, a, b).float()
+        weights = torch.ones_like(y).cumsum(-1) if y.ndim else torch.ones_like(y)
+        (g,) = torch.autograd.grad((y * weights).sum(), a, allow_unused=True)
+        out[name] = [y, "none" if g is None else g]
+    return out
+
+
 PROGRAMS = {
     "every_optimizer": every_optimizer,
     "lbfgs": lbfgs,
@@ -706,4 +806,5 @@ PROGRAMS = {
     "init_deterministic": init_deterministic,
     "spectral_norm_parametrization": spectral_norm_parametrization,
     "functional_more": functional_more,
+    "tensor_and_functional_docs": tensor_and_functional_docs,
 }
