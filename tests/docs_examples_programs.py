@@ -294,68 +294,6 @@ def weight_norm_parametrization(torch):
     }
 
 
-def custom_function_docs(torch):
-    """torch.autograd.Function's docs: Exp saving its output, a sort returning indices marked non-differentiable,
-    set_materialize_grads(False) with a backward that gets None for an unused output, once_differentiable."""
-    Function = torch.autograd.Function
-
-    class Exp(Function):
-        @staticmethod
-        def forward(ctx, i):
-            result = i.exp()
-            ctx.save_for_backward(result)
-            return result
-
-        @staticmethod
-        def backward(ctx, grad_output):
-            (result,) = ctx.saved_tensors
-            return grad_output * result
-
-    class Sort(Function):
-        @staticmethod
-        def forward(ctx, x):
-            values, idx = x.sort()
-            ctx.mark_non_differentiable(idx)
-            ctx.save_for_backward(x, idx)
-            return values, idx
-
-        @staticmethod
-        def backward(ctx, g1, g2):
-            x, idx = ctx.saved_tensors
-            grad_input = torch.zeros_like(x)
-            grad_input.index_add_(0, idx, g1)
-            return grad_input
-
-    class SimpleFunc(Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.set_materialize_grads(False)
-            ctx.save_for_backward(x)
-            return x.clone(), x.clone()
-
-        @staticmethod
-        def backward(ctx, g1, g2):
-            (x,) = ctx.saved_tensors
-            grad_input = torch.zeros_like(x)
-            if g1 is not None:
-                grad_input += g1 * 2
-            if g2 is not None:
-                grad_input += g2 * 3
-            return grad_input
-
-    x = torch.tensor([0.5, -1.0, 2.0, 0.25], requires_grad=True)
-    Exp.apply(x).sum().backward()
-    exp_grad = x.grad.clone()
-    x.grad = None
-    values, idx = Sort.apply(x)
-    (values * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
-    sort_grad = x.grad.clone()
-    x.grad = None
-    a, _ = SimpleFunc.apply(x)
-    a.sum().backward()
-    return {"exp": exp_grad, "sort": [values, idx, idx.requires_grad, sort_grad], "materialize": x.grad}
-
-
 def anomaly_detection(torch):
     """The detect_anomaly docs' example: a Function whose backward returns nan; with anomaly detection on the
     backward raises naming it, without it the nan reaches the grad."""
@@ -794,7 +732,6 @@ PROGRAMS = {
     "reduce_lr_on_plateau": reduce_lr_on_plateau,
     "clip_and_vectorize": clip_and_vectorize,
     "weight_norm_parametrization": weight_norm_parametrization,
-    "custom_function_docs": custom_function_docs,
     "anomaly_detection": anomaly_detection,
     "forward_mode_docs": forward_mode_docs,
     "module_hooks_and_modes": module_hooks_and_modes,

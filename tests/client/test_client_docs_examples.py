@@ -1,11 +1,12 @@
 """Examples of PyTorch's API documentation (tests/docs_examples_programs.py: every torch.optim optimizer with its
-common options, LBFGS, per-parameter options and add_param_group, state_dict round trips mid-training, the
-lr_scheduler examples step by step and ReduceLROnPlateau, clip_grad_norm_/clip_grad_value_ and the parameter
-vector, weight_norm's parametrization, autograd.Function's ctx (save_for_backward, mark_non_differentiable,
-set_materialize_grads), detect_anomaly, forward-mode AD, nn.Module's hooks and modes, F.cross_entropy/nll_loss/
-kl_div's options, F.pad, one_hot, affine_grid and grid_sample, gumbel_softmax) run on the engine, the embedded
-client and a live server (`torch_like`), each compared with what PyTorch 2.13 gives for the same program. Then
-what they needed fixed: a grid reused by two backwards, and grid_sample's border clamp on the border itself."""
+common options, LBFGS, per-parameter options and add_param_group, state_dict round trips mid-training, step hooks,
+the lr_scheduler examples step by step and ReduceLROnPlateau, clip_grad_norm_/clip_grad_value_ and the parameter
+vector, weight_norm and spectral_norm, detect_anomaly, forward-mode AD, nn.Module's hooks, modes and introspection,
+nn.init, F.cross_entropy/nll_loss/kl_div's options, F.pad, one_hot, affine_grid, grid_sample, interpolate and
+gumbel_softmax, and 75 torch/Tensor one-liners) run on the engine, the embedded client and a live server
+(`torch_like`), each compared with what PyTorch 2.13 gives for the same program. Then what they needed fixed: a
+grid reused by two backwards, grid_sample's border clamp on the border itself, optimizer step hooks, a recorded
+buffer loaded from its own state_dict on the client."""
 
 from __future__ import annotations
 
