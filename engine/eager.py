@@ -18,8 +18,16 @@ from engine.variable import Variable, as_array
 
 class EagerSide(surface.Side):
     def operator(self, op, kind, function):
-        if kind == surface.REFLECTED:
-            return grad_fn_names.reflected(lambda self, other: op.call(coerce((other, self)), NO_ATTRS), op.name)
+        if kind == surface.REFLECTED:  # `2 - x`: its node named as PyTorch's (`grad_fn_names.reflected`'s work)
+            name, call = grad_fn_names.REFLECTED.get(op.name), op.call
+
+            def reflected(self, other):
+                out = call(coerce((other, self)), NO_ATTRS)
+                if name is not None and (type(other) is int or type(other) is float):
+                    return grad_fn_names.renamed(out, name, (self.grad_fn,))
+                return out
+
+            return reflected
         return op.operator  # `x * y` calls it as (x, y), `-x` as (x,): see `engine.node.apply_op`
 
 
