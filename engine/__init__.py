@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # what engine.surface installs below (`engine.exp`, `engine.z
     from engine._surface import *  # noqa: F403
 
 _SURFACE = _surface.install(_eager.SIDE)
+_eager.direct_methods()
 globals().update(_SURFACE)
 
 # torch.nn and torch.optim (they need the names above), torch.autograd's other names and torch.func

@@ -75,7 +75,7 @@ def to_numpy(array) -> numpy.ndarray:
 def to_active(array):
     """Move an array to the active backend's device (no copy when it is already there)."""
     if xp is numpy:
-        return to_numpy(array)
+        return array if type(array) is numpy.ndarray else to_numpy(array)
     return cupy.asarray(array)  # pragma: no cover
 
 

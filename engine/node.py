@@ -67,7 +67,8 @@ def reads_output(op, edges) -> bool:
     """Whether a node's vjps read its output: `op.uses_output` is True, or the inputs whose vjps
     read it and one of them gets a gradient (PyTorch saves the output only then, e.g. `x ** y`'s
     for y's gradient; an output modified in place then refuses a backward)."""
-    return op.uses_output is True or any(edges[i] is not None for i in op.uses_output)
+    uses = op.uses_output  # (one input's, the common case, read without `any` and a generator's frames)
+    return uses is True or (edges[uses[0]] is not None if len(uses) == 1 else any(edges[i] is not None for i in uses))
 
 
 def check_output(node, out_ref):

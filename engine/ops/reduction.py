@@ -48,9 +48,16 @@ def unreduce(g, shape, dim, keepdim):
     return trusted.expand(g if kept is None else trusted.reshape(g, shape=kept), shape=shape)
 
 
+def _sum(xp, x, dim, keepdim):
+    # NumPy's own reduce, as `x.sum` calls it, without the Python frame of NumPy's `_methods._sum` between
+    axis = None if dim is None else _axes(dim, x.ndim)
+    return _add_reduce(x, axis, None, None, keepdim) if type(x) is numpy.ndarray else x.sum(axis=axis, keepdims=keepdim)
+
+
+_add_reduce = numpy.add.reduce
 sum = defop(
     "sum",
-    lambda xp, x, dim, keepdim: x.sum(axis=None if dim is None else _axes(dim, x.ndim), keepdims=keepdim),
+    _sum,
     lambda g, ans, x, dim, keepdim: unreduce(g, x.shape, dim, keepdim),
     attrs={"dim": DIM, "keepdim": KEEPDIM},
     saves=False,

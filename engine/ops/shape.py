@@ -10,11 +10,12 @@ import numpy
 from engine import shapes, views
 from engine.attrs import Attr
 from engine.grad_mode import state as grad_state
-from engine.node import FORWARD
+from engine.node import FORWARD, RECORDING
 from engine.ops.indexing import take
 from engine.promotion import promoted
 from engine.recording import derived, note_constant
 from engine.registry import Sample, defop, trusted
+from engine.variable import Variable
 
 
 def _sum_to(xp, x, shape):
@@ -225,7 +226,7 @@ def transposed(v):
     """All dimensions of `v` reversed, for engine code (a vjp's `x.T`: no view a program sees), the array's
     view itself when nothing records and no forward-AD level could give it a tangent."""
     if not (v._requires_grad and grad_state.enabled or FORWARD):  # the view, without an op's dispatch
-        return derived(_transposed, v)
+        return derived(_transposed, v) if RECORDING else Variable._result(v._data.transpose(), None)
     return _permute((v,), {"dims": tuple(range(v._data.ndim - 1, -1, -1))})
 
 
