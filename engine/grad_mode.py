@@ -117,7 +117,7 @@ class GradMode:
 
     def inference_mode(self, mode: bool | Callable[..., Any] = True) -> Any:
         """PyTorch's inference mode: no_grad that `is_inference_mode_enabled()` tells (`inference_mode(False)`
-        enables grad, as PyTorch's does); a decorator too. Its results are not marked (`is_inference()` is False)."""
+        enables grad, as PyTorch's does); a decorator too. What is made in it is marked (`is_inference()`)."""
         if callable(mode):
             return _Inference(self.state, False)(mode)
         return _Inference(self.state, not mode)

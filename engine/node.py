@@ -420,6 +420,8 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, fl
     else:
         result._node = None
         result._requires_grad = False
+        if _grad.inference:  # `is_inference()`
+            result._inference = True
     if FORWARD:
         FORWARD[0].op(op, inputs, attrs, result)
     if RECORDING:

@@ -21,6 +21,7 @@ from engine import backend, views
 from engine.devices import Device
 from engine.dtypes import DType
 from engine.dtypes import of as dtype_of
+from engine.grad_mode import state as grad_state
 from engine.indexing import from_key, to_key
 from engine.surface_types import VariableSurface
 from engine.tensor_data import plain, same_array, tensor_data
@@ -88,7 +89,7 @@ CPU, CUDA = Device("cpu"), Device("cuda")
 class Variable(VariableSurface):
     """A node value in a define-by-run graph, with PyTorch's Variable semantics (computed now)."""
 
-    __slots__ = ("_data", "_grad", "_node", "_requires_grad", "_version", "__weakref__")
+    __slots__ = ("_data", "_grad", "_node", "_requires_grad", "_version", "_inference", "__weakref__")
 
     def _store(self, data):
         """`Variable(data)`'s storage (the constructor itself is engine.surface's)."""
@@ -97,6 +98,8 @@ class Variable(VariableSurface):
         self._node = None
         self._version = 0
         self._requires_grad = False
+        if grad_state.inference:  # made in inference mode (`is_inference()`; unset otherwise), as apply_op's results
+            self._inference = True
 
     @classmethod
     def _result(cls, data, node):
