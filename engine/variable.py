@@ -27,6 +27,10 @@ from engine.surface_types import VariableSurface
 from engine.tensor_data import plain, same_array, tensor_data
 
 NUMPY_OF_GRAD = "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
+SCALAR_OF_GRAD = (
+    "Converting a tensor with requires_grad=True to a scalar may lead to unexpected behavior.\n"
+    "Consider using tensor.detach() first."
+)
 
 
 def host_array(data, dtype=None) -> numpy.ndarray:
