@@ -59,3 +59,82 @@ def test_float_of_a_tensor_requiring_grad_warns_once_as_torchs(torch_like, oracl
     ((message, category),) = scope["seen"]
     assert category == want_category == "UserWarning"
     assert want.startswith(message + " (Triggered internally at ")  # (PyTorch's names its C++ source line)
+
+
+def _strict_refusals(torch):
+    """Each strict-mode case's (exception type, message), or "ok"."""
+    F = torch.autograd.functional
+    x, y = torch.ones(3, dtype=torch.float64) * 0.5, torch.ones(2, dtype=torch.float64)
+    const = lambda a, *rest: torch.ones(1, dtype=torch.float64).sum()  # noqa: E731
+    square, cube = (lambda a, *rest, k=k: (a**k).sum() for k in (2, 3))
+    twice = lambda a, *rest: (a * 2).sum()  # noqa: E731
+    cases = {
+        "vjp unused": lambda: F.vjp(twice, (x, y), strict=True),
+        "vjp constant": lambda: F.vjp(const, x, strict=True),
+        "vjp create_graph": lambda: F.vjp(twice, x, create_graph=True, strict=True),
+        "jvp unused": lambda: F.jvp(lambda a, b: a * 2, (x, y), (x, y), strict=True),
+        "jvp constant": lambda: F.jvp(lambda a: torch.ones(3, dtype=torch.float64), x, x, strict=True),
+        "jacobian unused": lambda: F.jacobian(lambda a, b: a * 2, (x, y), strict=True),
+        "jacobian create_graph": lambda: F.jacobian(lambda a: a * 2, x, create_graph=True, strict=True),
+        "hessian ok": lambda: F.hessian(cube, x, strict=True),
+        "hessian product create_graph": lambda: F.hessian(lambda a: (a * a).sum(), x, create_graph=True, strict=True),
+    }
+    for name, f in (("hessian", F.hessian), ("vhp", F.vhp), ("hvp", F.hvp)):
+        extra, one = ((), ()) if name == "hessian" else (((x, y),), (x,))
+        cases[f"{name} linear"] = lambda f=f, e=one: f(twice, x, *e, strict=True)
+        cases[f"{name} unused"] = lambda f=f, e=extra: f(square, (x, y), *e, strict=True)
+        cases[f"{name} constant"] = lambda f=f, e=extra: f(const, (x, y), *e, strict=True)
+        cases[f"{name} not strict"] = lambda f=f, e=extra: f(twice, (x, y), *e)
+    out = {}
+    for name, case in cases.items():
+        try:
+            case()
+            out[name] = "ok"
+        except RuntimeError as e:
+            out[name] = str(e)
+    return out
+
+
+# the client cannot tell that a recorded gradient does not depend on an input (a lazy `grad` node requires grad)
+CLIENT_CANNOT_TELL = ("vjp create_graph", "jacobian create_graph", "hessian linear", "vhp linear", "hvp linear")
+
+
+def test_autograd_functional_strict_refusals_are_torchs(torch_like, oracle):
+    got, want = _strict_refusals(torch_like), _strict_refusals(oracle)
+    if torch_like.__name__ == "client":
+        for name in CLIENT_CANNOT_TELL:
+            assert got.pop(name) == "ok" and want.pop(name) != "ok"
+        assert "create_graph=True" in want.pop("hessian product create_graph")
+        got.pop("hessian product create_graph")
+    assert got == want
+    assert "hessian linear" not in got or "While computing the hessian" in got["hessian linear"]
+
+
+def _no_grad_views(torch):
+    x = torch.ones(3, 2, requires_grad=True)
+    y = x * 2
+    with torch.no_grad():
+        made = [
+            x[0],
+            x.view(6),
+            x.t(),
+            y[0],
+            y.reshape(6),
+            x.detach(),
+            x[:, 0],
+            x.unsqueeze(0),
+            x.expand(2, 3, 2),
+            x + 0,
+        ]
+    flags = [(v.requires_grad, v.is_leaf, v.grad_fn is None) for v in made]
+    used = made[0] * 2
+    try:
+        made[1].mul_(2)
+        refused = None
+    except RuntimeError as e:
+        refused = str(e)
+    return flags, used.requires_grad, type(used.grad_fn).__name__, refused
+
+
+def test_a_view_made_in_no_grad_mode_of_a_base_requiring_grad_requires_grad_as_torchs(torch_like, oracle):
+    assert _no_grad_views(torch_like) == _no_grad_views(oracle)
