@@ -25,6 +25,7 @@ from engine import backend
 from engine.autograd import _fit
 from engine.function import FunctionNode, FunctionOutputs
 from engine.grad_mode import state as grad_state
+from engine.gradient_edges import GradientEdge, get_gradient_edge
 from engine.node import SAVING, GraphFreedError, Meta, Node, OpNode, reads_output
 from engine.registry import OPS, input_names
 from engine.surface import RemovableHandle
@@ -423,7 +424,7 @@ class _refused(saved_tensors_hooks):  # noqa: N801
 
 def namespace(client: bool = False) -> SimpleNamespace:
     """torch.autograd.graph for a side; the client's refuses saved-tensor hooks (`_refused`)."""
-    names = (Node, save_on_cpu, disable_saved_tensors_hooks, increment_version)
+    names = (Node, save_on_cpu, disable_saved_tensors_hooks, increment_version, GradientEdge, get_gradient_edge)
     return SimpleNamespace(
         saved_tensors_hooks=_refused if client else saved_tensors_hooks, **{f.__name__: f for f in names}
     )

@@ -138,3 +138,24 @@ def _no_grad_views(torch):
 
 def test_a_view_made_in_no_grad_mode_of_a_base_requiring_grad_requires_grad_as_torchs(torch_like, oracle):
     assert _no_grad_views(torch_like) == _no_grad_views(oracle)
+
+
+def _gradient_edges(torch):
+    graph = torch.autograd.graph
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 3
+    z = (y**2).sum()
+    edge, leaf = graph.get_gradient_edge(y), graph.get_gradient_edge(x)
+    del y  # (the edge keeps its node)
+    out = [type(edge).__name__, type(edge.node).__name__, edge.output_nr, type(leaf.node).__name__, leaf.output_nr]
+    out.append([g.tolist() for g in torch.autograd.grad(z, edge, retain_graph=True)])
+    out.append([g.tolist() for g in torch.autograd.grad(z, (leaf, edge), retain_graph=True)])
+    z.backward(inputs=[leaf])
+    out.append(x.grad.tolist())
+    with pytest.raises(RuntimeError) as caught:
+        graph.get_gradient_edge(torch.ones(2))
+    return [*out, str(caught.value), tuple(graph.GradientEdge._fields)]
+
+
+def test_gradient_edges_are_torchs_and_serve_as_inputs_of_grad_and_backward(torch_like, oracle):
+    assert _gradient_edges(torch_like) == _gradient_edges(oracle)
