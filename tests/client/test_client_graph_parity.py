@@ -140,6 +140,40 @@ def test_a_view_made_in_no_grad_mode_of_a_base_requiring_grad_requires_grad_as_t
     assert _no_grad_views(torch_like) == _no_grad_views(oracle)
 
 
+def _multi_grad_hooks(torch):
+    """PyTorch's docs example of register_multi_grad_hook, more backwards, mode "any", and the refusals."""
+    graph = torch.autograd.graph
+    a = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    b = torch.tensor([4.0, 5.0, 6.0], requires_grad=True)
+    c, d = a * b, a * b
+    seen, firsts = [], []
+    handle = graph.register_multi_grad_hook((a, b, c, d), lambda grads: seen.append([_listed(g) for g in grads]))
+    c.sum().backward(retain_graph=True)
+    c.sum().backward(inputs=(a,), retain_graph=True)
+    (c.sum() + d.sum()).backward(retain_graph=True)
+    torch.autograd.grad(d.sum(), [d], retain_graph=True)
+    handle.remove()
+    c.sum().backward(retain_graph=True)
+    with graph.register_multi_grad_hook((a, b, c), lambda g: firsts.append(g.tolist()), mode="any"):
+        (c * 2).sum().backward(retain_graph=True)
+        (d * 3).sum().backward(retain_graph=True)
+    (c * 2).sum().backward()
+    refused = []
+    for tensors, mode, kind in (((a,), "some", ValueError), ((a, torch.ones(2)), "all", AssertionError)):
+        with pytest.raises(kind) as caught:
+            graph.register_multi_grad_hook(tensors, print, mode=mode)
+        refused.append(str(caught.value))
+    return seen, firsts, refused, a.grad.tolist()
+
+
+def _listed(g):
+    return None if g is None else g.tolist()
+
+
+def test_register_multi_grad_hook_is_torchs(torch_like, oracle):
+    assert _multi_grad_hooks(torch_like) == _multi_grad_hooks(oracle)
+
+
 def _gradient_edges(torch):
     graph = torch.autograd.graph
     x = torch.tensor([1.0, 2.0], requires_grad=True)
