@@ -17,7 +17,7 @@ import numpy
 
 from client.graph import CUT, LEAF, Value
 from client.residents import WATCHED, touched
-from client.state import current_phase, current_session, enable_grad, mode, no_grad
+from client.state import INFERENCE, current_phase, current_session, enable_grad, mode, no_grad
 from client.views import assign_recorded as assign_views
 from client.views import bump, written_through
 from engine import backend
@@ -56,7 +56,7 @@ class Variable(VariableSurface):
     def _hold(self, array, shared=False, value=None):
         self._data, self._value, self._shared = array, value, shared
         self._grad, self._requires_grad, self._version = None, False, 0  # `_grad`: `.grad` (engine.surface)
-        if mode.state.inference:  # made in inference mode: `is_inference()` (the slot is unset otherwise)
+        if INFERENCE and mode.state.inference:  # made in inference mode: `is_inference()` (the slot is unset otherwise)
             self._inference = True
 
     @classmethod

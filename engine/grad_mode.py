@@ -8,6 +8,7 @@ from contextlib import ContextDecorator
 from typing import Any, Literal, TypeVar, overload
 
 F = TypeVar("F", bound=Callable[..., Any])
+INFERENCE: list = []  # one entry per inference mode entered on any thread: hot paths read the thread's flag only then
 
 
 class _State(threading.local):
@@ -47,9 +48,11 @@ class _Inference(_Setting):
     def __enter__(self) -> None:
         super().__enter__()
         self.was, self.state.inference = self.state.inference, not self.enabled
+        INFERENCE.append(None)
 
     def __exit__(self, *exc: object) -> Literal[False]:
         self.state.inference = self.was
+        INFERENCE.pop()
         return super().__exit__(*exc)
 
 

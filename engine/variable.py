@@ -21,6 +21,7 @@ from engine import backend, views
 from engine.devices import Device
 from engine.dtypes import DType
 from engine.dtypes import of as dtype_of
+from engine.grad_mode import INFERENCE
 from engine.grad_mode import state as grad_state
 from engine.indexing import from_key, to_key
 from engine.surface_types import VariableSurface
@@ -102,7 +103,9 @@ class Variable(VariableSurface):
         self._node = None
         self._version = 0
         self._requires_grad = False
-        if grad_state.inference:  # made in inference mode (`is_inference()`; unset otherwise), as apply_op's results
+        if (
+            INFERENCE and grad_state.inference
+        ):  # made in inference mode (`is_inference()`; unset otherwise), as apply_op's results
             self._inference = True
 
     @classmethod
