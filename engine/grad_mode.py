@@ -8,7 +8,8 @@ from contextlib import ContextDecorator
 from typing import Any, Literal, TypeVar, overload
 
 F = TypeVar("F", bound=Callable[..., Any])
-INFERENCE: list = []  # one entry per inference mode entered on any thread: hot paths read the thread's flag only then
+# one entry per inference mode entered (any thread): hot paths read the thread's flag only then
+INFERENCE: list[None] = []
 
 
 class _State(threading.local):
