@@ -63,7 +63,7 @@ is_anomaly_enabled, is_anomaly_check_nan_enabled = (
 autograd.anomaly_mode = anomaly_mode
 from engine.api import autograd_graph  # noqa: E402  (saved-tensor hooks refused: pack and unpack can't run on a server)
 
-autograd.graph = autograd_graph(client=True)  # type: ignore[attr-defined]
+autograd.graph = autograd_graph(client=True, backward_pass=(autograd, "_through_hooks"))  # type: ignore[attr-defined]
 from engine.api import profiling  # noqa: E402  (the client's requests are its events: the server's ops are not seen)
 
 profiler, autograd.profiler = profiling.namespace(observe_ops=False)  # type: ignore[attr-defined]

@@ -1094,7 +1094,7 @@ def index_select(input: VariableSurface, dim: builtins.int, index: Operand) -> V
 
 def inference_mode(mode: builtins.bool | Callable[..., Any] = True) -> Any:
     """PyTorch's inference mode: no_grad that `is_inference_mode_enabled()` tells (`inference_mode(False)`
-    enables grad, as PyTorch's does); a decorator too. Its results are not marked (`is_inference()` is False)."""
+    enables grad, as PyTorch's does); a decorator too. What is made in it is marked (`is_inference()`)."""
 
 def initial_seed() -> builtins.int:
     """The seed the default generator last started from."""
@@ -1116,7 +1116,9 @@ def inverse(input: Operand) -> Variable:
 
 def is_conj(self: VariableSurface, *args: Any) -> builtins.bool: ...
 def is_floating_point(v: Any) -> builtins.bool: ...
-def is_inference(self: VariableSurface, *args: Any) -> builtins.bool: ...
+def is_inference(self: VariableSurface) -> builtins.bool:
+    """Made in inference mode (by a factory or an op), or a view of such, as PyTorch's inference tensors."""
+
 def is_inference_mode_enabled() -> builtins.bool: ...
 def is_neg(self: VariableSurface, *args: Any) -> builtins.bool: ...
 def is_nonzero(self: VariableSurface) -> builtins.bool: ...

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
-from engine.api import GradMode
+from engine.api import INFERENCE, GradMode  # noqa: F401  (INFERENCE: for client.variable)
 
 mode = GradMode()
 is_grad_enabled, set_grad_enabled = mode.is_enabled, mode.set_enabled

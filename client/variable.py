@@ -17,7 +17,7 @@ import numpy
 
 from client.graph import CUT, LEAF, Value
 from client.residents import WATCHED, touched
-from client.state import current_phase, current_session, enable_grad, no_grad
+from client.state import INFERENCE, current_phase, current_session, enable_grad, mode, no_grad
 from client.views import assign_recorded as assign_views
 from client.views import bump, written_through
 from engine import backend
@@ -41,7 +41,7 @@ class Variable(VariableSurface):
     """A node value in a define-by-run graph, with PyTorch's Variable semantics, computed remotely.
     `_requires_grad` is a data leaf's flag; a handle's stays False (its Value's flag counts)."""
 
-    __slots__ = ("__weakref__", "_data", "_requires_grad", "_shared", "_value", "_version", "_grad")
+    __slots__ = ("__weakref__", "_data", "_requires_grad", "_shared", "_value", "_version", "_grad", "_inference")
 
     def _store(self, data):
         """`Variable(data)`'s storage (the constructor itself is engine.surface's)."""
@@ -56,6 +56,8 @@ class Variable(VariableSurface):
     def _hold(self, array, shared=False, value=None):
         self._data, self._value, self._shared = array, value, shared
         self._grad, self._requires_grad, self._version = None, False, 0  # `_grad`: `.grad` (engine.surface)
+        if INFERENCE and mode.state.inference:  # made in inference mode: `is_inference()` (the slot is unset otherwise)
+            self._inference = True
 
     @classmethod
     def _lazy(cls, value):

@@ -62,7 +62,7 @@ from engine.function import FUNCTION_NAME, LEAF_DIRTY, Function, FunctionBase, F
 from engine.function import node_class as function_node_class
 from engine.grad_fn_names import BY_CALL as GRAD_FN_BY_CALL
 from engine.grad_fn_names import call_name as grad_fn_call_name
-from engine.grad_mode import GradMode, enable_grad, is_grad_enabled, no_grad
+from engine.grad_mode import INFERENCE, GradMode, enable_grad, is_grad_enabled, no_grad
 from engine.gradcheck import _GRADCHECK_KEYWORDS, _GRADGRADCHECK_KEYWORDS, GradcheckError, _accept, _compare
 from engine.indexing import from_key, tensor_count, to_key
 from engine.linalg_functions import bind as bind_linalg
@@ -259,6 +259,7 @@ __all__ = [
     "run_hooks",
     "watch_of",
     "GradMode",
+    "INFERENCE",
     "no_grad",
     "enable_grad",
     "is_grad_enabled",

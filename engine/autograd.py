@@ -23,6 +23,7 @@ from engine.backend import array_module
 from engine.compat import type_name
 from engine.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from engine.grad_mode import state as grad_state
+from engine.gradient_edges import as_inputs
 from engine.node import FORWARD, RECORDING, Meta, Node, _wrap
 from engine.recording import note_constant, note_where
 from engine.registry import F, trusted
@@ -81,7 +82,7 @@ def backward_inputs(inputs, variable=Variable):
     """The Variables of `backward(inputs=...)`, checked (None: every leaf that requires grad gets its `.grad`)."""
     if inputs is None:
         return None
-    inputs = as_list(inputs, variable)
+    inputs = as_list(as_inputs(inputs), variable)
     if not inputs:
         raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     if not all(isinstance(v, variable) and v.requires_grad for v in inputs):
@@ -92,7 +93,7 @@ def backward_inputs(inputs, variable=Variable):
 def grad_arguments(outputs, inputs, grad_outputs, variable=Variable):
     """(outputs, inputs, gradients by `check_roots`) of a `grad()` call, checked."""
     outputs = as_list(outputs, variable)
-    inputs = as_list(inputs, variable)
+    inputs = as_list(as_inputs(inputs), variable)  # (GradientEdges as the Variables they stand for)
     for i, v in enumerate(inputs):
         if not isinstance(v, variable) or not v.requires_grad:
             raise RuntimeError(f"One of the differentiated Variables (input {i}) does not require grad")

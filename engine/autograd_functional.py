@@ -12,7 +12,6 @@ as PyTorch's do.
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import numpy
 
@@ -34,11 +33,37 @@ def _back(is_tuple, items):
     return tuple(items) if is_tuple else items[0]
 
 
-def _independent(i, output=None):
-    start = "The output" if output is None else f"Output {output}"
-    return RuntimeError(
-        f"{start} of the user-provided function is independent of input {i}. This is not allowed in strict mode."
-    )
+STRICT = " This is not allowed in strict mode."
+NEEDS_GRAD = {  # PyTorch's `_check_requires_grad`: a result that does not require grad, by what it is
+    "outputs": "Output {i} of the user-provided function does not require gradients. The outputs must be computed in "
+    "a differentiable manner from the input when running in strict mode.",
+    "grad_inputs": "The gradient with respect to input {i} is independent of the inputs of the user-provided "
+    "function." + STRICT,
+    "jacobian": "While computing the hessian, found that the jacobian of the user-provided function with respect to "
+    "input {i} is independent of the input. This is not allowed in strict mode. You should ensure that your function "
+    "is twice differentiable and that the jacobian depends on the inputs (this would be violated by a linear "
+    "function for example).",
+}
+MISSING = {  # PyTorch's `_fill_in_zeros`: a gradient that is None, by the stage that computed it
+    "back": "The output of the user-provided function is independent of input {i}." + STRICT,
+    "back_trick": "The gradient with respect to the input is independent of entry {i} in the grad_outputs when using "
+    "the double backward trick to compute forward mode gradients." + STRICT,
+    "double_back": "The jacobian of the user-provided function is independent of input {i}." + STRICT,
+    "double_back_trick": "The hessian of the user-provided function is independent of entry {i} in the grad_jacobian. "
+    "This is not allowed in strict mode as it prevents from using the double backward trick to replace forward mode AD.",
+}
+CONSTANT = (
+    "The {what} of the user-provided function is independent of input {i}." + STRICT[:-1] + " when create_graph=True."
+)
+
+
+def _check_requires_grad(items, kind, strict):
+    """PyTorch's strict-mode refusal of a None (a missing gradient) or of a result that does not require grad."""
+    for i, v in enumerate(items if strict else ()):
+        if v is None:
+            raise RuntimeError(MISSING["back"].format(i=i))
+        if not v.requires_grad:
+            raise RuntimeError(NEEDS_GRAD[kind].format(i=i))
 
 
 def _check_options(strategy, strict, vectorize, create_graph):
@@ -92,9 +117,10 @@ class Functional:
     def _post(self, items, create_graph):
         return tuple(x if create_graph else x.detach() for x in items)
 
-    def _grad(self, outputs, inputs, grad_outputs, create_graph, strict, independent=_independent):
-        """Gradients of `outputs` for `inputs` (zeros where there is none, unless `strict`)."""
-        keep = [i for i, o in enumerate(outputs) if o.requires_grad]
+    def _grad(self, outputs, inputs, grad_outputs, create_graph, strict, stage="back", refs=None):
+        """Gradients of `outputs` for `inputs`: None where there is none with `stage` None, else zeros shaped as
+        `refs` (the inputs by default), or PyTorch's strict-mode refusal for that stage (`_fill_in_zeros`)."""
+        keep = [i for i, o in enumerate(outputs) if o is not None and o.requires_grad]
         grads = (None,) * len(inputs)
         if keep:
             seeds = None if grad_outputs is None else [grad_outputs[i] for i in keep]
@@ -106,13 +132,14 @@ class Functional:
                 create_graph=create_graph or self.lazy,
                 allow_unused=True,
             )
+        if stage is None:
+            return tuple(grads)
         result = []
-        for i, (g, x) in enumerate(zip(grads, inputs)):
-            if g is None:
-                if strict:
-                    raise independent(i)
-                g = self.ns.zeros_like(x)
-            result.append(g)
+        for i, (g, ref) in enumerate(zip(grads, refs or inputs)):
+            if strict and (g is None or create_graph and not g.requires_grad):
+                what = "hessian" if "double" in stage else "jacobian"
+                raise RuntimeError(MISSING[stage].format(i=i) if g is None else CONSTANT.format(what=what, i=i))
+            result.append(self.ns.zeros_like(ref) if g is None else g)
         return tuple(result)
 
     def _vector(self, v, like, what):
@@ -141,6 +168,7 @@ class Functional:
                 "The vector v can only be None if the user-provided function returns a single Tensor with a single "
                 "element."
             )
+        _check_requires_grad(outputs, "outputs", strict)
         grads = self._grad(outputs, inputs, v, create_graph, strict)
         return _back(out_tuple, self._post(outputs, create_graph)), _back(in_tuple, self._post(grads, create_graph))
 
@@ -156,15 +184,18 @@ class Functional:
                 )
             v = (self.ns.ones_like(inputs[0]),)
         out_tuple, outputs = self._outputs(func, inputs)
-        tangents = self._transpose(outputs, inputs, v, create_graph, strict)
+        _check_requires_grad(outputs, "outputs", strict)
+        tangents = self._transpose(outputs, inputs, v, create_graph, strict, outputs)
         return _back(out_tuple, self._post(outputs, create_graph)), _back(out_tuple, self._post(tangents, create_graph))
 
-    def _transpose(self, outputs, inputs, v, create_graph, strict):
-        """J·v for every output: with u dummy cotangents, vᵀ·(uᵀJ)ᵀ is linear in u and its gradient for u is J·v."""
+    def _transpose(self, outputs, inputs, v, create_graph, strict, likes, stage="back_trick"):
+        """J·v for every output: with u dummy cotangents (shaped as `likes`), vᵀ·(uᵀJ)ᵀ is linear in u and its
+        gradient for u is J·v."""
         with self.ns.enable_grad():
-            dummies = tuple(self.ns.zeros_like(o).requires_grad_(True) for o in outputs)
-            firsts = self._grad(outputs, inputs, dummies, True, strict)
-            return self._grad(firsts, dummies, v, create_graph, strict)
+            dummies = tuple(self.ns.zeros_like(o).requires_grad_(True) for o in likes)
+            firsts = self._grad(outputs, inputs, dummies, True, strict, None)
+            _check_requires_grad(firsts if stage == "back_trick" else (), "grad_inputs", strict)
+            return self._grad(firsts, dummies, v, create_graph, strict, stage, likes)
 
     def _one_hots(self, out):
         """r -> the seed of the Jacobian's row r: one where `out`'s element r is. On the client each is made
@@ -193,13 +224,21 @@ class Functional:
         _check_options(strategy, strict, vectorize, create_graph)
         in_tuple, inputs = self._inputs(inputs, create_graph)
         out_tuple, outputs = self._outputs(func, inputs)
+        _check_requires_grad(outputs, "outputs", strict)
         blocks = []
         for i, out in enumerate(outputs):
             rows = []
             seeds = self._one_hots(out)
-            independent = partial(_independent, output=i)
             for r in range(out.numel()):
-                rows.append(self._grad((out,), inputs, (seeds(r),), create_graph, strict, independent))
+                row = self._grad((out,), inputs, (seeds(r),), create_graph, strict, None)
+                for k, g in enumerate(row if strict else ()):  # PyTorch's messages (`create_graph`'s names output i)
+                    if g is None:
+                        raise RuntimeError(
+                            f"Output {i} of the user-provided function is independent of input {k}.{STRICT}"
+                        )
+                    if create_graph and not g.requires_grad:
+                        raise RuntimeError(CONSTANT.format(what="jacobian", i=i))
+                rows.append([self.ns.zeros_like(x) if g is None else g for g, x in zip(row, inputs)])
             row = []
             for k, x in enumerate(inputs):
                 if rows:
@@ -224,8 +263,11 @@ class Functional:
 
         def gradient(*xs):
             _, out = self._outputs(func, xs)
+            _check_requires_grad(out, "outputs", strict)
             self._check_scalar(out, "hessian")
-            return _back(in_tuple, self._grad(out, xs, None, True, strict))
+            jac = self._grad(out, xs, None, True, False)
+            _check_requires_grad(jac, "jacobian", strict)
+            return _back(in_tuple, jac)
 
         return self.jacobian(gradient, inputs, create_graph, strict, vectorize, outer_jacobian_strategy)
 
@@ -240,11 +282,13 @@ class Functional:
         in_tuple, inputs = self._inputs(inputs, create_graph)
         v = self._vector(v, inputs, "v")
         out_tuple, outputs = self._outputs(func, inputs)
+        _check_requires_grad(outputs, "outputs", strict)
         self._check_scalar(outputs, "vhp")
         v = self._default_v(v, inputs)
-        jac = self._grad(outputs, inputs, None, True, strict)
+        jac = self._grad(outputs, inputs, None, True, strict, None)
+        _check_requires_grad(jac, "jacobian", strict)
         with self.ns.enable_grad():
-            result = self._grad(jac, inputs, v, create_graph, strict)
+            result = self._grad(jac, inputs, v, create_graph, strict, "double_back")
         return _back(out_tuple, self._post(outputs, create_graph)), _back(in_tuple, self._post(result, create_graph))
 
     def hvp(self, func, inputs, v=None, create_graph=False, strict=False):
@@ -252,11 +296,13 @@ class Functional:
         in_tuple, inputs = self._inputs(inputs, create_graph)
         v = self._vector(v, inputs, "v")
         out_tuple, outputs = self._outputs(func, inputs)
+        _check_requires_grad(outputs, "outputs", strict)
         self._check_scalar(outputs, "hvp")
         v = self._default_v(v, inputs)
         with self.ns.enable_grad():
-            jac = self._grad(outputs, inputs, None, True, strict)
-            result = self._transpose(jac, inputs, v, create_graph, strict)
+            jac = self._grad(outputs, inputs, None, True, strict, None)
+            _check_requires_grad(jac, "jacobian", strict)
+            result = self._transpose(jac, inputs, v, create_graph, strict, inputs, "double_back_trick")
         return _back(out_tuple, self._post(outputs, create_graph)), _back(in_tuple, self._post(result, create_graph))
 
     def _default_v(self, v, inputs):

@@ -21,10 +21,12 @@ from types import SimpleNamespace
 
 import numpy
 
-from engine import backend
+from engine import autograd, backend
 from engine.autograd import _fit
 from engine.function import FunctionNode, FunctionOutputs
 from engine.grad_mode import state as grad_state
+from engine.gradient_edges import GradientEdge, get_gradient_edge
+from engine.graph_hooks import multi_grad_hook, passes
 from engine.node import SAVING, GraphFreedError, Meta, Node, OpNode, reads_output
 from engine.registry import OPS, input_names
 from engine.surface import RemovableHandle
@@ -421,9 +423,13 @@ class _refused(saved_tensors_hooks):  # noqa: N801
         )
 
 
-def namespace(client: bool = False) -> SimpleNamespace:
-    """torch.autograd.graph for a side; the client's refuses saved-tensor hooks (`_refused`)."""
-    names = (Node, save_on_cpu, disable_saved_tensors_hooks, increment_version)
+def namespace(client: bool = False, backward_pass=None) -> SimpleNamespace:
+    """torch.autograd.graph for a side; the client's refuses saved-tensor hooks (`_refused`). `backward_pass`:
+    (module, name) of the side's function called once a backward (`engine.graph_hooks`; the engine's walk)."""
+    names = (Node, save_on_cpu, disable_saved_tensors_hooks, increment_version, GradientEdge, get_gradient_edge)
+    hook = multi_grad_hook(passes(*(backward_pass or (autograd, "run_backward"))))
     return SimpleNamespace(
-        saved_tensors_hooks=_refused if client else saved_tensors_hooks, **{f.__name__: f for f in names}
+        saved_tensors_hooks=_refused if client else saved_tensors_hooks,
+        register_multi_grad_hook=hook,
+        **{f.__name__: f for f in names},
     )

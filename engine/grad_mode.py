@@ -8,6 +8,8 @@ from contextlib import ContextDecorator
 from typing import Any, Literal, TypeVar, overload
 
 F = TypeVar("F", bound=Callable[..., Any])
+# one entry per inference mode entered (any thread): hot paths read the thread's flag only then
+INFERENCE: list[None] = []
 
 
 class _State(threading.local):
@@ -47,9 +49,11 @@ class _Inference(_Setting):
     def __enter__(self) -> None:
         super().__enter__()
         self.was, self.state.inference = self.state.inference, not self.enabled
+        INFERENCE.append(None)
 
     def __exit__(self, *exc: object) -> Literal[False]:
         self.state.inference = self.was
+        INFERENCE.pop()
         return super().__exit__(*exc)
 
 
@@ -117,7 +121,7 @@ class GradMode:
 
     def inference_mode(self, mode: bool | Callable[..., Any] = True) -> Any:
         """PyTorch's inference mode: no_grad that `is_inference_mode_enabled()` tells (`inference_mode(False)`
-        enables grad, as PyTorch's does); a decorator too. Its results are not marked (`is_inference()` is False)."""
+        enables grad, as PyTorch's does); a decorator too. What is made in it is marked (`is_inference()`)."""
         if callable(mode):
             return _Inference(self.state, False)(mode)
         return _Inference(self.state, not mode)

@@ -10,6 +10,7 @@ from types import FunctionType
 import numpy
 
 from engine import backend
+from engine.grad_mode import INFERENCE
 from engine.grad_mode import state as _grad
 from engine.variable import Variable
 
@@ -421,6 +422,8 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, fl
     else:
         result._node = None
         result._requires_grad = False
+        if INFERENCE and _grad.inference:  # `is_inference()`
+            result._inference = True
     if FORWARD:
         FORWARD[0].op(op, inputs, attrs, result)
     if RECORDING:

@@ -59,7 +59,7 @@ from engine.surface_methods import METHOD_OPS, SurfaceMethods
 from engine.surface_types import MaxMin
 from engine.tensor_data import plain
 from engine.user_warnings import warn
-from engine.variable import NUMPY_OF_GRAD, format_variable
+from engine.variable import NUMPY_OF_GRAD, SCALAR_OF_GRAD, format_variable
 from engine.views import base_of
 
 if TYPE_CHECKING:
@@ -348,10 +348,6 @@ def __bool__(self) -> bool:
     return builtins.bool(self._array().item())
 
 
-def __float__(self) -> float:
-    return builtins.float(self.item())
-
-
 def __int__(self) -> int:
     return builtins.int(self.item())
 
@@ -397,7 +393,6 @@ SHARED = {
         tolist,
         __array__,
         __bool__,
-        __float__,
         __int__,
         __index__,
         __format__,
@@ -406,6 +401,8 @@ SHARED = {
         _is_view,
     )
 }
+
+SCALAR_WARNED: list = []  # PyTorch's scalar-conversion warning is a TORCH_WARN_ONCE
 
 
 def _bound_methods(side, functions) -> tuple[dict, dict]:
@@ -457,6 +454,12 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
             raise RuntimeError(NUMPY_OF_GRAD)
         return backend.to_numpy(plain(self.data))
 
+    def __float__(self) -> float:
+        if self.requires_grad and is_enabled() and not SCALAR_WARNED:  # (`complex()` too; once a process, as PyTorch)
+            SCALAR_WARNED.append(True)
+            warn(SCALAR_OF_GRAD)
+        return builtins.float(self.item())
+
     maximum = extreme("max", functions["amax"], functions["argmax"], functions["maximum"])
     minimum = extreme("min", functions["amin"], functions["argmin"], functions["minimum"])
     return {
@@ -465,6 +468,7 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         "__getitem__": functions["getitem"],
         "backward": backward,
         "numpy": numpy,
+        "__float__": __float__,
         "max": lambda self, dim=None, keepdim=False, **aliases: maximum(self, dim, keepdim, **aliases),
         "min": lambda self, dim=None, keepdim=False, **aliases: minimum(self, dim, keepdim, **aliases),
     }, {"max": maximum, "min": minimum}

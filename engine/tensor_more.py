@@ -313,6 +313,11 @@ def functions(ops, make) -> dict:
     def is_signed(self: VariableSurface) -> bool:
         return numpy.dtype(self.dtype) not in (numpy.uint8, numpy.bool_)
 
+    def is_inference(self: VariableSurface) -> bool:
+        """Made in inference mode (by a factory or an op), or a view of such, as PyTorch's inference tensors."""
+        base = self._base
+        return getattr(self, "_inference", False) or base is not None and getattr(base, "_inference", False)
+
     def is_same_size(self: VariableSurface, other: VariableSurface) -> bool:
         return tuple(self.shape) == tuple(other.shape)
 
@@ -354,9 +359,7 @@ def functions(ops, make) -> dict:
     out.update(
         hsplit=_split_along("hsplit", 0, 1), vsplit=_split_along("vsplit", 0, 2), dsplit=_split_along("dsplit", 2, 3)
     )
-    out.update({f.__name__: f for f in (is_signed, is_same_size, isreal)})
-    out.update(
-        {name: _answer(name, False) for name in ("is_complex", "is_conj", "is_neg", "is_inference", "is_pinned")}
-    )
+    out.update({f.__name__: f for f in (is_signed, is_inference, is_same_size, isreal)})
+    out.update({name: _answer(name, False) for name in ("is_complex", "is_conj", "is_neg", "is_pinned")})
     out.update(is_cpu=property(is_cpu))
     return out

@@ -21,11 +21,17 @@ from engine import backend, views
 from engine.devices import Device
 from engine.dtypes import DType
 from engine.dtypes import of as dtype_of
+from engine.grad_mode import INFERENCE
+from engine.grad_mode import state as grad_state
 from engine.indexing import from_key, to_key
 from engine.surface_types import VariableSurface
 from engine.tensor_data import plain, same_array, tensor_data
 
 NUMPY_OF_GRAD = "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
+SCALAR_OF_GRAD = (
+    "Converting a tensor with requires_grad=True to a scalar may lead to unexpected behavior.\n"
+    "Consider using tensor.detach() first."
+)
 
 
 def host_array(data, dtype=None) -> numpy.ndarray:
@@ -88,7 +94,7 @@ CPU, CUDA = Device("cpu"), Device("cuda")
 class Variable(VariableSurface):
     """A node value in a define-by-run graph, with PyTorch's Variable semantics (computed now)."""
 
-    __slots__ = ("_data", "_grad", "_node", "_requires_grad", "_version", "__weakref__")
+    __slots__ = ("_data", "_grad", "_node", "_requires_grad", "_version", "_inference", "__weakref__")
 
     def _store(self, data):
         """`Variable(data)`'s storage (the constructor itself is engine.surface's)."""
@@ -97,6 +103,10 @@ class Variable(VariableSurface):
         self._node = None
         self._version = 0
         self._requires_grad = False
+        if (
+            INFERENCE and grad_state.inference
+        ):  # made in inference mode (`is_inference()`; unset otherwise), as apply_op's results
+            self._inference = True
 
     @classmethod
     def _result(cls, data, node):
