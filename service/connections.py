@@ -122,12 +122,16 @@ class _Bounds:
     def data_received(self, data: bytes) -> None:
         if self.transport.lingering:
             return  # the rest of an upload the server has answered and closed: dropped unparsed
-        if self._header_timer is None and (self.cycle is None or self.cycle.response_complete):
-            self._arm_header_timer()  # the next request on a kept-alive connection starts arriving
+        cycle = self.cycle
+        starting = self._header_timer is None and (cycle is None or cycle.response_complete)
         super().data_received(data)
-        if self._header_timer is None:
+        if starting:  # the next request on a kept-alive connection starts arriving: a timer unless this
+            if self.cycle is not cycle:  # chunk brought its line and headers whole (no timer armed, ~3 µs)
+                return
+            self._arm_header_timer()
+        elif self._header_timer is None:
             return
-        if self.cycle is not self._awaiting:
+        elif self.cycle is not self._awaiting:
             self._disarm_header_timer()  # a new request's headers are complete
             return
         self._header_bytes += len(data)

@@ -71,6 +71,19 @@ def test_a_repeat_header_is_decoded_from_its_layout_into_the_same_request_and_an
     np.testing.assert_array_equal(grad, 2 * (X + 1) * G)
 
 
+def test_headers_taking_turns_are_each_decoded_from_their_own_layout(monkeypatch):
+    """Two clients' headers alternating: each repeat is decoded from its own layout (the one decoded last is
+    compared before the table is looked up, `Layouts.decode`), never from the other's, whose tail is as long."""
+    executor = Executor()
+    added = {**GRAPH, "nodes": [GRAPH["nodes"][0], {"id": "y", "op": "add", "inputs": ["x", "x"]}]}
+    bodies = [_body(), _body(graph=added)]
+    firsts = [_answer(executor, *body) for body in bodies]
+    assert firsts[0][1] != firsts[1][1] and len(bodies[0][0]) - bodies[0][1] == len(bodies[1][0]) - bodies[1][1]
+    _no_full_decode(monkeypatch)
+    for i in (0, 1, 1, 0, 1, 0, 0):
+        assert _answer(executor, *bodies[i]) == firsts[i]
+
+
 @pytest.mark.parametrize("cut", [4, -4])
 def test_a_repeat_header_with_another_tail_length_gets_the_full_decodes_error(cut):
     executor = Executor()

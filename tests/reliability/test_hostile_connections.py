@@ -96,17 +96,7 @@ def test_endless_headers_are_refused_at_the_header_size_bound(server_factory):
     for kept_alive in (False, True):
         sock = half_sent(server.port, b"")
         if kept_alive:
-            body = json.dumps(simple_request()).encode()
-            sock.sendall(
-                b"POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
-                + str(len(body)).encode()
-                + b"\r\n\r\n"
-                + body
-            )
-            answer = b""
-            while b"\r\n\r\n" not in answer or len(answer.partition(b"\r\n\r\n")[2]) < _content_length(answer):
-                answer += sock.recv(65536)
-            assert answer.startswith(b"HTTP/1.1 200")
+            _one_request(sock)
         t0 = time.monotonic()
         with sock:
             sock.sendall(SLOW_HEAD)
@@ -271,6 +261,38 @@ def test_a_trickled_body_gets_408_at_body_timeout(server_factory):
     error = _json_error(answer, 408)
     assert "body_timeout_s" in error["error"] and error["field"] == "body"
     assert httpx.post(server.url + "/forward", json=simple_request(), timeout=30).status_code == 200
+
+
+def _one_request(sock) -> None:
+    """Send a whole request on `sock` and read its 200 answer: the connection is kept alive."""
+    body = json.dumps(simple_request()).encode()
+    sock.sendall(
+        b"POST /forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+    answer = b""
+    while b"\r\n\r\n" not in answer or len(answer.partition(b"\r\n\r\n")[2]) < _content_length(answer):
+        answer += sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200")
+
+
+def test_a_kept_alive_connections_slow_next_headers_get_408(server_factory):
+    """The header deadline of a kept-alive connection's next request is armed when its first bytes come
+    without the whole line and headers (service.connections: a request whose headers come in one piece
+    arms none): trickled, they get 408 after header_timeout_s, as on a fresh connection."""
+    server = server_factory(header_timeout_s=1, keep_alive_timeout_s=30, log_level="warning")
+    sock = half_sent(server.port, b"")
+    with sock:
+        for _ in range(3):
+            _one_request(sock)  # whole requests on one connection: no deadline left armed to fire later
+        time.sleep(1.5)  # longer than header_timeout_s, idle: the keep-alive timeout's to bound, not a 408
+        t0 = time.monotonic()
+        sock.sendall(SLOW_HEAD)
+        answer = closed_by_server(sock, timeout=15)
+    assert answer is not None and 0.5 < time.monotonic() - t0 < 15
+    assert "header_timeout_s" in _json_error(answer, 408)["error"]
 
 
 def test_idle_keep_alive_connections_are_closed(server_factory):
