@@ -162,13 +162,17 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
             if kinds is not None:
                 kinds.unruled.append(bounds[step.id])
             continue
-        exact = None not in map(known.get, step.inputs)  # (no generator's frame a step)
-        attrs = step.attrs
+        attrs, refs = step.attrs, step.inputs
         # found first by the identity of the attrs and metas (parsing shares equal attrs, and this one
         # meta per distinct value kind: `_rule`), then by the key of this op's rule on these metas: a
         # dtype that is a lone constant's number keeps its type (2, 2.0 and True are equal keys, not
         # equal dtypes)
-        ident = (op, id(attrs), *map(id, map(bounds.__getitem__, step.inputs)))
+        if len(refs) == 2:  # (the common step: its two inputs looked up directly, no map)
+            exact = known.get(refs[0]) is not None and known.get(refs[1]) is not None
+            ident = (op, id(attrs), id(bounds[refs[0]]), id(bounds[refs[1]]))
+        else:
+            exact = None not in map(known.get, refs)  # (no generator's frame a step)
+            ident = (op, id(attrs), *map(id, map(bounds.__getitem__, refs)))
         kind = seen.get(ident)
         if kind is None:
             metas = list(map(bounds.__getitem__, step.inputs))
