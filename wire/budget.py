@@ -88,11 +88,7 @@ def held_metas(bounds: dict, kinds: Kinds | None = None) -> list:
     if kinds is not None and kinds.whole and len(kinds.unruled) + sum(k[2] for k in kinds.found) == len(bounds):
         held: dict = {}  # id(meta) -> [meta, nodes]
         for meta, nodes in chain([(k[0][0], k[2]) for k in kinds.found], zip(kinds.unruled, repeat(1))):
-            entry = held.get(id(meta))
-            if entry is None:
-                held[id(meta)] = [meta, nodes]
-            else:
-                entry[1] += nodes
+            held.setdefault(id(meta), [meta, 0])[1] += nodes
         return list(map(tuple, held.values()))
     metas = list(bounds.values())
     by_id = dict(zip(map(id, metas), metas))

@@ -196,22 +196,14 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
                 and node_id not in seen
             ):
                 try:  # (its inputs: the ids seen, or None)
-                    count = len(raw_inputs)
-                    refs = (
-                        (seen.get(raw_inputs[0]), seen.get(raw_inputs[1]))
-                        if count == 2
-                        else (seen.get(raw_inputs[0]),)
-                        if count == 1
-                        else tuple(map(seen.get, raw_inputs))
-                    )
+                    count, get = len(raw_inputs), seen.get
+                    refs = (get(raw_inputs[0]), get(raw_inputs[1])) if count == 2 else tuple(map(get, raw_inputs))
                     found = attrs_memo.get(
                         (op, count, *[(k, v.__class__, v) for k, v in attrs.items()]) if attrs else (op, count)
                     )
                 except TypeError:  # an input or attribute that is not hashable: checked by _parse_node
                     found = None
-                if found is not None and (
-                    refs[0] is not None and refs[-1] is not None if 0 < count < 3 else None not in refs
-                ):
+                if found is not None and (refs[0] is not None is not refs[1] if count == 2 else None not in refs):
                     parsed = Step(node_id, found[0], refs, found[1])
                     if not deep and parsed.op not in NOTED_OPS:  # the common step, alone
                         seen[node_id] = node_id
