@@ -237,3 +237,49 @@ def test_a_node_of_a_kind_parsed_before_is_checked_as_the_first_of_its_kind():
         assert refusal([{**good, "id": "m"}, node]) == alone, node
     plan = parse({"version": 1, "nodes": [*_chain(0)["nodes"][:3], {**good, "id": "m"}, good], "outputs": ["n"]})
     assert [s.op for s in plan.steps[3:]] == ["mul", "mul"] and plan.steps[4].inputs == ("x", "a")
+
+
+def test_a_function_subgraph_reads_an_arg_after_a_two_input_op():
+    """A subgraph's arg read after one of its binary ops runs is still the function's argument (its run's own
+    operands are not its args): f(x, y) = (x * x) * y, so f = x^2 y, df/dx = 2 x y g, df/dy = x^2 g."""
+    arg = [{"id": "a0", "op": "arg", "attrs": {"index": 0}}]
+    cube = {
+        "name": "SquareTimes",
+        "forward": {
+            "nodes": [
+                *arg,
+                {"id": "sq", "op": "mul", "inputs": ["a0", "a0"]},
+                {"id": "a1", "op": "arg", "attrs": {"index": 1}},
+                {"id": "out", "op": "mul", "inputs": ["sq", "a1"]},
+            ],
+            "outputs": ["out"],
+        },
+        "backward": {
+            "nodes": [
+                *arg,
+                {"id": "g", "op": "grad_output"},
+                {"id": "ga", "op": "mul", "inputs": ["a0", "g"]},
+                {"id": "a1", "op": "arg", "attrs": {"index": 1}},
+                {"id": "gy", "op": "mul", "inputs": ["ga", "a0"]},
+                {"id": "two", "op": "constant", "attrs": {"value": 2.0}},
+                {"id": "g2", "op": "mul", "inputs": ["ga", "two"]},
+                {"id": "gx", "op": "mul", "inputs": ["g2", "a1"]},
+            ],
+            "outputs": ["gx", "gy"],
+        },
+    }
+    graph = {
+        "version": 1,
+        "nodes": [
+            {"id": "x", "op": "input", "requires_grad": True},
+            {"id": "y", "op": "input", "requires_grad": True},
+            {"id": "f", "op": "function", "inputs": ["x", "y"], "attrs": cube},
+            {"id": "s", "op": "sum", "inputs": ["f"]},
+        ],
+        "outputs": ["s"],
+    }
+    x, y = np.array([1.0, 2.0, 3.0], np.float32), np.array([0.5, -1.0, 2.0], np.float32)
+    result = Executor().backward(Request(graph=graph, inputs={"x": x, "y": y}))
+    np.testing.assert_allclose(result.outputs["s"], np.sum(x * x * y))
+    np.testing.assert_allclose(result.grads["x"], 2 * x * y)
+    np.testing.assert_allclose(result.grads["y"], x * x)

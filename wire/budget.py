@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from typing import NamedTuple
 
 import numpy
@@ -54,9 +55,10 @@ class Kinds:
 
     found: list = field(default_factory=list)
     whole: bool = True
+    unruled: list = field(default_factory=list)  # the metas of its other steps (leaves, constants, grad nodes)
 
 
-def upper_costs(plan: Priced, bounds: dict, kinds: Kinds) -> dict:
+def upper_costs(plan: Priced, bounds: dict, kinds: Kinds, held: list | None = None) -> dict:
     """Upper bounds of `price(plan, shapes, backward)` for a forward (False) and a backward (True), from
     the steps' kinds: in time linear in the distinct kinds and values, not the steps; none for a plan
     with grad or function nodes. Within a budget, they say the cost is too; admission prices the cost
@@ -72,16 +74,22 @@ def upper_costs(plan: Priced, bounds: dict, kinds: Kinds) -> dict:
         node_work = max(node_work, step_work)
         kept += count * max(step_kept, 0)
         transient, back_peak = max(transient, forward), max(back_peak, back)
-    total = sum(nodes * ops.nbytes(meta) for meta, nodes in held_metas(bounds))
+    total = sum(nodes * ops.nbytes(meta) for meta, nodes in (held_metas(bounds, kinds) if held is None else held))
     return {
         False: Cost(total + transient, None, work, None, node_work),
         True: Cost(total + kept + max(transient, total + back_peak), None, 3 * work, None, node_work),
     }
 
 
-def held_metas(bounds: dict) -> list:
+def held_metas(bounds: dict, kinds: Kinds | None = None) -> list:
     """[(meta, how many nodes hold it)] of `bounds`, each distinct meta object once (inference shares one
-    meta per value kind: `wire.infer._rule`)."""
+    meta per value kind: `wire.infer._rule`): from `kinds` where inference put every step of `bounds` in
+    it (in time linear in its kinds and other steps, not the steps), else node by node."""
+    if kinds is not None and kinds.whole and len(kinds.unruled) + sum(k[2] for k in kinds.found) == len(bounds):
+        held: dict = {}  # id(meta) -> [meta, nodes]
+        for meta, nodes in chain([(k[0][0], k[2]) for k in kinds.found], zip(kinds.unruled, repeat(1))):
+            held.setdefault(id(meta), [meta, 0])[1] += nodes
+        return list(map(tuple, held.values()))
     metas = list(bounds.values())
     by_id = dict(zip(map(id, metas), metas))
     return [(by_id[key], nodes) for key, nodes in Counter(map(id, metas)).items()]

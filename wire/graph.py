@@ -108,18 +108,20 @@ def mark_dynamic(steps, scope):
             dynamic.add(step.id)
 
 
-def liveness(steps, keep) -> list:
-    """For each step, the values that no later step reads (to drop once it has run), except `keep`
-    and inputs. Computed once per plan; what the backward needs, the engine's graph holds itself."""
-    last = {}
-    for index, step in enumerate(steps):
-        for ref in step.inputs:
-            last[ref] = index
+def liveness(steps, keep, inputs=None) -> list:
+    """For each step, the values that no later step reads (to drop once it has run: its inputs in their
+    order, then itself), except `keep` and inputs (the ids of its input steps, found when not given).
+    Computed once per plan, in one walk back; what the backward needs, the engine's graph holds itself."""
+    held = {*keep, *([s.id for s in steps if s.op == "input"] if inputs is None else inputs)}  # (and read later)
     drops = [()] * len(steps)  # (most steps drop one value or none: a tuple each, no list)
-    for index, step in enumerate(steps):
-        if step.op != "input" and step.id not in keep:
-            at = last.get(step.id, index)
-            drops[at] += (step.id,)
+    for index in range(len(steps) - 1, -1, -1):
+        step = steps[index]
+        for ref in step.inputs:
+            if ref not in held:  # its last reader
+                held.add(ref)
+                drops[index] += (ref,)
+        if step.id not in held:  # read by none
+            drops[index] += (step.id,)
     return drops
 
 
@@ -141,7 +143,7 @@ class Plan:
 
     def __post_init__(self):
         self.input_names = frozenset(self.inputs)
-        self.drops = liveness(self.steps, set(self.outputs))
+        self.drops = liveness(self.steps, self.outputs, self.inputs)
 
     def count_steps(self) -> int:
         """Steps of the plan, its function nodes' subgraphs' included."""
@@ -180,14 +182,38 @@ def parse(graph, max_nodes=100_000, max_depth=100_000, _scope="graph", _budget=N
     attrs_memo: dict = {}
     deep = 4 * len(nodes) > max_depth  # (a node is at most 4 steps, a jvp's: a depth past the limit needs more)
     for index, node in enumerate(nodes):
-        parsed = _parse_node(node, index, seen, _scope, max_nodes, max_depth, budget, attrs_memo)
+        parsed = None
+        if node.__class__ is dict:  # an op node of a kind checked before, with no field but these: its Step at once
+            node_id, op, raw_inputs = node.get("id"), node.get("op"), node.get("inputs")
+            attrs = node.get("attrs", EMPTY) if len(node) == 4 else EMPTY if len(node) == 3 else None
+            if (
+                op.__class__ is str
+                and node_id.__class__ is str
+                and raw_inputs.__class__ is list
+                and attrs.__class__ is dict
+                and (attrs is not EMPTY or len(node) == 3)
+                and node_id
+                and node_id not in seen
+            ):
+                try:  # (its inputs: the ids seen, or None)
+                    count, get = len(raw_inputs), seen.get
+                    refs = (get(raw_inputs[0]), get(raw_inputs[1])) if count == 2 else tuple(map(get, raw_inputs))
+                    found = attrs_memo.get(
+                        (op, count, *[(k, v.__class__, v) for k, v in attrs.items()]) if attrs else (op, count)
+                    )
+                except TypeError:  # an input or attribute that is not hashable: checked by _parse_node
+                    found = None
+                if found is not None and (refs[0] is not None is not refs[1] if count == 2 else None not in refs):
+                    parsed = Step(node_id, found[0], refs, found[1])
+                    if not deep and parsed.op not in NOTED_OPS:  # the common step, alone
+                        seen[node_id] = node_id
+                        steps.append(parsed)
+                        continue
+        if parsed is None:
+            parsed = _parse_node(node, index, seen, _scope, max_nodes, max_depth, budget, attrs_memo)
         expanded = parsed.__class__ is list  # a jvp node, expanded into the steps it stands for
         if expanded:
             jvps.add(parsed[-1].id)
-        elif not deep and parsed.op not in NOTED_OPS:  # the common step, alone (its id checked unseen by _parse_node)
-            seen[parsed.id] = parsed.id
-            steps.append(parsed)
-            continue
         else:
             parsed = (parsed,)
         for step in parsed:
@@ -281,31 +307,10 @@ def _minor_version(version) -> int:
 
 
 def _parse_node(node, index, seen, scope, max_nodes, max_depth, budget, attrs_memo) -> Step | list:
-    """A node's Step (a jvp node's: the list it expands into). `seen` maps the ids defined so far to
-    themselves: a step's inputs are those very strings, not the request's copies of them.
-    `attrs_memo` shares the checked attrs of the plan's op nodes with equal (hashable) attrs: (op,
-    arity, attrs) -> (the op's name, checked attrs)."""
-    if node.__class__ is dict:  # an op node of a kind checked before, with no field but these: its Step, found at once
-        node_id, op, raw_inputs = node.get("id"), node.get("op"), node.get("inputs")
-        attrs = node.get("attrs", EMPTY) if len(node) == 4 else EMPTY if len(node) == 3 else None
-        if (
-            op.__class__ is str
-            and node_id.__class__ is str
-            and raw_inputs.__class__ is list
-            and attrs.__class__ is dict
-            and (attrs is not EMPTY or len(node) == 3)
-            and node_id
-            and node_id not in seen
-        ):
-            try:
-                refs = tuple(map(seen.get, raw_inputs))
-                found = attrs_memo.get(
-                    (op, len(refs), *[(k, v.__class__, v) for k, v in attrs.items()]) if attrs else (op, len(refs))
-                )
-            except TypeError:  # an input or attribute that is not hashable: checked below
-                found = None
-            if found is not None and None not in refs:
-                return Step(node_id, found[0], refs, found[1])
+    """A node's Step (a jvp node's: the list it expands into), checked field by field (parse finds the common
+    one first). `seen` maps the ids defined so far to themselves: a step's inputs are those very
+    strings, not the request's copies of them. `attrs_memo` shares the checked attrs of the plan's op nodes
+    with equal (hashable) attrs: (op, arity, attrs) -> (the op's name, checked attrs)."""
     if not isinstance(node, dict):
         _fail(f"graph.nodes[{index}] must be an object", field=f"graph.nodes[{index}]")
     node_id = node.get("id")

@@ -41,7 +41,8 @@ class Shapes:
     @classmethod
     def of(cls, known: dict, bounds: dict, functions: dict, plan: Plan | None = None, kinds=None) -> Shapes:
         """`kinds` (`wire.budget.Kinds`, from inference) gives the costs' upper bounds (`upper`)."""
-        total, largest = _counts(bounds, functions)
+        held = None if functions else held_metas(bounds, kinds)  # (read twice: found once)
+        total, largest = _counts(bounds, functions, held)
         plan = None if plan is None else priced(plan)
         return cls(
             known,
@@ -52,7 +53,7 @@ class Shapes:
             None not in known.values() and not functions,
             plan=plan,
             nbytes=SIGNATURE_NODE_BYTES * _nodes(bounds, functions),
-            upper={} if kinds is None or plan is None or functions else upper_costs(plan, bounds, kinds),
+            upper={} if kinds is None or plan is None or functions else upper_costs(plan, bounds, kinds, held),
         )
 
     def cost(self, backward: bool):
@@ -100,14 +101,14 @@ class Subgraphs:
     backward_functions: dict
 
 
-def _counts(bounds, functions) -> tuple:
+def _counts(bounds, functions, held) -> tuple:
     """(elements of all the values, of the biggest): each distinct meta's counted once (inference shares
-    one meta per value kind, `_rule`), times the nodes that hold it."""
+    one meta per value kind, `_rule`), times the nodes that hold it (`held`: `held_metas`)."""
     if functions:
         largest, _, total = _largest(bounds, functions)
         return total, largest
     total, largest = 0, 0
-    for meta, nodes in held_metas(bounds):
+    for meta, nodes in held:
         count = math.prod(meta[0])
         total += nodes * count
         largest = max(largest, count)
@@ -158,14 +159,20 @@ def infer(steps, known: dict, bounds: dict | None = None, functions: dict | None
         op = step.op
         if op in UNRULED:
             _infer_unruled(step, known, bounds, functions)
+            if kinds is not None:
+                kinds.unruled.append(bounds[step.id])
             continue
-        exact = None not in map(known.get, step.inputs)  # (no generator's frame a step)
-        attrs = step.attrs
+        attrs, refs = step.attrs, step.inputs
         # found first by the identity of the attrs and metas (parsing shares equal attrs, and this one
         # meta per distinct value kind: `_rule`), then by the key of this op's rule on these metas: a
         # dtype that is a lone constant's number keeps its type (2, 2.0 and True are equal keys, not
         # equal dtypes)
-        ident = (op, id(attrs), *map(id, map(bounds.__getitem__, step.inputs)))
+        if len(refs) == 2:  # (the common step: its two inputs looked up directly, no map)
+            exact = known.get(refs[0]) is not None and known.get(refs[1]) is not None
+            ident = (op, id(attrs), id(bounds[refs[0]]), id(bounds[refs[1]]))
+        else:
+            exact = None not in map(known.get, refs)  # (no generator's frame a step)
+            ident = (op, id(attrs), *map(id, map(bounds.__getitem__, refs)))
         kind = seen.get(ident)
         if kind is None:
             metas = list(map(bounds.__getitem__, step.inputs))

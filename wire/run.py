@@ -126,7 +126,14 @@ def run_steps(steps, drops, values, inputs=None, args=(), forward=None, grad_out
             if step.dynamic and limit is not None:
                 _check_dynamic(step, values, limit)
             try:
-                values[step.id] = OPS[op].call(coerce(list(map(values.__getitem__, step.inputs))), step.attrs)
+                refs = step.inputs
+                if len(refs) == 2:  # (two Variables, the common step, need no coercing)
+                    operands = [values[refs[0]], values[refs[1]]]
+                    if operands[0].__class__ is not Variable or operands[1].__class__ is not Variable:
+                        operands = coerce(operands)
+                else:
+                    operands = coerce(list(map(values.__getitem__, refs)))
+                values[step.id] = OPS[op].call(operands, step.attrs)
             except GraphError:
                 raise
             except MemoryError:
