@@ -42,8 +42,15 @@ def _scaled_shape(shape, s):
 
 
 def _scaled_attrs(attrs, s):
-    """The attributes with the sizes they give (a `shape`, a transform's signal sizes `s`) scaled too."""
-    return {**attrs, **{k: tuple(d * s if d > 1 else d for d in attrs[k]) for k in ("shape", "s") if k in attrs}}
+    """The attributes with the sizes they give (a `shape`, a transform's signal sizes `s`, an output's `size`)
+    scaled too."""
+    return {
+        **attrs,
+        **{k: tuple(d * s if d > 1 else d for d in attrs[k]) for k in ("shape", "s", "size") if k in attrs},
+    }
+
+
+SIZED_BY_ATTRS = {"affine_grid_generator"}  # inputs of fixed shape (theta: N x 2 x 3), the output sized by `size`
 
 
 FACTORIZATIONS = (shapes.square, shapes.square_to_batch)  # the shape rules of inv, det, cholesky...
@@ -69,7 +76,10 @@ def big_case(op, index, dtype, seed=0):
             grown = np.tile(a, tuple(s if d > 1 else 1 for d in a.shape)) if a.ndim else a
         else:
             parts = op.infer is shapes.spectral_c2r  # a spectrum's last axis (real, imaginary) stays 2
-            grown = rng.uniform(sample.low, sample.high, _scaled_shape(a.shape[:-1] if parts else a.shape, s))
+            fixed = op.name in SIZED_BY_ATTRS
+            grown = rng.uniform(
+                sample.low, sample.high, _scaled_shape(a.shape[:-1] if parts else a.shape, 1 if fixed else s)
+            )
             grown = np.stack([grown, grown[::-1]], -1) if parts else grown
         if op.infer in FACTORIZATIONS:  # symmetric and diagonally dominant: invertible, positive-definite
             n = grown.shape[-1]

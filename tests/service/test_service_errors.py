@@ -136,6 +136,21 @@ JSON_CASES = [
         "inputs",
     ),
     (
+        "affine-grid-theta-shape",  # refused by its shape rule, before it runs: PyTorch's message
+        "/forward",
+        {
+            "graph": _graph(
+                {"id": "x", "op": "input"},
+                {"id": "out", "op": "affine_grid_generator", "inputs": ["x"], "attrs": {"size": [1, 1, 4, 4]}},
+            ),
+            "inputs": [{**X_IN, "shape": [1, 3, 2]}],
+        },
+        422,
+        ["'out'", "Expected a batch of 2D affine matrices of shape Nx2x3 for size [1, 1, 4, 4]. Got [1, 3, 2]."],
+        "out",
+        "inputs",
+    ),
+    (
         "integer-division-by-zero",
         "/forward",
         {
