@@ -254,7 +254,11 @@ def getitem(x, key):
     rule = functools.partial(_masked_meta, x, spec, arrays) if masked else None
     attrs = op.check_attrs({"index": spec})
     result = record(op, [x, *arrays], attrs, rule)
-    return result if arrays or not isinstance(x, Variable) else _noted(x, result, (op, (), attrs))
+    return (
+        result
+        if arrays or not isinstance(x, Variable)
+        else note_view(x, result, (op, (), attrs), state.is_grad_enabled())
+    )
 
 
 def setitem(x, value, key):
@@ -273,23 +277,15 @@ def stacked(rows, dim=0) -> Variable:
 VIEWS = ("reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "flatten", "diagonal", "expand", "as_strided")
 
 
-def _noted(x, result, step):
-    """`result` noted as a view of `x`; made outside grad mode of a base that requires grad, it is a leaf that requires
-    grad, as PyTorch's (a lazy one's value is fetched: a leaf's value is at hand)."""
-    grad_mode = state.is_grad_enabled()
-    note_view(x, result, step, grad_mode)
-    if not grad_mode and x.requires_grad:
-        result._store_requires_grad(True)
-    return result
-
-
 def _viewing(name):
     """The function of view op `name` (engine.views): its result a view of its input (client.views)."""
     op = OPS[name]
 
     def run(inputs, attrs):
         result = record(op, inputs, attrs)
-        return _noted(inputs[0], result, (op, (), attrs)) if isinstance(inputs[0], Variable) else result
+        if isinstance(inputs[0], Variable):
+            note_view(inputs[0], result, (op, (), attrs), state.is_grad_enabled())
+        return result
 
     return make_function(op, lambda inputs: inputs, run)
 
