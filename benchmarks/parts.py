@@ -90,7 +90,9 @@ MISSED_BECAUSE = {
     "The time ratio exceeds the instruction ratio because this Python runs right after the cache-evicting "
     "matmuls: callgrind's cache model gives ~18.2k instruction-cache misses a step against the floor's 7.4k (the "
     "interpreter loop 3.1k against 0.2k), so only fewer opcodes and fewer distinct code paths close it "
-    "(Changes, round 3)",
+    "(Changes, round 3). Session 19 cut the Python calls a step 104 -> 90 (plain method calls straight to "
+    "apply_op): the interpreter's share 318.6k -> 302.3k instructions a step (f32), 315.8k -> 302.0k (f64), "
+    "which left f64 at 1.07-1.12x, on either side of 1.1x from round to round",
     "large MLP": "~99% of the step is the floor's own 5 BLAS calls: run-to-run noise of few ~0.5 s "
     "samples on a shared 2-core machine (Changes, round 1)",
     "tiny graph": "under 4-connection load the server spends ~215-230 µs of CPU a request against the FastAPI echo's "
@@ -142,7 +144,9 @@ MISSED_BECAUSE = {
     "a first request against 11.4M a repeat (parse 25.8M -> 16.6M, inference 20.1M -> 15.5M), in process "
     "12.2x -> 10.2x (median of 12 alternating runs); what is left is mostly the engine's eager forward (~19M) and "
     "backward walk (~18M), then parse and inference, each still a pass over every node (issue 24 item 4; Changes, "
-    "round 3)",
+    "round 3). Session 19 (first11): held metas found once per signature, liveness in one walk back, two-input "
+    "steps read directly in parse, inference and the eager forward: 72.9M -> 58.8M, 7.70-9.07x a repeat in two "
+    "full runs (met in every round)",
     "10k-node chain plan": "plans up to 100,000 steps run as recorded programs, interpreted past code generation's "
     "16,000 terms from int32 arrays over a few shared kinds of step: ~2-4 µs/node of CPU with no GC pass "
     "(in process, load average ~9 on 2 cores: 12-14 µs/node wall against 23-26 for the build before); "
@@ -166,7 +170,11 @@ MISSED_BECAUSE = {
     "spread thin: running the program with its key, counters and Result ~34k, decode ~16k, admission ~11k, encode "
     "~13k, the body read with its budget hold ~24k, the two answer sends ~13k, headers, request id, checks and "
     "metrics ~20k; 80% of the echo would need all of it at about a quarter of the echo's round trip (issue 24 "
-    "items 1, 4; wire4 and wire5 branches)",
+    "items 1, 4; wire4 and wire5 branches). Session 19 (wire8): callgrind of the served process puts the raw "
+    "echo at 139k instructions a request, its whole uvicorn server included, and the service at 350k (was 357k: a "
+    "repeat header compared, not hashed; no header timer for a request whose head comes in one read); 80% would "
+    "need about half of the ~210k over the echo gone, and at 64 KiB the clone and the answer's join each copy "
+    "the tensor (ASGI bodies must be bytes)",
     "seed loop remote with resident parameters": "a step is one request of ~3 KiB (the batch and parameters held on the "
     "server, SGD stepped there in place, two steps in flight on one pipelined HTTP/1.1 connection), so its wall is "
     "the server's CPU a step. Since session 13 a step's header is decoded and admitted by its layout despite its "
@@ -183,7 +191,12 @@ MISSED_BECAUSE = {
     "request of its header and shapes (callgrind 5,765k -> 5,468k instructions a step, the engine's 4,943k; "
     "1.34-1.36x -> 1.21-1.24x in quick runs). What is left is recording (~57k instructions an op against the "
     "engine's ~15k an eager op: Value and Node objects, weakrefs, coercion), the program key (~103k a step) and "
-    "the walk over the grad_fn nodes (~91k) (Changes, round 3)",
+    "the walk over the grad_fn nodes (~91k) (Changes, round 3). Session 19 (client11, in process): the embedded "
+    "executor computes a step in 276-282 µs, less than the engine's 297 µs; the ~108 µs over is the client's "
+    "Python (recording ~50 µs, the key ~10, the grad_fn walk ~12, request and reply ~36); per-call trims measured "
+    "0.1% of instructions, so 1.15x needs the program keyed while recording and the walk skipped on a replay. "
+    "The engine side got faster in session 19 (plain methods straight to apply_op) and the client's did not, "
+    "so the ratio rose from 1.23-1.26x to 1.30-1.32x",
     "HVP": "two grad() calls walk 6 and then 19 nodes, ~49 op applications, all in Python at ~50-80 "
     "instructions a bytecode: callgrind a step 3,016k after d2ba7b1 -> 1,937k (sessions 9-10) -> ~1,770k "
     "(session 12) -> 1,624k in session 13 (one-input nodes made without comprehension frames, unrolled version "
@@ -196,7 +209,10 @@ MISSED_BECAUSE = {
     "Session 18: mm's vjps and the transposes call their ops' own operators, grad()'s leaf check reads each node "
     "once: 1,641k -> 1,560k a step (torch 1,326k). NumPy's kernels at these sizes cost more than torch's whole "
     "calls (a 32x16x32 matmul 31k instructions against torch's whole mm at 30k; tanh and sum ~15k over torch's), "
-    "so 1.0x needs cheaper small-matrix kernels than NumPy's or much less Python per node (Changes, round 3)",
+    "so 1.0x needs cheaper small-matrix kernels than NumPy's or much less Python per node (Changes, round 3). "
+    "Session 19 sent plain method calls (x.mm(w), x.tanh(), x.pow(2), x.sum()) straight to their op's apply_op and "
+    "took 1 - y*y's and x.T's helper frames off the create_graph walk: 1,566k -> 1,541k a step; a Python frame costs "
+    "~400-500 instructions here, so the ~215k left over torch's is not a matter of fewer layers",
     "tensor program": "the client records every op lazily and never materializes the updated weights: each "
     "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
     "step's cost grows with the step count), parsed and re-run by the Executor (cProfile of steps "
