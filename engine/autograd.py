@@ -174,7 +174,7 @@ def _watched(node, g, capture, into_grad):
     watch = node.retained
     g = _hooked(watch, g) if watch.hooks else g
     var = watch()
-    if watch.retains and capture is None and var is not None and var._node is node:
+    if watch.retains and var is not None and var._node is node:  # (a grad() or backward(inputs=) too, as PyTorch's)
         into_grad(var, g)
     return g
 
@@ -489,10 +489,9 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
     next unless the heap holds a later one: a chain, where each node reaches one, never uses the
     heap. The loop stays in this one function: it is the hot path of every backward, and a call
     per node or per edge would cost more than its body."""
-    capture = into_grad = needed = None
-    if inputs is None:
-        into_grad = _Sink(create_graph, grad_outputs).into_grad
-    else:
+    needed = capture = None
+    into_grad = _Sink(create_graph, grad_outputs).into_grad  # (leaves' `.grad`, or a grad()'s retained non-leaves')
+    if inputs is not None:
         capture = dict.fromkeys(map(id, inputs))
     grads, heap, hooked = {}, [], {} if LEAF_WATCH else None
     for out, g in zip(outputs, grad_outputs):

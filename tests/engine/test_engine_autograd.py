@@ -279,14 +279,21 @@ def test_grad_mode_is_thread_local():
 # --- grad() --------------------------------------------------------------------------------------
 
 
-def test_grad_does_not_touch_dot_grad():
+def test_grad_leaves_leaves_dot_grad_but_fills_a_retained_non_leafs_as_torch():
     x = leaf([1.0, 2.0])
     y = x * 2
     y.retain_grad()
     (g,) = grad((y * y).sum(), x)
     np.testing.assert_array_equal(g.numpy(), [8.0, 16.0])
-    assert x.grad is None and y.grad is None
+    assert x.grad is None  # PyTorch 2.13: a retain_grad() non-leaf the gradient flows through gets its .grad
+    np.testing.assert_array_equal(y.grad.numpy(), [4.0, 8.0])
     assert g.grad_fn is None and not g.requires_grad
+    torch = pytest.importorskip("torch")
+    tx = torch.tensor([1.0, 2.0], requires_grad=True)
+    ty = tx * 2
+    ty.retain_grad()
+    torch.autograd.grad((ty * ty).sum(), tx)
+    assert tx.grad is None and ty.grad.tolist() == y.grad.numpy().tolist()
 
 
 def test_grad_wrt_non_leaf():
