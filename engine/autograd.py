@@ -489,9 +489,10 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
     next unless the heap holds a later one: a chain, where each node reaches one, never uses the
     heap. The loop stays in this one function: it is the hot path of every backward, and a call
     per node or per edge would cost more than its body."""
-    needed = capture = None
-    into_grad = _Sink(create_graph, grad_outputs).into_grad  # (leaves' `.grad`, or a grad()'s retained non-leaves')
-    if inputs is not None:
+    capture = into_grad = needed = None
+    if inputs is None:
+        into_grad = _Sink(create_graph, grad_outputs).into_grad
+    else:
         capture = dict.fromkeys(map(id, inputs))
     grads, heap, hooked = {}, [], {} if LEAF_WATCH else None
     for out, g in zip(outputs, grad_outputs):
@@ -521,6 +522,8 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
                 note_where(node.name)
             g = grads.pop(node)
             if node.retained is not None:
+                if into_grad is None:  # (a grad()'s: only a retained non-leaf's `.grad` needs it, as PyTorch's)
+                    into_grad = _Sink(create_graph, grad_outputs).into_grad
                 g = _watched(node, g, capture, into_grad)
             if needed is None:
                 needs = node.edges
