@@ -65,24 +65,33 @@ class TextFormatter(logging.Formatter):
 
     def requests(self, waiting) -> str:
         """What `line` makes of request lines' fields (`request_line`'s tuples), each in one f-string
-        (`timestamp` inline): no dict, no record, no loop over fields. The duration is whole
-        microseconds written with a table, as `repr(round(seconds * 1e6) / 1000)` (a JSON line's
-        `duration_ms`) writes it, not `round(ms, 3)` and its `repr` (two float-to-decimal
-        conversions and a parse, ~4k instructions; the same text but within a float's error of
-        a half microsecond)."""
+        (`timestamp` inline), what lines in a row share (method, route, status; peer) made once. The
+        duration is whole microseconds written with a table, as `repr(round(seconds * 1e6) / 1000)` (a
+        JSON line's `duration_ms`) writes it, not `round(ms, 3)` and its `repr` (~4k instructions)."""
         lines = []
         second = _second
+        said = head = client_was = peer = None
         for created, rid, method, route, status, seconds, received, sent, client, ran in waiting:
             whole = int(created)
             if second[0] != whole:
                 timestamp(created)  # the new second's text
+            if said != (method, route, status):
+                said = method, route, status
+                head = f"Z INFO {ACCESS_NAME}: {method} {route} {status} "
+            if client is not client_was:
+                client_was, peer = client, peer_of(client)
             micros = round(seconds * 1e6)
-            line = (
-                f"{second[1]}.{MILLIS[int((created - whole) * 1000)]}Z INFO {ACCESS_NAME}: {method} {route} {status} "
-                f"{micros // 1000}.{DECIMALS[micros % 1000]}ms request_id={rid} bytes_in={received} bytes_out={sent} "
-                f"peer={peer_of(client)}"
-            )
-            lines.append(line if ran is None else f"{line} plan={ran[0]} executor={ran[1]}")
+            millis = MILLIS[int((created - whole) * 1000)]
+            if ran is None:
+                lines.append(
+                    f"{second[1]}.{millis}{head}{micros // 1000}.{DECIMALS[micros % 1000]}ms "
+                    f"request_id={rid} bytes_in={received} bytes_out={sent} peer={peer}"
+                )
+            else:
+                lines.append(
+                    f"{second[1]}.{millis}{head}{micros // 1000}.{DECIMALS[micros % 1000]}ms request_id={rid} "
+                    f"bytes_in={received} bytes_out={sent} peer={peer} plan={ran[0]} executor={ran[1]}"
+                )
         lines.append("")
         return "\n".join(lines)
 
@@ -148,7 +157,7 @@ BATCHED = (TextFormatter, JsonFormatter)  # the formatters whose `requests` a St
 
 class StderrHandler(logging.StreamHandler):
     """A StreamHandler on whatever `sys.stderr` is when a line is written (not when configured),
-    which also writes request lines in batches (`request`)."""
+    which also writes request lines in batches (`queued`)."""
 
     def __init__(self):
         super().__init__(sys.stderr)
@@ -162,14 +171,12 @@ class StderrHandler(logging.StreamHandler):
     def stream(self, value):
         pass
 
-    def request(self, fields: tuple) -> None:
-        """Queue a request line's fields (`request_line`): formatted and written with the others
-        queued on the event loop within FLUSH_S, in one write (a write a request cost ~5% of a tiny
-        request's CPU, to a file), or at once where no loop runs. A request pays for a tuple and
-        an append (a deque's, safe against another thread's `write_lines` without the lock); its
-        formatting is the batch's, one loop over the lines (a call a line: the peer's)."""
-        waiting = self._waiting
-        waiting.append(fields)
+    def queued(self, waiting: deque) -> None:
+        """`request_line` appended a request line's fields to `waiting` (this handler's `_waiting`; a
+        deque's append, safe against another thread's `write_lines` without the lock): they are
+        formatted and written with the others queued on the event loop within FLUSH_S, in one write
+        (a write a request cost ~5% of a tiny request's CPU, to a file), or at once where no loop runs.
+        A request pays for a tuple and an append; its formatting is the batch's, one loop over the lines."""
         if len(waiting) == 1:
             try:
                 asyncio.get_running_loop().call_later(FLUSH_S, self.write_lines)
@@ -222,24 +229,16 @@ def request_line(scope, rid: str, route: str, status: int, seconds: float, recei
     """Log one answered request (the caller checks `ACCESS.isEnabledFor(INFO)` first). `ran`:
     (plan id, what ran it) of a computation. Its fields go to the configured handler as they are,
     formatted in its next batch by its formatter's `requests`, without a LogRecord, the handler
-    chain or a dict: ~16k instructions a text line in all, where made at once in an f-string it was
-    ~27k (callgrind; benchmarks/CHANGES.md, round 3); through `logging` where the
-    configuration is another."""
+    chain or a dict: ~14k instructions a text line in all (~17k before lines in a row shared their
+    repeated text), where made at once in an f-string it was ~27k (callgrind; benchmarks/CHANGES.md);
+    through `logging` where the configuration is another."""
     handlers = ACCESS.handlers
-    if len(handlers) == 1 and type(handlers[0]) is StderrHandler and type(handlers[0].formatter) in BATCHED:
-        fields = (
-            time.time(),
-            rid,
-            scope.get("method", ""),
-            route,
-            status,
-            seconds,
-            received,
-            sent,
-            scope.get("client"),
-            ran,
-        )
-        handlers[0].request(fields)
+    if len(handlers) == 1 and type(handler := handlers[0]) is StderrHandler and type(handler.formatter) in BATCHED:
+        waiting = handler._waiting
+        method, client = scope.get("method", ""), scope.get("client")
+        waiting.append((time.time(), rid, method, route, status, seconds, received, sent, client, ran))
+        if len(waiting) == 1 or len(waiting) >= FLUSH_LINES:  # a batch to schedule, or one to write now
+            handler.queued(waiting)
         return
     method = scope.get("method", "")
     duration = round(seconds * 1e6) / 1000
