@@ -8,7 +8,7 @@ processes for more), each sending its next request when the last is answered, an
 {"latencies": [...2xx answers only], "count" (answered), "ok" (2xx), "non2xx", "failed" (connection
 errors), "errors" (non2xx + failed), "statuses": {status: count}, "elapsed"}; with `cpu_pgid` (a
 server's process group) also "cpu_s", the CPU time (user + system) that group spent during the
-measured requests.
+measured requests. With "ports", "bursts" and "cpu_pgids" instead: `alternating`'s servers' CPU per request.
 """
 
 from __future__ import annotations
@@ -146,9 +146,20 @@ def _group_pids(pgid: int) -> list[tuple[str, list[str]]]:
 
 
 def group_cpu_seconds(pgid: int) -> float:
-    """User + system CPU seconds of the live processes of process group `pgid` (Linux /proc)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    return sum(int(fields[11]) + int(fields[12]) for _, fields in _group_pids(pgid)) / ticks
+    """User + system CPU seconds of the live processes of process group `pgid` (Linux /proc), each read
+    from its CPU-time clock in nanoseconds (`process_cpu_seconds`), not `/proc/<pid>/stat`'s 10 ms ticks
+    (~1% of a second's burst, per read)."""
+    return sum(process_cpu_seconds(int(pid), fields) for pid, fields in _group_pids(pgid))
+
+
+def process_cpu_seconds(pid: int, fields: list[str]) -> float:
+    """Process `pid`'s CPU seconds, its threads' and its ended threads' (the process CPU-time clock
+    of `clock_getcpuclockid`, `((~pid) << 3) | 2` on Linux); its `stat` ticks (`fields`) where that
+    clock cannot be read (the process ended meanwhile)."""
+    try:
+        return time.clock_gettime((~pid << 3) | 2)
+    except OSError:
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pin_group(pgid: int, cpus: set) -> None:
@@ -161,11 +172,43 @@ def pin_group(pgid: int, cpus: set) -> None:
             continue
 
 
+def alternating(ports, request: bytes, seconds: float, bursts: int, pgids, block: int) -> dict:
+    """One keep-alive connection to each server of `ports`, sent `block` requests `request` in turn (one
+    in flight in all, the order reversed every other burst), `bursts` bursts of `seconds`: each server's
+    CPU time (process group `pgids`) per request, burst by burst, {"cpu": [[s, ...] a server]}, or
+    {"error"}. Servers compared this way see the same machine a block apart (milliseconds), where bursts
+    in turns (`run`) see it seconds apart; a block, not a request, a turn, so that a server's CPU per
+    request is what it is on its own (a request each in turn put ~1.8x the CPU on each, its caches the
+    other's)."""
+    conns = [Connection(port) for port in ports]
+    cpu = [[] for _ in ports]
+    for b in range(-1, bursts):  # burst -1: a warm-up
+        order = list(range(len(ports)))[:: 1 if b % 2 else -1]
+        start = [group_cpu_seconds(pgid) for pgid in pgids]
+        end, rounds = time.perf_counter() + (0.2 if b < 0 else seconds), 0
+        while time.perf_counter() < end:
+            for i in order:
+                for _ in range(block):
+                    status, _ = conns[i].roundtrip(request)
+                    if not 200 <= status < 300:
+                        return {"error": f"status {status} from port {ports[i]}"}
+            rounds += block
+        if b >= 0:
+            for i, pgid in enumerate(pgids):
+                cpu[i].append((group_cpu_seconds(pgid) - start[i]) / rounds)
+    for conn in conns:
+        conn.close()
+    return {"cpu": cpu}
+
+
 def main(argv):
     p = json.loads(argv[0])
     with open(p["body_file"], "rb") as f:
         body = f.read()
     request = build_request(p["path"], body, p.get("headers"))
+    if "ports" in p:
+        print(json.dumps(alternating(p["ports"], request, p["seconds"], p["bursts"], p["cpu_pgids"], p["block"])))
+        return
     # a short warm-up so connection set-up and first-request costs don't count
     run(p["port"], request, 0.5, 20, min(p.get("connections", 1), 20))
     pgid = p.get("cpu_pgid")

@@ -33,7 +33,8 @@ SERVERS = {
     "litserve": ("LitServe + torch", "litserve", "litserve", True, (TINY, SEED_JSON)),
     "service": ("gradserve /backward", "service", None, False, ALL),
 }
-LOG_BURSTS = 6  # bursts per side and round of the access log's paired measurement
+LOG_BURSTS = 12  # bursts a round of the access log's paired measurement, in which the servers take turns...
+LOG_BLOCK = 50  # ... of this many requests
 HAND = "torch"  # the baseline of the service's figures
 
 
@@ -354,9 +355,9 @@ def _earlier_targets(runs):
 def _log_pair(bodies, seconds, missing_service, r):
     """One round of the access log's cost: the service with the log off (`--log-level warning`) and on
     (`info`), started side by side, both pinned to one CPU (the usable CPUs in turn by round) and the load
-    generator to the others, and loaded in LOG_BURSTS interleaved bursts each (1 connection, the order
-    alternating), so both see the same machine and the same core; {"m": {"off"|"on": [server CPU seconds per
-    request, a burst each]}}."""
+    generator to the others, and sent tiny-graph requests in turns of LOG_BLOCK, one connection each, one
+    request in flight (`loadgen.alternating`), in LOG_BURSTS bursts of `seconds`, so both see the same
+    machine, the same core, milliseconds apart; {"m": {"off"|"on": [server CPU seconds per request, a burst each]}}."""
     route, body_file, headers, _ = bodies[(TINY, "service")]
     cpu = alternate.round_cpu(r)
     others = None if cpu is None else (set(os.sched_getaffinity(0)) - {cpu} or None)
@@ -366,15 +367,11 @@ def _log_pair(bodies, seconds, missing_service, r):
         with serving.maybe_service(missing_service, port_on, 1, "info", cpu) as on:
             if not (off.ok and on.ok):
                 return {"error": off.msg or on.msg or "not started"}
-            bursts: dict = {"off": [], "on": []}
-            for i in range(LOG_BURSTS):
-                for side in rounds.order(["off", "on"], i):
-                    port, started = (port_off, off) if side == "off" else (port_on, on)
-                    d = serving.load(port, route, body_file, headers, seconds, 10_000_000, 1, started.pgid, 1, others)
-                    if "error" in d:
-                        return {"error": d["error"]}
-                    bursts[side].append(d["cpu_s"] / d["count"])
-            return {"m": bursts}
+            pgids = [off.pgid, on.pgid]
+            d = serving.load_alternating(
+                [port_off, port_on], route, body_file, headers, seconds, LOG_BURSTS, pgids, LOG_BLOCK, others
+            )
+            return {"error": d["error"]} if "error" in d else {"m": {"off": d["cpu"][0], "on": d["cpu"][1]}}
 
 
 def _log_target(pairs) -> tuple[Target, str]:
@@ -421,7 +418,7 @@ def part2(quick: bool):
         "counts refusals (503 and other statuses) and broken connections; p50/p99 are of the 2xx answers. "
         "Columns *÷ hand-written torch* are the per-round ratios (min / median / max) to the hand-written "
         "FastAPI + torch endpoint measured in the same round; the other columns are medians over the rounds. "
-        "*Server CPU / req* = the server process group's user + system CPU time (`/proc/<pid>/stat`) over the "
+        "*Server CPU / req* = the server process group's user + system CPU time (its CPU-time clocks) over the "
         "1-connection run ÷ its requests.\n",
         "The peers are what a user would run instead of gradserve: the hand-written endpoints "
         "(`benchmarks/endpoints.py`, 1 worker): FastAPI, one fixed model per route, the same tensors in the "
@@ -455,9 +452,10 @@ def part2(quick: bool):
         "loaded machine): each round starts the service twice side by side, with the log off "
         "(`--log-level warning`) and on (`--log-level info`, the default; text lines to stderr, here a file), "
         "both pinned to one CPU (the usable CPUs in turn by round) and the load generator to the other(s), "
-        f"and loads each in {LOG_BURSTS} interleaved bursts of tiny-graph `/backward` at 1 connection; a round's "
-        "figure is the median over its pairs of bursts of the CPU per request on ÷ off, less 1 (CPU from "
-        f"`/proc/<pid>/stat`). CPU per request, off → on, burst by burst: {log_text}.\n",
+        f"and sends them tiny-graph `/backward` requests in turns of {LOG_BLOCK}, one connection each and one "
+        f"request in flight, in {LOG_BURSTS} bursts of {seconds:g}s; a round's figure is the "
+        "median over its bursts of the CPU per request on ÷ off, less 1 (CPU from each process's CPU-time clock, "
+        f"in ns). CPU per request, off → on, burst by burst: {log_text}.\n",
         "Targets (1 worker; the values of every round): " + "; ".join(t.summary() for t in targets) + "\n",
     ]
     return "\n".join(out), targets

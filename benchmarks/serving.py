@@ -144,6 +144,24 @@ def load(port, path, body_file, headers, seconds, max_requests, procs=1, cpu_pgi
     }
 
 
+def load_alternating(ports, path, body_file, headers, seconds, bursts, pgids, block, cpus=None) -> dict:
+    """`loadgen.alternating` in a load-generator process (pinned to `cpus`): {"cpu": [[CPU seconds per
+    request, a burst each], a server each]} or {"error"}."""
+    spec = {"ports": ports, "path": path, "body_file": body_file, "headers": headers, "seconds": seconds}
+    spec.update(bursts=bursts, cpu_pgids=pgids, block=block)
+    p = subprocess.run(
+        [PY, "-m", "benchmarks.loadgen", json.dumps(spec)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=seconds * bursts * 4 + 120,
+        preexec_fn=alternate.pinned(cpus),
+    )
+    if p.returncode != 0:
+        return {"error": (p.stderr.strip().splitlines() or ["loadgen failed"])[-1][:160]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def write_body(tmp, name, body):
     path = os.path.join(tmp, name)
     with open(path, "wb") as f:

@@ -504,6 +504,40 @@ def test_the_load_generator_runs_its_connections_at_once_and_counts_refusals():
     assert serving.spread(32) == (4, 8) and serving.spread(1) == (1, 1)
 
 
+class _Ok(_HalfRefused):
+    count = 0
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).count += 1
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+def test_alternating_load_sends_servers_blocks_in_turn_and_reads_cpu_a_burst():
+    """The access log's measurement: two servers sent blocks of requests in turn, CPU per request per
+    burst for each (both here this process), and a refusal reported, not measured."""
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) for handler in (_Ok, _HalfRefused)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    ports = [server.server_address[1] for server in servers]
+    request = loadgen.build_request("/x", b"{}")
+    try:
+        pgid = os.getpgid(0)
+        result = loadgen.alternating(ports[:1] * 2, request, 0.05, 3, [pgid, pgid], 5)
+        answered = _Ok.count
+        refused = loadgen.alternating(ports, request, 0.05, 3, [pgid, pgid], 5)
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    assert [len(side) for side in result["cpu"]] == [3, 3] and answered % 10 == 0  # whole blocks, both sides
+    assert all(cpu > 0 for side in result["cpu"] for cpu in side)
+    assert refused == {"error": f"status 503 from port {ports[1]}"}
+
+
 @pytest.mark.skipif(
     torch is None or importlib.util.find_spec("litserve") is None, reason="LitServe + torch not installed"
 )
