@@ -99,6 +99,8 @@ _NODE_CLASSES: dict = {}  # op name, or (op name, grad_fn name, saves) for a com
 def node_class(op: OpDef, values, attrs) -> type:
     """The grad_fn class of a recorded call, named and saving as the engine's node would be."""
     key: str | tuple = op.name
+    if key in _NODE_CLASSES:  # an op whose nodes' name and saves don't depend on the call, seen before
+        return _NODE_CLASSES[key]
     body = {"__slots__": (), "op": op, "saves": op.saves}
     if op.composite:  # the name and what it saves depend on the call
         name, body["saves"] = composite_grad_fn(op, [v.shape for v in values], [v.dtype.str for v in values], attrs)
