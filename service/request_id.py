@@ -35,12 +35,15 @@ def new_id() -> str:
     return f"{prefix}{next(count):016x}"
 
 
+def safe(given: str | None) -> str | None:
+    """`given` (an X-Request-ID header, None when absent) when it is safe to log and echo, else None."""
+    return given if given is not None and _SAFE.fullmatch(given) else None
+
+
 def accept(given: str | None) -> str:
     """The id of a request whose X-Request-ID header is `given` (None when absent): `given` when
     safe, else a new one."""
-    if given is not None and _SAFE.fullmatch(given):
-        return given
-    return new_id()
+    return safe(given) or new_id()
 
 
 def of_scope(scope) -> str:
@@ -56,9 +59,9 @@ def of_scope(scope) -> str:
     return rid
 
 
-def of_headers(scope, headers: dict) -> str:
-    """`of_scope` for a request without an id yet whose headers are read already ({lower-case name: value})."""
-    rid = scope[SCOPE_KEY] = accept(headers.get(HEADER))
+def of_known(scope, given: str | None) -> str:
+    """`of_scope` for a request without an id yet whose X-Request-ID is `given`, `safe` already."""
+    rid = scope[SCOPE_KEY] = given or new_id()
     return rid
 
 

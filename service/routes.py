@@ -263,6 +263,9 @@ class ComputeEndpoint:
 
     def __init__(self, kind: str):
         self.kind = kind
+        # (raw headers, their dict, header length, safe X-Request-ID) of the last request whose headers passed the
+        # checks, kept without an API key only (`raw == seen[0]` is no constant-time comparison of a key)
+        self.seen = None
 
     async def __call__(self, scope, receive, send):
         await self.answer(scope, receive, send)
@@ -272,17 +275,25 @@ class ComputeEndpoint:
         nothing was sent (the client left), as MetricsMiddleware counts it. Every answer carries
         the request's id (X-Request-ID); its log line is written here (`service.logs`)."""
         start = time.perf_counter()
-        headers = request_headers(scope)
-        rid = scope.get(request_id.SCOPE_KEY) or request_id.of_headers(scope, headers)
+        raw, seen = scope["headers"], self.seen
+        if seen is not None and raw == seen[0]:  # a repeat of the last request's headers: checked already
+            _, headers, length, given = seen
+        else:
+            seen, headers = None, request_headers(scope)
+            given = request_id.safe(headers.get(request_id.HEADER))
+        rid = scope.get(request_id.SCOPE_KEY) or request_id.of_known(scope, given)
         runtime = scope["app"].runtime
         settings = runtime.settings
         hold = BodyHold(runtime.body_budget, peer_of(scope))
         body = None
         outcome = ran = None
         try:
-            require_api_key(settings.api_key, headers)
-            require_body_type(headers)
-            length = header_length(headers)
+            if seen is None:
+                require_api_key(settings.api_key, headers)
+                require_body_type(headers)
+                length = header_length(headers)
+                if settings.api_key is None:
+                    self.seen = (raw, headers, length, given)
             body = await read_body(receive, headers, runtime.executor.limits, length, hold, settings.body_timeout_s)
             parts, head_length, _, ran = await self._run(runtime, body, length, receive)
         except ClientGone:

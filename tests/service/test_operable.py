@@ -406,3 +406,41 @@ def test_generated_request_ids_are_unique_and_a_forked_worker_draws_its_own():
     os.close(read)
     os.close(write)
     assert GENERATED.fullmatch(child) and child not in ids and child[:16] != request_id.new_id()[:16]
+
+
+def test_a_repeat_of_the_last_requests_headers_is_answered_as_a_first_one():
+    """A compute route takes what a request's headers say from the last request's when they are the
+    same bytes (service.routes.ComputeEndpoint.seen): each one still gets its own id, a safe given one
+    is echoed, and a header changed in any way is read and checked again."""
+    import numpy as np
+    from service_testkit import asgi_client, binary_body, binary_tensor
+
+    buffers = []
+    x = binary_tensor("x", np.ones((2, 3), np.float32), buffers)
+    w = binary_tensor("w", np.ones((3, 1), np.float32), buffers)
+    body, headers = binary_body(example(inputs=[x, w]), buffers)
+    with asgi_client() as client:
+        ids = [client.post("/backward", content=body, headers=headers) for _ in range(3)]
+        assert [r.status_code for r in ids] == [200] * 3
+        ids = {r.headers["x-request-id"] for r in ids}
+        assert len(ids) == 3 and all(GENERATED.fullmatch(rid) for rid in ids)
+        for _ in range(2):
+            assert (
+                client.post("/backward", content=body, headers={**headers, "X-Request-ID": "a1"}).headers[
+                    "x-request-id"
+                ]
+                == "a1"
+            )
+        again = client.post("/backward", content=body, headers={**headers, "X-Request-ID": "a 1"})
+        assert GENERATED.fullmatch(again.headers["x-request-id"])
+        for _ in range(2):
+            assert (
+                client.post("/backward", content=body, headers={**headers, "Content-Type": "text/plain"}).status_code
+                == 415
+            )
+    with asgi_client(api_key="k1") as client:
+        keyed = {**headers, "Authorization": "Bearer k1"}
+        assert [client.post("/backward", content=body, headers=keyed).status_code for _ in range(2)] == [200, 200]
+        wrong = {**headers, "Authorization": "Bearer k2"}
+        assert [client.post("/backward", content=body, headers=wrong).status_code for _ in range(2)] == [401, 401]
+        assert client.post("/backward", content=body, headers=keyed).status_code == 200
