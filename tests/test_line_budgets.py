@@ -147,6 +147,9 @@ Raised, as decisions:
 - wire 6135 -> 6165 (2026-11-29, session 19): a first request's held metas found once per signature from inference's
   kinds, liveness in one walk back, parse's and inference's two-input steps read directly (first11, +27: a first
   request 72.9M -> 58.8M instructions) took it to 6162.
+- service 3800 -> 3810 (2026-11-29, session 20): a compute request whose raw headers equal the last checked
+  request's (no API key set) reuses their dict, length and safe X-Request-ID instead of checking them again (serve12,
+  +10: a 4 KiB binary /forward 310k -> 296k instructions served) took it to 3808.
 """
 
 from __future__ import annotations
@@ -157,7 +160,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 23100, "wire": 6165, "service": 3800, "client": 3260}
+BUDGETS = {"engine": 23100, "wire": 6165, "service": 3810, "client": 3260}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
