@@ -130,9 +130,11 @@ class OpDef:
             if self.name in grad_fn_names.BY_CALL:  # PyTorch's name depends on the call: read when asked
                 body["name"] = grad_fn_names.by_call(self.name)
             cls = self.node_class = type(grad_fn_name(self.name), (OpNode,), body)
+            kind = ALIKE_FITS.get(self.name)  # alike inputs: a node class of `fits` (`ALIKE_FITS`)
+            alike = (type(cls.__name__, (OpNode,), {**body, "fits": True}), kind == "dtype") if kind else (None, 0)
             # and how they cast input arrays of other dtypes (PyTorch's type promotion; `promotes`)
-            promote, floats = PROMOTES.get(self.infer), gives_floats(self)
-            self.call, self.operator = [own(apply_op, ALONE, self, c, cls, promote, floats) for c in (None, coerce)]
+            tail = (PROMOTES.get(self.infer), gives_floats(self), *alike)
+            self.call, self.operator = [own(apply_op, ALONE, self, c, cls, *tail) for c in (None, coerce)]
             if self.view:
                 self.call = views.track(self)
 
@@ -169,6 +171,11 @@ class OpDef:
             "doc": self.doc,
         }
 
+
+# two-input ops whose vjps return their inputs' shapes and dtypes when the inputs have one dtype ("dtype": mm's
+# 2-d products) or one dtype and one shape ("shape": elementwise, nothing broadcast), made with a node class of
+# `fits` in those cases (`apply_op`'s `alike`), so the backward walk need not fit their gradients (`OpNode.fits`)
+ALIKE_FITS = {"add": "shape", "sub": "shape", "mul": "shape", "mm": "dtype"}
 
 # the shape rules of one-input ops whose vjps return their input's shape and dtype (a float input's: an
 # unreduced, inverse-permuted or cast-back gradient), so the backward walk need not fit them (`OpNode.fits`)

@@ -315,8 +315,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
 
 
 def _log_clamped(x):
-    """log(x) clamped to >= -100 as PyTorch's binary_cross_entropy does, with a zero gradient (not
-    nan) at x == 0."""
+    """log(x) clamped to >= -100 as PyTorch's binary_cross_entropy does, with a zero gradient (not nan) at x == 0."""
     ns = _ns(x)
     positive = x > 0
     return ns.where(positive, ns.where(positive, x, 1.0).log(), -100.0).clamp(min=-100.0)

@@ -11,7 +11,7 @@ import pytest
 from engine_testkit import call_op, differentiable_ops, sample_cases, sample_variables
 
 import engine
-from engine import Variable, grad_fn_names, shapes
+from engine import Variable, grad_fn_names, registry, shapes
 from engine.shapes import ShapeError
 
 GRAD_CASES = sample_cases(lambda op: op.differentiable)
@@ -119,6 +119,39 @@ def test_fitting_ops_return_their_inputs_shapes_and_dtypes(name, index, dtype):
             assert (g.shape, g.dtype) == (v.shape, v.dtype), (
                 f"{name}: gradient {g.shape} {g.dtype} for {v.shape} {v.dtype}"
             )
+
+
+ALIKE_CASES = sample_cases(lambda op: op.name in registry.ALIKE_FITS)
+
+
+@pytest.mark.parametrize(("name", "index"), ALIKE_CASES, ids=_ids(ALIKE_CASES))
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=["f16", "f32", "f64"])
+def test_alike_inputs_make_fitting_nodes_whose_gradients_fit(name, index, dtype):
+    """An op of `ALIKE_FITS` given inputs of one dtype (and, for "shape", one shape) makes a node of `fits`, whose
+    gradients the walk does not fit: each is its input's shape and dtype, with and without create_graph. Inputs
+    of two dtypes or (for "shape") two shapes make a node of the general class."""
+    op = engine.OPS[name]
+    inputs, attrs = sample_variables(op, index, dtype=dtype, seed=index)
+    out = op.call(inputs, attrs)
+    x, y = inputs
+    alike = x.dtype == y.dtype and (registry.ALIKE_FITS[name] == "dtype" or x.shape == y.shape)
+    assert out.grad_fn.fits is alike and type(out.grad_fn).__name__ == op.node_class.__name__
+    if alike:
+        for create_graph in (False, True):
+            with engine.enable_grad() if create_graph else engine.no_grad():
+                g = Variable(np.ones(out.shape, out.detach().numpy().dtype), requires_grad=create_graph)
+                grads = out.grad_fn.vjp(g, out.grad_fn.edges)
+            for v, gi in zip(inputs, grads):
+                assert (gi.shape, gi.dtype) == (v.shape, v.dtype), f"{name}: {gi.shape} {gi.dtype} for {v.shape}"
+    other = Variable(y.detach().numpy().astype(np.float64 if dtype != np.float64 else np.float32), requires_grad=True)
+    if registry.ALIKE_FITS[name] == "dtype":  # (mm: inputs of two dtypes are refused, as PyTorch's)
+        with pytest.raises(RuntimeError, match="same dtype"):
+            op.call([x, other], attrs)
+        return
+    mixed = op.call([x, other], attrs)
+    assert not mixed.grad_fn.fits
+    gx, gy = engine.grad(mixed.sum(), [x, other])
+    assert (gx.shape, gx.dtype, gy.shape, gy.dtype) == (x.shape, x.dtype, other.shape, other.dtype)
 
 
 @pytest.mark.parametrize(("name", "index"), ALL_CASES, ids=_ids(ALL_CASES))
