@@ -298,6 +298,10 @@ def _get_grad(self) -> Any:
     return grad
 
 
+def _set_grad(self, value: Any) -> None:
+    self._grad = value
+
+
 def size(self, dim=None):
     return self.shape if dim is None else self.shape[dim]
 
@@ -501,10 +505,7 @@ def install(side: Side) -> dict:
     cls.requires_grad = property(cls.requires_grad.fget, _set_requires_grad)
     for getter in (grad_fn, is_leaf, retains_grad, output_nr, _base):
         setattr(cls, getter.__name__, property(getter))
-    # (set through the `_grad` slot's own setter: `x.grad = g` runs no Python frame)
-    cls.grad = property(
-        _get_grad, cls._grad.__set__, doc="the gradient backward accumulated (a non-leaf's warns when unset)"
-    )
+    cls.grad = property(_get_grad, _set_grad, doc="the gradient backward accumulated (a non-leaf's warns when unset)")
     transpose = functions["transpose"]
 
     def all_reversed(self) -> VariableSurface:
