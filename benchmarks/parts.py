@@ -92,7 +92,10 @@ MISSED_BECAUSE = {
     "interpreter loop 3.1k against 0.2k), so only fewer opcodes and fewer distinct code paths close it "
     "(Changes, round 3). Session 19 cut the Python calls a step 104 -> 90 (plain method calls straight to "
     "apply_op): the interpreter's share 318.6k -> 302.3k instructions a step (f32), 315.8k -> 302.0k (f64), "
-    "which left f64 at 1.07-1.12x, on either side of 1.1x from round to round",
+    "which left f64 at 1.07-1.12x, on either side of 1.1x from round to round. Session 20 (engine12): two-input "
+    "nodes of alike inputs skip the walk's per-edge fit: "
+    "4,733.3k -> 4,732.8k instructions a step (f32; floor 4,404.9k), f64 unchanged within callgrind's ±15k; "
+    "what is left needs less NumPy work (clamp's gradient's temporary) rather than less Python",
     "large MLP": "~99% of the step is the floor's own 5 BLAS calls: run-to-run noise of few ~0.5 s "
     "samples on a shared 2-core machine (Changes, round 1)",
     "tiny graph": "under 4-connection load the server spends ~215-230 µs of CPU a request against the FastAPI echo's "
@@ -122,13 +125,14 @@ MISSED_BECAUSE = {
     "and freeing them, the same for both sides: 1.2x its throughput needs a decode that makes no Python object per "
     "number, which neither orjson nor NumPy offers (a NumPy text parser measured 3-5x slower than orjson) "
     "(issue 24 item 1)",
-    "access log": "now measured as server CPU per request, on ÷ off, in 6 interleaved pairs of bursts of two servers "
-    "started side by side (the median pair per round), where req/s of servers started one after the other swung "
-    "-39% to +40%; a quick check on a loaded machine read -1% and -6% (single pairs still swing ±40%). callgrind in "
-    "process found the cost was the line itself, nothing else switched on at level info: a request now queues its "
-    "fields as a tuple and the batch formats them (the duration's digits from whole microseconds and a table, not "
-    "round-to-3 and repr), a text line 27.3k -> 15.7k instructions; a 4 KiB binary /forward with the log on ÷ off "
-    "+9.9% -> +5.6% of its instructions (298k off; log4 branch) (issue 24 item 5)",
+    "access log": "measured as server CPU per request, on ÷ off, two servers started side by side taking turns of 50 "
+    "requests within each of 12 bursts (the median burst per round), each server's CPU read from its CPU-time "
+    "clock in ns (session 20, log12; it was 6 pairs of bursts seconds apart read in 10 ms ticks: pairs -13% to "
+    "+31% on a loaded machine, now -5% to +10%). callgrind in process found the cost was the line itself, nothing "
+    "else switched on at level info: a request queues its fields as a tuple and the batch formats them, a text "
+    "line 27.3k -> 15.7k (log4) -> 14.3k instructions (log12: a row's repeated method, route, status and peer "
+    "made once, one f-string a line, request_line appends to the deque itself); ~9.7k of it is the batch's "
+    "per-line Python (issue 24 item 5)",
     "first request of a new": "a first request parses, infers every shape and runs its graph on the engine with its "
     "backward walk (the reference the faster paths are checked against), in Python per node; a repeat runs the "
     "generated program (~0.6 ms, so <=10x needs a first request under ~6 ms). callgrind 197M -> 150M -> 140M "
@@ -174,7 +178,10 @@ MISSED_BECAUSE = {
     "echo at 139k instructions a request, its whole uvicorn server included, and the service at 350k (was 357k: a "
     "repeat header compared, not hashed; no header timer for a request whose head comes in one read); 80% would "
     "need about half of the ~210k over the echo gone, and at 64 KiB the clone and the answer's join each copy "
-    "the tensor (ASGI bodies must be bytes)",
+    "the tensor (ASGI bodies must be bytes)"
+    ". Session 20 (serve12): a compute request whose raw headers equal the last checked request's (no API key "
+    "set) reuses their dict, length and safe X-Request-ID: 4 KiB served 310k -> 296k instructions (the echo 137.5k); "
+    "uvicorn's own check of our five response headers is ~16k of what is left",
     "seed loop remote with resident parameters": "a step is one request of ~3 KiB (the batch and parameters held on the "
     "server, SGD stepped there in place, two steps in flight on one pipelined HTTP/1.1 connection), so its wall is "
     "the server's CPU a step. Since session 13 a step's header is decoded and admitted by its layout despite its "
@@ -196,7 +203,10 @@ MISSED_BECAUSE = {
     "Python (recording ~50 µs, the key ~10, the grad_fn walk ~12, request and reply ~36); per-call trims measured "
     "0.1% of instructions, so 1.15x needs the program keyed while recording and the walk skipped on a replay. "
     "The engine side got faster in session 19 (plain methods straight to apply_op) and the client's did not, "
-    "so the ratio rose from 1.23-1.26x to 1.30-1.32x",
+    "so the ratio rose from 1.23-1.26x to 1.30-1.32x"
+    ". Session 20 (client12): a fixed-name op's grad_fn class is found before it is named: 5,566k -> 5,550k "
+    "instructions a step against the engine's 4,900k (1.13x in instructions; the time ratio is higher, as the seed "
+    "net's, because the client's Python runs after the cache-evicting matmuls)",
     "HVP": "two grad() calls walk 6 and then 19 nodes, ~49 op applications, all in Python at ~50-80 "
     "instructions a bytecode: callgrind a step 3,016k after d2ba7b1 -> 1,937k (sessions 9-10) -> ~1,770k "
     "(session 12) -> 1,624k in session 13 (one-input nodes made without comprehension frames, unrolled version "
@@ -212,7 +222,10 @@ MISSED_BECAUSE = {
     "so 1.0x needs cheaper small-matrix kernels than NumPy's or much less Python per node (Changes, round 3). "
     "Session 19 sent plain method calls (x.mm(w), x.tanh(), x.pow(2), x.sum()) straight to their op's apply_op and "
     "took 1 - y*y's and x.T's helper frames off the create_graph walk: 1,566k -> 1,541k a step; a Python frame costs "
-    "~400-500 instructions here, so the ~215k left over torch's is not a matter of fewer layers",
+    "~400-500 instructions here, so the ~215k left over torch's is not a matter of fewer layers"
+    ". Session 20 (engine12): add/sub/mul of one dtype and shape and mm of one dtype make nodes whose gradients "
+    "the walk need not fit: 1,548.7k -> 1,517.7k a step (torch 1,323.0k "
+    "by the same pinned harness, PYTHONHASHSEED=0, one BLAS thread: 1.15x in instructions)",
     "tensor program": "the client records every op lazily and never materializes the updated weights: each "
     "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
     "step's cost grows with the step count), parsed and re-run by the Executor (cProfile of steps "
