@@ -108,6 +108,7 @@ __all__ = [
     "clone",
     "col2im",
     "column_stack",
+    "combinations",
     "concat",
     "concatenate",
     "conj",
@@ -128,6 +129,7 @@ __all__ = [
     "cummin",
     "cumprod",
     "cumsum",
+    "cumulative_trapezoid",
     "default_generator",
     "deg2rad",
     "det",
@@ -730,6 +732,9 @@ def col2im(
 def column_stack(tensors: Sequence[VariableSurface]) -> Variable:
     """0-d and 1-d Variables as columns, concatenated with the others along the second dimension."""
 
+def combinations(input: VariableSurface, r: builtins.int = 2, with_replacement: builtins.bool = False) -> Variable:
+    """Every r-combination of a 1-d Variable's entries, one per row, in itertools' order."""
+
 def concat(tensors: Sequence[Operand], dim: builtins.int = 0) -> Variable:
     """join inputs along an existing dimension"""
 
@@ -813,6 +818,11 @@ def cumprod(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs
 
 def cumsum(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Variable:
     """running sums along dim (integers and booleans sum as int64); `dtype=` casts the input first (PyTorch's `cumsum(input, ..., dtype=d)`)"""
+
+def cumulative_trapezoid(
+    y: VariableSurface, x: Any = None, *, dx: builtins.float | None = None, dim: builtins.int = -1
+) -> Variable:
+    """`trapezoid`'s running integral along `dim`: one entry fewer than y along it."""
 
 default_generator: Generator
 

@@ -203,6 +203,14 @@ def bind(ns) -> dict:
             Q = Q - (Q @ v) @ (v * tau[..., i : i + 1, None]).mT
         return Q[..., :n]
 
+    def vander(x, *, N=None):
+        """Columns x ** 0, ..., x ** (N - 1) of each row of x, as PyTorch's (cumprod: exact gradients at zero)."""
+        N = x.shape[-1] if N is None and x.ndim else N
+        if N is None or N <= 1:
+            raise RuntimeError("N must be greater than 1.")
+        ones = ns.ones_like(x).unsqueeze(-1)
+        return ns.cat([ones, x.unsqueeze(-1).expand(*x.shape, N - 1)], -1).cumprod(-1)
+
     def inv_ex(A, *, check_errors=False):
         return MaxMin(ns.inv(A), A.new_zeros(A.shape[:-2]).int())
 
@@ -223,6 +231,7 @@ def bind(ns) -> dict:
         "householder_product": householder_product,
         "multi_dot": multi_dot,
         "vecdot": vecdot,
+        "vander": vander,
         "matmul": ns.matmul,
         "diagonal": lambda A, *, offset=0, dim1=-2, dim2=-1: A.diagonal(offset, dim1, dim2),
     }

@@ -1,7 +1,7 @@
 """PyTorch's math functions that compose of the registry's ops: elementwise (`asinh`, `acosh`, `atanh`, `frac`, `deg2rad`, `rad2deg`,
 `hypot`, `logaddexp`, `logaddexp2`, `xlogy`, `lerp`, `polygamma(n, x)`, the `arc*` spellings), products and distances
 (`addmm`, `addmv`, `addr`, `addbmm`, `baddbmm`,
-`tensordot`, `cdist`, `dist`), differences (`diff`, `trapezoid`), `vander`, `logspace`, `block_diag`, `histc`, and reductions (`nansum`,
+`tensordot`, `cdist`, `dist`), differences (`diff`, `trapezoid`, `cumulative_trapezoid`), `vander`, `combinations`, `logspace`, `block_diag`, `histc`, and reductions (`nansum`,
 `nanmean`, `median`, `nanmedian`, `mode`, `kthvalue`, `quantile`, `nanquantile`, `logcumsumexp`).
 
 Gradients are those of the ops they call, which are PyTorch's: a selected value's (median, kthvalue, mode,
@@ -12,6 +12,7 @@ underflow to -inf where PyTorch's are exact.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,10 @@ if TYPE_CHECKING:
 
     from engine.surface_types import Operand, VariableSurface
 
-FUNCTIONS_ONLY = ("block_diag", "polygamma", "tensordot", "cdist", "logspace", "vander", "trapezoid", "trapz")
+FUNCTIONS_ONLY = (
+    *("block_diag", "polygamma", "tensordot", "cdist", "logspace", "vander", "trapezoid", "trapz"),
+    *("cumulative_trapezoid", "combinations"),
+)
 METHODS_ONLY = ()
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
@@ -212,6 +216,31 @@ def functions(ops, make) -> dict:
         else:
             d_x = d - y.ndim + x.ndim
         return ops["sum"](pairs * diff(x, dim=d_x), d) / 2
+
+    def cumulative_trapezoid(
+        y: VariableSurface, x: Any = None, *, dx: float | None = None, dim: int = -1
+    ) -> VariableSurface:
+        """`trapezoid`'s running integral along `dim`: one entry fewer than y along it."""
+        d = _dim(y, dim)
+        size = max(y.shape[d] - 1, 0)
+        pairs = ops["add"](narrow(y, d, min(y.shape[d], 1), size), narrow(y, d, 0, size))
+        if x is None:
+            return ops["cumsum"](pairs * ((1 if dx is None else dx) / 2), dim=d)
+        if x.ndim == 1:
+            x = reshape(x, tuple(-1 if i == d else 1 for i in range(y.ndim)))
+        return ops["cumsum"](pairs * diff(x, dim=d - y.ndim + x.ndim) / 2, dim=d)
+
+    def combinations(input: VariableSurface, r: int = 2, with_replacement: bool = False) -> VariableSurface:
+        """Every r-combination of a 1-d Variable's entries, one per row, in itertools' order."""
+        if input.ndim != 1:
+            raise RuntimeError(f"Expect a 1D vector, but got shape {list(input.shape)}")
+        if r < 0:
+            raise RuntimeError(f"Expect a non-negative number, but got {r}")
+        pick = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+        index = numpy.array(list(pick(range(input.shape[0]), r)), dtype=numpy.int64).reshape(-1)
+        if index.size == 0:  # (r = 0: PyTorch's is empty and 1-d)
+            return reshape(narrow(input, 0, 0, 0), (0, r) if r else (0,))
+        return reshape(ops["index_select"](input, index, dim=0), (-1, r))
 
     def vander(x: VariableSurface, N: int | None = None, increasing: bool = False) -> VariableSurface:
         """The Vandermonde matrix: columns x ** (N - 1), ..., x ** 0 (increasing: the other way round)."""

@@ -150,6 +150,8 @@ Raised, as decisions:
 - service 3800 -> 3810 (2026-11-29, session 20): a compute request whose raw headers equal the last checked
   request's (no API key set) reuses their dict, length and safe X-Request-ID instead of checking them again (serve12,
   +10: a 4 KiB binary /forward 310k -> 296k instructions served) took it to 3808.
+- engine 23100 -> 23140 (2026-11-29, session 20): `torch.combinations`, `torch.cumulative_trapezoid` and
+  `torch.linalg.vander` (three of the README's missing functions, composed of registry ops, +35) took it to 23135.
 """
 
 from __future__ import annotations
@@ -160,7 +162,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 23100, "wire": 6165, "service": 3810, "client": 3260}
+BUDGETS = {"engine": 23140, "wire": 6165, "service": 3810, "client": 3260}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

@@ -108,6 +108,13 @@ PROGRAMS = {
     "vander": "out = torch.vander(x[0].detach()) + torch.vander(x[1].detach(), 4, increasing=True)",
     "vander(int, N)": "out = torch.vander(n[0]) + torch.vander(n[1], N=4, increasing=True)",
     "logspace": "out = torch.logspace(0, 2, 5) + torch.logspace(-1, 1, 5, base=2.0)",
+    "cumulative_trapezoid": "out = torch.cumulative_trapezoid(x) + torch.cumulative_trapezoid(y, dx=0.5) + torch.cumulative_trapezoid(x, y.cumsum(1), dim=1) + torch.cumulative_trapezoid(y, dim=0).sum()",
+    "cumulative_trapezoid(1-d x, empty)": "out = torch.cumulative_trapezoid(x, y[0].cumsum(0)) * torch.cumulative_trapezoid(y[:1], dim=0).sum()",
+    "combinations": "out = torch.combinations(x[0]) * 2 + torch.combinations(y[1], with_replacement=True)[:6]",
+    "combinations(r)": "out = torch.cat([torch.combinations(x[1], 3).flatten(), torch.combinations(y[2], r=1).flatten(), torch.combinations(x[0], 0), torch.combinations(y[0], 5).flatten()])",
+    "combinations(int)": "out = torch.combinations(n[0], 2, True)",
+    "linalg.vander": "out = torch.linalg.vander(x) + torch.linalg.vander(y, N=4) * torch.linalg.vander(torch.cat([x[0, :1] * 0, y[0, 1:]]))[:1]",
+    "linalg.vander(int, batch)": "out = torch.linalg.vander(n.reshape(2, 3, 2), N=3)",
     # reductions
     "nansum/nanmean": "z = torch.where(x > 1, float('nan'), x)\nout = torch.nansum(z) + z.nansum(1).sum() + torch.nanmean(z, 0, keepdim=True)",
     "median": "out = torch.median(x) + torch.median(torch.tensor([1.0, 2.0, 2.0, 3.0]) * y[0])",
@@ -152,6 +159,10 @@ CHECKED = {
     "products": lambda t, a, b: t.addmm(a[:, :3], a, b.T, beta=0.5) + t.tensordot(a, b, ([1], [1])) + t.cdist(a, b),
     "diff/trapezoid/vander": lambda t, a, b: (
         t.diff(a, 2) * t.trapezoid(b, a, dim=1)[:, None] + t.vander(a[0], 3).sum() + t.dist(a, b)
+    ),
+    "cumulative_trapezoid/combinations/linalg.vander": lambda t, a, b: (
+        t.cumulative_trapezoid(a, b.cumsum(1)) * t.combinations(b[0])[:3].prod(1)[:, None]
+        + t.linalg.vander(a[:, 0], N=3)
     ),
     "reductions": lambda t, a, b: (
         t.median(a, 1).values * t.kthvalue(b, 2, 1).values + t.quantile(a, 0.3, 1) + t.std_mean(b, 1)[0]
@@ -200,6 +211,10 @@ def test_float64_gradients_by_finite_differences(name, torch_like):
         ("torch.cdist(x, torch.ones(2, 3))", RuntimeError, "same number of columns"),
         ("torch.diff(x, -1)", RuntimeError, "order must be non-negative"),
         ("torch.vander(x)", RuntimeError, "one-dimensional"),
+        ("torch.combinations(x)", RuntimeError, r"Expect a 1D vector, but got shape \[3, 4\]"),
+        ("torch.combinations(x[0], -1)", RuntimeError, "Expect a non-negative number, but got -1"),
+        ("torch.linalg.vander(x, N=1)", RuntimeError, "N must be greater than 1"),
+        ("torch.linalg.vander(x[0, 0])", RuntimeError, "N must be greater than 1"),
         ("torch.kthvalue(x, 5)", RuntimeError, "k out of range"),
         ("torch.quantile(x, 1.5)", RuntimeError, "in the range"),
         ("torch.quantile(x, 0.5, interpolation='cubic')", RuntimeError, "interpolation must be one of"),
