@@ -305,7 +305,9 @@ def times(g, v):
     return _result(out if type(out) is ndarray else _wrap(out, g._data), None)
 
 
-def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, floats=False, alike=None, dims=0):
+def apply_op(
+    a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, floats=False, alike=None, any_shape=False
+):
     """Run `op` forward on Variables, recording a node when a gradient may be needed.
 
     Each op has two copies of this function (`own`: its code copied; `op`, its node class and how it casts
@@ -376,9 +378,11 @@ def apply_op(a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, fl
     if grad and _grad.enabled and op.differentiable and type(out.dtype) in FLOATS:
         # the node: its edges, what its vjps read and the versions to check then (made here, not in a
         # helper: a call per recorded op costs ~0.5k instructions, a tenth of a small op's whole cost)
-        # (`alike`: the node class of `fits` when the inputs have one dtype and shape, or one dtype with `dims`
-        # (mm): see `engine.registry.ALIKE_FITS`)
-        node = result._node = alike() if two and alike is not None and (dims or x.shape == y.shape) else node_class()
+        # (`alike`: the node class of `fits` when the inputs have one dtype and one shape, or one dtype where
+        # `any_shape` (mm): see `engine.registry.ALIKE_FITS`)
+        node = result._node = (
+            alike() if two and alike is not None and (any_shape or x.shape == y.shape) else node_class()
+        )
         result._requires_grad = True
         node.seq = next_seq()
         if two:

@@ -131,7 +131,7 @@ class OpDef:
                 body["name"] = grad_fn_names.by_call(self.name)
             cls = self.node_class = type(grad_fn_name(self.name), (OpNode,), body)
             kind = ALIKE_FITS.get(self.name)  # alike inputs: a node class of `fits` (`ALIKE_FITS`)
-            alike = (type(cls.__name__, (OpNode,), {**body, "fits": True}), kind == "dtype") if kind else (None, 0)
+            alike = (type(cls.__name__, (OpNode,), {**body, "fits": True}), kind == "dtype") if kind else (None, False)
             # and how they cast input arrays of other dtypes (PyTorch's type promotion; `promotes`)
             tail = (PROMOTES.get(self.infer), gives_floats(self), *alike)
             self.call, self.operator = [own(apply_op, ALONE, self, c, cls, *tail) for c in (None, coerce)]

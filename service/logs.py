@@ -81,17 +81,11 @@ class TextFormatter(logging.Formatter):
             if client is not client_was:
                 client_was, peer = client, peer_of(client)
             micros = round(seconds * 1e6)
-            millis = MILLIS[int((created - whole) * 1000)]
-            if ran is None:
-                lines.append(
-                    f"{second[1]}.{millis}{head}{micros // 1000}.{DECIMALS[micros % 1000]}ms "
-                    f"request_id={rid} bytes_in={received} bytes_out={sent} peer={peer}"
-                )
-            else:
-                lines.append(
-                    f"{second[1]}.{millis}{head}{micros // 1000}.{DECIMALS[micros % 1000]}ms request_id={rid} "
-                    f"bytes_in={received} bytes_out={sent} peer={peer} plan={ran[0]} executor={ran[1]}"
-                )
+            plan = "" if ran is None else f" plan={ran[0]} executor={ran[1]}"
+            lines.append(
+                f"{second[1]}.{MILLIS[int((created - whole) * 1000)]}{head}{micros // 1000}.{DECIMALS[micros % 1000]}"
+                f"ms request_id={rid} bytes_in={received} bytes_out={sent} peer={peer}{plan}"
+            )
         lines.append("")
         return "\n".join(lines)
 
