@@ -21,6 +21,7 @@ from client.variable import Variable, as_host_array
 from engine import backend
 from engine.api import (
     GRAD_FN_BY_CALL,
+    INFERENCE_MADE,
     OPS,
     Bounded,
     OpDef,
@@ -39,6 +40,7 @@ from engine.api import (
     note_view,
     promotion,
     reads_output,
+    refuse_saved_inference,
     shape_proxy,
     to_key,
     variable_of,
@@ -217,6 +219,8 @@ def record(op: OpDef, args, attrs: dict, rule=None) -> Variable:
         and any([v.requires_grad for v in values])
     ):  # noqa: C419 - a list is faster here
         node = value.node = node_class(op, values, attrs)([edge_of(v) for v in values], value, variables)
+        if INFERENCE_MADE and node.saves is not False:
+            refuse_saved_inference(variables, node.saves)
         value.requires_grad = True
         if op.uses_output and reads_output(op, node.edges):
             node.out_ref = weakref.ref(result)

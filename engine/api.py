@@ -62,14 +62,14 @@ from engine.function import FUNCTION_NAME, LEAF_DIRTY, Function, FunctionBase, F
 from engine.function import node_class as function_node_class
 from engine.grad_fn_names import BY_CALL as GRAD_FN_BY_CALL
 from engine.grad_fn_names import call_name as grad_fn_call_name
-from engine.grad_mode import INFERENCE, GradMode, enable_grad, is_grad_enabled, no_grad
+from engine.grad_mode import INFERENCE, INFERENCE_MADE, GradMode, enable_grad, is_grad_enabled, no_grad
 from engine.gradcheck import _GRADCHECK_KEYWORDS, _GRADGRADCHECK_KEYWORDS, GradcheckError, _accept, _compare
 from engine.indexing import from_key, tensor_count, to_key
 from engine.linalg_functions import bind as bind_linalg
 from engine.mixed_precision import bind as bind_mixed_precision
 from engine.module_paths import bind as bind_module_paths
 from engine.node import RECORDING as _RECORDING
-from engine.node import GraphFreedError, Meta, Node, check_output, check_saved, reads_output
+from engine.node import GraphFreedError, Meta, Node, check_output, check_saved, reads_output, refuse_saved_inference
 from engine.recording import as_array as array_like
 from engine.recording import derived, note_constant, note_input, note_where, recording
 from engine.registry import OPS, OpDef, coerce, gives_floats, grad_fn_name, make_function, trusted
@@ -260,6 +260,8 @@ __all__ = [
     "watch_of",
     "GradMode",
     "INFERENCE",
+    "INFERENCE_MADE",
+    "refuse_saved_inference",
     "no_grad",
     "enable_grad",
     "is_grad_enabled",

@@ -10,6 +10,18 @@ from typing import Any, Literal, TypeVar, overload
 F = TypeVar("F", bound=Callable[..., Any])
 # one entry per inference mode entered (any thread): hot paths read the thread's flag only then
 INFERENCE: list[None] = []
+INFERENCE_MADE: list[None] = []  # one entry once any inference mode was entered: inference tensors' checks run
+# PyTorch's refusals of inference tensors (made in inference mode) outside it
+INFERENCE_INPLACE = (
+    "Inplace update to inference tensor outside InferenceMode is not allowed.You can make a clone to get a normal "
+    "tensor before doing inplace update.See https://github.com/pytorch/rfcs/pull/17 for more details."
+)
+INFERENCE_SAVED = (
+    "Inference tensors cannot be saved for backward. Please do not use Tensors created in inference mode in "
+    "computation tracked by autograd. To work around this, you can make a clone to get a normal tensor and use it in "
+    "autograd, or use `torch.no_grad()` instead of `torch.inference_mode()`."
+)
+INFERENCE_FLAG = "Setting requires_grad=True on inference tensor outside InferenceMode is not allowed."
 
 
 class _State(threading.local):
@@ -50,6 +62,8 @@ class _Inference(_Setting):
         super().__enter__()
         self.was, self.state.inference = self.state.inference, not self.enabled
         INFERENCE.append(None)
+        if not INFERENCE_MADE and not self.enabled:
+            INFERENCE_MADE.append(None)
 
     def __exit__(self, *exc: object) -> Literal[False]:
         self.state.inference = self.was
@@ -128,6 +142,12 @@ class GradMode:
 
     def is_inference_mode_enabled(self) -> bool:
         return self.state.inference
+
+    def refuse_inference(self, variable: Any, message: str) -> None:
+        """PyTorch's `message` where `variable` is an inference tensor and inference mode is off (callers read
+        INFERENCE_MADE first: no call before any inference mode)."""
+        if not self.state.inference and variable.is_inference():
+            raise RuntimeError(message)
 
     def _decorate(self, enabled: bool, function: F | None) -> _Setting | F:
         setting = self.enabled_as(enabled)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy
 
 from engine import modern, promotion, views
+from engine.grad_mode import INFERENCE_INPLACE, INFERENCE_MADE
 
 if TYPE_CHECKING:
     from engine.surface_types import Operand, V
@@ -64,14 +65,16 @@ OPERATORS = {
 }
 
 
-def methods(functions, is_enabled, run) -> dict:
+def methods(functions, grad_mode, run) -> dict:
     """`<op>_` for each of OPS, COMPOSED, RESHAPING and ALIASES, the in-place operators, and `copy_`, over the
     side's `functions` (its registry ops and composed functions; `run(op)`: the side's `op.call`, for the views an
-    in-place op rebases: engine.views)."""
+    in-place op rebases: engine.views) and `grad_mode` (`engine.grad_mode.GradMode`)."""
     setitem, cast, where = functions["setitem"], functions["cast"], functions["where"]
 
     def update(self, name, op, args, kwargs):
-        recording = is_enabled()
+        if INFERENCE_MADE:
+            grad_mode.refuse_inference(self, INFERENCE_INPLACE)
+        recording = grad_mode.is_enabled()
         if recording and self._node is None and self.requires_grad:
             views.check_unrecorded(self)  # (a view made in no_grad mode)
             raise RuntimeError(LEAF_INPLACE)

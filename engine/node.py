@@ -10,7 +10,7 @@ from types import FunctionType
 import numpy
 
 from engine import backend
-from engine.grad_mode import INFERENCE
+from engine.grad_mode import INFERENCE, INFERENCE_MADE, INFERENCE_SAVED
 from engine.grad_mode import state as _grad
 from engine.variable import Variable
 
@@ -305,6 +305,14 @@ def times(g, v):
     return _result(out if type(out) is ndarray else _wrap(out, g._data), None)
 
 
+def refuse_saved_inference(inputs, saves):
+    """PyTorch's refusal to save an inference tensor (made in inference mode) for a backward: of `inputs`, those
+    an op's `saves` names (True: all; a slice), None for a number (the client's)."""
+    for v in inputs if saves is True else inputs[saves]:
+        if v is not None and v.is_inference():
+            raise RuntimeError(INFERENCE_SAVED)
+
+
 def apply_op(
     a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, floats=False, alike=None, any_shape=False
 ):
@@ -395,6 +403,8 @@ def apply_op(
         else:
             edges = node.edges = tuple([v._node or (v if v._requires_grad else None) for v in inputs])
         saves = op.saves
+        if INFERENCE_MADE and saves is not False:  # PyTorch's refusal to save an inference tensor
+            refuse_saved_inference(inputs, saves)
         if saves is True:
             node.saved = inputs
             if two:

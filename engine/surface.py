@@ -51,6 +51,7 @@ from engine import (
 from engine.autograd import watch_of
 from engine.devices import Placement
 from engine.factory import Constructors
+from engine.grad_mode import INFERENCE_FLAG, INFERENCE_INPLACE, INFERENCE_MADE
 from engine.mixed_precision import CAST, cast_operator, casting
 from engine.modern import numpy_keywords
 from engine.registry import OPS, make_function
@@ -187,12 +188,17 @@ def _host(v):
     return backend.to_numpy(v._array())
 
 
-def _set_requires_grad(self, flag):
-    if self._node is not None:
-        raise RuntimeError(NON_LEAF_FLAG)
-    if flag and self.dtype.kind != "f":
-        raise RuntimeError(f"only Variables of floating point dtype can require gradients (got {self.dtype})")
-    self._store_requires_grad(bool(flag))
+def _requires_grad_setter(grad_mode):
+    def set_requires_grad(self, flag):
+        if self._node is not None:
+            raise RuntimeError(NON_LEAF_FLAG)
+        if flag and self.dtype.kind != "f":
+            raise RuntimeError(f"only Variables of floating point dtype can require gradients (got {self.dtype})")
+        if flag and INFERENCE_MADE:
+            grad_mode.refuse_inference(self, INFERENCE_FLAG)
+        self._store_requires_grad(bool(flag))
+
+    return set_requires_grad
 
 
 def requires_grad_(self: V, requires_grad: bool = True) -> V:
@@ -426,6 +432,8 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         return self
 
     def assign(self, key, value):
+        if INFERENCE_MADE:
+            side.grad_mode.refuse_inference(self, INFERENCE_INPLACE)
         if is_enabled():
             if self._node is None and self.requires_grad:
                 views.check_unrecorded(self)  # (a view made in no_grad mode)
@@ -502,7 +510,7 @@ def install(side: Side) -> dict:
     for name, method in methods.items():
         setattr(cls, name, method)
     cls.__str__ = __repr__
-    cls.requires_grad = property(cls.requires_grad.fget, _set_requires_grad)
+    cls.requires_grad = property(cls.requires_grad.fget, _requires_grad_setter(side.grad_mode))
     for getter in (grad_fn, is_leaf, retains_grad, output_nr, _base):
         setattr(cls, getter.__name__, property(getter))
     cls.grad = property(_get_grad, _set_grad, doc="the gradient backward accumulated (a non-leaf's warns when unset)")
@@ -522,7 +530,7 @@ def install(side: Side) -> dict:
         setattr(cls, name, method)
     found = _tensor_functions(cls, {**composed, **functions}, constructors)  # registry ops first (index_add)
     with_alpha = {**composed, **found, **functions, **{name: composed[name] for name in ("add", "sub", "div", "clamp")}}
-    for name, method in inplace.methods(with_alpha, side.grad_mode.is_enabled, side.run).items():
+    for name, method in inplace.methods(with_alpha, side.grad_mode, side.run).items():
         setattr(cls, name, method)
     methods, spellings = compat.spellings(constructors, lambda v, dtype: functions["cast"](v, dtype=dtype))
     for name, method in methods.items():

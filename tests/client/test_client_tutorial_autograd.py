@@ -128,6 +128,54 @@ def test_inference_mode_is_told_and_false_enables_grad_as_torchs(torch_like, ora
     assert states(torch_like) == states(oracle)
 
 
+def _inference_outcomes(m):
+    """What PyTorch's inference mode notes say of inference tensors (made in `inference_mode()`, and views of
+    them): inside it they are changed in place and made to require grad; outside it they may be read and used by
+    ops that save no input, but not changed in place, made to require grad or saved for a backward."""
+    x = m.tensor([1.0, -2.0], dtype=m.float64, requires_grad=True)
+
+    def made():
+        with m.inference_mode():
+            return x * 2
+
+    with m.inference_mode():
+        inside = made().add_(1).tolist(), made().requires_grad_().requires_grad, made()[0:1].mul_(3).tolist()
+    y = made()
+    seen = [inside, y.is_inference(), y.requires_grad, y[0:1].is_inference(), y.clone().is_inference()]
+
+    def add_in_place(t):
+        t += 1
+
+    attempts = {
+        "requires_grad_": lambda t: t.requires_grad_(),
+        "requires_grad = True": lambda t: setattr(t, "requires_grad", True),
+        "add_": lambda t: t.add_(1),
+        "+=": add_in_place,
+        "setitem": lambda t: t.__setitem__(0, 5.0),
+        "a view's mul_": lambda t: t[0:1].mul_(2),
+        "zero_": lambda t: t.zero_(),
+        "copy_": lambda t: t.copy_(x.detach()),
+        "mul saves it": lambda t: (t * x).sum().backward(),
+        "mm saves it": lambda t: t.reshape(1, 2).mm(x.reshape(2, 1)),
+        "a view saved": lambda t: (t[0:1] * x[0:1]).sum().backward(),
+    }
+    for name, attempt in attempts.items():
+        try:
+            attempt(made())
+            seen.append((name, "ok"))
+        except RuntimeError as error:
+            seen.append((name, str(error)))
+    (y + x).sum().backward()  # add saves no input
+    (y.exp() * x).sum().backward()  # exp's output is no inference tensor
+    with m.no_grad():
+        product = (y * x).sum().item()  # nothing saved
+    return [*seen, x.grad.tolist(), y.tolist(), product, y.requires_grad_(False).requires_grad]
+
+
+def test_inference_tensors_are_refused_outside_inference_mode_as_torchs(torch_like, oracle):
+    assert _inference_outcomes(torch_like) == _inference_outcomes(oracle)
+
+
 def test_gradcheck_error_is_a_runtime_error_as_torchs(torch_like):
     x = torch_like.tensor([0.5, 1.5], dtype=torch_like.float64, requires_grad=True)
     with pytest.raises(RuntimeError, match="Jacobian mismatch"):
