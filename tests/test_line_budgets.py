@@ -154,7 +154,7 @@ Raised, as decisions:
   `torch.linalg.vander` (three of the README's missing functions, composed of registry ops, +35) took it to 23135.
 - engine 23140 -> 23180, client 3260 -> 3265 (2026-11-29, session 21): PyTorch's refusals of inference tensors
   outside inference mode (in place, requires_grad, saved for a backward: their messages and the one gate they share,
-  +38; client +2) took them to 23177 and 3260.
+  +38; client +2) took them to 23177 and 3262.
 """
 
 from __future__ import annotations
