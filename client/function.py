@@ -24,7 +24,15 @@ from client.graph import ARG, FUNCTION, GRAD_OUTPUT, FunctionNode, Phase, Value,
 from client.serialize import SubgraphBuilder
 from client.state import current_phase, is_grad_enabled, tracing
 from client.variable import Variable, as_host_array
-from engine.api import LEAF_DIRTY, FunctionBase, FunctionCtx, function_node_class, once_differentiable
+from engine.api import (
+    INFERENCE_MADE,
+    LEAF_DIRTY,
+    FunctionBase,
+    FunctionCtx,
+    function_node_class,
+    once_differentiable,
+    refuse_saved_inference,
+)
 
 MAX_TRACES_PER_FUNCTION = 64
 
@@ -186,6 +194,8 @@ class Function(FunctionBase):
                 )
                 if record and traced.differentiable[k]:
                     saved = tuple(variables[i] for i in result.saved_args)
+                    if INFERENCE_MADE:
+                        refuse_saved_inference(saved, True)
                     node = value.node = function_node_class(cls, FunctionNode, function=cls)(
                         [edge_of(v) for v in inputs], value, result, saved
                     )

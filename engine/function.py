@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy
 
-from engine.grad_mode import is_grad_enabled, no_grad
-from engine.node import FLOATS, FORWARD, SAVING, Meta, Node, check_saved, edge_of, next_seq
+from engine.grad_mode import INFERENCE_MADE, is_grad_enabled, no_grad
+from engine.node import FLOATS, FORWARD, SAVING, Meta, Node, check_saved, edge_of, next_seq, refuse_saved_inference
 from engine.variable import Variable, as_array
 
 FUNCTION_NAME = "a custom Function"  # how a version error names a Function's node
@@ -326,12 +326,18 @@ class Function(FunctionBase):
             if any(v is out for v in ctx.to_save):
                 ctx._forward_result = ((out, 0),)
             node = node_class(cls)(cls, ctx, args)
+            _refuse_saved_inference(ctx)
             if SAVING:
                 SAVING[0](node, args, out)
         result = Variable._result(data, node)
         if FORWARD:
             FORWARD[0].function(cls, ctx, args, result)
         return result
+
+
+def _refuse_saved_inference(ctx):
+    if INFERENCE_MADE:  # (PyTorch's refusal, as an op's: `engine.node.refuse_saved_inference`)
+        refuse_saved_inference([v if isinstance(v, Variable) else None for v in ctx.to_save], True)
 
 
 LEAF_DIRTY = "a leaf Variable that requires grad has been used in an in-place operation."
@@ -351,6 +357,7 @@ def _outputs(cls, ctx, args, out):
         if any(v._node is None and v._requires_grad for v in dirty):
             raise RuntimeError(LEAF_DIRTY)
         node = node_class(cls, FunctionOutputs)(cls, ctx, args, outs)
+        _refuse_saved_inference(ctx)
         saved = [(v, k) for k, v in enumerate(outs) if isinstance(v, Variable) and any(v is s for s in ctx.to_save)]
         ctx._forward_result = tuple(saved) or None
         if SAVING:

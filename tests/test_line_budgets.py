@@ -152,9 +152,9 @@ Raised, as decisions:
   +10: a 4 KiB binary /forward 310k -> 296k instructions served) took it to 3808.
 - engine 23100 -> 23140 (2026-11-29, session 20): `torch.combinations`, `torch.cumulative_trapezoid` and
   `torch.linalg.vander` (three of the README's missing functions, composed of registry ops, +35) took it to 23135.
-- engine 23140 -> 23180, client 3260 -> 3265 (2026-11-29, session 21): PyTorch's refusals of inference tensors
-  outside inference mode (in place, requires_grad, saved for a backward: their messages and the one gate they share,
-  +38; client +2) took them to 23177 and 3262.
+- engine 23140 -> 23185, client 3260 -> 3275 (2026-11-29, session 21): PyTorch's refusals of inference tensors
+  outside inference mode (in place, requires_grad, saved for a backward by an op or a custom Function: their messages
+  and the one gate they share, +43; client +12, 8 of them one import wrapped) took them to 23182 and 3272.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 23180, "wire": 6165, "service": 3810, "client": 3265}
+BUDGETS = {"engine": 23185, "wire": 6165, "service": 3810, "client": 3275}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

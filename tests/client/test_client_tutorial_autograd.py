@@ -146,6 +146,16 @@ def _inference_outcomes(m):
     def add_in_place(t):
         t += 1
 
+    class Saves(m.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(b)
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.saved_tensors[0], None
+
     attempts = {
         "requires_grad_": lambda t: t.requires_grad_(),
         "requires_grad = True": lambda t: setattr(t, "requires_grad", True),
@@ -158,6 +168,7 @@ def _inference_outcomes(m):
         "mul saves it": lambda t: (t * x).sum().backward(),
         "mm saves it": lambda t: t.reshape(1, 2).mm(x.reshape(2, 1)),
         "a view saved": lambda t: (t[0:1] * x[0:1]).sum().backward(),
+        "a Function saves it": lambda t: Saves.apply(x, t).sum().backward(),
     }
     for name, attempt in attempts.items():
         try:
@@ -168,7 +179,7 @@ def _inference_outcomes(m):
     (y + x).sum().backward()  # add saves no input
     (y.exp() * x).sum().backward()  # exp's output is no inference tensor
     with m.no_grad():
-        product = (y * x).sum().item()  # nothing saved
+        product = (y * x).sum().item() + Saves.apply(x, y).sum().item()  # nothing saved
     return [*seen, x.grad.tolist(), y.tolist(), product, y.requires_grad_(False).requires_grad]
 
 
