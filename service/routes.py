@@ -20,6 +20,7 @@ from service import request_id
 from service.auth import require_api_key
 from service.body import BodyHold, drain, header_length, keep_heap_pad, peer_of, read_body, request_headers
 from service.compute import ClientGone
+from service.connections import answered
 from service.errors import ApiError, from_exception
 from service.logs import ACCESS, INFO, RequestLogMiddleware, request_line
 from service.schema import ERROR
@@ -187,11 +188,13 @@ async def _send_parts(send, parts: list, head_length: int | None, rid: str, exec
         headers.append(JSON_TYPE)
     else:
         headers += [OCTET_STREAM_TYPE, (HEADER_LENGTH_KEY, b"%d" % head_length)]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
     if length <= ONE_CHUNK_BYTES:
         body = parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
-        await send({"type": "http.response.body", "body": body})
+        if not answered(send, headers, body):
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
         return length
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     chunks = _chunks(parts)
     chunk = next(chunks)
     for following in chunks:
