@@ -222,3 +222,10 @@ def answered(send, headers: list, body) -> bool:
     cycle.message_event.set()
     cycle.on_response()  # (the next pipelined request starts)
     return True
+
+
+def alone(send) -> bool:
+    """Whether the request answering through `send` (uvicorn's httptools cycle's) is the only one its server
+    is running: no other request's task waits for the event loop meanwhile."""
+    cycle = getattr(send, "__self__", None)
+    return type(cycle) is _Cycle and len(cycle.on_response.__self__.tasks) == 1
