@@ -17,8 +17,9 @@ thread has really finished, so backpressure never admits more work than there ar
 A computation that certainly takes at most milliseconds may run on the event loop itself,
 where it saves the two thread hand-offs (~0.1-0.3 ms): only while no computation is on the
 pool or waiting for it, and only while the ones run on the loop lately took at most
-INLINE_SHARE of its time (`may_run_inline`, `ran_inline`). A flood of them goes to the pool,
-so the loop keeps answering other requests.
+INLINE_SHARE of its time (`may_run_inline`, `ran_inline`), or while it is the only request the
+server is running (nothing else waits for the loop). A flood of them goes to the pool, so the
+loop keeps answering other requests.
 
 Nothing here makes a reference cycle per request (a job reaches its pool, never itself), so a
 request's body and answer are freed when it ends, not at the cyclic collector's next pass.
@@ -198,9 +199,10 @@ class ComputePool:
     def queued_bytes(self) -> int:
         return self._queued_bytes
 
-    def may_run_inline(self) -> bool:
-        """Whether a short computation may run on the event loop now (see the module doc)."""
-        return self._in_flight == 0 and not self._waiters and time.monotonic() >= self._inline_after
+    def may_run_inline(self, alone: bool = False) -> bool:
+        """Whether a short computation may run on the event loop now (see the module doc); `alone`: its request
+        is the only one the server is running, so its turn comes whatever the loop's share."""
+        return self._in_flight == 0 and not self._waiters and (alone or time.monotonic() >= self._inline_after)
 
     def ran_inline(self, seconds: float) -> None:
         """Charge a computation that ran `seconds` on the loop: the next one may run there after the

@@ -20,6 +20,7 @@ from service import request_id
 from service.auth import require_api_key
 from service.body import BodyHold, drain, header_length, keep_heap_pad, peer_of, read_body, request_headers
 from service.compute import ClientGone
+from service.connections import alone, answered
 from service.errors import ApiError, from_exception
 from service.logs import ACCESS, INFO, RequestLogMiddleware, request_line
 from service.schema import ERROR
@@ -187,11 +188,13 @@ async def _send_parts(send, parts: list, head_length: int | None, rid: str, exec
         headers.append(JSON_TYPE)
     else:
         headers += [OCTET_STREAM_TYPE, (HEADER_LENGTH_KEY, b"%d" % head_length)]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
     if length <= ONE_CHUNK_BYTES:
         body = parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
-        await send({"type": "http.response.body", "body": body})
+        if not answered(send, headers, body):
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
         return length
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     chunks = _chunks(parts)
     chunk = next(chunks)
     for following in chunks:
@@ -295,7 +298,7 @@ class ComputeEndpoint:
                 if settings.api_key is None:
                     self.seen = (raw, headers, length, given)
             body = await read_body(receive, headers, runtime.executor.limits, length, hold, settings.body_timeout_s)
-            parts, head_length, _, ran = await self._run(runtime, body, length, receive)
+            parts, head_length, _, ran = await self._run(runtime, body, length, receive, send)
         except ClientGone:
             outcome = 500, hold.received, 0
         except asyncio.CancelledError:  # the shutdown drain ended: answer, retriably, instead of a 500
@@ -315,19 +318,19 @@ class ComputeEndpoint:
         scope[RequestLogMiddleware.LOGGED] = True
         return outcome
 
-    async def _run(self, runtime, body, length: int | None, receive):
+    async def _run(self, runtime, body, length: int | None, receive, send):
         """A body whose JSON is small (a binary body's header too, whatever its tensors' size) is
         decoded and admitted here on the event loop (planned only where that is cheap,
         `Executor.admit`), so a request over a limit gets its 413 before it waits for a compute
         slot; then an INLINE ticket runs here too, where it costs less than the hop to a compute
-        thread, and so does a SHORT one when the pool lets it (`ComputePool.may_run_inline`).
+        thread, and so does a SHORT one when the pool lets it (`ComputePool.may_run_inline`; `alone`).
         Anything else runs on the pool, cancelled if the client disconnects meanwhile. (A large
         JSON body goes to the pool undecoded: parsing it would block the loop.)"""
         pool, executor = runtime.pool, runtime.executor
         if len(body) <= INLINE_BODY_BYTES or (length is not None and length <= INLINE_BODY_BYTES):
             short = len(body) <= SHORT_BODY_BYTES  # else its misaligned tensors are copied on the pool
             call = self.decode(executor, body, length, short)
-            idle = short and pool.may_run_inline()
+            idle = short and pool.may_run_inline(alone(send))
             ticket = self.admit(executor, call, SHORT_STEPS if idle else LIGHT_STEPS)
             if ticket.where == INLINE and short:
                 return self.execute(executor, call, ticket)
