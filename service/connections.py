@@ -206,21 +206,31 @@ def answered(send, headers: list, body) -> bool:
     """Whether a 200 with our own `headers` (lower-case, valid names and values) and whole `body` went out as one
     write: uvicorn's httptools `send` for its start and body messages, without their two writes and checking each
     header against two patterns (~16k instructions). False, with nothing done, where `send` is not that cycle's,
-    or where its checks do more (a paused or closing connection, an access log): then send the two messages."""
+    or where its checks do more (a paused or closing connection, an access log): then send the two messages.
+    Every attribute of uvicorn's cycle it uses is read before any is set: a uvicorn whose cycle lacks one gets the
+    two messages (tests/service/test_one_write_answer.py compares the bytes with its own send's)."""
     cycle = getattr(send, "__self__", None)
-    if type(cycle) is not _Cycle or cycle.response_started or cycle.flow.write_paused or cycle.disconnected:
+    if type(cycle) is not _Cycle:
         return False
-    if cycle.access_log or not cycle.keep_alive:
+    try:
+        if cycle.response_started or cycle.flow.write_paused or cycle.disconnected or cycle.access_log:
+            return False
+        ready = cycle.keep_alive and (cycle.default_headers, cycle.transport.writelines, cycle.message_event.set)
+        if not ready:
+            return False
+        default_headers, writelines, complete = ready
+        next_request = cycle.on_response
+    except AttributeError:
         return False
     cycle.response_started = cycle.response_complete = True
     cycle.waiting_for_100_continue = cycle.chunked_encoding = False
     head = [b"HTTP/1.1 200 OK\r\n"]
-    for name, value in (*cycle.default_headers, *headers):
+    for name, value in (*default_headers, *headers):
         head += (name, b": ", value, b"\r\n")
     head.append(b"\r\n")
-    cycle.transport.writelines((b"".join(head), body))
-    cycle.message_event.set()
-    cycle.on_response()  # (the next pipelined request starts)
+    writelines((b"".join(head), body))
+    complete()
+    next_request()  # (the next pipelined request starts)
     return True
 
 
@@ -228,4 +238,5 @@ def alone(send) -> bool:
     """Whether the request answering through `send` (uvicorn's httptools cycle's) is the only one its server
     is running: no other request's task waits for the event loop meanwhile."""
     cycle = getattr(send, "__self__", None)
-    return type(cycle) is _Cycle and len(cycle.on_response.__self__.tasks) == 1
+    tasks = getattr(getattr(getattr(cycle, "on_response", None), "__self__", None), "tasks", ())
+    return type(cycle) is _Cycle and len(tasks) == 1

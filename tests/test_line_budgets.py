@@ -155,6 +155,10 @@ Raised, as decisions:
 - engine 23140 -> 23185, client 3260 -> 3275 (2026-11-29, session 21): PyTorch's refusals of inference tensors
   outside inference mode (in place, requires_grad, saved for a backward by an op or a custom Function: their messages
   and the one gate they share, +43; client +12, 8 of them one import wrapped) took them to 23182 and 3272.
+- service 3810 -> 3850 (2026-11-29, session 21): a small 200 written as one write with uvicorn's own bytes, every
+  attribute of its cycle read before one is set, and a short computation run on the event loop when its request is
+  the only one the server runs (serve13, +42: a resident training step 1.14-1.40x -> 1.01-1.09x the embedded loop
+  in alternating pairs, a 4 KiB binary /forward 296.9k -> 258.7k instructions served) took it to 3844.
 """
 
 from __future__ import annotations
@@ -165,7 +169,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 23185, "wire": 6165, "service": 3810, "client": 3275}
+BUDGETS = {"engine": 23185, "wire": 6165, "service": 3850, "client": 3275}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
