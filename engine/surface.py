@@ -188,17 +188,14 @@ def _host(v):
     return backend.to_numpy(v._array())
 
 
-def _requires_grad_setter(grad_mode):
-    def set_requires_grad(self, flag):
-        if self._node is not None:
-            raise RuntimeError(NON_LEAF_FLAG)
-        if flag and self.dtype.kind != "f":
-            raise RuntimeError(f"only Variables of floating point dtype can require gradients (got {self.dtype})")
-        if flag and INFERENCE_MADE:
-            grad_mode.refuse_inference(self, INFERENCE_FLAG)
-        self._store_requires_grad(bool(flag))
-
-    return set_requires_grad
+def _set_requires_grad(self, flag):
+    if self._node is not None:
+        raise RuntimeError(NON_LEAF_FLAG)
+    if flag and self.dtype.kind != "f":
+        raise RuntimeError(f"only Variables of floating point dtype can require gradients (got {self.dtype})")
+    if flag and INFERENCE_MADE:
+        type(self)._grad_mode.refuse_inference(self, INFERENCE_FLAG)  # (the side's: `install`)
+    self._store_requires_grad(bool(flag))
 
 
 def requires_grad_(self: V, requires_grad: bool = True) -> V:
@@ -510,7 +507,8 @@ def install(side: Side) -> dict:
     for name, method in methods.items():
         setattr(cls, name, method)
     cls.__str__ = __repr__
-    cls.requires_grad = property(cls.requires_grad.fget, _requires_grad_setter(side.grad_mode))
+    cls.requires_grad = property(cls.requires_grad.fget, _set_requires_grad)
+    cls._grad_mode = side.grad_mode
     for getter in (grad_fn, is_leaf, retains_grad, output_nr, _base):
         setattr(cls, getter.__name__, property(getter))
     cls.grad = property(_get_grad, _set_grad, doc="the gradient backward accumulated (a non-leaf's warns when unset)")
