@@ -371,7 +371,6 @@ def class_stub() -> str:
             "requires_grad",
             "_computes_on",
             "_ops",
-            "_grad_mode",
             "__firstlineno__",
             "__static_attributes__",
         )
