@@ -181,14 +181,21 @@ MISSED_BECAUSE = {
     "the tensor (ASGI bodies must be bytes)"
     ". Session 20 (serve12): a compute request whose raw headers equal the last checked request's (no API key "
     "set) reuses their dict, length and safe X-Request-ID: 4 KiB served 310k -> 296k instructions (the echo 137.5k); "
-    "uvicorn's own check of our five response headers is ~16k of what is left",
+    "uvicorn's own check of our five response headers is ~16k of what is left"
+    ". Session 21 (serve13): a small 200 goes out as one write with uvicorn's own bytes (its two writes and its "
+    "check of each header gone): 4 KiB served 296.9k -> 258.7k instructions, 64 KiB 703.6k -> 668.4k (the echo "
+    "141.4k); what is left is spread over every layer of the request",
     "seed loop remote with resident parameters": "a step is one request of ~3 KiB (the batch and parameters held on the "
     "server, SGD stepped there in place, two steps in flight on one pipelined HTTP/1.1 connection), so its wall is "
     "the server's CPU a step. Since session 13 a step's header is decoded and admitted by its layout despite its "
     "changing step and after numbers: ~0.52 ms a step, of which ~0.28 ms is the compiled forward, backward and "
     "update at the NumPy floor and ~0.2 ms the HTTP/ASGI layer every small request pays, against the embedded "
     "loop's ~0.40 ms (which itself got ~10% faster in session 13); a round over 1.3x is that fixed per-request "
-    "cost on a loaded machine (issue 24 item 3)",
+    "cost on a loaded machine (issue 24 item 3)"
+    ". Session 21 (serve13): under the rule that short computations take at most half the event loop's time, about "
+    "1 step in 5 went to a compute thread and back though no other request waited; a short computation now runs on "
+    "the loop whenever its request is the only one the server runs, and a small answer is one write: in alternating "
+    "pairs (server and client each on its own CPU) 1.14-1.40x -> 1.01-1.09x the embedded loop",
     "remote training loop": "the suite's remote loop is the seed program as written (`w.data -= lr * w.grad.data`): each step "
     "moves the parameters, a 650 KB request and a 400 KB answer over this VM's loopback, which the embedded "
     "loop does not pay; resident parameters (`client.optim.SGD(..., resident=True)`, issue 24 target 3) are "
@@ -206,7 +213,12 @@ MISSED_BECAUSE = {
     "so the ratio rose from 1.23-1.26x to 1.30-1.32x"
     ". Session 20 (client12): a fixed-name op's grad_fn class is found before it is named: 5,566k -> 5,550k "
     "instructions a step against the engine's 4,900k (1.13x in instructions; the time ratio is higher, as the seed "
-    "net's, because the client's Python runs after the cache-evicting matmuls)",
+    "net's, because the client's Python runs after the cache-evicting matmuls)"
+    ". Session 21 (client13, not merged): the program keyed while it is recorded saved 0.7% of a step's "
+    "instructions (5,553k -> 5,514k over 80 steps) and no measurable time, for 64 lines and a trace holding up to "
+    "4,096 recorded values between requests; skipping the grad_fn walk on a replay is unsound (the nodes are new "
+    "each step, version counters move anywhere, a create_graph backward frees nodes without a request), so 1.15x "
+    "needs less Python per recorded op (~50-58 µs of a step records 6 ops)",
     "HVP": "two grad() calls walk 6 and then 19 nodes, ~49 op applications, all in Python at ~50-80 "
     "instructions a bytecode: callgrind a step 3,016k after d2ba7b1 -> 1,937k (sessions 9-10) -> ~1,770k "
     "(session 12) -> 1,624k in session 13 (one-input nodes made without comprehension frames, unrolled version "
