@@ -215,11 +215,10 @@ def answered(send, headers: list, body) -> bool:
     try:
         if cycle.response_started or cycle.flow.write_paused or cycle.disconnected or cycle.access_log:
             return False
-        ready = cycle.keep_alive and (cycle.default_headers, cycle.transport.writelines, cycle.message_event.set)
-        if not ready:
+        if not cycle.keep_alive:
             return False
-        default_headers, writelines, complete = ready
-        next_request = cycle.on_response
+        default_headers, writelines = cycle.default_headers, cycle.transport.writelines
+        complete, next_request = cycle.message_event.set, cycle.on_response
     except AttributeError:
         return False
     cycle.response_started = cycle.response_complete = True
