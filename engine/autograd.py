@@ -363,7 +363,7 @@ class _Sink:
     def _owned(self, g):
         data = g._data
         flags = getattr(data, "flags", None)
-        if id(data) in self.handed or (flags is not None and (not flags.owndata or not flags.writeable)):
+        if id(data) in self.handed or (flags is not None and (not flags.owndata or not _writeable(flags))):
             data = data.copy()
         self.handed[id(data)] = data
         return Variable._result(data, None)
@@ -374,7 +374,14 @@ class _Sink:
     def _may_update(self, grad):
         current = grad._data
         flags = getattr(current, "flags", None)
-        return flags is not None and flags.writeable and id(current) not in self.handed
+        return flags is not None and _writeable(flags) and id(current) not in self.handed
+
+
+def _writeable(flags) -> bool:
+    """An array's flags say it may be written in place. CuPy's have no `writeable` (a broadcast view can be
+    written, aliased): there only an array that owns its memory may."""
+    writeable = getattr(flags, "writeable", None)
+    return flags.owndata if writeable is None else writeable
 
 
 def accumulate_grad(var, g, owned, may_update, create_graph=False):

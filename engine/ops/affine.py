@@ -5,6 +5,7 @@ import numpy
 
 from engine import costs
 from engine.attrs import Attr
+from engine.backend import array_module
 from engine.ops.conv import const
 from engine.registry import F, Sample, defop, trusted
 from engine.shapes import ShapeError
@@ -38,7 +39,7 @@ def _infer(shapes, dtypes, attrs):  # theta (N, 2, 3) for a size (N, C, H, W): P
 
 def _vjp(g, ans, theta, size, align_corners):  # g's rows times the base grid, rebuilt
     rows = trusted.transpose(trusted.reshape(g, shape=(size[0], size[2] * size[3], 2)), dim0=1, dim1=2)
-    return F.matmul(rows, const(_base(size, align_corners, theta.dtype)))
+    return F.matmul(rows, const(array_module(g._data).asarray(_base(size, align_corners, theta.dtype))))
 
 
 defop(

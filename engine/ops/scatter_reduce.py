@@ -47,10 +47,24 @@ def _reduced(reduce):
         positions, out = _flat(x.shape, index, dim), x.reshape(-1).copy()
         if not include_self:
             out[positions] = _identity(reduce, x.dtype)
-        getattr(xp, UFUNCS[reduce]).at(out, positions, src.reshape(-1))
+        _ufunc_at(xp, UFUNCS[reduce], out, positions, src.reshape(-1))
         return out.reshape(x.shape)
 
     return forward
+
+
+def _ufunc_at(xp, name, out, positions, values):
+    """`xp.<name>.at(out, positions, values)`. CuPy has no `multiply.at`: there each round applies every
+    position's first remaining value at once (`unique`'s first occurrences), so each position still takes its
+    values in their order, as NumPy's `at` does; the rounds are as many as a position repeats."""
+    if xp is numpy or name != "multiply":
+        return getattr(xp, name).at(out, positions, values)
+    while positions.size:
+        unique, first = xp.unique(positions, return_index=True)
+        out[unique] *= values[first]
+        rest = xp.ones(positions.size, bool)
+        rest[first] = False
+        positions, values = positions[rest], values[rest]
 
 
 def _scattered(x, index, dim):
@@ -67,7 +81,7 @@ def _tie_weights(x, ans, index, src, dim, include_self):
     count = self_is.reshape(-1).copy()
     xp.add.at(count, _flat(x.shape, index, dim), src_is.reshape(-1))
     count = count.reshape(x.shape)
-    share = xp.divide(self_is, count, out=xp.zeros_like(self_is), where=self_is != 0)
+    share = self_is / xp.where(self_is != 0, count, 1)  # (count >= 1 where self is one of the ties)
     if not include_self:
         share[_scattered(x, index, dim)] = 0
     return share, src_is / _picked(count, index, dim)

@@ -167,11 +167,23 @@ def _running_extreme_index(xp, x, dim, largest):
     # where x reaches its running max (min) or is NaN, its own position, else the last such one: torch's cummax
     # indices (a later tie wins; a NaN holds). The accumulate runs along the moved-last axis
     moved = xp.moveaxis(x, dim, -1) if x.ndim else x.reshape(1)
-    running = (xp.maximum if largest else xp.minimum).accumulate(moved, axis=-1)
+    running = _accumulate(xp, xp.maximum if largest else xp.minimum, moved)
     positions = xp.arange(moved.shape[-1], dtype=numpy.int64)
     hit = (moved == running) | (moved != moved)
-    index = xp.maximum.accumulate(xp.where(hit, positions, 0), axis=-1)
+    index = _accumulate(xp, xp.maximum, xp.where(hit, positions, 0))
     return xp.moveaxis(index, -1, dim) if x.ndim else index.reshape(())
+
+
+def _accumulate(xp, ufunc, a):
+    """`ufunc.accumulate(a, axis=-1)` for an associative ufunc (maximum, minimum: NaN propagates either way).
+    CuPy has no `accumulate` for them: there log2(n) shifted steps (a Hillis-Steele scan) compute it."""
+    if xp is numpy:
+        return ufunc.accumulate(a, axis=-1)
+    out, shift = a.copy(), 1
+    while shift < a.shape[-1]:
+        out[..., shift:] = ufunc(out[..., shift:], out[..., :-shift])
+        shift *= 2
+    return out
 
 
 def _running_extreme_scratch(in_metas, out_meta, attrs):

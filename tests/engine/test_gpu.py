@@ -94,6 +94,10 @@ def test_sample_matches_numpy(name, index, dtype):
         backend.use("cpu")
     assert out.dtype == expected.dtype and out.shape == expected.shape
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-12)
+    if dtype == np.float32 and engine.OPS[name].kernel == "blas":
+        # cuBLAS/cuSOLVER round float32 in another order than OpenBLAS/LAPACK, and a decomposition's gradient
+        # (its 1 / (s_i^2 - s_j^2) terms) amplifies that: svd's differed by 3e-5 on an H200
+        tol["rtol"] = 1e-4
     np.testing.assert_allclose(host(out), host(expected), **tol)
     assert len(grads) == len(expected_grads)
     for g, e in zip(grads, expected_grads):
