@@ -15,6 +15,7 @@ import httpx
 import numpy as np
 import pytest
 
+from engine import backend
 from engine.registry import OPS
 
 from .conftest import (
@@ -212,8 +213,50 @@ def test_app_serves_after_a_second_lifespan(make_app):
 
 
 @pytest.mark.gpu
-def test_gpu_out_of_memory_is_507():
-    pytest.skip("needs CuPy and a GPU: covered on CPU by the MemoryError mapping test")
+@pytest.mark.skipif(not backend.gpu_available(), reason="no GPU: CuPy is not installed or sees no CUDA device")
+def test_gpu_out_of_memory_is_507_and_the_server_keeps_serving(client):
+    """A real CuPy OutOfMemoryError: the device memory pool is capped 24 MiB above what it holds, and a
+    request whose inputs are 16 KiB makes three 16 MiB intermediates (an outer product, its exp, their product).
+    Each try (the first request, and repeats that may run a compiled plan) is a 507 naming the node;
+    the server then serves, and the pool is back where it was."""
+    import cupy
+
+    pool = cupy.get_default_memory_pool()
+    backend.use("cuda")
+    try:
+        pool.free_all_blocks()
+        before = pool.used_bytes()
+        pool.set_limit(size=before + 24 * 2**20)
+        graph = {
+            "version": 1,
+            "nodes": [
+                {"id": "a", "op": "input"},
+                {"id": "b", "op": "input"},
+                {"id": "outer", "op": "mm", "inputs": ["a", "b"]},
+                {"id": "big", "op": "exp", "inputs": ["outer"]},
+                {"id": "prod", "op": "mul", "inputs": ["big", "outer"]},
+                {"id": "s", "op": "sum", "inputs": ["prod"]},
+            ],
+            "outputs": ["s"],
+        }
+        a, b = np.ones((2048, 1), np.float32), np.full((1, 2048), 1e-3, np.float32)
+        request = {"graph": graph, "inputs": [json_tensor("a", a), json_tensor("b", b)]}
+        for _ in range(3):
+            response = client.post("/forward", json=request)
+            assert response.status_code == 507, response.text[:300]
+            assert response.json()["node"] in ("outer", "big", "prod") and "memory" in response.json()["error"]
+        assert client.post("/forward", json=simple_request()).status_code == 200
+        assert pool.used_bytes() <= before + 2**20
+        pool.set_limit(size=0)  # no limit: the same request computes
+        response = client.post("/forward", json=request)
+        assert response.status_code == 200, response.text[:300]
+        np.testing.assert_allclose(
+            decode_response(response)["outputs"]["s"], 2048 * 2048 * 1e-3 * np.exp(1e-3), rtol=1e-4
+        )
+    finally:
+        pool.set_limit(size=0)
+        backend.use("cpu")
+    FAULTS.append("device out of memory (CuPy): 507")
 
 
 def teardown_module():
