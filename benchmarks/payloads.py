@@ -19,9 +19,10 @@ def _inp(name, array, requires_grad=False):
     }
 
 
-def seed_request(dtype="float32"):
-    """(header dict, arrays in order) of the seed net's /backward request (gradients of w1, w2)."""
-    n, d_in, h, d_out = SEED
+def seed_request(dtype="float32", dims=SEED):
+    """(header dict, arrays in order) of the seed net's /backward request (gradients of w1, w2); `dims`
+    (N, D_in, H, D_out) makes the same net another size (the large MLP)."""
+    n, d_in, h, d_out = dims
     rng = numpy.random.default_rng(0)
     arrays = {
         "x": rng.standard_normal((n, d_in)).astype(dtype),

@@ -444,59 +444,110 @@ def case_tensorprog(side, p):
 # --- GPU ----------------------------------------------------------------------------------------
 
 
-def case_gpu_large(side, p):
-    x, y, w1, w2 = _data(LARGE, numpy.float32)
+def gpu_net_step(side, dims, served):
+    """`step()` -> (loss, g_w1, g_w2) of the two-layer net on the GPU, synchronized. Resident (`served`
+    false): the arrays live on the device and the step is forward + backward. Served: as the server
+    computes a request, the step takes the host arrays to the device and its results back to the host
+    (engine: `Executor.backward` of the decoded /backward request with the engine on CuPy). Sides:
+    engine (CuPy), torch (CUDA), cupy (the hand-written gradients, the floor) and, served, executor."""
+    import cupy
+
+    from engine import backend
+
+    backend.use("cuda")
+    host = _data(dims, numpy.float32)
+    sync = cupy.cuda.Device().synchronize
+    if side == "executor":
+        from benchmarks import payloads
+
+        if not served:
+            raise ValueError("the executor side runs served only")
+        header, arrays = payloads.seed_request("float32", dims)
+        step = executor_step(header, arrays, "loss", 1)
+        return lambda: tuple(_host(a) for a in step())
     if side == "torch":
         import torch
 
-        dev = torch.device("cuda")
-        tx, ty = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
-        tw1, tw2 = torch.from_numpy(w1).to(dev).requires_grad_(), torch.from_numpy(w2).to(dev).requires_grad_()
+        def to_device(arrays):
+            return [torch.from_numpy(a).to("cuda") for a in arrays]
 
-        def step():
-            tw1.grad = tw2.grad = None
-            (tx.mm(tw1).clamp(min=0).mm(tw2) - ty).pow(2).sum().backward()
-            torch.cuda.synchronize()
+        def net(x, y, w1, w2):
+            w1.requires_grad_(), w2.requires_grad_()
+            loss = (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
+            loss.backward()
+            return loss.detach(), w1.grad, w2.grad
+
+        def to_host(arrays):
+            return tuple(a.cpu().numpy() for a in arrays)
+
+        sync = torch.cuda.synchronize
+    elif side == "cupy":
+
+        def to_device(arrays):
+            return [cupy.asarray(a) for a in arrays]
+
+        def net(x, y, w1, w2):
+            h = x @ w1
+            h_relu = cupy.maximum(h, 0)
+            diff = h_relu @ w2 - y
+            g_pred = 2.0 * diff
+            g_h = g_pred @ w2.T
+            g_h *= h > 0
+            return (diff * diff).sum(), x.T @ g_h, h_relu.T @ g_pred
+
+        to_host = _cupy_to_host
     else:
-        from engine import backend
-
-        backend.use("cuda")
-        import cupy
-
         import engine
 
-        ex, ey = engine.tensor(cupy.asarray(x)), engine.tensor(cupy.asarray(y))
-        ew1 = engine.tensor(cupy.asarray(w1), requires_grad=True)
-        ew2 = engine.tensor(cupy.asarray(w2), requires_grad=True)
+        def to_device(arrays):
+            return [engine.tensor(cupy.asarray(a)) for a in arrays]
 
-        def step():
-            ew1.grad = ew2.grad = None
-            (ex.mm(ew1).clamp(min=0).mm(ew2) - ey).pow(2).sum().backward()
-            cupy.cuda.Device().synchronize()
+        def net(x, y, w1, w2):
+            w1.requires_grad_(), w2.requires_grad_()
+            loss = (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
+            loss.backward()
+            return loss.data, w1.grad.data, w2.grad.data
 
-    return {"times": _timeit(step, p.get("reps", 20), p.get("warmup", 3))}
+        to_host = _cupy_to_host
+    if served:
+        return lambda: to_host(net(*to_device(host)))
+    resident = to_device(host)
+
+    def step():
+        if side != "cupy":
+            resident[2].grad = resident[3].grad = None
+        out = net(*resident)
+        sync()
+        return out
+
+    return step
 
 
-def case_gpu_transfer(side, p):
-    """Host -> device -> host round trip of `mib` MiB float32."""
-    n = int(p.get("mib", 64) * 2**20 // 4)
-    host = numpy.ones(n, numpy.float32)
-    if side == "torch":
-        import torch
+def _cupy_to_host(arrays):
+    import cupy
 
-        def step():
-            d = torch.from_numpy(host).to("cuda")
-            d.cpu()
-            torch.cuda.synchronize()
-    else:
-        import cupy
+    return tuple(cupy.asnumpy(a) for a in arrays)
 
-        def step():
-            d = cupy.asarray(host)
-            cupy.asnumpy(d)
-            cupy.cuda.Device().synchronize()
 
-    return {"times": _timeit(step, p.get("reps", 10), p.get("warmup", 2))}
+def case_gpu_net(side, p):
+    """The seed net or the large MLP (`net`: seed|large) on the GPU, resident or `served`. extra.check:
+    the loss and the gradients' norms of one step on the host, so that the report can show the sides
+    compute the same thing."""
+    step = gpu_net_step(side, LARGE if p.get("net") == "large" else SEED, bool(p.get("served")))
+    check = [float(numpy.linalg.norm(_host(a).astype(numpy.float64))) for a in step()]
+    return {
+        "times": _timeit(step, p.get("reps", 20), p.get("warmup", 3), p.get("max_s", 120)),
+        "extra": {"check": check},
+    }
+
+
+def _host(a):
+    """A step's result on the host: a torch tensor, a Variable or a NumPy/CuPy array."""
+    from engine import Variable, backend
+
+    if hasattr(a, "detach") and not isinstance(a, Variable):
+        return a.detach().cpu().numpy()
+    return backend.to_numpy(a.data if isinstance(a, Variable) else a)
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

@@ -586,8 +586,9 @@ def test_report_is_written_with_machine_facts_and_targets(tmp_path):
     assert "| " + " | ".join(rounds.TABLE_HEADERS) + " |" in text
     assert "| 5 | GPU MLP ≤1.2x PyTorch CUDA |" in text
     assert "## Part 5" in text
+    gpu = "| GPU (engine.backend.gpu_available) | True |" in text
     for target in parts.GPU_TARGETS_14:
-        assert f"| 5 | {target} | - | - |" in text
+        assert f"| 5 | {target} |{'' if gpu else ' - | - |'}" in text
     results = json.loads(out.with_suffix(".json").read_text())
     assert results["rounds"] == 2 and results["command"].startswith("python -m benchmarks --quick")
     assert {t["label"] for t in results["targets"]} >= set(parts.GPU_TARGETS_14)
@@ -685,3 +686,17 @@ def test_quick_part_6_writes_the_onnx_tables(tmp_path):
     assert {t["label"] for t in measured} >= set(part_onnx.planned_labels())
     assert all(t["verdict"] == part_onnx.MEASURED and len(t["values"]) == 2 for t in measured)
     assert all(v is not None and v > 0 for t in measured for v in t["values"])
+
+
+def test_gpu_report_says_how_far_each_side_is_from_the_floor():
+    """Part 5 shows each side's one-step loss and the worst relative difference of its checks from the floor's."""
+    runs = rounds.Runs(
+        {
+            "cupy": {"extra": [{"check": [2.0, 4.0, 8.0]}]},
+            "engine": {"extra": [{"check": [2.0, 4.0, 8.004]}]},
+            "torch": {"extra": [{"check": [2.0, 4.0, 8.0]}]},
+        }
+    )
+    said = parts._agreement(runs)
+    assert "engine (CuPy) 2," in said and "within 5.0e-04 (relative)" in said
+    assert parts._agreement(rounds.Runs({"engine": {"extra": [{"check": [1.0]}]}})) == "no floor check to compare with"
