@@ -11,26 +11,16 @@ from numpy import *  # noqa: F403 - CuPy's NumPy-like namespace
 COUNTS: collections.Counter = collections.Counter()
 
 
+def _read(name):
+    def method(self, *args):
+        COUNTS["read"] += 1
+        return getattr(numpy.ndarray, name)(self, *args)
+
+    return method
+
+
 class ndarray(numpy.ndarray):  # noqa: N801 - CuPy's name
-    def item(self, *args):
-        COUNTS["read"] += 1
-        return numpy.ndarray.item(self, *args)
-
-    def __bool__(self):
-        COUNTS["read"] += 1
-        return numpy.ndarray.__bool__(self)
-
-    def __float__(self):
-        COUNTS["read"] += 1
-        return numpy.ndarray.__float__(self)
-
-    def __int__(self):
-        COUNTS["read"] += 1
-        return numpy.ndarray.__int__(self)
-
-    def tolist(self):
-        COUNTS["read"] += 1
-        return numpy.ndarray.tolist(self)
+    item, __bool__, __float__, __int__, tolist = map(_read, ("item", "__bool__", "__float__", "__int__", "tolist"))
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         plain = [i.view(numpy.ndarray) if isinstance(i, ndarray) else i for i in inputs]
