@@ -53,8 +53,10 @@ def _chain(quick, rounds, targets):
     return [
         "### (a) per-op overhead: a chain of 100 ops on 2x2 float32 (alternating mul, add), then backward\n",
         "One sample = build the chain + `sum().backward()` (JAX and autograd: `value_and_grad` of the same "
-        "function). The Executor side runs the same chain as a 102-node `/backward` graph, decoded beforehand: "
-        "one sample = `Executor.backward` (plan lookup, forward, backward).\n",
+        "function). The Executor side runs the same chain as a 102-node binary `/backward` request, decoded "
+        "beforehand as the service decodes it (`wire.handler.decode`: a header seen before is a `wire.layouts` "
+        "repeat): one sample = `wire.handler.run`, what the service runs for it (admission, then the plan's "
+        "program: forward, backward).\n",
         md,
         _compile_note(res),
         "\nTargets: " + "; ".join(notes) + "\n",

@@ -6,7 +6,7 @@ same thing (the NumPy floor's hand-written gradients included).
 Prints one JSON line: {"times": [seconds per sample, ...], "extra": {...}}.
 Sides: engine, torch, numpy (the hand-written floor), and for the client cases embedded/remote/resident;
 the engine cases also run the peers of `benchmarks.peers` (autograd, jax, jaxjit) and `executor`
-(the service's compute: `wire.executor.Executor.backward` on a decoded request, in-process).
+(the service's compute, in-process: `wire.handler.run` of a request `wire.handler.decode` decoded).
 """
 
 from __future__ import annotations
@@ -161,28 +161,25 @@ def chain_step(side, length, count=1):
 
 
 def executor_step(header, arrays, output, count):
-    """`step()` -> (output, *gradients): `Executor.backward` of the request (header, arrays) sent
-    as a binary body, as the service runs it. The `count` requests are decoded beforehand, so a
-    sample times the compute only (decoding is the request path's, measured over HTTP)."""
-    import orjson
-
+    """`step()` -> (output, *gradients): the request (header, arrays) sent as a binary body, run as the
+    service runs it: decoded by `wire.handler.decode` (a header seen before is a `wire.layouts` repeat, as
+    a client's next step is) and admitted and run by `wire.handler.run`, IEEE warnings off as in a served
+    worker. The `count` requests are decoded beforehand, so a sample times admission and the compute
+    (decoding is the request path's, measured over HTTP)."""
     from benchmarks import payloads
-    from wire import codec
+    from wire import codec, handler
     from wire.executor import Executor
-    from wire.messages import decode_request
 
     executor = Executor()
+    handler.quiet_ieee()
     body, headers = payloads.encode(header, arrays, binary=True)
     length = int(headers[codec.HEADER_LENGTH])
-
-    def decoded():
-        head, tail = codec.split_body(body, length)
-        return decode_request(orjson.loads(bytes(head)), tail, executor.limits)
-
-    pending = [decoded() for _ in range(count)]
+    pending = [handler.decode(executor, body, length) for _ in range(count)]
 
     def step():
-        result = executor.backward(pending.pop() if pending else decoded())
+        result = handler.run(
+            executor, "/backward", pending.pop() if pending else handler.decode(executor, body, length)
+        )
         return (result.outputs[output], *result.grads.values())
 
     return step
