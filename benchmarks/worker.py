@@ -163,23 +163,26 @@ def chain_step(side, length, count=1):
 def executor_step(header, arrays, output, count):
     """`step()` -> (output, *gradients): the request (header, arrays) sent as a binary body, run as the
     service runs it: decoded by `wire.handler.decode` (a header seen before is a `wire.layouts` repeat, as
-    a client's next step is) and admitted and run by `wire.handler.run`, IEEE warnings off as in a served
-    worker. The `count` requests are decoded beforehand, so a sample times admission and the compute
-    (decoding is the request path's, measured over HTTP)."""
+    a client's next step is) and admitted and run by `wire.handler.run`, in a context with IEEE warnings
+    off as a served worker's (a copy: the caller's own context, a test's, stays as it was). The `count`
+    requests are decoded beforehand, so a sample times admission and the compute (decoding is the request
+    path's, measured over HTTP)."""
+    import contextvars
+
     from benchmarks import payloads
     from wire import codec, handler
     from wire.executor import Executor
 
     executor = Executor()
-    handler.quiet_ieee()
+    served = contextvars.copy_context()
+    served.run(handler.quiet_ieee)
     body, headers = payloads.encode(header, arrays, binary=True)
     length = int(headers[codec.HEADER_LENGTH])
     pending = [handler.decode(executor, body, length) for _ in range(count)]
 
     def step():
-        result = handler.run(
-            executor, "/backward", pending.pop() if pending else handler.decode(executor, body, length)
-        )
+        request = pending.pop() if pending else handler.decode(executor, body, length)
+        result = served.run(handler.run, executor, "/backward", request)
         return (result.outputs[output], *result.grads.values())
 
     return step
