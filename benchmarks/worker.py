@@ -464,7 +464,7 @@ def gpu_net_step(side, dims, served):
             raise ValueError("the executor side runs served only")
         header, arrays = payloads.seed_request("float32", dims)
         step = executor_step(header, arrays, "loss", 1)
-        return lambda: tuple(_host(a) for a in step())
+        return lambda: tuple(map(_host, step()))
     if side == "torch":
         import torch
 
@@ -476,9 +476,6 @@ def gpu_net_step(side, dims, served):
             loss = (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
             loss.backward()
             return loss.detach(), w1.grad, w2.grad
-
-        def to_host(arrays):
-            return tuple(a.cpu().numpy() for a in arrays)
 
         sync = torch.cuda.synchronize
     elif side == "cupy":
@@ -495,7 +492,6 @@ def gpu_net_step(side, dims, served):
             g_h *= h > 0
             return (diff * diff).sum(), x.T @ g_h, h_relu.T @ g_pred
 
-        to_host = _cupy_to_host
     else:
         import engine
 
@@ -508,9 +504,8 @@ def gpu_net_step(side, dims, served):
             loss.backward()
             return loss.data, w1.grad.data, w2.grad.data
 
-        to_host = _cupy_to_host
     if served:
-        return lambda: to_host(net(*to_device(host)))
+        return lambda: tuple(map(_host, net(*to_device(host))))
     resident = to_device(host)
 
     def step():
@@ -521,12 +516,6 @@ def gpu_net_step(side, dims, served):
         return out
 
     return step
-
-
-def _cupy_to_host(arrays):
-    import cupy
-
-    return tuple(cupy.asnumpy(a) for a in arrays)
 
 
 def case_gpu_net(side, p):
