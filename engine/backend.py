@@ -7,6 +7,7 @@ Ops never pick a module themselves: they ask `array_module(array)` for the modul
 from __future__ import annotations
 
 import os
+import weakref
 
 import numpy
 
@@ -77,6 +78,29 @@ def to_active(array):
     if xp is numpy:
         return array if type(array) is numpy.ndarray else to_numpy(array)
     return cupy.asarray(array)  # pragma: no cover
+
+
+_HOSTS: dict = {}  # id(a device array `constant` made) -> (a weak reference to it, the host array it came from)
+
+
+def constant(host: numpy.ndarray):
+    """`to_active(host)` for a Python number's array (an op's operand); on a device the host array is remembered,
+    so that a vjp branching on the number (`x ** 2`) reads it with `host_item`, not from the device."""
+    if xp is numpy:
+        return host if type(host) is numpy.ndarray else to_numpy(host)
+    array = cupy.asarray(host)  # pragma: no cover
+    key = id(array)
+    _HOSTS[key] = (weakref.ref(array, lambda _: _HOSTS.pop(key, None)), host)
+    return array
+
+
+def host_item(array):
+    """`array.item()`, without waiting for the device when `constant` made the array (PyTorch's scalar operands
+    stay on the host: `pow_backward` reads its exponent there)."""
+    known = _HOSTS.get(id(array)) if _HOSTS else None
+    if known is not None and known[0]() is array:
+        return known[1].item()
+    return array.item()
 
 
 def memory_in_use() -> int:

@@ -260,12 +260,12 @@ def coerce(inputs):
     if len(inputs) == 2:  # `x * 2`, `1 - x`: a Python number beside a floating Variable takes its dtype
         a, b = inputs
         if (type(b) is float or type(b) is int) and isinstance(a, Variable) and a._data.dtype.kind == "f":
-            array = backend.to_active(numpy.asarray(b, a._data.dtype))
+            array = backend.constant(numpy.asarray(b, a._data.dtype))
             if RECORDING:
                 note_constant(array)
             return (a, Variable._result(array, None))
         if (type(a) is float or type(a) is int) and isinstance(b, Variable) and b._data.dtype.kind == "f":
-            array = backend.to_active(numpy.asarray(a, b._data.dtype))
+            array = backend.constant(numpy.asarray(a, b._data.dtype))
             if RECORDING:
                 note_constant(array)
             return (Variable._result(array, None), b)
@@ -281,7 +281,7 @@ def coerce(inputs):
     dtype = promotion.of_operands(arrays)
     for i, v in enumerate(out):
         if type(v) in NUMBERS:  # a Python number's array: the same whatever the inputs' values
-            array = backend.to_active(host_array(v) if dtype is None else promotion.number_array(v, dtype))
+            array = backend.constant(host_array(v) if dtype is None else promotion.number_array(v, dtype))
             if RECORDING:
                 note_constant(array)
             out[i] = Variable._result(array, None)

@@ -6,7 +6,7 @@ import operator
 
 import numpy
 
-from engine import costs, shapes
+from engine import backend, costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.grad_mode import state as grad_state
@@ -102,7 +102,7 @@ def _pow_base_vjp(g, ans, x, y):
         # a constant exponent c (`x ** 2`, `x.pow(3.0)`): g * c * x ** (c - 1), as PyTorch's pow_backward; no
         # mask unless c == 0 (where the rule's 0 * x ** -1 is nan at x == 0). Without create_graph, on the
         # arrays in one pass less (the product with g made in the rule's fresh array)
-        c = exponent.item()
+        c = backend.host_item(exponent)
         rule = _square_rule if c == 2 else _power_rule
         if c != 0 and (grad_state.enabled or FORWARD):
             return g * local(rule, x, y)

@@ -3,7 +3,7 @@ PyTorch's single-tensor update (dense gradients); the state made for every param
 
 from __future__ import annotations
 
-from engine.optim.optimizer import Optimizer, scalar, step_tensor
+from engine.optim.optimizer import Optimizer, scalar, state_value, step_tensor
 
 
 class Adagrad(Optimizer):
@@ -50,7 +50,7 @@ class Adagrad(Optimizer):
 
     def _update(self, update, group, param):
         state = self.state[param]
-        step = state["step"].item() + 1
+        step = state_value(state["step"]) + 1
         state["step"] = step_tensor(param, step)
         grad = -param.grad if group["maximize"] else param.grad
         if group["weight_decay"] != 0:

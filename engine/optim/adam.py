@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from engine.optim.optimizer import Optimizer, lerp, scalar, step_tensor
+from engine.optim.optimizer import Optimizer, lerp, scalar, state_value, step_tensor
 
 
 class Adam(Optimizer):
@@ -63,7 +63,7 @@ class Adam(Optimizer):
             if group["amsgrad"]:
                 state["max_exp_avg_sq"] = param.new_zeros(param.shape)
         grad = -param.grad if group["maximize"] else param.grad
-        step = state["step"].item() + 1
+        step = state_value(state["step"]) + 1
         state["step"] = step_tensor(param, step)
         value = param
         if weight_decay != 0:

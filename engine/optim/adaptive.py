@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy
 
-from engine.optim.optimizer import Optimizer, lerp, scalar, step_tensor
+from engine.optim.optimizer import Optimizer, lerp, scalar, state_value, step_tensor
 
 
 def _check(lr, eps, betas, weight_decay, capturable, differentiable, name):
@@ -40,7 +40,7 @@ class _Moments(Optimizer):
                 state["mu_product"] = step_tensor(param, 1.0)
             for name in names:
                 state[name] = param.new_zeros(param.shape)
-        step = state["step"].item() + 1
+        step = state_value(state["step"]) + 1
         state["step"] = step_tensor(param, step)
         grad, value, weight_decay = -param.grad if group["maximize"] else param.grad, param, group["weight_decay"]
         if weight_decay != 0:
@@ -85,8 +85,10 @@ class NAdam(_Moments):
         (beta1, beta2), lr, decay = group["betas"], group["lr"], group["momentum_decay"]
         mu = beta1 * (1.0 - 0.5 * (0.96 ** (step * decay)))
         mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * decay)))
-        mu_product = float(numpy.float32(state["mu_product"].item()) * numpy.float32(mu))
-        state["mu_product"] = step_tensor(param, mu_product)
+        held = state["mu_product"]  # (float32, or the parameter's dtype once loaded: PyTorch's `mu_product *= mu`)
+        kind = numpy.dtype(held.dtype).type
+        mu_product = float(kind(state_value(held)) * kind(mu))
+        state["mu_product"] = step_tensor(param, mu_product, like=held)
         exp_avg, exp_avg_sq = self._averages(update, group, state, grad)
         denom = (exp_avg_sq / scalar(param, 1 - beta2**step)).sqrt() + group["eps"]
         value = value + grad * scalar(param, -lr * (1.0 - mu) / (1.0 - mu_product)) / denom

@@ -5,7 +5,7 @@ tensors as PyTorch keeps them (so their values are rounded to float32 as there),
 from __future__ import annotations
 
 from engine.optim.adaptive import _options
-from engine.optim.optimizer import Optimizer, scalar, step_tensor
+from engine.optim.optimizer import Optimizer, scalar, state_value, step_tensor
 
 
 def _refuse(name, capturable, differentiable):
@@ -39,7 +39,7 @@ class Rprop(Optimizer):
             state["step"] = step_tensor(param, 0.0)
             state["prev"] = param.new_zeros(param.shape)
             state["step_size"] = param.new_full(param.shape, group["lr"])
-        state["step"] = step_tensor(param, state["step"].item() + 1)
+        state["step"] = step_tensor(param, state_value(state["step"]) + 1)
         (etaminus, etaplus), (low, high) = group["etas"], group["step_sizes"]
         grad = -param.grad if group["maximize"] else param.grad
         sign = (grad * state["prev"]).sign()
@@ -81,9 +81,9 @@ class ASGD(Optimizer):
             state["eta"] = step_tensor(param, group["lr"])
             state["mu"] = step_tensor(param, 1.0)
             state["ax"] = param.new_zeros(param.shape)
-        step = state["step"].item() + 1
+        step = state_value(state["step"]) + 1
         state["step"] = step_tensor(param, step)
-        lr, lambd, eta, mu = group["lr"], group["lambd"], state["eta"].item(), state["mu"].item()
+        lr, lambd, eta, mu = group["lr"], group["lambd"], state_value(state["eta"]), state_value(state["mu"])
         grad = -param.grad if group["maximize"] else param.grad
         if group["weight_decay"] != 0:
             grad = grad + param * group["weight_decay"]

@@ -348,6 +348,25 @@ def _hook_step(optimizer, when, hook):
     return handle
 
 
-def step_tensor(param, value: float):
-    """The `step` count of a parameter's state, a float32 0-d tensor as PyTorch keeps it."""
-    return param.new_tensor(float(value), dtype=numpy.float32)
+_KNOWN: dict = {}  # id(a tensor step_tensor made) -> (a weak reference to it, its version then, its value)
+
+
+def step_tensor(param, value: float, like=None):
+    """The `step` count of a parameter's state (and its other state scalars), a float32 0-d tensor as PyTorch
+    keeps it (of `like`'s dtype when given: a loaded one is in the parameter's), its value remembered for
+    `state_value`."""
+    dtype = numpy.dtype(numpy.float32 if like is None else like.dtype)
+    tensor = param.new_tensor(float(value), dtype=dtype)
+    key = id(tensor)
+    _KNOWN[key] = (weakref.ref(tensor, lambda _: _KNOWN.pop(key, None)), tensor._version, float(dtype.type(value)))
+    return tensor
+
+
+def state_value(tensor) -> float:
+    """`tensor.item()` of a state scalar, not read back when `step_tensor` made it and it is unchanged: PyTorch keeps
+    `step` on the host beside a CUDA parameter, here it is on the parameter's device, where a read waits for the
+    device's queue to drain (every parameter, every step). A loaded or changed one is read."""
+    known = _KNOWN.get(id(tensor))
+    if known is not None and known[0]() is tensor and known[1] == tensor._version:
+        return known[2]
+    return tensor.item()

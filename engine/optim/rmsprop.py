@@ -3,7 +3,7 @@ single-tensor update."""
 
 from __future__ import annotations
 
-from engine.optim.optimizer import Optimizer, lerp, scalar, step_tensor
+from engine.optim.optimizer import Optimizer, lerp, scalar, state_value, step_tensor
 
 
 class RMSprop(Optimizer):
@@ -58,7 +58,7 @@ class RMSprop(Optimizer):
             if group["centered"]:
                 state["grad_avg"] = param.new_zeros(param.shape)
         grad = -param.grad if group["maximize"] else param.grad
-        state["step"] = step_tensor(param, state["step"].item() + 1)
+        state["step"] = step_tensor(param, state_value(state["step"]) + 1)
         if group["weight_decay"] != 0:
             grad = grad + param * group["weight_decay"]
         square_avg = state["square_avg"] * alpha + grad * (1 - alpha) * grad
