@@ -39,7 +39,10 @@ from engine.nn.transformer import (
 from engine.optim.optimizer import realise_with_next_step
 from engine.user_warnings import warn
 
-_IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])  # type: ignore[name-match]  # PyTorch's repr
+
+class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    def __repr__(self):  # PyTorch's
+        return super().__repr__() if self.missing_keys or self.unexpected_keys else "<All keys matched successfully>"
 
 
 class ParameterKind:
