@@ -186,9 +186,9 @@ def functions(ops, make) -> dict:
         rest = iter(d for d in range(input.ndim) if d not in sources)
         return permute(input, tuple(next(rest) if d is None else d for d in order))
 
-    def tile(input: VariableSurface, dims: Sequence[int]) -> VariableSurface:
+    def tile(input: VariableSurface, *dims: Any) -> VariableSurface:
         """Repeated `dims[i]` times along each dimension (ones prepended to the shorter of the two)."""
-        dims = tuple(dims)
+        dims = tuple(dims[0]) if len(dims) == 1 and not isinstance(dims[0], int) else dims
         return input.repeat(*((1,) * (input.ndim - len(dims)) + dims))
 
     def ravel(input: VariableSurface) -> VariableSurface:
