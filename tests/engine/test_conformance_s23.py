@@ -1,0 +1,111 @@
+"""Programs a user writes from the PyTorch tutorials and docs, run on the engine and on PyTorch 2.13 (the
+oracle): where session 23 found them diverging (each test names the program and what PyTorch does), and the
+new gradients by finite differences in float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+
+
+@pytest.fixture
+def oracle():
+    return pytest.importorskip("torch")
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _leaves(torch, *arrays):
+    return [torch.tensor(a, requires_grad=True) for a in arrays]
+
+
+# --- softmax(dtype=): attention code's `torch.softmax(scores, -1, dtype=torch.float32)` --------------------
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_dtype_keyword_casts_first_as_torch(name, oracle):
+    x = _rng().standard_normal((3, 4)).astype(np.float32)
+    got, want = [], []
+    for torch, out in ((engine, got), (oracle, want)):
+        (v,) = _leaves(torch, x)
+        a = getattr(torch, name)(v, 1, dtype=torch.float64)
+        b = getattr(v, name)(dim=0, dtype=torch.float64)
+        (a * a).sum().backward()
+        b.sum().backward()
+        out.append(
+            (a.detach().numpy(), b.detach().numpy(), str(a.dtype), str(b.dtype), a.grad_fn.name(), v.grad.numpy())
+        )
+    for g, w in zip(got[0], want[0]):
+        if isinstance(w, np.ndarray):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+        else:
+            assert g == w
+
+
+# --- load_state_dict's result prints as PyTorch's ------------------------------------------------------
+
+
+def test_load_state_dict_result_prints_as_torch(oracle):
+    shown = []
+    for torch in (engine, oracle):
+        a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+        matched = a.load_state_dict(b.state_dict())
+        partial = a.load_state_dict({"weight": b.weight.detach()}, strict=False)
+        shown.append((repr(matched), str(matched), repr(partial), partial.missing_keys, list(matched)))
+    assert shown[0] == shown[1]
+    assert shown[0][0] == "<All keys matched successfully>"
+
+
+# --- bmm's node, inner of n-d tensors, tile(int) ------------------------------------------------------------
+
+
+def test_bmm_node_is_bmm_backward_as_torch(oracle):
+    names = []
+    for torch in (engine, oracle):
+        a, b = _leaves(torch, np.ones((2, 3, 4)), np.ones((2, 4, 5)))
+        out = [torch.bmm(a, b), a.bmm(b.detach()), torch.bmm(a.detach(), b)]
+        names.append([o.grad_fn.name() for o in out] + [type(out[0].grad_fn).__name__])
+    assert names[0] == names[1] == ["BmmBackward0"] * 4
+
+
+INNER_SHAPES = [((4,), (4,)), ((3, 4), (4,)), ((4,), (5, 4)), ((2, 3, 4), (5, 4)), ((), (3,)), ((3, 2), ())]
+
+
+@pytest.mark.parametrize(("sa", "sb"), INNER_SHAPES)
+def test_inner_of_any_ranks_as_torch(sa, sb, oracle):
+    r = _rng(1)
+    arrays = r.standard_normal(sa), r.standard_normal(sb)
+    runs = []
+    for torch in (engine, oracle):
+        a, b = _leaves(torch, *arrays)
+        out = torch.inner(a, b)
+        (out * out).sum().backward()
+        runs.append((out.detach().numpy(), a.grad.numpy(), b.grad.numpy(), out.grad_fn.name(), str(out.dtype)))
+    for g, w in zip(*runs):
+        if isinstance(w, np.ndarray):
+            np.testing.assert_allclose(g, w, rtol=1e-10)
+        else:
+            assert g == w
+    a, b = (engine.tensor(v, requires_grad=True) for v in arrays)
+    assert engine.autograd.gradcheck(engine.inner, (a, b)) and engine.autograd.gradgradcheck(engine.inner, (a, b))
+
+
+def test_inner_refusal_and_integers_as_torch(oracle):
+    for torch in (engine, oracle):
+        with pytest.raises(RuntimeError, match=r"inner\(\) the last dimension must match .* \[3, 4\] and \[5\]"):
+            torch.inner(torch.ones(3, 4), torch.ones(5))
+        out = torch.inner(torch.arange(4), torch.arange(4))
+        assert out.item() == 14 and str(out.dtype) == "torch.int64"
+
+
+def test_tile_takes_sizes_as_repeat_does(oracle):
+    shapes = []
+    for torch in (engine, oracle):
+        m = torch.arange(12.0).reshape(3, 4)
+        shapes.append([tuple(t.shape) for t in (m.tile(2), m.tile(2, 3), m.tile((2,)), torch.tile(m, (2, 1, 1)))])
+        np.testing.assert_array_equal(m.tile(2).numpy(), np.tile(np.arange(12.0).reshape(3, 4), 2))
+    assert shapes[0] == shapes[1] == [(3, 8), (6, 12), (3, 8), (2, 3, 4)]
