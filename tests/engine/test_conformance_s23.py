@@ -109,3 +109,24 @@ def test_tile_takes_sizes_as_repeat_does(oracle):
         shapes.append([tuple(t.shape) for t in (m.tile(2), m.tile(2, 3), m.tile((2,)), torch.tile(m, (2, 1, 1)))])
         np.testing.assert_array_equal(m.tile(2).numpy(), np.tile(np.arange(12.0).reshape(3, 4), 2))
     assert shapes[0] == shapes[1] == [(3, 8), (6, 12), (3, 8), (2, 3, 4)]
+
+
+# --- autograd.grad's refusals word for word as PyTorch's -------------------------------------------------
+
+
+def _grad_messages(torch):
+    x, z = torch.ones(3, requires_grad=True), torch.ones(3)
+    messages = []
+    for call in (
+        lambda: torch.autograd.grad((x * 2).sum(), z),
+        lambda: torch.autograd.grad(z.sum(), x),
+        lambda: torch.autograd.grad((x * 2).sum(), [x, torch.ones(2, requires_grad=True)]),
+    ):
+        with pytest.raises(RuntimeError) as caught:
+            call()
+        messages.append(str(caught.value))
+    return messages
+
+
+def test_grad_refusals_are_torch_messages(oracle):
+    assert _grad_messages(engine) == _grad_messages(oracle)
