@@ -202,6 +202,10 @@ class DtypeError(ShapeError, RuntimeError):
     refused as one with a bad shape is (a 4xx naming the node)."""
 
 
+class ShapeMismatch(ShapeError, RuntimeError):
+    """A shape rule's refusal of an op that the engine was running: PyTorch's RuntimeError (engine.node)."""
+
+
 def reduce_mean(shapes, dtypes, attrs):
     """`reduce_float`, refusing an integer or bool input as PyTorch's mean does (a RuntimeError, its message)."""
     if numpy.dtype(dtypes[0]).kind not in "fc":
