@@ -41,6 +41,7 @@ from engine import (
     grad_fn_names,
     inplace,
     modern,
+    shapes,
     tensor_math,
     tensor_more,
     tensor_ops,
@@ -336,7 +337,9 @@ def __iter__(self: V) -> Iterator[V]:
 def item(self) -> float:
     """The value of a one-element Variable as a Python number (a float, int or bool)."""
     if self.numel() != 1:
-        raise ValueError(f"only one element Variables can be converted to Python scalars (this one has {self.numel()})")
+        raise shapes.ShapeMismatch(
+            f"a Tensor with {self.numel()} elements cannot be converted to Scalar"
+        )  # (a ValueError too)
     return self._array().item()
 
 

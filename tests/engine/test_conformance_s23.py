@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import engine
+import engine.api
 
 
 @pytest.fixture
@@ -130,3 +131,33 @@ def _grad_messages(torch):
 
 def test_grad_refusals_are_torch_messages(oracle):
     assert _grad_messages(engine) == _grad_messages(oracle)
+
+
+# --- shape errors are PyTorch's RuntimeError (`except RuntimeError` around a model catches them) ------------
+
+
+SHAPE_MISTAKES = {
+    "mm of 2x3 and 4x5": lambda torch: torch.ones(2, 3) @ torch.ones(4, 5),
+    "Linear(3, 2) of a [4, 5] batch": lambda torch: torch.nn.Linear(3, 2)(torch.ones(4, 5)),
+    "add of [2, 3] and [4, 5]": lambda torch: torch.ones(2, 3) + torch.ones(4, 5),
+    "cat of [2, 3] and [2, 4] along 0": lambda torch: torch.cat([torch.ones(2, 3), torch.ones(2, 4)]),
+    "stack of [2] and [3]": lambda torch: torch.stack([torch.ones(2), torch.ones(3)]),
+    "view of 6 elements as 4": lambda torch: torch.ones(2, 3).view(4),
+    "Conv2d(3, 4, 3) of 2 channels": lambda torch: torch.nn.Conv2d(3, 4, 3)(torch.ones(1, 2, 5, 5)),
+    "item of 2 elements": lambda torch: torch.ones(2).item(),
+}
+
+
+@pytest.mark.parametrize("what", sorted(SHAPE_MISTAKES))
+def test_shape_mistakes_raise_runtime_error_as_torch(what, oracle):
+    for torch in (oracle, engine):
+        with pytest.raises(RuntimeError):
+            SHAPE_MISTAKES[what](torch)
+
+
+def test_shape_refusals_keep_the_rule_words_and_stay_value_errors():
+    with pytest.raises(engine.api.ShapeError, match=r"\[2, 3\] and \[4, 5\] cannot be multiplied") as caught:
+        engine.ones(2, 3) @ engine.ones(4, 5)
+    assert isinstance(caught.value, ValueError)  # (as a graph's refusal is)
+    with pytest.raises(ValueError, match="a Tensor with 2 elements cannot be converted to Scalar"):
+        engine.ones(2).item()
