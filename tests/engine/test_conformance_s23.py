@@ -161,3 +161,30 @@ def test_shape_refusals_keep_the_rule_words_and_stay_value_errors():
     assert isinstance(caught.value, ValueError)  # (as a graph's refusal is)
     with pytest.raises(ValueError, match="a Tensor with 2 elements cannot be converted to Scalar"):
         engine.ones(2).item()
+
+
+# --- `print(x.shape)`: the quickstart's "Shape of X [N, C, H, W]: torch.Size([64, 1, 28, 28])" ----------------
+
+
+def test_shape_is_a_torch_size_as_printed_by_torch(oracle):
+    shown = []
+    for torch in (engine, oracle):
+        x = torch.ones(64, 1, 28, 28)
+        s = x.shape
+        shown.append(
+            (
+                f"Shape of X [N, C, H, W]: {s}",
+                str(x.size()),
+                repr(s[1:]),
+                str(x.mean((2, 3)).shape),
+                s == (64, 1, 28, 28),
+                s[0],
+                x.size(1),
+                s.numel(),
+                isinstance(s, tuple),
+                type(s[-1]).__name__,
+                hash(s) == hash((64, 1, 28, 28)),
+            )
+        )
+    assert shown[0] == shown[1]
+    assert shown[0][0] == "Shape of X [N, C, H, W]: torch.Size([64, 1, 28, 28])"
