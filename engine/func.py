@@ -29,6 +29,13 @@ def _split(out, has_aux, what):
     return out
 
 
+def _unwrapped(tree, keep, variable):
+    """An aux output as PyTorch returns it, at the caller's level: detached unless the result keeps its graph."""
+    return (
+        tree if keep else tree_rebuild(tree, (v.detach() if isinstance(v, variable) else v for v in tree_leaves(tree)))
+    )
+
+
 def tree_leaves(tree) -> list:
     """The Variables of a pytree (nested dicts, lists and tuples), in order."""
     if isinstance(tree, dict):
@@ -85,7 +92,7 @@ class Transforms:
         outs = tree_leaves(out)
         result = tree_rebuild(out, iter(self.linearized(outs, xs, tangents, keep)))
         shown = tree_rebuild(out, (o if keep else o.detach() for o in outs))
-        return (shown, result, aux) if has_aux else (shown, result)
+        return (shown, result, _unwrapped(aux, keep, self.ns.Variable)) if has_aux else (shown, result)
 
     def linearize(self, func, *primals):
         """(func(*primals), jvp_fn): `jvp_fn(*tangents)` is J·tangents at `primals` (each call runs `jvp`)."""
@@ -133,7 +140,7 @@ class Transforms:
             return tree_rebuild(tuple(primals), iter(self._gradients(outs, xs, seeds, kept)))
 
         shown = tree_rebuild(out, (o if keep else o.detach() for o in outs))
-        return (shown, vjp_fn, aux) if has_aux else (shown, vjp_fn)
+        return (shown, vjp_fn, _unwrapped(aux, keep, self.ns.Variable)) if has_aux else (shown, vjp_fn)
 
     def grad_and_value(self, func, argnums=0, has_aux=False):
         """A function returning (the gradient of func's one-element output for args[argnums], the output)."""
@@ -156,7 +163,7 @@ class Transforms:
             grads = [tree_rebuild(args[i], found) for i in nums]
             g = grads[0] if isinstance(argnums, int) else tuple(grads)
             value = out if keep else out.detach()
-            return (g, (value, aux)) if has_aux else (g, value)
+            return (g, (value, _unwrapped(aux, keep, self.ns.Variable))) if has_aux else (g, value)
 
         return wrapper
 
@@ -192,7 +199,7 @@ class Transforms:
             per_output = [tree_rebuild(chosen, iter(block)) for block in blocks]
             per_output = [rows[0] if isinstance(argnums, int) else tuple(rows) for rows in per_output]
             jacobian = tree_rebuild(structure[0][0], iter(per_output))
-            return (jacobian, structure[0][1]) if has_aux else jacobian
+            return (jacobian, _unwrapped(structure[0][1], keep, self.ns.Variable)) if has_aux else jacobian
 
         return wrapper
 

@@ -188,3 +188,30 @@ def test_shape_is_a_torch_size_as_printed_by_torch(oracle):
         )
     assert shown[0] == shown[1]
     assert shown[0][0] == "Shape of X [N, C, H, W]: torch.Size([64, 1, 28, 28])"
+
+
+# --- torch.func's aux comes back at the caller's level ----------------------------------------------------------
+
+
+def _aux_runs(torch, requires_grad):
+    F = torch.func
+    x = torch.tensor(np.linspace(-1.0, 1.0, 4), requires_grad=requires_grad)
+
+    def f(t):
+        y = t.sin()
+        return y.sum(), {"y": y, "c": t.cos()}
+
+    _, aux = F.grad(f, has_aux=True)(x)
+    _, (_, aux2) = F.grad_and_value(f, has_aux=True)(x)
+    _, aux3 = F.jacrev(lambda t: (t.exp(), t.sum()), has_aux=True)(x)
+    *_, aux4 = F.vjp(lambda t: (t.exp(), t * 2), x, has_aux=True)
+    *_, aux5 = F.jvp(lambda t: (t.exp(), t * 2), (x,), (torch.ones_like(x),), has_aux=True)
+    auxes = [aux["y"], aux["c"], aux2["y"], aux3, aux4, aux5]
+    return [(a.requires_grad, a.detach().numpy().round(12).tolist()) for a in auxes]
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_func_aux_requires_grad_as_torch(requires_grad, oracle):
+    got, want = _aux_runs(engine, requires_grad), _aux_runs(oracle, requires_grad)
+    assert got == want
+    assert all(rg == requires_grad for rg, _ in got)
