@@ -215,3 +215,27 @@ def test_func_aux_requires_grad_as_torch(requires_grad, oracle):
     got, want = _aux_runs(engine, requires_grad), _aux_runs(oracle, requires_grad)
     assert got == want
     assert all(rg == requires_grad for rg, _ in got)
+
+
+def test_function_backward_with_too_few_gradients_is_refused_as_torch(oracle):
+    messages = []
+    for torch in (engine, oracle):
+
+        class Bad(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, y):
+                return x * y
+
+            @staticmethod
+            def backward(ctx, g):
+                return g
+
+        x = torch.ones(3, requires_grad=True)
+        with pytest.raises(RuntimeError) as caught:
+            Bad.apply(x, x).sum().backward()
+        messages.append(str(caught.value))
+    assert (
+        messages[0]
+        == messages[1]
+        == "function BadBackward returned an incorrect number of gradients (expected 2, got 1)"
+    )
