@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from engine import linalg_functions, tensor_arith, tensor_ops
+from engine import grad_fn_names, linalg_functions, tensor_arith, tensor_ops
 from engine.devices import Device
 from engine.factory import as_dtype
 from engine.grad_fn_names import renamed
@@ -334,7 +334,7 @@ def functions(ops) -> dict:
     out.update(tensor_arith.functions(ops))
     out.update(tensor_ops.functions(ops))
     out.update(linalg_functions.functions(ops))
-    return out
+    return grad_fn_names.named_composed(out)
 
 
 def methods(variable, ops, constructors) -> dict:

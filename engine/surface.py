@@ -566,7 +566,7 @@ def _tensor_functions(cls, ops, constructors) -> dict:
     of the functions before it) on `cls`; return their torch.* functions."""
     out: dict = {}
     for module in (tensor_shaping, tensor_selection, tensor_more, tensor_math):
-        found = module.functions(dict(ops), constructors)
+        found = grad_fn_names.named_composed(module.functions(dict(ops), constructors))
         ops.update(found)
         for name, function in found.items():
             if name not in module.FUNCTIONS_ONLY:

@@ -239,3 +239,63 @@ def test_function_backward_with_too_few_gradients_is_refused_as_torch(oracle):
         == messages[1]
         == "function BadBackward returned an incorrect number of gradients (expected 2, got 1)"
     )
+
+
+# --- torch.* functions PyTorch runs as one node name their result's node as PyTorch's ------------------------
+
+COMPOSED_CALLS = {
+    "addmm": lambda t, m: t.addmm(t.zeros(3, 5), m, t.ones(4, 5)),
+    "addmv": lambda t, m: t.addmv(t.zeros(3), m, t.ones(4)),
+    "addr": lambda t, m: t.addr(t.zeros(3, 4), m[:, 0], t.ones(4)),
+    "baddbmm": lambda t, m: t.baddbmm(t.zeros(2, 3, 5), m.expand(2, 3, 4), t.ones(2, 4, 5), beta=0.5),
+    "addbmm": lambda t, m: t.addbmm(t.zeros(3, 5), m.expand(2, 3, 4), t.ones(2, 4, 5)),
+    "addcmul": lambda t, m: m.addcmul(m, m, value=0.5),
+    "addcdiv": lambda t, m: t.addcdiv(m, m, m + 2),
+    "rsqrt": lambda t, m: (m + 2).rsqrt(),
+    "reciprocal": lambda t, m: t.reciprocal(m + 2),
+    "square": lambda t, m: t.square(m),
+    "repeat": lambda t, m: m.repeat(2, 1),
+    "tile": lambda t, m: m.tile(2),
+    "flip": lambda t, m: m.flip(0, 1),
+    "flipud": lambda t, m: t.flipud(m),
+    "roll": lambda t, m: m.roll(1, 0),
+    "rot90": lambda t, m: m.rot90(),
+    "trace": lambda t, m: m.trace(),
+    "frac": lambda t, m: m.frac(),
+    "logit": lambda t, m: m.sigmoid().logit(),
+    "hypot": lambda t, m: t.hypot(m, m + 1),
+    "logaddexp": lambda t, m: t.logaddexp(m, m * 2),
+    "take": lambda t, m: m.take(t.tensor([0, 5])),
+    "sinc": lambda t, m: m.sinc(),
+    "dist": lambda t, m: t.dist(m, m * 2, 3),
+    "rad2deg": lambda t, m: m.rad2deg(),
+    "nan_to_num": lambda t, m: m.nan_to_num(),
+    "kthvalue": lambda t, m: m.kthvalue(2, 1)[0],
+    "mode": lambda t, m: m.mode(0)[0],
+    "topk": lambda t, m: m.topk(2)[0],
+    "sort": lambda t, m: t.sort(m, 0, descending=True).values,
+    "cummax": lambda t, m: m.cummax(0)[0],
+    "masked_scatter": lambda t, m: m.masked_scatter(m > 0, m),
+    "clamp_min": lambda t, m: m.clamp_min(0),
+    "clamp_min_": lambda t, m: (m * 1).clamp_min_(0),
+}
+
+
+def _composed_run(torch, call):
+    m = torch.tensor(np.linspace(-1.5, 2.0, 12, dtype=np.float32).reshape(3, 4), requires_grad=True)
+    out = call(torch, m)
+    (out * out).sum().backward()
+    return out.grad_fn.name(), type(out.grad_fn).__name__, out.detach().numpy(), m.grad.numpy()
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSED_CALLS))
+def test_composed_function_node_names_as_torch(name, oracle):
+    got, want = (_composed_run(t, COMPOSED_CALLS[name]) for t in (engine, oracle))
+    assert got[:2] == want[:2] == (want[0], want[0])
+    for g, w in zip(got[2:], want[2:]):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_sort_indices_have_no_node_as_torch():
+    values, indices = engine.ones(3, 4, requires_grad=True).sort()
+    assert values.grad_fn.name() == "SortBackward0" and indices.grad_fn is None and not indices.requires_grad
