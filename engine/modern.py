@@ -145,7 +145,7 @@ def functions(ops) -> dict:
         check_dot(input, tensor)
         return matmul(input, tensor)
 
-    def inner(input: Operand, other: Operand) -> VariableSurface:
+    def inner(input: VariableSurface, other: VariableSurface) -> VariableSurface:
         """The products summed over the last dimension of both (PyTorch's `inner`; a product when one is 0-d)."""
         if input.ndim == 0 or other.ndim == 0:
             return mul(input, other)

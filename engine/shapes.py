@@ -238,14 +238,14 @@ def reshape(shapes, dtypes, attrs):
     if math.prod(d for d in target if d > 0) > 2**63 - 1:
         raise ShapeError(f"cannot reshape {list(shape)} to {target}: the dimensions are too large")
     if target.count(-1) > 1:
-        raise ShapeError(f"cannot reshape {list(shape)} to {target}: only one dimension can be -1")
+        raise ShapeError("only one dimension can be inferred")  # (PyTorch's words, as below)
     known = math.prod(d for d in target if d != -1)
     if -1 in target:
         if known == 0 or size % known:
-            raise ShapeError(f"cannot reshape {list(shape)} (size {size}) to {target}")
+            raise ShapeError(f"shape '{target}' is invalid for input of size {size}")
         target[target.index(-1)] = size // known
     elif known != size:
-        raise ShapeError(f"cannot reshape {list(shape)} (size {size}) to {target} (size {known})")
+        raise ShapeError(f"shape '{target}' is invalid for input of size {size}")
     return tuple(target), dtypes[0]
 
 
@@ -295,7 +295,7 @@ def mm(shapes, dtypes, attrs):
     _matrix(a, "the first input")
     _matrix(b, "the second input")
     if a[1] != b[0]:
-        raise ShapeError(f"mm shapes {list(a)} and {list(b)} cannot be multiplied ({a[1]} != {b[0]})")
+        raise ShapeError(f"mat1 and mat2 shapes cannot be multiplied ({a[0]}x{a[1]} and {b[0]}x{b[1]})")  # PyTorch's
     promotion.check_product((2, 2), dtypes)
     return (a[0], b[1]), numpy.result_type(*dtypes)
 
@@ -306,6 +306,8 @@ def matmul(shapes, dtypes, attrs):
         raise ShapeError(f"matmul needs inputs of at least 1 dimension, got {_shapes(shapes)}")
     a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
     b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    if a2[-1] != b2[-2] and len(a) == len(b) == 2:
+        return mm(shapes, dtypes, attrs)  # (its refusal)
     if a2[-1] != b2[-2]:
         raise ShapeError(f"matmul shapes {list(a)} and {list(b)} cannot be multiplied ({a2[-1]} != {b2[-2]})")
     try:

@@ -156,9 +156,16 @@ def test_shape_mistakes_raise_runtime_error_as_torch(what, oracle):
 
 
 def test_shape_refusals_keep_the_rule_words_and_stay_value_errors():
-    with pytest.raises(engine.api.ShapeError, match=r"\[2, 3\] and \[4, 5\] cannot be multiplied") as caught:
+    with pytest.raises(
+        engine.api.ShapeError, match=r"^mat1 and mat2 shapes cannot be multiplied \(2x3 and 4x5\)$"
+    ) as caught:
         engine.ones(2, 3) @ engine.ones(4, 5)
     assert isinstance(caught.value, ValueError)  # (as a graph's refusal is)
+    for torch in (engine, pytest.importorskip("torch")):  # PyTorch's words for a view of the wrong size
+        with pytest.raises(RuntimeError, match=r"^shape '\[-1, 4\]' is invalid for input of size 6$"):
+            torch.ones(2, 3).view(-1, 4)
+        with pytest.raises(RuntimeError, match="^only one dimension can be inferred$"):
+            torch.ones(2, 3).reshape(-1, -1)
     with pytest.raises(ValueError, match="a Tensor with 2 elements cannot be converted to Scalar"):
         engine.ones(2).item()
 
