@@ -320,7 +320,7 @@ def shape_refusal(op, inputs, attrs, error):
     try:
         op.infer([v.shape for v in inputs], [v.dtype for v in inputs], attrs)
     except ShapeError as refusal:
-        return refusal if isinstance(refusal, RuntimeError) else ShapeMismatch(str(refusal))
+        return refusal if isinstance(refusal, (RuntimeError, IndexError)) else ShapeMismatch(str(refusal))
     return error
 
 

@@ -163,7 +163,9 @@ def normalize_dims(dim, ndim):
     out = []
     for d in dims:
         if not -max(ndim, 1) <= d < max(ndim, 1):
-            raise ShapeError(f"dimension {d} is out of range for a {ndim}-d input")
+            raise DimensionError(
+                f"Dimension out of range (expected to be in range of [{-max(ndim, 1)}, {max(ndim, 1) - 1}], but got {d})"
+            )
         out.append(d % max(ndim, 1))
     if len(set(out)) != len(out):
         raise ShapeError(f"dimension list {list(dims)} repeats a dimension")
@@ -200,6 +202,10 @@ MEAN_OF_INTEGERS = (
 class DtypeError(ShapeError, RuntimeError):
     """An input dtype an op refuses: PyTorch's RuntimeError, and a ShapeError, so that a graph holding it is
     refused as one with a bad shape is (a 4xx naming the node)."""
+
+
+class DimensionError(ShapeError, IndexError):
+    """A dimension out of range: PyTorch's IndexError and its words."""
 
 
 class ShapeMismatch(ShapeError, RuntimeError):

@@ -306,3 +306,32 @@ def test_composed_function_node_names_as_torch(name, oracle):
 def test_sort_indices_have_no_node_as_torch():
     values, indices = engine.ones(3, 4, requires_grad=True).sort()
     assert values.grad_fn.name() == "SortBackward0" and indices.grad_fn is None and not indices.requires_grad
+
+
+DIMENSION_MISTAKES = {
+    "sum(5)": lambda t: t.ones(2, 3).sum(5),
+    "softmax(3)": lambda t: t.ones(2, 3).softmax(3),
+    "transpose(0, 4)": lambda t: t.ones(2, 3).transpose(0, 4),
+    "squeeze(4)": lambda t: t.ones(2, 3).squeeze(4),
+    "unsqueeze(5)": lambda t: t.ones(2, 3).unsqueeze(5),
+    "stack(dim=4)": lambda t: t.stack([t.ones(2, 3)] * 2, 4),
+    "flatten(3)": lambda t: t.ones(2, 3).flatten(3),
+    "mean(-3)": lambda t: t.ones(2, 3).mean(-3),
+}
+
+
+@pytest.mark.parametrize("what", sorted(DIMENSION_MISTAKES))
+def test_dimension_out_of_range_is_torch_index_error(what, oracle):
+    messages = []
+    for torch in (engine, oracle):
+        with pytest.raises(IndexError, match=r"^Dimension out of range \(expected to be in range of") as caught:
+            DIMENSION_MISTAKES[what](torch)
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+
+
+def test_flatten_of_reversed_dims_is_refused_as_torch(oracle):
+    for torch in (engine, oracle):
+        with pytest.raises(RuntimeError, match=r"^flatten\(\) has invalid args: start_dim cannot come after end_dim$"):
+            torch.ones(2, 3, 4).flatten(2, 1)
+        assert tuple(torch.ones(2, 3, 4).flatten(-2).shape) == (2, 12)
