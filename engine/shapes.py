@@ -29,8 +29,17 @@ def broadcast(shapes, dtypes, attrs):
     try:
         shape = numpy.broadcast_shapes(*shapes)
     except ValueError:
-        raise ShapeError(f"shapes {_shapes(shapes)} cannot be broadcast together") from None
+        raise ShapeError(f"{_mismatch(*shapes)}shapes {_shapes(shapes)} cannot be broadcast together") from None
     return tuple(shape), promotion.result_type(shapes, dtypes)
+
+
+def _mismatch(a, b=(), *more) -> str:
+    """PyTorch's words for two shapes that do not broadcast: the first sizes, from the right, that differ."""
+    for d in range(1, min(len(a), len(b)) + 1):
+        if a[-d] != b[-d] and 1 not in (a[-d], b[-d]) and not more:
+            n = max(len(a), len(b)) - d
+            return f"The size of tensor a ({a[-d]}) must match the size of tensor b ({b[-d]}) at non-singleton dimension {n}: "
+    return ""
 
 
 def subtract(shapes, dtypes, attrs):
@@ -267,7 +276,7 @@ def expand(shapes, dtypes, attrs):
     lead = len(target) - len(shape)
     if lead < 0:
         raise ShapeError(f"cannot expand {list(shape)} to fewer dimensions {target}")
-    out = []
+    out, wrong = [], None
     for i, t in enumerate(target):
         s = shape[i - lead] if i >= lead else None
         if t == -1:
@@ -275,8 +284,14 @@ def expand(shapes, dtypes, attrs):
                 raise ShapeError(f"-1 is not allowed in a new leading dimension of expand {target}")
             t = s
         if s is not None and s != 1 and s != t:
-            raise ShapeError(f"cannot expand {list(shape)} to {target}: size {s} at dimension {i} is not 1")
+            wrong = (t, s, i)  # (PyTorch names the last)
         out.append(t)
+    if wrong:
+        t, s, i = wrong
+        raise ShapeError(  # PyTorch's words
+            f"The expanded size of the tensor ({t}) must match the existing size ({s}) at non-singleton dimension "
+            f"{i}.  Target sizes: {target}.  Tensor sizes: {list(shape)}"
+        )
     return tuple(out), dtypes[0]
 
 

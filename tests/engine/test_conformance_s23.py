@@ -335,3 +335,20 @@ def test_flatten_of_reversed_dims_is_refused_as_torch(oracle):
         with pytest.raises(RuntimeError, match=r"^flatten\(\) has invalid args: start_dim cannot come after end_dim$"):
             torch.ones(2, 3, 4).flatten(2, 1)
         assert tuple(torch.ones(2, 3, 4).flatten(-2).shape) == (2, 12)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"), [((2, 3), (4, 5)), ((3,), (4,)), ((5, 2, 3), (4, 1, 3))], ids=["2-d", "1-d", "3-d"]
+)
+def test_broadcast_and_expand_refusals_begin_with_torch_words(a, b, oracle):
+    with pytest.raises(RuntimeError) as want:
+        oracle.ones(*a) + oracle.ones(*b)
+    with pytest.raises(RuntimeError) as got:
+        engine.ones(*a) + engine.ones(*b)
+    assert str(got.value).startswith(str(want.value)) and "cannot be broadcast" in str(got.value)
+    messages = []
+    for torch in (engine, oracle):
+        with pytest.raises(RuntimeError) as caught:
+            torch.ones(*a).expand(*b)
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
