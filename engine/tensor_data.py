@@ -104,6 +104,9 @@ class TensorData(numpy.ndarray):
     def clone(self):
         return self.copy()
 
+    def cpu(self):  # `loss.data.cpu().numpy()`: a `.data` TensorData is on the host already
+        return self
+
     def numpy(self, *, force: bool = False) -> numpy.ndarray:
         """The plain array (`force` is PyTorch's keyword: `.data` never requires grad, so it changes nothing)."""
         return self.view(numpy.ndarray)

@@ -352,3 +352,15 @@ def test_broadcast_and_expand_refusals_begin_with_torch_words(a, b, oracle):
             torch.ones(*a).expand(*b)
         messages.append(str(caught.value))
     assert messages[0] == messages[1]
+
+
+def test_data_cpu_numpy_as_older_tutorials_write_it(oracle):
+    got = []
+    for torch in (engine, oracle):
+        m = torch.nn.Linear(3, 2)
+        m.weight.data = torch.ones(2, 3)
+        loss = m(torch.ones(1, 3)).sum()
+        got.append(
+            (m.weight.data.cpu().numpy().tolist(), round(float(loss.data.cpu().numpy()) - float(m.bias.sum()), 4))
+        )
+    assert got[0] == got[1] == ([[1.0] * 3] * 2, 6.0)
