@@ -27,7 +27,7 @@ from engine.gradient_edges import as_inputs
 from engine.node import FORWARD, RECORDING, Meta, Node, _wrap
 from engine.recording import note_constant, note_where
 from engine.registry import F, trusted
-from engine.variable import Variable, as_array
+from engine.variable import Size, Variable, as_array
 
 if TYPE_CHECKING:
     from engine.surface_types import Operand
@@ -59,7 +59,8 @@ def check_roots(outputs, grad_outputs, variable=Variable):
             shape = tuple(g.shape) if isinstance(g, variable) else tuple(numpy.shape(g))
             if shape != tuple(out.shape):
                 raise RuntimeError(
-                    f"Mismatch in shape: gradient {i} has a shape of {list(shape)} and output {i} has a shape of {list(out.shape)}"
+                    f"Mismatch in shape: grad_output[{i}] has a shape of {Size(shape)} and output[{i}] has a shape of "
+                    f"{Size(out.shape)}."  # (PyTorch's words)
                 )
         roots.append(g)
     return roots

@@ -364,3 +364,14 @@ def test_data_cpu_numpy_as_older_tutorials_write_it(oracle):
             (m.weight.data.cpu().numpy().tolist(), round(float(loss.data.cpu().numpy()) - float(m.bias.sum()), 4))
         )
     assert got[0] == got[1] == ([[1.0] * 3] * 2, 6.0)
+
+
+def test_gradient_of_the_wrong_shape_is_refused_in_torch_words(oracle):
+    messages = []
+    for torch in (engine, oracle):
+        x = torch.ones(2, 3, requires_grad=True)
+        with pytest.raises(RuntimeError) as caught:
+            (x * 2).backward(torch.ones(3))
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+    assert messages[0].startswith("Mismatch in shape: grad_output[0] has a shape of torch.Size([3])")
