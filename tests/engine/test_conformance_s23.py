@@ -375,3 +375,17 @@ def test_gradient_of_the_wrong_shape_is_refused_in_torch_words(oracle):
         messages.append(str(caught.value))
     assert messages[0] == messages[1]
     assert messages[0].startswith("Mismatch in shape: grad_output[0] has a shape of torch.Size([3])")
+
+
+def test_target_size_warning_and_refusal_in_torch_words(oracle):
+    import warnings
+
+    shown = []
+    for torch in (engine, oracle):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.nn.functional.mse_loss(torch.ones(3, 1), torch.zeros(3))
+        with pytest.raises(ValueError) as refused:
+            torch.nn.functional.binary_cross_entropy(torch.ones(3) * 0.5, torch.ones(4))
+        shown.append(([str(w.message) for w in caught], str(refused.value)))
+    assert shown[0] == shown[1]
