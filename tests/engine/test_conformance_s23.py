@@ -389,3 +389,11 @@ def test_target_size_warning_and_refusal_in_torch_words(oracle):
             torch.nn.functional.binary_cross_entropy(torch.ones(3) * 0.5, torch.ones(4))
         shown.append(([str(w.message) for w in caught], str(refused.value)))
     assert shown[0] == shown[1]
+
+
+def test_sum_of_uint8_is_int64_as_torch(oracle):
+    got = []
+    for torch in (engine, oracle):
+        pixels = torch.tensor([[200, 100, 255]], dtype=torch.uint8)
+        got.append([(str(s.dtype), s.tolist()) for s in (pixels.sum(), pixels.sum(1), torch.sum(pixels, 0))])
+    assert got[0] == got[1] and got[0][0] == ("torch.int64", 555)
