@@ -397,3 +397,18 @@ def test_sum_of_uint8_is_int64_as_torch(oracle):
         pixels = torch.tensor([[200, 100, 255]], dtype=torch.uint8)
         got.append([(str(s.dtype), s.tolist()) for s in (pixels.sum(), pixels.sum(1), torch.sum(pixels, 0))])
     assert got[0] == got[1] and got[0][0] == ("torch.int64", 555)
+
+
+OUT_OF_BOUNDS = {
+    "gather": lambda t: t.ones(2, 3).gather(1, t.tensor([[0, 5]])),
+    "scatter_": lambda t: t.zeros(3).scatter_(0, t.tensor([4]), 1.0),
+    "scatter_add": lambda t: t.zeros(3).scatter_add(0, t.tensor([4]), t.ones(1)),
+    "index_select": lambda t: t.ones(2, 3).index_select(1, t.tensor([5])),
+}
+
+
+@pytest.mark.parametrize("what", sorted(OUT_OF_BOUNDS))
+def test_index_out_of_bounds_of_gather_and_scatter_is_runtime_error(what, oracle):
+    for torch in (engine, oracle):
+        with pytest.raises(RuntimeError):
+            OUT_OF_BOUNDS[what](torch)
