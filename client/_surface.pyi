@@ -1961,8 +1961,8 @@ def vsplit(input: VariableSurface, indices_or_sections: Any) -> tuple[Variable, 
 def vstack(tensors: Sequence[VariableSurface]) -> Variable:
     """Concatenated along the first dimension, 1-d Variables as rows."""
 
-def where(condition: Operand, input: Operand, other: Operand) -> Variable:
-    """x where cond else y (cond gets no gradient)"""
+def where(condition: Operand, input: Operand | None = None, other: Operand | None = None, **keywords: Any) -> Any:
+    """`torch.where(condition, input, other)`; of the condition alone, `nonzero(condition, as_tuple=True)`."""
 
 def xlogy(input: Operand, other: Operand) -> Variable:
     """input * log(other), 0 where input is 0 (unless other is nan)."""

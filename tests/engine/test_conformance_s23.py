@@ -412,3 +412,15 @@ def test_index_out_of_bounds_of_gather_and_scatter_is_runtime_error(what, oracle
     for torch in (engine, oracle):
         with pytest.raises(RuntimeError):
             OUT_OF_BOUNDS[what](torch)
+
+
+def test_where_of_a_condition_alone_is_its_nonzero_tuple(oracle):
+    got = []
+    for torch in (engine, oracle):
+        mask = torch.tensor([[0, 1, 0], [2, 0, 3]])
+        rows, cols = torch.where(mask)
+        (only,) = torch.where(torch.tensor([0.0, 1.5, 0.0, -2.0]) != 0)
+        x = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+        kept = torch.where(x > 0, x, 0.0)
+        got.append((rows.tolist(), cols.tolist(), only.tolist(), str(rows.dtype), kept.tolist(), kept.grad_fn.name()))
+    assert got[0] == got[1]
