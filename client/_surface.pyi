@@ -1961,7 +1961,9 @@ def vsplit(input: VariableSurface, indices_or_sections: Any) -> tuple[Variable, 
 def vstack(tensors: Sequence[VariableSurface]) -> Variable:
     """Concatenated along the first dimension, 1-d Variables as rows."""
 
-def where(condition: Operand, input: Operand | None = None, other: Operand | None = None, **keywords: Any) -> Any:
+def where(
+    condition: VariableSurface, input: Operand | None = None, other: Operand | None = None, **keywords: Any
+) -> Any:
     """`torch.where(condition, input, other)`; of the condition alone, `nonzero(condition, as_tuple=True)`."""
 
 def xlogy(input: Operand, other: Operand) -> Variable:

@@ -261,7 +261,9 @@ def functions(ops, make) -> dict:
             raise NotImplementedError("unique_consecutive(dim=...) is not supported: of the flattened Variable only")
         return _runs(_flat(input.detach()), None, return_inverse, return_counts, tuple(input.shape))
 
-    def _where(condition: Operand, input: Operand | None = None, other: Operand | None = None, **keywords: Any) -> Any:
+    def _where(
+        condition: VariableSurface, input: Operand | None = None, other: Operand | None = None, **keywords: Any
+    ) -> Any:
         """`torch.where(condition, input, other)`; of the condition alone, `nonzero(condition, as_tuple=True)`."""
         if input is None and other is None and not keywords:
             return nonzero(condition, as_tuple=True)
