@@ -441,6 +441,9 @@ class Module:
     def half(self):
         return self.to(numpy.float16)
 
+    def type(self, dst_type):  # `model.type(torch.float64)`
+        return self.to(dst_type)
+
     def cpu(self):
         return self.to("cpu")
 

@@ -424,3 +424,12 @@ def test_where_of_a_condition_alone_is_its_nonzero_tuple(oracle):
         kept = torch.where(x > 0, x, 0.0)
         got.append((rows.tolist(), cols.tolist(), only.tolist(), str(rows.dtype), kept.tolist(), kept.grad_fn.name()))
     assert got[0] == got[1]
+
+
+def test_module_type_casts_its_parameters(oracle):
+    got = []
+    for torch in (engine, oracle):
+        m = torch.nn.Linear(2, 2)
+        same = m.type(torch.float64) is m
+        got.append((same, str(m.weight.dtype), str(m(torch.ones(1, 2, dtype=torch.float64)).dtype)))
+    assert got[0] == got[1] == (True, "torch.float64", "torch.float64")
