@@ -15,6 +15,7 @@ import numpy
 
 from engine import views
 from engine.tensor_ops import _dim, dim_in_range
+from engine.user_warnings import warn
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -220,6 +221,8 @@ def functions(ops, make) -> dict:
         for t in tensors:
             if t.ndim > 1:
                 raise RuntimeError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got: {t.ndim}D")
+        if indexing is None:
+            warn("torch.meshgrid: in an upcoming release, it will be required to pass the indexing argument.")
         if indexing not in (None, "ij", "xy"):
             raise RuntimeError(f'torch.meshgrid: indexing must be one of "xy" or "ij", but received: {indexing}')
         places = list(range(len(tensors)))

@@ -433,3 +433,24 @@ def test_module_type_casts_its_parameters(oracle):
         same = m.type(torch.float64) is m
         got.append((same, str(m.weight.dtype), str(m(torch.ones(1, 2, dtype=torch.float64)).dtype)))
     assert got[0] == got[1] == (True, "torch.float64", "torch.float64")
+
+
+def _warned(call):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call()
+    return [(w.category.__name__, str(w.message)) for w in caught]
+
+
+@pytest.mark.parametrize("what", ["tensor of a tensor", "meshgrid without indexing", "meshgrid with indexing"])
+def test_warnings_as_torch(what, oracle):
+    calls = {
+        "tensor of a tensor": lambda t: t.tensor(t.ones(2)),
+        "meshgrid without indexing": lambda t: t.meshgrid(t.arange(2), t.arange(3)),
+        "meshgrid with indexing": lambda t: t.meshgrid(t.arange(2), t.arange(3), indexing="ij"),
+    }
+    got, want = _warned(lambda: calls[what](engine)), _warned(lambda: calls[what](oracle))
+    assert len(got) == len(want)  # (PyTorch's C++ warnings end in "(Triggered internally at ...)")
+    assert all(g[0] == w[0] and w[1].startswith(g[1]) for g, w in zip(got, want))
