@@ -454,3 +454,14 @@ def test_warnings_as_torch(what, oracle):
     got, want = _warned(lambda: calls[what](engine)), _warned(lambda: calls[what](oracle))
     assert len(got) == len(want)  # (PyTorch's C++ warnings end in "(Triggered internally at ...)")
     assert all(g[0] == w[0] and w[1].startswith(g[1]) for g, w in zip(got, want))
+
+
+def test_float_and_int_of_a_one_element_data_as_d2l_writes_them(oracle):
+    got = []
+    for torch in (engine, oracle):
+        lin = torch.nn.Linear(2, 1)
+        with torch.no_grad():
+            lin.bias.fill_(4.25)
+        b = lin.bias.data
+        got.append((float(b), int(b), float(torch.tensor([[2.5]]).data)))
+    assert got[0] == got[1] == (4.25, 4, 2.5)
