@@ -465,3 +465,13 @@ def test_float_and_int_of_a_one_element_data_as_d2l_writes_them(oracle):
         b = lin.bias.data
         got.append((float(b), int(b), float(torch.tensor([[2.5]]).data)))
     assert got[0] == got[1] == (4.25, 4, 2.5)
+
+
+@pytest.mark.parametrize("size", [1, (1, 1), (1, 2)])
+def test_adaptive_avg_pool_node_name_as_torch(size, oracle):
+    names = []
+    for torch in (engine, oracle):
+        x = torch.ones(2, 3, 5, 5, requires_grad=True)
+        out = [torch.nn.functional.adaptive_avg_pool2d(x, size), torch.nn.AdaptiveAvgPool2d(size)(x[0])]
+        names.append([o.grad_fn.name() for o in out])
+    assert names[0] == names[1]
