@@ -475,3 +475,27 @@ def test_adaptive_avg_pool_node_name_as_torch(size, oracle):
         out = [torch.nn.functional.adaptive_avg_pool2d(x, size), torch.nn.AdaptiveAvgPool2d(size)(x[0])]
         names.append([o.grad_fn.name() for o in out])
     assert names[0] == names[1]
+
+
+def _closure_run(torch):
+    lin = torch.nn.Linear(3, 1)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[0.5, -1.0, 2.0]]))
+        lin.bias.fill_(0.25)
+    x = torch.tensor(np.linspace(-1.0, 1.0, 6, dtype=np.float32).reshape(2, 3))
+    g = torch.func.grad(lambda t: lin(t).pow(2).sum())(x)  # a gradient penalty that trains lin
+    (g.pow(2).sum()).backward()
+    out, vjp_fn = torch.func.vjp(lambda t: lin(t).tanh(), x)
+    (cot,) = vjp_fn(torch.ones(2, 1))
+    primal, tangent = torch.func.jvp(lambda t: lin(t).tanh(), (x,), (torch.ones(2, 3),))
+    plain = torch.func.grad(lambda t: (t**3).sum())(x)
+    flags = [v.requires_grad for v in (g, out, cot, primal, tangent, plain)]
+    values = [v.detach().numpy() for v in (g, lin.weight.grad, lin.bias.grad, out, cot, primal, tangent, plain)]
+    return flags, values
+
+
+def test_func_transforms_keep_the_graph_to_parameters_they_close_over(oracle):
+    (got_flags, got), (want_flags, want) = _closure_run(engine), _closure_run(oracle)
+    assert got_flags == want_flags == [True, True, True, True, True, False]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
