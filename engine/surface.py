@@ -196,7 +196,7 @@ def _set_requires_grad(self, flag):
     if self._node is not None:
         raise RuntimeError(NON_LEAF_FLAG)
     if flag and self.dtype.kind != "f":
-        raise RuntimeError(f"only Variables of floating point dtype can require gradients (got {self.dtype})")
+        raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")  # (PyTorch's words)
     if flag and INFERENCE_MADE:
         side = next(cls for cls in type(self).__mro__ if cls in GRAD_MODES)
         GRAD_MODES[side].refuse_inference(self, INFERENCE_FLAG)
@@ -204,6 +204,8 @@ def _set_requires_grad(self, flag):
 
 
 def requires_grad_(self: V, requires_grad: bool = True) -> V:
+    if requires_grad and self.dtype.kind != "f":  # (PyTorch's words here differ from the setter's)
+        raise RuntimeError("only Tensors of floating point dtype can require gradients")
     self.requires_grad = requires_grad
     return self
 

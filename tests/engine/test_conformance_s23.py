@@ -499,3 +499,20 @@ def test_func_transforms_keep_the_graph_to_parameters_they_close_over(oracle):
     assert got_flags == want_flags == [True, True, True, True, True, False]
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_integer_tensor_requiring_grad_is_refused_in_torch_words(oracle):
+    messages = []
+    for torch in (engine, oracle):
+        found = []
+        for call in (
+            lambda: torch.tensor([1, 2, 3], requires_grad=True),
+            lambda: torch.zeros(2, dtype=torch.int64, requires_grad=True),
+            lambda: torch.ones(2, dtype=torch.int64).requires_grad_(),
+            lambda: torch.nn.Parameter(torch.tensor([1, 2])),
+        ):
+            with pytest.raises(RuntimeError) as caught:
+                call()
+            found.append(str(caught.value))
+        messages.append(found)
+    assert messages[0] == messages[1]
