@@ -196,11 +196,23 @@ def _set_requires_grad(self, flag):
     if self._node is not None:
         raise RuntimeError(NON_LEAF_FLAG)
     if flag and self.dtype.kind != "f":
-        raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")  # (PyTorch's words)
+        raise RuntimeError(
+            "Only Tensors of floating point and complex dtype can require gradients"
+        )  # (PyTorch's words)
     if flag and INFERENCE_MADE:
         side = next(cls for cls in type(self).__mro__ if cls in GRAD_MODES)
         GRAD_MODES[side].refuse_inference(self, INFERENCE_FLAG)
     self._store_requires_grad(bool(flag))
+
+
+def _views_first(key) -> bool:
+    """Whether PyTorch's `x[key] = v` takes a view of x first (an int, None or a slice but `:`): a leaf's refusal
+    then names a view of it."""
+    keys = key if isinstance(key, tuple) else (key,)
+    return any(
+        k is None or isinstance(k, int) and not isinstance(k, bool) or isinstance(k, slice) and k != slice(None)
+        for k in keys
+    )
 
 
 def requires_grad_(self: V, requires_grad: bool = True) -> V:
@@ -443,7 +455,7 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         if is_enabled():
             if self._node is None and self.requires_grad:
                 views.check_unrecorded(self)  # (a view made in no_grad mode)
-                raise RuntimeError(LEAF_INPLACE)
+                raise RuntimeError(views.VIEW_OF_LEAF if _views_first(key) else LEAF_INPLACE)
             if self.requires_grad or (isinstance(value, variable) and value.requires_grad):
                 self._assign_recorded(setitem(self._snapshot(), value, key), side.run)
                 return

@@ -516,3 +516,17 @@ def test_integer_tensor_requiring_grad_is_refused_in_torch_words(oracle):
             found.append(str(caught.value))
         messages.append(found)
     assert messages[0] == messages[1]
+
+
+def test_assignment_into_a_leaf_names_a_view_where_torch_does(oracle):
+    keys = [..., 0, slice(None), [0], (0, [1]), None, (slice(1, 2), 0), (0, ...), (slice(None), 1)]
+    messages = []
+    for torch in (engine, oracle):
+        x = torch.ones(3, 4, requires_grad=True)
+        found = []
+        for key in [*keys, x > 0]:
+            with pytest.raises(RuntimeError) as caught:
+                x[key] = 1.0
+            found.append(str(caught.value))
+        messages.append(found)
+    assert messages[0] == messages[1]
