@@ -506,13 +506,13 @@ def test_integer_tensor_requiring_grad_is_refused_in_torch_words(oracle):
     for torch in (engine, oracle):
         found = []
         for call in (
-            lambda: torch.tensor([1, 2, 3], requires_grad=True),
-            lambda: torch.zeros(2, dtype=torch.int64, requires_grad=True),
-            lambda: torch.ones(2, dtype=torch.int64).requires_grad_(),
-            lambda: torch.nn.Parameter(torch.tensor([1, 2])),
+            lambda t: t.tensor([1, 2, 3], requires_grad=True),
+            lambda t: t.zeros(2, dtype=t.int64, requires_grad=True),
+            lambda t: t.ones(2, dtype=t.int64).requires_grad_(),
+            lambda t: t.nn.Parameter(t.tensor([1, 2])),
         ):
             with pytest.raises(RuntimeError) as caught:
-                call()
+                call(torch)
             found.append(str(caught.value))
         messages.append(found)
     assert messages[0] == messages[1]
