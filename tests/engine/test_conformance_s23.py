@@ -530,3 +530,19 @@ def test_assignment_into_a_leaf_names_a_view_where_torch_does(oracle):
             found.append(str(caught.value))
         messages.append(found)
     assert messages[0] == messages[1]
+
+
+def test_legacy_tensor_constructors_as_torch(oracle):
+    import warnings
+
+    got = []
+    for torch in (engine, oracle):
+        t = torch.ones(2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (no copy-construct warning: it shares t's memory)
+            alias = torch.Tensor(t)
+        alias[0] = 5.0
+        got.append(
+            (tuple(torch.Tensor().shape), tuple(torch.FloatTensor().shape), t.tolist(), tuple(torch.Tensor(2, 3).shape))
+        )
+    assert got[0] == got[1] == ((0,), (0,), [5.0, 1.0], (2, 3))
