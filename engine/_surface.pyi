@@ -1109,8 +1109,8 @@ def inference_mode(mode: builtins.bool | Callable[..., Any] = True) -> Any:
 def initial_seed() -> builtins.int:
     """The seed the default generator last started from."""
 
-def inner(input: Operand, tensor: Operand) -> Variable:
-    """The inner product of two 1-D Variables."""
+def inner(input: VariableSurface, other: VariableSurface) -> Variable:
+    """The products summed over the last dimension of both (PyTorch's `inner`; a product when one is 0-d)."""
 
 int: DType
 int16: DType
@@ -1200,8 +1200,8 @@ def log1p(input: Operand) -> Variable:
 def log2(input: Operand) -> Variable:
     """base-2 logarithm"""
 
-def log_softmax(input: Operand, dim: builtins.int) -> Variable:
-    """x - logsumexp(x, dim)"""
+def log_softmax(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Variable:
+    """x - logsumexp(x, dim); `dtype=` casts the input first (PyTorch's `log_softmax(input, ..., dtype=d)`)"""
 
 def logabsdet(input: Operand) -> Variable:
     """log |det| of each square matrix (slogdet's second value)"""
@@ -1746,8 +1746,8 @@ def slice_scatter(
 def slogdet(input: VariableSurface) -> tuple[Variable, Variable]:
     """(sign, logabsdet): the sign has no gradient."""
 
-def softmax(input: Operand, dim: builtins.int) -> Variable:
-    """exp(x) / sum(exp(x)) along dim, computed stably"""
+def softmax(input: Operand, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Variable:
+    """exp(x) / sum(exp(x)) along dim, computed stably; `dtype=` casts the input first (PyTorch's `softmax(input, ..., dtype=d)`)"""
 
 def sort(
     input: VariableSurface, dim: builtins.int = -1, descending: builtins.bool = False, stable: builtins.bool = False
@@ -1854,7 +1854,7 @@ def tensor_split(input: VariableSurface, indices_or_sections: Any, dim: builtins
 def tensordot(a: VariableSurface, b: VariableSurface, dims: Any = 2) -> Variable:
     """The sum of a * b over the dims paired in `dims` (an int: a's last `dims` with b's first)."""
 
-def tile(input: VariableSurface, dims: Sequence[builtins.int]) -> Variable:
+def tile(input: VariableSurface, *dims: Any) -> Variable:
     """Repeated `dims[i]` times along each dimension (ones prepended to the shorter of the two)."""
 
 def topk(
@@ -1961,8 +1961,10 @@ def vsplit(input: VariableSurface, indices_or_sections: Any) -> tuple[Variable, 
 def vstack(tensors: Sequence[VariableSurface]) -> Variable:
     """Concatenated along the first dimension, 1-d Variables as rows."""
 
-def where(condition: Operand, input: Operand, other: Operand) -> Variable:
-    """x where cond else y (cond gets no gradient)"""
+def where(
+    condition: VariableSurface, input: Operand | None = None, other: Operand | None = None, **keywords: Any
+) -> Any:
+    """`torch.where(condition, input, other)`; of the condition alone, `nonzero(condition, as_tuple=True)`."""
 
 def xlogy(input: Operand, other: Operand) -> Variable:
     """input * log(other), 0 where input is 0 (unless other is nan)."""

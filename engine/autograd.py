@@ -27,7 +27,7 @@ from engine.gradient_edges import as_inputs
 from engine.node import FORWARD, RECORDING, Meta, Node, _wrap
 from engine.recording import note_constant, note_where
 from engine.registry import F, trusted
-from engine.variable import Variable, as_array
+from engine.variable import Size, Variable, as_array
 
 if TYPE_CHECKING:
     from engine.surface_types import Operand
@@ -59,7 +59,8 @@ def check_roots(outputs, grad_outputs, variable=Variable):
             shape = tuple(g.shape) if isinstance(g, variable) else tuple(numpy.shape(g))
             if shape != tuple(out.shape):
                 raise RuntimeError(
-                    f"Mismatch in shape: gradient {i} has a shape of {list(shape)} and output {i} has a shape of {list(out.shape)}"
+                    f"Mismatch in shape: grad_output[{i}] has a shape of {Size(shape)} and output[{i}] has a shape of "
+                    f"{Size(out.shape)}."  # (PyTorch's words)
                 )
         roots.append(g)
     return roots
@@ -94,16 +95,16 @@ def grad_arguments(outputs, inputs, grad_outputs, variable=Variable):
     """(outputs, inputs, gradients by `check_roots`) of a `grad()` call, checked."""
     outputs = as_list(outputs, variable)
     inputs = as_list(as_inputs(inputs), variable)  # (GradientEdges as the Variables they stand for)
-    for i, v in enumerate(inputs):
+    for v in inputs:
         if not isinstance(v, variable) or not v.requires_grad:
-            raise RuntimeError(f"One of the differentiated Variables (input {i}) does not require grad")
+            raise RuntimeError("One of the differentiated Tensors does not require grad")  # (PyTorch's)
     for i, out in enumerate(outputs):
         if not isinstance(out, variable):
             raise TypeError(
                 f"element {i} of the outputs is a {type(out).__name__}, not a {variable.__module__} Variable"
             )
         if not out.requires_grad:
-            raise RuntimeError(f"element {i} of the outputs does not require grad and does not have a grad_fn")
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
     if grad_outputs is not None:
         grad_outputs = (
             [grad_outputs]
@@ -185,7 +186,7 @@ def check_unused(result, allow_unused, materialize=None):
     for i, g in enumerate(result):
         if g is None and not allow_unused:
             raise RuntimeError(
-                f"One of the differentiated Variables (input {i}) appears to not have been used in the graph. "
+                f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
                 "Set allow_unused=True if this is the desired behavior."
             )
     return result if materialize is None else tuple(materialize(i) if g is None else g for i, g in enumerate(result))

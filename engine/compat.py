@@ -63,9 +63,10 @@ class TensorType:
 
     def __call__(self, *args):
         if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
-            return self._constructors.zeros(*args, dtype=self.dtype)
-        if len(args) == 1:
-            return self._constructors.tensor(args[0], dtype=self.dtype)
+            return self._constructors.zeros(*(args or (0,)), dtype=self.dtype)  # (`torch.Tensor()`: empty, 1-d)
+        if len(args) == 1:  # (of a tensor: sharing its memory, as PyTorch's)
+            variable = isinstance(args[0], self._constructors.variable)
+            return (self._constructors.as_tensor if variable else self._constructors.tensor)(args[0], dtype=self.dtype)
         raise TypeError(f"{self.__name__}() takes sizes or one sequence of values, got {args!r}")
 
     def __repr__(self):

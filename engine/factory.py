@@ -19,6 +19,12 @@ from engine import backend
 from engine.compat import dtype_of
 from engine.dtypes import default as default_dtype
 from engine.random import Generator, bits_of
+from engine.user_warnings import warn
+
+COPY_CONSTRUCT = (  # PyTorch's warning for `torch.tensor(t)` of a tensor
+    "To copy construct from a tensor, it is recommended to use sourceTensor.detach().clone() or "
+    "sourceTensor.detach().clone().requires_grad_(True), rather than torch.tensor(sourceTensor)."
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -121,6 +127,8 @@ class Constructors:
         """A copy of `data` (as PyTorch's: in-place updates of it leave `data` alone)."""
         if isinstance(data, numpy.ndarray):
             data = data.copy()
+        elif isinstance(data, self.variable):
+            warn(COPY_CONSTRUCT)
         return self.as_tensor(data, dtype, device, requires_grad)
 
     def as_tensor(

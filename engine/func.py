@@ -29,6 +29,13 @@ def _split(out, has_aux, what):
     return out
 
 
+def _unwrapped(tree, keep, variable):
+    """An aux output as PyTorch returns it, at the caller's level: detached unless the result keeps its graph."""
+    return (
+        tree if keep else tree_rebuild(tree, (v.detach() if isinstance(v, variable) else v for v in tree_leaves(tree)))
+    )
+
+
 def tree_leaves(tree) -> list:
     """The Variables of a pytree (nested dicts, lists and tuples), in order."""
     if isinstance(tree, dict):
@@ -59,6 +66,25 @@ class Transforms:
     def _any_rg(self, vs) -> bool:
         return any(isinstance(v, self.ns.Variable) and v.requires_grad for v in vs)
 
+    def _closes_over(self, outputs, xs) -> bool:
+        """Whether `outputs`' graph reaches a leaf that requires grad other than `xs` (a parameter of a module the
+        function uses): PyTorch's results then keep their graph to it (a gradient penalty trains the module)."""
+        if self.lazy or not self.ns.is_grad_enabled():
+            return False
+        mine, seen = {id(x) for x in xs}, set()
+        stack = [o.grad_fn for o in outputs if isinstance(o, self.ns.Variable) and o.grad_fn is not None]
+        while stack:
+            node = stack.pop()
+            if id(node) not in seen:
+                seen.add(id(node))
+                for after, _ in node.next_functions:
+                    leaf = getattr(after, "variable", None)
+                    if leaf is not None and id(leaf) not in mine:
+                        return True
+                    if after is not None and leaf is None:
+                        stack.append(after)
+        return False
+
     def _differentiable(self, p, keep):
         """A view of `p` when it requires grad and the result keeps its graph (its gradient flows on and
         is this use's alone), else a leaf alias of it that requires grad."""
@@ -83,9 +109,10 @@ class Transforms:
         with self.ns.enable_grad():
             out, aux = _split(func(*tree_rebuild(trees[0], iter(xs))), has_aux, "jvp")
         outs = tree_leaves(out)
+        keep = keep or self._closes_over(outs, xs)
         result = tree_rebuild(out, iter(self.linearized(outs, xs, tangents, keep)))
         shown = tree_rebuild(out, (o if keep else o.detach() for o in outs))
-        return (shown, result, aux) if has_aux else (shown, result)
+        return (shown, result, _unwrapped(aux, keep, self.ns.Variable)) if has_aux else (shown, result)
 
     def linearize(self, func, *primals):
         """(func(*primals), jvp_fn): `jvp_fn(*tangents)` is J·tangents at `primals` (each call runs `jvp`)."""
@@ -124,6 +151,7 @@ class Transforms:
         with self.ns.enable_grad():
             out, aux = _split(func(*tree_rebuild(primals, iter(xs))), has_aux, "vjp")
         outs = tree_leaves(out)
+        keep = keep or self._closes_over(outs, xs)
 
         def vjp_fn(*cotangents):
             seeds = tree_leaves(cotangents[0] if len(cotangents) == 1 else cotangents)
@@ -133,7 +161,7 @@ class Transforms:
             return tree_rebuild(tuple(primals), iter(self._gradients(outs, xs, seeds, kept)))
 
         shown = tree_rebuild(out, (o if keep else o.detach() for o in outs))
-        return (shown, vjp_fn, aux) if has_aux else (shown, vjp_fn)
+        return (shown, vjp_fn, _unwrapped(aux, keep, self.ns.Variable)) if has_aux else (shown, vjp_fn)
 
     def grad_and_value(self, func, argnums=0, has_aux=False):
         """A function returning (the gradient of func's one-element output for args[argnums], the output)."""
@@ -152,11 +180,12 @@ class Transforms:
                     "grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got tensor with "
                     f"{len(getattr(out, 'shape', ()))} dims. Maybe you wanted to use the vjp or jacrev APIs instead?"
                 )
+            keep = keep or self._closes_over([out], ready[: len(flat)])
             found = iter(self._gradients([out], ready[: len(flat)], None, keep))
             grads = [tree_rebuild(args[i], found) for i in nums]
             g = grads[0] if isinstance(argnums, int) else tuple(grads)
             value = out if keep else out.detach()
-            return (g, (value, aux)) if has_aux else (g, value)
+            return (g, (value, _unwrapped(aux, keep, self.ns.Variable))) if has_aux else (g, value)
 
         return wrapper
 
@@ -192,7 +221,7 @@ class Transforms:
             per_output = [tree_rebuild(chosen, iter(block)) for block in blocks]
             per_output = [rows[0] if isinstance(argnums, int) else tuple(rows) for rows in per_output]
             jacobian = tree_rebuild(structure[0][0], iter(per_output))
-            return (jacobian, structure[0][1]) if has_aux else jacobian
+            return (jacobian, _unwrapped(structure[0][1], keep, self.ns.Variable)) if has_aux else jacobian
 
         return wrapper
 

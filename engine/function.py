@@ -298,7 +298,7 @@ class FunctionBase:
             result = (result,)
         if len(result) < count:
             raise RuntimeError(
-                f"function {cls.__name__}.backward returned {len(result)} gradient(s) but forward took {count} input(s)"
+                f"function {cls.__name__}Backward returned an incorrect number of gradients (expected {count}, got {len(result)})"
             )
         return result
 

@@ -25,6 +25,8 @@ MatmulBackward0), its `name()` and repr the call's.
 
 from __future__ import annotations
 
+import functools
+
 from engine.node import NodeName
 
 # a primitive's or a registry composite's name where it is not `<Op>Backward0`
@@ -60,6 +62,30 @@ STATIC = {
     "avg_pool3d": "AvgPool3DBackward0",
     "adaptive_avg_pool2d": "AdaptiveAvgPool2DBackward0",
 }
+
+
+# torch.* functions that the engine composes of other ops where PyTorch runs one node of their own: the surface
+# names their result's node `static`'s name of the function (`addmm` AddmmBackward0, `square` PowBackward0)
+COMPOSED = frozenset(
+    "addmm addmv addr baddbmm addbmm addcmul addcdiv rsqrt reciprocal square repeat flip fliplr flipud roll rot90 trace "
+    "frac logit hypot logaddexp logaddexp2 take sinc dist rad2deg deg2rad nan_to_num kthvalue mode topk sort cummax "
+    "cummin masked_scatter clamp_min clamp_max".split()
+)
+STATIC.update(square="PowBackward0", fliplr="FlipBackward0", flipud="FlipBackward0", rad2deg="Rad2DegBackward0")
+STATIC.update(deg2rad="Deg2RadBackward0")
+
+
+def named_composed(functions: dict) -> dict:
+    """`functions` with those of `COMPOSED` naming their result's node as PyTorch's (`renamed`)."""
+    return {name: _named(f, static(name)) if name in COMPOSED else f for name, f in functions.items()}
+
+
+def _named(function, name):
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        return renamed(function(*args, **kwargs), name, [getattr(v, "grad_fn", None) for v in args])
+
+    return call
 
 
 def static(op_name: str) -> str:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from engine import linalg_functions, tensor_arith, tensor_ops
+from engine import grad_fn_names, linalg_functions, tensor_arith, tensor_ops
 from engine.devices import Device
 from engine.factory import as_dtype
 from engine.grad_fn_names import renamed
@@ -144,6 +144,18 @@ def functions(ops) -> dict:
         """The inner product of two 1-D Variables."""
         check_dot(input, tensor)
         return matmul(input, tensor)
+
+    def inner(input: VariableSurface, other: VariableSurface) -> VariableSurface:
+        """The products summed over the last dimension of both (PyTorch's `inner`; a product when one is 0-d)."""
+        if input.ndim == 0 or other.ndim == 0:
+            return mul(input, other)
+        shapes = list(input.shape), list(other.shape)
+        if shapes[0][-1] != shapes[1][-1]:
+            raise RuntimeError(
+                f"inner() the last dimension must match on both input tensors but got shapes {shapes[0]} and {shapes[1]}"
+            )
+        rows, cols = (ops["reshape"](v, (-1, v.shape[-1])) for v in (input, other))
+        return ops["reshape"](matmul(rows, ops["t"](cols)), (*shapes[0][:-1], *shapes[1][:-1]))
 
     def mv(input: Operand, vec: Operand) -> VariableSurface:
         """Matrix times vector."""
@@ -282,6 +294,7 @@ def functions(ops) -> dict:
         f.__name__: f
         for f in (
             dot,
+            inner,
             mv,
             outer,
             square,
@@ -309,11 +322,11 @@ def functions(ops) -> dict:
             logical_xor,
         )
     }
-    out.update(inner=dot, ger=outer)
+    out.update(ger=outer)
     out["add"] = _with_alpha("add", ops["add"], mul)
     out["sub"] = _with_alpha("sub", ops["sub"], mul)
     out["fmod"] = _fmod(ops["fmod"])
-    for name in ("cumsum", "cumprod", "prod"):
+    for name in ("cumsum", "cumprod", "prod", "softmax", "log_softmax"):
         out[name] = _with_dtype(name, ops[name], ops["cast"])
     for name in ("sum", "mean"):
         out[name] = _reduction_with_dtype(name, ops[name], ops["cast"])
@@ -321,7 +334,7 @@ def functions(ops) -> dict:
     out.update(tensor_arith.functions(ops))
     out.update(tensor_ops.functions(ops))
     out.update(linalg_functions.functions(ops))
-    return out
+    return grad_fn_names.named_composed(out)
 
 
 def methods(variable, ops, constructors) -> dict:

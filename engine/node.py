@@ -12,6 +12,7 @@ import numpy
 from engine import backend
 from engine.grad_mode import INFERENCE, INFERENCE_MADE, INFERENCE_SAVED
 from engine.grad_mode import state as _grad
+from engine.shapes import ShapeError, ShapeMismatch
 from engine.variable import Variable
 
 _result = Variable._result
@@ -313,6 +314,16 @@ def refuse_saved_inference(inputs, saves):
             raise RuntimeError(INFERENCE_SAVED)
 
 
+def shape_refusal(op, inputs, attrs, error):
+    """What to raise for a forward that NumPy refused: the op's shape rule's refusal as PyTorch's RuntimeError
+    (`engine.shapes.ShapeMismatch`, `torch.ones(2, 3) @ torch.ones(4, 5)`), else NumPy's own error."""
+    try:
+        op.infer([v.shape for v in inputs], [v.dtype for v in inputs], attrs)
+    except ShapeError as refusal:
+        return refusal if isinstance(refusal, (RuntimeError, IndexError)) else ShapeMismatch(str(refusal))
+    return error
+
+
 def apply_op(
     a, b=ALONE, op=None, coerce=None, node_class=None, promote=None, floats=False, alike=None, any_shape=False
 ):
@@ -342,40 +353,43 @@ def apply_op(
         a, b = inputs = coerce((a, b))
         attrs = NO_ATTRS
         two = True
-    forward = op.forward  # (a local: `op.forward(...)` is a method lookup CPython does not specialize)
-    if two:
-        x = a._data
-        y = b._data
-        dtype = x.dtype
-        if dtype is not y.dtype or floats and dtype is not FLOAT32 and dtype.kind != "f":  # PyTorch's promotion
-            if promote is not None:
-                x, y = promote((x, y))
-            alike = None  # (inputs of two dtypes: their gradients are cast back)
-        if not op.takes_xp:
-            out = forward(x, y)
+    try:
+        forward = op.forward  # (a local: `op.forward(...)` is a method lookup CPython does not specialize)
+        if two:
+            x = a._data
+            y = b._data
+            dtype = x.dtype
+            if dtype is not y.dtype or floats and dtype is not FLOAT32 and dtype.kind != "f":  # PyTorch's promotion
+                if promote is not None:
+                    x, y = promote((x, y))
+                alike = None  # (inputs of two dtypes: their gradients are cast back)
+            if not op.takes_xp:
+                out = forward(x, y)
+            else:
+                xp = numpy if type(x) is ndarray else backend.array_module(x)
+                out = forward(xp, x, y, **attrs) if attrs else forward(xp, x, y)
+            grad = a._requires_grad or b._requires_grad  # an input with a node requires grad
+        elif len(inputs) == 1:
+            a = inputs[0]
+            x = a._data
+            if floats and x.dtype is not FLOAT32 and x.dtype.kind != "f":  # `sqrt` of integers: in the default dtype
+                (x,) = promote((x,))
+            if not op.takes_xp:
+                out = forward(x)
+            else:
+                xp = numpy if type(x) is ndarray else backend.array_module(x)
+                out = forward(xp, x, **attrs) if attrs else forward(xp, x)
+            grad = a._requires_grad
         else:
-            xp = numpy if type(x) is ndarray else backend.array_module(x)
-            out = forward(xp, x, y, **attrs) if attrs else forward(xp, x, y)
-        grad = a._requires_grad or b._requires_grad  # an input with a node requires grad
-    elif len(inputs) == 1:
-        a = inputs[0]
-        x = a._data
-        if floats and x.dtype is not FLOAT32 and x.dtype.kind != "f":  # `sqrt` of integers: in the default dtype
-            (x,) = promote((x,))
-        if not op.takes_xp:
-            out = forward(x)
-        else:
-            xp = numpy if type(x) is ndarray else backend.array_module(x)
-            out = forward(xp, x, **attrs) if attrs else forward(xp, x)
-        grad = a._requires_grad
-    else:
-        datas = tuple([v._data for v in inputs])
-        x = datas[0]
-        if op.takes_xp:
-            out = forward(numpy if type(x) is ndarray else backend.array_module(x), *datas, **attrs)
-        else:
-            out = forward(*datas)
-        grad = any([v._requires_grad for v in inputs])
+            datas = tuple([v._data for v in inputs])
+            x = datas[0]
+            if op.takes_xp:
+                out = forward(numpy if type(x) is ndarray else backend.array_module(x), *datas, **attrs)
+            else:
+                out = forward(*datas)
+            grad = any([v._requires_grad for v in inputs])
+    except ValueError as error:  # NumPy refused the inputs' shapes
+        raise shape_refusal(op, inputs, attrs, error) from None
     if type(out) is not ndarray:
         out = _wrap(out, x)
     result = _new(Variable)

@@ -29,8 +29,17 @@ def broadcast(shapes, dtypes, attrs):
     try:
         shape = numpy.broadcast_shapes(*shapes)
     except ValueError:
-        raise ShapeError(f"shapes {_shapes(shapes)} cannot be broadcast together") from None
+        raise ShapeError(f"{_mismatch(*shapes)}shapes {_shapes(shapes)} cannot be broadcast together") from None
     return tuple(shape), promotion.result_type(shapes, dtypes)
+
+
+def _mismatch(a, b=(), *more) -> str:
+    """PyTorch's words for two shapes that do not broadcast: the first sizes, from the right, that differ."""
+    for d in range(1, min(len(a), len(b)) + 1):
+        if a[-d] != b[-d] and 1 not in (a[-d], b[-d]) and not more:
+            n = max(len(a), len(b)) - d
+            return f"The size of tensor a ({a[-d]}) must match the size of tensor b ({b[-d]}) at non-singleton dimension {n}: "
+    return ""
 
 
 def subtract(shapes, dtypes, attrs):
@@ -163,7 +172,9 @@ def normalize_dims(dim, ndim):
     out = []
     for d in dims:
         if not -max(ndim, 1) <= d < max(ndim, 1):
-            raise ShapeError(f"dimension {d} is out of range for a {ndim}-d input")
+            raise DimensionError(
+                f"Dimension out of range (expected to be in range of [{-max(ndim, 1)}, {max(ndim, 1) - 1}], but got {d})"
+            )
         out.append(d % max(ndim, 1))
     if len(set(out)) != len(out):
         raise ShapeError(f"dimension list {list(dims)} repeats a dimension")
@@ -202,6 +213,14 @@ class DtypeError(ShapeError, RuntimeError):
     refused as one with a bad shape is (a 4xx naming the node)."""
 
 
+class DimensionError(ShapeError, IndexError):
+    """A dimension out of range: PyTorch's IndexError and its words."""
+
+
+class ShapeMismatch(ShapeError, RuntimeError):
+    """A shape rule's refusal of an op that the engine was running: PyTorch's RuntimeError (engine.node)."""
+
+
 def reduce_mean(shapes, dtypes, attrs):
     """`reduce_float`, refusing an integer or bool input as PyTorch's mean does (a RuntimeError, its message)."""
     if numpy.dtype(dtypes[0]).kind not in "fc":
@@ -234,14 +253,14 @@ def reshape(shapes, dtypes, attrs):
     if math.prod(d for d in target if d > 0) > 2**63 - 1:
         raise ShapeError(f"cannot reshape {list(shape)} to {target}: the dimensions are too large")
     if target.count(-1) > 1:
-        raise ShapeError(f"cannot reshape {list(shape)} to {target}: only one dimension can be -1")
+        raise ShapeError("only one dimension can be inferred")  # (PyTorch's words, as below)
     known = math.prod(d for d in target if d != -1)
     if -1 in target:
         if known == 0 or size % known:
-            raise ShapeError(f"cannot reshape {list(shape)} (size {size}) to {target}")
+            raise ShapeError(f"shape '{target}' is invalid for input of size {size}")
         target[target.index(-1)] = size // known
     elif known != size:
-        raise ShapeError(f"cannot reshape {list(shape)} (size {size}) to {target} (size {known})")
+        raise ShapeError(f"shape '{target}' is invalid for input of size {size}")
     return tuple(target), dtypes[0]
 
 
@@ -257,7 +276,7 @@ def expand(shapes, dtypes, attrs):
     lead = len(target) - len(shape)
     if lead < 0:
         raise ShapeError(f"cannot expand {list(shape)} to fewer dimensions {target}")
-    out = []
+    out, wrong = [], None
     for i, t in enumerate(target):
         s = shape[i - lead] if i >= lead else None
         if t == -1:
@@ -265,8 +284,14 @@ def expand(shapes, dtypes, attrs):
                 raise ShapeError(f"-1 is not allowed in a new leading dimension of expand {target}")
             t = s
         if s is not None and s != 1 and s != t:
-            raise ShapeError(f"cannot expand {list(shape)} to {target}: size {s} at dimension {i} is not 1")
+            wrong = (t, s, i)  # (PyTorch names the last)
         out.append(t)
+    if wrong:
+        t, s, i = wrong
+        raise ShapeError(  # PyTorch's words
+            f"The expanded size of the tensor ({t}) must match the existing size ({s}) at non-singleton dimension "
+            f"{i}.  Target sizes: {target}.  Tensor sizes: {list(shape)}"
+        )
     return tuple(out), dtypes[0]
 
 
@@ -291,7 +316,7 @@ def mm(shapes, dtypes, attrs):
     _matrix(a, "the first input")
     _matrix(b, "the second input")
     if a[1] != b[0]:
-        raise ShapeError(f"mm shapes {list(a)} and {list(b)} cannot be multiplied ({a[1]} != {b[0]})")
+        raise ShapeError(f"mat1 and mat2 shapes cannot be multiplied ({a[0]}x{a[1]} and {b[0]}x{b[1]})")  # PyTorch's
     promotion.check_product((2, 2), dtypes)
     return (a[0], b[1]), numpy.result_type(*dtypes)
 
@@ -302,6 +327,8 @@ def matmul(shapes, dtypes, attrs):
         raise ShapeError(f"matmul needs inputs of at least 1 dimension, got {_shapes(shapes)}")
     a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
     b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    if a2[-1] != b2[-2] and len(a) == len(b) == 2:
+        return mm(shapes, dtypes, attrs)  # (its refusal)
     if a2[-1] != b2[-2]:
         raise ShapeError(f"matmul shapes {list(a)} and {list(b)} cannot be multiplied ({a2[-1]} != {b2[-2]})")
     try:

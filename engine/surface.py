@@ -41,6 +41,7 @@ from engine import (
     grad_fn_names,
     inplace,
     modern,
+    shapes,
     tensor_math,
     tensor_more,
     tensor_ops,
@@ -195,14 +196,28 @@ def _set_requires_grad(self, flag):
     if self._node is not None:
         raise RuntimeError(NON_LEAF_FLAG)
     if flag and self.dtype.kind != "f":
-        raise RuntimeError(f"only Variables of floating point dtype can require gradients (got {self.dtype})")
+        raise RuntimeError(
+            "Only Tensors of floating point and complex dtype can require gradients"
+        )  # (PyTorch's words)
     if flag and INFERENCE_MADE:
         side = next(cls for cls in type(self).__mro__ if cls in GRAD_MODES)
         GRAD_MODES[side].refuse_inference(self, INFERENCE_FLAG)
     self._store_requires_grad(bool(flag))
 
 
+def _views_first(key) -> bool:
+    """Whether PyTorch's `x[key] = v` takes a view of x first (an int, None or a slice but `:`): a leaf's refusal
+    then names a view of it."""
+    keys = key if isinstance(key, tuple) else (key,)
+    return any(
+        k is None or isinstance(k, int) and not isinstance(k, bool) or isinstance(k, slice) and k != slice(None)
+        for k in keys
+    )
+
+
 def requires_grad_(self: V, requires_grad: bool = True) -> V:
+    if requires_grad and self.dtype.kind != "f":  # (PyTorch's words here differ from the setter's)
+        raise RuntimeError("only Tensors of floating point dtype can require gradients")
     self.requires_grad = requires_grad
     return self
 
@@ -336,7 +351,9 @@ def __iter__(self: V) -> Iterator[V]:
 def item(self) -> float:
     """The value of a one-element Variable as a Python number (a float, int or bool)."""
     if self.numel() != 1:
-        raise ValueError(f"only one element Variables can be converted to Python scalars (this one has {self.numel()})")
+        raise shapes.ShapeMismatch(
+            f"a Tensor with {self.numel()} elements cannot be converted to Scalar"
+        )  # (a ValueError too)
     return self._array().item()
 
 
@@ -438,7 +455,7 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         if is_enabled():
             if self._node is None and self.requires_grad:
                 views.check_unrecorded(self)  # (a view made in no_grad mode)
-                raise RuntimeError(LEAF_INPLACE)
+                raise RuntimeError(views.VIEW_OF_LEAF if _views_first(key) else LEAF_INPLACE)
             if self.requires_grad or (isinstance(value, variable) and value.requires_grad):
                 self._assign_recorded(setitem(self._snapshot(), value, key), side.run)
                 return
@@ -563,7 +580,7 @@ def _tensor_functions(cls, ops, constructors) -> dict:
     of the functions before it) on `cls`; return their torch.* functions."""
     out: dict = {}
     for module in (tensor_shaping, tensor_selection, tensor_more, tensor_math):
-        found = module.functions(dict(ops), constructors)
+        found = grad_fn_names.named_composed(module.functions(dict(ops), constructors))
         ops.update(found)
         for name, function in found.items():
             if name not in module.FUNCTIONS_ONLY:

@@ -55,7 +55,6 @@ METHOD_OPS: dict[str, str] = {
     "log10": "log10",
     "log1p": "log1p",
     "log2": "log2",
-    "log_softmax": "log_softmax",
     "logsumexp": "logsumexp",
     "lt": "lt",
     "masked_fill": "masked_fill",
@@ -78,7 +77,6 @@ METHOD_OPS: dict[str, str] = {
     "sign": "sign",
     "sin": "sin",
     "sinh": "sinh",
-    "softmax": "softmax",
     "sqrt": "sqrt",
     "squeeze": "squeeze",
     "t": "t",
@@ -359,12 +357,6 @@ class SurfaceMethods:
         base-2 logarithm"""
         return self._ops.log2(self, *args, **kwargs)
 
-    def log_softmax(self, *args: Any, **kwargs: Any) -> Any:
-        """log_softmax(self, dim: int) -> Self
-
-        x - logsumexp(x, dim)"""
-        return self._ops.log_softmax(self, *args, **kwargs)
-
     def logsumexp(self, *args: Any, **kwargs: Any) -> Any:
         """logsumexp(self, dim: int | Sequence[int] | None, keepdim: bool = False) -> Self
 
@@ -498,12 +490,6 @@ class SurfaceMethods:
 
         hyperbolic sine"""
         return self._ops.sinh(self, *args, **kwargs)
-
-    def softmax(self, *args: Any, **kwargs: Any) -> Any:
-        """softmax(self, dim: int) -> Self
-
-        exp(x) / sum(exp(x)) along dim, computed stably"""
-        return self._ops.softmax(self, *args, **kwargs)
 
     def sqrt(self, *args: Any, **kwargs: Any) -> Any:
         """sqrt(self) -> Self

@@ -568,8 +568,8 @@ class VariableSurface:
         """In place: `index_put` (a leaf that requires grad refuses in grad mode, as in PyTorch)."""
     def index_select(self, dim: builtins.int, index: Operand) -> Self:
         """The entries of `input` at the positions of the vector `index` along `dim`."""
-    def inner(self, tensor: Operand) -> Self:
-        """The inner product of two 1-D Variables."""
+    def inner(self, other: VariableSurface) -> Self:
+        """The products summed over the last dimension of both (PyTorch's `inner`; a product when one is 0-d)."""
     def int(self) -> Self:
         """This Variable as int32 (differentiable)."""
     def inverse(self) -> Self:
@@ -653,8 +653,8 @@ class VariableSurface:
         """base-2 logarithm"""
     def log_(self) -> Self:
         """natural logarithm (IEEE: log(0) = -inf, log(-1) = nan)"""
-    def log_softmax(self, dim: builtins.int) -> Self:
-        """x - logsumexp(x, dim)"""
+    def log_softmax(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
+        """x - logsumexp(x, dim); `dtype=` casts the input first (PyTorch's `log_softmax(input, ..., dtype=d)`)"""
     def logaddexp(self, other: Operand) -> Self:
         """log(exp(input) + exp(other)), computed without overflow."""
     def logaddexp2(self, other: Operand) -> Self:
@@ -1055,8 +1055,8 @@ class VariableSurface:
         """A copy of input with src written into input[..., start:end:step, ...] (at `dim`)."""
     def slogdet(self) -> tuple[Self, Self]:
         """(sign, logabsdet): the sign has no gradient."""
-    def softmax(self, dim: builtins.int) -> Self:
-        """exp(x) / sum(exp(x)) along dim, computed stably"""
+    def softmax(self, *args: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
+        """exp(x) / sum(exp(x)) along dim, computed stably; `dtype=` casts the input first (PyTorch's `softmax(input, ..., dtype=d)`)"""
     def sort(
         self, dim: builtins.int = -1, descending: builtins.bool = False, stable: builtins.bool = False
     ) -> MaxMin[Self]:
@@ -1136,7 +1136,7 @@ class VariableSurface:
         """hyperbolic tangent"""
     def tensor_split(self, indices_or_sections: Any, dim: builtins.int = 0) -> tuple[Self, ...]:
         """`sections` pieces along `dim` (the first `size % sections` one longer), or the pieces between `indices`."""
-    def tile(self, dims: Sequence[builtins.int]) -> Self:
+    def tile(self, *dims: Any) -> Self:
         """Repeated `dims[i]` times along each dimension (ones prepended to the shorter of the two)."""
     def to(
         self,

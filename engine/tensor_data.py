@@ -104,6 +104,15 @@ class TensorData(numpy.ndarray):
     def clone(self):
         return self.copy()
 
+    def cpu(self):  # `loss.data.cpu().numpy()`: a `.data` TensorData is on the host already
+        return self
+
+    def __float__(self):  # PyTorch's float() of any one-element tensor (NumPy's: of a 0-d array only)
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
     def numpy(self, *, force: bool = False) -> numpy.ndarray:
         """The plain array (`force` is PyTorch's keyword: `.data` never requires grad, so it changes nothing)."""
         return self.view(numpy.ndarray)

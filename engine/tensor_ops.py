@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from engine import views
+from engine.grad_fn_names import renamed
 from engine.surface_types import MaxMin
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def functions(ops) -> dict:
             raise RuntimeError(
                 f"Expected size for first two dimensions of batch2 tensor to be: {wanted} but got: {list(mat2.shape[:2])}."
             )
-        return ops["matmul"](input, mat2)
+        return renamed(ops["matmul"](input, mat2), "BmmBackward0", (input.grad_fn, mat2.grad_fn))
 
     def split(
         tensor: VariableSurface, split_size_or_sections: int | Sequence[int], dim: int = 0

@@ -18,7 +18,7 @@ from engine.tensor_ops import _dim
 if TYPE_CHECKING:
     from engine.surface_types import Operand, V, VariableSurface
 
-FUNCTIONS_ONLY = ("searchsorted", "bucketize", "isin")
+FUNCTIONS_ONLY = ("searchsorted", "bucketize", "isin", "where")
 METHODS_ONLY = ("scatter_", "scatter_reduce_", "index_fill_", "index_copy_", "masked_scatter_", "fill_diagonal_")
 EVERY = slice(None)
 
@@ -261,8 +261,18 @@ def functions(ops, make) -> dict:
             raise NotImplementedError("unique_consecutive(dim=...) is not supported: of the flattened Variable only")
         return _runs(_flat(input.detach()), None, return_inverse, return_counts, tuple(input.shape))
 
+    def _where(
+        condition: VariableSurface, input: Operand | None = None, other: Operand | None = None, **keywords: Any
+    ) -> Any:
+        """`torch.where(condition, input, other)`; of the condition alone, `nonzero(condition, as_tuple=True)`."""
+        if input is None and other is None and not keywords:
+            return nonzero(condition, as_tuple=True)
+        return where(condition, input, other, **keywords)
+
     # every function defined above but the helpers (named with a leading underscore)
     out = {name: f for name, f in locals().items() if getattr(f, "__module__", None) == __name__ and name[0] != "_"}
+    out["where"] = _where
+    _where.__name__ = _where.__qualname__ = "where"
     for fn in (index_fill, index_copy, masked_scatter):
         out[fn.__name__ + "_"] = _inplace(fn)
     return out

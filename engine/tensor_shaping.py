@@ -15,6 +15,7 @@ import numpy
 
 from engine import views
 from engine.tensor_ops import _dim, dim_in_range
+from engine.user_warnings import warn
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -186,9 +187,9 @@ def functions(ops, make) -> dict:
         rest = iter(d for d in range(input.ndim) if d not in sources)
         return permute(input, tuple(next(rest) if d is None else d for d in order))
 
-    def tile(input: VariableSurface, dims: Sequence[int]) -> VariableSurface:
+    def tile(input: VariableSurface, *dims: Any) -> VariableSurface:
         """Repeated `dims[i]` times along each dimension (ones prepended to the shorter of the two)."""
-        dims = tuple(dims)
+        dims = tuple(dims[0]) if len(dims) == 1 and not isinstance(dims[0], int) else dims
         return input.repeat(*((1,) * (input.ndim - len(dims)) + dims))
 
     def ravel(input: VariableSurface) -> VariableSurface:
@@ -220,6 +221,8 @@ def functions(ops, make) -> dict:
         for t in tensors:
             if t.ndim > 1:
                 raise RuntimeError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got: {t.ndim}D")
+        if indexing is None:
+            warn("torch.meshgrid: in an upcoming release, it will be required to pass the indexing argument.")
         if indexing not in (None, "ij", "xy"):
             raise RuntimeError(f'torch.meshgrid: indexing must be one of "xy" or "ij", but received: {indexing}')
         places = list(range(len(tensors)))

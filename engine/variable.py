@@ -91,6 +91,20 @@ def format_variable(array, node, requires_grad, device="cpu") -> str:
 CPU, CUDA = Device("cpu"), Device("cuda")
 
 
+class Size(tuple):
+    """`torch.Size`: a tuple of dimensions (what `x.shape` and `x.size()` are), printed as PyTorch's."""
+
+    def numel(self) -> int:
+        return int(numpy.prod(self, dtype=numpy.int64))
+
+    def __getitem__(self, index):  # (`x.shape[1:]` is a Size too)
+        got = tuple.__getitem__(self, index)
+        return Size(got) if isinstance(index, slice) else got
+
+    def __repr__(self) -> str:
+        return f"torch.Size({list(self)})"
+
+
 class Variable(VariableSurface):
     """A node value in a define-by-run graph, with PyTorch's Variable semantics (computed now)."""
 
@@ -156,8 +170,8 @@ class Variable(VariableSurface):
         return self
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self._data.shape)
+    def shape(self) -> Size:
+        return Size(self._data.shape)
 
     @property
     def dtype(self) -> DType:

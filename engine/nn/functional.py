@@ -122,7 +122,8 @@ _INDEX_DTYPES = (numpy.dtype(numpy.int64), numpy.dtype(numpy.uint8))
 def _warn_size(input, target):
     if tuple(target.shape) != tuple(input.shape):
         warn(
-            f"Using a target size ({list(target.shape)}) that is different to the input size ({list(input.shape)}). "
+            f"Using a target size (torch.Size({list(target.shape)})) that is different to the input size "
+            f"(torch.Size({list(input.shape)})). "
             "This will likely lead to incorrect results due to broadcasting. Please ensure they have the same size."
         )
 
@@ -327,8 +328,8 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     reduction = _reduction(size_average, reduce, reduction)
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(
-            f"Using a target size ({list(target.shape)}) that is different to the input size "
-            f"({list(input.shape)}) is deprecated. Please ensure they have the same size."
+            f"Using a target size (torch.Size({list(target.shape)})) that is different to the input size "
+            f"(torch.Size({list(input.shape)})) is deprecated. Please ensure they have the same size."
         )
     input = _ns(input).probabilities(input)
     loss = -(target * _log_clamped(input) + (1 - target) * _log_clamped(1 - input))

@@ -39,7 +39,10 @@ from engine.nn.transformer import (
 from engine.optim.optimizer import realise_with_next_step
 from engine.user_warnings import warn
 
-_IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])  # type: ignore[name-match]  # PyTorch's repr
+
+class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    def __repr__(self):  # PyTorch's
+        return super().__repr__() if self.missing_keys or self.unexpected_keys else "<All keys matched successfully>"
 
 
 class ParameterKind:
@@ -437,6 +440,9 @@ class Module:
 
     def half(self):
         return self.to(numpy.float16)
+
+    def type(self, dst_type):  # `model.type(torch.float64)`
+        return self.to(dst_type)
 
     def cpu(self):
         return self.to("cpu")

@@ -106,7 +106,9 @@ def _reduced(name):
 NAMES = {
     **dict.fromkeys(("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"), "ConvolutionBackward0"),
     **dict.fromkeys(("adaptive_avg_pool1d", "adaptive_max_pool1d"), "SqueezeBackward1"),
-    "adaptive_avg_pool2d": "AdaptiveAvgPool2DBackward0",
+    "adaptive_avg_pool2d": lambda args, kwargs: (  # (PyTorch's of a 1x1 output: a mean)
+        "MeanBackward1" if _arg(args, kwargs, 1, "output_size") in (1, (1, 1), [1, 1]) else "AdaptiveAvgPool2DBackward0"
+    ),
     "adaptive_max_pool2d": "AdaptiveMaxPool2DBackward0",
     "batch_norm": "NativeBatchNormBackward0",
     "layer_norm": "NativeLayerNormBackward0",

@@ -51,7 +51,10 @@ def unreduce(g, shape, dim, keepdim):
 def _sum(xp, x, dim, keepdim):
     # NumPy's own reduce, as `x.sum` calls it, without the Python frame of NumPy's `_methods._sum` between
     axis = None if dim is None else _axes(dim, x.ndim)
-    return _add_reduce(x, axis, None, None, keepdim) if type(x) is numpy.ndarray else x.sum(axis=axis, keepdims=keepdim)
+    wide = "int64" if x.dtype.kind == "u" else None  # (a uint8 sum is PyTorch's int64, not NumPy's uint64)
+    return (
+        _add_reduce(x, axis, wide, None, keepdim) if type(x) is numpy.ndarray else x.sum(axis, wide, keepdims=keepdim)
+    )
 
 
 _add_reduce = numpy.add.reduce

@@ -231,7 +231,7 @@ def _positions(x_shape, d, flat=True):
         size = x_shape[d] if x_shape else 1
         low, high = (int(index.min()), int(index.max())) if index.size else (0, 0)
         if low < 0 or high >= size:
-            raise IndexError(f"index {low if low < 0 else high} is out of bounds for dimension {d} with size {size}")
+            raise RuntimeError(f"index {low if low < 0 else high} is out of bounds for dimension {d} with size {size}")
         if not flat:
             return index.reshape(-1)
         strides = numpy.cumprod((1, *x_shape[::-1]))[-2::-1] if x_shape else (1,)

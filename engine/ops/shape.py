@@ -251,9 +251,9 @@ def _squeeze_shape(shape, dim):
 def _flatten_shape(shape, start_dim, end_dim):
     if not shape:
         return (1,)
-    a, b = (start_dim % len(shape), end_dim % len(shape))
+    (a,), (b,) = (shapes.normalize_dims(d, len(shape)) for d in (start_dim, end_dim))  # (PyTorch's IndexError)
     if a > b:
-        raise shapes.ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        raise shapes.ShapeError("flatten() has invalid args: start_dim cannot come after end_dim")  # (PyTorch's)
     size = 1
     for s in shape[a : b + 1]:
         size *= s
