@@ -230,6 +230,8 @@ class OpNode(Node):
                         check_saved(self, True, saved, versions)
         ans = None
         if op.uses_output:
+            if self.versions is None and reads_output(op, self.edges):  # its output freed (tan's: saves no input)
+                raise GraphFreedError()
             check_output(self, self.out_ref)
             ans = _result(self.out_data, self)
         attrs = self.attrs
