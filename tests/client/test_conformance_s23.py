@@ -59,3 +59,30 @@ def test_a_second_backward_through_a_result_saving_op_is_refused(torch_like, nam
     y2 = getattr(x, name)().sum()
     y2.backward(retain_graph=True)
     y2.backward()  # retained: a second backward is fine
+
+
+def sorted_selections(torch):
+    """topk/sort/msort/cummax/cummin as a beam search or a median filter writes them: their values' grad_fn
+    names and the gradient that reaches the input."""
+    x = torch.tensor(np.arange(12.0).reshape(3, 4) % 5, requires_grad=True)
+    s = torch.tensor(2.0, requires_grad=True)
+    outs = [
+        x.topk(2, 1)[0],
+        torch.sort(x, 0)[0],
+        x.sort(stable=True)[0],
+        torch.msort(x),
+        x.cummax(1)[0],
+        x.cummin(0).values,
+        s.cummax(0)[0],
+        s.topk(1).values,
+        x.sort(descending=True).values,
+    ]
+    sum(o.sum() for o in outs).backward()
+    return [(type(o.grad_fn).__name__, o.grad_fn.name()) for o in outs], x.grad.tolist(), s.grad.item()
+
+
+def test_sort_and_topk_values_have_pytorchs_grad_fn(torch_like):
+    torch = pytest.importorskip("torch")
+    (names, grad, s_grad), (want_names, want_grad, want_s_grad) = (sorted_selections(m) for m in (torch_like, torch))
+    assert names == want_names  # TopkBackward0, SortBackward0/1, CummaxBackward0..., not GatherBackward0
+    assert grad == want_grad and s_grad == want_s_grad
