@@ -86,3 +86,42 @@ def test_sort_and_topk_values_have_pytorchs_grad_fn(torch_like):
     (names, grad, s_grad), (want_names, want_grad, want_s_grad) = (sorted_selections(m) for m in (torch_like, torch))
     assert names == want_names  # TopkBackward0, SortBackward0/1, CummaxBackward0..., not GatherBackward0
     assert grad == want_grad and s_grad == want_s_grad
+
+
+def tensors_tutorial_out(torch):
+    """The Tensors tutorial's arithmetic written into `out=` Variables, and PyTorch's refusals of `out=`."""
+    tensor = torch.ones(4, 4)
+    tensor[:, 1] = 0
+    y3 = torch.rand_like(tensor)
+    same = torch.matmul(tensor, tensor.T, out=y3) is y3
+    z3 = torch.rand_like(tensor)
+    torch.mul(tensor, tensor, out=z3)
+    resized = torch.empty(0)
+    torch.add(torch.ones(2), 1, out=resized)
+    wider = torch.zeros(2, dtype=torch.float64)
+    torch.add(torch.ones(2), 1, out=wider)
+    values, indices = torch.empty(2), torch.empty(2, dtype=torch.long)
+    pair = torch.max(torch.tensor([[1.0, 3.0], [4.0, 2.0]]), 1, out=(values, indices))
+    stacked = torch.empty(2, 3)
+    torch.cat([torch.ones(1, 3), torch.zeros(1, 3)], out=stacked)
+    a = torch.ones(2, requires_grad=True)
+    refused = [
+        outcome(lambda: torch.add(a, a, out=torch.empty(2))),
+        outcome(lambda: torch.add(torch.ones(2), 1, out=torch.zeros(2, dtype=torch.long))),
+    ]
+    with torch.no_grad():
+        torch.add(a, a, out=values)
+    results = (y3, z3, resized, wider, values, indices, stacked)
+    return same, pair[1] is indices, [r.tolist() for r in results], str(wider.dtype), refused
+
+
+def test_out_arguments_of_torch_functions(torch_like):
+    torch = pytest.importorskip("torch")
+    assert tensors_tutorial_out(torch_like) == tensors_tutorial_out(torch)
+
+
+def test_an_out_argument_of_another_shape_is_resized_with_pytorchs_warning(torch_like):
+    out = torch_like.zeros(3)
+    with pytest.warns(UserWarning, match=r"An output with one or more elements was resized since it had shape \[3\]"):
+        torch_like.add(torch_like.ones(2), 1, out=out)
+    assert out.tolist() == [2.0, 2.0]
