@@ -125,3 +125,29 @@ def test_an_out_argument_of_another_shape_is_resized_with_pytorchs_warning(torch
     with pytest.warns(UserWarning, match=r"An output with one or more elements was resized since it had shape \[3\]"):
         torch_like.add(torch_like.ones(2), 1, out=out)
     assert out.tolist() == [2.0, 2.0]
+
+
+def bridge_with_numpy(torch):
+    """The Tensors tutorial's "Bridge with NumPy": a Variable and its numpy() (or from_numpy()) array share
+    memory, so an in-place op on the Variable changes the array, also after an op recorded its old value."""
+    t = torch.ones(5)
+    n = t.numpy()
+    t.add_(1)
+    seen = [n.tolist()]
+    n2 = numpy_array = np.ones(3)
+    u = torch.from_numpy(numpy_array)
+    before = u * 2  # reads the old values
+    u.mul_(3)
+    np.add(n2, 1, out=n2)
+    seen += [n2.tolist(), u.tolist(), before.tolist()]
+    x = torch.zeros(3)
+    xs = x.numpy()
+    for _ in range(3):
+        x += 1
+    x.mul_(2)
+    return [*seen, xs.tolist(), x.tolist(), t.tolist()]
+
+
+def test_an_in_place_op_changes_the_numpy_array_a_variable_shares(torch_like):
+    torch = pytest.importorskip("torch")
+    assert bridge_with_numpy(torch_like) == bridge_with_numpy(torch)
