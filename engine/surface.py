@@ -413,6 +413,10 @@ SHARED = {
 SCALAR_WARNED: list = []  # PyTorch's scalar-conversion warning is a TORCH_WARN_ONCE
 
 
+def _narrows(key) -> bool:  # whether PyTorch's `x[key] = v` writes into a view of x (x[0], x[:, 1:]), not x itself
+    return any(type(k) is int or type(k) is slice and k != slice(None) for k in (key if type(key) is tuple else (key,)))
+
+
 def _bound_methods(side, functions) -> tuple[dict, dict]:
     """(methods, module-level functions) that need the side's functions, grad mode or backward."""
     is_enabled = side.grad_mode.is_enabled
@@ -439,7 +443,7 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         if is_enabled():
             if self._node is None and self.requires_grad:
                 views.check_unrecorded(self)  # (a view made in no_grad mode)
-                raise RuntimeError(LEAF_INPLACE)
+                raise RuntimeError(views.VIEW_OF_LEAF if _narrows(key) else LEAF_INPLACE)
             if self.requires_grad or (isinstance(value, variable) and value.requires_grad):
                 self._assign_recorded(setitem(self._snapshot(), value, key), side.run)
                 return

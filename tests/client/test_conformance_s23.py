@@ -151,3 +151,18 @@ def bridge_with_numpy(torch):
 def test_an_in_place_op_changes_the_numpy_array_a_variable_shares(torch_like):
     torch = pytest.importorskip("torch")
     assert bridge_with_numpy(torch_like) == bridge_with_numpy(torch)
+
+
+@pytest.mark.parametrize("key", [0, (slice(None), 1), slice(1, None), Ellipsis, slice(None), [0], (0, [1])], ids=repr)
+def test_assigning_into_a_leaf_that_requires_grad_names_the_view_as_pytorch(torch_like, key):
+    """x[0] = v writes into a view of x (PyTorch: "a view of a leaf Variable..."); x[...] = v and
+    x[[0]] = v write into x itself ("a leaf Variable...")."""
+    torch = pytest.importorskip("torch")
+    messages = []
+    for m in (torch_like, torch):
+        x = m.ones(2, 3, requires_grad=True)
+        index = tuple(m.tensor(k) if isinstance(k, list) else k for k in key) if isinstance(key, tuple) else key
+        with pytest.raises(RuntimeError) as error:
+            x[m.tensor(index) if isinstance(index, list) else index] = 2.0
+        messages.append(str(error.value))
+    assert messages[0] == messages[1]
