@@ -110,7 +110,18 @@ def _getitem(attrs, grads, shapes):
     return _INDEXED.get(type(acting[-1]), "IndexBackward0") if acting else "AliasBackward0"
 
 
+def _setitem(attrs, grads, shapes):
+    """x[idx] = v IndexPutBackward0 where index arrays are all its index does (beside `:` and `...`), x[...] = v
+    FillBackward3 (v 0-d) or CopyBackwards, else CopySlices (x[0] = v, x[0, idx] = v: PyTorch writes into a view)."""
+    arrays = [type(i) is dict and "slice" not in i for i in attrs["index"]]
+    rest = [i for i, a in zip(attrs["index"], arrays) if not a and type(i) is not str and i != {"slice": [None] * 3}]
+    if not any(arrays) and not rest and shapes is not None:
+        return "CopyBackwards" if shapes[1] else "FillBackward3"
+    return "IndexPutBackward0" if any(arrays) and not rest else "CopySlices"
+
+
 BY_CALL = {
+    "setitem": _setitem,
     "sum": _overload("Sum"),
     "mean": _overload("Mean"),
     "prod": _overload("Prod"),

@@ -116,7 +116,7 @@ class NodeName(str):
         return QUALIFIED.get(self) or str(self)
 
 
-QUALIFIED = {name: "torch::autograd::" + name for name in ("AccumulateGrad", "CopySlices")}
+QUALIFIED = {name: "torch::autograd::" + name for name in ("AccumulateGrad", "CopySlices", "CopyBackwards")}
 
 
 class Node:

@@ -166,3 +166,31 @@ def test_assigning_into_a_leaf_that_requires_grad_names_the_view_as_pytorch(torc
             x[m.tensor(index) if isinstance(index, list) else index] = 2.0
         messages.append(str(error.value))
     assert messages[0] == messages[1]
+
+
+def assignment_names(torch):
+    """The grad_fn names of assignments into a clone, as a masking or a scatter of scores writes them."""
+    x = torch.ones(2, 3, requires_grad=True)
+    keys = [[0], (slice(None), [1]), (0, [1]), "mask", (Ellipsis, [1]), 0, (slice(None), slice(1, None))]
+    names = []
+    for key in keys:
+        y = x.clone()
+        if key == "mask":
+            y[x.detach() > 0] = 2.0
+        else:
+            y[tuple(torch.tensor(k) if isinstance(k, list) else k for k in key) if isinstance(key, tuple) else key] = (
+                2.0
+            )
+        names.append(y.grad_fn.name())
+        (y * 2).sum().backward()
+    for value in (2.0, torch.tensor(3.0), torch.ones(3)):
+        y = x.clone()
+        y[...] = value
+        names.append(y.grad_fn.name())
+    return names, x.grad.tolist()
+
+
+def test_assignments_have_pytorchs_grad_fn_names(torch_like):
+    torch = pytest.importorskip("torch")
+    # IndexPutBackward0 (index arrays), CopySlices (into a view), FillBackward3/CopyBackwards (the whole tensor)
+    assert assignment_names(torch_like) == assignment_names(torch)
