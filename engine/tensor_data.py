@@ -1,7 +1,7 @@
 """`TensorData`: what `.data` hands out. A NumPy array (a view sharing the Variable's memory)
 that also answers the `Tensor` methods PyTorch-0.3 programs call on `.data`:
 `loss.data[0]`, `w.grad.data.zero_()`, `y.data.norm()`, `p.data.add_(-lr, p.grad.data)`, and the ones today's
-tutorials still call on it: `p.data.add_(p.grad.data, alpha=-lr)`, `x.grad.data.sign()`, `w.data.uniform_(-r, r)`,
+tutorials still call on it: `p.data.add_(p.grad.data, alpha=-lr)`, `x.grad.data.sign()`, `.abs()`, `w.data.uniform_(-r, r)`,
 `w.data.normal_(0, 0.02)`, `p.data.clamp_(-c, c)`.
 
 It is an `ndarray` subclass, so NumPy code keeps working on it; arrays stored inside Variables
@@ -95,6 +95,9 @@ class TensorData(numpy.ndarray):
 
     def sign(self):
         return numpy.sign(self)
+
+    def abs(self):  # saliency maps' `torch.max(x.grad.data.abs(), dim=1)`
+        return numpy.abs(self)
 
     def norm(self, p=2):
         """The p-norm of all elements, as a Python float (PyTorch 0.3's `Tensor.norm()`)."""

@@ -194,3 +194,21 @@ def test_assignments_have_pytorchs_grad_fn_names(torch_like):
     torch = pytest.importorskip("torch")
     # IndexPutBackward0 (index arrays), CopySlices (into a view), FillBackward3/CopyBackwards (the whole tensor)
     assert assignment_names(torch_like) == assignment_names(torch)
+
+
+def saliency_of_data(torch):
+    """The classic saliency map: `torch.max(x.grad.data.abs(), dim=1)` (SmoothGrad sums them)."""
+    x = torch.tensor(np.arange(24.0, dtype=np.float32).reshape(2, 3, 4) / 10 - 1, requires_grad=True)
+    (x**3).sum().backward()
+    saliency, channel = torch.max(x.grad.data.abs(), dim=1)
+    total = torch.zeros(2, 3, 4)
+    total += x.grad.data.abs()
+    return saliency.tolist(), channel.tolist(), total.sum().item()
+
+
+def test_saliency_from_the_data_of_a_gradient(torch_like):
+    torch = pytest.importorskip("torch")
+    got, want = saliency_of_data(torch_like), saliency_of_data(torch)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    assert got[1] == want[1]
+    assert got[2] == pytest.approx(want[2], rel=1e-6)
