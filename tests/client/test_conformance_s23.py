@@ -212,3 +212,165 @@ def test_saliency_from_the_data_of_a_gradient(torch_like):
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
     assert got[1] == want[1]
     assert got[2] == pytest.approx(want[2], rel=1e-6)
+
+
+# --- whole programs (adversarial examples, attributions, input design, eval loops), compared with PyTorch -----------
+_rng = np.random.default_rng(0)
+X = _rng.standard_normal((8, 5)).astype(np.float32)
+Y = _rng.integers(0, 3, 8)
+WEIGHTS = [
+    (_rng.standard_normal(shape) * scale).astype(np.float32)
+    for shape, scale in [((16, 5), 0.3), ((16,), 0.1), ((3, 16), 0.3), ((3,), 0.1)]
+]
+
+
+def classifier(torch, activation="ReLU"):
+    """A small MLP with fixed weights, copied in under no_grad (as a checkpoint loader would)."""
+    model = torch.nn.Sequential(torch.nn.Linear(5, 16), getattr(torch.nn, activation)(), torch.nn.Linear(16, 3))
+    with torch.no_grad():
+        for p, w in zip(model.parameters(), WEIGHTS):
+            p.copy_(torch.tensor(w))
+    return model
+
+
+def pgd_with_delta(torch):
+    """PGD on a perturbation leaf: delta.data updated from delta.grad.sign(), clamped to eps, its grad zeroed."""
+    model = classifier(torch)
+    model.requires_grad_(False)
+    x, y = torch.tensor(X), torch.tensor(Y)
+    delta = torch.zeros_like(x, requires_grad=True)
+    losses = []
+    for _ in range(4):
+        loss = torch.nn.functional.cross_entropy(model(x + delta), y)
+        loss.backward()
+        losses.append(loss.item())
+        delta.data = (delta + 0.05 * delta.grad.detach().sign()).clamp(-0.3, 0.3)
+        delta.grad.zero_()
+    return {"delta": delta, "losses": losses, "grad": delta.grad, "weight_grad": model[0].weight.grad}
+
+
+def pgd_with_autograd_grad(torch):
+    """PGD by autograd.grad, projected back into the eps-ball with min/max, then a no_grad accuracy."""
+    model = classifier(torch)
+    x, y = torch.tensor(X), torch.tensor(Y)
+    x_adv = x.clone()
+    for _ in range(3):
+        x_adv.requires_grad_(True)
+        loss = torch.nn.functional.cross_entropy(model(x_adv), y)
+        (grad,) = torch.autograd.grad(loss, [x_adv])
+        x_adv = x_adv.detach() + 0.05 * grad.sign()
+        x_adv = torch.min(torch.max(x_adv, x - 0.3), x + 0.3).clamp(-3, 3)
+    with torch.no_grad():
+        accuracy = (model(x_adv).argmax(dim=1) == y).float().mean().item()
+    return {"x_adv": x_adv, "accuracy": accuracy, "param_grads": [p.grad for p in model.parameters()]}
+
+
+def integrated_gradients(torch):
+    """Integrated gradients along a straight path (trapezoid rule), with the completeness check."""
+    model = classifier(torch).eval()
+    x = torch.tensor(X[:1])
+    baseline = torch.zeros_like(x)
+    path = (baseline + torch.linspace(0, 1, 11).view(-1, 1) * (x - baseline)).requires_grad_(True)
+    (grads,) = torch.autograd.grad(model(path)[:, 1].sum(), path)
+    attributions = (x - baseline) * (grads[:-1] + grads[1:]).mean(0) / 2
+    return {"attributions": attributions, "total": attributions.sum().item(), "gap": (model(x) - model(baseline))[0, 1]}
+
+
+def input_design_with_adam(torch):
+    """Optimizing an input (the model frozen) with Adam: the loss history, the input and Adam's state."""
+    model = classifier(torch)
+    model.requires_grad_(False)
+    z = torch.zeros(1, 5, requires_grad=True)
+    optimizer = torch.optim.Adam([z], lr=0.1)
+    history = []
+    for _ in range(6):
+        optimizer.zero_grad()
+        loss = -model(z)[0, 1] + 0.01 * (z**2).sum()
+        loss.backward()
+        optimizer.step()
+        history.append(loss.item())
+    return {"z": z, "history": history, "grad": z.grad, "exp_avg": optimizer.state_dict()["state"][0]["exp_avg"]}
+
+
+def eval_loop_accuracy(torch):
+    """pytorch/examples' test loop: summed loss, argmax(keepdim) and eq(view_as), .item() accumulations."""
+    model = classifier(torch).eval()
+    x, y = torch.tensor(X), torch.tensor(Y)
+    correct, total, loss = 0, 0, 0.0
+    with torch.no_grad():
+        for i in range(0, 8, 4):
+            output = model(x[i : i + 4])
+            loss += torch.nn.functional.cross_entropy(output, y[i : i + 4], reduction="sum").item()
+            pred = output.argmax(dim=1, keepdim=True)
+            correct += pred.eq(y[i : i + 4].view_as(pred)).sum().item()
+            total += y[i : i + 4].size(0)
+    return {"correct": correct, "total": total, "loss": loss, "output": output, "pred": pred}
+
+
+def wgan_gradient_penalty(torch):
+    """A critic's steps with WGAN-GP's penalty (create_graph=True), optimized by Adam. (Tanh: with a ReLU
+    critic the engine leaves `mixed.grad` None where PyTorch's is zeros, a divergence left open.)"""
+    critic = classifier(torch, "Tanh")
+    optimizer = torch.optim.Adam(critic.parameters(), lr=1e-3, betas=(0.5, 0.9))
+    real, rng = torch.tensor(X), np.random.default_rng(3)
+    history = []
+    for _ in range(3):
+        fake = torch.tensor(rng.standard_normal((8, 5)).astype(np.float32))
+        eps = torch.tensor(rng.uniform(size=(8, 1)).astype(np.float32))
+        mixed = (eps * real + (1 - eps) * fake).requires_grad_(True)
+        (grad,) = torch.autograd.grad(critic(mixed).sum(), mixed, create_graph=True)
+        penalty = ((grad.norm(2, dim=1) - 1) ** 2).mean()
+        loss = critic(fake).mean() - critic(real).mean() + 10.0 * penalty
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        history.append(loss.item())
+    return {"history": history, "weight": critic[0].weight, "mixed_grad": mixed.grad}
+
+
+def _described(value):
+    """What a program's result is compared by: values, dtype, shape, requires_grad, is_leaf and grad_fn name."""
+    if hasattr(value, "grad_fn") and hasattr(value, "detach"):
+        name = None if value.grad_fn is None else value.grad_fn.name()
+        meta = (str(value.dtype), tuple(value.shape), value.requires_grad, value.is_leaf, name)
+        return ("tensor", np.asarray(value.detach().numpy()), meta)
+    if isinstance(value, dict):
+        return {k: _described(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_described(v) for v in value]
+    return value
+
+
+def _assert_same(got, want, where="result"):
+    if isinstance(want, tuple) and want and want[0] == "tensor":
+        assert isinstance(got, tuple) and got[0] == "tensor", f"{where}: {got!r} where PyTorch has a tensor"
+        assert got[2] == want[2], f"{where}: (dtype, shape, requires_grad, is_leaf, grad_fn) {got[2]} vs {want[2]}"
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-5, err_msg=where)
+    elif isinstance(want, dict):
+        assert got.keys() == want.keys(), where
+        for key in want:
+            _assert_same(got[key], want[key], f"{where}.{key}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), f"{where}: {got!r} vs {want!r}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            _assert_same(g, w, f"{where}[{i}]")
+    elif isinstance(want, float):
+        assert type(got) is float and got == pytest.approx(want, rel=1e-4, abs=1e-5), f"{where}: {got!r} vs {want!r}"
+    else:
+        assert type(got) is type(want) and got == want, f"{where}: {got!r} vs {want!r}"
+
+
+PROGRAMS = [
+    pgd_with_delta,
+    pgd_with_autograd_grad,
+    integrated_gradients,
+    input_design_with_adam,
+    eval_loop_accuracy,
+    wgan_gradient_penalty,
+]
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.__name__)
+def test_program_matches_pytorch(torch_like, program):
+    torch = pytest.importorskip("torch")
+    _assert_same(_described(program(torch_like)), _described(program(torch)))
