@@ -46,11 +46,24 @@ def host_array(data, dtype=None) -> numpy.ndarray:
             if str(error) != NUMPY_OF_GRAD:
                 raise
             array = numpy.asarray(_values(data))
-        if dtype is None and array.dtype == numpy.float64 and not isinstance(data, numpy.generic):
+        if (
+            dtype is None
+            and array.dtype == numpy.float64
+            and not isinstance(data, numpy.generic)
+            and not _doubles(data)
+        ):
             array = array.astype(numpy.float32)
     if dtype is not None and array.dtype != numpy.dtype(dtype):
         array = array.astype(dtype)
     return array
+
+
+def _doubles(data) -> bool:
+    """Whether lists hold a float64 NumPy scalar, array or Variable: PyTorch's `tensor([np.float64(1.0), 2.0])`
+    promotes the items' dtypes, Python floats counting as float32."""
+    if isinstance(data, (list, tuple)):
+        return any([_doubles(item) for item in data])
+    return getattr(data, "dtype", None) == numpy.float64
 
 
 def _values(data):

@@ -374,3 +374,27 @@ PROGRAMS = [
 def test_program_matches_pytorch(torch_like, program):
     torch = pytest.importorskip("torch")
     _assert_same(_described(program(torch_like)), _described(program(torch)))
+
+
+def constructed_dtypes(torch):
+    """torch.tensor of lists mixing Python numbers with NumPy scalars, arrays and Variables: the items' dtypes
+    promoted (an RL loop's `torch.tensor(rewards)` of np.float64 returns is float64), Python floats as float32."""
+    cases = [
+        [np.float64(1.0)],
+        [1.0, np.float64(2)],
+        [np.float32(1), np.float64(2)],
+        [[np.float64(1)], [2.0]],
+        [np.array([1.0, 2.0])],
+        [torch.tensor(1.0, dtype=torch.float64)],
+        (np.float64(1),),
+        [np.float32(1.5), 2.0],
+        [np.int64(1), 2.5],
+        [1, np.int32(2)],
+        [1.0, 2.0],
+    ]
+    return [str(torch.tensor(c).dtype) for c in cases] + [str(torch.as_tensor([np.float64(0.5)] * 3).dtype)]
+
+
+def test_tensor_of_a_list_of_numpy_scalars_keeps_their_dtype(torch_like):
+    torch = pytest.importorskip("torch")
+    assert constructed_dtypes(torch_like) == constructed_dtypes(torch)
