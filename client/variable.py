@@ -255,7 +255,8 @@ def lend(surface: dict) -> None:
         return v
 
     numpy.__doc__, shared.__doc__ = numpy_of.__doc__, from_numpy.__doc__
-    Variable.numpy, surface["from_numpy"] = numpy, shared
+    Variable.numpy = numpy  # type: ignore[method-assign]  # (over the surface's)
+    surface["from_numpy"] = shared
 
 
 def _raw(value):

@@ -30,6 +30,7 @@ op under a new name (its `OpDef.methods`, or a function here). What stays per si
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -620,8 +621,7 @@ def _taking_out(fn, name, grad_mode):
                     o.copy_(r)
         return type(result)(*outs) if isinstance(out, (tuple, list)) else out
 
-    call.__name__ = call.__qualname__ = getattr(fn, "__name__", name)
-    call.__doc__, call.__wrapped__ = fn.__doc__, fn  # (inspect.signature: fn's)
+    functools.update_wrapper(call, fn).__wrapped__ = getattr(fn, "__wrapped__", fn)  # (an autocast one's op function)
     return call
 
 
