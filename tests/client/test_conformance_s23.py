@@ -398,3 +398,28 @@ def constructed_dtypes(torch):
 def test_tensor_of_a_list_of_numpy_scalars_keeps_their_dtype(torch_like):
     torch = pytest.importorskip("torch")
     assert constructed_dtypes(torch_like) == constructed_dtypes(torch)
+
+
+def selection_names(torch):
+    """grad_fn names of PyTorch's picking and writing functions (composed of registry ops here)."""
+    x = torch.ones(3, 4, requires_grad=True)
+    index = torch.tensor([[0, 1], [2, 3], [1, 1]])
+    outs = [
+        x.scatter(1, index, 0.0),
+        x.scatter(1, index, torch.ones(3, 2)),
+        torch.scatter(x, 1, index, value=2.0),
+        x.index_fill(1, torch.tensor([0]), 1.0),
+        x.index_fill(1, torch.tensor([0]), torch.tensor(1.0)),
+        x.index_copy(0, torch.tensor([2, 0, 1]), x * 2),
+        x.masked_scatter(x > 0, x * 2),
+        torch.take(x, torch.tensor([0, 5])),
+    ]
+    sum(o.sum() for o in outs).backward()
+    return [o.grad_fn.name() for o in outs], x.grad.tolist()
+
+
+def test_selection_functions_have_pytorchs_grad_fn_names(torch_like):
+    torch = pytest.importorskip("torch")
+    (names, grad), (want_names, want_grad) = selection_names(torch_like), selection_names(torch)
+    assert names == want_names  # ScatterBackward1 for a value, IndexFillBackward0/1, IndexCopyBackward0...
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-6)
