@@ -423,3 +423,25 @@ def test_selection_functions_have_pytorchs_grad_fn_names(torch_like):
     (names, grad), (want_names, want_grad) = selection_names(torch_like), selection_names(torch)
     assert names == want_names  # ScatterBackward1 for a value, IndexFillBackward0/1, IndexCopyBackward0...
     np.testing.assert_allclose(grad, want_grad, rtol=1e-6)
+
+
+def order_statistics_names(torch):
+    """kthvalue/median/nanmedian/mode values' grad_fn names (without ties: their indices are PyTorch's too)."""
+    x = torch.tensor([[3.0, 1.0, 2.5, 2.0], [0.0, 5.0, 6.0, 1.0], [4.0, 7.0, 2.0, 9.0]], requires_grad=True)
+    outs = [
+        x.kthvalue(2, 1)[0],
+        x.kthvalue(2, 1, keepdim=True)[0],
+        x.median(),
+        x.median(1)[0],
+        x.nanmedian(),
+        x.nanmedian(0).values,
+        x.mode(1).values,
+        torch.tensor(2.0, requires_grad=True).mode().values,
+    ]
+    sum(o.sum() for o in outs[:-1]).backward()
+    return [o.grad_fn.name() for o in outs], [o.tolist() for o in outs], x.grad.tolist()
+
+
+def test_order_statistics_have_pytorchs_grad_fn_names(torch_like):
+    torch = pytest.importorskip("torch")
+    assert order_statistics_names(torch_like) == order_statistics_names(torch)
