@@ -282,6 +282,8 @@ def functions(ops, make) -> dict:
     def _picked(input, order, d, keepdim, at, name):
         """(values, indices) at position `at` (an int, or a Variable of positions) of `order` along d; the values'
         grad_fn named `name` (PyTorch's: KthvalueBackward0...)."""
+        if not input.ndim:  # its one entry (d is 0), 0-d as PyTorch's whatever keepdim
+            input, order, keepdim = reshape(input, (1,)), reshape(order, (1,)), False
         indices = narrow(order, d, at, 1) if isinstance(at, int) else ops["gather"](order, at, dim=d)
         values = ops["gather"](input, indices, dim=d)
         if not keepdim:

@@ -445,3 +445,16 @@ def order_statistics_names(torch):
 def test_order_statistics_have_pytorchs_grad_fn_names(torch_like):
     torch = pytest.importorskip("torch")
     assert order_statistics_names(torch_like) == order_statistics_names(torch)
+
+
+def order_statistics_of_a_scalar(torch):
+    s = torch.tensor(2.0, requires_grad=True)
+    outs = [s.median(0), s.kthvalue(1), s.nanmedian(-1), s.median(0, keepdim=True), s.kthvalue(1, 0, True)]
+    sum(o.values for o in outs).backward()
+    return [(o.values.tolist(), o.indices.tolist(), tuple(o.values.shape)) for o in outs], s.grad.item()
+
+
+def test_median_and_kthvalue_of_a_0d_tensor(torch_like):
+    """A 0-d tensor's median(0)/kthvalue(1) is its value at index 0 (they raised IndexError from narrow)."""
+    torch = pytest.importorskip("torch")
+    assert order_statistics_of_a_scalar(torch_like) == order_statistics_of_a_scalar(torch)
