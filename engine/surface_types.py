@@ -30,6 +30,21 @@ class VariableSurface(SurfaceMethods):
     __slots__ = ()
 
 
+class Size(tuple):
+    """`torch.Size`: a tuple of dimensions, what `.shape` and `.size()` return (`print(x.shape)`: torch.Size([3, 4]))."""
+
+    __slots__ = ()
+
+    def numel(self) -> int:
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+    def __repr__(self) -> str:
+        return f"torch.Size({list(self)})"
+
+
 class MaxMin(NamedTuple, Generic[_V]):
     """What `max(x, dim)` and `min(x, dim)` return, as in PyTorch: (values, indices)."""
 

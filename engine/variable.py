@@ -24,7 +24,7 @@ from engine.dtypes import of as dtype_of
 from engine.grad_mode import INFERENCE
 from engine.grad_mode import state as grad_state
 from engine.indexing import from_key, to_key
-from engine.surface_types import VariableSurface
+from engine.surface_types import Size, VariableSurface
 from engine.tensor_data import plain, same_array, tensor_data
 
 NUMPY_OF_GRAD = "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
@@ -169,8 +169,8 @@ class Variable(VariableSurface):
         return self
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self._data.shape)
+    def shape(self) -> Size:
+        return Size(self._data.shape)
 
     @property
     def dtype(self) -> DType:

@@ -458,3 +458,26 @@ def test_median_and_kthvalue_of_a_0d_tensor(torch_like):
     """A 0-d tensor's median(0)/kthvalue(1) is its value at index 0 (they raised IndexError from narrow)."""
     torch = pytest.importorskip("torch")
     assert order_statistics_of_a_scalar(torch_like) == order_statistics_of_a_scalar(torch)
+
+
+def shapes_printed(torch):
+    """The tutorials' `print(f"Shape of tensor: {tensor.shape}")`: torch.Size, still a tuple of ints."""
+    x = torch.ones(3, 4, requires_grad=True)
+    y = x * 2
+    return [
+        f"Shape of tensor: {x.shape}",
+        str(y.shape),
+        repr(y.size()),
+        str(y.sum().shape),
+        x.shape == (3, 4),
+        y.size(1),
+        list(y.shape),
+        y.shape.numel(),
+        str(torch.zeros(x.shape).shape),
+        str(x.view(x.shape[0], -1).reshape(y.size()).shape),
+    ]
+
+
+def test_shapes_are_torch_size(torch_like):
+    torch = pytest.importorskip("torch")
+    assert shapes_printed(torch_like) == shapes_printed(torch)
