@@ -20,19 +20,8 @@ from client.residents import WATCHED, touched
 from client.state import INFERENCE, current_phase, current_session, enable_grad, mode, no_grad
 from client.views import assign_recorded as assign_views
 from client.views import bump, written_through
-from engine import backend
-from engine.api import (
-    Device,
-    DType,
-    Size,
-    VariableSurface,
-    dtype_of,
-    from_key,
-    host_array,
-    same_array,
-    tensor_data,
-    to_key,
-)
+from engine import api, backend
+from engine.api import Device, DType, VariableSurface, dtype_of, from_key, host_array, same_array, tensor_data, to_key
 from engine.api import Variable as EngineVariable
 from engine.api import alias as sharing_version
 
@@ -170,8 +159,8 @@ class Variable(VariableSurface):
         return self
 
     @property
-    def shape(self) -> Size:
-        return Size(self._data.shape if self._data is not None else self._value.shape)
+    def shape(self) -> api.Size:
+        return api.Size(self._data.shape if self._data is not None else self._value.shape)
 
     @property
     def dtype(self) -> DType:

@@ -17,6 +17,7 @@ The names the surface's annotations use (`V`: the Variable's own class, `Operand
 
 from __future__ import annotations
 
+import math
 from typing import Generic, NamedTuple, TypeVar
 
 from engine.surface_methods import SurfaceMethods
@@ -36,10 +37,7 @@ class Size(tuple):
     __slots__ = ()
 
     def numel(self) -> int:
-        n = 1
-        for d in self:
-            n *= d
-        return n
+        return math.prod(self)
 
     def __repr__(self) -> str:
         return f"torch.Size({list(self)})"
