@@ -481,3 +481,31 @@ def shapes_printed(torch):
 def test_shapes_are_torch_size(torch_like):
     torch = pytest.importorskip("torch")
     assert shapes_printed(torch_like) == shapes_printed(torch)
+
+
+def legacy_predictions(torch):
+    """The PyTorch-0.3 examples' test loop on `.data`: `output.data.max(1, keepdim=True)[1]`, `pred.eq(...)`,
+    `.cpu().sum()`, and `x.data.cpu().numpy()`."""
+    output = torch.tensor([[0.1, 0.7, 0.2], [0.5, 0.3, 0.2], [0.1, 0.2, 0.7]], requires_grad=True) * 1
+    target = torch.tensor([1, 0, 1])
+    pred = output.data.max(1, keepdim=True)[1]
+    correct = pred.eq(target.data.view_as(pred)).cpu().sum()
+    values, indices = output.data.max(1)
+    return [
+        pred.tolist(),
+        int(correct),
+        output.data.max(1)[1].tolist(),
+        values.tolist(),
+        output.data.min(0)[1].tolist(),
+        float(output.data.max()),
+        output.data.cpu().numpy().tolist(),
+        indices.tolist(),
+    ]
+
+
+def test_legacy_predictions_from_data(torch_like):
+    torch = pytest.importorskip("torch")
+    got, want = legacy_predictions(torch_like), legacy_predictions(torch)
+    for i in (3, 5, 6):  # float32 values
+        np.testing.assert_allclose(got[i], want[i], rtol=1e-6)
+    assert [got[i] for i in (0, 1, 2, 4, 7)] == [want[i] for i in (0, 1, 2, 4, 7)]
