@@ -245,8 +245,6 @@ def lend(surface: dict) -> None:
 
     def numpy(self, *, force=False):
         array = numpy_of(self, force=force)
-        if self._data is None and self._value.node is None and not self._value.requires_grad:
-            self._data, self._shared = self._value.array, True  # a computed value, now a leaf that shares its array
         if self._data is not None:
             LENT[id(self)] = self
         return array
