@@ -17,7 +17,7 @@ here by `client.ops`; client/README.md tells the rest.
 import sys
 from typing import TYPE_CHECKING
 
-from client import autograd, errors, ops
+from client import autograd, errors, ops, variable
 from client.autograd import grad
 from client.dot import graph_svg, to_dot
 from client.errors import *  # noqa: F403  (the error classes: errors.__all__)
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # what engine.surface installs below (`client.exp`, `client.z
     from client._surface import *  # noqa: F403
 
 _SURFACE = ops.install(autograd.backward)
+variable.lend(_SURFACE)
 globals().update(_SURFACE)
 
 # torch.nn and torch.optim (they need the names above), torch.autograd's other names and torch.func

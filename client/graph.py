@@ -17,7 +17,7 @@ from collections import namedtuple
 
 import numpy
 
-from engine.api import FUNCTION_NAME, check_output, check_saved
+from engine.api import FUNCTION_NAME, GraphFreedError, check_output, check_saved
 from engine.api import Node as EngineNode
 
 LEAF, CONST, OP, FUNCTION, CUT = "input", "constant", "op", "function", "cut"
@@ -91,6 +91,8 @@ class Node(EngineNode):
             check_saved(self, self.saves, self.saved, self.versions, self.saved_name)
         if self.versions is not None:
             check_output(self, self.out_ref)
+        elif self.out_ref is not None:  # freed, and its backward reads its output (tan's: no saved input)
+            raise GraphFreedError()
 
     def free(self):
         """What a backward without retain_graph does: the saved inputs can't be read again, nor are kept alive."""

@@ -20,12 +20,15 @@ from client.residents import WATCHED, touched
 from client.state import INFERENCE, current_phase, current_session, enable_grad, mode, no_grad
 from client.views import assign_recorded as assign_views
 from client.views import bump, written_through
-from engine import backend
+from engine import api, backend
 from engine.api import Device, DType, VariableSurface, dtype_of, from_key, host_array, same_array, tensor_data, to_key
 from engine.api import Variable as EngineVariable
 from engine.api import alias as sharing_version
 
 _COMPUTES_ON: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> the device its server reports
+# data leaves whose array the caller shares (numpy(), from_numpy()): an in-place update is written into it at once,
+# as PyTorch's Tensors tutorial shows (`n = t.numpy(); t.add_(1)` changes n), and a recorded op gets the copy
+LENT: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> Variable (== is elementwise)
 
 
 def as_host_array(data, dtype=None) -> numpy.ndarray:
@@ -100,7 +103,10 @@ class Variable(VariableSurface):
     def data(self) -> Any:
         if self._shared:  # recorded by some op: copy before the caller can mutate it, unless nothing holds the record
             if sys.getrefcount(self._value) > 2:  # this Variable's slot and the call's argument
-                self._data, self._value = self._data.copy(), None
+                if LENT.get(id(self)) is self:
+                    self._value.array, self._value = self._data.copy(), None
+                else:
+                    self._data, self._value = self._data.copy(), None
             self._shared = False
         data = tensor_data(self._array(), type(self))
         if WATCHED:  # a resident parameter (client.residents): its array may be written through this
@@ -153,8 +159,8 @@ class Variable(VariableSurface):
         return self
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self._data.shape) if self._data is not None else self._value.shape
+    def shape(self) -> api.Size:
+        return api.Size(self._data.shape if self._data is not None else self._value.shape)
 
     @property
     def dtype(self) -> DType:
@@ -216,7 +222,8 @@ class Variable(VariableSurface):
         (`w -= lr * g` in a tensor program costs no request)."""
         items = [value, *(key if isinstance(key, tuple) else (key,))]
         lazy = [i for i in items if isinstance(i, Variable) and not i._has_value]
-        if self._data is not None and (not lazy or self._requires_grad and all(i._value.phase is None for i in lazy)):
+        fetching = self._requires_grad or LENT.get(id(self)) is self
+        if self._data is not None and (not lazy or fetching and all(i._value.phase is None for i in lazy)):
             if lazy:
                 current_session().fetch(*lazy)
             spec, arrays = from_key(key, lambda item: numpy.asarray(_raw(item)))
@@ -230,6 +237,26 @@ class Variable(VariableSurface):
             result._value.node = node
         self._stand_for(result)
         bump(self)
+
+
+def lend(surface: dict) -> None:
+    """Make `Variable.numpy()` and `from_numpy()` (in `surface`, the module-level names) lend their arrays (`LENT`)."""
+    numpy_of, from_numpy = Variable.numpy, surface["from_numpy"]
+
+    def numpy(self, *, force=False):
+        array = numpy_of(self, force=force)
+        if self._data is not None:
+            LENT[id(self)] = self
+        return array
+
+    def shared(array):
+        v = from_numpy(array)
+        LENT[id(v)] = v
+        return v
+
+    numpy.__doc__, shared.__doc__ = numpy_of.__doc__, from_numpy.__doc__
+    Variable.numpy = numpy  # type: ignore[method-assign]  # (over the surface's)
+    surface["from_numpy"] = shared
 
 
 def _raw(value):

@@ -79,7 +79,7 @@ from engine.shapes import Bounded, ShapeError
 from engine.special_functions import bind as bind_special
 from engine.surface import NoValue, Side, exported
 from engine.surface import install as install_surface
-from engine.surface_types import VariableSurface
+from engine.surface_types import Size, VariableSurface
 from engine.tensor_data import same_array, tensor_data
 from engine.variable import Variable, as_array, host_array
 from engine.views import alias, check_rebase, live, positions, view_of
@@ -199,6 +199,7 @@ __all__ = [
     "PUBLIC_MODULES",
     # values
     "Variable",
+    "Size",
     "VariableSurface",
     "variable_of",
     "array_of",

@@ -66,10 +66,11 @@ STATIC = {
 
 # torch.* functions that the engine composes of other ops where PyTorch runs one node of their own: the surface
 # names their result's node `static`'s name of the function (`addmm` AddmmBackward0, `square` PowBackward0)
+# (sort, topk, cummax, cummin, kthvalue, mode, take and masked_scatter name theirs where they are composed: a name
+# that depends on the call, SortBackward1 for stable=True)
 COMPOSED = frozenset(
     "addmm addmv addr baddbmm addbmm addcmul addcdiv rsqrt reciprocal square repeat flip fliplr flipud roll rot90 trace "
-    "frac logit hypot logaddexp logaddexp2 take sinc dist rad2deg deg2rad nan_to_num kthvalue mode topk sort cummax "
-    "cummin masked_scatter clamp_min clamp_max".split()
+    "frac logit hypot logaddexp logaddexp2 sinc dist rad2deg deg2rad nan_to_num clamp_min clamp_max".split()
 )
 STATIC.update(square="PowBackward0", fliplr="FlipBackward0", flipud="FlipBackward0", rad2deg="Rad2DegBackward0")
 STATIC.update(deg2rad="Deg2RadBackward0")
@@ -136,7 +137,18 @@ def _getitem(attrs, grads, shapes):
     return _INDEXED.get(type(acting[-1]), "IndexBackward0") if acting else "AliasBackward0"
 
 
+def _setitem(attrs, grads, shapes):
+    """x[idx] = v IndexPutBackward0 where index arrays are all its index does (beside `:` and `...`), x[...] = v
+    FillBackward3 (v 0-d) or CopyBackwards, else CopySlices (x[0] = v, x[0, idx] = v: PyTorch writes into a view)."""
+    arrays = [type(i) is dict and "slice" not in i for i in attrs["index"]]
+    rest = [i for i, a in zip(attrs["index"], arrays) if not a and type(i) is not str and i != {"slice": [None] * 3}]
+    if not any(arrays) and not rest and shapes is not None:
+        return "CopyBackwards" if shapes[1] else "FillBackward3"
+    return "IndexPutBackward0" if any(arrays) and not rest else "CopySlices"
+
+
 BY_CALL = {
+    "setitem": _setitem,
     "sum": _overload("Sum"),
     "mean": _overload("Mean"),
     "prod": _overload("Prod"),

@@ -117,7 +117,7 @@ class NodeName(str):
         return QUALIFIED.get(self) or str(self)
 
 
-QUALIFIED = {name: "torch::autograd::" + name for name in ("AccumulateGrad", "CopySlices")}
+QUALIFIED = {name: "torch::autograd::" + name for name in ("AccumulateGrad", "CopySlices", "CopyBackwards")}
 
 
 class Node:
@@ -231,6 +231,8 @@ class OpNode(Node):
                         check_saved(self, True, saved, versions)
         ans = None
         if op.uses_output:
+            if self.versions is None and reads_output(op, self.edges):  # its output freed (tan's: saves no input)
+                raise GraphFreedError()
             check_output(self, self.out_ref)
             ans = _result(self.out_data, self)
         attrs = self.attrs

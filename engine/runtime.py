@@ -17,7 +17,7 @@ from engine import promotion
 from engine.dtypes import DType
 from engine.dtypes import of as dtype_of
 from engine.factory import as_dtype
-from engine.variable import Size
+from engine.surface_types import Size
 
 # PyTorch's default (rtol, atol) of assert_close by dtype
 TOLERANCES = {"float16": (1e-3, 1e-5), "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7)}

@@ -30,6 +30,7 @@ op under a new name (its `OpDef.methods`, or a function here). What stays per si
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ from engine import (
     grad_fn_names,
     inplace,
     modern,
+    promotion,
     shapes,
     tensor_math,
     tensor_more,
@@ -560,12 +562,9 @@ def install(side: Side) -> dict:
     for name, method in sampling.methods().items():
         setattr(cls, name, method)
     aliases = {alias: functions[name] for alias, name in modern.FUNCTION_ALIASES.items()}
+    computing = {**functions, **composed, **found, **aliases, **extremes}  # torch.add(a, b, out=c)...
     return {
-        **functions,
-        **composed,
-        **found,
-        **aliases,
-        **extremes,
+        **{name: _taking_out(fn, name, side.grad_mode) for name, fn in computing.items()},
         **constructors.names(),
         **sampling.names(),
         **spellings,
@@ -596,6 +595,47 @@ def exported(names) -> list:
     """The names for a package's `__all__`, sorted: all but those that would shadow a Python builtin under
     `from engine import *` (`float`, `int`, `bool`, `all`, `max`... stay `engine.float`...)."""
     return sorted(name for name in names if not hasattr(builtins, name))
+
+
+OUT_RESIZED = (
+    "An output with one or more elements was resized since it had shape {was}, which does not match the required "
+    "output shape {now}. This behavior is deprecated, and in a future PyTorch release outputs will not be resized "
+    "unless they have zero elements. You can explicitly reuse an out tensor t by resizing it, inplace, to zero "
+    "elements with t.resize_(0)."
+)
+
+
+def _taking_out(fn, name, grad_mode):
+    """The torch.* function `fn` taking PyTorch's `out=` (a Variable, or a tuple for (values, indices)): the result
+    written into it (resized, with PyTorch's warning, when its shape differs), and it returned."""
+
+    def call(*args, out=None, **kwargs):
+        if out is None:
+            return fn(*args, **kwargs)
+        result = fn(*args, **kwargs)
+        outs, results = (tuple(out), tuple(result)) if isinstance(out, (tuple, list)) else ((out,), (result,))
+        for o, r in zip(outs, results):
+            if grad_mode.is_enabled() and (r.requires_grad or o.requires_grad):
+                raise RuntimeError(
+                    f"{name}(): functions with out=... arguments don't support automatic differentiation, but one "
+                    "of the arguments requires grad."
+                )
+            if not promotion.can_cast(r.dtype, o.dtype):
+                raise RuntimeError(
+                    f"result type {promotion.type_name(r.dtype)} can't be cast to the desired output type "
+                    f"{promotion.type_name(o.dtype)}"
+                )
+            if tuple(o.shape) != tuple(r.shape):
+                if o.numel():
+                    warn(OUT_RESIZED.format(was=list(o.shape), now=list(r.shape)))
+                o.data = r.detach().data.astype(o.data.dtype)
+            else:
+                with grad_mode.no_grad():
+                    o.copy_(r)
+        return type(result)(*outs) if isinstance(out, (tuple, list)) else out
+
+    functools.update_wrapper(call, fn).__wrapped__ = getattr(fn, "__wrapped__", fn)  # (an autocast one's op function)
+    return call
 
 
 def _module_functions(cls, grad_mode) -> dict:

@@ -17,6 +17,7 @@ The names the surface's annotations use (`V`: the Variable's own class, `Operand
 
 from __future__ import annotations
 
+import math
 from typing import Generic, NamedTuple, TypeVar
 
 from engine.surface_methods import SurfaceMethods
@@ -28,6 +29,22 @@ class VariableSurface(SurfaceMethods):
     """What both Variables share: the surface installed by `engine.surface` (see `surface_types.pyi`)."""
 
     __slots__ = ()
+
+
+class Size(tuple):
+    """`torch.Size`: a tuple of dimensions, what `.shape` and `.size()` return (`print(x.shape)`: torch.Size([3, 4]))."""
+
+    __slots__ = ()
+
+    def numel(self) -> int:
+        return math.prod(self)
+
+    def __getitem__(self, index):  # (`x.shape[1:]` is a Size too)
+        got = tuple.__getitem__(self, index)
+        return Size(got) if isinstance(index, slice) else got
+
+    def __repr__(self) -> str:
+        return f"torch.Size({list(self)})"
 
 
 class MaxMin(NamedTuple, Generic[_V]):

@@ -1,8 +1,9 @@
 """`TensorData`: what `.data` hands out. A NumPy array (a view sharing the Variable's memory)
 that also answers the `Tensor` methods PyTorch-0.3 programs call on `.data`:
 `loss.data[0]`, `w.grad.data.zero_()`, `y.data.norm()`, `p.data.add_(-lr, p.grad.data)`, and the ones today's
-tutorials still call on it: `p.data.add_(p.grad.data, alpha=-lr)`, `x.grad.data.sign()`, `w.data.uniform_(-r, r)`,
-`w.data.normal_(0, 0.02)`, `p.data.clamp_(-c, c)`.
+tutorials still call on it: `p.data.add_(p.grad.data, alpha=-lr)`, `x.grad.data.sign()`, `.abs()`, `w.data.uniform_(-r, r)`,
+`w.data.normal_(0, 0.02)`, `p.data.clamp_(-c, c)`, `x.data.cpu().numpy()`, and the examples' prediction
+`output.data.max(1, keepdim=True)[1]` with `pred.eq(target.data.view_as(pred))`.
 
 It is an `ndarray` subclass, so NumPy code keeps working on it; arrays stored inside Variables
 are always plain `ndarray`s (`plain()` strips the subclass on the way in).
@@ -10,9 +11,12 @@ are always plain `ndarray`s (`plain()` strips the subclass on the way in).
 
 from __future__ import annotations
 
+from collections import namedtuple
 from typing import Any
 
 import numpy
+
+_MaxMin = namedtuple("_MaxMin", ["values", "indices"])  # (`return_types.max`: engine.surface_types.MaxMin is generic)
 
 
 def _values(other):
@@ -95,6 +99,29 @@ class TensorData(numpy.ndarray):
 
     def sign(self):
         return numpy.sign(self)
+
+    def abs(self):  # saliency maps' `torch.max(x.grad.data.abs(), dim=1)`
+        return numpy.abs(self)
+
+    def max(self, dim=None, keepdim=False, **numpys):
+        """PyTorch's: over `dim`, (values, indices) (`output.data.max(1, keepdim=True)[1]` is the prediction);
+        without, the largest entry; NumPy's with its keywords (`axis=`, `out=`: NumPy's own functions call it so)."""
+        return self._extreme(numpy.ndarray.max, numpy.argmax, dim, keepdim, numpys)
+
+    def min(self, dim=None, keepdim=False, **numpys):
+        return self._extreme(numpy.ndarray.min, numpy.argmin, dim, keepdim, numpys)
+
+    def _extreme(self, values, indices, dim, keepdim, numpys):
+        if numpys or dim is None:
+            return values(self, **({} if dim is None else {"axis": dim}), **numpys)
+        found = values(self, dim, keepdims=keepdim), indices(self, dim, keepdims=keepdim).view(TensorData)
+        return _MaxMin(*found)
+
+    def eq(self, other):  # `pred.eq(target.data.view_as(pred)).cpu().sum()` of the PyTorch-0.3 examples
+        return numpy.equal(self, _values(other))
+
+    def view_as(self, other):
+        return self.reshape(other.shape)
 
     def norm(self, p=2):
         """The p-norm of all elements, as a Python float (PyTorch 0.3's `Tensor.norm()`)."""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy
 
 from engine.factory import as_dtype
+from engine.grad_fn_names import renamed
 from engine.promotion import c_name, check_addmm, result_type, type_name
 from engine.surface_types import MaxMin
 from engine.tensor_ops import _dim
@@ -278,13 +279,16 @@ def functions(ops, make) -> dict:
         count = ops["sum"](ops["logical_not"](ops["isnan"](input)), dim, keepdim)
         return nansum(input, dim, keepdim) / _as(input, count)
 
-    def _picked(input, order, d, keepdim, at):
-        """(values, indices) at position `at` (an int, or a Variable of positions) of `order` along d."""
+    def _picked(input, order, d, keepdim, at, name):
+        """(values, indices) at position `at` (an int, or a Variable of positions) of `order` along d; the values'
+        grad_fn named `name` (PyTorch's: KthvalueBackward0...)."""
+        if not input.ndim:  # its one entry (d is 0), 0-d as PyTorch's whatever keepdim
+            input, order, keepdim = reshape(input, (1,)), reshape(order, (1,)), False
         indices = narrow(order, d, at, 1) if isinstance(at, int) else ops["gather"](order, at, dim=d)
         values = ops["gather"](input, indices, dim=d)
-        if keepdim:
-            return MaxMin(values, indices)
-        return MaxMin(ops["squeeze"](values, d), ops["squeeze"](indices, d))
+        if not keepdim:
+            values, indices = ops["squeeze"](values, d), ops["squeeze"](indices, d)
+        return renamed(MaxMin(values, indices), name, (input.grad_fn,))
 
     def _middle(input, d, skip_nan):
         """The lower median's position in the sorted order along d, or the first NaN's (sorted last); skipping
@@ -314,24 +318,26 @@ def functions(ops, make) -> dict:
             if input.dtype.kind != "f":
                 return middle
             ties = ops["eq"](input, middle)
-            return ops["sum"](where(ties, input, 0.0)) / _as(input, ops["sum"](ties))
+            out = ops["sum"](where(ties, input, 0.0)) / _as(input, ops["sum"](ties))
+            return renamed(out, "NanmedianBackward0" if skip_nan else "MedianBackward0", (input.grad_fn,))
         d = _dim(input, dim)
         order = ops["argsort"](input, dim=d, stable=True)
-        return _picked(input, order, d, keepdim, _middle(input, d, skip_nan) if input.ndim else 0)
+        name = "NanmedianBackward1" if skip_nan else "MedianBackward1"
+        return _picked(input, order, d, keepdim, _middle(input, d, skip_nan) if input.ndim else 0, name)
 
     def kthvalue(input: VariableSurface, k: int, dim: int = -1, keepdim: bool = False) -> MaxMin[VariableSurface]:
         """(values, indices) of the k-th smallest entry along `dim` (k from 1)."""
         d = _dim(input, dim)
         if not 1 <= k <= (input.shape[d] if input.ndim else 1):
             raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
-        return _picked(input, ops["argsort"](input, dim=d, stable=True), d, keepdim, k - 1)
+        return _picked(input, ops["argsort"](input, dim=d, stable=True), d, keepdim, k - 1, "KthvalueBackward0")
 
     def mode(input: VariableSurface, dim: int = -1, keepdim: bool = False) -> MaxMin[VariableSurface]:
         """(values, indices) of the most frequent value along `dim` (the smallest of equally frequent ones;
         the index of its last occurrence)."""
         if not input.ndim:
             values, indices = mode(reshape(input, (1,)))
-            return MaxMin(reshape(values, ()), reshape(indices, ()))
+            return renamed(MaxMin(reshape(values, ()), reshape(indices, ())), "ModeBackward0", (input.grad_fn,))
         d = _dim(input, dim)
         rows = ops["movedim"](input.detach(), d, -1)
         counts = ops["sum"](ops["eq"](ops["unsqueeze"](rows, -1), ops["unsqueeze"](rows, -2)), -1)
@@ -339,7 +345,7 @@ def functions(ops, make) -> dict:
         value = ops["amin"](where(frequent, rows, ops["amax"](rows, -1, keepdim=True)), -1, keepdim=True)
         positions = numpy.arange(rows.shape[-1])
         last = ops["amax"](where(ops["eq"](rows, value), positions, -1), -1)
-        return _picked(input, ops["unsqueeze"](last, d), d, keepdim, 0)
+        return _picked(input, ops["unsqueeze"](last, d), d, keepdim, 0, "ModeBackward0")
 
     def quantile(
         input: VariableSurface,

@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from engine import views
-from engine.grad_fn_names import renamed
+from engine.grad_fn_names import renamed, swap
 from engine.surface_types import MaxMin
 
 if TYPE_CHECKING:
@@ -31,6 +31,10 @@ def dim_in_range(ndim, dim) -> int:
     if not -ndim <= dim < ndim:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but got {dim})")
     return dim % ndim
+
+
+def _named(values, name):  # `values` with its grad_fn named PyTorch's (TopkBackward0), not its last op's (Gather...)
+    return values if values.grad_fn is None else swap(values.grad_fn, name) or values
 
 
 def functions(ops) -> dict:
@@ -58,7 +62,7 @@ def functions(ops) -> dict:
     ) -> MaxMin[VariableSurface]:
         """(values, indices) sorted along `dim`; the values' gradient goes to the positions they came from."""
         indices = ops["argsort"](input, dim=dim, descending=descending, stable=stable)
-        return MaxMin(ops["gather"](input, indices, dim=dim), indices)
+        return MaxMin(_named(ops["gather"](input, indices, dim=dim), f"SortBackward{int(stable)}"), indices)
 
     def msort(input: VariableSurface) -> VariableSurface:
         """The values sorted along the first dimension (`sort(input, dim=0).values`)."""
@@ -73,7 +77,7 @@ def functions(ops) -> dict:
             raise RuntimeError("selected index k out of range")
         order = ops["argsort"](input, dim=d, descending=largest, stable=True)
         indices = order[(slice(None),) * d + (slice(0, k),)] if input.ndim else order
-        return MaxMin(ops["gather"](input, indices, dim=d), indices)
+        return MaxMin(_named(ops["gather"](input, indices, dim=d), "TopkBackward0"), indices)
 
     def _running(largest):
         def running(input: VariableSurface, dim: int) -> MaxMin[VariableSurface]:
@@ -83,8 +87,8 @@ def functions(ops) -> dict:
             indices = ops["cumextreme_index"](flat, dim=_dim(input, dim), largest=largest)
             values = ops["gather"](flat, indices, dim=_dim(input, dim))
             if not input.ndim:
-                return MaxMin(ops["reshape"](values, ()), ops["reshape"](indices, ()))
-            return MaxMin(values, indices)
+                values, indices = ops["reshape"](values, ()), ops["reshape"](indices, ())
+            return MaxMin(_named(values, "CummaxBackward0" if largest else "CumminBackward0"), indices)
 
         running.__name__ = running.__qualname__ = "cummax" if largest else "cummin"
         return running

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
+from engine.grad_fn_names import renamed
 from engine.tensor_ops import _dim
 
 if TYPE_CHECKING:
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
 FUNCTIONS_ONLY = ("searchsorted", "bucketize", "isin", "where")
 METHODS_ONLY = ("scatter_", "scatter_reduce_", "index_fill_", "index_copy_", "masked_scatter_", "fill_diagonal_")
 EVERY = slice(None)
+
+
+def _number(value) -> bool:  # a Python number: PyTorch's `value` overload (ScatterBackward1, IndexFillBackward0)
+    return isinstance(value, (bool, int, float))
 
 
 def functions(ops, make) -> dict:
@@ -44,7 +49,7 @@ def functions(ops, make) -> dict:
 
     def take(input: VariableSurface, index: Operand) -> VariableSurface:
         """The entries of the flattened `input` at `index` (negative ones from the end), in index's shape."""
-        return _flat(input)[index]
+        return renamed(_flat(input)[index], "TakeBackward0", (input.grad_fn,))
 
     def take_along_dim(input: VariableSurface, indices: VariableSurface, dim: int | None = None) -> VariableSurface:
         """`gather` along `dim` after broadcasting input and indices in the other dimensions (without dim:
@@ -93,7 +98,8 @@ def functions(ops, make) -> dict:
         out[i][index[i][j]] = src[i][j] for dim=1."""
         if options:
             raise NotImplementedError("scatter(reduce=...) is not supported: use scatter_add, or index_put")
-        return ops["scatter"](input, index, _same_dtype(input, value if src is None else src), dim=dim)
+        out = ops["scatter"](input, index, _same_dtype(input, value if src is None else src), dim=dim)
+        return renamed(out, "ScatterBackward1", (input.grad_fn,)) if _number(value if src is None else src) else out
 
     def scatter_(self: V, dim: int, index: VariableSurface, src: Any = None, value: Any = None, **options: Any) -> V:
         """In place: `scatter`."""
@@ -139,11 +145,13 @@ def functions(ops, make) -> dict:
 
     def index_fill(input: VariableSurface, dim: int, index: Operand, value: Any) -> VariableSurface:
         """A copy of `input` with `value` at the positions `index` names along `dim`."""
-        return ops["setitem"](input, _same_dtype(input, value), (EVERY,) * _dim(input, dim) + (index,))
+        out = ops["setitem"](input, _same_dtype(input, value), (EVERY,) * _dim(input, dim) + (index,))
+        return renamed(out, f"IndexFillBackward{0 if _number(value) else 1}", (input.grad_fn,))
 
     def index_copy(input: VariableSurface, dim: int, index: Operand, source: Operand) -> VariableSurface:
         """A copy of `input` with source's slices along `dim` at the positions `index` names."""
-        return ops["setitem"](input, source, (EVERY,) * _dim(input, dim) + (index,))
+        out = ops["setitem"](input, source, (EVERY,) * _dim(input, dim) + (index,))
+        return renamed(out, "IndexCopyBackward0", (input.grad_fn,))
 
     def masked_scatter(input: VariableSurface, mask: VariableSurface, source: VariableSurface) -> VariableSurface:
         """A copy of `input` with source's first entries, in order, where `mask` is true."""
@@ -152,7 +160,8 @@ def functions(ops, make) -> dict:
         shape = numpy.broadcast_shapes(tuple(input.shape), tuple(mask.shape))
         mask = ops["expand"](mask, shape)
         rank = ops["maximum"](ops["cumsum"](_flat(mask), dim=0) - 1, 0)  # the source entry each true takes
-        return where(mask, reshape(_flat(source)[rank], shape), input)
+        out = where(mask, reshape(_flat(source)[rank], shape), input)
+        return renamed(out, "MaskedScatterBackward0", (input.grad_fn, source.grad_fn))
 
     def _inplace(fn):
         def method(self: V, *args: Any, **kwargs: Any) -> V:

@@ -24,7 +24,7 @@ from engine.dtypes import of as dtype_of
 from engine.grad_mode import INFERENCE
 from engine.grad_mode import state as grad_state
 from engine.indexing import from_key, to_key
-from engine.surface_types import VariableSurface
+from engine.surface_types import Size, VariableSurface
 from engine.tensor_data import plain, same_array, tensor_data
 
 NUMPY_OF_GRAD = "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
@@ -46,11 +46,24 @@ def host_array(data, dtype=None) -> numpy.ndarray:
             if str(error) != NUMPY_OF_GRAD:
                 raise
             array = numpy.asarray(_values(data))
-        if dtype is None and array.dtype == numpy.float64 and not isinstance(data, numpy.generic):
+        if (
+            dtype is None
+            and array.dtype == numpy.float64
+            and not isinstance(data, numpy.generic)
+            and not _doubles(data)
+        ):
             array = array.astype(numpy.float32)
     if dtype is not None and array.dtype != numpy.dtype(dtype):
         array = array.astype(dtype)
     return array
+
+
+def _doubles(data) -> bool:
+    """Whether lists hold a float64 NumPy scalar, array or Variable: PyTorch's `tensor([np.float64(1.0), 2.0])`
+    promotes the items' dtypes, Python floats counting as float32."""
+    if isinstance(data, (list, tuple)):
+        return any([_doubles(item) for item in data])
+    return getattr(data, "dtype", None) == numpy.float64
 
 
 def _values(data):
@@ -89,20 +102,6 @@ def format_variable(array, node, requires_grad, device="cpu") -> str:
 
 
 CPU, CUDA = Device("cpu"), Device("cuda")
-
-
-class Size(tuple):
-    """`torch.Size`: a tuple of dimensions (what `x.shape` and `x.size()` are), printed as PyTorch's."""
-
-    def numel(self) -> int:
-        return int(numpy.prod(self, dtype=numpy.int64))
-
-    def __getitem__(self, index):  # (`x.shape[1:]` is a Size too)
-        got = tuple.__getitem__(self, index)
-        return Size(got) if isinstance(index, slice) else got
-
-    def __repr__(self) -> str:
-        return f"torch.Size({list(self)})"
 
 
 class Variable(VariableSurface):

@@ -165,6 +165,12 @@ Raised, as decisions:
 - engine 23215 -> 23250 (2026-11-29, session 23): an eager training step on a GPU reads nothing back from the
   device: the optimizers' state scalars (`step`...) and a Python number operand's value (`x ** 2`'s gradient) kept on
   the host beside their device tensors, as PyTorch keeps them there (+31) took it to 23246.
+- engine 23250 -> 23520, client 3275 -> 3300 (2026-11-29, session 23): conformance with PyTorch found by ~350 new
+  programs written from its tutorials, examples and docs: its error types and words (shape mistakes are RuntimeErrors,
+  dimension out of range IndexErrors), `torch.Size`, `out=`, `torch.where(cond)`, `inner`, softmax `dtype=`, the
+  grad_fn names of functions PyTorch runs as one node, result-saving exp/sqrt/tanh/sigmoid, `torch.func` keeping the
+  graph to a module's parameters, the older tutorials' `.data` methods (+248); on the client an in-place op reaching
+  the NumPy array `numpy()` shares through a server (+20) took them to 23494 and 3295.
 """
 
 from __future__ import annotations
@@ -175,7 +181,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 23250, "wire": 6165, "service": 3850, "client": 3275}
+BUDGETS = {"engine": 23520, "wire": 6165, "service": 3850, "client": 3300}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

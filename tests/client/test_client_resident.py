@@ -143,7 +143,15 @@ BIG = RNG.standard_normal((128, DIMS[1])), RNG.standard_normal((128, DIMS[3]))  
 
 @pytest.mark.parametrize(
     "change",
-    ["nothing", "a new tensor", "an in-place op", "the NumPy array behind it", "its .data", "-0.0 for 0.0"],
+    [
+        "nothing",
+        "a new tensor",
+        "an in-place op",
+        "an in-place op of a copy",
+        "the NumPy array behind it",
+        "its .data",
+        "-0.0 for 0.0",
+    ],
 )
 def test_an_unchanged_batch_is_held_on_the_server_and_a_changed_one_is_sent_again(server, change):
     """The same batch Variable read again is sent once more, then held (read by handle) while its bytes are
@@ -158,12 +166,15 @@ def test_an_unchanged_batch_is_held_on_the_server_and_a_changed_one_is_sent_agai
         resident = {"resident": True} if lib is client else {}
         optimizer = lib.optim.SGD([w1, w2], lr=1e-4, momentum=0.9, **resident)
         x_array = BIG[0].copy()
-        x, y = lib.from_numpy(x_array), lib.tensor(BIG[1])
+        x, y = (
+            lib.from_numpy(x_array) if change != "an in-place op of a copy" else lib.tensor(x_array),
+            lib.tensor(BIG[1]),
+        )
         losses, ups = [], []
         for i in range(6):
             if i == 4 and change == "a new tensor":
                 x = lib.tensor(BIG[0] * 0.5)
-            elif i == 4 and change == "an in-place op":
+            elif i == 4 and change in ("an in-place op", "an in-place op of a copy"):
                 x.mul_(0.5)
             elif i == 4 and change == "the NumPy array behind it":
                 x_array[3:5] *= 0.5  # no version bump
@@ -193,9 +204,9 @@ def test_an_unchanged_batch_is_held_on_the_server_and_a_changed_one_is_sent_agai
     assert ups[2] < x_bytes / 4 and ups[3] < x_bytes / 4  # held: not sent
     if change == "nothing":
         assert ups[4] < x_bytes / 4 and ups[5] < x_bytes / 4
-    elif change in ("a new tensor", "an in-place op"):  # (the op's result reads a snapshot: a new Variable)
+    elif change in ("a new tensor", "an in-place op of a copy"):  # (the op's result reads a snapshot: a new Variable)
         assert ups[4] > x_bytes and ups[5] > x_bytes  # a new Variable: sent, then sent to be held
-    else:
+    else:  # (an in-place op of a from_numpy() Variable is written into its array, as PyTorch's)
         assert ups[4] > x_bytes and ups[5] < x_bytes / 4  # changed: sent (and held) again
 
 
