@@ -7,11 +7,13 @@ in PyTorch (float64), and the configuration a client reads with what infer accep
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from tests.service.service_testkit import asgi_client, assert_still_serves
+from tests.service.service_testkit import ROOT, asgi_client, assert_still_serves
 
 onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
@@ -265,3 +267,34 @@ def test_config_lists_only_inputs_a_request_may_send(client, parameter_gradients
         "/v2/models/held/infer", json={"inputs": [_tensor("x", x), _tensor("w", w)], "outputs": [{"name": "y"}]}
     )
     assert refused.status_code == 422 and refused.json()["node"] == "w"
+
+
+RANGE_LOAD = """
+import base64, resource, sys
+import numpy as np
+from onnx import TensorProto, helper as oh, numpy_helper
+from tests.service.service_testkit import asgi_client, assert_still_serves
+
+ends = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("a", 0), ("b", 4_000_000), ("d", 1))]
+nodes = [oh.make_node("Range", ["a", "b", "d"], ["r"]), oh.make_node("Cast", ["r"], ["y"], to=1)]
+out = oh.make_tensor_value_info("y", TensorProto.FLOAT, None)
+model = oh.make_model(oh.make_graph(nodes, "g", [], [out], ends), opset_imports=[oh.make_opsetid("", 18)])
+body = {"parameters": {"file:1/model.onnx": base64.b64encode(model.SerializeToString()).decode()}}
+with asgi_client() as client:
+    assert_still_serves(client)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    answer = client.post("/v2/repository/models/ranged/load", json=body)
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024
+    assert answer.status_code == 422 and answer.json()["node"] == "#0", answer.text
+    assert grown < 150, f"loading a 4e6-long Range took {grown} MiB more"
+    assert_still_serves(client)
+"""
+
+
+def test_a_long_range_does_not_make_the_load_allocate_it():
+    """onnx's shape inference, with data propagation, computed every value of a Range at load: a
+    200-byte model asking for 3e9 had the server killed for memory (about 200 MiB per million
+    values); a model with a Range is now inferred without data propagation, and refused (422) as
+    an unfoldable Range. In a fresh interpreter, so that its peak memory is this load's."""
+    run = subprocess.run([sys.executable, "-c", RANGE_LOAD], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]

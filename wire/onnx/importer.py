@@ -63,9 +63,23 @@ def _dims(type_proto):
     return tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim), tensor.elem_type
 
 
+def _op_types(model) -> set:
+    """The op types of a model's graph, its subgraphs (If, Loop, Scan) and its functions."""
+    graphs, types = [model.graph, *model.functions], set()
+    while graphs:
+        for node in graphs.pop().node:
+            types.add(node.op_type)
+            for attr in node.attribute:
+                graphs += [attr.g] if attr.HasField("g") else list(attr.graphs)
+    return types
+
+
 def _infer_shapes(model, onnx):
+    # onnx's data propagation computes a Range's values, however many (a 200-byte model asking for
+    # 3e9 of them had the server killed for memory at load): a model with a Range goes without it
+    data_prop = "Range" not in _op_types(model)
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
     except Exception:  # noqa: BLE001 - shape inference is a help: the converters say what they miss
         return model
 
