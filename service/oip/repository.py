@@ -90,14 +90,13 @@ class Model:
             for spec in self.outputs
             if spec.name in self.graph_outputs
         ]
-        held = [TensorSpec(name, datatype_of(a.dtype), tuple(a.shape)) for name, a in self.bound.items()]
         return {
             "name": self.name,
             "platform": self.platform,
             "backend": "gradserve",
             "max_batch_size": 0,
             "version_policy": {"latest": {"num_versions": 1}},
-            "input": [spec.config() for spec in self.inputs] + [spec.config(optional=True) for spec in seeds + held],
+            "input": [spec.config() for spec in self.inputs] + [spec.config(optional=True) for spec in seeds],
             "output": [spec.config() for spec in self.outputs],
             "graph": self.graph,
         }

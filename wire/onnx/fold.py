@@ -77,6 +77,8 @@ def _axis(axis: int, rank: int) -> int:
 def fold(op: str, arrays: list, attrs: dict, dtypes: list):
     """The outputs' arrays of ONNX op `op` on known inputs `arrays` (None for an absent optional
     input), or None when it is not folded; `dtypes` are the outputs' dtypes where ONNX says."""
+    if _elements(op, [numpy.asarray(a) for a in arrays if a is not None], attrs) > FOLD_MAX:
+        return None  # converted to graph nodes, whose cost the request budgets bound
     if op in BINARY and len(arrays) == 2:
         return [_elementwise(BINARY[op])(*arrays)]
     if op in ("Max", "Min", "Add", "Mul") and arrays:
@@ -88,6 +90,23 @@ def fold(op: str, arrays: list, attrs: dict, dtypes: list):
         return [UNARY[op](arrays[0])] if _known(arrays[0]) else None
     handler = FOLDS.get(op)
     return None if handler is None else handler(arrays, attrs, dtypes)
+
+
+def _elements(op: str, arrays: list, attrs: dict) -> float:
+    """How many elements op's result has at most, where it can be larger than every input: a
+    broadcast of small inputs, a Gather, or a Concat of one small input many times."""
+    if op == "Concat":
+        return sum(a.size for a in arrays)
+    if op == "Gather" and len(arrays) == 2:
+        data, indices = arrays
+        axis = _axis(attrs.get("axis", 0), data.ndim)
+        return data.size // max(1, data.shape[axis]) * indices.size if 0 <= axis < data.ndim else math.inf
+    if op in BINARY or op == "Where":
+        try:
+            return math.prod(numpy.broadcast_shapes(*(a.shape for a in arrays)))
+        except ValueError:
+            return math.inf
+    return 0
 
 
 def _identity(arrays, attrs, dtypes):

@@ -64,8 +64,11 @@ def _dims(type_proto):
 
 
 def _infer_shapes(model, onnx):
+    # without onnx's data propagation: it computes the values of shape-like tensors with no bound (a
+    # 200-byte model asking for a Range of 3e9, or a Concat doubled 30 times, had the server killed
+    # for memory at load); each node's inference from the importer's folded values stands for it
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
     except Exception:  # noqa: BLE001 - shape inference is a help: the converters say what they miss
         return model
 
@@ -241,9 +244,12 @@ def _convert(builder, env, node, index, info, used, opset):
             shape, elem = info.get(name, (None, 0))
             if i in cx.out_shapes:
                 shape = tuple(cx.out_shapes[i])
-            elif shape is None or elem == 0:
+            elif shape is None or None in shape or elem == 0:  # this node's inference from the folded values
                 inferred = inferred or _node_types(onnx, node, inputs, opset)
-                shape, elem = inferred.get(name, (shape, elem))
+                known, known_elem = inferred.get(name, (None, 0))
+                if known is not None and (shape is None or known.count(None) < shape.count(None)):
+                    shape = known
+                elem = elem or known_elem
             if builder.rename(result, name, mark):  # a graph output is the node that computes it: no clone
                 result = name
             result = Value(shape, _dtype(elem), node=result)

@@ -222,7 +222,7 @@ def reshape(cx, inputs, attrs):
     x, target = inputs[:2]
     if target.static is None:
         cx.fail("a dynamic shape that cannot be resolved: the target shape is computed from values", "shape")
-    dims = list(target.static.reshape(-1))
+    dims = cx.ints(target, "shape", partial=True)  # Python ints: an initializer's are numpy's
     shape = x.shape or ()
     for i, d in enumerate(dims):
         if d == 0 and not attrs.get("allowzero", 0):
