@@ -323,6 +323,11 @@ def _get_grad(self) -> Any:
 
 
 def _set_grad(self, value: Any) -> None:
+    if value is not None and tuple(value.shape) != tuple(self.shape):
+        raise RuntimeError(
+            f"attempting to assign a gradient of size '{list(value.shape)}' to a tensor of size '{list(self.shape)}'. "
+            "Please ensure that the gradient and the tensor are the same size"
+        )
     self._grad = value
 
 
