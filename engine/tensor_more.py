@@ -21,6 +21,7 @@ import numpy
 from engine.grad_fn_names import renamed
 from engine.modern import numpy_keywords
 from engine.tensor_ops import _dim
+from engine.user_warnings import warn
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -31,6 +32,7 @@ FUNCTIONS_ONLY = ("std_mean", "var_mean")
 METHODS_ONLY = ("is_complex is_cpu is_pinned get_device data_ptr pin_memory apply_ map_ sum_to_size").split()
 AMINMAX = namedtuple("aminmax", ["min", "max"])  # type: ignore[name-match]  # (torch.return_types.aminmax)
 EVERY = slice(None)
+NO_DOF = "Correction should be strictly less than the reduction factor (input numel divided by output numel)."
 
 
 def functions(ops, make) -> dict:
@@ -52,11 +54,13 @@ def functions(ops, make) -> dict:
                 dim, unbiased = None, dim
             dim, keepdim = numpy_keywords(name, dim, keepdim, numpy_spelling)
             shift = (1 if unbiased else 0) if correction is None else correction
+            dims = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
+            count = math.prod(input.shape[_dim(input, d)] for d in dims) if dims else input.numel()
+            if count <= shift:
+                warn(f"{fn.__name__}(): degrees of freedom is <= 0. {NO_DOF}")
             if shift in (0, 1):
                 spread = ops["var"](input, dim, bool(shift), keepdim)
             else:
-                dims = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
-                count = math.prod(input.shape[_dim(input, d)] for d in dims) if dims else input.numel()
                 spread = ops["var"](input, dim, False, keepdim) * (
                     count / max(count - shift, 0) if count > shift else math.inf
                 )

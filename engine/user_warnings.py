@@ -13,6 +13,10 @@ _PACKAGES = tuple(
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name, "") for name in ("engine", "client")
 )
 
+# NumPy's RuntimeWarnings of an op's IEEE arithmetic (`sqrt` of a negative is nan, `1 / 0` inf), where PyTorch is
+# silent: a filter on the engine's frames costs an op nothing (`numpy.errstate` would, each call).
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"engine(\.|$)")
+
 
 def warn(message, category=UserWarning) -> None:
     """`warnings.warn(message, category)` attributed to the first frame outside engine/ and client/."""

@@ -4,6 +4,8 @@ kinds the earlier sweeps did not cover; each test names the program and what PyT
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 import engine
@@ -90,3 +92,76 @@ def test_a_grad_of_another_size_is_refused(oracle):
         w.grad = None
         assert w.grad is None
     assert messages[0] == messages[1]
+
+
+# --- IEEE arithmetic is silent as PyTorch's; std/var of too few values warn as PyTorch's ---------------------
+
+IEEE_PROGRAM = """
+import {} as torch
+x = torch.tensor([-1.0, 0.0, 1.0], requires_grad=True)
+ys = [x.sqrt(), x.log(), x / 0, 1 / x, x.rsqrt(), x.log2(), (x * 2).acos(), x ** -1, x.fmod(0), x.pow(0.5)]
+sum((y * 0).sum() for y in ys).backward()
+print([y.isnan().sum().item() for y in ys], [y.isinf().sum().item() for y in ys], x.grad.isnan().all().item())
+"""
+
+
+def test_nan_and_inf_of_ops_and_their_gradients_are_silent_as_torch(oracle):
+    """NumPy's RuntimeWarnings (turned into errors here) never reach a program: PyTorch warns of none of these.
+    In a fresh interpreter: pytest keeps no warnings filter that a module installs while it collects."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    printed = []
+    for name in ("engine", "torch"):
+        done = subprocess.run(
+            [sys.executable, "-W", "error::RuntimeWarning", "-c", IEEE_PROGRAM.format(name)],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": root},
+            timeout=120,
+        )
+        assert done.returncode == 0 and not done.stderr, done.stderr
+        printed.append(done.stdout)
+    assert printed[0] == printed[1]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: t.ones(1).std(),
+        lambda t: t.ones(1).var(),
+        lambda t: t.ones(2, 1).std(1),
+        lambda t: t.ones(3).var(correction=3),
+        lambda t: t.std_mean(t.ones(1)),
+        lambda t: t.var_mean(t.ones(4, 1), 1),
+        lambda t: t.ones(0).var(unbiased=False),
+    ],
+)
+def test_std_and_var_of_too_few_values_warn_as_torch(call, oracle):
+    shown = []
+    for torch in (engine, oracle):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warnings.filterwarnings("ignore", category=RuntimeWarning)
+            out = call(torch)
+        first = out[0] if isinstance(out, tuple) else out
+        shown.append(
+            (
+                [str(w.message).split(" (Triggered")[0] for w in caught],
+                [w.category for w in caught],
+                first.isnan().all(),
+            )
+        )
+        assert all(w.filename == __file__ for w in caught)
+    assert shown[0] == shown[1] and len(shown[0][0]) == 1
+
+
+def test_std_and_var_of_enough_values_do_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert engine.ones(2).std().item() == 0.0
+        assert engine.ones(3).var(correction=2).item() == 0.0
+        assert engine.ones(2, 3).std(1, unbiased=False).tolist() == [0.0, 0.0]
