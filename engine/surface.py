@@ -62,7 +62,7 @@ from engine.sampling import Sampling
 from engine.surface_methods import METHOD_OPS, SurfaceMethods
 from engine.surface_types import MaxMin
 from engine.tensor_data import plain
-from engine.user_warnings import warn
+from engine.user_warnings import reversing, warn
 from engine.variable import NUMPY_OF_GRAD, SCALAR_OF_GRAD, format_variable
 from engine.views import base_of
 
@@ -545,6 +545,7 @@ def install(side: Side) -> dict:
     transpose = functions["transpose"]
 
     def all_reversed(self) -> VariableSurface:
+        reversing(self.ndim)
         return self.permute(tuple(reversed(range(self.ndim))))
 
     def last_two_swapped(self) -> VariableSurface:

@@ -4,11 +4,16 @@ kinds the earlier sweeps did not cover; each test names the program and what PyT
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
 
 import engine
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -105,26 +110,24 @@ print([y.isnan().sum().item() for y in ys], [y.isinf().sum().item() for y in ys]
 """
 
 
+def _fresh(program, *options):
+    """What `program` prints in a fresh interpreter (with `options`), this tree's packages first."""
+    done = subprocess.run(
+        [sys.executable, *options, "-c", program],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        timeout=120,
+    )
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    return done.stdout
+
+
 def test_nan_and_inf_of_ops_and_their_gradients_are_silent_as_torch(oracle):
     """NumPy's RuntimeWarnings (turned into errors here) never reach a program: PyTorch warns of none of these.
     In a fresh interpreter: pytest keeps no warnings filter that a module installs while it collects."""
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    printed = []
-    for name in ("engine", "torch"):
-        done = subprocess.run(
-            [sys.executable, "-W", "error::RuntimeWarning", "-c", IEEE_PROGRAM.format(name)],
-            capture_output=True,
-            text=True,
-            cwd=root,
-            env={**os.environ, "PYTHONPATH": root},
-            timeout=120,
-        )
-        assert done.returncode == 0 and not done.stderr, done.stderr
-        printed.append(done.stdout)
+    printed = [_fresh(IEEE_PROGRAM.format(name), "-W", "error::RuntimeWarning") for name in ("engine", "torch")]
     assert printed[0] == printed[1]
 
 
@@ -165,3 +168,91 @@ def test_std_and_var_of_enough_values_do_not_warn():
         assert engine.ones(2).std().item() == 0.0
         assert engine.ones(3).var(correction=2).item() == 0.0
         assert engine.ones(2, 3).std(1, unbiased=False).tolist() == [0.0, 0.0]
+
+
+# --- finfo, the `.T` deprecation, the scheduler-order warning, load_state_dict post hooks ---------------------
+
+
+def test_finfo_limits_are_python_floats_as_torch(oracle):
+    for name in ("float16", "float32", "float64"):
+        got, want = engine.finfo(getattr(engine, name)), oracle.finfo(getattr(oracle, name))
+        for limit in ("eps", "max", "min", "tiny", "smallest_normal", "resolution"):
+            assert type(getattr(got, limit)) is float and getattr(got, limit) == getattr(want, limit), (name, limit)
+        assert (got.bits, str(got.dtype), repr(got)) == (want.bits, str(want.dtype), repr(want))
+    assert engine.finfo().eps == oracle.finfo().eps
+    # the everyday use: a clamp away from zero, in the tensor's dtype
+    x = engine.tensor([0.0, 0.5])
+    assert x.clamp(min=engine.finfo(x.dtype).eps).dtype == engine.float32
+
+
+def _warned(call):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = call()
+    return out, [(w.category, str(w.message).split(" (Triggered")[0], w.filename) for w in caught]
+
+
+T_PROGRAM = """
+import warnings
+import {} as torch
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    shapes = [torch.ones(s).T.shape for s in [(2, 3), (3,), (2, 3, 4), (), (4, 1), (1, 2, 3)]]
+print([tuple(s) for s in shapes], [(w.category.__name__, str(w.message).split(" (Triggered")[0]) for w in caught])
+"""
+
+
+def test_T_of_a_tensor_not_2d_warns_once_a_process_as_torch(oracle):
+    """PyTorch's warnings are TORCH_WARN_ONCE: compared in fresh interpreters."""
+    printed = [_fresh(T_PROGRAM.format(name)) for name in ("engine", "torch")]
+    assert printed[0] == printed[1] and printed[0].count("UserWarning") == 2
+
+
+def _scheduler_program(torch, order):
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = torch.optim.SGD([w], lr=0.5, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    lrs = []
+    for _ in range(3):
+        for step in order:
+            if step == "opt":
+                opt.zero_grad()
+                (w * w).sum().backward()
+                opt.step()
+            else:
+                sched.step()
+        lrs.append(sched.get_last_lr()[0])
+    return lrs, w.detach().tolist()
+
+
+@pytest.mark.parametrize("order", [("sched", "opt"), ("opt", "sched")])
+def test_scheduler_stepped_before_the_optimizer_warns_once_as_torch(order, oracle):
+    got, want = (_warned(lambda t=t: _scheduler_program(t, order)) for t in (engine, oracle))
+    assert got == want and len(got[1]) == (order[0] == "sched")
+
+
+def test_load_state_dict_post_hooks_run_children_first_and_may_forgive_keys(oracle):
+    runs = []
+    for torch in (engine, oracle):
+        nn = torch.nn
+        torch.manual_seed(0)
+        model, source = (nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 1))) for _ in range(2))
+        seen = []
+
+        def forgive_biases(module, keys, seen=seen):
+            seen.append((type(module).__name__, list(keys.missing_keys), list(keys.unexpected_keys)))
+            keys.missing_keys[:] = [k for k in keys.missing_keys if not k.endswith("bias")]
+
+        model.register_load_state_dict_post_hook(forgive_biases)
+        inner = model[1][0].register_load_state_dict_post_hook(forgive_biases)
+        state = {k: v for k, v in source.state_dict().items() if k != "1.0.bias"}
+        result = model.load_state_dict(state)
+        loaded = torch.equal(model[1][0].weight, source[1][0].weight)
+        inner.remove()
+        with pytest.raises(RuntimeError) as refused:
+            model.load_state_dict({k: v for k, v in source.state_dict().items() if k != "0.weight"})
+        model.register_load_state_dict_post_hook(lambda module, keys: keys)
+        with pytest.raises(AssertionError, match="not expected to return new values"):
+            model.load_state_dict(source.state_dict())
+        runs.append((seen, repr(result), loaded, str(refused.value)))
+    assert runs[0] == runs[1]
