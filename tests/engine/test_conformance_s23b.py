@@ -9,6 +9,7 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
 import pytest
 
 import engine
@@ -256,3 +257,61 @@ def test_load_state_dict_post_hooks_run_children_first_and_may_forgive_keys(orac
             model.load_state_dict(source.state_dict())
         runs.append((seen, repr(result), loaded, str(refused.value)))
     assert runs[0] == runs[1]
+
+
+# --- torch.gradient, unique(dim=) ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"spacing": 2.0}, {"dim": 1, "edge_order": 2}, {"spacing": [0.5, 3.0]}, {"dim": (-1,), "spacing": 0.25}],
+)
+def test_gradient_values_and_backward_as_torch(kwargs, oracle):
+    rng = np.random.default_rng(1)
+    x, seed = rng.standard_normal((4, 5)), rng.standard_normal((4, 5))
+    got, want = [], []
+    for torch, out in ((engine, got), (oracle, want)):
+        v = torch.tensor(x, requires_grad=True)
+        parts = torch.gradient(v, **kwargs)
+        sum((p * torch.tensor(seed)).sum() for p in parts).backward()
+        out.append(([p.detach().numpy() for p in parts], v.grad.numpy(), [p.grad_fn.name() for p in parts]))
+    np.testing.assert_allclose(np.stack(got[0][0]), np.stack(want[0][0]), rtol=1e-12)
+    np.testing.assert_allclose(got[0][1], want[0][1], rtol=1e-12)
+    assert got[0][2] == want[0][2]
+
+    def f(a):
+        return sum((p * engine.tensor(seed)).sum() for p in engine.gradient(engine.tensor(a), **kwargs)).item()
+
+    numeric = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = 1e-6
+        numeric[i] = (f(x + e) - f(x - e)) / 2e-6
+    np.testing.assert_allclose(got[0][1], numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_gradient_of_integers_and_its_refusal_as_torch(oracle):
+    for torch in (engine, oracle):
+        (g,) = torch.gradient(torch.tensor([1, 4, 9, 16]))
+        assert g.dtype == torch.float32 and g.tolist() == [3.0, 4.0, 6.0, 7.0]
+        with pytest.raises(RuntimeError, match="at least edge_order\\+1"):
+            torch.gradient(torch.ones(2, 3), edge_order=2)
+        assert not hasattr(torch.ones(2), "gradient")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"dim": 0}, {"dim": 1, "return_inverse": True, "return_counts": True}, {"dim": -1, "return_counts": True}],
+)
+def test_unique_along_a_dim_as_torch(kwargs, oracle):
+    x = np.array([[[1, 2], [1, 2]], [[0, 1], [0, 1]], [[1, 2], [1, 2]]])
+    got, want = (
+        [
+            (a.tolist(), str(a.dtype))
+            for a in (lambda r: r if isinstance(r, tuple) else (r,))(t.unique(t.tensor(x), **kwargs))
+        ]
+        for t in (engine, oracle)
+    )
+    assert got == want
+    floats = np.array([[0.5, -1.0], [0.5, -1.0], [-2.0, 3.0]], dtype=np.float32)
+    assert engine.unique(engine.tensor(floats), dim=0).tolist() == oracle.unique(oracle.tensor(floats), dim=0).tolist()
