@@ -315,3 +315,31 @@ def test_unique_along_a_dim_as_torch(kwargs, oracle):
     assert got == want
     floats = np.array([[0.5, -1.0], [0.5, -1.0], [-2.0, 3.0]], dtype=np.float32)
     assert engine.unique(engine.tensor(floats), dim=0).tolist() == oracle.unique(oracle.tensor(floats), dim=0).tolist()
+
+
+# --- func.jacrev/jacfwd/hessian keep the graph to the parameters a function closes over ----------------------
+
+
+def _jacobian_run(torch):
+    lin = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[0.5, -1.0, 2.0], [0.1, 0.2, -0.3]]))
+        lin.bias.fill_(0.25)
+    x = torch.tensor([0.3, -0.2, 0.7])
+    jac = torch.func.jacrev(lambda t: lin(t).tanh())(x)  # a Jacobian penalty that trains lin
+    fwd = torch.func.jacfwd(lambda t: lin(t).tanh())(x)
+    hess = torch.func.hessian(lambda t: lin(t).tanh().sum())(x)
+    (jac.pow(2).sum() + fwd.sum() + hess.sum()).backward()
+    plain = torch.func.jacrev(lambda t: (t**3).sum())(x)
+    with torch.no_grad():
+        quiet = torch.func.jacrev(lambda t: lin(t).tanh())(x)
+    flags = [v.requires_grad for v in (jac, fwd, hess, plain, quiet)]
+    values = [v.detach().numpy() for v in (jac, fwd, hess, lin.weight.grad, lin.bias.grad, plain, quiet)]
+    return flags, values
+
+
+def test_jacrev_jacfwd_hessian_keep_the_graph_to_parameters_they_close_over(oracle):
+    (got_flags, got), (want_flags, want) = _jacobian_run(engine), _jacobian_run(oracle)
+    assert got_flags == want_flags == [True, True, True, False, False]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
