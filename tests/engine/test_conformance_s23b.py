@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import engine
+from tests import training_programs_s23b as training
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -343,3 +344,29 @@ def test_jacrev_jacfwd_hessian_keep_the_graph_to_parameters_they_close_over(orac
     assert got_flags == want_flags == [True, True, True, False, False]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+# --- training programs of kinds not covered before (tests/training_programs_s23b.py) ---------------------------
+
+
+def _assert_same(got, want, where="result"):
+    if isinstance(want, np.ndarray):
+        assert isinstance(got, np.ndarray) and (got.shape, got.dtype) == (want.shape, want.dtype), where
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=where)
+    elif isinstance(want, (list, tuple)):
+        assert isinstance(got, (list, tuple)) and len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want)):
+            _assert_same(g, w, f"{where}[{i}]")
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-4, abs=1e-6), where
+    else:
+        assert got == want, where
+
+
+@pytest.mark.parametrize("name", sorted(training.PROGRAMS))
+def test_training_program_matches_torch(name, oracle):
+    program = training.PROGRAMS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (PyTorch's own deprecations; the engine's warnings are tested above)
+        want, got = program(oracle), program(engine)
+    _assert_same(got, want, name)
