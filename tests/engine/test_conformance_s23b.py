@@ -127,10 +127,13 @@ def _fresh(program, *options):
 
 
 def test_nan_and_inf_of_ops_and_their_gradients_are_silent_as_torch(oracle):
-    """NumPy's RuntimeWarnings (turned into errors here) never reach a program: PyTorch warns of none of these.
+    """NumPy's RuntimeWarnings (turned into errors here) never reach a program, on the engine or the embedded
+    client: PyTorch warns of none of these.
     In a fresh interpreter: pytest keeps no warnings filter that a module installs while it collects."""
-    printed = [_fresh(IEEE_PROGRAM.format(name), "-W", "error::RuntimeWarning") for name in ("engine", "torch")]
-    assert printed[0] == printed[1]
+    printed = [
+        _fresh(IEEE_PROGRAM.format(name), "-W", "error::RuntimeWarning") for name in ("engine", "client", "torch")
+    ]
+    assert printed[0] == printed[1] == printed[2]
 
 
 @pytest.mark.parametrize(
