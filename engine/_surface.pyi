@@ -952,6 +952,9 @@ def fft_r2c(
 ) -> Variable: ...
 @overload
 def fft_r2c(input: Operand, *s: builtins.int, dim: Sequence[builtins.int], norm: str = "backward") -> Variable: ...
+def finfo(type: Any = None) -> Any:
+    """Machine limits of a floating dtype (the default one when None): `eps`, `max`, `min`, `tiny`, `bits`..."""
+
 def fix(input: Operand) -> Variable:
     """x rounded toward zero (gradient zero, as in PyTorch)"""
 
@@ -1029,7 +1032,9 @@ def get_rng_state() -> dict[str, Any]:
 def getitem(tensors: Sequence[Operand], index: Any) -> Variable:
     """x[index]"""
 
-def gradient(input: VariableSurface, *, spacing: Any = 1, dim: Any = None, edge_order: builtins.int = 1) -> tuple:
+def gradient(
+    input: VariableSurface, *, spacing: Any = 1, dim: Any = None, edge_order: builtins.int = 1
+) -> tuple[Any, ...]:
     """PyTorch's estimate of the derivative along each of `dim` (all when None): central differences inside,
     one-sided ones of `edge_order` (1 or 2) at the ends, `spacing` a number or one a dim (not coordinates)."""
 

@@ -72,7 +72,7 @@ def functions(ops, make) -> dict:
         fn.__doc__ = f"PyTorch's {fn.__name__} over `dim` (all when None), by n - correction (1: unbiased=True)."
         return fn
 
-    def gradient(input: VariableSurface, *, spacing: Any = 1, dim: Any = None, edge_order: int = 1) -> tuple:
+    def gradient(input: VariableSurface, *, spacing: Any = 1, dim: Any = None, edge_order: int = 1) -> tuple[Any, ...]:
         """PyTorch's estimate of the derivative along each of `dim` (all when None): central differences inside,
         one-sided ones of `edge_order` (1 or 2) at the ends, `spacing` a number or one a dim (not coordinates)."""
         dims = list(range(input.ndim)) if dim is None else [dim] if isinstance(dim, int) else list(dim)
