@@ -106,7 +106,8 @@ def test_a_grad_of_another_size_is_refused(oracle):
 IEEE_PROGRAM = """
 import {} as torch
 x = torch.tensor([-1.0, 0.0, 1.0], requires_grad=True)
-ys = [x.sqrt(), x.log(), x / 0, 1 / x, x.rsqrt(), x.log2(), (x * 2).acos(), x ** -1, x.fmod(0), x.pow(0.5)]
+ys = [x.sqrt(), x.log(), x / 0, 1 / x, x.rsqrt(), x.log2(), (x * 2).acos(), x ** -1, x.fmod(0), x.pow(0.5),
+      x[x > 5].mean(), torch.ones(0, 3).mean(0)]
 sum((y * 0).sum() for y in ys).backward()
 print([y.isnan().sum().item() for y in ys], [y.isinf().sum().item() for y in ys], x.grad.isnan().all().item())
 """
