@@ -193,6 +193,7 @@ __all__ = [
     "get_default_dtype",
     "get_rng_state",
     "getitem",
+    "gradient",
     "greater",
     "greater_equal",
     "gt",
@@ -951,7 +952,7 @@ def fft_r2c(
 ) -> Variable: ...
 @overload
 def fft_r2c(input: Operand, *s: builtins.int, dim: Sequence[builtins.int], norm: str = "backward") -> Variable: ...
-def finfo(type: Any = None) -> numpy.finfo:
+def finfo(type: Any = None) -> Any:
     """Machine limits of a floating dtype (the default one when None): `eps`, `max`, `min`, `tiny`, `bits`..."""
 
 def fix(input: Operand) -> Variable:
@@ -1030,6 +1031,12 @@ def get_rng_state() -> dict[str, Any]:
 
 def getitem(tensors: Sequence[Operand], index: Any) -> Variable:
     """x[index]"""
+
+def gradient(
+    input: VariableSurface, *, spacing: Any = 1, dim: Any = None, edge_order: builtins.int = 1
+) -> tuple[Any, ...]:
+    """PyTorch's estimate of the derivative along each of `dim` (all when None): central differences inside,
+    one-sided ones of `edge_order` (1 or 2) at the ends, `spacing` a number or one a dim (not coordinates)."""
 
 def greater(input: Operand, other: Operand) -> Variable:
     """x > y as a bool Variable (no gradient)"""

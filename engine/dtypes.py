@@ -14,6 +14,8 @@ and of Python floats with no Variable beside them, as PyTorch's does; integer da
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy
 
 DTYPES = {
@@ -143,9 +145,26 @@ def is_floating_point(v) -> bool:
     return v.dtype.kind == "f"
 
 
-def finfo(type=None) -> numpy.finfo:
+class FloatInfo:
+    """`finfo`'s answer, as PyTorch's: Python floats `eps`, `max`, `min`, `tiny`..., `bits` and the dtype's name
+    (NumPy's are scalars of the dtype)."""
+
+    LIMITS = ("resolution", "min", "max", "eps", "smallest_normal", "tiny")
+
+    def __init__(self, type=None):
+        info = numpy.finfo(numpy.dtype(default() if type is None else type))
+        self.bits, self.dtype = info.bits, info.dtype.name
+        for name in self.LIMITS:
+            setattr(self, name, float(getattr(info, name)))
+        self.resolution = 10.0**-info.precision
+
+    def __repr__(self):
+        return f"finfo({', '.join(f'{name}={getattr(self, name):g}' for name in self.LIMITS)}, dtype={self.dtype})"
+
+
+def finfo(type=None) -> Any:  # (a `FloatInfo`)
     """Machine limits of a floating dtype (the default one when None): `eps`, `max`, `min`, `tiny`, `bits`..."""
-    return numpy.finfo(numpy.dtype(default() if type is None else type))
+    return FloatInfo(type)
 
 
 def iinfo(type) -> numpy.iinfo:

@@ -19,6 +19,7 @@ from engine import backend
 from engine.compat import dtype_of
 from engine.dtypes import default as default_dtype
 from engine.random import Generator, bits_of
+from engine.shapes import ShapeMismatch
 from engine.user_warnings import warn
 
 COPY_CONSTRUCT = (  # PyTorch's warning for `torch.tensor(t)` of a tensor
@@ -63,9 +64,10 @@ def _size(size, keywords=None):
         if size:
             raise TypeError("give the size either positionally or as size=, not both")
         size = (keywords["size"],)
-    if len(size) == 1 and isinstance(size[0], (tuple, list)):
-        return tuple(size[0])
-    return tuple(size)
+    shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+    if shape and min(shape) < 0:  # PyTorch's RuntimeError (a ValueError as NumPy's was)
+        raise ShapeMismatch(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+    return shape
 
 
 def as_dtype(dtype):

@@ -207,9 +207,10 @@ class Transforms:
         def wrapper(*args):
             nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
             chosen = [args[i] for i in nums]  # each may be a pytree (a dict of parameters...), as func's output
-            structure = []
+            structure, seen = [], []
 
             def partial(*leaves):
+                seen.extend(leaves)
                 xs, it = list(args), iter(leaves)
                 for i, c in zip(nums, chosen):
                     xs[i] = tree_rebuild(c, it)
@@ -217,7 +218,10 @@ class Transforms:
                 return tuple(tree_leaves(structure[0][0]))
 
             keep = self.ns.is_grad_enabled() and self._any_rg(tree_leaves(args))
-            blocks = self.ns.autograd.functional.jacobian(partial, tuple(tree_leaves(chosen)), create_graph=keep)
+            graph = keep or (self.ns.is_grad_enabled() and not self.lazy)  # (func may close over parameters)
+            blocks = self.ns.autograd.functional.jacobian(partial, tuple(tree_leaves(chosen)), create_graph=graph)
+            keep = keep or self._closes_over(tree_leaves(structure[0][0]), seen)
+            blocks = blocks if keep else [[b.detach() for b in row] for row in blocks]
             per_output = [tree_rebuild(chosen, iter(block)) for block in blocks]
             per_output = [rows[0] if isinstance(argnums, int) else tuple(rows) for rows in per_output]
             jacobian = tree_rebuild(structure[0][0], iter(per_output))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import operator
 
+import numpy
+
 
 def tensor_count(spec) -> int:
     return sum(1 for item in spec if isinstance(item, dict) and "tensor" in item)
@@ -31,6 +33,9 @@ def to_key(spec, arrays):
     return tuple(key)
 
 
+REVERSED = slice(None, None, -1)  # `flip`'s own index: the one negative step `from_key` takes
+
+
 def _is_index_array(obj) -> bool:
     return hasattr(obj, "dtype") and hasattr(obj, "shape")
 
@@ -47,6 +52,8 @@ def from_key(key, as_array):
             spec.append(None)
         elif isinstance(item, slice):
             bounds = [None if b is None else operator.index(b) for b in (item.start, item.stop, item.step)]
+            if bounds[2] is not None and bounds[2] < 0 and item is not REVERSED:  # PyTorch has no negative strides
+                raise ValueError("step must be greater than zero")
             spec.append({"slice": bounds})
         elif isinstance(item, bool):
             spec.append({"tensor": len(arrays)})
@@ -59,6 +66,8 @@ def from_key(key, as_array):
             spec.append({"tensor": len(arrays)})
             arrays.append(as_array(list(item)))
         elif isinstance(item, (list, tuple)) or _is_index_array(item):
+            if not isinstance(item, (list, tuple, numpy.ndarray)) and item.dtype.kind in "fc":  # a float tensor
+                raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
             spec.append({"tensor": len(arrays)})
             arrays.append(as_array(item))
         else:

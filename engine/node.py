@@ -318,12 +318,13 @@ def refuse_saved_inference(inputs, saves):
 
 def shape_refusal(op, inputs, attrs, error):
     """What to raise for a forward that NumPy refused: the op's shape rule's refusal as PyTorch's RuntimeError
-    (`engine.shapes.ShapeMismatch`, `torch.ones(2, 3) @ torch.ones(4, 5)`), else NumPy's own error."""
+    (`engine.shapes.ShapeMismatch`, `torch.ones(2, 3) @ torch.ones(4, 5)`), else NumPy's message as PyTorch's
+    RuntimeError, still a ValueError (`torch.tensor([2]) ** -1`, `torch.ones(0).max()`)."""
     try:
         op.infer([v.shape for v in inputs], [v.dtype for v in inputs], attrs)
     except ShapeError as refusal:
         return refusal if isinstance(refusal, (RuntimeError, IndexError)) else ShapeMismatch(str(refusal))
-    return error
+    return error if isinstance(error, RuntimeError) else ShapeMismatch(str(error))
 
 
 def apply_op(

@@ -383,6 +383,8 @@ def make_function(op: OpDef, coerce, run):
         def fn(tensors=None, *rest, **kwargs):
             if tensors is None:
                 (tensors,) = _keyword_inputs(op, (), kwargs)
+            if not tensors:  # PyTorch's ValueError for cat, RuntimeError for the others: both
+                raise shapes.ShapeMismatch(f"torch.{op.name}(): expected a non-empty list of Tensors")
             return run(coerce(list(tensors)), parse_call(op, rest, kwargs))
     else:
         arity, defaults = op.arity, op.default_attrs

@@ -62,7 +62,7 @@ from engine.sampling import Sampling
 from engine.surface_methods import METHOD_OPS, SurfaceMethods
 from engine.surface_types import MaxMin
 from engine.tensor_data import plain
-from engine.user_warnings import warn
+from engine.user_warnings import reversing, warn
 from engine.variable import NUMPY_OF_GRAD, SCALAR_OF_GRAD, format_variable
 from engine.views import base_of
 
@@ -323,6 +323,11 @@ def _get_grad(self) -> Any:
 
 
 def _set_grad(self, value: Any) -> None:
+    if value is not None and tuple(value.shape) != tuple(self.shape):
+        raise RuntimeError(
+            f"attempting to assign a gradient of size '{list(value.shape)}' to a tensor of size '{list(self.shape)}'. "
+            "Please ensure that the gradient and the tensor are the same size"
+        )
     self._grad = value
 
 
@@ -540,6 +545,7 @@ def install(side: Side) -> dict:
     transpose = functions["transpose"]
 
     def all_reversed(self) -> VariableSurface:
+        reversing(self.ndim)
         return self.permute(tuple(reversed(range(self.ndim))))
 
     def last_two_swapped(self) -> VariableSurface:

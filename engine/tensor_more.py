@@ -21,16 +21,18 @@ import numpy
 from engine.grad_fn_names import renamed
 from engine.modern import numpy_keywords
 from engine.tensor_ops import _dim
+from engine.user_warnings import warn
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from engine.surface_types import Operand, VariableSurface
 
-FUNCTIONS_ONLY = ("std_mean", "var_mean")
+FUNCTIONS_ONLY = ("std_mean", "var_mean", "gradient")
 METHODS_ONLY = ("is_complex is_cpu is_pinned get_device data_ptr pin_memory apply_ map_ sum_to_size").split()
 AMINMAX = namedtuple("aminmax", ["min", "max"])  # type: ignore[name-match]  # (torch.return_types.aminmax)
 EVERY = slice(None)
+NO_DOF = "Correction should be strictly less than the reduction factor (input numel divided by output numel)."
 
 
 def functions(ops, make) -> dict:
@@ -52,11 +54,13 @@ def functions(ops, make) -> dict:
                 dim, unbiased = None, dim
             dim, keepdim = numpy_keywords(name, dim, keepdim, numpy_spelling)
             shift = (1 if unbiased else 0) if correction is None else correction
+            dims = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
+            count = math.prod(input.shape[_dim(input, d)] for d in dims) if dims else input.numel()
+            if count <= shift:
+                warn(f"{fn.__name__}(): degrees of freedom is <= 0. {NO_DOF}")
             if shift in (0, 1):
                 spread = ops["var"](input, dim, bool(shift), keepdim)
             else:
-                dims = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
-                count = math.prod(input.shape[_dim(input, d)] for d in dims) if dims else input.numel()
                 spread = ops["var"](input, dim, False, keepdim) * (
                     count / max(count - shift, 0) if count > shift else math.inf
                 )
@@ -67,6 +71,26 @@ def functions(ops, make) -> dict:
         fn.__name__ = fn.__qualname__ = name + "_mean" * with_mean
         fn.__doc__ = f"PyTorch's {fn.__name__} over `dim` (all when None), by n - correction (1: unbiased=True)."
         return fn
+
+    def gradient(input: VariableSurface, *, spacing: Any = 1, dim: Any = None, edge_order: int = 1) -> tuple[Any, ...]:
+        """PyTorch's estimate of the derivative along each of `dim` (all when None): central differences inside,
+        one-sided ones of `edge_order` (1 or 2) at the ends, `spacing` a number or one a dim (not coordinates)."""
+        dims = list(range(input.ndim)) if dim is None else [dim] if isinstance(dim, int) else list(dim)
+        steps = list(spacing) if isinstance(spacing, (list, tuple)) else [spacing] * len(dims)
+        if any(hasattr(h, "shape") for h in steps):
+            raise NotImplementedError("torch.gradient with coordinates as spacing is not supported: a number a dim")
+        if any(input.shape[d] < edge_order + 1 for d in dims):
+            raise RuntimeError("torch.gradient expected each dimension size to be at least edge_order+1")
+        x, out = (input if input.is_floating_point() else input.float()), []
+        for d, h in zip(dims, steps, strict=True):
+            at = lambda a, b, d=d: x[(EVERY,) * (d % x.ndim) + (slice(a, b),)]  # noqa: E731
+            if edge_order == 1:
+                ends = [(at(1, 2) - at(0, 1)) / h, (at(-1, None) - at(-2, -1)) / h]
+            else:
+                ends = [(at(1, 2) * 4 - at(0, 1) * 3 - at(2, 3)) / (2 * h)]
+                ends.append((at(-1, None) * 3 - at(-2, -1) * 4 + at(-3, -2)) / (2 * h))
+            out.append(ops["cat"]([ends[0], (at(2, None) - at(None, -2)) / (2 * h), ends[1]], d))
+        return tuple(out)
 
     def positive(input: VariableSurface) -> VariableSurface:
         if input.dtype == numpy.bool_:
@@ -346,7 +370,7 @@ def functions(ops, make) -> dict:
             for f in (addcdiv, erfc, logit, sinc, hardshrink, prelu, mvlgamma, renorm, aminmax, msort, diagflat)
         }
     )
-    out.update({f.__name__: f for f in (vdot, cov, corrcoef, split_with_sizes, sum_to_size, slice_scatter)})
+    out.update({f.__name__: f for f in (vdot, cov, corrcoef, split_with_sizes, sum_to_size, slice_scatter, gradient)})
     out.update(
         {
             f.__name__: f

@@ -28,6 +28,10 @@ def _number(value) -> bool:  # a Python number: PyTorch's `value` overload (Scat
     return isinstance(value, (bool, int, float))
 
 
+def _no_derivative(grad):
+    raise NotImplementedError("the derivative for 'unique_dim' is not implemented.")
+
+
 def functions(ops, make) -> dict:
     """The functions (each also a method, but FUNCTIONS_ONLY) over `ops`, the side's op functions, and
     `make`, its constructors."""
@@ -256,8 +260,18 @@ def functions(ops, make) -> dict:
     ) -> Any:
         """The distinct values, in ascending order; with return_inverse, where each entry's value is among
         them; with return_counts, how many times each occurs."""
-        if dim is not None:
-            raise NotImplementedError("unique(dim=...) is not supported: unique of the flattened Variable only")
+        if dim is not None:  # the distinct slices along dim in lexicographic order, from the values (no gradient)
+            found = numpy.unique(input.detach().numpy(), axis=_dim(input, dim), return_inverse=True, return_counts=True)
+            keep, anchor = [make.tensor(found[0])], input.sum()
+            if anchor.requires_grad:  # PyTorch's values have a node, whose backward refuses
+                anchor.register_hook(_no_derivative)
+                keep[0] = renamed(where(make.tensor(False), anchor, keep[0]), "UniqueDimBackward0", (input.grad_fn,))
+            keep += [
+                make.tensor(a.reshape(-1).astype(numpy.int64))
+                for a, k in zip(found[1:], (return_inverse, return_counts))
+                if k
+            ]
+            return keep[0] if len(keep) == 1 else tuple(keep)
         flat = _flat(input.detach())
         order = ops["argsort"](flat, dim=0, stable=True)
         return _runs(flat[order], order, return_inverse, return_counts, tuple(input.shape))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy
 
 from engine import views
+from engine.indexing import REVERSED
 from engine.tensor_ops import _dim, dim_in_range
 from engine.user_warnings import warn
 
@@ -62,7 +63,7 @@ def functions(ops, make) -> dict:
     def flip(input: VariableSurface, *args: int | Sequence[int], dims=None) -> VariableSurface:
         """The entries in reverse order along each of `dims` (a copy); `x.flip(0, 1)` as `x.flip((0, 1))`."""
         flipped = _dims(input, dims if dims is not None else args[0] if len(args) == 1 else args)
-        return input[tuple(slice(None, None, -1) if d in flipped else EVERY for d in range(input.ndim))]
+        return input[tuple(REVERSED if d in flipped else EVERY for d in range(input.ndim))]
 
     def fliplr(input: VariableSurface) -> VariableSurface:
         if input.ndim < 2:

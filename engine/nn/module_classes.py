@@ -39,6 +39,18 @@ from engine.nn.transformer import (
 from engine.optim.optimizer import realise_with_next_step
 from engine.user_warnings import warn
 
+HOOK_KINDS = (
+    "_forward_pre_hooks",
+    "_forward_hooks",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_load_state_dict_post_hooks",
+)
+LOAD_HOOK_RETURNED = (
+    "Hooks registered with ``register_load_state_dict_post_hook`` are not expected to return new values, if "
+    "incompatible_keys need to be modified, it should be done inplace."
+)
+
 
 class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
     def __repr__(self):  # PyTorch's
@@ -89,7 +101,7 @@ class Module:
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "_modules", OrderedDict())
-        for kind in ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks"):
+        for kind in HOOK_KINDS:
             object.__setattr__(self, kind, OrderedDict())
         object.__setattr__(self, "_hooked", False)
 
@@ -113,6 +125,21 @@ class Module:
 
     def register_full_backward_pre_hook(self, hook, prepend: bool = False):
         return hooks.add(self, "_backward_pre_hooks", hook, prepend)
+
+    def register_load_state_dict_post_hook(self, hook):
+        """`hook(module, incompatible_keys)` once `load_state_dict` has loaded (before its strict checks: the hook may
+        change the keys in place), children's before their parent's, as PyTorch's."""
+        handle = hooks.RemovableHandle(self._load_state_dict_post_hooks)
+        self._load_state_dict_post_hooks[handle.id] = hook
+        return handle
+
+    def _loaded(self, keys) -> None:
+        for child in self._modules.values():
+            if child is not None:
+                child._loaded(keys)
+        for hook in self._load_state_dict_post_hooks.values():
+            if hook(self, keys) is not None:
+                raise AssertionError(LOAD_HOOK_RETURNED)
 
     # --- registration --------------------------------------------------------------------------
     def _registry(self, name):
@@ -367,6 +394,16 @@ class Module:
                 )
                 continue
             updates.append((module, registry, name, current, value))
+        with self._ns.no_grad():  # (what matches is loaded, as PyTorch's, however the checks below end)
+            for module, registry, name, current, value in updates:
+                if assign and registry == "_parameters":
+                    module._parameters[name] = self._parameter(value, requires_grad=current.requires_grad)
+                elif assign:
+                    module._buffers[name] = value
+                else:
+                    current.copy_(value)
+        found = _IncompatibleKeys(missing, unexpected)
+        self._loaded(found)
         if strict:
             if unexpected:
                 errors.insert(
@@ -378,15 +415,7 @@ class Module:
             raise RuntimeError(
                 "Error(s) in loading state_dict for {}:\n\t{}".format(type(self).__name__, "\n\t".join(errors))
             )
-        with self._ns.no_grad():
-            for module, registry, name, current, value in updates:
-                if assign and registry == "_parameters":
-                    module._parameters[name] = self._parameter(value, requires_grad=current.requires_grad)
-                elif assign:
-                    module._buffers[name] = value
-                else:
-                    current.copy_(value)
-        return _IncompatibleKeys(missing, unexpected)
+        return found
 
     # --- conversion ----------------------------------------------------------------------------
     def _apply(self, convert):

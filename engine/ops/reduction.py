@@ -72,9 +72,11 @@ mean = defop(
     "mean",
     lambda xp, x, dim, keepdim: (
         x.mean(axis=_axes(dim, x.ndim), keepdims=keepdim)
+        if x.dtype.kind in "fc" and x.size
+        else x.sum(axis=_axes(dim, x.ndim), keepdims=keepdim) / 0
         if x.dtype.kind in "fc"
         else shapes.reduce_mean([], [x.dtype], {})
-    ),
+    ),  # (an empty x's nan divided here: NumPy's mean would warn from its own module, PyTorch is silent)
     lambda g, ans, x, dim, keepdim: unreduce(g, x.shape, dim, keepdim) / _count(x.shape, dim),
     attrs={"dim": DIM, "keepdim": KEEPDIM},
     saves=False,

@@ -15,6 +15,7 @@ from engine.ops.indexing import take
 from engine.promotion import promoted
 from engine.recording import derived, note_constant
 from engine.registry import Sample, defop, trusted
+from engine.user_warnings import reversing
 from engine.variable import Variable
 
 
@@ -232,6 +233,8 @@ def transposed(v):
 
 def reversed_dims(v):
     """`v.T` on the engine: `transposed(v)`, a view of `v` (engine.views)."""
+    if v._data.ndim != 2:  # (a call only then: `w.T` of a Linear is every step)
+        reversing(v._data.ndim)
     dims = tuple(range(v._data.ndim - 1, -1, -1))
     return views.note(v, transposed(v), (permute, (), {"dims": dims}), grad_state.enabled)
 

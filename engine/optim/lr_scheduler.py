@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import types
+import weakref
 from bisect import bisect_right
 from collections import Counter
 from typing import Any
@@ -42,12 +43,35 @@ EPOCH_DEPRECATION_WARNING = (
     "replicate your use case: https://github.com/pytorch/pytorch/issues/new/choose."
 )
 
+STEP_ORDER_WARNING = (
+    "Detected call of `lr_scheduler.step()` before `optimizer.step()`. In PyTorch 1.1.0 and later, you should call "
+    "them in the opposite order: `optimizer.step()` before `lr_scheduler.step()`.  Failure to do this will result in "
+    "PyTorch skipping the first value of the learning rate schedule. See more details at "
+    "https://pytorch.org/docs/stable/optim.html#how-to-adjust-learning-rate"
+)
+
+
+def _track_steps(optimizer) -> None:
+    """`optimizer.step` wrapped, as PyTorch's schedulers wrap it, to note that it was called (`_opt_called`; a weak
+    reference, as PyTorch's: no cycle keeps an optimizer alive)."""
+    if not hasattr(optimizer.step, "_wrapped_by_lr_sched"):
+        owner = weakref.ref(optimizer)
+
+        def tracked(*args, **kwargs):
+            opt = owner()
+            opt._opt_called = True
+            return type(opt).step(opt, *args, **kwargs)
+
+        tracked._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+        optimizer.step = tracked
+
 
 class LRScheduler:
     def __init__(self, optimizer, last_epoch: int = -1):
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
         self.optimizer = optimizer
+        _track_steps(optimizer)
         if last_epoch == -1:
             for group in optimizer.param_groups:
                 group.setdefault("initial_lr", group["lr"])
@@ -79,6 +103,8 @@ class LRScheduler:
         return self._last_lr
 
     def step(self, epoch=None) -> None:
+        if self._step_count == 1 and not getattr(self.optimizer, "_opt_called", False):
+            warn(STEP_ORDER_WARNING)
         self._step_count += 1
         if epoch is not None:
             warn(EPOCH_DEPRECATION_WARNING, UserWarning)
