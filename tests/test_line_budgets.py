@@ -175,6 +175,10 @@ Raised, as decisions:
   over FOLD_MAX elements (a 1 MB model folded into a 32 GiB outer product), onnx's shape inference runs without data
   propagation and each node's own inference fills what it leaves (a 200-byte Range got the process killed) (+20) took
   it to 6182.
+- engine 23520 -> 23650 (2026-11-29, session 23): the second conformance sweep: refusals of PyTorch's types and the
+  calls it refuses (a float index, a negative step, a `.grad` of another size), NumPy's IEEE warnings silenced by one
+  filter, `finfo` as Python floats, the `.T` and scheduler-order warnings, `register_load_state_dict_post_hook`,
+  `torch.gradient`, `unique(dim=)`, `func.jacrev`/`hessian` keeping captured parameters' graph (+139) took it to 23633.
 """
 
 from __future__ import annotations
@@ -185,7 +189,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 23520, "wire": 6185, "service": 3850, "client": 3300}
+BUDGETS = {"engine": 23650, "wire": 6185, "service": 3850, "client": 3300}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
