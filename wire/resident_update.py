@@ -27,6 +27,7 @@ from collections import OrderedDict
 import numpy
 import orjson
 
+from engine import backend
 from engine.api import array_of, shown, variable_of
 from engine.optim import SGD, Adam, AdamW, RMSprop, sgd_in_place
 from wire.errors import RequestError
@@ -120,6 +121,7 @@ def apply_update(store, key, groups, grads: dict, order=(None, None)) -> None:
     at a time (`store.updating`): SGD steps an array in place where nothing else reads it (no request's
     view: `_alone`), else a copy that then replaces it, as the other optimizers do (a request still
     reading an array keeps the value it read)."""
+    grads = {h: backend.to_numpy(g) for h, g in grads.items()}  # (residents live on the host: a GPU's gradients too)
     with store.updating(key):
         steps = [(cls, options, _stepped(store, key, handles, grads)) for cls, options, handles in groups]
         store.check_after(key, order[1])
@@ -172,24 +174,24 @@ def _alone(array) -> bool:
 def _step_copies(store, key, cls, options, stepped, grads) -> None:
     """The engine's optimizer `cls` steps copies of the arrays, which then replace them once the state they
     hold is charged (413 when it does not fit: nothing changes)."""
-    params = []
+    params, device, host = [], backend.to_active, backend.to_numpy  # (the step on the engine's device)
     for handle, resident in stepped:
-        param = variable_of(resident.array.copy(), requires_grad=True)  # the step writes it in place
-        param.grad = variable_of(grads[handle])
+        param = variable_of(device(resident.array.copy()), requires_grad=True)  # the step writes it in place
+        param.grad = variable_of(device(grads[handle]))
         params.append(param)
     optimizer = cls(params, **options)
     for param, (_, resident) in zip(params, stepped):
         if resident.state:
-            optimizer.state[param] = {k: variable_of(v) for k, v in resident.state.items()}
+            optimizer.state[param] = {k: variable_of(device(v)) for k, v in resident.state.items()}
     optimizer.step()
-    states = [{k: _kept(array_of(v), grads.values()) for k, v in optimizer.state[p].items()} for p in params]
+    states = [{k: _kept(host(array_of(v)), grads.values()) for k, v in optimizer.state[p].items()} for p in params]
     growth = sum(
         sum(int(a.nbytes) for a in s.values()) - sum(int(a.nbytes) for a in r.state.values())
         for s, (_, r) in zip(states, stepped)
     )
     store.check_room(key, growth, FIELD)
     for param, state, (_, resident) in zip(params, states, stepped):
-        resident.array, resident.state = _kept(array_of(param), grads.values()), state
+        resident.array, resident.state = _kept(host(array_of(param)), grads.values()), state
 
 
 def _kept(array, grads) -> numpy.ndarray:

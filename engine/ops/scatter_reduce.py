@@ -54,14 +54,16 @@ def _reduced(reduce):
 
 
 def _ufunc_at(xp, name, out, positions, values):
-    """`xp.<name>.at(out, positions, values)`. CuPy has no `multiply.at`: there each round applies every
-    position's first remaining value at once (`unique`'s first occurrences), so each position still takes its
-    values in their order, as NumPy's `at` does; the rounds are as many as a position repeats."""
-    if xp is numpy or name != "multiply":
+    """`xp.<name>.at(out, positions, values)`. CuPy has no `multiply.at`, and its `maximum.at`/`minimum.at` of
+    float64 keep float32's precision (an H200, CuPy 14.2): there each round applies every position's first
+    remaining value at once (`unique`'s first occurrences), so each position still takes its values in their order,
+    as NumPy's `at` does; the rounds are as many as a position repeats."""
+    if xp is numpy or name not in ("multiply", "maximum", "minimum"):
         return getattr(xp, name).at(out, positions, values)
+    ufunc = getattr(xp, name)
     while positions.size:
         unique, first = xp.unique(positions, return_index=True)
-        out[unique] *= values[first]
+        out[unique] = ufunc(out[unique], values[first])
         rest = xp.ones(positions.size, bool)
         rest[first] = False
         positions, values = positions[rest], values[rest]

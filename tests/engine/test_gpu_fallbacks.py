@@ -1,4 +1,4 @@
-"""The engine's own versions of what CuPy lacks (`maximum.accumulate`, `multiply.at`), run here with NumPy
+"""The engine's own versions of what CuPy lacks (`maximum.accumulate`, `multiply.at`, float64 `maximum.at`), run here with NumPy
 standing in for CuPy (a module that is not `numpy` itself takes the CuPy branch) and compared with NumPy's own.
 On a GPU, `tests/engine/test_gpu.py` runs the ops that use them (cummax/cummin indices, scatter_reduce prod)."""
 
@@ -34,17 +34,19 @@ def test_running_extremes_equal_numpys_accumulate(a):
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 8).flatmap(lambda n: st.tuples(st.just(n), st.lists(st.integers(0, n - 1), max_size=30))))
-def test_multiply_at_takes_each_positions_values_in_order(case):
+def test_multiply_maximum_minimum_at_take_each_positions_values_in_order(case):
     size, positions = case
     rng = np.random.default_rng(len(positions))
-    out, values = rng.standard_normal(size), rng.standard_normal(len(positions))
-    expected = out.copy()
-    np.multiply.at(expected, np.array(positions, np.int64), values)
-    _ufunc_at(XP, "multiply", out, np.array(positions, np.int64), values)
-    np.testing.assert_array_equal(out, expected)  # the same products in the same order: equal, not close
+    for name in ("multiply", "maximum", "minimum"):
+        out, values = rng.standard_normal(size), rng.standard_normal(len(positions))
+        values[::3] = np.nan  # (maximum and minimum propagate NaN, in NumPy's order too)
+        expected = out.copy()
+        getattr(np, name).at(expected, np.array(positions, np.int64), values)
+        _ufunc_at(XP, name, out, np.array(positions, np.int64), values)
+        np.testing.assert_array_equal(out, expected)  # the same values in the same order: equal, not close
 
 
-@pytest.mark.parametrize("name", ["maximum", "minimum", "add"])
+@pytest.mark.parametrize("name", ["add", "subtract"])
 def test_other_ufuncs_keep_their_at(name):
     out, expected = np.zeros(4), np.zeros(4)
     _ufunc_at(XP, name, out, np.array([1, 1, 3]), np.array([2.0, -1.0, 5.0]))
