@@ -272,11 +272,11 @@ MISSED_BECAUSE = {
     ". Session 20 (engine12): add/sub/mul of one dtype and shape and mm of one dtype make nodes whose gradients "
     "the walk need not fit: 1,548.7k -> 1,517.7k a step (torch 1,323.0k "
     "by the same pinned harness, PYTHONHASHSEED=0, one BLAS thread: 1.15x in instructions)",
-    "GPU seed net through the server ≤1.2x a hand-written CuPy floor": "host time per op, not the transfers: the "
-    "resident rows of the same run show the same ~0.2 ms (engine 415 µs against the floor's 204 µs, minimums): "
-    "the engine's Python per op and per vjp, and the vjps' extra kernels where the floor's arithmetic is written "
-    "fused; the served step adds ~0.35 ms of transfers to every side alike (session 22, an H200 lent for 15 minutes: not profiled "
-    "there)",
+    "GPU seed net through the server ≤1.2x a hand-written CuPy floor": "at the edge: session 23's two H200 runs "
+    "gave 0.97-1.16x (met) and 1.12-1.21x (1 round over); session 22's, 1.17-1.39x. Host time per op, not the "
+    "transfers: the served step adds ~0.35 ms of transfers to every side alike, and the program reads nothing back "
+    "from the device but its results (tests/engine/test_gpu_syncs.py); what is left is the engine's Python per op "
+    "and per vjp, and the vjps' extra kernels where the floor's arithmetic is written fused (not profiled on the GPU)",
     "tensor program": "the client records every op lazily and never materializes the updated weights: each "
     "`loss.item()` sends the whole history back to the first weights (~20 more nodes a step, so a "
     "step's cost grows with the step count), parsed and re-run by the Executor (cProfile of steps "

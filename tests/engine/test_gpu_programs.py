@@ -30,7 +30,22 @@ def on(device, program, *args, **kwargs):
         backend.use("cpu")
 
 
-@pytest.mark.parametrize("name", PROGRAMS)
+# programs that call PyTorch's methods on a `.data` (`p.data.add_(...)`, `.zero_()`, `torch.max(out.data, 1)`,
+# `nn.init.normal_(m.weight.data)`, `.numpy()`): on the GPU `.data` is the plain CuPy array, which has none of them
+# (README, Known limitations; found by the H200 run of session 23)
+DATA_METHODS = {
+    "char_rnn_classification", "char_rnn_generation", "word_language_model", "fgsm", "knowledge_distillation",
+    "spatial_transformer", "dcgan",
+}  # fmt: skip
+ON_GPU = [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=(AttributeError, TypeError), reason="a CuPy .data"))
+    if n in DATA_METHODS
+    else n
+    for n in PROGRAMS
+]
+
+
+@pytest.mark.parametrize("name", ON_GPU)
 def test_tutorial_trains_on_gpu_as_on_cpu(name):
     program = getattr(programs, name)
     want, result = on("cpu", program), on("cuda", program)
