@@ -12,7 +12,7 @@ import numpy
 from engine import backend
 from engine.grad_mode import INFERENCE, INFERENCE_MADE, INFERENCE_SAVED
 from engine.grad_mode import state as _grad
-from engine.shapes import ShapeError, ShapeMismatch
+from engine.shapes import ShapeError, ShapeMismatch, as_raised
 from engine.variable import Variable
 
 _result = Variable._result
@@ -323,7 +323,7 @@ def shape_refusal(op, inputs, attrs, error):
     try:
         op.infer([v.shape for v in inputs], [v.dtype for v in inputs], attrs)
     except ShapeError as refusal:
-        return refusal if isinstance(refusal, (RuntimeError, IndexError)) else ShapeMismatch(str(refusal))
+        return as_raised(refusal)
     return error if isinstance(error, RuntimeError) else ShapeMismatch(str(error))
 
 

@@ -141,12 +141,8 @@ class OpDef:
     def _call_composite(self, inputs, attrs):  # its result's node named PyTorch's (SoftmaxBackward0), not its last op's
         try:
             out = self.forward(*inputs, **attrs)
-        except (
-            shapes.ShapeError
-        ) as refusal:  # (conv2d's channels) PyTorch's RuntimeError, as a primitive's (engine.node)
-            raise (
-                refusal if isinstance(refusal, (RuntimeError, IndexError)) else shapes.ShapeMismatch(str(refusal))
-            ) from None
+        except shapes.ShapeError as refusal:  # (conv2d's channels) PyTorch's RuntimeError, as a primitive's
+            raise shapes.as_raised(refusal) from None
         node = getattr(out, "_node", None)
         if node is not None and not any(getattr(v, "_node", None) is node for v in inputs):  # (not an input's node)
             grad_fn_names.swap(node, self.torch_name or grad_fn_names.call_name(self.name, attrs, (), None))

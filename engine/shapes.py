@@ -221,6 +221,11 @@ class ShapeMismatch(ShapeError, RuntimeError):
     """A shape rule's refusal of an op that the engine was running: PyTorch's RuntimeError (engine.node)."""
 
 
+def as_raised(refusal: ShapeError) -> Exception:
+    """A shape rule's refusal as a running op raises it: PyTorch's type (a RuntimeError or IndexError kept)."""
+    return refusal if isinstance(refusal, (RuntimeError, IndexError)) else ShapeMismatch(str(refusal))
+
+
 def reduce_mean(shapes, dtypes, attrs):
     """`reduce_float`, refusing an integer or bool input as PyTorch's mean does (a RuntimeError, its message)."""
     if numpy.dtype(dtypes[0]).kind not in "fc":
