@@ -6,11 +6,16 @@ tutorials still call on it: `p.data.add_(p.grad.data, alpha=-lr)`, `x.grad.data.
 `output.data.max(1, keepdim=True)[1]` with `pred.eq(target.data.view_as(pred))`.
 
 It is an `ndarray` subclass, so NumPy code keeps working on it; arrays stored inside Variables
-are always plain `ndarray`s (`plain()` strips the subclass on the way in).
+are always plain `ndarray`s (`plain()` strips the subclass on the way in). Every other `Tensor` method
+(`x.data.unsqueeze(0)`, `.float()`, `.t()`, `.masked_fill_(m, 0)`, `.topk(2)`) is the engine's, run on a
+Variable sharing this memory; where NumPy has a method of the same name that PyTorch calls otherwise
+(`size`, `view`, `repeat`, `transpose`, `flatten`, `sort`, `std`/`var`, `dim=`/`keepdim=`), the call
+PyTorch's programs make means PyTorch's and the one NumPy's functions make means NumPy's.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import namedtuple
 from typing import Any
 
@@ -140,9 +145,86 @@ class TensorData(numpy.ndarray):
     def __int__(self):
         return int(self.item())
 
+    variable: Any = None  # engine.variable.Variable (set there: this module is below it)
+
+    def __getattr__(self, name):
+        """A `Tensor` attribute NumPy's arrays lack: the engine's, of a Variable sharing this memory;
+        a Variable it gives is a `.data` again, and an in-place method's, this one."""
+        if name.startswith("_") or TensorData.variable is None:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        shared = TensorData.variable._leaf(self.view(numpy.ndarray))
+        found = getattr(shared, name)
+        if not callable(found):
+            return found
+
+        @functools.wraps(found)
+        def method(*args, **kwargs):
+            return self._as_data(found(*map(plain, args), **{k: plain(v) for k, v in kwargs.items()}), shared)
+
+        return method
+
+    def _as_data(self, result, shared):
+        if result is shared:  # in place; `requires_grad_()` gives the Variable that requires grad, as PyTorch's
+            return shared if shared.requires_grad else self
+        if isinstance(result, TensorData.variable):
+            return tensor_data(result._array(), self.owner)
+        if isinstance(result, tuple):  # (values, indices) and the like
+            items = [self._as_data(r, shared) for r in result]
+            return type(result)(*items) if hasattr(result, "_fields") else type(result)(items)
+        return result
+
+    @property
+    def size(self):  # NumPy's element count, which `x.data.size(0)` and `x.data.size()` call as PyTorch's
+        return _Size(self)
+
     def numpy(self, *, force: bool = False) -> numpy.ndarray:
         """The plain array (`force` is PyTorch's keyword: `.data` never requires grad, so it changes nothing)."""
         return self.view(numpy.ndarray)
+
+
+def _either(name, numpys):
+    """The method `name` of NumPy and of PyTorch: NumPy's where `numpys(args, kwargs)` says the call is
+    NumPy's (as its functions make it: `numpy.std(a)` passes `ddof=`), else PyTorch's."""
+    numpy_method = getattr(numpy.ndarray, name)
+
+    def method(self, *args, **kwargs):
+        return numpy_method(self, *args, **kwargs) if numpys(args, kwargs) else self.__getattr__(name)(*args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def _ints(args):
+    return all(isinstance(d, int) for d in (args[0] if len(args) == 1 and isinstance(args[0], tuple) else args))
+
+
+_CALLED_BY_NUMPY = {
+    "view": lambda args, kwargs: bool(kwargs) or not args or not _ints(args),  # NumPy's `view(dtype)`
+    "repeat": lambda args, kwargs: bool(kwargs),  # PyTorch's tiles (`numpy.repeat` passes `axis=`)
+    "transpose": lambda args, kwargs: len(args) != 2 or not _ints(args),  # PyTorch's swaps two dims
+    "flatten": lambda args, kwargs: "order" in kwargs or bool(args) and isinstance(args[0], str),
+    "sort": lambda args, kwargs: bool({"axis", "kind", "order"} & kwargs.keys()),  # PyTorch's: (values, indices)
+    "std": lambda args, kwargs: "ddof" in kwargs or "axis" in kwargs,  # PyTorch's unbiased by default
+    "var": lambda args, kwargs: "ddof" in kwargs or "axis" in kwargs,
+    **dict.fromkeys(  # `x.data.sum(dim=1)`
+        ("sum", "mean", "prod", "argmax", "argmin", "cumsum", "all", "any"),
+        lambda args, kwargs: not {"dim", "keepdim"} & kwargs.keys(),
+    ),
+}
+for _name, _numpys in _CALLED_BY_NUMPY.items():
+    setattr(TensorData, _name, _either(_name, _numpys))
+
+
+class _Size(int):
+    """NumPy's `size` (the element count) that PyTorch's `size()`/`size(dim)` also call."""
+
+    def __new__(cls, data):
+        size = super().__new__(cls, numpy.ndarray.size.__get__(data))
+        size.data = data
+        return size
+
+    def __call__(self, *dim):
+        return self.data.__getattr__("size")(*dim)
 
 
 def plain(array):

@@ -25,7 +25,7 @@ from engine.grad_mode import INFERENCE
 from engine.grad_mode import state as grad_state
 from engine.indexing import from_key, to_key
 from engine.surface_types import Size, VariableSurface
-from engine.tensor_data import plain, same_array, tensor_data
+from engine.tensor_data import TensorData, plain, same_array, tensor_data
 
 NUMPY_OF_GRAD = "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
 SCALAR_OF_GRAD = (
@@ -220,3 +220,6 @@ class Variable(VariableSurface):
             views.bump(members)
         else:
             self._version += 1
+
+
+TensorData.variable = Variable  # `.data`'s other Tensor methods are a Variable's

@@ -179,6 +179,10 @@ Raised, as decisions:
   calls it refuses (a float index, a negative step, a `.grad` of another size), NumPy's IEEE warnings silenced by one
   filter, `finfo` as Python floats, the `.T` and scheduler-order warnings, `register_load_state_dict_post_hook`,
   `torch.gradient`, `unique(dim=)`, `func.jacrev`/`hessian` keeping captured parameters' graph (+139) took it to 23633.
+- engine 23650 -> 23710 (2026-11-30, session 24): `.data` answers every `Tensor` method (29 of 63 common `.data`
+  idioms of tutorials failed: `x.data.size(0)`, `.view(-1)`, `.float()`, `.t()`, `.masked_fill_`...; `.repeat(2, 1)`,
+  `.transpose(0, 1)`, `.sort()` and `.std()` silently gave NumPy's other meanings): a Variable sharing its memory runs
+  them, and NumPy's same-named methods stay NumPy's for the calls NumPy's functions make (+69) took it to 23702.
 """
 
 from __future__ import annotations
@@ -189,7 +193,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 23650, "wire": 6185, "service": 3850, "client": 3300}
+BUDGETS = {"engine": 23710, "wire": 6185, "service": 3850, "client": 3300}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
