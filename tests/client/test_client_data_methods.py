@@ -8,20 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import client
-import engine
-
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture(params=["engine", "client-embedded", "client-remote"])
-def m(request):
-    if request.param == "engine":
-        yield engine
-        return
-    url = request.getfixturevalue("server").url if request.param == "client-remote" else None
-    with client.connect(url):
-        yield client
 
 
 def _program(t, steps=4):
@@ -44,8 +31,8 @@ def _program(t, steps=4):
     return seen, w.detach().numpy().copy()
 
 
-def test_a_program_of_today_s_data_idioms_runs_as_on_pytorch(m):
-    got, got_w = _program(m)
+def test_a_program_of_today_s_data_idioms_runs_as_on_pytorch(torch_like):
+    got, got_w = _program(torch_like)
     want, want_w = _program(torch)
     for (loss, accuracy, width, sums), (t_loss, t_accuracy, t_width, t_sums) in zip(got, want):
         assert loss == pytest.approx(t_loss, rel=1e-5)
