@@ -17,6 +17,7 @@ from engine import promotion
 from engine.dtypes import DType
 from engine.dtypes import of as dtype_of
 from engine.factory import as_dtype
+from engine.printing import set_printoptions
 from engine.surface_types import Size
 
 # PyTorch's default (rtol, atol) of assert_close by dtype
@@ -77,19 +78,6 @@ def bind(ns) -> dict:
 
     def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
         settings.deterministic = bool(mode)
-
-    def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None):
-        """Printing Variables through NumPy's print options (PyTorch's profiles map to NumPy's defaults)."""
-        if profile is not None:
-            precision, threshold, edgeitems, linewidth = {
-                "default": (4, 1000, 3, 80),
-                "short": (2, 1000, 2, 80),
-                "full": (4, 2**63 - 1, 3, 80),
-            }[profile]
-        options = {"precision": precision, "threshold": threshold, "edgeitems": edgeitems, "linewidth": linewidth}
-        if sci_mode is not None:
-            options["suppress"] = not sci_mode
-        numpy.set_printoptions(**{k: v for k, v in options.items() if v is not None})
 
     def result_type(tensor1, tensor2) -> DType:
         """The dtype an op of the two (Variables or Python numbers) gives: PyTorch's (engine.promotion)."""

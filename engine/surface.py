@@ -57,13 +57,14 @@ from engine.factory import Constructors
 from engine.grad_mode import INFERENCE_FLAG, INFERENCE_INPLACE, INFERENCE_MADE
 from engine.mixed_precision import CAST, cast_operator, casting
 from engine.modern import numpy_keywords
+from engine.printing import format_tensor
 from engine.registry import OPS, make_function
 from engine.sampling import Sampling
 from engine.surface_methods import METHOD_OPS, SurfaceMethods
 from engine.surface_types import MaxMin
 from engine.tensor_data import plain
 from engine.user_warnings import reversing, warn
-from engine.variable import NUMPY_OF_GRAD, SCALAR_OF_GRAD, format_variable
+from engine.variable import NUMPY_OF_GRAD, SCALAR_OF_GRAD
 from engine.views import base_of
 
 if TYPE_CHECKING:
@@ -399,8 +400,9 @@ def __repr__(self) -> str:
     try:
         array = _host(self)
     except NoValue:
-        return f"Variable(<traced {list(self.shape)} {self.dtype}>)"
-    return format_variable(array, self._node, self.requires_grad, self.device)
+        return f"tensor(<traced {list(self.shape)} {self.dtype}>)"
+    node = self._node
+    return format_tensor(array, None if node is None else node.name, self.requires_grad, str(self.device))
 
 
 def zero_(self: V) -> V:

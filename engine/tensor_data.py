@@ -147,6 +147,11 @@ class TensorData(numpy.ndarray):
 
     variable: Any = None  # engine.variable.Variable (set there: this module is below it)
 
+    def __repr__(self):  # as PyTorch prints a `.data`: `tensor([1.5000, 2.0000])`
+        return repr(TensorData.variable._leaf(self.view(numpy.ndarray)))
+
+    __str__ = __repr__
+
     def __getattr__(self, name):
         """A `Tensor` attribute NumPy's arrays lack: the engine's, of a Variable sharing this memory;
         a Variable it gives is a `.data` again, and an in-place method's, this one."""

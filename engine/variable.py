@@ -90,22 +90,6 @@ def as_array(data, dtype=None):
     return backend.to_active(host_array(data, dtype))
 
 
-def format_variable(array, node, requires_grad, device="cpu") -> str:
-    """PyTorch-style repr: the values, then dtype (when not a default one), device and grad_fn."""
-    prefix = "Variable("
-    body = numpy.array2string(array, separator=", ", prefix=prefix)
-    extras = []
-    if device != "cpu":
-        extras.append(f"device='{device}'")
-    if array.dtype not in (numpy.float32, numpy.int64, numpy.bool_):
-        extras.append(f"dtype={array.dtype}")
-    if node is not None:
-        extras.append(f"grad_fn=<{node.name}>")
-    elif requires_grad:
-        extras.append("requires_grad=True")
-    return prefix + body + "".join(", " + e for e in extras) + ")"
-
-
 CPU, CUDA = Device("cpu"), Device("cuda")
 
 

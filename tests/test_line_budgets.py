@@ -183,6 +183,10 @@ Raised, as decisions:
   idioms of tutorials failed: `x.data.size(0)`, `.view(-1)`, `.float()`, `.t()`, `.masked_fill_`...; `.repeat(2, 1)`,
   `.transpose(0, 1)`, `.sort()` and `.std()` silently gave NumPy's other meanings): a Variable sharing its memory runs
   them, and NumPy's same-named methods stay NumPy's for the calls NumPy's functions make (+69) took it to 23702.
+- engine 23710 -> 23800 (2026-11-30, session 24): tensors print as PyTorch prints them (`tensor([1.5000, 2.0000],
+  requires_grad=True)`, not NumPy's `Variable([1.5 , 2.  ])`): `torch._tensor_str`'s number formats, widths,
+  summarizing, wrapping and `set_printoptions` in engine/printing.py, held to torch's own repr by hypothesis (+87)
+  took it to 23789.
 """
 
 from __future__ import annotations
@@ -193,7 +197,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 23710, "wire": 6185, "service": 3850, "client": 3300}
+BUDGETS = {"engine": 23800, "wire": 6185, "service": 3850, "client": 3300}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

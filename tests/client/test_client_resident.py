@@ -216,7 +216,7 @@ def test_reading_a_parameter_fetches_it_and_a_consumed_gradient_says_why(remote)
     assert w1._data is None  # on the server only, until read
     numpy.testing.assert_allclose(w2.detach().numpy(), expected[1].detach().numpy(), rtol=1e-10)
     shown = str(w1)  # printing fetches too
-    assert w1._value.array is not None and shown.startswith("Variable([[") and "requires_grad=True" in shown
+    assert w1._value.array is not None and shown.startswith("tensor([[") and "requires_grad=True" in shown
     with pytest.raises(RuntimeError, match="read .grad before step"):
         w1.grad.numpy()
 
