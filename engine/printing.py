@@ -93,7 +93,7 @@ def _body(values, indent, summarize, formatter) -> str:
     return "[" + ("," + "\n" * (values.ndim - 1) + " " * (indent + 1)).join(parts) + "]"
 
 
-def format_tensor(array, grad_fn_name=None, requires_grad=False, device="cpu", prefix="tensor(") -> str:
+def format_tensor(array, grad_fn_name=None, requires_grad=False, device="cpu", tangent=None, prefix="tensor(") -> str:
     """`repr()` of a tensor holding `array` (host values), as PyTorch prints it."""
     values = array.astype(numpy.float32) if array.dtype == numpy.float16 else array
     indent, suffixes = len(prefix), []
@@ -114,6 +114,8 @@ def format_tensor(array, grad_fn_name=None, requires_grad=False, device="cpu", p
         suffixes.append(f"grad_fn=<{grad_fn_name}>")
     elif requires_grad:
         suffixes.append("requires_grad=True")
+    if tangent is not None:
+        suffixes.append(f"tangent={tangent!r}")
     text = prefix + body
     last = len(text) - text.rfind("\n") + 1
     for suffix in suffixes:

@@ -57,6 +57,7 @@ from engine.factory import Constructors
 from engine.grad_mode import INFERENCE_FLAG, INFERENCE_INPLACE, INFERENCE_MADE
 from engine.mixed_precision import CAST, cast_operator, casting
 from engine.modern import numpy_keywords
+from engine.node import FORWARD as DUAL_LEVELS
 from engine.printing import format_tensor
 from engine.registry import OPS, make_function
 from engine.sampling import Sampling
@@ -401,8 +402,8 @@ def __repr__(self) -> str:
         array = _host(self)
     except NoValue:
         return f"tensor(<traced {list(self.shape)} {self.dtype}>)"
-    node = self._node
-    return format_tensor(array, None if node is None else node.name, self.requires_grad, str(self.device))
+    node, tangent = self._node, DUAL_LEVELS[0].tangent(self) if DUAL_LEVELS else None  # a dual's, as PyTorch shows it
+    return format_tensor(array, None if node is None else node.name, self.requires_grad, str(self.device), tangent)
 
 
 def zero_(self: V) -> V:

@@ -108,3 +108,16 @@ def test_a_parameter_and_a_float64_default_print_as_pytorchs():
     finally:
         engine.set_default_dtype(engine.float32)
         torch.set_default_dtype(torch.float32)
+
+
+def test_a_dual_prints_its_tangent_as_pytorchs():
+    import engine.autograd.forward_ad as engine_ad
+    import torch.autograd.forward_ad as torch_ad
+
+    primal, tangent = np.array([1.0, 2.5], np.float32), np.array([3.0, -4.0], np.float32)
+    shown = []
+    for m, ad in ((engine, engine_ad), (torch, torch_ad)):
+        with ad.dual_level():
+            dual = ad.make_dual(m.tensor(primal), m.tensor(tangent))
+            shown.append((repr(dual), repr(dual * 2), repr(dual.sin())))
+    assert shown[0] == shown[1]
