@@ -193,6 +193,8 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
             builder.op("clone", [value.node], node_id=out.name)
         shape, elem = _dims(out.type)
         dtype = value.dtype if value.dtype is not None else dtype_of(elem, f"graph output {shown(out.name)}")
+        if shape is not None and value.shape is not None and len(shape) == len(value.shape):
+            shape = tuple(c if d is None else d for d, c in zip(shape, value.shape))  # a dim the exporter left named
         outputs.append(TensorInfo(out.name, datatype_of(dtype), _published(shape or value.shape)))
     nodes = builder.nodes
     return Imported(

@@ -26,6 +26,7 @@ class Value:
     static: numpy.ndarray | None = None  # known at import (dtype object: partly, None where unknown)
     param: bool = False  # an initializer served as a parameter (an input that requires grad)
     held: str | None = None  # a floating initializer: the input node (of this name) the model fills
+    fill: object = None  # a constant of a shape known only when running (a zero initial state): its value
 
     @property
     def rank(self) -> int | None:
