@@ -364,6 +364,37 @@ def test_gradients_equal_float64_central_differences(name):
             assert float(np.sum(grads[n] * v)) == pytest.approx(numeric, rel=1e-5, abs=1e-7), n
 
 
+@pytest.mark.parametrize("name", ["lstm2", "gru", "decoder", "convt1d", "activations"])
+def test_parameter_gradients_equal_pytorchs(name):
+    """With parameter_gradients, each of the module's parameters (LSTM's and GRU's weights, which the
+    exporter reorders into ONNX's gate order, ConvTranspose's, PReLU's slope) gets PyTorch's gradient."""
+    from wire.executor import Executor
+    from wire.limits import Limits
+    from wire.messages import Request
+    from wire.onnx import import_model
+
+    module, args, axes, _ = MODELS[name]
+    buffer, names = io.BytesIO(), _names(args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, args, buffer, dynamo=False, opset_version=17, input_names=names, output_names=["y"],
+            do_constant_folding=False, dynamic_axes={n: {a: "batch"} for n, a in zip(names, axes)},
+        )  # fmt: skip
+    imported = import_model(buffer.getvalue(), parameter_gradients=True)
+    feeds = _feeds(name, batch=3)
+    module.zero_grad()
+    out = module(*(torch.tensor(v) for v in feeds.values()))
+    seed = np.random.default_rng(0).standard_normal(out.shape).astype(np.float32)
+    out.backward(torch.tensor(seed))
+    request = Request(graph=imported.graph, inputs={**feeds, **imported.parameters}, grad_outputs={"y": seed})
+    grads = Executor(Limits(max_nodes=5000)).backward(request).grads
+    parameters = dict(module.named_parameters())
+    assert set(parameters) <= set(grads), sorted(set(parameters) - set(grads))
+    for n, p in parameters.items():
+        np.testing.assert_allclose(grads[n], p.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=n)
+
+
 def test_token_ids_give_no_gradient_and_asking_for_one_is_refused(client):
     data = _export("tokens", "ts")
     body = {"parameters": {"file:1/model.onnx": base64.b64encode(data).decode()}}
