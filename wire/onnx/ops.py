@@ -242,6 +242,44 @@ def arg_extreme(op):
     return convert
 
 
+def top_k(cx, inputs, attrs):
+    """Values and indices of the k largest (or smallest): a stable argsort, as ONNX breaks ties by index."""
+    axis, largest = attrs.get("axis", -1), bool(attrs.get("largest", 1))
+    order = cx.op("argsort", inputs[:1], dim=axis, descending=largest, stable=True)
+    index = cx.op(
+        "getitem", [order], index=_spec(axis % cx.rank(inputs[0]), {"slice": [0, cx.ints(inputs[1], "K")[0], None]})
+    )
+    return [cx.op("gather", [inputs[0], index], dim=axis), index]
+
+
+def nll_loss(cx, inputs, attrs, log_prob=None):
+    """-log_prob[n, label[n], ...] (times weight[label]), labels equal to ignore_index left out, reduced."""
+    log_prob, labels = log_prob or inputs[0], inputs[1]
+    weight, target = (inputs[2] if len(inputs) > 2 else None), labels
+    if "ignore_index" in attrs:
+        kept = cx.op("ne", [labels, cx.scalar(attrs["ignore_index"])])
+        target = cx.op("where", [kept, labels, cx.scalar(0)])
+        mask = cx.op("cast", [kept], dtype=(inputs[0].dtype or numpy.dtype("float32")).name)
+    picked = cx.op("gather", [log_prob, cx.op("unsqueeze", [target], dim=1)], dim=1)
+    loss = cx.op("neg", [cx.op("squeeze", [picked], dim=[1])])
+    scale = weight and cx.op("getitem", [weight, target], index=[{"tensor": 0}])
+    if "ignore_index" in attrs:
+        scale = mask if scale is None else cx.op("mul", [scale, mask])
+    loss = loss if scale is None else cx.op("mul", [loss, scale])
+    reduction = _text(attrs, "reduction", "mean")
+    if reduction == "none":
+        return [loss]
+    total = cx.op("sum", [loss])
+    if reduction == "sum":
+        return [total]
+    return [cx.op("div", [total, cx.op("sum", [scale])]) if scale else cx.op("mean", [loss])]
+
+
+def softmax_cross_entropy(cx, inputs, attrs):
+    log_prob = cx.op("log_softmax", inputs[:1], dim=1)
+    return [nll_loss(cx, inputs, attrs, log_prob)[0], log_prob]
+
+
 def _softmax(op):
     return lambda cx, inputs, attrs: [cx.op(op, inputs[:1], dim=attrs.get("axis", -1))]
 
@@ -407,6 +445,7 @@ def expand(cx, inputs, attrs):
     rank = cx.rank(x)
     if x.known and x.static.size == 1 and None in dims:  # a constant of a shape known only when running
         shape = numpy.broadcast_shapes(x.shape, tuple(1 if d is None else d for d in dims))
+        dims = [1] * (len(shape) - len(dims)) + list(dims)
         return [Value(tuple(None if d is None else s for d, s in zip(dims, shape)), x.dtype, fill=x.static.item())]
     dims = [None] * (rank - len(dims)) + list(dims)  # ONNX broadcasts both ways
     lead = len(dims) - rank
@@ -766,6 +805,9 @@ CONVERTERS = {
     "ArgMax": arg_extreme("argmax"),
     "ArgMin": arg_extreme("argmin"),
     "Tile": tile,
+    "TopK": top_k,
+    "NegativeLogLikelihoodLoss": nll_loss,
+    "SoftmaxCrossEntropyLoss": softmax_cross_entropy,
     "CumSum": cumsum,
     "InstanceNormalization": instance_norm,
     "Gelu": gelu,
