@@ -488,3 +488,56 @@ def test_tritonclient_reads_the_metadata_and_gets_the_saliency(tmp_path):
                     np.testing.assert_allclose(result.as_numpy(f"grad:{n}"), torch_grads[n], err_msg=n, **TOL)
         finally:
             triton.close()
+
+
+class ScoresAndScore(nn.Module):
+    """Two floating outputs: per-example scores and a scalar (an energy, a loss)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 3)
+
+    def forward(self, x):
+        scores = torch.tanh(self.linear(x))
+        return scores, (scores**2).sum()
+
+
+@pytest.mark.parametrize("kind", ["lstm_states", "scalar_too"])
+def test_a_model_with_several_outputs_differentiates_each(client, kind):
+    """An nn.LSTM exported as is has three outputs (out, h_n, c_n); a model may return scores and a
+    scalar. As torch.autograd.backward over all the outputs, each floating output is differentiated:
+    a non-scalar one without a seed is refused naming its grad_output tensor, a scalar one counts with
+    1; zero seeds leave them out, which gives torch.autograd.grad(y, x, seed) (docs/onnx.md)."""
+    torch.manual_seed(3)
+    module = nn.LSTM(5, 4, batch_first=True) if kind == "lstm_states" else ScoresAndScore()
+    outputs = ["y", "h", "c"] if kind == "lstm_states" else ["y", "s"]
+    example = torch.randn(2, 3, 5) if kind == "lstm_states" else torch.randn(2, 4)
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), (example,), buffer, dynamo=False, opset_version=17, input_names=["x"],
+                          output_names=outputs, dynamic_axes={"x": {0: "batch"}})  # fmt: skip
+    name = f"several-{kind}"
+    body = {"parameters": {"file:1/model.onnx": base64.b64encode(buffer.getvalue()).decode()}}
+    assert client.post(f"/v2/repository/models/{name}/load", json=body).status_code == 200
+    x = np.random.default_rng(0).standard_normal(example.shape).astype(np.float32)
+    xt = torch.tensor(x, requires_grad=True)
+    results = module(xt)
+    results = [results[0], *results[1]] if kind == "lstm_states" else list(results)
+    seed = np.random.default_rng(1).standard_normal(results[0].shape).astype(np.float32)
+    seeded = [_tensor("x", x), _tensor("grad_output:y", seed)]
+    answer = client.post(f"/v2/models/{name}/infer", json={"inputs": seeded, "outputs": [{"name": "grad:x"}]})
+    if kind == "lstm_states":
+        assert answer.status_code == 422 and "grad_output:h" in answer.json()["error"]
+    else:  # the scalar counts with 1
+        (expected,) = torch.autograd.grad((results[0] * torch.tensor(seed)).sum() + results[1], xt, retain_graph=True)
+        (got,) = answer.json()["outputs"]
+        np.testing.assert_allclose(np.array(got["data"]).reshape(got["shape"]), expected.numpy(), **TOL)
+    zeros = [_tensor(f"grad_output:{o}", np.zeros(r.shape, np.float32)) for o, r in zip(outputs[1:], results[1:])]
+    (expected,) = torch.autograd.grad(results[0], xt, torch.tensor(seed))
+    request = {"inputs": seeded + zeros, "outputs": [{"name": "grad:x"}]}
+    for _ in range(3):  # the first requests run on the engine, later ones the recorded program
+        answer = client.post(f"/v2/models/{name}/infer", json=request)
+        assert answer.status_code == 200, answer.text
+        (got,) = answer.json()["outputs"]
+        np.testing.assert_allclose(np.array(got["data"]).reshape(got["shape"]), expected.numpy(), **TOL)
