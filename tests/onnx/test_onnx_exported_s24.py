@@ -41,12 +41,12 @@ class MLP(nn.Module):
 
 
 class ResidualBlock(nn.Module):
-    """BatchNorm in eval (kept as a node, or folded into the convolutions by the exporter), a skip
+    """BatchNorm in eval (kept as a node, or folded into the convolutions by the exporter), reflect padding, a skip
     connection, a strided 1x1 convolution, a depthwise one, global average pooling."""
 
     def __init__(self):
         super().__init__()
-        self.c1, self.b1 = nn.Conv2d(4, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
+        self.c1, self.b1 = nn.Conv2d(4, 4, 3, padding=1, bias=False, padding_mode="reflect"), nn.BatchNorm2d(4)
         self.c2, self.b2 = nn.Conv2d(4, 4, 3, padding=1, groups=4, bias=False), nn.BatchNorm2d(4)
         self.down, self.fc = nn.Conv2d(4, 8, 1, stride=2), nn.Linear(8, 3)
 
@@ -111,7 +111,7 @@ class CausalAttention(nn.Module):
 
 
 class Decoder(nn.Module):
-    """ConvTranspose (stride, output_padding), nearest and bilinear upsampling, GroupNorm."""
+    """ConvTranspose (stride, output_padding), nearest and bilinear upsampling, GroupNorm, edge padding."""
 
     def __init__(self):
         super().__init__()
@@ -120,7 +120,8 @@ class Decoder(nn.Module):
 
     def forward(self, x):
         h = F.interpolate(F.silu(self.norm(self.up(x))), scale_factor=2, mode="nearest")
-        return torch.sigmoid(self.conv(h)) + F.interpolate(x[:, :2], size=(12, 12), mode="bilinear")
+        skip = F.interpolate(F.pad(x[:, :2], (1, 0, 2, 1), mode="replicate"), size=(12, 12), mode="bilinear")
+        return torch.sigmoid(self.conv(h)) + skip
 
 
 class GroupedConvTranspose1d(nn.Module):
@@ -365,7 +366,7 @@ def _executor_forward(imported, feeds):
 
 
 @pytest.mark.parametrize(
-    "name", ["lstm", "lstm2", "gru", "decoder", "convt1d", "activations", "reductions", "loss", "nll"]
+    "name", ["lstm", "lstm2", "gru", "residual", "decoder", "convt1d", "activations", "reductions", "loss", "nll"]
 )
 def test_gradients_equal_float64_central_differences(name):
     """The same modules exported in float64: the served gradient's projection on random directions
@@ -423,6 +424,26 @@ def test_parameter_gradients_equal_pytorchs(name):
     assert set(parameters) <= set(grads), sorted(set(parameters) - set(grads))
     for n, p in parameters.items():
         np.testing.assert_allclose(grads[n], p.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=n)
+
+
+@pytest.mark.parametrize(("activations", "loads"), [(["Sigmoid", "Tanh"] * 2, True), (["Sigmoid", "Relu"] * 2, False)])
+def test_rnn_activations_written_out_are_read(activations, loads):
+    """Exporters other than torch's (tf2onnx) write the default activations out: they load; others are refused."""
+    import onnx
+
+    from wire.errors import GraphError
+    from wire.onnx import import_model
+
+    model = onnx.load_from_string(_export("gru", "ts"))
+    (node,) = [n for n in model.graph.node if n.op_type == "GRU"]
+    node.attribute.append(onnx.helper.make_attribute("activations", activations))
+    if loads:
+        feeds = _feeds("gru", batch=2)
+        out = _executor_forward(import_model(model.SerializeToString()), feeds).outputs["y"]
+        np.testing.assert_allclose(out, _torch_run("gru", feeds, np.ones((2, 3), np.float32))[0], **TOL)
+    else:
+        with pytest.raises(GraphError, match="only torch.nn's LSTM and GRU"):
+            import_model(model.SerializeToString())
 
 
 def test_token_ids_give_no_gradient_and_asking_for_one_is_refused(client):

@@ -504,7 +504,10 @@ def _recurrent(step, count):
     def convert(cx, inputs, attrs):
         x, w, r, b, lengths, h0, c0, peepholes = (inputs + [None] * 8)[:8]
         direction = _text(attrs, "direction", "forward")
-        unsupported = {"activations", "clip", "layout", "input_forget"} & {k for k, v in attrs.items() if v}
+        defaults = ["Sigmoid", "Tanh", "Tanh"][: count - 1] * (2 if direction == "bidirectional" else 1)
+        activations = [a.decode() if isinstance(a, bytes) else a for a in attrs.pop("activations", defaults)]
+        unsupported = {"clip", "layout", "input_forget"} & {k for k, v in attrs.items() if v}
+        unsupported |= {"activations"} if activations != defaults else set()
         if unsupported or lengths or peepholes or attrs.get("linear_before_reset", count == 4) != 1:
             cx.fail("only torch.nn's LSTM and GRU are supported (no sequence_lens, layout, clip...)", "attrs")
         steps, size = cx.shape_of(x)[0], attrs["hidden_size"]
@@ -765,10 +768,9 @@ def resize(cx, inputs, attrs):
 
 
 def pad(cx, inputs, attrs):
-    x = inputs[0]
-    mode = attrs.get("mode", b"constant")
-    if mode not in (b"constant", "constant"):
-        cx.fail(f"Pad mode {mode!r} is not supported (constant only)", "mode")
+    x, mode = inputs[0], _text(attrs, "mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        cx.fail(f"Pad mode {mode!r} is not supported (constant, reflect, edge)", "mode")
     rank = cx.rank(x)
     pads = cx.ints(inputs[1], "pads")
     value = inputs[2] if len(inputs) > 2 else None
@@ -783,7 +785,17 @@ def pad(cx, inputs, attrs):
         cx.fail("negative pads are not supported", "pads")
     if extra[:2] != [(0, 0), (0, 0)]:
         cx.fail("Pad of the first two dims is not supported (only the spatial ones of an NC... tensor)", "pads")
-    return [_zero_pad(cx, x, extra[2:])]
+    if mode == "constant":
+        return [_zero_pad(cx, x, extra[2:])]
+    for axis, ((before, after), size) in enumerate(zip(extra, cx.shape_of(x))):  # reflect, edge: gathers
+        if before or after:
+            if size is None or (mode == "reflect" and max(before, after) >= size):
+                cx.fail(f"Pad {mode} needs each padded dim known at import (and larger than its pads)", "pads")
+            index = numpy.arange(-before, size + after)
+            index = numpy.abs(index) if mode == "reflect" else numpy.clip(index, 0, size - 1)
+            index = size - 1 - numpy.abs(size - 1 - index) if mode == "reflect" else index
+            x = cx.op("getitem", [x, cx.constant(index)], index=_spec(axis, {"tensor": 0}))
+    return [x]
 
 
 CONVERTERS = {
