@@ -111,7 +111,8 @@ class CausalAttention(nn.Module):
 
 
 class Decoder(nn.Module):
-    """ConvTranspose (stride, output_padding), nearest and bilinear upsampling, GroupNorm, edge padding."""
+    """ConvTranspose (stride, output_padding), nearest and bilinear upsampling, pixel shuffle, GroupNorm,
+    edge padding."""
 
     def __init__(self):
         super().__init__()
@@ -120,6 +121,7 @@ class Decoder(nn.Module):
 
     def forward(self, x):
         h = F.interpolate(F.silu(self.norm(self.up(x))), scale_factor=2, mode="nearest")
+        h = h + F.pixel_shuffle(h.repeat(1, 4, 1, 1)[:, :, ::2, ::2] * h[:, :1, :6, :6].repeat(1, 16, 1, 1), 2)
         skip = F.interpolate(F.pad(x[:, :2], (1, 0, 2, 1), mode="replicate"), size=(12, 12), mode="bilinear")
         return torch.sigmoid(self.conv(h)) + skip
 
@@ -562,3 +564,26 @@ def test_a_model_with_several_outputs_differentiates_each(client, kind):
         assert answer.status_code == 200, answer.text
         (got,) = answer.json()["outputs"]
         np.testing.assert_allclose(np.array(got["data"]).reshape(got["shape"]), expected.numpy(), **TOL)
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_to_space_both_modes_match_onnxruntime(mode):
+    """torch writes CRD (pixel_shuffle); TensorFlow's exporters write DCR, the ONNX default."""
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper as oh
+
+    from wire.onnx import import_model
+
+    node = oh.make_node("DepthToSpace", ["x"], ["y"], blocksize=2, mode=mode)
+    graph = oh.make_graph(
+        [node],
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 2, 3])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 4, 6])],
+    )
+    data = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]).SerializeToString()
+    onnx.checker.check_model(onnx.load_from_string(data))
+    x = np.random.default_rng(0).standard_normal((3, 8, 2, 3)).astype(np.float32)
+    expected = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(_executor_forward(import_model(data), {"x": x}).outputs["y"], expected)

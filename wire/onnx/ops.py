@@ -439,6 +439,19 @@ def tile(cx, inputs, attrs):
     return [cx.op("reshape", [tiled], shape=[-1 if d == -1 else r * d for r, d in pairs])]
 
 
+def depth_to_space(cx, inputs, attrs):
+    """[N, C * b * b, H, W] -> [N, C, H * b, W * b] (F.pixel_shuffle: CRD; DCR: the block dims first)."""
+    b, (_, channels, height, width) = attrs["blocksize"], cx.shape_of(inputs[0])
+    if None in (channels, height, width):
+        cx.fail("DepthToSpace needs the channels and spatial dims known at import", "input")
+    crd = _text(attrs, "mode", "DCR") == "CRD"
+    split = [-1, channels // b**2, b, b, height, width] if crd else [-1, b, b, channels // b**2, height, width]
+    moved = cx.op(
+        "permute", [cx.op("reshape", inputs[:1], shape=split)], dims=[0, 1, 4, 2, 5, 3] if crd else [0, 3, 4, 1, 5, 2]
+    )
+    return [cx.op("reshape", [moved], shape=[-1, channels // b**2, height * b, width * b])]
+
+
 def expand(cx, inputs, attrs):
     x, target = inputs[:2]
     dims = cx.ints(target, "shape", partial=True)
@@ -817,6 +830,7 @@ CONVERTERS = {
     "ArgMax": arg_extreme("argmax"),
     "ArgMin": arg_extreme("argmin"),
     "Tile": tile,
+    "DepthToSpace": depth_to_space,
     "TopK": top_k,
     "NegativeLogLikelihoodLoss": nll_loss,
     "SoftmaxCrossEntropyLoss": softmax_cross_entropy,
