@@ -587,3 +587,43 @@ def test_depth_to_space_both_modes_match_onnxruntime(mode):
     x = np.random.default_rng(0).standard_normal((3, 8, 2, 3)).astype(np.float32)
     expected = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(_executor_forward(import_model(data), {"x": x}).outputs["y"], expected)
+
+
+def _one_node_model(node, x_shape, initializers=()):
+    from onnx import TensorProto, numpy_helper
+    from onnx import helper as oh
+
+    graph = oh.make_graph(
+        [node],
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in initializers],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)]).SerializeToString()
+
+
+def _hostile(kind):
+    from onnx import helper as oh
+
+    if kind == "lstm":  # a sequence of a million steps, unrolled at import
+        w, r = np.zeros((1, 4, 1), np.float32), np.zeros((1, 4, 1), np.float32)
+        node = oh.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=1)
+        return _one_node_model(node, [1_000_000, 1, 1], [("w", w), ("r", r)]), "max_nodes"
+    if kind == "resize":  # a [4 * 10^6, 4] interpolation matrix
+        node = oh.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
+        return _one_node_model(node, [1, 1, 4, 4], [("scales", np.array([1, 1, 1e6, 1], np.float32))]), "Resize"
+    node = oh.make_node("Pad", ["x", "pads"], ["y"], mode="edge")  # an index of 2 * 10^9 entries
+    return _one_node_model(node, [1, 1, 4], [("pads", np.array([0, 0, 10**9, 0, 0, 10**9]))]), "Pad edge"
+
+
+@pytest.mark.parametrize("kind", ["lstm", "resize", "pad"])
+def test_a_small_model_cannot_make_the_new_converters_build_much(client, kind):
+    """A few hundred bytes asking for what the new converters build at import (an RNN's unrolled
+    steps, a Resize's interpolation matrix, a reflect or edge Pad's index) are refused at load."""
+    data, named = _hostile(kind)
+    body = {"parameters": {"file:1/model.onnx": base64.b64encode(data).decode()}}
+    answer = client.post(f"/v2/repository/models/hostile-{kind}/load", json=body)
+    assert answer.status_code == 422, answer.text
+    assert named in answer.json()["error"]
+    assert_still_serves(client)

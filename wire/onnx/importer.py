@@ -161,6 +161,7 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
     used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     builder = Builder(reserved=[*(i.name for i in graph.input), *initializers])
     builder.reserve_outputs(o.name for o in graph.output)
+    builder.max_nodes = limits.max_graph_nodes
     env = {}
     for tensor in graph.initializer:
         array = tensor_array(tensor, f"initializer {shown(tensor.name)}", tensor.name)

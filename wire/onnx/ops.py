@@ -526,6 +526,8 @@ def _recurrent(step, count):
         steps, size = cx.shape_of(x)[0], attrs["hidden_size"]
         if steps is None:
             cx.fail("the sequence length must be known at import (a dynamic batch is fine)", "input")
+        if len(cx.builder.nodes) + 30 * steps * (1 + (direction == "bidirectional")) > cx.builder.max_nodes:
+            cx.fail(f"unrolled over {steps} steps, the graph would have more than max_nodes {cx.builder.max_nodes}")
         ys, finals = [], {"h": [], "c": []}
         for d, reverse in enumerate([direction == "reverse"] if direction != "bidirectional" else [False, True]):
             proj = cx.op("matmul", [x, cx.op("t", [cx.op("getitem", [w], index=[d])])])
@@ -757,6 +759,9 @@ def _resize_matrix(cx, attrs, size, out, scale):
     return matrix
 
 
+RESIZE_MAX = 2**20  # elements of one dim's interpolation matrix (a constant of the graph): 1024 to 1024
+
+
 def resize(cx, inputs, attrs):
     """Nearest or (bi)linear Resize of the last one or two dims: a product with each dim's interpolation matrix."""
     x, _, scales, sizes = (inputs + [None] * 4)[:4]
@@ -770,6 +775,8 @@ def resize(cx, inputs, attrs):
         factors = [float(v) for v in scales.static.reshape(-1)] if scales is not None and scales.known else []
         outs = [None if d is None else math.floor(d * f) for d, f in zip(dims, factors)]
     changed = [a for a, (d, o) in enumerate(zip(dims, outs)) if o != d]
+    if any(dims[a] is not None and outs[a] is not None and dims[a] * outs[a] > RESIZE_MAX for a in changed):
+        cx.fail(f"a Resize of more than {RESIZE_MAX} input-output pairs in one dim is not supported", "scales")
     if not factors or any(a < len(dims) - 2 or dims[a] is None for a in changed):
         cx.fail("Resize needs known scales or sizes, changing only the last two dims (known at import)", "scales")
     out = x
@@ -802,8 +809,14 @@ def pad(cx, inputs, attrs):
         return [_zero_pad(cx, x, extra[2:])]
     for axis, ((before, after), size) in enumerate(zip(extra, cx.shape_of(x))):  # reflect, edge: gathers
         if before or after:
-            if size is None or (mode == "reflect" and max(before, after) >= size):
-                cx.fail(f"Pad {mode} needs each padded dim known at import (and larger than its pads)", "pads")
+            if (
+                size is None
+                or (mode == "reflect" and max(before, after) >= size)
+                or size + before + after > cx.fold_max
+            ):
+                cx.fail(
+                    f"Pad {mode} needs each padded dim known, over its pads and padded to {cx.fold_max} at most", "pads"
+                )
             index = numpy.arange(-before, size + after)
             index = numpy.abs(index) if mode == "reflect" else numpy.clip(index, 0, size - 1)
             index = size - 1 - numpy.abs(size - 1 - index) if mode == "reflect" else index

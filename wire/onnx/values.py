@@ -66,6 +66,7 @@ class Builder:
         self._used = set(reserved)
         self._scalars: dict = {}
         self.held: dict = {}  # input node -> the array the model holds for it (its initializer)
+        self.max_nodes = 100_000  # what the graph may reach (OnnxLimits.max_graph_nodes)
 
     def fresh(self) -> str:
         while True:
