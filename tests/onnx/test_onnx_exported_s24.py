@@ -65,6 +65,23 @@ class Attention(nn.Module):
         return self.encoder(self.attention(x, x, x, need_weights=False)[0])
 
 
+class TinyViT(nn.Module):
+    """Patches by a strided convolution, a class token expanded to the batch, position embeddings, an
+    encoder layer, the class token's head: the token's Expand takes the batch of the request."""
+
+    def __init__(self):
+        super().__init__()
+        self.patches, self.cls = nn.Conv2d(3, 8, 2, stride=2), nn.Parameter(torch.randn(1, 1, 8))
+        self.position = nn.Parameter(torch.randn(1, 5, 8))
+        self.encoder = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, activation="gelu")
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        tokens = self.patches(x).flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.cls.expand(x.shape[0], -1, -1), tokens], 1) + self.position
+        return self.head(self.encoder(tokens)[:, 0])
+
+
 class LSTMClassifier(nn.Module):
     def __init__(self):
         super().__init__()
@@ -202,6 +219,7 @@ def _models():
         "mlp": (MLP(), (torch.randn(2, 6),), (0,), False),
         "residual": (ResidualBlock(), (torch.randn(2, 4, 6, 6),), (0,), True),
         "attention": (Attention(), (torch.randn(2, 5, 8),), (0,), True),
+        "vit": (TinyViT(), (torch.randn(2, 3, 4, 4),), (0,), True),
         "lstm": (LSTMClassifier(), (torch.randn(2, 4, 5),), (0,), True),
         "lstm2": (StackedLSTM(), (torch.randn(2, 3, 5), torch.randn(4, 2, 4), torch.randn(4, 2, 4)), (0, 1, 1), False),
         "gru": (GRUClassifier(), (torch.randn(2, 4, 5),), (0,), True),
@@ -229,7 +247,9 @@ def _models():
 
 
 MODELS = _models()
-NAMES = [f"{name}-{kind}" for name, spec in MODELS.items() for kind in (["ts", "dynamo"] if spec[3] else ["ts"])]
+# the TorchScript exporter's class token (vit) is refused at load: docs/onnx.md
+KINDS = {"vit": ["dynamo"]}
+NAMES = [f"{name}-{kind}" for name, spec in MODELS.items() for kind in KINDS.get(name, ["ts", "dynamo"][: 1 + spec[3]])]
 
 
 def _names(args):
@@ -426,6 +446,26 @@ def test_parameter_gradients_equal_pytorchs(name):
     assert set(parameters) <= set(grads), sorted(set(parameters) - set(grads))
     for n, p in parameters.items():
         np.testing.assert_allclose(grads[n], p.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=n)
+
+
+def test_class_token_expanded_to_the_batch_gets_pytorchs_gradient():
+    """The class token's gradient is the sum over the batch it was expanded to (dynamo exporter)."""
+    from wire.executor import Executor
+    from wire.limits import Limits
+    from wire.messages import Request
+    from wire.onnx import import_model
+
+    module = MODELS["vit"][0]
+    imported = import_model(_export("vit", "dynamo"), parameter_gradients=True)
+    feeds = _feeds("vit", batch=5)
+    module.zero_grad()
+    out = module(torch.tensor(feeds["in0"]))
+    seed = np.random.default_rng(0).standard_normal(out.shape).astype(np.float32)
+    out.backward(torch.tensor(seed))
+    request = Request(graph=imported.graph, inputs={**feeds, **imported.parameters}, grad_outputs={"y": seed})
+    grads = Executor(Limits(max_nodes=5000)).backward(request).grads
+    for name in ("cls", "position", "patches.weight"):
+        np.testing.assert_allclose(grads[name], dict(module.named_parameters())[name].grad.numpy(), **TOL)
 
 
 @pytest.mark.parametrize(("activations", "loads"), [(["Sigmoid", "Tanh"] * 2, True), (["Sigmoid", "Relu"] * 2, False)])

@@ -162,6 +162,11 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
     builder = Builder(reserved=[*(i.name for i in graph.input), *initializers])
     builder.reserve_outputs(o.name for o in graph.output)
     builder.max_nodes = limits.max_graph_nodes
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        dims = value.type.tensor_type.shape.dim
+        builder.symbols[value.name] = tuple(d.dim_param if d.HasField("dim_param") else d.dim_value for d in dims)
+        if value in graph.input and value.name not in initializers:
+            builder.sources |= {d.dim_param: (value.name, i, len(dims)) for i, d in enumerate(dims) if d.dim_param}
     env = {}
     for tensor in graph.initializer:
         array = tensor_array(tensor, f"initializer {shown(tensor.name)}", tensor.name)

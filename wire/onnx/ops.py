@@ -462,15 +462,28 @@ def expand(cx, inputs, attrs):
         return [Value(tuple(None if d is None else s for d, s in zip(dims, shape)), x.dtype, fill=x.static.item())]
     dims = [None] * (rank - len(dims)) + list(dims)  # ONNX broadcasts both ways
     lead = len(dims) - rank
-    out = []
+    out, named, runtime = [], cx.builder.symbols.get(cx.node.output[0], ()), {}
     for i, d in enumerate(dims):
-        if i >= lead and (d is None or d == 1):
+        source = cx.builder.sources.get(named[i]) if len(named) == len(dims) and d is None else None
+        if source and (
+            i < lead or x.shape[i - lead] == 1
+        ):  # a size-1 dim to a graph input's (a cls token to the batch)
+            runtime[i] = source
+            out.append(1 if i < lead else -1)
+        elif i >= lead and (d is None or d == 1):
             out.append(-1)
         elif d is None:
             cx.fail("a new leading dimension of Expand is known only when running (not supported)", "shape")
         else:
             out.append(d)
-    return [cx.op("expand", [x], shape=out)]
+    result = cx.op("expand", [x], shape=out)
+    for i, (name, axis, size) in runtime.items():  # + zeros of that input's size along dim i (lt(v, v): even NaN)
+        line = cx.op("getitem", [name], index=[0] * axis + [{"slice": [None, None, None]}] + [0] * (size - axis - 1))
+        zeros = cx.op("cast", [cx.op("lt", [line, line])], dtype=(x.dtype or numpy.dtype("float32")).name)
+        result = cx.op(
+            "add", [result, cx.op("reshape", [zeros], shape=[-1 if j == i else 1 for j in range(len(dims))])]
+        )
+    return [result]
 
 
 # --------------------------------------------------------------------------- recurrent

@@ -67,6 +67,8 @@ class Builder:
         self._scalars: dict = {}
         self.held: dict = {}  # input node -> the array the model holds for it (its initializer)
         self.max_nodes = 100_000  # what the graph may reach (OnnxLimits.max_graph_nodes)
+        self.symbols: dict = {}  # value -> its dims as ONNX names them (a symbol like "batch" where dynamic)
+        self.sources: dict = {}  # a graph input's symbol -> (input, axis, rank): where a request gives that size
 
     def fresh(self) -> str:
         while True:
