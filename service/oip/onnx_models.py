@@ -39,7 +39,9 @@ PARAMETER_GRADIENTS = "parameter_gradients"
 def onnx_limits(settings):
     from wire.onnx.reader import OnnxLimits
 
-    return OnnxLimits(settings.max_onnx_model_bytes, settings.max_onnx_nodes, settings.max_tensor_elements)
+    return OnnxLimits(
+        settings.max_onnx_model_bytes, settings.max_onnx_nodes, settings.max_tensor_elements, settings.max_nodes
+    )
 
 
 def is_file_load(params: dict) -> bool:

@@ -195,6 +195,11 @@ def _transpose(arrays, attrs, dtypes):
     return [numpy.transpose(arrays[0], attrs.get("perm"))]
 
 
+def _trilu(arrays, attrs, dtypes):
+    k = int(numpy.asarray(arrays[1]).reshape(())) if len(arrays) > 1 and arrays[1] is not None else 0
+    return [(numpy.triu if attrs.get("upper", 1) else numpy.tril)(arrays[0], k)] if _known(arrays[0]) else None
+
+
 FOLDS = {
     "Identity": _identity,
     "Cast": _cast,
@@ -208,4 +213,5 @@ FOLDS = {
     "Where": _where,
     "Expand": _expand,
     "Transpose": _transpose,
+    "Trilu": _trilu,
 }

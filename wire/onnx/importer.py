@@ -161,6 +161,12 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
     used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     builder = Builder(reserved=[*(i.name for i in graph.input), *initializers])
     builder.reserve_outputs(o.name for o in graph.output)
+    builder.max_nodes = limits.max_graph_nodes
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        dims = value.type.tensor_type.shape.dim
+        builder.symbols[value.name] = tuple(d.dim_param if d.HasField("dim_param") else d.dim_value for d in dims)
+        if value in graph.input and value.name not in initializers:
+            builder.sources |= {d.dim_param: (value.name, i, len(dims)) for i, d in enumerate(dims) if d.dim_param}
     env = {}
     for tensor in graph.initializer:
         array = tensor_array(tensor, f"initializer {shown(tensor.name)}", tensor.name)
@@ -193,6 +199,8 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
             builder.op("clone", [value.node], node_id=out.name)
         shape, elem = _dims(out.type)
         dtype = value.dtype if value.dtype is not None else dtype_of(elem, f"graph output {shown(out.name)}")
+        if shape is not None and value.shape is not None and len(shape) == len(value.shape):
+            shape = tuple(c if d is None else d for d, c in zip(shape, value.shape))  # a dim the exporter left named
         outputs.append(TensorInfo(out.name, datatype_of(dtype), _published(shape or value.shape)))
     nodes = builder.nodes
     return Imported(

@@ -15,7 +15,7 @@ import math
 import numpy
 
 from wire.onnx.reader import dtype_of, tensor_array
-from wire.onnx.values import static_value
+from wire.onnx.values import Value, static_value
 
 ENGINE_DTYPES = {"float16", "float32", "float64", "int32", "int64", "bool"}
 
@@ -35,6 +35,7 @@ UNARY = {
     "Sin": "sin",
     "Cos": "cos",
     "Sign": "sign",
+    "Not": "bitwise_not",
 }
 BINARY = {
     "Add": "add",
@@ -47,7 +48,13 @@ BINARY = {
     "Greater": "gt",
     "LessOrEqual": "le",
     "GreaterOrEqual": "ge",
+    **{"And": "bitwise_and", "Or": "bitwise_or", "Xor": "bitwise_xor"},
 }
+
+
+def _text(attrs, name, default):
+    value = attrs.get(name, default)
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _unary(op):
@@ -90,6 +97,31 @@ def elu(cx, inputs, attrs):
     x = inputs[0]
     negative = cx.op("mul", [cx.op("expm1", [cx.op("clamp", [x], max=0.0)]), cx.scalar(attrs.get("alpha", 1.0))])
     return [cx.op("where", [cx.op("gt", [x, cx.scalar(0)]), x, negative])]
+
+
+def softplus(cx, inputs, attrs, x=None):
+    """log(1 + exp(x)), x itself above 20 as torch.nn.functional.softplus (and no overflow)."""
+    x = x or inputs[0]
+    soft = cx.op("log1p", [cx.op("exp", [cx.op("clamp", [x], max=20.0)])])
+    return [cx.op("where", [cx.op("gt", [x, cx.scalar(20.0)]), x, soft])]
+
+
+def mish(cx, inputs, attrs):
+    return [cx.op("mul", [inputs[0], cx.op("tanh", softplus(cx, inputs, attrs))])]
+
+
+def hard_sigmoid(cx, inputs, attrs, alpha=0.2, beta=0.5):
+    scaled = cx.op("mul", [inputs[0], cx.scalar(attrs.get("alpha", alpha))])
+    return [cx.op("clamp", [cx.op("add", [scaled, cx.scalar(attrs.get("beta", beta))])], min=0.0, max=1.0)]
+
+
+def hard_swish(cx, inputs, attrs):
+    return [cx.op("mul", [inputs[0], hard_sigmoid(cx, inputs, {}, 1 / 6, 0.5)[0]])]
+
+
+def prelu(cx, inputs, attrs):
+    x, slope = inputs[:2]
+    return [cx.op("where", [cx.op("gt", [x, cx.scalar(0)]), x, cx.op("mul", [x, slope])])]
 
 
 def gelu(cx, inputs, attrs):
@@ -147,6 +179,15 @@ def matmul(cx, inputs, attrs):
     return [cx.op("matmul", inputs[:2])]
 
 
+def einsum(cx, inputs, attrs):
+    return [cx.op("einsum", inputs, equation=_text(attrs, "equation", "").replace(" ", ""))]
+
+
+def trilu(cx, inputs, attrs):
+    diagonal = cx.ints(inputs[1], "k")[0] if len(inputs) > 1 and inputs[1] is not None else 0
+    return [cx.op("triu" if attrs.get("upper", 1) else "tril", inputs[:1], diagonal=diagonal)]
+
+
 def gemm(cx, inputs, attrs):
     a, b = inputs[:2]
     c = inputs[2] if len(inputs) > 2 else None
@@ -166,7 +207,8 @@ def gemm(cx, inputs, attrs):
 
 # --------------------------------------------------------------------------- reductions, softmax
 
-REDUCTIONS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "amax", "ReduceMin": "amin"}
+REDUCTIONS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "amax", "ReduceMin": "amin", "ReduceProd": "prod"}
+REDUCTIONS |= {"ReduceLogSumExp": "logsumexp", "ReduceL2": "norm"}
 
 
 def _reduction(op):
@@ -179,10 +221,63 @@ def _reduction(op):
         if not axes:
             if attrs.get("noop_with_empty_axes", 0):
                 return [inputs[0]]
-            axes = None
+            axes = list(range(cx.rank(inputs[0]))) if op == "logsumexp" else None
         return [cx.op(op, inputs[:1], dim=None if axes is None else list(axes), keepdim=keepdim)]
 
     return convert
+
+
+def cumsum(cx, inputs, attrs):
+    if attrs.get("exclusive", 0) or attrs.get("reverse", 0):
+        cx.fail("CumSum's exclusive and reverse are not supported", "attrs")
+    return [cx.op("cumsum", inputs[:1], dim=cx.ints(inputs[1], "axis")[0])]
+
+
+def arg_extreme(op):
+    def convert(cx, inputs, attrs):
+        if attrs.get("select_last_index", 0):
+            cx.fail("select_last_index is not supported", "select_last_index")
+        return [cx.op(op, inputs[:1], dim=attrs.get("axis", 0), keepdim=bool(attrs.get("keepdims", 1)))]
+
+    return convert
+
+
+def top_k(cx, inputs, attrs):
+    """Values and indices of the k largest (or smallest): a stable argsort, as ONNX breaks ties by index."""
+    axis, largest = attrs.get("axis", -1), bool(attrs.get("largest", 1))
+    order = cx.op("argsort", inputs[:1], dim=axis, descending=largest, stable=True)
+    index = cx.op(
+        "getitem", [order], index=_spec(axis % cx.rank(inputs[0]), {"slice": [0, cx.ints(inputs[1], "K")[0], None]})
+    )
+    return [cx.op("gather", [inputs[0], index], dim=axis), index]
+
+
+def nll_loss(cx, inputs, attrs, log_prob=None):
+    """-log_prob[n, label[n], ...] (times weight[label]), labels equal to ignore_index left out, reduced."""
+    log_prob, labels = log_prob or inputs[0], inputs[1]
+    weight, target = (inputs[2] if len(inputs) > 2 else None), labels
+    if "ignore_index" in attrs:
+        kept = cx.op("ne", [labels, cx.scalar(attrs["ignore_index"])])
+        target = cx.op("where", [kept, labels, cx.scalar(0)])
+        mask = cx.op("cast", [kept], dtype=(inputs[0].dtype or numpy.dtype("float32")).name)
+    picked = cx.op("gather", [log_prob, cx.op("unsqueeze", [target], dim=1)], dim=1)
+    loss = cx.op("neg", [cx.op("squeeze", [picked], dim=[1])])
+    scale = weight and cx.op("getitem", [weight, target], index=[{"tensor": 0}])
+    if "ignore_index" in attrs:
+        scale = mask if scale is None else cx.op("mul", [scale, mask])
+    loss = loss if scale is None else cx.op("mul", [loss, scale])
+    reduction = _text(attrs, "reduction", "mean")
+    if reduction == "none":
+        return [loss]
+    total = cx.op("sum", [loss])
+    if reduction == "sum":
+        return [total]
+    return [cx.op("div", [total, cx.op("sum", [scale])]) if scale else cx.op("mean", [loss])]
+
+
+def softmax_cross_entropy(cx, inputs, attrs):
+    log_prob = cx.op("log_softmax", inputs[:1], dim=1)
+    return [nll_loss(cx, inputs, attrs, log_prob)[0], log_prob]
 
 
 def _softmax(op):
@@ -211,8 +306,10 @@ def constant(cx, inputs, attrs):
 
 
 def constant_of_shape(cx, inputs, attrs):
-    dims = cx.ints(inputs[0], "shape")
+    dims = cx.ints(inputs[0], "shape", partial=True)
     fill = tensor_array(attrs["value"], "value", cx.label) if "value" in attrs else numpy.zeros(1, numpy.float32)
+    if None in dims:  # an RNN's zero initial state of a dynamic batch: see `_state`
+        return [Value(tuple(dims), fill.dtype, fill=fill.reshape(-1)[0])]
     if math.prod(dims) <= cx.fold_max:
         return [static_value(numpy.full(dims, fill.reshape(-1)[0], dtype=fill.dtype))]
     return [cx.op("expand", [cx.constant(fill.reshape(()))], shape=list(dims))]
@@ -308,6 +405,11 @@ def slice_(cx, inputs, attrs):
     starts, ends = cx.ints(inputs[1], "starts"), cx.ints(inputs[2], "ends")
     axes = cx.ints(inputs[3], "axes") if len(inputs) > 3 and inputs[3] is not None else range(len(starts))
     steps = cx.ints(inputs[4], "steps") if len(inputs) > 4 and inputs[4] is not None else [1] * len(starts)
+    if x.fill is not None:  # a slice of known dims of a constant of a shape known only when running
+        dims = list(x.shape)
+        for start, end, axis, step in zip(starts, ends, axes, steps):
+            dims[axis] = len(range(*slice(start, end, step).indices(dims[axis])))
+        return [Value(tuple(dims), x.dtype, fill=x.fill)]
     index = [{"slice": [None, None, None]}] * rank
     for start, end, axis, step in zip(starts, ends, axes, steps):
         index[axis + rank if axis < 0 else axis] = {"slice": [start, end, step]}
@@ -323,21 +425,141 @@ def gather(cx, inputs, attrs):
     return [cx.op("getitem", [x, indices], index=_spec(axis, {"tensor": 0}))]
 
 
+def tile(cx, inputs, attrs):
+    """x [a, b] tiled [r, s]: x viewed [1, a, 1, b], expanded to [r, a, s, b], viewed [r * a, s * b]."""
+    x, repeats = inputs[0], cx.ints(inputs[1], "repeats")
+    dims = cx.shape_of(x)
+    if sum(d is None for d in dims) > 1 or any(d is None and r != 1 for d, r in zip(dims, repeats)):
+        cx.fail(
+            "Tile of more than one dimension known only when running, or repeating one, is not supported", "repeats"
+        )
+    pairs = [(r, -1 if d is None else d) for r, d in zip(repeats, dims)]
+    view = cx.op("reshape", [x], shape=[v for r, d in pairs for v in (1, d)])
+    tiled = cx.op("expand", [view], shape=[v for r, d in pairs for v in (r, d)])
+    return [cx.op("reshape", [tiled], shape=[-1 if d == -1 else r * d for r, d in pairs])]
+
+
+def depth_to_space(cx, inputs, attrs):
+    """[N, C * b * b, H, W] -> [N, C, H * b, W * b] (F.pixel_shuffle: CRD; DCR: the block dims first)."""
+    b, (_, channels, height, width) = attrs["blocksize"], cx.shape_of(inputs[0])
+    if None in (channels, height, width):
+        cx.fail("DepthToSpace needs the channels and spatial dims known at import", "input")
+    crd = _text(attrs, "mode", "DCR") == "CRD"
+    split = [-1, channels // b**2, b, b, height, width] if crd else [-1, b, b, channels // b**2, height, width]
+    moved = cx.op(
+        "permute", [cx.op("reshape", inputs[:1], shape=split)], dims=[0, 1, 4, 2, 5, 3] if crd else [0, 3, 4, 1, 5, 2]
+    )
+    return [cx.op("reshape", [moved], shape=[-1, channels // b**2, height * b, width * b])]
+
+
 def expand(cx, inputs, attrs):
     x, target = inputs[:2]
     dims = cx.ints(target, "shape", partial=True)
     rank = cx.rank(x)
+    if x.known and x.static.size == 1 and None in dims:  # a constant of a shape known only when running
+        shape = numpy.broadcast_shapes(x.shape, tuple(1 if d is None else d for d in dims))
+        dims = [1] * (len(shape) - len(dims)) + list(dims)
+        return [Value(tuple(None if d is None else s for d, s in zip(dims, shape)), x.dtype, fill=x.static.item())]
     dims = [None] * (rank - len(dims)) + list(dims)  # ONNX broadcasts both ways
     lead = len(dims) - rank
-    out = []
+    out, named, runtime = [], cx.builder.symbols.get(cx.node.output[0], ()), {}
     for i, d in enumerate(dims):
-        if i >= lead and (d is None or d == 1):
+        source = cx.builder.sources.get(named[i]) if len(named) == len(dims) and d is None else None
+        if source and (
+            i < lead or x.shape[i - lead] == 1
+        ):  # a size-1 dim to a graph input's (a cls token to the batch)
+            runtime[i] = source
+            out.append(1 if i < lead else -1)
+        elif i >= lead and (d is None or d == 1):
             out.append(-1)
         elif d is None:
             cx.fail("a new leading dimension of Expand is known only when running (not supported)", "shape")
         else:
             out.append(d)
-    return [cx.op("expand", [x], shape=out)]
+    result = cx.op("expand", [x], shape=out)
+    for i, (name, axis, size) in runtime.items():  # + zeros of that input's size along dim i (lt(v, v): even NaN)
+        line = cx.op("getitem", [name], index=[0] * axis + [{"slice": [None, None, None]}] + [0] * (size - axis - 1))
+        zeros = cx.op("cast", [cx.op("lt", [line, line])], dtype=(x.dtype or numpy.dtype("float32")).name)
+        result = cx.op(
+            "add", [result, cx.op("reshape", [zeros], shape=[-1 if j == i else 1 for j in range(len(dims))])]
+        )
+    return [result]
+
+
+# --------------------------------------------------------------------------- recurrent
+
+
+def _state(cx, value, direction):
+    """A direction's initial state: None for zeros (absent, or a zero fill of a dynamic batch)."""
+    if value is None or (value.fill is not None and value.fill == 0):
+        return None
+    return cx.op("getitem", [value], index=[direction])
+
+
+def _add(cx, a, b):
+    return b if a is None else a if b is None else cx.op("add", [a, b])
+
+
+def _gate(cx, value, i, size):
+    return cx.op("getitem", [value], index=["...", {"slice": [i * size, (i + 1) * size, None]}])
+
+
+def _lstm_step(cx, proj, hidden, state, size):
+    """ONNX's LSTM (gates i, o, f, c): c' = f * c + i * tanh(g_c), h' = o * tanh(c')."""
+    gates = _add(cx, proj, hidden)
+    i, o, f = (cx.op("sigmoid", [_gate(cx, gates, k, size)]) for k in range(3))
+    cell = cx.op("mul", [i, cx.op("tanh", [_gate(cx, gates, 3, size)])])
+    cell = cell if state["c"] is None else cx.op("add", [cx.op("mul", [f, state["c"]]), cell])
+    state["c"], state["h"] = cell, cx.op("mul", [o, cx.op("tanh", [cell])])
+
+
+def _gru_step(cx, proj, hidden, state, size):
+    """ONNX's GRU with linear_before_reset (gates z, r, h): h' = (1 - z) * n + z * h."""
+    z, r = (
+        cx.op("sigmoid", [_add(cx, _gate(cx, proj, k, size), hidden and _gate(cx, hidden, k, size))]) for k in range(2)
+    )
+    reset = hidden and cx.op("mul", [r, _gate(cx, hidden, 2, size)])
+    new = cx.op("tanh", [_add(cx, _gate(cx, proj, 2, size), reset)])
+    out = cx.op("mul", [cx.op("sub", [cx.scalar(1.0), z]), new])
+    state["h"] = out if state["h"] is None else cx.op("add", [out, cx.op("mul", [z, state["h"]])])
+
+
+def _recurrent(step, count):
+    """LSTM or GRU unrolled over a sequence length known at import, one direction after the other."""
+
+    def convert(cx, inputs, attrs):
+        x, w, r, b, lengths, h0, c0, peepholes = (inputs + [None] * 8)[:8]
+        direction = _text(attrs, "direction", "forward")
+        defaults = ["Sigmoid", "Tanh", "Tanh"][: count - 1] * (2 if direction == "bidirectional" else 1)
+        activations = [a.decode() if isinstance(a, bytes) else a for a in attrs.pop("activations", defaults)]
+        unsupported = {"clip", "layout", "input_forget"} & {k for k, v in attrs.items() if v}
+        unsupported |= {"activations"} if activations != defaults else set()
+        if unsupported or lengths or peepholes or attrs.get("linear_before_reset", count == 4) != 1:
+            cx.fail("only torch.nn's LSTM and GRU are supported (no sequence_lens, layout, clip...)", "attrs")
+        steps, size = cx.shape_of(x)[0], attrs["hidden_size"]
+        if steps is None:
+            cx.fail("the sequence length must be known at import (a dynamic batch is fine)", "input")
+        if len(cx.builder.nodes) + 30 * steps * (1 + (direction == "bidirectional")) > cx.builder.max_nodes:
+            cx.fail(f"unrolled over {steps} steps, the graph would have more than max_nodes {cx.builder.max_nodes}")
+        ys, finals = [], {"h": [], "c": []}
+        for d, reverse in enumerate([direction == "reverse"] if direction != "bidirectional" else [False, True]):
+            proj = cx.op("matmul", [x, cx.op("t", [cx.op("getitem", [w], index=[d])])])
+            bias = b and cx.op("getitem", [b], index=[d])
+            proj = _add(cx, proj, bias and cx.op("getitem", [bias], index=[{"slice": [0, count * size, None]}]))
+            recurrent = bias and cx.op("getitem", [bias], index=[{"slice": [count * size, None, None]}])
+            weight = cx.op("t", [cx.op("getitem", [r], index=[d])])
+            state, outs = {"h": _state(cx, h0, d), "c": _state(cx, c0, d)}, [None] * steps
+            for t in reversed(range(steps)) if reverse else range(steps):
+                hidden = _add(cx, state["h"] and cx.op("matmul", [state["h"], weight]), recurrent)
+                step(cx, cx.op("getitem", [proj], index=[t]), hidden, state, size)
+                outs[t] = state["h"]
+            ys.append(cx.op("stack", outs, dim=0))
+            finals["h"].append(state["h"])
+            finals["c"].append(state["c"])
+        y_c = cx.op("stack", finals["c"], dim=0) if count == 4 and cx.wanted(2) else None
+        return [cx.op("stack", ys, dim=1), cx.op("stack", finals["h"], dim=0), y_c]
+
+    return convert
 
 
 # --------------------------------------------------------------------------- normalisation
@@ -365,6 +587,19 @@ def batch_norm(cx, inputs, attrs):
     return [cx.op("add", [scaled, _channel_shaped(cx, bias, rank)])]
 
 
+def instance_norm(cx, inputs, attrs):
+    x, scale, bias = inputs[:3]
+    rank = cx.rank(x)
+    normed = _normalized(cx, x, list(range(2, rank)), attrs.get("epsilon", 1e-5))
+    return [cx.op("add", [cx.op("mul", [normed, _channel_shaped(cx, scale, rank)]), _channel_shaped(cx, bias, rank)])]
+
+
+def _normalized(cx, x, dims, eps):
+    centred = cx.op("sub", [x, cx.op("mean", [x], dim=dims, keepdim=True)])
+    var = cx.op("mean", [cx.op("mul", [centred, centred])], dim=dims, keepdim=True)
+    return cx.op("div", [centred, cx.op("sqrt", [cx.op("add", [var, cx.scalar(eps)])])])
+
+
 def layer_norm(cx, inputs, attrs):
     if any(cx.wanted(i) for i in range(1, len(cx.node.output))):
         cx.fail("LayerNormalization's Mean and InvStdDev outputs are not supported", "output")
@@ -373,12 +608,7 @@ def layer_norm(cx, inputs, attrs):
     rank = cx.rank(x)
     axis = attrs.get("axis", -1)
     dims = list(range(axis + rank if axis < 0 else axis, rank))
-    centred = cx.op("sub", [x, cx.op("mean", [x], dim=dims, keepdim=True)])
-    var = cx.op("mean", [cx.op("mul", [centred, centred])], dim=dims, keepdim=True)
-    out = cx.op(
-        "mul",
-        [cx.op("div", [centred, cx.op("sqrt", [cx.op("add", [var, cx.scalar(attrs.get("epsilon", 1e-5))])])]), scale],
-    )
+    out = cx.op("mul", [_normalized(cx, x, dims, attrs.get("epsilon", 1e-5)), scale])
     return [cx.op("add", [out, bias]) if bias is not None else out]
 
 
@@ -451,6 +681,32 @@ def conv(cx, inputs, attrs):
     return [cx.op(f"conv{n}d", args, stride=strides, padding=padding, dilation=dilations, groups=attrs.get("group", 1))]
 
 
+def conv_transpose(cx, inputs, attrs):
+    """col2im of the weight's transpose times the input, as engine.nn.functional.conv_transpose2d."""
+    x, w = inputs[:2]
+    bias = inputs[2] if len(inputs) > 2 else None
+    n = _spatial(cx, x, "transposed convolutions")
+    in_channels, per_group, *kernel = cx.shape_of(w)
+    groups, sizes = attrs.get("group", 1), cx.shape_of(x)[2:]
+    if None in sizes or "output_shape" in attrs or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        cx.fail("ConvTranspose needs static spatial dims, explicit pads and no output_shape", "attrs")
+    strides, dilations = list(attrs.get("strides", [1] * n)), list(attrs.get("dilations", [1] * n))
+    pads, extra = list(attrs.get("pads", [0] * 2 * n)), list(attrs.get("output_padding", [0] * n))
+    if pads[:n] != pads[n:]:
+        cx.fail("asymmetric pads of a ConvTranspose are not supported", "pads")
+    out = [
+        (i - 1) * s - 2 * p + d * (k - 1) + e + 1
+        for i, s, p, d, k, e in zip(sizes, strides, pads, dilations, kernel, extra)
+    ]
+    rows, taps, length = in_channels // groups, math.prod(kernel), math.prod(sizes)
+    weight = cx.op("transpose", [cx.op("reshape", [w], shape=[groups, rows, per_group * taps])], dim0=1, dim1=2)
+    cols = cx.op("matmul", [weight, cx.op("reshape", [x], shape=[-1, groups, rows, length])])
+    cols = cx.op("reshape", [cols], shape=[-1, groups * per_group * taps, length])
+    options = {"output_size": out, "kernel_size": kernel, "dilation": dilations, "padding": pads[:n], "stride": strides}
+    result = cx.op("col2im", [cols], **options)
+    return [cx.op("add", [result, _channel_shaped(cx, bias, n + 2)]) if bias is not None else result]
+
+
 def _pool(kind):
     def convert(cx, inputs, attrs):
         x = inputs[0]
@@ -489,11 +745,65 @@ def _global_pool(op):
     return convert
 
 
+def _resize_matrix(cx, attrs, size, out, scale):
+    """[out, size]: each output position's weights on the input's (nearest or linear), ONNX's coordinates."""
+    mode = _text(attrs, "coordinate_transformation_mode", "half_pixel")
+    nearest = _text(attrs, "nearest_mode", "round_prefer_floor")
+    i = numpy.arange(out, dtype=numpy.float64)
+    origin = {
+        "half_pixel": (i + 0.5) / scale - 0.5,
+        "pytorch_half_pixel": (i + 0.5) / scale - 0.5 if out > 1 else 0 * i,
+        "align_corners": i * (size - 1) / max(out - 1, 1),
+        "asymmetric": i / scale,
+        "tf_half_pixel_for_nn": (i + 0.5) / scale,
+    }.get(mode)
+    rounding = {"floor": numpy.floor, "ceil": numpy.ceil, "round_prefer_ceil": lambda v: numpy.floor(v + 0.5)}
+    rounding["round_prefer_floor"] = lambda v: numpy.ceil(v - 0.5)
+    if origin is None or nearest not in rounding:
+        cx.fail(f"Resize's coordinate_transformation_mode {mode} or nearest_mode {nearest} is not supported", "attrs")
+    matrix = numpy.zeros((out, size))
+    if _text(attrs, "mode", "nearest") == "nearest":
+        matrix[numpy.arange(out), numpy.clip(rounding[nearest](origin), 0, size - 1).astype(int)] = 1
+        return matrix
+    origin = numpy.clip(origin, 0, size - 1)
+    low = numpy.floor(origin).astype(int)
+    numpy.add.at(matrix, (numpy.arange(out), low), 1 - (origin - low))
+    numpy.add.at(matrix, (numpy.arange(out), numpy.minimum(low + 1, size - 1)), origin - low)
+    return matrix
+
+
+RESIZE_MAX = 2**20  # elements of one dim's interpolation matrix (a constant of the graph): 1024 to 1024
+
+
+def resize(cx, inputs, attrs):
+    """Nearest or (bi)linear Resize of the last one or two dims: a product with each dim's interpolation matrix."""
+    x, _, scales, sizes = (inputs + [None] * 4)[:4]
+    dims = cx.shape_of(x)
+    if _text(attrs, "mode", "nearest") not in ("nearest", "linear") or attrs.get("antialias") or attrs.get("axes"):
+        cx.fail("only nearest and linear Resize are supported (no antialias, axes)", "mode")
+    if sizes is not None:
+        outs = cx.ints(sizes, "sizes", partial=True)
+        factors = [o / d if o is not None and d else 1.0 for o, d in zip(outs, dims)]
+    else:
+        factors = [float(v) for v in scales.static.reshape(-1)] if scales is not None and scales.known else []
+        outs = [None if d is None else math.floor(d * f) for d, f in zip(dims, factors)]
+    changed = [a for a, (d, o) in enumerate(zip(dims, outs)) if o != d]
+    if any(dims[a] is not None and outs[a] is not None and dims[a] * outs[a] > RESIZE_MAX for a in changed):
+        cx.fail(f"a Resize of more than {RESIZE_MAX} input-output pairs in one dim is not supported", "scales")
+    if not factors or any(a < len(dims) - 2 or dims[a] is None for a in changed):
+        cx.fail("Resize needs known scales or sizes, changing only the last two dims (known at import)", "scales")
+    out = x
+    for a in changed:
+        matrix = _resize_matrix(cx, attrs, dims[a], outs[a], factors[a]).astype(x.dtype)
+        last = a == len(dims) - 1
+        out = cx.op("matmul", [out, cx.constant(matrix.T)] if last else [cx.constant(matrix), out])
+    return [out]
+
+
 def pad(cx, inputs, attrs):
-    x = inputs[0]
-    mode = attrs.get("mode", b"constant")
-    if mode not in (b"constant", "constant"):
-        cx.fail(f"Pad mode {mode!r} is not supported (constant only)", "mode")
+    x, mode = inputs[0], _text(attrs, "mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        cx.fail(f"Pad mode {mode!r} is not supported (constant, reflect, edge)", "mode")
     rank = cx.rank(x)
     pads = cx.ints(inputs[1], "pads")
     value = inputs[2] if len(inputs) > 2 else None
@@ -508,7 +818,23 @@ def pad(cx, inputs, attrs):
         cx.fail("negative pads are not supported", "pads")
     if extra[:2] != [(0, 0), (0, 0)]:
         cx.fail("Pad of the first two dims is not supported (only the spatial ones of an NC... tensor)", "pads")
-    return [_zero_pad(cx, x, extra[2:])]
+    if mode == "constant":
+        return [_zero_pad(cx, x, extra[2:])]
+    for axis, ((before, after), size) in enumerate(zip(extra, cx.shape_of(x))):  # reflect, edge: gathers
+        if before or after:
+            if (
+                size is None
+                or (mode == "reflect" and max(before, after) >= size)
+                or size + before + after > cx.fold_max
+            ):
+                cx.fail(
+                    f"Pad {mode} needs each padded dim known, over its pads and padded to {cx.fold_max} at most", "pads"
+                )
+            index = numpy.arange(-before, size + after)
+            index = numpy.abs(index) if mode == "reflect" else numpy.clip(index, 0, size - 1)
+            index = size - 1 - numpy.abs(size - 1 - index) if mode == "reflect" else index
+            x = cx.op("getitem", [x, cx.constant(index)], index=_spec(axis, {"tensor": 0}))
+    return [x]
 
 
 CONVERTERS = {
@@ -522,12 +848,28 @@ CONVERTERS = {
     "Where": where,
     "LeakyRelu": leaky_relu,
     "Elu": elu,
+    "Softplus": softplus,
+    "Mish": mish,
+    "HardSigmoid": hard_sigmoid,
+    "HardSwish": hard_swish,
+    "PRelu": prelu,
+    "ArgMax": arg_extreme("argmax"),
+    "ArgMin": arg_extreme("argmin"),
+    "Tile": tile,
+    "DepthToSpace": depth_to_space,
+    "TopK": top_k,
+    "NegativeLogLikelihoodLoss": nll_loss,
+    "SoftmaxCrossEntropyLoss": softmax_cross_entropy,
+    "CumSum": cumsum,
+    "InstanceNormalization": instance_norm,
     "Gelu": gelu,
     "Clip": clip,
     "Cast": cast,
     "Dropout": dropout,
     "MatMul": matmul,
     "Gemm": gemm,
+    "Einsum": einsum,
+    "Trilu": trilu,
     **{name: _reduction(op) for name, op in REDUCTIONS.items()},
     "Softmax": _softmax("softmax"),
     "LogSoftmax": _softmax("log_softmax"),
@@ -544,12 +886,16 @@ CONVERTERS = {
     "Slice": slice_,
     "Gather": gather,
     "Expand": expand,
+    "LSTM": _recurrent(_lstm_step, 4),
+    "GRU": _recurrent(_gru_step, 3),
     "BatchNormalization": batch_norm,
     "LayerNormalization": layer_norm,
     "Conv": conv,
+    "ConvTranspose": conv_transpose,
     "MaxPool": _pool("max"),
     "AveragePool": _pool("avg"),
     "GlobalAveragePool": _global_pool("mean"),
     "GlobalMaxPool": _global_pool("amax"),
     "Pad": pad,
+    "Resize": resize,
 }

@@ -29,6 +29,7 @@ class OnnxLimits:
     max_bytes: int = 16 * 2**20
     max_nodes: int = 10_000
     max_tensor_elements: int = 2**27
+    max_graph_nodes: int = 100_000  # of the graph it becomes (the server's max_nodes): an LSTM unrolled within it
 
 
 def onnx_module():

@@ -26,6 +26,7 @@ class Value:
     static: numpy.ndarray | None = None  # known at import (dtype object: partly, None where unknown)
     param: bool = False  # an initializer served as a parameter (an input that requires grad)
     held: str | None = None  # a floating initializer: the input node (of this name) the model fills
+    fill: object = None  # a constant of a shape known only when running (a zero initial state): its value
 
     @property
     def rank(self) -> int | None:
@@ -65,6 +66,9 @@ class Builder:
         self._used = set(reserved)
         self._scalars: dict = {}
         self.held: dict = {}  # input node -> the array the model holds for it (its initializer)
+        self.max_nodes = 100_000  # what the graph may reach (OnnxLimits.max_graph_nodes)
+        self.symbols: dict = {}  # value -> its dims as ONNX names them (a symbol like "batch" where dynamic)
+        self.sources: dict = {}  # a graph input's symbol -> (input, axis, rank): where a request gives that size
 
     def fresh(self) -> str:
         while True:
