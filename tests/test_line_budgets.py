@@ -187,6 +187,10 @@ Raised, as decisions:
   requires_grad=True)`, not NumPy's `Variable([1.5 , 2.  ])`): `torch._tensor_str`'s number formats, widths,
   summarizing, wrapping and `set_printoptions` in engine/printing.py, held to torch's own repr by hypothesis (+87)
   took it to 23789.
+- wire 6185 -> 6490 (2026-11-30, session 24): the graphs `torch.onnx.export` writes (both exporters) for LSTM/GRU
+  (unrolled at import), ConvTranspose, Resize (`F.interpolate`), GroupNorm/InstanceNorm, causal and token masks,
+  Einsum, TopK, Tile, DepthToSpace, reflect/edge Pad, `F.cross_entropy`/`nll_loss`, a ViT's class token expanded to
+  the batch, and the load-time bounds on what those converters build (+302: one converter per op) took it to 6487.
 """
 
 from __future__ import annotations
@@ -197,7 +201,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 23800, "wire": 6185, "service": 3850, "client": 3300}
+BUDGETS = {"engine": 23800, "wire": 6490, "service": 3850, "client": 3300}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
