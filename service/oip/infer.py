@@ -190,6 +190,9 @@ def _seeds_named():
         if err.field != "grad_outputs":
             raise
         hint = f" (here: an input tensor named '{GRAD_OUTPUT}{err.node}')" if err.node else ""
+        hint += (
+            ", or request only the forward outputs you want (no 'outputs' asks for every output, gradients included)"
+        )
         raise RequestError(f"{err}{hint}", node=err.node, field="inputs", kind=err.kind) from None
 
 

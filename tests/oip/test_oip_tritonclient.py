@@ -272,3 +272,20 @@ def test_json_bodies_under_the_content_types_the_clients_send(server, mlp, conte
     np.testing.assert_allclose(
         np.reshape(response.json()["outputs"][0]["data"], (3, 1)), mlp_expected()[1], rtol=1e-5, atol=1e-6
     )
+
+
+def test_an_infer_with_no_outputs_on_a_non_scalar_model_says_how_to_run_a_forward(triton):
+    """`client.infer(model, inputs)` without `outputs=` asks for every output, gradients included: the
+    refusal of a model with a non-scalar output names the seed to send and the way to a forward only."""
+    triton.load_model("two", config=config(TWO_OUTPUTS))
+    try:
+        a, b = np.ones((2, 2)), np.full((2, 2), 3.0)
+        inputs = [infer_input("a", a, False), infer_input("b", b, False)]
+        with pytest.raises(InferenceServerException) as err:
+            triton.infer("two", inputs)
+        assert err.value.status() == "422"
+        assert "grad_output:y" in err.value.message() and "request only the forward outputs" in err.value.message()
+        result = triton.infer("two", inputs, outputs=requested("y", binary=False))
+        np.testing.assert_allclose(result.as_numpy("y"), a * b)
+    finally:
+        triton.unload_model("two")
