@@ -37,6 +37,7 @@ from engine.nn.activations import *  # noqa: F403  (relu6, prelu, mish...: the o
 from engine.nn.activations import __all__ as _activations
 from engine.nn.activations import elu, leaky_relu
 from engine.nn.bags import embedding_bag as embedding_bag  # (torch.nn.functional's, with embedding)
+from engine.nn.bags import renormalised
 from engine.nn.ctc import ctc_loss as ctc_loss  # (the recursion over time steps, in its own file)
 from engine.nn.losses import *  # noqa: F403  (kl_div, cosine_similarity...: the distances and other losses)
 from engine.nn.losses import __all__ as _losses
@@ -450,7 +451,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     if scale_grad_by_freq or sparse:
         raise NotImplementedError("embedding: scale_grad_by_freq and sparse are not supported")
     if max_norm is not None:
-        _renormalised(input, weight, max_norm, norm_type)
+        renormalised(input, weight, max_norm, norm_type)
     rows = weight[input]
     if padding_idx is None:
         return rows
@@ -459,17 +460,6 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise AssertionError("Padding_idx must be within num_embeddings")
     padding_idx %= count
     return _ns(input).where((input != padding_idx).unsqueeze(-1), rows, weight.detach()[input])
-
-
-def _renormalised(input, weight, max_norm, norm_type):
-    """PyTorch's `embedding_renorm_`: the rows of weight that input names, with a norm over max_norm, scaled in
-    place (under no_grad) to max_norm / (norm + 1e-7)."""
-    ns = _ns(weight)
-    with ns.no_grad():
-        index = input.reshape(-1)
-        rows = weight[index]
-        norms = ns.linalg.vector_norm(rows, norm_type, dim=1, keepdim=True)
-        weight[index] = rows * ns.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).to(weight.dtype)
 
 
 def linear(input, weight, bias=None):

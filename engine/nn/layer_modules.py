@@ -286,9 +286,14 @@ class EmbeddingBag(_Table):
             self.sparse, per_sample_weights, self.include_last_offset, self.padding_idx,
         )  # fmt: skip
 
-    def extra_repr(self) -> str:
-        text = f"{self.num_embeddings}, {self.embedding_dim}, mode='{self.mode}'"
-        return text if self.padding_idx is None else f"{text}, padding_idx={self.padding_idx}"
+    def extra_repr(self) -> str:  # (torch's order: max_norm... before mode)
+        text = f"{self.num_embeddings}, {self.embedding_dim}" + "".join(
+            f", {key}={getattr(self, key)!r}" for key, skip in _BAG_OPTIONS if getattr(self, key) != skip
+        )
+        return f"{text}, mode={self.mode!r}" + ("" if self.padding_idx is None else f", padding_idx={self.padding_idx}")
+
+
+_BAG_OPTIONS = (("max_norm", None), ("norm_type", 2), ("scale_grad_by_freq", False))
 
 
 class AdaptiveMaxPool1d(_Sided):
