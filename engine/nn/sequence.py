@@ -17,6 +17,7 @@ import math
 import numbers
 from typing import Any
 
+from engine.grad_fn_names import renamed
 from engine.nn import functional as F
 from engine.nn import init
 from engine.nn.packing import PackedSequence
@@ -213,8 +214,10 @@ class _RNNBase(_Sided):
             hx = (self._ns.zeros(shape, dtype=input.dtype),) * states
         self._check(input, hx, input.shape[batch_dim])
         output, final = self._layers(input.transpose(0, 1) if self.batch_first else input, hx)
-        if self.batch_first:
-            output = output.transpose(0, 1)
+        if self.batch_first:  # (torch's RNN and GRU transpose theirs in place: TransposeBackward1)
+            output = (
+                output.transpose(0, 1) if self.mode == "LSTM" else renamed(output.transpose(0, 1), "TransposeBackward1")
+            )
         if not batched:
             output, final = output.squeeze(batch_dim), tuple(state.squeeze(1) for state in final)
         return output, final
@@ -539,8 +542,8 @@ class MultiheadAttention(_Sided):
         else:
             out, weights = F.scaled_dot_product_attention(q, k, v, bias, p), None
         out = self.out_proj(out.permute((2, 0, 1, 3)).reshape((length, batch, embed)))
-        if weights is not None and average_attn_weights:
-            weights = weights.mean(1)
+        if weights is not None:  # (torch's per-head weights are a view: ViewBackward0)
+            weights = weights.mean(1) if average_attn_weights else weights.view(tuple(weights.shape))
         if self.batch_first and batched:
             out = out.transpose(0, 1)
         if not batched:
