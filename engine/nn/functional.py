@@ -111,6 +111,7 @@ __all__ = [
     "avg_pool3d",
     "adaptive_avg_pool1d",
     "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d",
     "unfold",
     "fold",
 ]
@@ -802,6 +803,19 @@ def adaptive_avg_pool1d(input, output_size):
     """Average pooling of [N, C, L] (or [C, L]) to `output_size` windows."""
     (size,) = per_dim(output_size, 1, "output_size", "adaptive_avg_pool1d")
     return adaptive_avg_pool2d(input.unsqueeze(-2), (1, size)).squeeze(-2)
+
+
+def adaptive_avg_pool3d(input, output_size):
+    """Average pooling of [N, C, D, H, W] (or [C, D, H, W]) to `output_size` (None keeps that input size): its
+    windows are separable, so each (H, W) plane is pooled, then the depth, by adaptive_avg_pool2d."""
+    sizes = (output_size,) * 3 if output_size is None or isinstance(output_size, int) else tuple(output_size)
+    if input.ndim not in (4, 5) or len(sizes) != 3:
+        what = f"Expected 4D or 5D tensor, but got {list(input.shape)}" if len(sizes) == 3 else "output_size must be 3"
+        raise RuntimeError(f"adaptive_avg_pool3d{'(): ' if len(sizes) == 3 else ': '}{what}")
+    d, h, w = (input.shape[input.ndim - 3 + i] if s is None else s for i, s in enumerate(sizes))
+    planes = adaptive_avg_pool2d(input.reshape((-1, *input.shape[-2:])), (h, w))
+    columns = adaptive_avg_pool2d(planes.reshape((-1, input.shape[-3], h * w)), (d, h * w))
+    return columns.reshape((*input.shape[:-3], d, h, w))
 
 
 def unfold(input, kernel_size, dilation=1, padding=0, stride=1):

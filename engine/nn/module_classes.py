@@ -1359,8 +1359,7 @@ class _AdaptiveAvgPoolNd(Module):
         self.output_size = output_size
 
     def forward(self, input):
-        function = F.adaptive_avg_pool1d if self._dims == 1 else F.adaptive_avg_pool2d
-        return function(input, self.output_size)
+        return getattr(F, f"adaptive_avg_pool{self._dims}d")(input, self.output_size)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
@@ -1374,6 +1373,10 @@ class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
 
 class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
     """Average pooling of [N, C, H, W] to `output_size` (`F.adaptive_avg_pool2d`; 1: a global average)."""
+
+
+class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
+    _dims = 3
 
 
 class Flatten(Module):
@@ -1594,7 +1597,7 @@ GENERIC = (
     *(Identity, DataParallel, Linear, Embedding, LayerNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout),
     *(Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d),
     *(MaxPool1d, MaxPool2d, MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d),
-    *(AdaptiveAvgPool1d, AdaptiveAvgPool2d, Flatten, Unflatten),
+    *(AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, Flatten, Unflatten),
     *(ReLU, GELU, Tanh, Sigmoid, LeakyReLU, ELU, SiLU, Softplus, Softmax, LogSoftmax),
     *(MSELoss, L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, NLLLoss, CrossEntropyLoss),
     *(RNN, LSTM, GRU, RNNCell, LSTMCell, GRUCell, MultiheadAttention),

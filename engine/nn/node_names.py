@@ -115,7 +115,13 @@ NAMES = {
     "adaptive_avg_pool2d": lambda args, kwargs: (  # (PyTorch's of a 1x1 output: a mean)
         "MeanBackward1" if _arg(args, kwargs, 1, "output_size") in (1, (1, 1), [1, 1]) else "AdaptiveAvgPool2DBackward0"
     ),
+    "adaptive_avg_pool3d": lambda args, kwargs: (
+        "MeanBackward1"
+        if _arg(args, kwargs, 1, "output_size") in (1, (1,) * 3, [1] * 3)
+        else "AdaptiveAvgPool3DBackward0"
+    ),
     "adaptive_max_pool2d": "AdaptiveMaxPool2DBackward0",
+    "adaptive_max_pool3d": "AdaptiveMaxPool3DBackward0",
     "batch_norm": "NativeBatchNormBackward0",
     "layer_norm": "NativeLayerNormBackward0",
     "group_norm": "NativeGroupNormBackward0",

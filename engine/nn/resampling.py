@@ -2,12 +2,13 @@
 ops: `interpolate` ('nearest', 'nearest-exact', 'linear', 'bilinear' with either align_corners, 'area') as
 index_select of the source positions PyTorch's kernels compute, weighted for the linear modes, one spatial
 dimension at a time ('bicubic', and `antialias`, as a matmul with each dimension's matrix of PyTorch's weights); `pad`'s 'reflect', 'replicate' and 'circular' modes as an index_select per padded dimension;
-`pixel_shuffle`/`pixel_unshuffle` as reshape and permute; `bilinear` as one matmul; `adaptive_max_pool1d/2d` as
+`pixel_shuffle`/`pixel_unshuffle` as reshape and permute; `bilinear` as one matmul; `adaptive_max_pool1d/2d/3d` as
 the maximum of each of PyTorch's windows; `grid_sample` as gathers of the 2 x 2 (4 x 4 'bicubic') pixels around each
 point, weighted by its fractions. Gradients follow from the ops (index_select's adds up repeats)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy
@@ -22,6 +23,7 @@ __all__ = [
     "bilinear",
     "adaptive_max_pool1d",
     "adaptive_max_pool2d",
+    "adaptive_max_pool3d",
     "affine_grid",
     "grid_sample",
 ]
@@ -253,27 +255,38 @@ def _adaptive_windows(size, out):
 def adaptive_max_pool2d(input, output_size, return_indices=False):
     """The maximum of each of PyTorch's adaptive windows of [N, C, H, W] (or [C, H, W]) (window i of n over a
     size s: floor(i s / n) to ceil((i + 1) s / n)); with return_indices also each maximum's flat index h * W + w."""
-    if input.ndim not in (3, 4):
-        raise RuntimeError(f"adaptive_max_pool2d(): Expected 3D or 4D tensor, but got: {list(input.shape)}")
-    sizes = (output_size, output_size) if output_size is None or isinstance(output_size, int) else tuple(output_size)
-    height, width = input.shape[-2:]
-    sizes = tuple(input.shape[input.ndim - 2 + i] if s is None else s for i, s in enumerate(sizes))
-    ns = _ns(input)
-    rows, indices = [], []
-    for top, bottom in _adaptive_windows(height, sizes[0]):
-        row, row_indices = [], []
-        for left, right in _adaptive_windows(width, sizes[1]):
-            window = input[..., top:bottom, left:right]
-            row.append(window.amax((-2, -1)))
-            if return_indices:
-                local = window.detach().reshape((*window.shape[:-2], -1)).argmax(-1)
-                span = right - left
-                row_indices.append((local // span + top) * width + local % span + left)
-        rows.append(ns.stack(row, -1))
-        if return_indices:
-            indices.append(ns.stack(row_indices, -1))
-    pooled = ns.stack(rows, -2)
-    return (pooled, ns.stack(indices, -2)) if return_indices else pooled
+    return _adaptive_max(input, output_size, return_indices, 2)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    """adaptive_max_pool2d's over [N, C, D, H, W] (or [C, D, H, W]); an index is d * H * W + h * W + w."""
+    return _adaptive_max(input, output_size, return_indices, 3)
+
+
+def _adaptive_max(input, output_size, return_indices, k):
+    if input.ndim not in (k + 1, k + 2):
+        raise RuntimeError(
+            f"adaptive_max_pool{k}d(): Expected {k + 1}D or {k + 2}D tensor, but got: {list(input.shape)}"
+        )
+    sizes = (output_size,) * k if output_size is None or isinstance(output_size, int) else tuple(output_size)
+    spatial = input.shape[-k:]
+    sizes = tuple(spatial[i] if s is None else s for i, s in enumerate(sizes))
+    ns, values, indices = _ns(input), [], []
+    for box in itertools.product(*(_adaptive_windows(n, s) for n, s in zip(spatial, sizes))):
+        window = input[(..., *(slice(a, b) for a, b in box))]
+        values.append(window.amax(tuple(range(-k, 0))))
+        if return_indices:  # (the window's flat argmax, unravelled, moved by the window's start, raveled)
+            local, flat, scale = window.detach().reshape((*window.shape[:-k], -1)).argmax(-1), 0, 1
+            for (start, stop), size in zip(box[::-1], spatial[::-1]):
+                flat, local, scale = (
+                    flat + (local % (stop - start) + start) * scale,
+                    local // (stop - start),
+                    scale * size,
+                )
+            indices.append(flat)
+    shape = (*input.shape[:-k], *sizes)
+    pooled = ns.stack(values, -1).reshape(shape)
+    return (pooled, ns.stack(indices, -1).reshape(shape)) if return_indices else pooled
 
 
 def adaptive_max_pool1d(input, output_size, return_indices=False):

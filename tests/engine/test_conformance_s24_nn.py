@@ -1,0 +1,261 @@
+"""`engine.nn`'s modules against `torch.nn`'s with the same weights (session 24): each module is built with the
+same arguments on both sides, torch's state_dict is loaded into the engine's (strict: the keys, shapes and dtypes
+must agree), and the two are compared in training and in eval mode: the repr, the state_dict's keys and the
+parameters' names in order, the outputs (values, dtypes, grad_fn names), the gradients of a random weighted sum
+for the input and every parameter, and the buffers after the step (running statistics). The functions this
+session added (`adaptive_avg_pool3d`, `adaptive_max_pool3d`) are also checked by float64 central differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+import engine.nn as enn
+from engine import gradcheck, gradgradcheck
+
+
+@pytest.fixture
+def oracle():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    return torch
+
+
+def _on_engine(value):
+    if isinstance(value, tuple):
+        return tuple(_on_engine(v) for v in value)
+    if hasattr(value, "detach") and hasattr(value, "numpy"):
+        out = engine.tensor(value.detach().numpy().copy())
+        return out.requires_grad_(bool(value.requires_grad))
+    return value
+
+
+def _flat(value):
+    if isinstance(value, (tuple, list)):
+        return [x for v in value for x in _flat(v)]
+    return [value]
+
+
+def _same(want, got, what):
+    got = np.asarray(got.detach().numpy())
+    want = want.detach().numpy()
+    assert got.shape == want.shape and got.dtype == want.dtype, (what, got.shape, got.dtype, want.shape, want.dtype)
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9, err_msg=what)
+
+
+def compare(torch, name, args, kwargs, make_inputs, modes=("train", "eval"), grad_of=None):
+    """Module `name` built alike on both sides, with torch's weights, compared as the module docstring says;
+    `make_inputs(torch, generator)` gives the inputs (floating ones require grad unless `grad_of` lists which)."""
+    torch.set_default_dtype(torch.float64)
+    try:
+        theirs = getattr(torch.nn, name)(*args, **kwargs)
+        ours = getattr(enn, name)(*args, **{k: _on_engine(v) for k, v in kwargs.items()})
+        ours.double()
+        assert repr(ours) == repr(theirs)
+        assert list(ours.state_dict()) == list(theirs.state_dict())
+        assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
+        ours.load_state_dict({k: _on_engine(v) for k, v in theirs.state_dict().items()})
+        generator = torch.Generator().manual_seed(1)
+        for mode in modes:
+            getattr(theirs, mode)()
+            getattr(ours, mode)()
+            inputs = [
+                x.detach().clone().requires_grad_(x.is_floating_point() and (grad_of is None or i in grad_of))
+                if isinstance(x, torch.Tensor)
+                else x
+                for i, x in enumerate(make_inputs(torch, generator))
+            ]
+            mine = [_on_engine(x) for x in inputs]
+            want, got = _flat(theirs(*inputs)), _flat(ours(*mine))
+            assert len(got) == len(want)
+            loss_t = loss_e = 0.0
+            for i, (w, g) in enumerate(zip(want, got)):
+                _same(w, g, f"{mode} output {i}")
+                if w.grad_fn is not None:
+                    assert g.grad_fn is not None and g.grad_fn.name() == w.grad_fn.name(), (mode, i)
+                    weights = torch.randn(w.shape, generator=generator)
+                    loss_t, loss_e = loss_t + (w * weights).sum(), loss_e + (g * _on_engine(weights)).sum()
+            if not isinstance(loss_t, float):
+                loss_t.backward()
+                loss_e.backward()
+                for i, (x, y) in enumerate(zip(inputs, mine)):
+                    if isinstance(x, torch.Tensor) and x.requires_grad:
+                        _same(x.grad, y.grad, f"{mode} input {i}'s grad")
+                for (n, p), (_, q) in zip(theirs.named_parameters(), ours.named_parameters()):
+                    assert (p.grad is None) == (q.grad is None), n
+                    if p.grad is not None:
+                        _same(p.grad, q.grad, f"{mode} {n}'s grad")
+                theirs.zero_grad()
+                ours.zero_grad()
+            mine_buffers = dict(ours.named_buffers())
+            for n, b in theirs.named_buffers():
+                _same(b, mine_buffers[n], f"{mode} buffer {n}")
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def randn(*shape):
+    return lambda t, g: (t.randn(*shape, generator=g),)
+
+
+BAG_INPUT = (lambda t, g: (t.tensor([1, 2, 4, 5, 4, 3, 2, 9]), t.tensor([0, 4])),)
+
+
+# (class, args, kwargs, inputs, modes): the modules this session fixed, then a sample of the others
+SPECS = {
+    # EmbeddingBag's max_norm (was refused) and its repr (max_norm, norm_type before mode, as torch's)
+    **{
+        f"EmbeddingBag {mode} max_norm": ("EmbeddingBag", (10, 3), {"mode": mode, "max_norm": 0.5}, *BAG_INPUT)
+        for mode in ("sum", "mean", "max")
+    },
+    "EmbeddingBag max_norm norm_type": (
+        "EmbeddingBag",
+        (10, 3),
+        {"max_norm": 1.0, "norm_type": 1.0, "padding_idx": 2},
+        lambda t, g: (t.tensor([[1, 2, 4], [5, 2, 3]]),),
+    ),
+    # MultiheadAttention's per-head weights are a view (ViewBackward0), not the softmax's node
+    "MultiheadAttention per-head weights": (
+        "MultiheadAttention",
+        (8, 2),
+        {},
+        lambda t, g: (
+            (t.randn(3, 2, 8, generator=g), t.randn(4, 2, 8, generator=g), t.randn(4, 2, 8, generator=g))
+            + (None, True, None, False)
+        ),
+    ),
+    # unbatched convolutions: torch's result is a squeeze of the batched one (SqueezeBackward1)
+    "Conv1d unbatched": ("Conv1d", (4, 6, 3), {}, randn(4, 9)),
+    "Conv2d unbatched": ("Conv2d", (4, 6, 3), {"padding": 1}, randn(4, 5, 6)),
+    "Conv3d unbatched": ("Conv3d", (4, 2, 2), {}, randn(4, 3, 3, 4)),
+    "ConvTranspose2d unbatched": ("ConvTranspose2d", (4, 2, 3), {"stride": 2}, randn(4, 3, 3)),
+    # RNN and GRU with batch_first transpose their output in place (TransposeBackward1); LSTM does not
+    "RNN batch_first": ("RNN", (3, 4), {"batch_first": True, "num_layers": 2}, randn(2, 5, 3)),
+    "GRU batch_first": ("GRU", (3, 4), {"batch_first": True, "bidirectional": True}, randn(2, 5, 3)),
+    "LSTM batch_first": ("LSTM", (3, 4), {"batch_first": True}, randn(2, 5, 3)),
+    # the 3-d padding and adaptive pooling modules (were not provided)
+    **{
+        f"{cls}3d": (f"{cls}3d", args, {}, randn(1, 2, 3, 4, 5))
+        for cls, args in (
+            ("ZeroPad", ((1, 2, 0, 1, 2, 1),)),
+            ("ConstantPad", (1, 3.5)),
+            ("ReflectionPad", ((1, 2, 0, 1, 2, 1),)),
+            ("ReplicationPad", (2,)),
+            ("CircularPad", ((1, 2, 0, 1, 2, 1),)),
+        )
+    },
+    "ReflectionPad3d unbatched": ("ReflectionPad3d", (1,), {}, randn(2, 3, 4, 5)),
+    **{
+        f"AdaptiveAvgPool3d {size}": ("AdaptiveAvgPool3d", (size,), {}, randn(2, 3, 5, 6, 7))
+        for size in (1, 3, (2, None, 4), (1, 1, 1))
+    },
+    "AdaptiveAvgPool3d unbatched": ("AdaptiveAvgPool3d", ((2, 3, 4),), {}, randn(3, 5, 6, 7)),
+    **{
+        f"AdaptiveMaxPool3d {size} {indices}": (
+            "AdaptiveMaxPool3d",
+            (size,),
+            {"return_indices": indices},
+            randn(2, 3, 5, 6, 7),
+        )
+        for size in (1, 3, (2, None, 4))
+        for indices in (False, True)
+    },
+    "AdaptiveMaxPool3d unbatched": ("AdaptiveMaxPool3d", ((2, 3, 4),), {"return_indices": True}, randn(3, 5, 6, 7)),
+    "AdaptiveMaxPool2d indices": ("AdaptiveMaxPool2d", ((3, 4),), {"return_indices": True}, randn(2, 3, 7, 9)),
+    "AdaptiveMaxPool1d indices": ("AdaptiveMaxPool1d", (4,), {"return_indices": True}, randn(2, 3, 9)),
+    # a sample of the modules that agreed, kept so that they go on agreeing
+    "Linear": ("Linear", (4, 3), {}, randn(2, 5, 4)),
+    "Bilinear": ("Bilinear", (3, 4, 2), {}, lambda t, g: (t.randn(5, 3, generator=g), t.randn(5, 4, generator=g))),
+    "Conv2d groups dilation": ("Conv2d", (4, 6, 3), {"groups": 2, "dilation": 2, "padding": "same"}, randn(2, 4, 7, 8)),
+    "Conv1d circular": ("Conv1d", (4, 6, 3), {"padding": 2, "padding_mode": "circular"}, randn(2, 4, 9)),
+    "ConvTranspose3d": ("ConvTranspose3d", (4, 2, 3), {"stride": 2, "output_padding": 1}, randn(1, 4, 3, 3, 2)),
+    "MaxPool2d ceil indices": (
+        "MaxPool2d",
+        (3,),
+        {"stride": 2, "ceil_mode": True, "return_indices": True},
+        randn(2, 3, 7, 8),
+    ),
+    "AvgPool2d": ("AvgPool2d", (3,), {"stride": 2, "padding": 1, "count_include_pad": False}, randn(2, 3, 7, 8)),
+    "LPPool2d": ("LPPool2d", (2, 3), {"stride": 2}, lambda t, g: (t.rand(2, 3, 7, 8, generator=g) + 0.1,)),
+    "BatchNorm2d momentum None": ("BatchNorm2d", (3,), {"momentum": None}, randn(4, 3, 4, 5)),
+    "BatchNorm1d untracked": ("BatchNorm1d", (3,), {"track_running_stats": False}, randn(4, 3, 5)),
+    "InstanceNorm2d tracked": (
+        "InstanceNorm2d",
+        (3,),
+        {"affine": True, "track_running_stats": True},
+        randn(4, 3, 4, 5),
+    ),
+    "LayerNorm no bias": ("LayerNorm", ((3, 5),), {"bias": False}, randn(2, 3, 5)),
+    "GroupNorm": ("GroupNorm", (2, 4), {}, randn(3, 4, 5)),
+    "LocalResponseNorm": ("LocalResponseNorm", (3,), {"alpha": 1e-2, "beta": 0.5, "k": 2.0}, randn(2, 5, 4, 3)),
+    "RMSNorm": ("RMSNorm", ((3, 5),), {"eps": 1e-3}, randn(2, 3, 5)),
+    "PReLU": ("PReLU", (3,), {"init": 0.1}, randn(4, 3, 6)),
+    "GELU tanh": ("GELU", (), {"approximate": "tanh"}, randn(4, 3)),
+    "Hardtanh": ("Hardtanh", (-0.5, 0.7), {}, randn(4, 3)),
+    "Embedding max_norm padding": (
+        "Embedding",
+        (10, 4),
+        {"max_norm": 1.0, "padding_idx": 2},
+        lambda t, g: (t.tensor([[2, 3, 2], [0, 1, 9]]),),
+    ),
+    "LSTM bidirectional states": (
+        "LSTM",
+        (3, 4),
+        {"num_layers": 2, "bidirectional": True},
+        lambda t, g: (t.randn(5, 2, 3, generator=g), (t.randn(4, 2, 4, generator=g), t.randn(4, 2, 4, generator=g))),
+    ),
+    "GRUCell": ("GRUCell", (3, 4), {}, randn(2, 3)),
+    "TransformerEncoderLayer norm_first gelu": (
+        "TransformerEncoderLayer",
+        (8, 2),
+        {"dim_feedforward": 16, "dropout": 0.0, "norm_first": True, "activation": "gelu"},
+        randn(5, 2, 8),
+    ),
+    "CrossEntropyLoss": (
+        "CrossEntropyLoss",
+        (),
+        {"label_smoothing": 0.1, "ignore_index": 1, "reduction": "sum"},
+        lambda t, g: (t.randn(6, 5, generator=g), t.randint(0, 5, (6,), generator=g)),
+    ),
+    "Upsample bicubic": ("Upsample", (), {"size": (5, 7), "mode": "bicubic"}, randn(2, 3, 4, 5)),
+    "Fold": ("Fold", ((4, 5), 2), {}, randn(2, 12, 12)),
+    "PixelShuffle": ("PixelShuffle", (2,), {}, randn(2, 8, 3, 4)),
+}
+
+
+@pytest.mark.parametrize("spec", sorted(SPECS))
+def test_module_matches_torchs_with_the_same_weights(spec, oracle):
+    name, args, kwargs, make_inputs = SPECS[spec]
+    compare(oracle, name, args, kwargs, make_inputs)
+
+
+def test_embedding_bag_max_norm_renormalises_the_rows_it_names_in_place(oracle):
+    weight = oracle.randn(6, 3, dtype=oracle.float64) * 2
+    ours = engine.tensor(weight.numpy())
+    indices, offsets = [0, 2, 2, 5], [0, 1]
+    want = oracle.nn.functional.embedding_bag(oracle.tensor(indices), weight, oracle.tensor(offsets), max_norm=1.5)
+    got = enn.functional.embedding_bag(engine.tensor(indices), ours, engine.tensor(offsets), max_norm=1.5)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(ours.numpy(), weight.numpy(), rtol=1e-12)  # rows 0, 2, 5 scaled, the rest kept
+
+
+@pytest.mark.parametrize("size", [2, (3, 1, 2), (None, 2, 3)])
+def test_adaptive_pooling_3d_gradients_by_central_differences(size):
+    x = engine.randn(2, 3, 4, 5, dtype=engine.float64, requires_grad=True)
+    assert gradcheck(lambda v: enn.functional.adaptive_avg_pool3d(v, size), (x,))
+    assert gradgradcheck(lambda v: enn.functional.adaptive_avg_pool3d(v, size), (x,))
+    assert gradcheck(lambda v: enn.functional.adaptive_max_pool3d(v, size), (x,))
+
+
+def test_adaptive_pooling_3d_refuses_as_torch(oracle):
+    for torch in (oracle, engine):
+        F = torch.nn.functional
+        with pytest.raises(
+            RuntimeError, match=r"^adaptive_avg_pool3d\(\): Expected 4D or 5D tensor, but got \[3, 4, 5\]"
+        ):
+            F.adaptive_avg_pool3d(torch.randn(3, 4, 5), 2)
+        with pytest.raises(RuntimeError, match="^adaptive_avg_pool3d: output_size must be 3$"):
+            F.adaptive_avg_pool3d(torch.randn(1, 3, 4, 5), (2, 2))
+        with pytest.raises(RuntimeError, match=r"adaptive_max_pool3d\(\): Expected 4D or 5D tensor"):
+            F.adaptive_max_pool3d(torch.randn(3, 4, 5), 2)
