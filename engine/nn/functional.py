@@ -442,18 +442,21 @@ def one_hot(tensor, num_classes=-1):
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
-    """weight's rows at the integer indices `input` (gradients of repeated indices add up); the row
-    `padding_idx` gets no gradient."""
+    """weight's rows at the integer indices `input` (gradients of repeated indices add up, or with
+    scale_grad_by_freq are divided by the index's count in input); the row `padding_idx` gets no gradient."""
     if input.dtype.kind not in "iu":
         raise RuntimeError(
             "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; "
             f"but got {_type_name(input.dtype)}Tensor instead (while checking arguments for embedding)"
         )
-    if scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding: scale_grad_by_freq and sparse are not supported")
+    if sparse:
+        raise NotImplementedError("embedding: sparse is not supported")
     if max_norm is not None:
         renormalised(input, weight, max_norm, norm_type)
     rows = weight[input]
+    if scale_grad_by_freq:  # (a row's gradient over its count in input; share - share.detach() is exactly 0)
+        share = rows / _ns(input).bincount(input.reshape(-1), minlength=weight.shape[0])[input].unsqueeze(-1)
+        rows = share - share.detach() + rows.detach()
     if padding_idx is None:
         return rows
     count = weight.shape[0]

@@ -115,6 +115,19 @@ SPECS = {
         {"max_norm": 1.0, "norm_type": 1.0, "padding_idx": 2},
         lambda t, g: (t.tensor([[1, 2, 4], [5, 2, 3]]),),
     ),
+    # Embedding's scale_grad_by_freq (was refused): a row's gradient over its count in the input
+    "Embedding scale_grad_by_freq": (
+        "Embedding",
+        (10, 4),
+        {"scale_grad_by_freq": True, "padding_idx": 9},
+        lambda t, g: (t.tensor([[2, 3, 2], [0, 2, 9], [9, 1, 1]]),),
+    ),
+    "Embedding scale_grad_by_freq max_norm": (
+        "Embedding",
+        (10, 4),
+        {"scale_grad_by_freq": True, "max_norm": 1.0, "norm_type": 1.0},
+        lambda t, g: (t.tensor([4, 4, 4, 7]),),
+    ),
     # MultiheadAttention's per-head weights are a view (ViewBackward0), not the softmax's node
     "MultiheadAttention per-head weights": (
         "MultiheadAttention",
@@ -259,3 +272,14 @@ def test_adaptive_pooling_3d_refuses_as_torch(oracle):
             F.adaptive_avg_pool3d(torch.randn(1, 3, 4, 5), (2, 2))
         with pytest.raises(RuntimeError, match=r"adaptive_max_pool3d\(\): Expected 4D or 5D tensor"):
             F.adaptive_max_pool3d(torch.randn(3, 4, 5), 2)
+
+
+def test_embedding_scale_grad_by_freq_leaves_the_rows_exact(oracle):
+    weight = oracle.randn(5, 3) * 1e3
+    ours = engine.tensor(weight.numpy(), requires_grad=True)
+    indices = [[0, 0, 3], [3, 3, 3]]
+    got = enn.functional.embedding(engine.tensor(indices), ours, scale_grad_by_freq=True)
+    assert np.array_equal(got.detach().numpy(), weight.numpy()[indices]) and got.dtype == engine.float32
+    assert got.grad_fn.name() == "EmbeddingBackward0"
+    got.sum().backward()
+    np.testing.assert_allclose(ours.grad.numpy()[[0, 1, 3]], [[1.0] * 3, [0.0] * 3, [1.0] * 3])
