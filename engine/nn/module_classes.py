@@ -793,6 +793,27 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+class LazyLinear(Linear):
+    """A Linear whose in_features is its first input's last size: weight [out_features, 0] until that call gives
+    it its shape in place (the same Parameter, so an optimizer made before holds it) and PyTorch's initialisation,
+    and the module becomes a Linear, as PyTorch's `cls_to_become`."""
+
+    def __init__(self, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__(0, out_features, bias, device, dtype)
+
+    def reset_parameters(self) -> None:
+        if self.in_features:
+            super().reset_parameters()
+
+    def forward(self, input):
+        if self.in_features == 0:
+            self.in_features = input.shape[-1]
+            self.weight.data = self._ns.empty((self.out_features, self.in_features), dtype=self.weight.dtype).data
+            self.reset_parameters()
+            self.__class__ = self._ns.nn.Linear
+        return F.linear(input, self.weight, self.bias)
+
+
 class Embedding(_Table, Module):
     """Rows of weight [num_embeddings, embedding_dim] (from N(0, 1); the padding_idx row zero) at the indices."""
 
@@ -1594,7 +1615,7 @@ class CrossEntropyLoss(_WeightedLoss):
 
 GENERIC = (
     *(Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict),
-    *(Identity, DataParallel, Linear, Embedding, LayerNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout),
+    *(Identity, DataParallel, Linear, LazyLinear, Embedding, LayerNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout),
     *(Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d),
     *(MaxPool1d, MaxPool2d, MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d),
     *(AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, Flatten, Unflatten),

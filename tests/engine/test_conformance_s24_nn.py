@@ -283,3 +283,26 @@ def test_embedding_scale_grad_by_freq_leaves_the_rows_exact(oracle):
     assert got.grad_fn.name() == "EmbeddingBackward0"
     got.sum().backward()
     np.testing.assert_allclose(ours.grad.numpy()[[0, 1, 3]], [[1.0] * 3, [0.0] * 3, [1.0] * 3])
+
+
+def test_lazy_linear_takes_its_in_features_at_the_first_call_and_becomes_a_linear(oracle):
+    theirs, ours = oracle.nn.LazyLinear(3), enn.LazyLinear(3)
+    assert repr(ours) == repr(theirs) == "LazyLinear(in_features=0, out_features=3, bias=True)"
+    assert list(ours.state_dict()) == list(theirs.state_dict()) == ["weight", "bias"]
+    weight, optimizer = ours.weight, engine.optim.SGD(ours.parameters(), lr=0.5)  # (made before the first call)
+    x = oracle.randn(2, 5)
+    theirs(x)
+    out = ours(_on_engine(x))
+    assert type(ours) is enn.Linear and repr(ours) == repr(theirs) == "Linear(in_features=5, out_features=3, bias=True)"
+    assert ours.weight is weight and tuple(ours.weight.shape) == (3, 5) and out.grad_fn.name() == "AddmmBackward0"
+    bound = 1 / 5**0.5  # (PyTorch's initialisation, now that in_features is known)
+    assert 0 < float(ours.weight.detach().abs().max()) <= bound and 0 < float(ours.bias.detach().abs().max()) <= bound
+    ours.load_state_dict({k: _on_engine(v) for k, v in theirs.state_dict().items()})
+    before = ours.weight.detach().numpy().copy()
+    theirs(x).sum().backward()
+    ours(_on_engine(x)).sum().backward()
+    _same(theirs.weight.grad, ours.weight.grad, "weight's grad")
+    optimizer.step()
+    np.testing.assert_allclose(ours.weight.detach().numpy(), before - 0.5 * theirs.weight.grad.numpy(), rtol=1e-6)
+    no_bias = enn.LazyLinear(2, bias=False).double()
+    assert list(no_bias.state_dict()) == ["weight"] and no_bias(engine.ones(4, 7, dtype=engine.float64)).shape == (4, 2)
