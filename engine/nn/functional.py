@@ -49,7 +49,7 @@ from engine.nn.pool_variants import *  # noqa: F403  (max_unpool2d, lp_pool2d, c
 from engine.nn.pool_variants import __all__ as _pool_variants
 from engine.nn.resampling import *  # noqa: F403  (interpolate, pixel_shuffle...: resampling and rearranging)
 from engine.nn.resampling import __all__ as _resampling
-from engine.nn.resampling import padded_by_index
+from engine.nn.resampling import interpolate, padded_by_index
 from engine.nn.sides import (
     _applied,
     _moments,
@@ -97,6 +97,9 @@ __all__ = [
     "batch_norm",
     "normalize",
     "pad",
+    "upsample",
+    "upsample_nearest",
+    "upsample_bilinear",
     "conv1d",
     "conv2d",
     "conv3d",
@@ -576,6 +579,26 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
         return result
     out.copy_(result)
     return out
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    """`interpolate` under its deprecated name (PyTorch's warning too), as are `upsample_nearest` and
+    `upsample_bilinear` (align_corners=True)."""
+    warn(_DEPRECATED.format("upsample"))
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    warn(_DEPRECATED.format("upsample_nearest"))
+    return interpolate(input, size, scale_factor, "nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    warn(_DEPRECATED.format("upsample_bilinear"))
+    return interpolate(input, size, scale_factor, "bilinear", True)
+
+
+_DEPRECATED = "`nn.functional.{}` is deprecated. Use `nn.functional.interpolate` instead."
 
 
 def pad(input, pad, mode="constant", value=None):

@@ -306,3 +306,15 @@ def test_lazy_linear_takes_its_in_features_at_the_first_call_and_becomes_a_linea
     np.testing.assert_allclose(ours.weight.detach().numpy(), before - 0.5 * theirs.weight.grad.numpy(), rtol=1e-6)
     no_bias = enn.LazyLinear(2, bias=False).double()
     assert list(no_bias.state_dict()) == ["weight"] and no_bias(engine.ones(4, 7, dtype=engine.float64)).shape == (4, 2)
+
+
+@pytest.mark.parametrize("name", ["upsample", "upsample_nearest", "upsample_bilinear"])
+def test_the_deprecated_upsample_functions_warn_and_interpolate_as_torch(name, oracle):
+    x = oracle.randn(1, 2, 3, 4, dtype=oracle.float64)
+    results = []
+    for torch in (oracle, engine):
+        with pytest.warns(
+            UserWarning, match=rf"^`nn.functional.{name}` is deprecated. Use `nn.functional.interpolate`"
+        ):
+            results.append(getattr(torch.nn.functional, name)(x if torch is oracle else _on_engine(x), scale_factor=2))
+    _same(results[0], results[1], name)
