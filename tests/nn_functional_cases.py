@@ -319,6 +319,31 @@ case(
     data=(2,),
 )
 case("multi_margin_loss-unbatched", f("multi_margin_loss", reduction="none"), normal(4), np.array(2))
+LABEL_LISTS = np.array([[3, 0, -1, 1], [1, 1, -1, 0], [-1, 2, 1, 0], [0, 1, 2, 3], [2, -1, 3, 3]])
+for reduction in ("none", "mean", "sum"):
+    case(
+        f"multilabel_margin_loss-{reduction}",
+        f("multilabel_margin_loss", reduction=reduction),
+        normal(5, 4),
+        LABEL_LISTS,
+    )
+case("multilabel_margin_loss-unbatched", f("multilabel_margin_loss"), normal(4), np.array([2, 0, -1, 1]))
+case(
+    "triplet_margin_with_distance_loss-cosine-swap",
+    lambda m, a, p, n: m.nn.functional.triplet_margin_with_distance_loss(
+        a, p, n, distance_function=lambda x, y: 1.0 - m.nn.functional.cosine_similarity(x, y), swap=True
+    ),
+    normal(5, 3),
+    normal(5, 3),
+    normal(5, 3),
+)
+case(
+    "triplet_margin_with_distance_loss",
+    f("triplet_margin_with_distance_loss", margin=2.0, reduction="none"),
+    normal(5, 3),
+    normal(5, 3),
+    normal(5, 3),
+)
 case(
     "multilabel_soft_margin_loss-weighted",
     lambda m, x, t, w: m.nn.functional.multilabel_soft_margin_loss(x, t, w),

@@ -177,6 +177,31 @@ SPECS = {
     "AdaptiveMaxPool3d unbatched": ("AdaptiveMaxPool3d", ((2, 3, 4),), {"return_indices": True}, randn(3, 5, 6, 7)),
     "AdaptiveMaxPool2d indices": ("AdaptiveMaxPool2d", ((3, 4),), {"return_indices": True}, randn(2, 3, 7, 9)),
     "AdaptiveMaxPool1d indices": ("AdaptiveMaxPool1d", (4,), {"return_indices": True}, randn(2, 3, 9)),
+    # the two losses that were not provided
+    **{
+        f"MultiLabelMarginLoss {reduction}": (
+            "MultiLabelMarginLoss",
+            (),
+            {"reduction": reduction},
+            lambda t, g: (t.randn(3, 5, generator=g), t.tensor([[3, 0, -1, 1, 2], [1, 1, -1, 0, 4], [0, 1, 2, 3, 4]])),
+        )
+        for reduction in ("none", "mean", "sum")
+    },
+    "MultiLabelMarginLoss unbatched": (
+        "MultiLabelMarginLoss",
+        (),
+        {},
+        lambda t, g: (t.randn(5, generator=g), t.tensor([4, 2, -1, 0, 1])),
+    ),
+    **{
+        f"TripletMarginWithDistanceLoss {reduction}": (
+            "TripletMarginWithDistanceLoss",
+            (),
+            {"reduction": reduction, "swap": reduction == "sum", "margin": 1.5},
+            lambda t, g: (t.randn(5, 3, generator=g), t.randn(5, 3, generator=g), t.randn(5, 3, generator=g)),
+        )
+        for reduction in ("none", "mean", "sum")
+    },
     # a sample of the modules that agreed, kept so that they go on agreeing
     "Linear": ("Linear", (4, 3), {}, randn(2, 5, 4)),
     "Bilinear": ("Bilinear", (3, 4, 2), {}, lambda t, g: (t.randn(5, 3, generator=g), t.randn(5, 4, generator=g))),
@@ -318,3 +343,20 @@ def test_the_deprecated_upsample_functions_warn_and_interpolate_as_torch(name, o
         ):
             results.append(getattr(torch.nn.functional, name)(x if torch is oracle else _on_engine(x), scale_factor=2))
     _same(results[0], results[1], name)
+
+
+def test_the_new_losses_refuse_as_torch(oracle):
+    for torch in (oracle, engine):
+        F = torch.nn.functional
+        with pytest.raises(RuntimeError, match="^expected scalar type Long but found Float$"):
+            F.multilabel_margin_loss(torch.randn(3, 4), torch.ones(3, 4))
+        with pytest.raises(RuntimeError, match=r"^inconsistent target size: \[3, 3\] for input of size: \[3, 4\]$"):
+            F.multilabel_margin_loss(torch.randn(3, 4), torch.ones(3, 3, dtype=torch.int64))
+        with pytest.raises(ValueError, match="^margin must be greater than 0, got -1$"):
+            F.triplet_margin_with_distance_loss(torch.ones(2), torch.ones(2), torch.ones(2), margin=-1)
+        with pytest.raises(ValueError, match="^TripletMarginWithDistanceLoss: expected margin to be greater than 0"):
+            torch.nn.TripletMarginWithDistanceLoss(margin=0)
+        anchor, positive, negative = (torch.tensor([[0.0, 1.0], [1.0, 0.0]]) * k for k in (1, 2, -1))
+        cosine = torch.nn.TripletMarginWithDistanceLoss(distance_function=torch.nn.CosineSimilarity(), swap=True)
+        assert repr(cosine) == "TripletMarginWithDistanceLoss(\n  (distance_function): CosineSimilarity()\n)"
+        assert float(cosine(anchor, positive, negative)) == pytest.approx(3.0)
