@@ -437,8 +437,9 @@ class MultiheadAttention(_Sided):
     """Attention over num_heads heads: query, key and value projected by the rows of in_proj_weight
     [3 * embed_dim, embed_dim] (xavier_uniform_; in_proj_bias zeros), attended per head (scaled by
     1/sqrt(head_dim), masks added as PyTorch's `multi_head_attention_forward` does: a bool mask's True entries
-    are left out), then `out_proj`. kdim/vdim other than embed_dim, add_bias_kv and add_zero_attn are not
-    provided."""
+    are left out), then `out_proj`. With kdim/vdim other than embed_dim the projections are q_proj_weight,
+    k_proj_weight and v_proj_weight; add_bias_kv appends bias_k/bias_v (xavier_normal_) to the projected keys and
+    values, add_zero_attn a zero key and value to each head's, as PyTorch's (the masks let them through)."""
 
     def __init__(
         self,
@@ -460,17 +461,21 @@ class MultiheadAttention(_Sided):
                 f"num_heads={num_heads} instead"
             )
         super().__init__()
-        if add_bias_kv or add_zero_attn or kdim not in (None, embed_dim) or vdim not in (None, embed_dim):
-            raise NotImplementedError("MultiheadAttention's kdim, vdim, add_bias_kv, add_zero_attn are not provided")
-        self.embed_dim, self.kdim, self.vdim, self._qkv_same_embed_dim = embed_dim, embed_dim, embed_dim, True
+        self.embed_dim, self.kdim, self.vdim = embed_dim, kdim or embed_dim, vdim or embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         self.num_heads, self.dropout, self.batch_first = num_heads, dropout, batch_first
         self.head_dim = embed_dim // num_heads
         if self.head_dim * num_heads != embed_dim:
             raise AssertionError("embed_dim must be divisible by num_heads")
         ns = self._ns
-        self.in_proj_weight = self._parameter(ns.empty((3 * embed_dim, embed_dim), device=device, dtype=dtype))
-        for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
-            self.register_parameter(name, None)
+        same = self._qkv_same_embed_dim
+        if same:
+            self.in_proj_weight = self._parameter(ns.empty((3 * embed_dim, embed_dim), device=device, dtype=dtype))
+        for name, size in zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), (embed_dim, self.kdim, self.vdim)):
+            separate = None if same else self._parameter(ns.empty((embed_dim, size), device=device, dtype=dtype))
+            self.register_parameter(name, separate)  # (None where in_proj_weight holds them, as PyTorch's)
+        if not same:
+            self.register_parameter("in_proj_weight", None)
         if bias:
             self.in_proj_bias = self._parameter(ns.empty(3 * embed_dim, device=device, dtype=dtype))
         else:
@@ -480,14 +485,22 @@ class MultiheadAttention(_Sided):
             _QUANTIZABLE[linear] = type("NonDynamicallyQuantizableLinear", (linear,), {"__module__": linear.__module__})
         self.out_proj = _QUANTIZABLE[linear](embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
         self.bias_k = self.bias_v = None
-        self.add_zero_attn = False
+        if add_bias_kv:
+            self.bias_k, self.bias_v = (
+                self._parameter(ns.empty((1, 1, embed_dim), device=device, dtype=dtype)) for _ in "kv"
+            )
+        self.add_zero_attn = add_zero_attn
         self._reset_parameters()
 
     def _reset_parameters(self) -> None:
-        init.xavier_uniform_(self.in_proj_weight)
+        for weight in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+            if weight is not None:
+                init.xavier_uniform_(weight)
         if self.in_proj_bias is not None:
             init.constant_(self.in_proj_bias, 0.0)
             init.constant_(self.out_proj.bias, 0.0)
+        for bias in (self.bias_k, self.bias_v) if self.bias_k is not None else ():
+            init.xavier_normal_(bias)
 
     def forward(
         self,
@@ -515,15 +528,26 @@ class MultiheadAttention(_Sided):
         heads, size = self.num_heads, self.head_dim
         if embed != self.embed_dim:
             raise AssertionError(f"was expecting embedding dimension of {self.embed_dim}, but got {embed}")
-        if tuple(key.shape) != tuple(value.shape):
+        if not self._qkv_same_embed_dim and tuple(key.shape[:2]) != tuple(value.shape[:2]):
+            raise AssertionError(
+                f"key's sequence and batch dims torch.Size({list(key.shape[:2])}) do not match value's "
+                f"torch.Size({list(value.shape[:2])})"
+            )
+        if self._qkv_same_embed_dim and tuple(key.shape) != tuple(value.shape):
             raise AssertionError(f"key shape {_shape(key)} does not match value shape {_shape(value)}")
-        w, b = self.in_proj_weight, self.in_proj_bias
-        q, k, v = (
-            F.linear(t, w[i * embed : (i + 1) * embed], None if b is None else b[i * embed : (i + 1) * embed])
-            .reshape((t.shape[0], batch, heads, size))
-            .permute((1, 2, 0, 3))
-            for i, t in enumerate((query, key, value))
-        )
+        w, b, ns = self.in_proj_weight, self.in_proj_bias, self._ns
+        separate = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)
+        projected = []
+        for i, t in enumerate((query, key, value)):
+            weight = separate[i] if w is None else w[i * embed : (i + 1) * embed]
+            t = F.linear(t, weight, None if b is None else b[i * embed : (i + 1) * embed])
+            if i and self.bias_k is not None:
+                t = ns.cat([t, (self.bias_k, self.bias_v)[i - 1].repeat(1, batch, 1)])
+            t = t.reshape((t.shape[0], batch, heads, size)).permute((1, 2, 0, 3))
+            if i and self.add_zero_attn:
+                t = ns.cat([t, ns.zeros((batch, heads, 1, size), dtype=t.dtype)], 2)
+            projected.append(t)
+        q, k, v = projected
         bias = _float_mask(attn_mask, "attn_mask", query.dtype)
         if bias is not None:
             want = (length, source) if bias.ndim == 2 else (batch * heads, length, source)
@@ -534,6 +558,9 @@ class MultiheadAttention(_Sided):
         if padding is not None:
             padding = padding.reshape((batch, 1, 1, source))
             bias = padding if bias is None else bias + padding
+        added = (self.bias_k is not None) + bool(self.add_zero_attn)  # (keys appended: never masked)
+        if added and bias is not None:
+            bias = F.pad(bias, (0, added))
         p = self.dropout if self.training else 0.0
         if need_weights:
             scores = q.matmul(k.transpose(-2, -1)) * (1.0 / math.sqrt(size))

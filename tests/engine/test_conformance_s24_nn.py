@@ -138,6 +138,34 @@ SPECS = {
             + (None, True, None, False)
         ),
     ),
+    # MultiheadAttention's kdim/vdim (q/k/v_proj_weight), add_bias_kv and add_zero_attn (were refused), with masks
+    **{
+        f"MultiheadAttention {'+'.join(kwargs)} {masks}": (
+            "MultiheadAttention",
+            (8, 2),
+            kwargs,
+            lambda t, g, kwargs=kwargs, masks=masks: (
+                (
+                    t.randn(3, 2, 8, generator=g),
+                    t.randn(4, 2, kwargs.get("kdim", 8), generator=g),
+                    t.randn(4, 2, kwargs.get("vdim", 8), generator=g),
+                )
+                + (
+                    ()
+                    if masks == "no masks"
+                    else (t.tensor([[False, False, True, True], [False] * 4]), True, t.randn(3, 4, generator=g), False)
+                )
+            ),
+        )
+        for kwargs in ({"kdim": 5, "vdim": 6}, {"add_bias_kv": True}, {"add_zero_attn": True, "kdim": 5})
+        for masks in ("no masks", "masks")
+    },
+    "MultiheadAttention add_bias_kv add_zero_attn batch_first": (
+        "MultiheadAttention",
+        (8, 2),
+        {"add_bias_kv": True, "add_zero_attn": True, "vdim": 3, "batch_first": True},
+        lambda t, g: (t.randn(2, 3, 8, generator=g), t.randn(2, 4, 8, generator=g), t.randn(2, 4, 3, generator=g)),
+    ),
     # unbatched convolutions: torch's result is a squeeze of the batched one (SqueezeBackward1)
     "Conv1d unbatched": ("Conv1d", (4, 6, 3), {}, randn(4, 9)),
     "Conv2d unbatched": ("Conv2d", (4, 6, 3), {"padding": 1}, randn(4, 5, 6)),
