@@ -12,6 +12,7 @@ provided.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
@@ -47,10 +48,15 @@ def _relu_step(projected, state, w_hh, b_hh):
 def _lstm_step(projected, state, w_hh, b_hh):
     hidden, cell = state
     gates = projected + F.linear(hidden, w_hh, b_hh)
-    size = hidden.shape[-1]
+    size = cell.shape[-1]
     i, f, g, o = (gates[..., k * size : (k + 1) * size] for k in range(4))
     cell = f.sigmoid() * cell + i.sigmoid() * g.tanh()
     return o.sigmoid() * cell.tanh(), cell
+
+
+def _projected_step(projected, state, w_hh, b_hh, w_hr):
+    hidden, cell = _lstm_step(projected, state, w_hh, b_hh)
+    return F.linear(hidden, w_hr), cell
 
 
 def _gru_step(projected, state, w_hh, b_hh):
@@ -140,19 +146,19 @@ class _RNNBase(_Sided):
             raise ValueError("proj_size should be a positive integer or zero to disable projections")
         if proj_size >= hidden_size:
             raise ValueError("proj_size has to be smaller than hidden_size")
-        if proj_size:
-            raise NotImplementedError("LSTM's proj_size is not provided by gradserve")
-        directions = 2 if bidirectional else 1
+        directions, width = 2 if bidirectional else 1, proj_size or hidden_size  # (width: h's, LSTM's projected)
         gates = _GATES[mode] * hidden_size
         self._flat_weights_names: list[str] = []
         self._all_weights: list[list[str]] = []
         for layer in range(num_layers):
             for direction in range(directions):
-                columns = input_size if layer == 0 else hidden_size * directions
+                columns = input_size if layer == 0 else width * directions
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
-                shapes: dict[str, tuple[int, ...]] = {"weight_ih": (gates, columns), "weight_hh": (gates, hidden_size)}
+                shapes: dict[str, tuple[int, ...]] = {"weight_ih": (gates, columns), "weight_hh": (gates, width)}
                 if bias:
                     shapes.update({"bias_ih": (gates,), "bias_hh": (gates,)})
+                if proj_size:
+                    shapes["weight_hr"] = (proj_size, hidden_size)
                 for name, shape in shapes.items():
                     setattr(self, name + suffix, self._parameter(self._ns.empty(shape, device=device, dtype=dtype)))
                 self._all_weights.append([name + suffix for name in shapes])
@@ -180,11 +186,16 @@ class _RNNBase(_Sided):
             raise RuntimeError(
                 f"input.size(-1) must be equal to input_size. Expected {self.input_size}, got {input.shape[-1]}"
             )
-        expected = (self.num_layers * (2 if self.bidirectional else 1), batch, self.hidden_size)
         for k, state in enumerate(hidden):
+            expected = self._state_shape(batch, k)
             if tuple(state.shape) != expected:
                 which = "hidden" if len(hidden) == 1 else f"hidden[{k}]"
                 raise RuntimeError(f"Expected {which} size {expected}, got {list(state.shape)}")
+
+    def _state_shape(self, batch: int, k: int) -> tuple:
+        """The shape of the initial state k: h's (k 0) of width proj_size in a projected LSTM, else hidden_size."""
+        width = self.proj_size if k == 0 and self.proj_size else self.hidden_size
+        return (self.num_layers * (2 if self.bidirectional else 1), batch, width)
 
     def _forward(self, input, hx, name: str, states: int):
         """(output, final states) for input and the initial states `hx` (a tuple of `states` tensors or None)."""
@@ -209,9 +220,9 @@ class _RNNBase(_Sided):
             if not batched:
                 hx = tuple(state.unsqueeze(1) for state in hx)
         else:
-            directions = 2 if self.bidirectional else 1
-            shape = (self.num_layers * directions, input.shape[batch_dim], self.hidden_size)
-            hx = (self._ns.zeros(shape, dtype=input.dtype),) * states
+            hx = tuple(
+                self._ns.zeros(self._state_shape(input.shape[batch_dim], k), dtype=input.dtype) for k in range(states)
+            )
         self._check(input, hx, input.shape[batch_dim])
         output, final = self._layers(input.transpose(0, 1) if self.batch_first else input, hx)
         if self.batch_first:  # (torch's RNN and GRU transpose theirs in place: TransposeBackward1)
@@ -230,8 +241,7 @@ class _RNNBase(_Sided):
         if data.ndim != 2:
             raise RuntimeError(f"input must have 2 dimensions, got {data.ndim}")
         if hx is None:
-            shape = (self.num_layers * (2 if self.bidirectional else 1), sizes[0], self.hidden_size)
-            hx = (self._ns.zeros(shape, dtype=data.dtype),) * states
+            hx = tuple(self._ns.zeros(self._state_shape(sizes[0], k), dtype=data.dtype) for k in range(states))
         elif sorted_indices is not None:
             hx = tuple(state.index_select(1, sorted_indices) for state in hx)
         self._check(data, hx, sizes[0])
@@ -251,7 +261,10 @@ class _RNNBase(_Sided):
             outputs = []
             for direction in range(directions):
                 index = layer * directions + direction
-                w_ih, w_hh, b_ih, b_hh = (*self.all_weights[index], None, None)[:4]
+                named = {name.split("_l")[0]: getattr(self, name) for name in self._all_weights[index]}
+                w_ih, w_hh, b_ih, b_hh = (named.get(k) for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+                if "weight_hr" in named:  # (a projected LSTM: h = (o * tanh(c)) @ weight_hr.T)
+                    step = functools.partial(_projected_step, w_hr=named["weight_hr"])
                 projected = F.linear(sequence, w_ih, b_ih)
                 state = tuple(initial[index] for initial in hx)
                 if sizes is not None:
@@ -271,7 +284,14 @@ class _RNNBase(_Sided):
         return sequence, tuple(ns.stack([final[k] for final in finals]) for k in range(len(hx)))
 
     def extra_repr(self) -> str:
-        defaults = {"num_layers": 1, "bias": True, "batch_first": False, "dropout": 0.0, "bidirectional": False}
+        defaults = {
+            "proj_size": 0,
+            "num_layers": 1,
+            "bias": True,
+            "batch_first": False,
+            "dropout": 0.0,
+            "bidirectional": False,
+        }
         changed = "".join(f", {k}={getattr(self, k)}" for k, v in defaults.items() if getattr(self, k) != v)
         return f"{self.input_size}, {self.hidden_size}{changed}"
 

@@ -175,6 +175,26 @@ SPECS = {
     "RNN batch_first": ("RNN", (3, 4), {"batch_first": True, "num_layers": 2}, randn(2, 5, 3)),
     "GRU batch_first": ("GRU", (3, 4), {"batch_first": True, "bidirectional": True}, randn(2, 5, 3)),
     "LSTM batch_first": ("LSTM", (3, 4), {"batch_first": True}, randn(2, 5, 3)),
+    # LSTM's proj_size (was refused): weight_hr per layer and direction, h of width proj_size
+    "LSTM proj_size bidirectional": (
+        "LSTM",
+        (3, 4),
+        {"proj_size": 2, "bidirectional": True, "num_layers": 2},
+        randn(5, 2, 3),
+    ),
+    "LSTM proj_size batch_first no bias": (
+        "LSTM",
+        (3, 4),
+        {"proj_size": 3, "batch_first": True, "bias": False},
+        randn(2, 5, 3),
+    ),
+    "LSTM proj_size unbatched": ("LSTM", (3, 4), {"proj_size": 1, "num_layers": 3}, randn(5, 3)),
+    "LSTM proj_size states": (
+        "LSTM",
+        (3, 4),
+        {"proj_size": 2, "num_layers": 2},
+        lambda t, g: (t.randn(5, 2, 3, generator=g), (t.randn(2, 2, 2, generator=g), t.randn(2, 2, 4, generator=g))),
+    ),
     # the 3-d padding and adaptive pooling modules (were not provided)
     **{
         f"{cls}3d": (f"{cls}3d", args, {}, randn(1, 2, 3, 4, 5))
@@ -388,3 +408,16 @@ def test_the_new_losses_refuse_as_torch(oracle):
         cosine = torch.nn.TripletMarginWithDistanceLoss(distance_function=torch.nn.CosineSimilarity(), swap=True)
         assert repr(cosine) == "TripletMarginWithDistanceLoss(\n  (distance_function): CosineSimilarity()\n)"
         assert float(cosine(anchor, positive, negative)) == pytest.approx(3.0)
+
+
+def test_a_projected_lstm_over_a_packed_sequence_matches_torchs(oracle):
+    rnn = oracle.nn.utils.rnn
+    sequences = [oracle.randn(n, 3, dtype=oracle.float64) for n in (4, 2, 3)]
+    theirs = oracle.nn.LSTM(3, 4, proj_size=2, bidirectional=True).double()
+    ours = enn.LSTM(3, 4, proj_size=2, bidirectional=True).double()
+    ours.load_state_dict({k: _on_engine(v) for k, v in theirs.state_dict().items()})
+    want_out, (want_h, want_c) = theirs(rnn.pack_sequence(sequences, enforce_sorted=False))
+    packed = enn.utils.rnn.pack_sequence([_on_engine(s) for s in sequences], enforce_sorted=False)
+    got_out, (got_h, got_c) = ours(packed)
+    for want, got, what in ((want_out.data, got_out.data, "rows"), (want_h, got_h, "h_n"), (want_c, got_c, "c_n")):
+        _same(want, got, what)
