@@ -189,11 +189,6 @@ def triplet_margin_loss(
     """max(0, margin + d(anchor, positive) - d(anchor, negative)), d the pairwise_distance; `swap` takes the
     nearer of the negative to the anchor and to the positive."""
     reduction = _reduction(size_average, reduce, reduction)
-    if not anchor.ndim == positive.ndim == negative.ndim:
-        raise RuntimeError(
-            "The anchor, positive, and negative tensors are expected to have the same number of dimensions, but "
-            f"got: anchor {anchor.ndim}D, positive {positive.ndim}D, and negative {negative.ndim}D inputs"
-        )
     return _triplet(anchor, positive, negative, lambda x, y: pairwise_distance(x, y, p, eps), margin, swap, reduction)
 
 
@@ -203,16 +198,16 @@ def triplet_margin_with_distance_loss(
     """triplet_margin_loss with the distances `distance_function` gives (pairwise_distance by default)."""
     if margin <= 0:
         raise ValueError(f"margin must be greater than 0, got {margin}")
-    if not anchor.ndim == positive.ndim == negative.ndim:
-        raise RuntimeError(
-            "The anchor, positive, and negative tensors are expected to have the same number of dimensions, but "
-            f"got: anchor {anchor.ndim}D, positive {positive.ndim}D, and negative {negative.ndim}D inputs"
-        )
     distance = pairwise_distance if distance_function is None else distance_function
     return _triplet(anchor, positive, negative, distance, margin, swap, _reduction(None, None, reduction))
 
 
 def _triplet(anchor, positive, negative, distance, margin, swap, reduction):
+    if not anchor.ndim == positive.ndim == negative.ndim:
+        raise RuntimeError(
+            "The anchor, positive, and negative tensors are expected to have the same number of dimensions, but "
+            f"got: anchor {anchor.ndim}D, positive {positive.ndim}D, and negative {negative.ndim}D inputs"
+        )
     near, far = distance(anchor, positive), distance(anchor, negative)
     if swap:
         far = _ns(anchor).minimum(far, distance(positive, negative))
