@@ -513,9 +513,9 @@ class MultiheadAttention(_Sided):
         self._reset_parameters()
 
     def _reset_parameters(self) -> None:
-        for weight in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
-            if weight is not None:
-                init.xavier_uniform_(weight)
+        for name in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"):
+            if getattr(self, name) is not None:
+                init.xavier_uniform_(getattr(self, name))
         if self.in_proj_bias is not None:
             init.constant_(self.in_proj_bias, 0.0)
             init.constant_(self.out_proj.bias, 0.0)
