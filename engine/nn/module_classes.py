@@ -28,7 +28,7 @@ from engine.nn.activation_modules import ACTIVATIONS
 from engine.nn.layer_modules import LAYERS, _Table
 from engine.nn.loss_modules import LOSSES, _Loss, _WeightedLoss
 from engine.nn.norm_modules import NORMS, affine_parameters
-from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNCell
+from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNBase, RNNCell, RNNCellBase
 from engine.nn.transformer import (
     Transformer,
     TransformerDecoder,
@@ -1589,6 +1589,18 @@ class NLLLoss(_WeightedLoss):
         return F.nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index, reduction=self.reduction)
 
 
+class NLLLoss2d(NLLLoss):
+    def __init__(self, *args, **kwargs):
+        warn(NLL2D_DEPRECATED, FutureWarning)
+        super().__init__(*args, **kwargs)
+
+
+NLL2D_DEPRECATED = (
+    "`NLLLoss2d` has been deprecated. Please use `NLLLoss` instead as a drop-in replacement and see "
+    "https://pytorch.org/docs/main/nn.html#torch.nn.NLLLoss for more details."
+)
+
+
 class CrossEntropyLoss(_WeightedLoss):
     def __init__(
         self,
@@ -1620,7 +1632,7 @@ GENERIC = (
     *(MaxPool1d, MaxPool2d, MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d),
     *(AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, Flatten, Unflatten),
     *(ReLU, GELU, Tanh, Sigmoid, LeakyReLU, ELU, SiLU, Softplus, Softmax, LogSoftmax),
-    *(MSELoss, L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, NLLLoss, CrossEntropyLoss),
+    *(MSELoss, L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, NLLLoss, NLLLoss2d, CrossEntropyLoss),
     *(RNN, LSTM, GRU, RNNCell, LSTMCell, GRUCell, MultiheadAttention),
     *(Transformer, TransformerEncoder, TransformerDecoder, TransformerEncoderLayer, TransformerDecoderLayer),
     *ACTIVATIONS,
@@ -1643,7 +1655,12 @@ def bind(namespace, module_name: str) -> dict:
         (Module,),
         {"_ns": namespace, "_parameter": parameter, "__module__": module_name, "__doc__": Module.__doc__},
     )
-    classes = {"Parameter": parameter, "Module": side_module}
+    classes = {
+        "Parameter": parameter,
+        "Module": side_module,
+        "RNNBase": RNNBase,
+        "RNNCellBase": RNNCellBase,
+    }  # (the generic bases: isinstance works on both sides)
     for generic in (*GENERIC, _Loss, _WeightedLoss):  # (torch.nn.modules.loss's bases: a program's own losses)
         classes[generic.__name__] = type(
             generic.__name__, (generic, side_module), {"__module__": module_name, "__doc__": generic.__doc__}

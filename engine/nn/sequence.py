@@ -100,7 +100,7 @@ def _uniform_init(module) -> None:
         init.uniform_(weight, -bound, bound)
 
 
-class _RNNBase(_Sided):
+class RNNBase(_Sided):
     """The stacked (and bidirectional) recurrent layers of `mode` over [T, B, input_size] input (or
     [B, T, ...] with batch_first; [T, input_size] unbatched), returning the last layer's outputs and each
     layer's final state."""
@@ -302,7 +302,7 @@ def _nonlinearity(nonlinearity) -> str:
     return "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU"
 
 
-class RNN(_RNNBase):
+class RNN(RNNBase):
     """Elman RNN layers: h_t = tanh (or relu)(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh). Returns (output, h_n)."""
 
     def __init__(self, *args, **kwargs):
@@ -320,7 +320,7 @@ class RNN(_RNNBase):
         return output, hidden
 
 
-class LSTM(_RNNBase):
+class LSTM(RNNBase):
     """LSTM layers (gates i, f, g, o). Returns (output, (h_n, c_n))."""
 
     def __init__(self, *args, **kwargs):
@@ -331,7 +331,7 @@ class LSTM(_RNNBase):
         return output, hidden
 
 
-class GRU(_RNNBase):
+class GRU(RNNBase):
     """GRU layers (gates r, z, n). Returns (output, h_n)."""
 
     def __init__(self, *args, **kwargs):
@@ -344,7 +344,7 @@ class GRU(_RNNBase):
         return output, hidden
 
 
-class _RNNCellBase(_Sided):
+class RNNCellBase(_Sided):
     """One step of a recurrent layer on [B, input_size] (or [input_size]) input: weight_ih, weight_hh,
     bias_ih, bias_hh as PyTorch's cells name them."""
 
@@ -407,7 +407,7 @@ class _RNNCellBase(_Sided):
         return text
 
 
-class RNNCell(_RNNCellBase):
+class RNNCell(RNNCellBase):
     """h' = tanh (or relu)(x W_ih^T + b_ih + h W_hh^T + b_hh)."""
 
     _mode = "RNN_TANH"
@@ -422,14 +422,14 @@ class RNNCell(_RNNCellBase):
         return self._step(input, None if hx is None else (hx,), 1, _nonlinearity(self.nonlinearity))[0]
 
 
-class LSTMCell(_RNNCellBase):
+class LSTMCell(RNNCellBase):
     """(h', c') of one LSTM step (gates i, f, g, o)."""
 
     def forward(self, input, hx=None):
         return self._step(input, None if hx is None else tuple(hx), 2, "LSTM")
 
 
-class GRUCell(_RNNCellBase):
+class GRUCell(RNNCellBase):
     """h' of one GRU step (gates r, z, n)."""
 
     _mode = "GRU"

@@ -421,3 +421,15 @@ def test_a_projected_lstm_over_a_packed_sequence_matches_torchs(oracle):
     got_out, (got_h, got_c) = ours(packed)
     for want, got, what in ((want_out.data, got_out.data, "rows"), (want_h, got_h, "h_n"), (want_c, got_c, "c_n")):
         _same(want, got, what)
+
+
+def test_nllloss2d_warns_and_is_nllloss_and_the_rnn_bases_answer_isinstance(oracle):
+    x, target = oracle.randn(2, 3, 4, 5).log_softmax(1), oracle.randint(0, 3, (2, 4, 5))
+    for torch, to in ((oracle, lambda v: v), (engine, _on_engine)):
+        with pytest.warns(FutureWarning, match=r"^`NLLLoss2d` has been deprecated. Please use `NLLLoss` instead"):
+            loss = torch.nn.NLLLoss2d(ignore_index=1)
+        assert repr(loss) == "NLLLoss2d()"
+        assert float(loss(to(x), to(target))) == pytest.approx(float(oracle.nn.NLLLoss(ignore_index=1)(x, target)))
+        assert isinstance(torch.nn.LSTM(2, 3), torch.nn.RNNBase) and isinstance(torch.nn.GRU(2, 3), torch.nn.RNNBase)
+        assert isinstance(torch.nn.GRUCell(2, 3), torch.nn.RNNCellBase)
+        assert not isinstance(torch.nn.Linear(2, 3), (torch.nn.RNNBase, torch.nn.RNNCellBase))
