@@ -1655,12 +1655,8 @@ def bind(namespace, module_name: str) -> dict:
         (Module,),
         {"_ns": namespace, "_parameter": parameter, "__module__": module_name, "__doc__": Module.__doc__},
     )
-    classes = {
-        "Parameter": parameter,
-        "Module": side_module,
-        "RNNBase": RNNBase,
-        "RNNCellBase": RNNCellBase,
-    }  # (the generic bases: isinstance works on both sides)
+    classes = {"Parameter": parameter, "Module": side_module}
+    classes.update(RNNBase=RNNBase, RNNCellBase=RNNCellBase)  # (the generic bases: isinstance works on both sides)
     for generic in (*GENERIC, _Loss, _WeightedLoss):  # (torch.nn.modules.loss's bases: a program's own losses)
         classes[generic.__name__] = type(
             generic.__name__, (generic, side_module), {"__module__": module_name, "__doc__": generic.__doc__}

@@ -6,8 +6,8 @@ the side's. The forward is a Python loop over the time steps composing registry 
 projection for every step at once (`F.linear`), then per step the hidden projection and PyTorch's gate
 equations in its gate order (LSTM i, f, g, o; GRU r, z, n with n = tanh(W_in x + b_in + r * (W_hn h + b_hn))).
 Parameter names, shapes, initialisation (U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))), reprs and input
-checks are PyTorch's, and a PackedSequence input runs as PyTorch's (`_packed_direction`); `proj_size` is not
-provided.
+checks are PyTorch's, and a PackedSequence input runs as PyTorch's (`_packed_direction`); an LSTM's `proj_size`
+projects h by `weight_hr` after each step (`_projected_step`).
 """
 
 from __future__ import annotations
