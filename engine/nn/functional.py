@@ -350,7 +350,10 @@ def binary_cross_entropy_with_logits(
     with w_t = 1 + (pos_weight - 1) * t; `weight` scales each element."""
     reduction = _reduction(size_average, reduce, reduction)
     if tuple(target.shape) != tuple(input.shape):
-        raise ValueError(f"Target size ({list(target.shape)}) must be the same as input size ({list(input.shape)})")
+        raise ValueError(
+            f"Target size (torch.Size({list(target.shape)})) must be the same as input size "
+            f"(torch.Size({list(input.shape)}))"
+        )
     softplus_neg = _softplus_of_negative(input)
     if pos_weight is not None:
         softplus_neg = softplus_neg * ((pos_weight - 1) * target + 1)
@@ -555,11 +558,19 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     channels = input.shape[1]
     shape = (1, channels) + (1,) * (input.ndim - 2)
     dims = (0, *range(2, input.ndim))
+    for name, given in (
+        ("running_mean", running_mean),
+        ("running_var", running_var),
+        ("weight", weight),
+        ("bias", bias),
+    ):
+        if given is not None and given.numel() != channels:
+            raise RuntimeError(f"{name} should contain {channels} elements not {given.numel()}")
     if training:
         count = input.numel() // channels
         if count <= 1:
             raise ValueError(
-                f"Expected more than 1 value per channel when training, got input size {list(input.shape)}"
+                f"Expected more than 1 value per channel when training, got input size torch.Size({list(input.shape)})"
             )
         mean, centred, var = _moments(input, dims)
         flat = (channels,)
@@ -821,6 +832,8 @@ def adaptive_avg_pool2d(input, output_size):
     sizes = (output_size, output_size) if output_size is None or isinstance(output_size, int) else tuple(output_size)
     if len(sizes) != 2:
         raise ValueError(f"adaptive_avg_pool2d: output_size must be 2, got {len(sizes)}")
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got {list(input.shape)}")
     sizes = tuple(input.shape[input.ndim - 2 + i] if s is None else s for i, s in enumerate(sizes))
     return _ns(input).adaptive_avg_pool2d(input, output_size=sizes)
 

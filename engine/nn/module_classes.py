@@ -1431,8 +1431,7 @@ class Unflatten(Module):
         self.dim, self.unflattened_size = dim, unflattened_size
 
     def forward(self, input):
-        dim = self.dim % input.ndim
-        return input.reshape(*input.shape[:dim], *self.unflattened_size, *input.shape[dim + 1 :])
+        return input.unflatten(self.dim, self.unflattened_size)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"

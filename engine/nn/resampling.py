@@ -114,6 +114,11 @@ def pixel_unshuffle(input, downscale_factor):
 def bilinear(input1, input2, weight, bias=None):
     """y[..., o] = sum_ij input1[..., i] weight[o, i, j] input2[..., j] + bias[o]."""
     out_features, in1, in2 = weight.shape
+    if input1.ndim != input2.ndim:
+        raise RuntimeError(f"bilinear(): input dimensions do not match: got {input1.ndim} and {input2.ndim}")
+    for d, (a, b) in enumerate(zip(input1.shape[:-1], input2.shape[:-1])):
+        if a != b:
+            raise RuntimeError(f"bilinear(): input batch dimensions do not match at dim {d}: got {a} and {b}")
     if input1.shape[-1] != in1 or input2.shape[-1] != in2:
         raise RuntimeError(
             f"bilinear(): input1 size does not match weight size: got {input1.shape[-1]} but expected {in1}"
@@ -187,10 +192,13 @@ def interpolate(
         raise ValueError(
             "Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and requires a 4-D tensor as input"
         )
+    if input.ndim not in (3, 4, 5):
+        raise NotImplementedError(
+            f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for the modes: nearest | "
+            f"linear | bilinear | bicubic | trilinear | lanczos | area | nearest-exact (got {mode})"
+        )
     if mode in _LINEAR and input.ndim != _LINEAR[mode]:
         raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {_LINEAR[mode]}D input")
-    if input.ndim < 3:
-        raise ValueError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D)")
     sizes, scales = _output_sizes(input, size, scale_factor, recompute_scale_factor)
     ns = _ns(input)
     if mode == "area":

@@ -433,3 +433,29 @@ def test_nllloss2d_warns_and_is_nllloss_and_the_rnn_bases_answer_isinstance(orac
         assert isinstance(torch.nn.LSTM(2, 3), torch.nn.RNNBase) and isinstance(torch.nn.GRU(2, 3), torch.nn.RNNBase)
         assert isinstance(torch.nn.GRUCell(2, 3), torch.nn.RNNCellBase)
         assert not isinstance(torch.nn.Linear(2, 3), (torch.nn.RNNBase, torch.nn.RNNCellBase))
+
+
+REFUSED = {
+    "BatchNorm1d of 4 features with 3": lambda t: t.nn.BatchNorm1d(3)(t.randn(2, 4)),
+    "BatchNorm1d untracked, 4 features with 3": lambda t: t.nn.BatchNorm1d(3, track_running_stats=False)(t.randn(2, 4)),
+    "batch_norm running_var of 3": lambda t: t.nn.functional.batch_norm(t.randn(2, 4), t.zeros(4), t.ones(3)),
+    "BatchNorm1d of one value per channel": lambda t: t.nn.BatchNorm1d(3)(t.randn(1, 3)),
+    "BCEWithLogitsLoss of other sizes": lambda t: t.nn.BCEWithLogitsLoss()(t.randn(3), t.rand(4)),
+    "Upsample of 1-d": lambda t: t.nn.Upsample(scale_factor=2)(t.randn(3)),
+    "interpolate linear of 2-d": lambda t: t.nn.functional.interpolate(t.randn(3, 4), scale_factor=2, mode="linear"),
+    "interpolate of 6-d": lambda t: t.nn.functional.interpolate(t.randn(1, 1, 1, 1, 1, 2), scale_factor=2),
+    "Unflatten to other sizes": lambda t: t.nn.Unflatten(1, (2, 3))(t.randn(2, 5)),
+    "Bilinear of other batches": lambda t: t.nn.Bilinear(2, 3, 4)(t.randn(5, 2), t.randn(4, 3)),
+    "bilinear of other ranks": lambda t: t.nn.functional.bilinear(t.randn(5, 2), t.randn(1, 5, 3), t.randn(4, 2, 3)),
+    "AdaptiveAvgPool2d of 1-d": lambda t: t.nn.AdaptiveAvgPool2d(2)(t.randn(3)),
+    "adaptive_avg_pool2d of 5-d": lambda t: t.nn.functional.adaptive_avg_pool2d(t.randn(1, 2, 3, 4, 5), 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refusals_have_torchs_type_and_words(name, oracle):
+    with pytest.raises(Exception) as want:
+        REFUSED[name](oracle)
+    with pytest.raises(type(want.value)) as got:
+        REFUSED[name](engine)
+    assert str(got.value) == str(want.value)
