@@ -378,7 +378,11 @@ class Module:
         another package, or arrays, are converted); PyTorch's errors for missing, unexpected and
         mis-shaped entries. Returns (missing_keys, unexpected_keys)."""
         entries = self._state_entries()
-        missing = [key for key in entries if key not in state_dict]
+        missing = [  # (a norm's num_batches_tracked may be absent, as from torch < 0.4.1: torch keeps its own)
+            key
+            for key, (module, _, name) in entries.items()
+            if key not in state_dict and not (name == "num_batches_tracked" and isinstance(module, _BatchNorm))
+        ]
         unexpected = [key for key in state_dict if key not in entries]
         errors = []
         updates = []

@@ -459,3 +459,16 @@ def test_refusals_have_torchs_type_and_words(name, oracle):
     with pytest.raises(type(want.value)) as got:
         REFUSED[name](engine)
     assert str(got.value) == str(want.value)
+
+
+def test_a_state_dict_without_num_batches_tracked_loads_as_torchs(oracle):
+    """Checkpoints written before torch 0.4.1 have no num_batches_tracked: torch keeps the module's own."""
+    for nn in (oracle.nn, enn):
+        model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3), nn.InstanceNorm1d(3, track_running_stats=True))
+        model[1].num_batches_tracked += 3
+        old = {k: v for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
+        assert repr(model.load_state_dict(old)) == "<All keys matched successfully>"
+        assert int(model[1].num_batches_tracked) == 3 and int(model[2].num_batches_tracked) == 0
+        partial = {k: v for k, v in old.items() if not k.endswith("running_mean")}
+        with pytest.raises(RuntimeError, match='Missing key\\(s\\) in state_dict: "1.running_mean", "2.running_mean"'):
+            model.load_state_dict(partial)
