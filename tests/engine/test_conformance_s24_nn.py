@@ -449,6 +449,8 @@ REFUSED = {
     "bilinear of other ranks": lambda t: t.nn.functional.bilinear(t.randn(5, 2), t.randn(1, 5, 3), t.randn(4, 2, 3)),
     "AdaptiveAvgPool2d of 1-d": lambda t: t.nn.AdaptiveAvgPool2d(2)(t.randn(3)),
     "adaptive_avg_pool2d of 5-d": lambda t: t.nn.functional.adaptive_avg_pool2d(t.randn(1, 2, 3, 4, 5), 2),
+    "init.uniform_ from 2 to 1": lambda t: t.nn.init.uniform_(t.empty(3), 2, 1),
+    "init.normal_ of std -1": lambda t: t.nn.init.normal_(t.empty(3), 0, -1),
 }
 
 
