@@ -474,3 +474,14 @@ def test_a_state_dict_without_num_batches_tracked_loads_as_torchs(oracle):
         partial = {k: v for k, v in old.items() if not k.endswith("running_mean")}
         with pytest.raises(RuntimeError, match='Missing key\\(s\\) in state_dict: "1.running_mean", "2.running_mean"'):
             model.load_state_dict(partial)
+
+
+def test_the_deprecated_clip_grad_norm_warns_and_clips_and_fusion_is_at_nn_utils(oracle):
+    for torch in (oracle, engine):
+        weight = torch.nn.Parameter(torch.ones(3))
+        (weight * 3).sum().backward()
+        with pytest.warns(FutureWarning, match="^`torch.nn.utils.clip_grad_norm` is now deprecated in favor of"):
+            total = torch.nn.utils.clip_grad_norm(weight, 1.0)
+        assert float(total) == pytest.approx(27**0.5)
+        np.testing.assert_allclose(weight.grad.numpy(), [3**-0.5] * 3, rtol=1e-5)
+        assert torch.nn.utils.fuse_conv_bn_eval is torch.nn.utils.fusion.fuse_conv_bn_eval
