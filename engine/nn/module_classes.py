@@ -74,6 +74,19 @@ class ParameterKind:
     __str__ = __repr__
 
 
+class BufferKind:
+    """What every side's `Buffer` derives from (with that side's Variable): a detached Variable that a Module
+    registers as a buffer, `persistent` or not, when it is assigned as an attribute (torch.nn.Buffer)."""
+
+    __slots__ = ()
+
+    def __init__(self, data=None, *, persistent=True):
+        empty = data is None
+        super().__init__(numpy.zeros((0,), numpy.float32) if empty else data.detach(), requires_grad=False)
+        self.requires_grad_(not empty and data.requires_grad)
+        self.persistent = persistent
+
+
 def _size(shape) -> str:
     return f"torch.Size({list(shape)})"
 
@@ -187,6 +200,8 @@ class Module:
                     "(torch.nn.Parameter or None expected)"
                 )
             params[name] = None
+        elif isinstance(value, BufferKind):
+            self.register_buffer(name, value, value.persistent)
         elif isinstance(value, Module):
             self._registry("module")
             self._forget(name)
@@ -1658,7 +1673,8 @@ def bind(namespace, module_name: str) -> dict:
         (Module,),
         {"_ns": namespace, "_parameter": parameter, "__module__": module_name, "__doc__": Module.__doc__},
     )
-    classes = {"Parameter": parameter, "Module": side_module}
+    buffer = type("Buffer", (BufferKind, namespace.Variable), {"__slots__": ("persistent",), "__module__": module_name})
+    classes = {"Parameter": parameter, "Module": side_module, "Buffer": buffer}
     classes.update(RNNBase=RNNBase, RNNCellBase=RNNCellBase)  # (the generic bases: isinstance works on both sides)
     for generic in (*GENERIC, _Loss, _WeightedLoss):  # (torch.nn.modules.loss's bases: a program's own losses)
         classes[generic.__name__] = type(

@@ -485,3 +485,24 @@ def test_the_deprecated_clip_grad_norm_warns_and_clips_and_fusion_is_at_nn_utils
         assert float(total) == pytest.approx(27**0.5)
         np.testing.assert_allclose(weight.grad.numpy(), [3**-0.5] * 3, rtol=1e-5)
         assert torch.nn.utils.fuse_conv_bn_eval is torch.nn.utils.fusion.fuse_conv_bn_eval
+
+
+@pytest.mark.parametrize("side", ["torch", "engine"])
+def test_a_buffer_assigned_as_an_attribute_is_registered_as_torchs(side, oracle):
+    torch = oracle if side == "torch" else engine
+    nn = torch.nn
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(2, 2)
+            self.scale = nn.Buffer(torch.ones(2) * 3)
+            self.scratch = nn.Buffer(torch.zeros(2), persistent=False)
+            self.empty = nn.Buffer()
+
+    model = Scaled()
+    assert list(model.state_dict()) == ["scale", "empty", "linear.weight", "linear.bias"]
+    assert [name for name, _ in model.named_buffers()] == ["scale", "scratch", "empty"]
+    assert float(model.scale.sum()) == 6.0 and not model.scale.requires_grad and tuple(model.empty.shape) == (0,)
+    assert isinstance(model.scale, nn.Buffer) and model.scratch.persistent is False
+    assert nn.Buffer(torch.ones(2, requires_grad=True)).requires_grad
