@@ -319,6 +319,31 @@ case(
     data=(2,),
 )
 case("multi_margin_loss-unbatched", f("multi_margin_loss", reduction="none"), normal(4), np.array(2))
+LABEL_LISTS = np.array([[3, 0, -1, 1], [1, 1, -1, 0], [-1, 2, 1, 0], [0, 1, 2, 3], [2, -1, 3, 3]])
+for reduction in ("none", "mean", "sum"):
+    case(
+        f"multilabel_margin_loss-{reduction}",
+        f("multilabel_margin_loss", reduction=reduction),
+        normal(5, 4),
+        LABEL_LISTS,
+    )
+case("multilabel_margin_loss-unbatched", f("multilabel_margin_loss"), normal(4), np.array([2, 0, -1, 1]))
+case(
+    "triplet_margin_with_distance_loss-cosine-swap",
+    lambda m, a, p, n: m.nn.functional.triplet_margin_with_distance_loss(
+        a, p, n, distance_function=lambda x, y: 1.0 - m.nn.functional.cosine_similarity(x, y), swap=True
+    ),
+    normal(5, 3),
+    normal(5, 3),
+    normal(5, 3),
+)
+case(
+    "triplet_margin_with_distance_loss",
+    f("triplet_margin_with_distance_loss", margin=2.0, reduction="none"),
+    normal(5, 3),
+    normal(5, 3),
+    normal(5, 3),
+)
 case(
     "multilabel_soft_margin_loss-weighted",
     lambda m, x, t, w: m.nn.functional.multilabel_soft_margin_loss(x, t, w),
@@ -539,6 +564,8 @@ case("adaptive_max_pool2d", f("adaptive_max_pool2d", (2, 3)), normal(2, 2, 5, 7)
 case("adaptive_max_pool2d-indices", f("adaptive_max_pool2d", (3, None), return_indices=True), normal(2, 7, 4))
 case("adaptive_max_pool1d", f("adaptive_max_pool1d", 3), normal(2, 2, 8))
 case("adaptive_max_pool1d-indices", f("adaptive_max_pool1d", 4, return_indices=True), normal(3, 7))
+case("adaptive_max_pool3d", f("adaptive_max_pool3d", (2, None, 3)), normal(2, 2, 3, 5, 7))
+case("adaptive_max_pool3d-indices", f("adaptive_max_pool3d", 2, return_indices=True), normal(2, 3, 4, 5))
 case("affine_grid", f("affine_grid", (2, 3, 4, 5), align_corners=False), normal(2, 2, 3))
 case("affine_grid-corners", f("affine_grid", (1, 1, 3, 2), align_corners=True), normal(1, 2, 3))
 case("grid_sample", f("grid_sample", align_corners=False), normal(1, 2, 4, 5), uniform(-1.1, 1.1, 1, 3, 3, 2))
@@ -618,6 +645,11 @@ case("lp_pool2d-inf", f("lp_pool2d", float("inf"), 2), normal(1, 2, 4, 4))
 case("channel_shuffle", f("channel_shuffle", 3), normal(2, 6, 2, 3))
 case("adaptive_avg_pool1d", f("adaptive_avg_pool1d", 3), normal(2, 2, 7))
 case("adaptive_avg_pool2d", f("adaptive_avg_pool2d", (None, 2)), normal(1, 2, 4, 5))
+case("upsample-bilinear", f("upsample", size=(5, 3), mode="bilinear"), normal(1, 2, 3, 4))
+case("upsample_bilinear", f("upsample_bilinear", scale_factor=2), normal(1, 2, 3, 2))
+case("upsample_nearest", f("upsample_nearest", size=(4, 5)), normal(1, 2, 3, 2))
+case("adaptive_avg_pool3d", f("adaptive_avg_pool3d", (3, None, 2)), normal(1, 2, 4, 5, 3))
+case("adaptive_avg_pool3d-global", f("adaptive_avg_pool3d", 1), normal(2, 3, 4, 5))
 case("unfold", f("unfold", 2, padding=1, stride=2), normal(1, 2, 4, 5))
 case("fold", f("fold", (4, 5), 2, stride=(2, 3)), normal(1, 8, 4))
 

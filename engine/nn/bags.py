@@ -39,8 +39,8 @@ def embedding_bag(
         )
     if mode not in ("sum", "mean", "max"):
         raise ValueError(f"mode has to be one of sum, mean or max, got {mode!r}")
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding_bag: max_norm, scale_grad_by_freq and sparse are not supported")
+    if scale_grad_by_freq or sparse:
+        raise NotImplementedError("embedding_bag: scale_grad_by_freq and sparse are not supported")
     if per_sample_weights is not None and mode != "sum":
         raise NotImplementedError(PER_SAMPLE_MESSAGE.format(mode=mode))
     if input.ndim == 2:
@@ -66,6 +66,8 @@ def embedding_bag(
     member = (position >= starts.unsqueeze(1)) & (position < ends.unsqueeze(1))  # (bags, indices)
     if padding_idx is not None:
         member = member & (input != padding_idx % weight.shape[0])
+    if max_norm is not None:  # (torch renormalises every row the input names, padding_idx's too)
+        renormalised(input, weight, max_norm, norm_type)
     rows = weight[input]
     if mode == "max":
         picked = ns.where(member.unsqueeze(-1), rows.unsqueeze(0), float("-inf")).amax(1)
@@ -76,3 +78,14 @@ def embedding_bag(
     if mode == "mean":
         share = share / share.sum(1, keepdim=True).clamp(min=1)
     return share.matmul(rows)
+
+
+def renormalised(input, weight, max_norm, norm_type):
+    """PyTorch's `embedding_renorm_`: the rows of weight that input names, with a norm over max_norm, scaled in
+    place (under no_grad) to max_norm / (norm + 1e-7)."""
+    ns = _ns(weight)
+    with ns.no_grad():
+        index = input.reshape(-1)
+        rows = weight[index]
+        norms = ns.linalg.vector_norm(rows, norm_type, dim=1, keepdim=True)
+        weight[index] = rows * ns.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).to(weight.dtype)

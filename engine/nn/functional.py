@@ -37,6 +37,7 @@ from engine.nn.activations import *  # noqa: F403  (relu6, prelu, mish...: the o
 from engine.nn.activations import __all__ as _activations
 from engine.nn.activations import elu, leaky_relu
 from engine.nn.bags import embedding_bag as embedding_bag  # (torch.nn.functional's, with embedding)
+from engine.nn.bags import renormalised
 from engine.nn.ctc import ctc_loss as ctc_loss  # (the recursion over time steps, in its own file)
 from engine.nn.losses import *  # noqa: F403  (kl_div, cosine_similarity...: the distances and other losses)
 from engine.nn.losses import __all__ as _losses
@@ -48,7 +49,7 @@ from engine.nn.pool_variants import *  # noqa: F403  (max_unpool2d, lp_pool2d, c
 from engine.nn.pool_variants import __all__ as _pool_variants
 from engine.nn.resampling import *  # noqa: F403  (interpolate, pixel_shuffle...: resampling and rearranging)
 from engine.nn.resampling import __all__ as _resampling
-from engine.nn.resampling import padded_by_index
+from engine.nn.resampling import interpolate, padded_by_index
 from engine.nn.sides import (
     _applied,
     _moments,
@@ -96,6 +97,9 @@ __all__ = [
     "batch_norm",
     "normalize",
     "pad",
+    "upsample",
+    "upsample_nearest",
+    "upsample_bilinear",
     "conv1d",
     "conv2d",
     "conv3d",
@@ -110,6 +114,7 @@ __all__ = [
     "avg_pool3d",
     "adaptive_avg_pool1d",
     "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d",
     "unfold",
     "fold",
 ]
@@ -345,7 +350,10 @@ def binary_cross_entropy_with_logits(
     with w_t = 1 + (pos_weight - 1) * t; `weight` scales each element."""
     reduction = _reduction(size_average, reduce, reduction)
     if tuple(target.shape) != tuple(input.shape):
-        raise ValueError(f"Target size ({list(target.shape)}) must be the same as input size ({list(input.shape)})")
+        raise ValueError(
+            f"Target size (torch.Size({list(target.shape)})) must be the same as input size "
+            f"(torch.Size({list(input.shape)}))"
+        )
     softplus_neg = _softplus_of_negative(input)
     if pos_weight is not None:
         softplus_neg = softplus_neg * ((pos_weight - 1) * target + 1)
@@ -440,18 +448,21 @@ def one_hot(tensor, num_classes=-1):
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
-    """weight's rows at the integer indices `input` (gradients of repeated indices add up); the row
-    `padding_idx` gets no gradient."""
+    """weight's rows at the integer indices `input` (gradients of repeated indices add up, or with
+    scale_grad_by_freq are divided by the index's count in input); the row `padding_idx` gets no gradient."""
     if input.dtype.kind not in "iu":
         raise RuntimeError(
             "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; "
             f"but got {_type_name(input.dtype)}Tensor instead (while checking arguments for embedding)"
         )
-    if scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding: scale_grad_by_freq and sparse are not supported")
+    if sparse:
+        raise NotImplementedError("embedding: sparse is not supported")
     if max_norm is not None:
-        _renormalised(input, weight, max_norm, norm_type)
+        renormalised(input, weight, max_norm, norm_type)
     rows = weight[input]
+    if scale_grad_by_freq:  # (a row's gradient over its count in input; share - share.detach() is exactly 0)
+        share = rows / _ns(input).bincount(input.reshape(-1), minlength=weight.shape[0])[input].unsqueeze(-1)
+        rows = share - share.detach() + rows.detach()
     if padding_idx is None:
         return rows
     count = weight.shape[0]
@@ -459,17 +470,6 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise AssertionError("Padding_idx must be within num_embeddings")
     padding_idx %= count
     return _ns(input).where((input != padding_idx).unsqueeze(-1), rows, weight.detach()[input])
-
-
-def _renormalised(input, weight, max_norm, norm_type):
-    """PyTorch's `embedding_renorm_`: the rows of weight that input names, with a norm over max_norm, scaled in
-    place (under no_grad) to max_norm / (norm + 1e-7)."""
-    ns = _ns(weight)
-    with ns.no_grad():
-        index = input.reshape(-1)
-        rows = weight[index]
-        norms = ns.linalg.vector_norm(rows, norm_type, dim=1, keepdim=True)
-        weight[index] = rows * ns.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).to(weight.dtype)
 
 
 def linear(input, weight, bias=None):
@@ -558,11 +558,19 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     channels = input.shape[1]
     shape = (1, channels) + (1,) * (input.ndim - 2)
     dims = (0, *range(2, input.ndim))
+    for name, given in (
+        ("running_mean", running_mean),
+        ("running_var", running_var),
+        ("weight", weight),
+        ("bias", bias),
+    ):
+        if given is not None and given.numel() != channels:
+            raise RuntimeError(f"{name} should contain {channels} elements not {given.numel()}")
     if training:
         count = input.numel() // channels
         if count <= 1:
             raise ValueError(
-                f"Expected more than 1 value per channel when training, got input size {list(input.shape)}"
+                f"Expected more than 1 value per channel when training, got input size torch.Size({list(input.shape)})"
             )
         mean, centred, var = _moments(input, dims)
         flat = (channels,)
@@ -582,6 +590,26 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
         return result
     out.copy_(result)
     return out
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    """`interpolate` under its deprecated name (PyTorch's warning too), as are `upsample_nearest` and
+    `upsample_bilinear` (align_corners=True)."""
+    warn(_DEPRECATED.format("upsample"))
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    warn(_DEPRECATED.format("upsample_nearest"))
+    return interpolate(input, size, scale_factor, "nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    warn(_DEPRECATED.format("upsample_bilinear"))
+    return interpolate(input, size, scale_factor, "bilinear", True)
+
+
+_DEPRECATED = "`nn.functional.{}` is deprecated. Use `nn.functional.interpolate` instead."
 
 
 def pad(input, pad, mode="constant", value=None):
@@ -804,6 +832,8 @@ def adaptive_avg_pool2d(input, output_size):
     sizes = (output_size, output_size) if output_size is None or isinstance(output_size, int) else tuple(output_size)
     if len(sizes) != 2:
         raise ValueError(f"adaptive_avg_pool2d: output_size must be 2, got {len(sizes)}")
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got {list(input.shape)}")
     sizes = tuple(input.shape[input.ndim - 2 + i] if s is None else s for i, s in enumerate(sizes))
     return _ns(input).adaptive_avg_pool2d(input, output_size=sizes)
 
@@ -812,6 +842,19 @@ def adaptive_avg_pool1d(input, output_size):
     """Average pooling of [N, C, L] (or [C, L]) to `output_size` windows."""
     (size,) = per_dim(output_size, 1, "output_size", "adaptive_avg_pool1d")
     return adaptive_avg_pool2d(input.unsqueeze(-2), (1, size)).squeeze(-2)
+
+
+def adaptive_avg_pool3d(input, output_size):
+    """Average pooling of [N, C, D, H, W] (or [C, D, H, W]) to `output_size` (None keeps that input size): its
+    windows are separable, so each (H, W) plane is pooled, then the depth, by adaptive_avg_pool2d."""
+    sizes = (output_size,) * 3 if output_size is None or isinstance(output_size, int) else tuple(output_size)
+    if input.ndim not in (4, 5) or len(sizes) != 3:
+        what = f"Expected 4D or 5D tensor, but got {list(input.shape)}" if len(sizes) == 3 else "output_size must be 3"
+        raise RuntimeError(f"adaptive_avg_pool3d{'(): ' if len(sizes) == 3 else ': '}{what}")
+    d, h, w = (input.shape[input.ndim - 3 + i] if s is None else s for i, s in enumerate(sizes))
+    planes = adaptive_avg_pool2d(input.reshape((-1, *input.shape[-2:])), (h, w))
+    columns = adaptive_avg_pool2d(planes.reshape((-1, input.shape[-3], h * w)), (d, h * w))
+    return columns.reshape((*input.shape[:-3], d, h, w))
 
 
 def unfold(input, kernel_size, dilation=1, padding=0, stride=1):

@@ -104,11 +104,15 @@ def _draws(tensor, draw, generator):
 
 def uniform_(tensor, a=0.0, b=1.0, generator=None):
     """Values drawn uniformly from [a, b)."""
+    if a > b:
+        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={a} > to={b}")
     return _write(tensor, a + (b - a) * _draws(tensor, "rand", generator))
 
 
 def normal_(tensor, mean=0.0, std=1.0, generator=None):
     """Values drawn from N(mean, std**2)."""
+    if std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
     return _write(tensor, mean + std * _draws(tensor, "randn", generator))
 
 

@@ -1,6 +1,6 @@
 """`torch.nn`'s padding, resampling and rearranging modules (ConstantPad/ZeroPad/ReflectionPad/ReplicationPad/
-CircularPad 1d and 2d, Upsample and UpsamplingNearest2d/Bilinear2d, PixelShuffle/PixelUnshuffle, Fold/Unfold,
-Bilinear, AdaptiveMaxPool1d/2d, MaxUnpool1d/2d/3d, LPPool1d/2d/3d, ChannelShuffle), mixins that `engine.nn.module_classes.bind` joins to a side's `Module` as it does
+CircularPad 1d, 2d and 3d, Upsample and UpsamplingNearest2d/Bilinear2d, PixelShuffle/PixelUnshuffle, Fold/Unfold,
+Bilinear, AdaptiveMaxPool1d/2d/3d, MaxUnpool1d/2d/3d, LPPool1d/2d/3d, ChannelShuffle), mixins that `engine.nn.module_classes.bind` joins to a side's `Module` as it does
 `engine.nn.sequence`'s; each forward calls `engine.nn.functional`. Arguments, Bilinear's parameters and their
 initialisation (U(-1/sqrt(in1_features), 1/sqrt(in1_features))) and the reprs are PyTorch's."""
 
@@ -54,6 +54,10 @@ class ConstantPad2d(_ConstantPad):
     _dims = 2
 
 
+class ConstantPad3d(_ConstantPad):
+    _dims = 3
+
+
 class _ZeroPad(_ConstantPad):
     def __init__(self, padding):
         super().__init__(padding, 0.0)
@@ -70,12 +74,20 @@ class ZeroPad2d(_ZeroPad):
     _dims = 2
 
 
+class ZeroPad3d(_ZeroPad):
+    _dims = 3
+
+
 class ReflectionPad1d(_Pad):
     pass
 
 
 class ReflectionPad2d(_Pad):
     _dims = 2
+
+
+class ReflectionPad3d(_Pad):
+    _dims = 3
 
 
 class ReplicationPad1d(_Pad):
@@ -86,12 +98,20 @@ class ReplicationPad2d(ReplicationPad1d):
     _dims = 2
 
 
+class ReplicationPad3d(ReplicationPad1d):
+    _dims = 3
+
+
 class CircularPad1d(_Pad):
     _mode = "circular"
 
 
 class CircularPad2d(CircularPad1d):
     _dims = 2
+
+
+class CircularPad3d(CircularPad1d):
+    _dims = 3
 
 
 class Upsample(_Sided):
@@ -286,9 +306,14 @@ class EmbeddingBag(_Table):
             self.sparse, per_sample_weights, self.include_last_offset, self.padding_idx,
         )  # fmt: skip
 
-    def extra_repr(self) -> str:
-        text = f"{self.num_embeddings}, {self.embedding_dim}, mode='{self.mode}'"
-        return text if self.padding_idx is None else f"{text}, padding_idx={self.padding_idx}"
+    def extra_repr(self) -> str:  # (torch's order: max_norm... before mode)
+        text = f"{self.num_embeddings}, {self.embedding_dim}" + "".join(
+            f", {key}={getattr(self, key)!r}" for key, skip in _BAG_OPTIONS if getattr(self, key) != skip
+        )
+        return f"{text}, mode={self.mode!r}" + ("" if self.padding_idx is None else f", padding_idx={self.padding_idx}")
+
+
+_BAG_OPTIONS = (("max_norm", None), ("norm_type", 2), ("scale_grad_by_freq", False))
 
 
 class AdaptiveMaxPool1d(_Sided):
@@ -307,6 +332,10 @@ class AdaptiveMaxPool1d(_Sided):
 
 class AdaptiveMaxPool2d(AdaptiveMaxPool1d):
     _function = staticmethod(F.adaptive_max_pool2d)
+
+
+class AdaptiveMaxPool3d(AdaptiveMaxPool1d):
+    _function = staticmethod(F.adaptive_max_pool3d)
 
 
 class _MaxUnpool(_Sided):
@@ -392,3 +421,4 @@ LAYERS += (ReplicationPad2d, CircularPad1d, CircularPad2d, Upsample, UpsamplingN
 LAYERS += (PixelShuffle, PixelUnshuffle, Unfold, Fold, Bilinear, AdaptiveMaxPool1d, AdaptiveMaxPool2d, EmbeddingBag)
 LAYERS += (AdaptiveLogSoftmaxWithLoss,)  # (engine.nn.adaptive)
 LAYERS += (MaxUnpool1d, MaxUnpool2d, MaxUnpool3d, LPPool1d, LPPool2d, LPPool3d, ChannelShuffle)
+LAYERS += (ZeroPad3d, ConstantPad3d, ReflectionPad3d, ReplicationPad3d, CircularPad3d, AdaptiveMaxPool3d)

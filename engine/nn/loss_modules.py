@@ -92,6 +92,11 @@ class SoftMarginLoss(_Loss):
         return F.soft_margin_loss(input, target, reduction=self.reduction)
 
 
+class MultiLabelMarginLoss(_Loss):
+    def forward(self, input, target):
+        return F.multilabel_margin_loss(input, target, reduction=self.reduction)
+
+
 class PoissonNLLLoss(_Loss):
     def __init__(
         self, log_input=True, full=False, size_average=None, eps: float = 1e-8, reduce=None, reduction: str = "mean"
@@ -169,6 +174,23 @@ class CTCLoss(_Loss):
         )
 
 
+class TripletMarginWithDistanceLoss(_Loss):
+    def __init__(self, *, distance_function=None, margin: float = 1.0, swap: bool = False, reduction: str = "mean"):
+        super().__init__(reduction=reduction)
+        if margin <= 0:
+            raise ValueError(
+                f"TripletMarginWithDistanceLoss: expected margin to be greater than 0, got {margin} instead"
+            )
+        self.distance_function = self._ns.nn.PairwiseDistance() if distance_function is None else distance_function
+        self.margin, self.swap = margin, swap
+
+    def forward(self, anchor, positive, negative):
+        return F.triplet_margin_with_distance_loss(
+            anchor, positive, negative, distance_function=self.distance_function, margin=self.margin,
+            swap=self.swap, reduction=self.reduction,
+        )  # fmt: skip
+
+
 LOSSES: tuple[type, ...] = (
     CosineSimilarity,
     PairwiseDistance,
@@ -178,4 +200,4 @@ LOSSES: tuple[type, ...] = (
     HingeEmbeddingLoss,
 )
 LOSSES += (SoftMarginLoss, PoissonNLLLoss, GaussianNLLLoss, TripletMarginLoss, MultiLabelSoftMarginLoss)
-LOSSES += (MultiMarginLoss, CTCLoss)
+LOSSES += (MultiMarginLoss, CTCLoss, TripletMarginWithDistanceLoss, MultiLabelMarginLoss)

@@ -8,7 +8,7 @@ import math
 
 import numpy
 
-from engine.nn.sides import _ns, _reduce, _reduction, _softplus_of_negative
+from engine.nn.sides import _ns, _reduce, _reduction, _softplus_of_negative, _type_name
 from engine.user_warnings import warn
 
 __all__ = [
@@ -23,8 +23,10 @@ __all__ = [
     "poisson_nll_loss",
     "gaussian_nll_loss",
     "triplet_margin_loss",
+    "triplet_margin_with_distance_loss",
     "multilabel_soft_margin_loss",
     "multi_margin_loss",
+    "multilabel_margin_loss",
 ]
 
 
@@ -187,15 +189,28 @@ def triplet_margin_loss(
     """max(0, margin + d(anchor, positive) - d(anchor, negative)), d the pairwise_distance; `swap` takes the
     nearer of the negative to the anchor and to the positive."""
     reduction = _reduction(size_average, reduce, reduction)
+    return _triplet(anchor, positive, negative, lambda x, y: pairwise_distance(x, y, p, eps), margin, swap, reduction)
+
+
+def triplet_margin_with_distance_loss(
+    anchor, positive, negative, *, distance_function=None, margin=1.0, swap=False, reduction="mean"
+):
+    """triplet_margin_loss with the distances `distance_function` gives (pairwise_distance by default)."""
+    if margin <= 0:
+        raise ValueError(f"margin must be greater than 0, got {margin}")
+    distance = pairwise_distance if distance_function is None else distance_function
+    return _triplet(anchor, positive, negative, distance, margin, swap, _reduction(None, None, reduction))
+
+
+def _triplet(anchor, positive, negative, distance, margin, swap, reduction):
     if not anchor.ndim == positive.ndim == negative.ndim:
         raise RuntimeError(
             "The anchor, positive, and negative tensors are expected to have the same number of dimensions, but "
             f"got: anchor {anchor.ndim}D, positive {positive.ndim}D, and negative {negative.ndim}D inputs"
         )
-    near = pairwise_distance(anchor, positive, p, eps)
-    far = pairwise_distance(anchor, negative, p, eps)
+    near, far = distance(anchor, positive), distance(anchor, negative)
     if swap:
-        far = _ns(anchor).minimum(far, pairwise_distance(positive, negative, p, eps))
+        far = _ns(anchor).minimum(far, distance(positive, negative))
     return _reduce((near - far + margin).clamp(min=0), reduction)
 
 
@@ -207,6 +222,21 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
         loss = loss * weight
     dim = input.ndim - 1
     return _reduce(loss.sum(dim) / input.shape[dim], reduction)
+
+
+def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """The sum over the target classes j (target's entries before its first -1, int64, shaped as input: [N, C] or
+    [C]) and the other classes i of max(0, 1 - (x[j] - x[i])), over the classes."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if target.dtype != numpy.int64:
+        raise RuntimeError(f"expected scalar type Long but found {_type_name(target.dtype)}")
+    if tuple(target.shape) != tuple(input.shape) or input.ndim > 2:
+        raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of size: {list(input.shape)}")
+    listed = (target >= 0).cumprod(-1) > 0
+    counts = ((target.unsqueeze(-1) == _ns(input).arange(input.shape[-1])) & listed.unsqueeze(-1)).sum(-2)
+    hinge = (1 - input.unsqueeze(-1) + input.unsqueeze(-2)).clamp(min=0)  # [..., j, i]
+    loss = (hinge * (counts.unsqueeze(-1) * (counts == 0).unsqueeze(-2))).sum((-2, -1)) / input.shape[-1]
+    return _reduce(loss, reduction)
 
 
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None, reduction="mean"):

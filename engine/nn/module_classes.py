@@ -28,7 +28,7 @@ from engine.nn.activation_modules import ACTIVATIONS
 from engine.nn.layer_modules import LAYERS, _Table
 from engine.nn.loss_modules import LOSSES, _Loss, _WeightedLoss
 from engine.nn.norm_modules import NORMS, affine_parameters
-from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNCell
+from engine.nn.sequence import GRU, LSTM, RNN, GRUCell, LSTMCell, MultiheadAttention, RNNBase, RNNCell, RNNCellBase
 from engine.nn.transformer import (
     Transformer,
     TransformerDecoder,
@@ -72,6 +72,19 @@ class ParameterKind:
         return "Parameter containing:\n" + super().__repr__()
 
     __str__ = __repr__
+
+
+class BufferKind:
+    """What every side's `Buffer` derives from (with that side's Variable): a detached Variable that a Module
+    registers as a buffer, `persistent` or not, when it is assigned as an attribute (torch.nn.Buffer)."""
+
+    __slots__ = ()
+
+    def __init__(self, data=None, *, persistent=True):
+        empty = data is None
+        super().__init__(numpy.zeros((0,), numpy.float32) if empty else data.detach(), requires_grad=False)
+        self.requires_grad_(not empty and data.requires_grad)
+        self.persistent = persistent
 
 
 def _size(shape) -> str:
@@ -187,6 +200,8 @@ class Module:
                     "(torch.nn.Parameter or None expected)"
                 )
             params[name] = None
+        elif isinstance(value, BufferKind):
+            self.register_buffer(name, value, value.persistent)
         elif isinstance(value, Module):
             self._registry("module")
             self._forget(name)
@@ -378,7 +393,11 @@ class Module:
         another package, or arrays, are converted); PyTorch's errors for missing, unexpected and
         mis-shaped entries. Returns (missing_keys, unexpected_keys)."""
         entries = self._state_entries()
-        missing = [key for key in entries if key not in state_dict]
+        missing = [  # (a norm's num_batches_tracked may be absent, as from torch < 0.4.1: torch keeps its own)
+            key
+            for key, (module, _, name) in entries.items()
+            if key not in state_dict and not (name == "num_batches_tracked" and isinstance(module, _BatchNorm))
+        ]
         unexpected = [key for key in state_dict if key not in entries]
         errors = []
         updates = []
@@ -791,6 +810,27 @@ class Linear(Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class LazyLinear(Linear):
+    """A Linear whose in_features is its first input's last size: weight [out_features, 0] until that call gives
+    it its shape in place (the same Parameter, so an optimizer made before holds it) and PyTorch's initialisation,
+    and the module becomes a Linear, as PyTorch's `cls_to_become`."""
+
+    def __init__(self, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__(0, out_features, bias, device, dtype)
+
+    def reset_parameters(self) -> None:
+        if self.in_features:
+            super().reset_parameters()
+
+    def forward(self, input):
+        if self.in_features == 0:
+            self.in_features = input.shape[-1]
+            self.weight.data = self._ns.empty((self.out_features, self.in_features), dtype=self.weight.dtype).data
+            self.reset_parameters()
+            self.__class__ = self._ns.nn.Linear
+        return F.linear(input, self.weight, self.bias)
 
 
 class Embedding(_Table, Module):
@@ -1359,8 +1399,7 @@ class _AdaptiveAvgPoolNd(Module):
         self.output_size = output_size
 
     def forward(self, input):
-        function = F.adaptive_avg_pool1d if self._dims == 1 else F.adaptive_avg_pool2d
-        return function(input, self.output_size)
+        return getattr(F, f"adaptive_avg_pool{self._dims}d")(input, self.output_size)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
@@ -1374,6 +1413,10 @@ class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
 
 class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
     """Average pooling of [N, C, H, W] to `output_size` (`F.adaptive_avg_pool2d`; 1: a global average)."""
+
+
+class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
+    _dims = 3
 
 
 class Flatten(Module):
@@ -1407,8 +1450,7 @@ class Unflatten(Module):
         self.dim, self.unflattened_size = dim, unflattened_size
 
     def forward(self, input):
-        dim = self.dim % input.ndim
-        return input.reshape(*input.shape[:dim], *self.unflattened_size, *input.shape[dim + 1 :])
+        return input.unflatten(self.dim, self.unflattened_size)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
@@ -1565,6 +1607,18 @@ class NLLLoss(_WeightedLoss):
         return F.nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index, reduction=self.reduction)
 
 
+class NLLLoss2d(NLLLoss):
+    def __init__(self, *args, **kwargs):
+        warn(NLL2D_DEPRECATED, FutureWarning)
+        super().__init__(*args, **kwargs)
+
+
+NLL2D_DEPRECATED = (
+    "`NLLLoss2d` has been deprecated. Please use `NLLLoss` instead as a drop-in replacement and see "
+    "https://pytorch.org/docs/main/nn.html#torch.nn.NLLLoss for more details."
+)
+
+
 class CrossEntropyLoss(_WeightedLoss):
     def __init__(
         self,
@@ -1591,12 +1645,12 @@ class CrossEntropyLoss(_WeightedLoss):
 
 GENERIC = (
     *(Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict),
-    *(Identity, DataParallel, Linear, Embedding, LayerNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout),
+    *(Identity, DataParallel, Linear, LazyLinear, Embedding, LayerNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout),
     *(Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d),
     *(MaxPool1d, MaxPool2d, MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d),
-    *(AdaptiveAvgPool1d, AdaptiveAvgPool2d, Flatten, Unflatten),
+    *(AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, Flatten, Unflatten),
     *(ReLU, GELU, Tanh, Sigmoid, LeakyReLU, ELU, SiLU, Softplus, Softmax, LogSoftmax),
-    *(MSELoss, L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, NLLLoss, CrossEntropyLoss),
+    *(MSELoss, L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, NLLLoss, NLLLoss2d, CrossEntropyLoss),
     *(RNN, LSTM, GRU, RNNCell, LSTMCell, GRUCell, MultiheadAttention),
     *(Transformer, TransformerEncoder, TransformerDecoder, TransformerEncoderLayer, TransformerDecoderLayer),
     *ACTIVATIONS,
@@ -1619,7 +1673,9 @@ def bind(namespace, module_name: str) -> dict:
         (Module,),
         {"_ns": namespace, "_parameter": parameter, "__module__": module_name, "__doc__": Module.__doc__},
     )
-    classes = {"Parameter": parameter, "Module": side_module}
+    buffer = type("Buffer", (BufferKind, namespace.Variable), {"__slots__": ("persistent",), "__module__": module_name})
+    classes = {"Parameter": parameter, "Module": side_module, "Buffer": buffer}
+    classes.update(RNNBase=RNNBase, RNNCellBase=RNNCellBase)  # (the generic bases: isinstance works on both sides)
     for generic in (*GENERIC, _Loss, _WeightedLoss):  # (torch.nn.modules.loss's bases: a program's own losses)
         classes[generic.__name__] = type(
             generic.__name__, (generic, side_module), {"__module__": module_name, "__doc__": generic.__doc__}

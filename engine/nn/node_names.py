@@ -98,18 +98,30 @@ def _lp_pool(args, kwargs):
     return "SqueezeBackward1" if spatial == 1 else f"MaxPool{spatial}DWithIndicesBackward0"
 
 
+def _unbatched(rank, name=None):
+    """A convolution's rule: of an unbatched input, PyTorch's squeeze of the batched result."""
+    return lambda args, kwargs: "SqueezeBackward1" if args[0].ndim == rank + 1 else name
+
+
 def _reduced(name):
     """A loss PyTorch composes, ending in `name` when unreduced (its mean or sum's otherwise)."""
     return lambda args, kwargs: name if kwargs.get("reduction") == "none" else None
 
 
 NAMES = {
-    **dict.fromkeys(("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"), "ConvolutionBackward0"),
+    **{f"conv{n}d": _unbatched(n) for n in (1, 2, 3)},
+    **{f"conv_transpose{n}d": _unbatched(n, "ConvolutionBackward0") for n in (1, 2, 3)},
     **dict.fromkeys(("adaptive_avg_pool1d", "adaptive_max_pool1d"), "SqueezeBackward1"),
     "adaptive_avg_pool2d": lambda args, kwargs: (  # (PyTorch's of a 1x1 output: a mean)
         "MeanBackward1" if _arg(args, kwargs, 1, "output_size") in (1, (1, 1), [1, 1]) else "AdaptiveAvgPool2DBackward0"
     ),
+    "adaptive_avg_pool3d": lambda args, kwargs: (
+        "MeanBackward1"
+        if _arg(args, kwargs, 1, "output_size") in (1, (1,) * 3, [1] * 3)
+        else "AdaptiveAvgPool3DBackward0"
+    ),
     "adaptive_max_pool2d": "AdaptiveMaxPool2DBackward0",
+    "adaptive_max_pool3d": "AdaptiveMaxPool3DBackward0",
     "batch_norm": "NativeBatchNormBackward0",
     "layer_norm": "NativeLayerNormBackward0",
     "group_norm": "NativeGroupNormBackward0",
@@ -125,8 +137,9 @@ NAMES = {
     ),
     "soft_margin_loss": "SoftMarginLossBackward0",
     "multi_margin_loss": "MultiMarginLossBackward0",
+    "multilabel_margin_loss": "MultilabelMarginLossBackward0",
     "margin_ranking_loss": _reduced("ClampMinBackward0"),
-    "triplet_margin_loss": _reduced("ClampMinBackward0"),
+    **dict.fromkeys(("triplet_margin_loss", "triplet_margin_with_distance_loss"), _reduced("ClampMinBackward0")),
     "ctc_loss": _reduced("CtcLossBackward0"),
     "embedding": "EmbeddingBackward0",
     "embedding_bag": "EmbeddingBagBackward0",

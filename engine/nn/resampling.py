@@ -2,12 +2,13 @@
 ops: `interpolate` ('nearest', 'nearest-exact', 'linear', 'bilinear' with either align_corners, 'area') as
 index_select of the source positions PyTorch's kernels compute, weighted for the linear modes, one spatial
 dimension at a time ('bicubic', and `antialias`, as a matmul with each dimension's matrix of PyTorch's weights); `pad`'s 'reflect', 'replicate' and 'circular' modes as an index_select per padded dimension;
-`pixel_shuffle`/`pixel_unshuffle` as reshape and permute; `bilinear` as one matmul; `adaptive_max_pool1d/2d` as
+`pixel_shuffle`/`pixel_unshuffle` as reshape and permute; `bilinear` as one matmul; `adaptive_max_pool1d/2d/3d` as
 the maximum of each of PyTorch's windows; `grid_sample` as gathers of the 2 x 2 (4 x 4 'bicubic') pixels around each
 point, weighted by its fractions. Gradients follow from the ops (index_select's adds up repeats)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy
@@ -22,6 +23,7 @@ __all__ = [
     "bilinear",
     "adaptive_max_pool1d",
     "adaptive_max_pool2d",
+    "adaptive_max_pool3d",
     "affine_grid",
     "grid_sample",
 ]
@@ -112,6 +114,11 @@ def pixel_unshuffle(input, downscale_factor):
 def bilinear(input1, input2, weight, bias=None):
     """y[..., o] = sum_ij input1[..., i] weight[o, i, j] input2[..., j] + bias[o]."""
     out_features, in1, in2 = weight.shape
+    if input1.ndim != input2.ndim:
+        raise RuntimeError(f"bilinear(): input dimensions do not match: got {input1.ndim} and {input2.ndim}")
+    for d, (a, b) in enumerate(zip(input1.shape[:-1], input2.shape[:-1])):
+        if a != b:
+            raise RuntimeError(f"bilinear(): input batch dimensions do not match at dim {d}: got {a} and {b}")
     if input1.shape[-1] != in1 or input2.shape[-1] != in2:
         raise RuntimeError(
             f"bilinear(): input1 size does not match weight size: got {input1.shape[-1]} but expected {in1}"
@@ -185,10 +192,13 @@ def interpolate(
         raise ValueError(
             "Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and requires a 4-D tensor as input"
         )
+    if input.ndim not in (3, 4, 5):
+        raise NotImplementedError(
+            f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for the modes: nearest | "
+            f"linear | bilinear | bicubic | trilinear | lanczos | area | nearest-exact (got {mode})"
+        )
     if mode in _LINEAR and input.ndim != _LINEAR[mode]:
         raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {_LINEAR[mode]}D input")
-    if input.ndim < 3:
-        raise ValueError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D)")
     sizes, scales = _output_sizes(input, size, scale_factor, recompute_scale_factor)
     ns = _ns(input)
     if mode == "area":
@@ -253,27 +263,38 @@ def _adaptive_windows(size, out):
 def adaptive_max_pool2d(input, output_size, return_indices=False):
     """The maximum of each of PyTorch's adaptive windows of [N, C, H, W] (or [C, H, W]) (window i of n over a
     size s: floor(i s / n) to ceil((i + 1) s / n)); with return_indices also each maximum's flat index h * W + w."""
-    if input.ndim not in (3, 4):
-        raise RuntimeError(f"adaptive_max_pool2d(): Expected 3D or 4D tensor, but got: {list(input.shape)}")
-    sizes = (output_size, output_size) if output_size is None or isinstance(output_size, int) else tuple(output_size)
-    height, width = input.shape[-2:]
-    sizes = tuple(input.shape[input.ndim - 2 + i] if s is None else s for i, s in enumerate(sizes))
-    ns = _ns(input)
-    rows, indices = [], []
-    for top, bottom in _adaptive_windows(height, sizes[0]):
-        row, row_indices = [], []
-        for left, right in _adaptive_windows(width, sizes[1]):
-            window = input[..., top:bottom, left:right]
-            row.append(window.amax((-2, -1)))
-            if return_indices:
-                local = window.detach().reshape((*window.shape[:-2], -1)).argmax(-1)
-                span = right - left
-                row_indices.append((local // span + top) * width + local % span + left)
-        rows.append(ns.stack(row, -1))
-        if return_indices:
-            indices.append(ns.stack(row_indices, -1))
-    pooled = ns.stack(rows, -2)
-    return (pooled, ns.stack(indices, -2)) if return_indices else pooled
+    return _adaptive_max(input, output_size, return_indices, 2)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    """adaptive_max_pool2d's over [N, C, D, H, W] (or [C, D, H, W]); an index is d * H * W + h * W + w."""
+    return _adaptive_max(input, output_size, return_indices, 3)
+
+
+def _adaptive_max(input, output_size, return_indices, k):
+    if input.ndim not in (k + 1, k + 2):
+        raise RuntimeError(
+            f"adaptive_max_pool{k}d(): Expected {k + 1}D or {k + 2}D tensor, but got: {list(input.shape)}"
+        )
+    sizes = (output_size,) * k if output_size is None or isinstance(output_size, int) else tuple(output_size)
+    spatial = input.shape[-k:]
+    sizes = tuple(spatial[i] if s is None else s for i, s in enumerate(sizes))
+    ns, values, indices = _ns(input), [], []
+    for box in itertools.product(*(_adaptive_windows(n, s) for n, s in zip(spatial, sizes))):
+        window = input[(..., *(slice(a, b) for a, b in box))]
+        values.append(window.amax(tuple(range(-k, 0))))
+        if return_indices:  # (the window's flat argmax, unravelled, moved by the window's start, raveled)
+            local, flat, scale = window.detach().reshape((*window.shape[:-k], -1)).argmax(-1), 0, 1
+            for (start, stop), size in zip(box[::-1], spatial[::-1]):
+                flat, local, scale = (
+                    flat + (local % (stop - start) + start) * scale,
+                    local // (stop - start),
+                    scale * size,
+                )
+            indices.append(flat)
+    shape = (*input.shape[:-k], *sizes)
+    pooled = ns.stack(values, -1).reshape(shape)
+    return (pooled, ns.stack(indices, -1).reshape(shape)) if return_indices else pooled
 
 
 def adaptive_max_pool1d(input, output_size, return_indices=False):

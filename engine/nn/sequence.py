@@ -6,17 +6,19 @@ the side's. The forward is a Python loop over the time steps composing registry 
 projection for every step at once (`F.linear`), then per step the hidden projection and PyTorch's gate
 equations in its gate order (LSTM i, f, g, o; GRU r, z, n with n = tanh(W_in x + b_in + r * (W_hn h + b_hn))).
 Parameter names, shapes, initialisation (U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))), reprs and input
-checks are PyTorch's, and a PackedSequence input runs as PyTorch's (`_packed_direction`); `proj_size` is not
-provided.
+checks are PyTorch's, and a PackedSequence input runs as PyTorch's (`_packed_direction`); an LSTM's `proj_size`
+projects h by `weight_hr` after each step (`_projected_step`).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
 from typing import Any
 
+from engine.grad_fn_names import renamed
 from engine.nn import functional as F
 from engine.nn import init
 from engine.nn.packing import PackedSequence
@@ -46,10 +48,15 @@ def _relu_step(projected, state, w_hh, b_hh):
 def _lstm_step(projected, state, w_hh, b_hh):
     hidden, cell = state
     gates = projected + F.linear(hidden, w_hh, b_hh)
-    size = hidden.shape[-1]
+    size = cell.shape[-1]
     i, f, g, o = (gates[..., k * size : (k + 1) * size] for k in range(4))
     cell = f.sigmoid() * cell + i.sigmoid() * g.tanh()
     return o.sigmoid() * cell.tanh(), cell
+
+
+def _projected_step(projected, state, w_hh, b_hh, w_hr):
+    hidden, cell = _lstm_step(projected, state, w_hh, b_hh)
+    return F.linear(hidden, w_hr), cell
 
 
 def _gru_step(projected, state, w_hh, b_hh):
@@ -93,7 +100,7 @@ def _uniform_init(module) -> None:
         init.uniform_(weight, -bound, bound)
 
 
-class _RNNBase(_Sided):
+class RNNBase(_Sided):
     """The stacked (and bidirectional) recurrent layers of `mode` over [T, B, input_size] input (or
     [B, T, ...] with batch_first; [T, input_size] unbatched), returning the last layer's outputs and each
     layer's final state."""
@@ -139,19 +146,19 @@ class _RNNBase(_Sided):
             raise ValueError("proj_size should be a positive integer or zero to disable projections")
         if proj_size >= hidden_size:
             raise ValueError("proj_size has to be smaller than hidden_size")
-        if proj_size:
-            raise NotImplementedError("LSTM's proj_size is not provided by gradserve")
-        directions = 2 if bidirectional else 1
+        directions, width = 2 if bidirectional else 1, proj_size or hidden_size  # (width: h's, LSTM's projected)
         gates = _GATES[mode] * hidden_size
         self._flat_weights_names: list[str] = []
         self._all_weights: list[list[str]] = []
         for layer in range(num_layers):
             for direction in range(directions):
-                columns = input_size if layer == 0 else hidden_size * directions
+                columns = input_size if layer == 0 else width * directions
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
-                shapes: dict[str, tuple[int, ...]] = {"weight_ih": (gates, columns), "weight_hh": (gates, hidden_size)}
+                shapes: dict[str, tuple[int, ...]] = {"weight_ih": (gates, columns), "weight_hh": (gates, width)}
                 if bias:
                     shapes.update({"bias_ih": (gates,), "bias_hh": (gates,)})
+                if proj_size:
+                    shapes["weight_hr"] = (proj_size, hidden_size)
                 for name, shape in shapes.items():
                     setattr(self, name + suffix, self._parameter(self._ns.empty(shape, device=device, dtype=dtype)))
                 self._all_weights.append([name + suffix for name in shapes])
@@ -179,11 +186,16 @@ class _RNNBase(_Sided):
             raise RuntimeError(
                 f"input.size(-1) must be equal to input_size. Expected {self.input_size}, got {input.shape[-1]}"
             )
-        expected = (self.num_layers * (2 if self.bidirectional else 1), batch, self.hidden_size)
         for k, state in enumerate(hidden):
+            expected = self._state_shape(batch, k)
             if tuple(state.shape) != expected:
                 which = "hidden" if len(hidden) == 1 else f"hidden[{k}]"
                 raise RuntimeError(f"Expected {which} size {expected}, got {list(state.shape)}")
+
+    def _state_shape(self, batch: int, k: int) -> tuple:
+        """The shape of the initial state k: h's (k 0) of width proj_size in a projected LSTM, else hidden_size."""
+        width = self.proj_size if k == 0 and self.proj_size else self.hidden_size
+        return (self.num_layers * (2 if self.bidirectional else 1), batch, width)
 
     def _forward(self, input, hx, name: str, states: int):
         """(output, final states) for input and the initial states `hx` (a tuple of `states` tensors or None)."""
@@ -208,13 +220,15 @@ class _RNNBase(_Sided):
             if not batched:
                 hx = tuple(state.unsqueeze(1) for state in hx)
         else:
-            directions = 2 if self.bidirectional else 1
-            shape = (self.num_layers * directions, input.shape[batch_dim], self.hidden_size)
-            hx = (self._ns.zeros(shape, dtype=input.dtype),) * states
+            hx = tuple(
+                self._ns.zeros(self._state_shape(input.shape[batch_dim], k), dtype=input.dtype) for k in range(states)
+            )
         self._check(input, hx, input.shape[batch_dim])
         output, final = self._layers(input.transpose(0, 1) if self.batch_first else input, hx)
-        if self.batch_first:
-            output = output.transpose(0, 1)
+        if self.batch_first:  # (torch's RNN and GRU transpose theirs in place: TransposeBackward1)
+            output = (
+                output.transpose(0, 1) if self.mode == "LSTM" else renamed(output.transpose(0, 1), "TransposeBackward1")
+            )
         if not batched:
             output, final = output.squeeze(batch_dim), tuple(state.squeeze(1) for state in final)
         return output, final
@@ -227,8 +241,7 @@ class _RNNBase(_Sided):
         if data.ndim != 2:
             raise RuntimeError(f"input must have 2 dimensions, got {data.ndim}")
         if hx is None:
-            shape = (self.num_layers * (2 if self.bidirectional else 1), sizes[0], self.hidden_size)
-            hx = (self._ns.zeros(shape, dtype=data.dtype),) * states
+            hx = tuple(self._ns.zeros(self._state_shape(sizes[0], k), dtype=data.dtype) for k in range(states))
         elif sorted_indices is not None:
             hx = tuple(state.index_select(1, sorted_indices) for state in hx)
         self._check(data, hx, sizes[0])
@@ -248,7 +261,10 @@ class _RNNBase(_Sided):
             outputs = []
             for direction in range(directions):
                 index = layer * directions + direction
-                w_ih, w_hh, b_ih, b_hh = (*self.all_weights[index], None, None)[:4]
+                named = {name.split("_l")[0]: getattr(self, name) for name in self._all_weights[index]}
+                w_ih, w_hh, b_ih, b_hh = (named.get(k) for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+                if "weight_hr" in named:  # (a projected LSTM: h = (o * tanh(c)) @ weight_hr.T)
+                    step = functools.partial(_projected_step, w_hr=named["weight_hr"])
                 projected = F.linear(sequence, w_ih, b_ih)
                 state = tuple(initial[index] for initial in hx)
                 if sizes is not None:
@@ -268,7 +284,14 @@ class _RNNBase(_Sided):
         return sequence, tuple(ns.stack([final[k] for final in finals]) for k in range(len(hx)))
 
     def extra_repr(self) -> str:
-        defaults = {"num_layers": 1, "bias": True, "batch_first": False, "dropout": 0.0, "bidirectional": False}
+        defaults = {
+            "proj_size": 0,
+            "num_layers": 1,
+            "bias": True,
+            "batch_first": False,
+            "dropout": 0.0,
+            "bidirectional": False,
+        }
         changed = "".join(f", {k}={getattr(self, k)}" for k, v in defaults.items() if getattr(self, k) != v)
         return f"{self.input_size}, {self.hidden_size}{changed}"
 
@@ -279,7 +302,7 @@ def _nonlinearity(nonlinearity) -> str:
     return "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU"
 
 
-class RNN(_RNNBase):
+class RNN(RNNBase):
     """Elman RNN layers: h_t = tanh (or relu)(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh). Returns (output, h_n)."""
 
     def __init__(self, *args, **kwargs):
@@ -297,7 +320,7 @@ class RNN(_RNNBase):
         return output, hidden
 
 
-class LSTM(_RNNBase):
+class LSTM(RNNBase):
     """LSTM layers (gates i, f, g, o). Returns (output, (h_n, c_n))."""
 
     def __init__(self, *args, **kwargs):
@@ -308,7 +331,7 @@ class LSTM(_RNNBase):
         return output, hidden
 
 
-class GRU(_RNNBase):
+class GRU(RNNBase):
     """GRU layers (gates r, z, n). Returns (output, h_n)."""
 
     def __init__(self, *args, **kwargs):
@@ -321,7 +344,7 @@ class GRU(_RNNBase):
         return output, hidden
 
 
-class _RNNCellBase(_Sided):
+class RNNCellBase(_Sided):
     """One step of a recurrent layer on [B, input_size] (or [input_size]) input: weight_ih, weight_hh,
     bias_ih, bias_hh as PyTorch's cells name them."""
 
@@ -384,7 +407,7 @@ class _RNNCellBase(_Sided):
         return text
 
 
-class RNNCell(_RNNCellBase):
+class RNNCell(RNNCellBase):
     """h' = tanh (or relu)(x W_ih^T + b_ih + h W_hh^T + b_hh)."""
 
     _mode = "RNN_TANH"
@@ -399,14 +422,14 @@ class RNNCell(_RNNCellBase):
         return self._step(input, None if hx is None else (hx,), 1, _nonlinearity(self.nonlinearity))[0]
 
 
-class LSTMCell(_RNNCellBase):
+class LSTMCell(RNNCellBase):
     """(h', c') of one LSTM step (gates i, f, g, o)."""
 
     def forward(self, input, hx=None):
         return self._step(input, None if hx is None else tuple(hx), 2, "LSTM")
 
 
-class GRUCell(_RNNCellBase):
+class GRUCell(RNNCellBase):
     """h' of one GRU step (gates r, z, n)."""
 
     _mode = "GRU"
@@ -434,8 +457,9 @@ class MultiheadAttention(_Sided):
     """Attention over num_heads heads: query, key and value projected by the rows of in_proj_weight
     [3 * embed_dim, embed_dim] (xavier_uniform_; in_proj_bias zeros), attended per head (scaled by
     1/sqrt(head_dim), masks added as PyTorch's `multi_head_attention_forward` does: a bool mask's True entries
-    are left out), then `out_proj`. kdim/vdim other than embed_dim, add_bias_kv and add_zero_attn are not
-    provided."""
+    are left out), then `out_proj`. With kdim/vdim other than embed_dim the projections are q_proj_weight,
+    k_proj_weight and v_proj_weight; add_bias_kv appends bias_k/bias_v (xavier_normal_) to the projected keys and
+    values, add_zero_attn a zero key and value to each head's, as PyTorch's (the masks let them through)."""
 
     def __init__(
         self,
@@ -457,17 +481,21 @@ class MultiheadAttention(_Sided):
                 f"num_heads={num_heads} instead"
             )
         super().__init__()
-        if add_bias_kv or add_zero_attn or kdim not in (None, embed_dim) or vdim not in (None, embed_dim):
-            raise NotImplementedError("MultiheadAttention's kdim, vdim, add_bias_kv, add_zero_attn are not provided")
-        self.embed_dim, self.kdim, self.vdim, self._qkv_same_embed_dim = embed_dim, embed_dim, embed_dim, True
+        self.embed_dim, self.kdim, self.vdim = embed_dim, kdim or embed_dim, vdim or embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         self.num_heads, self.dropout, self.batch_first = num_heads, dropout, batch_first
         self.head_dim = embed_dim // num_heads
         if self.head_dim * num_heads != embed_dim:
             raise AssertionError("embed_dim must be divisible by num_heads")
         ns = self._ns
-        self.in_proj_weight = self._parameter(ns.empty((3 * embed_dim, embed_dim), device=device, dtype=dtype))
-        for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
-            self.register_parameter(name, None)
+        same = self._qkv_same_embed_dim
+        if same:
+            self.in_proj_weight = self._parameter(ns.empty((3 * embed_dim, embed_dim), device=device, dtype=dtype))
+        for name, size in zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), (embed_dim, self.kdim, self.vdim)):
+            separate = None if same else self._parameter(ns.empty((embed_dim, size), device=device, dtype=dtype))
+            self.register_parameter(name, separate)  # (None where in_proj_weight holds them, as PyTorch's)
+        if not same:
+            self.register_parameter("in_proj_weight", None)
         if bias:
             self.in_proj_bias = self._parameter(ns.empty(3 * embed_dim, device=device, dtype=dtype))
         else:
@@ -477,14 +505,22 @@ class MultiheadAttention(_Sided):
             _QUANTIZABLE[linear] = type("NonDynamicallyQuantizableLinear", (linear,), {"__module__": linear.__module__})
         self.out_proj = _QUANTIZABLE[linear](embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
         self.bias_k = self.bias_v = None
-        self.add_zero_attn = False
+        if add_bias_kv:
+            self.bias_k, self.bias_v = (
+                self._parameter(ns.empty((1, 1, embed_dim), device=device, dtype=dtype)) for _ in "kv"
+            )
+        self.add_zero_attn = add_zero_attn
         self._reset_parameters()
 
     def _reset_parameters(self) -> None:
-        init.xavier_uniform_(self.in_proj_weight)
+        for name in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"):
+            if getattr(self, name) is not None:
+                init.xavier_uniform_(getattr(self, name))
         if self.in_proj_bias is not None:
             init.constant_(self.in_proj_bias, 0.0)
             init.constant_(self.out_proj.bias, 0.0)
+        for bias in (self.bias_k, self.bias_v) if self.bias_k is not None else ():
+            init.xavier_normal_(bias)
 
     def forward(
         self,
@@ -512,15 +548,26 @@ class MultiheadAttention(_Sided):
         heads, size = self.num_heads, self.head_dim
         if embed != self.embed_dim:
             raise AssertionError(f"was expecting embedding dimension of {self.embed_dim}, but got {embed}")
-        if tuple(key.shape) != tuple(value.shape):
+        if not self._qkv_same_embed_dim and tuple(key.shape[:2]) != tuple(value.shape[:2]):
+            raise AssertionError(
+                f"key's sequence and batch dims torch.Size({list(key.shape[:2])}) do not match value's "
+                f"torch.Size({list(value.shape[:2])})"
+            )
+        if self._qkv_same_embed_dim and tuple(key.shape) != tuple(value.shape):
             raise AssertionError(f"key shape {_shape(key)} does not match value shape {_shape(value)}")
-        w, b = self.in_proj_weight, self.in_proj_bias
-        q, k, v = (
-            F.linear(t, w[i * embed : (i + 1) * embed], None if b is None else b[i * embed : (i + 1) * embed])
-            .reshape((t.shape[0], batch, heads, size))
-            .permute((1, 2, 0, 3))
-            for i, t in enumerate((query, key, value))
-        )
+        w, b, ns = self.in_proj_weight, self.in_proj_bias, self._ns
+        separate = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)
+        projected = []
+        for i, t in enumerate((query, key, value)):
+            weight = separate[i] if w is None else w[i * embed : (i + 1) * embed]
+            t = F.linear(t, weight, None if b is None else b[i * embed : (i + 1) * embed])
+            if i and self.bias_k is not None:
+                t = ns.cat([t, (self.bias_k, self.bias_v)[i - 1].repeat(1, batch, 1)])
+            t = t.reshape((t.shape[0], batch, heads, size)).permute((1, 2, 0, 3))
+            if i and self.add_zero_attn:
+                t = ns.cat([t, ns.zeros((batch, heads, 1, size), dtype=t.dtype)], 2)
+            projected.append(t)
+        q, k, v = projected
         bias = _float_mask(attn_mask, "attn_mask", query.dtype)
         if bias is not None:
             want = (length, source) if bias.ndim == 2 else (batch * heads, length, source)
@@ -531,6 +578,9 @@ class MultiheadAttention(_Sided):
         if padding is not None:
             padding = padding.reshape((batch, 1, 1, source))
             bias = padding if bias is None else bias + padding
+        added = (self.bias_k is not None) + bool(self.add_zero_attn)  # (keys appended: never masked)
+        if added and bias is not None:
+            bias = F.pad(bias, (0, added))
         p = self.dropout if self.training else 0.0
         if need_weights:
             scores = q.matmul(k.transpose(-2, -1)) * (1.0 / math.sqrt(size))
@@ -539,8 +589,8 @@ class MultiheadAttention(_Sided):
         else:
             out, weights = F.scaled_dot_product_attention(q, k, v, bias, p), None
         out = self.out_proj(out.permute((2, 0, 1, 3)).reshape((length, batch, embed)))
-        if weights is not None and average_attn_weights:
-            weights = weights.mean(1)
+        if weights is not None:  # (torch's per-head weights are a view: ViewBackward0)
+            weights = weights.mean(1) if average_attn_weights else weights.view(tuple(weights.shape))
         if self.batch_first and batched:
             out = out.transpose(0, 1)
         if not batched:

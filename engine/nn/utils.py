@@ -15,6 +15,7 @@ from engine.user_warnings import warn
 
 __all__ = [
     "clip_grad_norm_",
+    "clip_grad_norm",
     "clip_grad_value_",
     "get_total_norm",
     "clip_grads_with_norm_",
@@ -58,6 +59,14 @@ def clip_grad_norm_(
     total = get_total_norm(grads, norm_type, error_if_nonfinite)
     clip_grads_with_norm_(parameters, max_norm, total)
     return total
+
+
+def clip_grad_norm(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False, foreach=None):
+    """clip_grad_norm_ under its deprecated name (the 0.3-era examples'), with PyTorch's FutureWarning."""
+    warn(
+        "`torch.nn.utils.clip_grad_norm` is now deprecated in favor of `torch.nn.utils.clip_grad_norm_`.", FutureWarning
+    )
+    return clip_grad_norm_(parameters, max_norm, norm_type, error_if_nonfinite, foreach)
 
 
 def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = False, foreach=None):
@@ -125,6 +134,7 @@ from engine.nn.stateless import deprecated_functional_call  # noqa: E402
 # torch.nn.utils.rnn, .fusion and .stateless
 rnn = types.SimpleNamespace(**{k: getattr(packing, k) for k in packing.__all__})
 fusion = types.SimpleNamespace(**{k: getattr(fusing, k) for k in fusing.__all__})
+globals().update(vars(fusion))  # (torch.nn.utils.fuse_conv_bn_eval... too)
 stateless = types.SimpleNamespace(functional_call=deprecated_functional_call)
 from engine.nn import parametrizations, parametrize, prune  # noqa: E402  (torch.nn.utils.parametrize, ...)
 from engine.nn.norm_hooks import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm  # noqa: E402

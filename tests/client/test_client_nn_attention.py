@@ -173,5 +173,7 @@ def test_multihead_attention_initialisation_and_errors_as_torch(torch_like, orac
             theirs()
         with pytest.raises(type(want.value), match=f"^{re.escape(str(want.value))}$"):
             ours()
-    with pytest.raises(NotImplementedError, match="kdim"):
-        torch_like.nn.MultiheadAttention(4, 2, kdim=3)
+    separate = torch_like.nn.MultiheadAttention(4, 2, kdim=3)  # (kdim is provided: separate projections, as torch's)
+    assert [name for name, _ in separate.named_parameters()][:3] == ["q_proj_weight", "k_proj_weight", "v_proj_weight"]
+    with pytest.raises(AssertionError, match=r"^key's sequence and batch dims torch.Size\(\[2, 3\]\) do not match"):
+        separate(*(torch_like.zeros(*shape) for shape in ((2, 3, 4), (2, 3, 3), (1, 3, 4))))

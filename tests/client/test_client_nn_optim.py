@@ -622,7 +622,7 @@ def test_an_embedded_optimizer_step_sends_nothing_and_records_no_graph():
 
 @pytest.mark.parametrize(
     "path",
-    ["nn.AdaptiveAvgPool3d", "nn.LazyLinear", "nn.utils.fuse_conv_bn_eval", "optim.SparseAdam"],
+    ["nn.FractionalMaxPool2d", "nn.LazyConv2d", "nn.utils.skip_init", "optim.SparseAdam"],
 )
 def test_missing_names_raise_not_implemented_naming_them(path):
     for package in (engine, client):

@@ -164,14 +164,14 @@ def test_recurrent_errors_as_torch(torch_like, oracle):
             lambda: cell(z(2, 3), z(1, 2, 4)),
             lambda: lstm_cell(z(2, 3), (z(2, 4), z(2, 5))),
             lambda: nn.RNNCell(3, 4, nonlinearity="gelu")(z(2, 3)),
+            lambda: nn.LSTM(3, 4, proj_size=2)(z(5, 2, 3), (z(1, 2, 4), z(1, 2, 4))),  # (h's width is proj_size)
+            lambda: nn.LSTM(3, 4, proj_size=4),
         ]
 
     for ours, theirs in zip(bad_calls(torch_like), bad_calls(oracle), strict=True):
         _raises_like(ours, theirs)
     with pytest.warns(UserWarning, match="non-zero dropout expects num_layers greater than 1"):
         torch_like.nn.GRU(3, 4, dropout=0.5)
-    with pytest.raises(NotImplementedError, match="proj_size"):
-        torch_like.nn.LSTM(3, 4, proj_size=2)
 
 
 def test_dropout_between_layers_only_in_training(torch_like):
