@@ -191,6 +191,11 @@ Raised, as decisions:
   (unrolled at import), ConvTranspose, Resize (`F.interpolate`), GroupNorm/InstanceNorm, causal and token masks,
   Einsum, TopK, Tile, DepthToSpace, reflect/edge Pad, `F.cross_entropy`/`nll_loss`, a ViT's class token expanded to
   the batch, and the load-time bounds on what those converters build (+302: one converter per op) took it to 6487.
+- engine 23800 -> 24030 (2026-11-30, session 24): every `torch.nn` module held to PyTorch's with the same weights
+  (s24_nn): the 3-d pads and adaptive pools, `LazyLinear`, `nn.Buffer`, `MultiLabelMarginLoss`,
+  `TripletMarginWithDistanceLoss`, `F.upsample*`, `MultiheadAttention`'s `kdim`/`vdim`/`add_bias_kv`/
+  `add_zero_attn`, LSTM `proj_size`, `EmbeddingBag(max_norm=)`, `Embedding(scale_grad_by_freq=)`, grad_fn names
+  and PyTorch's refusals' words (+231) took it to 24023.
 """
 
 from __future__ import annotations
@@ -201,7 +206,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 23800, "wire": 6490, "service": 3850, "client": 3300}
+BUDGETS = {"engine": 24030, "wire": 6490, "service": 3850, "client": 3300}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
