@@ -1,0 +1,42 @@
+"""Session 24's conformance programs, as the README's users write them: input gradients of a trained model
+(saliency, attacks, input design, Hessian-vector products), today's training programs (`torch.func`, forward
+mode, generators, optimizers and schedulers saved to a BytesIO) and the errors they read, run with `torch`
+bound to the engine, the client embedded and the client against a live server (`torch_like`), compared with
+real PyTorch (the oracle)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def _meta(v):
+    return (str(v.dtype), tuple(v.shape), v.requires_grad, v.is_leaf)
+
+
+def func_gradient_penalty(torch):
+    """A gradient penalty taken with `torch.func.grad`/`jacrev` of a function that closes over a module: the
+    gradient keeps its graph to the module's parameters, so the penalty's backward trains them."""
+    lin = torch.nn.Linear(3, 1)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[0.5, -0.2, 0.1]]))
+        lin.bias.fill_(0.3)
+    x = torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]])
+    g = torch.func.grad(lambda z: torch.tanh(lin(z)).sum())(x)
+    ((g.norm(dim=1) - 1).pow(2).mean()).backward()
+    first = (lin.weight.grad.clone(), lin.bias.grad.clone())
+    lin.zero_grad()
+    jacobian = torch.func.jacrev(lambda z: torch.tanh(lin(z)))(x[0])
+    (jacobian**2).sum().backward()
+    with torch.no_grad():
+        frozen = torch.func.grad(lambda z: lin(z).sum())(x)
+    tensors = [g, *first, jacobian, lin.weight.grad, lin.bias.grad, frozen]
+    return [_meta(t) for t in tensors], [t.detach().numpy() for t in tensors]
+
+
+def test_func_transforms_keep_the_graph_to_the_parameters_they_close_over(torch_like):
+    torch = pytest.importorskip("torch")
+    (got_meta, got), (want_meta, want) = func_gradient_penalty(torch_like), func_gradient_penalty(torch)
+    assert got_meta == want_meta  # the client's gradient and Jacobian did not require grad: the backward was refused
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
