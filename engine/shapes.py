@@ -214,7 +214,7 @@ class DtypeError(ShapeError, RuntimeError):
 
 
 class DimensionError(ShapeError, IndexError):
-    """A dimension out of range: PyTorch's IndexError and its words."""
+    """A dimension or an index out of range: PyTorch's IndexError (and its words)."""
 
 
 class ShapeMismatch(ShapeError, RuntimeError):
@@ -389,7 +389,7 @@ def index_result(shape, spec, index_shapes, index_dtypes):
     shape = tuple(shape)
 
     def fail(why):
-        raise ShapeError(f"index {list(spec)} does not fit shape {list(shape)}: {why}")
+        raise DimensionError(f"index {list(spec)} does not fit shape {list(shape)}: {why}")
 
     consumed = 0
     for item in spec:

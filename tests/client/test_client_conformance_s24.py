@@ -40,3 +40,42 @@ def test_func_transforms_keep_the_graph_to_the_parameters_they_close_over(torch_
     assert got_meta == want_meta  # the client's gradient and Jacobian did not require grad: the backward was refused
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
+
+
+# --- errors, read as a user reads them ---------------------------------------------------------------------------
+SHAPE_REFUSALS = {
+    "mm": lambda t: t.ones(2, 3) @ t.ones(2, 3),
+    "broadcast": lambda t: t.ones(2, 3) + t.ones(4),
+    "linear": lambda t: t.nn.Linear(3, 2)(t.ones(4, 5)),
+    "mse_loss": lambda t: t.nn.functional.mse_loss(t.ones(4, 3, requires_grad=True), t.ones(4, 2)),
+    "view": lambda t: t.ones(2, 3).view(4),
+    "reshape": lambda t: t.ones(6, requires_grad=True).reshape(4, -1),
+    "expand": lambda t: t.ones(2, 3).expand(4, 4),
+    "sum dim": lambda t: t.ones(2, 3, requires_grad=True).sum(dim=3),
+    "softmax dim": lambda t: t.ones(2, 3).softmax(dim=2),
+    "index": lambda t: t.ones(3, requires_grad=True)[5],
+    "too many indices": lambda t: t.ones(3)[1, 2],
+}
+
+
+def _raised(fn):
+    try:
+        fn()
+    except Exception as error:  # noqa: BLE001 (the exception is the result)
+        return error
+    raise AssertionError("nothing was raised")
+
+
+@pytest.mark.filterwarnings("ignore:Using a target size")
+@pytest.mark.parametrize("name", sorted(SHAPE_REFUSALS))
+def test_shape_refusals_are_pytorchs_exceptions(torch_like, name):
+    """`except RuntimeError` (IndexError for a dimension or an index) catches a shape refusal on the client as in
+    PyTorch: the client's ShapeError was a ValueError only. Its message still names the op and the shapes."""
+    torch = pytest.importorskip("torch")
+    got, want = _raised(lambda: SHAPE_REFUSALS[name](torch_like)), _raised(lambda: SHAPE_REFUSALS[name](torch))
+    assert isinstance(got, type(want)), (type(got).__mro__, type(want))
+    if name not in ("index", "too many indices"):  # (the engine's are NumPy's words)
+        assert str(want) in str(got)
+    if torch_like.__name__ == "client":
+        assert isinstance(got, torch_like.ShapeError) and "input shapes: [" in str(got)
+        assert (torch_like.ones(2) * 3).sum().item() == 6.0  # the session (and the server) go on
