@@ -55,6 +55,15 @@ SHAPE_REFUSALS = {
     "softmax dim": lambda t: t.ones(2, 3).softmax(dim=2),
     "index": lambda t: t.ones(3, requires_grad=True)[5],
     "too many indices": lambda t: t.ones(3)[1, 2],
+    "cat sizes": lambda t: t.cat([t.ones(2, 3), t.ones(4, 3), t.ones(2, 5)], dim=1),
+    "cat dimensions": lambda t: t.cat([t.ones(2, 3), t.ones(3)]),
+    "stack": lambda t: t.stack([t.ones(2), t.ones(2, requires_grad=True), t.ones(3)]),
+    "where": lambda t: t.where(t.ones(2) > 0, t.ones(3, requires_grad=True), t.ones(2)),
+    "dot": lambda t: t.ones(3) @ t.ones(4),
+    "matrix by vector": lambda t: t.ones(2, 2, 3) @ t.ones(4, requires_grad=True),
+    "vector by matrix": lambda t: t.ones(3) @ t.ones(4, 5),
+    "batched": lambda t: t.ones(2, 1, 2, 3) @ t.ones(3, 4, 5, requires_grad=True),
+    "batch broadcast": lambda t: t.ones(2, 2, 3) @ t.ones(3, 3, 5),
 }
 
 
