@@ -88,3 +88,15 @@ def test_shape_refusals_are_pytorchs_exceptions(torch_like, name):
     if torch_like.__name__ == "client":
         assert isinstance(got, torch_like.ShapeError) and "input shapes: [" in str(got)
         assert (torch_like.ones(2) * 3).sum().item() == 6.0  # the session (and the server) go on
+
+
+def test_a_wrong_url_prefix_names_the_url_it_was_not_found_at(server):
+    """GRADSERVE_URL with a path the service does not serve: the 404 says which URL (it said "Not Found")."""
+    import client
+
+    with client.connect(server.url + "/api", retries=0):
+        with pytest.raises(client.errors.NotFoundError) as err:
+            (client.ones(2, requires_grad=True) * 2).sum().item()
+    assert str(err.value) == f"Not Found: {server.url}/api/forward" and err.value.status == 404
+    with client.connect(server.url):
+        assert (client.ones(2, requires_grad=True) * 2).sum().item() == 4.0
