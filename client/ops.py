@@ -49,16 +49,12 @@ from engine.api import ShapeError as EngineShapeError
 
 
 class ShapeError(EngineShapeError):
-    """An op's inputs don't fit its shape rule: raised when the op is called (nothing is sent), as a `refusal`."""
+    """An op's inputs don't fit its shape rule: raised when the op is called (nothing is sent)."""
 
 
+# A ShapeError is also what PyTorch raises there (an `except RuntimeError` catches a shape mismatch): an IndexError
+# for a dimension or an index out of range, a TypeError for an argument's type, else a RuntimeError.
 _RAISED = {kind: type("ShapeError", (ShapeError, kind), {}) for kind in (RuntimeError, IndexError, TypeError)}
-
-
-def refusal(message: str, err: Exception) -> ShapeError:
-    """A ShapeError that is also what PyTorch raises there (an `except RuntimeError` catches a shape mismatch):
-    an IndexError for a dimension or an index out of range, a TypeError for an argument's type, else a RuntimeError."""
-    return _RAISED[next((k for k in (IndexError, TypeError) if isinstance(err, k)), RuntimeError)](message)
 
 
 def coerce(inputs):
@@ -144,7 +140,8 @@ def infer(op: OpDef, values, attrs):
         raise
     except (ValueError, TypeError, IndexError) as err:  # a ShapeError is a ValueError
         described = ", ".join(str(list(v.shape)) for v in values)
-        raise refusal(f"{op.name}(): {err} (input shapes: {described})", err) from None
+        kind = next((k for k in (IndexError, TypeError) if isinstance(err, k)), RuntimeError)
+        raise _RAISED[kind](f"{op.name}(): {err} (input shapes: {described})") from None
     if inferred is not None and isinstance(inferred[0], Bounded):  # a bound (a mask's result) is not a shape
         inferred = None
     _remember(_INFERRED, key, inferred)

@@ -38,8 +38,7 @@ def _mismatch(a, *more) -> str:
     for b in more:
         for d in range(1, min(len(a), len(b)) + 1):
             if a[-d] != b[-d] and 1 not in (a[-d], b[-d]):
-                n = max(len(a), len(b)) - d
-                return f"The size of tensor a ({a[-d]}) must match the size of tensor b ({b[-d]}) at non-singleton dimension {n}: "
+                return f"The size of tensor a ({a[-d]}) must match the size of tensor b ({b[-d]}) at non-singleton dimension {max(len(a), len(b)) - d}: "
         a = numpy.broadcast_shapes(a, b)
     return ""
 
@@ -332,8 +331,7 @@ def matmul(shapes, dtypes, attrs):
     a, b = shapes
     if not a or not b:
         raise ShapeError(f"matmul needs inputs of at least 1 dimension, got {_shapes(shapes)}")
-    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
-    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    a2, b2 = ((1,) + tuple(a) if len(a) == 1 else tuple(a)), (tuple(b) + (1,) if len(b) == 1 else tuple(b))
     try:
         batch = numpy.broadcast_shapes(a2[:-2], b2[:-2])
     except ValueError:

@@ -100,3 +100,22 @@ def test_a_wrong_url_prefix_names_the_url_it_was_not_found_at(server):
     assert str(err.value) == f"Not Found: {server.url}/api/forward" and err.value.status == 404
     with client.connect(server.url):
         assert (client.ones(2, requires_grad=True) * 2).sum().item() == 4.0
+
+
+FLOAT_INDEX = {
+    "gather": lambda t, i: t.ones(3, 3).gather(1, i.view(1, 1)),
+    "scatter": lambda t, i: t.ones(3, 3).scatter(1, i.view(1, 1), 1.0),
+    "scatter_add": lambda t, i: t.ones(3, 3, requires_grad=True).scatter_add(1, i.view(1, 1), t.ones(1, 1)),
+    "index_add": lambda t, i: t.zeros(3, 3).index_add(1, i, t.ones(3, 1)),
+    "index_add_": lambda t, i: t.zeros(3, 3).index_add_(1, i, t.ones(3, 1), alpha=2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT_INDEX))
+def test_a_float_index_is_refused_in_pytorchs_words(torch_like, name):
+    """index_add with a float index added at its truncated positions (PyTorch refuses it); gather/scatter's
+    refusal said int64 where PyTorch says int32/int64."""
+    torch = pytest.importorskip("torch")
+    got = _raised(lambda: FLOAT_INDEX[name](torch_like, torch_like.tensor([0.7])))
+    want = _raised(lambda: FLOAT_INDEX[name](torch, torch.tensor([0.7])))
+    assert isinstance(got, RuntimeError) and str(want) in str(got)
