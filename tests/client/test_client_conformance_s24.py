@@ -119,3 +119,56 @@ def test_a_float_index_is_refused_in_pytorchs_words(torch_like, name):
     got = _raised(lambda: FLOAT_INDEX[name](torch_like, torch_like.tensor([0.7])))
     want = _raised(lambda: FLOAT_INDEX[name](torch, torch.tensor([0.7])))
     assert isinstance(got, RuntimeError) and str(want) in str(got)
+
+
+# --- input gradients of a trained model ----------------------------------------------------------------------------
+def gradcam_before_an_inplace_relu(torch):
+    """Grad-CAM as written for torchvision's models: a forward hook on a convolution keeps its output, with
+    `retain_grad()` and a `register_hook`, and the ReLU after it is `inplace=True`. PyTorch's hook reads the
+    gradient of the output before the ReLU, its `.grad` that of the output after it."""
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(2, 3, 3, padding=1), torch.nn.ReLU(inplace=True), torch.nn.Flatten(), torch.nn.Linear(48, 4)
+    )
+    rng = np.random.default_rng(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.tensor((rng.standard_normal(tuple(p.shape)) * 0.3).astype(np.float32)))
+    kept, seen = {}, []
+
+    def keep(module, inputs, output):
+        output.retain_grad()
+        output.register_hook(seen.append)
+        kept["activation"] = output
+
+    model[0].register_forward_hook(keep)
+    out = model(torch.tensor(rng.standard_normal((2, 2, 4, 4)).astype(np.float32)))
+    out[:, 1].sum().backward()
+    activation = kept["activation"]
+    weights = seen[0].mean(dim=(2, 3), keepdim=True)
+    cam = torch.relu((weights * activation).sum(dim=1)).detach()
+    return [t.detach().numpy() for t in (seen[0], activation.grad, cam, model[0].weight.grad)]
+
+
+def test_gradcam_hooks_on_an_activation_changed_in_place(torch_like):
+    """The client never called a hook registered before an in-place op (Grad-CAM's weights: an IndexError), and the
+    engine and the client left a `retain_grad()` Variable's `.grad` None once it was changed in place."""
+    torch = pytest.importorskip("torch")
+    got, want = gradcam_before_an_inplace_relu(torch_like), gradcam_before_an_inplace_relu(torch)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_retain_grad_moves_on_to_the_version_an_in_place_op_makes(torch_like):
+    torch = pytest.importorskip("torch")
+    grads = []
+    for m in (torch_like, torch):
+        x = m.tensor([1.0, -2.0, 3.0], requires_grad=True)
+        z, w = x * 3, x * 2
+        z.retain_grad()
+        w.retain_grad()
+        z[0] = 5.0
+        w += 1
+        w.mul_(2)
+        (z.sum() + (w * w).sum()).backward()
+        grads.append((z.grad.tolist(), w.grad.tolist(), x.grad.tolist(), z.retains_grad))
+    assert grads[0] == grads[1]
