@@ -172,3 +172,38 @@ def test_retain_grad_moves_on_to_the_version_an_in_place_op_makes(torch_like):
         (z.sum() + (w * w).sum()).backward()
         grads.append((z.grad.tolist(), w.grad.tolist(), x.grad.tolist(), z.retains_grad))
     assert grads[0] == grads[1]
+
+
+# --- today's training programs ---------------------------------------------------------------------------------------
+def oversampled_batches(torch):
+    """An imbalanced dataset's loader: WeightedRandomSampler with per-sample weights, a seeded generator."""
+    labels = torch.tensor([0, 0, 0, 0, 1, 2])
+    weights = (1.0 / torch.bincount(labels).double())[labels]
+    weights[3] = 0
+    data = torch.utils.data.TensorDataset(torch.arange(6.0), labels)
+    drawn = []
+    for _ in range(2):
+        sampler = torch.utils.data.WeightedRandomSampler(weights, 12, generator=torch.Generator().manual_seed(5))
+        loader = torch.utils.data.DataLoader(data, batch_size=5, sampler=sampler)
+        drawn.append([(x.tolist(), y.tolist()) for x, y in loader])
+    refused = [
+        _raised(lambda: torch.utils.data.WeightedRandomSampler([1.0, 2.0], 0)),
+        _raised(lambda: torch.utils.data.WeightedRandomSampler([1.0, 2.0], 3, replacement=1)),
+        _raised(lambda: torch.utils.data.WeightedRandomSampler([[1.0, 2.0]], 3)),
+    ]
+    once = torch.utils.data.WeightedRandomSampler([0.0, 1.0, 1.0, 0.0], 2, replacement=False)
+    return drawn, [(type(e), str(e)) for e in refused], sorted(once), len(sampler)
+
+
+def test_weighted_random_sampler(torch_like):
+    """`torch.utils.data.WeightedRandomSampler` was missing (an AttributeError). Its draws are the side's
+    generator's, so they are compared by what they must be, not with PyTorch's."""
+    torch = pytest.importorskip("torch")
+    (drawn, refused, once, length), (_, want_refused, want_once, want_length) = (
+        oversampled_batches(torch_like),
+        oversampled_batches(torch),
+    )
+    assert drawn[0] == drawn[1] and [len(x) for x, _ in drawn[0]] == [5, 5, 2]  # a seeded generator: the same draws
+    indices = [int(i) for x, _ in drawn[0] for i in x]
+    assert 3 not in indices and all(y == [0, 0, 0, 0, 1, 2][int(i)] for x, ys in drawn[0] for i, y in zip(x, ys))
+    assert refused == want_refused and once == want_once == [1, 2] and length == want_length == 12
