@@ -320,11 +320,17 @@ class DataLoader:
         return len(self.batch_sampler if self.batch_sampler is not None else self.sampler)
 
 
+def get_worker_info():
+    """None: a DataLoader's batches are made in the calling process (as PyTorch's with `num_workers=0`)."""
+    return None
+
+
 def _convert(sample):
     return sample
 
 
 NAMES = ("Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "Sampler", "SequentialSampler")
+NAMES += ("get_worker_info",)
 SIDED = ("RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler", "BatchSampler", "DataLoader")
 
 

@@ -207,3 +207,27 @@ def test_weighted_random_sampler(torch_like):
     indices = [int(i) for x, _ in drawn[0] for i in x]
     assert 3 not in indices and all(y == [0, 0, 0, 0, 1, 2][int(i)] for x, ys in drawn[0] for i, y in zip(x, ys))
     assert refused == want_refused and once == want_once == [1, 2] and length == want_length == 12
+
+
+def split_iterable(torch):
+    """The IterableDataset docs' range dataset that splits its work by `get_worker_info()` (None in-process)."""
+
+    class Range(torch.utils.data.IterableDataset):
+        def __init__(self, start, end):
+            self.start, self.end = start, end
+
+        def __iter__(self):
+            info = torch.utils.data.get_worker_info()
+            if info is None:
+                return iter(range(self.start, self.end))
+            per = -(-(self.end - self.start) // info.num_workers)
+            first = self.start + info.id * per
+            return iter(range(first, min(first + per, self.end)))
+
+    batches = torch.utils.data.DataLoader(Range(3, 10), batch_size=3, num_workers=0)
+    return [(b.tolist(), str(b.dtype)) for b in batches], torch.utils.data.get_worker_info()
+
+
+def test_get_worker_info_in_process(torch_like):
+    torch = pytest.importorskip("torch")
+    assert split_iterable(torch_like) == split_iterable(torch)  # (an AttributeError)
