@@ -64,6 +64,8 @@ SHAPE_REFUSALS = {
     "vector by matrix": lambda t: t.ones(3) @ t.ones(4, 5),
     "batched": lambda t: t.ones(2, 1, 2, 3) @ t.ones(3, 4, 5, requires_grad=True),
     "batch broadcast": lambda t: t.ones(2, 2, 3) @ t.ones(3, 3, 5),
+    "conv2d of a matrix": lambda t: t.nn.Conv2d(3, 4, 3)(t.ones(3, 5)),
+    "conv1d of a vector": lambda t: t.nn.functional.conv1d(t.ones(3, requires_grad=True), t.ones(4, 3, 2)),
 }
 
 
@@ -100,6 +102,19 @@ def test_a_wrong_url_prefix_names_the_url_it_was_not_found_at(server):
     assert str(err.value) == f"Not Found: {server.url}/api/forward" and err.value.status == 404
     with client.connect(server.url):
         assert (client.ones(2, requires_grad=True) * 2).sum().item() == 4.0
+
+
+MISUSES = {
+    "float index": lambda t: t.ones(2, 3)[0.5],
+    "optimizer of one tensor": lambda t: t.optim.SGD(t.nn.Parameter(t.ones(2, dtype=t.float64)), lr=0.1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MISUSES))
+def test_misuses_are_refused_in_pytorchs_words(torch_like, name):
+    torch = pytest.importorskip("torch")
+    got, want = _raised(lambda: MISUSES[name](torch_like)), _raised(lambda: MISUSES[name](torch))
+    assert isinstance(got, type(want)) and str(got) == str(want)
 
 
 FLOAT_INDEX = {
