@@ -222,6 +222,10 @@ class ShapeMismatch(ShapeError, RuntimeError):
     """A shape rule's refusal of an op that the engine was running: PyTorch's RuntimeError (engine.node)."""
 
 
+class LinAlgError(ShapeMismatch):
+    """torch.linalg.LinAlgError: a matrix is singular or not positive-definite (NumPy's words)."""
+
+
 def as_raised(refusal: ShapeError) -> Exception:
     """A shape rule's refusal as a running op raises it: PyTorch's type (a RuntimeError or IndexError kept)."""
     return refusal if isinstance(refusal, (RuntimeError, IndexError)) else ShapeMismatch(str(refusal))

@@ -246,3 +246,26 @@ def split_iterable(torch):
 def test_get_worker_info_in_process(torch_like):
     torch = pytest.importorskip("torch")
     assert split_iterable(torch_like) == split_iterable(torch)  # (an AttributeError)
+
+
+SINGULAR = {
+    "linalg.inv": lambda t: t.linalg.inv(t.zeros(2, 2, requires_grad=True) * 1).sum().item(),
+    "inverse": lambda t: t.zeros(2, 2).inverse().sum().item(),
+    "torch.inverse": lambda t: t.inverse(t.zeros(2, 2)).sum().item(),
+    "cholesky": lambda t: t.linalg.cholesky(t.tensor([[1.0, 2.0], [2.0, 1.0]])).sum().item(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SINGULAR))
+def test_a_singular_matrix_is_a_linalg_error(torch_like, name):
+    """`except torch.linalg.LinAlgError` (a RuntimeError) catches a singular or indefinite matrix: on the engine it
+    had become a plain ShapeMismatch. Through a client it is the server's 422 naming the node (a RuntimeError)."""
+    torch = pytest.importorskip("torch")
+    want = _raised(lambda: SINGULAR[name](torch))
+    got = _raised(lambda: SINGULAR[name](torch_like))
+    assert isinstance(want, torch.linalg.LinAlgError) and isinstance(got, RuntimeError)
+    if torch_like.__name__ == "engine":
+        assert isinstance(got, torch_like.linalg.LinAlgError)
+    else:
+        assert isinstance(got, torch_like.errors.GraphValidationError)
+        assert f"({'cholesky' if name == 'cholesky' else 'inv'}) failed" in str(got)  # the node's op
