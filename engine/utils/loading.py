@@ -330,7 +330,6 @@ def _convert(sample):
 
 
 NAMES = ("Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "Sampler", "SequentialSampler")
-NAMES += ("get_worker_info",)
 SIDED = ("RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler", "BatchSampler", "DataLoader")
 
 
@@ -340,6 +339,6 @@ def bind(namespace, module_name: str) -> dict:
     names = {name: globals()[name] for name in NAMES}
     for name in SIDED:
         names[name] = type(name, (globals()[name],), {"_ns": namespace, "_sides": names, "__module__": module_name})
-    names["random_split"] = functools.partial(random_split, namespace)
+    names["random_split"], names["get_worker_info"] = functools.partial(random_split, namespace), get_worker_info
     names["default_collate"] = functools.partial(collate, namespace)
     return names
