@@ -269,3 +269,24 @@ def test_a_singular_matrix_is_a_linalg_error(torch_like, name):
     else:
         assert isinstance(got, torch_like.errors.GraphValidationError)
         assert f"({'cholesky' if name == 'cholesky' else 'inv'}) failed" in str(got)  # the node's op
+
+
+def lissa_inverse_hvp(torch):
+    """Influence functions' LiSSA: an inverse-Hessian-vector product by iterated Hessian-vector products, each
+    seeded by the last estimate (PyTorch's results of hvp are values: no derivative of a derivative builds up)."""
+    x = torch.tensor([0.3, -0.2, 0.5], dtype=torch.float64)
+    v = torch.ones(3, dtype=torch.float64)
+    estimate = v
+    for _ in range(6):
+        _, h = torch.autograd.functional.hvp(lambda z: (z.sin() * z).sum() + (z**4).sum(), x, estimate)
+        estimate = v + estimate - 0.1 * h
+    return estimate.numpy(), estimate.requires_grad
+
+
+def test_lissa_iterates_hessian_vector_products(torch_like):
+    """The client's hvp results are lazy grad nodes: the server counted the 6th one, seeded by the 5th, as a
+    derivative of order 6 and refused it (413); a grad_output no longer adds to the order."""
+    torch = pytest.importorskip("torch")
+    (got, got_rg), (want, want_rg) = lissa_inverse_hvp(torch_like), lissa_inverse_hvp(torch)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    assert got_rg is want_rg is False
