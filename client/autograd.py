@@ -87,7 +87,7 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
     # (a Variable that gets a gradient, the Value it is the gradient of; None: the leaf's own)
     holders = [
         (v, None if v._node is None else v._node.value)
-        for v in [*getting, *observed]
+        for v in [*getting, *observed.values()]
         if v._node is None or v._node.value is not None
     ]
     if session._in_flight and any(v._grad is not None for v, _ in holders):
@@ -116,16 +116,21 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
 
 
 def _hooked(node):
-    """(its Watch, the non-leaf Variable it computes) of a node whose Variable carries hooks, else (None, None)."""
+    """(its Watch, the non-leaf Variable it computed) of a node whose Variable carries hooks, else (None, None)."""
     watch = node.retained
     var = None if watch is None or not watch.hooks else watch()
-    return (watch, var) if var is not None and var._node is node else (None, None)
+    return (watch, var) if var is not None else (None, None)
 
 
-def _observed(processed, getting) -> list:
-    """The non-leaf Variables, not already getting a gradient, whose nodes in `processed` carry hooks."""
-    got = {id(v) for v in getting}
-    return [var for var in (_hooked(node)[1] for node in processed) if var is not None and id(var) not in got]
+# {node: what its gradient is kept under} of the nodes in `processed` whose Variables carry hooks and don't get a
+# gradient already: the Variable, or a stand-in for the version a Variable changed in place since had (PyTorch's hook
+# registered before an in-place op, as a Grad-CAM's before an inplace ReLU, reads that version's gradient).
+def _observed(processed, getting) -> dict:
+    got, found = {id(v) for v in getting}, {}
+    for node, var in [(node, _hooked(node)[1]) for node in processed]:
+        if var is not None and (var._node is not node or id(var) not in got):
+            found[node] = var if var._node is node else Variable._leaf(None, value=node.value)
+    return found
 
 
 def _through_hooks(processed, grads: dict, observed) -> dict:
@@ -133,10 +138,11 @@ def _through_hooks(processed, grads: dict, observed) -> dict:
     walk runs them: the non-leaves' in the walk's order, then the leaves'. The server computed the walk in one
     request, so a non-leaf's hook may read its gradient but not replace it (what it sends on was already sent):
     one that returns another value is refused before any `.grad` changes. The observed non-leaves are dropped."""
-    if not any(watch_of(v, make=False) is not None for v in grads):
+    if not observed and not any(watch_of(v, make=False) is not None for v in grads):
         return grads
     for node in processed:
         watch, var = _hooked(node)
+        var = observed.get(node, var)
         if var is None or var not in grads:
             continue
         g = grads[var]
@@ -148,8 +154,8 @@ def _through_hooks(processed, grads: dict, observed) -> dict:
                 "replace it (a leaf's hook can; or take autograd.grad(outputs, [v]), change the gradient and "
                 "continue with backward(v, changed))"
             )
-    for var in observed:
-        del grads[var]
+    for var in observed.values():
+        grads.pop(var, None)
     for var, g in grads.items():
         watch = watch_of(var, make=False) if var._node is None else None
         if watch is not None and watch.hooks:

@@ -4,7 +4,7 @@ format 1.1), gradients are `grad` nodes, so a transform's result, composed ones 
 forward-over-reverse Hessian-vector product), is computed by one request when it is read.
 
 Inputs of a transform that do not require grad are made leaves that do (their values are needed:
-a lazy one not computed yet is fetched first); results are detached unless an argument requires grad.
+a lazy one not computed yet is fetched first); results are detached unless an argument, or a parameter the function closes over, requires grad.
 """
 
 from __future__ import annotations

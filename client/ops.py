@@ -52,6 +52,11 @@ class ShapeError(EngineShapeError):
     """An op's inputs don't fit its shape rule: raised when the op is called (nothing is sent)."""
 
 
+# A ShapeError is also what PyTorch raises there (an `except RuntimeError` catches a shape mismatch): an IndexError
+# for a dimension or an index out of range, a TypeError for an argument's type, else a RuntimeError.
+_RAISED = {kind: type("ShapeError", (ShapeError, kind), {}) for kind in (RuntimeError, IndexError, TypeError)}
+
+
 def coerce(inputs):
     """(Values, Variables-or-None) from a mix of Variables, arrays and Python scalars."""
     values = [v._graph_value() if type(v) is Variable else None for v in inputs]
@@ -135,7 +140,8 @@ def infer(op: OpDef, values, attrs):
         raise
     except (ValueError, TypeError, IndexError) as err:  # a ShapeError is a ValueError
         described = ", ".join(str(list(v.shape)) for v in values)
-        raise ShapeError(f"{op.name}(): {err} (input shapes: {described})") from None
+        kind = next((k for k in (IndexError, TypeError) if isinstance(err, k)), RuntimeError)
+        raise _RAISED[kind](f"{op.name}(): {err} (input shapes: {described})") from None
     if inferred is not None and isinstance(inferred[0], Bounded):  # a bound (a mask's result) is not a shape
         inferred = None
     _remember(_INFERRED, key, inferred)
@@ -245,7 +251,7 @@ def _masked_meta(x, spec, arrays):
         out = shape_proxy(x.shape, x.dtype)[to_key(spec, real)]
         return tuple(out.shape), numpy.dtype(out.dtype)
     except (IndexError, ValueError, TypeError) as err:
-        raise ShapeError(f"getitem(): index {list(spec)} does not fit shape {list(x.shape)}: {err}") from None
+        raise _RAISED[IndexError](f"getitem(): index {list(spec)} does not fit shape {list(x.shape)}: {err}") from None
 
 
 def getitem(x, key):

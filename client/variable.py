@@ -197,9 +197,12 @@ class Variable(VariableSurface):
 
     def _assign_recorded(self, other: Variable, run=None):
         """Make this Variable stand for `other`'s value, and its views or base with it (client.views)."""
+        retains = self.retains_grad  # (a retain_grad() moves on to the new version, as PyTorch's)
         if not assign_views(self, other, run or Variable._run):
             self._stand_for(other)
             self._version += 1
+        if retains:
+            self.retain_grad()
 
     def _stand_for(self, other: Variable):  # (`other` computed at once, embedded: its array)
         value = other._value

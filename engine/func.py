@@ -69,7 +69,7 @@ class Transforms:
     def _closes_over(self, outputs, xs) -> bool:
         """Whether `outputs`' graph reaches a leaf that requires grad other than `xs` (a parameter of a module the
         function uses): PyTorch's results then keep their graph to it (a gradient penalty trains the module)."""
-        if self.lazy or not self.ns.is_grad_enabled():
+        if not self.ns.is_grad_enabled():
             return False
         mine, seen = {id(x) for x in xs}, set()
         stack = [o.grad_fn for o in outputs if isinstance(o, self.ns.Variable) and o.grad_fn is not None]
@@ -218,7 +218,7 @@ class Transforms:
                 return tuple(tree_leaves(structure[0][0]))
 
             keep = self.ns.is_grad_enabled() and self._any_rg(tree_leaves(args))
-            graph = keep or (self.ns.is_grad_enabled() and not self.lazy)  # (func may close over parameters)
+            graph = self.ns.is_grad_enabled()  # (func may close over parameters)
             blocks = self.ns.autograd.functional.jacobian(partial, tuple(tree_leaves(chosen)), create_graph=graph)
             keep = keep or self._closes_over(tree_leaves(structure[0][0]), seen)
             blocks = blocks if keep else [[b.detach() for b in row] for row in blocks]

@@ -72,6 +72,7 @@ def from_key(key, as_array):
             arrays.append(as_array(item))
         else:
             raise IndexError(
-                f"unsupported index {item!r}: use ints, slices, None, ..., ranges, lists or integer/boolean arrays"
+                "only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables are valid indices "
+                f"(got {type(item).__name__})"
             )
     return tuple(spec), arrays

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy
 
 from engine import linalg_decompositions
+from engine.shapes import LinAlgError
 from engine.surface_types import MaxMin
 
 if TYPE_CHECKING:
@@ -25,10 +26,6 @@ if TYPE_CHECKING:
 
 class Slogdet(namedtuple("Slogdet", "sign logabsdet")):
     """torch.return_types.slogdet: (sign, logabsdet)."""
-
-
-class LinAlgError(RuntimeError):
-    """torch.linalg.LinAlgError: a matrix is singular or not positive-definite."""
 
 
 def _missing(name):

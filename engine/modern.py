@@ -213,6 +213,8 @@ def functions(ops) -> dict:
         (repeated positions add up): PyTorch's `index_add`."""
         if not -max(input.ndim, 1) <= dim < max(input.ndim, 1):
             raise IndexError(f"index_add: dimension {dim} is out of range for a {input.ndim}-d input")
+        if (index_dtype := numpy.dtype(getattr(index, "dtype", numpy.int64))).kind not in "iu":  # (else truncated)
+            raise RuntimeError(f"index_add_(): Expected dtype int32/int64 for index but got: {type_name(index_dtype)}")
         spec = ({"slice": [None, None, None]},) * (dim % max(input.ndim, 1)) + ({"tensor": 0},)
         source = source if alpha == 1 else mul(source, alpha)
         added = ops["index_add"]([_as(input, source), index], index=spec, shape=tuple(input.shape))

@@ -12,7 +12,7 @@ import numpy
 from engine import backend
 from engine.grad_mode import INFERENCE, INFERENCE_MADE, INFERENCE_SAVED
 from engine.grad_mode import state as _grad
-from engine.shapes import ShapeError, ShapeMismatch, as_raised
+from engine.shapes import LinAlgError, ShapeError, ShapeMismatch, as_raised
 from engine.variable import Variable
 
 _result = Variable._result
@@ -319,12 +319,14 @@ def refuse_saved_inference(inputs, saves):
 def shape_refusal(op, inputs, attrs, error):
     """What to raise for a forward that NumPy refused: the op's shape rule's refusal as PyTorch's RuntimeError
     (`engine.shapes.ShapeMismatch`, `torch.ones(2, 3) @ torch.ones(4, 5)`), else NumPy's message as PyTorch's
-    RuntimeError, still a ValueError (`torch.tensor([2]) ** -1`, `torch.ones(0).max()`)."""
+    RuntimeError, still a ValueError (`torch.tensor([2]) ** -1`, `torch.ones(0).max()`; NumPy's LinAlgError as
+    torch.linalg.LinAlgError)."""
     try:
         op.infer([v.shape for v in inputs], [v.dtype for v in inputs], attrs)
     except ShapeError as refusal:
         return as_raised(refusal)
-    return error if isinstance(error, RuntimeError) else ShapeMismatch(str(error))
+    kind = LinAlgError if isinstance(error, numpy.linalg.LinAlgError) else ShapeMismatch
+    return error if isinstance(error, RuntimeError) else kind(str(error))
 
 
 def apply_op(

@@ -33,12 +33,13 @@ def broadcast(shapes, dtypes, attrs):
     return tuple(shape), promotion.result_type(shapes, dtypes)
 
 
-def _mismatch(a, b=(), *more) -> str:
-    """PyTorch's words for two shapes that do not broadcast: the first sizes, from the right, that differ."""
-    for d in range(1, min(len(a), len(b)) + 1):
-        if a[-d] != b[-d] and 1 not in (a[-d], b[-d]) and not more:
-            n = max(len(a), len(b)) - d
-            return f"The size of tensor a ({a[-d]}) must match the size of tensor b ({b[-d]}) at non-singleton dimension {n}: "
+def _mismatch(a, *more) -> str:
+    """PyTorch's words for shapes that do not broadcast (folded left to right): the first sizes that differ."""
+    for b in more:
+        for d in range(1, min(len(a), len(b)) + 1):
+            if a[-d] != b[-d] and 1 not in (a[-d], b[-d]):
+                return f"The size of tensor a ({a[-d]}) must match the size of tensor b ({b[-d]}) at non-singleton dimension {max(len(a), len(b)) - d}: "
+        a = numpy.broadcast_shapes(a, b)
     return ""
 
 
@@ -214,11 +215,15 @@ class DtypeError(ShapeError, RuntimeError):
 
 
 class DimensionError(ShapeError, IndexError):
-    """A dimension out of range: PyTorch's IndexError and its words."""
+    """A dimension or an index out of range: PyTorch's IndexError (and its words)."""
 
 
 class ShapeMismatch(ShapeError, RuntimeError):
     """A shape rule's refusal of an op that the engine was running: PyTorch's RuntimeError (engine.node)."""
+
+
+class LinAlgError(ShapeMismatch):
+    """torch.linalg.LinAlgError: a matrix is singular or not positive-definite (NumPy's words)."""
 
 
 def as_raised(refusal: ShapeError) -> Exception:
@@ -330,19 +335,27 @@ def matmul(shapes, dtypes, attrs):
     a, b = shapes
     if not a or not b:
         raise ShapeError(f"matmul needs inputs of at least 1 dimension, got {_shapes(shapes)}")
-    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
-    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
-    if a2[-1] != b2[-2] and len(a) == len(b) == 2:
-        return mm(shapes, dtypes, attrs)  # (its refusal)
-    if a2[-1] != b2[-2]:
-        raise ShapeError(f"matmul shapes {list(a)} and {list(b)} cannot be multiplied ({a2[-1]} != {b2[-2]})")
+    a2, b2 = ((1,) + tuple(a) if len(a) == 1 else tuple(a)), (tuple(b) + (1,) if len(b) == 1 else tuple(b))
     try:
         batch = numpy.broadcast_shapes(a2[:-2], b2[:-2])
     except ValueError:
-        raise ShapeError(f"matmul batch dimensions of {list(a)} and {list(b)} cannot be broadcast") from None
+        raise ShapeError(f"{_mismatch(a2[:-2], b2[:-2])}batch shapes {_shapes(shapes)} cannot be broadcast") from None
+    if a2[-1] != b2[-2]:
+        raise ShapeError(_matmul_mismatch(a, b, math.prod(batch), a[-1], math.prod(a[:-1])))
     out = tuple(batch) + ((a2[-2],) if len(a) > 1 else ()) + ((b2[-1],) if len(b) > 1 else ())
     promotion.check_product((len(a), len(b)), dtypes)
     return out, numpy.result_type(*dtypes)
+
+
+# PyTorch's words for matmul inputs whose inner sizes (k) differ: those of the kernel that it folds them into.
+def _matmul_mismatch(a, b, batch, k, rows) -> str:
+    if len(b) > 2:
+        return f"Expected size for first two dimensions of batch2 tensor to be: [{batch}, {k}] but got: [{batch}, {b[-2]}]."
+    if len(b) == 2:
+        return f"mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and {b[0]}x{b[1]})"
+    if len(a) > 1:
+        return f"size mismatch, got input ({rows}), mat ({rows}x{k}), vec ({b[0]})"
+    return f"inconsistent tensor size, expected tensor [{k}] and src [{b[0]}] to have the same number of elements, but got {k} and {b[0]} elements respectively"
 
 
 def cat(shapes, dtypes, attrs):
@@ -350,9 +363,12 @@ def cat(shapes, dtypes, attrs):
     if not first:
         raise ShapeError("cat cannot join 0-d inputs")
     d = normalize_dims(attrs["dim"], len(first))[0]
-    for s in shapes[1:]:
-        if len(s) != len(first) or any(x != y for i, (x, y) in enumerate(zip(s, first)) if i != d):
-            raise ShapeError(f"cat along dimension {d}: shapes {_shapes(shapes)} differ elsewhere")
+    for n, s in enumerate(shapes[1:], 1):
+        if len(s) != len(first):
+            raise ShapeError(f"Tensors must have same number of dimensions: got {len(first)} and {len(s)}")
+        for x, y in [(x, y) for i, (x, y) in enumerate(zip(first, s)) if i != d and x != y][:1]:
+            why = f"Sizes of tensors must match except in dimension {d}. Expected size {x} but got size {y} for tensor number {n} in the list."
+            raise ShapeError(why)
     out = list(first)
     out[d] = sum(s[d] for s in shapes)
     return tuple(out), promotion.result_type(shapes, dtypes)
@@ -360,8 +376,10 @@ def cat(shapes, dtypes, attrs):
 
 def stack(shapes, dtypes, attrs):
     first = shapes[0]
-    if any(tuple(s) != tuple(first) for s in shapes):
-        raise ShapeError(f"stack needs equal shapes, got {_shapes(shapes)}")
+    for n, s in [(n, s) for n, s in enumerate(shapes) if tuple(s) != tuple(first)][:1]:
+        raise ShapeError(
+            f"stack expects each tensor to be equal size, but got {list(first)} at entry 0 and {list(s)} at entry {n}"
+        )
     d = normalize_dims(attrs["dim"], len(first) + 1)[0]
     out = list(first)
     out.insert(d, len(shapes))
@@ -389,7 +407,7 @@ def index_result(shape, spec, index_shapes, index_dtypes):
     shape = tuple(shape)
 
     def fail(why):
-        raise ShapeError(f"index {list(spec)} does not fit shape {list(shape)}: {why}")
+        raise DimensionError(f"index {list(spec)} does not fit shape {list(shape)}: {why}")
 
     consumed = 0
     for item in spec:

@@ -190,9 +190,12 @@ class Variable(VariableSurface):
         return snapshot
 
     def _assign_recorded(self, result, run=None):
+        retains = self.retains_grad  # (PyTorch's retain_grad moves on to the new version: engine.autograd.Watch)
         if not views.assign_recorded(self, result):
             self._data, self._node, self._requires_grad = result._data, result._node, True
             self._version += 1
+        if retains:
+            self.retain_grad()
 
     def _assign_values(self, key, value, setitem=None):
         members = views.live(self)

@@ -98,9 +98,10 @@ def plan_grad_steps(steps, declared_requires_grad, minor_version, jvp_ids=frozen
 
 def _check_order(steps, jvp_ids):
     order = {}
-    for s in steps:
-        below = max((order.get(i, 0) for i in s.inputs), default=0)
-        order[s.id] = below + 1 if s.op == "grad" else below
+    for s in steps:  # a grad node differentiates its output's graph, one order more; its seed is a value read as is
+        below = max((order.get(i, 0) for i in (s.inputs[:2] if s.op == "grad" else s.inputs)), default=0)
+        seed = order.get(s.inputs[2], 0) if s.op == "grad" and len(s.inputs) == 3 else 0
+        order[s.id] = max(below + 1, seed) if s.op == "grad" else below
         if order[s.id] > MAX_ORDER:
             name, node = _named(s.id, jvp_ids)
             raise GraphError(

@@ -224,7 +224,7 @@ def same_floating(op, dtypes):
 def input_rank(op, shape, nd):
     if len(shape) not in (nd + 1, nd + 2):
         raise ShapeError(
-            f"{op}: expected a {nd + 1}-d (unbatched) or {nd + 2}-d (batched) input, got input of shape {list(shape)}"
+            f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {op}, but got input of size: {list(shape)}"
         )
 
 

@@ -208,7 +208,7 @@ defop(
 def _check_index(name, x_shape, i_shape, i_dtype, dim, larger_along=True):
     """The dimension `dim` names, after PyTorch's checks of an index of shape `i_shape` for `x_shape`."""
     if numpy.dtype(i_dtype).kind not in "iu":
-        raise shapes.ShapeError(f"{name}(): Expected dtype int64 for index")
+        raise shapes.ShapeError(f"{name.split('_')[0]}(): Expected dtype int32/int64 for index")  # (scatter_add's too)
     if len(i_shape) != len(x_shape):
         raise shapes.ShapeError(f"{name}(): Index tensor must have the same number of dimensions as input tensor")
     d = shapes.normalize_dims(dim, len(x_shape))[0]

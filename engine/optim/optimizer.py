@@ -108,7 +108,7 @@ class Optimizer:
         if _is_variable(params):
             raise TypeError(
                 "params argument given to the optimizer should be an iterable of Tensors or dicts, but got "
-                + type(params).__name__
+                + params.type()
             )
         self.state: defaultdict = defaultdict(dict)
         self.param_groups: list[dict] = []

@@ -166,6 +166,32 @@ class SubsetRandomSampler(Sampler):
         return len(self.indices)
 
 
+class WeightedRandomSampler(Sampler):
+    """`num_samples` indices drawn with probabilities proportional to `weights` (by the side's `multinomial`)."""
+
+    _ns: Any = None
+
+    def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None):
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples <= 0:
+            raise ValueError(f"num_samples should be a positive integer value, but got num_samples={num_samples}")
+        if not isinstance(replacement, bool):
+            raise ValueError(f"replacement should be a boolean value, but got replacement={replacement}")
+        self.weights = self._ns.as_tensor(weights, dtype=self._ns.float64)
+        if self.weights.ndim != 1:
+            raise ValueError(
+                f"weights should be a 1d sequence but given weights have shape {tuple(self.weights.shape)}"
+            )
+        self.num_samples, self.replacement, self.generator = num_samples, replacement, generator
+
+    def __iter__(self):
+        yield from self._ns.multinomial(
+            self.weights, self.num_samples, self.replacement, generator=self.generator
+        ).tolist()
+
+    def __len__(self):
+        return self.num_samples
+
+
 class BatchSampler(Sampler):
     def __init__(self, sampler, batch_size: int, drop_last: bool):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
@@ -294,12 +320,17 @@ class DataLoader:
         return len(self.batch_sampler if self.batch_sampler is not None else self.sampler)
 
 
+def get_worker_info():
+    """None: a DataLoader's batches are made in the calling process (as PyTorch's with `num_workers=0`)."""
+    return None
+
+
 def _convert(sample):
     return sample
 
 
 NAMES = ("Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "Sampler", "SequentialSampler")
-SIDED = ("RandomSampler", "SubsetRandomSampler", "BatchSampler", "DataLoader")
+SIDED = ("RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler", "BatchSampler", "DataLoader")
 
 
 def bind(namespace, module_name: str) -> dict:
@@ -308,6 +339,6 @@ def bind(namespace, module_name: str) -> dict:
     names = {name: globals()[name] for name in NAMES}
     for name in SIDED:
         names[name] = type(name, (globals()[name],), {"_ns": namespace, "_sides": names, "__module__": module_name})
-    names["random_split"] = functools.partial(random_split, namespace)
+    names["random_split"], names["get_worker_info"] = functools.partial(random_split, namespace), get_worker_info
     names["default_collate"] = functools.partial(collate, namespace)
     return names

@@ -44,7 +44,7 @@ HOSTILE = [
     ("huge-kernel", "avg_pool3d", {"kernel_size": 2**40}, ("x",), 422, "Kernel size"),
     ("weight-over-input", "conv3d", {}, ("x", "w"), 422, "Kernel size", {"w_shape": (2, 2, 5, 3, 2)}),
     ("four-strides", "conv3d", {"stride": [1, 1, 1, 1]}, ("x", "w"), 422, "stride"),
-    ("conv1d-input", "conv3d", {}, ("x", "w"), 422, "5-d (batched)", {"x_shape": (2, 4, 5)}),
+    ("conv1d-input", "conv3d", {}, ("x", "w"), 422, "5D (batched)", {"x_shape": (2, 4, 5)}),
     ("huge-output", "conv3d", {"padding": 2**12}, ("x", "w"), 413, ""),
     ("huge-columns", "conv3d", {"padding": 2**12, "stride": 2**13}, ("x", "w"), 413, ""),
     ("huge-window", "max_pool3d", {"kernel_size": 2**12, "padding": 2**11}, ("x",), 413, ""),
