@@ -95,16 +95,16 @@ def grad_arguments(outputs, inputs, grad_outputs, variable=Variable):
     """(outputs, inputs, gradients by `check_roots`) of a `grad()` call, checked."""
     outputs = as_list(outputs, variable)
     inputs = as_list(as_inputs(inputs), variable)  # (GradientEdges as the Variables they stand for)
-    for v in inputs:
-        if not isinstance(v, variable) or not v.requires_grad:
-            raise RuntimeError("One of the differentiated Tensors does not require grad")  # (PyTorch's)
-    for i, out in enumerate(outputs):
+    for i, out in enumerate(outputs):  # (the outputs first, as PyTorch)
         if not isinstance(out, variable):
             raise TypeError(
                 f"element {i} of the outputs is a {type(out).__name__}, not a {variable.__module__} Variable"
             )
         if not out.requires_grad:
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+    for v in inputs:
+        if not isinstance(v, variable) or not v.requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")  # (PyTorch's)
     if grad_outputs is not None:
         grad_outputs = (
             [grad_outputs]
@@ -478,12 +478,20 @@ def _hooked_leaves(hooked, capture, into_grad):
         if capture is None:
             into_grad(var, g)
             for hook in list(watch.post.values()):
-                hook(var)
+                _post_hooked(hook(var))
     if capture is not None:
         for key, g in capture.items():
             watch = LEAF_WATCH.get(key)
             if g is not None and watch is not None:
                 capture[key] = _hooked(watch, g)
+
+
+def _post_hooked(result) -> None:
+    """PyTorch's refusal of a post-accumulate-grad hook that returned something."""
+    if isinstance(result, Variable):
+        raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+    if result is not None:
+        raise TypeError(f"expected Variable, but hook returned '{type(result).__name__}'")
 
 
 def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None, every_leaf=False):

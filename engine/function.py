@@ -147,9 +147,9 @@ class FunctionNode(Node):
         return found
 
     def free(self):
-        freed = FunctionCtx()
-        freed._freed = True
-        self.ctx = freed
+        """Drop what forward saved; the ctx (and its other attributes) stays, its `saved_tensors` refuses."""
+        ctx = self.ctx
+        ctx._freed, ctx.to_save, ctx._forward_result = True, (), None
 
 
 class FunctionOutputs(FunctionNode):
@@ -296,7 +296,7 @@ class FunctionBase:
         """backward()'s gradients as a tuple of at least `count` (one per forward input)."""
         if not isinstance(result, tuple):
             result = (result,)
-        if len(result) < count:
+        if len(result) < count or any(g is not None for g in result[count:]):
             raise RuntimeError(
                 f"function {cls.__name__}Backward returned an incorrect number of gradients (expected {count}, got {len(result)})"
             )
@@ -336,6 +336,11 @@ class Function(FunctionBase):
 
 
 def _refuse_saved_inference(ctx):
+    for i, v in enumerate(ctx.to_save):  # (PyTorch checks what forward saved once it records the node)
+        if v is not None and not isinstance(v, Variable):
+            raise TypeError(
+                f"save_for_backward can only save variables, but argument {i} is of type {type(v).__name__}"
+            )
     if INFERENCE_MADE:  # (PyTorch's refusal, as an op's: `engine.node.refuse_saved_inference`)
         refuse_saved_inference([v if isinstance(v, Variable) else None for v in ctx.to_save], True)
 

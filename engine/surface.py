@@ -152,19 +152,30 @@ class Side:
         return lambda self, other: function(self, other)
 
 
-def extreme(name, reduce, arg, pairwise):
-    """PyTorch's `max` (or `min`) from its reduction, arg-reduction and elementwise ops."""
+DIM_ARG = "Specify the reduction dim with the 'dim' argument."
+
+
+def extreme(name, reduce, arg, pairwise, gather):
+    """PyTorch's `max` (or `min`) from its reduction, arg-reduction, elementwise and gather ops."""
 
     def fn(x, dim=None, keepdim=False, **aliases):
         if aliases:
             dim, keepdim = numpy_keywords(name, dim, keepdim, aliases)
         if dim is not None and not isinstance(dim, int):
             return pairwise(x, dim)
+        if not x.numel():  # (PyTorch's refusals, before the reduction's)
+            if dim is None:
+                raise shapes.ShapeMismatch(
+                    f"{name}(): Expected reduction dim to be specified for input.numel() == 0. {DIM_ARG}"
+                )
+            if not x.shape[dim]:
+                raise IndexError(f"{name}(): Expected reduction dim {dim % x.ndim} to have non-zero size.")
         if dim is None:  # PyTorch's node names: max() is MaxBackward1, max(dim)'s values MaxBackward0
             return grad_fn_names.renamed(reduce(x), all_of, (x.grad_fn,))
-        return MaxMin(
-            grad_fn_names.renamed(reduce(x, dim, keepdim=keepdim), by_dim, (x.grad_fn,)), arg(x, dim, keepdim=keepdim)
-        )
+        index = arg(x, dim, keepdim=True)  # (the values gathered at it: all of a tie's gradient goes there, as PyTorch)
+        values, index = gather(x, index, dim=dim), index if keepdim or not x.ndim else index.squeeze(dim)
+        values = values if keepdim or not x.ndim else values.squeeze(dim)
+        return MaxMin(grad_fn_names.renamed(values, by_dim, (x.grad_fn,)), index)
 
     all_of, by_dim = f"{name.capitalize()}Backward1", f"{name.capitalize()}Backward0"
 
@@ -195,8 +206,8 @@ GRAD_MODES: dict = {}  # each side's Variable class -> its grad mode (`install`;
 
 
 def _set_requires_grad(self, flag):
-    if self._node is not None:
-        raise RuntimeError(NON_LEAF_FLAG)
+    if self._node is not None:  # (PyTorch's setter refuses True too, in fewer words; `requires_grad_(True)` doesn't)
+        raise RuntimeError(NON_LEAF_FLAG[: NON_LEAF_FLAG.index(" If")] if flag else NON_LEAF_FLAG)
     if flag and self.dtype.kind != "f":
         raise RuntimeError(
             "Only Tensors of floating point and complex dtype can require gradients"
@@ -220,7 +231,8 @@ def _views_first(key) -> bool:
 def requires_grad_(self: V, requires_grad: bool = True) -> V:
     if requires_grad and self.dtype.kind != "f":  # (PyTorch's words here differ from the setter's)
         raise RuntimeError("only Tensors of floating point dtype can require gradients")
-    self.requires_grad = requires_grad
+    if self.is_leaf or not requires_grad:  # (a non-leaf requires grad already: True is no change, as PyTorch)
+        self.requires_grad = requires_grad
     return self
 
 
@@ -229,7 +241,7 @@ def retain_grad(self) -> None:
     node = self._node
     if node is None:
         if not self.requires_grad:
-            raise RuntimeError("can't retain_grad on Variable that has requires_grad=False")
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         return
     watch_of(self).retains = True
 
@@ -327,6 +339,14 @@ def _set_grad(self, value: Any) -> None:
         raise RuntimeError(
             f"attempting to assign a gradient of size '{list(value.shape)}' to a tensor of size '{list(self.shape)}'. "
             "Please ensure that the gradient and the tensor are the same size"
+        )
+    if value is not None and value.dtype != self.dtype:
+        raise RuntimeError(
+            f"attempting to assign a gradient with dtype '{promotion.C_NAMES.get(value.dtype.name, value.dtype.name)}' to a tensor with grad_dtype "
+            f"'{dtypes.scalar_name(self.dtype)}'. The gradient must match the tensor's grad_dtype (defaults to the "
+            "tensor's dtype). You can set the tensor's grad_dtype attribute with a specific dtype, or None to allow "
+            "any dtype. Set grad_dtype with caution. Diverging the dtypes of a tensor and its gradient may break "
+            "downstream systems that assume they match."
         )
     self._grad = value
 
@@ -493,8 +513,9 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
             warn(SCALAR_OF_GRAD)
         return builtins.float(self.item())
 
-    maximum = extreme("max", functions["amax"], functions["argmax"], functions["maximum"])
-    minimum = extreme("min", functions["amin"], functions["argmin"], functions["minimum"])
+    gather = functions["gather"]
+    maximum = extreme("max", functions["amax"], functions["argmax"], functions["maximum"], gather)
+    minimum = extreme("min", functions["amin"], functions["argmin"], functions["minimum"], gather)
     return {
         "__setitem__": __setitem__,
         "fill_": fill_,

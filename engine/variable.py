@@ -169,6 +169,8 @@ class Variable(VariableSurface):
         return views.alias(self, Variable._result(self._data, None))
 
     def detach_(self) -> Variable:
+        if views.base_of(self) is not None:
+            raise RuntimeError(views.DETACH_VIEW)
         self._node = None
         self._requires_grad = False
         return self

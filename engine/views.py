@@ -157,6 +157,14 @@ def view_of(v):
     return info if type(info) is View else None
 
 
+DETACH_VIEW = (
+    "Can't detach views in-place. Use detach() instead. If you are using DistributedDataParallel (DDP) for training, "
+    "and gradient_as_bucket_view is set as True, gradients are views of DDP buckets, and hence detach_() cannot be "
+    "called on these gradients. To fix this error, please refer to the Optimizer.zero_grad() function in "
+    "torch/optim/optimizer.py as the solution."
+)
+
+
 def base_of(v):
     """PyTorch's `v._base`: the root base of a view, None for any other Variable."""
     info = KNOWN.get(id(v))

@@ -1,0 +1,343 @@
+"""Programs written from the test suites of autograd's peers (PyTorch's test_autograd.py, HIPS autograd's and
+tinygrad's op tests, micrograd's), run on the engine and on PyTorch 2.13 (the oracle): where session 24 found
+them diverging, each test names the program and what PyTorch does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+
+
+@pytest.fixture
+def oracle():
+    return pytest.importorskip("torch")
+
+
+def _both(oracle):
+    return (engine, oracle)
+
+
+def _outcome(program, torch):
+    """What `program(torch)` returns, or its error's type (RuntimeError's subclasses as RuntimeError) and text."""
+    try:
+        return "returned", program(torch)
+    except RuntimeError as error:
+        return "RuntimeError", str(error)
+    except Exception as error:  # noqa: BLE001  (any other error: its type's name is compared)
+        return type(error).__name__, str(error)
+
+
+def _same_outcome(program, oracle):
+    got, want = (_outcome(program, torch) for torch in _both(oracle))
+    assert got == want
+    return got
+
+
+def _values(*tensors):
+    return [None if t is None else t.detach().numpy().tolist() for t in tensors]
+
+
+# --- test_autograd.py: hooks, requires_grad, detach_, .grad's dtype ---------------------------------------------
+
+
+def test_post_accumulate_grad_hook_that_returns_something_is_refused_as_torch(oracle):
+    for returned, kind in ((lambda p: p * 2, "RuntimeError"), (lambda p: 1, "TypeError")):
+
+        def program(torch, returned=returned):
+            x = torch.ones(2, requires_grad=True)
+            x.register_post_accumulate_grad_hook(returned)
+            x.sum().backward()
+
+        assert _same_outcome(program, oracle)[0] == kind
+
+    def quiet(torch):  # a hook returning None sees the accumulated .grad, each backward
+        x, seen = torch.ones(2, requires_grad=True), []
+        x.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.tolist()))
+        (x * 3).sum().backward()
+        (x * 3).sum().backward()
+        return seen
+
+    assert _same_outcome(quiet, oracle) == ("returned", [[3.0, 3.0], [6.0, 6.0]])
+
+
+def test_requires_grad_of_a_non_leaf_as_torch(oracle):
+    """requires_grad_(True) of a non-leaf is no error (it requires grad already); the setter refuses both."""
+
+    def program(torch, how):
+        y = torch.ones(2, requires_grad=True) * 2
+        if how == "method":
+            return y.requires_grad_(True) is y, y.requires_grad, y.is_leaf
+        if how == "method_false":
+            y.requires_grad_(False)
+        y.requires_grad = how == "set_true"
+
+    assert _same_outcome(lambda t: program(t, "method"), oracle) == ("returned", (True, True, False))
+    for how in ("method_false", "set_true", "set_false"):
+        assert _same_outcome(lambda t, how=how: program(t, how), oracle)[0] == "RuntimeError"
+
+
+def test_retain_grad_of_a_tensor_without_grad_says_tensor_as_torch(oracle):
+    assert _same_outcome(lambda t: t.ones(2).retain_grad(), oracle)[0] == "RuntimeError"
+
+
+def test_detach_in_place_of_a_view_is_refused_as_torch(oracle):
+    def program(torch, make):
+        base = torch.ones(3, requires_grad=True)
+        v = make(base)
+        v.detach_()
+        return v.requires_grad, v.is_leaf
+
+    for make in (lambda b: (b * 2)[:2], lambda b: b[1:], lambda b: b.detach()[:2], lambda b: torch_free(b)):
+        assert _same_outcome(lambda t, make=make: program(t, make), oracle)[0] == "RuntimeError"
+    assert _same_outcome(lambda t: program(t, lambda b: b * 2), oracle) == ("returned", (False, True))
+    assert _same_outcome(lambda t: program(t, lambda b: b.detach()), oracle) == ("returned", (False, True))
+
+
+def torch_free(base):
+    """A view of a tensor that requires no grad."""
+    return base.detach().clone().view(3)
+
+
+def test_a_grad_of_another_dtype_is_refused_as_torch(oracle):
+    for dtype in ("float64", "int64", "float16"):
+
+        def program(torch, dtype=dtype):
+            w = torch.ones(3, requires_grad=True)
+            w.grad = torch.ones(3, dtype=getattr(torch, dtype))
+
+        assert _same_outcome(program, oracle)[0] == "RuntimeError"
+
+
+def test_grad_of_an_output_without_grad_names_the_output_first_as_torch(oracle):
+    def program(torch):
+        x = torch.ones(2)
+        torch.autograd.grad(x.sum(), x)
+
+    assert _same_outcome(program, oracle) == (
+        "RuntimeError",
+        "element 0 of tensors does not require grad and does not have a grad_fn",
+    )
+
+
+# --- test_autograd.py: custom Functions ---------------------------------------------------------------------
+
+
+def _function(torch, forward, backward):
+    return type(
+        "MyFn", (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)}
+    )
+
+
+def test_function_backward_with_an_extra_gradient_is_refused_as_torch(oracle):
+    def program(torch, extra):
+        fn = _function(torch, lambda ctx, x: x * 2, lambda ctx, g: (g, extra(g)))
+        x = torch.ones(2, requires_grad=True)
+        fn.apply(x).sum().backward()
+        return x.grad.tolist()
+
+    assert _same_outcome(lambda t: program(t, lambda g: g), oracle) == (
+        "RuntimeError",
+        "function MyFnBackward returned an incorrect number of gradients (expected 1, got 2)",
+    )
+    assert _same_outcome(lambda t: program(t, lambda g: None), oracle) == ("returned", [1.0, 1.0])
+
+
+def test_saved_tensors_of_a_freed_function_ctx_are_refused_as_torch(oracle):
+    """The ctx a backward kept: its saved tensors are freed with the graph (even when none were saved), its other
+    attributes stay, so a second backward of a Function that saved nothing runs."""
+
+    def read_later(torch, save):
+        kept = []
+
+        def forward(ctx, x):
+            ctx.save_for_backward(*save(x))
+            return x * 2
+
+        def backward(ctx, g):
+            kept.append(ctx)
+            return g * 2
+
+        x = torch.ones(2, requires_grad=True)
+        _function(torch, forward, backward).apply(x).sum().backward()
+        return kept[0].saved_tensors
+
+    for save in (lambda x: (x,), lambda x: ()):
+        assert _same_outcome(lambda t, save=save: read_later(t, save), oracle)[0] == "RuntimeError"
+
+    def twice(torch):
+        def forward(ctx, x, k):
+            ctx.k = k
+            return x * k
+
+        y = _function(torch, forward, lambda ctx, g: (g * ctx.k, None)).apply(torch.ones(2, requires_grad=True), 3.0)
+        total = y.sum()
+        total.backward()
+        total.backward()
+        return y.grad_fn.next_functions[0][0].variable.grad.tolist()
+
+    assert _same_outcome(twice, oracle) == ("returned", [6.0, 6.0])
+
+
+def test_save_for_backward_of_a_non_tensor_is_refused_as_torch(oracle):
+    def program(torch, value, requires_grad=True):
+        def forward(ctx, x):
+            ctx.save_for_backward(x, value)
+            return x * 2
+
+        return _function(torch, forward, lambda ctx, g: g).apply(torch.ones(1, requires_grad=requires_grad)).shape
+
+    for value in (3, "a", [1.0]):
+        assert _same_outcome(lambda t, value=value: program(t, value), oracle) == (
+            "TypeError",
+            f"save_for_backward can only save variables, but argument 1 is of type {type(value).__name__}",
+        )
+    assert _same_outcome(lambda t: program(t, None), oracle)[0] == "returned"
+    assert _same_outcome(lambda t: program(t, 3, requires_grad=False), oracle)[0] == "returned"
+
+
+# --- tinygrad's test_ops: max/min over a dim with ties, std of constant values, empty reductions ---------------
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_max_over_a_dim_sends_a_tie_gradient_to_its_index_as_torch(name, keepdim, oracle):
+    data = [[1.0, 3.0, 3.0], [2.0, 2.0, 0.0], [5.0, 5.0, 5.0]]
+    results = []
+    for torch in _both(oracle):
+        x = torch.tensor(data, dtype=torch.float64, requires_grad=True)
+        values, index = getattr(x, name)(1, keepdim=keepdim)
+        (values * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64).reshape(values.shape)).sum().backward()
+        whole = getattr(torch, name)(x.detach().requires_grad_(), dim=0)
+        results.append(_values(values, index, x.grad) + [values.grad_fn.name(), whole.values.grad_fn.name()])
+    assert results[0] == results[1]
+
+
+def test_max_of_a_zero_dim_tensor_over_dim_0_as_torch(oracle):
+    got = [
+        _values(*torch.tensor(3.0, requires_grad=True).max(0)) + [torch.tensor(3.0).max(0).values.shape]
+        for torch in _both(oracle)
+    ]
+    assert got[0] == got[1] == [3.0, 0, ()]
+
+
+@pytest.mark.parametrize(("shape", "call"), [((0,), "max()"), ((2, 0), "max(1)"), ((2, 0), "min(-1)")])
+def test_max_of_nothing_is_refused_as_torch(shape, call, oracle):
+    assert _same_outcome(lambda t: eval(f"t.zeros(*shape).{call}"), oracle)[0] != "returned"  # noqa: S307
+    got = [_outcome(lambda t: eval(f"t.zeros(*shape).{call}"), t) for t in _both(oracle)]  # noqa: S307
+    assert got[0] == got[1]
+    assert _same_outcome(lambda t: _values(*t.zeros(0, 2).max(1)), oracle) == ("returned", [[], []])
+
+
+@pytest.mark.parametrize(
+    "keywords", [{}, {"dim": 0}, {"dim": 1, "keepdim": True}, {"correction": 0}, {"dim": (0, 1), "correction": 2}]
+)
+def test_std_of_constant_values_has_a_zero_gradient_as_torch(keywords, oracle):
+    data = [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+    got = []
+    for torch in _both(oracle):
+        x = torch.tensor(data, dtype=torch.float64, requires_grad=True)
+        s = x.std(**keywords)
+        s.sum().backward()
+        m = torch.std_mean(x, **keywords)
+        got.append(_values(s, x.grad) + [s.grad_fn.name(), m[0].grad_fn.name(), torch.var_mean(x)[0].grad_fn.name()])
+    assert got[0] == got[1]
+    assert not np.isnan(got[0][1]).any()
+
+
+def test_std_gradient_matches_torch_and_finite_differences(oracle):
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((3, 4))
+    grads = []
+    for torch in _both(oracle):
+        x = torch.tensor(data, requires_grad=True)
+        total = x.std() + x.std(0).sum() + x.std(1, correction=2).sum() + torch.std_mean(x, 1)[0].sum()
+        (g,) = torch.autograd.grad(total, x, create_graph=True)
+        (gg,) = torch.autograd.grad((g * g).sum(), x)
+        grads.append([g.detach().numpy(), gg.numpy()])
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    x = engine.tensor(data, requires_grad=True)
+    assert engine.autograd.gradcheck(lambda v: v.std(1), (x,))
+    assert engine.autograd.gradgradcheck(lambda v: v.std(), (x,))
+
+
+def test_std_and_var_of_integers_are_refused_as_torch(oracle):
+    for call in ("std", "var", "std_mean", "var_mean"):
+        assert _same_outcome(lambda t, call=call: getattr(t, call)(t.tensor([1, 2])), oracle) == (
+            "RuntimeError",
+            f"{'std and var' if call in ('std', 'var') else call} only support floating point and complex dtypes",
+        )
+
+
+# --- HIPS autograd's and tinygrad's unary/binary op tests at edge values ----------------------------------------
+
+
+def _value_and_grads(torch, call, *arrays, dtype="float64"):
+    """call(*leaves)'s values, dtype and grad_fn name, and the gradients of a weighted sum of it (None: no path)."""
+    leaves = [torch.tensor(np.asarray(a, dtype=dtype), requires_grad=True) for a in arrays]
+    out = call(torch, *leaves)
+    weights = torch.arange(1, out.numel() + 1, dtype=out.dtype).reshape(out.shape)
+    grads = torch.autograd.grad((out * weights).sum(), leaves, allow_unused=True)
+    return [out.detach().numpy(), str(out.dtype).split(".")[-1], out.grad_fn.name()] + [
+        None if g is None else g.numpy() for g in grads
+    ]
+
+
+def _assert_same(got, want, rtol=1e-10):
+    for g, w in zip(got, want):
+        if isinstance(w, np.ndarray):
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-300)
+        else:
+            assert g == w
+
+
+EDGES = [-np.inf, -1e8, -2.0, -1.0, -0.5, -1e-10, 0.0, 1e-10, 0.5, 1.0, 2.0, 1e8, np.inf, np.nan]
+
+
+@pytest.mark.parametrize("name", ["asinh", "acosh", "atanh", "arcsinh", "arctanh"])
+def test_inverse_hyperbolic_functions_exact_at_edges_as_torch(name, oracle):
+    """asinh(-1e8) was -inf and atanh(1e-10) lost 8 digits (composites of logs); their gradients at +-1 and inf
+    were NaN where PyTorch's are inf and 0."""
+    got, want = (_value_and_grads(t, lambda t, x: getattr(t, name)(x), EDGES) for t in _both(oracle))
+    _assert_same(got, want)
+    x = engine.tensor([0.3, -0.4] if name != "acosh" else [1.5, 2.5], dtype=engine.float64, requires_grad=True)
+    assert engine.autograd.gradcheck(getattr(engine, name), (x,))
+    assert engine.autograd.gradgradcheck(getattr(engine, name), (x,))
+
+
+def test_atan2_gradient_at_the_origin_is_zero_as_torch(oracle):
+    ys, xs = [0.0, 0.0, 1.0, -2.0, 0.0], [0.0, -1.0, 0.0, 3.0, 2.0]
+    got, want = (_value_and_grads(t, lambda t, y, x: t.atan2(y, x), ys, xs) for t in _both(oracle))
+    _assert_same(got, want)
+    assert not np.isnan(got[3]).any()
+
+
+def test_sign_of_nan_and_abs_gradient_at_nan_as_torch(oracle):
+    data = [np.nan, -np.inf, -1.0, -0.0, 0.0, 2.0, np.inf]
+    for call in (lambda t, x: t.sign(x), lambda t, x: x.abs(), lambda t, x: t.sgn(x) * x):
+        got, want = (_value_and_grads(t, call, data) for t in _both(oracle))
+        _assert_same(got[:2] + got[3:], want[:2] + want[3:])
+    assert engine.sign(engine.tensor([np.nan, -3.0], dtype=engine.float32)).tolist() == [0.0, -1.0]
+
+
+@pytest.mark.parametrize("name", ["xlogy", "special.xlogy", "special.xlog1py"])
+def test_xlogy_gradient_where_x_is_zero_and_the_log_infinite_as_torch(name, oracle):
+    """d/dx xlogy(x, y) is xlogy(x != 0, y): 0 at x == 0 even where log(y) is -inf (NaN before)."""
+    xs, ys = [0.0, 0.0, 0.0, 1.0, 2.0, 0.0], [0.0, -1.0, 1.0, 0.0, 3.0, np.nan]
+
+    def call(t, x, y):
+        module, _, function = name.rpartition(".")
+        return getattr(getattr(t, module) if module else t, function)(x, y)
+
+    got, want = (_value_and_grads(t, call, xs, ys) for t in _both(oracle))
+    _assert_same(got[:2] + got[3:], want[:2] + want[3:])
+
+
+def test_copysign_gives_other_a_zero_gradient_and_promotes_as_torch(oracle):
+    xs, ys = [-2.0, 0.0, 1.5, 3.0], [1.0, -0.0, -2.0, np.nan]
+    got, want = (_value_and_grads(t, lambda t, x, y: t.copysign(x, y), xs, ys) for t in _both(oracle))
+    _assert_same(got[:2] + got[3:], want[:2] + want[3:])
+    dtypes = [str(t.copysign(t.ones(2), t.ones(2, dtype=t.float64)).dtype)[-7:] for t in _both(oracle)]
+    assert dtypes[0] == dtypes[1] == "float64"
