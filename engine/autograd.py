@@ -153,6 +153,8 @@ def _hooked(watch, g, wrap=None):
     for hook in list(watch.hooks.values()):
         out = hook(g)
         if out is not None:
+            if not hasattr(out, "shape"):
+                raise TypeError(f"expected Variable, but hook returned '{type(out).__name__}'")  # (PyTorch's)
             if tuple(out.shape) != tuple(g.shape):
                 raise RuntimeError(f"hook '{getattr(hook, '__name__', hook)}' has changed the size of value")
             if out.dtype != g.dtype:

@@ -163,7 +163,7 @@ def extreme(name, reduce, arg, pairwise, gather):
             dim, keepdim = numpy_keywords(name, dim, keepdim, aliases)
         if dim is not None and not isinstance(dim, int):
             return pairwise(x, dim)
-        if not x.numel():  # (PyTorch's refusals, before the reduction's)
+        if not math.prod(x.shape):  # (PyTorch's refusals, before the reduction's)
             if dim is None:
                 raise shapes.ShapeMismatch(
                     f"{name}(): Expected reduction dim to be specified for input.numel() == 0. {DIM_ARG}"

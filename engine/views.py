@@ -94,6 +94,8 @@ def track(op):
         if out is not None and (out is x or out is x.base):
             note(inputs[0], result, (op, inputs[1:], attrs), grad_state.enabled)
             result._requires_grad = inputs[0]._requires_grad  # (made in no_grad mode: PyTorch's is a leaf)
+            if grad_state.inference and not inputs[0].is_inference():  # (a normal tensor's view is one, as PyTorch's)
+                result._inference = False
             if type(x) is numpy.ndarray and x.flags.writeable:
                 result._data.flags.writeable = True  # (NumPy's diagonal and expand are read-only, PyTorch's not)
         return result

@@ -341,3 +341,70 @@ def test_copysign_gives_other_a_zero_gradient_and_promotes_as_torch(oracle):
     _assert_same(got[:2] + got[3:], want[:2] + want[3:])
     dtypes = [str(t.copysign(t.ones(2), t.ones(2, dtype=t.float64)).dtype)[-7:] for t in _both(oracle)]
     assert dtypes[0] == dtypes[1] == "float64"
+
+
+# --- test_autograd.py: hooks returning other values, grad modes around generators, inference-mode views ---------
+
+
+def test_tensor_hook_returning_a_non_tensor_is_a_type_error_as_torch(oracle):
+    def program(torch, leaf):
+        x = torch.ones(2, requires_grad=True)
+        y = x if leaf else x * 2
+        y.register_hook(lambda g: 5)
+        y.sum().backward()
+
+    for leaf in (False, True):
+        assert _same_outcome(lambda t, leaf=leaf: program(t, leaf), oracle) == (
+            "TypeError",
+            "expected Variable, but hook returned 'int'",
+        )
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "enable_grad", "inference_mode", "set_grad_enabled"])
+def test_grad_mode_decorating_a_generator_holds_in_each_step_as_torch(mode, oracle):
+    """PyTorch's decorators run each step of a generator function in their mode, the caller's code between the
+    steps in its own (a data loader written as a generator under @torch.no_grad())."""
+
+    def program(torch):
+        decorate = getattr(torch, mode)(False) if mode == "set_grad_enabled" else getattr(torch, mode)()
+        seen = []
+
+        @decorate
+        def steps(x):
+            sent = yield torch.is_grad_enabled(), (x * 2).requires_grad
+            seen.append(sent)
+            try:
+                yield torch.is_grad_enabled()
+            except ValueError:
+                yield "thrown", torch.is_grad_enabled()
+            return "done"
+
+        outer = torch.no_grad() if mode == "enable_grad" else torch.enable_grad()
+        with outer:
+            g = steps(torch.ones(1, requires_grad=True))
+            first = next(g)
+            between = torch.is_grad_enabled()
+            second = g.send("hello")
+            thrown = g.throw(ValueError("x"))
+            try:
+                next(g)
+            except StopIteration as stop:
+                returned = stop.value
+        return first, between, second, thrown, returned, seen, torch.is_grad_enabled()
+
+    assert _same_outcome(program, oracle)[0] == "returned"
+
+
+def test_a_view_of_a_normal_tensor_made_in_inference_mode_is_normal_as_torch(oracle):
+    def program(torch):
+        x = torch.ones(3)
+        with torch.inference_mode():
+            made = [x[:2], x.view(3), x.t(), x.detach(), x * 2, (x * 2)[:1], x.clone()]
+        flags = [v.is_inference() for v in made]
+        made[0].add_(1)  # (in place outside inference mode: allowed on a normal view)
+        return flags, x.tolist()
+
+    assert _same_outcome(program, oracle) == (
+        "returned",
+        ([False, False, False, False, True, True, True], [2.0, 2.0, 1.0]),
+    )
