@@ -597,14 +597,14 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
 
 def backward(
     outputs: Variable | Sequence[Variable],
-    grad_outputs: Operand | Sequence[Operand | None] | None = None,
+    grad_tensors: Operand | Sequence[Operand | None] | None = None,  # (PyTorch's name)
     retain_graph: bool | None = None,
     create_graph: bool = False,
     inputs: Variable | Sequence[Variable] | None = None,
 ) -> None:
     """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad (of `inputs` only,
     leaves or not, when given)."""
-    outputs, roots = backward_arguments(outputs, grad_outputs)
+    outputs, roots = backward_arguments(outputs, grad_tensors)
     inputs, seeds = backward_inputs(inputs), _root_gradients(outputs, roots)
     captured = run_backward(
         outputs, seeds, create_graph if retain_graph is None else retain_graph, create_graph, inputs
@@ -641,6 +641,8 @@ def grad(
         ]
         return stacked_rows(results, F.stack, zeros, inputs, allow_unused, materialize_grads)  # type: ignore[no-any-return]
     outputs, inputs, roots = grad_arguments(outputs, inputs, grad_outputs)
+    if not inputs:
+        raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")  # (PyTorch's)
     result = _gradients(outputs, inputs, roots, retain_graph, create_graph)
     return check_unused(tuple(result), allow_unused, (lambda i: zeros(inputs[i])) if materialize_grads else None)
 

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import numpy
 
 from engine import linalg_decompositions
-from engine.surface_types import MaxMin
 
 if TYPE_CHECKING:
     from engine.surface_types import VariableSurface
@@ -25,6 +24,12 @@ if TYPE_CHECKING:
 
 class Slogdet(namedtuple("Slogdet", "sign logabsdet")):
     """torch.return_types.slogdet: (sign, logabsdet)."""
+
+
+# torch.return_types of the `_ex` functions: the result and `info` (0: the engine raises where PyTorch's is not)
+INV_EX = namedtuple("linalg_inv_ex", "inverse info")  # type: ignore[name-match]
+CHOLESKY_EX = namedtuple("linalg_cholesky_ex", "L info")  # type: ignore[name-match]
+SOLVE_EX = namedtuple("linalg_solve_ex", "result info")  # type: ignore[name-match]
 
 
 class LinAlgError(RuntimeError):
@@ -211,8 +216,8 @@ def bind(ns) -> dict:
         ones = ns.ones_like(x).unsqueeze(-1)
         return ns.cat([ones, x.unsqueeze(-1).expand(*x.shape, N - 1)], -1).cumprod(-1)
 
-    def inv_ex(A, *, check_errors=False):
-        return MaxMin(ns.inv(A), A.new_zeros(A.shape[:-2]).int())
+    def _ex(kind, result, A):
+        return kind(result, A.new_zeros(A.shape[:-2]).int())
 
     names: dict[str, Any] = {
         **decompositions,
@@ -220,7 +225,9 @@ def bind(ns) -> dict:
         "vector_norm": vector_norm,
         "matrix_norm": matrix_norm,
         "inv": ns.inv,
-        "inv_ex": inv_ex,
+        "inv_ex": lambda A, *, check_errors=False: _ex(INV_EX, ns.inv(A), A),
+        "cholesky_ex": lambda A, *, upper=False, check_errors=False: _ex(CHOLESKY_EX, cholesky(A, upper=upper), A),
+        "solve_ex": lambda A, B, *, left=True, check_errors=False: _ex(SOLVE_EX, solve(A, B, left=left), A),
         "det": ns.det,
         "slogdet": ns.slogdet,
         "solve": solve,

@@ -408,3 +408,75 @@ def test_a_view_of_a_normal_tensor_made_in_inference_mode_is_normal_as_torch(ora
         "returned",
         ([False, False, False, False, True, True, True], [2.0, 2.0, 1.0]),
     )
+
+
+# --- test_autograd.py: as_tensor of a tensor, autograd.backward's keywords, grad() of no inputs -----------------
+
+
+def test_as_tensor_of_a_tensor_is_that_tensor_with_its_graph_as_torch(oracle):
+    def program(torch):
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 3
+        same, cast = torch.as_tensor(y), torch.as_tensor(y, dtype=torch.float64)
+        (same.sum() + cast.sum()).backward()
+        copied = torch.tensor(y.detach())
+        return same is y, cast.grad_fn.name(), str(cast.dtype)[-7:], x.grad.tolist(), copied.requires_grad
+
+    assert _same_outcome(program, oracle) == ("returned", (True, "ToCopyBackward0", "float64", [6.0, 6.0], False))
+
+
+def test_autograd_backward_takes_grad_tensors_by_name_as_torch(oracle):
+    def program(torch):
+        x = torch.ones(2, requires_grad=True)
+        torch.autograd.backward([(x * 2).sum(), x * 3], grad_tensors=[None, torch.tensor([1.0, 2.0])])
+        torch.autograd.backward(x * 5, torch.ones(2), inputs=[x])
+        return x.grad.tolist()
+
+    assert _same_outcome(program, oracle) == ("returned", [10.0, 13.0])
+
+
+def test_grad_of_no_inputs_is_refused_as_torch(oracle):
+    def program(torch):
+        x = torch.ones(2, requires_grad=True)
+        torch.autograd.grad((x * 2).sum(), [])
+
+    assert _same_outcome(program, oracle) == ("RuntimeError", "`inputs` argument to `grad()` cannot be empty.")
+
+
+def test_asarray_of_a_tensor_keeps_it_and_its_requires_grad_as_torch(oracle):
+    def program(torch):
+        x = torch.ones(2, requires_grad=True)
+        y = x * 2
+        with pytest.warns(UserWarning, match="unspecified requires_grad now defaults to obj.requires_grad"):
+            same = torch.asarray(y)
+        detached = torch.asarray(y, requires_grad=False)
+        plain = torch.asarray(torch.ones(2))
+        made = torch.asarray([1.0, 2.0], requires_grad=True)
+        return same is y, detached.requires_grad, detached.grad_fn, plain.requires_grad, made.requires_grad
+
+    assert _same_outcome(program, oracle) == ("returned", (True, False, None, False, True))
+
+
+# --- HIPS autograd's test_linalg: the `_ex` functions' results by name --------------------------------------
+
+
+def test_linalg_ex_functions_return_named_results_as_torch(oracle):
+    data = [[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]]
+    got = []
+    for torch in _both(oracle):
+        a = torch.tensor(data, dtype=torch.float64, requires_grad=True)
+        inv, chol, solved = (
+            torch.linalg.inv_ex(a),
+            torch.linalg.cholesky_ex(a, upper=True),
+            torch.linalg.solve_ex(a, torch.ones(3, dtype=torch.float64), left=True),
+        )
+        (inv.inverse.sum() + chol.L.sum() + solved.result.sum()).backward()
+        got.append(
+            [inv.inverse, chol.L, solved.result, a.grad]
+            + [(r.info.item(), str(r.info.dtype)[-5:], type(r).__name__) for r in (inv, chol, solved)]
+        )
+    for g, w in zip(*got):
+        if isinstance(w, tuple):
+            assert g == w
+        else:
+            np.testing.assert_allclose(g.detach().numpy(), w.detach().numpy(), rtol=1e-10)
