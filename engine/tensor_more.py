@@ -59,7 +59,7 @@ def functions(ops, make) -> dict:
                 )
             shift = (1 if unbiased else 0) if correction is None else correction
             dims = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
-            count = math.prod(input.shape[_dim(input, d)] for d in dims) if dims else input.numel()
+            count = math.prod(input.shape[_dim(input, d)] for d in dims) if dims and input.ndim else input.numel()
             if count <= shift:
                 warn(f"{fn.__name__}(): degrees of freedom is <= 0. {NO_DOF}")
             if name == "std" and count > shift:  # (a norm's gradient is 0 where the std is 0, as PyTorch's)

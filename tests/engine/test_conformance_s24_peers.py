@@ -20,13 +20,13 @@ def _both(oracle):
 
 
 def _outcome(program, torch):
-    """What `program(torch)` returns, or its error's type (RuntimeError's subclasses as RuntimeError) and text."""
+    """What `program(torch)` returns, or its error's type (a subclass of RuntimeError, IndexError or TypeError as
+    that class: the engine's refusals also subclass ValueError) and text."""
     try:
         return "returned", program(torch)
-    except RuntimeError as error:
-        return "RuntimeError", str(error)
-    except Exception as error:  # noqa: BLE001  (any other error: its type's name is compared)
-        return type(error).__name__, str(error)
+    except Exception as error:  # noqa: BLE001  (any error: its type's name is compared)
+        kind = next((k for k in (RuntimeError, IndexError, TypeError) if isinstance(error, k)), type(error))
+        return kind.__name__, str(error)
 
 
 def _same_outcome(program, oracle):
@@ -480,3 +480,58 @@ def test_linalg_ex_functions_return_named_results_as_torch(oracle):
             assert g == w
         else:
             np.testing.assert_allclose(g.detach().numpy(), w.detach().numpy(), rtol=1e-10)
+
+
+# --- tinygrad's test_ops: 0-d tensors reduced over dim 0 or -1, empty reductions, t() of fewer dims ----------
+
+
+ZERO_D_REDUCTIONS = {
+    "sum": lambda x, d: x.sum(d),
+    "mean": lambda x, d: x.mean(d, keepdim=True),
+    "prod": lambda x, d: x.prod(d),
+    "amax": lambda x, d: x.amax(d),
+    "logsumexp": lambda x, d: x.logsumexp(d),
+    "softmax": lambda x, d: x.softmax(d),
+    "log_softmax": lambda x, d: x.log_softmax(d),
+    "std": lambda x, d: x.std(d, correction=0),
+    "var_mean": lambda x, d: x.var_mean(d, correction=0)[0] if hasattr(x, "var_mean") else None,
+    "norm": lambda x, d: x.norm(dim=d),
+    "max": lambda x, d: x.max(d).values,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_D_REDUCTIONS))
+@pytest.mark.parametrize("dim", [0, -1, 1])
+def test_a_zero_d_tensor_reduced_over_dim_0_or_minus_1_as_torch(name, dim, oracle):
+    def program(torch):
+        x = torch.tensor(-1.5, dtype=torch.float64, requires_grad=True)
+        out = ZERO_D_REDUCTIONS[name](x, dim) if name != "var_mean" else torch.var_mean(x, dim, correction=0)[0]
+        (grad,) = torch.autograd.grad(out * 3, x)
+        return out.shape, out.item(), grad.item()
+
+    got = _same_outcome(program, oracle)
+    assert got[0] == ("returned" if dim != 1 else "IndexError")
+
+
+@pytest.mark.parametrize(("shape", "dim"), [((0, 3), 0), ((0, 3), 1), ((2, 0), -1)])
+def test_softmax_and_logsumexp_over_nothing_as_torch(shape, dim, oracle):
+    def program(torch):
+        x = torch.zeros(*shape, dtype=torch.float64, requires_grad=True)
+        outs = [x.logsumexp(dim), x.softmax(dim), torch.log_softmax(x, dim)]
+        sum(o.sum() for o in outs).backward()
+        return [(o.shape, o.tolist()) for o in outs] + [x.grad.shape]
+
+    _same_outcome(program, oracle)
+
+
+def test_t_of_a_vector_or_a_scalar_is_a_view_as_torch(oracle):
+    def program(torch):
+        got = []
+        for data in (2.0, [1.0, 2.0]):
+            x = torch.tensor(data, requires_grad=True)
+            y = x.t()
+            (y * 3).sum().backward()
+            got.append((y is x, y.grad_fn.name(), y._base is x, x.grad.tolist(), y.shape == x.shape))
+        return got
+
+    assert _same_outcome(program, oracle)[1][0] == (False, "TBackward0", True, 3.0, True)
