@@ -348,11 +348,17 @@ def matmul(shapes, dtypes, attrs):
 def cat(shapes, dtypes, attrs):
     first = shapes[0]
     if not first:
-        raise ShapeError("cat cannot join 0-d inputs")
+        raise ShapeError("zero-dimensional tensor (at position 0) cannot be concatenated")  # (PyTorch's words)
     d = normalize_dims(attrs["dim"], len(first))[0]
-    for s in shapes[1:]:
-        if len(s) != len(first) or any(x != y for i, (x, y) in enumerate(zip(s, first)) if i != d):
-            raise ShapeError(f"cat along dimension {d}: shapes {_shapes(shapes)} differ elsewhere")
+    for k, s in enumerate(shapes[1:], 1):
+        if len(s) != len(first):
+            raise ShapeError(f"Tensors must have same number of dimensions: got {len(first)} and {len(s)}")
+        for i, (x, y) in enumerate(zip(s, first)):
+            if i != d and x != y:
+                raise ShapeError(
+                    f"Sizes of tensors must match except in dimension {d}. Expected size {y} but got size {x} for "
+                    f"tensor number {k} in the list."
+                )
     out = list(first)
     out[d] = sum(s[d] for s in shapes)
     return tuple(out), promotion.result_type(shapes, dtypes)
@@ -360,8 +366,11 @@ def cat(shapes, dtypes, attrs):
 
 def stack(shapes, dtypes, attrs):
     first = shapes[0]
-    if any(tuple(s) != tuple(first) for s in shapes):
-        raise ShapeError(f"stack needs equal shapes, got {_shapes(shapes)}")
+    for k, s in enumerate(shapes):
+        if tuple(s) != tuple(first):
+            raise ShapeError(
+                f"stack expects each tensor to be equal size, but got {list(first)} at entry 0 and {list(s)} at entry {k}"
+            )
     d = normalize_dims(attrs["dim"], len(first) + 1)[0]
     out = list(first)
     out.insert(d, len(shapes))

@@ -535,3 +535,15 @@ def test_t_of_a_vector_or_a_scalar_is_a_view_as_torch(oracle):
         return got
 
     assert _same_outcome(program, oracle)[1][0] == (False, "TBackward0", True, 3.0, True)
+
+
+def test_cat_and_stack_refusals_in_torchs_words(oracle):
+    calls = [
+        lambda t: t.cat([t.ones(2, 3), t.ones(3, 3)], 1),
+        lambda t: t.cat([t.ones(2, 3), t.ones(2, 4), t.ones(3, 3)], -2),
+        lambda t: t.cat([t.ones(2, 3), t.ones(2, 3, 1)]),
+        lambda t: t.cat([t.tensor(1.0), t.tensor(2.0)]),
+        lambda t: t.stack([t.ones(2), t.ones(2), t.ones(3)]),
+    ]
+    for call in calls:
+        assert _same_outcome(call, oracle)[0] == "RuntimeError"
