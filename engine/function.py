@@ -129,6 +129,8 @@ class FunctionNode(Node):
         out = []
         for index, (g, need, meta) in enumerate(zip(result, needs, self.metas)):
             if g is not None and not isinstance(g, Variable):
+                if not hasattr(g, "shape"):  # (an array is taken: the engine's own Functions return some)
+                    raise RuntimeError(f"expected Variable or None (got {type(g).__name__})")  # (PyTorch's)
                 g = Variable._result(as_array(g), None)
             if g is not None and need is not None:
                 _check_gradient_shape(type(self).__name__, index, g.shape, meta.shape)

@@ -208,9 +208,14 @@ class Variable(VariableSurface):
         return snapshot
 
     def _assign_recorded(self, result, run=None):
+        kept = None if self._node is None else self._node.retained
         if not views.assign_recorded(self, result):
             self._data, self._node, self._requires_grad = result._data, result._node, True
             self._version += 1
+        if kept is not None and kept.retains and kept() is self:  # (retain_grad moves to the new version, as PyTorch's)
+            from engine.autograd import watch_of  # (engine.autograd imports this module)
+
+            kept.retains, watch_of(self).retains = False, True
 
     def _assign_values(self, key, value, setitem=None):
         members = views.live(self)

@@ -547,3 +547,45 @@ def test_cat_and_stack_refusals_in_torchs_words(oracle):
     ]
     for call in calls:
         assert _same_outcome(call, oracle)[0] == "RuntimeError"
+
+
+# --- test_autograd.py: retain_grad across an in-place op, a backward returning a non-tensor, func.grad's output ---
+
+
+def test_retain_grad_follows_the_tensor_through_an_in_place_op_as_torch(oracle):
+    def program(torch):
+        got = []
+        for change in (lambda y: y.mul_(3), lambda y: y.__setitem__(0, 5.0)):
+            x = torch.ones(3, requires_grad=True)
+            y = x * 2
+            y.retain_grad()
+            change(y)
+            (y * y).sum().backward()
+            got.append((y.grad.tolist(), x.grad.tolist(), y.retains_grad))
+        return got
+
+    assert _same_outcome(program, oracle) == (
+        "returned",
+        [([12.0] * 3, [72.0] * 3, True), ([10.0, 4.0, 4.0], [0.0, 8.0, 8.0], True)],
+    )
+
+
+def test_function_backward_returning_a_non_tensor_is_refused_as_torch(oracle):
+    for value in ("a", 2.0, [1.0, 1.0]):
+
+        def program(torch, value=value):
+            fn = _function(torch, lambda ctx, x: x * 2, lambda ctx, g: value)
+            fn.apply(torch.ones(2, requires_grad=True)).sum().backward()
+
+        assert _same_outcome(program, oracle) == (
+            "RuntimeError",
+            f"expected Variable or None (got {type(value).__name__})",
+        )
+
+
+def test_func_grad_of_a_function_returning_a_number_is_refused_as_torch(oracle):
+    got = _same_outcome(lambda t: t.func.grad(lambda x: 3.0)(t.tensor([1.0, 2.0])), oracle)
+    assert got == (
+        "RuntimeError",
+        "grad_and_value(f)(*args): Expected f(*args) to return a Tensor, got <class 'float'>",
+    )
