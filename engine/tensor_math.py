@@ -78,7 +78,8 @@ def functions(ops, make) -> dict:
             return where(ops["eq"](input, 0), 0.0, ops["mul"](input, -math.inf if other == 0 else math.nan))
         pole = ops["bitwise_and"](ops["eq"](input, 0), ops["le"](other, 0))
         with numpy.errstate(divide="ignore", invalid="ignore"):  # log(0) and 0 * -inf in the branch not taken
-            return ops["mul"](input, where(pole, 0.0, ops["log"](other)))  # (d/dinput 0 there, as PyTorch's)
+            out = ops["mul"](input, where(pole, 0.0, ops["log"](other)))  # (d/dinput 0 there, as PyTorch's)
+        return renamed(out, "XlogyBackward0", (getattr(input, "grad_fn", None),))
 
     def lerp(input: Operand, end: Operand, weight: Operand) -> VariableSurface:
         """input + weight * (end - input)."""
@@ -87,7 +88,8 @@ def functions(ops, make) -> dict:
             dtype = getattr(other, "dtype", first)
             if (getattr(other, "ndim", 0) or name == "end") and dtype != first:
                 raise RuntimeError(f"expected dtype {c_name(first)} for `{name}` but got dtype {c_name(dtype)}")
-        return ops["add"](input, ops["mul"](weight, ops["sub"](end, input)))
+        out = ops["add"](input, ops["mul"](weight, ops["sub"](end, input)))
+        return renamed(out, f"LerpBackward{int(hasattr(weight, 'shape'))}", (getattr(input, "grad_fn", None),))
 
     def polygamma(n: int, input: Operand) -> VariableSurface:
         """The n-th derivative of digamma."""

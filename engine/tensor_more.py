@@ -120,10 +120,11 @@ def functions(ops, make) -> dict:
         sign = where(
             signbit(other), -1.0, 1.0
         )  # (and other's gradient zeros, as PyTorch's: other in a branch never taken)
-        return ops["mul"](abs_(input), where(ops["lt"](other, -math.inf), other, sign))
+        out = ops["mul"](abs_(input), where(ops["lt"](other, -math.inf), other, sign))
+        return renamed(out, "CopysignBackward0", (getattr(input, "grad_fn", None),))
 
     def ldexp(input: Operand, other: Operand) -> VariableSurface:
-        return ops["mul"](input, ops["exp2"](other))
+        return renamed(ops["mul"](input, ops["exp2"](other)), "LdexpBackward0", (getattr(input, "grad_fn", None),))
 
     def float_power(input: Operand, exponent: Operand) -> VariableSurface:
         """input ** exponent in float64."""
@@ -132,10 +133,12 @@ def functions(ops, make) -> dict:
 
     def fmax(input: Operand, other: Operand) -> VariableSurface:
         """The elementwise maximum, a NaN ignored where the other is a number."""
-        return where(ops["bitwise_or"](ops["ge"](input, other), ops["isnan"](other)), input, other)
+        out = where(ops["bitwise_or"](ops["ge"](input, other), ops["isnan"](other)), input, other)
+        return renamed(out, "FmaxBackward0", (getattr(input, "grad_fn", None), getattr(other, "grad_fn", None)))
 
     def fmin(input: Operand, other: Operand) -> VariableSurface:
-        return where(ops["bitwise_or"](ops["le"](input, other), ops["isnan"](other)), input, other)
+        out = where(ops["bitwise_or"](ops["le"](input, other), ops["isnan"](other)), input, other)
+        return renamed(out, "FminBackward0", (getattr(input, "grad_fn", None), getattr(other, "grad_fn", None)))
 
     def gcd(input: VariableSurface, other: Operand) -> VariableSurface:
         """The greatest common divisor (integers; Euclid's, elementwise)."""

@@ -589,3 +589,26 @@ def test_func_grad_of_a_function_returning_a_number_is_refused_as_torch(oracle):
         "RuntimeError",
         "grad_and_value(f)(*args): Expected f(*args) to return a Tensor, got <class 'float'>",
     )
+
+
+# --- HIPS autograd's test_systematic: binary ops over broadcast shapes, values, gradients and node names --------
+
+BINARY = {
+    "copysign": lambda t, a, b: t.copysign(a, b),
+    "lerp": lambda t, a, b: t.lerp(a, b, 0.3),
+    "lerp_tensor": lambda t, a, b: t.lerp(a, b, b.sigmoid()),
+    "fmax": lambda t, a, b: t.fmax(a, b),
+    "fmin": lambda t, a, b: t.fmin(a, b),
+    "xlogy": lambda t, a, b: t.xlogy(a, b.abs()),
+    "ldexp": lambda t, a, b: t.ldexp(a, b),
+    "atan2": lambda t, a, b: t.atan2(a, b),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize(("sa", "sb"), [((), (3,)), ((2, 1), (1, 3)), ((4, 1, 3), (2, 3))])
+def test_binary_ops_over_broadcast_shapes_as_torch(name, sa, sb, oracle):
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal(sa) + 0.1, rng.standard_normal(sb) + 0.1
+    got, want = (_value_and_grads(t, BINARY[name], a, b) for t in _both(oracle))
+    _assert_same(got, want)
