@@ -259,7 +259,7 @@ def functions(ops, make) -> dict:
         """The sum with NaNs counted as zero (`dtype=`: the input cast to it first)."""
         input = input if dtype is None else cast(input, dtype=numpy.dtype(as_dtype(dtype)).name)
         counted = where(ops["isnan"](input), 0.0, input) if input.dtype.kind == "f" else input
-        return ops["sum"](counted, dim, keepdim)
+        return renamed(ops["sum"](counted, dim, keepdim), "NansumBackward0", (input.grad_fn,))
 
     def nanmean(
         input: VariableSurface, dim: int | Sequence[int] | None = None, keepdim: bool = False, *, dtype: Any = None

@@ -216,8 +216,10 @@ def functions(ops, make) -> dict:
     def aminmax(input: VariableSurface, *, dim: int | None = None, keepdim: bool = False) -> Any:
         if dim is None:
             low, high = ops["amin"](input), ops["amax"](input)
-            return AMINMAX(*(ops["reshape"](v, (1,) * input.ndim) for v in (low, high)) if keepdim else (low, high))
-        return AMINMAX(ops["amin"](input, dim, keepdim), ops["amax"](input, dim, keepdim))
+            low, high = (ops["reshape"](v, (1,) * input.ndim) for v in (low, high)) if keepdim else (low, high)
+        else:
+            low, high = ops["amin"](input, dim, keepdim), ops["amax"](input, dim, keepdim)
+        return AMINMAX(*(renamed(v, "AminmaxBackward0", (input.grad_fn,)) for v in (low, high)))
 
     def msort(input: VariableSurface) -> VariableSurface:
         return ops["sort"](input, 0)[0]

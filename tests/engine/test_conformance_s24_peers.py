@@ -612,3 +612,17 @@ def test_binary_ops_over_broadcast_shapes_as_torch(name, sa, sb, oracle):
     a, b = rng.standard_normal(sa) + 0.1, rng.standard_normal(sb) + 0.1
     got, want = (_value_and_grads(t, BINARY[name], a, b) for t in _both(oracle))
     _assert_same(got, want)
+
+
+def test_nansum_and_aminmax_name_their_nodes_as_torch(oracle):
+    def program(torch):
+        x = torch.tensor([[1.0, float("nan"), 3.0], [4.0, -5.0, 6.0]], dtype=torch.float64, requires_grad=True)
+        low, high = torch.aminmax(x.nan_to_num(), dim=1)
+        whole = torch.aminmax(x.nan_to_num())
+        total = x.nansum() + x.nansum(1).sum() + low.sum() + 2 * high.sum() + whole.max
+        total.backward()
+        names = [v.grad_fn.name() for v in (x.nansum(), x.nansum(0, keepdim=True), low, high, whole.min)]
+        return names, x.grad.tolist()
+
+    got = _same_outcome(program, oracle)
+    assert got[1][0][0] == "NansumBackward0" and got[1][0][2] == "AminmaxBackward0"
