@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy
 
+from engine import views
 from engine.grad_mode import INFERENCE_MADE, is_grad_enabled, no_grad
 from engine.node import FLOATS, FORWARD, SAVING, Meta, Node, check_saved, edge_of, next_seq, refuse_saved_inference
 from engine.variable import Variable, as_array
@@ -373,11 +374,16 @@ def _outputs(cls, ctx, args, out):
     for k, v in enumerate(outs):
         if isinstance(v, Variable):
             result = Variable._result(v._data, None)
+            differentiable = node is not None and type(v._data.dtype) in FLOATS and not any(v is p for p in plain)
             if any(v is d for d in dirty):  # the input itself (recorded, or one without grad; else detached)
+                if differentiable and views.live(v):  # (a view, or a base with views: rebased as an in-place op's is)
+                    v._assign_recorded(Variable._result(v._data, node.output_node(k)))
+                    results.append(v)
+                    continue
                 v._version += 1
                 result = v if node is not None or not v._requires_grad else result
                 result._version = v._version
-            if node is not None and type(v._data.dtype) in FLOATS and not any(v is p for p in plain):
+            if differentiable:
                 result._node, result._requires_grad = node.output_node(k), True
             v = result
         results.append(v)

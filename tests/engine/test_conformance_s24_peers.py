@@ -626,3 +626,31 @@ def test_nansum_and_aminmax_name_their_nodes_as_torch(oracle):
 
     got = _same_outcome(program, oracle)
     assert got[1][0][0] == "NansumBackward0" and got[1][0][2] == "AminmaxBackward0"
+
+
+@pytest.mark.parametrize("which", ["view", "base"])
+def test_mark_dirty_of_a_view_or_its_base_rebases_the_other_as_torch(which, oracle):
+    """A Function that doubles a view of `base` in place (mark_dirty): `base`'s gradient went around it (its node
+    stayed MulBackward0); PyTorch rebases base onto the Function's node (CopySlices), and a base's views onto it."""
+
+    def program(torch):
+        class Double(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                x.mul_(2)
+                ctx.mark_dirty(x)
+                return x
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 5
+
+        x = torch.ones(3, requires_grad=True)
+        base = x * 1
+        view = base[1:]
+        out = Double.apply(view if which == "view" else base)
+        read = base if which == "view" else view
+        (read * torch.arange(1.0, read.numel() + 1).reshape(read.shape)).sum().backward()
+        return x.grad.tolist(), read.tolist(), base._version, view._version, out is (view if which == "view" else base)
+
+    _same_outcome(program, oracle)
