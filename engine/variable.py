@@ -213,9 +213,8 @@ class Variable(VariableSurface):
             self._data, self._node, self._requires_grad = result._data, result._node, True
             self._version += 1
         if kept is not None and kept.retains and kept() is self:  # (retain_grad moves to the new version, as PyTorch's)
-            from engine.autograd import watch_of  # (engine.autograd imports this module)
-
-            kept.retains, watch_of(self).retains = False, True
+            moved = self._node.retained = type(kept)(self)  # (a fresh Watch: the hooks stay with the old node)
+            kept.retains, moved.retains = False, True
 
     def _assign_values(self, key, value, setitem=None):
         members = views.live(self)
