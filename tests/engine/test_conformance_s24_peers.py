@@ -654,3 +654,17 @@ def test_mark_dirty_of_a_view_or_its_base_rebases_the_other_as_torch(which, orac
         return x.grad.tolist(), read.tolist(), base._version, view._version, out is (view if which == "view" else base)
 
     _same_outcome(program, oracle)
+
+
+def test_python_number_conversions_refuse_in_torchs_words(oracle):
+    calls = [
+        lambda t: int(t.ones(2)),
+        lambda t: float(t.ones(2, requires_grad=True)),
+        lambda t: [1, 2][t.ones(2, dtype=t.int64)],
+        lambda t: bool(t.ones(2)),
+        lambda t: len(t.tensor(1.0)),
+        lambda t: list(t.tensor(1.0)),
+        lambda t: (float(t.tensor([2.5])), int(t.tensor(3.7)), bool(t.tensor([0.0]))),
+    ]
+    kinds = [_same_outcome(call, oracle)[0] for call in calls]
+    assert kinds == ["ValueError", "ValueError", "TypeError", "RuntimeError", "TypeError", "TypeError", "returned"]
