@@ -430,7 +430,8 @@ def __repr__(self) -> str:
 
 
 def zero_(self: V) -> V:
-    return self.fill_(0)
+    before = self._node
+    return grad_fn_names.renamed(self.fill_(0), "ZeroBackward0", (before,)) if base_of(self) is None else self.fill_(0)
 
 
 SHARED = {
@@ -479,8 +480,13 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         # the rules of __setitem__ (PyTorch's fill_ of a number also writes an expanded view)
         if isinstance(value, variable):
             views.check_overlap(self)
-        assign(self, ..., value)
-        return self
+        before = self._node
+        assign(self, ..., value)  # (a number's node is PyTorch's FillBackward2; a view's stays its view's)
+        return (
+            self
+            if isinstance(value, variable) or base_of(self) is not None
+            else grad_fn_names.renamed(self, "FillBackward2", (before,))
+        )
 
     def assign(self, key, value):
         if INFERENCE_MADE:

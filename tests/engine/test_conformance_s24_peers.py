@@ -668,3 +668,19 @@ def test_python_number_conversions_refuse_in_torchs_words(oracle):
     ]
     kinds = [_same_outcome(call, oracle)[0] for call in calls]
     assert kinds == ["ValueError", "ValueError", "TypeError", "RuntimeError", "TypeError", "TypeError", "returned"]
+
+
+def test_zero_and_fill_in_place_name_their_nodes_as_torch(oracle):
+    def program(torch):
+        a = torch.ones(3, requires_grad=True)
+        b, c, d, e = a * 2, a * 3, a * 4, a * 5
+        b.zero_()
+        c.fill_(3.0)
+        d.fill_(torch.tensor(2.0, requires_grad=True))
+        view = e[:2]
+        view.zero_()
+        (b + c * a + d + e).sum().backward()
+        return [v.grad_fn.name() for v in (b, c, d, e)], a.grad.tolist()
+
+    got = _same_outcome(program, oracle)
+    assert got[1][0][:2] == ["ZeroBackward0", "FillBackward2"]
