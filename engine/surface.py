@@ -430,8 +430,10 @@ def __repr__(self) -> str:
 
 
 def zero_(self: V) -> V:
-    before = self._node
-    return grad_fn_names.renamed(self.fill_(0), "ZeroBackward0", (before,)) if base_of(self) is None else self.fill_(0)
+    if base_of(self) is not None:  # (a view's node stays its view's)
+        return self.fill_(0)
+    before = self.grad_fn
+    return grad_fn_names.renamed(self.fill_(0), "ZeroBackward0", (before,))
 
 
 SHARED = {
@@ -480,13 +482,10 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         # the rules of __setitem__ (PyTorch's fill_ of a number also writes an expanded view)
         if isinstance(value, variable):
             views.check_overlap(self)
-        before = self._node
-        assign(self, ..., value)  # (a number's node is PyTorch's FillBackward2; a view's stays its view's)
-        return (
-            self
-            if isinstance(value, variable) or base_of(self) is not None
-            else grad_fn_names.renamed(self, "FillBackward2", (before,))
-        )
+        plain = not isinstance(value, variable) and base_of(self) is None  # (a view's node stays its view's)
+        before = self.grad_fn if plain else None
+        assign(self, ..., value)
+        return grad_fn_names.renamed(self, "FillBackward2", (before,)) if plain else self  # (PyTorch's, for a number)
 
     def assign(self, key, value):
         if INFERENCE_MADE:
