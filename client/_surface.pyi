@@ -449,7 +449,9 @@ accelerator: SimpleNamespace
 def acos(input: Operand) -> Variable:
     """arccosine (NaN outside [-1, 1])"""
 
-def acosh(input: VariableSurface) -> Variable: ...
+def acosh(input: Operand) -> Variable:
+    """inverse hyperbolic cosine (NaN below 1)"""
+
 def adaptive_avg_pool2d(input: Operand, output_size: builtins.int | Sequence[builtins.int]) -> Variable:
     """2-d average pooling to a given output size (PyTorch's adaptive windows)"""
 
@@ -536,18 +538,24 @@ def arange(
 def arccos(input: Operand) -> Variable:
     """arccosine (NaN outside [-1, 1])"""
 
-def arccosh(input: VariableSurface) -> Variable: ...
+def arccosh(input: Operand) -> Variable:
+    """inverse hyperbolic cosine (NaN below 1)"""
+
 def arcsin(input: Operand) -> Variable:
     """arcsine (NaN outside [-1, 1])"""
 
-def arcsinh(input: VariableSurface) -> Variable: ...
+def arcsinh(input: Operand) -> Variable:
+    """inverse hyperbolic sine"""
+
 def arctan(input: Operand) -> Variable:
     """arctangent"""
 
 def arctan2(input: Operand, other: Operand) -> Variable:
     """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
 
-def arctanh(input: VariableSurface) -> Variable: ...
+def arctanh(input: Operand) -> Variable:
+    """inverse hyperbolic tangent"""
+
 def argmax(input: Operand, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Variable:
     """index of the maximum (no gradient)"""
 
@@ -579,14 +587,18 @@ def as_tensor(
 def asin(input: Operand) -> Variable:
     """arcsine (NaN outside [-1, 1])"""
 
-def asinh(input: VariableSurface) -> Variable: ...
+def asinh(input: Operand) -> Variable:
+    """inverse hyperbolic sine"""
+
 def atan(input: Operand) -> Variable:
     """arctangent"""
 
 def atan2(input: Operand, other: Operand) -> Variable:
     """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
 
-def atanh(input: VariableSurface) -> Variable: ...
+def atanh(input: Operand) -> Variable:
+    """inverse hyperbolic tangent"""
+
 def atleast_1d(*tensors: Any) -> Any:
     """Each Variable with at least 1 dimensions (ones added); one Variable, or a tuple of them."""
 

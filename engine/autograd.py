@@ -95,16 +95,16 @@ def grad_arguments(outputs, inputs, grad_outputs, variable=Variable):
     """(outputs, inputs, gradients by `check_roots`) of a `grad()` call, checked."""
     outputs = as_list(outputs, variable)
     inputs = as_list(as_inputs(inputs), variable)  # (GradientEdges as the Variables they stand for)
-    for v in inputs:
-        if not isinstance(v, variable) or not v.requires_grad:
-            raise RuntimeError("One of the differentiated Tensors does not require grad")  # (PyTorch's)
-    for i, out in enumerate(outputs):
+    for i, out in enumerate(outputs):  # (the outputs first, as PyTorch)
         if not isinstance(out, variable):
             raise TypeError(
                 f"element {i} of the outputs is a {type(out).__name__}, not a {variable.__module__} Variable"
             )
         if not out.requires_grad:
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+    for v in inputs:
+        if not isinstance(v, variable) or not v.requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")  # (PyTorch's)
     if grad_outputs is not None:
         grad_outputs = (
             [grad_outputs]
@@ -153,6 +153,8 @@ def _hooked(watch, g, wrap=None):
     for hook in list(watch.hooks.values()):
         out = hook(g)
         if out is not None:
+            if not hasattr(out, "shape"):
+                raise TypeError(f"expected Variable, but hook returned '{type(out).__name__}'")  # (PyTorch's)
             if tuple(out.shape) != tuple(g.shape):
                 raise RuntimeError(f"hook '{getattr(hook, '__name__', hook)}' has changed the size of value")
             if out.dtype != g.dtype:
@@ -478,12 +480,20 @@ def _hooked_leaves(hooked, capture, into_grad):
         if capture is None:
             into_grad(var, g)
             for hook in list(watch.post.values()):
-                hook(var)
+                _post_hooked(hook(var))
     if capture is not None:
         for key, g in capture.items():
             watch = LEAF_WATCH.get(key)
             if g is not None and watch is not None:
                 capture[key] = _hooked(watch, g)
+
+
+def _post_hooked(result) -> None:
+    """PyTorch's refusal of a post-accumulate-grad hook that returned something."""
+    if isinstance(result, Variable):
+        raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+    if result is not None:
+        raise TypeError(f"expected Variable, but hook returned '{type(result).__name__}'")
 
 
 def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None, every_leaf=False):
@@ -587,14 +597,14 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
 
 def backward(
     outputs: Variable | Sequence[Variable],
-    grad_outputs: Operand | Sequence[Operand | None] | None = None,
+    grad_tensors: Operand | Sequence[Operand | None] | None = None,  # (PyTorch's name)
     retain_graph: bool | None = None,
     create_graph: bool = False,
     inputs: Variable | Sequence[Variable] | None = None,
 ) -> None:
     """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad (of `inputs` only,
     leaves or not, when given)."""
-    outputs, roots = backward_arguments(outputs, grad_outputs)
+    outputs, roots = backward_arguments(outputs, grad_tensors)
     inputs, seeds = backward_inputs(inputs), _root_gradients(outputs, roots)
     captured = run_backward(
         outputs, seeds, create_graph if retain_graph is None else retain_graph, create_graph, inputs
@@ -631,6 +641,8 @@ def grad(
         ]
         return stacked_rows(results, F.stack, zeros, inputs, allow_unused, materialize_grads)  # type: ignore[no-any-return]
     outputs, inputs, roots = grad_arguments(outputs, inputs, grad_outputs)
+    if not inputs:
+        raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")  # (PyTorch's)
     result = _gradients(outputs, inputs, roots, retain_graph, create_graph)
     return check_unused(tuple(result), allow_unused, (lambda i: zeros(inputs[i])) if materialize_grads else None)
 

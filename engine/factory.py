@@ -131,7 +131,7 @@ class Constructors:
             data = data.copy()
         elif isinstance(data, self.variable):
             warn(COPY_CONSTRUCT)
-        return self.as_tensor(data, dtype, device, requires_grad)
+        return self._from(data, dtype, device, requires_grad)
 
     def as_tensor(
         self,
@@ -141,6 +141,11 @@ class Constructors:
         requires_grad: bool = False,
     ) -> VariableSurface:
         """`data` itself when it is an array of the right dtype (sharing its memory), else a copy."""
+        if isinstance(data, self.variable):  # (the tensor itself, its graph kept, as PyTorch's; `to` another dtype)
+            return data if dtype is None and device is None else data.to(device=device, dtype=dtype)
+        return self._from(data, dtype, device, requires_grad)
+
+    def _from(self, data, dtype, device, requires_grad):
         self.placement.check(device)
         if dtype is None and default_dtype() != numpy.float32 and _python_floats(data):
             dtype = default_dtype()  # `tensor([1.0])` takes the default dtype (set_default_dtype), as in PyTorch

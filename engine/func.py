@@ -175,7 +175,9 @@ class Transforms:
                 xs[i] = tree_rebuild(args[i], leaves)
             with self.ns.enable_grad():
                 out, aux = _split(func(*xs, **kwargs), has_aux, "grad_and_value")
-            if not isinstance(out, self.ns.Variable) or out.numel() != 1:
+            if not isinstance(out, self.ns.Variable):
+                raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a Tensor, got {type(out)}")
+            if out.numel() != 1:
                 raise RuntimeError(
                     "grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got tensor with "
                     f"{len(getattr(out, 'shape', ()))} dims. Maybe you wanted to use the vjp or jacrev APIs instead?"

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy
 
+from engine import views
 from engine.grad_mode import INFERENCE_MADE, is_grad_enabled, no_grad
 from engine.node import FLOATS, FORWARD, SAVING, Meta, Node, check_saved, edge_of, next_seq, refuse_saved_inference
 from engine.variable import Variable, as_array
@@ -129,6 +130,8 @@ class FunctionNode(Node):
         out = []
         for index, (g, need, meta) in enumerate(zip(result, needs, self.metas)):
             if g is not None and not isinstance(g, Variable):
+                if not hasattr(g, "shape"):  # (an array is taken: the engine's own Functions return some)
+                    raise RuntimeError(f"expected Variable or None (got {type(g).__name__})")  # (PyTorch's)
                 g = Variable._result(as_array(g), None)
             if g is not None and need is not None:
                 _check_gradient_shape(type(self).__name__, index, g.shape, meta.shape)
@@ -147,9 +150,9 @@ class FunctionNode(Node):
         return found
 
     def free(self):
-        freed = FunctionCtx()
-        freed._freed = True
-        self.ctx = freed
+        """Drop what forward saved; the ctx (and its other attributes) stays, its `saved_tensors` refuses."""
+        ctx = self.ctx
+        ctx._freed, ctx.to_save, ctx._forward_result = True, (), None
 
 
 class FunctionOutputs(FunctionNode):
@@ -296,7 +299,7 @@ class FunctionBase:
         """backward()'s gradients as a tuple of at least `count` (one per forward input)."""
         if not isinstance(result, tuple):
             result = (result,)
-        if len(result) < count:
+        if len(result) < count or any(g is not None for g in result[count:]):
             raise RuntimeError(
                 f"function {cls.__name__}Backward returned an incorrect number of gradients (expected {count}, got {len(result)})"
             )
@@ -336,6 +339,11 @@ class Function(FunctionBase):
 
 
 def _refuse_saved_inference(ctx):
+    for i, v in enumerate(ctx.to_save):  # (PyTorch checks what forward saved once it records the node)
+        if v is not None and not isinstance(v, Variable):
+            raise TypeError(
+                f"save_for_backward can only save variables, but argument {i} is of type {type(v).__name__}"
+            )
     if INFERENCE_MADE:  # (PyTorch's refusal, as an op's: `engine.node.refuse_saved_inference`)
         refuse_saved_inference([v if isinstance(v, Variable) else None for v in ctx.to_save], True)
 
@@ -366,11 +374,16 @@ def _outputs(cls, ctx, args, out):
     for k, v in enumerate(outs):
         if isinstance(v, Variable):
             result = Variable._result(v._data, None)
+            differentiable = node is not None and type(v._data.dtype) in FLOATS and not any(v is p for p in plain)
             if any(v is d for d in dirty):  # the input itself (recorded, or one without grad; else detached)
+                if differentiable and views.live(v):  # (a view, or a base with views: rebased as an in-place op's is)
+                    v._assign_recorded(Variable._result(v._data, node.output_node(k)))
+                    results.append(v)
+                    continue
                 v._version += 1
                 result = v if node is not None or not v._requires_grad else result
                 result._version = v._version
-            if node is not None and type(v._data.dtype) in FLOATS and not any(v is p for p in plain):
+            if differentiable:
                 result._node, result._requires_grad = node.output_node(k), True
             v = result
         results.append(v)

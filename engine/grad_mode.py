@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 from collections.abc import Callable
 from contextlib import ContextDecorator
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, cast, overload
 
 F = TypeVar("F", bound=Callable[..., Any])
 # one entry per inference mode entered (any thread): hot paths read the thread's flag only then
@@ -41,6 +43,31 @@ class _Setting(ContextDecorator):
 
     def _recreate_cm(self) -> _Setting:
         return _Setting(self.state, self.enabled)  # a decorated function may run in several threads at once
+
+    def __call__(self, function: F) -> F:
+        """A decorator; of a generator function, each of its steps runs in the mode (as PyTorch's), not the caller's
+        code between them."""
+        if not inspect.isgeneratorfunction(function):
+            return super().__call__(function)
+
+        @functools.wraps(function)
+        def steps(*args: Any, **kwargs: Any) -> Any:
+            generator, method, value = function(*args, **kwargs), "send", None
+            while True:
+                with self._recreate_cm():
+                    try:
+                        out = getattr(generator, method)(value)
+                    except StopIteration as stop:
+                        return stop.value
+                try:
+                    method, value = "send", (yield out)
+                except GeneratorExit:
+                    generator.close()
+                    raise
+                except BaseException as error:  # noqa: BLE001  (thrown into the generator, as PyTorch)
+                    method, value = "throw", error
+
+        return cast(F, steps)
 
     def __enter__(self) -> None:
         self.previous = self.state.enabled

@@ -18,7 +18,6 @@ import numpy
 
 from engine import linalg_decompositions
 from engine.shapes import LinAlgError
-from engine.surface_types import MaxMin
 
 if TYPE_CHECKING:
     from engine.surface_types import VariableSurface
@@ -26,6 +25,12 @@ if TYPE_CHECKING:
 
 class Slogdet(namedtuple("Slogdet", "sign logabsdet")):
     """torch.return_types.slogdet: (sign, logabsdet)."""
+
+
+# torch.return_types of the `_ex` functions: the result and `info` (0: the engine raises where PyTorch's is not)
+INV_EX = namedtuple("linalg_inv_ex", "inverse info")  # type: ignore[name-match]
+CHOLESKY_EX = namedtuple("linalg_cholesky_ex", "L info")  # type: ignore[name-match]
+SOLVE_EX = namedtuple("linalg_solve_ex", "result info")  # type: ignore[name-match]
 
 
 def _missing(name):
@@ -208,8 +213,8 @@ def bind(ns) -> dict:
         ones = ns.ones_like(x).unsqueeze(-1)
         return ns.cat([ones, x.unsqueeze(-1).expand(*x.shape, N - 1)], -1).cumprod(-1)
 
-    def inv_ex(A, *, check_errors=False):
-        return MaxMin(ns.inv(A), A.new_zeros(A.shape[:-2]).int())
+    def _ex(kind, result, A):
+        return kind(result, A.new_zeros(A.shape[:-2]).int())
 
     names: dict[str, Any] = {
         **decompositions,
@@ -217,7 +222,9 @@ def bind(ns) -> dict:
         "vector_norm": vector_norm,
         "matrix_norm": matrix_norm,
         "inv": ns.inv,
-        "inv_ex": inv_ex,
+        "inv_ex": lambda A, *, check_errors=False: _ex(INV_EX, ns.inv(A), A),
+        "cholesky_ex": lambda A, *, upper=False, check_errors=False: _ex(CHOLESKY_EX, cholesky(A, upper=upper), A),
+        "solve_ex": lambda A, B, *, left=True, check_errors=False: _ex(SOLVE_EX, solve(A, B, left=left), A),
         "det": ns.det,
         "slogdet": ns.slogdet,
         "solve": solve,

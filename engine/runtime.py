@@ -19,6 +19,12 @@ from engine.dtypes import of as dtype_of
 from engine.factory import as_dtype
 from engine.printing import set_printoptions
 from engine.surface_types import Size
+from engine.user_warnings import warn
+
+ASARRAY_GRAD = (
+    "torch.asarray: unspecified requires_grad now defaults to obj.requires_grad instead of False. Pass "
+    "requires_grad=False explicitly to get the old behavior and silence this warning."
+)
 
 # PyTorch's default (rtol, atol) of assert_close by dtype
 TOLERANCES = {"float16": (1e-3, 1e-5), "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7)}
@@ -91,10 +97,17 @@ def bind(ns) -> dict:
     def can_cast(from_, to) -> bool:
         return promotion.can_cast(as_dtype(from_), as_dtype(to))
 
-    def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
+    def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=None):
+        """A tensor of `obj` (`obj` itself, its graph kept, when it is one of the dtype and device, as PyTorch's
+        `as_tensor`); unspecified, `requires_grad` is obj's (PyTorch 2.13 warns where that is True)."""
         if copy:
-            return ns.tensor(obj, dtype=dtype, device=device, requires_grad=requires_grad)
-        return ns.as_tensor(obj, dtype=dtype, device=device).requires_grad_(requires_grad)
+            return ns.tensor(obj, dtype=dtype, device=device, requires_grad=bool(requires_grad))
+        out = ns.as_tensor(obj, dtype=dtype, device=device)
+        if requires_grad is None and out.requires_grad:
+            warn(ASARRAY_GRAD)
+        if out.requires_grad:
+            return out.detach() if requires_grad is False else out
+        return out.requires_grad_(bool(requires_grad))
 
     def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, check_dtype=True, msg=None, **_):
         """`torch.testing.assert_close`: equal shapes (and dtypes), values within rtol/atol (PyTorch's defaults

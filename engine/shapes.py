@@ -361,14 +361,17 @@ def _matmul_mismatch(a, b, batch, k, rows) -> str:
 def cat(shapes, dtypes, attrs):
     first = shapes[0]
     if not first:
-        raise ShapeError("cat cannot join 0-d inputs")
+        raise ShapeError("zero-dimensional tensor (at position 0) cannot be concatenated")  # (PyTorch's words)
     d = normalize_dims(attrs["dim"], len(first))[0]
-    for n, s in enumerate(shapes[1:], 1):
+    for k, s in enumerate(shapes[1:], 1):
         if len(s) != len(first):
             raise ShapeError(f"Tensors must have same number of dimensions: got {len(first)} and {len(s)}")
-        for x, y in [(x, y) for i, (x, y) in enumerate(zip(first, s)) if i != d and x != y][:1]:
-            why = f"Sizes of tensors must match except in dimension {d}. Expected size {x} but got size {y} for tensor number {n} in the list."
-            raise ShapeError(why)
+        for i, (x, y) in enumerate(zip(s, first)):
+            if i != d and x != y:
+                raise ShapeError(
+                    f"Sizes of tensors must match except in dimension {d}. Expected size {y} but got size {x} for "
+                    f"tensor number {k} in the list."
+                )
     out = list(first)
     out[d] = sum(s[d] for s in shapes)
     return tuple(out), promotion.result_type(shapes, dtypes)
@@ -376,10 +379,11 @@ def cat(shapes, dtypes, attrs):
 
 def stack(shapes, dtypes, attrs):
     first = shapes[0]
-    for n, s in [(n, s) for n, s in enumerate(shapes) if tuple(s) != tuple(first)][:1]:
-        raise ShapeError(
-            f"stack expects each tensor to be equal size, but got {list(first)} at entry 0 and {list(s)} at entry {n}"
-        )
+    for k, s in enumerate(shapes):
+        if tuple(s) != tuple(first):
+            raise ShapeError(
+                f"stack expects each tensor to be equal size, but got {list(first)} at entry 0 and {list(s)} at entry {k}"
+            )
     d = normalize_dims(attrs["dim"], len(first) + 1)[0]
     out = list(first)
     out.insert(d, len(shapes))

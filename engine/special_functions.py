@@ -28,7 +28,7 @@ def bind(ns) -> SimpleNamespace:
         finite the product is kept, so d/dinput is log(other) at input == 0 too, as PyTorch's."""
         other = other if ns.is_tensor(other) else ns.tensor(other, dtype=input.dtype)
         logged = log(other)
-        return ns.where((input == 0) & ~other.isnan() & ~logged.isfinite(), 0.0, input * logged)
+        return input * ns.where((input == 0) & ~other.isnan() & ~logged.isfinite(), 0.0, logged)
 
     def xlogy(input, other):
         return _x_times(input, other, lambda v: v.log())

@@ -154,19 +154,30 @@ class Side:
         return lambda self, other: function(self, other)
 
 
-def extreme(name, reduce, arg, pairwise):
-    """PyTorch's `max` (or `min`) from its reduction, arg-reduction and elementwise ops."""
+DIM_ARG = "Specify the reduction dim with the 'dim' argument."
+
+
+def extreme(name, reduce, arg, pairwise, gather):
+    """PyTorch's `max` (or `min`) from its reduction, arg-reduction, elementwise and gather ops."""
 
     def fn(x, dim=None, keepdim=False, **aliases):
         if aliases:
             dim, keepdim = numpy_keywords(name, dim, keepdim, aliases)
         if dim is not None and not isinstance(dim, int):
             return pairwise(x, dim)
+        if not math.prod(x.shape):  # (PyTorch's refusals, before the reduction's)
+            if dim is None:
+                raise shapes.ShapeMismatch(
+                    f"{name}(): Expected reduction dim to be specified for input.numel() == 0. {DIM_ARG}"
+                )
+            if not x.shape[dim]:
+                raise IndexError(f"{name}(): Expected reduction dim {dim % x.ndim} to have non-zero size.")
         if dim is None:  # PyTorch's node names: max() is MaxBackward1, max(dim)'s values MaxBackward0
             return grad_fn_names.renamed(reduce(x), all_of, (x.grad_fn,))
-        return MaxMin(
-            grad_fn_names.renamed(reduce(x, dim, keepdim=keepdim), by_dim, (x.grad_fn,)), arg(x, dim, keepdim=keepdim)
-        )
+        index = arg(x, dim, keepdim=True)  # (the values gathered at it: all of a tie's gradient goes there, as PyTorch)
+        values, index = gather(x, index, dim=dim), index if keepdim or not x.ndim else index.squeeze(dim)
+        values = values if keepdim or not x.ndim else values.squeeze(dim)
+        return MaxMin(grad_fn_names.renamed(values, by_dim, (x.grad_fn,)), index)
 
     all_of, by_dim = f"{name.capitalize()}Backward1", f"{name.capitalize()}Backward0"
 
@@ -197,8 +208,8 @@ GRAD_MODES: dict = {}  # each side's Variable class -> its grad mode (`install`;
 
 
 def _set_requires_grad(self, flag):
-    if self._node is not None:
-        raise RuntimeError(NON_LEAF_FLAG)
+    if self._node is not None:  # (PyTorch's setter refuses True too, in fewer words; `requires_grad_(True)` doesn't)
+        raise RuntimeError(NON_LEAF_FLAG[: NON_LEAF_FLAG.index(" If")] if flag else NON_LEAF_FLAG)
     if flag and self.dtype.kind != "f":
         raise RuntimeError(
             "Only Tensors of floating point and complex dtype can require gradients"
@@ -222,7 +233,8 @@ def _views_first(key) -> bool:
 def requires_grad_(self: V, requires_grad: bool = True) -> V:
     if requires_grad and self.dtype.kind != "f":  # (PyTorch's words here differ from the setter's)
         raise RuntimeError("only Tensors of floating point dtype can require gradients")
-    self.requires_grad = requires_grad
+    if self.is_leaf or not requires_grad:  # (a non-leaf requires grad already: True is no change, as PyTorch)
+        self.requires_grad = requires_grad
     return self
 
 
@@ -231,7 +243,7 @@ def retain_grad(self) -> None:
     node = self._node
     if node is None:
         if not self.requires_grad:
-            raise RuntimeError("can't retain_grad on Variable that has requires_grad=False")
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         return
     watch_of(self).retains = True
 
@@ -330,6 +342,14 @@ def _set_grad(self, value: Any) -> None:
             f"attempting to assign a gradient of size '{list(value.shape)}' to a tensor of size '{list(self.shape)}'. "
             "Please ensure that the gradient and the tensor are the same size"
         )
+    if value is not None and value.dtype != self.dtype:
+        raise RuntimeError(
+            f"attempting to assign a gradient with dtype '{promotion.C_NAMES.get(value.dtype.name, value.dtype.name)}' to a tensor with grad_dtype "
+            f"'{dtypes.scalar_name(self.dtype)}'. The gradient must match the tensor's grad_dtype (defaults to the "
+            "tensor's dtype). You can set the tensor's grad_dtype attribute with a specific dtype, or None to allow "
+            "any dtype. Set grad_dtype with caution. Diverging the dtypes of a tensor and its gradient may break "
+            "downstream systems that assume they match."
+        )
     self._grad = value
 
 
@@ -347,13 +367,13 @@ def numel(self) -> int:
 
 def __len__(self) -> int:
     if self.ndim == 0:
-        raise TypeError("len() of a 0-d Variable")
+        raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
 
 
 def __iter__(self: V) -> Iterator[V]:
     if self.ndim == 0:
-        raise TypeError("iteration over a 0-d Variable")
+        raise TypeError("iteration over a 0-d tensor")
     return (self[i] for i in range(self.shape[0]))
 
 
@@ -377,17 +397,23 @@ def __array__(self, dtype: Any = None, copy: bool | None = None) -> NDArray:
 
 def __bool__(self) -> bool:
     if self.numel() != 1:
-        raise RuntimeError("Boolean value of a Variable with more than one value is ambiguous")
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
     return builtins.bool(self._array().item())
 
 
+def _python_number(self) -> Any:
+    if self.numel() != 1:  # (PyTorch's words for int(), float(), complex(); item()'s are its RuntimeError's)
+        raise ValueError("only one element tensors can be converted to Python scalars")
+    return self.item()
+
+
 def __int__(self) -> int:
-    return builtins.int(self.item())
+    return builtins.int(_python_number(self))
 
 
 def __index__(self) -> int:
     if self.dtype.kind not in "iub" or self.numel() != 1:
-        raise TypeError("only integer Variables of a single element can be converted to an index")
+        raise TypeError("only integer tensors of a single element can be converted to an index")
     return builtins.int(self._array().item())
 
 
@@ -407,7 +433,10 @@ def __repr__(self) -> str:
 
 
 def zero_(self: V) -> V:
-    return self.fill_(0)
+    if base_of(self) is not None:  # (a view's node stays its view's)
+        return self.fill_(0)
+    before = self.grad_fn
+    return grad_fn_names.renamed(self.fill_(0), "ZeroBackward0", (before,))
 
 
 SHARED = {
@@ -456,8 +485,10 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         # the rules of __setitem__ (PyTorch's fill_ of a number also writes an expanded view)
         if isinstance(value, variable):
             views.check_overlap(self)
+        plain = not isinstance(value, variable) and base_of(self) is None  # (a view's node stays its view's)
+        before = self.grad_fn if plain else None
         assign(self, ..., value)
-        return self
+        return grad_fn_names.renamed(self, "FillBackward2", (before,)) if plain else self  # (PyTorch's, for a number)
 
     def assign(self, key, value):
         if INFERENCE_MADE:
@@ -494,10 +525,11 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         if self.requires_grad and is_enabled() and not SCALAR_WARNED:  # (`complex()` too; once a process, as PyTorch)
             SCALAR_WARNED.append(True)
             warn(SCALAR_OF_GRAD)
-        return builtins.float(self.item())
+        return builtins.float(_python_number(self))
 
-    maximum = extreme("max", functions["amax"], functions["argmax"], functions["maximum"])
-    minimum = extreme("min", functions["amin"], functions["argmin"], functions["minimum"])
+    gather = functions["gather"]
+    maximum = extreme("max", functions["amax"], functions["argmax"], functions["maximum"], gather)
+    minimum = extreme("min", functions["amin"], functions["argmin"], functions["minimum"], gather)
     return {
         "__setitem__": __setitem__,
         "fill_": fill_,

@@ -14,6 +14,7 @@ from typing import Any
 METHOD_OPS: dict[str, str] = {
     "abs": "abs",
     "acos": "acos",
+    "acosh": "acosh",
     "amax": "amax",
     "amin": "amin",
     "argmax": "argmax",
@@ -21,8 +22,10 @@ METHOD_OPS: dict[str, str] = {
     "argsort": "argsort",
     "as_strided": "as_strided",
     "asin": "asin",
+    "asinh": "asinh",
     "atan": "atan",
     "atan2": "atan2",
+    "atanh": "atanh",
     "bitwise_and": "bitwise_and",
     "bitwise_left_shift": "bitwise_left_shift",
     "bitwise_not": "bitwise_not",
@@ -109,6 +112,12 @@ class SurfaceMethods:
         arccosine (NaN outside [-1, 1])"""
         return self._ops.acos(self, *args, **kwargs)
 
+    def acosh(self, *args: Any, **kwargs: Any) -> Any:
+        """acosh(self) -> Self
+
+        inverse hyperbolic cosine (NaN below 1)"""
+        return self._ops.acosh(self, *args, **kwargs)
+
     def amax(self, *args: Any, **kwargs: Any) -> Any:
         """amax(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Self
 
@@ -152,6 +161,12 @@ class SurfaceMethods:
         arcsine (NaN outside [-1, 1])"""
         return self._ops.asin(self, *args, **kwargs)
 
+    def asinh(self, *args: Any, **kwargs: Any) -> Any:
+        """asinh(self) -> Self
+
+        inverse hyperbolic sine"""
+        return self._ops.asinh(self, *args, **kwargs)
+
     def atan(self, *args: Any, **kwargs: Any) -> Any:
         """atan(self) -> Self
 
@@ -163,6 +178,12 @@ class SurfaceMethods:
 
         the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
         return self._ops.atan2(self, *args, **kwargs)
+
+    def atanh(self, *args: Any, **kwargs: Any) -> Any:
+        """atanh(self) -> Self
+
+        inverse hyperbolic tangent"""
+        return self._ops.atanh(self, *args, **kwargs)
 
     def bitwise_and(self, *args: Any, **kwargs: Any) -> Any:
         """bitwise_and(self, other: Operand) -> Self

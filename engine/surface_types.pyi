@@ -142,9 +142,10 @@ class VariableSurface:
         """arccosine (NaN outside [-1, 1])"""
     def acos_(self) -> Self:
         """arccosine (NaN outside [-1, 1])"""
-    def acosh(self) -> Self: ...
+    def acosh(self) -> Self:
+        """inverse hyperbolic cosine (NaN below 1)"""
     def acosh_(self) -> Self:
-        """In place: this Variable becomes `acosh(self, ...)` (PyTorch's rules; see engine.inplace)."""
+        """inverse hyperbolic cosine (NaN below 1)"""
     def add(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """x + y (broadcasting); `alpha=` scales `other` first (PyTorch's `add(input, other, alpha=a)`)"""
     def add_(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
@@ -215,16 +216,18 @@ class VariableSurface:
         """arccosine (NaN outside [-1, 1])"""
     def arccos_(self) -> Self:
         """arccosine (NaN outside [-1, 1])"""
-    def arccosh(self) -> Self: ...
+    def arccosh(self) -> Self:
+        """inverse hyperbolic cosine (NaN below 1)"""
     def arccosh_(self) -> Self:
-        """In place: this Variable becomes `acosh(self, ...)` (PyTorch's rules; see engine.inplace)."""
+        """inverse hyperbolic cosine (NaN below 1)"""
     def arcsin(self) -> Self:
         """arcsine (NaN outside [-1, 1])"""
     def arcsin_(self) -> Self:
         """arcsine (NaN outside [-1, 1])"""
-    def arcsinh(self) -> Self: ...
+    def arcsinh(self) -> Self:
+        """inverse hyperbolic sine"""
     def arcsinh_(self) -> Self:
-        """In place: this Variable becomes `asinh(self, ...)` (PyTorch's rules; see engine.inplace)."""
+        """inverse hyperbolic sine"""
     def arctan(self) -> Self:
         """arctangent"""
     def arctan2(self, other: Operand) -> Self:
@@ -233,9 +236,10 @@ class VariableSurface:
         """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
     def arctan_(self) -> Self:
         """arctangent"""
-    def arctanh(self) -> Self: ...
+    def arctanh(self) -> Self:
+        """inverse hyperbolic tangent"""
     def arctanh_(self) -> Self:
-        """In place: this Variable becomes `atanh(self, ...)` (PyTorch's rules; see engine.inplace)."""
+        """inverse hyperbolic tangent"""
     def argmax(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Self:
         """index of the maximum (no gradient)"""
     def argmin(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Self:
@@ -255,9 +259,10 @@ class VariableSurface:
         """arcsine (NaN outside [-1, 1])"""
     def asin_(self) -> Self:
         """arcsine (NaN outside [-1, 1])"""
-    def asinh(self) -> Self: ...
+    def asinh(self) -> Self:
+        """inverse hyperbolic sine"""
     def asinh_(self) -> Self:
-        """In place: this Variable becomes `asinh(self, ...)` (PyTorch's rules; see engine.inplace)."""
+        """inverse hyperbolic sine"""
     def atan(self) -> Self:
         """arctangent"""
     def atan2(self, other: Operand) -> Self:
@@ -266,9 +271,10 @@ class VariableSurface:
         """the angle of the point (x, y): arctan(y / x) in the right quadrant (broadcasting)"""
     def atan_(self) -> Self:
         """arctangent"""
-    def atanh(self) -> Self: ...
+    def atanh(self) -> Self:
+        """inverse hyperbolic tangent"""
     def atanh_(self) -> Self:
-        """In place: this Variable becomes `atanh(self, ...)` (PyTorch's rules; see engine.inplace)."""
+        """inverse hyperbolic tangent"""
     def backward(
         self,
         gradient: Operand | None = None,

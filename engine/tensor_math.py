@@ -1,4 +1,4 @@
-"""PyTorch's math functions that compose of the registry's ops: elementwise (`asinh`, `acosh`, `atanh`, `frac`, `deg2rad`, `rad2deg`,
+"""PyTorch's math functions that compose of the registry's ops: elementwise (`frac`, `deg2rad`, `rad2deg`,
 `hypot`, `logaddexp`, `logaddexp2`, `xlogy`, `lerp`, `polygamma(n, x)`, the `arc*` spellings), products and distances
 (`addmm`, `addmv`, `addr`, `addbmm`, `baddbmm`,
 `tensordot`, `cdist`, `dist`), differences (`diff`, `trapezoid`, `cumulative_trapezoid`), `vander`, `combinations`, `logspace`, `block_diag`, `histc`, and reductions (`nansum`,
@@ -50,15 +50,6 @@ def functions(ops, make) -> dict:
         """The fractional part, x - trunc(x), with x's sign."""
         return ops["sub"](input, ops["trunc"](input))
 
-    def asinh(input: VariableSurface) -> VariableSurface:
-        return (input + (input * input + 1).sqrt()).log()
-
-    def acosh(input: VariableSurface) -> VariableSurface:
-        return (input + (input * input - 1).sqrt()).log()
-
-    def atanh(input: VariableSurface) -> VariableSurface:
-        return 0.5 * ((1 + input) / (1 - input)).log()
-
     def deg2rad(input: Operand) -> VariableSurface:
         return ops["mul"](input, math.pi / 180)
 
@@ -87,7 +78,8 @@ def functions(ops, make) -> dict:
             return where(ops["eq"](input, 0), 0.0, ops["mul"](input, -math.inf if other == 0 else math.nan))
         pole = ops["bitwise_and"](ops["eq"](input, 0), ops["le"](other, 0))
         with numpy.errstate(divide="ignore", invalid="ignore"):  # log(0) and 0 * -inf in the branch not taken
-            return where(pole, 0.0, ops["mul"](input, ops["log"](other)))
+            out = ops["mul"](input, where(pole, 0.0, ops["log"](other)))  # (d/dinput 0 there, as PyTorch's)
+        return renamed(out, "XlogyBackward0", (getattr(input, "grad_fn", None),))
 
     def lerp(input: Operand, end: Operand, weight: Operand) -> VariableSurface:
         """input + weight * (end - input)."""
@@ -96,7 +88,8 @@ def functions(ops, make) -> dict:
             dtype = getattr(other, "dtype", first)
             if (getattr(other, "ndim", 0) or name == "end") and dtype != first:
                 raise RuntimeError(f"expected dtype {c_name(first)} for `{name}` but got dtype {c_name(dtype)}")
-        return ops["add"](input, ops["mul"](weight, ops["sub"](end, input)))
+        out = ops["add"](input, ops["mul"](weight, ops["sub"](end, input)))
+        return renamed(out, f"LerpBackward{int(hasattr(weight, 'shape'))}", (getattr(input, "grad_fn", None),))
 
     def polygamma(n: int, input: Operand) -> VariableSurface:
         """The n-th derivative of digamma."""
@@ -266,7 +259,7 @@ def functions(ops, make) -> dict:
         """The sum with NaNs counted as zero (`dtype=`: the input cast to it first)."""
         input = input if dtype is None else cast(input, dtype=numpy.dtype(as_dtype(dtype)).name)
         counted = where(ops["isnan"](input), 0.0, input) if input.dtype.kind == "f" else input
-        return ops["sum"](counted, dim, keepdim)
+        return renamed(ops["sum"](counted, dim, keepdim), "NansumBackward0", (input.grad_fn,))
 
     def nanmean(
         input: VariableSurface, dim: int | Sequence[int] | None = None, keepdim: bool = False, *, dtype: Any = None
@@ -468,5 +461,5 @@ def functions(ops, make) -> dict:
     # every function defined above but the helpers (named with a leading underscore)
     out = {name: f for name, f in locals().items() if getattr(f, "__module__", None) == __name__ and name[0] != "_"}
     out["trapz"] = trapezoid
-    out.update(arcsinh=asinh, arccosh=acosh, arctanh=atanh)
+    out.update(arcsinh=ops["asinh"], arccosh=ops["acosh"], arctanh=ops["atanh"])
     return out

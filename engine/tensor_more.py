@@ -53,19 +53,29 @@ def functions(ops, make) -> dict:
             if isinstance(dim, bool):
                 dim, unbiased = None, dim
             dim, keepdim = numpy_keywords(name, dim, keepdim, numpy_spelling)
+            if input.dtype.kind not in "fc":
+                raise RuntimeError(
+                    f"{'std and var' if not with_mean else fn.__name__} only support floating point and complex dtypes"
+                )
             shift = (1 if unbiased else 0) if correction is None else correction
             dims = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
-            count = math.prod(input.shape[_dim(input, d)] for d in dims) if dims else input.numel()
+            count = math.prod(input.shape[_dim(input, d)] for d in dims) if dims and input.ndim else input.numel()
             if count <= shift:
                 warn(f"{fn.__name__}(): degrees of freedom is <= 0. {NO_DOF}")
-            if shift in (0, 1):
+            if name == "std" and count > shift:  # (a norm's gradient is 0 where the std is 0, as PyTorch's)
+                spread = ops["norm"](input - ops["mean"](input, dim, True), 2.0, dim, keepdim) / math.sqrt(
+                    count - shift
+                )
+            elif shift in (0, 1):
                 spread = ops["var"](input, dim, bool(shift), keepdim)
             else:
                 spread = ops["var"](input, dim, False, keepdim) * (
                     count / max(count - shift, 0) if count > shift else math.inf
                 )
-            if name == "std":  # (its node PyTorch's StdBackward0 where the sqrt is this call's)
-                spread = renamed(ops["sqrt"](spread), "StdBackward0", (getattr(input, "grad_fn", None),))
+            if name == "std" and count <= shift:
+                spread = ops["sqrt"](spread)
+            node = f"{name.capitalize()}{'Mean' * with_mean}Backward0"  # (PyTorch's, where the last op is this call's)
+            spread = renamed(spread, node, (getattr(input, "grad_fn", None),))
             return (spread, ops["mean"](input, dim, keepdim)) if with_mean else spread
 
         fn.__name__ = fn.__qualname__ = name + "_mean" * with_mean
@@ -107,10 +117,14 @@ def functions(ops, make) -> dict:
     def copysign(input: Operand, other: Any) -> VariableSurface:
         """|input| with other's sign (a float)."""
         other = other if hasattr(other, "dtype") else make.tensor(float(other))
-        return ops["mul"](abs_(input), where(signbit(other), -1.0, 1.0))
+        sign = where(
+            signbit(other), -1.0, 1.0
+        )  # (and other's gradient zeros, as PyTorch's: other in a branch never taken)
+        out = ops["mul"](abs_(input), where(ops["lt"](other, -math.inf), other, sign))
+        return renamed(out, "CopysignBackward0", (getattr(input, "grad_fn", None),))
 
     def ldexp(input: Operand, other: Operand) -> VariableSurface:
-        return ops["mul"](input, ops["exp2"](other))
+        return renamed(ops["mul"](input, ops["exp2"](other)), "LdexpBackward0", (getattr(input, "grad_fn", None),))
 
     def float_power(input: Operand, exponent: Operand) -> VariableSurface:
         """input ** exponent in float64."""
@@ -119,10 +133,12 @@ def functions(ops, make) -> dict:
 
     def fmax(input: Operand, other: Operand) -> VariableSurface:
         """The elementwise maximum, a NaN ignored where the other is a number."""
-        return where(ops["bitwise_or"](ops["ge"](input, other), ops["isnan"](other)), input, other)
+        out = where(ops["bitwise_or"](ops["ge"](input, other), ops["isnan"](other)), input, other)
+        return renamed(out, "FmaxBackward0", (getattr(input, "grad_fn", None), getattr(other, "grad_fn", None)))
 
     def fmin(input: Operand, other: Operand) -> VariableSurface:
-        return where(ops["bitwise_or"](ops["le"](input, other), ops["isnan"](other)), input, other)
+        out = where(ops["bitwise_or"](ops["le"](input, other), ops["isnan"](other)), input, other)
+        return renamed(out, "FminBackward0", (getattr(input, "grad_fn", None), getattr(other, "grad_fn", None)))
 
     def gcd(input: VariableSurface, other: Operand) -> VariableSurface:
         """The greatest common divisor (integers; Euclid's, elementwise)."""
@@ -200,8 +216,10 @@ def functions(ops, make) -> dict:
     def aminmax(input: VariableSurface, *, dim: int | None = None, keepdim: bool = False) -> Any:
         if dim is None:
             low, high = ops["amin"](input), ops["amax"](input)
-            return AMINMAX(*(ops["reshape"](v, (1,) * input.ndim) for v in (low, high)) if keepdim else (low, high))
-        return AMINMAX(ops["amin"](input, dim, keepdim), ops["amax"](input, dim, keepdim))
+            low, high = (ops["reshape"](v, (1,) * input.ndim) for v in (low, high)) if keepdim else (low, high)
+        else:
+            low, high = ops["amin"](input, dim, keepdim), ops["amax"](input, dim, keepdim)
+        return AMINMAX(*(renamed(v, "AminmaxBackward0", (input.grad_fn,)) for v in (low, high)))
 
     def msort(input: VariableSurface) -> VariableSurface:
         return ops["sort"](input, 0)[0]

@@ -153,6 +153,8 @@ class Variable(VariableSurface):
         return views.alias(self, Variable._result(self._data, None))
 
     def detach_(self) -> Variable:
+        if views.base_of(self) is not None:
+            raise RuntimeError(views.DETACH_VIEW)
         self._node = None
         self._requires_grad = False
         return self
@@ -190,12 +192,13 @@ class Variable(VariableSurface):
         return snapshot
 
     def _assign_recorded(self, result, run=None):
-        retains = self.retains_grad  # (PyTorch's retain_grad moves on to the new version: engine.autograd.Watch)
+        kept = None if self._node is None else self._node.retained
         if not views.assign_recorded(self, result):
             self._data, self._node, self._requires_grad = result._data, result._node, True
             self._version += 1
-        if retains:
-            self.retain_grad()
+        if kept is not None and kept.retains and kept() is self:  # (retain_grad moves to the new version, as PyTorch's)
+            moved = self._node.retained = type(kept)(self)  # (a fresh Watch: the hooks stay with the old node)
+            kept.retains, moved.retains = False, True
 
     def _assign_values(self, key, value, setitem=None):
         members = views.live(self)

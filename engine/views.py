@@ -94,6 +94,8 @@ def track(op):
         if out is not None and (out is x or out is x.base):
             note(inputs[0], result, (op, inputs[1:], attrs), grad_state.enabled)
             result._requires_grad = inputs[0]._requires_grad  # (made in no_grad mode: PyTorch's is a leaf)
+            if grad_state.inference and not inputs[0].is_inference():  # (a normal tensor's view is one, as PyTorch's)
+                result._inference = False
             if type(x) is numpy.ndarray and x.flags.writeable:
                 result._data.flags.writeable = True  # (NumPy's diagonal and expand are read-only, PyTorch's not)
         return result
@@ -155,6 +157,14 @@ def view_of(v):
     """`v`'s View when it is a view, else None."""
     info = KNOWN.get(id(v))
     return info if type(info) is View else None
+
+
+DETACH_VIEW = (
+    "Can't detach views in-place. Use detach() instead. If you are using DistributedDataParallel (DDP) for training, "
+    "and gradient_as_bucket_view is set as True, gradients are views of DDP buckets, and hence detach_() cannot be "
+    "called on these gradients. To fix this error, please refer to the Optimizer.zero_grad() function in "
+    "torch/optim/optimizer.py as the solution."
+)
 
 
 def base_of(v):

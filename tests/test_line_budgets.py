@@ -201,6 +201,11 @@ Raised, as decisions:
   in-place op makes (Grad-CAM before `ReLU(inplace=True)`), a float index refused by `index_add`, `LinAlgError` for a
   singular matrix again (+43); on the client PyTorch's exception types for shape refusals and a 404 naming its URL
   (+10) took them to 24066 and 3305.
+- engine 24070 -> 24215 (2026-11-30, session 24): peers' autograd suites (PyTorch's test_autograd, HIPS autograd,
+  tinygrad's test_ops, micrograd, JAX's cookbook) run against PyTorch (s24_peers): max/min ties' gradient to the
+  returned index, std of constants, asinh/acosh/atanh as ops, edge-value gradients, mark_dirty of a view, grad-mode
+  decorators on generators, `as_tensor`/`asarray` of a Variable, the `_ex` linalg results, 0-d and empty reductions,
+  the refusals PyTorch makes and the grad_fn names it gives (+144) took it to 24210.
 """
 
 from __future__ import annotations
@@ -211,7 +216,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 24070, "wire": 6490, "service": 3850, "client": 3310}
+BUDGETS = {"engine": 24215, "wire": 6490, "service": 3850, "client": 3310}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

@@ -114,6 +114,10 @@ def _pow_base_vjp(g, ans, x, y):
     return F.where(derived(_is_zero, y), 0.0, grad)
 
 
+def _origin(y, x):
+    return (x == 0) & (y == 0)
+
+
 def _zeros_like(a):
     return _xp(a).zeros_like(a)
 
@@ -123,7 +127,7 @@ def _positive(x):
 
 
 def _sign_as(x, g):
-    return _xp(x).sign(x).astype(g.dtype)
+    return _xp(x).nan_to_num(_xp(x).sign(x), nan=0.0).astype(g.dtype)  # (0 at NaN, as PyTorch's sgn)
 
 
 def _pow_forward(xp, x, y):
@@ -180,7 +184,7 @@ sqrt = defop(
 )
 sign = defop(
     "sign",
-    lambda xp, x: xp.sign(x),
+    lambda xp, x: xp.sign(x) if x.dtype.kind != "f" else xp.nan_to_num(xp.sign(x), nan=0.0),  # (0 at NaN, as PyTorch)
     lambda g, ans, x: derived(_zeros_like, g),
     saves=False,
     samples=UNARY,
@@ -234,8 +238,8 @@ atan = defop(
 atan2 = defop(
     "atan2",
     lambda xp, y, x: xp.arctan2(y, x),
-    lambda g, ans, y, x: g * (x / (x * x + y * y)),
-    lambda g, ans, y, x: g * (-y / (x * x + y * y)),
+    lambda g, ans, y, x: F.where(derived(_origin, y, x), 0.0, g * (x / (x * x + y * y))),  # (0 at (0, 0), as PyTorch)
+    lambda g, ans, y, x: F.where(derived(_origin, y, x), 0.0, g * (-y / (x * x + y * y))),
     samples=tuple(Sample(s.shapes, low=0.5, high=2.0) for s in BINARY),
     infer=shapes.floating_broadcast,
     scratch=costs.temporaries(per_broadcast=1),

@@ -27,13 +27,16 @@ REDUCE_SAMPLES = (
 
 
 def _axes(dim, ndim):
-    return None if dim is None or dim == () else shapes.normalize_dims(dim, ndim)
+    if dim is None or dim == ():
+        return None
+    axes = shapes.normalize_dims(dim, ndim)
+    return axes if ndim else None  # (a 0-d tensor's dim 0 or -1 is all of it, as PyTorch's)
 
 
 def _count(shape, dim):
     if dim is None or dim == ():  # an empty dim list reduces everything, as in PyTorch
         return math.prod(shape)
-    return math.prod(shape[d] for d in shapes.normalize_dims(dim, len(shape)))
+    return math.prod(shape[d] for d in _axes(dim, len(shape)) or ())
 
 
 def unreduce(g, shape, dim, keepdim):
@@ -290,6 +293,8 @@ def _finite_peak(axes):
 
     def finite_peak(x):
         xp = array_module(x)
+        if not x.size:  # (nothing to reduce: no shift; logsumexp's -inf and softmax's empty result follow)
+            return xp.zeros(shapes.reduced_shape(x.shape, axes, True), x.dtype)
         peak = xp.amax(x, axis=axes, keepdims=True)
         return xp.where(xp.isfinite(peak), peak, 0).astype(x.dtype)
 
@@ -297,7 +302,7 @@ def _finite_peak(axes):
 
 
 def _logsumexp(x, dim, keepdim=False):
-    axes = tuple(range(x.ndim)) if dim == () else shapes.normalize_dims(dim, x.ndim)
+    axes = tuple(range(x.ndim)) if dim == () else _axes(dim, x.ndim) or ()
     peak = derived(_finite_peak(axes), x)
     out = (x - peak).exp().sum(axes, keepdim=True).log() + peak
     return out if keepdim else out.reshape(shapes.reduced_shape(x.shape, axes, False))
@@ -321,7 +326,7 @@ logsumexp = defop(
 def _log_softmax(x, dim):
     # (x - max) - log(sum(exp(x - max))): subtracting the max first keeps float32 exact on inputs
     # like [1000, 1001, 1002], where x - logsumexp(x) would lose digits to x's magnitude
-    axes = shapes.normalize_dims(dim, x.ndim)
+    axes = _axes(dim, x.ndim) or ()
     shifted = x - derived(_finite_peak(axes), x)
     return shifted - shifted.exp().sum(axes, keepdim=True).log()
 

@@ -213,7 +213,7 @@ def _t_infer(s, d, attrs):
 def _t(x):
     if x.ndim > 2:
         raise ValueError(f"t() expects a tensor with <= 2 dimensions, but it has {x.ndim}")
-    return x if x.ndim < 2 else x.permute((1, 0))
+    return x.permute((1, 0)[2 - x.ndim :])  # (of fewer dims, a view of x all the same, as PyTorch's)
 
 
 t = defop("t", _t, composite=True, samples=(Sample(((3, 4),)),), infer=_t_infer, doc="transpose of a matrix")

@@ -39,7 +39,10 @@ def test_requires_grad_on_non_leaf_raises():
     with pytest.raises(RuntimeError, match="leaf"):
         y.requires_grad = False
     with pytest.raises(RuntimeError, match="leaf"):
-        y.requires_grad_(True)
+        y.requires_grad = True
+    with pytest.raises(RuntimeError, match="leaf"):
+        y.requires_grad_(False)
+    assert y.requires_grad_(True) is y and y.requires_grad  # (PyTorch 2.13: no error, a non-leaf requires grad)
 
 
 def test_requires_grad_can_be_set_on_leaf():
