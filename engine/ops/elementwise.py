@@ -126,8 +126,17 @@ def _positive(x):
     return ~(x <= 0)
 
 
+def _sign(xp, x):
+    """sign(x), 0 at NaN as PyTorch's (NumPy's is NaN), in place: one mask of scratch."""
+    if x.dtype.kind != "f":
+        return xp.sign(x)
+    out = xp.sign(x, out=xp.empty_like(x))  # (an array, also of a 0-d x)
+    out[xp.isnan(out)] = 0
+    return out
+
+
 def _sign_as(x, g):
-    return _xp(x).nan_to_num(_xp(x).sign(x), nan=0.0).astype(g.dtype)  # (0 at NaN, as PyTorch's sgn)
+    return _sign(_xp(x), x).astype(g.dtype, copy=False)
 
 
 def _pow_forward(xp, x, y):
@@ -184,7 +193,7 @@ sqrt = defop(
 )
 sign = defop(
     "sign",
-    lambda xp, x: xp.sign(x) if x.dtype.kind != "f" else xp.nan_to_num(xp.sign(x), nan=0.0),  # (0 at NaN, as PyTorch)
+    _sign,
     lambda g, ans, x: derived(_zeros_like, g),
     saves=False,
     samples=UNARY,
