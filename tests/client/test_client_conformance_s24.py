@@ -290,3 +290,15 @@ def test_lissa_iterates_hessian_vector_products(torch_like):
     (got, got_rg), (want, want_rg) = lissa_inverse_hvp(torch_like), lissa_inverse_hvp(torch)
     np.testing.assert_allclose(got, want, rtol=1e-10)
     assert got_rg is want_rg is False
+
+
+def _backward_by_keyword(torch):
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y, z = x * x, x.sum()
+    torch.autograd.backward([y, z], grad_tensors=[torch.tensor([1.0, 0.5, 0.25]), None], retain_graph=False)
+    return x.grad.tolist()
+
+
+def test_autograd_backward_takes_pytorchs_grad_tensors_keyword(torch_like):
+    torch = pytest.importorskip("torch")
+    assert _backward_by_keyword(torch_like) == _backward_by_keyword(torch)
