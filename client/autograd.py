@@ -369,14 +369,14 @@ def jvp_node(output, pairs) -> Variable:
 
 def backward(
     outputs: Variable | Sequence[Variable],
-    grad_outputs: Operand | Sequence[Operand | None] | None = None,
+    grad_tensors: Operand | Sequence[Operand | None] | None = None,  # (PyTorch's name)
     retain_graph: bool | None = None,
     create_graph: bool = False,
     session: Any = None,
     inputs: Variable | Sequence[Variable] | None = None,
 ) -> None:
     """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad (of `inputs` only)."""
-    (session or current_session()).backward(outputs, grad_outputs, retain_graph, create_graph, inputs)
+    (session or current_session()).backward(outputs, grad_tensors, retain_graph, create_graph, inputs)
 
 
 def grad(

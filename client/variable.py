@@ -44,7 +44,9 @@ class Variable(VariableSurface):
     """A node value in a define-by-run graph, with PyTorch's Variable semantics, computed remotely.
     `_requires_grad` is a data leaf's flag; a handle's stays False (its Value's flag counts)."""
 
-    __slots__ = ("__weakref__", "_data", "_requires_grad", "_shared", "_value", "_version", "_grad", "_inference")
+    __slots__ = (
+        "__weakref__", "_data", "_requires_grad", "_shared", "_value", "_version", "_grad", "_inference", "_alias"
+    )  # fmt: skip
 
     def _store(self, data):
         """`Variable(data)`'s storage (the constructor itself is engine.surface's)."""
@@ -57,7 +59,7 @@ class Variable(VariableSurface):
         return v
 
     def _hold(self, array, shared=False, value=None):
-        self._data, self._value, self._shared = array, value, shared
+        self._data, self._value, self._shared, self._alias = array, value, shared, False
         self._grad, self._requires_grad, self._version = None, False, 0  # `_grad`: `.grad` (engine.surface)
         if INFERENCE and mode.state.inference:  # made in inference mode: `is_inference()` (the slot is unset otherwise)
             self._inference = True
@@ -74,6 +76,9 @@ class Variable(VariableSurface):
         if self._data is None:
             return self._value
         v = self._value
+        if self._alias and not self._requires_grad:  # it shares another Variable's array (`w.detach()`), which
+            # may change in place before the record is computed: the record keeps the values of now, as PyTorch's
+            return Value(LEAF, self._data.shape, self._data.dtype, array=self._data.copy(), requires_grad=False)
         if v is None or v.array is not self._data or v.requires_grad != self._requires_grad:
             v = self._value = Value(
                 LEAF, self._data.shape, self._data.dtype, array=self._data, requires_grad=self._requires_grad, leaf=self
@@ -143,7 +148,9 @@ class Variable(VariableSurface):
     def detach(self) -> Variable:
         """A new leaf with this Variable's value and version counter, cut from the graph."""
         if self._data is not None:
-            return sharing_version(self, Variable._leaf(self._data))
+            alias = Variable._leaf(self._data)
+            alias._alias = True
+            return sharing_version(self, alias)
         value = self._value
         if value.array is not None:
             return sharing_version(self, Variable._leaf(value.array, shared=True))

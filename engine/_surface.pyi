@@ -920,6 +920,7 @@ def empty_like(
     dtype: DTypeLike | None = None,
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
+    memory_format: Any = None,
 ) -> Variable: ...
 def eq(input: Operand, other: Operand) -> Variable:
     """x == y as a bool Variable (no gradient)"""
@@ -1019,6 +1020,7 @@ def full_like(
     dtype: DTypeLike | None = None,
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
+    memory_format: Any = None,
 ) -> Variable: ...
 def gather(
     input: VariableSurface, dim: builtins.int, index: Operand, *, sparse_grad: builtins.bool = False
@@ -1488,6 +1490,7 @@ def ones_like(
     dtype: DTypeLike | None = None,
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
+    memory_format: Any = None,
 ) -> Variable: ...
 def outer(input: Operand, vec2: Operand) -> Variable:
     """The outer product of two 1-D Variables."""
@@ -1552,6 +1555,7 @@ def rand_like(
     dtype: DTypeLike | None = None,
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
+    memory_format: Any = None,
 ) -> Variable: ...
 def randint(
     low: builtins.int = 0,
@@ -1574,6 +1578,7 @@ def randint_like(
     dtype: DTypeLike | None = None,
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
+    memory_format: Any = None,
 ) -> Variable:
     """`randint_like(input, high)` or `randint_like(input, low, high)`: integers of input's shape and dtype."""
 
@@ -1592,6 +1597,7 @@ def randn_like(
     dtype: DTypeLike | None = None,
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
+    memory_format: Any = None,
 ) -> Variable: ...
 
 random: SimpleNamespace
@@ -2000,4 +2006,5 @@ def zeros_like(
     dtype: DTypeLike | None = None,
     device: DeviceLike | None = None,
     requires_grad: builtins.bool = False,
+    memory_format: Any = None,
 ) -> Variable: ...

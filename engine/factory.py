@@ -288,6 +288,7 @@ class Constructors:
         dtype: DTypeLike | None = None,
         device: DeviceLike | None = None,
         requires_grad: bool = False,
+        memory_format: Any = None,
     ) -> VariableSurface:
         return self._like(v, numpy.zeros(v.shape), dtype, device, requires_grad)
 
@@ -297,6 +298,7 @@ class Constructors:
         dtype: DTypeLike | None = None,
         device: DeviceLike | None = None,
         requires_grad: bool = False,
+        memory_format: Any = None,
     ) -> VariableSurface:
         return self._like(v, numpy.ones(v.shape), dtype, device, requires_grad)
 
@@ -306,6 +308,7 @@ class Constructors:
         dtype: DTypeLike | None = None,
         device: DeviceLike | None = None,
         requires_grad: bool = False,
+        memory_format: Any = None,
     ) -> VariableSurface:
         return self._like(v, numpy.zeros(v.shape), dtype, device, requires_grad)
 
@@ -316,6 +319,7 @@ class Constructors:
         dtype: DTypeLike | None = None,
         device: DeviceLike | None = None,
         requires_grad: bool = False,
+        memory_format: Any = None,
     ) -> VariableSurface:
         return self._like(v, numpy.full(v.shape, fill_value), dtype, device, requires_grad)
 
@@ -325,6 +329,7 @@ class Constructors:
         dtype: DTypeLike | None = None,
         device: DeviceLike | None = None,
         requires_grad: bool = False,
+        memory_format: Any = None,
     ) -> VariableSurface:
         return self._like(v, self.bits().random(v.shape), dtype, device, requires_grad)
 
@@ -334,5 +339,6 @@ class Constructors:
         dtype: DTypeLike | None = None,
         device: DeviceLike | None = None,
         requires_grad: bool = False,
+        memory_format: Any = None,
     ) -> VariableSurface:
         return self._like(v, self.bits().standard_normal(v.shape), dtype, device, requires_grad)

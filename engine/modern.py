@@ -357,6 +357,7 @@ def methods(variable, ops, constructors) -> dict:
         device: DeviceLike | None = None,
         non_blocking: bool = False,
         copy: bool = False,
+        memory_format: Any = None,
     ) -> VariableSurface:
         """`x.to(dtype)`, `x.to(device)`, `x.to(device, dtype)`, `x.to(other)`, `x.to(dtype=, device=)`:
         this Variable when nothing changes (as in PyTorch), else a differentiable cast."""

@@ -317,6 +317,8 @@ PARSED = 64
 
 
 def _parse(op: OpDef, rest: tuple, kwargs: dict) -> dict:
+    if op.name == "clone" and "memory_format" in kwargs:  # a layout (engine.runtime.memory_format): the same values
+        kwargs = {k: v for k, v in kwargs.items() if k != "memory_format"}
     names = list(op.attrs)
     if (
         rest

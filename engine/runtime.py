@@ -45,6 +45,21 @@ class _Settings:
         self.deterministic = False
 
 
+class memory_format:  # noqa: N801  (PyTorch's spelling)
+    """`torch.memory_format`: every Variable here is contiguous (row-major), so each layout is accepted and the
+    values are the same (`zeros_like(p, memory_format=torch.preserve_format)`, `x.clone(memory_format=...)`)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return "torch." + self.name
+
+
+MEMORY_FORMATS = {name: memory_format(name) for name in ("contiguous_format", "preserve_format", "channels_last")}
+MEMORY_FORMATS["channels_last_3d"] = memory_format("channels_last_3d")
+
+
 def _close_message(actual, expected, rtol, atol) -> str | None:
     a, e = numpy.asarray(actual, dtype=numpy.float64), numpy.asarray(expected, dtype=numpy.float64)
     close = numpy.isclose(a, e, rtol=rtol, atol=atol, equal_nan=False)
@@ -171,4 +186,6 @@ def bind(ns) -> dict:
         "dtype": DType,
         "Size": Size,
         "testing": SimpleNamespace(assert_close=assert_close),
+        "memory_format": memory_format,
+        **MEMORY_FORMATS,
     }

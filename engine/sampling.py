@@ -194,6 +194,7 @@ class Sampling:
         dtype: DTypeLike | None = None,
         device: DeviceLike | None = None,
         requires_grad: bool = False,
+        memory_format: Any = None,
     ) -> VariableSurface:
         """`randint_like(input, high)` or `randint_like(input, low, high)`: integers of input's shape and dtype."""
         if high is None:

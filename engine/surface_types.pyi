@@ -1151,6 +1151,7 @@ class VariableSurface:
         device: DeviceLike | None = None,
         non_blocking: builtins.bool = False,
         copy: builtins.bool = False,
+        memory_format: Any = None,
     ) -> Self:
         """`x.to(dtype)`, `x.to(device)`, `x.to(device, dtype)`, `x.to(other)`, `x.to(dtype=, device=)`:
         this Variable when nothing changes (as in PyTorch), else a differentiable cast."""

@@ -18,9 +18,17 @@ from engine.surface_types import VariableSurface
 from engine.user_warnings import warn
 
 
-def add(module, kind: str, hook, prepend: bool = False, with_kwargs: bool = False) -> RemovableHandle:
+def add(module, kind: str, hook, prepend: bool = False, with_kwargs: bool = False, full=None) -> RemovableHandle:
     """Register `hook` in `module`'s hooks of `kind` (an OrderedDict by handle id, holding the hooks themselves as
-    PyTorch's does: pruning's and weight_norm's are found there), `with_kwargs` in `<kind>_with_kwargs`."""
+    PyTorch's does: pruning's and weight_norm's are found there), `with_kwargs` in `<kind>_with_kwargs`; a backward
+    hook `full` or not, as the module's others."""
+    if full is not None:
+        if module.__dict__.get("_is_full_backward_hook", full) is not full:
+            raise RuntimeError(
+                "Cannot use both regular backward hooks and full backward hooks on a single Module. "
+                "Please use only one of them."
+            )
+        object.__setattr__(module, "_is_full_backward_hook", full)
     hooks: OrderedDict = module.__dict__[kind]
     handle = RemovableHandle(hooks)
     hooks[handle.id] = hook
@@ -47,8 +55,8 @@ def call(module, args: tuple, kwargs: dict):
             result = hook(module, args)
             if result is not None:
                 args = result if isinstance(result, tuple) else (result,)
-    backward = None
-    if (module._backward_hooks or module._backward_pre_hooks) and is_grad_enabled():
+    backward, full = None, module.__dict__.get("_is_full_backward_hook") is not False
+    if ((full and module._backward_hooks) or module._backward_pre_hooks) and is_grad_enabled():
         backward = _BackwardCall(module)
         args = backward.inputs(args)
     out = module.forward(*args, **kwargs)
@@ -57,7 +65,26 @@ def call(module, args: tuple, kwargs: dict):
         result = hook(module, args, kwargs, out) if with_kwargs else hook(module, args, out)
         if result is not None:
             out = result
+    if not full and module._backward_hooks and is_grad_enabled():
+        _on_the_output_node(module, out)
     return out if backward is None else backward.outputs(out)
+
+
+def _on_the_output_node(module, out) -> None:
+    """`register_backward_hook`'s (PyTorch's deprecated kind): `hook(module, grad_input, grad_output)` as a hook of
+    the node that made the (first) output, so grad_input are that node's inputs' gradients."""
+    while not isinstance(out, VariableSurface):
+        out = next(v for v in out.values() if isinstance(v, VariableSurface)) if isinstance(out, dict) else out[0]
+    if out.grad_fn is not None:
+        for hook in list(module._backward_hooks.values()):
+            try:
+                out.grad_fn.register_hook(functools.partial(hook, module))
+            except NotImplementedError:  # a client's grad_fn: the output's gradient as it arrives, no grad_input
+                out.register_hook(functools.partial(_output_only, hook, module))
+
+
+def _output_only(hook, module, grad) -> None:
+    hook(module, (), (grad,))
 
 
 class _BackwardCall:
@@ -113,7 +140,8 @@ class _BackwardCall:
         return self.grad_input[k]
 
     def _run(self):
-        for hook in list(self.module._backward_hooks.values()):
+        full = self.module.__dict__.get("_is_full_backward_hook") is not False
+        for hook in list(self.module._backward_hooks.values()) if full else ():
             result = hook(self.module, tuple(self.grad_input), tuple(self.grad_output))
             if result is not None:
                 result = result if isinstance(result, tuple) else (result,)

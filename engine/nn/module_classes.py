@@ -134,7 +134,11 @@ class Module:
         return hooks.add(self, "_forward_hooks", hook, prepend, with_kwargs=with_kwargs)
 
     def register_full_backward_hook(self, hook, prepend: bool = False):
-        return hooks.add(self, "_backward_hooks", hook, prepend)
+        return hooks.add(self, "_backward_hooks", hook, prepend, full=True)
+
+    def register_backward_hook(self, hook):
+        """PyTorch's deprecated kind: the node that made the output's gradients (engine.nn.hooks)."""
+        return hooks.add(self, "_backward_hooks", hook, full=False)
 
     def register_full_backward_pre_hook(self, hook, prepend: bool = False):
         return hooks.add(self, "_backward_pre_hooks", hook, prepend)

@@ -290,3 +290,64 @@ def test_lissa_iterates_hessian_vector_products(torch_like):
     (got, got_rg), (want, want_rg) = lissa_inverse_hvp(torch_like), lissa_inverse_hvp(torch)
     np.testing.assert_allclose(got, want, rtol=1e-10)
     assert got_rg is want_rg is False
+
+
+def _backward_by_keyword(torch):
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y, z = x * x, x.sum()
+    torch.autograd.backward([y, z], grad_tensors=[torch.tensor([1.0, 0.5, 0.25]), None], retain_graph=False)
+    return x.grad.tolist()
+
+
+def test_autograd_backward_takes_pytorchs_grad_tensors_keyword(torch_like):
+    torch = pytest.importorskip("torch")
+    assert _backward_by_keyword(torch_like) == _backward_by_keyword(torch)
+
+
+def _custom_adam_from_pytorchs_source(torch):
+    """A user's optimizer written after PyTorch's own (`Optimizer` subclass, state made with
+    `zeros_like(p, memory_format=torch.preserve_format)`), and an EMA copy by `clone(memory_format=...)`."""
+
+    class MyAdam(torch.optim.Optimizer):
+        def __init__(self, params, lr=0.01, betas=(0.9, 0.999), eps=1e-8):
+            super().__init__(params, {"lr": lr, "betas": betas, "eps": eps})
+
+        @torch.no_grad()
+        def step(self):
+            for group in self.param_groups:
+                beta1, beta2 = group["betas"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    state = self.state[p]
+                    if not state:
+                        state["step"] = 0
+                        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["step"] += 1
+                    state["exp_avg"].mul_(beta1).add_(p.grad, alpha=1 - beta1)
+                    state["exp_avg_sq"].mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                    corrected = state["exp_avg_sq"].div(1 - beta2 ** state["step"]).sqrt().add_(group["eps"])
+                    p.addcdiv_(state["exp_avg"], corrected, value=-group["lr"] / (1 - beta1 ** state["step"]))
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(5)
+    x, y = (torch.tensor(rng.standard_normal(shape).astype(np.float32)) for shape in ((16, 4), (16, 1)))
+    w = torch.tensor(rng.standard_normal((4, 1)).astype(np.float32), requires_grad=True)
+    optimizer, ema = MyAdam([w], lr=0.05), w.detach().clone(memory_format=torch.contiguous_format)
+    for _ in range(5):
+        optimizer.zero_grad()
+        ((x @ w - y) ** 2).mean().backward()
+        optimizer.step()
+        ema = 0.9 * ema + 0.1 * w.detach().clone(memory_format=torch.preserve_format)
+    return w.detach().numpy().copy(), ema.numpy().copy(), repr(torch.channels_last)
+
+
+def test_a_custom_optimizer_written_after_pytorchs_source(torch_like):
+    """Through a server the EMA's `w.detach().clone()` is recorded, not computed, before the optimizer changes w in
+    place: the record keeps the values of when it was made, as PyTorch's clone computed then."""
+    torch = pytest.importorskip("torch")
+    (w, ema, name), (want_w, want_ema, want_name) = (_custom_adam_from_pytorchs_source(m) for m in (torch_like, torch))
+    np.testing.assert_allclose(w, want_w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ema, want_ema, rtol=1e-5, atol=1e-6)
+    assert name == want_name == "torch.channels_last"
