@@ -212,6 +212,9 @@ Raised, as decisions:
   taken by `clone`, `to` and the `*_like` constructors, as optimizers written after PyTorch's source call them
   (+21); on the client a record of a `w.detach()` keeps the values of when it was made (+6) took them to 24258 and
   3311.
+- engine 24265 -> 24275 (2026-11-30, session 24): sign's NaN rule computed in place (within its memory plan, +7) and
+  PyTorch's private module bases (`nn.modules.batchnorm._BatchNorm`, `_NormBase`, `_InstanceNorm`, `_ConvNd`,
+  `_ConvTransposeNd`, `_MaxPoolNd`) that fine-tuning code tests with `isinstance` (+5) took it to 24270.
 """
 
 from __future__ import annotations
@@ -222,7 +225,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 24265, "wire": 6490, "service": 3850, "client": 3315}
+BUDGETS = {"engine": 24275, "wire": 6490, "service": 3850, "client": 3315}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

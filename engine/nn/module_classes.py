@@ -400,7 +400,7 @@ class Module:
         missing = [  # (a norm's num_batches_tracked may be absent, as from torch < 0.4.1: torch keeps its own)
             key
             for key, (module, _, name) in entries.items()
-            if key not in state_dict and not (name == "num_batches_tracked" and isinstance(module, _BatchNorm))
+            if key not in state_dict and not (name == "num_batches_tracked" and isinstance(module, _NormBase))
         ]
         unexpected = [key for key in state_dict if key not in entries]
         errors = []
@@ -920,7 +920,7 @@ class LayerNorm(Module):
         )
 
 
-class _BatchNorm(Module):
+class _NormBase(Module):
     """Batch normalisation per channel (dimension 1) of `_ndims`-dimensional input, with running statistics as
     buffers (`running_mean`, `running_var`, `num_batches_tracked`) updated in training (momentum None: the
     cumulative average) and used in eval. On a remote client their updates are computed with the next
@@ -1002,6 +1002,11 @@ class _BatchNorm(Module):
         )
 
 
+class _BatchNorm(_NormBase):
+    """What BatchNorm1d/2d/3d are, as PyTorch's `nn.modules.batchnorm._BatchNorm` (a program freezing its batch norms
+    asks `isinstance(m, _BatchNorm)`; an instance norm is none)."""
+
+
 class BatchNorm1d(_BatchNorm):
     """Batch normalisation of [N, C] or [N, C, L] input (`_BatchNorm`)."""
 
@@ -1018,8 +1023,8 @@ class BatchNorm3d(_BatchNorm):
     _ndims = (5,)
 
 
-class _InstanceNorm(_BatchNorm):
-    """Instance normalisation (`F.instance_norm`) of [N, C, *] or one sample [C, *]: `_BatchNorm`'s parameters
+class _InstanceNorm(_NormBase):
+    """Instance normalisation (`F.instance_norm`) of [N, C, *] or one sample [C, *]: `_NormBase`'s parameters
     and buffers (none by default), the running statistics used in eval only when tracked."""
 
     def __init__(
@@ -1680,6 +1685,8 @@ def bind(namespace, module_name: str) -> dict:
     buffer = type("Buffer", (BufferKind, namespace.Variable), {"__slots__": ("persistent",), "__module__": module_name})
     classes = {"Parameter": parameter, "Module": side_module, "Buffer": buffer}
     classes.update(RNNBase=RNNBase, RNNCellBase=RNNCellBase)  # (the generic bases: isinstance works on both sides)
+    classes.update({base.__name__: base for base in (_NormBase, _BatchNorm, _InstanceNorm, _ConvNd, _ConvTransposeNd)})
+    classes.update(_MaxPoolNd=_MaxPoolNd)  # (`nn.modules.batchnorm._BatchNorm`...: engine.nn is nn.modules too)
     for generic in (*GENERIC, _Loss, _WeightedLoss):  # (torch.nn.modules.loss's bases: a program's own losses)
         classes[generic.__name__] = type(
             generic.__name__, (generic, side_module), {"__module__": module_name, "__doc__": generic.__doc__}

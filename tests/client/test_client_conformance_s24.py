@@ -351,3 +351,43 @@ def test_a_custom_optimizer_written_after_pytorchs_source(torch_like):
     np.testing.assert_allclose(w, want_w, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ema, want_ema, rtol=1e-5, atol=1e-6)
     assert name == want_name == "torch.channels_last"
+
+
+def _freeze_batch_norms_and_step(torch):
+    """Fine-tuning code that freezes a model's batch norms by PyTorch's private base classes."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.InstanceNorm2d(4, affine=True))
+    rng = np.random.default_rng(2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.tensor(rng.standard_normal(tuple(p.shape)).astype(np.float32)))
+    kinds = []
+    for m in model.modules():
+        kinds.append(
+            (
+                isinstance(m, nn.modules.batchnorm._BatchNorm),
+                isinstance(m, nn.modules.batchnorm._NormBase),
+                isinstance(m, nn.modules.instancenorm._InstanceNorm),
+                isinstance(m, nn.modules.conv._ConvNd),
+            )
+        )
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.eval()
+            for p in m.parameters():
+                p.requires_grad_(False)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    x = torch.tensor(rng.standard_normal((3, 2, 6, 6)).astype(np.float32))
+    model(x).pow(2).mean().backward()
+    optimizer.step()
+    return kinds, model[1].running_mean.numpy().copy(), model[0].weight.detach().numpy().copy()
+
+
+def test_batch_norms_frozen_by_pytorchs_private_base_classes(torch_like):
+    torch = pytest.importorskip("torch")
+    (kinds, mean, weight), (want_kinds, want_mean, want_weight) = (
+        _freeze_batch_norms_and_step(m) for m in (torch_like, torch)
+    )
+    assert kinds == want_kinds
+    np.testing.assert_array_equal(mean, want_mean)  # eval: the running statistics stay
+    np.testing.assert_allclose(weight, want_weight, rtol=1e-4, atol=1e-5)
