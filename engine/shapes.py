@@ -29,7 +29,7 @@ def broadcast(shapes, dtypes, attrs):
     try:
         shape = numpy.broadcast_shapes(*shapes)
     except ValueError:
-        raise ShapeError(f"{_mismatch(*shapes)}shapes {_shapes(shapes)} cannot be broadcast together") from None
+        raise ShapeError(_mismatch(*shapes) or f"shapes {_shapes(shapes)} cannot be broadcast together") from None
     return tuple(shape), promotion.result_type(shapes, dtypes)
 
 
@@ -38,7 +38,7 @@ def _mismatch(a, *more) -> str:
     for b in more:
         for d in range(1, min(len(a), len(b)) + 1):
             if a[-d] != b[-d] and 1 not in (a[-d], b[-d]):
-                return f"The size of tensor a ({a[-d]}) must match the size of tensor b ({b[-d]}) at non-singleton dimension {max(len(a), len(b)) - d}: "
+                return f"The size of tensor a ({a[-d]}) must match the size of tensor b ({b[-d]}) at non-singleton dimension {max(len(a), len(b)) - d}"
         a = numpy.broadcast_shapes(a, b)
     return ""
 
@@ -276,8 +276,13 @@ def reshape(shapes, dtypes, attrs):
 
 def permute(shapes, dtypes, attrs):
     shape, dims = shapes[0], attrs["dims"]
-    if len(dims) != len(shape) or sorted(d % max(len(shape), 1) for d in dims) != list(range(len(shape))):
-        raise ShapeError(f"permutation {list(dims)} does not fit a {len(shape)}-d input of shape {list(shape)}")
+    if len(dims) != len(shape):
+        raise ShapeError(
+            "permute(sparse_coo): number of dimensions in the tensor input does not match the length of the desired "
+            f"ordering of dimensions i.e. input.dim() = {len(shape)} is not equal to len(dims) = {len(dims)}"
+        )
+    if len({normalize_dims(d, len(shape))[0] for d in dims}) != len(dims):
+        raise ShapeError("permute(): duplicate dims are not allowed.")
     return tuple(shape[d] for d in dims), dtypes[0]
 
 
@@ -285,7 +290,10 @@ def expand(shapes, dtypes, attrs):
     shape, target = shapes[0], list(attrs["shape"])
     lead = len(target) - len(shape)
     if lead < 0:
-        raise ShapeError(f"cannot expand {list(shape)} to fewer dimensions {target}")
+        got = f"the number of sizes provided ({len(target)}) must be greater or equal to the number of dimensions"
+        raise ShapeError(
+            f"expand(torch.{scalar_name(dtypes[0])}Tensor{{{list(shape)}}}, size={target}): {got} in the tensor ({len(shape)})"
+        )
     out, wrong = [], None
     for i, t in enumerate(target):
         s = shape[i - lead] if i >= lead else None
@@ -318,13 +326,13 @@ def sum_to(shapes, dtypes, attrs):
 
 def _matrix(shape, name):
     if len(shape) != 2:
-        raise ShapeError(f"mm needs 2-d inputs; {name} has shape {list(shape)}")
+        raise ShapeError(f"{name} must be a matrix")
 
 
 def mm(shapes, dtypes, attrs):
     a, b = shapes
-    _matrix(a, "the first input")
-    _matrix(b, "the second input")
+    _matrix(a, "self")
+    _matrix(b, "mat2")
     if a[1] != b[0]:
         raise ShapeError(f"mat1 and mat2 shapes cannot be multiplied ({a[0]}x{a[1]} and {b[0]}x{b[1]})")  # PyTorch's
     promotion.check_product((2, 2), dtypes)
@@ -339,7 +347,7 @@ def matmul(shapes, dtypes, attrs):
     try:
         batch = numpy.broadcast_shapes(a2[:-2], b2[:-2])
     except ValueError:
-        raise ShapeError(f"{_mismatch(a2[:-2], b2[:-2])}batch shapes {_shapes(shapes)} cannot be broadcast") from None
+        raise ShapeError(_mismatch(a2[:-2], b2[:-2]) or f"batch shapes {_shapes(shapes)} cannot be broadcast") from None
     if a2[-1] != b2[-2]:
         raise ShapeError(_matmul_mismatch(a, b, math.prod(batch), a[-1], math.prod(a[:-1])))
     out = tuple(batch) + ((a2[-2],) if len(a) > 1 else ()) + ((b2[-1],) if len(b) > 1 else ())
