@@ -459,7 +459,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise NotImplementedError("embedding: sparse is not supported")
     if max_norm is not None:
         renormalised(input, weight, max_norm, norm_type)
-    rows = weight[input]
+    try:
+        rows = weight[input]
+    except IndexError:
+        raise IndexError("index out of range in self") from None  # (PyTorch's words)
     if scale_grad_by_freq:  # (a row's gradient over its count in input; share - share.detach() is exactly 0)
         share = rows / _ns(input).bincount(input.reshape(-1), minlength=weight.shape[0])[input].unsqueeze(-1)
         rows = share - share.detach() + rows.detach()
@@ -688,7 +691,7 @@ def _conv_transpose(nd, input, weight, bias, stride, padding, output_padding, gr
     in_channels, per_group, *kernel = weight.shape
     if channels != in_channels or in_channels % groups:
         raise RuntimeError(
-            f"{name}: given groups={groups}, weight of size {list(weight.shape)}, expected input{list(input.shape)} "
+            f"Given transposed=1, weight of size {list(weight.shape)}, expected input{list(input.shape)} "
             f"to have {in_channels} channels, but got {channels} channels instead"
         )
     stride, padding, dilation, output_padding = (

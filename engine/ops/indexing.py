@@ -33,8 +33,23 @@ def _key(spec, arrays):
     return indexing.to_key(spec, _index_arrays(arrays))
 
 
+def _torch_index_error(error, x_shape, arrays) -> IndexError:
+    """NumPy's IndexError of an index out of range or a mask of the wrong shape, in PyTorch's words."""
+    words = str(error)
+    if words.startswith("boolean index did not match") and (masks := [a.shape for a in arrays if a.dtype == bool]):
+        axis, _, size = [int(w.rstrip(";")) for w in words.split() if w.rstrip(";").isdigit()][:3]
+        for start in range(len(x_shape) - len(masks[0]) + 1):
+            if 0 <= axis - start < len(masks[0]) and masks[0][axis - start] == size:
+                where = f"{axis - start} does not match the shape of the indexed tensor {list(x_shape)} at index {axis}"
+                return IndexError(f"The shape of the mask {list(masks[0])} at index {where}")
+    return IndexError(words.replace(" for axis ", " for dimension "))
+
+
 def _getitem_forward(xp, x, *arrays, index):
-    out = x[_key(index, arrays)]
+    try:
+        out = x[_key(index, arrays)]
+    except IndexError as error:
+        raise _torch_index_error(error, x.shape, arrays) from None
     if not arrays and not isinstance(out, xp.ndarray):  # a single element: a 0-d view, as PyTorch's
         out = x[(*_key(index, arrays), Ellipsis)]
     return out
@@ -62,9 +77,38 @@ def _index_add_vjp(g, ans, xs, needs, index, shape):
 
 
 def _setitem_forward(xp, x, value, *arrays, index):
-    out = x.copy()
-    out[_key(index, arrays)] = value
+    out, key = x.copy(), _key(index, arrays)
+    try:
+        out[key] = value
+    except (IndexError, ValueError) as error:
+        raise assignment_refusal(error, x, value, arrays, key) from None
     return out
+
+
+def refused_assignment(error, x, key, value) -> Exception:
+    """`assignment_refusal` of Variable x's x[key] = value (the error itself where its words cannot be read)."""
+    try:
+        spec, arrays = indexing.from_key(key, as_array)
+        return assignment_refusal(error, as_array(x), as_array(value), arrays, indexing.to_key(spec, arrays))
+    except Exception:
+        return error
+
+
+def assignment_refusal(error, x, value, arrays, key) -> Exception:
+    """NumPy's refusal of x[key] = value in PyTorch's words and type: an index out of range, or a value that does
+    not broadcast to the positions (expand's refusal; index_put's with index arrays)."""
+    if isinstance(error, IndexError):
+        return _torch_index_error(error, x.shape, arrays)
+    if arrays:
+        got = f"value tensor of shape {list(numpy.shape(value))} cannot be broadcast to indexing result of shape"
+        return shapes.ShapeMismatch(f"shape mismatch: {got} {list(x[key].shape)}")
+    try:
+        shapes.expand(
+            [numpy.shape(value)], [numpy.result_type(getattr(value, "dtype", value))], {"shape": x[key].shape}
+        )
+    except shapes.ShapeError as refusal:
+        return shapes.as_raised(refusal)
+    return error
 
 
 def _setitem_vjp(g, ans, xs, needs, index):
@@ -102,9 +146,10 @@ def _infer_index(data_inputs):
             try:
                 numpy.broadcast_shapes(tuple(value), result)
             except ValueError:
-                raise shapes.ShapeError(
-                    f"a value of shape {list(value)} cannot be assigned to the indexed shape {list(result)}"
-                ) from None
+                if "shape" not in attrs and len(shapes_) == data_inputs:  # PyTorch's refusal is expand's
+                    shapes.expand([value], dtypes[1:], {"shape": result})
+                got = f"value tensor of shape {list(value)} cannot be broadcast to indexing result of shape"
+                raise shapes.ShapeError(f"shape mismatch: {got} {list(result)}") from None
         return target, dtypes[0] if "shape" in attrs else numpy.result_type(dtypes[0])
 
     return infer

@@ -230,6 +230,11 @@ def _positions(x_shape, d, flat=True):
         index = index.astype(numpy.int64, copy=False)
         size = x_shape[d] if x_shape else 1
         low, high = (int(index.min()), int(index.max())) if index.size else (0, 0)
+        if (low < 0 or high >= size) and not flat:  # index_select's: PyTorch's words (its kernel for dim 1)
+            if d != 1:
+                raise IndexError("index out of range in self")
+            bad = int(index[(index < 0) | (index >= size)].reshape(-1)[0])
+            raise RuntimeError(f"INDICES element is out of DATA bounds, id={bad} axis_dim={size}")
         if low < 0 or high >= size:
             raise RuntimeError(f"index {low if low < 0 else high} is out of bounds for dimension {d} with size {size}")
         if not flat:
