@@ -177,8 +177,8 @@ def normalize_dims(dim, ndim):
                 f"Dimension out of range (expected to be in range of [{-max(ndim, 1)}, {max(ndim, 1) - 1}], but got {d})"
             )
         out.append(d % max(ndim, 1))
-    if len(set(out)) != len(out):
-        raise ShapeError(f"dimension list {list(dims)} repeats a dimension")
+    for d in [d for i, d in enumerate(out) if d in out[:i]][:1]:
+        raise ShapeError(f"dim {d} appears multiple times in the list of dims")
     return tuple(out)
 
 
@@ -407,6 +407,12 @@ def _slice_length(bounds, size):
     return len(range(*slice(*bounds).indices(size)))
 
 
+ZERO_DIM_INDEX = (
+    "invalid index of a 0-dim tensor. Use `tensor.item()` in Python or `tensor.item<T>()` in C++ to convert a 0-dim "
+    "tensor to a number"
+)
+
+
 def index_result(shape, spec, index_shapes, index_dtypes):
     """The shape of `x[spec]` by NumPy's indexing rules, from shapes alone (nothing is allocated).
 
@@ -415,7 +421,7 @@ def index_result(shape, spec, index_shapes, index_dtypes):
     shape = tuple(shape)
 
     def fail(why):
-        raise DimensionError(f"index {list(spec)} does not fit shape {list(shape)}: {why}")
+        raise DimensionError(why)
 
     consumed = 0
     for item in spec:
@@ -424,7 +430,7 @@ def index_result(shape, spec, index_shapes, index_dtypes):
         elif item is not None and item != "...":
             consumed += 1
     if consumed > len(shape):
-        fail(f"too many indices ({consumed}) for {len(shape)} dimension(s)")
+        fail(f"too many indices for tensor of dimension {len(shape)}" if shape else ZERO_DIM_INDEX)
     if sum(1 for item in spec if item == "...") > 1:
         fail("an index can only have a single ellipsis")
     pieces, advanced, positions, bounded, dim = [], [], [], False, 0
@@ -452,8 +458,9 @@ def index_result(shape, spec, index_shapes, index_dtypes):
             ishape, idtype = tuple(index_shapes[k]), index_dtypes[k]
             if idtype.kind == "b":
                 covered = shape[dim : dim + len(ishape)]
-                if tuple(covered) != ishape:
-                    fail(f"boolean index of shape {list(ishape)} does not match the indexed dimensions {list(covered)}")
+                for j in [j for j, (a, b) in enumerate(zip(ishape, covered)) if a != b][:1]:
+                    where = f"{j} does not match the shape of the indexed tensor {list(shape)} at index {dim + j}"
+                    fail(f"The shape of the mask {list(ishape)} at index {where}")
                 dim += len(ishape)
                 advanced.append((math.prod(ishape),))
                 bounded = True

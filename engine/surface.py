@@ -348,13 +348,13 @@ def numel(self) -> int:
 
 def __len__(self) -> int:
     if self.ndim == 0:
-        raise TypeError("len() of a 0-d Variable")
+        raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
 
 
 def __iter__(self: V) -> Iterator[V]:
     if self.ndim == 0:
-        raise TypeError("iteration over a 0-d Variable")
+        raise TypeError("iteration over a 0-d tensor")
     return (self[i] for i in range(self.shape[0]))
 
 
@@ -378,17 +378,23 @@ def __array__(self, dtype: Any = None, copy: bool | None = None) -> NDArray:
 
 def __bool__(self) -> bool:
     if self.numel() != 1:
-        raise RuntimeError("Boolean value of a Variable with more than one value is ambiguous")
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
     return builtins.bool(self._array().item())
 
 
 def __int__(self) -> int:
-    return builtins.int(self.item())
+    return builtins.int(_python_scalar(self))
+
+
+def _python_scalar(self) -> Any:
+    if self.numel() != 1:
+        raise ValueError("only one element tensors can be converted to Python scalars")  # (PyTorch's words)
+    return self.item()
 
 
 def __index__(self) -> int:
     if self.dtype.kind not in "iub" or self.numel() != 1:
-        raise TypeError("only integer Variables of a single element can be converted to an index")
+        raise TypeError("only integer tensors of a single element can be converted to an index")
     return builtins.int(self._array().item())
 
 
@@ -498,7 +504,7 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
         if self.requires_grad and is_enabled() and not SCALAR_WARNED:  # (`complex()` too; once a process, as PyTorch)
             SCALAR_WARNED.append(True)
             warn(SCALAR_OF_GRAD)
-        return builtins.float(self.item())
+        return builtins.float(_python_scalar(self))
 
     maximum = extreme("max", functions["amax"], functions["argmax"], functions["maximum"])
     minimum = extreme("min", functions["amin"], functions["argmin"], functions["minimum"])

@@ -6,7 +6,7 @@ import operator
 
 import numpy
 
-from engine import backend, costs, shapes
+from engine import backend, costs, promotion, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.grad_mode import state as grad_state
@@ -35,9 +35,25 @@ add = defop(
     infer=shapes.broadcast,
     doc="x + y (broadcasting)",
 )
+
+
+def _sub(x, y):
+    try:
+        return x - y
+    except TypeError as error:  # NumPy's refusal of bools: a ValueError, so that the shape rule words PyTorch's
+        raise ValueError(error) from None
+
+
+def _neg(x):
+    try:
+        return -x
+    except TypeError:  # NumPy's refusal of bools
+        raise RuntimeError(promotion.BOOL_NEGATION) from None
+
+
 sub = defop(
     "sub",
-    operator.sub,
+    _sub,
     passes,
     lambda g, ans, x, y: -g,
     saves=False,
@@ -70,9 +86,7 @@ div = defop(
     scratch=costs.temporaries(per_broadcast=1),  # -(x / (y * y)) and its product with g at once
     doc="x / y (true division, broadcasting; IEEE results for division by zero)",
 )
-neg = defop(
-    "neg", operator.neg, lambda g, ans, x: -g, saves=False, takes_xp=False, samples=UNARY, infer=shapes.same, doc="-x"
-)
+neg = defop("neg", _neg, lambda g, ans, x: -g, saves=False, takes_xp=False, samples=UNARY, infer=shapes.same, doc="-x")
 
 
 def _zero_base(x, y):

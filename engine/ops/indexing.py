@@ -42,6 +42,10 @@ def _torch_index_error(error, x_shape, arrays) -> IndexError:
             if 0 <= axis - start < len(masks[0]) and masks[0][axis - start] == size:
                 where = f"{axis - start} does not match the shape of the indexed tensor {list(x_shape)} at index {axis}"
                 return IndexError(f"The shape of the mask {list(masks[0])} at index {where}")
+    if words.startswith("too many indices"):
+        return IndexError(
+            f"too many indices for tensor of dimension {len(x_shape)}" if x_shape else shapes.ZERO_DIM_INDEX
+        )
     return IndexError(words.replace(" for axis ", " for dimension "))
 
 

@@ -15,6 +15,7 @@ from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module
 from engine.ops.indexing import take
+from engine.promotion import c_name
 from engine.recording import derived
 from engine.registry import F, Sample, defop, trusted
 
@@ -412,7 +413,7 @@ defop(
 def _masked_fill_check(mask_dtype, value_shape):
     if numpy.dtype(mask_dtype) != bool:
         raise shapes.ShapeError(
-            f"masked_fill_ only supports boolean masks, but got mask with dtype {numpy.dtype(mask_dtype).name}"
+            f"masked_fill_ only supports boolean masks, but got mask with dtype {c_name(mask_dtype)}"
         )
     if len(value_shape):
         raise shapes.ShapeError(
