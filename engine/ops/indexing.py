@@ -33,27 +33,21 @@ def _key(spec, arrays):
     return indexing.to_key(spec, _index_arrays(arrays))
 
 
-def _torch_index_error(error, x_shape, arrays) -> IndexError:
-    """NumPy's IndexError of an index out of range or a mask of the wrong shape, in PyTorch's words."""
-    words = str(error)
-    if words.startswith("boolean index did not match") and (masks := [a.shape for a in arrays if a.dtype == bool]):
-        axis, _, size = [int(w.rstrip(";")) for w in words.split() if w.rstrip(";").isdigit()][:3]
-        for start in range(len(x_shape) - len(masks[0]) + 1):
-            if 0 <= axis - start < len(masks[0]) and masks[0][axis - start] == size:
-                where = f"{axis - start} does not match the shape of the indexed tensor {list(x_shape)} at index {axis}"
-                return IndexError(f"The shape of the mask {list(masks[0])} at index {where}")
-    if words.startswith("too many indices"):
-        return IndexError(
-            f"too many indices for tensor of dimension {len(x_shape)}" if x_shape else shapes.ZERO_DIM_INDEX
-        )
-    return IndexError(words.replace(" for axis ", " for dimension "))
+def _torch_index_error(error, x_shape, spec, arrays) -> IndexError:
+    """NumPy's IndexError in PyTorch's words: the shape rule's (too many indices, a mask of the wrong shape), else
+    NumPy's for an index array out of range, which names a dimension as PyTorch does."""
+    try:
+        shapes.index_result(x_shape, spec, [a.shape for a in arrays], [a.dtype for a in arrays])
+    except shapes.DimensionError as refusal:
+        return refusal
+    return IndexError(str(error).replace(" for axis ", " for dimension "))
 
 
 def _getitem_forward(xp, x, *arrays, index):
     try:
         out = x[_key(index, arrays)]
     except IndexError as error:
-        raise _torch_index_error(error, x.shape, arrays) from None
+        raise _torch_index_error(error, x.shape, index, arrays) from None
     if not arrays and not isinstance(out, xp.ndarray):  # a single element: a 0-d view, as PyTorch's
         out = x[(*_key(index, arrays), Ellipsis)]
     return out
@@ -85,7 +79,7 @@ def _setitem_forward(xp, x, value, *arrays, index):
     try:
         out[key] = value
     except (IndexError, ValueError) as error:
-        raise assignment_refusal(error, x, value, arrays, key) from None
+        raise assignment_refusal(error, x, value, index, arrays) from None
     return out
 
 
@@ -93,16 +87,17 @@ def refused_assignment(error, x, key, value) -> Exception:
     """`assignment_refusal` of Variable x's x[key] = value (the error itself where its words cannot be read)."""
     try:
         spec, arrays = indexing.from_key(key, as_array)
-        return assignment_refusal(error, as_array(x), as_array(value), arrays, indexing.to_key(spec, arrays))
+        return assignment_refusal(error, as_array(x), as_array(value), spec, arrays)
     except Exception:
         return error
 
 
-def assignment_refusal(error, x, value, arrays, key) -> Exception:
+def assignment_refusal(error, x, value, spec, arrays) -> Exception:
     """NumPy's refusal of x[key] = value in PyTorch's words and type: an index out of range, or a value that does
     not broadcast to the positions (expand's refusal; index_put's with index arrays)."""
     if isinstance(error, IndexError):
-        return _torch_index_error(error, x.shape, arrays)
+        return _torch_index_error(error, x.shape, spec, arrays)
+    key = _key(spec, arrays)
     if arrays:
         got = f"value tensor of shape {list(numpy.shape(value))} cannot be broadcast to indexing result of shape"
         return shapes.ShapeMismatch(f"shape mismatch: {got} {list(x[key].shape)}")
