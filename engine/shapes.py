@@ -50,6 +50,10 @@ def subtract(shapes, dtypes, attrs):
 
 
 def where_rule(shapes, dtypes, attrs):
+    if numpy.dtype(dtypes[0]).kind != "b" and numpy.dtype(dtypes[0]) != numpy.uint8:  # PyTorch's refusal
+        raise DtypeError(
+            f"where expected condition to be a boolean tensor, but got a tensor with dtype {scalar_name(dtypes[0])}"
+        )
     shape, _ = broadcast(shapes, dtypes, attrs)
     return shape, promotion.result_type(shapes[1:], dtypes[1:])
 

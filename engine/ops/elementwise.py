@@ -368,6 +368,8 @@ def _mask_sample(rng):
 
 
 def _where_forward(xp, c, x, y):
+    if c.dtype.kind != "b" and c.dtype != numpy.uint8:  # (NumPy's where takes it; the shape rule refuses it)
+        raise ValueError("where's condition")
     if x.dtype is not y.dtype:  # PyTorch's type promotion (here: a recording's replay casts them too)
         x, y = promoted((x, y))
     return xp.where(c, x, y)

@@ -90,6 +90,8 @@ MISTAKES = {
     "sum over a repeated dim": lambda t: t.randn(2, 3).sum(dim=(1, -1)),
     "masked_fill with a float mask": lambda t: t.randn(3).masked_fill(t.ones(3), 0.0),
     "masked_fill with a long mask": lambda t: t.randn(3).masked_fill(t.ones(3, dtype=t.long), 0.0),
+    "where of a float condition": lambda t: t.where(t.ones(3), t.randn(3), t.randn(3)),
+    "where of a long condition": lambda t: t.where(t.ones(3, dtype=t.long), t.randn(3), t.randn(3)),
     # bools, Python conversions, indexing a 0-d tensor
     "bool minus bool": lambda t: t.tensor([True]) - t.tensor([False]),
     "bool minus a number": lambda t: t.sub(t.tensor([True]), 1),
@@ -128,6 +130,7 @@ AT_THE_CALL = [
     "fold blocks",
     "add",
     "where",
+    "where of a float condition",
     "mm of a vector",
     "permute repeated",
     "permute too few",
