@@ -92,6 +92,8 @@ MISTAKES = {
     "masked_fill with a long mask": lambda t: t.randn(3).masked_fill(t.ones(3, dtype=t.long), 0.0),
     "where of a float condition": lambda t: t.where(t.ones(3), t.randn(3), t.randn(3)),
     "where of a long condition": lambda t: t.where(t.ones(3, dtype=t.long), t.randn(3), t.randn(3)),
+    "argmax of nothing": lambda t: t.zeros(0).argmax(),
+    "argmin over an empty dim": lambda t: t.zeros(2, 0).argmin(dim=-1),
     # bools, Python conversions, indexing a 0-d tensor
     "bool minus bool": lambda t: t.tensor([True]) - t.tensor([False]),
     "bool minus a number": lambda t: t.sub(t.tensor([True]), 1),
