@@ -152,14 +152,16 @@ def _check_index_target(input, target):
     """nll_loss's checks of class-index targets (dtype, then shape), with PyTorch's messages."""
     if input.ndim < 1:
         raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
-    if numpy.dtype(target.dtype) not in _INDEX_DTYPES:
-        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_type_name(target.dtype)}")
     if input.ndim > 1 and (target.ndim == 0 or target.shape[0] != input.shape[0]):
         batch = "()" if target.ndim == 0 else target.shape[0]
         raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size ({batch}).")
     if input.ndim <= 2 and target.ndim > 1:
         raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
-    expected = tuple(input.shape[:1]) + tuple(input.shape[2:]) if input.ndim > 1 else ()
+    if numpy.dtype(target.dtype) not in _INDEX_DTYPES:
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_type_name(target.dtype)}")
+    if input.ndim == 1 and target.ndim == 1 and target.shape[0] != 1:
+        raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {target.shape[0]}")
+    expected = tuple(input.shape[:1]) + tuple(input.shape[2:]) if input.ndim > 1 else tuple(target.shape)
     if tuple(target.shape) != expected:
         raise RuntimeError(f"Expected target size {list(expected)}, got {list(target.shape)}")
 

@@ -50,6 +50,12 @@ MISTAKES = {
     "fold blocks": lambda t: t.nn.Fold((4, 4), 2)(t.randn(1, 4, 10)),
     "fold strided blocks": lambda t: t.nn.Fold((4, 4), 2, stride=2, padding=(1, 0))(t.randn(1, 4, 4)),
     "fold channels": lambda t: t.nn.Fold((4, 4), 2)(t.randn(1, 5, 9)),
+    # losses' targets
+    "nll_loss of a vector, 3 targets": lambda t: t.nn.NLLLoss()(t.randn(3), t.tensor([0, 1, 2])),
+    "cross_entropy, float targets of another batch": lambda t: t.nn.CrossEntropyLoss()(t.randn(2, 3), t.rand(3)),
+    "cross_entropy, probabilities of another shape": lambda t: t.nn.CrossEntropyLoss()(t.randn(2, 3), t.rand(2, 4)),
+    "cross_entropy, float targets": lambda t: t.nn.CrossEntropyLoss()(t.randn(2, 3), t.tensor([0.0, 1.0])),
+    "cross_entropy, a class out of range": lambda t: t.nn.CrossEntropyLoss()(t.randn(2, 3), t.tensor([0, 3])),
     # broadcasting
     "add": lambda t: t.randn(3, 4) + t.randn(3, 5),
     "mul, 3-d": lambda t: t.randn(3, 4) * t.randn(2, 3, 5),
