@@ -461,7 +461,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise NotImplementedError("embedding: sparse is not supported")
     if max_norm is not None:
         renormalised(input, weight, max_norm, norm_type)
+    data = getattr(input, "_data", None)  # (a client's computed index is checked where it is computed)
     try:
+        if data is not None and data.size and data.min() < 0:  # (indexing would count from the end)
+            raise IndexError
         rows = weight[input]
     except IndexError:
         raise IndexError("index out of range in self") from None  # (PyTorch's words)

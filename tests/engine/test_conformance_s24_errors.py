@@ -65,6 +65,7 @@ MISTAKES = {
     "matmul batch": lambda t: t.randn(2, 2, 3) @ t.randn(3, 3, 5),
     # indices out of range, masks of the wrong shape
     "embedding": lambda t: t.nn.Embedding(5, 3)(t.tensor([5])),
+    "embedding of a negative index": lambda t: t.nn.functional.embedding(t.tensor([[0, -1]]), t.randn(3, 2)),
     "index array": lambda t: t.randn(3)[t.tensor([5])],
     "negative index array": lambda t: t.randn(3)[t.tensor([-4])],
     "int index": lambda t: t.randn(3)[5],
