@@ -38,10 +38,10 @@ add = defop(
 
 
 def _sub(x, y):
-    try:
-        return x - y
-    except TypeError as error:  # NumPy's refusal of bools: a ValueError, so that the shape rule words PyTorch's
-        raise ValueError(error) from None
+    # NumPy subtracts a bool from a number: a ValueError, so that the shape rule words PyTorch's refusal of it
+    if numpy.dtype(bool) in (getattr(x, "dtype", None), getattr(y, "dtype", None)):
+        raise ValueError("a bool subtraction")
+    return x - y
 
 
 def _neg(x):

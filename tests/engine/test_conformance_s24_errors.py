@@ -104,6 +104,7 @@ MISTAKES = {
     # bools, Python conversions, indexing a 0-d tensor
     "bool minus bool": lambda t: t.tensor([True]) - t.tensor([False]),
     "bool minus a number": lambda t: t.sub(t.tensor([True]), 1),
+    "a number minus a bool tensor": lambda t: 1 - t.tensor([True]),
     "negated bool": lambda t: -t.tensor([True, False]),
     "float of 2 elements": lambda t: float(t.zeros(2)),
     "int of 2 elements": lambda t: int(t.zeros(2)),
