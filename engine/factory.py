@@ -86,6 +86,26 @@ def _python_floats(data) -> bool:
     return False
 
 
+BOUNDS_AND_STEP = "upper bound and lower bound inconsistent with step sign"
+
+
+def _ragged(data) -> str | None:
+    """PyTorch's words for nested sequences that are not a tensor's: lengths other than the first elements'."""
+    shape, first = [], data
+    while isinstance(first, (list, tuple)):
+        shape.append(len(first))
+        first = first[0] if first else None
+
+    def walk(item, dim):
+        if dim < len(shape) and isinstance(item, (list, tuple)):
+            if len(item) != shape[dim]:
+                return f"expected sequence of length {shape[dim]} at dim {dim} (got {len(item)})"
+            return next(filter(None, (walk(x, dim + 1) for x in item)), None)
+        return None
+
+    return walk(data, 0)
+
+
 class Constructors:
     def __init__(self, variable, to_array, placement):
         self.variable = variable
@@ -131,7 +151,10 @@ class Constructors:
             data = data.copy()
         elif isinstance(data, self.variable):
             warn(COPY_CONSTRUCT)
-        return self._from(data, dtype, device, requires_grad)
+        try:
+            return self._from(data, dtype, device, requires_grad)
+        except ValueError as error:
+            raise ValueError(_ragged(data) or str(error)) from None
 
     def as_tensor(
         self,
@@ -253,7 +276,10 @@ class Constructors:
         requires_grad: bool = False,
     ) -> VariableSurface:
         """int64 values from integer arguments, float32 when any is a float (as PyTorch infers)."""
-        values = numpy.arange(start, end, step) if end is not None else numpy.arange(start)
+        low, high = (0, start) if end is None else (start, end)
+        if step == 0 or (high - low) * step < 0:  # PyTorch's refusals
+            raise RuntimeError("step must be nonzero" if step == 0 else BOUNDS_AND_STEP)
+        values = numpy.arange(low, high, step)
         if dtype is None:
             dtype = default_dtype() if any(_is_float(a) for a in (start, end, step)) else numpy.int64
         return self._new(values, dtype, device, requires_grad)

@@ -34,6 +34,10 @@ TYPE_NAMES = dict(
 # and its C++ names in others ("expected m1 and m2 to have the same dtype, but got: float != double")
 C_NAMES = dict(zip(TYPE_NAMES, ("bool", "unsigned char", "signed char", "short int", "int", "long int", "c10::Half")))
 C_NAMES.update(float32="float", float64="double")
+BOOL_NEGATION = (
+    "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, use the `~` or "
+    "`logical_not()` operator instead."
+)
 BOOL_SUBTRACTION = (
     "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a mask, use "
     "the `~` or `logical_not()` operator instead.",

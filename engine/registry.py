@@ -382,7 +382,8 @@ def make_function(op: OpDef, coerce, run):
             if tensors is None:
                 (tensors,) = _keyword_inputs(op, (), kwargs)
             if not tensors:  # PyTorch's ValueError for cat, RuntimeError for the others: both
-                raise shapes.ShapeMismatch(f"torch.{op.name}(): expected a non-empty list of Tensors")
+                why = f"torch.{op.name}(): expected a non-empty list of Tensors"
+                raise shapes.ShapeMismatch("stack expects a non-empty TensorList" if op.name == "stack" else why)
             return run(coerce(list(tensors)), parse_call(op, rest, kwargs))
     else:
         arity, defaults = op.arity, op.default_attrs

@@ -29,7 +29,7 @@ def broadcast(shapes, dtypes, attrs):
     try:
         shape = numpy.broadcast_shapes(*shapes)
     except ValueError:
-        raise ShapeError(f"{_mismatch(*shapes)}shapes {_shapes(shapes)} cannot be broadcast together") from None
+        raise ShapeError(_mismatch(*shapes) or f"shapes {_shapes(shapes)} cannot be broadcast together") from None
     return tuple(shape), promotion.result_type(shapes, dtypes)
 
 
@@ -38,7 +38,7 @@ def _mismatch(a, *more) -> str:
     for b in more:
         for d in range(1, min(len(a), len(b)) + 1):
             if a[-d] != b[-d] and 1 not in (a[-d], b[-d]):
-                return f"The size of tensor a ({a[-d]}) must match the size of tensor b ({b[-d]}) at non-singleton dimension {max(len(a), len(b)) - d}: "
+                return f"The size of tensor a ({a[-d]}) must match the size of tensor b ({b[-d]}) at non-singleton dimension {max(len(a), len(b)) - d}"
         a = numpy.broadcast_shapes(a, b)
     return ""
 
@@ -50,6 +50,10 @@ def subtract(shapes, dtypes, attrs):
 
 
 def where_rule(shapes, dtypes, attrs):
+    if numpy.dtype(dtypes[0]).kind != "b" and numpy.dtype(dtypes[0]) != numpy.uint8:  # PyTorch's refusal
+        raise DtypeError(
+            f"where expected condition to be a boolean tensor, but got a tensor with dtype {scalar_name(dtypes[0])}"
+        )
     shape, _ = broadcast(shapes, dtypes, attrs)
     return shape, promotion.result_type(shapes[1:], dtypes[1:])
 
@@ -177,8 +181,8 @@ def normalize_dims(dim, ndim):
                 f"Dimension out of range (expected to be in range of [{-max(ndim, 1)}, {max(ndim, 1) - 1}], but got {d})"
             )
         out.append(d % max(ndim, 1))
-    if len(set(out)) != len(out):
-        raise ShapeError(f"dimension list {list(dims)} repeats a dimension")
+    for d in [d for i, d in enumerate(out) if d in out[:i]][:1]:
+        raise ShapeError(f"dim {d} appears multiple times in the list of dims")
     return tuple(out)
 
 
@@ -276,8 +280,13 @@ def reshape(shapes, dtypes, attrs):
 
 def permute(shapes, dtypes, attrs):
     shape, dims = shapes[0], attrs["dims"]
-    if len(dims) != len(shape) or sorted(d % max(len(shape), 1) for d in dims) != list(range(len(shape))):
-        raise ShapeError(f"permutation {list(dims)} does not fit a {len(shape)}-d input of shape {list(shape)}")
+    if len(dims) != len(shape):
+        raise ShapeError(
+            "permute(sparse_coo): number of dimensions in the tensor input does not match the length of the desired "
+            f"ordering of dimensions i.e. input.dim() = {len(shape)} is not equal to len(dims) = {len(dims)}"
+        )
+    if len({normalize_dims(d, len(shape))[0] for d in dims}) != len(dims):
+        raise ShapeError("permute(): duplicate dims are not allowed.")
     return tuple(shape[d] for d in dims), dtypes[0]
 
 
@@ -285,7 +294,10 @@ def expand(shapes, dtypes, attrs):
     shape, target = shapes[0], list(attrs["shape"])
     lead = len(target) - len(shape)
     if lead < 0:
-        raise ShapeError(f"cannot expand {list(shape)} to fewer dimensions {target}")
+        got = f"the number of sizes provided ({len(target)}) must be greater or equal to the number of dimensions"
+        raise ShapeError(
+            f"expand(torch.{scalar_name(dtypes[0])}Tensor{{{list(shape)}}}, size={target}): {got} in the tensor ({len(shape)})"
+        )
     out, wrong = [], None
     for i, t in enumerate(target):
         s = shape[i - lead] if i >= lead else None
@@ -318,13 +330,13 @@ def sum_to(shapes, dtypes, attrs):
 
 def _matrix(shape, name):
     if len(shape) != 2:
-        raise ShapeError(f"mm needs 2-d inputs; {name} has shape {list(shape)}")
+        raise ShapeError(f"{name} must be a matrix")
 
 
 def mm(shapes, dtypes, attrs):
     a, b = shapes
-    _matrix(a, "the first input")
-    _matrix(b, "the second input")
+    _matrix(a, "self")
+    _matrix(b, "mat2")
     if a[1] != b[0]:
         raise ShapeError(f"mat1 and mat2 shapes cannot be multiplied ({a[0]}x{a[1]} and {b[0]}x{b[1]})")  # PyTorch's
     promotion.check_product((2, 2), dtypes)
@@ -339,7 +351,7 @@ def matmul(shapes, dtypes, attrs):
     try:
         batch = numpy.broadcast_shapes(a2[:-2], b2[:-2])
     except ValueError:
-        raise ShapeError(f"{_mismatch(a2[:-2], b2[:-2])}batch shapes {_shapes(shapes)} cannot be broadcast") from None
+        raise ShapeError(_mismatch(a2[:-2], b2[:-2]) or f"batch shapes {_shapes(shapes)} cannot be broadcast") from None
     if a2[-1] != b2[-2]:
         raise ShapeError(_matmul_mismatch(a, b, math.prod(batch), a[-1], math.prod(a[:-1])))
     out = tuple(batch) + ((a2[-2],) if len(a) > 1 else ()) + ((b2[-1],) if len(b) > 1 else ())
@@ -403,6 +415,12 @@ def _slice_length(bounds, size):
     return len(range(*slice(*bounds).indices(size)))
 
 
+ZERO_DIM_INDEX = (
+    "invalid index of a 0-dim tensor. Use `tensor.item()` in Python or `tensor.item<T>()` in C++ to convert a 0-dim "
+    "tensor to a number"
+)
+
+
 def index_result(shape, spec, index_shapes, index_dtypes):
     """The shape of `x[spec]` by NumPy's indexing rules, from shapes alone (nothing is allocated).
 
@@ -411,7 +429,7 @@ def index_result(shape, spec, index_shapes, index_dtypes):
     shape = tuple(shape)
 
     def fail(why):
-        raise DimensionError(f"index {list(spec)} does not fit shape {list(shape)}: {why}")
+        raise DimensionError(why)
 
     consumed = 0
     for item in spec:
@@ -420,7 +438,7 @@ def index_result(shape, spec, index_shapes, index_dtypes):
         elif item is not None and item != "...":
             consumed += 1
     if consumed > len(shape):
-        fail(f"too many indices ({consumed}) for {len(shape)} dimension(s)")
+        fail(f"too many indices for tensor of dimension {len(shape)}" if shape else ZERO_DIM_INDEX)
     if sum(1 for item in spec if item == "...") > 1:
         fail("an index can only have a single ellipsis")
     pieces, advanced, positions, bounded, dim = [], [], [], False, 0
@@ -448,8 +466,9 @@ def index_result(shape, spec, index_shapes, index_dtypes):
             ishape, idtype = tuple(index_shapes[k]), index_dtypes[k]
             if idtype.kind == "b":
                 covered = shape[dim : dim + len(ishape)]
-                if tuple(covered) != ishape:
-                    fail(f"boolean index of shape {list(ishape)} does not match the indexed dimensions {list(covered)}")
+                for j in [j for j, (a, b) in enumerate(zip(ishape, covered)) if a != b][:1]:
+                    where = f"{j} does not match the shape of the indexed tensor {list(shape)} at index {dim + j}"
+                    fail(f"The shape of the mask {list(ishape)} at index {where}")
                 dim += len(ishape)
                 advanced.append((math.prod(ishape),))
                 bounded = True

@@ -58,6 +58,7 @@ from engine.grad_mode import INFERENCE_FLAG, INFERENCE_INPLACE, INFERENCE_MADE
 from engine.mixed_precision import CAST, cast_operator, casting
 from engine.modern import numpy_keywords
 from engine.node import FORWARD as DUAL_LEVELS
+from engine.ops import indexing as indexing_op
 from engine.printing import format_tensor
 from engine.registry import OPS, make_function
 from engine.sampling import Sampling
@@ -500,7 +501,10 @@ def _bound_methods(side, functions) -> tuple[dict, dict]:
             if self.requires_grad or (isinstance(value, variable) and value.requires_grad):
                 self._assign_recorded(setitem(self._snapshot(), value, key), side.run)
                 return
-        self._assign_values(key, value, setitem)
+        try:
+            self._assign_values(key, value, setitem)
+        except (IndexError, ValueError) as error:
+            raise indexing_op.refused_assignment(error, self, key, value) from None
 
     def backward(
         self,

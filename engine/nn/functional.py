@@ -152,14 +152,16 @@ def _check_index_target(input, target):
     """nll_loss's checks of class-index targets (dtype, then shape), with PyTorch's messages."""
     if input.ndim < 1:
         raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
-    if numpy.dtype(target.dtype) not in _INDEX_DTYPES:
-        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_type_name(target.dtype)}")
     if input.ndim > 1 and (target.ndim == 0 or target.shape[0] != input.shape[0]):
         batch = "()" if target.ndim == 0 else target.shape[0]
         raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size ({batch}).")
     if input.ndim <= 2 and target.ndim > 1:
         raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
-    expected = tuple(input.shape[:1]) + tuple(input.shape[2:]) if input.ndim > 1 else ()
+    if numpy.dtype(target.dtype) not in _INDEX_DTYPES:
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_type_name(target.dtype)}")
+    if input.ndim == 1 and target.ndim == 1 and target.shape[0] != 1:
+        raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {target.shape[0]}")
+    expected = tuple(input.shape[:1]) + tuple(input.shape[2:]) if input.ndim > 1 else tuple(target.shape)
     if tuple(target.shape) != expected:
         raise RuntimeError(f"Expected target size {list(expected)}, got {list(target.shape)}")
 
@@ -459,7 +461,13 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise NotImplementedError("embedding: sparse is not supported")
     if max_norm is not None:
         renormalised(input, weight, max_norm, norm_type)
-    rows = weight[input]
+    data = getattr(input, "_data", None)  # (a client's computed index is checked where it is computed)
+    try:
+        if data is not None and data.size and data.min() < 0:  # (indexing would count from the end)
+            raise IndexError
+        rows = weight[input]
+    except IndexError:
+        raise IndexError("index out of range in self") from None  # (PyTorch's words)
     if scale_grad_by_freq:  # (a row's gradient over its count in input; share - share.detach() is exactly 0)
         share = rows / _ns(input).bincount(input.reshape(-1), minlength=weight.shape[0])[input].unsqueeze(-1)
         rows = share - share.detach() + rows.detach()
@@ -688,7 +696,7 @@ def _conv_transpose(nd, input, weight, bias, stride, padding, output_padding, gr
     in_channels, per_group, *kernel = weight.shape
     if channels != in_channels or in_channels % groups:
         raise RuntimeError(
-            f"{name}: given groups={groups}, weight of size {list(weight.shape)}, expected input{list(input.shape)} "
+            f"Given transposed=1, weight of size {list(weight.shape)}, expected input{list(input.shape)} "
             f"to have {in_channels} channels, but got {channels} channels instead"
         )
     stride, padding, dilation, output_padding = (

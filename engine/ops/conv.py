@@ -91,15 +91,15 @@ def _col2im_windows(shape, output_size, kernel_size, dilation, padding, stride) 
     w = windows("col2im", sizes, kernel_size, dilation, padding, stride)
     if shape[1] % w.taps:
         raise ShapeError(
-            f"col2im: expected size of input's dimension 1 to be divisible by the product of kernel_size "
-            f"{list(w.kernel)}, but got input.size(1)={shape[1]}"
+            "Expected size of input's dimension 1 to be divisible by the product of kernel_size, but got "
+            f"input.size(1)={shape[1]} and kernel_size={tuple(w.kernel)}."
         )
     if shape[2] != w.count:
         raise ShapeError(
-            f"col2im: given output_size={list(sizes)}, kernel_size={list(w.kernel)}, dilation={list(w.dilation)}, "
-            f"padding={list(w.before)}, stride={list(w.stride)}, expected size of input's dimension 2 to match the "
+            f"Given output_size={tuple(sizes)}, kernel_size={tuple(w.kernel)}, dilation={tuple(w.dilation)}, "
+            f"padding={tuple(w.before)}, stride={tuple(w.stride)}, expected size of input's dimension 2 to match the "
             f"calculated number of sliding blocks {' * '.join(map(str, w.out))} = {w.count}, but got "
-            f"input.size(2)={shape[2]}"
+            f"input.size(2)={shape[2]}."
         )
     return w
 
@@ -249,7 +249,7 @@ def _conv_plan(op, nd, shapes, dtypes, stride, padding, dilation, groups):
     out_channels = weight[0]
     if channels != weight[1] * groups:
         raise ShapeError(
-            f"{op}: given groups={groups}, weight of size {list(weight)}, expected input{list(x)} to have "
+            f"Given groups={groups}, weight of size {list(weight)}, expected input{list(x)} to have "
             f"{weight[1] * groups} channels, but got {channels} channels instead"
         )
     if out_channels % groups:

@@ -6,7 +6,7 @@ import operator
 
 import numpy
 
-from engine import backend, costs, shapes
+from engine import backend, costs, promotion, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.grad_mode import state as grad_state
@@ -35,9 +35,25 @@ add = defop(
     infer=shapes.broadcast,
     doc="x + y (broadcasting)",
 )
+
+
+def _sub(x, y):
+    # NumPy subtracts a bool from a number: a ValueError, so that the shape rule words PyTorch's refusal of it
+    if numpy.dtype(bool) in (getattr(x, "dtype", None), getattr(y, "dtype", None)):
+        raise ValueError("a bool subtraction")
+    return x - y
+
+
+def _neg(x):
+    try:
+        return -x
+    except TypeError:  # NumPy's refusal of bools
+        raise RuntimeError(promotion.BOOL_NEGATION) from None
+
+
 sub = defop(
     "sub",
-    operator.sub,
+    _sub,
     passes,
     lambda g, ans, x, y: -g,
     saves=False,
@@ -70,9 +86,7 @@ div = defop(
     scratch=costs.temporaries(per_broadcast=1),  # -(x / (y * y)) and its product with g at once
     doc="x / y (true division, broadcasting; IEEE results for division by zero)",
 )
-neg = defop(
-    "neg", operator.neg, lambda g, ans, x: -g, saves=False, takes_xp=False, samples=UNARY, infer=shapes.same, doc="-x"
-)
+neg = defop("neg", _neg, lambda g, ans, x: -g, saves=False, takes_xp=False, samples=UNARY, infer=shapes.same, doc="-x")
 
 
 def _zero_base(x, y):
@@ -367,6 +381,8 @@ def _mask_sample(rng):
 
 
 def _where_forward(xp, c, x, y):
+    if c.dtype.kind != "b" and c.dtype != numpy.uint8:  # (NumPy's where takes it; the shape rule refuses it)
+        raise ValueError("where's condition")
     if x.dtype is not y.dtype:  # PyTorch's type promotion (here: a recording's replay casts them too)
         x, y = promoted((x, y))
     return xp.where(c, x, y)

@@ -33,8 +33,21 @@ def _key(spec, arrays):
     return indexing.to_key(spec, _index_arrays(arrays))
 
 
+def _torch_index_error(error, x_shape, spec, arrays) -> IndexError:
+    """NumPy's IndexError in PyTorch's words: the shape rule's (too many indices, a mask of the wrong shape), else
+    NumPy's for an index array out of range, which names a dimension as PyTorch does."""
+    try:
+        shapes.index_result(x_shape, spec, [a.shape for a in arrays], [a.dtype for a in arrays])
+    except shapes.DimensionError as refusal:
+        return refusal
+    return IndexError(str(error).replace(" for axis ", " for dimension "))
+
+
 def _getitem_forward(xp, x, *arrays, index):
-    out = x[_key(index, arrays)]
+    try:
+        out = x[_key(index, arrays)]
+    except IndexError as error:
+        raise _torch_index_error(error, x.shape, index, arrays) from None
     if not arrays and not isinstance(out, xp.ndarray):  # a single element: a 0-d view, as PyTorch's
         out = x[(*_key(index, arrays), Ellipsis)]
     return out
@@ -62,9 +75,39 @@ def _index_add_vjp(g, ans, xs, needs, index, shape):
 
 
 def _setitem_forward(xp, x, value, *arrays, index):
-    out = x.copy()
-    out[_key(index, arrays)] = value
+    out, key = x.copy(), _key(index, arrays)
+    try:
+        out[key] = value
+    except (IndexError, ValueError) as error:
+        raise assignment_refusal(error, x, value, index, arrays) from None
     return out
+
+
+def refused_assignment(error, x, key, value) -> Exception:
+    """`assignment_refusal` of Variable x's x[key] = value (the error itself where its words cannot be read)."""
+    try:
+        spec, arrays = indexing.from_key(key, as_array)
+        return assignment_refusal(error, as_array(x), as_array(value), spec, arrays)
+    except Exception:
+        return error
+
+
+def assignment_refusal(error, x, value, spec, arrays) -> Exception:
+    """NumPy's refusal of x[key] = value in PyTorch's words and type: an index out of range, or a value that does
+    not broadcast to the positions (expand's refusal; index_put's with index arrays)."""
+    if isinstance(error, IndexError):
+        return _torch_index_error(error, x.shape, spec, arrays)
+    key = _key(spec, arrays)
+    if arrays:
+        got = f"value tensor of shape {list(numpy.shape(value))} cannot be broadcast to indexing result of shape"
+        return shapes.ShapeMismatch(f"shape mismatch: {got} {list(x[key].shape)}")
+    try:
+        shapes.expand(
+            [numpy.shape(value)], [numpy.result_type(getattr(value, "dtype", value))], {"shape": x[key].shape}
+        )
+    except shapes.ShapeError as refusal:
+        return shapes.as_raised(refusal)
+    return error
 
 
 def _setitem_vjp(g, ans, xs, needs, index):
@@ -102,9 +145,10 @@ def _infer_index(data_inputs):
             try:
                 numpy.broadcast_shapes(tuple(value), result)
             except ValueError:
-                raise shapes.ShapeError(
-                    f"a value of shape {list(value)} cannot be assigned to the indexed shape {list(result)}"
-                ) from None
+                if "shape" not in attrs and len(shapes_) == data_inputs:  # PyTorch's refusal is expand's
+                    shapes.expand([value], dtypes[1:], {"shape": result})
+                got = f"value tensor of shape {list(value)} cannot be broadcast to indexing result of shape"
+                raise shapes.ShapeError(f"shape mismatch: {got} {list(result)}") from None
         return target, dtypes[0] if "shape" in attrs else numpy.result_type(dtypes[0])
 
     return infer

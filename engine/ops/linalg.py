@@ -3,8 +3,6 @@ Cholesky), with vjps written as differentiable ops (PyTorch's formulas; the inve
 
 from __future__ import annotations
 
-import operator
-
 import numpy
 
 from engine import costs, shapes
@@ -65,9 +63,15 @@ def _mm_vjp_y(g, ans, x, y):
     return _result(out if type(out) is ndarray else _wrap(out, g._data), None)
 
 
+def _mm(x, y):
+    if x.ndim != 2 or y.ndim != 2:  # (NumPy's matmul takes them; the shape rule words PyTorch's refusal)
+        raise ValueError("mm takes matrices")
+    return x @ y
+
+
 mm = defop(
     "mm",
-    operator.matmul,
+    _mm,
     _mm_vjp_x,
     _mm_vjp_y,
     takes_xp=False,

@@ -28,14 +28,47 @@ def _pool_plan(op, nd, shape, dtype, kernel_size, stride, padding, dilation, cei
         raise ShapeError(f"{op}: divisor must be not zero")
     input_rank(op, shape, nd)
     stride = kernel_size if stride is None else stride
+    k, p, d = (
+        per_dim(v, nd, name, op)
+        for v, name in ((kernel_size, "kernel_size"), (padding, "padding"), (dilation, "dilation"))
+    )
+    _pool_refusal(op, shape[-nd - 1 :], k, p, d, per_dim(stride, nd, "stride", op), ceil_mode)
     w = windows(op, tuple(shape[-nd:]), kernel_size, dilation, padding, stride, ceil_mode)
-    for k, p in zip(w.kernel, w.before):
-        if p > k // 2:
-            raise ShapeError(
-                f"{op}: pad should be at most half of effective kernel size, but got pad={p}, kernel_size={k} "
-                f"and dilation={list(w.dilation)}"
-            )
     return w, (*shape[:-nd], *w.out)
+
+
+def _pool_refusal(op, sizes, kernel, pad, dilation, stride, ceil_mode):
+    """PyTorch's refusals of a pool's padding and of a window wider than its padded input, in its order and words
+    (`sizes`: the channels and spatial sizes)."""
+    for k, p, d in zip(kernel, pad, dilation):
+        if op == "max_pool1d" and p > k // 2:
+            raise ShapeError(
+                f"max_pool1d() padding should be at most half of kernel size, but got padding={p} and kernel_size={k}"
+            )
+        if p > ((k - 1) * d + 1) // 2:
+            raise ShapeError(
+                f"pad should be at most half of effective kernel size, but got pad={p}, kernel_size={k} and dilation={d}"
+            )
+    if len(kernel) == 2 and any(p > k // 2 for k, p in zip(kernel, pad)):
+        why = f"padW = {pad[1]}, padH = {pad[0]}, kW = {kernel[1]}, kH = {kernel[0]}"
+        raise ShapeError(f"pad should be smaller than or equal to half of kernel size, but got {why}")
+    if op == "avg_pool3d" and any(i < k for i, k in zip(sizes[1:], kernel)):
+        raise ShapeError(
+            f"input image (T: {sizes[1]} H: {sizes[2]} W: {sizes[3]}) smaller than kernel size (kT: {kernel[0]} kH: {kernel[1]} kW: {kernel[2]})"
+        )
+    out = []
+    for i, k, p, d, s in zip(sizes[1:], kernel, pad, dilation, stride):
+        n = (i + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+        out.append(n - 1 if ceil_mode and (n - 1) * s >= i + p else n)
+    if min(out) < 1:
+        if op == "max_pool1d":
+            raise ShapeError(f"max_pool1d() Invalid computed output size: {out[0]}")
+        given, out = (
+            ([sizes[0], 1, *sizes[1:]], [sizes[0], 1, *out]) if op == "avg_pool1d" else ([*sizes], [sizes[0], *out])
+        )
+        raise ShapeError(
+            f"Given input size: ({'x'.join(map(str, given))}). Calculated output size: ({'x'.join(map(str, out))}). Output size is too small"
+        )
 
 
 def _windows_of(x, w: Windows, value):

@@ -184,6 +184,11 @@ amin = defop(
 
 def _arg(fn_name):
     def forward(xp, x, dim, keepdim):
+        if x.size == 0 and (dim is None or x.shape[dim] == 0):  # PyTorch's IndexError (NumPy's is a ValueError)
+            which = (
+                "to be specified for input.numel() == 0." if dim is None else f"{dim % x.ndim} to have non-zero size."
+            )
+            raise IndexError(f"{fn_name}(): Expected reduction dim {which}")
         out = getattr(xp, fn_name)(x, axis=dim, keepdims=keepdim) if dim is not None else getattr(xp, fn_name)(x)
         if dim is None and keepdim:
             out = xp.asarray(out).reshape((1,) * x.ndim)

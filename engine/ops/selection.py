@@ -15,6 +15,7 @@ from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module
 from engine.ops.indexing import take
+from engine.promotion import c_name
 from engine.recording import derived
 from engine.registry import F, Sample, defop, trusted
 
@@ -230,6 +231,11 @@ def _positions(x_shape, d, flat=True):
         index = index.astype(numpy.int64, copy=False)
         size = x_shape[d] if x_shape else 1
         low, high = (int(index.min()), int(index.max())) if index.size else (0, 0)
+        if (low < 0 or high >= size) and not flat:  # index_select's: PyTorch's words (its kernel for dim 1)
+            if d != 1:
+                raise IndexError("index out of range in self")
+            bad = int(index[(index < 0) | (index >= size)].reshape(-1)[0])
+            raise RuntimeError(f"INDICES element is out of DATA bounds, id={bad} axis_dim={size}")
         if low < 0 or high >= size:
             raise RuntimeError(f"index {low if low < 0 else high} is out of bounds for dimension {d} with size {size}")
         if not flat:
@@ -407,7 +413,7 @@ defop(
 def _masked_fill_check(mask_dtype, value_shape):
     if numpy.dtype(mask_dtype) != bool:
         raise shapes.ShapeError(
-            f"masked_fill_ only supports boolean masks, but got mask with dtype {numpy.dtype(mask_dtype).name}"
+            f"masked_fill_ only supports boolean masks, but got mask with dtype {c_name(mask_dtype)}"
         )
     if len(value_shape):
         raise shapes.ShapeError(

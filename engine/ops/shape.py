@@ -206,13 +206,13 @@ transpose = defop(
 
 def _t_infer(s, d, attrs):
     if len(s[0]) > 2:
-        raise shapes.ShapeError(f"t expects a tensor with <= 2 dimensions, got shape {list(s[0])}")
+        raise shapes.ShapeError(f"t() expects a tensor with <= 2 dimensions, but self is {len(s[0])}D")
     return tuple(reversed(s[0])), d[0]
 
 
 def _t(x):
     if x.ndim > 2:
-        raise ValueError(f"t() expects a tensor with <= 2 dimensions, but it has {x.ndim}")
+        raise shapes.ShapeMismatch(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
     return x.permute((1, 0)[2 - x.ndim :])  # (of fewer dims, a view of x all the same, as PyTorch's)
 
 

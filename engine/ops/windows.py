@@ -74,8 +74,8 @@ def windows(op, sizes, kernel_size, dilation=1, padding=0, stride=1, ceil_mode=F
         room = i + b + a - span
         if room < 0:
             raise ShapeError(
-                f"{op}: calculated padded input size per channel: ({' x '.join(str(i + b + a) for i, b, a in zip(sizes, before, after))}). "
-                f"Kernel size: ({' x '.join(map(str, kernel))}) with dilation {list(dilation)}. "
+                f"Calculated padded input size per channel: ({' x '.join(str(i + b + a) for i, b, a in zip(sizes, before, after))}). "
+                f"Kernel size: ({' x '.join(str(d * (k - 1) + 1) for k, d in zip(kernel, dilation))}). "
                 "Kernel size can't be greater than actual input size"
             )
         count = (room + s - 1) // s + 1 if ceil_mode else room // s + 1

@@ -87,7 +87,7 @@ def test_shape_errors_are_raised_at_the_op(session, recorder):
     with pytest.raises(client.ShapeError, match=r"mm\(\).*\[3, 4\].*\[5, 2\]") as err:
         x.mm(y)
     assert isinstance(err.value, ValueError)
-    with pytest.raises(ValueError, match="cannot be broadcast"):
+    with pytest.raises(ValueError, match=r"The size of tensor a \(3\) must match the size of tensor b \(4\)"):
         Variable(np.ones(3)) + Variable(np.ones(4))
     with pytest.raises(TypeError, match="unexpected keyword argument"):
         x.sum(colour=1)

@@ -340,12 +340,12 @@ def test_flatten_of_reversed_dims_is_refused_as_torch(oracle):
 @pytest.mark.parametrize(
     ("a", "b"), [((2, 3), (4, 5)), ((3,), (4,)), ((5, 2, 3), (4, 1, 3))], ids=["2-d", "1-d", "3-d"]
 )
-def test_broadcast_and_expand_refusals_begin_with_torch_words(a, b, oracle):
+def test_broadcast_and_expand_refusals_are_torch_words(a, b, oracle):
     with pytest.raises(RuntimeError) as want:
         oracle.ones(*a) + oracle.ones(*b)
     with pytest.raises(RuntimeError) as got:
         engine.ones(*a) + engine.ones(*b)
-    assert str(got.value).startswith(str(want.value)) and "cannot be broadcast" in str(got.value)
+    assert str(got.value) == str(want.value)
     messages = []
     for torch in (engine, oracle):
         with pytest.raises(RuntimeError) as caught:

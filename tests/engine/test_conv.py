@@ -129,7 +129,7 @@ X, W = np.zeros((1, 4, 6, 6)), np.zeros((2, 4, 3, 3))
         (lambda: F.conv2d(engine.tensor(X[0, 0]), engine.tensor(W)), ShapeError, "input"),
         (lambda: F.max_pool2d(engine.tensor(X), kernel_size=0), AttrError, "kernel_size"),
         (lambda: F.max_pool2d(engine.tensor(X), kernel_size=2, padding=2), ShapeError, "half"),
-        (lambda: F.max_pool2d(engine.tensor(X), kernel_size=7), ShapeError, "Kernel size"),
+        (lambda: F.max_pool2d(engine.tensor(X), kernel_size=7), ShapeError, "Output size is too small"),
         (lambda: F.avg_pool2d(engine.tensor(X), kernel_size=2, divisor_override=0), ShapeError, "divisor"),
         (lambda: F.max_pool2d(engine.tensor(X.astype(np.int64)), kernel_size=2), ShapeError, "floating"),
         (lambda: F.fold(engine.tensor(np.zeros((1, 8, 5))), (3, 3), 2), ShapeError, "sliding blocks"),

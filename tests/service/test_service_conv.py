@@ -43,7 +43,7 @@ HOSTILE = [
     ("padding-word", "conv2d", {"padding": "full"}, ("x", "w"), "padding"),
     ("huge-dilation", "conv2d", {"dilation": 2**62}, ("x", "w"), "Kernel size"),
     ("dilation-overflow", "conv2d", {"dilation": 2**64}, ("x", "w"), "dilation"),
-    ("kernel-over-input", "max_pool2d", {"kernel_size": 7}, ("x",), "Kernel size"),
+    ("kernel-over-input", "max_pool2d", {"kernel_size": 7}, ("x",), "Output size is too small"),
     ("groups-not-dividing", "conv2d", {"groups": 3}, ("x", "w"), "groups=3"),
     ("groups-zero", "conv2d", {"groups": 0}, ("x", "w"), "groups"),
     ("pad-over-half", "max_pool2d", {"kernel_size": 2, "padding": 2}, ("x",), "half"),
