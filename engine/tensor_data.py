@@ -26,6 +26,8 @@ _MaxMin = namedtuple("_MaxMin", ["values", "indices"])  # (`return_types.max`: e
 
 def _values(other):
     """`other`'s values when it is a Variable (whose `__array_ufunc__ = None` refuses NumPy's in-place operators)."""
+    if isinstance(other, numpy.ndarray):
+        return other
     return other.numpy() if hasattr(other, "_array") and hasattr(other, "requires_grad") else other
 
 
@@ -148,7 +150,7 @@ class TensorData(numpy.ndarray):
     variable: Any = None  # engine.variable.Variable (set there: this module is below it)
 
     def __repr__(self):  # as PyTorch prints a `.data`: `tensor([1.5000, 2.0000])`
-        return repr(TensorData.variable._leaf(self.view(numpy.ndarray)))
+        return repr(TensorData.variable._leaf(_ndarray(self)))
 
     __str__ = __repr__
 
@@ -157,7 +159,7 @@ class TensorData(numpy.ndarray):
         a Variable it gives is a `.data` again, and an in-place method's, this one."""
         if name.startswith("_") or TensorData.variable is None:
             raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
-        shared = TensorData.variable._leaf(self.view(numpy.ndarray))
+        shared = TensorData.variable._leaf(_ndarray(self))
         found = getattr(shared, name)
         if not callable(found):
             return found
@@ -184,7 +186,7 @@ class TensorData(numpy.ndarray):
 
     def numpy(self, *, force: bool = False) -> numpy.ndarray:
         """The plain array (`force` is PyTorch's keyword: `.data` never requires grad, so it changes nothing)."""
-        return self.view(numpy.ndarray)
+        return _ndarray(self)
 
 
 def _either(name, numpys):
@@ -232,10 +234,13 @@ class _Size(int):
         return self.data.__getattr__("size")(*dim)
 
 
+_ndarray = functools.partial(numpy.ndarray.view, type=numpy.ndarray)  # (not the `view` PyTorch's calls take)
+
+
 def plain(array):
     """`array` without the `TensorData` (or any other ndarray subclass) wrapper."""
     if type(array) is not numpy.ndarray and isinstance(array, numpy.ndarray):
-        return array.view(numpy.ndarray)
+        return _ndarray(array)
     return array
 
 
