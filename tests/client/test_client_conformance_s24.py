@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.engine.test_conformance_s23b import _refusal as _raised
+
 
 def _meta(v):
     return (str(v.dtype), tuple(v.shape), v.requires_grad, v.is_leaf)
@@ -67,14 +69,6 @@ SHAPE_REFUSALS = {
     "conv2d of a matrix": lambda t: t.nn.Conv2d(3, 4, 3)(t.ones(3, 5)),
     "conv1d of a vector": lambda t: t.nn.functional.conv1d(t.ones(3, requires_grad=True), t.ones(4, 3, 2)),
 }
-
-
-def _raised(fn):
-    try:
-        fn()
-    except Exception as error:  # noqa: BLE001 (the exception is the result)
-        return error
-    raise AssertionError("nothing was raised")
 
 
 @pytest.mark.filterwarnings("ignore:Using a target size")

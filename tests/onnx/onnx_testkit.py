@@ -56,8 +56,16 @@ def models():
         "lenet": (LeNet(), torch.randn(2, 1, 12, 12)),
         "encoder": (Encoder(), torch.randn(2, 5, 8)),
     }
+    randomized([module for module, _ in built.values()])
+    return built
+
+
+def randomized(modules) -> None:
+    """Weights N(0, 0.25) and batch-norm statistics of a trained model's spread, each module in eval mode."""
+    import torch
+
     with torch.no_grad():
-        for module, _ in built.values():
+        for module in modules:
             for p in module.parameters():
                 p.copy_(torch.randn_like(p) * 0.5)
             for name, buffer in module.named_buffers():
@@ -66,7 +74,6 @@ def models():
                 elif name.endswith("running_mean"):
                     buffer.copy_(torch.randn_like(buffer) * 0.1)
             module.eval()
-    return built
 
 
 def export(module, example) -> bytes:

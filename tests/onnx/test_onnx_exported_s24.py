@@ -21,6 +21,7 @@ import warnings
 import numpy as np
 import pytest
 
+from tests.onnx.onnx_testkit import randomized
 from tests.service.service_testkit import asgi_client, assert_still_serves, running_server
 
 pytest.importorskip("onnx")
@@ -233,16 +234,7 @@ def _models():
         "nll": (PerExampleLoss(), (torch.randn(2, 6), torch.randint(0, 4, (2,))), (0, 0), False),
         "argmax": (ScoresAndClass(), (torch.randn(2, 5),), (0,), False),
     }
-    with torch.no_grad():
-        for module, *_ in made.values():
-            for p in module.parameters():
-                p.copy_(torch.randn_like(p) * 0.5)
-            for name, buffer in module.named_buffers():
-                if name.endswith("running_var"):
-                    buffer.copy_(torch.rand_like(buffer) + 0.5)
-                elif name.endswith("running_mean"):
-                    buffer.copy_(torch.randn_like(buffer) * 0.1)
-            module.eval()
+    randomized([module for module, *_ in made.values()])
     return made
 
 
