@@ -87,6 +87,7 @@ class OpDef:
     function: Callable | None = None
     node_class: type | None = None
     view: bool = False  # whether a result may share its first input's memory: PyTorch's view (engine.views)
+    ignores: tuple = ()  # keywords PyTorch takes that change nothing here (`clone(memory_format=...)`)
 
     def cost(self, in_shapes, out_shape, attrs, dtypes=()) -> tuple:
         """(elements allocated, work) of one call, from shapes: what the request budgets count. The
@@ -317,8 +318,8 @@ PARSED = 64
 
 
 def _parse(op: OpDef, rest: tuple, kwargs: dict) -> dict:
-    if op.name == "clone" and "memory_format" in kwargs:  # a layout (engine.runtime.memory_format): the same values
-        kwargs = {k: v for k, v in kwargs.items() if k != "memory_format"}
+    if op.ignores:
+        kwargs = {k: v for k, v in kwargs.items() if k not in op.ignores}
     names = list(op.attrs)
     if (
         rest

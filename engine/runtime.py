@@ -56,8 +56,8 @@ class memory_format:  # noqa: N801  (PyTorch's spelling)
         return "torch." + self.name
 
 
-MEMORY_FORMATS = {name: memory_format(name) for name in ("contiguous_format", "preserve_format", "channels_last")}
-MEMORY_FORMATS["channels_last_3d"] = memory_format("channels_last_3d")
+LAYOUTS = ("contiguous_format", "preserve_format", "channels_last", "channels_last_3d")
+MEMORY_FORMATS = {name: memory_format(name) for name in LAYOUTS}
 
 
 def _close_message(actual, expected, rtol, atol) -> str | None:

@@ -219,6 +219,9 @@ Raised, as decisions:
   mistakes): convolution, pooling and fold refusals, broadcasting, index out of range (Embedding, index_select,
   getitem, setitem), permute/expand/mm/t, ragged `tensor()`, `arange`'s step, bool arithmetic, `where`'s condition,
   empty argmax, the losses' target checks (+146) took it to 24416.
+- engine 24420 -> 24425 (2026-11-30, session 24, review): the keywords an op takes and ignores declared on the op
+  (`OpDef.ignores`: clone's `memory_format`) in place of a special case by name in the registry's parser (+2) took it
+  to 24421.
 """
 
 from __future__ import annotations
@@ -229,7 +232,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 24420, "wire": 6490, "service": 3850, "client": 3315}
+BUDGETS = {"engine": 24425, "wire": 6490, "service": 3850, "client": 3315}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 

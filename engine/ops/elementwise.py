@@ -418,6 +418,7 @@ clone = defop(
     saves=False,
     samples=UNARY,
     infer=shapes.same,
+    ignores=("memory_format",),  # every Variable is contiguous (engine.runtime.memory_format)
     doc="a copy of x",
 )
 
