@@ -202,10 +202,13 @@ else:
     BoundedProtocol = BoundedHttpToolsProtocol
 
 
-def answered(send, headers: list, body) -> bool:
-    """Whether a 200 with our own `headers` (lower-case, valid names and values) and whole `body` went out as one
-    write: uvicorn's httptools `send` for its start and body messages, without their two writes and checking each
-    header against two patterns (~16k instructions). False, with nothing done, where `send` is not that cycle's,
+def answered(send, headers: list, parts: list) -> bool:
+    """Whether a 200 with our own `headers` (lower-case, valid names and values) and the whole body `parts` (bytes,
+    or buffers such as an answer's arrays) went out as one write: uvicorn's httptools `send` for its start and body
+    messages, without their two writes, checking each header against two patterns (~16k instructions), nor joining
+    the parts (a pass over an answer's tensors: the transport writes them together, as they are, or keeps them
+    until it can; an array an update may step in place is one that nothing else holds, `wire.resident_update`).
+    False, with nothing done, where `send` is not that cycle's,
     or where its checks do more (a paused or closing connection, an access log): then send the two messages.
     Every attribute of uvicorn's cycle it uses is read before any is set: a uvicorn whose cycle lacks one gets the
     two messages (tests/service/test_one_write_answer.py compares the bytes with its own send's)."""
@@ -227,7 +230,7 @@ def answered(send, headers: list, body) -> bool:
     for name, value in (*default_headers, *headers):
         head += (name, b": ", value, b"\r\n")
     head.append(b"\r\n")
-    writelines((b"".join(head), body))
+    writelines((b"".join(head), *parts))
     complete()
     next_request()  # (the next pipelined request starts)
     return True
@@ -237,5 +240,9 @@ def alone(send) -> bool:
     """Whether the request answering through `send` (uvicorn's httptools cycle's) is the only one its server
     is running: no other request's task waits for the event loop meanwhile."""
     cycle = getattr(send, "__self__", None)
-    tasks = getattr(getattr(getattr(cycle, "on_response", None), "__self__", None), "tasks", ())
-    return type(cycle) is _Cycle and len(tasks) == 1
+    if type(cycle) is not _Cycle:
+        return False
+    try:
+        return len(cycle.on_response.__self__.tasks) == 1
+    except AttributeError:  # a uvicorn whose cycle or protocol lacks one of them
+        return False

@@ -69,7 +69,7 @@ def uvicorns_own(made):
 def test_one_write_is_byte_for_byte_what_uvicorns_send_writes():
     fast, fast_out, fast_server = cycle()
     slow, slow_out, slow_server = cycle()
-    assert answered(fast.send, list(HEADERS), BODY)
+    assert answered(fast.send, list(HEADERS), [BODY[:5], memoryview(BODY)[5:]])  # an answer's parts, not joined
     uvicorns_own(slow)
     assert len(fast_out.writes) == 1 and len(slow_out.writes) == 2
     assert fast_out.writes[0] == b"".join(slow_out.writes)
@@ -98,7 +98,7 @@ def test_where_uvicorns_send_does_more_nothing_is_written(case):
         async def send(message):
             raise AssertionError("not called")
 
-    assert not answered(send, list(HEADERS), BODY)
+    assert not answered(send, list(HEADERS), [BODY])
     assert out.writes == [] and not made.response_complete and server.responses == 0
 
 
@@ -107,7 +107,7 @@ def test_a_cycle_lacking_an_attribute_is_left_untouched(missing):
     """Another uvicorn's cycle (an attribute renamed): the two messages, not a half-set state."""
     made, out, server = cycle()
     delattr(made, missing)
-    assert not answered(made.send, list(HEADERS), BODY)
+    assert not answered(made.send, list(HEADERS), [BODY])
     assert out.writes == [] and not made.response_started and server.responses == 0
 
 
