@@ -11,6 +11,7 @@ from types import CoroutineType
 
 import numpy
 
+from service.connections import whole_body
 from service.errors import ApiError
 from wire.codec import HEADER_LENGTH
 from wire.limits import Limits
@@ -167,8 +168,10 @@ async def read_body(
     body, total = None, 0
     idle_s = hold.budget.idle_s
     end = None  # when the whole body's time is up: timed from the first wait (a body already received is not)
+    whole = whole_body(receive)  # uvicorn's, all there already: taken without a copy or a coroutine
     while True:
-        ready, message = _start(receive())
+        ready, message = _start(receive()) if whole is None else (True, whole)
+        whole = None
         if not ready:  # it waits: one timer, the idle bound, or the whole body's when it comes first
             if end is None:
                 end = asyncio.get_running_loop().time() + timeout_s

@@ -236,6 +236,29 @@ def answered(send, headers: list, parts: list) -> bool:
     return True
 
 
+def whole_body(receive) -> dict | None:
+    """The `http.request` message that uvicorn's httptools `receive` would return now, when the request's whole body
+    has arrived (else None, with nothing done; `receive` then): its body the bytearray the cycle gathered it in,
+    taken as it is instead of copied into `bytes` (a pass over the body) by a coroutine and an event's wait. The
+    cycle is left as its `receive` leaves it (reading resumed, the event cleared, a new bytearray): a later
+    `receive()` waits for the disconnect. Not where uvicorn's `receive` does more (a 100 Continue to write)."""
+    cycle = getattr(receive, "__self__", None)
+    if type(cycle) is not _Cycle:
+        return None
+    try:
+        if cycle.more_body or cycle.disconnected or cycle.response_complete or cycle.waiting_for_100_continue:
+            return None
+        body, event, resume = cycle.body, cycle.message_event, cycle.flow.resume_reading
+    except AttributeError:
+        return None
+    if type(body) is not bytearray or not event.is_set():
+        return None
+    resume()
+    event.clear()
+    cycle.body = bytearray()
+    return {"type": "http.request", "body": body, "more_body": False}
+
+
 def alone(send) -> bool:
     """Whether the request answering through `send` (uvicorn's httptools cycle's) is the only one its server
     is running: no other request's task waits for the event loop meanwhile."""
