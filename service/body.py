@@ -173,8 +173,7 @@ async def read_body(
         ready, message = _start(receive()) if whole is None else (True, whole)
         whole = None
         if not ready:  # it waits: one timer, the idle bound, or the whole body's when it comes first
-            if end is None:
-                end = asyncio.get_running_loop().time() + timeout_s
+            end = end or asyncio.get_running_loop().time() + timeout_s
             wait = Deadline(idle_s, end)
             try:
                 with wait:

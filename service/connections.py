@@ -203,13 +203,11 @@ else:
 
 
 def answered(send, headers: list, parts: list) -> bool:
-    """Whether a 200 with our own `headers` (lower-case, valid names and values) and the whole body `parts` (bytes,
-    or buffers such as an answer's arrays) went out as one write: uvicorn's httptools `send` for its start and body
-    messages, without their two writes, checking each header against two patterns (~16k instructions), nor joining
-    the parts (a pass over an answer's tensors: the transport writes them together, as they are, or keeps them
-    until it can; an array an update may step in place is one that nothing else holds, `wire.resident_update`).
-    False, with nothing done, where `send` is not that cycle's,
-    or where its checks do more (a paused or closing connection, an access log): then send the two messages.
+    """Whether a 200 with our own `headers` (lower-case, valid names and values) and the body `parts` (not joined:
+    bytes or an answer's arrays, viewed) went out as one write: uvicorn's httptools `send` for its start and body
+    messages, without their two writes and checking each header against two patterns (~16k instructions). False,
+    with nothing done, where `send` is not that cycle's, or where its checks do more (a paused or closing
+    connection, an access log): then send the two messages.
     Every attribute of uvicorn's cycle it uses is read before any is set: a uvicorn whose cycle lacks one gets the
     two messages (tests/service/test_one_write_answer.py compares the bytes with its own send's)."""
     cycle = getattr(send, "__self__", None)
@@ -226,32 +224,26 @@ def answered(send, headers: list, parts: list) -> bool:
         return False
     cycle.response_started = cycle.response_complete = True
     cycle.waiting_for_100_continue = cycle.chunked_encoding = False
-    head = [b"HTTP/1.1 200 OK\r\n"]
-    for name, value in (*default_headers, *headers):
-        head += (name, b": ", value, b"\r\n")
-    head.append(b"\r\n")
-    writelines((b"".join(head), *parts))
+    lines = (b"HTTP/1.1 200 OK", *map(b": ".join, default_headers), *map(b": ".join, headers), b"", b"")
+    writelines((b"\r\n".join(lines), *parts))
     complete()
     next_request()  # (the next pipelined request starts)
     return True
 
 
 def whole_body(receive) -> dict | None:
-    """The `http.request` message that uvicorn's httptools `receive` would return now, when the request's whole body
-    has arrived (else None, with nothing done; `receive` then): its body the bytearray the cycle gathered it in,
-    taken as it is instead of copied into `bytes` (a pass over the body) by a coroutine and an event's wait. The
-    cycle is left as its `receive` leaves it (reading resumed, the event cleared, a new bytearray): a later
-    `receive()` waits for the disconnect. Not where uvicorn's `receive` does more (a 100 Continue to write)."""
+    """The message uvicorn's httptools `receive` would return now, when the whole body is there and it would do
+    nothing more (no 100 Continue), else None: the cycle's bytearray taken, not copied into `bytes`, the cycle left
+    as `receive` leaves it (reading resumed, the event cleared, a new bytearray)."""
     cycle = getattr(receive, "__self__", None)
     if type(cycle) is not _Cycle:
         return None
     try:
-        if cycle.more_body or cycle.disconnected or cycle.response_complete or cycle.waiting_for_100_continue:
-            return None
         body, event, resume = cycle.body, cycle.message_event, cycle.flow.resume_reading
+        more = cycle.more_body or cycle.disconnected or cycle.response_complete or cycle.waiting_for_100_continue
     except AttributeError:
         return None
-    if type(body) is not bytearray or not event.is_set():
+    if more or type(body) is not bytearray or not event.is_set():
         return None
     resume()
     event.clear()
@@ -263,9 +255,5 @@ def alone(send) -> bool:
     """Whether the request answering through `send` (uvicorn's httptools cycle's) is the only one its server
     is running: no other request's task waits for the event loop meanwhile."""
     cycle = getattr(send, "__self__", None)
-    if type(cycle) is not _Cycle:
-        return False
-    try:
-        return len(cycle.on_response.__self__.tasks) == 1
-    except AttributeError:  # a uvicorn whose cycle or protocol lacks one of them
-        return False
+    tasks = getattr(getattr(getattr(cycle, "on_response", None), "__self__", None), "tasks", ())
+    return type(cycle) is _Cycle and len(tasks) == 1

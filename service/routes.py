@@ -273,20 +273,16 @@ class ComputeEndpoint:
         self.seen = None
 
     def counted(self, metrics) -> ComputeEndpoint:
-        """This endpoint, as one that counts its requests in `metrics` itself (for `Gradserve.direct`, past the
-        app's middleware), as MetricsMiddleware counts every other route's, from what `answer` returns (status,
-        bytes in and out): without the middleware's wrappers around receive and send (~8% of a tiny request's
-        CPU), nor a coroutine of its own around `answer`."""
+        """A copy that counts its requests in `metrics` itself (`Gradserve.direct`: past MetricsMiddleware and
+        its wrappers around receive and send, ~8% of a tiny request's CPU), from what `answer` returns."""
         endpoint = type(self)(self.kind)
         endpoint.metrics = metrics
         return endpoint
 
     async def answer(self, scope, receive, send) -> tuple[int, int, int]:
-        """Answer one request: (status, body bytes received, body bytes sent); status 500 when
-        nothing was sent (the client left), as MetricsMiddleware counts it, in `self.metrics` when
-        set (`counted`). Every answer carries the request's id (X-Request-ID); its log line is
-        written here (`service.logs`). It is the endpoint's ASGI `__call__` too (the value it
-        returns is ignored there), so a request runs in this one coroutine."""
+        """Answer one request (the endpoint's ASGI `__call__` too): (status, body bytes received, body bytes sent),
+        counted in `self.metrics` when set; status 500 when nothing was sent (the client left), as MetricsMiddleware
+        counts it. Every answer carries the request's id (X-Request-ID); its log line is written here."""
         start = time.perf_counter()
         outcome = None
         try:
