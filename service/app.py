@@ -20,7 +20,7 @@ from service.body import BodyBudget
 from service.compute import ComputePool
 from service.logs import RequestLogMiddleware
 from service.metrics import Metrics, MetricsMiddleware
-from service.routes import CountedEndpoint, Runtime, add_compute_routes, router
+from service.routes import Runtime, add_compute_routes, router
 from service.schema import ERROR, compute_paths
 from service.settings import Settings
 from service.version import __version__
@@ -152,7 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.direct = {
         path: MetricsMiddleware(CORSMiddleware(endpoint, **cors), metrics=metrics)
         if cors
-        else CountedEndpoint(endpoint, metrics, path)
+        else endpoint.counted(metrics)
         for path, endpoint in compute.items()
     }
     app.openapi = lambda: _openapi(app)

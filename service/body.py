@@ -11,6 +11,7 @@ from types import CoroutineType
 
 import numpy
 
+from service.connections import whole_body
 from service.errors import ApiError
 from wire.codec import HEADER_LENGTH
 from wire.limits import Limits
@@ -81,7 +82,8 @@ class BodyHold:
             )
 
     def grow(self, n: int) -> None:
-        self.check(self.bytes + n)
+        if self.bytes + n > self.budget.peer_share:
+            self.check(self.bytes + n)
         refused = self.budget.take(n, self.peer)
         if refused is not None:
             setting = "max_inflight_body_bytes" if refused == "all" else "max_peer_inflight_body_bytes"
@@ -161,14 +163,17 @@ async def read_body(
     mapping of lower-case names (`request_headers`, or Starlette's Headers)."""
     limit, name = body_limit(limits, head_length)
     declared = declared_length(headers, limit, name)
-    if declared:
+    if declared and declared > hold.budget.peer_share:
         hold.check(declared)  # reserved as it arrives, not up front: a declared body sent by no one holds nothing
     body, total = None, 0
     idle_s = hold.budget.idle_s
-    end = asyncio.get_running_loop().time() + timeout_s
+    end = None  # when the whole body's time is up: timed from the first wait (a body already received is not)
+    whole = whole_body(receive)  # uvicorn's, all there already: taken without a copy or a coroutine
     while True:
-        ready, message = _start(receive())
+        ready, message = _start(receive()) if whole is None else (True, whole)
+        whole = None
         if not ready:  # it waits: one timer, the idle bound, or the whole body's when it comes first
+            end = end or asyncio.get_running_loop().time() + timeout_s
             wait = Deadline(idle_s, end)
             try:
                 with wait:

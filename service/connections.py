@@ -202,11 +202,12 @@ else:
     BoundedProtocol = BoundedHttpToolsProtocol
 
 
-def answered(send, headers: list, body) -> bool:
-    """Whether a 200 with our own `headers` (lower-case, valid names and values) and whole `body` went out as one
-    write: uvicorn's httptools `send` for its start and body messages, without their two writes and checking each
-    header against two patterns (~16k instructions). False, with nothing done, where `send` is not that cycle's,
-    or where its checks do more (a paused or closing connection, an access log): then send the two messages.
+def answered(send, headers: list, parts: list) -> bool:
+    """Whether a 200 with our own `headers` (lower-case, valid names and values) and the body `parts` (not joined:
+    bytes or an answer's arrays, viewed) went out as one write: uvicorn's httptools `send` for its start and body
+    messages, without their two writes and checking each header against two patterns (~16k instructions). False,
+    with nothing done, where `send` is not that cycle's, or where its checks do more (a paused or closing
+    connection, an access log): then send the two messages.
     Every attribute of uvicorn's cycle it uses is read before any is set: a uvicorn whose cycle lacks one gets the
     two messages (tests/service/test_one_write_answer.py compares the bytes with its own send's)."""
     cycle = getattr(send, "__self__", None)
@@ -223,14 +224,31 @@ def answered(send, headers: list, body) -> bool:
         return False
     cycle.response_started = cycle.response_complete = True
     cycle.waiting_for_100_continue = cycle.chunked_encoding = False
-    head = [b"HTTP/1.1 200 OK\r\n"]
-    for name, value in (*default_headers, *headers):
-        head += (name, b": ", value, b"\r\n")
-    head.append(b"\r\n")
-    writelines((b"".join(head), body))
+    lines = (b"HTTP/1.1 200 OK", *map(b": ".join, default_headers), *map(b": ".join, headers), b"", b"")
+    writelines((b"\r\n".join(lines), *parts))
     complete()
     next_request()  # (the next pipelined request starts)
     return True
+
+
+def whole_body(receive) -> dict | None:
+    """The message uvicorn's httptools `receive` would return now, when the whole body is there and it would do
+    nothing more (no 100 Continue), else None: the cycle's bytearray taken, not copied into `bytes`, the cycle left
+    as `receive` leaves it (reading resumed, the event cleared, a new bytearray)."""
+    cycle = getattr(receive, "__self__", None)
+    if type(cycle) is not _Cycle:
+        return None
+    try:
+        body, event, resume = cycle.body, cycle.message_event, cycle.flow.resume_reading
+        more = cycle.more_body or cycle.disconnected or cycle.response_complete or cycle.waiting_for_100_continue
+    except AttributeError:
+        return None
+    if more or type(body) is not bytearray or not event.is_set():
+        return None
+    resume()
+    event.clear()
+    cycle.body = bytearray()
+    return {"type": "http.request", "body": body, "more_body": False}
 
 
 def alone(send) -> bool:

@@ -1,6 +1,6 @@
 """Prometheus metrics, one registry per app instance (so several apps in one process never mix).
 
-Request metrics come from an ASGI middleware (and the compute endpoints themselves, `service.routes.CountedEndpoint`)
+Request metrics come from an ASGI middleware (and the compute endpoints themselves, `service.routes.ComputeEndpoint`)
 as plain integers and floats updated on the event loop, rendered in Prometheus' format when scraped
 (`RequestCollector`): prometheus_client's `inc()`/`observe()` take a lock and walk a value object each,
 ~6% of a small request's CPU. The engine's state (tapes, plan cache, backend memory, computations in flight)

@@ -189,8 +189,8 @@ async def _send_parts(send, parts: list, head_length: int | None, rid: str, exec
     else:
         headers += [OCTET_STREAM_TYPE, (HEADER_LENGTH_KEY, b"%d" % head_length)]
     if length <= ONE_CHUNK_BYTES:
-        body = parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
-        if not answered(send, headers, body):
+        if not answered(send, headers, parts):
+            body = parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": body})
         return length
@@ -266,57 +266,70 @@ class ComputeEndpoint:
 
     def __init__(self, kind: str):
         self.kind = kind
+        self.path = f"/{kind}"
+        self.metrics = None  # the Metrics it counts its requests in itself (`counted`), else a middleware does
         # (raw headers, their dict, header length, safe X-Request-ID) of the last request whose headers passed the
         # checks, kept without an API key only (`raw == seen[0]` is no constant-time comparison of a key)
         self.seen = None
 
-    async def __call__(self, scope, receive, send):
-        await self.answer(scope, receive, send)
+    def counted(self, metrics) -> ComputeEndpoint:
+        """A copy that counts its requests in `metrics` itself (`Gradserve.direct`: past MetricsMiddleware and
+        its wrappers around receive and send, ~8% of a tiny request's CPU), from what `answer` returns."""
+        endpoint = type(self)(self.kind)
+        endpoint.metrics = metrics
+        return endpoint
 
     async def answer(self, scope, receive, send) -> tuple[int, int, int]:
-        """Answer one request: (status, body bytes received, body bytes sent); status 500 when
-        nothing was sent (the client left), as MetricsMiddleware counts it. Every answer carries
-        the request's id (X-Request-ID); its log line is written here (`service.logs`)."""
+        """Answer one request (the endpoint's ASGI `__call__` too): (status, body bytes received, body bytes sent),
+        counted in `self.metrics` when set; status 500 when nothing was sent (the client left), as MetricsMiddleware
+        counts it. Every answer carries the request's id (X-Request-ID); its log line is written here."""
         start = time.perf_counter()
-        raw, seen = scope["headers"], self.seen
-        if seen is not None and raw == seen[0]:  # a repeat of the last request's headers: checked already
-            _, headers, length, given = seen
-        else:
-            seen, headers = None, request_headers(scope)
-            given = request_id.safe(headers.get(request_id.HEADER))
-        rid = scope.get(request_id.SCOPE_KEY) or request_id.of_known(scope, given)
-        runtime = scope["app"].runtime
-        settings = runtime.settings
-        hold = BodyHold(runtime.body_budget, peer_of(scope))
-        body = None
-        outcome = ran = None
+        outcome = None
         try:
-            if seen is None:
-                require_api_key(settings.api_key, headers)
-                require_body_type(headers)
-                length = header_length(headers)
-                if settings.api_key is None:
-                    self.seen = (raw, headers, length, given)
-            body = await read_body(receive, headers, runtime.executor.limits, length, hold, settings.body_timeout_s)
-            parts, head_length, _, ran = await self._run(runtime, body, length, receive, send)
-        except ClientGone:
-            outcome = 500, hold.received, 0
-        except asyncio.CancelledError:  # the shutdown drain ended: answer, retriably, instead of a 500
-            hold.release()
-            outcome = await _send_error(shutting_down(settings), hold, scope, receive, send, rid)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes the one error shape
-            hold.release()  # a refused body's bytes are not held while its answer is sent and the rest drained
-            outcome = await _send_error(exc, hold, scope, receive, send, rid, early=body is None)
+            raw, seen = scope["headers"], self.seen
+            if seen is not None and raw == seen[0]:  # a repeat of the last request's headers: checked already
+                _, headers, length, given = seen
+            else:
+                seen, headers = None, request_headers(scope)
+                given = request_id.safe(headers.get(request_id.HEADER))
+            rid = scope.get(request_id.SCOPE_KEY) or request_id.of_known(scope, given)
+            runtime = scope["app"].runtime
+            settings = runtime.settings
+            hold = BodyHold(runtime.body_budget, peer_of(scope))
+            body = ran = None
+            try:
+                if seen is None:
+                    require_api_key(settings.api_key, headers)
+                    require_body_type(headers)
+                    length = header_length(headers)
+                    if settings.api_key is None:
+                        self.seen = (raw, headers, length, given)
+                body = await read_body(receive, headers, runtime.executor.limits, length, hold, settings.body_timeout_s)
+                parts, head_length, _, ran = await self._run(runtime, body, length, receive, send)
+            except ClientGone:
+                outcome = 500, hold.received, 0
+            except asyncio.CancelledError:  # the shutdown drain ended: answer, retriably, instead of a 500
+                hold.release()
+                outcome = await _send_error(shutting_down(settings), hold, scope, receive, send, rid)
+            except Exception as exc:  # noqa: BLE001 - every failure becomes the one error shape
+                hold.release()  # a refused body's bytes are not held while its answer is sent and the rest drained
+                outcome = await _send_error(exc, hold, scope, receive, send, rid, early=body is None)
+            finally:
+                hold.release()
+            if outcome is None:
+                outcome = 200, hold.received, await _send_parts(send, parts, head_length, rid, ran[1] if ran else None)
+            if ACCESS.isEnabledFor(INFO):
+                route = getattr(scope.get("endpoint"), "route_path", None) or scope["path"]
+                status, received, sent = outcome
+                request_line(scope, rid, route, status, time.perf_counter() - start, received, sent, ran)
+            scope[RequestLogMiddleware.LOGGED] = True
+            return outcome
         finally:
-            hold.release()
-        if outcome is None:
-            outcome = 200, hold.received, await _send_parts(send, parts, head_length, rid, ran[1] if ran else None)
-        if ACCESS.isEnabledFor(INFO):
-            route = getattr(scope.get("endpoint"), "route_path", None) or scope["path"]
-            status, received, sent = outcome
-            request_line(scope, rid, route, status, time.perf_counter() - start, received, sent, ran)
-        scope[RequestLogMiddleware.LOGGED] = True
-        return outcome
+            if self.metrics is not None:
+                status, received, sent = outcome or (500, 0, 0)
+                self.metrics.observe(self.path, "POST", status, time.perf_counter() - start, received, sent)
+
+    __call__ = answer
 
     async def _run(self, runtime, body, length: int | None, receive, send):
         """A body whose JSON is small (a binary body's header too, whatever its tensors' size) is
@@ -387,25 +400,6 @@ def shutting_down(settings) -> ApiError:
         "retry on another instance",
         headers={"Retry-After": "1", "Connection": "close"},
     )
-
-
-class CountedEndpoint:
-    """A compute endpoint that counts its requests in the metrics itself, as MetricsMiddleware
-    counts every other route's, from what `ComputeEndpoint.answer` returns (status, bytes in and
-    out): without the middleware's wrappers around receive and send, ~8% of a tiny request's CPU."""
-
-    __slots__ = ("endpoint", "metrics", "path")
-
-    def __init__(self, endpoint: ComputeEndpoint, metrics, path: str):
-        self.endpoint, self.metrics, self.path = endpoint, metrics, path
-
-    async def __call__(self, scope, receive, send):
-        start = time.perf_counter()
-        status, received, sent = 500, 0, 0
-        try:
-            status, received, sent = await self.endpoint.answer(scope, receive, send)
-        finally:
-            self.metrics.observe(self.path, "POST", status, time.perf_counter() - start, received, sent)
 
 
 def add_compute_routes(app) -> dict:

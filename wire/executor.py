@@ -229,9 +229,9 @@ class Executor:
     def run(self, ticket: Ticket) -> Result:
         """Run an admitted request (a ticket not planned yet is admitted fully first); its plan is
         cached from then on."""
-        if not ticket.planned:
-            ticket = self.admit(ticket.request, ticket.kind)
         request = ticket.request
+        if ticket.plan is None and request.tape is None:  # (not `ticket.planned`: a property's call, per request)
+            ticket = self.admit(request, ticket.kind)
         if request.upload:
             self.residents.put(key_of(request), request.upload)
         if ticket.plan is RESIDENT_ONLY:
@@ -250,14 +250,13 @@ class Executor:
             request.planned = (plan, shapes, None)
         elif layout is not None:
             layout.keep(ticket, request.inputs)  # the next request of this header is admitted so
-        record = ticket.kind == "backward" or request.retain_graph
+        backward = ticket.kind == "backward"
         if not (request.retain_graph or request.detect_anomaly) and self.compiled:  # (programs check no NaN)
-            done = run_compiled(
-                plan, shapes, request, ticket.kind == "backward", self.plans.charge, self.plans.id_of(plan)
-            )
+            pid = self.plans.id_of(plan)
+            done = run_compiled(plan, shapes, request, backward, self.plans.charge, pid)
             if done is not None:
-                grads = done[1] if ticket.kind == "backward" else None
-                return Result(request.id, done[0], grads, plan=self.plans.id_of(plan), ran=done[2])
+                return Result(request.id, done[0], done[1] if backward else None, plan=pid, ran=done[2])
+        record = backward or request.retain_graph
         with element_guard(self.limits.max_tensor_elements), _anomaly_checks(request):
             execution = Execution(plan, request.inputs, record=record, wrt=request.wrt or ())
             grads = None

@@ -12,7 +12,7 @@ import pytest
 
 httptools_impl = pytest.importorskip("uvicorn.protocols.http.httptools_impl")
 
-from service.connections import alone, answered  # noqa: E402
+from service.connections import alone, answered, whole_body  # noqa: E402
 
 HEADERS = [(b"content-length", b"11"), (b"x-request-id", b"r-1"), (b"content-type", b"application/octet-stream")]
 BODY = b"hello world"
@@ -69,7 +69,7 @@ def uvicorns_own(made):
 def test_one_write_is_byte_for_byte_what_uvicorns_send_writes():
     fast, fast_out, fast_server = cycle()
     slow, slow_out, slow_server = cycle()
-    assert answered(fast.send, list(HEADERS), BODY)
+    assert answered(fast.send, list(HEADERS), [BODY[:5], memoryview(BODY)[5:]])  # an answer's parts, not joined
     uvicorns_own(slow)
     assert len(fast_out.writes) == 1 and len(slow_out.writes) == 2
     assert fast_out.writes[0] == b"".join(slow_out.writes)
@@ -98,7 +98,7 @@ def test_where_uvicorns_send_does_more_nothing_is_written(case):
         async def send(message):
             raise AssertionError("not called")
 
-    assert not answered(send, list(HEADERS), BODY)
+    assert not answered(send, list(HEADERS), [BODY])
     assert out.writes == [] and not made.response_complete and server.responses == 0
 
 
@@ -107,7 +107,7 @@ def test_a_cycle_lacking_an_attribute_is_left_untouched(missing):
     """Another uvicorn's cycle (an attribute renamed): the two messages, not a half-set state."""
     made, out, server = cycle()
     delattr(made, missing)
-    assert not answered(made.send, list(HEADERS), BODY)
+    assert not answered(made.send, list(HEADERS), [BODY])
     assert out.writes == [] and not made.response_started and server.responses == 0
 
 
@@ -119,3 +119,43 @@ def test_alone_is_the_only_request_of_its_server():
         pass
 
     assert not alone(send)
+
+
+def arrived(made, body: bytes, complete: bool = True):
+    """`body` arrived on cycle `made` as uvicorn's httptools protocol gathers it (`on_body`, `on_message_complete`)."""
+    made.body += body
+    made.more_body = not complete
+    made.message_event.set()
+
+
+def test_a_whole_body_is_taken_as_uvicorns_receive_would_return_it():
+    fast, _, _ = cycle()
+    slow, _, _ = cycle()
+    for made in (fast, slow):
+        arrived(made, b'{"graph": 1}')
+    taken = whole_body(fast.receive)
+    own = asyncio.run(slow.receive())
+    assert taken == own and taken["body"] == b'{"graph": 1}' and taken["more_body"] is False
+    assert type(taken["body"]) is bytearray  # the cycle's own buffer, not a copy
+    for made in (fast, slow):  # the cycle left as its receive leaves it: the next receive waits for the disconnect
+        assert made.body == bytearray() and not made.message_event.is_set()
+    assert whole_body(fast.receive) is None
+
+
+def test_a_body_not_all_there_or_one_uvicorn_answers_first_is_left_to_its_receive():
+    partial, _, _ = cycle()
+    arrived(partial, b"part", complete=False)
+    assert whole_body(partial.receive) is None and partial.body == b"part" and partial.message_event.is_set()
+    continuing, transport, _ = cycle()
+    continuing.waiting_for_100_continue = True  # its receive writes 100 Continue first
+    arrived(continuing, b"body")
+    assert whole_body(continuing.receive) is None and not transport.writes
+    gone, _, _ = cycle()
+    arrived(gone, b"body")
+    gone.disconnected = True
+    assert whole_body(gone.receive) is None
+
+    async def receive():
+        return {"type": "http.request", "body": b"body", "more_body": False}
+
+    assert whole_body(receive) is None  # not uvicorn's httptools cycle
