@@ -222,6 +222,10 @@ Raised, as decisions:
 - engine 24420 -> 24425 (2026-11-30, session 24, review): the keywords an op takes and ignores declared on the op
   (`OpDef.ignores`: clone's `memory_format`) in place of a special case by name in the registry's parser (+2) took it
   to 24421.
+- service 3850 -> 3870 (2026-11-30, session 25): a body uvicorn's cycle holds whole taken from it, not copied again
+  by its `receive` (`service.connections.whole_body`, the largest cut of a small request's fixed cost: 4 KiB
+  258.6k -> 246.4k instructions, 64 KiB 673.1k -> 528.7k with the other cuts), and one coroutine a request (+19)
+  took it to 3866.
 """
 
 from __future__ import annotations
@@ -232,7 +236,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 24425, "wire": 6490, "service": 3850, "client": 3315}
+BUDGETS = {"engine": 24425, "wire": 6490, "service": 3870, "client": 3315}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
