@@ -15,12 +15,14 @@ import operator
 
 import numpy
 
+from wire.onnx.values import Dim, unknown
+
 FOLD_MAX = 2**16  # elements a folded value may have
 
 
 def _elementwise(fn):
     """fn on arrays, element by element through None for the object (partly known) ones."""
-    lifted = numpy.frompyfunc(lambda a, b: None if a is None or b is None else fn(a, b), 2, 1)
+    lifted = numpy.frompyfunc(lambda a, b: _symbolic(fn, a, b) if unknown(a) or unknown(b) else fn(a, b), 2, 1)
 
     def run(a, b):
         if a.dtype == object or b.dtype == object:
@@ -28,6 +30,15 @@ def _elementwise(fn):
         return numpy.asarray(fn(a, b))
 
     return run
+
+
+def _symbolic(fn, a, b):
+    """fn on a Dim (a size known only when running) and an int or Dim: a product or an exact quotient, else None."""
+    if a is None or b is None:
+        return None
+    if fn is operator.mul:
+        return a.times(b) if isinstance(a, Dim) else b.times(a)
+    return a.over(b) if fn is _divide and isinstance(a, Dim) else None
 
 
 def _divide(a, b):
@@ -63,7 +74,7 @@ UNARY = {
 
 
 def _known(array) -> bool:
-    return array.dtype != object or all(v is not None for v in array.flat)
+    return array.dtype != object or not any(unknown(v) for v in array.flat)
 
 
 def _ints(array) -> list:

@@ -10,12 +10,13 @@ those of `engine.nn.functional` (GELU, LayerNorm, BatchNorm), so values and grad
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy
 
 from wire.onnx.reader import dtype_of, tensor_array
-from wire.onnx.values import Value, static_value
+from wire.onnx.values import Dim, Value, static_value
 
 ENGINE_DTYPES = {"float16", "float32", "float64", "int32", "int64", "bool"}
 
@@ -288,9 +289,24 @@ def _softmax(op):
 
 
 def shape(cx, inputs, attrs):
-    dims = cx.shape_of(inputs[0])
+    dims = _sizes(inputs[0]) if cx.rank(inputs[0]) is not None else ()
     start, end = attrs.get("start", 0), attrs.get("end")
     return [static_value(numpy.array(list(dims[start:end]), dtype=object), numpy.dtype(numpy.int64))]
+
+
+def _sizes(x) -> list:
+    """x's dims: an int where known at import, else its Dim where the importer knows it, else None."""
+    return [d if d is not None or x.dims is None else x.dims[i] for i, d in enumerate(x.shape)]
+
+
+def _times(a, b):
+    return a.times(b) if isinstance(a, Dim) else b.times(a) if isinstance(b, Dim) else a * b
+
+
+def _over(a, b):
+    if isinstance(a, Dim):
+        return a.over(b)
+    return None if isinstance(b, Dim) or b == 0 or a % b else a // b
 
 
 def constant(cx, inputs, attrs):
@@ -308,8 +324,9 @@ def constant(cx, inputs, attrs):
 def constant_of_shape(cx, inputs, attrs):
     dims = cx.ints(inputs[0], "shape", partial=True)
     fill = tensor_array(attrs["value"], "value", cx.label) if "value" in attrs else numpy.zeros(1, numpy.float32)
-    if None in dims:  # an RNN's zero initial state of a dynamic batch: see `_state`
-        return [Value(tuple(dims), fill.dtype, fill=fill.reshape(-1)[0])]
+    if None in dims:  # an RNN's zero initial state of a dynamic batch (see `_state`), a mask of [seq, seq]
+        named = tuple(v if isinstance(v, Dim) else None for v in inputs[0].static.reshape(-1).tolist())
+        return [Value(tuple(dims), fill.dtype, fill=fill.reshape(-1)[0], dims=named)]
     if math.prod(dims) <= cx.fold_max:
         return [static_value(numpy.full(dims, fill.reshape(-1)[0], dtype=fill.dtype))]
     return [cx.op("expand", [cx.constant(fill.reshape(()))], shape=list(dims))]
@@ -320,15 +337,115 @@ def reshape(cx, inputs, attrs):
     if target.static is None:
         cx.fail("a dynamic shape that cannot be resolved: the target shape is computed from values", "shape")
     dims = cx.ints(target, "shape", partial=True)  # Python ints: an initializer's are numpy's
-    shape = x.shape or ()
+    shape, sizes = x.shape or (), _sizes(x) if x.shape is not None else []
+    wanted = [int(v) if isinstance(v, (int, numpy.integer)) else v for v in target.static.reshape(-1).tolist()]
     for i, d in enumerate(dims):
         if d == 0 and not attrs.get("allowzero", 0):
-            dims[i] = shape[i] if i < len(shape) else None
+            dims[i], wanted[i] = (shape[i], sizes[i]) if i < len(shape) else (None, None)
         elif d == -1:
             dims[i] = None
+    out = _target(sizes, wanted)
+    if out is not None:
+        cx.out_dims[0] = tuple(d if isinstance(d, Dim) else None for d in out)
+        if dims.count(None) > 1:
+            return [_regroup(cx, x, sizes, out)]
     resolved = cx.resolve(dims, "shape")
     cx.out_shapes[0] = [None if d == -1 else d for d in resolved]
     return [cx.op("reshape", [x], shape=resolved)]
+
+
+def _target(sizes: list, wanted: list):
+    """A Reshape's target as ints and Dims (its -1 computed), or None where a size is not known."""
+    if None in sizes or None in wanted:
+        return None
+    rest = [d for d in wanted if not isinstance(d, int) or d != -1]
+    if len(rest) < len(wanted) - 1:
+        return None
+    size = _over(functools.reduce(_times, sizes, 1), functools.reduce(_times, rest, 1))
+    return None if size is None else [size if isinstance(d, int) and d == -1 else d for d in wanted]
+
+
+def _regroup(cx, x, sizes: list, out: list) -> str:
+    """A Reshape whose target has two or more dims known only when running (attention's [batch, seq,
+    heads, dim]): as runs of input dims whose product is that of a run of output dims, each run
+    flattened into one dim, then split into its output dims (`_unflatten`); size-1 dims squeezed first."""
+    ins, outs = [d for d in sizes if d != 1], [d for d in out if d != 1]
+    groups, i, j = [], 0, 0
+    try:
+        while i < len(ins):
+            first, p, q = (i, j), ins[i], outs[j]
+            while p != q:
+                more = p > q if isinstance(p, int) and isinstance(q, int) else _over(p, q) is not None
+                j, i = (j + 1, i) if more else (j, i + 1)
+                q, p = (_times(q, outs[j]), p) if more else (q, _times(p, ins[i]))
+            groups.append((ins[first[0] : i + 1], outs[first[1] : j + 1]))
+            i, j = i + 1, j + 1
+    except IndexError:
+        j = -1
+    if j != len(outs):
+        cx.fail(f"a dynamic shape that cannot be resolved: no run of dims of {sizes} makes those of {out}", "shape")
+    t = cx.op("squeeze", [x], dim=[k for k, d in enumerate(sizes) if d == 1]) if 1 in sizes else cx.id(x)
+    axis = 0
+    for group_in, group_out in groups:
+        if len(group_in) > 1:
+            t = cx.op("flatten", [t], start_dim=axis, end_dim=axis + len(group_in) - 1)
+        t = _unflatten(cx, t, axis, group_out) if len(group_out) > 1 else t
+        axis += len(group_out)
+    for k in (k for k, d in enumerate(out) if d == 1):
+        t = cx.op("unsqueeze", [t], dim=k)
+    cx.out_shapes[0] = [d if isinstance(d, int) else None for d in out]
+    return t
+
+
+def _unflatten(cx, t: str, axis: int, sizes: list) -> str:
+    """t's dim `axis` split into `sizes`: t indexed there by arange(n) in that shape, a constant, or
+    where a size is a Dim, made at run time from ones of that shape (`_ones`)."""
+    if not any(isinstance(d, Dim) for d in sizes):
+        index = cx.constant(numpy.arange(math.prod(sizes), dtype=numpy.int64).reshape(sizes))
+    else:  # sum over the dims r of (position along r) * (product of the sizes after r), from ones of that shape
+        ones, index = _ones(cx, sizes), None
+        for r in range(len(sizes)):
+            at = cx.op("sub", [cx.op("cumsum", [ones], dim=r), cx.scalar(1)])
+            after = list(range(r + 1, len(sizes)))
+            at = cx.op("mul", [at, cx.op("sum", [ones], dim=after, keepdim=True)]) if after else at
+            index = at if index is None else cx.op("add", [index, at])
+    return cx.op("getitem", [t, index], index=[{"slice": [None, None, None]}] * axis + [{"tensor": 0}])
+
+
+def _ones(cx, sizes: list) -> str:
+    """int64 ones of shape `sizes` (ints, and Dims of graph inputs' dims) made at run time: a product of
+    ones along each factor (a constant's, or a line of the input giving that size), factors flattened."""
+    factors = [
+        [d] if isinstance(d, int) else [d.coef, *d.names] if d.coef != 1 or not d.names else list(d.names)
+        for d in sizes
+    ]
+    flat = [f for fs in factors for f in fs]
+    out = None
+    for k, f in enumerate(flat):
+        place = [1] * k + [-1] + [1] * (len(flat) - k - 1)
+        if isinstance(f, int):
+            part = cx.constant(numpy.ones(f, numpy.int64).reshape([f if p == -1 else 1 for p in place]))
+        else:  # every Dim is a product of graph inputs' dims (`Builder.sources`)
+            source, at, rank = cx.builder.sources[f]
+            line = cx.op("getitem", [source], index=[0] * at + [{"slice": [None, None, None]}] + [0] * (rank - at - 1))
+            ones = cx.op("cast", [cx.op("bitwise_not", [cx.op("lt", [line, line])])], dtype="int64")
+            part = cx.op("reshape", [ones], shape=place)
+        out = part if out is None else cx.op("mul", [out, part])
+    start = len(flat)
+    for fs in reversed(factors):
+        start -= len(fs)
+        out = cx.op("flatten", [out], start_dim=start, end_dim=start + len(fs) - 1) if len(fs) > 1 else out
+    return out
+
+
+def filled(cx, value) -> str:
+    """A constant of a shape known only when running (ConstantOfShape of [seq, seq], a causal mask's)."""
+    sizes = _sizes(value)
+    if None in sizes:
+        cx.fail("a dynamic shape that cannot be resolved: a value known only when running is used as a tensor", "input")
+    ones = _ones(cx, sizes)
+    out = ones if value.fill == 1 else cx.op("mul", [ones, cx.scalar(value.fill.item())])
+    return cx.op("cast", [out], dtype=value.dtype.name)
 
 
 def flatten(cx, inputs, attrs):
@@ -409,7 +526,7 @@ def slice_(cx, inputs, attrs):
         dims = list(x.shape)
         for start, end, axis, step in zip(starts, ends, axes, steps):
             dims[axis] = len(range(*slice(start, end, step).indices(dims[axis])))
-        return [Value(tuple(dims), x.dtype, fill=x.fill)]
+        return [Value(tuple(dims), x.dtype, fill=x.fill, dims=x.dims)]
     index = [{"slice": [None, None, None]}] * rank
     for start, end, axis, step in zip(starts, ends, axes, steps):
         index[axis + rank if axis < 0 else axis] = {"slice": [start, end, step]}
@@ -459,7 +576,9 @@ def expand(cx, inputs, attrs):
     if x.known and x.static.size == 1 and None in dims:  # a constant of a shape known only when running
         shape = numpy.broadcast_shapes(x.shape, tuple(1 if d is None else d for d in dims))
         dims = [1] * (len(shape) - len(dims)) + list(dims)
-        return [Value(tuple(None if d is None else s for d, s in zip(dims, shape)), x.dtype, fill=x.static.item())]
+        named = tuple(v if isinstance(v, Dim) else None for v in target.static.reshape(-1).tolist())
+        dims = tuple(None if d is None else s for d, s in zip(dims, shape))
+        return [Value(dims, x.dtype, fill=x.static.item(), dims=(None,) * (len(dims) - len(named)) + named)]
     dims = [None] * (rank - len(dims)) + list(dims)  # ONNX broadcasts both ways
     lead = len(dims) - rank
     out, named, runtime = [], cx.builder.symbols.get(cx.node.output[0], ()), {}
