@@ -131,9 +131,46 @@ class Conv1dOverTime(nn.Module):
         return torch.tanh(self.conv(x.transpose(1, 2))).transpose(1, 2) * x
 
 
+class TinyGPT(nn.Module):
+    """Token and position embeddings (`pos(torch.arange(seq))`, a Range of the request's length, or rows of
+    a table `table[:, :seq]`, a Slice to it), float features added, causal attention, LayerNorm."""
+
+    def __init__(self, positions="arange"):
+        super().__init__()
+        self.positions, self.tokens, self.pos = positions, nn.Embedding(10, 8), nn.Embedding(16, 8)
+        self.table, self.qkv, self.norm = nn.Parameter(torch.randn(1, 16, 8)), nn.Linear(8, 24), nn.LayerNorm(8)
+
+    def forward(self, tokens, x):
+        b, t = tokens.shape
+        h = self.tokens(tokens) + x + (self.pos(torch.arange(t)) if self.positions == "arange" else self.table[:, :t])
+        q, k, v = self.qkv(h).view(b, t, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        return self.norm(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, 8))
+
+
+class PaddingMask(nn.Module):
+    """An encoder layer given `src_key_padding_mask` (token id 0 is padding: a BOOL mask of the request's shape)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+
+    def forward(self, tokens, x):
+        return self.layer(x, src_key_padding_mask=tokens == 0)
+
+
+class Regrouped(nn.Module):
+    """Reshapes that merge and split the dynamic dims: [b, t, c] -> [b, t * c] -> [b, t, c], flatten(0, 1)."""
+
+    def forward(self, x):
+        b, t, c = x.shape
+        return x.reshape(b, t * c).softmax(-1).reshape(b, t, c) * x.flatten(0, 1).view(b, -1, c)
+
+
 # name: (module, (batch, seq) -> inputs, dynamic axes of each input {axis: name}, exporters)
 def _tokens(b, t, rng):
-    return rng.integers(0, 10, (b, t)).astype(np.int64)
+    tokens = rng.integers(0, 10, (b, t)).astype(np.int64)
+    tokens[:, 0] = 1  # no row all padding
+    return tokens
 
 
 def _x(b, t, rng):
@@ -163,6 +200,10 @@ def _models():
             ("ts17",),
         ),
         "conv1d": (Conv1dOverTime(), lambda b, t, r: [_x(b, t, r)], [bs], ("ts17",)),
+        "gpt": (TinyGPT(), lambda b, t, r: [_tokens(b, t, r), _x(b, t, r)], [bs, bs], ("ts17", "dynamo")),
+        "gpt_table": (TinyGPT("table"), lambda b, t, r: [_tokens(b, t, r), _x(b, t, r)], [bs, bs], ("ts17", "dynamo")),
+        "padding_mask": (PaddingMask(), lambda b, t, r: [_tokens(b, t, r), _x(b, t, r)], [bs, bs], ("dynamo",)),
+        "regrouped": (Regrouped(), lambda b, t, r: [_x(b, t, r)], [bs], ("ts17", "dynamo")),
     }
     randomized([module for module, *_ in made.values()])
     return made
@@ -278,7 +319,7 @@ def _forward(imported, feeds):
 
 
 @pytest.mark.parametrize(
-    "case", ["causal-ts17", "sdpa-dynamo", "mha_seq_first-dynamo", "token_mlp-ts13", "convnet-ts17"]
+    "case", ["causal-ts17", "sdpa-dynamo", "mha_seq_first-dynamo", "token_mlp-ts13", "convnet-ts17", "gpt_table-ts17"]
 )
 def test_gradients_equal_float64_central_differences(case):
     """Exported in float64: for two sequence lengths through one import, the served gradient's projection on
@@ -290,7 +331,7 @@ def test_gradients_equal_float64_central_differences(case):
 
     name = case.split("-")[0]
     module, make, axes, _ = MODELS[name]
-    double = type(module)(*([False] if name == "mha_seq_first" else []))
+    double = type(module)(*({"mha_seq_first": [False], "gpt_table": ["table"]}.get(name, [])))
     double.load_state_dict(module.state_dict())
     imported = import_model(_export(case, double.double().eval()))
     for b, t in [(2, 3), (1, 6)]:
@@ -311,3 +352,34 @@ def test_gradients_equal_float64_central_differences(case):
                 )
                 numeric = float(np.sum((plus - minus) * seed) / (2 * eps))
                 assert float(np.sum(grads[n] * v)) == pytest.approx(numeric, rel=1e-5, abs=1e-7), (n, b, t)
+
+
+@pytest.mark.parametrize(
+    ("module", "axes", "message"),
+    [
+        (nn.GRU(8, 4, batch_first=True), {0: "batch", 1: "seq"}, "the sequence length must be known at import"),
+        (MultiheadAttention(), {0: "batch", 1: "seq"}, "has more than one dimension known only when running"),
+    ],
+    ids=["gru", "mha-ts17"],
+)
+def test_what_cannot_be_served_at_any_length_is_refused_at_load(module, axes, message):
+    """An RNN is unrolled at import, so its length must be known then; the TorchScript exporter writes
+    nn.MultiheadAttention's key length as the example's (onnxruntime also fails at another length): both
+    are refused at load, naming the node, rather than served wrong."""
+    from wire.errors import GraphError
+    from wire.onnx import import_model
+
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module.eval(), (torch.randn(2, 5, 8),), buffer, dynamo=False, opset_version=17, input_names=["in0"],
+            dynamic_axes={"in0": axes},
+        )  # fmt: skip
+    if isinstance(module, MultiheadAttention):  # the exporter's graph, not gradserve, fixes the length
+        session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+        with pytest.raises(Exception, match="Reshape"):
+            session.run(None, {"in0": np.zeros((2, 7, 8), np.float32)})
+    with pytest.raises(GraphError, match=message) as refused:
+        import_model(buffer.getvalue())
+    assert refused.value.node is not None

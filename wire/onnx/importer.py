@@ -188,10 +188,8 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
         dtype = dtype_of(elem, f"graph input {shown(value.name)}", value.name)
         static_shape = shape if shape is not None and None not in shape else None
         builder.input(value.name, dtype.kind == "f", static_shape, dtype)
-        named = builder.symbols[value.name]
-        dims = (
-            None if shape is None else tuple(Dim(1, (str(named[i] or f"{value.name}#{i}"),)) for i in range(len(shape)))
-        )
+        named = [str(n or f"{value.name}#{i}") for i, n in enumerate(builder.symbols[value.name])]
+        dims = None if shape is None else tuple(Dim(1, (n,)) if d is None else d for d, n in zip(shape, named))
         env[value.name] = Value(shape, dtype, node=value.name, dims=dims)
         inputs.append(TensorInfo(value.name, datatype_of(dtype), _published(shape)))
     for index, node in enumerate(graph.node):
@@ -263,7 +261,8 @@ def _convert(builder, env, node, index, info, used, opset):
                 shape = tuple(cx.out_shapes[i])
             elif shape is None or None in shape or elem == 0:  # this node's inference from the folded values
                 inferred = inferred or _node_types(onnx, node, inputs, opset)
-                known, known_elem, dims = inferred.get(name, (None, 0, None))
+                known, known_elem, named = inferred.get(name, (None, 0, None))
+                dims = dims or named
                 if known is not None and (shape is None or known.count(None) < shape.count(None)):
                     shape = known
                 elem = elem or known_elem

@@ -444,15 +444,18 @@ def filled(cx, value) -> str:
     if None in sizes:
         cx.fail("a dynamic shape that cannot be resolved: a value known only when running is used as a tensor", "input")
     ones = _ones(cx, sizes)
-    out = ones if value.fill == 1 else cx.op("mul", [ones, cx.scalar(value.fill.item())])
+    fill = numpy.asarray(value.fill).item()
+    out = ones if fill == 1 else cx.op("mul", [ones, cx.scalar(fill)])
     return cx.op("cast", [out], dtype=value.dtype.name)
 
 
 def flatten(cx, inputs, attrs):
     x = inputs[0]
-    rank = cx.rank(x)
+    rank, sizes = cx.rank(x), _sizes(x)
     axis = attrs.get("axis", 1)
     axis = axis + rank if axis < 0 else axis
+    if None not in sizes:  # ONNX's inference cannot tell which size a product of dynamic dims is
+        cx.out_dims[0] = tuple(functools.reduce(_times, part, 1) for part in (sizes[:axis], sizes[axis:]))
     if axis == 0:
         return [cx.op("unsqueeze", [cx.op("flatten", [x])], dim=0)]
     out = cx.op("flatten", [x], start_dim=0, end_dim=axis - 1) if axis > 1 else x
@@ -519,18 +522,48 @@ def split(cx, inputs, attrs):
 def slice_(cx, inputs, attrs):
     x = inputs[0]
     rank = cx.rank(x)
-    starts, ends = cx.ints(inputs[1], "starts"), cx.ints(inputs[2], "ends")
+    starts, ends = cx.ints(inputs[1], "starts"), cx.ints(inputs[2], "ends", partial=True)
     axes = cx.ints(inputs[3], "axes") if len(inputs) > 3 and inputs[3] is not None else range(len(starts))
     steps = cx.ints(inputs[4], "steps") if len(inputs) > 4 and inputs[4] is not None else [1] * len(starts)
-    if x.fill is not None:  # a slice of known dims of a constant of a shape known only when running
-        dims = list(x.shape)
-        for start, end, axis, step in zip(starts, ends, axes, steps):
-            dims[axis] = len(range(*slice(start, end, step).indices(dims[axis])))
+    axes, named = [a + rank if a < 0 else a for a in axes], inputs[2].static.reshape(-1).tolist()
+    dynamic = {a: named[k] for k, a in enumerate(axes) if ends[k] is None}  # x[:, :seq]: a position table's rows
+    if any(ends[k] is None and (not isinstance(named[k], Dim) or starts[k] or steps[k] != 1) for k in range(len(axes))):
+        cx.fail(f"a dynamic shape that cannot be resolved: ends {ends} is known only when running", "ends")
+    dims = list(x.shape)
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        dims[axis] = (
+            None if dims[axis] is None or end is None else len(range(*slice(start, end, step).indices(dims[axis])))
+        )
+    if x.fill is not None and not dynamic:  # a slice of known dims of a constant of a shape known only when running
         return [Value(tuple(dims), x.dtype, fill=x.fill, dims=x.dims)]
     index = [{"slice": [None, None, None]}] * rank
     for start, end, axis, step in zip(starts, ends, axes, steps):
-        index[axis + rank if axis < 0 else axis] = {"slice": [start, end, step]}
-    return [cx.op("getitem", [x], index=index)]
+        index[axis] = {"slice": [start, end, step]}
+    out = cx.op("getitem", [x], index=index)
+    for axis, dim in dynamic.items():  # the first `dim` entries, by an arange made at run time
+        if _sizes(x)[axis] != dim:
+            out = cx.op(
+                "getitem", [out, _arange(cx, dim)], index=[{"slice": [None, None, None]}] * axis + [{"tensor": 0}]
+            )
+    cx.out_shapes[0], cx.out_dims[0] = dims, tuple(dynamic.get(a, x.dims and x.dims[a]) for a in range(rank))
+    return [out]
+
+
+def _arange(cx, dim) -> str:
+    """int64 0, 1, ..., dim - 1 for a size known only when running (a Dim)."""
+    return cx.op("sub", [cx.op("cumsum", [_ones(cx, [dim])], dim=0), cx.scalar(1)])
+
+
+def range_(cx, inputs, attrs):
+    """torch.arange(seq) of a length known only when running (a known Range is folded at import)."""
+    start, limit, delta = inputs
+    if not (start.known and delta.known and limit.static is not None and limit.static.size == 1):
+        cx.fail("Range's start and delta must be known at import", "input")
+    first, step, count = start.static.item(), delta.static.item(), limit.static.reshape(-1)[0]
+    if first != 0 or step != 1 or not isinstance(count, Dim):
+        cx.fail("a Range of a length known only when running must count from 0 by 1", "input")
+    cx.out_dims[0] = (count,)
+    return [cx.op("cast", [_arange(cx, count)], dtype=start.dtype.name)]
 
 
 def gather(cx, inputs, attrs):
@@ -1003,6 +1036,7 @@ CONVERTERS = {
     "Concat": concat,
     "Split": split,
     "Slice": slice_,
+    "Range": range_,
     "Gather": gather,
     "Expand": expand,
     "LSTM": _recurrent(_lstm_step, 4),
