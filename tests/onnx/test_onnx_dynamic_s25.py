@@ -158,6 +158,47 @@ class PaddingMask(nn.Module):
         return self.layer(x, src_key_padding_mask=tokens == 0)
 
 
+class MaskedAttention(nn.Module):
+    """BERT's additive mask: a float attention mask [batch, seq] broadcast to the scores, the last token's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.out = nn.Linear(8, 24), nn.Linear(8, 8)
+
+    def forward(self, mask, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-1, -2) / 2.0 + (1.0 - mask[:, None, None, :]) * -10000.0
+        return self.out((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c))[:, -1]
+
+
+class Rotary(nn.Module):
+    """Rotary position embeddings: angles from `torch.arange(seq, dtype=torch.float32)`, cos and sin, halves
+    rotated and concatenated, then causal attention."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.register_buffer("freqs", 1.0 / (100 ** (torch.arange(0, 4, 2).float() / 4)))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        angles = torch.arange(t, dtype=torch.float32)[:, None] * self.freqs[None, :]
+        cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+        q, k, v = self.qkv(x).view(b, t, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        q, k = (z * cos + torch.cat([-z[..., 2:], z[..., :2]], -1) * sin for z in (q, k))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c)
+
+
+class UpsampledOverTime(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        return F.interpolate(self.conv(x.transpose(1, 2)[..., None].expand(-1, -1, -1, 3)), scale_factor=2)
+
+
 class Regrouped(nn.Module):
     """Reshapes that merge and split the dynamic dims: [b, t, c] -> [b, t * c] -> [b, t, c], flatten(0, 1)."""
 
@@ -203,6 +244,13 @@ def _models():
         "gpt": (TinyGPT(), lambda b, t, r: [_tokens(b, t, r), _x(b, t, r)], [bs, bs], ("ts17", "dynamo")),
         "gpt_table": (TinyGPT("table"), lambda b, t, r: [_tokens(b, t, r), _x(b, t, r)], [bs, bs], ("ts17", "dynamo")),
         "padding_mask": (PaddingMask(), lambda b, t, r: [_tokens(b, t, r), _x(b, t, r)], [bs, bs], ("dynamo",)),
+        "bert_mask": (
+            MaskedAttention(),
+            lambda b, t, r: [(r.random((b, t)) > 0.3).astype(np.float32), _x(b, t, r)],
+            [bs, bs],
+            ("ts17", "dynamo"),
+        ),
+        "rotary": (Rotary(), lambda b, t, r: [_x(b, t, r)], [bs], ("ts17", "dynamo")),
         "regrouped": (Regrouped(), lambda b, t, r: [_x(b, t, r)], [bs], ("ts17", "dynamo")),
     }
     randomized([module for module, *_ in made.values()])
@@ -319,7 +367,17 @@ def _forward(imported, feeds):
 
 
 @pytest.mark.parametrize(
-    "case", ["causal-ts17", "sdpa-dynamo", "mha_seq_first-dynamo", "token_mlp-ts13", "convnet-ts17", "gpt_table-ts17"]
+    "case",
+    [
+        "causal-ts17",
+        "sdpa-dynamo",
+        "mha_seq_first-dynamo",
+        "token_mlp-ts13",
+        "convnet-ts17",
+        "gpt_table-ts17",
+        "rotary-dynamo",
+        "bert_mask-ts17",
+    ],
 )
 def test_gradients_equal_float64_central_differences(case):
     """Exported in float64: for two sequence lengths through one import, the served gradient's projection on
@@ -343,7 +401,9 @@ def test_gradients_equal_float64_central_differences(case):
         seed = rng.standard_normal(out.shape)
         request = Request(graph=imported.graph, inputs={**feeds, **imported.parameters}, grad_outputs={"y": seed})
         grads = Executor(Limits(max_nodes=5000)).backward(request).grads
-        for n, x in ((n, x) for n, x in feeds.items() if x.dtype == np.float64):
+        # the features (a BERT mask's scores are scaled by 1e4: its third derivative is beyond a central
+        # difference's reach, and its gradient is checked against PyTorch's above)
+        for n, x in ((n, x) for n, x in feeds.items() if x.dtype == np.float64 and x.ndim > 2):
             for _ in range(2):
                 v, eps = rng.standard_normal(x.shape), 1e-6
                 plus, minus = (
@@ -359,13 +419,15 @@ def test_gradients_equal_float64_central_differences(case):
     [
         (nn.GRU(8, 4, batch_first=True), {0: "batch", 1: "seq"}, "the sequence length must be known at import"),
         (MultiheadAttention(), {0: "batch", 1: "seq"}, "has more than one dimension known only when running"),
+        (UpsampledOverTime(), {0: "batch", 1: "seq"}, "Resize needs known scales or sizes"),
     ],
-    ids=["gru", "mha-ts17"],
+    ids=["gru", "mha-ts17", "resize-of-seq"],
 )
 def test_what_cannot_be_served_at_any_length_is_refused_at_load(module, axes, message):
     """An RNN is unrolled at import, so its length must be known then; the TorchScript exporter writes
-    nn.MultiheadAttention's key length as the example's (onnxruntime also fails at another length): both
-    are refused at load, naming the node, rather than served wrong."""
+    nn.MultiheadAttention's key length as the example's (onnxruntime also fails at another length); a Resize
+    is an interpolation matrix per dim, made at import. All are refused at load, naming the node (the Resize
+    of a dynamic dim was served before, that dim left unresized: [3, 4, 4, 6] where PyTorch gives [3, 4, 8, 6])."""
     from wire.errors import GraphError
     from wire.onnx import import_model
 

@@ -126,7 +126,7 @@ def _identity(arrays, attrs, dtypes):
 
 def _cast(arrays, attrs, dtypes):
     if not _known(arrays[0]):
-        return [arrays[0]] if dtypes[0] is not None and dtypes[0].kind in "iu" else None
+        return [arrays[0]] if dtypes[0] is not None and dtypes[0].kind in "iuf" else None  # arange(seq, dtype=float)
     if dtypes[0] is None:
         return None
     return [numpy.asarray(arrays[0].tolist() if arrays[0].dtype == object else arrays[0]).astype(dtypes[0])]

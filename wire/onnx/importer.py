@@ -297,8 +297,8 @@ def _node_types(onnx, node, inputs, opset) -> dict:
             continue
         elem = helper.np_dtype_to_tensor_dtype(value.dtype)
         dims = value.dims or (None,) * len(value.shape)
-        named |= {str(v): v for v in dims if isinstance(v, Dim)}
-        shape = [d if d is not None else str(v) if isinstance(v, Dim) else "?" for d, v in zip(value.shape, dims)]
+        named |= {repr(v): v for v in dims if isinstance(v, Dim)}
+        shape = [d if d is not None else repr(v) if isinstance(v, Dim) else "?" for d, v in zip(value.shape, dims)]
         types[name] = helper.make_tensor_type_proto(elem, shape)
         if value.known and value.static.size <= FOLD_MAX:
             data[name] = onnx.numpy_helper.from_array(numpy.asarray(value.static, dtype=value.dtype), name)

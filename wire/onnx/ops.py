@@ -936,10 +936,13 @@ def resize(cx, inputs, attrs):
     if sizes is not None:
         outs = cx.ints(sizes, "sizes", partial=True)
         factors = [o / d if o is not None and d else 1.0 for o, d in zip(outs, dims)]
+        moved = {a for a, (o, d) in enumerate(zip(sizes.static.reshape(-1).tolist(), _sizes(x))) if o != d}
     else:
         factors = [float(v) for v in scales.static.reshape(-1)] if scales is not None and scales.known else []
         outs = [None if d is None else math.floor(d * f) for d, f in zip(dims, factors)]
-    changed = [a for a, (d, o) in enumerate(zip(dims, outs)) if o != d]
+        moved = {a for a, f in enumerate(factors) if f != 1.0}
+    # a dim known only when running is changed where its scale is not 1 (or its size not its own Dim)
+    changed = [a for a, (d, o) in enumerate(zip(dims, outs)) if o != d or (d is None and a in moved)]
     if any(dims[a] is not None and outs[a] is not None and dims[a] * outs[a] > RESIZE_MAX for a in changed):
         cx.fail(f"a Resize of more than {RESIZE_MAX} input-output pairs in one dim is not supported", "scales")
     if not factors or any(a < len(dims) - 2 or dims[a] is None for a in changed):

@@ -59,10 +59,14 @@ class Dim:
     def times(self, other):
         if isinstance(other, Dim):
             return Dim(self.coef * other.coef, tuple(sorted(self.names + other.names)))
+        if int(other) != other:  # a size times 0.5 is no product of sizes
+            return None
         return Dim(self.coef * int(other), self.names) if int(other) else 0
 
     def over(self, other):
         """self / other when it is a whole product (an int, or a Dim), else None."""
+        if not isinstance(other, Dim) and int(other) != other:
+            return None
         coef, names = (other.coef, Counter(other.names)) if isinstance(other, Dim) else (int(other), Counter())
         if coef == 0 or self.coef % coef or names - Counter(self.names):
             return None
