@@ -199,6 +199,32 @@ class UpsampledOverTime(nn.Module):
         return F.interpolate(self.conv(x.transpose(1, 2)[..., None].expand(-1, -1, -1, 3)), scale_factor=2)
 
 
+class ClassToken(nn.Module):
+    """A class token expanded to the batch and position ids `arange(seq)` expanded to [batch, seq] (the
+    TorchScript exporter writes Expand(x, Where(Equal(shape, -1), 1, shape))), concatenated along seq."""
+
+    def __init__(self):
+        super().__init__()
+        self.cls, self.linear = nn.Parameter(torch.randn(1, 1, 8)), nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        positions = torch.arange(t).unsqueeze(0).expand(b, -1)[..., None]
+        return self.linear(torch.cat([self.cls.expand(b, -1, -1), x + positions], 1))
+
+
+class Decoder(nn.Module):
+    """A decoder layer: causal self-attention over seq, cross-attention to a memory of another dynamic length."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+
+    def forward(self, memory, x):
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+        return self.layer(x, memory, tgt_mask=mask, tgt_is_causal=True)
+
+
 class Regrouped(nn.Module):
     """Reshapes that merge and split the dynamic dims: [b, t, c] -> [b, t * c] -> [b, t, c], flatten(0, 1)."""
 
@@ -251,6 +277,13 @@ def _models():
             ("ts17", "dynamo"),
         ),
         "rotary": (Rotary(), lambda b, t, r: [_x(b, t, r)], [bs], ("ts17", "dynamo")),
+        "class_token": (ClassToken(), lambda b, t, r: [_x(b, t, r)], [bs], ("ts17", "dynamo")),
+        "decoder": (
+            Decoder(),
+            lambda b, t, r: [_x(b, t + 2, r), _x(b, t, r)],
+            [{0: "batch", 1: "memory"}, bs],
+            ("dynamo",),
+        ),
         "regrouped": (Regrouped(), lambda b, t, r: [_x(b, t, r)], [bs], ("ts17", "dynamo")),
     }
     randomized([module for module, *_ in made.values()])
@@ -377,6 +410,8 @@ def _forward(imported, feeds):
         "gpt_table-ts17",
         "rotary-dynamo",
         "bert_mask-ts17",
+        "class_token-ts17",
+        "decoder-dynamo",
     ],
 )
 def test_gradients_equal_float64_central_differences(case):

@@ -36,6 +36,9 @@ def _symbolic(fn, a, b):
     """fn on a Dim (a size known only when running) and an int or Dim: a product or an exact quotient, else None."""
     if a is None or b is None:
         return None
+    other = b if isinstance(a, Dim) else a
+    if fn is numpy.equal and not isinstance(other, Dim):  # a size is never -1 (an exporter's "keep this dim")
+        return False if other < 0 else None
     if fn is operator.mul:
         return a.times(b) if isinstance(a, Dim) else b.times(a)
     return a.over(b) if fn is _divide and isinstance(a, Dim) else None

@@ -612,29 +612,22 @@ def expand(cx, inputs, attrs):
         named = tuple(v if isinstance(v, Dim) else None for v in target.static.reshape(-1).tolist())
         dims = tuple(None if d is None else s for d, s in zip(dims, shape))
         return [Value(dims, x.dtype, fill=x.static.item(), dims=(None,) * (len(dims) - len(named)) + named)]
-    dims = [None] * (rank - len(dims)) + list(dims)  # ONNX broadcasts both ways
+    named = target.static.reshape(-1).tolist()
+    dims, named = ([None] * (rank - len(dims)) + list(d) for d in (dims, named))  # ONNX broadcasts both ways
     lead = len(dims) - rank
-    out, named, runtime = [], cx.builder.symbols.get(cx.node.output[0], ()), {}
+    out, runtime = [], [1] * len(dims)
     for i, d in enumerate(dims):
-        source = cx.builder.sources.get(named[i]) if len(named) == len(dims) and d is None else None
-        if source and (
-            i < lead or x.shape[i - lead] == 1
-        ):  # a size-1 dim to a graph input's (a cls token to the batch)
-            runtime[i] = source
+        if d is None and (i < lead or x.shape[i - lead] == 1):  # a size-1 dim to a request's (a cls token to the batch)
+            if not isinstance(named[i], Dim):
+                cx.fail("Expand to a size known only when running that no graph input's dims make", "shape")
+            runtime[i] = named[i]
             out.append(1 if i < lead else -1)
-        elif i >= lead and (d is None or d == 1):
-            out.append(-1)
-        elif d is None:
-            cx.fail("a new leading dimension of Expand is known only when running (not supported)", "shape")
         else:
-            out.append(d)
+            out.append(-1 if i >= lead and (d is None or d == 1) else d)
     result = cx.op("expand", [x], shape=out)
-    for i, (name, axis, size) in runtime.items():  # + zeros of that input's size along dim i (lt(v, v): even NaN)
-        line = cx.op("getitem", [name], index=[0] * axis + [{"slice": [None, None, None]}] + [0] * (size - axis - 1))
-        zeros = cx.op("cast", [cx.op("lt", [line, line])], dtype=(x.dtype or numpy.dtype("float32")).name)
-        result = cx.op(
-            "add", [result, cx.op("reshape", [zeros], shape=[-1 if j == i else 1 for j in range(len(dims))])]
-        )
+    if runtime != [1] * len(dims):  # times ones of those sizes, made at run time
+        ones = cx.op("cast", [_ones(cx, runtime)], dtype=(x.dtype or numpy.dtype("float32")).name)
+        result = cx.op("bitwise_and" if x.dtype == bool else "mul", [result, ones])
     return [result]
 
 
