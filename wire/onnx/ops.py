@@ -347,8 +347,9 @@ def reshape(cx, inputs, attrs):
     out = _target(sizes, wanted)
     if out is not None:
         cx.out_dims[0] = tuple(d if isinstance(d, Dim) else None for d in out)
-        if dims.count(None) > 1:
+        if sum(isinstance(d, Dim) for d in out) > 1:
             return [_regroup(cx, x, sizes, out)]
+        dims = [None if isinstance(d, Dim) else d for d in out]  # [0, 2, -1] of [batch, 4, 6, 6]: [-1, 2, 72]
     resolved = cx.resolve(dims, "shape")
     cx.out_shapes[0] = [None if d == -1 else d for d in resolved]
     return [cx.op("reshape", [x], shape=resolved)]
