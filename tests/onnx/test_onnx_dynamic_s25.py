@@ -480,3 +480,23 @@ def test_what_cannot_be_served_at_any_length_is_refused_at_load(module, axes, me
     with pytest.raises(GraphError, match=message) as refused:
         import_model(buffer.getvalue())
     assert refused.value.node is not None
+
+
+def test_a_size_multiplied_by_itself_again_and_again_stays_small():
+    """A 42-node model squaring the request's length 40 times (Shape -> Mul(d, d) -> ...) and reshaping to it
+    would make the importer write a product of 2^40 sizes; past a few factors it forgets which sizes a product
+    is made of (the dim is only unknown), so the model loads at once, and serves where the product is right."""
+    from onnx import TensorProto, helper
+
+    from wire.onnx import import_model
+
+    nodes = [helper.make_node("Shape", ["x"], ["d0"])]
+    nodes += [helper.make_node("Mul", [f"d{i}", f"d{i}"], [f"d{i + 1}"]) for i in range(40)]
+    nodes += [helper.make_node("Reshape", ["x", "d40"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(
+        helper.make_graph(nodes, "squares", [x], [y]), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    imported = import_model(model.SerializeToString())
+    assert _forward(imported, {"x": np.array([2.5], np.float32)}).tolist() == [2.5]  # 1 ** (2 ** 40) == 1

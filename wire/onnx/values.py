@@ -45,6 +45,9 @@ class Value:
         return self.static is not None and not is_partial(self.static)
 
 
+MAX_NAMES = 8  # factors a Dim may have; a longer product is unknown (None)
+
+
 @dataclass(frozen=True)
 class Dim:
     """A size known only when running, as a product: `coef` times the sizes of the graph inputs' dims
@@ -57,9 +60,10 @@ class Dim:
         return "*".join([str(self.coef), *self.names])
 
     def times(self, other):
-        if isinstance(other, Dim):
-            return Dim(self.coef * other.coef, tuple(sorted(self.names + other.names)))
-        if int(other) != other:  # a size times 0.5 is no product of sizes
+        if isinstance(other, Dim):  # bounded: a Mul of a size by itself 30 times would be 2^30 names long
+            names, coef = tuple(sorted(self.names + other.names)), self.coef * other.coef
+            return Dim(coef, names) if len(names) <= MAX_NAMES and abs(coef) < 2**62 else None
+        if int(other) != other or abs(self.coef * int(other)) >= 2**62:  # a size times 0.5 is no product of sizes
             return None
         return Dim(self.coef * int(other), self.names) if int(other) else 0
 
