@@ -15,12 +15,14 @@ import operator
 
 import numpy
 
+from wire.onnx.values import Dim, unknown
+
 FOLD_MAX = 2**16  # elements a folded value may have
 
 
 def _elementwise(fn):
     """fn on arrays, element by element through None for the object (partly known) ones."""
-    lifted = numpy.frompyfunc(lambda a, b: None if a is None or b is None else fn(a, b), 2, 1)
+    lifted = numpy.frompyfunc(lambda a, b: _symbolic(fn, a, b) if unknown(a) or unknown(b) else fn(a, b), 2, 1)
 
     def run(a, b):
         if a.dtype == object or b.dtype == object:
@@ -28,6 +30,18 @@ def _elementwise(fn):
         return numpy.asarray(fn(a, b))
 
     return run
+
+
+def _symbolic(fn, a, b):
+    """fn on a Dim (a size known only when running) and an int or Dim: a product or an exact quotient, else None."""
+    if a is None or b is None:
+        return None
+    other = b if isinstance(a, Dim) else a
+    if fn is numpy.equal and not isinstance(other, Dim):  # a size is never -1 (an exporter's "keep this dim")
+        return False if other < 0 else None
+    if fn is operator.mul:
+        return a.times(b) if isinstance(a, Dim) else b.times(a)
+    return a.over(b) if fn is _divide and isinstance(a, Dim) else None
 
 
 def _divide(a, b):
@@ -63,7 +77,7 @@ UNARY = {
 
 
 def _known(array) -> bool:
-    return array.dtype != object or all(v is not None for v in array.flat)
+    return array.dtype != object or not any(unknown(v) for v in array.flat)
 
 
 def _ints(array) -> list:
@@ -115,7 +129,7 @@ def _identity(arrays, attrs, dtypes):
 
 def _cast(arrays, attrs, dtypes):
     if not _known(arrays[0]):
-        return [arrays[0]] if dtypes[0] is not None and dtypes[0].kind in "iu" else None
+        return [arrays[0]] if dtypes[0] is not None and dtypes[0].kind in "iuf" else None  # arange(seq, dtype=float)
     if dtypes[0] is None:
         return None
     return [numpy.asarray(arrays[0].tolist() if arrays[0].dtype == object else arrays[0]).astype(dtypes[0])]

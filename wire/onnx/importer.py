@@ -22,7 +22,7 @@ from wire.codec import datatype_of
 from wire.errors import GraphError
 from wire.onnx.fold import BINARY as FOLD_BINARY
 from wire.onnx.fold import FOLD_MAX, FOLDS, UNARY, fold
-from wire.onnx.ops import CONVERTERS
+from wire.onnx.ops import CONVERTERS, filled
 from wire.onnx.reader import (
     DTYPES,
     OnnxLimits,
@@ -34,7 +34,7 @@ from wire.onnx.reader import (
     shown,
     tensor_array,
 )
-from wire.onnx.values import Builder, Value, static_value
+from wire.onnx.values import Builder, Dim, Value, static_value, unknown
 
 FOLDABLE = set(FOLDS) | set(UNARY) | set(FOLD_BINARY)
 
@@ -82,6 +82,7 @@ class Context:
         self.info, self.used, self.opset = info, used, opset
         self.fold_max = FOLD_MAX
         self.out_shapes: dict = {}  # output index -> shape, where the converter knows better than ONNX
+        self.out_dims: dict = {}  # output index -> its dims' Dims (a Reshape's), where ONNX cannot tell
 
     def fail(self, message: str, field: str = "op"):
         raise node_error(self.node, self.index, message, field)
@@ -91,6 +92,8 @@ class Context:
             return value
         if value.node is None and value.held is not None:
             value.node = self.builder.held_input(value)
+        if value.node is None and value.fill is not None and value.dims is not None:
+            value.node = filled(self, value)
         if value.node is None:
             if not value.known:
                 self.fail(
@@ -112,7 +115,7 @@ class Context:
     def ints(self, value, what: str, partial: bool = False) -> list:
         if value is None or value.static is None or (value.param and not partial):
             self.fail(f"input {what} must be known at import (a constant, or computed from static shapes)", what)
-        values = [None if v is None else int(v) for v in value.static.reshape(-1).tolist()]
+        values = [None if unknown(v) else int(v) for v in value.static.reshape(-1).tolist()]
         if None in values and not partial:
             self.fail(f"a dynamic shape that cannot be resolved: {what} {values} is known only when running", what)
         return values
@@ -166,7 +169,8 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
         dims = value.type.tensor_type.shape.dim
         builder.symbols[value.name] = tuple(d.dim_param if d.HasField("dim_param") else d.dim_value for d in dims)
         if value in graph.input and value.name not in initializers:
-            builder.sources |= {d.dim_param: (value.name, i, len(dims)) for i, d in enumerate(dims) if d.dim_param}
+            free = {i: d.dim_param or f"{value.name}#{i}" for i, d in enumerate(dims) if not d.HasField("dim_value")}
+            builder.sources |= {name: (value.name, i, len(dims)) for i, name in free.items()}
     env = {}
     for tensor in graph.initializer:
         array = tensor_array(tensor, f"initializer {shown(tensor.name)}", tensor.name)
@@ -184,7 +188,9 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
         dtype = dtype_of(elem, f"graph input {shown(value.name)}", value.name)
         static_shape = shape if shape is not None and None not in shape else None
         builder.input(value.name, dtype.kind == "f", static_shape, dtype)
-        env[value.name] = Value(shape, dtype, node=value.name)
+        named = [str(n or f"{value.name}#{i}") for i, n in enumerate(builder.symbols[value.name])]
+        dims = None if shape is None else tuple(Dim(1, (n,)) if d is None else d for d, n in zip(shape, named))
+        env[value.name] = Value(shape, dtype, node=value.name, dims=dims)
         inputs.append(TensorInfo(value.name, datatype_of(dtype), _published(shape)))
     for index, node in enumerate(graph.node):
         _convert(builder, env, node, index, info, used, opset)
@@ -250,17 +256,20 @@ def _convert(builder, env, node, index, info, used, opset):
         result = results[i] if i < len(results) else None
         if isinstance(result, str):
             shape, elem = info.get(name, (None, 0))
+            dims = cx.out_dims.get(i)
             if i in cx.out_shapes:
                 shape = tuple(cx.out_shapes[i])
             elif shape is None or None in shape or elem == 0:  # this node's inference from the folded values
                 inferred = inferred or _node_types(onnx, node, inputs, opset)
-                known, known_elem = inferred.get(name, (None, 0))
+                known, known_elem, named = inferred.get(name, (None, 0, None))
+                dims = dims or named
                 if known is not None and (shape is None or known.count(None) < shape.count(None)):
                     shape = known
                 elem = elem or known_elem
             if builder.rename(result, name, mark):  # a graph output is the node that computes it: no clone
                 result = name
-            result = Value(shape, _dtype(elem), node=result)
+            dims = dims if shape is not None and dims is not None and len(dims) == len(shape) else None
+            result = Value(shape, _dtype(elem), node=result, dims=dims)
         if result is None:
             if name in used:
                 raise node_error(node, index, f"output {shown(name)} is not supported", "output")
@@ -278,15 +287,19 @@ def _foldable(value) -> bool:
 
 
 def _node_types(onnx, node, inputs, opset) -> dict:
-    """{output: (shape, element type)} by ONNX's inference of this one node, from the Values of
-    its inputs (the whole model's inference cannot see past a shape it computed as data)."""
+    """{output: (shape, element type, Dims)} by ONNX's inference of this one node, from the Values of
+    its inputs (the whole model's inference cannot see past a shape it computed as data); a dim known
+    only when running is given as its Dim's name, which ONNX carries to the outputs' dims it equals."""
     helper = onnx.helper
-    types, data = {}, {}
+    types, data, named = {}, {}, {}
     for name, value in zip(node.input, inputs):
         if value is None or value.dtype is None or value.shape is None:
             continue
         elem = helper.np_dtype_to_tensor_dtype(value.dtype)
-        types[name] = helper.make_tensor_type_proto(elem, ["?" if d is None else d for d in value.shape])
+        dims = value.dims or (None,) * len(value.shape)
+        named |= {repr(v): v for v in dims if isinstance(v, Dim)}
+        shape = [d if d is not None else repr(v) if isinstance(v, Dim) else "?" for d, v in zip(value.shape, dims)]
+        types[name] = helper.make_tensor_type_proto(elem, shape)
         if value.known and value.static.size <= FOLD_MAX:
             data[name] = onnx.numpy_helper.from_array(numpy.asarray(value.static, dtype=value.dtype), name)
     try:
@@ -294,7 +307,14 @@ def _node_types(onnx, node, inputs, opset) -> dict:
         out = onnx.shape_inference.infer_node_outputs(schema, node, types, input_data=data)
     except Exception:  # noqa: BLE001 - a help only, as the model's inference
         return {}
-    return {name: _dims(type_proto) for name, type_proto in out.items()}
+    return {name: (*_dims(t), _named(t, named)) for name, t in out.items()}
+
+
+def _named(type_proto, named: dict):
+    """The Dims of a type's dims that ONNX names after an input's Dim (others are unknown)."""
+    if not type_proto.tensor_type.HasField("shape"):
+        return None
+    return tuple(named.get(d.dim_param) for d in type_proto.tensor_type.shape.dim)
 
 
 def _dtype(elem):

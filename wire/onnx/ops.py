@@ -10,12 +10,13 @@ those of `engine.nn.functional` (GELU, LayerNorm, BatchNorm), so values and grad
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy
 
 from wire.onnx.reader import dtype_of, tensor_array
-from wire.onnx.values import Value, static_value
+from wire.onnx.values import Dim, Value, static_value
 
 ENGINE_DTYPES = {"float16", "float32", "float64", "int32", "int64", "bool"}
 
@@ -288,9 +289,24 @@ def _softmax(op):
 
 
 def shape(cx, inputs, attrs):
-    dims = cx.shape_of(inputs[0])
+    dims = _sizes(inputs[0]) if cx.rank(inputs[0]) is not None else ()
     start, end = attrs.get("start", 0), attrs.get("end")
     return [static_value(numpy.array(list(dims[start:end]), dtype=object), numpy.dtype(numpy.int64))]
+
+
+def _sizes(x) -> list:
+    """x's dims: an int where known at import, else its Dim where the importer knows it, else None."""
+    return [d if d is not None or x.dims is None else x.dims[i] for i, d in enumerate(x.shape)]
+
+
+def _times(a, b):
+    return a.times(b) if isinstance(a, Dim) else b.times(a) if isinstance(b, Dim) else a * b
+
+
+def _over(a, b):
+    if isinstance(a, Dim):
+        return a.over(b)
+    return None if isinstance(b, Dim) or b == 0 or a % b else a // b
 
 
 def constant(cx, inputs, attrs):
@@ -308,8 +324,9 @@ def constant(cx, inputs, attrs):
 def constant_of_shape(cx, inputs, attrs):
     dims = cx.ints(inputs[0], "shape", partial=True)
     fill = tensor_array(attrs["value"], "value", cx.label) if "value" in attrs else numpy.zeros(1, numpy.float32)
-    if None in dims:  # an RNN's zero initial state of a dynamic batch: see `_state`
-        return [Value(tuple(dims), fill.dtype, fill=fill.reshape(-1)[0])]
+    if None in dims:  # an RNN's zero initial state of a dynamic batch (see `_state`), a mask of [seq, seq]
+        named = tuple(v if isinstance(v, Dim) else None for v in inputs[0].static.reshape(-1).tolist())
+        return [Value(tuple(dims), fill.dtype, fill=fill.reshape(-1)[0], dims=named)]
     if math.prod(dims) <= cx.fold_max:
         return [static_value(numpy.full(dims, fill.reshape(-1)[0], dtype=fill.dtype))]
     return [cx.op("expand", [cx.constant(fill.reshape(()))], shape=list(dims))]
@@ -320,22 +337,126 @@ def reshape(cx, inputs, attrs):
     if target.static is None:
         cx.fail("a dynamic shape that cannot be resolved: the target shape is computed from values", "shape")
     dims = cx.ints(target, "shape", partial=True)  # Python ints: an initializer's are numpy's
-    shape = x.shape or ()
+    shape, sizes = x.shape or (), _sizes(x) if x.shape is not None else []
+    wanted = [int(v) if isinstance(v, (int, numpy.integer)) else v for v in target.static.reshape(-1).tolist()]
     for i, d in enumerate(dims):
         if d == 0 and not attrs.get("allowzero", 0):
-            dims[i] = shape[i] if i < len(shape) else None
+            dims[i], wanted[i] = (shape[i], sizes[i]) if i < len(shape) else (None, None)
         elif d == -1:
             dims[i] = None
+    out = _target(sizes, wanted)
+    if out is not None:
+        cx.out_dims[0] = tuple(d if isinstance(d, Dim) else None for d in out)
+        if sum(isinstance(d, Dim) for d in out) > 1:
+            return [_regroup(cx, x, sizes, out)]
+        dims = [None if isinstance(d, Dim) else d for d in out]  # [0, 2, -1] of [batch, 4, 6, 6]: [-1, 2, 72]
     resolved = cx.resolve(dims, "shape")
     cx.out_shapes[0] = [None if d == -1 else d for d in resolved]
     return [cx.op("reshape", [x], shape=resolved)]
 
 
+def _target(sizes: list, wanted: list):
+    """A Reshape's target as ints and Dims (its -1 computed), or None where a size is not known."""
+    if None in sizes or None in wanted:
+        return None
+    rest = [d for d in wanted if not isinstance(d, int) or d != -1]
+    if len(rest) < len(wanted) - 1:
+        return None
+    size = _over(functools.reduce(_times, sizes, 1), functools.reduce(_times, rest, 1))
+    return None if size is None else [size if isinstance(d, int) and d == -1 else d for d in wanted]
+
+
+def _regroup(cx, x, sizes: list, out: list) -> str:
+    """A Reshape whose target has two or more dims known only when running (attention's [batch, seq,
+    heads, dim]): as runs of input dims whose product is that of a run of output dims, each run
+    flattened into one dim, then split into its output dims (`_unflatten`); size-1 dims squeezed first."""
+    ins, outs = [d for d in sizes if d != 1], [d for d in out if d != 1]
+    groups, i, j = [], 0, 0
+    try:
+        while i < len(ins):
+            first, p, q = (i, j), ins[i], outs[j]
+            while p != q:
+                more = p > q if isinstance(p, int) and isinstance(q, int) else _over(p, q) is not None
+                j, i = (j + 1, i) if more else (j, i + 1)
+                q, p = (_times(q, outs[j]), p) if more else (q, _times(p, ins[i]))
+            groups.append((ins[first[0] : i + 1], outs[first[1] : j + 1]))
+            i, j = i + 1, j + 1
+    except IndexError:
+        j = -1
+    if j != len(outs):
+        cx.fail(f"a dynamic shape that cannot be resolved: no run of dims of {sizes} makes those of {out}", "shape")
+    t = cx.op("squeeze", [x], dim=[k for k, d in enumerate(sizes) if d == 1]) if 1 in sizes else cx.id(x)
+    axis = 0
+    for group_in, group_out in groups:
+        if len(group_in) > 1:
+            t = cx.op("flatten", [t], start_dim=axis, end_dim=axis + len(group_in) - 1)
+        t = _unflatten(cx, t, axis, group_out) if len(group_out) > 1 else t
+        axis += len(group_out)
+    for k in (k for k, d in enumerate(out) if d == 1):
+        t = cx.op("unsqueeze", [t], dim=k)
+    cx.out_shapes[0] = [d if isinstance(d, int) else None for d in out]
+    return t
+
+
+def _unflatten(cx, t: str, axis: int, sizes: list) -> str:
+    """t's dim `axis` split into `sizes`: t indexed there by arange(n) in that shape, a constant, or
+    where a size is a Dim, made at run time from ones of that shape (`_ones`)."""
+    if not any(isinstance(d, Dim) for d in sizes):
+        index = cx.constant(numpy.arange(math.prod(sizes), dtype=numpy.int64).reshape(sizes))
+    else:  # sum over the dims r of (position along r) * (product of the sizes after r), from ones of that shape
+        ones, index = _ones(cx, sizes), None
+        for r in range(len(sizes)):
+            at = cx.op("sub", [cx.op("cumsum", [ones], dim=r), cx.scalar(1)])
+            after = list(range(r + 1, len(sizes)))
+            at = cx.op("mul", [at, cx.op("sum", [ones], dim=after, keepdim=True)]) if after else at
+            index = at if index is None else cx.op("add", [index, at])
+    return cx.op("getitem", [t, index], index=[{"slice": [None, None, None]}] * axis + [{"tensor": 0}])
+
+
+def _ones(cx, sizes: list) -> str:
+    """int64 ones of shape `sizes` (ints, and Dims of graph inputs' dims) made at run time: a product of
+    ones along each factor (a constant's, or a line of the input giving that size), factors flattened."""
+    factors = [
+        [d] if isinstance(d, int) else [d.coef, *d.names] if d.coef != 1 or not d.names else list(d.names)
+        for d in sizes
+    ]
+    flat = [f for fs in factors for f in fs]
+    out = None
+    for k, f in enumerate(flat):
+        place = [1] * k + [-1] + [1] * (len(flat) - k - 1)
+        if isinstance(f, int):
+            part = cx.constant(numpy.ones(f, numpy.int64).reshape([f if p == -1 else 1 for p in place]))
+        else:  # every Dim is a product of graph inputs' dims (`Builder.sources`)
+            source, at, rank = cx.builder.sources[f]
+            line = cx.op("getitem", [source], index=[0] * at + [{"slice": [None, None, None]}] + [0] * (rank - at - 1))
+            ones = cx.op("cast", [cx.op("bitwise_not", [cx.op("lt", [line, line])])], dtype="int64")
+            part = cx.op("reshape", [ones], shape=place)
+        out = part if out is None else cx.op("mul", [out, part])
+    start = len(flat)
+    for fs in reversed(factors):
+        start -= len(fs)
+        out = cx.op("flatten", [out], start_dim=start, end_dim=start + len(fs) - 1) if len(fs) > 1 else out
+    return out
+
+
+def filled(cx, value) -> str:
+    """A constant of a shape known only when running (ConstantOfShape of [seq, seq], a causal mask's)."""
+    sizes = _sizes(value)
+    if None in sizes:
+        cx.fail("a dynamic shape that cannot be resolved: a value known only when running is used as a tensor", "input")
+    ones = _ones(cx, sizes)
+    fill = numpy.asarray(value.fill).item()
+    out = ones if fill == 1 else cx.op("mul", [ones, cx.scalar(fill)])
+    return cx.op("cast", [out], dtype=value.dtype.name)
+
+
 def flatten(cx, inputs, attrs):
     x = inputs[0]
-    rank = cx.rank(x)
+    rank, sizes = cx.rank(x), _sizes(x)
     axis = attrs.get("axis", 1)
     axis = axis + rank if axis < 0 else axis
+    if None not in sizes:  # ONNX's inference cannot tell which size a product of dynamic dims is
+        cx.out_dims[0] = tuple(functools.reduce(_times, part, 1) for part in (sizes[:axis], sizes[axis:]))
     if axis == 0:
         return [cx.op("unsqueeze", [cx.op("flatten", [x])], dim=0)]
     out = cx.op("flatten", [x], start_dim=0, end_dim=axis - 1) if axis > 1 else x
@@ -402,18 +523,48 @@ def split(cx, inputs, attrs):
 def slice_(cx, inputs, attrs):
     x = inputs[0]
     rank = cx.rank(x)
-    starts, ends = cx.ints(inputs[1], "starts"), cx.ints(inputs[2], "ends")
+    starts, ends = cx.ints(inputs[1], "starts"), cx.ints(inputs[2], "ends", partial=True)
     axes = cx.ints(inputs[3], "axes") if len(inputs) > 3 and inputs[3] is not None else range(len(starts))
     steps = cx.ints(inputs[4], "steps") if len(inputs) > 4 and inputs[4] is not None else [1] * len(starts)
-    if x.fill is not None:  # a slice of known dims of a constant of a shape known only when running
-        dims = list(x.shape)
-        for start, end, axis, step in zip(starts, ends, axes, steps):
-            dims[axis] = len(range(*slice(start, end, step).indices(dims[axis])))
-        return [Value(tuple(dims), x.dtype, fill=x.fill)]
+    axes, named = [a + rank if a < 0 else a for a in axes], inputs[2].static.reshape(-1).tolist()
+    dynamic = {a: named[k] for k, a in enumerate(axes) if ends[k] is None}  # x[:, :seq]: a position table's rows
+    if any(ends[k] is None and (not isinstance(named[k], Dim) or starts[k] or steps[k] != 1) for k in range(len(axes))):
+        cx.fail(f"a dynamic shape that cannot be resolved: ends {ends} is known only when running", "ends")
+    dims = list(x.shape)
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        dims[axis] = (
+            None if dims[axis] is None or end is None else len(range(*slice(start, end, step).indices(dims[axis])))
+        )
+    if x.fill is not None and not dynamic:  # a slice of known dims of a constant of a shape known only when running
+        return [Value(tuple(dims), x.dtype, fill=x.fill, dims=x.dims)]
     index = [{"slice": [None, None, None]}] * rank
     for start, end, axis, step in zip(starts, ends, axes, steps):
-        index[axis + rank if axis < 0 else axis] = {"slice": [start, end, step]}
-    return [cx.op("getitem", [x], index=index)]
+        index[axis] = {"slice": [start, end, step]}
+    out = cx.op("getitem", [x], index=index)
+    for axis, dim in dynamic.items():  # the first `dim` entries, by an arange made at run time
+        if _sizes(x)[axis] != dim:
+            out = cx.op(
+                "getitem", [out, _arange(cx, dim)], index=[{"slice": [None, None, None]}] * axis + [{"tensor": 0}]
+            )
+    cx.out_shapes[0], cx.out_dims[0] = dims, tuple(dynamic.get(a, x.dims and x.dims[a]) for a in range(rank))
+    return [out]
+
+
+def _arange(cx, dim) -> str:
+    """int64 0, 1, ..., dim - 1 for a size known only when running (a Dim)."""
+    return cx.op("sub", [cx.op("cumsum", [_ones(cx, [dim])], dim=0), cx.scalar(1)])
+
+
+def range_(cx, inputs, attrs):
+    """torch.arange(seq) of a length known only when running (a known Range is folded at import)."""
+    start, limit, delta = inputs
+    if not (start.known and delta.known and limit.static is not None and limit.static.size == 1):
+        cx.fail("Range's start and delta must be known at import", "input")
+    first, step, count = start.static.item(), delta.static.item(), limit.static.reshape(-1)[0]
+    if first != 0 or step != 1 or not isinstance(count, Dim):
+        cx.fail("a Range of a length known only when running must count from 0 by 1", "input")
+    cx.out_dims[0] = (count,)
+    return [cx.op("cast", [_arange(cx, count)], dtype=start.dtype.name)]
 
 
 def gather(cx, inputs, attrs):
@@ -459,30 +610,25 @@ def expand(cx, inputs, attrs):
     if x.known and x.static.size == 1 and None in dims:  # a constant of a shape known only when running
         shape = numpy.broadcast_shapes(x.shape, tuple(1 if d is None else d for d in dims))
         dims = [1] * (len(shape) - len(dims)) + list(dims)
-        return [Value(tuple(None if d is None else s for d, s in zip(dims, shape)), x.dtype, fill=x.static.item())]
-    dims = [None] * (rank - len(dims)) + list(dims)  # ONNX broadcasts both ways
+        named = tuple(v if isinstance(v, Dim) else None for v in target.static.reshape(-1).tolist())
+        dims = tuple(None if d is None else s for d, s in zip(dims, shape))
+        return [Value(dims, x.dtype, fill=x.static.item(), dims=(None,) * (len(dims) - len(named)) + named)]
+    named = target.static.reshape(-1).tolist()
+    dims, named = ([None] * (rank - len(dims)) + list(d) for d in (dims, named))  # ONNX broadcasts both ways
     lead = len(dims) - rank
-    out, named, runtime = [], cx.builder.symbols.get(cx.node.output[0], ()), {}
+    out, runtime = [], [1] * len(dims)
     for i, d in enumerate(dims):
-        source = cx.builder.sources.get(named[i]) if len(named) == len(dims) and d is None else None
-        if source and (
-            i < lead or x.shape[i - lead] == 1
-        ):  # a size-1 dim to a graph input's (a cls token to the batch)
-            runtime[i] = source
+        if d is None and (i < lead or x.shape[i - lead] == 1):  # a size-1 dim to a request's (a cls token to the batch)
+            if not isinstance(named[i], Dim):
+                cx.fail("Expand to a size known only when running that no graph input's dims make", "shape")
+            runtime[i] = named[i]
             out.append(1 if i < lead else -1)
-        elif i >= lead and (d is None or d == 1):
-            out.append(-1)
-        elif d is None:
-            cx.fail("a new leading dimension of Expand is known only when running (not supported)", "shape")
         else:
-            out.append(d)
+            out.append(-1 if i >= lead and (d is None or d == 1) else d)
     result = cx.op("expand", [x], shape=out)
-    for i, (name, axis, size) in runtime.items():  # + zeros of that input's size along dim i (lt(v, v): even NaN)
-        line = cx.op("getitem", [name], index=[0] * axis + [{"slice": [None, None, None]}] + [0] * (size - axis - 1))
-        zeros = cx.op("cast", [cx.op("lt", [line, line])], dtype=(x.dtype or numpy.dtype("float32")).name)
-        result = cx.op(
-            "add", [result, cx.op("reshape", [zeros], shape=[-1 if j == i else 1 for j in range(len(dims))])]
-        )
+    if runtime != [1] * len(dims):  # times ones of those sizes, made at run time
+        ones = cx.op("cast", [_ones(cx, runtime)], dtype=(x.dtype or numpy.dtype("float32")).name)
+        result = cx.op("bitwise_and" if x.dtype == bool else "mul", [result, ones])
     return [result]
 
 
@@ -784,10 +930,13 @@ def resize(cx, inputs, attrs):
     if sizes is not None:
         outs = cx.ints(sizes, "sizes", partial=True)
         factors = [o / d if o is not None and d else 1.0 for o, d in zip(outs, dims)]
+        moved = {a for a, (o, d) in enumerate(zip(sizes.static.reshape(-1).tolist(), _sizes(x))) if o != d}
     else:
         factors = [float(v) for v in scales.static.reshape(-1)] if scales is not None and scales.known else []
         outs = [None if d is None else math.floor(d * f) for d, f in zip(dims, factors)]
-    changed = [a for a, (d, o) in enumerate(zip(dims, outs)) if o != d]
+        moved = {a for a, f in enumerate(factors) if f != 1.0}
+    # a dim known only when running is changed where its scale is not 1 (or its size not its own Dim)
+    changed = [a for a, (d, o) in enumerate(zip(dims, outs)) if o != d or (d is None and a in moved)]
     if any(dims[a] is not None and outs[a] is not None and dims[a] * outs[a] > RESIZE_MAX for a in changed):
         cx.fail(f"a Resize of more than {RESIZE_MAX} input-output pairs in one dim is not supported", "scales")
     if not factors or any(a < len(dims) - 2 or dims[a] is None for a in changed):
@@ -884,6 +1033,7 @@ CONVERTERS = {
     "Concat": concat,
     "Split": split,
     "Slice": slice_,
+    "Range": range_,
     "Gather": gather,
     "Expand": expand,
     "LSTM": _recurrent(_lstm_step, 4),

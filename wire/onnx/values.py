@@ -11,6 +11,7 @@ node they come from.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy
@@ -27,6 +28,7 @@ class Value:
     param: bool = False  # an initializer served as a parameter (an input that requires grad)
     held: str | None = None  # a floating initializer: the input node (of this name) the model fills
     fill: object = None  # a constant of a shape known only when running (a zero initial state): its value
+    dims: tuple | None = None  # per dim: a Dim where the shape has None and the importer knows which size it is
 
     @property
     def rank(self) -> int | None:
@@ -43,8 +45,46 @@ class Value:
         return self.static is not None and not is_partial(self.static)
 
 
+MAX_NAMES = 8  # factors a Dim may have; a longer product is unknown (None)
+
+
+@dataclass(frozen=True)
+class Dim:
+    """A size known only when running, as a product: `coef` times the sizes of the graph inputs' dims
+    named `names` (sorted, with repeats), so that a Reshape can tell which unknown dim is which."""
+
+    coef: int
+    names: tuple
+
+    def __str__(self) -> str:
+        return "*".join([str(self.coef), *self.names])
+
+    def times(self, other):
+        if isinstance(other, Dim):  # bounded: a Mul of a size by itself 30 times would be 2^30 names long
+            names, coef = tuple(sorted(self.names + other.names)), self.coef * other.coef
+            return Dim(coef, names) if len(names) <= MAX_NAMES and abs(coef) < 2**62 else None
+        if int(other) != other or abs(self.coef * int(other)) >= 2**62:  # a size times 0.5 is no product of sizes
+            return None
+        return Dim(self.coef * int(other), self.names) if int(other) else 0
+
+    def over(self, other):
+        """self / other when it is a whole product (an int, or a Dim), else None."""
+        if not isinstance(other, Dim) and int(other) != other:
+            return None
+        coef, names = (other.coef, Counter(other.names)) if isinstance(other, Dim) else (int(other), Counter())
+        if coef == 0 or self.coef % coef or names - Counter(self.names):
+            return None
+        rest = tuple(sorted((Counter(self.names) - names).elements()))
+        return Dim(self.coef // coef, rest) if rest else self.coef // coef
+
+
+def unknown(v) -> bool:
+    """An entry of a partly known array that only running can tell: None, or a Dim."""
+    return v is None or isinstance(v, Dim)
+
+
 def is_partial(array: numpy.ndarray) -> bool:
-    return array.dtype == object and any(v is None for v in array.flat)
+    return array.dtype == object and any(unknown(v) for v in array.flat)
 
 
 def static_value(array: numpy.ndarray, dtype=None) -> Value:
