@@ -226,6 +226,11 @@ Raised, as decisions:
   by its `receive` (`service.connections.whole_body`, the largest cut of a small request's fixed cost: 4 KiB
   258.6k -> 246.4k instructions, 64 KiB 673.1k -> 528.7k with the other cuts), and one coroutine a request (+19)
   took it to 3866.
+- wire 6490 -> 6680 (2026-11-30, session 25): ONNX transformers exported with a dynamic batch and sequence length
+  (s25_onnx): each dynamic size tracked as a product of named input dims through the importer's shape arithmetic,
+  a Reshape of two or more dynamic dims regrouped and split by an index built at request time, Range, Slice and
+  Expand to a request's size, a dynamic Resize refused where it was served unresized, products bounded against a
+  hostile model (+188) took it to 6676.
 """
 
 from __future__ import annotations
@@ -236,7 +241,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 24425, "wire": 6490, "service": 3870, "client": 3315}
+BUDGETS = {"engine": 24425, "wire": 6680, "service": 3870, "client": 3315}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
