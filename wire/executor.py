@@ -54,18 +54,15 @@ class Executor:
             ticket = self._admit_residents(request, kind)
             if ticket is not None:
                 return ticket
-        layout = request.layout
-        admitted = None if layout is None else layout.admitted.get(kind)
-        if admitted is not None and request.planned is None:
-            where, plan, shapes, cost, elements = admitted
-            plan, shapes = plan(), shapes()  # held weakly
-            if plan is not None and shapes is not None and self.plans.hit(plan):
-                if plan.residents or request.update:  # (its resident arrays as they are now: the same signature?)
-                    self._bind_residents(request, plan)
-                    request.planned = (plan, None, None)
-                if request.planned is None or known_shapes(plan, request.inputs) is shapes:
-                    request.planned = (plan, shapes, None)  # a header seen before, on a plan still cached:
-                    return Ticket(request, kind, where, plan, shapes, cost, elements)  # as `_run_plan` kept
+        admitted = None if request.layout is None else request.layout.admitted.get(kind)
+        plan, shapes = (None, None) if admitted is None else (admitted[1](), admitted[2]())  # held weakly
+        if plan is not None and shapes is not None and request.planned is None and self.plans.hit(plan):
+            if plan.residents or request.update:  # (its resident arrays as they are now: the same signature?)
+                self._bind_residents(request, plan)
+                request.planned = (plan, None, None)
+            if request.planned is None or known_shapes(plan, request.inputs) is shapes:
+                request.planned = (plan, shapes, None)  # a header seen before, on a plan still cached:
+                return Ticket(request, kind, admitted[0], plan, shapes, admitted[3], admitted[4])  # as kept
         if cheap_steps is None:
             return admit(request, kind, self.limits, self._plan)
         backward = kind == "backward" or request.retain_graph

@@ -51,8 +51,9 @@ class Layout:
         grads = result.grads
         said = (result.plan, tuple(result.outputs), None if grads is None else tuple(grads), _said(result))
         parts, length = encode_result_parts(result, True)
-        if _buffers(result.outputs, grads) is not None:  # its arrays are sent as they are
-            self.answered = (*said, parts[0])
+        answered = (*said, parts[0])  # kept when its arrays are sent as they are (each in its wire dtype, contiguous)
+        if all(dtype in WIRE_DTYPES for _, dtype in said[3]) and _repeated(answered, result) is not None:
+            self.answered = answered
         return parts, length
 
     @classmethod
@@ -118,19 +119,6 @@ def _repeated(answered: tuple, result) -> list | None:
     return parts
 
 
-def _buffers(outputs: dict, grads: dict | None) -> list | None:
-    """The bytes of the answer's arrays, viewed, or None when one would be converted (not contiguous,
-    or not in its wire dtype)."""
-    buffers = []
-    for tensors in (outputs, grads or {}):
-        for array in tensors.values():
-            array = backend.to_numpy(array)
-            if array.dtype not in WIRE_DTYPES or not array.flags.c_contiguous:
-                return None
-            buffers.append(memoryview(array).cast("B") if array.size else b"")
-    return buffers
-
-
 class Layouts:
     """The layouts of the last LAYOUTS distinct headers (`learn`), by the header's bytes."""
 
@@ -139,19 +127,16 @@ class Layouts:
         self._last = (None, None)  # the last header decoded and its layout
 
     def decode(self, body, header_length: int, aligned: bool = True) -> Request | None:
-        """The Request of a binary `body` (bytes, bytearray or memoryview) of a learned header and tail length
-        (else None). Its arrays view `body` itself at the tail's offsets: no memoryview of the tail is made."""
-        head = body[:header_length] if 0 <= header_length <= MAX_HEADER else b""  # (a header past the body's end:
-        if type(head) is not bytes:  # its tail's size is negative, no layout)
-            head = bytes(head)
+        """The Request of a binary `body` of a learned header and tail length (else None): its arrays view `body`."""
+        head = bytes(body[:header_length]) if 0 <= header_length <= MAX_HEADER else b""  # (a header past the body's
+        # end: its tail's size is negative, no layout; `bytes` of bytes is the same object, no copy)
         last, numbers = self._last, None  # a client's repeat: its header compared, not hashed (~1.5k instructions)
         layout = last[1] if head == last[0] else self._layouts.get(head)
         if layout is None and (numbers := ORDER.search(head)) is not None:  # a resident step's, numbered
             layout = self._layouts.get(_unnumbered(head, numbers))
         if layout is None or len(body) - header_length != layout.size:
             return None
-        if numbers is None:
-            self._last = (head, layout)
+        self._last = (head, layout) if numbers is None else last
         request, inputs, grad_outputs = Request.__new__(Request), {}, {}
         request.__dict__.update(layout.fields, inputs=inputs, grad_outputs=grad_outputs, upload={}, layout=layout)
         if numbers is not None:
