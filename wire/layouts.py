@@ -30,7 +30,7 @@ WIRE_DTYPES = frozenset(DATATYPES.values())  # an array of one of these is sent 
 
 class Layout:
     """A header's `fields`, `tensors` [(whose, name, dtype, count, offset, shape)], `size`, `admitted`
-    and `answered`: (what its last binary answer's header says, that header's bytes)."""
+    and `answered`: what its last binary answer's header says (plan, names, (shape, dtype)s) and its bytes."""
 
     __slots__ = ("admitted", "answered", "fields", "header", "size", "tensors")
 
@@ -49,10 +49,11 @@ class Layout:
         if answered is not None and (parts := _repeated(answered, result)) is not None:
             return parts, len(parts[0])
         grads = result.grads
-        said = (result.plan, tuple(result.outputs), None if grads is None else tuple(grads), _said(result))
+        said = tuple([(a.shape, a.dtype) for a in (*result.outputs.values(), *(grads or {}).values())])
+        names = (result.plan, tuple(result.outputs), None if grads is None else tuple(grads))
         parts, length = encode_result_parts(result, True)
-        answered = (*said, parts[0])  # kept when its arrays are sent as they are (each in its wire dtype, contiguous)
-        if all(dtype in WIRE_DTYPES for _, dtype in said[3]) and _repeated(answered, result) is not None:
+        answered = (*names, said, parts[0])  # kept when its arrays are sent as they are (wire dtypes, contiguous)
+        if all(dtype in WIRE_DTYPES for _, dtype in said) and _repeated(answered, result) is not None:
             self.answered = answered
         return parts, length
 
@@ -95,14 +96,9 @@ class Layout:
             self.admitted[ticket.kind] = (ticket.where, *refs)
 
 
-def _said(result) -> tuple:
-    """What an answer's header says of each of its tensors (outputs, then gradients): its shape and dtype."""
-    return tuple([(a.shape, a.dtype) for a in (*result.outputs.values(), *(result.grads or {}).values())])
-
-
 def _repeated(answered: tuple, result) -> list | None:
     """[header, *buffers] of an answer whose header says what the `answered` one's did (`Layout.encode`):
-    its header's bytes and its arrays' own; else None. (What `_said` and `_buffers` tell, in one pass.)"""
+    its header's bytes and its arrays' own; else None."""
     plan, outputs, grads, said, header = answered
     given = result.grads
     if result.plan != plan or tuple(result.outputs) != outputs or (None if given is None else tuple(given)) != grads:
