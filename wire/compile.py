@@ -64,6 +64,7 @@ RUNS: Counter = Counter()  # requests that reached run_compiled, by what answere
 FAILURES: Counter = Counter()  # programs that failed as they ran, by executor ("interpreted", "compiled")
 _counts = threading.Lock()
 _numbers = itertools.count(1)
+PLAIN_KEYS = {d: ProgramKey(d, None, frozenset()) for d in (False, True)}  # no wrt, no grad_outputs
 
 
 def _count(ran: str) -> str:
@@ -153,9 +154,9 @@ def run_compiled(plan, shapes, request, differentiate: bool, charge, plan_id: st
     if len(plan.steps) > MAX_STEPS:
         _count("engine")
         return None
-    key = ProgramKey(
-        differentiate, None if request.wrt is None else tuple(request.wrt), frozenset(request.grad_outputs)
-    )
+    wrt, seeded = request.wrt, request.grad_outputs  # the usual key (no wrt, no seeds): made once, ~2k instructions
+    key = PLAIN_KEYS[differentiate] if wrt is None and not seeded else None
+    key = key or ProgramKey(differentiate, None if wrt is None else tuple(wrt), frozenset(seeded))
     program = shapes.programs.get(key)
     if program is None:
         if len(shapes.programs) >= PROGRAMS_PER_SIGNATURE or not _kept(plan, shapes) or not charge(plan, 0):

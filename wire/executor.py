@@ -62,7 +62,7 @@ class Executor:
                 request.planned = (plan, None, None)
             if request.planned is None or known_shapes(plan, request.inputs) is shapes:
                 request.planned = (plan, shapes, None)  # a header seen before, on a plan still cached:
-                return Ticket(request, kind, admitted[0], plan, shapes, *admitted[3:])  # as `_run_plan` kept
+                return Ticket(request, kind, admitted[0], plan, shapes, admitted[3], admitted[4])  # as kept
         if cheap_steps is None:
             return admit(request, kind, self.limits, self._plan)
         backward = kind == "backward" or request.retain_graph

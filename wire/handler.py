@@ -78,13 +78,16 @@ def execute(executor: Executor, ticket: Ticket) -> Result:
     mode is on whatever the calling thread set, and IEEE results (inf, nan) are answers, not
     warnings. A JSON answer over its bound that inference could not foresee is refused now (its
     retained tape dropped)."""
-    if not ticket.planned:
-        ticket = executor.admit(ticket.request, ticket.kind)
+    request = ticket.request
+    if ticket.plan is None and request.tape is None:  # (not `ticket.planned`: a property's call, per request)
+        ticket = executor.admit(request, ticket.kind)
     if IEEE_QUIET.get() and is_grad_enabled():
         result = executor.run(ticket)
     else:
         with enable_grad(), numpy.errstate(all="ignore"):
             result = executor.run(ticket)
+    if request.json_answer is None:  # a binary answer: nothing to bound (`bound_answer`'s call saved)
+        return result
     try:
         bound_answer(ticket, result, executor.limits)
     except Refusal:

@@ -30,7 +30,7 @@ WIRE_DTYPES = frozenset(DATATYPES.values())  # an array of one of these is sent 
 
 class Layout:
     """A header's `fields`, `tensors` [(whose, name, dtype, count, offset, shape)], `size`, `admitted`
-    and `answered`: (what its last binary answer's header says, that header's bytes)."""
+    and `answered`: what its last binary answer's header says (plan, names, (shape, dtype)s) and its bytes."""
 
     __slots__ = ("admitted", "answered", "fields", "header", "size", "tensors")
 
@@ -45,15 +45,16 @@ class Layout:
         no JSON written; else `encode_result_parts`, whose header is kept for the next one."""
         if result.tape is not None or result.fetched:
             return encode_result_parts(result, True)
-        said = (result.plan, _said(result.outputs), None if result.grads is None else _said(result.grads))
         answered = self.answered
-        if answered is not None and answered[0] == said:
-            buffers = _buffers(result.outputs, result.grads, dtypes_sent=True)  # as the last one's were
-            if buffers is not None:
-                return [answered[1], *buffers], len(answered[1])
+        if answered is not None and (parts := _repeated(answered, result)) is not None:
+            return parts, len(parts[0])
+        grads = result.grads
+        said = tuple([(a.shape, a.dtype) for a in (*result.outputs.values(), *(grads or {}).values())])
+        names = (result.plan, tuple(result.outputs), None if grads is None else tuple(grads))
         parts, length = encode_result_parts(result, True)
-        if _buffers(result.outputs, result.grads) is not None:  # its arrays are sent as they are
-            self.answered = (said, parts[0])
+        answered = (*names, said, parts[0])  # kept when its arrays are sent as they are (wire dtypes, contiguous)
+        if all(dtype in WIRE_DTYPES for _, dtype in said) and _repeated(answered, result) is not None:
+            self.answered = answered
         return parts, length
 
     @classmethod
@@ -95,22 +96,23 @@ class Layout:
             self.admitted[ticket.kind] = (ticket.where, *refs)
 
 
-def _said(tensors: dict) -> tuple:
-    """What an answer's header says of `tensors`: each one's name, shape and dtype."""
-    return tuple([(name, a.shape, a.dtype) for name, a in tensors.items()])
-
-
-def _buffers(outputs: dict, grads: dict | None, dtypes_sent: bool = False) -> list | None:
-    """The bytes of the answer's arrays, viewed, or None when one would be converted (not contiguous,
-    or not in its wire dtype; `dtypes_sent`: their dtypes are known to be, not hashed again)."""
-    buffers = []
-    for tensors in (outputs, grads or {}):
-        for array in tensors.values():
-            array = backend.to_numpy(array)
-            if not (dtypes_sent or array.dtype in WIRE_DTYPES) or not array.flags.c_contiguous:
-                return None
-            buffers.append(memoryview(array).cast("B") if array.size else b"")
-    return buffers
+def _repeated(answered: tuple, result) -> list | None:
+    """[header, *buffers] of an answer whose header says what the `answered` one's did (`Layout.encode`):
+    its header's bytes and its arrays' own; else None."""
+    plan, outputs, grads, said, header = answered
+    given = result.grads
+    if result.plan != plan or tuple(result.outputs) != outputs or (None if given is None else tuple(given)) != grads:
+        return None
+    parts, to_numpy = [header], backend.to_numpy
+    arrays = result.outputs.values() if given is None else (*result.outputs.values(), *given.values())
+    for array, (shape, dtype) in zip(arrays, said):
+        if array.shape != shape or array.dtype != dtype:
+            return None
+        array = to_numpy(array)
+        if not array.flags.c_contiguous:
+            return None
+        parts.append(memoryview(array).cast("B") if array.size else b"")
+    return parts
 
 
 class Layouts:
@@ -121,26 +123,27 @@ class Layouts:
         self._last = (None, None)  # the last header decoded and its layout
 
     def decode(self, body, header_length: int, aligned: bool = True) -> Request | None:
-        """The Request of a binary `body` of a learned header and tail length (else None)."""
-        view = memoryview(body)  # (a header past the body's end: its tail's size is negative, no layout)
-        head = bytes(view[:header_length]) if 0 <= header_length <= MAX_HEADER else b""
+        """The Request of a binary `body` of a learned header and tail length (else None): its arrays view `body`."""
+        head = bytes(body[:header_length]) if 0 <= header_length <= MAX_HEADER else b""  # (a header past the body's
+        # end: its tail's size is negative, no layout; `bytes` of bytes is the same object, no copy)
         last, numbers = self._last, None  # a client's repeat: its header compared, not hashed (~1.5k instructions)
         layout = last[1] if head == last[0] else self._layouts.get(head)
         if layout is None and (numbers := ORDER.search(head)) is not None:  # a resident step's, numbered
             layout = self._layouts.get(_unnumbered(head, numbers))
-        if layout is None or len(view) - header_length != layout.size:
+        if layout is None or len(body) - header_length != layout.size:
             return None
         self._last = (head, layout) if numbers is None else last
-        tail, request = view[header_length:], Request.__new__(Request)
-        request.__dict__.update(layout.fields)
+        request, inputs, grad_outputs = Request.__new__(Request), {}, {}
+        request.__dict__.update(layout.fields, inputs=inputs, grad_outputs=grad_outputs, upload={}, layout=layout)
         if numbers is not None:
             request.order = (int(numbers[1]), int(numbers[2]))
-        request.inputs, request.grad_outputs, request.upload, request.layout = {}, {}, {}, layout
         for whose, name, dtype, count, offset, shape in layout.tensors:
-            array = numpy.frombuffer(tail, dtype, count, offset)
+            array = numpy.frombuffer(body, dtype, count, header_length + offset)
             if len(shape) != 1:  # (frombuffer's is one-dimensional)
                 array = array.reshape(shape)
-            getattr(request, whose)[name] = array if not aligned or array.flags.aligned else array.copy()
+            if aligned and dtype.alignment > 1 and not array.flags.aligned:
+                array = array.copy()
+            (inputs if whose == "inputs" else grad_outputs)[name] = array
         return request
 
     def learn(self, body, header_length: int, header: dict, request: Request) -> None:

@@ -320,7 +320,7 @@ class PlanCache:
         """Whether `plan` is still cached; when it is, counted and kept as a `lookup` that found it."""
         with self._lock:
             key = self._keys.get(id(plan))
-            entry = None if key is None else self._plans.get(key)
+            entry = self._plans.get(key)  # (None when key is: never a key of the cache's)
             if entry is None or entry.plan is not plan:
                 return False
             self._plans.move_to_end(key)
