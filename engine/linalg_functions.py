@@ -59,7 +59,8 @@ def _checked(fn, what):
 def functions(ops) -> dict:
     def slogdet(input: VariableSurface) -> tuple[VariableSurface, VariableSurface]:
         """(sign, logabsdet): the sign has no gradient."""
-        return Slogdet(ops["det"](input.detach()).sign(), ops["logabsdet"](input))
+        logabsdet = ops["logabsdet"](input)  # (first: a refusal words slogdet's)
+        return Slogdet(ops["det"](input.detach()).sign(), logabsdet)
 
     def logdet(input: VariableSurface) -> VariableSurface:
         """log det: NaN where the determinant is negative."""

@@ -89,20 +89,32 @@ def floating_broadcast(shapes, dtypes, attrs):
     return shape, dtype if dtype.kind in "fc" else default_dtype()
 
 
-def square(shapes, dtypes, attrs):
-    """A batch of square matrices, kept (inv, cholesky); floating."""
-    shape, dtype = tuple(shapes[0]), numpy.result_type(dtypes[0])
-    if len(shape) < 2 or shape[-1] != shape[-2]:
-        raise ShapeError(f"expected a batch of square matrices, got shape {list(shape)}")
-    if dtype not in (numpy.float32, numpy.float64):
-        raise ShapeError(f"linalg ops take float32 or float64 matrices, not {dtype.name}")
-    return shape, dtype
+def square(name: str):
+    """The rule of a batch of square matrices, kept (inv, cholesky); floating; refusals worded as torch's `name`."""
+
+    def rule(shapes, dtypes, attrs):
+        shape, dtype = tuple(shapes[0]), numpy.result_type(dtypes[0])
+        if len(shape) < 2:
+            raise ShapeError(f"{name}: The input tensor A must have at least 2 dimensions.")
+        if shape[-1] != shape[-2]:
+            raise ShapeError(
+                f"{name}: A must be batches of square matrices, but they are {shape[-2]} by {shape[-1]} matrices"
+            )
+        if dtype not in (numpy.float32, numpy.float64):
+            raise ShapeError(f"linalg ops take float32 or float64 matrices, not {dtype.name}")
+        return shape, dtype
+
+    return rule
 
 
-def square_to_batch(shapes, dtypes, attrs):
+def square_to_batch(name: str):
     """A batch of square matrices to one number each (det, logabsdet)."""
-    shape, dtype = square(shapes, dtypes, attrs)
-    return shape[:-2], dtype
+
+    def rule(shapes, dtypes, attrs):
+        shape, dtype = square(name)(shapes, dtypes, attrs)
+        return shape[:-2], dtype
+
+    return rule
 
 
 def _matrices(op, shapes, dtypes) -> tuple:

@@ -147,23 +147,39 @@ inv = defop(
     uses_output=True,
     methods=("inverse",),
     samples=(Sample(make=lambda rng: [rng.uniform(-1, 1, (3, 3)) + 3 * numpy.eye(3)]),),
-    infer=shapes.square,
+    infer=shapes.square("linalg.inv"),
     work=costs.factorization,
     scratch=_factorization_scratch,
     kernel="blas",
     doc="the inverse of each square matrix (numpy.linalg.LinAlgError when one is singular)",
 )
+
+
+def _det_vjp(g, ans, x):
+    """g det(A) A^-T; where a determinant is (near) zero, the cofactors U diag(prod of the other singular values)
+    V^T det(U V^T), as PyTorch's create_graph path (its plain backward gives zeros where det is exactly 0)."""
+    if not (abs(ans._data) < 100 * numpy.finfo(ans.dtype).eps).any():
+        return _batched(g * ans) * F.inv(x).mT
+    n = x.shape[-1]
+    packed = F.svd_packed(x, full_matrices=False)
+    U, S, V = packed[..., :n, :], packed[..., n, :], packed[..., n + 1 :, :]
+    rows = S.unsqueeze(-2).expand(*S.shape[:-1], n, n)  # row i: the singular values but S_i, there 1
+    others = (rows.tril(-1) + rows.triu(1) + (S.detach() * 0 + 1).diag_embed()).prod(-1)
+    sign = (F.det(U.detach()) * F.det(V.detach())).unsqueeze(-1)
+    return _batched(g) * F.matmul(U * (others * sign).unsqueeze(-2), V.mT)
+
+
 det = defop(
     "det",
     lambda xp, x: xp.linalg.det(x),
-    lambda g, ans, x: _batched(g * ans) * F.inv(x).mT,
+    _det_vjp,
     uses_output=True,
     samples=(Sample(make=lambda rng: [rng.uniform(-1, 1, (2, 3, 3)) + 3 * numpy.eye(3)]),),
-    infer=shapes.square_to_batch,
+    infer=shapes.square_to_batch("linalg.det"),
     work=costs.factorization,
     scratch=_factorization_scratch,
     kernel="blas",
-    doc="the determinant of each square matrix (its gradient needs the matrix invertible)",
+    doc="the determinant of each square matrix",
 )
 logabsdet = defop(
     "logabsdet",
@@ -171,7 +187,7 @@ logabsdet = defop(
     lambda g, ans, x: _batched(g) * F.inv(x).mT,
     methods=(),
     samples=(Sample(make=lambda rng: [rng.uniform(-1, 1, (3, 3)) - 3 * numpy.eye(3)]),),
-    infer=shapes.square_to_batch,
+    infer=shapes.square_to_batch("linalg.slogdet"),
     work=costs.factorization,
     scratch=_factorization_scratch,
     kernel="blas",
@@ -183,7 +199,7 @@ cholesky = defop(
     _cholesky_vjp,
     uses_output=True,
     samples=(Sample(make=_spd_sample),),
-    infer=shapes.square,
+    infer=shapes.square("linalg.cholesky"),
     work=costs.factorization,
     scratch=_cholesky_scratch,
     kernel="blas",

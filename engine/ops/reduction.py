@@ -10,6 +10,7 @@ import numpy
 from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module
+from engine.dtypes import scalar_name
 from engine.grad_mode import state as grad_state
 from engine.node import FORWARD
 from engine.ops.shape import _expand
@@ -328,7 +329,10 @@ logsumexp = defop(
 )
 
 
-def _log_softmax(x, dim):
+def _log_softmax(x, dim, kernel="log_softmax"):
+    if x.dtype.kind not in "fc":  # (PyTorch's kernels are floating only; `dtype=` casts before)
+        last = "_lastdim" if x.ndim < 2 or dim % x.ndim == x.ndim - 1 else ""
+        raise NotImplementedError(f'"{kernel}{last}_kernel_impl" not implemented for {scalar_name(x.dtype)!r}')
     # (x - max) - log(sum(exp(x - max))): subtracting the max first keeps float32 exact on inputs
     # like [1000, 1001, 1002], where x - logsumexp(x) would lose digits to x's magnitude
     axes = _axes(dim, x.ndim) or ()
@@ -348,7 +352,7 @@ log_softmax = defop(
 )
 softmax = defop(
     "softmax",
-    lambda x, dim: _log_softmax(x, dim).exp(),
+    lambda x, dim: _log_softmax(x, dim, "softmax").exp(),
     attrs={"dim": SOFTMAX_DIM},
     composite=True,
     samples=SOFTMAX_SAMPLES,
