@@ -234,6 +234,25 @@ class DimensionError(ShapeError, IndexError):
     """A dimension or an index out of range: PyTorch's IndexError (and its words)."""
 
 
+class KernelError(ShapeError, NotImplementedError):
+    """A dtype PyTorch has no kernel of an op for: its NotImplementedError (and words)."""
+
+
+def floating_kernel(kernel: str, ndim: int, dim: int, dtype) -> None:
+    """Refuses a bool or integer input of softmax and log_softmax, as PyTorch's kernels name themselves."""
+    if numpy.dtype(dtype).kind not in "fc":
+        last = "_lastdim" if ndim < 2 or dim % ndim == ndim - 1 else ""
+        raise KernelError(f'"{kernel}{last}_kernel_impl" not implemented for {scalar_name(dtype)!r}')
+
+
+def softmax(kernel: str):
+    def rule(shapes, dtypes, attrs):
+        floating_kernel(kernel, len(shapes[0]), attrs["dim"], dtypes[0])
+        return along_dim(shapes, dtypes, attrs)
+
+    return rule
+
+
 class ShapeMismatch(ShapeError, RuntimeError):
     """A shape rule's refusal of an op that the engine was running: PyTorch's RuntimeError (engine.node)."""
 

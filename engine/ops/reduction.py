@@ -10,7 +10,6 @@ import numpy
 from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module
-from engine.dtypes import scalar_name
 from engine.grad_mode import state as grad_state
 from engine.node import FORWARD
 from engine.ops.shape import _expand
@@ -331,8 +330,7 @@ logsumexp = defop(
 
 def _log_softmax(x, dim, kernel="log_softmax"):
     if x.dtype.kind not in "fc":  # (PyTorch's kernels are floating only; `dtype=` casts before)
-        last = "_lastdim" if x.ndim < 2 or dim % x.ndim == x.ndim - 1 else ""
-        raise NotImplementedError(f'"{kernel}{last}_kernel_impl" not implemented for {scalar_name(x.dtype)!r}')
+        shapes.floating_kernel(kernel, x.ndim, dim, x.dtype)
     # (x - max) - log(sum(exp(x - max))): subtracting the max first keeps float32 exact on inputs
     # like [1000, 1001, 1002], where x - logsumexp(x) would lose digits to x's magnitude
     axes = _axes(dim, x.ndim) or ()
@@ -346,7 +344,7 @@ log_softmax = defop(
     attrs={"dim": SOFTMAX_DIM},
     composite=True,
     samples=SOFTMAX_SAMPLES,
-    infer=shapes.along_dim,
+    infer=shapes.softmax("log_softmax"),
     scratch=costs.temporaries(forward=1, kept=1, backward=2),  # x - max and its exp (kept by exp)
     doc="x - logsumexp(x, dim)",
 )
@@ -356,7 +354,7 @@ softmax = defop(
     attrs={"dim": SOFTMAX_DIM},
     composite=True,
     samples=SOFTMAX_SAMPLES,
-    infer=shapes.along_dim,
+    infer=shapes.softmax("softmax"),
     scratch=costs.temporaries(forward=1, kept=1, backward=3),  # as log_softmax, and the exp's vjp
     doc="exp(x) / sum(exp(x)) along dim, computed stably",
 )
