@@ -145,3 +145,207 @@ def test_a_users_scheduler_does_not_warn(oracle):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert scheduler.get_lr() == [0.025]
+
+
+# --- torch.linalg's LU functions, cholesky_solve, chain_matmul, frexp, complex, polar ------------------------------
+
+
+def _values(out):
+    return [part.detach().numpy() for part in (out if isinstance(out, tuple) else (out,))]
+
+
+def _same(ours, theirs, rtol):
+    for a, b in zip(_values(ours), _values(theirs), strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        numpy.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
+
+
+MATRICES = {
+    "3 by 3": (3, 3),
+    "a batch of 4 by 4": (2, 4, 4),
+    "tall 5 by 3": (5, 3),
+    "wide 2 by 4": (2, 4),
+    "a batch of wide": (3, 2, 3),
+}
+
+
+@pytest.mark.parametrize("name", MATRICES)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_lu_and_lu_factor_as_torch(name, dtype, oracle):
+    a = numpy.random.default_rng(1).uniform(-1, 1, MATRICES[name])
+    outs, grads = [], []
+    for torch in (engine, oracle):
+        for fn in (torch.linalg.lu, torch.linalg.lu_factor):
+            if fn is torch.linalg.lu_factor and a.shape[-1] != a.shape[-2]:
+                fn = torch.linalg.lu_factor_ex
+            A = torch.tensor(a, dtype=getattr(torch, dtype), requires_grad=True)
+            out = fn(A)
+            assert type(out).__name__ == type(fn(A.detach())).__name__
+            weights = [
+                torch.arange(float(p.numel()), dtype=A.dtype).reshape(p.shape) for p in out if p.is_floating_point()
+            ]
+            sum(
+                ((p * w).sum() for p, w in zip([p for p in out if p.is_floating_point()], weights)), A.sum() * 0
+            ).backward()
+            outs.append(out)
+            grads.append(A.grad)
+            names = [None if p.grad_fn is None else p.grad_fn.name() for p in out]
+            assert names == [None if getattr(p, "grad_fn", None) is None else p.grad_fn.name() for p in outs[-1]]
+    rtol = 1e-10 if dtype == "float64" else 2e-4
+    for ours, theirs in zip(outs[:2], outs[2:]):
+        _same(ours, theirs, rtol)
+        assert [None if p.grad_fn is None else p.grad_fn.name() for p in ours] == [
+            None if p.grad_fn is None else p.grad_fn.name() for p in theirs
+        ]
+    for ours, theirs in zip(grads[:2], grads[2:]):
+        numpy.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=rtol * 10, atol=rtol * 10)
+    if dtype == "float64":
+        A = engine.tensor(a, requires_grad=True)
+        assert engine.gradcheck(lambda x: engine.linalg.lu(x)[1:], (A,))
+        assert engine.gradcheck(lambda x: engine.linalg.lu_factor_ex(x).LU, (A,))
+
+
+def test_lu_of_a_singular_matrix_and_lu_factors_refusal(oracle):
+    singular = [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]]
+    for torch in (engine, oracle):
+        P, L, U = torch.linalg.lu(torch.tensor(singular, dtype=torch.float64))
+        numpy.testing.assert_allclose((P @ L @ U).numpy(), singular, atol=1e-15)
+        out = torch.linalg.lu_factor_ex(torch.tensor([[[0.0, 0.0], [0.0, 0.0]], [[1.0, 2.0], [3.0, 4.0]]]))
+        assert out.info.tolist() == [1, 0] and out.pivots.tolist() == [[1, 2], [2, 2]]
+    for call in (
+        lambda t: t.linalg.lu_factor(t.zeros(2, 2)),
+        lambda t: t.linalg.lu_factor(t.tensor([[1.0, 2.0], [2.0, 4.0]])),
+        lambda t: t.linalg.lu(t.ones(3)),
+        lambda t: t.linalg.lu_factor(t.ones(3)),
+        lambda t: t.linalg.lu(t.ones(2, 2), pivot=False),
+        lambda t: t.linalg.lu(t.tensor([[1, 2], [3, 4]])),
+        lambda t: t.linalg.lu_solve(t.ones(2, 3), t.ones(2, dtype=t.int32), t.ones(2, 1)),
+        lambda t: t.cholesky_solve(t.ones(2), t.eye(2)),
+        lambda t: t.chain_matmul(),
+        lambda t: t.frexp(t.tensor([1, 2])),
+        lambda t: t.complex(t.tensor([1, 2]), t.tensor([1, 2])),
+        lambda t: t.complex(t.tensor([1.0]), t.tensor([1.0], dtype=t.float64)),
+        lambda t: t.polar(t.tensor([1.0]), t.tensor([1.0], dtype=t.float64)),
+    ):
+        want, got = _refusal(lambda: call(oracle)), _refusal(lambda: call(engine))  # noqa: B023  (called at once)
+        assert isinstance(got, type(want)) and str(got) == str(want), (got, want)
+
+
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_lu_solve_as_torch(left, adjoint, oracle):
+    rng = numpy.random.default_rng(2)
+    a, b = rng.uniform(-1, 1, (2, 3, 3)), rng.uniform(-1, 1, (2, 3, 2) if left else (2, 2, 3))
+    outs = []
+    for torch in (engine, oracle):
+        LU, pivots = torch.linalg.lu_factor(torch.tensor(a))
+        LU.requires_grad_()
+        B = torch.tensor(b, requires_grad=True)
+        X = torch.linalg.lu_solve(LU, pivots, B, left=left, adjoint=adjoint)
+        assert X.grad_fn.name() == "LinalgLuSolveBackward0"
+        (X * torch.arange(12.0, dtype=X.dtype).reshape(X.shape)).sum().backward()
+        outs.append((X.detach().numpy(), LU.grad.numpy(), B.grad.numpy()))
+        if torch is engine:
+            solve = engine.linalg.lu_solve
+            assert engine.gradcheck(lambda L, B, p=pivots, s=solve: s(L, p, B, left=left, adjoint=adjoint), (LU, B))
+    for ours, theirs in zip(*outs):
+        numpy.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_solve_as_torch(upper, oracle):
+    rng = numpy.random.default_rng(3)
+    m = rng.uniform(-1, 1, (3, 3))
+    spd, b = m @ m.T + 3 * numpy.eye(3), rng.uniform(-1, 1, (3, 2))
+    outs = []
+    for torch in (engine, oracle):
+        L = torch.linalg.cholesky(torch.tensor(spd), upper=upper).detach().requires_grad_()
+        B = torch.tensor(b, requires_grad=True)
+        X = torch.cholesky_solve(B, L, upper=upper)
+        assert X.grad_fn.name() == "CholeskySolveBackward0"
+        (X * torch.arange(6.0, dtype=X.dtype).reshape(3, 2)).sum().backward()
+        outs.append((X.detach().numpy(), L.grad.numpy(), B.grad.numpy(), B.cholesky_solve(L, upper).detach().numpy()))
+        if torch is engine:
+            assert engine.gradcheck(lambda B, L: engine.cholesky_solve(B, L, upper=upper), (B, L))
+    for ours, theirs in zip(*outs):
+        numpy.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+def test_chain_matmul_warns_once_and_is_multi_dot(oracle):
+    outs = []
+    for torch in (engine, oracle):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            a = torch.arange(6.0).reshape(2, 3).requires_grad_()
+            out = torch.chain_matmul(a, torch.ones(3, 4), torch.ones(4, 1))
+            torch.chain_matmul(torch.ones(2, 2))
+        out.sum().backward()
+        outs.append((out.tolist(), a.grad.tolist(), len(seen) <= 1))
+        assert all("torch.chain_matmul is deprecated" in str(w.message) for w in seen)
+    assert outs[0] == outs[1]
+
+
+def test_frexp_as_torch(oracle):
+    values = [8.0, 0.3, -5.0, 0.0, -0.0, float("inf"), float("nan"), 1e-40, 3.0]
+    outs = []
+    for torch in (engine, oracle):
+        for dtype in (torch.float32, torch.float64):
+            x = torch.tensor(values, dtype=dtype, requires_grad=True)
+            mantissa, exponent = x.frexp()
+            assert exponent.dtype == torch.int32 and not exponent.requires_grad
+            assert mantissa.grad_fn.name() == "FrexpBackward0"
+            mantissa[:5].sum().backward()
+            outs.append(
+                (mantissa.detach().numpy(), exponent.numpy(), x.grad.numpy(), str(torch.frexp(x).mantissa.dtype))
+            )
+    for ours, theirs in zip(outs[:2], outs[2:]):
+        for a, b in zip(ours, theirs):
+            numpy.testing.assert_array_equal(a, b)
+    x = engine.tensor([3.0, -0.7, 12.5], dtype=engine.float64, requires_grad=True)
+    assert engine.gradcheck(lambda x: engine.frexp(x).mantissa, (x,))
+
+
+def test_complex_and_polar_are_complex_views(oracle):
+    outs = []
+    for torch in (engine, oracle):
+        r = torch.tensor([[2.0], [1.0]], requires_grad=True)
+        theta = torch.tensor([0.5, -1.0, 3.0], requires_grad=True)
+        z, w = torch.polar(r, theta), torch.complex(r, theta)
+        assert z.is_complex() and z.shape == (2, 3) and w.shape == (2, 3)
+        (torch.view_as_real(z).sum() + (w.real * 2 + w.imag * 3).sum()).backward()
+        outs.append(
+            (torch.view_as_real(z).detach().numpy(), torch.view_as_real(w).detach().numpy(), r.grad, theta.grad)
+        )
+    for ours, theirs in zip(*outs):
+        numpy.testing.assert_allclose(numpy.asarray(ours), numpy.asarray(theirs), rtol=1e-6)
+
+
+def test_gradcheck_of_a_transposed_input(oracle):
+    """gradcheck perturbs the input's own elements: of a transposed leaf the finite differences were all zero (a
+    reshape of it is a copy), and a correct gradient was reported wrong."""
+    for torch in (engine, oracle):
+        x = torch.tensor([[2.0, 0.0], [1.0, 3.0]], dtype=torch.float64).mT.detach().requires_grad_()
+        assert torch.autograd.gradcheck(lambda x: (x * x * x[0, 1]).sum(), (x,))
+        with pytest.raises(Exception, match="Jacobian mismatch"):
+            torch.autograd.gradcheck(lambda x: WRONG.apply(x), (x,))
+
+
+class _Wrong:
+    """A Function whose backward is twice its derivative (gradcheck must say so), for both packages."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 6
+
+
+class _Dispatch:
+    def apply(self, x):
+        torch = engine if isinstance(x, engine.Variable) else __import__("torch")
+        return type("Wrong", (torch.autograd.Function,), {k: vars(_Wrong)[k] for k in ("forward", "backward")}).apply(x)
+
+
+WRONG = _Dispatch()
