@@ -349,3 +349,22 @@ class _Dispatch:
 
 
 WRONG = _Dispatch()
+
+
+def test_a_plain_backward_adds_in_place_into_a_create_graph_gradient(oracle):
+    """PyTorch's AccumulateGrad adds a plain backward's gradient into a `.grad` that requires grad in place (grad
+    mode is off): the same tensor, still requiring grad, its graph kept (so a later backward through it still
+    reaches x). Ours made a new gradient that did not require grad."""
+    seen = []
+    for torch in (engine, oracle):
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (PyTorch's reference-cycle warning of create_graph)
+            (x * x).sum().backward(create_graph=True)
+        first = x.grad
+        (x * 3).sum().backward()
+        assert x.grad is first and x.grad.requires_grad and x.grad.grad_fn is not None
+        values = x.grad.tolist()
+        x.grad.sum().backward()
+        seen.append((values, x.grad.tolist()))
+    assert seen[0] == seen[1] == ([5.0, 7.0], [7.0, 9.0])
