@@ -3,8 +3,8 @@ from the registry's ops (`matmul`, `inv`, `det`, `logabsdet`, `cholesky`, `norm`
 `functions(ops)` for the surface (each also a Tensor method), `bind(ns)` for the `linalg` namespace.
 
 `solve` is computed through the inverse (same values to rounding; gradients by the inverse's vjp). The
-decompositions are `engine.linalg_decompositions`'; not here yet: `eig`, `eigvals`, `lu`, `lu_factor` (each raises
-NotImplementedError naming itself).
+decompositions are `engine.linalg_decompositions`', `lu`/`lu_factor` Gaussian elimination with LAPACK's pivots
+(chosen on the values) written in ops; not here yet: `eig`, `eigvals` (each raises NotImplementedError naming itself).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from engine.devices import Device
 from engine.factory import as_dtype
 from engine.grad_fn_names import renamed
 from engine.promotion import check_subtraction, type_name
+from engine.views import VIEW_SIZE, strided, view_of
 
 
 def numpy_keywords(name, dim, keepdim, aliases):
@@ -387,17 +388,27 @@ def methods(variable, ops, constructors) -> dict:
     def type_as(self, other: VariableSurface) -> VariableSurface:
         return _converted(self, other.dtype, None)
 
-    def view_as(self, other: VariableSurface) -> VariableSurface:
+    def view(self: V, *shape: Any, **kwargs: Any) -> V:
+        """reshape, refusing where a strided view's elements can't be addressed in the new shape (PyTorch's)."""
+        out = reshape(self, *shape, **kwargs)
+        if strided(self) and view_of(out) is None:
+            raise RuntimeError(VIEW_SIZE)
+        return out
+
+    def reshape_as(self, other: VariableSurface) -> VariableSurface:
         return reshape(self, tuple(other.shape))
+
+    def view_as(self, other: VariableSurface) -> VariableSurface:
+        return view(self, tuple(other.shape))
 
     def expand_as(self, other: VariableSurface) -> VariableSurface:
         return expand(self, tuple(other.shape))
 
     def contiguous(self: V, memory_format: Any = None) -> V:
-        return self
+        return self.clone() if strided(self) else self
 
     def is_contiguous(self, memory_format: Any = None) -> bool:
-        return True
+        return not strided(self)
 
     def new(name, make):
         def method(
@@ -426,7 +437,7 @@ def methods(variable, ops, constructors) -> dict:
 
     out: dict[str, Any] = {
         f.__name__: f
-        for f in (where, to, cpu, cuda, is_floating_point, type_as, view_as, expand_as, contiguous, is_contiguous)
+        for f in (where, to, cpu, cuda, is_floating_point, type_as, view, view_as, expand_as, contiguous, is_contiguous)
     }
 
     def nelement(self) -> int:
@@ -435,7 +446,7 @@ def methods(variable, ops, constructors) -> dict:
     def ndimension(self) -> int:
         return self.ndim
 
-    out.update(reshape_as=view_as, is_cuda=property(is_cuda), nelement=nelement, ndimension=ndimension)
+    out.update(reshape_as=reshape_as, is_cuda=property(is_cuda), nelement=nelement, ndimension=ndimension)
     for name in ("zeros", "ones", "empty", "full", "tensor"):
         out["new_" + name] = new("new_" + name, getattr(constructors, name))
     return out

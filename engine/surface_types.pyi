@@ -1100,7 +1100,8 @@ class VariableSurface:
         """PyTorch's std over `dim` (all when None), by n - correction (1: unbiased=True)."""
     def storage_offset(self) -> builtins.int: ...
     def stride(self, dim: builtins.int | None = None) -> Any:
-        """The steps, in elements, between neighbours along each dimension (every Variable is contiguous)."""
+        """The steps, in elements, between neighbours along each dimension (a strided view's, of its root's memory;
+        every other Variable is contiguous)."""
     def sub(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """x - y (broadcasting); `alpha=` scales `other` first (PyTorch's `sub(input, other, alpha=a)`)"""
     def sub_(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
@@ -1231,10 +1232,8 @@ class VariableSurface:
     ) -> Any:
         """PyTorch's var over `dim` (all when None), by n - correction (1: unbiased=True)."""
     def vdot(self, other: VariableSurface) -> Self: ...
-    @overload
-    def view(self, shape: Sequence[builtins.int]) -> Self: ...
-    @overload
-    def view(self, *shape: builtins.int) -> Self: ...
+    def view(self, *shape: Any, **kwargs: Any) -> Self:
+        """reshape, refusing where a strided view's elements can't be addressed in the new shape (PyTorch's)."""
     def view_as(self, other: VariableSurface) -> Self: ...
     @property
     def volatile(self) -> builtins.bool:

@@ -368,3 +368,62 @@ def test_a_plain_backward_adds_in_place_into_a_create_graph_gradient(oracle):
         x.grad.sum().backward()
         seen.append((values, x.grad.tolist()))
     assert seen[0] == seen[1] == ([5.0, 7.0], [7.0, 9.0])
+
+
+# --- view of a strided view ---------------------------------------------------------------------------------------
+
+VIEWS = {
+    "transposed, flattened": lambda t: t.arange(6.0).reshape(2, 3).t().view(6),
+    "transposed, same shape": lambda t: t.arange(6.0).reshape(2, 3).t().view(3, 2),
+    "transposed, a dim split": lambda t: t.arange(12.0).reshape(3, 4).t().view(2, 2, 3),
+    "transposed twice": lambda t: t.arange(6.0).reshape(2, 3).t().t().view(6),
+    "transposed, contiguous()": lambda t: t.arange(6.0).reshape(2, 3).t().contiguous().view(6),
+    "heads merged after transpose(1, 2)": lambda t: t.arange(24.0).reshape(1, 2, 3, 4).transpose(1, 2).view(1, 3, 8),
+    "heads merged after contiguous()": lambda t: (
+        t.arange(24.0).reshape(1, 2, 3, 4).transpose(1, 2).contiguous().view(1, 3, 8)
+    ),
+    "permuted, a leading dim kept": lambda t: t.arange(24.0).reshape(2, 3, 4).permute(1, 0, 2).view(3, 2, 2, 2),
+    "permuted, merged": lambda t: t.arange(24.0).reshape(2, 3, 4).permute(1, 0, 2).view(3, 8),
+    "every other element": lambda t: t.arange(8.0)[::2].view(2, 2),
+    "a column": lambda t: t.arange(12.0).reshape(3, 4)[:, 1].view(3),
+    "narrowed, a dim added": lambda t: t.arange(12.0).reshape(3, 4).narrow(1, 0, 2).view(3, 2, 1),
+    "narrowed, flattened": lambda t: t.arange(12.0).reshape(3, 4).narrow(1, 0, 2).view(-1),
+    "expanded, flattened": lambda t: t.ones(3, 1).expand(3, 4).view(12),
+    "expanded, a dim split": lambda t: t.ones(3, 1).expand(3, 4).view(3, 2, 2),
+    "a diagonal": lambda t: t.arange(9.0).reshape(3, 3).diagonal().view(3, 1),
+    "view_as": lambda t: t.arange(6.0).reshape(2, 3).t().view_as(t.ones(6)),
+    "reshape_as": lambda t: t.arange(6.0).reshape(2, 3).t().reshape_as(t.ones(6)),
+    "reshape": lambda t: t.arange(6.0).reshape(2, 3).t().reshape(6),
+    "flatten": lambda t: t.arange(6.0).reshape(2, 3).t().flatten(),
+    "empty": lambda t: t.ones(0, 3).t().view(0),
+}
+
+
+@pytest.mark.parametrize("name", VIEWS)
+def test_view_of_a_strided_view_as_torch(name, oracle):
+    """torch refuses `view` where a view's strides cannot address its elements in the new shape ("view size is not
+    compatible ..."); ours reshaped (copying). The same calls are allowed where the strides can."""
+    outs = []
+    for torch in (engine, oracle):
+        try:
+            outs.append(VIEWS[name](torch).tolist())
+        except RuntimeError as error:
+            outs.append(str(error))
+    assert outs[0] == outs[1]
+
+
+def test_contiguity_and_strides_of_views(oracle):
+    seen = []
+    for torch in (engine, oracle):
+        x = torch.arange(24.0).reshape(2, 3, 4)
+        views = [x, x.permute(2, 0, 1), x[:, 1], x[..., ::2], x.transpose(0, 1), x[:1], x.diagonal(0, 1, 2)]
+        views += [torch.ones(3, 1).expand(3, 4), torch.ones(1, 4).t(), torch.ones(3, 4)[1]]
+        seen.append([(v.is_contiguous(), v.stride(), v.contiguous().is_contiguous()) for v in views])
+        base = torch.ones(2, 2)
+        copy = base.t().contiguous()
+        copy.mul_(2)  # a copy: its base is unchanged
+        assert base.tolist() == [[1.0, 1.0], [1.0, 1.0]] and base.contiguous() is base
+        w = torch.ones(2, 3, requires_grad=True)
+        (w.t().contiguous().view(-1) * torch.arange(6.0)).sum().backward()
+        seen.append((w.grad.tolist(), type(w.t().contiguous().grad_fn).__name__))
+    assert seen[:2] == seen[2:]
