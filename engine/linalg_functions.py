@@ -19,6 +19,7 @@ import numpy
 from engine import linalg_decompositions
 from engine.dtypes import scalar_name
 from engine.linalg_decompositions import _named
+from engine.ops.linalg import pivots_of
 from engine.shapes import LinAlgError
 from engine.tensor_arith import swap_named
 from engine.user_warnings import once
@@ -40,28 +41,6 @@ LU_FACTOR = namedtuple("linalg_lu_factor", "LU pivots")  # type: ignore[name-mat
 LU_FACTOR_EX = namedtuple("linalg_lu_factor_ex", "LU pivots info")  # type: ignore[name-match]
 
 
-def _pivots(a, name):
-    """LAPACK getrf's row choices for the matrices `a` [..., m, n] (partial pivoting, on the values): the rows of
-    A in the order of P^T A, LAPACK's 1-based pivots, and info (the first zero pivot, 1-based; 0: none)."""
-    if a.ndim < 2:
-        raise RuntimeError(f"{name}: Expected tensor with 2 or more dimensions. Got size: {list(a.shape)} instead")
-    m, n = a.shape[-2:]
-    work = a.reshape(-1, m, n).copy()
-    rows, batch = numpy.tile(numpy.arange(m), (len(work), 1)), numpy.arange(len(work))
-    pivots, info = numpy.zeros((len(work), min(m, n)), numpy.int32), numpy.zeros(len(work), numpy.int32)
-    for j in range(min(m, n)):
-        p = numpy.argmax(abs(work[:, j:, j]), axis=1) + j
-        pivots[:, j] = p + 1
-        work[batch, j], work[batch, p] = work[batch, p], work[batch, j].copy()
-        rows[batch, j], rows[batch, p] = rows[batch, p], rows[batch, j].copy()
-        pivot = work[:, j, j]
-        info = numpy.where((info == 0) & (pivot == 0), j + 1, info)
-        work[:, j + 1 :, j] /= numpy.where(pivot == 0, 1, pivot)[:, None]
-        work[:, j + 1 :, j + 1 :] -= work[:, j + 1 :, j, None] * work[:, j, None, j + 1 :]
-    batched = a.shape[:-2]
-    return rows.reshape(*batched, m), pivots.reshape(*batched, -1), info.reshape(batched)
-
-
 def _missing(name):
     def refuse(*args, **kwargs):
         raise NotImplementedError(f"torch.linalg.{name} is not available in gradserve yet (see the README)")
@@ -76,10 +55,14 @@ def _checked(fn, what):
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except ValueError as error:
-            if type(error).__name__ == "LinAlgError":
-                raise LinAlgError(f"linalg.{what}: {error}") from None
+        except LinAlgError:  # (the ops' words: inv's and cholesky's are PyTorch's)
+            if what in ("solve", "solve_ex"):
+                raise LinAlgError(
+                    "torch.linalg.solve: The solver failed because the input matrix is singular."
+                ) from None
             raise
+        except numpy.linalg.LinAlgError as error:
+            raise LinAlgError(f"linalg.{what}: {error}") from None
 
     call.__name__ = what
     return call
@@ -169,7 +152,14 @@ def bind(ns) -> dict:
     decompositions = linalg_decompositions.linalg(vars(ns))
     singular_norm = decompositions.pop("singular_norm")
 
+    def floating(name, x):
+        if not x.is_floating_point():
+            raise RuntimeError(
+                f"{name}: Expected a floating point or complex tensor as input. Got {scalar_name(x.dtype)}"
+            )
+
     def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+        floating("linalg.vector_norm", x)
         x = x if dtype is None else x.to(dtype)
         if ord == math.inf:
             return x.abs().amax(dim, keepdim) if dim is not None else x.abs().amax()
@@ -183,6 +173,7 @@ def bind(ns) -> dict:
         return ns.norm(x, float(ord), dim=dim, keepdim=keepdim)
 
     def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
+        floating("linalg.matrix_norm", A)
         A = A if dtype is None else A.to(dtype)
         rows, cols = (d % A.ndim for d in dim)
         if ord == "fro":
@@ -257,7 +248,7 @@ def bind(ns) -> dict:
             raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the CPU")
         if A.ndim >= 2 and not A.is_floating_point():
             raise NotImplementedError(f'"lu_cpu" not implemented for {scalar_name(A.dtype)!r}')
-        rows, pivots, info = _pivots(A.detach().numpy(), name)
+        rows, pivots, info = pivots_of(A.detach().numpy(), name)
         m, n = A.shape[-2:]
         order = A.new_tensor(rows, dtype=numpy.int64)
         M, columns, lines = A.gather(-2, order.unsqueeze(-1).expand(*A.shape)), [], []

@@ -100,6 +100,8 @@ def square(name: str):
             raise ShapeError(
                 f"{name}: A must be batches of square matrices, but they are {shape[-2]} by {shape[-1]} matrices"
             )
+        if dtype.kind not in "fc":
+            raise DtypeError(f"{name}: Expected a floating point or complex tensor as input. Got {scalar_name(dtype)}")
         if dtype not in (numpy.float32, numpy.float64):
             raise ShapeError(f"linalg ops take float32 or float64 matrices, not {dtype.name}")
         return shape, dtype

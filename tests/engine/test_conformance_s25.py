@@ -427,3 +427,35 @@ def test_contiguity_and_strides_of_views(oracle):
         (w.t().contiguous().view(-1) * torch.arange(6.0)).sum().backward()
         seen.append((w.grad.tolist(), type(w.t().contiguous().grad_fn).__name__))
     assert seen[:2] == seen[2:]
+
+
+# --- torch.linalg's failures in PyTorch's words ---------------------------------------------------------------------
+
+SINGULAR_2 = [[1.0, 2.0], [2.0, 4.0]]
+INDEFINITE = [[1.0, 2.0], [2.0, 1.0]]
+FAILURES = {
+    "inv of a singular matrix": lambda t: t.linalg.inv(t.tensor(SINGULAR_2)),
+    "inverse of zeros": lambda t: t.inverse(t.zeros(2, 2)),
+    "inv, a batch": lambda t: t.linalg.inv(t.stack([t.eye(2), t.tensor(SINGULAR_2)])),
+    "matrix_power(-1)": lambda t: t.linalg.matrix_power(t.tensor(SINGULAR_2), -1),
+    "cholesky, order 2": lambda t: t.linalg.cholesky(t.tensor(INDEFINITE)),
+    "cholesky, order 1": lambda t: t.linalg.cholesky(-t.eye(2)),
+    "cholesky, a batch": lambda t: t.linalg.cholesky(t.stack([t.eye(2), -t.eye(2)])),
+    "solve": lambda t: t.linalg.solve(t.tensor(SINGULAR_2), t.ones(2)),
+    "inv of integers": lambda t: t.linalg.inv(t.tensor([[1, 2], [3, 4]])),
+    "cholesky of integers": lambda t: t.linalg.cholesky(t.tensor([[1, 0], [0, 1]])),
+    "det of integers": lambda t: t.det(t.tensor([[1, 0], [0, 1]])),
+    "slogdet of integers": lambda t: t.linalg.slogdet(t.tensor([[1, 0], [0, 1]])),
+    "vector_norm of integers": lambda t: t.linalg.vector_norm(t.tensor([3, 4])),
+    "linalg.norm of integers": lambda t: t.linalg.norm(t.tensor([3, 4])),
+    "matrix_norm of integers": lambda t: t.linalg.matrix_norm(t.tensor([[3, 4]]), dtype=t.float32),
+}
+
+
+@pytest.mark.parametrize("name", FAILURES)
+def test_linalg_failures_in_torchs_words(name, oracle):
+    want = _refusal(lambda: FAILURES[name](oracle))
+    got = _refusal(lambda: FAILURES[name](engine))
+    assert isinstance(got, RuntimeError) and str(got) == str(want), (got, want)
+    if isinstance(want, oracle.linalg.LinAlgError):
+        assert isinstance(got, engine.linalg.LinAlgError)
