@@ -340,6 +340,19 @@ def functions(ops) -> dict:
     return grad_fn_names.named_composed(out)
 
 
+def view(self: V, *shape: Any, **kwargs: Any) -> V:
+    """view(self, shape: Sequence[int]) -> Self
+    view(self, *shape: int) -> Self
+
+    the same values in a new shape (one size may be -1); refused, as PyTorch's, where a strided view's elements
+    can't be addressed in it (`engine.surface` puts it in place of the generated `SurfaceMethods.view`: a name
+    more in a Variable class's own dict costs every attribute lookup)."""
+    out = self._ops.reshape(self, *shape, **kwargs)  # type: ignore[attr-defined]
+    if strided(self) and view_of(out) is None:
+        raise RuntimeError(VIEW_SIZE)
+    return out
+
+
 def methods(variable, ops, constructors) -> dict:
     """Placement, conversion and relation methods; `ops` holds the side's functions."""
     cast, reshape, expand = ops["cast"], ops["reshape"], ops["expand"]
@@ -388,13 +401,6 @@ def methods(variable, ops, constructors) -> dict:
     def type_as(self, other: VariableSurface) -> VariableSurface:
         return _converted(self, other.dtype, None)
 
-    def view(self: V, *shape: Any, **kwargs: Any) -> V:
-        """reshape, refusing where a strided view's elements can't be addressed in the new shape (PyTorch's)."""
-        out = reshape(self, *shape, **kwargs)
-        if strided(self) and view_of(out) is None:
-            raise RuntimeError(VIEW_SIZE)
-        return out
-
     def reshape_as(self, other: VariableSurface) -> VariableSurface:
         return reshape(self, tuple(other.shape))
 
@@ -437,7 +443,7 @@ def methods(variable, ops, constructors) -> dict:
 
     out: dict[str, Any] = {
         f.__name__: f
-        for f in (where, to, cpu, cuda, is_floating_point, type_as, view, view_as, expand_as, contiguous, is_contiguous)
+        for f in (where, to, cpu, cuda, is_floating_point, type_as, view_as, expand_as, contiguous, is_contiguous)
     }
 
     def nelement(self) -> int:

@@ -90,6 +90,7 @@ METHOD_OPS: dict[str, str] = {
     "triu": "triu",
     "trunc": "trunc",
     "unsqueeze": "unsqueeze",
+    "view": "reshape",
 }
 
 
@@ -570,3 +571,10 @@ class SurfaceMethods:
 
         insert a dimension of size 1"""
         return self._ops.unsqueeze(self, *args, **kwargs)
+
+    def view(self, *args: Any, **kwargs: Any) -> Any:
+        """view(self, shape: Sequence[int]) -> Self
+        view(self, *shape: int) -> Self
+
+        the same values in a new shape (one size may be -1)"""
+        return self._ops.reshape(self, *args, **kwargs)
