@@ -247,12 +247,17 @@ def floating_kernel(kernel: str, ndim: int, dim: int, dtype) -> None:
         raise KernelError(f'"{kernel}{last}_kernel_impl" not implemented for {scalar_name(dtype)!r}')
 
 
-def softmax(kernel: str):
+def _along_floating_dim(kernel: str):
+    """`along_dim`, refusing a bool or integer input as PyTorch's `kernel` does."""
+
     def rule(shapes, dtypes, attrs):
         floating_kernel(kernel, len(shapes[0]), attrs["dim"], dtypes[0])
         return along_dim(shapes, dtypes, attrs)
 
     return rule
+
+
+SOFTMAX, LOG_SOFTMAX = _along_floating_dim("softmax"), _along_floating_dim("log_softmax")
 
 
 class ShapeMismatch(ShapeError, RuntimeError):

@@ -344,7 +344,7 @@ log_softmax = defop(
     attrs={"dim": SOFTMAX_DIM},
     composite=True,
     samples=SOFTMAX_SAMPLES,
-    infer=shapes.softmax("log_softmax"),
+    infer=shapes.LOG_SOFTMAX,
     scratch=costs.temporaries(forward=1, kept=1, backward=2),  # x - max and its exp (kept by exp)
     doc="x - logsumexp(x, dim)",
 )
@@ -354,7 +354,7 @@ softmax = defop(
     attrs={"dim": SOFTMAX_DIM},
     composite=True,
     samples=SOFTMAX_SAMPLES,
-    infer=shapes.softmax("softmax"),
+    infer=shapes.SOFTMAX,
     scratch=costs.temporaries(forward=1, kept=1, backward=3),  # as log_softmax, and the exp's vjp
     doc="exp(x) / sum(exp(x)) along dim, computed stably",
 )
