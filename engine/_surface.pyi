@@ -99,6 +99,7 @@ __all__ = [
     "cdist",
     "ceil",
     "cholesky",
+    "cholesky_solve",
     "chunk",
     "clamp",
     "clamp_max",
@@ -182,6 +183,7 @@ __all__ = [
     "fmin",
     "fmod",
     "frac",
+    "frexp",
     "from_numpy",
     "full",
     "full_like",
@@ -713,6 +715,9 @@ def ceil(input: Operand) -> Variable:
 def cholesky(input: Operand) -> Variable:
     """the lower Cholesky factor of each symmetric positive-definite matrix"""
 
+def cholesky_solve(input: VariableSurface, input2: VariableSurface, upper: builtins.bool = False) -> Variable:
+    """X of A X = input, A = L L^T from its Cholesky factor input2 (U^T U when upper), as a solve of that product."""
+
 def chunk(input: VariableSurface, chunks: builtins.int, dim: builtins.int = 0) -> tuple[Variable, ...]:
     """At most `chunks` pieces of equal size along `dim` (the last one smaller)."""
 
@@ -841,7 +846,7 @@ default_generator: Generator
 
 def deg2rad(input: Operand) -> Variable: ...
 def det(input: Operand) -> Variable:
-    """the determinant of each square matrix (its gradient needs the matrix invertible)"""
+    """the determinant of each square matrix"""
 
 device = Device
 
@@ -1003,6 +1008,10 @@ def fmod(input: Operand, other: Operand) -> Variable:
 
 def frac(input: Operand) -> Variable:
     """The fractional part, x - trunc(x), with x's sign."""
+
+def frexp(input: VariableSurface) -> tuple[Variable, Variable]:
+    """(mantissa, exponent): input = mantissa * 2 ** exponent, |mantissa| in [0.5, 1); the mantissa's gradient
+    is the input's divided by 2 ** exponent."""
 
 def from_numpy(array: ArrayLike) -> Variable:
     """A Variable sharing `array`'s memory (where the backend is NumPy), as PyTorch's."""

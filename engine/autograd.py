@@ -390,13 +390,15 @@ def _writeable(flags) -> bool:
 def accumulate_grad(var, g, owned, may_update, create_graph=False):
     """The one `.grad` rule (engine and client): the first gradient is kept (`owned(g)`: one the
     caller may update later), a later one added to it: in place when `may_update(var.grad)`
-    and the shapes agree, out of place otherwise, and as a recorded op when `.grad` requires
-    grad or `create_graph` is set."""
+    and the shapes agree, out of place otherwise, as a recorded op when `create_graph` is set, and
+    in place (its graph kept, as PyTorch's AccumulateGrad) when `.grad` requires grad but nothing records."""
     grad = var._grad  # (not `.grad`: a non-leaf's read warns)
     if grad is None:
         var.grad = g if create_graph else owned(g)
-    elif create_graph or grad.requires_grad:
+    elif create_graph:
         var.grad = grad + g
+    elif grad.requires_grad:  # (a create_graph gradient, then a plain backward: PyTorch's `+=`, its graph kept)
+        grad.add_(g)
     else:
         data = g._array()
         if grad.shape == data.shape and may_update(grad):

@@ -11,9 +11,11 @@ makes one per side. Random draws come from the `generator=` given, else the side
 
 from __future__ import annotations
 
+import numbers
 from typing import TYPE_CHECKING, Any
 
 import numpy
+from numpy import ndarray
 
 from engine import backend
 from engine.compat import dtype_of
@@ -213,6 +215,11 @@ class Constructors:
         device: DeviceLike | None = None,
         requires_grad: bool = False,
     ) -> VariableSurface:
+        given: Any = fill_value  # (a 0-d Tensor is a Number to PyTorch's parser; an array is not)
+        if not isinstance(given, numbers.Number) and (getattr(given, "ndim", None) != 0 or type(given) is ndarray):
+            kind = type(given)
+            named = "Tensor" if hasattr(given, "grad_fn") else "numpy." * (kind is ndarray) + kind.__name__
+            raise TypeError(f"full(): argument 'fill_value' (position 2) must be Number, not {named}")
         if dtype is None and not _is_float(fill_value):
             dtype = numpy.asarray(fill_value).dtype  # full((2,), 3) is int64, full((2,), True) bool
         return self._floating(numpy.full(_size((size,)), fill_value), dtype, device, requires_grad)

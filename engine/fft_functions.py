@@ -18,6 +18,8 @@ from types import SimpleNamespace
 
 import numpy
 
+from engine.dtypes import scalar_name
+
 NORMS = ("backward", "ortho", "forward")
 DUAL = {"backward": "forward", "forward": "backward", "ortho": "ortho"}  # the scaling of the other direction
 
@@ -300,6 +302,23 @@ def bind(ns) -> dict:
             raise RuntimeError("Tensor must have a last dimension of size 2")
         return View(input)
 
+    def complex(real, imag):
+        """real + i imag, broadcast, as a ComplexView (both float32 or both float64)."""
+        if not (real.is_floating_point() and imag.is_floating_point()):
+            names = " and ".join(scalar_name(x.dtype) for x in (real, imag))
+            raise RuntimeError(f"Expected both inputs to be Half, Float or Double tensors but got {names}")
+        if real.dtype != imag.dtype:
+            kinds = (scalar_name(real.dtype), scalar_name(imag.dtype))
+            raise RuntimeError(
+                "Expected object of scalar type {} but got scalar type {} for second argument".format(*kinds)
+            )
+        return View(ns.stack(ns.broadcast_tensors(real, imag), -1))
+
+    def polar(abs, angle):
+        """abs (cos angle + i sin angle)."""
+        complex(abs, angle)  # (refused as complex is)
+        return complex(abs * angle.cos(), abs * angle.sin())
+
     def real(input):
         return input.real if isinstance(input, ComplexView) else input
 
@@ -318,6 +337,6 @@ def bind(ns) -> dict:
     names.update(fftfreq=fftfreq, rfftfreq=rfftfreq, fftshift=fftshift, ifftshift=ifftshift)
     return {
         "fft": SimpleNamespace(**names),
-        **{f.__name__: f for f in (view_as_real, view_as_complex, real, imag, angle, conj)},
+        **{f.__name__: f for f in (view_as_real, view_as_complex, real, imag, angle, conj, complex, polar)},
         "is_complex": lambda input: isinstance(input, ComplexView),
     }

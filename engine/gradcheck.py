@@ -25,14 +25,14 @@ def _numerical(fn, inputs, wrt, eps):
     jac = [[numpy.zeros((s, inputs[i]._data.size)) for i in wrt] for s in sizes]
     for k, i in enumerate(wrt):
         data = inputs[i]._data
-        flat = data.reshape(-1)
-        for j in range(flat.size):
-            original = flat[j].item()
-            flat[j] = original + eps
+        for j in range(data.size):
+            at = numpy.unravel_index(j, data.shape)  # (not a reshape: of a transposed array that is a copy)
+            original = data[at].item()
+            data[at] = original + eps
             plus = [backend.to_numpy(o._data).astype(numpy.float64).reshape(-1) for o in _outputs(fn, inputs)]
-            flat[j] = original - eps
+            data[at] = original - eps
             minus = [backend.to_numpy(o._data).astype(numpy.float64).reshape(-1) for o in _outputs(fn, inputs)]
-            flat[j] = original
+            data[at] = original
             for o in range(len(sizes)):
                 jac[o][k][:, j] = (plus[o] - minus[o]) / (2 * eps)
     return jac

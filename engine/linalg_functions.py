@@ -3,8 +3,8 @@ from the registry's ops (`matmul`, `inv`, `det`, `logabsdet`, `cholesky`, `norm`
 `functions(ops)` for the surface (each also a Tensor method), `bind(ns)` for the `linalg` namespace.
 
 `solve` is computed through the inverse (same values to rounding; gradients by the inverse's vjp). The
-decompositions are `engine.linalg_decompositions`'; not here yet: `eig`, `eigvals`, `lu`, `lu_factor` (each raises
-NotImplementedError naming itself).
+decompositions are `engine.linalg_decompositions`', `lu`/`lu_factor` Gaussian elimination with LAPACK's pivots
+(chosen on the values) written in ops; not here yet: `eig`, `eigvals` (each raises NotImplementedError naming itself).
 """
 
 from __future__ import annotations
@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any
 import numpy
 
 from engine import linalg_decompositions
+from engine.dtypes import scalar_name
+from engine.linalg_decompositions import _named
+from engine.ops.linalg import pivots_of
 from engine.shapes import LinAlgError
+from engine.tensor_arith import swap_named
+from engine.user_warnings import once
 
 if TYPE_CHECKING:
     from engine.surface_types import VariableSurface
@@ -31,6 +36,9 @@ class Slogdet(namedtuple("Slogdet", "sign logabsdet")):
 INV_EX = namedtuple("linalg_inv_ex", "inverse info")  # type: ignore[name-match]
 CHOLESKY_EX = namedtuple("linalg_cholesky_ex", "L info")  # type: ignore[name-match]
 SOLVE_EX = namedtuple("linalg_solve_ex", "result info")  # type: ignore[name-match]
+LU = namedtuple("linalg_lu", "P L U")  # type: ignore[name-match]
+LU_FACTOR = namedtuple("linalg_lu_factor", "LU pivots")  # type: ignore[name-match]
+LU_FACTOR_EX = namedtuple("linalg_lu_factor_ex", "LU pivots info")  # type: ignore[name-match]
 
 
 def _missing(name):
@@ -47,10 +55,14 @@ def _checked(fn, what):
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except ValueError as error:
-            if type(error).__name__ == "LinAlgError":
-                raise LinAlgError(f"linalg.{what}: {error}") from None
+        except LinAlgError:  # (the ops' words: inv's and cholesky's are PyTorch's)
+            if what in ("solve", "solve_ex"):
+                raise LinAlgError(
+                    "torch.linalg.solve: The solver failed because the input matrix is singular."
+                ) from None
             raise
+        except numpy.linalg.LinAlgError as error:
+            raise LinAlgError(f"linalg.{what}: {error}") from None
 
     call.__name__ = what
     return call
@@ -59,7 +71,8 @@ def _checked(fn, what):
 def functions(ops) -> dict:
     def slogdet(input: VariableSurface) -> tuple[VariableSurface, VariableSurface]:
         """(sign, logabsdet): the sign has no gradient."""
-        return Slogdet(ops["det"](input.detach()).sign(), ops["logabsdet"](input))
+        logabsdet = ops["logabsdet"](input)  # (first: a refusal words slogdet's)
+        return Slogdet(ops["det"](input.detach()).sign(), logabsdet)
 
     def logdet(input: VariableSurface) -> VariableSurface:
         """log det: NaN where the determinant is negative."""
@@ -112,8 +125,16 @@ def functions(ops) -> dict:
             result = result @ result if (squarings > k).all() else ops["where"](counts > k, result @ result, result)
         return result
 
+    def cholesky_solve(input: VariableSurface, input2: VariableSurface, upper: bool = False) -> VariableSurface:
+        """X of A X = input, A = L L^T from its Cholesky factor input2 (U^T U when upper), as a solve of that product."""
+        if input.ndim < 2:
+            raise RuntimeError(f"b should have at least 2 dimensions, but has {input.ndim} dimensions instead")
+        A = input2.mT @ input2 if upper else input2 @ input2.mT
+        return swap_named(ops["inv"](A) @ input, "CholeskySolveBackward0")
+
     return {
         **linalg_decompositions.functions(ops),
+        "cholesky_solve": cholesky_solve,
         "slogdet": slogdet,
         "logdet": logdet,
         "cross": cross,
@@ -131,7 +152,14 @@ def bind(ns) -> dict:
     decompositions = linalg_decompositions.linalg(vars(ns))
     singular_norm = decompositions.pop("singular_norm")
 
+    def floating(name, x):
+        if not x.is_floating_point():
+            raise RuntimeError(
+                f"{name}: Expected a floating point or complex tensor as input. Got {scalar_name(x.dtype)}"
+            )
+
     def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+        floating("linalg.vector_norm", x)
         x = x if dtype is None else x.to(dtype)
         if ord == math.inf:
             return x.abs().amax(dim, keepdim) if dim is not None else x.abs().amax()
@@ -145,6 +173,7 @@ def bind(ns) -> dict:
         return ns.norm(x, float(ord), dim=dim, keepdim=keepdim)
 
     def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
+        floating("linalg.matrix_norm", A)
         A = A if dtype is None else A.to(dtype)
         rows, cols = (d % A.ndim for d in dim)
         if ord == "fro":
@@ -213,6 +242,75 @@ def bind(ns) -> dict:
         ones = ns.ones_like(x).unsqueeze(-1)
         return ns.cat([ones, x.unsqueeze(-1).expand(*x.shape, N - 1)], -1).cumprod(-1)
 
+    def _lu(A, pivot, name):
+        """(P, L, U, pivots, info): Gaussian elimination of P^T A, written in ops (its gradient is PyTorch's)."""
+        if not pivot:
+            raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the CPU")
+        if A.ndim >= 2 and not A.is_floating_point():
+            raise NotImplementedError(f'"lu_cpu" not implemented for {scalar_name(A.dtype)!r}')
+        rows, pivots, info = pivots_of(A.detach().numpy(), name)
+        m, n = A.shape[-2:]
+        order = A.new_tensor(rows, dtype=numpy.int64)
+        M, columns, lines = A.gather(-2, order.unsqueeze(-1).expand(*A.shape)), [], []
+        for j in range(min(m, n)):
+            pivot = M[..., j : j + 1, j : j + 1]
+            column = M[..., j : j + 1] / ns.where(pivot == 0, 1.0, pivot)
+            columns.append(column)
+            lines.append(M[..., j : j + 1, :])
+            M = M - column * lines[-1]
+        P = ns.nn.functional.one_hot(order, m).to(A.dtype).mT
+        int32 = {"dtype": numpy.int32}
+        return (
+            P,
+            ns.cat(columns, -1).tril(),
+            ns.cat(lines, -2).triu(),
+            A.new_tensor(pivots, **int32),
+            A.new_tensor(info, **int32),
+        )
+
+    def lu(A, *, pivot=True):
+        return _named(LU(*_lu(A, pivot, "linalg.lu")[:3]), "LinalgLuBackward0")
+
+    def _compact(L, U):
+        m, n = L.shape[-2], U.shape[-1]
+        if m >= n:
+            return L.tril(-1) + ns.cat([U, U.new_zeros((*U.shape[:-2], m - n, n))], -2)
+        return U + ns.cat([L.tril(-1), L.new_zeros((*L.shape[:-2], m, n - m))], -1)
+
+    def lu_factor_ex(A, *, pivot=True, check_errors=False):
+        _, L, U, pivots, info = _lu(A, pivot, "torch.lu_factor")
+        return LU_FACTOR_EX(swap_named(_compact(L, U), "LinalgLuFactorExBackward0"), pivots, info)
+
+    def lu_factor(A, *, pivot=True):
+        LU, pivots, info = lu_factor_ex(A, pivot=pivot)
+        if (info > 0).any():
+            i = int(info[info > 0][0])
+            raise RuntimeError(
+                f"torch.linalg.lu_factor: U[{i},{i}] is zero and using it on lu_solve would result in a division by "
+                "zero. If you still want to perform the factorization, consider calling linalg.lu(A, pivot) or "
+                "linalg.lu_factor_ex(A, pivot)"
+            )
+        return LU_FACTOR(LU, pivots)
+
+    def lu_solve(LU, pivots, B, *, left=True, adjoint=False):
+        """A X = B (X A = B when not left; A^T for A when adjoint) for A = P L U, as a solve of that product."""
+        if LU.ndim < 2 or LU.shape[-1] != LU.shape[-2]:
+            m, n = LU.shape[-2:] if LU.ndim >= 2 else (LU.shape[-1], 1)
+            raise RuntimeError(
+                f"torch.linalg.lu_solve: A must be batches of square matrices, but they are {m} by {n} matrices"
+            )
+        rows = numpy.tile(numpy.arange(LU.shape[-1]), (*pivots.shape[:-1], 1))
+        for j, p in enumerate(numpy.moveaxis(pivots.numpy() - 1, -1, 0)):
+            at = numpy.indices(p.shape)
+            rows[(*at, j)], rows[(*at, p)] = rows[(*at, p)], rows[(*at, j)].copy()
+        L = LU.tril(-1) + ns.eye(LU.shape[-1], dtype=LU.dtype)
+        A = (
+            ns.nn.functional.one_hot(LU.new_tensor(rows, dtype=numpy.int64), LU.shape[-1]).to(LU.dtype).mT
+            @ L
+            @ LU.triu()
+        )
+        return swap_named(solve(A.mT if adjoint else A, B, left=left), "LinalgLuSolveBackward0")
+
     def _ex(kind, result, A):
         return kind(result, A.new_zeros(A.shape[:-2]).int())
 
@@ -237,9 +335,23 @@ def bind(ns) -> dict:
         "vecdot": vecdot,
         "vander": vander,
         "matmul": ns.matmul,
+        "lu": lu,
+        "lu_factor": lu_factor,
+        "lu_factor_ex": lu_factor_ex,
+        "lu_solve": lu_solve,
         "diagonal": lambda A, *, offset=0, dim1=-2, dim2=-1: A.diagonal(offset, dim1, dim2),
     }
+
+    def chain_matmul(*matrices):
+        once(
+            "torch.chain_matmul is deprecated and will be removed in a future PyTorch release. Use "
+            "torch.linalg.multi_dot instead, which accepts a list of two or more tensors rather than multiple parameters."
+        )
+        if not matrices:
+            raise RuntimeError("chain_matmul(): Expected one or more matrices")
+        return multi_dot(matrices)
+
     checked = {name: _checked(fn, name) for name, fn in names.items()}
-    for name in ("eig", "eigvals", "lu", "lu_factor"):
+    for name in ("eig", "eigvals"):
         checked[name] = _missing(name)
-    return {"linalg": SimpleNamespace(**checked, LinAlgError=LinAlgError)}
+    return {"linalg": SimpleNamespace(**checked, LinAlgError=LinAlgError), "chain_matmul": chain_matmul}

@@ -21,6 +21,7 @@ from engine.devices import Device
 from engine.factory import as_dtype
 from engine.grad_fn_names import renamed
 from engine.promotion import check_subtraction, type_name
+from engine.views import VIEW_SIZE, strided, view_of
 
 
 def numpy_keywords(name, dim, keepdim, aliases):
@@ -339,6 +340,19 @@ def functions(ops) -> dict:
     return grad_fn_names.named_composed(out)
 
 
+def view(self: V, *shape: Any, **kwargs: Any) -> V:
+    """view(self, shape: Sequence[int]) -> Self
+    view(self, *shape: int) -> Self
+
+    the same values in a new shape (one size may be -1); refused, as PyTorch's, where a strided view's elements
+    can't be addressed in it (`engine.surface` puts it in place of the generated `SurfaceMethods.view`: a name
+    more in a Variable class's own dict costs every attribute lookup)."""
+    out = self._ops.reshape(self, *shape, **kwargs)  # type: ignore[attr-defined]
+    if strided(self) and view_of(out) is None:
+        raise RuntimeError(VIEW_SIZE)
+    return out
+
+
 def methods(variable, ops, constructors) -> dict:
     """Placement, conversion and relation methods; `ops` holds the side's functions."""
     cast, reshape, expand = ops["cast"], ops["reshape"], ops["expand"]
@@ -387,17 +401,20 @@ def methods(variable, ops, constructors) -> dict:
     def type_as(self, other: VariableSurface) -> VariableSurface:
         return _converted(self, other.dtype, None)
 
-    def view_as(self, other: VariableSurface) -> VariableSurface:
+    def reshape_as(self, other: VariableSurface) -> VariableSurface:
         return reshape(self, tuple(other.shape))
+
+    def view_as(self, other: VariableSurface) -> VariableSurface:
+        return view(self, tuple(other.shape))
 
     def expand_as(self, other: VariableSurface) -> VariableSurface:
         return expand(self, tuple(other.shape))
 
     def contiguous(self: V, memory_format: Any = None) -> V:
-        return self
+        return self.clone() if strided(self) else self
 
     def is_contiguous(self, memory_format: Any = None) -> bool:
-        return True
+        return not strided(self)
 
     def new(name, make):
         def method(
@@ -435,7 +452,7 @@ def methods(variable, ops, constructors) -> dict:
     def ndimension(self) -> int:
         return self.ndim
 
-    out.update(reshape_as=view_as, is_cuda=property(is_cuda), nelement=nelement, ndimension=ndimension)
+    out.update(reshape_as=reshape_as, is_cuda=property(is_cuda), nelement=nelement, ndimension=ndimension)
     for name in ("zeros", "ones", "empty", "full", "tensor"):
         out["new_" + name] = new("new_" + name, getattr(constructors, name))
     return out

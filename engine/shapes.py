@@ -89,20 +89,34 @@ def floating_broadcast(shapes, dtypes, attrs):
     return shape, dtype if dtype.kind in "fc" else default_dtype()
 
 
-def square(shapes, dtypes, attrs):
-    """A batch of square matrices, kept (inv, cholesky); floating."""
-    shape, dtype = tuple(shapes[0]), numpy.result_type(dtypes[0])
-    if len(shape) < 2 or shape[-1] != shape[-2]:
-        raise ShapeError(f"expected a batch of square matrices, got shape {list(shape)}")
-    if dtype not in (numpy.float32, numpy.float64):
-        raise ShapeError(f"linalg ops take float32 or float64 matrices, not {dtype.name}")
-    return shape, dtype
+def square(name: str):
+    """The rule of a batch of square matrices, kept (inv, cholesky); floating; refusals worded as torch's `name`."""
+
+    def rule(shapes, dtypes, attrs):
+        shape, dtype = tuple(shapes[0]), numpy.result_type(dtypes[0])
+        if len(shape) < 2:
+            raise ShapeError(f"{name}: The input tensor A must have at least 2 dimensions.")
+        if shape[-1] != shape[-2]:
+            raise ShapeError(
+                f"{name}: A must be batches of square matrices, but they are {shape[-2]} by {shape[-1]} matrices"
+            )
+        if dtype.kind not in "fc":
+            raise DtypeError(f"{name}: Expected a floating point or complex tensor as input. Got {scalar_name(dtype)}")
+        if dtype not in (numpy.float32, numpy.float64):
+            raise ShapeError(f"linalg ops take float32 or float64 matrices, not {dtype.name}")
+        return shape, dtype
+
+    return rule
 
 
-def square_to_batch(shapes, dtypes, attrs):
+def square_to_batch(name: str):
     """A batch of square matrices to one number each (det, logabsdet)."""
-    shape, dtype = square(shapes, dtypes, attrs)
-    return shape[:-2], dtype
+
+    def rule(shapes, dtypes, attrs):
+        shape, dtype = square(name)(shapes, dtypes, attrs)
+        return shape[:-2], dtype
+
+    return rule
 
 
 def _matrices(op, shapes, dtypes) -> tuple:
@@ -220,6 +234,30 @@ class DtypeError(ShapeError, RuntimeError):
 
 class DimensionError(ShapeError, IndexError):
     """A dimension or an index out of range: PyTorch's IndexError (and its words)."""
+
+
+class KernelError(ShapeError, NotImplementedError):
+    """A dtype PyTorch has no kernel of an op for: its NotImplementedError (and words)."""
+
+
+def floating_kernel(kernel: str, ndim: int, dim: int, dtype) -> None:
+    """Refuses a bool or integer input of softmax and log_softmax, as PyTorch's kernels name themselves."""
+    if numpy.dtype(dtype).kind not in "fc":
+        last = "_lastdim" if ndim < 2 or dim % ndim == ndim - 1 else ""
+        raise KernelError(f'"{kernel}{last}_kernel_impl" not implemented for {scalar_name(dtype)!r}')
+
+
+def _along_floating_dim(kernel: str):
+    """`along_dim`, refusing a bool or integer input as PyTorch's `kernel` does."""
+
+    def rule(shapes, dtypes, attrs):
+        floating_kernel(kernel, len(shapes[0]), attrs["dim"], dtypes[0])
+        return along_dim(shapes, dtypes, attrs)
+
+    return rule
+
+
+SOFTMAX, LOG_SOFTMAX = _along_floating_dim("softmax"), _along_floating_dim("log_softmax")
 
 
 class ShapeMismatch(ShapeError, RuntimeError):

@@ -596,6 +596,8 @@ def install(side: Side) -> dict:
     constructors = Constructors(cls, side.to_array, placement)
     for name, method in modern.methods(cls, functions, constructors).items():
         setattr(cls, name, method)
+    if generated:
+        SurfaceMethods.view = modern.view  # type: ignore[method-assign]
     found = _tensor_functions(cls, {**composed, **functions}, constructors)  # registry ops first (index_add)
     with_alpha = {**composed, **found, **functions, **{name: composed[name] for name in ("add", "sub", "div", "clamp")}}
     for name, method in inplace.methods(with_alpha, side.grad_mode, side.run).items():

@@ -254,7 +254,7 @@ class SurfaceMethods:
     def det(self, *args: Any, **kwargs: Any) -> Any:
         """det(self) -> Self
 
-        the determinant of each square matrix (its gradient needs the matrix invertible)"""
+        the determinant of each square matrix"""
         return self._ops.det(self, *args, **kwargs)
 
     def digamma(self, *args: Any, **kwargs: Any) -> Any:

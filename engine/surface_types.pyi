@@ -332,6 +332,8 @@ class VariableSurface:
         """the smallest integer >= x (gradient zero, as in PyTorch)"""
     def cholesky(self) -> Self:
         """the lower Cholesky factor of each symmetric positive-definite matrix"""
+    def cholesky_solve(self, input2: VariableSurface, upper: builtins.bool = False) -> Self:
+        """X of A X = input, A = L L^T from its Cholesky factor input2 (U^T U when upper), as a solve of that product."""
     def chunk(self, chunks: builtins.int, dim: builtins.int = 0) -> tuple[Self, ...]:
         """At most `chunks` pieces of equal size along `dim` (the last one smaller)."""
     def clamp(self, min: Any = None, max: Any = None) -> Self:
@@ -395,7 +397,7 @@ class VariableSurface:
     def deg2rad_(self) -> Self:
         """In place: this Variable becomes `deg2rad(self, ...)` (PyTorch's rules; see engine.inplace)."""
     def det(self) -> Self:
-        """the determinant of each square matrix (its gradient needs the matrix invertible)"""
+        """the determinant of each square matrix"""
     def diag(self, diagonal: builtins.int = 0) -> Self:
         """A 1-d Variable's square matrix with it on a diagonal, or a matrix's diagonal."""
     def diag_embed(self, offset: builtins.int = 0, dim1: builtins.int = -2, dim2: builtins.int = -1) -> Self:
@@ -507,6 +509,9 @@ class VariableSurface:
         """The fractional part, x - trunc(x), with x's sign."""
     def frac_(self) -> Self:
         """In place: this Variable becomes `frac(self, ...)` (PyTorch's rules; see engine.inplace)."""
+    def frexp(self) -> tuple[Self, Self]:
+        """(mantissa, exponent): input = mantissa * 2 ** exponent, |mantissa| in [0.5, 1); the mantissa's gradient
+        is the input's divided by 2 ** exponent."""
     def gather(self, dim: builtins.int, index: Operand, *, sparse_grad: builtins.bool = False) -> Self:
         """out[i][j] = input[i][index[i][j]] along `dim` (shown for 2-d, dim=1)."""
     def gcd(self, other: Operand) -> Self:
@@ -1095,7 +1100,8 @@ class VariableSurface:
         """PyTorch's std over `dim` (all when None), by n - correction (1: unbiased=True)."""
     def storage_offset(self) -> builtins.int: ...
     def stride(self, dim: builtins.int | None = None) -> Any:
-        """The steps, in elements, between neighbours along each dimension (every Variable is contiguous)."""
+        """The steps, in elements, between neighbours along each dimension (a strided view's, of its root's memory;
+        every other Variable is contiguous)."""
     def sub(self, other: Operand, *, alpha: builtins.float = 1) -> Self:
         """x - y (broadcasting); `alpha=` scales `other` first (PyTorch's `sub(input, other, alpha=a)`)"""
     def sub_(self, other: Operand, *, alpha: builtins.float = 1) -> Self:

@@ -6,14 +6,25 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections import namedtuple
 from typing import TYPE_CHECKING, Any
 
 import numpy
+
+from engine.grad_fn_names import swap
 
 if TYPE_CHECKING:
     from engine.surface_types import Operand, VariableSurface
 
 ROUNDING_MODES = (None, "trunc", "floor")
+FREXP = namedtuple("frexp", "mantissa exponent")  # type: ignore[name-match]
+
+
+def swap_named(out, name: str):
+    """`out`, its grad_fn (if any) named PyTorch's `name`."""
+    if getattr(out, "grad_fn", None) is not None:
+        swap(out.grad_fn, name)
+    return out
 
 
 def _is_tensor(bound) -> bool:
@@ -72,7 +83,19 @@ def functions(ops) -> dict:
         above = ops["cast"](ops["gt"](input, 0), dtype=numpy.dtype(input.dtype).name)
         return where(ops["eq"](input, 0), values, above)
 
+    def frexp(input: VariableSurface) -> tuple[VariableSurface, VariableSurface]:
+        """(mantissa, exponent): input = mantissa * 2 ** exponent, |mantissa| in [0.5, 1); the mantissa's gradient
+        is the input's divided by 2 ** exponent."""
+        if numpy.dtype(input.dtype).kind != "f":
+            raise RuntimeError("torch.frexp() only supports floating-point dtypes")
+        exponent = numpy.frexp(input.detach().numpy())[1].astype(numpy.int32)
+        one, half = numpy.ones((), input.dtype), -exponent // 2  # (2 ** -exponent in two factors: each is finite)
+        scales = (input.new_tensor(numpy.ldexp(one, half)), input.new_tensor(numpy.ldexp(one, -exponent - half)))
+        mantissa = swap_named(ops["mul"](ops["mul"](input, scales[0]), scales[1]), "FrexpBackward0")
+        return FREXP(mantissa, input.new_tensor(exponent, dtype=numpy.int32))
+
     return {
+        "frexp": frexp,
         "div": div,
         "divide": div,
         "clamp": clamp,

@@ -346,8 +346,9 @@ def functions(ops, make) -> dict:
         return movedim(self[(EVERY,) * d + (windows,)], d + 1, -1)
 
     def stride(self: VariableSurface, dim: int | None = None) -> Any:
-        """The steps, in elements, between neighbours along each dimension (every Variable is contiguous)."""
-        strides = tuple(math.prod(self.shape[i + 1 :]) for i in range(self.ndim))
+        """The steps, in elements, between neighbours along each dimension (a strided view's, of its root's memory;
+        every other Variable is contiguous)."""
+        strides = views.strides(self) or tuple(math.prod(self.shape[i + 1 :]) for i in range(self.ndim))
         return strides if dim is None else strides[_dim(self, dim)]
 
     def storage_offset(self: VariableSurface) -> int:

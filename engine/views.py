@@ -159,6 +159,31 @@ def view_of(v):
     return info if type(info) is View else None
 
 
+VIEW_SIZE = (
+    "view size is not compatible with input tensor's size and stride (at least one dimension spans across two "
+    "contiguous subspaces). Use .reshape(...) instead."
+)
+
+
+def laid_out(v) -> bool:
+    """Whether `v` is a view whose array's strides are PyTorch's: its root base's array is row-major (every other
+    Variable counts as contiguous)."""
+    info = KNOWN.get(id(v))
+    root = getattr(info.base._data, "flags", None) if type(info) is View else None
+    return root is not None and root.c_contiguous and hasattr(v._data, "flags")
+
+
+def strides(v) -> tuple | None:
+    """PyTorch's strides of a view `laid_out` (in elements), else None."""
+    return tuple(step // v._data.itemsize for step in v._data.strides) if laid_out(v) else None
+
+
+def strided(v) -> bool:
+    """Whether view `v` is not contiguous (PyTorch's `is_contiguous()` False: a transpose, a step or an expand of
+    its root base)."""
+    return laid_out(v) and not v._data.flags.c_contiguous
+
+
 DETACH_VIEW = (
     "Can't detach views in-place. Use detach() instead. If you are using DistributedDataParallel (DDP) for training, "
     "and gradient_as_bucket_view is set as True, gradients are views of DDP buckets, and hence detach_() cannot be "

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy
 
-from engine import costs, shapes
+from engine import backend, costs, shapes
+from engine.dtypes import scalar_name
 from engine.grad_mode import state as grad_state
 from engine.node import FORWARD, RECORDING, _wrap, ndarray
 from engine.ops.shape import transposed
@@ -105,6 +106,71 @@ matmul = defop(
 )
 
 
+def pivots_of(a, name):
+    """LAPACK getrf's row choices for the matrices `a` [..., m, n] (partial pivoting, on the values): the rows of
+    A in the order of P^T A, LAPACK's 1-based pivots, and info (the first zero pivot, 1-based; 0: none)."""
+    if a.ndim < 2:
+        raise RuntimeError(f"{name}: Expected tensor with 2 or more dimensions. Got size: {list(a.shape)} instead")
+    m, n = a.shape[-2:]
+    work = a.reshape(-1, m, n).copy()
+    rows, batch = numpy.tile(numpy.arange(m), (len(work), 1)), numpy.arange(len(work))
+    pivots, info = numpy.zeros((len(work), min(m, n)), numpy.int32), numpy.zeros(len(work), numpy.int32)
+    for j in range(min(m, n)):
+        p = numpy.argmax(abs(work[:, j:, j]), axis=1) + j
+        pivots[:, j] = p + 1
+        work[batch, j], work[batch, p] = work[batch, p], work[batch, j].copy()
+        rows[batch, j], rows[batch, p] = rows[batch, p], rows[batch, j].copy()
+        pivot = work[:, j, j]
+        info = numpy.where((info == 0) & (pivot == 0), j + 1, info)
+        work[:, j + 1 :, j] /= numpy.where(pivot == 0, 1, pivot)[:, None]
+        work[:, j + 1 :, j + 1 :] -= work[:, j + 1 :, j, None] * work[:, j, None, j + 1 :]
+    batched = a.shape[:-2]
+    return rows.reshape(*batched, m), pivots.reshape(*batched, -1), info.reshape(batched)
+
+
+def _failed(name, what, index, batch_shape):
+    """PyTorch's LinAlgError of `name`, `what` failing in matrix `index` of a batch (flat)."""
+    where = f"(Batch element {index}): " if batch_shape else ""
+    return shapes.LinAlgError(f"{name}: {where}{what}")
+
+
+def _floating(name, x):
+    if x.dtype.kind not in "fc":
+        raise shapes.DtypeError(
+            f"{name}: Expected a floating point or complex tensor as input. Got {scalar_name(x.dtype)}"
+        )
+
+
+def _inv(xp, x):
+    _floating("linalg.inv", x)
+    try:
+        return xp.linalg.inv(x)
+    except numpy.linalg.LinAlgError:
+        if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+            raise  # (the shape rule words it)
+        info = pivots_of(backend.to_numpy(x), "linalg.inv")[2].reshape(-1)
+        at = int(numpy.flatnonzero(info)[0])
+        what = f"The diagonal element {info[at]} is zero, the inversion could not be completed because the input matrix is singular."
+        raise _failed("linalg.inv", what, at, x.shape[:-2]) from None
+
+
+def _cholesky(xp, x):
+    _floating("linalg.cholesky", x)
+    try:
+        return xp.linalg.cholesky((x + x.swapaxes(-1, -2)) / 2)  # reads the symmetric part, as its vjp does
+    except numpy.linalg.LinAlgError:
+        if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+            raise
+        flat = backend.to_numpy(x).reshape(-1, *x.shape[-2:])
+        for at, a in enumerate((a + a.T) / 2 for a in flat):
+            for order in range(1, len(a) + 1):
+                if numpy.linalg.eigvalsh(a[:order, :order]).min() <= 0:
+                    what = "The factorization could not be completed because the input is not positive-definite"
+                    detail = f" (the leading minor of order {order} is not positive-definite)."
+                    raise _failed("linalg.cholesky", what + detail, at, x.shape[:-2]) from None
+        raise
+
+
 def _batched(g):
     return g.unsqueeze(-1).unsqueeze(-1)
 
@@ -142,36 +208,52 @@ def _spd_sample(rng):
 
 inv = defop(
     "inv",
-    lambda xp, x: xp.linalg.inv(x),
+    _inv,
     lambda g, ans, x: -F.matmul(F.matmul(ans.mT, g), ans.mT),
     uses_output=True,
     methods=("inverse",),
     samples=(Sample(make=lambda rng: [rng.uniform(-1, 1, (3, 3)) + 3 * numpy.eye(3)]),),
-    infer=shapes.square,
+    infer=shapes.square("linalg.inv"),
     work=costs.factorization,
     scratch=_factorization_scratch,
     kernel="blas",
     doc="the inverse of each square matrix (numpy.linalg.LinAlgError when one is singular)",
 )
+
+
+def _det_vjp(g, ans, x):
+    """g det(A) A^-T; where a determinant is (near) zero, the cofactors U diag(prod of the other singular values)
+    V^T det(U V^T), as PyTorch's create_graph path (its plain backward gives zeros where det is exactly 0)."""
+    if not (abs(ans._data) < 100 * numpy.finfo(ans.dtype).eps).any():
+        return _batched(g * ans) * F.inv(x).mT
+    n = x.shape[-1]
+    packed = F.svd_packed(x, full_matrices=False)
+    U, S, V = packed[..., :n, :], packed[..., n, :], packed[..., n + 1 :, :]
+    rows = S.unsqueeze(-2).expand(*S.shape[:-1], n, n)  # row i: the singular values but S_i, there 1
+    others = (rows.tril(-1) + rows.triu(1) + (S.detach() * 0 + 1).diag_embed()).prod(-1)
+    sign = (F.det(U.detach()) * F.det(V.detach())).unsqueeze(-1)
+    return _batched(g) * F.matmul(U * (others * sign).unsqueeze(-2), V.mT)
+
+
 det = defop(
     "det",
-    lambda xp, x: xp.linalg.det(x),
-    lambda g, ans, x: _batched(g * ans) * F.inv(x).mT,
+    lambda xp, x: _floating("linalg.det", x) or xp.linalg.det(x),
+    _det_vjp,
     uses_output=True,
     samples=(Sample(make=lambda rng: [rng.uniform(-1, 1, (2, 3, 3)) + 3 * numpy.eye(3)]),),
-    infer=shapes.square_to_batch,
+    infer=shapes.square_to_batch("linalg.det"),
     work=costs.factorization,
     scratch=_factorization_scratch,
     kernel="blas",
-    doc="the determinant of each square matrix (its gradient needs the matrix invertible)",
+    doc="the determinant of each square matrix",
 )
 logabsdet = defop(
     "logabsdet",
-    lambda xp, x: xp.linalg.slogdet(x)[1],
+    lambda xp, x: _floating("linalg.slogdet", x) or xp.linalg.slogdet(x)[1],
     lambda g, ans, x: _batched(g) * F.inv(x).mT,
     methods=(),
     samples=(Sample(make=lambda rng: [rng.uniform(-1, 1, (3, 3)) - 3 * numpy.eye(3)]),),
-    infer=shapes.square_to_batch,
+    infer=shapes.square_to_batch("linalg.slogdet"),
     work=costs.factorization,
     scratch=_factorization_scratch,
     kernel="blas",
@@ -179,11 +261,11 @@ logabsdet = defop(
 )
 cholesky = defop(
     "cholesky",
-    lambda xp, x: xp.linalg.cholesky((x + x.swapaxes(-1, -2)) / 2),  # reads the symmetric part, as its vjp does
+    _cholesky,
     _cholesky_vjp,
     uses_output=True,
     samples=(Sample(make=_spd_sample),),
-    infer=shapes.square,
+    infer=shapes.square("linalg.cholesky"),
     work=costs.factorization,
     scratch=_cholesky_scratch,
     kernel="blas",

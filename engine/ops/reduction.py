@@ -328,7 +328,9 @@ logsumexp = defop(
 )
 
 
-def _log_softmax(x, dim):
+def _log_softmax(x, dim, kernel="log_softmax"):
+    if x.dtype.kind not in "fc":  # (PyTorch's kernels are floating only; `dtype=` casts before)
+        shapes.floating_kernel(kernel, x.ndim, dim, x.dtype)
     # (x - max) - log(sum(exp(x - max))): subtracting the max first keeps float32 exact on inputs
     # like [1000, 1001, 1002], where x - logsumexp(x) would lose digits to x's magnitude
     axes = _axes(dim, x.ndim) or ()
@@ -342,17 +344,17 @@ log_softmax = defop(
     attrs={"dim": SOFTMAX_DIM},
     composite=True,
     samples=SOFTMAX_SAMPLES,
-    infer=shapes.along_dim,
+    infer=shapes.LOG_SOFTMAX,
     scratch=costs.temporaries(forward=1, kept=1, backward=2),  # x - max and its exp (kept by exp)
     doc="x - logsumexp(x, dim)",
 )
 softmax = defop(
     "softmax",
-    lambda x, dim: _log_softmax(x, dim).exp(),
+    lambda x, dim: _log_softmax(x, dim, "softmax").exp(),
     attrs={"dim": SOFTMAX_DIM},
     composite=True,
     samples=SOFTMAX_SAMPLES,
-    infer=shapes.along_dim,
+    infer=shapes.SOFTMAX,
     scratch=costs.temporaries(forward=1, kept=1, backward=3),  # as log_softmax, and the exp's vjp
     doc="exp(x) / sum(exp(x)) along dim, computed stably",
 )

@@ -67,6 +67,21 @@ def _track_steps(optimizer) -> None:
 
 
 class LRScheduler:
+    _get_lr_called_within_step = False
+
+    def __init_subclass__(cls, **kwargs):
+        """PyTorch's own schedulers' `get_lr` warns when called outside `step` (a user's subclass's does not)."""
+        super().__init_subclass__(**kwargs)
+        if cls.__module__ == __name__ and "get_lr" in cls.__dict__:
+            get_lr = cls.__dict__["get_lr"]
+
+            def warned(self):
+                if not self._get_lr_called_within_step:
+                    warn("To get the last learning rate computed by the scheduler, please use `get_last_lr()`.")
+                return get_lr(self)
+
+            cls.get_lr = warned
+
     def __init__(self, optimizer, last_epoch: int = -1):
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
@@ -111,6 +126,13 @@ class LRScheduler:
         self._update_lr(epoch)
 
     def _update_lr(self, epoch=None) -> None:
+        self._get_lr_called_within_step = True
+        try:
+            self._set_lr(epoch)
+        finally:
+            self._get_lr_called_within_step = False
+
+    def _set_lr(self, epoch) -> None:
         if epoch is None:
             self.last_epoch += 1
             values = self.get_lr()
@@ -575,8 +597,9 @@ class CosineAnnealingWarmRestarts(LRScheduler):
             self.T_i = self.T_0 * self.T_mult ** (n)
         else:
             self.T_i, self.T_cur = self.T_0, epoch
-        self.last_epoch = math.floor(epoch)
-        for group, lr in zip(self.optimizer.param_groups, self.get_lr(), strict=True):
+        self.last_epoch, self._get_lr_called_within_step = math.floor(epoch), True
+        values, self._get_lr_called_within_step = self.get_lr(), False
+        for group, lr in zip(self.optimizer.param_groups, values, strict=True):
             group["lr"] = lr
         self._last_lr = self._current()
 

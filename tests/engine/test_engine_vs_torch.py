@@ -175,7 +175,7 @@ UNARY = _ops_with((shapes.same, shapes.floating), arity=1)
 BINARY = _ops_with((shapes.broadcast, shapes.compare), arity=2)
 REDUCTIONS = _ops_with((shapes.reduce, shapes.reduce_float, shapes.reduce_mean, shapes.reduce_same_dtype))
 ARG_REDUCTIONS = _ops_with((shapes.arg_reduce,))
-ALONG_DIM = _ops_with((shapes.along_dim,), required_attrs=True)
+ALONG_DIM = _ops_with((shapes.along_dim, shapes.SOFTMAX, shapes.LOG_SOFTMAX), required_attrs=True)
 
 
 def test_random_shape_families_are_found():
