@@ -234,6 +234,11 @@ Raised, as decisions:
 - wire 6680 -> 6690 (2026-11-30, session 25): a repeated binary request's arrays viewed in its body and its answer's
   header matched with its buffers in one pass (`wire.layouts._repeated`), the binary answer's early return in
   `handler.execute` (s25_serve2, 4 KiB 247.4k -> 240.3k instructions a served request; +7) took it to 6683.
+- engine 24425 -> 24715 (2026-11-30, session 25): the linalg a user reaches for and PyTorch's words when it fails
+  (s25_conform): `linalg.lu`, `lu_factor(_ex)`, `lu_solve`, `cholesky_solve`, `chain_matmul`, `frexp`, `complex`,
+  `polar` (~120), det's gradient at a singular matrix, a view of a strided view refused with `is_contiguous`,
+  `contiguous` and `stride` for views, a create_graph gradient accumulated in place, LR schedulers' `get_lr()`
+  warning, the refusals of non-square, singular, indefinite and integer input (+291) took it to 24712.
 """
 
 from __future__ import annotations
@@ -244,7 +249,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 24425, "wire": 6690, "service": 3870, "client": 3315}
+BUDGETS = {"engine": 24715, "wire": 6690, "service": 3870, "client": 3315}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
