@@ -365,13 +365,25 @@ class _Sink:
 
     def _owned(self, g):
         data = g._data
-        flags = getattr(data, "flags", None)
-        if id(data) in self.handed or (flags is not None and (not flags.owndata or not _writeable(flags))):
+        if id(data) in self.handed:
             data = data.copy()
+        elif type(data) is ndarray:  # (NumPy's flags read inline: `_writeable`'s call is for CuPy's)
+            flags = data.flags
+            if not flags.owndata or not flags.writeable:
+                data = data.copy()
+        else:
+            flags = getattr(data, "flags", None)
+            if flags is not None and (not flags.owndata or not _writeable(flags)):
+                data = data.copy()
         self.handed[id(data)] = data
         return Variable._result(data, None)
 
     def into_grad(self, var, g):
+        if var._grad is None and not self.create_graph and type(var).grad is Variable.grad:
+            data, own = g._data, var._data  # the first gradient, as `.grad`'s setter takes it (its checks on the
+            if data.shape == own.shape and data.dtype == own.dtype:  # arrays: no Size, no DType, no property call)
+                var._grad = self._owned(g)
+                return
         accumulate_grad(var, g, self._owned, self._may_update, self.create_graph)
 
     def _may_update(self, grad):
@@ -604,6 +616,12 @@ def backward(
 ) -> None:
     """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad (of `inputs` only,
     leaves or not, when given)."""
+    if grad_tensors is None and inputs is None and type(outputs) is list and len(outputs) == 1:
+        out = outputs[0]  # `loss.backward()` (`[loss]`): `backward_arguments`' checks, without their lists and Size
+        if type(out) is Variable and out._requires_grad and out._data.size == 1:
+            retain = create_graph if retain_graph is None else retain_graph
+            run_backward(outputs, _root_gradients(outputs, (None,)), retain, create_graph)
+            return
     outputs, roots = backward_arguments(outputs, grad_tensors)
     inputs, seeds = backward_inputs(inputs), _root_gradients(outputs, roots)
     captured = run_backward(
