@@ -365,16 +365,9 @@ class _Sink:
 
     def _owned(self, g):
         data = g._data
-        if id(data) in self.handed:
+        flags = getattr(data, "flags", None)
+        if id(data) in self.handed or (flags is not None and (not flags.owndata or not _writeable(flags))):
             data = data.copy()
-        elif type(data) is ndarray:  # (NumPy's flags read inline: `_writeable`'s call is for CuPy's)
-            flags = data.flags
-            if not flags.owndata or not flags.writeable:
-                data = data.copy()
-        else:
-            flags = getattr(data, "flags", None)
-            if flags is not None and (not flags.owndata or not _writeable(flags)):
-                data = data.copy()
         self.handed[id(data)] = data
         return Variable._result(data, None)
 
