@@ -372,7 +372,11 @@ class _Sink:
         return Variable._result(data, None)
 
     def into_grad(self, var, g):
-        accumulate_grad(var, g, self._owned, self._may_update, self.create_graph)
+        data, own = g._data, var._data  # a first gradient stored as PyTorch's AccumulateGrad does, not by `.grad`'s
+        if var._grad is None and not self.create_graph and data.shape == own.shape and data.dtype == own.dtype:
+            var._grad = self._owned(g)  # setter (its checks made on the arrays: no Size, DType or property call)
+        else:
+            accumulate_grad(var, g, self._owned, self._may_update, self.create_graph)
 
     def _may_update(self, grad):
         current = grad._data
@@ -606,11 +610,14 @@ def backward(
 ) -> None:
     """Gradients of `outputs` accumulated into the `.grad` of every leaf that requires grad (of `inputs` only,
     leaves or not, when given)."""
+    retain = create_graph if retain_graph is None else retain_graph
+    one = outputs[0] if type(outputs) is list and len(outputs) == 1 and grad_tensors is inputs is None else None
+    if type(one) is Variable and one._requires_grad and one._data.size == 1:  # `loss.backward()` (`[loss]`):
+        run_backward(outputs, _root_gradients(outputs, (None,)), retain, create_graph)  # `backward_arguments`' checks
+        return  # passed, without their lists and Size
     outputs, roots = backward_arguments(outputs, grad_tensors)
     inputs, seeds = backward_inputs(inputs), _root_gradients(outputs, roots)
-    captured = run_backward(
-        outputs, seeds, create_graph if retain_graph is None else retain_graph, create_graph, inputs
-    )
+    captured = run_backward(outputs, seeds, retain, create_graph, inputs)
     if inputs is not None:
         into_grad = _Sink(create_graph, seeds).into_grad
         for v in dict.fromkeys(inputs):

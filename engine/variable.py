@@ -91,6 +91,7 @@ def as_array(data, dtype=None):
 
 
 CPU, CUDA = Device("cpu"), Device("cuda")
+_new = object.__new__
 
 
 class Variable(VariableSurface):
@@ -112,7 +113,7 @@ class Variable(VariableSurface):
 
     @classmethod
     def _result(cls, data, node):
-        v = object.__new__(cls)
+        v = _new(cls)  # (a global: `object.__new__` is a lookup on a type, which CPython 3.11 does not specialize)
         v._data = data
         v._grad = None
         v._node = node

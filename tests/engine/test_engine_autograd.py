@@ -737,3 +737,45 @@ def test_add_passes_its_gradient_on_and_mul_multiplies_arrays_with_broadcasts_an
     (hb,) = grad(gb.sum(), [b])
     (thb,) = torch.autograd.grad(tgb.sum(), [tb])
     np.testing.assert_allclose(hb.numpy(), thb.numpy())
+
+
+@pytest.mark.parametrize("retain_graph", [None, False, True])
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_scalar_backward_keeps_the_graph_and_fills_grads_as_torch(retain_graph, create_graph):
+    # `loss.backward()` of one scalar with no gradient or inputs given takes a shorter way in (no lists, no Size)
+    # and a leaf's first `.grad` is stored without the property setter: the graph is kept as retain_graph (default:
+    # create_graph) says, a retained non-leaf's `.grad` is filled, a second backward adds into the first `.grad`
+    # (a scalar leaf's, whose first is a copy of the implied root gradient), and a non-scalar or constant output is
+    # still refused
+    torch = pytest.importorskip("torch")
+    x0 = np.array([[1.0, -2.0], [0.5, 3.0]])
+    outcomes = []
+    for make in (lambda a: Variable(a.copy(), requires_grad=True), lambda a: torch.tensor(a, requires_grad=True)):
+        x, w = make(x0), make(x0.T)
+        y = x.mm(w)
+        y.retain_grad()
+        loss = (y.clamp(min=0) - 1.0).pow(2).sum()
+        loss.backward(retain_graph=retain_graph, create_graph=create_graph)
+        first = (x.grad.detach().numpy().copy(), w.grad.detach().numpy().copy(), y.grad.detach().numpy().copy())
+        try:
+            loss.backward()
+            again = x.grad.detach().numpy().copy()
+        except RuntimeError as error:
+            again = "freed" if "second time" in str(error) else str(error)
+        leaf_root = make(np.array(2.0))
+        leaf_root.backward()
+        kept = leaf_root.grad
+        leaf_root.backward()  # added into the first `.grad` in place
+        outcomes.append((first, again, float(kept.detach().numpy()), leaf_root.grad is kept))
+        with pytest.raises(RuntimeError, match="scalar outputs"):
+            y.backward()
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            make(np.array(1.0)).detach().backward()
+    (first, again, root_grad, root), (tfirst, tagain, troot_grad, troot) = outcomes
+    for ours, theirs in zip(first, tfirst):
+        np.testing.assert_allclose(ours, theirs)
+    if isinstance(tagain, str):
+        assert again == tagain
+    else:
+        np.testing.assert_allclose(again, tagain)
+    assert root_grad == troot_grad == 2.0 and root and troot
