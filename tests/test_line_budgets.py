@@ -239,6 +239,9 @@ Raised, as decisions:
   `polar` (~120), det's gradient at a singular matrix, a view of a strided view refused with `is_contiguous`,
   `contiguous` and `stride` for views, a create_graph gradient accumulated in place, LR schedulers' `get_lr()`
   warning, the refusals of non-square, singular, indefinite and integer input (+291) took it to 24712.
+- engine 24715 -> 24725 (2026-11-30, session 25): `loss.backward()`'s short path (one scalar output, nothing else
+  given: its checks made on the array) and a first `.grad` stored as PyTorch's AccumulateGrad stores it (s25_engine,
+  a tiny step's backward 257.9k -> 225.4k instructions; +8) took it to 24720.
 """
 
 from __future__ import annotations
@@ -249,7 +252,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 24715, "wire": 6690, "service": 3870, "client": 3315}
+BUDGETS = {"engine": 24725, "wire": 6690, "service": 3870, "client": 3315}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
