@@ -19,6 +19,7 @@ from wire.writer import GraphWriter
 
 PROGRAMS = 64  # programs a session keeps what their Builder wrote for (`builder_for`)
 _PLAIN = (int, bool, str, type(None))  # attribute values keyed as they are (with their type)
+_OPENED = object()  # (`program_key`: under an op whose inputs are being placed)
 
 
 class NeedsGraph(Exception):
@@ -218,16 +219,23 @@ def program_key(roots, backward: bool):
     values: list = []
     key: list = []
     for root in roots:
-        stack = [(root, False)]
-        while stack:
-            v, expanded = stack.pop()
-            if expanded:
-                node, attrs = v.node, v.attrs
-                kept = node is not None and node._value() is not v
-                inputs = tuple([places[id(i)] for i in v.inputs])
-                key.append((v.op.name, attrs_key(attrs) if attrs else (), inputs, v.dtype, v.requires_grad, kept))
-            elif id(v) in places:
+        stack = [root]
+        while stack:  # depth first: an op is met again (`opened`) once its inputs are placed
+            v = stack.pop()
+            if id(v) in places:
                 continue
+            if v.kind == OP and v.array is None and v.phase is None:  # (the common case first)
+                inputs = v.inputs
+                if stack and stack[-1] is _OPENED:
+                    stack.pop()
+                    node = v.node
+                    kept = node is not None and node._value() is not v
+                    attrs = v.attrs
+                    placed = tuple(map(places.__getitem__, map(id, inputs)))
+                    key.append((v.op.name, attrs_key(attrs) if attrs else (), placed, v.dtype, v.requires_grad, kept))
+                else:
+                    stack += (_OPENED, v, *reversed(inputs))
+                    continue
             elif v.kind == LEAF:
                 key.append((LEAF, backward and v.requires_grad))
             elif v.kind == CONST:
@@ -241,10 +249,6 @@ def program_key(roots, backward: bool):
                 return None
             elif v.array is not None and not (backward and v.requires_grad and v.inputs):
                 key.append(None)  # a value at hand, sent as an input
-            elif v.kind == OP:
-                stack.append((v, True))
-                stack.extend([(i, False) for i in reversed(v.inputs) if id(i) not in places])
-                continue
             else:
                 return None
             places[id(v)] = len(values)
