@@ -96,9 +96,7 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
         output_values = ()
         grads = {var: gradient_node(outputs, seeds, value or var._graph_value()) for var, value in holders}
     else:
-        lazy = [g._graph_value() for g in seeds if isinstance(g, Variable) and not g._has_value]
-        if lazy:  # (flushed above: nothing else to fetch)
-            yield from fetching(session, lazy)
+        yield from fetching(session, [g._graph_value() for g in seeds if isinstance(g, Variable) and not g._has_value])
         output_values = [o._graph_value() for o in outputs]
         grads = yield from _requesting(session, outputs, output_values, seeds, holders, retain)
     grads = _through_hooks(processed, grads, observed)

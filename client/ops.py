@@ -109,9 +109,8 @@ _SHAPE, _DTYPE = operator.attrgetter("shape"), operator.attrgetter("dtype")  # (
 def node_class(op: OpDef, values, attrs) -> type:
     """The grad_fn class of a recorded call, named and saving as the engine's node would be."""
     key: str | tuple = op.name
-    cls = _NODE_CLASSES.get(key)
-    if cls is not None:  # an op whose nodes' name and saves don't depend on the call, seen before
-        return cls
+    if key in _NODE_CLASSES:  # an op whose nodes' name and saves don't depend on the call, seen before
+        return _NODE_CLASSES[key]
     body = {"__slots__": (), "op": op, "saves": op.saves}
     if op.composite:  # the name and what it saves depend on the call
         name, body["saves"] = composite_grad_fn(op, [v.shape for v in values], [v.dtype.str for v in values], attrs)
@@ -121,16 +120,12 @@ def node_class(op: OpDef, values, attrs) -> type:
     ):  # PyTorch's name depends on the call (x.sum() SumBackward0, x.sum(1) SumBackward1):
         # the class named as the engine's, its `name` as the call's
         body["name"] = grad_fn_call_name(op.name, attrs, [v.requires_grad for v in values], [v.shape for v in values])
-        key = (op.name, body["name"])
-        cls = _NODE_CLASSES.get(key)
-        if cls is not None:
-            return cls
-        name = grad_fn_name(op.name)
+        key, name = (op.name, body["name"]), None  # (the class's name is the engine's, made once: below)
     else:
         name = grad_fn_name(op.name)
     cls = _NODE_CLASSES.get(key)
     if cls is None:
-        cls = _NODE_CLASSES[key] = type(name, (Node,), body)
+        cls = _NODE_CLASSES[key] = type(name or grad_fn_name(op.name), (Node,), body)
     return cls
 
 
@@ -205,17 +200,14 @@ def record(op: OpDef, args, attrs: dict, rule=None) -> Variable:
     result = eager(op, args, attrs)
     if result is not None:
         return result
-    floats = _FLOATS.get(op)
-    if floats is None:
-        floats = _FLOATS[op] = gives_floats(op)
+    floats = _FLOATS[op] if op in _FLOATS else _FLOATS.setdefault(op, gives_floats(op))
     if floats and not any(isinstance(v, float) or isinstance(v, Variable) and v.is_floating_point() for v in args):
         # integers in an op of floating results (`/`, `sqrt`): cast first to this side's default dtype, which
         # a server may not share (recorded casts; the engine casts them so too)
         dtype = {"dtype": default_dtype().name}
         args = [record(OPS["cast"], [v], dtype) if isinstance(v, Variable) else v for v in args]
     values, variables = coerce(args)
-    problem = op.arity_error(len(values), attrs) if op.check_arity is not None or op.arity != len(values) else None
-    if problem:
+    if (op.check_arity is not None or op.arity != len(values)) and (problem := op.arity_error(len(values), attrs)):
         raise TypeError(f"{op.name}() {problem}")
     meta = infer(op, values, attrs) if rule is None else rule()
     phase = state.current_phase()
@@ -232,7 +224,7 @@ def record(op: OpDef, args, attrs: dict, rule=None) -> Variable:
         and value.dtype.kind == "f"
         and state.mode.state.enabled
         and any([v.requires_grad for v in values])
-    ):  # noqa: C419 - a list is faster here
+    ):  # noqa: C419 E501 - a list is faster
         cls = _NODE_CLASSES.get(op.name) or node_class(op, values, attrs)  # (the common case without a call)
         node = value.node = cls([v.node if v.node is not None else edge_of(v) for v in values], value, variables)
         if INFERENCE_MADE and node.saves is not False:

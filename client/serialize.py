@@ -19,7 +19,6 @@ from wire.writer import GraphWriter
 
 PROGRAMS = 64  # programs a session keeps what their Builder wrote for (`builder_for`)
 _PLAIN = (int, bool, str, type(None))  # attribute values keyed as they are (with their type)
-_OPENED = object()  # (`program_key`: under an op whose inputs are being placed)
 
 
 class NeedsGraph(Exception):
@@ -220,22 +219,19 @@ def program_key(roots, backward: bool):
     key: list = []
     for root in roots:
         stack = [root]
-        while stack:  # depth first: an op is met again (`opened`) once its inputs are placed
+        while stack:  # depth first: an op is met again, over a None, once its inputs are placed
             v = stack.pop()
             if id(v) in places:
                 continue
             if v.kind == OP and v.array is None and v.phase is None:  # (the common case first)
-                inputs = v.inputs
-                if stack and stack[-1] is _OPENED:
-                    stack.pop()
-                    node = v.node
-                    kept = node is not None and node._value() is not v
-                    attrs = v.attrs
-                    placed = tuple(map(places.__getitem__, map(id, inputs)))
-                    key.append((v.op.name, attrs_key(attrs) if attrs else (), placed, v.dtype, v.requires_grad, kept))
-                else:
-                    stack += (_OPENED, v, *reversed(inputs))
+                if not stack or stack[-1] is not None:
+                    stack += (None, v, *reversed(v.inputs))
                     continue
+                stack.pop()
+                node, attrs = v.node, v.attrs
+                kept = node is not None and node._value() is not v
+                placed = tuple(map(places.__getitem__, map(id, v.inputs)))
+                key.append((v.op.name, attrs_key(attrs) if attrs else (), placed, v.dtype, v.requires_grad, kept))
             elif v.kind == LEAF:
                 key.append((LEAF, backward and v.requires_grad))
             elif v.kind == CONST:
