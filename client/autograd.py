@@ -86,9 +86,9 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
     observed = _observed(processed, getting)  # non-leaves whose hooks see their gradients (not kept in .grad)
     # (a Variable that gets a gradient, the Value it is the gradient of; None: the leaf's own)
     holders = [
-        (v, None if v._node is None else v._node.value)
+        (v, None if node is None else node.value)
         for v in [*getting, *observed.values()]
-        if v._node is None or v._node.value is not None
+        if (node := v._node) is None or node.value is not None
     ]
     if session._in_flight and any(v._grad is not None for v, _ in holders):
         yield ("settle",)  # a gradient accumulated onto may be one the step in flight uses (`check_not_consumed`)
@@ -127,7 +127,8 @@ def _hooked(node):
 # registered before an in-place op, as a Grad-CAM's before an inplace ReLU, reads that version's gradient).
 def _observed(processed, getting) -> dict:
     got, found = {id(v) for v in getting}, {}
-    for node, var in [(node, _hooked(node)[1]) for node in processed]:
+    for node in processed:
+        var = None if node.retained is None else _hooked(node)[1]  # (no call for a node without hooks)
         if var is not None and (var._node is not node or id(var) not in got):
             found[node] = var if var._node is node else Variable._leaf(None, value=node.value)
     return found
@@ -138,7 +139,7 @@ def _through_hooks(processed, grads: dict, observed) -> dict:
     walk runs them: the non-leaves' in the walk's order, then the leaves'. The server computed the walk in one
     request, so a non-leaf's hook may read its gradient but not replace it (what it sends on was already sent):
     one that returns another value is refused before any `.grad` changes. The observed non-leaves are dropped."""
-    if not observed and not any(watch_of(v, make=False) is not None for v in grads):
+    if not observed and not any([watch_of(v, make=False) is not None for v in grads]):  # noqa: C419 - faster
         return grads
     for node in processed:
         watch, var = _hooked(node)
@@ -171,13 +172,13 @@ def _requesting(session, outputs, output_values, seeds, holders, retain):
     wanted = []  # (node id, the Variable that gets its gradient)
     for var, value in holders:
         if value is None:
-            wanted.extend((nid, var) for nid in builder.leaf_ids.get(id(var), ()) if builder.rg.get(nid))
+            wanted.extend([(nid, var) for nid in builder.leaf_ids.get(id(var), ()) if builder.rg.get(nid)])
         elif id(value) in builder.ids:
             wanted.append((builder.ids[id(value)], var))
     if not wanted:
         return {}
     graph = builder.graph(list(dict.fromkeys(names)))
-    header = {"graph": graph, "wrt": list(dict.fromkeys(nid for nid, _ in wanted))}
+    header = {"graph": graph, "wrt": list(dict.fromkeys([nid for nid, _ in wanted]))}
     if retain and session.tapes:
         header["parameters"] = {"retain_graph": True}
     if anomaly_mode.nan_check_on():  # torch's anomaly mode: the server's walk checks each node's gradients

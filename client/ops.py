@@ -9,6 +9,7 @@ registry op reaches the client with no client code. `install()` puts the surface
 from __future__ import annotations
 
 import functools
+import operator
 import weakref
 
 import numpy
@@ -59,7 +60,7 @@ _RAISED = {kind: type("ShapeError", (ShapeError, kind), {}) for kind in (Runtime
 
 def coerce(inputs):
     """(Values, Variables-or-None) from a mix of Variables, arrays and Python scalars."""
-    values = [v._graph_value() if type(v) is Variable else None for v in inputs]
+    values = [(v._value if v._data is None else v._graph_value()) if type(v) is Variable else None for v in inputs]
     if None not in values:
         return values, inputs
     for i, v in enumerate(inputs):
@@ -101,6 +102,8 @@ MEMO = 4096  # shape rules' results and scalars' Values remembered (all forgotte
 _INFERRED: dict = {}  # (op name, input shapes, dtypes, attributes' key) -> (shape, dtype) or None
 _CONSTANTS: dict = {}  # (a Python number's type, its value, its dtype, whether it raised the category) -> its Value
 _NODE_CLASSES: dict = {}  # op name, or (op name, grad_fn name, saves) for a composite op -> grad_fn class
+_FLOATS: dict = {}  # OpDef -> gives_floats(op)
+_SHAPE, _DTYPE = operator.attrgetter("shape"), operator.attrgetter("dtype")  # (no Python frame per input)
 
 
 def node_class(op: OpDef, values, attrs) -> type:
@@ -117,19 +120,19 @@ def node_class(op: OpDef, values, attrs) -> type:
     ):  # PyTorch's name depends on the call (x.sum() SumBackward0, x.sum(1) SumBackward1):
         # the class named as the engine's, its `name` as the call's
         body["name"] = grad_fn_call_name(op.name, attrs, [v.requires_grad for v in values], [v.shape for v in values])
-        key, name = (op.name, body["name"]), grad_fn_name(op.name)
+        key, name = (op.name, body["name"]), None  # (the class's name is the engine's, made once: below)
     else:
         name = grad_fn_name(op.name)
     cls = _NODE_CLASSES.get(key)
     if cls is None:
-        cls = _NODE_CLASSES[key] = type(name, (Node,), body)
+        cls = _NODE_CLASSES[key] = type(name or grad_fn_name(op.name), (Node,), body)
     return cls
 
 
 def infer(op: OpDef, values, attrs):
     """(shape, dtype) by the op's registry rule (every op has one, a function of the shapes, dtypes and
     attributes: remembered); None when it depends on values."""
-    shapes, dtypes = tuple([v.shape for v in values]), tuple([v.dtype for v in values])
+    shapes, dtypes = tuple(map(_SHAPE, values)), tuple(map(_DTYPE, values))
     key = (op.name, shapes, dtypes, attrs_key(attrs))
     inferred = _INFERRED.get(key, _INFERRED)
     if inferred is not _INFERRED:
@@ -159,7 +162,7 @@ def eager(op: OpDef, args, attrs: dict):
     session is embedded, nothing is being traced, every Variable's value is at hand and none
     requires grad while grad mode is on. None otherwise, or when it fails (the recorded path
     then reports it as the client does: a ShapeError now, or the service's error on fetch)."""
-    grad_on = state.is_grad_enabled()
+    grad_on = state.mode.state.enabled
     datas = []
     for v in args:
         if isinstance(v, Variable):
@@ -197,16 +200,14 @@ def record(op: OpDef, args, attrs: dict, rule=None) -> Variable:
     result = eager(op, args, attrs)
     if result is not None:
         return result
-    if gives_floats(op) and not any(
-        isinstance(v, float) or isinstance(v, Variable) and v.is_floating_point() for v in args
-    ):
+    floats = _FLOATS[op] if op in _FLOATS else _FLOATS.setdefault(op, gives_floats(op))
+    if floats and not any(isinstance(v, float) or isinstance(v, Variable) and v.is_floating_point() for v in args):
         # integers in an op of floating results (`/`, `sqrt`): cast first to this side's default dtype, which
         # a server may not share (recorded casts; the engine casts them so too)
         dtype = {"dtype": default_dtype().name}
         args = [record(OPS["cast"], [v], dtype) if isinstance(v, Variable) else v for v in args]
     values, variables = coerce(args)
-    problem = op.arity_error(len(values), attrs)
-    if problem:
+    if (op.check_arity is not None or op.arity != len(values)) and (problem := op.arity_error(len(values), attrs)):
         raise TypeError(f"{op.name}() {problem}")
     meta = infer(op, values, attrs) if rule is None else rule()
     phase = state.current_phase()
@@ -221,10 +222,11 @@ def record(op: OpDef, args, attrs: dict, rule=None) -> Variable:
     if (
         op.differentiable
         and value.dtype.kind == "f"
-        and state.is_grad_enabled()
+        and state.mode.state.enabled
         and any([v.requires_grad for v in values])
-    ):  # noqa: C419 - a list is faster here
-        node = value.node = node_class(op, values, attrs)([edge_of(v) for v in values], value, variables)
+    ):  # noqa: C419 E501 - a list is faster
+        cls = _NODE_CLASSES.get(op.name) or node_class(op, values, attrs)  # (the common case without a call)
+        node = value.node = cls([v.node if v.node is not None else edge_of(v) for v in values], value, variables)
         if INFERENCE_MADE and node.saves is not False:
             refuse_saved_inference(variables, node.saves)
         value.requires_grad = True

@@ -218,16 +218,20 @@ def program_key(roots, backward: bool):
     values: list = []
     key: list = []
     for root in roots:
-        stack = [(root, False)]
-        while stack:
-            v, expanded = stack.pop()
-            if expanded:
+        stack = [root]
+        while stack:  # depth first: an op is met again, over a None, once its inputs are placed
+            v = stack.pop()
+            if id(v) in places:
+                continue
+            if v.kind == OP and v.array is None and v.phase is None:  # (the common case first)
+                if not stack or stack[-1] is not None:
+                    stack += (None, v, *reversed(v.inputs))
+                    continue
+                stack.pop()
                 node, attrs = v.node, v.attrs
                 kept = node is not None and node._value() is not v
-                inputs = tuple([places[id(i)] for i in v.inputs])
-                key.append((v.op.name, attrs_key(attrs) if attrs else (), inputs, v.dtype, v.requires_grad, kept))
-            elif id(v) in places:
-                continue
+                placed = tuple(map(places.__getitem__, map(id, v.inputs)))
+                key.append((v.op.name, attrs_key(attrs) if attrs else (), placed, v.dtype, v.requires_grad, kept))
             elif v.kind == LEAF:
                 key.append((LEAF, backward and v.requires_grad))
             elif v.kind == CONST:
@@ -241,10 +245,6 @@ def program_key(roots, backward: bool):
                 return None
             elif v.array is not None and not (backward and v.requires_grad and v.inputs):
                 key.append(None)  # a value at hand, sent as an input
-            elif v.kind == OP:
-                stack.append((v, True))
-                stack.extend([(i, False) for i in reversed(v.inputs) if id(i) not in places])
-                continue
             else:
                 return None
             places[id(v)] = len(values)

@@ -125,7 +125,7 @@ def owned(tensors, copy: bool = False) -> dict:
     place: read-only ones (views of a body or of other arrays) and, with `copy`, all are copied."""
     own = {}
     for name, array in tensors:
-        array = backend.to_numpy(array)
+        array = array if type(array) is numpy.ndarray else backend.to_numpy(array)
         own[name] = numpy.array(array) if copy or not array.flags.writeable else array
     return own
 

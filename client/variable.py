@@ -66,7 +66,8 @@ class Variable(VariableSurface):
 
     @classmethod
     def _lazy(cls, value):
-        v = cls._leaf(None, value=value)
+        v = object.__new__(cls)
+        v._hold(None, False, value)
         value.holder = weakref.ref(v)
         return v
 
@@ -113,7 +114,7 @@ class Variable(VariableSurface):
                 else:
                     self._data, self._value = self._data.copy(), None
             self._shared = False
-        data = tensor_data(self._array(), type(self))
+        data = tensor_data(self._data if self._data is not None else self._array(), type(self))
         if WATCHED:  # a resident parameter (client.residents): its array may be written through this
             touched(self)
         return data

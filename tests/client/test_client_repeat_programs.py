@@ -26,6 +26,9 @@ PROGRAMS = {
     "clamp -0.0": lambda x, a: x.mm(a).clamp(min=-0.0).sum(),
     "pow 2": lambda x, a: x.mm(a).pow(2).sum(),
     "pow 2.0": lambda x, a: x.mm(a).pow(2.0).sum(),
+    # an op whose input is also an input of its other input (met again once both are placed), either way round
+    "diamond": lambda x, a: (lambda h: (h * (h.clamp(min=0) - x.mm(a))).sum())(x.mm(a)),
+    "diamond swapped": lambda x, a: (lambda h: ((h.clamp(min=0) - x.mm(a)) * h).sum())(x.mm(a)),
 }
 
 
@@ -47,7 +50,10 @@ def test_a_repeated_step_writes_its_graph_once(session, monkeypatch):
     assert len(writes) == 1
 
 
-@pytest.mark.parametrize("first, second", [("shared", "twice"), ("clamp 0.0", "clamp -0.0"), ("pow 2", "pow 2.0")])
+@pytest.mark.parametrize(
+    "first, second",
+    [("shared", "twice"), ("clamp 0.0", "clamp -0.0"), ("pow 2", "pow 2.0"), ("diamond", "diamond swapped")],
+)
 def test_programs_written_differently_are_keyed_apart(session, first, second):
     x = np.array([[1.0, -2.0], [0.5, 3.0]])
     w = np.array([[-1.0, 0.0], [0.0, 1.0]])
