@@ -10,6 +10,7 @@ decompositions are `engine.linalg_decompositions`', `lu`/`lu_factor` Gaussian el
 from __future__ import annotations
 
 import math
+import re
 from collections import namedtuple
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -58,7 +59,7 @@ def _checked(fn, what):
         except LinAlgError:  # (the ops' words: inv's and cholesky's are PyTorch's)
             if what in ("solve", "solve_ex"):
                 raise LinAlgError(
-                    "torch.linalg.solve: The solver failed because the input matrix is singular."
+                    f"torch.linalg.{what}: The solver failed because the input matrix is singular."
                 ) from None
             raise
         except numpy.linalg.LinAlgError as error:
@@ -66,6 +67,37 @@ def _checked(fn, what):
 
     call.__name__ = what
     return call
+
+
+def _lu_solve_values(a, b):
+    """X of A X = B by LAPACK's getrf and getrs, dividing by a zero pivot as they do (the values `solve_ex` and
+    `inv_ex` return for a singular A: infs and NaNs); float64 arrays [n, n], [n, k]."""
+    rows = pivots_of(a, "linalg.solve_ex")[0]
+    lu, x = a[rows].copy(), b[rows].copy()
+    n = len(lu)
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        for j in range(n - 1):
+            pivot = lu[j, j] if lu[j, j] != 0 else 1.0
+            lu[j + 1 :, j] /= pivot
+            lu[j + 1 :, j + 1 :] -= numpy.outer(lu[j + 1 :, j], lu[j, j + 1 :])
+            x[j + 1 :] -= numpy.outer(lu[j + 1 :, j], x[j])
+        for j in range(n - 1, -1, -1):
+            x[j] = (x[j] - lu[j, j + 1 :] @ x[j + 1 :]) / lu[j, j]
+    return x
+
+
+def _potf2(a):
+    """LAPACK potf2's lower factor of `a` (its lower triangle), stopping at the first non-positive pivot as it
+    does (left in place, the rest of `a` as given): (L, info)."""
+    a = numpy.tril(a)
+    for j in range(len(a)):
+        pivot = a[j, j] - a[j, :j] @ a[j, :j]
+        if not pivot > 0:
+            a[j, j] = pivot
+            return a, j + 1
+        a[j, j] = math.sqrt(pivot)
+        a[j + 1 :, j] = (a[j + 1 :, j] - a[j + 1 :, :j] @ a[j, :j]) / a[j, j]
+    return a, 0
 
 
 def functions(ops) -> dict:
@@ -311,8 +343,44 @@ def bind(ns) -> dict:
         )
         return swap_named(solve(A.mT if adjoint else A, B, left=left), "LinalgLuSolveBackward0")
 
-    def _ex(kind, result, A):
-        return kind(result, A.new_zeros(A.shape[:-2]).int())
+    def _ex(kind, name, compute, A, check_errors, *others):
+        """(result, info) of `compute` (inv, cholesky, solve), which refuses a singular or indefinite matrix: the
+        values and info LAPACK leaves for those matrices (`_failed_values`); check_errors raises as `name`."""
+        try:
+            return kind(compute(A, *others), A.new_zeros(A.shape[:-2]).int())
+        except LinAlgError as error:
+            if check_errors:
+                raise LinAlgError(re.sub(r"^(torch\.)?linalg\.\w+:", f"\\1linalg.{name}:", str(error))) from None
+        values, info = _failed_values(name, A.detach().numpy(), *(o.detach().numpy() for o in others))
+        failed = A.new_tensor(info > 0, dtype=numpy.bool_)
+        mask = failed.reshape(*failed.shape, *[1] * (values.ndim - failed.ndim))
+        good = compute(ns.where(failed[..., None, None], ns.eye(A.shape[-1], dtype=A.dtype), A), *others)
+        return kind(ns.where(mask, A.new_tensor(values), good), A.new_tensor(info, dtype=numpy.int32))
+
+    def _cholesky_ex(A, upper, check_errors):
+        L, info = _ex(CHOLESKY_EX, "cholesky_ex", ns.cholesky, A, check_errors)
+        return CHOLESKY_EX(L.mT if upper else L, info)
+
+    def _solve_ex(A, B, left, check_errors):
+        if not left:
+            X, info = _ex(SOLVE_EX, "solve_ex", solve, A.mT, check_errors, B.mT)
+            return SOLVE_EX(X.mT, info)
+        return _ex(SOLVE_EX, "solve_ex", solve, A, check_errors, B)
+
+    def _failed_values(name, a, b=None):
+        flat, info = a.reshape(-1, *a.shape[-2:]).astype(numpy.float64), []
+        if name == "cholesky_ex":
+            values, info = zip(*(_potf2(m) for m in flat))
+        else:
+            eye = numpy.eye(a.shape[-1])
+            vector = b is not None and (b.ndim == 1 or (b.ndim == a.ndim - 1 and b.shape == a.shape[:-1]))
+            b = eye if b is None else b[..., None] if vector else b
+            rhs = numpy.broadcast_to(b, (*a.shape[:-2], *b.shape[-2:])).reshape(len(flat), *b.shape[-2:])
+            values = [_lu_solve_values(m, r) for m, r in zip(flat, rhs)]
+            info = pivots_of(a, name)[2].reshape(-1)
+            values = [v[..., 0] if vector else v for v in values]
+        values = numpy.stack(values).reshape(*a.shape[:-2], *values[0].shape).astype(a.dtype)
+        return values, numpy.asarray(info, numpy.int32).reshape(a.shape[:-2])
 
     names: dict[str, Any] = {
         **decompositions,
@@ -320,9 +388,9 @@ def bind(ns) -> dict:
         "vector_norm": vector_norm,
         "matrix_norm": matrix_norm,
         "inv": ns.inv,
-        "inv_ex": lambda A, *, check_errors=False: _ex(INV_EX, ns.inv(A), A),
-        "cholesky_ex": lambda A, *, upper=False, check_errors=False: _ex(CHOLESKY_EX, cholesky(A, upper=upper), A),
-        "solve_ex": lambda A, B, *, left=True, check_errors=False: _ex(SOLVE_EX, solve(A, B, left=left), A),
+        "inv_ex": lambda A, *, check_errors=False: _ex(INV_EX, "inv_ex", ns.inv, A, check_errors),
+        "cholesky_ex": lambda A, *, upper=False, check_errors=False: _cholesky_ex(A, upper, check_errors),
+        "solve_ex": lambda A, B, *, left=True, check_errors=False: _solve_ex(A, B, left, check_errors),
         "det": ns.det,
         "slogdet": ns.slogdet,
         "solve": solve,

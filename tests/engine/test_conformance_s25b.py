@@ -1,0 +1,85 @@
+"""Session 25's second set of divergences from PyTorch 2.13, each a program a user writes, run with `torch` bound to
+the engine and to PyTorch: the `_ex` functions of torch.linalg on a singular or indefinite matrix (LAPACK's values
+and `info`, not a refusal), the norm of integers refused. Gradients are checked twice: float64 finite
+differences (`engine.gradcheck`) and PyTorch."""
+
+from __future__ import annotations
+
+import numpy
+import pytest
+
+import engine
+from tests.engine.test_conformance_s23b import _refusal
+
+
+@pytest.fixture
+def oracle():
+    return pytest.importorskip("torch")
+
+
+FAILING_EX = {
+    "inv_ex of rank 1": lambda t: t.linalg.inv_ex(t.tensor([[1.0, 2.0], [2.0, 4.0]])),
+    "inv_ex of rank 2 of 3": lambda t: t.linalg.inv_ex(t.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])),
+    "inv_ex of a batch": lambda t: t.linalg.inv_ex(t.tensor([[[1.0, 2.0], [2.0, 4.0]], [[2.0, 0.0], [0.0, 4.0]]])),
+    "cholesky_ex, order 2": lambda t: t.linalg.cholesky_ex(t.tensor([[1.0, 2.0], [2.0, 1.0]])),
+    "cholesky_ex, order 3, upper": lambda t: t.linalg.cholesky_ex(
+        t.tensor([[4.0, 2.0, 1.0, 0.0], [2.0, 5.0, 0.0, 1.0], [1.0, 0.0, -3.0, 1.0], [0.0, 1.0, 1.0, 5.0]]), upper=True
+    ),
+    "cholesky_ex, a zero pivot": lambda t: t.linalg.cholesky_ex(
+        t.tensor([[4.0, 2.0, 1.0, 0.0], [2.0, 1.0, 0.0, 1.0], [1.0, 0.0, 3.0, 1.0], [0.0, 1.0, 1.0, 5.0]])
+    ),
+    "cholesky_ex of a batch": lambda t: t.linalg.cholesky_ex(
+        t.tensor([[[1.0, 2.0], [2.0, 1.0]], [[2.0, 0.0], [0.0, 2.0]]], dtype=t.float64)
+    ),
+    "solve_ex of a vector": lambda t: t.linalg.solve_ex(t.tensor([[1.0, 2.0], [2.0, 4.0]]), t.ones(2)),
+    "solve_ex, right": lambda t: t.linalg.solve_ex(
+        t.tensor([[1.0, 2.0], [2.0, 4.0]]), t.tensor([[1.0, 2.0], [3.0, 4.0]]), left=False
+    ),
+    "solve_ex of a batch": lambda t: t.linalg.solve_ex(
+        t.tensor([[[1.0, 2.0], [2.0, 4.0]], [[1.0, 0.0], [0.0, 2.0]]]), t.tensor([[1.0, 2.0], [3.0, 4.0]])
+    ),
+}
+
+
+@pytest.mark.parametrize("name", FAILING_EX)
+def test_ex_functions_return_lapacks_values_and_info(name, oracle):
+    """PyTorch returns what LAPACK left (infs and NaNs of a division by the zero pivot; the partial Cholesky factor
+    with the failing pivot in place) and info > 0 where the engine raised LinAlgError."""
+    ours, theirs = (FAILING_EX[name](torch) for torch in (engine, oracle))
+    assert type(ours).__name__ == type(theirs).__name__.split(".")[-1]
+    for a, b in zip(ours, theirs):
+        assert str(a.dtype) == str(b.dtype)
+        numpy.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, equal_nan=True)
+
+
+def test_ex_functions_keep_the_gradient_of_the_good_matrices(oracle):
+    """The invertible matrices of a batch with a singular one: their inverse's gradient, as PyTorch's (the singular
+    one's: NaN in PyTorch, through its infs; zero in the engine)."""
+    values = [[[1.0, 2.0], [2.0, 4.0]], [[2.0, 1.0], [1.0, 3.0]]]
+    grads = []
+    for torch in (engine, oracle):
+        A = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+        inverse, info = torch.linalg.inv_ex(A)
+        inverse[1].sum().backward()
+        grads.append(A.grad.numpy())
+        assert info.tolist() == [2, 0]
+    numpy.testing.assert_allclose(grads[0][1], grads[1][1], rtol=1e-12)
+    singular = engine.tensor(values[0], dtype=engine.float64)
+    good = engine.tensor(values[1], dtype=engine.float64, requires_grad=True)
+    assert engine.gradcheck(lambda a: engine.linalg.inv_ex(engine.stack([singular, a])).inverse[1], (good,))
+
+
+CHECKED = {
+    "inv_ex": lambda t: t.linalg.inv_ex(t.tensor([[1.0, 2.0], [2.0, 4.0]]), check_errors=True),
+    "cholesky_ex of a batch": lambda t: t.linalg.cholesky_ex(t.tensor([[[1.0, 2.0], [2.0, 1.0]]]), check_errors=True),
+    "solve_ex": lambda t: t.linalg.solve_ex(t.tensor([[1.0, 2.0], [2.0, 4.0]]), t.ones(2), check_errors=True),
+    "norm of integers": lambda t: t.tensor([3, 4]).norm(),
+    "torch.norm of integers, p=1": lambda t: t.norm(t.tensor([3, 4]), p=1),
+}
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_refusals_as_pytorchs(name, oracle):
+    ours, theirs = (_refusal(lambda t=torch: CHECKED[name](t)) for torch in (engine, oracle))
+    assert isinstance(ours, RuntimeError if type(theirs) is RuntimeError else engine.linalg.LinAlgError)
+    assert str(ours) == str(theirs)
