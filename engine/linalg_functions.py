@@ -100,6 +100,25 @@ def _potf2(a):
     return a, 0
 
 
+CHOLESKY_DEPRECATED = (
+    "torch.cholesky is deprecated in favor of torch.linalg.cholesky and will be removed in a future PyTorch release.\n"
+    "L = torch.cholesky(A)\nshould be replaced with\nL = torch.linalg.cholesky(A)\nand\n"
+    "U = torch.cholesky(A, upper=True)\nshould be replaced with\nU = torch.linalg.cholesky(A).mH\n"
+    "This transform will produce equivalent results for all valid (symmetric positive definite) inputs."
+)
+
+
+def _worded(name, fn, *args):
+    """`fn(*args)`, a refusal of the `linalg.` op it calls worded as PyTorch's `name` (`cholesky: ...`)."""
+    try:
+        return fn(*args)
+    except RuntimeError as error:
+        message = str(error)
+        if not message.startswith("linalg."):
+            raise
+        raise type(error)(name + message[message.index(":") :]) from None
+
+
 def functions(ops) -> dict:
     def slogdet(input: VariableSurface) -> tuple[VariableSurface, VariableSurface]:
         """(sign, logabsdet): the sign has no gradient."""
@@ -108,7 +127,7 @@ def functions(ops) -> dict:
 
     def logdet(input: VariableSurface) -> VariableSurface:
         """log det: NaN where the determinant is negative."""
-        sign = ops["det"](input.detach()).sign()
+        sign = _worded("logdet", ops["det"], input.detach()).sign()
         return ops["where"](sign < 0, math.nan, ops["where"](sign == 0, -math.inf, ops["logabsdet"](input)))
 
     def cross(input: VariableSurface, other: VariableSurface, dim: int = -1) -> VariableSurface:
@@ -164,8 +183,16 @@ def functions(ops) -> dict:
         A = input2.mT @ input2 if upper else input2 @ input2.mT
         return swap_named(ops["inv"](A) @ input, "CholeskySolveBackward0")
 
+    def cholesky(input: VariableSurface, upper: bool = False) -> VariableSurface:
+        """The old spelling: torch.linalg.cholesky's factor (its transpose when upper), refusals worded `cholesky:`."""
+        once(CHOLESKY_DEPRECATED)
+        lower = _worded("cholesky", ops["cholesky"], input)
+        return swap_named(lower.mT if upper else lower, "CholeskyBackward0")
+
+    cholesky.op = ops["cholesky"]  # type: ignore[attr-defined]  # (linalg.cholesky's)
     return {
         **linalg_decompositions.functions(ops),
+        "cholesky": cholesky,
         "cholesky_solve": cholesky_solve,
         "slogdet": slogdet,
         "logdet": logdet,
@@ -234,7 +261,7 @@ def bind(ns) -> dict:
         return ns.inv(A) @ B
 
     def cholesky(A, *, upper=False):
-        lower = ns.cholesky(A)
+        lower = ns.cholesky.op(A)
         return lower.mT if upper else lower
 
     def multi_dot(tensors):
@@ -358,7 +385,7 @@ def bind(ns) -> dict:
         return kind(ns.where(mask, A.new_tensor(values), good), A.new_tensor(info, dtype=numpy.int32))
 
     def _cholesky_ex(A, upper, check_errors):
-        L, info = _ex(CHOLESKY_EX, "cholesky_ex", ns.cholesky, A, check_errors)
+        L, info = _ex(CHOLESKY_EX, "cholesky_ex", ns.cholesky.op, A, check_errors)
         return CHOLESKY_EX(L.mT if upper else L, info)
 
     def _solve_ex(A, B, left, check_errors):

@@ -330,8 +330,8 @@ class VariableSurface:
         """the smallest integer >= x (gradient zero, as in PyTorch)"""
     def ceil_(self) -> Self:
         """the smallest integer >= x (gradient zero, as in PyTorch)"""
-    def cholesky(self) -> Self:
-        """the lower Cholesky factor of each symmetric positive-definite matrix"""
+    def cholesky(self, upper: builtins.bool = False) -> Self:
+        """The old spelling: torch.linalg.cholesky's factor (its transpose when upper), refusals worded `cholesky:`."""
     def cholesky_solve(self, input2: VariableSurface, upper: builtins.bool = False) -> Self:
         """X of A X = input, A = L L^T from its Cholesky factor input2 (U^T U when upper), as a solve of that product."""
     def chunk(self, chunks: builtins.int, dim: builtins.int = 0) -> tuple[Self, ...]:

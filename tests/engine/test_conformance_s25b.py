@@ -9,6 +9,7 @@ import numpy
 import pytest
 
 import engine
+from engine import user_warnings
 from tests.engine.test_conformance_s23b import _refusal
 
 
@@ -73,13 +74,44 @@ CHECKED = {
     "inv_ex": lambda t: t.linalg.inv_ex(t.tensor([[1.0, 2.0], [2.0, 4.0]]), check_errors=True),
     "cholesky_ex of a batch": lambda t: t.linalg.cholesky_ex(t.tensor([[[1.0, 2.0], [2.0, 1.0]]]), check_errors=True),
     "solve_ex": lambda t: t.linalg.solve_ex(t.tensor([[1.0, 2.0], [2.0, 4.0]]), t.ones(2), check_errors=True),
+    "torch.cholesky of an indefinite matrix": lambda t: t.cholesky(t.tensor([[1.0, 2.0], [2.0, 1.0]])),
+    "Tensor.cholesky of 2x3": lambda t: t.ones(2, 3).cholesky(),
+    "logdet of 2x3": lambda t: t.logdet(t.ones(2, 3)),
+    "logdet of a vector": lambda t: t.logdet(t.ones(3)),
+    "logdet of integers": lambda t: t.logdet(t.ones(2, 2, dtype=t.long)),
     "norm of integers": lambda t: t.tensor([3, 4]).norm(),
     "torch.norm of integers, p=1": lambda t: t.norm(t.tensor([3, 4]), p=1),
 }
 
 
 @pytest.mark.parametrize("name", CHECKED)
+@pytest.mark.filterwarnings("ignore:torch.cholesky is deprecated")
 def test_refusals_as_pytorchs(name, oracle):
     ours, theirs = (_refusal(lambda t=torch: CHECKED[name](t)) for torch in (engine, oracle))
     assert isinstance(ours, RuntimeError if type(theirs) is RuntimeError else engine.linalg.LinAlgError)
     assert str(ours) == str(theirs)
+
+
+@pytest.mark.filterwarnings("ignore:torch.cholesky is deprecated")
+@pytest.mark.parametrize("upper", [False, True])
+def test_old_cholesky_spelling(upper, oracle):
+    """torch.cholesky(A, upper): linalg.cholesky's factor (transposed when upper), node CholeskyBackward0."""
+    values = [[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]]
+    results = []
+    for torch in (engine, oracle):
+        A = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+        L = torch.cholesky(A, upper=upper)
+        assert type(L.grad_fn).__name__ == "CholeskyBackward0"
+        (L * torch.arange(9.0, dtype=torch.float64).reshape(3, 3)).sum().backward()
+        results.append((L.detach().numpy(), A.grad.numpy()))
+    for ours, theirs in zip(*results):
+        numpy.testing.assert_allclose(ours, theirs, rtol=1e-10)
+    A = engine.tensor(values, dtype=engine.float64, requires_grad=True)
+    assert engine.gradcheck(lambda a: engine.cholesky((a + a.mT) / 2, upper=upper), (A,))
+
+
+def test_old_cholesky_spelling_warns_as_pytorch(monkeypatch):
+    """Once a process, as PyTorch's TORCH_WARN_ONCE."""
+    monkeypatch.setattr(user_warnings, "WARNED_ONCE", set())
+    with pytest.warns(UserWarning, match="torch.cholesky is deprecated in favor of torch.linalg.cholesky"):
+        engine.cholesky(engine.eye(2))
