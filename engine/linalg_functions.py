@@ -39,6 +39,7 @@ CHOLESKY_EX = namedtuple("linalg_cholesky_ex", "L info")  # type: ignore[name-ma
 SOLVE_EX = namedtuple("linalg_solve_ex", "result info")  # type: ignore[name-match]
 LU = namedtuple("linalg_lu", "P L U")  # type: ignore[name-match]
 LU_FACTOR = namedtuple("linalg_lu_factor", "LU pivots")  # type: ignore[name-match]
+LU_UNPACK = namedtuple("lu_unpack", "P L U")  # type: ignore[name-match]
 LU_FACTOR_EX = namedtuple("linalg_lu_factor_ex", "LU pivots info")  # type: ignore[name-match]
 
 
@@ -189,11 +190,17 @@ def functions(ops) -> dict:
         lower = _worded("cholesky", ops["cholesky"], input)
         return swap_named(lower.mT if upper else lower, "CholeskyBackward0")
 
+    def cholesky_inverse(input: VariableSurface, upper: bool = False) -> VariableSurface:
+        """The inverse of A = L L^T (U^T U when upper) from its Cholesky factor, as the inverse of that product."""
+        factor = input.triu() if upper else input.tril()
+        return swap_named(ops["inv"](factor.mT @ factor if upper else factor @ factor.mT), "CholeskyInverseBackward0")
+
     cholesky.op = ops["cholesky"]  # type: ignore[attr-defined]  # (linalg.cholesky's)
     return {
         **linalg_decompositions.functions(ops),
         "cholesky": cholesky,
         "cholesky_solve": cholesky_solve,
+        "cholesky_inverse": cholesky_inverse,
         "slogdet": slogdet,
         "logdet": logdet,
         "cross": cross,
@@ -358,17 +365,57 @@ def bind(ns) -> dict:
             raise RuntimeError(
                 f"torch.linalg.lu_solve: A must be batches of square matrices, but they are {m} by {n} matrices"
             )
-        rows = numpy.tile(numpy.arange(LU.shape[-1]), (*pivots.shape[:-1], 1))
-        for j, p in enumerate(numpy.moveaxis(pivots.numpy() - 1, -1, 0)):
-            at = numpy.indices(p.shape)
-            rows[(*at, j)], rows[(*at, p)] = rows[(*at, p)], rows[(*at, j)].copy()
-        L = LU.tril(-1) + ns.eye(LU.shape[-1], dtype=LU.dtype)
-        A = (
-            ns.nn.functional.one_hot(LU.new_tensor(rows, dtype=numpy.int64), LU.shape[-1]).to(LU.dtype).mT
-            @ L
-            @ LU.triu()
-        )
+        P, L, U = lu_unpack(LU, pivots)
+        A = P @ L @ U
         return swap_named(solve(A.mT if adjoint else A, B, left=left), "LinalgLuSolveBackward0")
+
+    def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
+        """(P, L, U) of A = P L U from lu_factor's compact LU and LAPACK's 1-based row swaps."""
+        m, k = LU_data.shape[-2], LU_pivots.shape[-1]
+        P, L, U = LU_data.new_zeros(0), LU_data.reshape(-1)[:0], LU_data.reshape(-1)[:0]
+        if unpack_pivots:
+            rows = numpy.tile(numpy.arange(m), (*LU_pivots.shape[:-1], 1))
+            for j, p in enumerate(numpy.moveaxis(LU_pivots.numpy() - 1, -1, 0)):
+                at = numpy.indices(p.shape)
+                rows[(*at, j)], rows[(*at, p)] = rows[(*at, p)], rows[(*at, j)].copy()
+            P = ns.nn.functional.one_hot(LU_data.new_tensor(rows, dtype=numpy.int64), m).to(LU_data.dtype).mT
+        if unpack_data:
+            L = LU_data[..., :k].tril(-1) + ns.eye(m, k, dtype=LU_data.dtype)
+            U = LU_data[..., :k, :].triu()
+        return LU_UNPACK(P, *(swap_named(t, "LuUnpackBackward0") for t in (L, U)))
+
+    def solve_triangular(A, B, *, upper, left=True, unitriangular=False):
+        """X of A X = B (X A = B when not left) reading A's upper or lower triangle (a unit diagonal when
+        unitriangular), as the solve of that triangular matrix."""
+        if B.ndim < 2:
+            raise RuntimeError("linalg.solve_triangular: The input tensor B must have at least 2 dimensions.")
+        T = A.triu(int(unitriangular)) if upper else A.tril(-int(unitriangular))
+        T = T + ns.eye(A.shape[-1], dtype=A.dtype) if unitriangular else T
+        return swap_named(solve(T, B, left=left), "LinalgSolveTriangularBackward0")
+
+    def tensorinv(A, ind=2):
+        """The inverse of A read as a matrix of its first `ind` dimensions by the rest."""
+        if ind <= 0:
+            raise RuntimeError(f"Expected a strictly positive integer for 'ind', but got {ind}")
+        rows, columns = A.shape[:ind], A.shape[ind:]
+        if math.prod(rows) != math.prod(columns):
+            raise RuntimeError(
+                "Expected self to satisfy the requirement prod(self.shape[ind:]) == prod(self.shape[:ind]), but got "
+                f"{math.prod(columns)} != {math.prod(rows)}"
+            )
+        return ns.inv(A.reshape(math.prod(rows), -1)).reshape(*columns, *rows)
+
+    def tensorsolve(A, B, dims=None):
+        """X with tensordot(A, X, X.ndim) = B: A's `dims` moved last, A read as a matrix of B's dimensions by X's."""
+        if dims is not None:
+            A = A.movedim(list(dims), list(range(A.ndim - len(dims), A.ndim)))
+        rows, columns = A.shape[: B.ndim], A.shape[B.ndim :]
+        if math.prod(rows) != math.prod(columns):
+            raise RuntimeError(
+                "Expected self to satisfy the requirement prod(self.shape[other.ndim:]) == "
+                f"prod(self.shape[:other.ndim]), but got {math.prod(columns)} != {math.prod(rows)}"
+            )
+        return (ns.inv(A.reshape(math.prod(rows), -1)) @ B.reshape(-1)).reshape(columns)
 
     def _ex(kind, name, compute, A, check_errors, *others):
         """(result, info) of `compute` (inv, cholesky, solve), which refuses a singular or indefinite matrix: the
@@ -434,6 +481,9 @@ def bind(ns) -> dict:
         "lu_factor": lu_factor,
         "lu_factor_ex": lu_factor_ex,
         "lu_solve": lu_solve,
+        "solve_triangular": solve_triangular,
+        "tensorinv": tensorinv,
+        "tensorsolve": tensorsolve,
         "diagonal": lambda A, *, offset=0, dim1=-2, dim2=-1: A.diagonal(offset, dim1, dim2),
     }
 
@@ -449,4 +499,5 @@ def bind(ns) -> dict:
     checked = {name: _checked(fn, name) for name, fn in names.items()}
     for name in ("eig", "eigvals"):
         checked[name] = _missing(name)
-    return {"linalg": SimpleNamespace(**checked, LinAlgError=LinAlgError), "chain_matmul": chain_matmul}
+    linalg = SimpleNamespace(**checked, LinAlgError=LinAlgError)
+    return {"linalg": linalg, "chain_matmul": chain_matmul, "lu_unpack": lu_unpack}

@@ -332,6 +332,8 @@ class VariableSurface:
         """the smallest integer >= x (gradient zero, as in PyTorch)"""
     def cholesky(self, upper: builtins.bool = False) -> Self:
         """The old spelling: torch.linalg.cholesky's factor (its transpose when upper), refusals worded `cholesky:`."""
+    def cholesky_inverse(self, upper: builtins.bool = False) -> Self:
+        """The inverse of A = L L^T (U^T U when upper) from its Cholesky factor, as the inverse of that product."""
     def cholesky_solve(self, input2: VariableSurface, upper: builtins.bool = False) -> Self:
         """X of A X = input, A = L L^T from its Cholesky factor input2 (U^T U when upper), as a solve of that product."""
     def chunk(self, chunks: builtins.int, dim: builtins.int = 0) -> tuple[Self, ...]:
