@@ -326,10 +326,14 @@ class VariableSurface:
     def bool(self) -> Self:
         """This Variable as bool (differentiable)."""
     def broadcast_to(self, size: Sequence[builtins.int]) -> Self: ...
+    def byte(self) -> Self:
+        """This Variable as uint8 (differentiable)."""
     def ceil(self) -> Self:
         """the smallest integer >= x (gradient zero, as in PyTorch)"""
     def ceil_(self) -> Self:
         """the smallest integer >= x (gradient zero, as in PyTorch)"""
+    def char(self) -> Self:
+        """This Variable as int8 (differentiable)."""
     def cholesky(self, upper: builtins.bool = False) -> Self:
         """The old spelling: torch.linalg.cholesky's factor (its transpose when upper), refusals worded `cholesky:`."""
     def cholesky_inverse(self, upper: builtins.bool = False) -> Self:
@@ -1031,6 +1035,8 @@ class VariableSurface:
         """-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)"""
     def sgn_(self) -> Self:
         """-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)"""
+    def short(self) -> Self:
+        """This Variable as int16 (differentiable)."""
     def sigmoid(self) -> Self:
         """1 / (1 + e ** -x), computed stably"""
     def sigmoid_(self) -> Self:

@@ -182,3 +182,15 @@ def test_composed_linalg_refusals(name, oracle):
     ours, theirs = (_refusal(lambda t=torch: LINALG_REFUSED[name](t)) for torch in (engine, oracle))
     assert type(theirs) is RuntimeError and isinstance(ours, RuntimeError)
     assert str(ours) == str(theirs)
+
+
+@pytest.mark.parametrize("method", ["byte", "char", "short"])
+def test_integer_cast_methods(method, oracle):
+    """x.byte(), x.char(), x.short() of floats (wrapping out of range as PyTorch's on this platform) and of integers:
+    values and dtypes as PyTorch's, no gradient."""
+    for values in ([1.5, -2.0, 300.0], [1, 2, -3]):
+        ours, theirs = (getattr(torch.tensor(values), method)() for torch in (engine, oracle))
+        assert str(ours.dtype) == str(theirs.dtype)
+        assert ours.tolist() == theirs.tolist()
+    x = engine.tensor([1.5, 2.0], requires_grad=True)
+    assert not getattr(x, method)().requires_grad
