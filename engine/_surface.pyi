@@ -99,6 +99,7 @@ __all__ = [
     "cdist",
     "ceil",
     "cholesky",
+    "cholesky_inverse",
     "cholesky_solve",
     "chunk",
     "clamp",
@@ -712,8 +713,11 @@ def cdist(x1: VariableSurface, x2: VariableSurface, p: builtins.float = 2.0, **o
 def ceil(input: Operand) -> Variable:
     """the smallest integer >= x (gradient zero, as in PyTorch)"""
 
-def cholesky(input: Operand) -> Variable:
-    """the lower Cholesky factor of each symmetric positive-definite matrix"""
+def cholesky(input: VariableSurface, upper: builtins.bool = False) -> Variable:
+    """The old spelling: torch.linalg.cholesky's factor (its transpose when upper), refusals worded `cholesky:`."""
+
+def cholesky_inverse(input: VariableSurface, upper: builtins.bool = False) -> Variable:
+    """The inverse of A = L L^T (U^T U when upper) from its Cholesky factor, as the inverse of that product."""
 
 def cholesky_solve(input: VariableSurface, input2: VariableSurface, upper: builtins.bool = False) -> Variable:
     """X of A X = input, A = L L^T from its Cholesky factor input2 (U^T U when upper), as a solve of that product."""

@@ -41,6 +41,9 @@ CAST_METHODS = {
     "half": "float16",
     "long": "int64",
     "int": "int32",
+    "short": "int16",
+    "char": "int8",
+    "byte": "uint8",
     "bool": "bool",
 }
 VOLATILE_MESSAGE = "volatile was removed (PyTorch 0.4) and has no effect; use `with no_grad():` instead"
@@ -89,7 +92,11 @@ def dtype_of(kind) -> str:
 
 def _cast_method(dtype, cast):
     def method(self) -> VariableSurface:
-        return self if numpy.dtype(self.dtype).name == dtype else cast(self, dtype)
+        if numpy.dtype(self.dtype).name == dtype:
+            return self
+        if dtype in ("int16", "int8", "uint8"):  # (not the cast op's dtypes: converted here, no gradient as PyTorch's)
+            return self.new_tensor(self.detach().numpy().astype(dtype), dtype=dtype)
+        return cast(self, dtype)
 
     method.__name__ = numpy.dtype(dtype).name
     method.__doc__ = f"This Variable as {numpy.dtype(dtype).name} (differentiable)."

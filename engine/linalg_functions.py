@@ -10,6 +10,7 @@ decompositions are `engine.linalg_decompositions`', `lu`/`lu_factor` Gaussian el
 from __future__ import annotations
 
 import math
+import re
 from collections import namedtuple
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ CHOLESKY_EX = namedtuple("linalg_cholesky_ex", "L info")  # type: ignore[name-ma
 SOLVE_EX = namedtuple("linalg_solve_ex", "result info")  # type: ignore[name-match]
 LU = namedtuple("linalg_lu", "P L U")  # type: ignore[name-match]
 LU_FACTOR = namedtuple("linalg_lu_factor", "LU pivots")  # type: ignore[name-match]
+LU_UNPACK = namedtuple("lu_unpack", "P L U")  # type: ignore[name-match]
 LU_FACTOR_EX = namedtuple("linalg_lu_factor_ex", "LU pivots info")  # type: ignore[name-match]
 
 
@@ -58,7 +60,7 @@ def _checked(fn, what):
         except LinAlgError:  # (the ops' words: inv's and cholesky's are PyTorch's)
             if what in ("solve", "solve_ex"):
                 raise LinAlgError(
-                    "torch.linalg.solve: The solver failed because the input matrix is singular."
+                    f"torch.linalg.{what}: The solver failed because the input matrix is singular."
                 ) from None
             raise
         except numpy.linalg.LinAlgError as error:
@@ -66,6 +68,56 @@ def _checked(fn, what):
 
     call.__name__ = what
     return call
+
+
+def _lu_solve_values(a, b):
+    """X of A X = B by LAPACK's getrf and getrs, dividing by a zero pivot as they do (the values `solve_ex` and
+    `inv_ex` return for a singular A: infs and NaNs); float64 arrays [n, n], [n, k]."""
+    rows = pivots_of(a, "linalg.solve_ex")[0]
+    lu, x = a[rows].copy(), b[rows].copy()
+    n = len(lu)
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        for j in range(n - 1):
+            pivot = lu[j, j] if lu[j, j] != 0 else 1.0
+            lu[j + 1 :, j] /= pivot
+            lu[j + 1 :, j + 1 :] -= numpy.outer(lu[j + 1 :, j], lu[j, j + 1 :])
+            x[j + 1 :] -= numpy.outer(lu[j + 1 :, j], x[j])
+        for j in range(n - 1, -1, -1):
+            x[j] = (x[j] - lu[j, j + 1 :] @ x[j + 1 :]) / lu[j, j]
+    return x
+
+
+def _potf2(a):
+    """LAPACK potf2's lower factor of `a` (its lower triangle), stopping at the first non-positive pivot as it
+    does (left in place, the rest of `a` as given): (L, info)."""
+    a = numpy.tril(a)
+    for j in range(len(a)):
+        pivot = a[j, j] - a[j, :j] @ a[j, :j]
+        if not pivot > 0:
+            a[j, j] = pivot
+            return a, j + 1
+        a[j, j] = math.sqrt(pivot)
+        a[j + 1 :, j] = (a[j + 1 :, j] - a[j + 1 :, :j] @ a[j, :j]) / a[j, j]
+    return a, 0
+
+
+CHOLESKY_DEPRECATED = (
+    "torch.cholesky is deprecated in favor of torch.linalg.cholesky and will be removed in a future PyTorch release.\n"
+    "L = torch.cholesky(A)\nshould be replaced with\nL = torch.linalg.cholesky(A)\nand\n"
+    "U = torch.cholesky(A, upper=True)\nshould be replaced with\nU = torch.linalg.cholesky(A).mH\n"
+    "This transform will produce equivalent results for all valid (symmetric positive definite) inputs."
+)
+
+
+def _worded(name, fn, *args):
+    """`fn(*args)`, a refusal of the `linalg.` op it calls worded as PyTorch's `name` (`cholesky: ...`)."""
+    try:
+        return fn(*args)
+    except RuntimeError as error:
+        message = str(error)
+        if not message.startswith("linalg."):
+            raise
+        raise type(error)(name + message[message.index(":") :]) from None
 
 
 def functions(ops) -> dict:
@@ -76,7 +128,7 @@ def functions(ops) -> dict:
 
     def logdet(input: VariableSurface) -> VariableSurface:
         """log det: NaN where the determinant is negative."""
-        sign = ops["det"](input.detach()).sign()
+        sign = _worded("logdet", ops["det"], input.detach()).sign()
         return ops["where"](sign < 0, math.nan, ops["where"](sign == 0, -math.inf, ops["logabsdet"](input)))
 
     def cross(input: VariableSurface, other: VariableSurface, dim: int = -1) -> VariableSurface:
@@ -132,9 +184,23 @@ def functions(ops) -> dict:
         A = input2.mT @ input2 if upper else input2 @ input2.mT
         return swap_named(ops["inv"](A) @ input, "CholeskySolveBackward0")
 
+    def cholesky(input: VariableSurface, upper: bool = False) -> VariableSurface:
+        """The old spelling: torch.linalg.cholesky's factor (its transpose when upper), refusals worded `cholesky:`."""
+        once(CHOLESKY_DEPRECATED)
+        lower = _worded("cholesky", ops["cholesky"], input)
+        return swap_named(lower.mT if upper else lower, "CholeskyBackward0")
+
+    def cholesky_inverse(input: VariableSurface, upper: bool = False) -> VariableSurface:
+        """The inverse of A = L L^T (U^T U when upper) from its Cholesky factor, as the inverse of that product."""
+        factor = input.triu() if upper else input.tril()
+        return swap_named(ops["inv"](factor.mT @ factor if upper else factor @ factor.mT), "CholeskyInverseBackward0")
+
+    cholesky.op = ops["cholesky"]  # type: ignore[attr-defined]  # (linalg.cholesky's)
     return {
         **linalg_decompositions.functions(ops),
+        "cholesky": cholesky,
         "cholesky_solve": cholesky_solve,
+        "cholesky_inverse": cholesky_inverse,
         "slogdet": slogdet,
         "logdet": logdet,
         "cross": cross,
@@ -202,7 +268,7 @@ def bind(ns) -> dict:
         return ns.inv(A) @ B
 
     def cholesky(A, *, upper=False):
-        lower = ns.cholesky(A)
+        lower = ns.cholesky.op(A)
         return lower.mT if upper else lower
 
     def multi_dot(tensors):
@@ -299,20 +365,96 @@ def bind(ns) -> dict:
             raise RuntimeError(
                 f"torch.linalg.lu_solve: A must be batches of square matrices, but they are {m} by {n} matrices"
             )
-        rows = numpy.tile(numpy.arange(LU.shape[-1]), (*pivots.shape[:-1], 1))
-        for j, p in enumerate(numpy.moveaxis(pivots.numpy() - 1, -1, 0)):
-            at = numpy.indices(p.shape)
-            rows[(*at, j)], rows[(*at, p)] = rows[(*at, p)], rows[(*at, j)].copy()
-        L = LU.tril(-1) + ns.eye(LU.shape[-1], dtype=LU.dtype)
-        A = (
-            ns.nn.functional.one_hot(LU.new_tensor(rows, dtype=numpy.int64), LU.shape[-1]).to(LU.dtype).mT
-            @ L
-            @ LU.triu()
-        )
+        P, L, U = lu_unpack(LU, pivots)
+        A = P @ L @ U
         return swap_named(solve(A.mT if adjoint else A, B, left=left), "LinalgLuSolveBackward0")
 
-    def _ex(kind, result, A):
-        return kind(result, A.new_zeros(A.shape[:-2]).int())
+    def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
+        """(P, L, U) of A = P L U from lu_factor's compact LU and LAPACK's 1-based row swaps."""
+        m, k = LU_data.shape[-2], LU_pivots.shape[-1]
+        P, L, U = LU_data.new_zeros(0), LU_data.reshape(-1)[:0], LU_data.reshape(-1)[:0]
+        if unpack_pivots:
+            rows = numpy.tile(numpy.arange(m), (*LU_pivots.shape[:-1], 1))
+            for j, p in enumerate(numpy.moveaxis(LU_pivots.numpy() - 1, -1, 0)):
+                at = numpy.indices(p.shape)
+                rows[(*at, j)], rows[(*at, p)] = rows[(*at, p)], rows[(*at, j)].copy()
+            P = ns.nn.functional.one_hot(LU_data.new_tensor(rows, dtype=numpy.int64), m).to(LU_data.dtype).mT
+        if unpack_data:
+            L = LU_data[..., :k].tril(-1) + ns.eye(m, k, dtype=LU_data.dtype)
+            U = LU_data[..., :k, :].triu()
+        return LU_UNPACK(P, *(swap_named(t, "LuUnpackBackward0") for t in (L, U)))
+
+    def solve_triangular(A, B, *, upper, left=True, unitriangular=False):
+        """X of A X = B (X A = B when not left) reading A's upper or lower triangle (a unit diagonal when
+        unitriangular), as the solve of that triangular matrix."""
+        if B.ndim < 2:
+            raise RuntimeError("linalg.solve_triangular: The input tensor B must have at least 2 dimensions.")
+        T = A.triu(int(unitriangular)) if upper else A.tril(-int(unitriangular))
+        T = T + ns.eye(A.shape[-1], dtype=A.dtype) if unitriangular else T
+        return swap_named(solve(T, B, left=left), "LinalgSolveTriangularBackward0")
+
+    def tensorinv(A, ind=2):
+        """The inverse of A read as a matrix of its first `ind` dimensions by the rest."""
+        if ind <= 0:
+            raise RuntimeError(f"Expected a strictly positive integer for 'ind', but got {ind}")
+        rows, columns = A.shape[:ind], A.shape[ind:]
+        if math.prod(rows) != math.prod(columns):
+            raise RuntimeError(
+                "Expected self to satisfy the requirement prod(self.shape[ind:]) == prod(self.shape[:ind]), but got "
+                f"{math.prod(columns)} != {math.prod(rows)}"
+            )
+        return ns.inv(A.reshape(math.prod(rows), -1)).reshape(*columns, *rows)
+
+    def tensorsolve(A, B, dims=None):
+        """X with tensordot(A, X, X.ndim) = B: A's `dims` moved last, A read as a matrix of B's dimensions by X's."""
+        if dims is not None:
+            A = A.movedim(list(dims), list(range(A.ndim - len(dims), A.ndim)))
+        rows, columns = A.shape[: B.ndim], A.shape[B.ndim :]
+        if math.prod(rows) != math.prod(columns):
+            raise RuntimeError(
+                "Expected self to satisfy the requirement prod(self.shape[other.ndim:]) == "
+                f"prod(self.shape[:other.ndim]), but got {math.prod(columns)} != {math.prod(rows)}"
+            )
+        return (ns.inv(A.reshape(math.prod(rows), -1)) @ B.reshape(-1)).reshape(columns)
+
+    def _ex(kind, name, compute, A, check_errors, *others):
+        """(result, info) of `compute` (inv, cholesky, solve), which refuses a singular or indefinite matrix: the
+        values and info LAPACK leaves for those matrices (`_failed_values`); check_errors raises as `name`."""
+        try:
+            return kind(compute(A, *others), A.new_zeros(A.shape[:-2]).int())
+        except LinAlgError as error:
+            if check_errors:
+                raise LinAlgError(re.sub(r"^(torch\.)?linalg\.\w+:", f"\\1linalg.{name}:", str(error))) from None
+        values, info = _failed_values(name, A.detach().numpy(), *(o.detach().numpy() for o in others))
+        failed = A.new_tensor(info > 0, dtype=numpy.bool_)
+        mask = failed.reshape(*failed.shape, *[1] * (values.ndim - failed.ndim))
+        good = compute(ns.where(failed[..., None, None], ns.eye(A.shape[-1], dtype=A.dtype), A), *others)
+        return kind(ns.where(mask, A.new_tensor(values), good), A.new_tensor(info, dtype=numpy.int32))
+
+    def _cholesky_ex(A, upper, check_errors):
+        L, info = _ex(CHOLESKY_EX, "cholesky_ex", ns.cholesky.op, A, check_errors)
+        return CHOLESKY_EX(L.mT if upper else L, info)
+
+    def _solve_ex(A, B, left, check_errors):
+        if not left:
+            X, info = _ex(SOLVE_EX, "solve_ex", solve, A.mT, check_errors, B.mT)
+            return SOLVE_EX(X.mT, info)
+        return _ex(SOLVE_EX, "solve_ex", solve, A, check_errors, B)
+
+    def _failed_values(name, a, b=None):
+        flat, info = a.reshape(-1, *a.shape[-2:]).astype(numpy.float64), []
+        if name == "cholesky_ex":
+            values, info = zip(*(_potf2(m) for m in flat))
+        else:
+            eye = numpy.eye(a.shape[-1])
+            vector = b is not None and (b.ndim == 1 or (b.ndim == a.ndim - 1 and b.shape == a.shape[:-1]))
+            b = eye if b is None else b[..., None] if vector else b
+            rhs = numpy.broadcast_to(b, (*a.shape[:-2], *b.shape[-2:])).reshape(len(flat), *b.shape[-2:])
+            values = [_lu_solve_values(m, r) for m, r in zip(flat, rhs)]
+            info = pivots_of(a, name)[2].reshape(-1)
+            values = [v[..., 0] if vector else v for v in values]
+        values = numpy.stack(values).reshape(*a.shape[:-2], *values[0].shape).astype(a.dtype)
+        return values, numpy.asarray(info, numpy.int32).reshape(a.shape[:-2])
 
     names: dict[str, Any] = {
         **decompositions,
@@ -320,9 +462,9 @@ def bind(ns) -> dict:
         "vector_norm": vector_norm,
         "matrix_norm": matrix_norm,
         "inv": ns.inv,
-        "inv_ex": lambda A, *, check_errors=False: _ex(INV_EX, ns.inv(A), A),
-        "cholesky_ex": lambda A, *, upper=False, check_errors=False: _ex(CHOLESKY_EX, cholesky(A, upper=upper), A),
-        "solve_ex": lambda A, B, *, left=True, check_errors=False: _ex(SOLVE_EX, solve(A, B, left=left), A),
+        "inv_ex": lambda A, *, check_errors=False: _ex(INV_EX, "inv_ex", ns.inv, A, check_errors),
+        "cholesky_ex": lambda A, *, upper=False, check_errors=False: _cholesky_ex(A, upper, check_errors),
+        "solve_ex": lambda A, B, *, left=True, check_errors=False: _solve_ex(A, B, left, check_errors),
         "det": ns.det,
         "slogdet": ns.slogdet,
         "solve": solve,
@@ -339,6 +481,9 @@ def bind(ns) -> dict:
         "lu_factor": lu_factor,
         "lu_factor_ex": lu_factor_ex,
         "lu_solve": lu_solve,
+        "solve_triangular": solve_triangular,
+        "tensorinv": tensorinv,
+        "tensorsolve": tensorsolve,
         "diagonal": lambda A, *, offset=0, dim1=-2, dim2=-1: A.diagonal(offset, dim1, dim2),
     }
 
@@ -354,4 +499,5 @@ def bind(ns) -> dict:
     checked = {name: _checked(fn, name) for name, fn in names.items()}
     for name in ("eig", "eigvals"):
         checked[name] = _missing(name)
-    return {"linalg": SimpleNamespace(**checked, LinAlgError=LinAlgError), "chain_matmul": chain_matmul}
+    linalg = SimpleNamespace(**checked, LinAlgError=LinAlgError)
+    return {"linalg": linalg, "chain_matmul": chain_matmul, "lu_unpack": lu_unpack}

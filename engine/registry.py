@@ -190,6 +190,7 @@ KEEPS_FIT = frozenset(
         shapes.reduce,
         shapes.reduce_float,
         shapes.reduce_mean,
+        shapes.reduce_norm,
         shapes.reduce_same_dtype,
         shapes.permute,
     )

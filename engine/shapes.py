@@ -280,6 +280,14 @@ def reduce_mean(shapes, dtypes, attrs):
     return reduce_float(shapes, dtypes, attrs)
 
 
+def reduce_norm(shapes, dtypes, attrs):
+    """`reduce_float`, refusing an integer or bool input as PyTorch's norm (linalg.vector_norm) does."""
+    if numpy.dtype(dtypes[0]).kind not in "fc":
+        what = "Expected a floating point or complex tensor as input"
+        raise DtypeError(f"linalg.vector_norm: {what}. Got {scalar_name(dtypes[0])}")
+    return reduce_float(shapes, dtypes, attrs)
+
+
 def reduce_same_dtype(shapes, dtypes, attrs):
     return reduce(shapes, dtypes, attrs)[0], numpy.result_type(dtypes[0])
 

@@ -33,7 +33,6 @@ METHOD_OPS: dict[str, str] = {
     "bitwise_right_shift": "bitwise_right_shift",
     "bitwise_xor": "bitwise_xor",
     "ceil": "ceil",
-    "cholesky": "cholesky",
     "clone": "clone",
     "cos": "cos",
     "cosh": "cosh",
@@ -226,12 +225,6 @@ class SurfaceMethods:
 
         the smallest integer >= x (gradient zero, as in PyTorch)"""
         return self._ops.ceil(self, *args, **kwargs)
-
-    def cholesky(self, *args: Any, **kwargs: Any) -> Any:
-        """cholesky(self) -> Self
-
-        the lower Cholesky factor of each symmetric positive-definite matrix"""
-        return self._ops.cholesky(self, *args, **kwargs)
 
     def clone(self, *args: Any, **kwargs: Any) -> Any:
         """clone(self) -> Self

@@ -326,12 +326,18 @@ class VariableSurface:
     def bool(self) -> Self:
         """This Variable as bool (differentiable)."""
     def broadcast_to(self, size: Sequence[builtins.int]) -> Self: ...
+    def byte(self) -> Self:
+        """This Variable as uint8 (differentiable)."""
     def ceil(self) -> Self:
         """the smallest integer >= x (gradient zero, as in PyTorch)"""
     def ceil_(self) -> Self:
         """the smallest integer >= x (gradient zero, as in PyTorch)"""
-    def cholesky(self) -> Self:
-        """the lower Cholesky factor of each symmetric positive-definite matrix"""
+    def char(self) -> Self:
+        """This Variable as int8 (differentiable)."""
+    def cholesky(self, upper: builtins.bool = False) -> Self:
+        """The old spelling: torch.linalg.cholesky's factor (its transpose when upper), refusals worded `cholesky:`."""
+    def cholesky_inverse(self, upper: builtins.bool = False) -> Self:
+        """The inverse of A = L L^T (U^T U when upper) from its Cholesky factor, as the inverse of that product."""
     def cholesky_solve(self, input2: VariableSurface, upper: builtins.bool = False) -> Self:
         """X of A X = input, A = L L^T from its Cholesky factor input2 (U^T U when upper), as a solve of that product."""
     def chunk(self, chunks: builtins.int, dim: builtins.int = 0) -> tuple[Self, ...]:
@@ -1029,6 +1035,8 @@ class VariableSurface:
         """-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)"""
     def sgn_(self) -> Self:
         """-1, 0 or 1 by the sign of x (gradient zero, as in PyTorch)"""
+    def short(self) -> Self:
+        """This Variable as int16 (differentiable)."""
     def sigmoid(self) -> Self:
         """1 / (1 + e ** -x), computed stably"""
     def sigmoid_(self) -> Self:

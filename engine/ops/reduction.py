@@ -219,6 +219,8 @@ argmin = defop(
 
 
 def _norm_forward(xp, x, p, dim, keepdim):
+    if x.dtype.kind not in "fc":
+        raise ValueError("norm of integers")  # (refused by its shape rule, in PyTorch's words)
     axes = _axes(dim, x.ndim)
     if p == 2:
         return xp.sqrt((x * x).sum(axis=axes, keepdims=keepdim))
@@ -268,7 +270,7 @@ norm = defop(
         Sample(((3, 4),), {"p": 3.0}),
         Sample(((3, 4),), {"p": float("inf"), "dim": 0}),
     ),
-    infer=shapes.reduce_float,
+    infer=shapes.reduce_norm,
     scratch=_norm_scratch,
     doc="p-norm over dim (all when null); gradient 0 where the norm is 0",
 )
