@@ -173,7 +173,9 @@ def _ops_with(rules, arity=None, required_attrs=False):
 
 UNARY = _ops_with((shapes.same, shapes.floating), arity=1)
 BINARY = _ops_with((shapes.broadcast, shapes.compare), arity=2)
-REDUCTIONS = _ops_with((shapes.reduce, shapes.reduce_float, shapes.reduce_mean, shapes.reduce_same_dtype))
+REDUCTIONS = _ops_with(
+    (shapes.reduce, shapes.reduce_float, shapes.reduce_mean, shapes.reduce_same_dtype, shapes.reduce_norm)
+)
 ARG_REDUCTIONS = _ops_with((shapes.arg_reduce,))
 ALONG_DIM = _ops_with((shapes.along_dim, shapes.SOFTMAX, shapes.LOG_SOFTMAX), required_attrs=True)
 
