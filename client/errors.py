@@ -97,7 +97,8 @@ assert KIND_ERRORS.keys() == KINDS.keys(), "every protocol error kind has its ex
 
 
 # a singular or indefinite matrix (the engine's LinAlgError, as the executor words it): PyTorch's LinAlgError too
-_LinAlgError = type("LinAlgError", (GraphValidationError, engine.linalg.LinAlgError), {"__module__": __name__})
+_LINALG = engine.linalg.LinAlgError  # type: ignore[attr-defined]  # (installed with the surface: mypy can't see it)
+_LinAlgError = type("LinAlgError", (GraphValidationError, _LINALG), {"__module__": __name__})
 _SINGULAR = re.compile(r"failed: (torch\.)?linalg\.\w+: .*(singular|positive-definite)", re.IGNORECASE)
 
 
