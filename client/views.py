@@ -82,7 +82,7 @@ def _laid_out(v):
     info = view_of(v)
     if info is None:
         return None
-    out = variable_of(numpy.empty(info.base.shape, "u1"))  # (untouched memory: views never read it)
+    out = variable_of(numpy.empty(info.base.shape, "u1"))  # (its values never matter: only strides)
     for op, extras, attrs in info.steps:
         out = op.call([out, *extras], attrs)
     return out
