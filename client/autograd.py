@@ -96,7 +96,9 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
         output_values = ()
         grads = {var: gradient_node(outputs, seeds, value or var._graph_value()) for var, value in holders}
     else:
-        yield from fetching(session, [g._graph_value() for g in seeds if isinstance(g, Variable) and not g._has_value])
+        unknown = [g._graph_value() for g in seeds if isinstance(g, Variable) and not g._has_value]
+        if unknown or getattr(session, "_residents", None) is not None:  # (else nothing to fetch, nothing to flush)
+            yield from fetching(session, unknown)
         output_values = [o._graph_value() for o in outputs]
         grads = yield from _requesting(session, outputs, output_values, seeds, holders, retain)
     grads = _through_hooks(processed, grads, observed)

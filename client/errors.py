@@ -5,6 +5,9 @@ builtin exception that fits (`ValueError` for a rejected graph...), so `except V
 
 from __future__ import annotations
 
+import re
+
+import engine
 from engine.api import NoValue
 from wire.errors import KINDS, protocol_error
 
@@ -93,8 +96,16 @@ KIND_ERRORS = {cls.kind: cls for cls in _ANSWERS if cls.kind}
 assert KIND_ERRORS.keys() == KINDS.keys(), "every protocol error kind has its exception"
 
 
-def error_for_status(status: int) -> type[ServerError]:
-    """The exception class for an HTTP error status."""
+# a singular or indefinite matrix (the engine's LinAlgError, as the executor words it): PyTorch's LinAlgError too
+_LINALG = engine.linalg.LinAlgError  # type: ignore[attr-defined]  # (installed with the surface: mypy can't see it)
+_LinAlgError = type("LinAlgError", (GraphValidationError, _LINALG), {"__module__": __name__})
+_SINGULAR = re.compile(r"failed: (torch\.)?linalg\.\w+: .*(singular|positive-definite)", re.IGNORECASE)
+
+
+def error_for_status(status: int, message: str = "") -> type[ServerError]:
+    """The exception class for an HTTP error status (and its `message`: torch.linalg.LinAlgError's words)."""
+    if status == 422 and _SINGULAR.search(message):
+        return _LinAlgError
     return STATUS_ERRORS.get(status) or (RequestError if 400 <= status < 500 else InternalServerError)
 
 
@@ -104,6 +115,7 @@ def error_for_exception(err: Exception, where: str) -> ServerError:
     if error is None:
         return InternalServerError(f"internal error: {type(err).__name__}: {err}", 500, url=where)
     cls = KIND_ERRORS[error.kind]
+    cls = error_for_status(cls.statuses[0], str(error)) if cls is GraphValidationError else cls
     return cls(str(error), cls.statuses[0], error.node, error.field, where)
 
 

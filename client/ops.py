@@ -19,6 +19,7 @@ from client.errors import TracingError
 from client.graph import CONST, LEAF, OP, Node, Value, edge_of
 from client.serialize import attrs_key
 from client.variable import Variable, as_host_array
+from client.views import layout_methods
 from engine import backend
 from engine.api import (
     GRAD_FN_BY_CALL,
@@ -316,4 +317,7 @@ def install(backward) -> dict:
         functions={"getitem": getitem, "setitem": setitem, **{name: _viewing(name) for name in VIEWS}},
     )
     Variable._run = side.run
-    return install_surface(side)
+    surface = install_surface(side)
+    for name, method in layout_methods().items():
+        setattr(Variable, name, method)
+    return surface

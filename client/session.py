@@ -144,7 +144,9 @@ class _Core:
         """The Reply to a fetch's or a backward's call, with what the server holds of it sent in place of the graph:
         the tape the last backward of the same `outputs` (its Values, given when the session keeps `tapes`) and graph
         retained, else the plan id the server gave the graph. A lost plan or tape (404/409): the call itself is sent."""
-        graph_text = orjson.dumps(call.header["graph"]) if outputs or not self.embedded else None
+        if not outputs and self.embedded:  # (no plan id, no tape: the graph itself, handed over)
+            return (yield from self._calling(call))
+        graph_text = orjson.dumps(call.header["graph"])
         key = tuple(map(id, outputs))
         tape = self._tapes.get(key)
         sent = call

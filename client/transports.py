@@ -117,7 +117,7 @@ def raise_for_error(response: Response, url: str | None) -> Response:
         message = f"HTTP {response.status}" + (f": {text}" if text else "")
     if response.status in (404, 405) and body.get("node") is None and url:  # "Not Found": of what (a URL's prefix)
         message = f"{message}: {url}"
-    raise error_for_status(response.status)(message, response.status, body.get("node"), body.get("field"), url)
+    raise error_for_status(response.status, message)(message, response.status, body.get("node"), body.get("field"), url)
 
 
 def owned(tensors, copy: bool = False) -> dict:

@@ -74,3 +74,38 @@ def bump(v):
     version = v._version + 1
     for member in live(v) or (v,):
         member._version = version
+
+
+def _laid_out(v):
+    """`v`'s steps replayed on an engine array of its root base's shape when `v` is a view, else None: the engine
+    keeps PyTorch's strides, which the client's Variables don't hold (transpose, step slices, expand)."""
+    info = view_of(v)
+    if info is None:
+        return None
+    out = variable_of(numpy.empty(info.base.shape, "u1"))  # (its values never matter: only strides)
+    for op, extras, attrs in info.steps:
+        out = op.call([out, *extras], attrs)
+    return out
+
+
+def layout_methods() -> dict:
+    """PyTorch's `view`, `view_as`, `contiguous` and `is_contiguous` of a client Variable, decided on `_laid_out`."""
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        laid = _laid_out(self)
+        return laid is None or laid.is_contiguous()
+
+    def view(self, *shape, **kwargs):
+        if not is_contiguous(self):
+            _laid_out(self).view(*shape, **kwargs)  # PyTorch's refusal where its strides can't take the shape
+        return self.reshape(*shape, **kwargs)
+
+    def contiguous(self, memory_format=None):
+        return self if is_contiguous(self) else self.clone()
+
+    return {
+        "is_contiguous": is_contiguous,
+        "view": view,
+        "contiguous": contiguous,
+        "view_as": lambda s, o: view(s, o.shape),
+    }
