@@ -246,6 +246,10 @@ Raised, as decisions:
   `inv_ex`/`cholesky_ex`/`solve_ex` returning LAPACK's values with `info` as torch does, `solve_triangular`,
   `cholesky_inverse`, `lu_unpack`, `tensorinv`, `tensorsolve`, `byte`/`char`/`short`, the old `torch.cholesky`'s
   and `logdet`'s refusals in their own words, integer `norm` refused (+145) took it to 24865.
+- client 3315 -> 3360 (2026-11-30, session 25): a view of a strided view refused at the user's call, with
+  `is_contiguous`, `contiguous` and `view_as` as PyTorch's (the view's recorded steps replayed on an unused array,
+  whose strides the engine's rule reads; +39), a singular matrix raising `torch.linalg.LinAlgError` on every
+  transport, and the empty seed fetch skipped (+4) took it to 3358.
 """
 
 from __future__ import annotations
@@ -256,7 +260,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 24870, "wire": 6690, "service": 3870, "client": 3315}
+BUDGETS = {"engine": 24870, "wire": 6690, "service": 3870, "client": 3360}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
