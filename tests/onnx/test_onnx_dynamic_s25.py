@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.onnx.onnx_testkit import randomized
+from tests.onnx.test_onnx_exported_s24 import CausalAttention  # heads by `view`, a `tril` mask of the request's length
 from tests.service.service_testkit import asgi_client
 
 pytest.importorskip("onnx")
@@ -28,21 +29,6 @@ nn, F = torch.nn, torch.nn.functional
 
 TOL = {"rtol": 1e-4, "atol": 2e-5}
 SHAPES = [(3, 4), (1, 7), (2, 1)]  # (batch, seq) of the requests: none is the example's (2, 5)
-
-
-class CausalAttention(nn.Module):
-    """Heads by `view`, a `tril` mask of the request's length, `masked_fill` and softmax."""
-
-    def __init__(self):
-        super().__init__()
-        self.qkv, self.out = nn.Linear(8, 24), nn.Linear(8, 8)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = (z.view(b, t, 2, 4).transpose(1, 2) for z in self.qkv(x).split(8, dim=-1))
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
-        weights = (q @ k.transpose(-2, -1) / 2.0).masked_fill(~mask, float("-inf")).softmax(-1)
-        return self.out((weights @ v).transpose(1, 2).reshape(b, t, c))
 
 
 class FlashStyle(nn.Module):
