@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from tests.onnx.onnx_testkit import randomized
-from tests.onnx.test_onnx_exported_s24 import CausalAttention  # heads by `view`, a `tril` mask of the request's length
+from tests.onnx.test_onnx_exported_s24 import CausalAttention, _tensor  # the causal model, a tensor as JSON
 from tests.service.service_testkit import asgi_client
 
 pytest.importorskip("onnx")
@@ -326,11 +326,6 @@ def _torch_run(module, feeds, seed):
     out = module(*leaves.values())
     out.backward(torch.tensor(seed))
     return out.detach().numpy(), {n: t.grad.numpy() for n, t in leaves.items() if t.requires_grad}
-
-
-def _tensor(name: str, array: np.ndarray) -> dict:
-    datatype = "INT64" if array.dtype == np.int64 else "FP32"
-    return {"name": name, "shape": list(array.shape), "datatype": datatype, "data": array.ravel().tolist()}
 
 
 @pytest.fixture(scope="module")

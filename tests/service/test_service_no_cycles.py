@@ -6,12 +6,10 @@ real app leave nothing for `gc.collect()` to find; the app freezes what start-up
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import gc
 import json
 import time
-import types
 
 import pytest
 
@@ -116,7 +114,10 @@ def test_refused_and_timed_out_computations_leave_no_cyclic_garbage():
         return await asyncio.gather(*[pool.run(time.sleep, 0.1) for _ in range(4)], return_exceptions=True)
 
     asyncio.run(main())  # warm: the thread pool
-    gc.set_debug(gc.DEBUG_SAVEALL)  # what is found is kept, to be told apart from other threads' garbage
+    # an app an earlier test left running elsewhere may have frozen the heap (`gc.freeze` at start-up) and unfreeze
+    # it at its shutdown while this runs (its garbage, ~1M objects in a full-suite run, then collectable here):
+    # the heap is unfrozen and collected before the window instead
+    gc.unfreeze()
     with collector_off() as found:
         results = asyncio.run(main())
         # the timed-out computation's thread ends and frees its slot, however loaded the machine is (a fixed
@@ -125,19 +126,6 @@ def test_refused_and_timed_out_computations_leave_no_cyclic_garbage():
         while pool.in_flight and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.05)
-    gc.set_debug(0)
-    garbage, gc.garbage[:] = list(gc.garbage), []
     assert all(isinstance(r, ApiError) for r in results)
     assert "compute_timeout_s" in results[0].message and all("queue_timeout_s" in r.message for r in results[1:])
-    # none of it the pool's: its errors, jobs, futures or frames (a full suite's servers left in other threads by
-    # earlier tests may make garbage of their own while this runs)
-    assert not [o for o in garbage if _the_pools(o)], found[0]
-
-
-def _the_pools(o) -> bool:
-    if isinstance(o, (ApiError, ComputePool, asyncio.Future, concurrent.futures.Future)) or type(o).__name__ == "_Job":
-        return True
-    frame = o.tb_frame if isinstance(o, types.TracebackType) else o
-    return isinstance(frame, types.FrameType) and frame.f_code.co_filename.endswith(
-        ("compute.py", "asyncio/base_events.py")
-    )
+    assert found[0] == 0
