@@ -25,12 +25,15 @@ from engine.surface_types import (
 
 __all__ = [
     "BoolTensor",
+    "ByteTensor",
+    "CharTensor",
     "DoubleTensor",
     "FloatTensor",
     "Generator",
     "HalfTensor",
     "IntTensor",
     "LongTensor",
+    "ShortTensor",
     "Tensor",
     "abs",
     "absolute",
@@ -434,11 +437,14 @@ __all__ = [
 ]
 
 BoolTensor: TensorType
+ByteTensor: TensorType
+CharTensor: TensorType
 DoubleTensor: TensorType
 FloatTensor: TensorType
 HalfTensor: TensorType
 IntTensor: TensorType
 LongTensor: TensorType
+ShortTensor: TensorType
 Tensor = Variable
 
 def abs(input: Operand) -> Variable:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from engine import grad_fn_names, linalg_functions, tensor_arith, tensor_ops
+from engine import compat, grad_fn_names, linalg_functions, tensor_arith, tensor_ops
 from engine.devices import Device
 from engine.factory import as_dtype
 from engine.grad_fn_names import renamed
@@ -362,7 +362,7 @@ def methods(variable, ops, constructors) -> dict:
         placement.check(device)
         if dtype is None or numpy.dtype(dtype) == self.dtype:
             return self
-        return cast(self, dtype=numpy.dtype(dtype).name)
+        return compat.converted(self, numpy.dtype(dtype).name, lambda v, name: cast(v, dtype=name))
 
     def to(
         self,
