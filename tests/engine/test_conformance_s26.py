@@ -78,3 +78,56 @@ def test_an_integer_cast_cannot_require_grad(oracle):
     out = (cast * cast.to(engine.int8)).sum()  # the integer factor is a constant: d/dx = int8(x)
     out.backward()
     numpy.testing.assert_array_equal(cast.grad.numpy(), [1.0, 2.0])
+
+
+SINGULAR_TRIANGLE = [[1.0, 0.0, 0.0], [2.0, 0.0, 0.0], [1.0, 3.0, 4.0]]
+RHS = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+SINGULAR_SOLVES = {
+    "lower": lambda t, A, B: t.linalg.solve_triangular(A, B, upper=False),
+    "upper": lambda t, A, B: t.linalg.solve_triangular(A.mT, B, upper=True),
+    "lower, right": lambda t, A, B: t.linalg.solve_triangular(A, B.mT, upper=False, left=False),
+    "upper, right": lambda t, A, B: t.linalg.solve_triangular(A.mT, B.mT, upper=True, left=False),
+    "unitriangular (the zero diagonal unread)": lambda t, A, B: t.linalg.solve_triangular(
+        A, B, upper=False, unitriangular=True
+    ),
+    "zeros": lambda t, A, B: t.linalg.solve_triangular(t.zeros(2, 2), t.ones(2, 1), upper=True),
+    "a batch, broadcast": lambda t, A, B: t.linalg.solve_triangular(
+        t.stack([A, A.tril() + 5 * t.eye(3)]), B.expand(3, 1, 3, 2), upper=False
+    ),
+    "float64": lambda t, A, B: t.linalg.solve_triangular(A.double(), B.double(), upper=False),
+}
+
+
+@pytest.mark.parametrize("name", SINGULAR_SOLVES)
+def test_solve_triangular_of_a_singular_triangle_is_lapacks(name, oracle):
+    """A zero on the triangle's diagonal: PyTorch's substitution divides by it (infs, and NaNs of 0/0 or inf - inf)
+    where the engine's solve through the inverse raised LinAlgError."""
+    ours, theirs = (
+        SINGULAR_SOLVES[name](torch, torch.tensor(SINGULAR_TRIANGLE), torch.tensor(RHS)) for torch in (engine, oracle)
+    )
+    assert str(ours.dtype) == str(theirs.dtype) and ours.shape == theirs.shape
+    numpy.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("left", [False, True])
+def test_solve_triangular_of_a_batch_by_substitution(upper, left, oracle):
+    """Broadcast batches, one triangle singular: values, node name and the good triangles' gradients as PyTorch's
+    (and as finite differences)."""
+    rng = numpy.random.default_rng(5)
+    values = rng.uniform(-2.0, 2.0, (2, 1, 4, 4)) + 4 * numpy.eye(4)
+    values[0, 0, 2, 2] = 0.0
+    rhs = rng.uniform(-2.0, 2.0, (3, 4, 5) if left else (3, 5, 4))
+    results = []
+    for torch in (engine, oracle):
+        A = torch.tensor(values, requires_grad=True)
+        B = torch.tensor(rhs, requires_grad=True)
+        X = torch.linalg.solve_triangular(A, B, upper=upper, left=left)
+        assert type(X.grad_fn).__name__ == "LinalgSolveTriangularBackward0"
+        (X[1] * torch.linspace(-1.0, 2.0, X[1].numel(), dtype=torch.float64).reshape(X[1].shape)).sum().backward()
+        results.append((X.detach().numpy(), A.grad[1].numpy(), B.grad.numpy()))
+    for ours, theirs in zip(*results):
+        numpy.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12, equal_nan=True)
+    good = engine.tensor(values[1], requires_grad=True)
+    B = engine.tensor(rhs, requires_grad=True)
+    assert engine.gradcheck(lambda a, b: engine.linalg.solve_triangular(a, b, upper=upper, left=left), (good, B))
