@@ -131,3 +131,87 @@ def test_solve_triangular_of_a_batch_by_substitution(upper, left, oracle):
     good = engine.tensor(values[1], requires_grad=True)
     B = engine.tensor(rhs, requires_grad=True)
     assert engine.gradcheck(lambda a, b: engine.linalg.solve_triangular(a, b, upper=upper, left=left), (good, B))
+
+
+FIRST_CREATE_GRAPH_GRADIENTS = {
+    "x * x": lambda t, x: (x * x).sum(),
+    "x ** 3": lambda t, x: (x**3).sum(),
+    "exp(x) * x, x used twice": lambda t, x: (x.exp() * x).sum(),
+    "x * 2 (a constant gradient)": lambda t, x: (x * 2).sum(),
+}
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
+@pytest.mark.parametrize("name", FIRST_CREATE_GRAPH_GRADIENTS)
+def test_first_create_graph_gradient_is_a_recorded_copy(name, oracle):
+    """`loss.backward(create_graph=True)` into an empty `.grad`: PyTorch's AccumulateGrad keeps a copy of the sum
+    of the leaf's gradients (`CopyBackwards`, none when that sum needs no grad), where the engine kept the last
+    edge's gradient (`AddBackward0` of `x * x`); the next backward adds (`AddBackward0`). The values, and the
+    second derivative through `.grad`, as PyTorch's and as finite differences."""
+    results = []
+    for torch in (engine, oracle):
+        x = torch.tensor([0.5, -1.5, 2.0], dtype=torch.float64, requires_grad=True)
+        FIRST_CREATE_GRAPH_GRADIENTS[name](torch, x).backward(create_graph=True)
+        first = type(x.grad.grad_fn).__name__ if x.grad.grad_fn is not None else None
+        grad = x.grad
+        second = torch.autograd.grad(grad.pow(2).sum(), x, allow_unused=True)[0] if grad.requires_grad else None
+        FIRST_CREATE_GRAPH_GRADIENTS[name](torch, x).backward(create_graph=True)
+        then = type(x.grad.grad_fn).__name__ if x.grad.grad_fn is not None else None
+        results.append((first, then, grad.detach().numpy(), None if second is None else second.numpy()))
+    (name_ours, then_ours, grad_ours, second_ours), (name_theirs, then_theirs, grad_theirs, second_theirs) = results
+    assert (name_ours, then_ours) == (name_theirs, then_theirs)
+    numpy.testing.assert_allclose(grad_ours, grad_theirs, rtol=1e-12)
+    if second_theirs is None:
+        assert second_ours is None
+        return
+    numpy.testing.assert_allclose(second_ours, second_theirs, rtol=1e-12)
+
+    def squared_gradient(values):
+        x = engine.tensor(values, dtype=engine.float64, requires_grad=True)
+        FIRST_CREATE_GRAPH_GRADIENTS[name](engine, x).backward()
+        return float((x.grad**2).sum())
+
+    at, h = numpy.array([0.5, -1.5, 2.0]), 1e-6
+    finite = [(squared_gradient(at + h * e) - squared_gradient(at - h * e)) / (2 * h) for e in numpy.eye(3)]
+    numpy.testing.assert_allclose(second_ours, finite, rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
+def test_create_graph_gradients_of_retained_and_chosen_inputs(oracle):
+    """A retained non-leaf's first `.grad` is a clone (`CloneBackward0`), a leaf's a copy, also with `inputs=` and
+    of a root's own gradient (not the seed itself)."""
+    names = []
+    for torch in (engine, oracle):
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * x
+        y.retain_grad()
+        (y * y).sum().backward(create_graph=True)
+        z = torch.tensor([1.0, 2.0], requires_grad=True)
+        (z**3).sum().backward(inputs=[z], create_graph=True)
+        seed = torch.ones(2, requires_grad=True) * 1
+        w = torch.tensor([3.0, 4.0], requires_grad=True)
+        w.backward(seed, create_graph=True)
+        names.append([type(v.grad.grad_fn).__name__ for v in (y, x, z, w)] + [w.grad is seed])
+    assert names[0] == names[1] == ["CloneBackward0", "CopyBackwards", "CopyBackwards", "CopyBackwards", False]
+
+
+def test_spectrum_abs_and_angle_node_names(oracle):
+    """`|torch.fft.fft(x)|` and its angle, of `torch.polar` and `torch.complex`: AbsBackward0 and AngleBackward0
+    (the engine showed its real view's LinalgVectorNormBackward0 and Atan2Backward0); values and gradients."""
+    results = []
+    for torch in (engine, oracle):
+        x = torch.tensor([0.5, -1.5, 2.0, 0.25], dtype=torch.float64, requires_grad=True)
+        outs = [
+            torch.fft.fft(x).abs(),
+            torch.fft.rfft(x).angle(),
+            torch.polar(x.abs() + 1, x).abs(),
+            torch.complex(x, 2 * x).angle(),
+        ]
+        assert [type(o.grad_fn).__name__ for o in outs] == ["AbsBackward0", "AngleBackward0"] * 2
+        sum((o * torch.arange(1.0, o.numel() + 1, dtype=torch.float64)).sum() for o in outs).backward()
+        results.append(([o.detach().numpy() for o in outs], x.grad.numpy()))
+    for ours, theirs in zip(results[0][0], results[1][0]):
+        numpy.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+    numpy.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-10, atol=1e-12)
+    x = engine.tensor([0.5, -1.5, 2.0, 0.25], dtype=engine.float64, requires_grad=True)
+    assert engine.gradcheck(lambda v: engine.fft.fft(v).abs() + engine.fft.fft(v).angle(), (x,))
