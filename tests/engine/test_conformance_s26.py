@@ -215,3 +215,29 @@ def test_spectrum_abs_and_angle_node_names(oracle):
     numpy.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-10, atol=1e-12)
     x = engine.tensor([0.5, -1.5, 2.0, 0.25], dtype=engine.float64, requires_grad=True)
     assert engine.gradcheck(lambda v: engine.fft.fft(v).abs() + engine.fft.fft(v).angle(), (x,))
+
+
+def test_lbfgs_keeps_float32_with_a_parameter_without_gradient(oracle):
+    """LBFGS over float32 parameters, one unused (no `.grad`): PyTorch's flat gradient, directions and history are
+    float32 (its zeros are the parameter's dtype); the engine's zeros were float64, so every vector after was."""
+    results = []
+    for torch in (engine, oracle):
+        rng = numpy.random.default_rng(1)
+        w = torch.nn.Parameter(torch.tensor(rng.standard_normal((3, 4)) * 0.5, dtype=torch.float32))
+        unused = torch.nn.Parameter(torch.ones(2))
+        x = torch.tensor(rng.standard_normal((8, 4)), dtype=torch.float32)
+        y = torch.tensor(rng.standard_normal((8, 3)), dtype=torch.float32)
+        optimizer = torch.optim.LBFGS([w, unused], max_iter=3)
+
+        def closure(torch=torch, w=w, x=x, y=y, optimizer=optimizer):
+            optimizer.zero_grad()
+            loss = ((torch.tanh(x @ w.t()) - y) ** 2).mean()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+        state = optimizer.state_dict()["state"][0]
+        vectors = [state["d"], state["prev_flat_grad"], state["H_diag"], *state["old_dirs"], *state["old_stps"]]
+        results.append(([str(numpy.dtype(str(v.dtype).removeprefix("torch."))) for v in vectors], w.detach().numpy()))
+    assert results[0][0] == results[1][0] == ["float32"] * len(results[1][0])
+    numpy.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-5, atol=1e-6)
