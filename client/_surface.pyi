@@ -744,8 +744,9 @@ def clip(input: Operand, min: Any = None, max: Any = None) -> Variable:
     """input limited to [min, max], each bound a number or a tensor (broadcast; NaN where a bound is NaN); the
     gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
 
-def clone(input: Operand) -> Variable:
-    """a copy of x"""
+def clone(input: Operand, *, memory_format: Any = None) -> Variable:
+    """a copy of input (PyTorch's `clone`: a strided view's copy keeps its layout unless `memory_format` is
+    `torch.contiguous_format`)"""
 
 def col2im(
     input: Operand,

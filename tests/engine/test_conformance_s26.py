@@ -1,5 +1,7 @@
 """Session 26's divergences from PyTorch 2.13, each a program a user writes, run with `torch` bound to the engine
-and to PyTorch: casts to the small integer dtypes (`x.to(torch.uint8)`, `x.byte()`, `x.type(torch.ByteTensor)`).
+and to PyTorch: casts to the small integer dtypes (`x.to(torch.uint8)`, `x.byte()`, `x.type(torch.ByteTensor)`),
+`linalg.solve_triangular` of a singular triangle, the node names of a first `.grad` made with `create_graph` and of
+a spectrum's `abs`/`angle`, LBFGS's float32 vectors, and `clone()` keeping a view's strides (`preserve_format`).
 Gradients are checked twice: float64 finite differences (`engine.gradcheck`) and PyTorch."""
 
 from __future__ import annotations
@@ -241,3 +243,72 @@ def test_lbfgs_keeps_float32_with_a_parameter_without_gradient(oracle):
         results.append(([str(numpy.dtype(str(v.dtype).removeprefix("torch."))) for v in vectors], w.detach().numpy()))
     assert results[0][0] == results[1][0] == ["float32"] * len(results[1][0])
     numpy.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-5, atol=1e-6)
+
+
+CLONE_LAYOUTS = {
+    "t().clone().view(-1)": lambda t, x: x.t().clone().view(-1),
+    "torch.clone(x.t()).view(-1)": lambda t, x: t.clone(x.t()).view(-1),
+    "t().clone(preserve_format).view(3, 2)": lambda t, x: x.t().clone(memory_format=t.preserve_format).view(2, 3),
+    "t().clone(contiguous_format).view(-1)": lambda t, x: x.t().clone(memory_format=t.contiguous_format).view(-1),
+    "t().contiguous().view(-1)": lambda t, x: x.t().contiguous().view(-1),
+    "t().clone().contiguous().view(-1)": lambda t, x: x.t().clone().contiguous().view(-1),
+    "t().clone().reshape(-1)": lambda t, x: x.t().clone().reshape(-1),
+    "t().clone().t().view(-1)": lambda t, x: x.t().clone().t().view(-1),
+    "t().clone().mT.view(-1)": lambda t, x: x.t().clone().mT.view(-1),
+    "x[:, ::2].clone().view(-1)": lambda t, x: x[:, ::2].clone().view(-1),
+    "x[:, 1:].clone().view(-1)": lambda t, x: x[:, 1:].clone().view(-1),
+    "x[:1].expand(3, 3).clone().view(-1)": lambda t, x: x[:1].expand(3, 3).clone().view(-1),
+    "permute(2, 0, 1).clone().view(-1)": lambda t, x: x.reshape(1, 2, 3).permute(2, 0, 1).clone().view(-1),
+    "permute(2, 0, 1).clone().permute(1, 2, 0).view(-1)": lambda t, x: (
+        x.reshape(1, 2, 3).permute(2, 0, 1).clone().permute(1, 2, 0).view(-1)
+    ),
+    "t().clone()[1].view(-1)": lambda t, x: x.t().clone()[1].view(-1),
+}
+
+
+@pytest.mark.parametrize("name", CLONE_LAYOUTS)
+def test_clone_keeps_a_views_layout(name, oracle):
+    """PyTorch's clone keeps the strides of a dense view (`preserve_format`), so its copy of a transpose refuses
+    `view(-1)` with PyTorch's error where the engine's (every copy row-major) ran it; `contiguous()`,
+    `contiguous_format`, `reshape`, and the copies of steps and expands, are row-major as PyTorch's. Values, or
+    the error, and `is_contiguous()`/`stride()` of the copy as PyTorch's."""
+    outcomes = []
+    for torch in (engine, oracle):
+        x = torch.arange(6.0).reshape(2, 3)
+        try:
+            out = CLONE_LAYOUTS[name](torch, x)
+        except RuntimeError as error:
+            outcomes.append(str(error))
+        else:
+            outcomes.append(out.tolist())
+    assert outcomes[0] == outcomes[1]
+
+
+def test_clone_layout_strides_and_gradients(oracle):
+    """`stride()` and `is_contiguous()` of copies of views as PyTorch's; the copy is still CloneBackward0, its
+    values and gradients PyTorch's, in-place changes keep its layout, and its views see its memory."""
+    layouts, results = [], []
+    for torch in (engine, oracle):
+        x = torch.arange(24.0, dtype=torch.float64).reshape(2, 3, 4)
+        copies = [
+            x.permute(2, 0, 1).clone(),
+            x.permute(1, 2, 0)[::2].clone(),
+            x.transpose(0, 2)[1:].clone(),
+            x[0].t().unsqueeze(1).clone(),
+            x[:, :1].expand(2, 3, 4).clone(),
+            x.transpose(0, 1).clone(memory_format=torch.contiguous_format),
+        ]
+        layouts.append([(c.stride(), c.is_contiguous()) for c in copies])
+        w = x.clone().requires_grad_()
+        copy = w.transpose(0, 2).clone()
+        assert type(copy.grad_fn).__name__ == "CloneBackward0"
+        (copy * torch.linspace(-1.0, 1.0, 24, dtype=torch.float64).reshape(4, 3, 2)).sum().backward()
+        changed = x.t().clone() if x.ndim == 2 else x[0].t().clone()
+        changed.add_(1)
+        changed[1].mul_(10)
+        results.append((w.grad.numpy(), changed.tolist(), changed.is_contiguous()))
+    assert layouts[0] == layouts[1]
+    numpy.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-12)
+    assert results[0][1:] == results[1][1:]
+    w = engine.arange(24.0, dtype=engine.float64).reshape(2, 3, 4).requires_grad_()
+    assert engine.gradcheck(lambda v: v.transpose(0, 2).clone() * v.transpose(0, 2), (w,))
