@@ -745,8 +745,7 @@ def clip(input: Operand, min: Any = None, max: Any = None) -> Variable:
     gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
 
 def clone(input: Operand, *, memory_format: Any = None) -> Variable:
-    """a copy of input (PyTorch's `clone`: a strided view's copy keeps its layout unless `memory_format` is
-    `torch.contiguous_format`)"""
+    """a copy of input (a strided view's keeps its layout unless `memory_format` is torch.contiguous_format)"""
 
 def col2im(
     input: Operand,

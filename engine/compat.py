@@ -94,8 +94,7 @@ def dtype_of(kind) -> str:
 
 
 def converted(self, dtype: str, cast) -> VariableSurface:
-    """`self` cast to the dtype named `dtype` by `cast(v, dtype)`; to int16, int8 or uint8 (not the cast op's
-    dtypes) converted here, with NumPy's wrap-around (PyTorch's on in-range values) and no gradient, as PyTorch's."""
+    """`self` cast by `cast(v, dtype)`, or to int16, int8, uint8 (not its dtypes) here, wrapping, with no gradient."""
     if dtype in ("int16", "int8", "uint8"):
         return self.new_tensor(self.detach().numpy().astype(dtype), dtype=dtype)
     return cast(self, dtype)

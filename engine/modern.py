@@ -66,12 +66,11 @@ FUNCTION_ALIASES = {"concat": "cat", "concatenate": "cat"}  # torch.* functions 
 
 def _clone(clone):
     def fn(input: Operand, *, memory_format: Any = None) -> VariableSurface:
-        """a copy of input (PyTorch's `clone`: a strided view's copy keeps its layout unless `memory_format` is
-        `torch.contiguous_format`)"""
+        """a copy of input (a strided view's keeps its layout unless `memory_format` is torch.contiguous_format)"""
         out = clone(input)
         if id(input) not in KNOWN and id(input) not in LAID:  # (neither a view nor a copy keeping one's strides)
             return out
-        keep = strided(input) and getattr(memory_format, "name", "preserve_format") == "preserve_format"
+        keep = getattr(memory_format, "name", "preserve_format") == "preserve_format" and strided(input)
         return kept_layout(out, input) if keep else out
 
     return fn

@@ -166,8 +166,7 @@ VIEW_SIZE = (
 
 
 def laid_out(v) -> bool:
-    """Whether `v`'s array's strides are PyTorch's: a view whose root base's array is row-major or `kept_layout`, or
-    such a copy itself (every other Variable counts as contiguous)."""
+    """Whether `v`'s array's strides are PyTorch's: a view of a row-major or `kept_layout` root, or such a copy."""
     info = KNOWN.get(id(v))
     root = info.base if type(info) is View else v if id(v) in LAID else None
     flags = getattr(root._data, "flags", None) if root is not None else None
@@ -178,9 +177,8 @@ LAID: dict = {}  # id(Variable) -> its weak reference: the copies `kept_layout` 
 
 
 def kept_layout(copy, like):
-    """`copy` (a new Variable, the values of view `like`) with its array laid out as `like`'s, dense, its dimensions
-    in the order of their strides (PyTorch's clone with `preserve_format`: a transpose's copy is no more contiguous;
-    an expanded view's is)."""
+    """`copy` (new, of view `like`) laid out densely in the order of `like`'s strides unless expanded (PyTorch's
+    clone with `preserve_format`: a transpose's copy is no more contiguous)."""
     shape, steps = copy.shape, strides(like)
     if steps is None or any(step == 0 and size > 1 for step, size in zip(steps, shape)):
         return copy
