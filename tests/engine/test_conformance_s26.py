@@ -248,7 +248,7 @@ def test_lbfgs_keeps_float32_with_a_parameter_without_gradient(oracle):
 CLONE_LAYOUTS = {
     "t().clone().view(-1)": lambda t, x: x.t().clone().view(-1),
     "torch.clone(x.t()).view(-1)": lambda t, x: t.clone(x.t()).view(-1),
-    "t().clone(preserve_format).view(3, 2)": lambda t, x: x.t().clone(memory_format=t.preserve_format).view(2, 3),
+    "t().clone(preserve_format).view(2, 3)": lambda t, x: x.t().clone(memory_format=t.preserve_format).view(2, 3),
     "t().clone(contiguous_format).view(-1)": lambda t, x: x.t().clone(memory_format=t.contiguous_format).view(-1),
     "t().contiguous().view(-1)": lambda t, x: x.t().contiguous().view(-1),
     "t().clone().contiguous().view(-1)": lambda t, x: x.t().clone().contiguous().view(-1),
