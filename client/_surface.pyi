@@ -25,12 +25,15 @@ from engine.surface_types import (
 
 __all__ = [
     "BoolTensor",
+    "ByteTensor",
+    "CharTensor",
     "DoubleTensor",
     "FloatTensor",
     "Generator",
     "HalfTensor",
     "IntTensor",
     "LongTensor",
+    "ShortTensor",
     "Tensor",
     "abs",
     "absolute",
@@ -434,11 +437,14 @@ __all__ = [
 ]
 
 BoolTensor: TensorType
+ByteTensor: TensorType
+CharTensor: TensorType
 DoubleTensor: TensorType
 FloatTensor: TensorType
 HalfTensor: TensorType
 IntTensor: TensorType
 LongTensor: TensorType
+ShortTensor: TensorType
 Tensor = Variable
 
 def abs(input: Operand) -> Variable:
@@ -738,8 +744,8 @@ def clip(input: Operand, min: Any = None, max: Any = None) -> Variable:
     """input limited to [min, max], each bound a number or a tensor (broadcast; NaN where a bound is NaN); the
     gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
 
-def clone(input: Operand) -> Variable:
-    """a copy of x"""
+def clone(input: Operand, *, memory_format: Any = None) -> Variable:
+    """a copy of input (a strided view's keeps its layout unless `memory_format` is torch.contiguous_format)"""
 
 def col2im(
     input: Operand,

@@ -27,6 +27,7 @@ from engine.gradient_edges import as_inputs
 from engine.node import FORWARD, RECORDING, Meta, Node, _wrap
 from engine.recording import note_constant, note_where
 from engine.registry import F, trusted
+from engine.tensor_arith import swap_named
 from engine.variable import Size, Variable, as_array
 
 if TYPE_CHECKING:
@@ -361,6 +362,7 @@ class _Sink:
 
     def __init__(self, create_graph, grad_outputs):
         self.create_graph = create_graph
+        self.copied: dict = {}  # id(Variable) -> the gradient its `.grad` is a copy of (create_graph)
         self.handed = {id(g._data): g._data for g in grad_outputs}
 
     def _owned(self, g):
@@ -375,6 +377,9 @@ class _Sink:
         data, own = g._data, var._data  # a first gradient stored as PyTorch's AccumulateGrad does, not by `.grad`'s
         if var._grad is None and not self.create_graph and data.shape == own.shape and data.dtype == own.dtype:
             var._grad = self._owned(g)  # setter (its checks made on the arrays: no Size, DType or property call)
+        elif self.create_graph and (var._grad is None or id(var) in self.copied):  # PyTorch's recorded copy of the
+            total = self.copied[id(var)] = g if var._grad is None else self.copied[id(var)] + g  # edges' sum
+            var.grad = swap_named(F.clone(total), "CloneBackward0" if var._node else "CopyBackwards")
         else:
             accumulate_grad(var, g, self._owned, self._may_update, self.create_graph)
 

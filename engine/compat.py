@@ -25,6 +25,9 @@ DTYPE_OF = {
     "LongTensor": "int64",
     "IntTensor": "int32",
     "BoolTensor": "bool",
+    "ShortTensor": "int16",
+    "CharTensor": "int8",
+    "ByteTensor": "uint8",
 }
 NAME_OF = {dtype: name for name, dtype in DTYPE_OF.items()}
 
@@ -90,13 +93,18 @@ def dtype_of(kind) -> str:
         raise TypeError(f"unknown tensor type {kind!r}") from None
 
 
+def converted(self, dtype: str, cast) -> VariableSurface:
+    """`self` cast by `cast(v, dtype)`, or to int16, int8, uint8 (not its dtypes) here, wrapping, with no gradient."""
+    if dtype in ("int16", "int8", "uint8"):
+        return self.new_tensor(self.detach().numpy().astype(dtype), dtype=dtype)
+    return cast(self, dtype)
+
+
 def _cast_method(dtype, cast):
     def method(self) -> VariableSurface:
         if numpy.dtype(self.dtype).name == dtype:
             return self
-        if dtype in ("int16", "int8", "uint8"):  # (not the cast op's dtypes: converted here, no gradient as PyTorch's)
-            return self.new_tensor(self.detach().numpy().astype(dtype), dtype=dtype)
-        return cast(self, dtype)
+        return converted(self, dtype, cast)
 
     method.__name__ = numpy.dtype(dtype).name
     method.__doc__ = f"This Variable as {numpy.dtype(dtype).name} (differentiable)."
@@ -113,7 +121,7 @@ def spellings(constructors, cast) -> tuple[dict, dict]:
         if dtype is None:
             return type_name(self.dtype)
         target = dtype_of(dtype)
-        return self if numpy.dtype(self.dtype).name == target else cast(self, target)
+        return self if numpy.dtype(self.dtype).name == target else converted(self, target, cast)
 
     def volatile(self) -> bool:
         return False

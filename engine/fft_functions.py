@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import numpy
 
 from engine.dtypes import scalar_name
+from engine.tensor_arith import swap_named
 
 NORMS = ("backward", "ortho", "forward")
 DUAL = {"backward": "forward", "forward": "backward", "ortho": "ortho"}  # the scaling of the other direction
@@ -56,12 +57,12 @@ class ComplexView:
         return True
 
     def abs(self):
-        return self.parts.norm(2, -1)  # gradient 0 at 0, as torch's
+        return swap_named(self.parts.norm(2, -1), "AbsBackward0")  # gradient 0 at 0, as torch's
 
     __abs__ = abs
 
     def angle(self):
-        return self.imag.atan2(self.real)
+        return swap_named(self.imag.atan2(self.real), "AngleBackward0")
 
     def conj(self):
         return self._new(self.real, -self.imag)

@@ -391,7 +391,19 @@ def bind(ns) -> dict:
             raise RuntimeError("linalg.solve_triangular: The input tensor B must have at least 2 dimensions.")
         T = A.triu(int(unitriangular)) if upper else A.tril(-int(unitriangular))
         T = T + ns.eye(A.shape[-1], dtype=A.dtype) if unitriangular else T
-        return swap_named(solve(T, B, left=left), "LinalgSolveTriangularBackward0")
+        X = _substituted(T, B, upper) if left else _substituted(T.mT, B.mT, not upper).mT  # (X A = B: A^T X^T = B^T)
+        return swap_named(X, "LinalgSolveTriangularBackward0")
+
+    def _substituted(T, B, upper):
+        """X of T X = B by substitution, a row of X at a time (from the last when upper), as LAPACK's trsm: a zero on
+        T's diagonal gives PyTorch's infs and NaNs, not a refusal."""
+        rows: dict[int, Any] = {}
+        for i in range(T.shape[-1] - 1, -1, -1) if upper else range(T.shape[-1]):
+            b, solved = B[..., i : i + 1, :], sorted(rows)
+            if solved:
+                b = b - T[..., i : i + 1, solved[0] : solved[-1] + 1] @ ns.cat([rows[j] for j in solved], -2)
+            rows[i] = b / T[..., i : i + 1, i : i + 1]
+        return ns.cat([rows[i] for i in sorted(rows)], -2) if rows else solve(T, B)
 
     def tensorinv(A, ind=2):
         """The inverse of A read as a matrix of its first `ind` dimensions by the rest."""

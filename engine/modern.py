@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from engine import grad_fn_names, linalg_functions, tensor_arith, tensor_ops
+from engine import compat, grad_fn_names, linalg_functions, tensor_arith, tensor_ops
 from engine.devices import Device
 from engine.factory import as_dtype
 from engine.grad_fn_names import renamed
 from engine.promotion import check_subtraction, type_name
-from engine.views import VIEW_SIZE, strided, view_of
+from engine.views import KNOWN, LAID, VIEW_SIZE, kept_layout, strided, view_of
 
 
 def numpy_keywords(name, dim, keepdim, aliases):
@@ -62,6 +62,18 @@ ALIASES: dict[str, str] = {
     "swapdims": "transpose",
 }
 FUNCTION_ALIASES = {"concat": "cat", "concatenate": "cat"}  # torch.* functions only
+
+
+def _clone(clone):
+    def fn(input: Operand, *, memory_format: Any = None) -> VariableSurface:
+        """a copy of input (a strided view's keeps its layout unless `memory_format` is torch.contiguous_format)"""
+        out = clone(input)
+        if id(input) not in KNOWN and id(input) not in LAID:  # (neither a view nor a copy keeping one's strides)
+            return out
+        keep = getattr(memory_format, "name", "preserve_format") == "preserve_format" and strided(input)
+        return kept_layout(out, input) if keep else out
+
+    return fn
 
 
 def _with_alpha(name, base, mul):
@@ -326,6 +338,7 @@ def functions(ops) -> dict:
         )
     }
     out.update(ger=outer)
+    out["clone"] = _clone(ops["clone"])
     out["add"] = _with_alpha("add", ops["add"], mul)
     out["sub"] = _with_alpha("sub", ops["sub"], mul)
     out["fmod"] = _fmod(ops["fmod"])
@@ -362,7 +375,7 @@ def methods(variable, ops, constructors) -> dict:
         placement.check(device)
         if dtype is None or numpy.dtype(dtype) == self.dtype:
             return self
-        return cast(self, dtype=numpy.dtype(dtype).name)
+        return compat.converted(self, numpy.dtype(dtype).name, lambda v, name: cast(v, dtype=name))
 
     def to(
         self,
@@ -411,7 +424,7 @@ def methods(variable, ops, constructors) -> dict:
         return expand(self, tuple(other.shape))
 
     def contiguous(self: V, memory_format: Any = None) -> V:
-        return self.clone() if strided(self) else self
+        return ops["clone"](self) if strided(self) else self
 
     def is_contiguous(self, memory_format: Any = None) -> bool:
         return not strided(self)

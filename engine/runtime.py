@@ -46,8 +46,8 @@ class _Settings:
 
 
 class memory_format:  # noqa: N801  (PyTorch's spelling)
-    """`torch.memory_format`: every Variable here is contiguous (row-major), so each layout is accepted and the
-    values are the same (`zeros_like(p, memory_format=torch.preserve_format)`, `x.clone(memory_format=...)`)."""
+    """`torch.memory_format`: every Variable here but a view and a view's `clone()` is contiguous (row-major), so
+    each layout is accepted and the values are the same (`zeros_like(p, memory_format=torch.preserve_format)`)."""
 
     def __init__(self, name):
         self.name = name

@@ -33,7 +33,6 @@ METHOD_OPS: dict[str, str] = {
     "bitwise_right_shift": "bitwise_right_shift",
     "bitwise_xor": "bitwise_xor",
     "ceil": "ceil",
-    "clone": "clone",
     "cos": "cos",
     "cosh": "cosh",
     "det": "det",
@@ -225,12 +224,6 @@ class SurfaceMethods:
 
         the smallest integer >= x (gradient zero, as in PyTorch)"""
         return self._ops.ceil(self, *args, **kwargs)
-
-    def clone(self, *args: Any, **kwargs: Any) -> Any:
-        """clone(self) -> Self
-
-        a copy of x"""
-        return self._ops.clone(self, *args, **kwargs)
 
     def cos(self, *args: Any, **kwargs: Any) -> Any:
         """cos(self) -> Self

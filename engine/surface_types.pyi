@@ -358,8 +358,8 @@ class VariableSurface:
         gradient goes to the input inside the bounds and to a tensor bound where it binds (PyTorch's)."""
     def clip_(self, min: Any = None, max: Any = None) -> Self:
         """In place: this Variable becomes `clamp(self, ...)` (PyTorch's rules; see engine.inplace)."""
-    def clone(self) -> Self:
-        """a copy of x"""
+    def clone(self, *, memory_format: Any = None) -> Self:
+        """a copy of input (a strided view's keeps its layout unless `memory_format` is torch.contiguous_format)"""
     def conj(self) -> Self: ...
     def contiguous(self, memory_format: Any = None) -> Self: ...
     def copy_(self, source: Operand, non_blocking: builtins.bool = False) -> Self:

@@ -166,11 +166,29 @@ VIEW_SIZE = (
 
 
 def laid_out(v) -> bool:
-    """Whether `v` is a view whose array's strides are PyTorch's: its root base's array is row-major (every other
-    Variable counts as contiguous)."""
+    """Whether `v`'s array's strides are PyTorch's: a view of a row-major or `kept_layout` root, or such a copy."""
     info = KNOWN.get(id(v))
-    root = getattr(info.base._data, "flags", None) if type(info) is View else None
-    return root is not None and root.c_contiguous and hasattr(v._data, "flags")
+    root = info.base if type(info) is View else v if id(v) in LAID else None
+    flags = getattr(root._data, "flags", None) if root is not None else None
+    return flags is not None and (flags.c_contiguous or id(root) in LAID) and hasattr(v._data, "flags")
+
+
+LAID: dict = {}  # id(Variable) -> its weak reference: the copies `kept_layout` made
+
+
+def kept_layout(copy, like):
+    """`copy` (new, of view `like`) laid out densely in the order of `like`'s strides unless expanded (PyTorch's
+    clone with `preserve_format`: a transpose's copy is no more contiguous)."""
+    shape, steps = copy.shape, strides(like)
+    if steps is None or any(step == 0 and size > 1 for step, size in zip(steps, shape)):
+        return copy
+    order = sorted(range(len(shape)), key=lambda d: (steps[d], shape[d] != 1), reverse=True)  # outermost first
+    data = backend.array_module(copy._data).empty([shape[d] for d in order], copy._data.dtype)
+    data = data.transpose([order.index(d) for d in range(len(shape))])
+    data[...] = copy._data
+    copy._data, key = data, id(copy)
+    LAID[key] = weakref.ref(copy, lambda ref, key=key, laid=LAID: laid.pop(key, None))
+    return copy
 
 
 def strides(v) -> tuple | None:

@@ -118,7 +118,9 @@ class LBFGS(Optimizer):
 
     def _gather_flat_grad(self):
         views = [
-            numpy.zeros(p.numel()) if p.grad is None else numpy.asarray(p.grad.numpy(force=True)).ravel()
+            numpy.zeros(p.numel(), numpy.dtype(p.dtype))
+            if p.grad is None
+            else numpy.asarray(p.grad.numpy(force=True)).ravel()
             for p in self._params
         ]
         return numpy.concatenate(views)
