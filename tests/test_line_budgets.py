@@ -250,6 +250,10 @@ Raised, as decisions:
   `is_contiguous`, `contiguous` and `view_as` as PyTorch's (the view's recorded steps replayed on an unused array,
   whose strides the engine's rule reads; +39), a singular matrix raising `torch.linalg.LinAlgError` on every
   transport, and the empty seed fetch skipped (+4) took it to 3358.
+- engine 24870 -> 24920 (2026-11-30, session 26): casts to uint8/int8/int16 by `to`/`type`/`type_as` as PyTorch's,
+  `solve_triangular` by substitution (a singular triangle's infs and NaNs, as LAPACK's), the first create_graph
+  `.grad` a recorded copy (CopyBackwards), `clone()` keeping a strided view's layout as `preserve_format` does
+  (s26_conform; +49) took it to 24914.
 """
 
 from __future__ import annotations
@@ -260,7 +264,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 24870, "wire": 6690, "service": 3870, "client": 3360}
+BUDGETS = {"engine": 24920, "wire": 6690, "service": 3870, "client": 3360}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
