@@ -10,10 +10,11 @@ from engine import backend, costs, promotion, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.grad_mode import state as grad_state
-from engine.node import FORWARD, passes, times
+from engine.node import FORWARD, RECORDING, passes, times
 from engine.promotion import promoted
 from engine.recording import derived, fixed
 from engine.registry import F, Sample, defop, local, trusted
+from engine.variable import Variable
 
 BINARY = (
     Sample(((3, 4), (3, 4))),
@@ -112,16 +113,20 @@ def _square_rule(x, y):  # the power rule at y == 2 (x ** 1 is x: the same value
 
 def _pow_base_vjp(g, ans, x, y):
     exponent = y._data
-    if exponent.ndim == 0 and not y._requires_grad and fixed(exponent):
+    if exponent.ndim == 0 and not y._requires_grad and (not RECORDING or fixed(exponent)):
         # a constant exponent c (`x ** 2`, `x.pow(3.0)`): g * c * x ** (c - 1), as PyTorch's pow_backward; no
         # mask unless c == 0 (where the rule's 0 * x ** -1 is nan at x == 0). Without create_graph, on the
         # arrays in one pass less (the product with g made in the rule's fresh array)
-        c = backend.host_item(exponent)
+        c = exponent.item() if type(exponent) is numpy.ndarray else backend.host_item(exponent)
         rule = _square_rule if c == 2 else _power_rule
         if c != 0 and (grad_state.enabled or FORWARD):
             return g * local(rule, x, y)
-        if c != 0:  # on the arrays, g multiplied into the rule's fresh array (of g's shape: y is 0-d)
+        if c != 0 and RECORDING:
             return local(lambda g, x, y: operator.imul(rule(x, y), g), g, x, y)
+        if c != 0:  # on the arrays (`local`'s work inline), g multiplied into the rule's fresh array (g's shape)
+            d = g._data
+            out = operator.imul(rule(x._data, exponent), d)
+            return Variable._result(out if type(out) is type(d) else _xp(d).asarray(out), None)
     grad = g * local(_power_rule, x, y)
     # d/dx x ** 0 is 0 everywhere, also at x == 0 where y * x ** (y - 1) would be 0 * inf (selected
     # whatever the values, so that the steps do not depend on them: see engine.recording)
@@ -312,6 +317,11 @@ def _clamp_forward(xp, x, min=None, max=None):
 
 
 def _clamp_vjp(g, ans, x, min=None, max=None):
+    if not (grad_state.enabled or FORWARD or RECORDING):  # on the arrays, without `local`'s and the mask's frames
+        a, d = x._data, g._data
+        out = d * (a >= min if max is None else a <= max if min is None else (a >= min) & (a <= max))
+        return Variable._result(out if type(out) is type(d) else _xp(d).asarray(out), None)
+
     def inside(x):
         within = True
         if min is not None:

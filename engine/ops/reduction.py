@@ -11,10 +11,11 @@ from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module
 from engine.grad_mode import state as grad_state
-from engine.node import FORWARD
+from engine.node import FORWARD, RECORDING
 from engine.ops.shape import _expand
 from engine.recording import derived
 from engine.registry import F, Sample, defop, local, trusted
+from engine.variable import Variable
 
 DIM = Attr("dims", None, "dimension(s) to reduce; null reduces all")
 KEEPDIM = Attr("bool", False, "keep reduced dimensions with size 1")
@@ -60,11 +61,18 @@ def _sum(xp, x, dim, keepdim):
     )
 
 
+def _sum_vjp(g, ans, x, dim, keepdim):
+    if dim is None and not keepdim and type(g._data) is numpy.ndarray:  # a full sum's gradient; where nothing
+        if not (grad_state.enabled or FORWARD or RECORDING):  # records, `unreduce`'s view without its frames
+            return Variable._result(_expand(numpy, g._data, x.shape), None)
+    return unreduce(g, x.shape, dim, keepdim)
+
+
 _add_reduce = numpy.add.reduce
 sum = defop(
     "sum",
     _sum,
-    lambda g, ans, x, dim, keepdim: unreduce(g, x.shape, dim, keepdim),
+    _sum_vjp,
     attrs={"dim": DIM, "keepdim": KEEPDIM},
     saves=False,
     samples=REDUCE_SAMPLES,
