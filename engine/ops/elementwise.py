@@ -10,7 +10,7 @@ from engine import backend, costs, promotion, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.grad_mode import state as grad_state
-from engine.node import FORWARD, RECORDING, passes, times
+from engine.node import FORWARD, RECORDING, _wrap, passes, times
 from engine.promotion import promoted
 from engine.recording import derived, fixed
 from engine.registry import F, Sample, defop, local, trusted
@@ -52,11 +52,15 @@ def _neg(x):
         raise RuntimeError(promotion.BOOL_NEGATION) from None
 
 
+def _sub_vjp_y(g, ans, x, y):  # -g, on the array where nothing records (no dispatch of neg: the HVP's second walk)
+    return -g if grad_state.enabled or FORWARD or RECORDING else Variable._result(_wrap(-g._data, g._data), None)
+
+
 sub = defop(
     "sub",
     _sub,
     passes,
-    lambda g, ans, x, y: -g,
+    _sub_vjp_y,
     saves=False,
     takes_xp=False,
     samples=BINARY,
@@ -276,7 +280,7 @@ atan2 = defop(
 tanh = defop(
     "tanh",
     lambda xp, x: xp.tanh(x),
-    lambda g, ans, x: g * local(lambda a: 1 - a * a, ans),
+    lambda g, ans, x: times(g, local(lambda a: 1 - a * a, ans)),  # (`times`: the product without its dispatch)
     uses_output=True,
     saves=False,
     reads=((),),

@@ -87,7 +87,11 @@ def _inverse(dims):
 permute = defop(
     "permute",
     lambda xp, x, dims: x.transpose(dims),
-    lambda g, ans, x, dims: _permute((g,), {"dims": _inverse(dims)}),
+    lambda g, ans, x, dims: (
+        _permute((g,), {"dims": _inverse(dims)})
+        if grad_state.enabled or FORWARD or RECORDING
+        else Variable._result(g._data.transpose(_inverse(dims)), None)  # (the view, without an op's dispatch)
+    ),
     attrs={"dims": Attr("ints")},
     saves=False,
     view=True,
