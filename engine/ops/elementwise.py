@@ -10,11 +10,10 @@ from engine import backend, costs, promotion, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.grad_mode import state as grad_state
-from engine.node import FORWARD, RECORDING, _wrap, passes, times
+from engine.node import FORWARD, RECORDING, _result, _wrap, passes, times
 from engine.promotion import promoted
 from engine.recording import derived, fixed
 from engine.registry import F, Sample, defop, local, trusted
-from engine.variable import Variable
 
 BINARY = (
     Sample(((3, 4), (3, 4))),
@@ -53,7 +52,7 @@ def _neg(x):
 
 
 def _sub_vjp_y(g, ans, x, y):  # -g, on the array where nothing records (no dispatch of neg: the HVP's second walk)
-    return -g if grad_state.enabled or FORWARD or RECORDING else Variable._result(_wrap(-g._data, g._data), None)
+    return -g if grad_state.enabled or FORWARD or RECORDING else _result(_wrap(-g._data, g._data), None)
 
 
 sub = defop(
@@ -123,14 +122,12 @@ def _pow_base_vjp(g, ans, x, y):
         # arrays in one pass less (the product with g made in the rule's fresh array)
         c = exponent.item() if type(exponent) is numpy.ndarray else backend.host_item(exponent)
         rule = _square_rule if c == 2 else _power_rule
+        if c != 0 and not (grad_state.enabled or FORWARD or RECORDING):  # on the arrays: `local`'s work inline
+            return _result(_wrap(operator.imul(rule(x._data, exponent), g._data), g._data), None)
         if c != 0 and (grad_state.enabled or FORWARD):
             return g * local(rule, x, y)
-        if c != 0 and RECORDING:
+        if c != 0:  # on the arrays, g multiplied into the rule's fresh array (of g's shape: y is 0-d)
             return local(lambda g, x, y: operator.imul(rule(x, y), g), g, x, y)
-        if c != 0:  # on the arrays (`local`'s work inline), g multiplied into the rule's fresh array (g's shape)
-            d = g._data
-            out = operator.imul(rule(x._data, exponent), d)
-            return Variable._result(out if type(out) is type(d) else _xp(d).asarray(out), None)
     grad = g * local(_power_rule, x, y)
     # d/dx x ** 0 is 0 everywhere, also at x == 0 where y * x ** (y - 1) would be 0 * inf (selected
     # whatever the values, so that the steps do not depend on them: see engine.recording)
@@ -322,9 +319,9 @@ def _clamp_forward(xp, x, min=None, max=None):
 
 def _clamp_vjp(g, ans, x, min=None, max=None):
     if not (grad_state.enabled or FORWARD or RECORDING):  # on the arrays, without `local`'s and the mask's frames
-        a, d = x._data, g._data
-        out = d * (a >= min if max is None else a <= max if min is None else (a >= min) & (a <= max))
-        return Variable._result(out if type(out) is type(d) else _xp(d).asarray(out), None)
+        a = x._data
+        mask = a >= min if max is None else a <= max if min is None else (a >= min) & (a <= max)
+        return _result(_wrap(g._data * mask, a), None)
 
     def inside(x):
         within = True

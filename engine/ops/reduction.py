@@ -11,11 +11,10 @@ from engine import costs, shapes
 from engine.attrs import Attr
 from engine.backend import array_module
 from engine.grad_mode import state as grad_state
-from engine.node import FORWARD, RECORDING
+from engine.node import FORWARD, RECORDING, _result
 from engine.ops.shape import _expand
 from engine.recording import derived
 from engine.registry import F, Sample, defop, local, trusted
-from engine.variable import Variable
 
 DIM = Attr("dims", None, "dimension(s) to reduce; null reduces all")
 KEEPDIM = Attr("bool", False, "keep reduced dimensions with size 1")
@@ -48,6 +47,8 @@ def unreduce(g, shape, dim, keepdim):
         kept = shapes.reduced_shape(shape, dim, True)
     shape = tuple(shape)
     if not (grad_state.enabled or FORWARD):
+        if not RECORDING and type(g._data) is numpy.ndarray:  # (a loss's backward: `local`'s work without its frames)
+            return _result(_expand(numpy, g._data if kept is None else g._data.reshape(kept), shape), None)
         return local(lambda a: _expand(array_module(a), a if kept is None else a.reshape(kept), shape), g)
     return trusted.expand(g if kept is None else trusted.reshape(g, shape=kept), shape=shape)
 
@@ -61,18 +62,11 @@ def _sum(xp, x, dim, keepdim):
     )
 
 
-def _sum_vjp(g, ans, x, dim, keepdim):
-    if dim is None and not keepdim and type(g._data) is numpy.ndarray:  # a full sum's gradient; where nothing
-        if not (grad_state.enabled or FORWARD or RECORDING):  # records, `unreduce`'s view without its frames
-            return Variable._result(_expand(numpy, g._data, x.shape), None)
-    return unreduce(g, x.shape, dim, keepdim)
-
-
 _add_reduce = numpy.add.reduce
 sum = defop(
     "sum",
     _sum,
-    _sum_vjp,
+    lambda g, ans, x, dim, keepdim: unreduce(g, x.shape, dim, keepdim),
     attrs={"dim": DIM, "keepdim": KEEPDIM},
     saves=False,
     samples=REDUCE_SAMPLES,
