@@ -479,6 +479,8 @@ def _to_leaf(var, g, capture, into_grad, hooked=None):
             into_grad(var, g)
     elif id(var) in capture:
         old = capture[id(var)]
+        if old is not None and not (grad_state.enabled or FORWARD or RECORDING):  # the walk's `plain` sum: arrays'
+            old, g = None, _result(_wrap(old._data + g._data, g._data), None)
         capture[id(var)] = g if old is None else old + g
 
 

@@ -10,7 +10,7 @@ from engine import backend, costs, promotion, shapes
 from engine.attrs import Attr
 from engine.backend import array_module as _xp
 from engine.grad_mode import state as grad_state
-from engine.node import FORWARD, passes, times
+from engine.node import FORWARD, RECORDING, _result, _wrap, passes, times
 from engine.promotion import promoted
 from engine.recording import derived, fixed
 from engine.registry import F, Sample, defop, local, trusted
@@ -51,11 +51,15 @@ def _neg(x):
         raise RuntimeError(promotion.BOOL_NEGATION) from None
 
 
+def _sub_vjp_y(g, ans, x, y):  # -g, on the array where nothing records (no dispatch of neg: the HVP's second walk)
+    return -g if grad_state.enabled or FORWARD or RECORDING else _result(_wrap(-g._data, g._data), None)
+
+
 sub = defop(
     "sub",
     _sub,
     passes,
-    lambda g, ans, x, y: -g,
+    _sub_vjp_y,
     saves=False,
     takes_xp=False,
     samples=BINARY,
@@ -112,12 +116,14 @@ def _square_rule(x, y):  # the power rule at y == 2 (x ** 1 is x: the same value
 
 def _pow_base_vjp(g, ans, x, y):
     exponent = y._data
-    if exponent.ndim == 0 and not y._requires_grad and fixed(exponent):
+    if exponent.ndim == 0 and not y._requires_grad and (not RECORDING or fixed(exponent)):
         # a constant exponent c (`x ** 2`, `x.pow(3.0)`): g * c * x ** (c - 1), as PyTorch's pow_backward; no
         # mask unless c == 0 (where the rule's 0 * x ** -1 is nan at x == 0). Without create_graph, on the
         # arrays in one pass less (the product with g made in the rule's fresh array)
-        c = backend.host_item(exponent)
+        c = exponent.item() if type(exponent) is numpy.ndarray else backend.host_item(exponent)
         rule = _square_rule if c == 2 else _power_rule
+        if c != 0 and not (grad_state.enabled or FORWARD or RECORDING):  # on the arrays: `local`'s work inline
+            return _result(_wrap(operator.imul(rule(x._data, exponent), g._data), g._data), None)
         if c != 0 and (grad_state.enabled or FORWARD):
             return g * local(rule, x, y)
         if c != 0:  # on the arrays, g multiplied into the rule's fresh array (of g's shape: y is 0-d)
@@ -271,7 +277,7 @@ atan2 = defop(
 tanh = defop(
     "tanh",
     lambda xp, x: xp.tanh(x),
-    lambda g, ans, x: g * local(lambda a: 1 - a * a, ans),
+    lambda g, ans, x: times(g, local(lambda a: 1 - a * a, ans)),  # (`times`: the product without its dispatch)
     uses_output=True,
     saves=False,
     reads=((),),
@@ -312,6 +318,11 @@ def _clamp_forward(xp, x, min=None, max=None):
 
 
 def _clamp_vjp(g, ans, x, min=None, max=None):
+    if not (grad_state.enabled or FORWARD or RECORDING):  # on the arrays, without `local`'s and the mask's frames
+        a = x._data
+        mask = a >= min if max is None else a <= max if min is None else (a >= min) & (a <= max)
+        return _result(_wrap(g._data * mask, a), None)
+
     def inside(x):
         within = True
         if min is not None:

@@ -87,7 +87,7 @@ def _inverse(dims):
 permute = defop(
     "permute",
     lambda xp, x, dims: x.transpose(dims),
-    lambda g, ans, x, dims: _permute((g,), {"dims": _inverse(dims)}),
+    lambda g, ans, x, dims: transposed(g) if dims == (1, 0) else _permute((g,), {"dims": _inverse(dims)}),
     attrs={"dims": Attr("ints")},
     saves=False,
     view=True,
