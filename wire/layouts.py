@@ -17,6 +17,7 @@ import orjson
 
 from engine import backend
 from wire.codec import DATATYPES
+from wire.graph import ProgramKey
 from wire.infer import known_shapes
 from wire.messages import Request, encode_result_parts
 
@@ -32,11 +33,42 @@ class Layout:
     """A header's `fields`, `tensors` [(whose, name, dtype, count, offset, shape)], `size`, `admitted`
     and `answered`: what its last binary answer's header says (plan, names, (shape, dtype)s) and its bytes."""
 
-    __slots__ = ("admitted", "answered", "fields", "header", "size", "tensors")
+    __slots__ = ("admitted", "answered", "fields", "header", "keys", "size", "tensors")
 
     def __init__(self, fields: dict, tensors: list, size: int, header: dict | None = None):
         self.fields, self.tensors, self.size, self.admitted, self.answered = fields, tensors, size, {}, None
         self.header = header  # an in-process request's (`repeat`)
+        self.keys = {}  # {kind: the ProgramKey its requests run by, or None: not by `wire.handler.repeat`}
+
+    def request(self, inputs: dict, grad_outputs: dict, **more) -> Request:
+        """A Request of this layout with these tensors (`more`: further fields), made as the one it was learned from."""
+        request = Request.__new__(Request)
+        request.__dict__.update(self.fields, inputs=inputs, grad_outputs=grad_outputs, upload={}, layout=self, **more)
+        return request
+
+    def views(self, body, header_length: int, aligned: bool = True) -> tuple[dict, dict]:
+        """(inputs, grad_outputs) viewing a body's tail (`aligned`: one not aligned for its dtype copied)."""
+        inputs, grad_outputs = {}, {}
+        for whose, name, dtype, count, offset, shape in self.tensors:
+            array = numpy.frombuffer(body, dtype, count, header_length + offset)
+            if len(shape) != 1:  # (frombuffer's is one-dimensional)
+                array = array.reshape(shape)
+            if aligned and dtype.alignment > 1 and not array.flags.aligned:
+                array = array.copy()
+            (inputs if whose == "inputs" else grad_outputs)[name] = array
+        return inputs, grad_outputs
+
+    def key(self, kind: str):
+        """The ProgramKey (`wire.compile`) a request of it to `kind` runs by, when a program and its tensors' bytes
+        are all its answer needs; None when more is (a tape, resident arrays, anomaly checks, a JSON answer)."""
+        if kind not in self.keys:
+            fields = self.fields
+            more = ("tape", "retain_graph", "detect_anomaly", "session", "held", "update", "fetch", "free")
+            seeded = frozenset(name for whose, name, *_ in self.tensors if whose == "grad_outputs")
+            wrt = None if fields["wrt"] is None else tuple(fields["wrt"])
+            plain = fields["binary_output"] and not any(fields[name] for name in more)
+            self.keys[kind] = ProgramKey(kind == "backward", wrt, seeded) if plain else None
+        return self.keys[kind]
 
     def encode(self, result) -> tuple[list, int]:
         """([header, *buffers], header length) of the binary answer to a request of this layout: when
@@ -45,15 +77,14 @@ class Layout:
         no JSON written; else `encode_result_parts`, whose header is kept for the next one."""
         if result.tape is not None or result.fetched:
             return encode_result_parts(result, True)
-        answered = self.answered
-        if answered is not None and (parts := _repeated(answered, result)) is not None:
+        answered, grads = self.answered, result.grads
+        if answered is not None and (parts := _repeated(answered, result.plan, result.outputs, grads)) is not None:
             return parts, len(parts[0])
-        grads = result.grads
         said = tuple([(a.shape, a.dtype) for a in (*result.outputs.values(), *(grads or {}).values())])
         names = (result.plan, tuple(result.outputs), None if grads is None else tuple(grads))
         parts, length = encode_result_parts(result, True)
         answered = (*names, said, parts[0])  # kept when its arrays are sent as they are (wire dtypes, contiguous)
-        if all(dtype in WIRE_DTYPES for _, dtype in said) and _repeated(answered, result) is not None:
+        if all(dtype in WIRE_DTYPES for _, dtype in said) and _repeated(answered, result.plan, result.outputs, grads):
             self.answered = answered
         return parts, length
 
@@ -96,22 +127,20 @@ class Layout:
             self.admitted[ticket.kind] = (ticket.where, *refs)
 
 
-def _repeated(answered: tuple, result) -> list | None:
-    """[header, *buffers] of an answer whose header says what the `answered` one's did (`Layout.encode`):
-    its header's bytes and its arrays' own; else None."""
-    plan, outputs, grads, said, header = answered
-    given = result.grads
-    if result.plan != plan or tuple(result.outputs) != outputs or (None if given is None else tuple(given)) != grads:
+def _repeated(answered: tuple, plan, outputs: dict, given: dict | None) -> list | None:
+    """[header, *buffers] of an answer (`plan`, `outputs`, `given` grads) whose header says what the `answered`
+    one's did (`Layout.encode`): its header's bytes and its arrays' own; else None."""
+    if plan != answered[0] or tuple(outputs) != answered[1] or (None if given is None else tuple(given)) != answered[2]:
         return None
-    parts, to_numpy = [header], backend.to_numpy
-    arrays = result.outputs.values() if given is None else (*result.outputs.values(), *given.values())
-    for array, (shape, dtype) in zip(arrays, said):
+    parts, to_numpy = [answered[4]], backend.to_numpy
+    arrays = outputs.values() if given is None else (*outputs.values(), *given.values())
+    for array, (shape, dtype) in zip(arrays, answered[3]):
         if array.shape != shape or array.dtype != dtype:
             return None
-        array = to_numpy(array)
-        if not array.flags.c_contiguous:
+        view = memoryview(to_numpy(array))  # (its c_contiguous: no flags object made)
+        if not view.c_contiguous:
             return None
-        parts.append(memoryview(array).cast("B") if array.size else b"")
+        parts.append(view.cast("B") if array.size else b"")
     return parts
 
 
@@ -133,18 +162,17 @@ class Layouts:
         if layout is None or len(body) - header_length != layout.size:
             return None
         self._last = (head, layout) if numbers is None else last
-        request, inputs, grad_outputs = Request.__new__(Request), {}, {}
-        request.__dict__.update(layout.fields, inputs=inputs, grad_outputs=grad_outputs, upload={}, layout=layout)
+        request = layout.request(*layout.views(body, header_length, aligned))
         if numbers is not None:
             request.order = (int(numbers[1]), int(numbers[2]))
-        for whose, name, dtype, count, offset, shape in layout.tensors:
-            array = numpy.frombuffer(body, dtype, count, header_length + offset)
-            if len(shape) != 1:  # (frombuffer's is one-dimensional)
-                array = array.reshape(shape)
-            if aligned and dtype.alignment > 1 and not array.flags.aligned:
-                array = array.copy()
-            (inputs if whose == "inputs" else grad_outputs)[name] = array
         return request
+
+    def last(self, body, header_length: int) -> Layout | None:
+        """The layout of the last header `decode` found, when `body` has it and a tail of its size; else None."""
+        head, layout = self._last
+        if layout is None or header_length < 0 or len(body) - header_length != layout.size:
+            return None
+        return layout if body[:header_length] == head else None
 
     def learn(self, body, header_length: int, header: dict, request: Request) -> None:
         """Keep the layout of a request made of `body`, unless it has JSON tensors or uploads."""

@@ -256,6 +256,9 @@ class ModelInference(ComputeEndpoint):
         self.model = model
         self.admits = admits  # the repository's room for the Shapes the model's plan keeps
 
+    def repeat(self, executor, body, length: int, idle: bool):
+        return None  # (an infer request's layouts are its model's own)
+
     def decode(self, executor, body, length, aligned: bool = True):
         return _decode(executor, self.model, body, length, self.admits, aligned)
 
