@@ -7,12 +7,15 @@ the nodes it frees are known. With `create_graph` nothing is sent: gradients are
 
 from __future__ import annotations
 
+import functools
+import re
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from client.errors import NotFoundError, PayloadTooLargeError, ProtocolError, TracingError
+from client.errors import NotFoundError, PayloadTooLargeError, ProtocolError, TracingError, _LinAlgError
 from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from client.graph import GRAD, JVP, GradNode, JvpNode, Value, edge_of
 from client.residents import Pending, cut_source, lost, placeholder
@@ -24,6 +27,8 @@ from engine.api import accumulate_grad, anomaly_mode, run_hooks, unused_rule, wa
 
 if TYPE_CHECKING:
     from engine.api import Operand
+
+WORDED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # an inv Value `linalg.solve` recorded -> "solve"
 
 
 def fetching(session, values):
@@ -217,7 +222,46 @@ def _dtype(variable):
 
 
 def _sending(session, call, builder, outputs=(), uploaded=None):
-    """The reply to `call` built by `builder`, its registered parameters read by handle (client.residents)."""
+    """The reply to `call` built by `builder`, its registered parameters read by handle (client.residents); a
+    singular matrix's error at an `inv` that `linalg.solve` recorded is worded as PyTorch's for solve (`WORDED`)."""
+    try:
+        return (yield from _send(session, call, builder, outputs, uploaded))
+    except _LinAlgError as err:
+        name = next(
+            (n for v, n in list(WORDED.items()) if builder is not None and builder.ids.get(id(v)) == err.node), None
+        )
+        if name is not None:
+            words = rf"torch.linalg.{name}: \1The solver failed because the input matrix is singular."
+            err.message = re.sub(r"linalg\.inv: (\(Batch element \d+\): )?.*singular\.", words, err.message)
+            err.args = (err.message,)
+        raise
+
+
+def worded(bound: dict) -> dict:
+    """`bind_linalg`'s names, `linalg.solve` and `solve_ex` noting the `inv` Values they record (`WORDED`)."""
+
+    def noting(fn, name):
+        @functools.wraps(fn)
+        def call(A, B, *args, **kwargs):
+            result = fn(A, B, *args, **kwargs)
+            stop = {id(v._value) for v in (A, B) if isinstance(v, Variable)}
+            stack = [getattr(result[0] if isinstance(result, tuple) else result, "_value", None)]
+            while stack:  # (the Values it recorded: between its result and its operands')
+                v = stack.pop()
+                if v is not None and id(v) not in stop:
+                    if v.op is not None and v.op.name == "inv":
+                        WORDED[v] = name
+                    stack.extend(v.inputs)
+            return result
+
+        return call
+
+    linalg = bound["linalg"]
+    linalg.solve, linalg.solve_ex = noting(linalg.solve, "solve"), noting(linalg.solve_ex, "solve_ex")
+    return bound
+
+
+def _send(session, call, builder, outputs=(), uploaded=None):
     residents = getattr(session, "_residents", None)
     if residents is None:
         return (yield from session._exchanging(call, outputs))
@@ -239,7 +283,7 @@ def _sending(session, call, builder, outputs=(), uploaded=None):
     except PayloadTooLargeError as err:  # a held input over the bound: sent inline (a parameter's 413 is raised)
         if err.field != "upload" or not residents.inline(call, uploaded):
             raise
-        return (yield from _sending(session, call, builder, outputs, uploaded))
+        return (yield from _send(session, call, builder, outputs, uploaded))
     residents.sent(uploaded)
     return reply
 
