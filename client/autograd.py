@@ -224,8 +224,31 @@ def _dtype(variable):
 def _sending(session, call, builder, outputs=(), uploaded=None):
     """The reply to `call` built by `builder`, its registered parameters read by handle (client.residents); a
     singular matrix's error at an `inv` that `linalg.solve` recorded is worded as PyTorch's for solve (`WORDED`)."""
+    residents = getattr(session, "_residents", None)
     try:
-        return (yield from _send(session, call, builder, outputs, uploaded))
+        if residents is None:
+            return (yield from session._exchanging(call, outputs))
+        if uploaded is None:
+            uploaded = residents.prepare(session, call, builder)
+        if "update" in call.header:
+            call.idempotent = False  # sent twice, it would step twice
+        try:
+            if "graph" in call.header:
+                reply = yield from session._exchanging(call, outputs)
+            else:  # only moves resident arrays
+                reply = yield from session._calling(call)
+        except NotFoundError as err:
+            if "session" in call.header and err.field in ("resident", "update", "fetch"):
+                for entry in (*residents.params.values(), *residents.held.values()):
+                    entry.synced = False
+                raise lost(err) from None
+            raise
+        except PayloadTooLargeError as err:  # a held input over the bound: sent inline (a parameter's 413 is raised)
+            if err.field != "upload" or not residents.inline(call, uploaded):
+                raise
+            return (yield from _sending(session, call, builder, outputs, uploaded))
+        residents.sent(uploaded)
+        return reply
     except _LinAlgError as err:
         name = next(
             (n for v, n in list(WORDED.items()) if builder is not None and builder.ids.get(id(v)) == err.node), None
@@ -259,33 +282,6 @@ def worded(bound: dict) -> dict:
     linalg = bound["linalg"]
     linalg.solve, linalg.solve_ex = noting(linalg.solve, "solve"), noting(linalg.solve_ex, "solve_ex")
     return bound
-
-
-def _send(session, call, builder, outputs=(), uploaded=None):
-    residents = getattr(session, "_residents", None)
-    if residents is None:
-        return (yield from session._exchanging(call, outputs))
-    if uploaded is None:
-        uploaded = residents.prepare(session, call, builder)
-    if "update" in call.header:
-        call.idempotent = False  # sent twice, it would step twice
-    try:
-        if "graph" in call.header:
-            reply = yield from session._exchanging(call, outputs)
-        else:  # only moves resident arrays
-            reply = yield from session._calling(call)
-    except NotFoundError as err:
-        if "session" in call.header and err.field in ("resident", "update", "fetch"):
-            for entry in (*residents.params.values(), *residents.held.values()):
-                entry.synced = False
-            raise lost(err) from None
-        raise
-    except PayloadTooLargeError as err:  # a held input over the bound: sent inline (a parameter's 413 is raised)
-        if err.field != "upload" or not residents.inline(call, uploaded):
-            raise
-        return (yield from _send(session, call, builder, outputs, uploaded))
-    residents.sent(uploaded)
-    return reply
 
 
 def flush(session, update=None, riders=(), uploaded=None):
