@@ -227,8 +227,7 @@ def _dtype(variable):
 
 
 def _sending(session, call, builder, outputs=(), uploaded=None):
-    """The reply to `call` built by `builder`, its registered parameters read by handle (client.residents); a
-    singular matrix's error at an `inv` that `linalg.solve` recorded is worded as PyTorch's for solve (`WORDED`)."""
+    """The reply to `call` built by `builder`, its registered parameters read by handle (client.residents)."""
     residents = getattr(session, "_residents", None)
     try:
         if residents is None:
@@ -254,10 +253,9 @@ def _sending(session, call, builder, outputs=(), uploaded=None):
             return (yield from _sending(session, call, builder, outputs, uploaded))
         residents.sent(uploaded)
         return reply
-    except _LinAlgError as err:
-        name = next(
-            (n for v, n in list(WORDED.items()) if builder is not None and builder.ids.get(id(v)) == err.node), None
-        )
+    except _LinAlgError as err:  # at an `inv` that `linalg.solve` recorded (`WORDED`): worded as PyTorch's solve
+        ids = builder.ids if builder is not None else {}
+        name = next((n for v, n in list(WORDED.items()) if ids.get(id(v)) == err.node), None)
         if name is not None:
             words = rf"torch.linalg.{name}: \1The solver failed because the input matrix is singular."
             err.message = re.sub(r"linalg\.inv: (\(Batch element \d+\): )?.*singular\.", words, err.message)
