@@ -126,7 +126,7 @@ special = bind_special(sys.modules[__name__])
 # torch.linalg
 from engine.api import bind_linalg  # noqa: E402
 
-globals().update(bind_linalg(sys.modules[__name__]))
+globals().update(autograd.worded(bind_linalg(sys.modules[__name__])))  # (solve's singular matrix in its words)
 
 # torch.fft (its real transforms; a spectrum is a ComplexView), torch.view_as_real and torch.view_as_complex
 from engine.api import bind_fft  # noqa: E402

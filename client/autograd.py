@@ -7,12 +7,15 @@ the nodes it frees are known. With `create_graph` nothing is sent: gradients are
 
 from __future__ import annotations
 
+import functools
+import re
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from client.errors import NotFoundError, PayloadTooLargeError, ProtocolError, TracingError
+from client.errors import NotFoundError, PayloadTooLargeError, ProtocolError, TracingError, _LinAlgError
 from client.function import Function  # noqa: F401  (torch.autograd.Function's spelling)
 from client.graph import GRAD, JVP, GradNode, JvpNode, Value, edge_of
 from client.residents import Pending, cut_source, lost, placeholder
@@ -24,6 +27,8 @@ from engine.api import accumulate_grad, anomaly_mode, run_hooks, unused_rule, wa
 
 if TYPE_CHECKING:
     from engine.api import Operand
+
+WORDED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # an inv Value `linalg.solve` recorded -> "solve"
 
 
 def fetching(session, values):
@@ -109,7 +114,12 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
             _seal(value)
     if targets is None or into_grad:
         for holder, g in grads.items():
-            accumulate_grad(holder, g, lambda g: g, _may_update, create_graph)
+            own, data = holder._data, g._data  # a first gradient that fits its leaf: kept as `.grad`'s setter keeps it,
+            fits = own is not None and data is not None and own.shape == data.shape and own.dtype == data.dtype
+            if holder._grad is None and not create_graph and fits:  # its checks made on the arrays, as the engine's
+                holder._grad = g  # (no Size, DType or property call)
+            else:
+                accumulate_grad(holder, g, lambda g: g, _may_update, create_graph)
             watch = watch_of(holder, make=False) if holder._node is None else None
             for hook in list(watch.post.values()) if watch is not None else ():
                 hook(holder)
@@ -219,29 +229,62 @@ def _dtype(variable):
 def _sending(session, call, builder, outputs=(), uploaded=None):
     """The reply to `call` built by `builder`, its registered parameters read by handle (client.residents)."""
     residents = getattr(session, "_residents", None)
-    if residents is None:
-        return (yield from session._exchanging(call, outputs))
-    if uploaded is None:
-        uploaded = residents.prepare(session, call, builder)
-    if "update" in call.header:
-        call.idempotent = False  # sent twice, it would step twice
     try:
-        if "graph" in call.header:
-            reply = yield from session._exchanging(call, outputs)
-        else:  # only moves resident arrays
-            reply = yield from session._calling(call)
-    except NotFoundError as err:
-        if "session" in call.header and err.field in ("resident", "update", "fetch"):
-            for entry in (*residents.params.values(), *residents.held.values()):
-                entry.synced = False
-            raise lost(err) from None
-        raise
-    except PayloadTooLargeError as err:  # a held input over the bound: sent inline (a parameter's 413 is raised)
-        if err.field != "upload" or not residents.inline(call, uploaded):
+        if residents is None:
+            return (yield from session._exchanging(call, outputs))
+        if uploaded is None:
+            uploaded = residents.prepare(session, call, builder)
+        if "update" in call.header:
+            call.idempotent = False  # sent twice, it would step twice
+        try:
+            if "graph" in call.header:
+                reply = yield from session._exchanging(call, outputs)
+            else:  # only moves resident arrays
+                reply = yield from session._calling(call)
+        except NotFoundError as err:
+            if "session" in call.header and err.field in ("resident", "update", "fetch"):
+                for entry in (*residents.params.values(), *residents.held.values()):
+                    entry.synced = False
+                raise lost(err) from None
             raise
-        return (yield from _sending(session, call, builder, outputs, uploaded))
-    residents.sent(uploaded)
-    return reply
+        except PayloadTooLargeError as err:  # a held input over the bound: sent inline (a parameter's 413 is raised)
+            if err.field != "upload" or not residents.inline(call, uploaded):
+                raise
+            return (yield from _sending(session, call, builder, outputs, uploaded))
+        residents.sent(uploaded)
+        return reply
+    except _LinAlgError as err:  # at an `inv` that `linalg.solve` recorded (`WORDED`): worded as PyTorch's solve
+        ids = builder.ids if builder is not None else {}
+        name = next((n for v, n in list(WORDED.items()) if ids.get(id(v)) == err.node), None)
+        if name is not None:
+            words = rf"torch.linalg.{name}: \1The solver failed because the input matrix is singular."
+            err.message = re.sub(r"linalg\.inv: (\(Batch element \d+\): )?.*singular\.", words, err.message)
+            err.args = (err.message,)
+        raise
+
+
+def worded(bound: dict) -> dict:
+    """`bind_linalg`'s names, `linalg.solve` and `solve_ex` noting the `inv` Values they record (`WORDED`)."""
+
+    def noting(fn, name):
+        @functools.wraps(fn)
+        def call(A, B, *args, **kwargs):
+            result = fn(A, B, *args, **kwargs)
+            stop = {id(v._value) for v in (A, B) if isinstance(v, Variable)}
+            stack = [getattr(result[0] if isinstance(result, tuple) else result, "_value", None)]
+            while stack:  # (the Values it recorded: between its result and its operands')
+                v = stack.pop()
+                if v is not None and id(v) not in stop:
+                    if v.op is not None and v.op.name == "inv":
+                        WORDED[v] = name
+                    stack.extend(v.inputs)
+            return result
+
+        return call
+
+    linalg = bound["linalg"]
+    linalg.solve, linalg.solve_ex = noting(linalg.solve, "solve"), noting(linalg.solve_ex, "solve_ex")
+    return bound
 
 
 def flush(session, update=None, riders=(), uploaded=None):
@@ -321,6 +364,8 @@ def _seal(value):
     stack, seen = [value.node], set()
     while stack:
         node = stack.pop()
+        if node.versions is None and node.saves is True:  # freed, saving its inputs: what check() raises (no raise)
+            continue
         try:
             node.check()
         except RuntimeError:  # GraphFreedError, or a saved input modified in place

@@ -134,7 +134,7 @@ def infer(op: OpDef, values, attrs):
     """(shape, dtype) by the op's registry rule (every op has one, a function of the shapes, dtypes and
     attributes: remembered); None when it depends on values."""
     shapes, dtypes = tuple(map(_SHAPE, values)), tuple(map(_DTYPE, values))
-    key = (op.name, shapes, dtypes, attrs_key(attrs))
+    key = (op.name, shapes, dtypes, attrs_key(attrs) if attrs else ())  # (no call for an op without attributes)
     inferred = _INFERRED.get(key, _INFERRED)
     if inferred is not _INFERRED:
         return inferred
