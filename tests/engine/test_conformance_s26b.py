@@ -1,6 +1,7 @@
 """Session 26's second round of divergences from PyTorch 2.13, each a program a user writes, run with `torch` bound
-to the engine and to PyTorch: the deprecated `torch.triangular_solve` (missing: AttributeError), and the shape and
-dtype checks of `linalg.solve_triangular`. Gradients are checked twice: float64 finite differences (`engine.gradcheck`) and PyTorch."""
+to the engine and to PyTorch: the deprecated `torch.triangular_solve` (missing: AttributeError), the shape and dtype
+checks of `linalg.solve_triangular`, and `add`/`sub` with `alpha=` in float32 rounded once, as PyTorch's fused
+multiply-add. Gradients are checked twice: float64 finite differences (`engine.gradcheck`) and PyTorch."""
 
 from __future__ import annotations
 
@@ -114,3 +115,60 @@ def test_solve_triangular_takes_as_dtype(left, oracle):
         assert outs[0][0] == outs[1][0] == f"torch.{a_dtype}" and outs[0][2] == outs[1][2]
         numpy.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5)
         numpy.testing.assert_allclose(outs[0][3], outs[1][3], rtol=1e-5)
+
+
+# --- add / sub with alpha= in float32: rounded once --------------------------------------------------------------
+
+FIRST, SECOND = (RNG.standard_normal(1003).astype(numpy.float32) for _ in range(2))
+ALPHA_CALLS = {
+    "torch.add": lambda t, x, y, a: t.add(x, y, alpha=a),
+    "torch.sub": lambda t, x, y, a: t.sub(x, y, alpha=a),
+    "x.add": lambda t, x, y, a: x.add(y, alpha=a),
+    "x.sub": lambda t, x, y, a: x.sub(y, alpha=a),
+    "x.clone().add_": lambda t, x, y, a: x.clone().add_(y, alpha=a),
+    "x.clone().sub_": lambda t, x, y, a: x.clone().sub_(y, alpha=a),
+}
+
+
+@pytest.mark.parametrize("alpha", [0.37, -1.3, 3])
+@pytest.mark.parametrize("call", ALPHA_CALLS)
+def test_float32_alpha_rounds_once_as_pytorch(call, alpha, oracle):
+    """Every element PyTorch's (its float32 kernel is a fused multiply-add: input + other * alpha rounded once; the
+    engine rounded the product first, ~20% of the elements 1 ulp away), the dtype, node name and both gradients."""
+    outs = []
+    for torch in (engine, oracle):
+        x, y = torch.tensor(FIRST, requires_grad=True), torch.tensor(SECOND, requires_grad=True)
+        out = ALPHA_CALLS[call](torch, x, y, alpha)
+        out.backward(torch.tensor(SECOND[::-1].copy()))
+        outs.append((str(out.dtype), out.grad_fn.name(), out.detach().numpy(), x.grad.numpy(), y.grad.numpy()))
+    assert outs[0][:2] == outs[1][:2]
+    assert outs[0][0] == "torch.float32" and outs[0][1] in ("AddBackward0", "SubBackward0")
+    for ours, theirs in zip(outs[0][2:], outs[1][2:]):
+        assert ours.dtype == theirs.dtype and numpy.array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("other", [2.1, 3, -7.25])
+def test_float32_alpha_with_a_number_is_fused(other, oracle):
+    """A number `other`: the float32 fused value input + f32(other) * f32(alpha), PyTorch's in its vectorized loop (its
+    last elements, fewer than two AVX-512 vectors' worth, are rounded twice: not compared exactly)."""
+    x = engine.tensor(FIRST)
+    product = float(numpy.float32(other)) * float(numpy.float32(0.37))  # (exact in float64)
+    for name, sign in (("add", 1), ("sub", -1)):
+        ours = getattr(engine, name)(x, other, alpha=0.37)
+        reference = (FIRST.astype(numpy.float64) + sign * product).astype(numpy.float32)
+        assert str(ours.dtype) == "torch.float32" and numpy.array_equal(ours.numpy(), reference)
+        theirs = getattr(oracle, name)(oracle.tensor(FIRST), other, alpha=0.37).numpy()
+        assert numpy.array_equal(ours.numpy()[:-32], theirs[:-32])
+        numpy.testing.assert_allclose(ours.numpy(), theirs, rtol=1e-6, atol=1e-6)
+
+
+def test_alpha_gradients_and_other_dtypes(oracle):
+    """float64 finite differences through the float32 path's float64 arithmetic and the float64 path (unchanged);
+    integers and mixed dtypes keep PyTorch's result dtypes and values."""
+    a, b = (engine.tensor(v, dtype=engine.float64, requires_grad=True) for v in RNG.standard_normal((2, 3, 4)))
+    assert engine.gradcheck(lambda u, v: engine.add(u, v[0], alpha=0.37) - u.sub(v, alpha=-2.5), (a, b))
+    for torch in (engine, oracle):
+        ints = torch.add(torch.tensor([1, 2]), torch.tensor([3, 4]), alpha=2)
+        mixed = torch.sub(torch.tensor([1.5, 2.0]), torch.tensor([0.25, 1.0], dtype=torch.float64), alpha=0.5)
+        assert (str(ints.dtype), ints.tolist()) == ("torch.int64", [7, 10])
+        assert (str(mixed.dtype), mixed.tolist()) == ("torch.float64", [1.375, 1.5])
