@@ -172,3 +172,22 @@ def test_alpha_gradients_and_other_dtypes(oracle):
         mixed = torch.sub(torch.tensor([1.5, 2.0]), torch.tensor([0.25, 1.0], dtype=torch.float64), alpha=0.5)
         assert (str(ints.dtype), ints.tolist()) == ("torch.int64", [7, 10])
         assert (str(mixed.dtype), mixed.tolist()) == ("torch.float64", [1.375, 1.5])
+
+
+# --- a first `.grad` made with create_graph: CopyBackwards' edges --------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(3,), ()])
+def test_create_graph_grads_copy_lists_its_destination(shape, oracle):
+    """PyTorch's CopyBackwards (the leaf's first `.grad`, a copy into zeros) lists (None, 0) for the destination
+    before the source; ours listed only the source. The values, version and second derivative stay PyTorch's."""
+    outs = []
+    for torch in (engine, oracle):
+        w = torch.tensor(numpy.full(shape, 1.5), requires_grad=True)
+        (w * w * w).sum().backward(create_graph=True)
+        node = w.grad.grad_fn
+        edges = [(None if f is None else f.name(), n) for f, n in node.next_functions]
+        (second,) = torch.autograd.grad(w.grad.sum(), w)
+        outs.append((node.name(), edges, w.grad.tolist(), w.grad._version, second.tolist()))
+    assert outs[0] == outs[1]
+    assert outs[0][1][0] == (None, 0)
