@@ -379,7 +379,8 @@ class _Sink:
             var._grad = self._owned(g)  # setter (its checks made on the arrays: no Size, DType or property call)
         elif self.create_graph and (var._grad is None or id(var) in self.copied):  # PyTorch's recorded copy of the
             total = self.copied[id(var)] = g if var._grad is None else self.copied[id(var)] + g  # edges' sum
-            var.grad = swap_named(F.clone(total), "CloneBackward0" if var._node else "CopyBackwards")
+            copy = F.clone(total) if var._node else total.new_zeros(total.shape).copy_(total)  # (PyTorch's edges)
+            var.grad = swap_named(copy, "CloneBackward0" if var._node else "CopyBackwards")
         else:
             accumulate_grad(var, g, self._owned, self._may_update, self.create_graph)
 

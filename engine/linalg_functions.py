@@ -41,6 +41,12 @@ LU = namedtuple("linalg_lu", "P L U")  # type: ignore[name-match]
 LU_FACTOR = namedtuple("linalg_lu_factor", "LU pivots")  # type: ignore[name-match]
 LU_UNPACK = namedtuple("lu_unpack", "P L U")  # type: ignore[name-match]
 LU_FACTOR_EX = namedtuple("linalg_lu_factor_ex", "LU pivots info")  # type: ignore[name-match]
+TRIANGULAR_SOLVE = namedtuple("triangular_solve", "solution cloned_coefficient")  # type: ignore[name-match]
+TRIANGULAR_SOLVE_DEPRECATED = (  # (PyTorch's words, its missing space too)
+    "torch.triangular_solve is deprecated in favor of torch.linalg.solve_triangularand will be removed in a future "
+    "PyTorch release.\ntorch.linalg.solve_triangular has its arguments reversed and does not return a copy of one of "
+    "the inputs.\nX = torch.triangular_solve(B, A).solution\nshould be replaced with\nX = torch.linalg.solve_triangular(A, B)."
+)
 
 
 def _missing(name):
@@ -389,10 +395,48 @@ def bind(ns) -> dict:
         unitriangular), as the solve of that triangular matrix."""
         if B.ndim < 2:
             raise RuntimeError("linalg.solve_triangular: The input tensor B must have at least 2 dimensions.")
+        _square("linalg.solve_triangular: ", A)
+        if A.shape[-1] != B.shape[-2 if left else -1]:
+            raise RuntimeError(
+                f"linalg.solve_triangular: Incompatible shapes of A and B for the equation {'AX' if left else 'XA'} = B"
+                f" ({A.shape[-2]}x{A.shape[-1]} and {B.shape[-2]}x{B.shape[-1]})"
+            )
+        B = B if B.dtype == A.dtype else B.to(A.dtype)  # (PyTorch casts B to A's dtype, even a narrower one)
         T = A.triu(int(unitriangular)) if upper else A.tril(-int(unitriangular))
         T = T + ns.eye(A.shape[-1], dtype=A.dtype) if unitriangular else T
         X = _substituted(T, B, upper) if left else _substituted(T.mT, B.mT, not upper).mT  # (X A = B: A^T X^T = B^T)
         return swap_named(X, "LinalgSolveTriangularBackward0")
+
+    def triangular_solve(input, A, upper=True, transpose=False, unitriangular=False):
+        """The old spelling, arguments reversed: (X of A X = input, A^T X = input when transpose; A's copy broadcast
+        to X's batch), as solve_triangular of A (of A^T, its other triangle, when transpose)."""
+        once(TRIANGULAR_SOLVE_DEPRECATED)
+        for name, x in (("b", input), ("A", A)):
+            if x.ndim < 2:
+                raise RuntimeError(
+                    f"torch.triangular_solve: Expected {name} to have at least 2 dimensions, but it has {x.ndim} "
+                    "dimensions instead"
+                )
+        if input.dtype != A.dtype:
+            raise RuntimeError(
+                f"Expected b and A to have the same dtype, but found b of type {scalar_name(input.dtype)} and A of "
+                f"type {scalar_name(A.dtype)} instead."
+            )
+        _square("", A)
+        if A.shape[-1] != input.shape[-2]:
+            raise RuntimeError(
+                f"Incompatible matrix sizes for triangular_solve: each A matrix is {A.shape[-2]} by {A.shape[-1]} but "
+                f"each b matrix is {input.shape[-2]} by {input.shape[-1]}"
+            )
+        X = solve_triangular(A.mT if transpose else A, input, upper=upper != transpose, unitriangular=unitriangular)
+        copy = A.expand(*X.shape[:-2], *A.shape[-2:]).clone()
+        return TRIANGULAR_SOLVE(*(swap_named(t, "TriangularSolveBackward0") for t in (X, copy)))
+
+    def _square(where, A):
+        if A.shape[-1] != A.shape[-2]:
+            raise RuntimeError(
+                f"{where}A must be batches of square matrices, but they are {A.shape[-2]} by {A.shape[-1]} matrices"
+            )
 
     def _substituted(T, B, upper):
         """X of T X = B by substitution, a row of X at a time (from the last when upper), as LAPACK's trsm: a zero on
@@ -512,4 +556,4 @@ def bind(ns) -> dict:
     for name in ("eig", "eigvals"):
         checked[name] = _missing(name)
     linalg = SimpleNamespace(**checked, LinAlgError=LinAlgError)
-    return {"linalg": linalg, "chain_matmul": chain_matmul, "lu_unpack": lu_unpack}
+    return dict(linalg=linalg, chain_matmul=chain_matmul, lu_unpack=lu_unpack, triangular_solve=triangular_solve)

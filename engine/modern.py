@@ -76,11 +76,23 @@ def _clone(clone):
     return fn
 
 
-def _with_alpha(name, base, mul):
+def _with_alpha(name, base, mul, cast):
     def fn(input: Operand, other: Operand, *, alpha: float = 1) -> VariableSurface:
         if alpha != 1 and name == "sub":  # (scaled, a bool operand would no longer be one)
             check_subtraction([getattr(v, "dtype", v) for v in (input, other)])
-        return base(input, other) if alpha == 1 else base(input, mul(other, alpha))
+        if alpha == 1:
+            return base(input, other)
+        number = type(other) in (int, float)
+        if getattr(input, "dtype", None) == numpy.float32 and (
+            number or getattr(other, "dtype", None) == numpy.float32
+        ):
+            # PyTorch's float32 kernel rounds input + other * alpha once (a fused multiply-add): a product of two
+            # float32s is exact in float64, so the float64 sum rounded to float32 is the fused result
+            alpha = float(numpy.float32(alpha))
+            scaled = float(numpy.float32(other)) * alpha if number else mul(cast(other, dtype="float64"), alpha)
+            out = cast(base(cast(input, dtype="float64"), scaled), dtype="float32")
+            return tensor_arith.swap_named(out, f"{name.capitalize()}Backward0")
+        return base(input, mul(other, alpha))
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"{base.__doc__}; `alpha=` scales `other` first (PyTorch's `{name}(input, other, alpha=a)`)"
@@ -339,8 +351,8 @@ def functions(ops) -> dict:
     }
     out.update(ger=outer)
     out["clone"] = _clone(ops["clone"])
-    out["add"] = _with_alpha("add", ops["add"], mul)
-    out["sub"] = _with_alpha("sub", ops["sub"], mul)
+    out["add"] = _with_alpha("add", ops["add"], mul, ops["cast"])
+    out["sub"] = _with_alpha("sub", ops["sub"], mul, ops["cast"])
     out["fmod"] = _fmod(ops["fmod"])
     for name in ("cumsum", "cumprod", "prod", "softmax", "log_softmax"):
         out[name] = _with_dtype(name, ops[name], ops["cast"])
