@@ -165,12 +165,16 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
     builder = Builder(reserved=[*(i.name for i in graph.input), *initializers])
     builder.reserve_outputs(o.name for o in graph.output)
     builder.max_nodes = limits.max_graph_nodes
+    fed = {value.name for value in graph.input} - initializers
     for value in (*graph.input, *graph.value_info, *graph.output):
+        if info[value.name][0] is None or None not in info[value.name][0]:
+            continue  # a static shape: no symbol to name
         dims = value.type.tensor_type.shape.dim
         builder.symbols[value.name] = tuple(d.dim_param if d.HasField("dim_param") else d.dim_value for d in dims)
-        if value in graph.input and value.name not in initializers:
+        if value.name in fed:
             free = {i: d.dim_param or f"{value.name}#{i}" for i, d in enumerate(dims) if not d.HasField("dim_value")}
             builder.sources |= {name: (value.name, i, len(dims)) for i, name in free.items()}
+    builder.dims = {name: Dim(1, (name,)) for name in builder.sources}
     env = {}
     for tensor in graph.initializer:
         array = tensor_array(tensor, f"initializer {shown(tensor.name)}", tensor.name)
@@ -188,8 +192,10 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
         dtype = dtype_of(elem, f"graph input {shown(value.name)}", value.name)
         static_shape = shape if shape is not None and None not in shape else None
         builder.input(value.name, dtype.kind == "f", static_shape, dtype)
-        named = [str(n or f"{value.name}#{i}") for i, n in enumerate(builder.symbols[value.name])]
-        dims = None if shape is None else tuple(Dim(1, (n,)) if d is None else d for d, n in zip(shape, named))
+        dims = shape
+        if static_shape is None and shape is not None:
+            named = [str(n or f"{value.name}#{i}") for i, n in enumerate(builder.symbols[value.name])]
+            dims = tuple(builder.dims[n] if d is None else d for d, n in zip(shape, named))
         env[value.name] = Value(shape, dtype, node=value.name, dims=dims)
         inputs.append(TensorInfo(value.name, datatype_of(dtype), _published(shape)))
     for index, node in enumerate(graph.node):
@@ -259,13 +265,15 @@ def _convert(builder, env, node, index, info, used, opset):
             dims = cx.out_dims.get(i)
             if i in cx.out_shapes:
                 shape = tuple(cx.out_shapes[i])
-            elif shape is None or None in shape or elem == 0:  # this node's inference from the folded values
-                inferred = inferred or _node_types(onnx, node, inputs, opset)
-                known, known_elem, named = inferred.get(name, (None, 0, None))
+            elif shape is None or None in shape or elem == 0:
+                named = _sourced(shape, builder.symbols.get(name), builder.dims) if elem else None
+                if named is None:  # this node's inference from the folded values
+                    inferred = inferred or _node_types(onnx, node, inputs, opset)
+                    known, known_elem, named = inferred.get(name, (None, 0, None))
+                    if known is not None and (shape is None or known.count(None) < shape.count(None)):
+                        shape = known
+                    elem = elem or known_elem
                 dims = dims or named
-                if known is not None and (shape is None or known.count(None) < shape.count(None)):
-                    shape = known
-                elem = elem or known_elem
             if builder.rename(result, name, mark):  # a graph output is the node that computes it: no clone
                 result = name
             dims = dims if shape is not None and dims is not None and len(dims) == len(shape) else None
@@ -284,6 +292,17 @@ def _foldable(value) -> bool:
     """Whether an op on `value` is computed at import: a known value, not a parameter, small, and
     for a held initializer (a weight) tiny, so that weights stay held and out of the graph's JSON."""
     return value.foldable and value.static.size <= (HELD_FOLD_MAX if value.held else FOLD_MAX)
+
+
+def _sourced(shape, symbols, named: dict):
+    """The Dims of a shape whose every unknown dim the model's inference named after a graph input's
+    dim (`named`: a batch, no node's own inference can tell more and it cost as much as the rest of a
+    small model's import), else None."""
+    if shape is None or symbols is None or len(symbols) != len(shape):
+        return None
+    if any(d is None and s not in named for d, s in zip(shape, symbols)):
+        return None
+    return tuple(None if d is not None else named[s] for d, s in zip(shape, symbols))
 
 
 def _node_types(onnx, node, inputs, opset) -> dict:
