@@ -68,23 +68,19 @@ SHAPE_ONLY = 1024  # elements: a larger initializer (a weight) goes to ONNX's in
 
 
 def _infer_shapes(model, onnx):
-    """The graph with ONNX's inferred types, of a copy of the model whose weights are typed graph
-    inputs: the inference reads no weight's values, and serializing them in and out of it was most of
-    a large model's import (0.13 of 0.14 s at 16 MiB)."""
-    # without onnx's data propagation: it computes the values of shape-like tensors with no bound (a
-    # 200-byte model asking for a Range of 3e9, or a Concat doubled 30 times, had the server killed
-    # for memory at load); each node's inference from the importer's folded values stands for it
-    graph = model.graph
-    light = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import)
-    for field in ("node", "input", "output", "value_info"):
-        getattr(light.graph, field).extend(getattr(graph, field))
-    listed = {value.name for value in graph.input}
-    for tensor in model.graph.initializer:
-        if math.prod(tensor.dims) <= SHAPE_ONLY:
-            light.graph.initializer.append(tensor)
-        elif tensor.name not in listed:
-            light.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+    # The graph with ONNX's inferred types, of a copy of the model whose weights are typed graph
+    # inputs: the inference reads no weight's values, and serializing them in and out of it was most
+    # of a large model's import (0.13 of 0.14 s at 16 MiB). Without onnx's data propagation: it
+    # computes the values of shape-like tensors with no bound (a 200-byte model asking for a Range of
+    # 3e9, or a Concat doubled 30 times, had the server killed for memory at load); each node's
+    # inference from the importer's folded values stands for it.
+    graph, listed, helper = model.graph, {value.name for value in model.graph.input}, onnx.helper
+    weights = {t.name: t for t in graph.initializer if math.prod(t.dims) > SHAPE_ONLY}
+    typed = [helper.make_tensor_value_info(n, t.data_type, t.dims) for n, t in weights.items() if n not in listed]
+    kept = [t for t in graph.initializer if t.name not in weights]
+    light = helper.make_graph(graph.node, "g", [*graph.input, *typed], graph.output, kept, None, graph.value_info)
     try:
+        light = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, graph=light)
         return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False).graph
     except Exception:  # noqa: BLE001 - shape inference is a help: the converters say what they miss
         return graph
@@ -184,8 +180,6 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
     builder.max_nodes = limits.max_graph_nodes
     fed = {value.name for value in graph.input} - initializers
     for value in (*graph.input, *graph.value_info, *graph.output):
-        if info[value.name][0] is None or None not in info[value.name][0]:
-            continue  # a static shape: no symbol to name
         dims = value.type.tensor_type.shape.dim
         builder.symbols[value.name] = tuple(d.dim_param if d.HasField("dim_param") else d.dim_value for d in dims)
         if value.name in fed:
@@ -209,10 +203,8 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
         dtype = dtype_of(elem, f"graph input {shown(value.name)}", value.name)
         static_shape = shape if shape is not None and None not in shape else None
         builder.input(value.name, dtype.kind == "f", static_shape, dtype)
-        dims = shape
-        if static_shape is None and shape is not None:
-            named = [str(n or f"{value.name}#{i}") for i, n in enumerate(builder.symbols[value.name])]
-            dims = tuple(builder.dims[n] if d is None else d for d, n in zip(shape, named))
+        named = [str(n or f"{value.name}#{i}") for i, n in enumerate(builder.symbols[value.name])]
+        dims = None if shape is None else tuple(builder.dims[n] if d is None else d for d, n in zip(shape, named))
         env[value.name] = Value(shape, dtype, node=value.name, dims=dims)
         inputs.append(TensorInfo(value.name, datatype_of(dtype), _published(shape)))
     for index, node in enumerate(graph.node):
@@ -312,12 +304,10 @@ def _foldable(value) -> bool:
 
 
 def _sourced(shape, symbols, named: dict):
-    """The Dims of a shape whose every unknown dim the model's inference named after a graph input's
-    dim (`named`: a batch, no node's own inference can tell more and it cost as much as the rest of a
-    small model's import), else None."""
-    if shape is None or symbols is None or len(symbols) != len(shape):
-        return None
-    if any(d is None and s not in named for d, s in zip(shape, symbols)):
+    # The Dims of a shape whose every unknown dim the model's inference named after a graph input's
+    # dim (`named`: a batch, no node's own inference can tell more and it cost as much as the rest of
+    # a small model's import), else None. `symbols` are the dims of the type `shape` was read from.
+    if shape is None or symbols is None or any(d is None and s not in named for d, s in zip(shape, symbols)):
         return None
     return tuple(None if d is not None else named[s] for d, s in zip(shape, symbols))
 
