@@ -14,6 +14,7 @@ Everything downstream (validation, budgets, plans, execution, gradients) is the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy
@@ -63,14 +64,26 @@ def _dims(type_proto):
     return tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim), tensor.elem_type
 
 
+SHAPE_ONLY = 1024  # elements: a larger initializer (a weight) goes to ONNX's inference as its type alone
+
+
 def _infer_shapes(model, onnx):
-    # without onnx's data propagation: it computes the values of shape-like tensors with no bound (a
-    # 200-byte model asking for a Range of 3e9, or a Concat doubled 30 times, had the server killed
-    # for memory at load); each node's inference from the importer's folded values stands for it
+    # The graph with ONNX's inferred types, of a copy of the model whose weights are typed graph
+    # inputs: the inference reads no weight's values, and serializing them in and out of it was most
+    # of a large model's import (0.13 of 0.14 s at 16 MiB). Without onnx's data propagation: it
+    # computes the values of shape-like tensors with no bound (a 200-byte model asking for a Range of
+    # 3e9, or a Concat doubled 30 times, had the server killed for memory at load); each node's
+    # inference from the importer's folded values stands for it.
+    graph, listed, helper = model.graph, {value.name for value in model.graph.input}, onnx.helper
+    weights = {t.name: t for t in graph.initializer if math.prod(t.dims) > SHAPE_ONLY}
+    typed = [helper.make_tensor_value_info(n, t.data_type, t.dims) for n, t in weights.items() if n not in listed]
+    kept = [t for t in graph.initializer if t.name not in weights]
+    light = helper.make_graph(graph.node, "g", [*graph.input, *typed], graph.output, kept, None, graph.value_info)
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+        light = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, graph=light)
+        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False).graph
     except Exception:  # noqa: BLE001 - shape inference is a help: the converters say what they miss
-        return model
+        return graph
 
 
 class Context:
@@ -158,21 +171,23 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
     limits = limits or OnnxLimits()
     onnx = onnx_module()
     model, opset = read_model(data, limits)
-    graph = _infer_shapes(model, onnx).graph
+    graph = _infer_shapes(model, onnx)  # its inputs list the weights too, as initializers skip
     info = {v.name: _dims(v.type) for v in (*graph.input, *graph.value_info, *graph.output)}
-    initializers = {t.name for t in graph.initializer}
+    initializers = {t.name for t in model.graph.initializer}
     used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     builder = Builder(reserved=[*(i.name for i in graph.input), *initializers])
     builder.reserve_outputs(o.name for o in graph.output)
     builder.max_nodes = limits.max_graph_nodes
+    fed = {value.name for value in graph.input} - initializers
     for value in (*graph.input, *graph.value_info, *graph.output):
         dims = value.type.tensor_type.shape.dim
         builder.symbols[value.name] = tuple(d.dim_param if d.HasField("dim_param") else d.dim_value for d in dims)
-        if value in graph.input and value.name not in initializers:
+        if value.name in fed:
             free = {i: d.dim_param or f"{value.name}#{i}" for i, d in enumerate(dims) if not d.HasField("dim_value")}
             builder.sources |= {name: (value.name, i, len(dims)) for i, name in free.items()}
+    builder.dims = {name: Dim(1, (name,)) for name in builder.sources}
     env = {}
-    for tensor in graph.initializer:
+    for tensor in model.graph.initializer:
         array = tensor_array(tensor, f"initializer {shown(tensor.name)}", tensor.name)
         if array.dtype.kind == "f":
             env[tensor.name] = Value(
@@ -189,7 +204,7 @@ def import_model(data: bytes, limits: OnnxLimits | None = None, parameter_gradie
         static_shape = shape if shape is not None and None not in shape else None
         builder.input(value.name, dtype.kind == "f", static_shape, dtype)
         named = [str(n or f"{value.name}#{i}") for i, n in enumerate(builder.symbols[value.name])]
-        dims = None if shape is None else tuple(Dim(1, (n,)) if d is None else d for d, n in zip(shape, named))
+        dims = None if shape is None else tuple(builder.dims[n] if d is None else d for d, n in zip(shape, named))
         env[value.name] = Value(shape, dtype, node=value.name, dims=dims)
         inputs.append(TensorInfo(value.name, datatype_of(dtype), _published(shape)))
     for index, node in enumerate(graph.node):
@@ -259,13 +274,15 @@ def _convert(builder, env, node, index, info, used, opset):
             dims = cx.out_dims.get(i)
             if i in cx.out_shapes:
                 shape = tuple(cx.out_shapes[i])
-            elif shape is None or None in shape or elem == 0:  # this node's inference from the folded values
-                inferred = inferred or _node_types(onnx, node, inputs, opset)
-                known, known_elem, named = inferred.get(name, (None, 0, None))
+            elif shape is None or None in shape or elem == 0:
+                named = _sourced(shape, builder.symbols.get(name), builder.dims) if elem else None
+                if named is None:  # this node's inference from the folded values
+                    inferred = inferred or _node_types(onnx, node, inputs, opset)
+                    known, known_elem, named = inferred.get(name, (None, 0, None))
+                    if known is not None and (shape is None or known.count(None) < shape.count(None)):
+                        shape = known
+                    elem = elem or known_elem
                 dims = dims or named
-                if known is not None and (shape is None or known.count(None) < shape.count(None)):
-                    shape = known
-                elem = elem or known_elem
             if builder.rename(result, name, mark):  # a graph output is the node that computes it: no clone
                 result = name
             dims = dims if shape is not None and dims is not None and len(dims) == len(shape) else None
@@ -284,6 +301,15 @@ def _foldable(value) -> bool:
     """Whether an op on `value` is computed at import: a known value, not a parameter, small, and
     for a held initializer (a weight) tiny, so that weights stay held and out of the graph's JSON."""
     return value.foldable and value.static.size <= (HELD_FOLD_MAX if value.held else FOLD_MAX)
+
+
+def _sourced(shape, symbols, named: dict):
+    # The Dims of a shape whose every unknown dim the model's inference named after a graph input's
+    # dim (`named`: a batch, no node's own inference can tell more and it cost as much as the rest of
+    # a small model's import), else None. `symbols` are the dims of the type `shape` was read from.
+    if shape is None or symbols is None or any(d is None and s not in named for d, s in zip(shape, symbols)):
+        return None
+    return tuple(None if d is not None else named[s] for d, s in zip(shape, symbols))
 
 
 def _node_types(onnx, node, inputs, opset) -> dict:

@@ -109,6 +109,7 @@ class Builder:
         self.max_nodes = 100_000  # what the graph may reach (OnnxLimits.max_graph_nodes)
         self.symbols: dict = {}  # value -> its dims as ONNX names them (a symbol like "batch" where dynamic)
         self.sources: dict = {}  # a graph input's symbol -> (input, axis, rank): where a request gives that size
+        self.dims: dict = {}  # a graph input's symbol -> its Dim
 
     def fresh(self) -> str:
         while True:
