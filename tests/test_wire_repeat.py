@@ -10,6 +10,7 @@ import contextvars
 import numpy as np
 import pytest
 
+from tests.test_wire_layouts import GRAPH, G, X
 from wire import codec, handler
 from wire import compile as compile_module
 from wire.compile import FAILURES, RUNS, Fallback
@@ -18,16 +19,6 @@ from wire.executor import Executor
 from wire.limits import Limits
 from wire.messages import encode_request
 
-X = np.arange(6, dtype=np.float32).reshape(2, 3)
-G = np.full((2, 3), 2.0, np.float32)
-GRAPH = {
-    "version": 1,
-    "nodes": [
-        {"id": "x", "op": "input", "requires_grad": True},
-        {"id": "y", "op": "mul", "inputs": ["x", "x"]},
-    ],
-    "outputs": ["y"],
-}
 BINARY = {"binary_data_output": True}
 
 
