@@ -63,10 +63,11 @@ def _checked(fn, what):
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except LinAlgError:  # (the ops' words: inv's and cholesky's are PyTorch's)
-            if what in ("solve", "solve_ex"):
+        except LinAlgError as error:  # (the ops' words: inv's and cholesky's are PyTorch's)
+            if what in ("solve", "solve_ex"):  # solve's words, with the inv's batch element
+                element = (re.findall(r"\(Batch element \d+\): ", str(error)) or [""])[0]
                 raise LinAlgError(
-                    f"torch.linalg.{what}: The solver failed because the input matrix is singular."
+                    f"torch.linalg.{what}: {element}The solver failed because the input matrix is singular."
                 ) from None
             raise
         except numpy.linalg.LinAlgError as error:

@@ -191,3 +191,21 @@ def test_create_graph_grads_copy_lists_its_destination(shape, oracle):
         outs.append((node.name(), edges, w.grad.tolist(), w.grad._version, second.tolist()))
     assert outs[0] == outs[1]
     assert outs[0][1][0] == (None, 0)
+
+
+@pytest.mark.parametrize("call", ["solve", "solve_ex"])
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_singular_solve_names_its_batch_element_as_pytorchs(oracle, call, batched):
+    """`torch.linalg.solve(stack([eye(2), singular]), b)`: 'torch.linalg.solve: (Batch element 1): The solver failed
+    ...' (the engine solves through inv, whose error names the element; solve's words replaced it whole)."""
+    a = numpy.stack([numpy.eye(2), numpy.array([[1.0, 2.0], [2.0, 4.0]])])
+    b = numpy.ones((2, 2, 1))
+    if not batched:
+        a, b = a[1], b[1]
+    messages = []
+    for torch in (engine, oracle):
+        kwargs = {"check_errors": True} if call == "solve_ex" else {}
+        with pytest.raises(torch.linalg.LinAlgError) as raised:
+            getattr(torch.linalg, call)(torch.tensor(a), torch.tensor(b), **kwargs)
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1]
