@@ -114,12 +114,7 @@ def backwarding(session, outputs, seeds, retain_graph, targets=None, create_grap
             _seal(value)
     if targets is None or into_grad:
         for holder, g in grads.items():
-            own, data = holder._data, g._data  # a first gradient that fits its leaf: kept as `.grad`'s setter keeps it,
-            fits = own is not None and data is not None and own.shape == data.shape and own.dtype == data.dtype
-            if holder._grad is None and not create_graph and fits:  # its checks made on the arrays, as the engine's
-                holder._grad = g  # (no Size, DType or property call)
-            else:
-                accumulate_grad(holder, g, lambda g: g, _may_update, create_graph)
+            accumulate_grad(holder, g, lambda g: g, _may_update, create_graph)
             watch = watch_of(holder, make=False) if holder._node is None else None
             for hook in list(watch.post.values()) if watch is not None else ():
                 hook(holder)

@@ -66,11 +66,8 @@ class Variable(VariableSurface):
 
     @classmethod
     def _lazy(cls, value):
-        v = object.__new__(cls)  # (`_hold(None, False, value)`, without its call: one for each recorded op)
-        v._data, v._value, v._shared, v._alias = None, value, False, False
-        v._grad, v._requires_grad, v._version = None, False, 0
-        if INFERENCE and mode.state.inference:
-            v._inference = True
+        v = object.__new__(cls)
+        v._hold(None, False, value)
         value.holder = weakref.ref(v)
         return v
 

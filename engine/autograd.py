@@ -374,10 +374,7 @@ class _Sink:
         return Variable._result(data, None)
 
     def into_grad(self, var, g):
-        data, own = g._data, var._data  # a first gradient stored as PyTorch's AccumulateGrad does, not by `.grad`'s
-        if var._grad is None and not self.create_graph and data.shape == own.shape and data.dtype == own.dtype:
-            var._grad = self._owned(g)  # setter (its checks made on the arrays: no Size, DType or property call)
-        elif self.create_graph and (var._grad is None or id(var) in self.copied):  # PyTorch's recorded copy of the
+        if self.create_graph and (var._grad is None or id(var) in self.copied):  # PyTorch's recorded copy of the
             total = self.copied[id(var)] = g if var._grad is None else self.copied[id(var)] + g  # edges' sum
             copy = F.clone(total) if var._node else total.new_zeros(total.shape).copy_(total)  # (PyTorch's edges)
             var.grad = swap_named(copy, "CloneBackward0" if var._node else "CopyBackwards")
@@ -404,7 +401,12 @@ def accumulate_grad(var, g, owned, may_update, create_graph=False):
     in place (its graph kept, as PyTorch's AccumulateGrad) when `.grad` requires grad but nothing records."""
     grad = var._grad  # (not `.grad`: a non-leaf's read warns)
     if grad is None:
-        var.grad = g if create_graph else owned(g)
+        data, own = g._data, var._data  # one that fits its leaf: stored as PyTorch's AccumulateGrad stores it, not
+        fits = own is not None and data is not None and data.shape == own.shape and data.dtype == own.dtype
+        if fits and not create_graph:  # by `.grad`'s setter (its checks made on the arrays: no Size or DType call)
+            var._grad = owned(g)
+        else:
+            var.grad = g if create_graph else owned(g)
     elif create_graph:
         var.grad = grad + g
     elif grad.requires_grad:  # (a create_graph gradient, then a plain backward: PyTorch's `+=`, its graph kept)

@@ -281,7 +281,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BUDGETS = {"engine": 24980, "wire": 6760, "service": 3880, "client": 3405}
+BUDGETS = {"engine": 24985, "wire": 6760, "service": 3880, "client": 3400}
 GENERATED = {"engine/surface_methods.py"}  # grows with the registry, by `python -m engine.stubgen`
 
 
